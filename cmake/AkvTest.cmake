@@ -1,0 +1,22 @@
+# akv_add_test(<module> [SOURCES f.c ...] [LIBS lib ...] [LABELS unit|model|gpu|bench|stress ...]
+#              [ARGS ...] [TIMEOUT s])
+# One executable per module: tests/test_<module>.c unless SOURCES is given. Exit 77 = skipped.
+function(akv_add_test name)
+  cmake_parse_arguments(T "" "TIMEOUT" "SOURCES;LIBS;LABELS;ARGS" ${ARGN})
+  if(NOT T_SOURCES)
+    set(T_SOURCES ${PROJECT_SOURCE_DIR}/tests/test_${name}.c)
+  endif()
+  if(NOT T_LABELS)
+    set(T_LABELS unit)
+  endif()
+  if(NOT T_TIMEOUT)
+    set(T_TIMEOUT 300)
+  endif()
+  add_executable(test_${name} ${T_SOURCES})
+  akv_target_defaults(test_${name})
+  target_include_directories(test_${name} PRIVATE ${PROJECT_SOURCE_DIR}/tests ${PROJECT_SOURCE_DIR}/src)
+  target_link_libraries(test_${name} PRIVATE ${T_LIBS} akv_core)
+  add_test(NAME ${name} COMMAND test_${name} ${T_ARGS})
+  set_tests_properties(${name} PROPERTIES LABELS "${T_LABELS}" SKIP_RETURN_CODE 77 TIMEOUT ${T_TIMEOUT}
+    ENVIRONMENT "AKV_SOURCE_DIR=${PROJECT_SOURCE_DIR};AKV_BUILD_DIR=${PROJECT_BINARY_DIR}")
+endfunction()

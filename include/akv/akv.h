@@ -1,0 +1,12 @@
+/*
+ * akv/akv.h — the whole public API of activekv in one include.
+ */
+#ifndef AKV_AKV_H
+#define AKV_AKV_H
+
+#include "akv/status.h"
+#include "akv/log.h"
+#include "akv/version.h"
+#include "akv/dev.h"
+
+#endif

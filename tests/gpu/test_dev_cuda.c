@@ -1,0 +1,44 @@
+/* test_dev_cuda.c (gpu) — the CUDA backend: open, properties, device and pinned memory. */
+#include "test.h"
+
+#include "akv/dev.h"
+#include "akv/log.h"
+#ifdef AKV_HAVE_CUDA
+#include "akv/dev_cuda.h"
+#endif
+
+int main(void) {
+#ifndef AKV_HAVE_CUDA
+    test_skip("built without the CUDA backend");
+#else
+    akv_dev *dev = NULL;
+    if (akv_dev_create(akv_dev_cuda_backend(), NULL, &dev) != AKV_OK)
+        test_skip("no CUDA device answers on this machine");
+    TEST_CASE(info) {
+        akv_dev_info info;
+        CHECK_OK(akv_dev_get_info(dev, &info));
+        printf("device: %s, %d SMs, %zu bytes, smem/block %zu, L2 %zu\n", info.name, info.n_sm,
+               info.total_bytes, info.smem_per_block_bytes, info.l2_bytes);
+        CHECK(info.n_sm > 0);
+        CHECK(info.total_bytes > 0);
+        CHECK_EQ_INT(info.is_host, 0);
+    }
+    TEST_CASE(memory) {
+        akv_dptr d;
+        void *h;
+        CHECK_OK(akv_dev_mem_alloc(dev, 1 << 20, &d));
+        CHECK_OK(akv_dev_pinned_alloc(dev, 1 << 20, &h));
+        CHECK_STATUS(akv_dev_destroy(dev), AKV_EBUSY);
+        CHECK_OK(akv_dev_mem_free(dev, d));
+        CHECK_OK(akv_dev_pinned_free(dev, h));
+    }
+    TEST_CASE(too_much_device_memory) {
+        akv_log_set(NULL, NULL, AKV_LOG_OFF);
+        akv_dptr d;
+        CHECK_STATUS(akv_dev_mem_alloc(dev, (size_t)1 << 50, &d), AKV_EDEVMEM);
+        akv_log_set(NULL, NULL, AKV_LOG_WARN);
+    }
+    CHECK_OK(akv_dev_destroy(dev));
+    return test_finish();
+#endif
+}

@@ -1,0 +1,35 @@
+# headers.cmake — compiles every public header alone, as C11 (-Wall -Wextra -Wpedantic -Werror)
+# and, when a C++ compiler is given, as C++ too: each header must be self-contained.
+#   cmake -DINCLUDE_DIR=<dir> -DCC=<c compiler> [-DCXX=<c++ compiler>] -DWORK=<dir> -P headers.cmake
+file(GLOB_RECURSE headers RELATIVE "${INCLUDE_DIR}" "${INCLUDE_DIR}/*.h")
+if(NOT headers)
+  message(FATAL_ERROR "headers: no header under ${INCLUDE_DIR}")
+endif()
+file(MAKE_DIRECTORY "${WORK}")
+set(n_bad 0)
+foreach(h IN LISTS headers)
+  string(MAKE_C_IDENTIFIER "${h}" id)
+  set(tu "${WORK}/${id}.c")
+  file(WRITE "${tu}" "#include <${h}>\n#include <${h}> /* include guard */\nint akv_header_check_${id};\n")
+  execute_process(COMMAND "${CC}" -std=c11 -Wall -Wextra -Wpedantic -Werror -fsyntax-only
+                          -I "${INCLUDE_DIR}" "${tu}"
+                  RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+  if(NOT rc EQUAL 0)
+    message("${h}: does not compile alone as C11:\n${out}${err}")
+    math(EXPR n_bad "${n_bad} + 1")
+  endif()
+  if(CXX)
+    execute_process(COMMAND "${CXX}" -x c++ -std=c++17 -Wall -Wextra -Werror -fsyntax-only
+                            -I "${INCLUDE_DIR}" "${tu}"
+                    RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+    if(NOT rc EQUAL 0)
+      message("${h}: does not compile alone as C++:\n${out}${err}")
+      math(EXPR n_bad "${n_bad} + 1")
+    endif()
+  endif()
+endforeach()
+list(LENGTH headers n)
+if(n_bad GREATER 0)
+  message(FATAL_ERROR "headers: ${n_bad} failure(s) in ${n} header(s)")
+endif()
+message("headers: ${n} header(s) compile alone")

@@ -1,0 +1,111 @@
+/* test_core.c — status names, the log hook, allocation injection, checked sizes, clock. */
+#include "test.h"
+
+#include "akv/log.h"
+#include "akv/status.h"
+#include "core/alloc.h"
+#include "core/clock.h"
+#include "core/log.h"
+
+typedef struct log_capture {
+    int n;
+    akv_log_level last_level;
+    char last[256];
+} log_capture;
+
+static void capture_hook(akv_log_level level, const char *msg, void *user) {
+    log_capture *c = user;
+    c->n++;
+    c->last_level = level;
+    snprintf(c->last, sizeof c->last, "%s", msg);
+}
+
+int main(void) {
+    TEST_CASE(status_names) {
+        CHECK_STR(akv_status_str(AKV_OK), "ok");
+        CHECK_STR(akv_status_name(AKV_EFULL), "AKV_EFULL");
+        CHECK_STR(akv_status_str(12345), "unknown status");
+        for (int s = AKV_OK; s >= AKV_ECANCELED; s--) {
+            CHECK(strcmp(akv_status_str(s), "unknown status") != 0);
+            CHECK(strncmp(akv_status_name(s), "AKV_", 4) == 0);
+        }
+    }
+
+    TEST_CASE(log_hook_and_threshold) {
+        log_capture cap = {0};
+        akv_log_set(capture_hook, &cap, AKV_LOG_INFO);
+        AKV_LOG_D("dropped %d", 1);
+        CHECK_EQ_INT(cap.n, 0);
+        AKV_LOG_W("pool %s is %d%% full", "host", 93);
+        CHECK_EQ_INT(cap.n, 1);
+        CHECK_EQ_INT(cap.last_level, AKV_LOG_WARN);
+        CHECK_STR(cap.last, "pool host is 93% full");
+        akv_log_set(NULL, NULL, AKV_LOG_OFF);
+        AKV_LOG_E("to nobody");
+        CHECK_EQ_INT(cap.n, 1);
+        CHECK_EQ_INT(akv_log_threshold(), AKV_LOG_OFF);
+        akv_log_set(NULL, NULL, AKV_LOG_WARN);
+    }
+
+    TEST_CASE(alloc_fail_nth) {
+        int64_t live0 = akv__alloc_live();
+        akv__alloc_fail_nth(2);
+        void *a = akv__malloc(16);
+        void *b = akv__malloc(16);
+        void *c = akv__malloc(16);
+        CHECK(a != NULL);
+        CHECK(b == NULL);
+        CHECK(c != NULL);
+        CHECK(akv__alloc_failure_fired());
+        CHECK_EQ_INT(akv__alloc_live(), live0 + 2);
+        akv__free(a);
+        akv__free(c);
+        CHECK_EQ_INT(akv__alloc_live(), live0);
+        akv__alloc_fail_nth(0);
+        CHECK(!akv__alloc_failure_fired());
+    }
+
+    TEST_CASE(calloc_overflow_and_zero) {
+        CHECK(akv__calloc(SIZE_MAX / 2, 4) == NULL);
+        CHECK(akv__malloc(0) == NULL);
+        size_t out = 7;
+        CHECK(!akv__size_mul(SIZE_MAX, 2, &out));
+        CHECK_EQ_U64(out, 7);
+        CHECK(akv__size_add(3, 4, &out));
+        CHECK_EQ_U64(out, 7);
+        CHECK(!akv__size_add(SIZE_MAX, 1, &out));
+    }
+
+    TEST_CASE(array_reserve_all_or_nothing) {
+        int *v = NULL;
+        size_t cap = 0;
+        CHECK_OK(akv__array_reserve((void **)&v, &cap, 3, sizeof *v));
+        CHECK(cap >= 3);
+        v[0] = 11;
+        size_t cap0 = cap;
+        int *v0 = v;
+        akv__alloc_fail_nth(1);
+        CHECK_STATUS(akv__array_reserve((void **)&v, &cap, 100, sizeof *v), AKV_ENOMEM);
+        CHECK(v == v0);
+        CHECK_EQ_U64(cap, cap0);
+        CHECK_OK(akv__array_reserve((void **)&v, &cap, 100, sizeof *v));
+        CHECK_EQ_INT(v[0], 11);
+        CHECK_EQ_INT(v[99], 0);
+        CHECK_STATUS(akv__array_reserve((void **)&v, &cap, SIZE_MAX, sizeof *v), AKV_EOVERFLOW);
+        akv__free(v);
+    }
+
+    TEST_CASE(strdup) {
+        char *s = akv__strndup("abcdef", 3);
+        CHECK_STR(s, "abc");
+        akv__free(s);
+    }
+
+    TEST_CASE(clock_monotonic) {
+        uint64_t t0 = akv_clock_ns();
+        akv_clock_sleep_ns(2000000);
+        uint64_t t1 = akv_clock_ns();
+        CHECK(t1 >= t0 + 2000000);
+    }
+    return test_finish();
+}

@@ -1,0 +1,40 @@
+/*
+ * tools/cmd.h — subcommands of the `akv` executable.
+ *
+ * Each subcommand is `int akv_cmd_<name>(int argc, char **argv)` with argv[0] = the
+ * subcommand's name, long options through getopt_long, and `--help`. Exit codes, for every
+ * subcommand:
+ *   0  success
+ *   1  failure (the message names what failed)
+ *   2  usage error (bad flag or value; the message names it)
+ *   3  refused: the configuration does not fit (the message names the setting to change)
+ */
+#ifndef AKV_TOOLS_CMD_H
+#define AKV_TOOLS_CMD_H
+
+#include <stdio.h>
+
+#include "akv/dev.h"
+
+enum { AKV_EXIT_OK = 0, AKV_EXIT_FAIL = 1, AKV_EXIT_USAGE = 2, AKV_EXIT_REFUSED = 3 };
+
+typedef struct akv_cmd {
+    const char *name;
+    const char *summary;
+    int (*fn)(int argc, char **argv);
+} akv_cmd;
+
+int akv_cmd_version(int argc, char **argv);
+int akv_cmd_devices(int argc, char **argv);
+
+/* Helpers shared by subcommands (tools/util.c). */
+
+/* Parses a non-negative integer with an optional K/M/G suffix (powers of 1024) into *out.
+ * Prints "akv <cmd>: --<flag>: ..." and returns 0 on a bad value. */
+int akv_tool_parse_u64(const char *cmd, const char *flag, const char *s, unsigned long long *out);
+
+/* Opens the device named by `--device` ("cpu"/"host", "cuda", "cuda:N", or "auto": CUDA when
+ * built with it and a device answers, else the host). Prints an error and returns a status. */
+akv_status akv_tool_open_device(const char *spec, akv_dev **out);
+
+#endif

@@ -1,0 +1,59 @@
+/* util.c — helpers shared by the akv subcommands. */
+#define _POSIX_C_SOURCE 200809L
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cmd.h"
+#ifdef AKV_HAVE_CUDA
+#include "akv/dev_cuda.h"
+#endif
+
+int akv_tool_parse_u64(const char *cmd, const char *flag, const char *s, unsigned long long *out) {
+    char *end = NULL;
+    errno = 0;
+    if (!s || !*s || *s == '-') goto bad;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (errno || end == s) goto bad;
+    unsigned long long mul = 1;
+    if (*end == 'K' || *end == 'k') mul = 1ull << 10, end++;
+    else if (*end == 'M' || *end == 'm') mul = 1ull << 20, end++;
+    else if (*end == 'G' || *end == 'g') mul = 1ull << 30, end++;
+    if (*end) goto bad;
+    if (v > ~0ull / mul) goto bad;
+    *out = v * mul;
+    return 1;
+bad:
+    fprintf(stderr, "akv %s: --%s: '%s' is not a non-negative integer (K/M/G suffixes allowed)\n",
+            cmd, flag, s ? s : "");
+    return 0;
+}
+
+akv_status akv_tool_open_device(const char *spec, akv_dev **out) {
+    akv_dev_params p = akv_dev_default_params();
+    if (!spec || !strcmp(spec, "auto")) {
+#ifdef AKV_HAVE_CUDA
+        if (akv_dev_create(akv_dev_cuda_backend(), &p, out) == AKV_OK) return AKV_OK;
+#endif
+        return akv_dev_create(akv_dev_host_backend(), &p, out);
+    }
+    if (!strcmp(spec, "cpu") || !strcmp(spec, "host"))
+        return akv_dev_create(akv_dev_host_backend(), &p, out);
+    if (!strncmp(spec, "cuda", 4)) {
+#ifdef AKV_HAVE_CUDA
+        if (spec[4] == ':') p.device_index = atoi(spec + 5);
+        else if (spec[4]) goto bad;
+        akv_status st = akv_dev_create(akv_dev_cuda_backend(), &p, out);
+        if (st != AKV_OK) fprintf(stderr, "akv: cannot open CUDA device %d: %s\n", p.device_index,
+                                  akv_status_str(st));
+        return st;
+#else
+        fprintf(stderr, "akv: --device %s: this build has no CUDA backend (nvcc was not found "
+                        "at configure time); use --device cpu\n", spec);
+        return AKV_EUNSUPPORTED;
+#endif
+    }
+bad:
+    fprintf(stderr, "akv: --device '%s': expected auto, cpu, cuda or cuda:N\n", spec);
+    return AKV_EINVAL;
+}
