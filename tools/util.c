@@ -39,10 +39,9 @@ akv_status akv_tool_open_device(const char *spec, akv_dev **out) {
     }
     if (!strcmp(spec, "cpu") || !strcmp(spec, "host"))
         return akv_dev_create(akv_dev_host_backend(), &p, out);
-    if (!strncmp(spec, "cuda", 4)) {
+    if (!strcmp(spec, "cuda") || !strncmp(spec, "cuda:", 5)) {
 #ifdef AKV_HAVE_CUDA
         if (spec[4] == ':') p.device_index = atoi(spec + 5);
-        else if (spec[4]) goto bad;
         akv_status st = akv_dev_create(akv_dev_cuda_backend(), &p, out);
         if (st != AKV_OK) fprintf(stderr, "akv: cannot open CUDA device %d: %s\n", p.device_index,
                                   akv_status_str(st));
@@ -53,7 +52,6 @@ akv_status akv_tool_open_device(const char *spec, akv_dev **out) {
         return AKV_EUNSUPPORTED;
 #endif
     }
-bad:
     fprintf(stderr, "akv: --device '%s': expected auto, cpu, cuda or cuda:N\n", spec);
     return AKV_EINVAL;
 }
