@@ -97,6 +97,24 @@ static akv_status cuda_pinned_free(void *state, void *p) {
     return AKV_CUDA_STATUS(cudaFreeHost(p));
 }
 
+static akv_status cuda_copy_sync(void *state, akv_dev_copy_kind kind, uint64_t dst, uint64_t src,
+                                 size_t n_bytes) {
+    cuda_state *s = state;
+    static const enum cudaMemcpyKind kinds[] = {cudaMemcpyHostToDevice, cudaMemcpyDeviceToHost,
+                                                cudaMemcpyDeviceToDevice};
+    AKV_CUDA_TRY(cudaSetDevice(s->ordinal));
+    AKV_CUDA_TRY(cudaMemcpy((void *)(uintptr_t)dst, (const void *)(uintptr_t)src, n_bytes,
+                            kinds[kind]));
+    return AKV_OK;
+}
+
+static akv_status cuda_memset_sync(void *state, uint64_t dst, int byte, size_t n_bytes) {
+    cuda_state *s = state;
+    AKV_CUDA_TRY(cudaSetDevice(s->ordinal));
+    AKV_CUDA_TRY(cudaMemset((void *)(uintptr_t)dst, byte, n_bytes));
+    return AKV_OK;
+}
+
 static const akv_dev_backend cuda_backend = {
     .name = "cuda",
     .open = cuda_open,
@@ -106,6 +124,8 @@ static const akv_dev_backend cuda_backend = {
     .mem_free = cuda_mem_free,
     .pinned_alloc = cuda_pinned_alloc,
     .pinned_free = cuda_pinned_free,
+    .copy_sync = cuda_copy_sync,
+    .memset_sync = cuda_memset_sync,
 };
 
 const akv_dev_backend *akv_dev_cuda_backend(void) {

@@ -61,6 +61,26 @@ int main(void) {
         CHECK_OK(akv_dev_destroy(NULL));
     }
 
+    TEST_CASE(sync_copies_and_range_checks) {
+        akv_dptr d;
+        CHECK_OK(akv_dev_mem_alloc(dev, 256, &d));
+        unsigned char in[256], out[256];
+        for (int i = 0; i < 256; i++) in[i] = (unsigned char)(i * 7 + 1);
+        CHECK_OK(akv_dev_memset_sync(dev, d, 0xAB, 256));
+        CHECK_OK(akv_dev_copy_d2h_sync(dev, out, d, 256));
+        CHECK_EQ_INT(out[255], 0xAB);
+        CHECK_OK(akv_dev_copy_h2d_sync(dev, akv_dptr_offset(d, 16), in, 200));
+        CHECK_OK(akv_dev_copy_d2d_sync(dev, d, akv_dptr_offset(d, 16), 16));
+        CHECK_OK(akv_dev_copy_d2h_sync(dev, out, d, 256));
+        CHECK_BYTES(out, in, 16);
+        CHECK_BYTES(out + 16, in, 200);
+        /* one byte past the end, and an address from nowhere */
+        CHECK_STATUS(akv_dev_copy_h2d_sync(dev, akv_dptr_offset(d, 57), in, 200), AKV_EINVAL);
+        CHECK_STATUS(akv_dev_copy_d2h_sync(dev, out, (akv_dptr){8}, 1), AKV_EINVAL);
+        CHECK_STATUS(akv_dev_memset_sync(dev, akv_dptr_offset(d, 255), 0, 2), AKV_EINVAL);
+        CHECK_OK(akv_dev_mem_free(dev, d));
+    }
+
     TEST_CASE(injected_failures) {
         akv_dptr d = {0};
         void *h = NULL;

@@ -95,6 +95,15 @@ akv_status akv_dev_mem_free(akv_dev *dev, akv_dptr p);
 akv_status akv_dev_pinned_alloc(akv_dev *dev, size_t n_bytes, void **out);
 akv_status akv_dev_pinned_free(akv_dev *dev, void *p);
 
+/* Synchronous copies (set-up, tests, loading weights: never the hot path, which uses
+ * queues). They return when the bytes have arrived. Each checks that the device range lies
+ * inside one live device allocation (AKV_EINVAL otherwise, naming the address). */
+akv_status akv_dev_copy_h2d_sync(akv_dev *dev, akv_dptr dst, const void *src, size_t n_bytes);
+akv_status akv_dev_copy_d2h_sync(akv_dev *dev, void *dst, akv_dptr src, size_t n_bytes);
+akv_status akv_dev_copy_d2d_sync(akv_dev *dev, akv_dptr dst, akv_dptr src, size_t n_bytes);
+/* Sets n_bytes of device memory to `byte` (poisoning outputs before a kernel runs). */
+akv_status akv_dev_memset_sync(akv_dev *dev, akv_dptr dst, int byte, size_t n_bytes);
+
 /* Host backend only (tests): fail the n-th device (resp. pinned) allocation from now,
  * once; 0 disarms. AKV_EUNSUPPORTED on other backends. */
 akv_status akv_dev_inject_alloc_failure(akv_dev *dev, uint64_t nth_device, uint64_t nth_pinned);

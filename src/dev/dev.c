@@ -189,6 +189,51 @@ akv_status akv_dev_pinned_free(akv_dev *dev, void *p) {
     return dev->backend->pinned_free(dev->state, p);
 }
 
+/* Whether [addr, addr+n) lies inside one live device allocation. */
+static int dev_range_ok(akv_dev *dev, uint64_t addr, size_t n_bytes) {
+    int ok = 0;
+    pthread_mutex_lock(&dev->mu);
+    for (size_t i = 0; i < dev->n_allocs && !ok; i++) {
+        const dev_alloc *a = &dev->allocs[i];
+        ok = !a->pinned && addr >= a->addr && n_bytes <= a->n_bytes &&
+             addr - a->addr <= a->n_bytes - n_bytes;
+    }
+    pthread_mutex_unlock(&dev->mu);
+    if (!ok)
+        AKV_LOG_E("dev: device range [0x%llx, +%zu) is not inside one live allocation",
+                  (unsigned long long)addr, n_bytes);
+    return ok;
+}
+
+static akv_status dev_copy(akv_dev *dev, akv_dev_copy_kind kind, uint64_t dst, uint64_t src,
+                           size_t n_bytes) {
+    if (!dev || !dst || !src) return AKV_EINVAL;
+    if (n_bytes == 0) return AKV_OK;
+    if ((kind != AKV_COPY_D2H && !dev_range_ok(dev, dst, n_bytes)) ||
+        (kind != AKV_COPY_H2D && !dev_range_ok(dev, src, n_bytes)))
+        return AKV_EINVAL;
+    return dev->backend->copy_sync(dev->state, kind, dst, src, n_bytes);
+}
+
+akv_status akv_dev_copy_h2d_sync(akv_dev *dev, akv_dptr dst, const void *src, size_t n_bytes) {
+    return dev_copy(dev, AKV_COPY_H2D, dst.addr, (uint64_t)(uintptr_t)src, n_bytes);
+}
+
+akv_status akv_dev_copy_d2h_sync(akv_dev *dev, void *dst, akv_dptr src, size_t n_bytes) {
+    return dev_copy(dev, AKV_COPY_D2H, (uint64_t)(uintptr_t)dst, src.addr, n_bytes);
+}
+
+akv_status akv_dev_copy_d2d_sync(akv_dev *dev, akv_dptr dst, akv_dptr src, size_t n_bytes) {
+    return dev_copy(dev, AKV_COPY_D2D, dst.addr, src.addr, n_bytes);
+}
+
+akv_status akv_dev_memset_sync(akv_dev *dev, akv_dptr dst, int byte, size_t n_bytes) {
+    if (!dev || !dst.addr) return AKV_EINVAL;
+    if (n_bytes == 0) return AKV_OK;
+    if (!dev_range_ok(dev, dst.addr, n_bytes)) return AKV_EINVAL;
+    return dev->backend->memset_sync(dev->state, dst.addr, byte, n_bytes);
+}
+
 akv_status akv_dev_inject_alloc_failure(akv_dev *dev, uint64_t nth_device, uint64_t nth_pinned) {
     if (!dev) return AKV_EINVAL;
     if (dev->backend != akv_dev_host_backend()) return AKV_EUNSUPPORTED;

@@ -75,6 +75,20 @@ static akv_status host_pinned_free(void *state, void *p) {
     return AKV_OK;
 }
 
+static akv_status host_copy_sync(void *state, akv_dev_copy_kind kind, uint64_t dst, uint64_t src,
+                                 size_t n_bytes) {
+    (void)state;
+    (void)kind; /* every address is a host address here */
+    memmove((void *)(uintptr_t)dst, (const void *)(uintptr_t)src, n_bytes);
+    return AKV_OK;
+}
+
+static akv_status host_memset_sync(void *state, uint64_t dst, int byte, size_t n_bytes) {
+    (void)state;
+    memset((void *)(uintptr_t)dst, byte, n_bytes);
+    return AKV_OK;
+}
+
 static const akv_dev_backend host_backend = {
     .name = "host",
     .open = host_open,
@@ -84,6 +98,8 @@ static const akv_dev_backend host_backend = {
     .mem_free = host_mem_free,
     .pinned_alloc = host_pinned_alloc,
     .pinned_free = host_pinned_free,
+    .copy_sync = host_copy_sync,
+    .memset_sync = host_memset_sync,
 };
 
 const akv_dev_backend *akv_dev_host_backend(void) {

@@ -10,6 +10,12 @@
 
 #include "akv/dev.h"
 
+typedef enum akv_dev_copy_kind {
+    AKV_COPY_H2D = 0, /* dst: device address, src: host address */
+    AKV_COPY_D2H = 1, /* dst: host address, src: device address */
+    AKV_COPY_D2D = 2, /* both device addresses */
+} akv_dev_copy_kind;
+
 struct akv_dev_backend {
     const char *name;
     /* Open device `params->device_index`; *state is the backend's own. */
@@ -20,6 +26,10 @@ struct akv_dev_backend {
     akv_status (*mem_free)(void *state, uint64_t addr);
     akv_status (*pinned_alloc)(void *state, size_t n_bytes, void **p);
     akv_status (*pinned_free)(void *state, void *p);
+    /* Synchronous copy; `kind` says which side each address is on. */
+    akv_status (*copy_sync)(void *state, akv_dev_copy_kind kind, uint64_t dst, uint64_t src,
+                            size_t n_bytes);
+    akv_status (*memset_sync)(void *state, uint64_t dst, int byte, size_t n_bytes);
 };
 
 /* The backend state of a device (for backend-specific extensions). */
