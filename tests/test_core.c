@@ -5,6 +5,7 @@
 #include "akv/status.h"
 #include "core/alloc.h"
 #include "core/clock.h"
+#include "core/half.h"
 #include "core/log.h"
 
 typedef struct log_capture {
@@ -99,6 +100,22 @@ int main(void) {
         char *s = akv__strndup("abcdef", 3);
         CHECK_STR(s, "abc");
         akv__free(s);
+    }
+
+    TEST_CASE(half_conversions) {
+        CHECK_EQ_INT(akv_f32_to_bf16(1.0f), 0x3f80);
+        CHECK_EQ_INT(akv_f32_to_bf16(1.00390625f), 0x3f80);   /* tie -> even (down) */
+        CHECK_EQ_INT(akv_f32_to_bf16(1.01171875f), 0x3f82);   /* tie -> even (up) */
+        CHECK(isnan(akv_bf16_to_f32(akv_f32_to_bf16(NAN))));
+        CHECK_EQ_INT(akv_f32_to_f16(65504.0f), 0x7bff);
+        CHECK_EQ_INT(akv_f32_to_f16(65520.0f), 0x7c00);       /* rounds to Inf */
+        CHECK_EQ_INT(akv_f32_to_f16(5.9604645e-8f), 0x0001);  /* least subnormal */
+        int n_bad = 0;
+        for (uint32_t h = 0; h < 65536; h++) { /* every finite f16 survives the round trip */
+            float f = akv_f16_to_f32((uint16_t)h);
+            if (!isnan(f) && akv_f32_to_f16(f) != h) n_bad++;
+        }
+        CHECK_EQ_INT(n_bad, 0);
     }
 
     TEST_CASE(clock_monotonic) {
