@@ -8,5 +8,7 @@
 #include "akv/log.h"
 #include "akv/version.h"
 #include "akv/dev.h"
+#include "akv/dtype.h"
+#include "akv/sample.h"
 
 #endif

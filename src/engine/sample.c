@@ -1,0 +1,181 @@
+/* sample.c — the sampling chain of akv/sample.h. */
+#include "akv/sample.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/alloc.h"
+#include "core/log.h"
+#include "core/rng.h"
+
+typedef struct sample_cand {
+    float logit;
+    int32_t id;
+    double p;
+} sample_cand;
+
+struct akv_sampler {
+    akv_sample_params params;
+    int32_t n_vocab;
+    akv_rng rng;
+    int32_t *history;        /* ring of the last `n_hist_cap` accepted tokens */
+    size_t n_hist, hist_head, n_hist_cap;
+    sample_cand *cand;       /* [n_vocab] scratch */
+    float *penalised;        /* [n_vocab] scratch: logits after the penalty */
+    uint32_t *stamp;         /* [n_vocab] last penalty pass that touched a token */
+    uint32_t n_pass;         /* penalty passes so far (stamps are compared to it) */
+};
+
+akv_sample_params akv_sample_default_params(void) {
+    return (akv_sample_params){.temp = 0.8f, .top_k = 40, .top_p = 0.95f, .min_p = 0.05f,
+                               .repeat_penalty = 1.0f, .repeat_last_n = 64, .seed = 0};
+}
+
+akv_status akv_sampler_create(const akv_sample_params *params, int32_t n_vocab, akv_sampler **out) {
+    akv_sample_params p = params ? *params : akv_sample_default_params();
+    const char *bad = NULL;
+    if (!(p.temp >= 0) || isinf(p.temp)) bad = "temp must be >= 0";
+    else if (!(p.top_p > 0 && p.top_p <= 1)) bad = "top_p must be in (0, 1]";
+    else if (!(p.min_p >= 0 && p.min_p < 1)) bad = "min_p must be in [0, 1)";
+    else if (!(p.repeat_penalty > 0) || isinf(p.repeat_penalty)) bad = "repeat_penalty must be > 0";
+    else if (p.top_k < 0) bad = "top_k must be >= 0";
+    else if (p.repeat_last_n < -1) bad = "repeat_last_n must be >= -1";
+    else if (n_vocab < 1) bad = "n_vocab must be >= 1";
+    if (bad || !out) {
+        AKV_LOG_E("sampler: %s", bad ? bad : "out is NULL");
+        return AKV_EINVAL;
+    }
+    akv_sampler *s = akv__calloc(1, sizeof *s);
+    if (!s) return AKV_ENOMEM;
+    s->params = p;
+    s->n_vocab = n_vocab;
+    s->rng.state = p.seed;
+    s->n_hist_cap = p.repeat_last_n < 0 ? 0 : (size_t)p.repeat_last_n; /* 0 with -1: grows */
+    s->cand = akv__calloc((size_t)n_vocab, sizeof *s->cand);
+    s->penalised = akv__calloc((size_t)n_vocab, sizeof *s->penalised);
+    s->stamp = akv__calloc((size_t)n_vocab, sizeof *s->stamp);
+    if (s->n_hist_cap) s->history = akv__calloc(s->n_hist_cap, sizeof *s->history);
+    if (!s->cand || !s->penalised || !s->stamp || (s->n_hist_cap && !s->history)) {
+        akv_sampler_destroy(s);
+        return AKV_ENOMEM;
+    }
+    *out = s;
+    return AKV_OK;
+}
+
+void akv_sampler_destroy(akv_sampler *s) {
+    if (!s) return;
+    akv__free(s->history);
+    akv__free(s->cand);
+    akv__free(s->penalised);
+    akv__free(s->stamp);
+    akv__free(s);
+}
+
+akv_status akv_sampler_accept(akv_sampler *s, int32_t token) {
+    if (!s || token < 0 || token >= s->n_vocab) return AKV_EINVAL;
+    if (s->params.repeat_last_n == 0) return AKV_OK;
+    if (s->params.repeat_last_n < 0) { /* unbounded history: grow */
+        akv_status st = akv__array_reserve((void **)&s->history, &s->n_hist_cap, s->n_hist + 1,
+                                           sizeof *s->history);
+        if (st != AKV_OK) return st;
+        s->history[s->n_hist++] = token;
+        return AKV_OK;
+    }
+    s->history[s->hist_head] = token;
+    s->hist_head = (s->hist_head + 1) % s->n_hist_cap;
+    if (s->n_hist < s->n_hist_cap) s->n_hist++;
+    return AKV_OK;
+}
+
+/* Logit descending, id ascending. */
+static int sample_cmp(const void *a, const void *b) {
+    const sample_cand *x = a, *y = b;
+    if (x->logit != y->logit) return x->logit > y->logit ? -1 : 1;
+    return (x->id > y->id) - (x->id < y->id);
+}
+
+akv_status akv_sampler_sample(akv_sampler *s, const float *logits, int32_t *out_token) {
+    if (!s || !logits || !out_token) return AKV_EINVAL;
+    const akv_sample_params *p = &s->params;
+    float *lg = s->penalised;
+    memcpy(lg, logits, (size_t)s->n_vocab * sizeof *lg);
+
+    /* 1. repetition penalty: each distinct recent token once (stamped, so O(history)) */
+    if (p->repeat_penalty != 1.0f && s->n_hist) {
+        if (++s->n_pass == 0) { /* stamp counter wrapped: forget every old stamp */
+            memset(s->stamp, 0, (size_t)s->n_vocab * sizeof *s->stamp);
+            s->n_pass = 1;
+        }
+        for (size_t i = 0; i < s->n_hist; i++) {
+            int32_t t = s->history[i];
+            if (s->stamp[t] == s->n_pass) continue;
+            s->stamp[t] = s->n_pass;
+            lg[t] = lg[t] > 0 ? lg[t] / p->repeat_penalty : lg[t] * p->repeat_penalty;
+        }
+    }
+
+    /* candidates: finite logits only (NaN and -inf can never be chosen) */
+    size_t n = 0;
+    for (int32_t i = 0; i < s->n_vocab; i++)
+        if (!isnan(lg[i]) && lg[i] != -INFINITY) s->cand[n++] = (sample_cand){lg[i], i, 0};
+    if (n == 0) {
+        AKV_LOG_E("sampler: every logit is NaN or -inf");
+        return AKV_EINVAL;
+    }
+
+    /* 2. greedy */
+    if (p->temp == 0.0f) {
+        size_t best = 0;
+        for (size_t i = 1; i < n; i++)
+            if (sample_cmp(&s->cand[i], &s->cand[best]) < 0) best = i;
+        *out_token = s->cand[best].id;
+        return AKV_OK;
+    }
+
+    /* 3. top-k (sort is O(n log n); n is one vocabulary per token, a few ms at most) */
+    qsort(s->cand, n, sizeof *s->cand, sample_cmp);
+    if (p->top_k > 0 && (size_t)p->top_k < n) n = (size_t)p->top_k;
+
+    /* 4. temperature and softmax */
+    double max = s->cand[0].logit, sum = 0;
+    for (size_t i = 0; i < n; i++) sum += s->cand[i].p = exp(((double)s->cand[i].logit - max) / p->temp);
+    for (size_t i = 0; i < n; i++) s->cand[i].p /= sum;
+
+    /* 5. top-p: smallest prefix with mass >= top_p */
+    if (p->top_p < 1.0f) {
+        double mass = 0;
+        size_t keep = n;
+        for (size_t i = 0; i < n; i++) {
+            mass += s->cand[i].p;
+            if (mass >= p->top_p) {
+                keep = i + 1;
+                break;
+            }
+        }
+        n = keep;
+    }
+
+    /* 6. min-p relative to the most likely */
+    if (p->min_p > 0) {
+        double floor_p = p->min_p * s->cand[0].p;
+        size_t keep = 1;
+        while (keep < n && s->cand[keep].p >= floor_p) keep++;
+        n = keep;
+    }
+
+    /* 7. draw from the renormalised remainder */
+    double total = 0;
+    for (size_t i = 0; i < n; i++) total += s->cand[i].p;
+    double u = akv_rng_uniform(&s->rng) * total, acc = 0;
+    for (size_t i = 0; i < n; i++) {
+        acc += s->cand[i].p;
+        if (u < acc) {
+            *out_token = s->cand[i].id;
+            return AKV_OK;
+        }
+    }
+    *out_token = s->cand[n - 1].id; /* rounding left u at the very top */
+    return AKV_OK;
+}

@@ -1,0 +1,171 @@
+/* test_sample.c — the sampling chain: greedy, each filter, penalties, seeds, bad input. */
+#include "test.h"
+
+#include "akv/log.h"
+#include "akv/sample.h"
+#include "core/alloc.h"
+
+static akv_sample_params params_off(void) { /* every filter off, temp 1 */
+    return (akv_sample_params){.temp = 1, .top_k = 0, .top_p = 1, .min_p = 0,
+                               .repeat_penalty = 1, .repeat_last_n = 0, .seed = 1};
+}
+
+/* Draws `n` tokens and counts them into hist[n_vocab]. */
+static void draw(akv_sampler *s, const float *lg, int n, int *hist) {
+    for (int i = 0; i < n; i++) {
+        int32_t t = -1;
+        if (akv_sampler_sample(s, lg, &t) == AKV_OK) hist[t]++;
+    }
+}
+
+int main(void) {
+    akv_log_set(NULL, NULL, AKV_LOG_OFF);
+    const float lg[6] = {1.0f, 3.0f, 3.0f, -2.0f, 0.5f, 2.9f};
+
+    TEST_CASE(greedy_ties_to_smaller_id) {
+        akv_sample_params p = params_off();
+        p.temp = 0;
+        akv_sampler *s;
+        CHECK_OK(akv_sampler_create(&p, 6, &s));
+        int32_t t;
+        CHECK_OK(akv_sampler_sample(s, lg, &t));
+        CHECK_EQ_INT(t, 1);
+        akv_sampler_destroy(s);
+    }
+
+    TEST_CASE(top_k_limits_support) {
+        akv_sample_params p = params_off();
+        p.top_k = 2;
+        akv_sampler *s;
+        CHECK_OK(akv_sampler_create(&p, 6, &s));
+        int hist[6] = {0};
+        draw(s, lg, 2000, hist);
+        CHECK_EQ_INT(hist[0] + hist[3] + hist[4] + hist[5], 0);
+        CHECK(hist[1] > 800 && hist[2] > 800); /* two equal logits: about half each */
+        akv_sampler_destroy(s);
+    }
+
+    TEST_CASE(distribution_matches_softmax) {
+        akv_sample_params p = params_off();
+        p.temp = 2.0f;
+        akv_sampler *s;
+        CHECK_OK(akv_sampler_create(&p, 6, &s));
+        int hist[6] = {0};
+        const int n = 200000;
+        draw(s, lg, n, hist);
+        double z = 0, pr[6];
+        for (int i = 0; i < 6; i++) z += pr[i] = exp(lg[i] / 2.0);
+        for (int i = 0; i < 6; i++) CHECK_NEAR((double)hist[i] / n, pr[i] / z, 0.01);
+        akv_sampler_destroy(s);
+    }
+
+    TEST_CASE(top_p_and_min_p) {
+        /* probabilities 0.5, 0.25, 0.125, 0.0625, 0.0625 at temp 1 */
+        const float l2[5] = {logf(8), logf(4), logf(2), 0, 0};
+        akv_sample_params p = params_off();
+        p.top_p = 0.7f; /* 0.5 + 0.25 >= 0.7: two kept */
+        akv_sampler *s;
+        CHECK_OK(akv_sampler_create(&p, 5, &s));
+        int hist[5] = {0};
+        draw(s, l2, 3000, hist);
+        CHECK_EQ_INT(hist[2] + hist[3] + hist[4], 0);
+        CHECK(hist[0] > hist[1] && hist[1] > 0);
+        akv_sampler_destroy(s);
+        p = params_off();
+        p.min_p = 0.2f; /* keeps p >= 0.1: three kept */
+        CHECK_OK(akv_sampler_create(&p, 5, &s));
+        int h2[5] = {0};
+        draw(s, l2, 3000, h2);
+        CHECK_EQ_INT(h2[3] + h2[4], 0);
+        CHECK(h2[2] > 0);
+        akv_sampler_destroy(s);
+    }
+
+    TEST_CASE(repetition_penalty) {
+        akv_sample_params p = params_off();
+        p.temp = 0;
+        p.repeat_penalty = 2.0f;
+        p.repeat_last_n = 2;
+        akv_sampler *s;
+        CHECK_OK(akv_sampler_create(&p, 6, &s));
+        int32_t t;
+        CHECK_OK(akv_sampler_accept(s, 1));
+        CHECK_OK(akv_sampler_accept(s, 1)); /* a repeated token is penalised once */
+        CHECK_OK(akv_sampler_sample(s, lg, &t));
+        CHECK_EQ_INT(t, 2); /* 3/2 = 1.5 < 3.0 */
+        CHECK_OK(akv_sampler_accept(s, 2));
+        CHECK_OK(akv_sampler_accept(s, 5)); /* window of 2: token 1 is out again, 2 and 5 in */
+        CHECK_OK(akv_sampler_sample(s, lg, &t));
+        CHECK_EQ_INT(t, 1);
+        CHECK_STATUS(akv_sampler_accept(s, 6), AKV_EINVAL);
+        akv_sampler_destroy(s);
+    }
+
+    TEST_CASE(seed_reproducible) {
+        akv_sample_params p = akv_sample_default_params();
+        p.seed = 42;
+        akv_sampler *a, *b;
+        CHECK_OK(akv_sampler_create(&p, 6, &a));
+        CHECK_OK(akv_sampler_create(&p, 6, &b));
+        int same = 1;
+        for (int i = 0; i < 100; i++) {
+            int32_t x, y;
+            akv_sampler_sample(a, lg, &x);
+            akv_sampler_sample(b, lg, &y);
+            same &= x == y;
+        }
+        CHECK(same);
+        akv_sampler_destroy(a);
+        akv_sampler_destroy(b);
+    }
+
+    TEST_CASE(nan_and_inf_never_chosen) {
+        const float l3[3] = {NAN, -INFINITY, -5.0f};
+        akv_sample_params p = params_off();
+        akv_sampler *s;
+        CHECK_OK(akv_sampler_create(&p, 3, &s));
+        int32_t t = -1;
+        CHECK_OK(akv_sampler_sample(s, l3, &t));
+        CHECK_EQ_INT(t, 2);
+        const float l4[3] = {NAN, -INFINITY, NAN};
+        CHECK_STATUS(akv_sampler_sample(s, l4, &t), AKV_EINVAL);
+        akv_sampler_destroy(s);
+    }
+
+    TEST_CASE(bad_params) {
+        akv_sampler *s = NULL;
+        akv_sample_params p = params_off();
+        p.temp = -1;
+        CHECK_STATUS(akv_sampler_create(&p, 6, &s), AKV_EINVAL);
+        p = params_off();
+        p.top_p = 0;
+        CHECK_STATUS(akv_sampler_create(&p, 6, &s), AKV_EINVAL);
+        p = params_off();
+        p.min_p = 1;
+        CHECK_STATUS(akv_sampler_create(&p, 6, &s), AKV_EINVAL);
+        p = params_off();
+        CHECK_STATUS(akv_sampler_create(&p, 0, &s), AKV_EINVAL);
+        CHECK(s == NULL);
+    }
+
+    TEST_CASE(alloc_failure_each_site) {
+        akv_sample_params p = akv_sample_default_params();
+        int64_t live0 = akv__alloc_live();
+        for (uint64_t nth = 1; nth < 10; nth++) {
+            akv_sampler *s = NULL;
+            akv__alloc_fail_nth(nth);
+            akv_status st = akv_sampler_create(&p, 100, &s);
+            int fired = akv__alloc_failure_fired();
+            akv__alloc_fail_nth(0);
+            if (!fired) {
+                CHECK_OK(st);
+                akv_sampler_destroy(s);
+                break;
+            }
+            CHECK_STATUS(st, AKV_ENOMEM);
+            CHECK(s == NULL);
+            CHECK_EQ_INT(akv__alloc_live(), live0);
+        }
+    }
+    return test_finish();
+}
