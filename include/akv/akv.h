@@ -11,5 +11,6 @@
 #include "akv/geom.h"
 #include "akv/host_pool.h"
 #include "akv/host_table.h"
+#include "akv/dev_pool.h"
 
 #endif
