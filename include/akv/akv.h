@@ -12,5 +12,6 @@
 #include "akv/host_pool.h"
 #include "akv/host_table.h"
 #include "akv/dev_pool.h"
+#include "akv/admit.h"
 
 #endif

@@ -179,6 +179,13 @@ akv_dev_pool_params akv_dev_pool_default_params(void);
 akv_status akv_dev_pool_create(akv_dev *dev, const akv_geom *g, const akv_dev_pool_params *p,
                                akv_dev_pool **out);
 
+/* The layout a pool with these params would have, computed without allocating: fills
+ * page_bytes, n_pages, window_capacity and staging_reserve of *out (the rest zero). The same
+ * checks as akv_dev_pool_create except the floor: window_capacity may be below 2 here (the
+ * admission arithmetic reports that as a refusal). *out untouched on error. */
+akv_status akv_dev_pool_layout(const akv_geom *g, const akv_dev_pool_params *p,
+                               akv_dev_pool_stats *out);
+
 /* Frees the allocation. NULL is a no-op. AKV_EBUSY, nothing changed, while a context is open
  * or a staging page is held. */
 akv_status akv_dev_pool_destroy(akv_dev_pool *pool);
