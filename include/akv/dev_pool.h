@@ -16,7 +16,9 @@
  *                 pages are the first to be reclaimed.
  *   floor         what a served context always holds: the sink and the newest page (one page
  *                 while its history fits in one). A step request whose floor cannot be held is
- *                 refused (AKV_EFULL: it waits) and changes nothing for that context.
+ *                 refused (AKV_EFULL: it waits): it gets no page in that step and keeps its
+ *                 last length (like any context, it may still lose borrowed pages or pages
+ *                 above target to others).
  *   staging       pages lent to the staging layer for its buffers, out of a reserve fixed at
  *                 creation; windows never use the reserve and staging never uses the rest, so
  *                 neither can starve the other. The whole pool (windows + staging) is the
@@ -157,7 +159,7 @@ typedef struct akv_dev_pool_req {
 } akv_dev_pool_req;
 
 typedef struct akv_dev_pool_result {
-    akv_status status; /* AKV_OK, or AKV_EFULL: refused this step (nothing changed for it) */
+    akv_status status; /* AKV_OK, or AKV_EFULL: refused this step (it got no page) */
     uint32_t window;   /* window pages after the step */
     uint32_t n_fresh;  /* of them, placed by this step (fill before reading) */
 } akv_dev_pool_result;
