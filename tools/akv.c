@@ -19,6 +19,7 @@
 
 static const akv_cmd akv_cmds[] = {
     {"devices", "list the devices this build can use and their properties", akv_cmd_devices},
+    {"fit", "admission arithmetic: what a geometry and pool sizes can serve, with the formula", akv_cmd_fit},
     {"version", "print the version and the build's features", akv_cmd_version},
 };
 

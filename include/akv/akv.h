@@ -10,5 +10,10 @@
 #include "akv/dev.h"
 #include "akv/dtype.h"
 #include "akv/sample.h"
+#include "akv/geom.h"
+#include "akv/host_pool.h"
+#include "akv/host_table.h"
+#include "akv/dev_pool.h"
+#include "akv/admit.h"
 
 #endif
