@@ -9,5 +9,6 @@
 #include "akv/version.h"
 #include "akv/dev.h"
 #include "akv/gguf.h"
+#include "akv/gguf_quant.h"
 
 #endif
