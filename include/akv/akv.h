@@ -10,5 +10,6 @@
 #include "akv/dev.h"
 #include "akv/gguf.h"
 #include "akv/gguf_quant.h"
+#include "akv/gguf_writer.h"
 
 #endif
