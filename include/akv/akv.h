@@ -10,6 +10,7 @@
 #include "akv/dev.h"
 #include "akv/gguf.h"
 #include "akv/gguf_quant.h"
+#include "akv/gguf_synth.h"
 #include "akv/gguf_writer.h"
 
 #endif
