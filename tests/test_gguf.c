@@ -434,8 +434,12 @@ int main(void) {
         /* A file cut short on disk. */
         CHECK_EQ_INT(ftruncate(fd, (off_t)(b.n - 1)), 0);
         g = NULL;
+        cap.n = 0;
         CHECK_STATUS(akv_gguf_open(path, &g), AKV_EFORMAT);
         CHECK(g == NULL);
+        CHECK_EQ_INT(cap.n, 1); /* one line, naming the file, the tensor and the field */
+        CHECK(strstr(cap.last, path) && strstr(cap.last, "output_norm.weight") &&
+              strstr(cap.last, "offset"));
         CHECK_EQ_INT(ftruncate(fd, 0), 0);
         CHECK_STATUS(akv_gguf_open(path, &g), AKV_EFORMAT);
         close(fd);

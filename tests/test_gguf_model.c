@@ -187,13 +187,14 @@ int main(void) {
 
     TEST_CASE(akv_gguf_info_reports_it) {
         const char *build = getenv("AKV_BUILD_DIR");
-        char akv[4200], cmd[8400], text[16384];
+        char akv[4200], cmd[8400];
+        static char text[1 << 17];
         snprintf(akv, sizeof akv, "%s/tools/akv", build ? build : ".");
         if (access(akv, X_OK) != 0) {
             printf("  (no %s: run under ctest, which sets AKV_BUILD_DIR)\n", akv);
             break;
         }
-        snprintf(cmd, sizeof cmd, "'%s' gguf info '%s'", akv, path);
+        snprintf(cmd, sizeof cmd, "'%s' gguf info --tensors --meta '%s'", akv, path);
         FILE *f = popen(cmd, "r");
         if (!CHECK(f != NULL)) break;
         size_t n = fread(text, 1, sizeof text - 1, f);
@@ -206,6 +207,8 @@ int main(void) {
             "= 23040 bytes", /* 2 x 30 x 3 x 64 x 2 */
             "q4_1         210",
             "total        272",
+            "tokenizer.ggml.bos_token_id                  1", /* --meta */
+            "blk.29.ffn_down.weight           q4_1   1536 x 576", /* --tensors */
         };
         for (size_t i = 0; i < sizeof want / sizeof want[0]; i++)
             TEST_CHECK_(strstr(text, want[i]) != NULL, "info output lacks '%s':\n%s", want[i], text);

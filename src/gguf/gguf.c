@@ -113,6 +113,7 @@ typedef struct gguf_rd {
     const uint8_t *p;
     uint64_t n;       /* image bytes */
     uint64_t pos;     /* next byte to read */
+    const char *src;  /* the file's path, or "(memory)", for messages */
     char what[112];   /* the item being read, for messages: "kv 3 'general.name'" */
 } gguf_rd;
 
@@ -125,7 +126,8 @@ static akv_status rd_fail(const gguf_rd *r, akv_status status, uint64_t at, cons
     va_start(ap, fmt);
     vsnprintf(reason, sizeof reason, fmt, ap);
     va_end(ap);
-    AKV_LOG_E("gguf: %s: %s at offset %llu: %s", r->what, field, (unsigned long long)at, reason);
+    AKV_LOG_E("gguf: %s: %s: %s at offset %llu: %s", r->src, r->what, field,
+              (unsigned long long)at, reason);
     return status;
 }
 
@@ -470,7 +472,7 @@ size_t akv__gguf_slot(const akv_gguf *g, bool tensors, const char *name) {
 }
 
 /* Builds the table of keys or of tensor names; AKV_EFORMAT (logged) on a duplicate. */
-static akv_status hash_build(akv_gguf *g, bool tensors) {
+static akv_status hash_build(akv_gguf *g, bool tensors, const char *src) {
     size_t n = tensors ? g->n_tensors : g->n_kv, cap = 8;
     while (cap < 2 * n) cap *= 2;
     size_t *slots = akv__calloc(cap, sizeof *slots);
@@ -482,8 +484,8 @@ static akv_status hash_build(akv_gguf *g, bool tensors) {
         size_t s = akv__gguf_slot(g, tensors, item_name(g, tensors, i));
         if (slots[s]) {
             uint64_t at = tensors ? g->tensors[i].name_pos : g->kvs[i].key_pos;
-            AKV_LOG_E("gguf: %s %zu '%s': name at offset %llu duplicates %s %zu", what, i,
-                      item_name(g, tensors, i), (unsigned long long)at, what, slots[s] - 1);
+            AKV_LOG_E("gguf: %s: %s %zu '%s': name at offset %llu duplicates %s %zu", src, what,
+                      i, item_name(g, tensors, i), (unsigned long long)at, what, slots[s] - 1);
             return AKV_EFORMAT;
         }
         slots[s] = i + 1;
@@ -493,8 +495,8 @@ static akv_status hash_build(akv_gguf *g, bool tensors) {
 
 /* ---- open / close ---------------------------------------------------------------------------- */
 
-static akv_status gguf_parse(akv_gguf *g) {
-    gguf_rd r = {.p = g->base, .n = g->n_bytes, .pos = 0};
+static akv_status gguf_parse(akv_gguf *g, const char *src) {
+    gguf_rd r = {.p = g->base, .n = g->n_bytes, .pos = 0, .src = src};
     uint64_t n_kv, n_tensors;
     akv_status st = parse_header(g, &r, &n_kv, &n_tensors);
     if (st) return st;
@@ -511,17 +513,17 @@ static akv_status gguf_parse(akv_gguf *g) {
         if ((st = parse_tensor_info(g, &r, i))) return st;
     if ((st = place_tensors(g, &r))) return st;
     if ((st = build_names(g))) return st;
-    if ((st = hash_build(g, false))) return st;
-    return hash_build(g, true);
+    if ((st = hash_build(g, false, src))) return st;
+    return hash_build(g, true, src);
 }
 
 static akv_status gguf_open_image(const uint8_t *base, uint64_t n_bytes, bool mapped,
-                                  akv_gguf **out) {
+                                  const char *src, akv_gguf **out) {
     akv_gguf *g = akv__calloc(1, sizeof *g);
     if (!g) return AKV_ENOMEM;
     g->base = base;
     g->n_bytes = n_bytes;
-    akv_status st = gguf_parse(g);
+    akv_status st = gguf_parse(g, src);
     g->mapped = mapped; /* set after parsing: a failed open leaves the unmapping to the caller */
     if (st) {
         g->mapped = false;
@@ -534,7 +536,7 @@ static akv_status gguf_open_image(const uint8_t *base, uint64_t n_bytes, bool ma
 
 akv_status akv_gguf_open_memory(const void *data, size_t n_bytes, akv_gguf **out) {
     if ((!data && n_bytes) || !out) return AKV_EINVAL;
-    return gguf_open_image(data, n_bytes, false, out);
+    return gguf_open_image(data, n_bytes, false, "(memory)", out);
 }
 
 akv_status akv_gguf_open(const char *path, akv_gguf **out) {
@@ -551,8 +553,8 @@ akv_status akv_gguf_open(const char *path, akv_gguf **out) {
         return AKV_EIO;
     }
     if (sb.st_size < GGUF_HEADER_BYTES) {
-        AKV_LOG_E("gguf: '%s': header at offset 0: truncated: the file has %lld bytes, a GGUF "
-                  "header needs %d", path, (long long)sb.st_size, GGUF_HEADER_BYTES);
+        AKV_LOG_E("gguf: %s: header: header at offset 0: truncated: the file has %lld bytes, a "
+                  "GGUF header needs %d", path, (long long)sb.st_size, GGUF_HEADER_BYTES);
         close(fd);
         return AKV_EFORMAT;
     }
@@ -564,11 +566,8 @@ akv_status akv_gguf_open(const char *path, akv_gguf **out) {
                   strerror(map_errno));
         return AKV_EIO;
     }
-    akv_status st = gguf_open_image(base, (uint64_t)sb.st_size, true, out);
-    if (st) {
-        AKV_LOG_E("gguf: '%s' refused: %s", path, akv_status_str(st));
-        munmap(base, (size_t)sb.st_size);
-    }
+    akv_status st = gguf_open_image(base, (uint64_t)sb.st_size, true, path, out);
+    if (st) munmap(base, (size_t)sb.st_size);
     return st;
 }
 
