@@ -20,6 +20,7 @@
 static const akv_cmd akv_cmds[] = {
     {"devices", "list the devices this build can use and their properties", akv_cmd_devices},
     {"fit", "admission arithmetic: what a geometry and pool sizes can serve, with the formula", akv_cmd_fit},
+    {"gguf", "inspect a GGUF model file (info) or write a synthetic one (synth)", akv_cmd_gguf},
     {"version", "print the version and the build's features", akv_cmd_version},
 };
 

@@ -27,6 +27,7 @@ typedef struct akv_cmd {
 int akv_cmd_version(int argc, char **argv);
 int akv_cmd_devices(int argc, char **argv);
 int akv_cmd_fit(int argc, char **argv); /* cmd_fit.c */
+int akv_cmd_gguf(int argc, char **argv);
 
 /* Helpers shared by subcommands (tools/util.c). */
 

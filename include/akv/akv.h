@@ -15,5 +15,9 @@
 #include "akv/host_table.h"
 #include "akv/dev_pool.h"
 #include "akv/admit.h"
+#include "akv/gguf.h"
+#include "akv/gguf_quant.h"
+#include "akv/gguf_synth.h"
+#include "akv/gguf_writer.h"
 
 #endif
