@@ -10,13 +10,15 @@ static const size_t sizes[] = {1, 3, 17, 97, 576};
 
 static float *rand_vec(uint64_t *rng, size_t n, float scale) {
     float *v = akv__malloc(n * sizeof *v);
-    for (size_t i = 0; i < n; i++) v[i] = scale * test_rand_f32(rng);
+    for (size_t i = 0; i < n; i++)
+        v[i] = scale * test_rand_f32(rng);
     return v;
 }
 
 /* NaN everywhere: an op that leaves an element unwritten fails the comparison. */
 static void poison(float *v, size_t n) {
-    for (size_t i = 0; i < n; i++) v[i] = NAN;
+    for (size_t i = 0; i < n; i++)
+        v[i] = NAN;
 }
 
 /* Pair i of a head in a layout: the indices of its two elements. */
@@ -36,14 +38,16 @@ int main(void) {
             float eps = 1e-5f;
             for (size_t r = 0; r < rows; r++) {
                 double ss = 0;
-                for (size_t i = 0; i < n; i++) ss += (double)x[r * n + i] * x[r * n + i];
+                for (size_t i = 0; i < n; i++)
+                    ss += (double)x[r * n + i] * x[r * n + i];
                 double s = 1 / sqrt(ss / n + eps);
-                for (size_t i = 0; i < n; i++) want[r * n + i] = (float)(x[r * n + i] * s * w[i]);
+                for (size_t i = 0; i < n; i++)
+                    want[r * n + i] = (float)(x[r * n + i] * s * w[i]);
             }
             poison(y, rows * n);
-            akv_ref_rmsnorm(y, x, w, rows, n, eps);
+            akv_ops_ref_rmsnorm(y, x, w, rows, n, eps);
             CHECK_CLOSE_F32(y, want, rows * n, 1e-6, 1e-5);
-            akv_ref_rmsnorm(x, x, w, rows, n, eps); /* in place gives the same */
+            akv_ops_ref_rmsnorm(x, x, w, rows, n, eps); /* in place gives the same */
             CHECK_BYTES(x, y, rows * n * sizeof *y);
             akv__free(x), akv__free(w), akv__free(y), akv__free(want);
         }
@@ -51,22 +55,23 @@ int main(void) {
 
     TEST_CASE(rope_freqs_formula_and_errors) {
         float inv[64], f[64];
-        for (int i = 0; i < 64; i++) f[i] = 1.0f + (float)i / 8;
-        CHECK_OK(akv_ref_rope_freqs(500000.0, 128, 0.25, f, inv));
+        for (int i = 0; i < 64; i++)
+            f[i] = 1.0f + (float)i / 8;
+        CHECK_OK(akv_ops_ref_rope_freqs(500000.0, 128, 0.25, f, inv));
         for (int i = 0; i < 64; i++)
             CHECK_NEAR(inv[i], 0.25 * pow(500000.0, -2.0 * i / 128) / f[i], 1e-6 * inv[0]);
-        CHECK_OK(akv_ref_rope_freqs(10000.0, 64, 1.0, NULL, inv));
+        CHECK_OK(akv_ops_ref_rope_freqs(10000.0, 64, 1.0, NULL, inv));
         CHECK_NEAR(inv[0], 1.0, 0);
         CHECK_NEAR(inv[31], pow(10000.0, -62.0 / 64), 1e-9);
-        CHECK_STATUS(akv_ref_rope_freqs(10000.0, 63, 1.0, NULL, inv), AKV_EINVAL);
-        CHECK_STATUS(akv_ref_rope_freqs(10000.0, 0, 1.0, NULL, inv), AKV_EINVAL);
-        CHECK_STATUS(akv_ref_rope_freqs(1.0, 64, 1.0, NULL, inv), AKV_EINVAL);
-        CHECK_STATUS(akv_ref_rope_freqs(NAN, 64, 1.0, NULL, inv), AKV_EINVAL);
-        CHECK_STATUS(akv_ref_rope_freqs(10000.0, 64, 0.0, NULL, inv), AKV_EINVAL);
+        CHECK_STATUS(akv_ops_ref_rope_freqs(10000.0, 63, 1.0, NULL, inv), AKV_EINVAL);
+        CHECK_STATUS(akv_ops_ref_rope_freqs(10000.0, 0, 1.0, NULL, inv), AKV_EINVAL);
+        CHECK_STATUS(akv_ops_ref_rope_freqs(1.0, 64, 1.0, NULL, inv), AKV_EINVAL);
+        CHECK_STATUS(akv_ops_ref_rope_freqs(NAN, 64, 1.0, NULL, inv), AKV_EINVAL);
+        CHECK_STATUS(akv_ops_ref_rope_freqs(10000.0, 64, 0.0, NULL, inv), AKV_EINVAL);
         f[7] = 0;
-        CHECK_STATUS(akv_ref_rope_freqs(10000.0, 64, 1.0, f, inv), AKV_EINVAL);
+        CHECK_STATUS(akv_ops_ref_rope_freqs(10000.0, 64, 1.0, f, inv), AKV_EINVAL);
         f[7] = NAN;
-        CHECK_STATUS(akv_ref_rope_freqs(10000.0, 64, 1.0, f, inv), AKV_EINVAL);
+        CHECK_STATUS(akv_ops_ref_rope_freqs(10000.0, 64, 1.0, f, inv), AKV_EINVAL);
     }
 
     TEST_CASE(rope_both_layouts_match_f64) {
@@ -80,16 +85,16 @@ int main(void) {
             for (size_t di = 0; di < AKV_ARRAY_LEN(dims); di++) {
                 uint32_t hd = dims[di][0], n_rot = dims[di][1], np = n_rot / 2;
                 float inv[64], ct[4 * 64], st[4 * 64];
-                if (!CHECK(akv_ref_rope_freqs(10000.0, n_rot, 1.0, NULL, inv) == AKV_OK))
-                    break;
-                akv_ref_rope_table(pos, n_tok, inv, n_rot, ct, st);
+                if (!CHECK(akv_ops_ref_rope_freqs(10000.0, n_rot, 1.0, NULL, inv) == AKV_OK)) break;
+                akv_ops_ref_rope_table(pos, n_tok, inv, n_rot, ct, st);
                 size_t n = n_tok * n_heads * hd;
                 float *x = rand_vec(&rng, n, 3), *want = akv__malloc(n * sizeof *want);
                 for (size_t t = 0; t < n_tok; t++) {
                     for (uint32_t h = 0; h < n_heads; h++) {
                         const float *v = x + (t * n_heads + h) * hd;
                         float *o = want + (t * n_heads + h) * hd;
-                        for (uint32_t i = 0; i < hd; i++) o[i] = v[i];
+                        for (uint32_t i = 0; i < hd; i++)
+                            o[i] = v[i];
                         for (uint32_t i = 0; i < np; i++) {
                             uint32_t a, b;
                             pair_idx((akv_rope_mode)mode, n_rot, i, &a, &b);
@@ -99,7 +104,7 @@ int main(void) {
                         }
                     }
                 }
-                akv_ref_rope(x, n_tok, n_heads, hd, n_rot, (akv_rope_mode)mode, ct, st);
+                akv_ops_ref_rope(x, n_tok, n_heads, hd, n_rot, (akv_rope_mode)mode, ct, st);
                 if (!CHECK_CLOSE_F32(x, want, n, 2e-6, 2e-6))
                     printf("  mode %d head_dim %u n_rot %u\n", mode, hd, n_rot);
                 akv__free(x), akv__free(want);
@@ -113,19 +118,21 @@ int main(void) {
         const uint32_t hd = 64;
         const int32_t pos[] = {5, 300};
         float inv[32], ct[2 * 32], st[2 * 32];
-        CHECK_OK(akv_ref_rope_freqs(10000.0, hd, 1.0, NULL, inv));
-        akv_ref_rope_table(pos, 2, inv, hd, ct, st);
+        CHECK_OK(akv_ops_ref_rope_freqs(10000.0, hd, 1.0, NULL, inv));
+        akv_ops_ref_rope_table(pos, 2, inv, hd, ct, st);
         float x[2 * 64], xp[2 * 64];
-        for (int i = 0; i < 2 * 64; i++) x[i] = test_rand_f32(&rng);
+        for (int i = 0; i < 2 * 64; i++)
+            x[i] = test_rand_f32(&rng);
         for (int t = 0; t < 2; t++)
             for (uint32_t i = 0; i < hd / 2; i++)
                 xp[t * 64 + 2 * i] = x[t * 64 + i], xp[t * 64 + 2 * i + 1] = x[t * 64 + i + hd / 2];
-        akv_ref_rope(x, 2, 1, hd, hd, AKV_ROPE_NEOX, ct, st);
-        akv_ref_rope(xp, 2, 1, hd, hd, AKV_ROPE_NORMAL, ct, st);
+        akv_ops_ref_rope(x, 2, 1, hd, hd, AKV_ROPE_NEOX, ct, st);
+        akv_ops_ref_rope(xp, 2, 1, hd, hd, AKV_ROPE_NORMAL, ct, st);
         float x_perm[2 * 64];
         for (int t = 0; t < 2; t++)
             for (uint32_t i = 0; i < hd / 2; i++)
-                x_perm[t * 64 + 2 * i] = x[t * 64 + i], x_perm[t * 64 + 2 * i + 1] = x[t * 64 + i + hd / 2];
+                x_perm[t * 64 + 2 * i] = x[t * 64 + i],
+                                    x_perm[t * 64 + 2 * i + 1] = x[t * 64 + i + hd / 2];
         CHECK_BYTES(xp, x_perm, sizeof xp);
     }
 
@@ -133,22 +140,26 @@ int main(void) {
         /* q at p and k at p - 7 give the same dot product for any p (the point of RoPE). */
         const uint32_t hd = 64;
         float inv[32], q0[64], k0[64];
-        CHECK_OK(akv_ref_rope_freqs(10000.0, hd, 1.0, NULL, inv));
-        for (uint32_t i = 0; i < hd; i++) q0[i] = test_rand_f32(&rng), k0[i] = test_rand_f32(&rng);
+        CHECK_OK(akv_ops_ref_rope_freqs(10000.0, hd, 1.0, NULL, inv));
+        for (uint32_t i = 0; i < hd; i++)
+            q0[i] = test_rand_f32(&rng), k0[i] = test_rand_f32(&rng);
         double first = 0;
         const int32_t ps[] = {7, 50, 4099};
         for (size_t j = 0; j < AKV_ARRAY_LEN(ps); j++) {
             int32_t pq = ps[j], pk = ps[j] - 7;
             float q[64], k[64], cq[32], sq[32], ck[32], sk[32];
             memcpy(q, q0, sizeof q), memcpy(k, k0, sizeof k);
-            akv_ref_rope_table(&pq, 1, inv, hd, cq, sq);
-            akv_ref_rope_table(&pk, 1, inv, hd, ck, sk);
-            akv_ref_rope(q, 1, 1, hd, hd, AKV_ROPE_NORMAL, cq, sq);
-            akv_ref_rope(k, 1, 1, hd, hd, AKV_ROPE_NORMAL, ck, sk);
+            akv_ops_ref_rope_table(&pq, 1, inv, hd, cq, sq);
+            akv_ops_ref_rope_table(&pk, 1, inv, hd, ck, sk);
+            akv_ops_ref_rope(q, 1, 1, hd, hd, AKV_ROPE_NORMAL, cq, sq);
+            akv_ops_ref_rope(k, 1, 1, hd, hd, AKV_ROPE_NORMAL, ck, sk);
             double dot = 0;
-            for (uint32_t i = 0; i < hd; i++) dot += (double)q[i] * k[i];
-            if (j == 0) first = dot;
-            else CHECK_NEAR(dot, first, 1e-4);
+            for (uint32_t i = 0; i < hd; i++)
+                dot += (double)q[i] * k[i];
+            if (j == 0)
+                first = dot;
+            else
+                CHECK_NEAR(dot, first, 1e-4);
         }
     }
 
@@ -157,9 +168,10 @@ int main(void) {
         float *g = rand_vec(&rng, n, 20), *u = rand_vec(&rng, n, 3), *y = akv__malloc(n * 4),
               *want = akv__malloc(n * 4);
         g[0] = -100, g[1] = 100, g[2] = 0;
-        for (size_t i = 0; i < n; i++) want[i] = (float)(g[i] / (1 + exp(-(double)g[i])) * u[i]);
+        for (size_t i = 0; i < n; i++)
+            want[i] = (float)(g[i] / (1 + exp(-(double)g[i])) * u[i]);
         poison(y, n);
-        akv_ref_swiglu(y, g, u, n);
+        akv_ops_ref_swiglu(y, g, u, n);
         CHECK_CLOSE_F32(y, want, n, 1e-6, 1e-6);
         akv__free(g), akv__free(u), akv__free(y), akv__free(want);
     }
@@ -168,14 +180,14 @@ int main(void) {
         const size_t n_vocab = 17, n_embd = 5;
         float *table = rand_vec(&rng, n_vocab * n_embd, 1), y[3 * 5], before[3 * 5];
         int32_t ids[3] = {16, 0, 16};
-        CHECK_OK(akv_ref_embed(y, table, n_vocab, n_embd, ids, 3));
+        CHECK_OK(akv_ops_ref_embed(y, table, n_vocab, n_embd, ids, 3));
         CHECK_BYTES(y, table + 16 * n_embd, n_embd * 4);
         CHECK_BYTES(y + n_embd, table, n_embd * 4);
         CHECK_BYTES(y + 2 * n_embd, table + 16 * n_embd, n_embd * 4);
         memcpy(before, y, sizeof y);
         int32_t bad[2][3] = {{1, 17, 2}, {1, 2, -1}};
         for (int b = 0; b < 2; b++) {
-            CHECK_STATUS(akv_ref_embed(y, table, n_vocab, n_embd, bad[b], 3), AKV_EINVAL);
+            CHECK_STATUS(akv_ops_ref_embed(y, table, n_vocab, n_embd, bad[b], 3), AKV_EINVAL);
             CHECK_BYTES(y, before, sizeof y); /* nothing written */
         }
         akv__free(table);
@@ -188,25 +200,28 @@ int main(void) {
             x[n] = 80; /* exp(80) overflows float without the max subtracted */
             for (size_t r = 0; r < 2; r++) {
                 double mx = -INFINITY, s = 0;
-                for (size_t i = 0; i < n; i++) mx = fmax(mx, x[r * n + i]);
-                for (size_t i = 0; i < n; i++) s += exp(x[r * n + i] - mx);
-                for (size_t i = 0; i < n; i++) want[r * n + i] = (float)(exp(x[r * n + i] - mx) / s);
+                for (size_t i = 0; i < n; i++)
+                    mx = fmax(mx, x[r * n + i]);
+                for (size_t i = 0; i < n; i++)
+                    s += exp(x[r * n + i] - mx);
+                for (size_t i = 0; i < n; i++)
+                    want[r * n + i] = (float)(exp(x[r * n + i] - mx) / s);
             }
-            akv_ref_softmax(x, 2, n);
+            akv_ops_ref_softmax(x, 2, n);
             CHECK_CLOSE_F32(x, want, 2 * n, 1e-7, 1e-5);
             akv__free(x), akv__free(want);
         }
         float e[4] = {-INFINITY, -INFINITY, -INFINITY, -INFINITY}, z[4] = {0, 0, 0, 0};
-        akv_ref_softmax(e, 1, 4);
+        akv_ops_ref_softmax(e, 1, 4);
         CHECK_BYTES(e, z, sizeof e);
         float m[3] = {-INFINITY, 1, -INFINITY}, w1[3] = {0, 1, 0};
-        akv_ref_softmax(m, 1, 3);
+        akv_ops_ref_softmax(m, 1, 3);
         CHECK_CLOSE_F32(m, w1, 3, 0, 0);
     }
 
     TEST_CASE(add_residual) {
         float y[3] = {1, 2, 3}, a[3] = {0.5f, -2, 4}, want[3] = {1.5f, 0, 7};
-        akv_ref_add(y, a, 3);
+        akv_ops_ref_add(y, a, 3);
         CHECK_CLOSE_F32(y, want, 3, 0, 0);
     }
 
@@ -236,8 +251,8 @@ int main(void) {
                         /* float32 accumulation: error bounded by ~k * eps * sum |x w| */
                         double atol = 1e-6 + 2e-7 * (double)k * worst_scale / 8;
                         poison(y, m * n), poison(yp, m * n);
-                        akv_ref_matmul(y, x, w, bias, m, n, k);
-                        akv_ref_matmul_plain(yp, x, w, bias, m, n, k);
+                        akv_ops_ref_matmul(y, x, w, bias, m, n, k);
+                        akv_ops_ref_matmul_plain(yp, x, w, bias, m, n, k);
                         int ok = CHECK_CLOSE_F32(y, want, m * n, atol, 1e-6);
                         ok &= CHECK_CLOSE_F32(yp, want, m * n, atol, 1e-6);
                         if (!ok) printf("  m %zu n %zu k %zu bias %d\n", m, n, k, with_bias);
@@ -253,10 +268,10 @@ int main(void) {
         size_t m = 5, n = 300, k = 576;
         float *x = rand_vec(&rng, m * k, 1), *w = rand_vec(&rng, n * k, 1);
         float *y1 = akv__malloc(m * n * 4), *y2 = akv__malloc(m * n * 4);
-        akv_ref_set_threads(2);
-        akv_ref_matmul(y2, x, w, NULL, m, n, k);
-        akv_ref_set_threads(1);
-        akv_ref_matmul(y1, x, w, NULL, m, n, k);
+        akv_ops_ref_set_threads(2);
+        akv_ops_ref_matmul(y2, x, w, NULL, m, n, k);
+        akv_ops_ref_set_threads(1);
+        akv_ops_ref_matmul(y1, x, w, NULL, m, n, k);
         CHECK_CLOSE_F32(y1, y2, m * n, 1e-4, 1e-5);
         akv__free(x), akv__free(w), akv__free(y1), akv__free(y2);
     }
