@@ -10,5 +10,7 @@
 #include "akv/dev.h"
 #include "akv/dtype.h"
 #include "akv/sample.h"
+#include "akv/gguf.h"
+#include "akv/gguf_quant.h"
 
 #endif
