@@ -12,5 +12,8 @@
 #include "akv/sample.h"
 #include "akv/gguf.h"
 #include "akv/gguf_quant.h"
+#include "akv/geom.h"
+#include "akv/host_pool.h"
+#include "akv/host_table.h"
 
 #endif
