@@ -15,5 +15,7 @@
 #include "akv/geom.h"
 #include "akv/host_pool.h"
 #include "akv/host_table.h"
+#include "akv/ops.h"
+#include "akv/model.h"
 
 #endif

@@ -94,13 +94,13 @@ typedef struct akv_model_config {
 /* The weights of one block, f32, shapes as in the file comment. Bias pointers are NULL when
  * the architecture has none. */
 typedef struct akv_model_layer {
-    const float *attn_norm;      /* [n_embd] */
-    const float *wq, *wk, *wv;   /* [n_heads*head_dim][n_embd], [n_kv_heads*head_dim][n_embd] x2 */
-    const float *bq, *bk, *bv;   /* [n_heads*head_dim], [n_kv_heads*head_dim] x2, or NULL */
-    const float *wo;             /* [n_embd][n_heads*head_dim] */
-    const float *ffn_norm;       /* [n_embd] */
-    const float *w_gate, *w_up;  /* [n_ff][n_embd] */
-    const float *w_down;         /* [n_embd][n_ff] */
+    const float *attn_norm;     /* [n_embd] */
+    const float *wq, *wk, *wv;  /* [n_heads*head_dim][n_embd], [n_kv_heads*head_dim][n_embd] x2 */
+    const float *bq, *bk, *bv;  /* [n_heads*head_dim], [n_kv_heads*head_dim] x2, or NULL */
+    const float *wo;            /* [n_embd][n_heads*head_dim] */
+    const float *ffn_norm;      /* [n_embd] */
+    const float *w_gate, *w_up; /* [n_ff][n_embd] */
+    const float *w_down;        /* [n_embd][n_ff] */
 } akv_model_layer;
 
 typedef struct akv_model akv_model;

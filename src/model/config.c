@@ -161,8 +161,7 @@ akv_status akv_model_config_read(const akv_gguf *g, akv_model_config *out) {
         AKV_LOG_E("model: tensor 'token_embd.weight' is missing");
         return AKV_EFORMAT;
     }
-    if (emb->n_dims != 2 || emb->ne[0] != c.n_embd || emb->ne[1] == 0 ||
-        emb->ne[1] > INT32_MAX) {
+    if (emb->n_dims != 2 || emb->ne[0] != c.n_embd || emb->ne[1] == 0 || emb->ne[1] > INT32_MAX) {
         AKV_LOG_E("model: tensor 'token_embd.weight' has shape {%llu, %llu} (%u dims); expected "
                   "{%u, n_vocab}",
                   (unsigned long long)emb->ne[0], (unsigned long long)emb->ne[1], emb->n_dims,
@@ -170,8 +169,7 @@ akv_status akv_model_config_read(const akv_gguf *g, akv_model_config *out) {
         return AKV_EFORMAT;
     }
     uint32_t n_vocab_key;
-    if ((st = cfg_u32(g, arch, "vocab_size", false, (uint32_t)emb->ne[1], &n_vocab_key)))
-        return st;
+    if ((st = cfg_u32(g, arch, "vocab_size", false, (uint32_t)emb->ne[1], &n_vocab_key))) return st;
     if (n_vocab_key != emb->ne[1])
         return cfg_bad(arch, "vocab_size", "differs from the rows of token_embd.weight",
                        n_vocab_key);

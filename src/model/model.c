@@ -11,21 +11,21 @@
 
 struct akv_model {
     akv_model_config cfg;
-    akv_gguf *gguf;          /* open for the model's lifetime (tokenizer metadata) */
-    float *arena;            /* every dequantised weight, one allocation */
+    akv_gguf *gguf; /* open for the model's lifetime (tokenizer metadata) */
+    float *arena;   /* every dequantised weight, one allocation */
     size_t arena_bytes;
     akv_model_layer *layers; /* [n_layers] pointers into the arena */
     const float *tok_embd, *output_norm, *output;
-    float *inv_freq;         /* [n_rot/2] */
+    float *inv_freq; /* [n_rot/2] */
 };
 
 /* One tensor to bind: where its data goes and the shape it must have. */
 typedef struct model_bind {
     char name[AKV_GGUF_MAX_NAME + 1];
-    uint64_t cols, rows;     /* expected ne[0], ne[1]; rows = 0 for a vector */
-    const float **dst;       /* receives the f32 copy */
+    uint64_t cols, rows; /* expected ne[0], ne[1]; rows = 0 for a vector */
+    const float **dst;   /* receives the f32 copy */
     const akv_gguf_tensor *t;
-    size_t offset;           /* in the arena, floats */
+    size_t offset; /* in the arena, floats */
 } model_bind;
 
 /* Aligns every tensor in the arena to 64 bytes (16 floats) for vector loads. */
@@ -85,8 +85,7 @@ static akv_status model_bind_all(akv_model *m, model_bind *binds, size_t *n_bind
     akv_status st;
     if ((st = model_add(g, binds, &n, "token_embd.weight", c->n_embd, c->n_vocab, &m->tok_embd,
                         true)) ||
-        (st = model_add(g, binds, &n, "output_norm.weight", c->n_embd, 0, &m->output_norm,
-                        true)) ||
+        (st = model_add(g, binds, &n, "output_norm.weight", c->n_embd, 0, &m->output_norm, true)) ||
         (st = model_add(g, binds, &n, "output.weight", c->n_embd, c->n_vocab, &m->output, false)))
         return st;
     for (uint32_t l = 0; l < c->n_layers; l++) {
@@ -133,7 +132,8 @@ static void model_warn_unused(const akv_model *m, const model_bind *binds, size_
     for (size_t i = 0; i < n_t; i++) {
         const akv_gguf_tensor *t = akv_gguf_tensor_at(m->gguf, i);
         bool used = !strcmp(t->name, "rope_freqs.weight");
-        for (size_t j = 0; j < n_binds && !used; j++) used = binds[j].t == t;
+        for (size_t j = 0; j < n_binds && !used; j++)
+            used = binds[j].t == t;
         if (!used && n_unused++ < 8) AKV_LOG_W("model: tensor '%s' is not used", t->name);
     }
     if (n_unused > 8) AKV_LOG_W("model: %zu tensors are not used in all", n_unused);
