@@ -17,5 +17,6 @@
 #include "akv/host_table.h"
 #include "akv/ops.h"
 #include "akv/model.h"
+#include "akv/gguf_writer.h"
 
 #endif
