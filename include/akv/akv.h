@@ -18,5 +18,6 @@
 #include "akv/ops.h"
 #include "akv/model.h"
 #include "akv/gguf_writer.h"
+#include "akv/dev_pool.h"
 
 #endif

@@ -11,11 +11,14 @@
 #ifndef AKV_MEM_CHECK_H
 #define AKV_MEM_CHECK_H
 
+#include "akv/dev_pool.h"
 #include "akv/host_pool.h"
 #include "akv/host_table.h"
 
 /* Takes a non-const pool: it marks page records while walking and clears the marks. */
 akv_status akv__host_pool_check(akv_host_pool *pool);
 akv_status akv__host_table_check(const akv_host_table *t);
+/* Non-const: it uses the pool's scratch bitmap to catch a page held twice. */
+akv_status akv__dev_pool_check(akv_dev_pool *pool);
 
 #endif
