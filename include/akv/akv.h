@@ -8,5 +8,6 @@
 #include "akv/log.h"
 #include "akv/version.h"
 #include "akv/dev.h"
+#include "akv/tok.h"
 
 #endif
