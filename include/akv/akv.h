@@ -8,6 +8,8 @@
 #include "akv/log.h"
 #include "akv/version.h"
 #include "akv/dev.h"
+#include "akv/gguf.h"
+#include "akv/gguf_quant.h"
 #include "akv/tok.h"
 
 #endif

@@ -1,0 +1,251 @@
+/*
+ * gguf_quant.c — block decoders (F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q4_K, Q6_K) and
+ * encoders (F32, F16, BF16, Q8_0, Q4_0, Q4_1). akv/gguf_quant.h has the block layouts.
+ *
+ * Every decoder turns one block at `b` (any alignment) into block_elems floats; the row
+ * functions loop over blocks. The bf16 path decodes a block to f32 on the stack and rounds.
+ */
+#include "akv/gguf_quant.h"
+
+#include <math.h>
+#include <string.h>
+
+#include "akv/gguf.h"
+#include "core/half.h"
+#include "gguf/gguf_impl.h"
+
+enum { QK = 32, QK_K = 256 };
+
+static float ld_f16(const uint8_t *p) {
+    return akv_f16_to_f32(akv__gguf_ld16(p));
+}
+
+/* ---- decoders: one block each ---------------------------------------------------------------- */
+
+static void dec_f32(const uint8_t *b, float *y) {
+    y[0] = akv__f32_from_bits(akv__gguf_ld32(b));
+}
+
+static void dec_f16(const uint8_t *b, float *y) {
+    y[0] = ld_f16(b);
+}
+
+static void dec_bf16(const uint8_t *b, float *y) {
+    y[0] = akv_bf16_to_f32(akv__gguf_ld16(b));
+}
+
+static void dec_q8_0(const uint8_t *b, float *y) {
+    float d = ld_f16(b);
+    for (int i = 0; i < QK; i++) y[i] = d * (float)(int8_t)b[2 + i];
+}
+
+static void dec_q4_0(const uint8_t *b, float *y) {
+    float d = ld_f16(b);
+    const uint8_t *qs = b + 2;
+    for (int i = 0; i < QK / 2; i++) {
+        y[i] = d * (float)((qs[i] & 15) - 8);
+        y[i + QK / 2] = d * (float)((qs[i] >> 4) - 8);
+    }
+}
+
+static void dec_q4_1(const uint8_t *b, float *y) {
+    float d = ld_f16(b), m = ld_f16(b + 2);
+    const uint8_t *qs = b + 4;
+    for (int i = 0; i < QK / 2; i++) {
+        y[i] = d * (float)(qs[i] & 15) + m;
+        y[i + QK / 2] = d * (float)(qs[i] >> 4) + m;
+    }
+}
+
+/* The 6-bit scale and min of Q4_K sub-block j from the 12 packed bytes. */
+static void q4_k_scale_min(const uint8_t *s, int j, int *sc, int *mn) {
+    if (j < 4) {
+        *sc = s[j] & 63;
+        *mn = s[j + 4] & 63;
+    } else {
+        *sc = (s[j + 4] & 15) | ((s[j - 4] >> 6) << 4);
+        *mn = (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
+    }
+}
+
+static void dec_q4_k(const uint8_t *b, float *y) {
+    float d = ld_f16(b), dmin = ld_f16(b + 2);
+    const uint8_t *scales = b + 4, *qs = b + 16;
+    /* Four chunks of 64 elements; chunk c holds sub-blocks 2c (low nibbles of 32 bytes)
+     * and 2c + 1 (high nibbles of the same bytes). */
+    for (int c = 0; c < 4; c++) {
+        int sc0, mn0, sc1, mn1;
+        q4_k_scale_min(scales, 2 * c, &sc0, &mn0);
+        q4_k_scale_min(scales, 2 * c + 1, &sc1, &mn1);
+        float d0 = d * (float)sc0, m0 = dmin * (float)mn0;
+        float d1 = d * (float)sc1, m1 = dmin * (float)mn1;
+        const uint8_t *q = qs + 32 * c;
+        for (int l = 0; l < 32; l++) {
+            y[64 * c + l] = d0 * (float)(q[l] & 15) - m0;
+            y[64 * c + 32 + l] = d1 * (float)(q[l] >> 4) - m1;
+        }
+    }
+}
+
+static void dec_q6_k(const uint8_t *b, float *y) {
+    const uint8_t *ql = b, *qh = b + 128;
+    const int8_t *scales = (const int8_t *)(b + 192);
+    float d = ld_f16(b + 208);
+    /* Two halves of 128 elements; in half h, element 32u + l (quarter u) takes its low
+     * nibble from ql[64h + l + 32(u & 1)] (high nibble when u >= 2) and its top two bits
+     * from qh[32h + l] >> 2u; its scale is scales[i / 16]. */
+    for (int h = 0; h < 2; h++) {
+        const uint8_t *L = ql + 64 * h, *H = qh + 32 * h;
+        float *yh = y + 128 * h;
+        for (int u = 0; u < 4; u++) {
+            for (int l = 0; l < 32; l++) {
+                uint8_t lo = L[l + 32 * (u & 1)];
+                int q = ((u < 2 ? lo & 15 : lo >> 4) | ((H[l] >> (2 * u)) & 3) << 4) - 32;
+                int i = 32 * u + l;
+                yh[i] = d * (float)scales[8 * h + i / 16] * (float)q;
+            }
+        }
+    }
+}
+
+typedef void (*dec_fn)(const uint8_t *b, float *y);
+
+static dec_fn decoder(uint32_t type) {
+    switch (type) {
+    case AKV_GGUF_TYPE_F32: return dec_f32;
+    case AKV_GGUF_TYPE_F16: return dec_f16;
+    case AKV_GGUF_TYPE_BF16: return dec_bf16;
+    case AKV_GGUF_TYPE_Q8_0: return dec_q8_0;
+    case AKV_GGUF_TYPE_Q4_0: return dec_q4_0;
+    case AKV_GGUF_TYPE_Q4_1: return dec_q4_1;
+    case AKV_GGUF_TYPE_Q4_K: return dec_q4_k;
+    case AKV_GGUF_TYPE_Q6_K: return dec_q6_k;
+    default: return NULL;
+    }
+}
+
+bool akv_gguf_can_dequant(uint32_t type) {
+    return decoder(type) != NULL;
+}
+
+/* Checks a row request; AKV_OK with the decoder and block geometry. */
+static akv_status row_args(uint32_t type, const void *src, size_t n_elems, const void *dst,
+                           dec_fn *dec, size_t *blk, size_t *blk_bytes) {
+    *dec = decoder(type);
+    if (!*dec) return AKV_EUNSUPPORTED;
+    *blk = akv_gguf_type_block_elems(type);
+    *blk_bytes = akv_gguf_type_block_bytes(type);
+    if ((!src || !dst) && n_elems) return AKV_EINVAL;
+    return n_elems % *blk ? AKV_EINVAL : AKV_OK;
+}
+
+akv_status akv_gguf_dequant_f32(uint32_t type, const void *src, size_t n_elems, float *dst) {
+    dec_fn dec;
+    size_t blk, blk_bytes;
+    akv_status st = row_args(type, src, n_elems, dst, &dec, &blk, &blk_bytes);
+    if (st) return st;
+    const uint8_t *b = src;
+    if (type == AKV_GGUF_TYPE_F32) { /* the common plain case: one copy */
+        if (n_elems) memcpy(dst, src, n_elems * 4);
+        return AKV_OK;
+    }
+    for (size_t i = 0; i < n_elems; i += blk, b += blk_bytes) dec(b, dst + i);
+    return AKV_OK;
+}
+
+akv_status akv_gguf_dequant_bf16(uint32_t type, const void *src, size_t n_elems, uint16_t *dst) {
+    dec_fn dec;
+    size_t blk, blk_bytes;
+    akv_status st = row_args(type, src, n_elems, dst, &dec, &blk, &blk_bytes);
+    if (st) return st;
+    const uint8_t *b = src;
+    if (type == AKV_GGUF_TYPE_BF16) {
+        for (size_t i = 0; i < n_elems; i++) dst[i] = akv__gguf_ld16(b + 2 * i);
+        return AKV_OK;
+    }
+    float tmp[QK_K];
+    for (size_t i = 0; i < n_elems; i += blk, b += blk_bytes) {
+        dec(b, tmp);
+        for (size_t j = 0; j < blk; j++) dst[i + j] = akv_f32_to_bf16(tmp[j]);
+    }
+    return AKV_OK;
+}
+
+/* ---- encoders ------------------------------------------------------------------------------ */
+
+/* x clamped to [lo, hi] and truncated to int; NaN gives lo (no undefined conversion). */
+static int clamp_to_int(float x, float lo, float hi) {
+    if (!(x > lo)) return (int)lo;
+    if (x > hi) return (int)hi;
+    return (int)x;
+}
+
+static void enc_q8_0(const float *x, uint8_t *b) {
+    float amax = 0;
+    for (int i = 0; i < QK; i++) amax = fmaxf(amax, fabsf(x[i]));
+    /* Quantise with the scale as stored (f16), so the error is half a stored step. */
+    uint16_t d16 = akv_f32_to_f16(amax / 127.0f);
+    float d = akv_f16_to_f32(d16), id = d > 0 ? 1.0f / d : 0.0f;
+    akv__gguf_st16(b, d16);
+    for (int i = 0; i < QK; i++) b[2 + i] = (uint8_t)(int8_t)clamp_to_int(roundf(x[i] * id), -127, 127);
+}
+
+static void enc_q4_0(const float *x, uint8_t *b) {
+    /* The signed extreme maps to code 0 (-8 d), so d = extreme / -8 and the opposite end
+     * of the range reaches code 15 (7 d) at most. */
+    float amax = 0, ext = 0;
+    for (int i = 0; i < QK; i++)
+        if (fabsf(x[i]) > amax) amax = fabsf(x[i]), ext = x[i];
+    uint16_t d16 = akv_f32_to_f16(ext / -8.0f);
+    float d = akv_f16_to_f32(d16), id = d != 0 ? 1.0f / d : 0.0f;
+    akv__gguf_st16(b, d16);
+    for (int i = 0; i < QK / 2; i++) {
+        int lo = clamp_to_int(x[i] * id + 8.5f, 0, 15);
+        int hi = clamp_to_int(x[i + QK / 2] * id + 8.5f, 0, 15);
+        b[2 + i] = (uint8_t)(lo | hi << 4);
+    }
+}
+
+static void enc_q4_1(const float *x, uint8_t *b) {
+    float lo = x[0], hi = x[0];
+    for (int i = 1; i < QK; i++) lo = fminf(lo, x[i]), hi = fmaxf(hi, x[i]);
+    uint16_t d16 = akv_f32_to_f16((hi - lo) / 15.0f), m16 = akv_f32_to_f16(lo);
+    float d = akv_f16_to_f32(d16), m = akv_f16_to_f32(m16), id = d > 0 ? 1.0f / d : 0.0f;
+    akv__gguf_st16(b, d16);
+    akv__gguf_st16(b + 2, m16);
+    for (int i = 0; i < QK / 2; i++) {
+        int q0 = clamp_to_int((x[i] - m) * id + 0.5f, 0, 15);
+        int q1 = clamp_to_int((x[i + QK / 2] - m) * id + 0.5f, 0, 15);
+        b[4 + i] = (uint8_t)(q0 | q1 << 4);
+    }
+}
+
+bool akv_gguf_can_quantize(uint32_t type) {
+    switch (type) {
+    case AKV_GGUF_TYPE_F32:
+    case AKV_GGUF_TYPE_F16:
+    case AKV_GGUF_TYPE_BF16:
+    case AKV_GGUF_TYPE_Q8_0:
+    case AKV_GGUF_TYPE_Q4_0:
+    case AKV_GGUF_TYPE_Q4_1: return true;
+    default: return false;
+    }
+}
+
+akv_status akv_gguf_quantize(uint32_t type, const float *src, size_t n_elems, void *dst) {
+    if (!akv_gguf_can_quantize(type)) return AKV_EUNSUPPORTED;
+    size_t blk = akv_gguf_type_block_elems(type), blk_bytes = akv_gguf_type_block_bytes(type);
+    if (((!src || !dst) && n_elems) || n_elems % blk) return AKV_EINVAL;
+    uint8_t *b = dst;
+    for (size_t i = 0; i < n_elems; i += blk, b += blk_bytes) {
+        switch (type) {
+        case AKV_GGUF_TYPE_F32: akv__gguf_st32(b, akv__f32_bits(src[i])); break;
+        case AKV_GGUF_TYPE_F16: akv__gguf_st16(b, akv_f32_to_f16(src[i])); break;
+        case AKV_GGUF_TYPE_BF16: akv__gguf_st16(b, akv_f32_to_bf16(src[i])); break;
+        case AKV_GGUF_TYPE_Q8_0: enc_q8_0(src + i, b); break;
+        case AKV_GGUF_TYPE_Q4_0: enc_q4_0(src + i, b); break;
+        default: enc_q4_1(src + i, b); break;
+        }
+    }
+    return AKV_OK;
+}
