@@ -11,5 +11,6 @@
 #include "akv/gguf.h"
 #include "akv/gguf_quant.h"
 #include "akv/tok.h"
+#include "akv/chat.h"
 
 #endif

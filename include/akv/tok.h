@@ -56,6 +56,7 @@ extern "C" {
 #endif
 
 typedef struct akv_tok akv_tok;
+typedef struct akv_gguf akv_gguf; /* akv/gguf.h */
 
 /* Token types, with the values GGUF's tokenizer.ggml.token_type uses. */
 typedef enum akv_tok_type {
@@ -151,6 +152,16 @@ akv_tok_params akv_tok_default_params(void);
  * rank. Special (CONTROL, USER_DEFINED, UNKNOWN) tokens whose text is empty or not valid
  * UTF-8 are never matched in the input. */
 akv_status akv_tok_create(const akv_tok_params *params, akv_tok **out);
+
+/* Builds the tokenizer of a GGUF file from its tokenizer.ggml.* keys: model (must be "gpt2"),
+ * pre (akv_tok_pre_from_name), tokens, merges, token_type (optional), bos/eos/eot/unknown/
+ * padding_token_id (optional; eot defaults to the first of <|eot_id|>, <|im_end|>, <|end|>,
+ * <end_of_turn>, <|endoftext|> that the vocabulary has), add_bos_token/add_eos_token
+ * (optional, false when absent). AKV_EUNSUPPORTED (logged) for another model, a missing or
+ * unknown pre; AKV_EFORMAT (logged, naming the key) for a missing or mistyped array, an id
+ * outside the vocabulary or a bad token type; then as akv_tok_create. Nothing borrowed from
+ * the file is kept: the GGUF may be closed afterwards. */
+akv_status akv_tok_create_from_gguf(const akv_gguf *gguf, akv_tok **out);
 
 /* NULL is a no-op. */
 void akv_tok_destroy(akv_tok *tok);
