@@ -26,6 +26,7 @@ typedef struct akv_cmd {
 
 int akv_cmd_version(int argc, char **argv);
 int akv_cmd_devices(int argc, char **argv);
+int akv_cmd_tok(int argc, char **argv); /* cmd_tok.c */
 
 /* Helpers shared by subcommands (tools/util.c). */
 

@@ -19,5 +19,7 @@
 #include "akv/model.h"
 #include "akv/gguf_writer.h"
 #include "akv/dev_pool.h"
+#include "akv/tok.h"
+#include "akv/chat.h"
 
 #endif
