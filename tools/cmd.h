@@ -27,6 +27,7 @@ typedef struct akv_cmd {
 int akv_cmd_version(int argc, char **argv);
 int akv_cmd_devices(int argc, char **argv);
 int akv_cmd_tok(int argc, char **argv); /* cmd_tok.c */
+int akv_cmd_run(int argc, char **argv); /* cmd_run.c */
 
 /* Helpers shared by subcommands (tools/util.c). */
 
