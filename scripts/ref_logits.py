@@ -8,7 +8,7 @@ checks the C forward pass (docs/model.md records a run).
 
     python3 -m venv /tmp/v && /tmp/v/bin/pip install gguf numpy
     /tmp/v/bin/python scripts/ref_logits.py models/SmolLM2-135M-Instruct.Q4_1.gguf \\
-        --ids 504,3575,282,4649,314 [--top 5] [--out logits.f32]
+        --ids 504,3575,282,4649,314 [--top 5] [--out logits.f32] [--compare akv.f32]
 
 --out writes the last position's logits as raw float32 (the format of `akv run --dump-logits`,
 one step). Only what the file says is used: every hyperparameter is read from its metadata.
@@ -58,6 +58,8 @@ def main():
     ap.add_argument("--ids", required=True, help="comma-separated token ids")
     ap.add_argument("--top", type=int, default=5)
     ap.add_argument("--out", help="write the last position's logits as raw float32")
+    ap.add_argument("--compare", help="raw float32 logits of another run (the first step of "
+                    "`akv run --dump-logits`): print its top-k and the largest difference")
     args = ap.parse_args()
 
     r = gguf.GGUFReader(args.model)
@@ -112,6 +114,19 @@ def main():
         print(f"{i} {logits[i]:.6f}")
     if args.out:
         logits.astype(np.float32).tofile(args.out)
+    if args.compare:
+        other = np.fromfile(args.compare, dtype=np.float32)[: len(logits)].astype(np.float64)
+        if len(other) != len(logits):
+            sys.exit(f"ref_logits: {args.compare} holds fewer than {len(logits)} logits")
+        otop = np.argsort(-other, kind="stable")[: args.top]
+        print("compare:")
+        for i in otop:
+            print(f"{i} {other[i]:.6f}")
+        same = list(top) == list(otop)
+        print(f"top-{args.top} ids {'identical' if same else 'DIFFER'}; max |diff| "
+              f"{np.max(np.abs(other - logits)):.3g}, rms {np.sqrt(np.mean((other - logits)**2)):.3g}")
+        if not same:
+            sys.exit(1)
 
 
 if __name__ == "__main__":

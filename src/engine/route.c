@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "akv/host_table.h"
+#include "engine/route_check.h"
 #include "core/alloc.h"
 #include "core/log.h"
 
@@ -224,4 +225,38 @@ void akv_route_get_stats(const akv_route *r, akv_route_stats *out) {
     out->n_tokens = r->n_tokens;
     out->window_pages = akv_dev_pool_ctx_window(r->ctx);
     out->host_pages = akv_host_table_n_pages(r->ht);
+}
+
+akv_status akv__route_check(const akv_route *r) {
+    const akv_geom *g = &r->geom;
+    uint32_t P = g->page_tokens;
+    uint32_t n_lp = (uint32_t)akv_geom_pages_for_tokens(g, r->n_tokens);
+    size_t row = (size_t)g->head_dim * akv_dtype_size(g->dtype);
+    if (akv_host_table_n_pages(r->ht) != n_lp || akv_host_table_n_tokens(r->ht) != r->n_tokens) {
+        AKV_LOG_E("route check: the host copy has %u pages for %llu tokens; expected %u",
+                  akv_host_table_n_pages(r->ht), (unsigned long long)r->n_tokens, n_lp);
+        return AKV_ESTATE;
+    }
+    for (uint32_t l = 0; l < g->n_layers; l++) {
+        for (uint32_t p = 0; p < n_lp; p++) {
+            /* a page another context reclaimed is not resident: the host copy holds it */
+            int64_t id = akv_dev_pool_ctx_find(r->dp, r->ctx, l, p);
+            if (id < 0) continue;
+            const uint8_t *h = akv_host_pool_page_addr(r->hp, akv_host_table_page(r->ht, l, p));
+            /* host backend: the device address is a host address */
+            const uint8_t *d =
+                (const uint8_t *)(uintptr_t)akv_dev_pool_page_addr(r->dp, (uint32_t)id).addr;
+            uint64_t used = r->n_tokens - (uint64_t)p * P < P ? r->n_tokens - (uint64_t)p * P : P;
+            for (uint32_t kvh = 0; kvh < 2 * g->n_kv_heads; kvh++) {
+                size_t off = (size_t)kvh * P * row;
+                if (memcmp(h + off, d + off, (size_t)used * row)) {
+                    AKV_LOG_E("route check: layer %u page %u %s head %u: the device copy differs "
+                              "from the host copy",
+                              l, p, kvh < g->n_kv_heads ? "K" : "V", kvh % g->n_kv_heads);
+                    return AKV_ESTATE;
+                }
+            }
+        }
+    }
+    return AKV_OK;
 }
