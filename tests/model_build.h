@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <unistd.h>
 
+#include "akv/model.h"
 #include "core/assert.h"
 #include "gguf_build.h"
 #include "test.h"
@@ -207,6 +208,19 @@ static inline void tm_write(const tm_model *m, char path[64]) {
     AKV_ASSERT(write(fd, b.p, b.n) == (ssize_t)b.n);
     close(fd);
     gb_free(&b);
+}
+
+/* Writes a model of shape s (seeded), loads it and removes the file; NULL if it fails. */
+static inline akv_model *tm_load(const tm_shape *s, uint64_t seed) {
+    tm_model m;
+    tm_init(&m, s, seed);
+    char path[64];
+    tm_write(&m, path);
+    akv_model *model = NULL;
+    akv_status st = akv_model_load(path, NULL, &model);
+    unlink(path);
+    tm_free(&m);
+    return st == AKV_OK ? model : NULL;
 }
 
 #endif

@@ -75,18 +75,6 @@ static void tkv_free(test_kv *kv) {
     akv__free(kv->ids);
 }
 
-static akv_model *load_synth(const tm_shape *s, uint64_t seed) {
-    tm_model m;
-    tm_init(&m, s, seed);
-    char path[64];
-    tm_write(&m, path);
-    akv_model *model = NULL;
-    akv_status st = akv_model_load(path, NULL, &model);
-    unlink(path);
-    tm_free(&m);
-    return st == AKV_OK ? model : NULL;
-}
-
 /* Compares f32 logits with the oracle's: |got - want| <= tol * (1 + max |want|). */
 static int close_to_ref(const float *got, const double *want, size_t n, double tol) {
     double scale = 1, worst = 0;
@@ -155,11 +143,11 @@ int main(void) {
                             .n_heads = 4,
                             .n_kv_heads = 2,
                             .n_vocab = 19};
-    akv_model *m_llama = load_synth(&llama, rng);
+    akv_model *m_llama = tm_load(&llama, rng);
     tm_shape qs = llama;
     qs.arch = "qwen2", qs.tied = true, qs.rope_factors = true, qs.n_heads = 8, qs.n_kv_heads = 2;
     qs.n_embd = 64;
-    akv_model *m_qwen = load_synth(&qs, rng + 1);
+    akv_model *m_qwen = tm_load(&qs, rng + 1);
     if (!CHECK(m_llama && m_qwen)) return test_finish();
 
     TEST_CASE(llama_f32_pages_chunks_and_decode) {

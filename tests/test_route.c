@@ -57,18 +57,6 @@ static akv_status feed(akv_route *r, akv_forward *f, const int32_t *tokens, uint
     return st;
 }
 
-static akv_model *load_synth(const tm_shape *s, uint64_t seed) {
-    tm_model m;
-    tm_init(&m, s, seed);
-    char path[64];
-    tm_write(&m, path);
-    akv_model *model = NULL;
-    akv_status st = akv_model_load(path, NULL, &model);
-    unlink(path);
-    tm_free(&m);
-    return st == AKV_OK ? model : NULL;
-}
-
 int main(void) {
     uint64_t rng = test_seed(5);
     const tm_shape shape = {.arch = "llama",
@@ -78,7 +66,7 @@ int main(void) {
                             .n_heads = 4,
                             .n_kv_heads = 2,
                             .n_vocab = 23};
-    akv_model *model = load_synth(&shape, rng);
+    akv_model *model = tm_load(&shape, rng);
     if (!CHECK(model != NULL)) return test_finish();
     const akv_model_config *c = akv_model_get_config(model);
     akv_forward_params fp = {.max_chunk = P};
