@@ -502,7 +502,7 @@ static akv_status run_chat_turn(run_state *s, akv_chat_msg *msgs, size_t n_msgs)
     akv_status st = akv_chat_render(s->chat, msgs, n_msgs, true, &r);
     if (st) return st;
     size_t skip = s->fed.n_bytes;
-    if (skip > r.n_bytes || memcmp(r.bytes, s->fed.bytes, skip)) {
+    if (skip > r.n_bytes || (skip && memcmp(r.bytes, s->fed.bytes, skip))) {
         /* e.g. a template that trims the reply: the context would no longer be the text */
         fprintf(stderr, "akv run: the conversation no longer renders as the context holds it; "
                         "start a new one\n");
