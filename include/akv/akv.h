@@ -17,6 +17,7 @@
 #include "akv/host_table.h"
 #include "akv/ops.h"
 #include "akv/model.h"
+#include "akv/gguf_synth.h"
 #include "akv/gguf_writer.h"
 #include "akv/dev_pool.h"
 #include "akv/tok.h"

@@ -88,6 +88,11 @@ size_t akv__gguf_vtype_size(uint32_t vtype);
  * writer copies them verbatim to carry a kv (a whole tokenizer) from one file to another. */
 void akv__gguf_kv_span(const akv_gguf *g, size_t idx, const uint8_t **out_p, size_t *out_n);
 
+/* The synthetic weights (akv/gguf_synth.h): out[j] = value of element first + j of tensor k
+ * of a model written with `seed`; `norm` selects the norm-weight distribution. */
+void akv__gguf_synth_values(uint64_t seed, size_t k, bool norm, uint64_t first, float *out,
+                            size_t n);
+
 /* Validity walker: re-checks every invariant of an open file (akv/gguf.h) from the parsed
  * index. Returns false and logs the first broken one. Tests call it after every open. */
 bool akv__gguf_check(const akv_gguf *g);
