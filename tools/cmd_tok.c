@@ -28,6 +28,8 @@ static const char tok_usage[] =
     "      --chat           the arguments are messages ROLE:CONTENT; render them with the\n"
     "                       model's chat template (plus the generation prompt), print the\n"
     "                       text, then encode it\n"
+    "      --pre NAME       pre-tokenizer instead of tokenizer.ggml.pre: gpt2, smollm or\n"
+    "                       llama-bpe\n"
     "      --template NAME  chat template family, chatml or llama3 (default: recognised from\n"
     "                       tokenizer.chat_template; an unknown one is an error)\n"
     "      --stats          print the count and the encode throughput instead of the tokens\n"
@@ -205,15 +207,17 @@ static void tok_print_ids(const akv_tok *tok, const akv_tok_ids *ids, bool ids_o
 }
 
 int akv_cmd_tok(int argc, char **argv) {
-    enum { O_NO_SPECIAL = 256, O_NO_BOS, O_IDS, O_DECODE, O_CHAT, O_TEMPLATE, O_STATS, O_REPEAT };
+    enum { O_NO_SPECIAL = 256, O_NO_BOS, O_IDS, O_DECODE, O_CHAT, O_TEMPLATE, O_STATS, O_REPEAT,
+           O_PRE };
     static const struct option opts[] = {
         {"file", required_argument, 0, 'f'},   {"no-special", no_argument, 0, O_NO_SPECIAL},
         {"no-bos", no_argument, 0, O_NO_BOS},  {"ids", no_argument, 0, O_IDS},
         {"decode", no_argument, 0, O_DECODE},  {"chat", no_argument, 0, O_CHAT},
         {"template", required_argument, 0, O_TEMPLATE},
         {"stats", no_argument, 0, O_STATS},    {"repeat", required_argument, 0, O_REPEAT},
+        {"pre", required_argument, 0, O_PRE},
         {"help", no_argument, 0, 'h'},         {0, 0, 0, 0}};
-    const char *file = NULL, *template_name = NULL;
+    const char *file = NULL, *template_name = NULL, *pre = NULL;
     bool parse_special = true, add_special = true, ids_only = false, decode = false,
          chat = false, stats = false;
     unsigned long long repeat = 3;
@@ -228,6 +232,7 @@ int akv_cmd_tok(int argc, char **argv) {
         case O_DECODE: decode = true; break;
         case O_CHAT: chat = true; break;
         case O_TEMPLATE: template_name = optarg; break;
+        case O_PRE: pre = optarg; break;
         case O_STATS: stats = true; break;
         case O_REPEAT:
             if (!akv_tool_parse_u64("tok", "repeat", optarg, &repeat)) return AKV_EXIT_USAGE;
@@ -239,6 +244,11 @@ int akv_cmd_tok(int argc, char **argv) {
         case 'h': printf("%s", tok_usage); return AKV_EXIT_OK;
         default: fprintf(stderr, "%s", tok_usage); return AKV_EXIT_USAGE;
         }
+    }
+    akv_tok_pre pre_kind;
+    if (pre && akv_tok_pre_from_name(pre, &pre_kind) != AKV_OK) {
+        fprintf(stderr, "akv tok: --pre: '%s' is not gpt2, smollm or llama-bpe\n", pre);
+        return AKV_EXIT_USAGE;
     }
     akv_chat_kind kind;
     if (template_name && akv_chat_kind_from_name(template_name, &kind) != AKV_OK) {
@@ -262,7 +272,7 @@ int akv_cmd_tok(int argc, char **argv) {
         fprintf(stderr, "akv tok: cannot read '%s': %s\n", model, akv_status_str(st));
         return AKV_EXIT_FAIL;
     }
-    if ((st = akv_tok_create_from_gguf(g, &tok))) {
+    if ((st = akv_tok_create_from_gguf(g, pre, &tok))) {
         fprintf(stderr, "akv tok: '%s' has no usable tokenizer: %s\n", model, akv_status_str(st));
         akv_gguf_close(g);
         return AKV_EXIT_FAIL;

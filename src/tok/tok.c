@@ -1,6 +1,7 @@
 /* tok.c — the vocabulary, encode, decode and streaming decode (see akv/tok.h). */
 #include "akv/tok.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -219,23 +220,24 @@ static akv_status tok_load_map(akv_tok *tok) {
     return AKV_OK;
 }
 
-static akv_status tok_load_bytes(akv_tok *tok, const uint32_t byte_cp[256], int32_t unk_id) {
+/* Each byte's token. A vocabulary may lack some (SmolLM2 has none for 0x04, 0x06, 0x13, 0x14,
+ * 0x16, 0x1D, nor for 0xF1, 0xF2 which lead code points U+40000..U+BFFFF): such a byte is
+ * dropped from the input, as Hugging Face's BPE (with no unk_token) and llama.cpp do. The
+ * unknown token is not used instead: for GGUF vocabularies it is often a control token such
+ * as <|endoftext|>, which must not appear inside a prompt. */
+static void tok_load_bytes(akv_tok *tok, const uint32_t byte_cp[256]) {
+    char missing[256 * 5 + 1] = "";
+    size_t n_missing = 0;
     for (unsigned b = 0; b < 256; b++) {
         uint8_t *bt = tok->byte_text[b];
         bt[0] = (uint8_t)akv__utf8_put(byte_cp[b], bt + 1);
-        int32_t id = akv_tok_find(tok, (const char *)bt + 1, bt[0]);
-        if (id < 0) {
-            if (unk_id < 0) {
-                AKV_LOG_E("tokenizer: byte 0x%02X has no token ('%.*s') and there is no "
-                          "unknown token: not a complete byte-level vocabulary", b, (int)bt[0],
-                          (const char *)bt + 1);
-                return AKV_EFORMAT;
-            }
-            id = unk_id;
-        }
-        tok->byte_token[b] = id;
+        tok->byte_token[b] = akv_tok_find(tok, (const char *)bt + 1, bt[0]);
+        if (tok->byte_token[b] < 0 && b != 0xC0 && b != 0xC1 && b < 0xF5) /* in valid UTF-8 */
+            snprintf(missing + 5 * n_missing++, 6, " 0x%02X", b);
     }
-    return AKV_OK;
+    if (n_missing > 0)
+        AKV_LOG_I("tokenizer: %zu bytes that UTF-8 text can hold have no token and are dropped "
+                  "from the input:%s", n_missing, missing);
 }
 
 static akv_status tok_load_merges(akv_tok *tok, const akv_tok_params *p) {
@@ -338,7 +340,8 @@ akv_status akv_tok_create(const akv_tok_params *p, akv_tok **out) {
 
     if ((st = tok_load_texts(tok, p)) || (st = tok_load_map(tok))) goto fail;
     tok_load_pieces(tok, cp_byte);
-    if ((st = tok_load_bytes(tok, byte_cp, p->unk_id)) || (st = tok_load_merges(tok, p)) ||
+    tok_load_bytes(tok, byte_cp);
+    if ((st = tok_load_merges(tok, p)) ||
         (st = tok_load_specials(tok)) || (st = akv__pretok_create(p->pre, &tok->pretok)))
         goto fail;
     AKV_ASSERT(akv__tok_check(tok));
@@ -365,9 +368,14 @@ void akv_tok_destroy(akv_tok *tok) {
 
 bool akv__tok_check(const akv_tok *tok) {
     if (!tok || tok->n_tokens == 0 || tok->n_tokens > INT32_MAX) return false;
-    /* Every byte has a token; every text maps to itself or to an earlier duplicate. */
-    for (int b = 0; b < 256; b++)
-        if (tok->byte_token[b] < 0 || (size_t)tok->byte_token[b] >= tok->n_tokens) return false;
+    /* A byte's token (if any) has that byte's text; every text maps to itself or to an
+     * earlier duplicate. */
+    for (int b = 0; b < 256; b++) {
+        int32_t id = tok->byte_token[b];
+        if (id < -1 || id >= (int32_t)tok->n_tokens) return false;
+        size_t n;
+        if (id >= 0 && (tok_text(tok, id, &n), n != tok->byte_text[b][0])) return false;
+    }
     for (size_t i = 0; i < tok->n_tokens; i++) {
         size_t n;
         const char *t = tok_text(tok, (int32_t)i, &n);
@@ -524,7 +532,7 @@ typedef struct tok_session {
 static akv_status tok_encode_word(void *ctx, const uint8_t *w, size_t n) {
     tok_session *ss = ctx;
     const akv_tok *tok = ss->tok;
-    if (n == 1) return tok_push(ss->out, tok->byte_token[w[0]]);
+    if (n == 1) return tok->byte_token[w[0]] < 0 ? AKV_OK : tok_push(ss->out, tok->byte_token[w[0]]);
     if (tok->ignore_merges && n <= tok->max_text_bytes) {
         akv_status st = akv__array_reserve((void **)&ss->word, &ss->cap_word, 2 * n, 1);
         if (st) return st;

@@ -83,7 +83,7 @@ static int32_t tok_gguf_guess_eot(const tok_strs *tokens) {
     return -1;
 }
 
-akv_status akv_tok_create_from_gguf(const akv_gguf *g, akv_tok **out) {
+akv_status akv_tok_create_from_gguf(const akv_gguf *g, const char *pre, akv_tok **out) {
     AKV_ASSERT(g && out);
     akv_tok_params p = akv_tok_default_params();
     tok_strs tokens = {0}, merges = {0};
@@ -101,18 +101,25 @@ akv_status akv_tok_create_from_gguf(const akv_gguf *g, akv_tok **out) {
                   "is supported", (int)(s.len > 64 ? 64 : s.len), s.ptr);
         return AKV_EUNSUPPORTED;
     }
-    if ((st = akv_gguf_get_str(g, "tokenizer.ggml.pre", &s))) {
+    if (pre) { /* the caller names it */
+        if (akv_tok_pre_from_name(pre, &p.pre) != AKV_OK) {
+            AKV_LOG_E("tokenizer: pre-tokenizer '%s' is not supported (supported: gpt2, smollm, "
+                      "starcoder, llama-bpe)", pre);
+            return AKV_EINVAL;
+        }
+    } else if ((st = akv_gguf_get_str(g, "tokenizer.ggml.pre", &s))) {
         if (st == AKV_ENOTFOUND)
             AKV_LOG_E("tokenizer: the file has no tokenizer.ggml.pre, so its pre-tokenizer is "
-                      "unknown (supported: gpt2, smollm, starcoder, llama-bpe)");
+                      "unknown (name one: gpt2, smollm, starcoder, llama-bpe)");
         return st == AKV_ENOTFOUND ? AKV_EUNSUPPORTED : st;
-    }
-    char pre_name[32] = {0};
-    memcpy(pre_name, s.ptr, s.len < sizeof pre_name - 1 ? s.len : sizeof pre_name - 1);
-    if (s.len >= sizeof pre_name || akv_tok_pre_from_name(pre_name, &p.pre) != AKV_OK) {
-        AKV_LOG_E("tokenizer: tokenizer.ggml.pre '%.*s' is not supported (supported: gpt2, "
-                  "smollm, starcoder, llama-bpe)", (int)(s.len > 64 ? 64 : s.len), s.ptr);
-        return AKV_EUNSUPPORTED;
+    } else {
+        char pre_name[32] = {0};
+        memcpy(pre_name, s.ptr, s.len < sizeof pre_name - 1 ? s.len : sizeof pre_name - 1);
+        if (s.len >= sizeof pre_name || akv_tok_pre_from_name(pre_name, &p.pre) != AKV_OK) {
+            AKV_LOG_E("tokenizer: tokenizer.ggml.pre '%.*s' is not supported (supported: gpt2, "
+                      "smollm, starcoder, llama-bpe)", (int)(s.len > 64 ? 64 : s.len), s.ptr);
+            return AKV_EUNSUPPORTED;
+        }
     }
 
     /* The vocabulary and its merges. */
