@@ -14,16 +14,19 @@
 #include "core/alloc.h"
 #include "core/assert.h"
 
+/* clang-format off */
 static const char SMOLLM2[] = "{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}{{ '<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n' }}{% endif %}{{'<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}";
 static const char LLAMA3[] = "{% set loop_messages = messages %}{% for message in loop_messages %}{% set content = '<|start_header_id|>' + message['role'] + '<|end_header_id|>\n\n'+ message['content'] | trim + '<|eot_id|>' %}{% if loop.index0 == 0 %}{% set content = bos_token + content %}{% endif %}{{ content }}{% endfor %}{% if add_generation_prompt %}{{ '<|start_header_id|>assistant<|end_header_id|>\n\n' }}{% endif %}";
 static const char QWEN[] = "{%- if messages[0]['role'] == 'system' %}{{- '<|im_start|>system\\n' + messages[0]['content'] + '<|im_end|>\\n' }}{%- else %}{{- '<|im_start|>system\\nYou are Qwen, created by Alibaba Cloud. You are a helpful assistant.<|im_end|>\\n' }}{%- endif %}{%- for message in messages %}{%- if not (message.role == 'system' and loop.first) %}{{- '<|im_start|>' + message.role + '\\n' + message.content + '<|im_end|>' + '\\n' }}{%- endif %}{%- endfor %}{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}";
 
+/* clang-format on */
 typedef struct conv {
     size_t n;
     bool gen;
     akv_chat_msg msgs[4];
 } conv;
 
+/* clang-format off */
 static const conv convs[] = {
     {1, true, {{"user", "Hi"}}},
     {4, true, {{"system", "Be brief."}, {"user", "What is 2+2?"}, {"assistant", "4"}, {"user", "  And 3+3?\n"}}},
@@ -50,6 +53,7 @@ static const char *const want_qwen[] = {
         "<|im_start|>system\nYou are Qwen, created by Alibaba Cloud. You are a helpful assistant.<|im_end|>\n<|im_start|>user\n<|im_start|>日本 👍 e\xCC""\x81""<|im_end|>\n",
 };
 
+/* clang-format on */
 static char last_log[512];
 static void capture(akv_log_level level, const char *msg, void *user) {
     (void)level, (void)user;

@@ -33,6 +33,7 @@ typedef struct expect {
     int32_t ids[64];
 } expect;
 
+/* clang-format off */
 static const expect expected[] = {
     /* Bytes without a token are dropped by HF too (0x04; 0xF1 leading U+50000). */
     {T("a\x04" "b"), 2, {81, 82}},
@@ -52,6 +53,7 @@ static const expect expected[] = {
     {T("{\"key\": [1, 2, 3], \"s\": \"x\\ny\"}"), 20, {39428, 2393, 1799, 933, 33, 28, 216, 34, 28, 216, 35, 1750, 476, 99, 1799, 476, 104, 76, 5568, 23597}},
     {T("\r\n\r\nwindows\r\nlines\r\n"), 7, {7209, 198, 37066, 201, 198, 5110, 2738}},
 };
+/* clang-format on */
 
 /* The file's chat template on two conversations (the first gets the template's default
  * system message), rendered and encoded. */
@@ -59,10 +61,12 @@ static const akv_chat_msg conv0[] = {{"user", "What is the capital of France?"},
                                      {"assistant", "Paris."},
                                      {"user", "And of 日本? 👍"}};
 static const akv_chat_msg conv1[] = {{"system", "You are terse."}, {"user", "Hi"}};
+/* clang-format off */
 static const expect expected_chat[] = {
     {T("<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n<|im_start|>user\nWhat is the capital of France?<|im_end|>\n<|im_start|>assistant\nParis.<|im_end|>\n<|im_start|>user\nAnd of 日本? 👍<|im_end|>\n<|im_start|>assistant\n"), 60, {1, 9690, 198, 2683, 359, 253, 5356, 5646, 11173, 3365, 3511, 308, 34519, 28, 7018, 411, 407, 19712, 8182, 2, 198, 1, 4093, 198, 1780, 314, 260, 3575, 282, 4649, 47, 2, 198, 1, 520, 9531, 198, 38634, 30, 2, 198, 1, 4093, 198, 3528, 282, 17097, 241, 115, 40993, 47, 15107, 235, 231, 2, 198, 1, 520, 9531, 198}},
     {T("<|im_start|>system\nYou are terse.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n"), 20, {1, 9690, 198, 2683, 359, 1733, 313, 30, 2, 198, 1, 4093, 198, 26843, 2, 198, 1, 520, 9531, 198}},
 };
+/* clang-format on */
 
 /* Round-trip corpus: decode(encode(x)) == x, with and without special-token parsing. */
 static const char *const corpus[] = {
@@ -74,16 +78,20 @@ static const char *const corpus[] = {
     "don't won't can't I'd we'll they've she's IT'S O'Neil rock'n'roll ''quoted''",
     "0 1 12 123 1234 12345678901234567890 3.14159 -42 1e-9 0x7fff ٣٤٥ ½ Ⅻ",
     "中文字符测试，包括标点符号。日本語：ひらがな、カタカナ。한국어 텍스트",
-    "👍 👍🏽 👨‍👩‍👧‍👦 🏳️‍🌈 🇫🇷🇯🇵 ❤️ 🧑🏿‍💻 *️⃣",
-    "e\xCC\x81 a\xCC\x88\xCC\x81 Z\xCD\x91\xCD\x9B\xCC\xB7\xCC\xA1 n\xCC\x83 \xE0\xA4\x95\xE0\xA5\x8D\xE0\xA4\xB7",
+    "👍 👍🏽 👨‍👩‍👧‍👦 🏳️‍🌈 🇫🇷🇯🇵 ❤️ 🧑🏿‍💻 "
+    "*️⃣",
+    "e\xCC\x81 a\xCC\x88\xCC\x81 Z\xCD\x91\xCD\x9B\xCC\xB7\xCC\xA1 n\xCC\x83 "
+    "\xE0\xA4\x95\xE0\xA5\x8D\xE0\xA4\xB7",
     "int main(void) {\n\tfor (int i = 0; i < 10; i++) printf(\"%d\\n\", i);\n\treturn 0;\n}\n",
     "def f(x):\n    return {'a': [1, 2, 3], \"b\": None}  # comment\n\n\nclass A: pass\n",
     "<|im_start|>user\n<|im_end|><|endoftext|><repo_name><file_sep><|im_start",
     "mixed: Ελληνικά, кириллица, العربية, עברית, हिन्दी, ไทย, ქართული",
-    "\xC2\xA0\xE3\x80\x80\xE2\x80\xA8\xE2\x80\xA9\xC2\x85\xE1\xA0\x8E\xEF\xBB\xBF zero\xE2\x80\x8Bwidth",
+    "\xC2\xA0\xE3\x80\x80\xE2\x80\xA8\xE2\x80\xA9\xC2\x85\xE1\xA0\x8E\xEF\xBB\xBF "
+    "zero\xE2\x80\x8Bwidth",
     "\xF4\x8F\xBF\xBF \xEF\xBF\xBD \xEE\x80\x80 private use and the last code point",
     "https://example.com/path?q=1&r=%20#frag  user@example.org",
-    "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa",
+    "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"
+    "a",
     "----------------------------------------------------------------=================",
 };
 
@@ -93,9 +101,11 @@ static int ids_equal(const akv_tok_ids *got, const int32_t *want, size_t n_want,
     if (!ok) {
         test_fail(__FILE__, __LINE__);
         fprintf(stderr, "encode(\"%s\"):\n got ", what);
-        for (size_t i = 0; i < got->n_ids; i++) fprintf(stderr, " %d", got->ids[i]);
+        for (size_t i = 0; i < got->n_ids; i++)
+            fprintf(stderr, " %d", got->ids[i]);
         fprintf(stderr, "\n want");
-        for (size_t i = 0; i < n_want; i++) fprintf(stderr, " %d", want[i]);
+        for (size_t i = 0; i < n_want; i++)
+            fprintf(stderr, " %d", want[i]);
         fprintf(stderr, "\n");
     }
     return ok;
@@ -114,11 +124,13 @@ static void check_round_trip(const akv_tok *tok, const char *s, size_t n, uint32
     CHECK_OK(akv_tok_encode(tok, s, n, flags, &ids));
     CHECK_OK(akv_tok_decode(tok, ids.ids, ids.n_ids, AKV_TOK_DECODE_SPECIAL, &back));
     size_t at = 0;
-    while (at < n && at < back.n_bytes && back.bytes[at] == s[at]) at++;
+    while (at < n && at < back.n_bytes && back.bytes[at] == s[at])
+        at++;
     if (!CHECK(back.n_bytes == n && at == n))
-        fprintf(stderr, "round trip (flags %u) of %zu bytes gave %zu, first difference at byte "
-                "%zu: \"%.*s\" became \"%.*s\"\n", flags, n, back.n_bytes, at,
-                (int)(n - at < 40 ? n - at : 40), s + at,
+        fprintf(stderr,
+                "round trip (flags %u) of %zu bytes gave %zu, first difference at byte "
+                "%zu: \"%.*s\" became \"%.*s\"\n",
+                flags, n, back.n_bytes, at, (int)(n - at < 40 ? n - at : 40), s + at,
                 (int)(back.n_bytes - at < 40 ? back.n_bytes - at : 40), back.bytes + at);
     akv_tok_ids_free(&ids);
     akv_tok_text_free(&back);
@@ -153,9 +165,9 @@ int main(void) {
         CHECK_EQ_INT(akv_tok_token_type(tok, 1), AKV_TOK_TYPE_CONTROL);
         CHECK_EQ_INT(akv_tok_token_type(tok, 17), AKV_TOK_TYPE_NORMAL);
         /* The bytes this vocabulary has no token for (dropped from the input). */
-        static const uint8_t missing[] = {0x04, 0x06, 0x13, 0x14, 0x16, 0x1D, 0xC0, 0xC1, 0xF1,
-                                          0xF2, 0xF5, 0xF6, 0xF7, 0xF8, 0xF9, 0xFA, 0xFB, 0xFC,
-                                          0xFD, 0xFE, 0xFF};
+        static const uint8_t missing[] = {0x04, 0x06, 0x13, 0x14, 0x16, 0x1D, 0xC0,
+                                          0xC1, 0xF1, 0xF2, 0xF5, 0xF6, 0xF7, 0xF8,
+                                          0xF9, 0xFA, 0xFB, 0xFC, 0xFD, 0xFE, 0xFF};
         for (int b = 0, k = 0; b < 256; b++) {
             bool want_missing = k < (int)sizeof missing && missing[k] == b;
             k += want_missing;
@@ -236,7 +248,7 @@ int main(void) {
             size_t n = test_rand_below(&rng, sizeof in);
             for (size_t i = 0; i < n; i++) {
                 static const uint8_t hot[] = {0xE4, 0xB8, 0xAD, 0xF0, 0x9F, 0x91, 0xC3, 0xA9, 0xE2,
-                                              0x80, 0x8D, ' ', '<', '|', '>', '\n', '1', 'a'};
+                                              0x80, 0x8D, ' ',  '<',  '|',  '>',  '\n', '1',  'a'};
                 in[i] = test_rand_below(&rng, 3) ? hot[test_rand_below(&rng, sizeof hot)]
                                                  : (uint8_t)test_rand(&rng);
             }

@@ -98,21 +98,21 @@ enum {
 
 /* A vocabulary given as arrays. Nothing is retained: akv_tok_create copies it all. */
 typedef struct akv_tok_params {
-    size_t n_tokens;                /* vocabulary size, 1 .. INT32_MAX */
-    const char *const *tokens;      /* [n_tokens] token texts, byte-level UTF-8 */
-    const size_t *token_bytes;      /* [n_tokens] lengths of tokens[i]; NULL: NUL-terminated */
-    const int32_t *token_types;     /* [n_tokens] akv_tok_type values; NULL: all NORMAL */
-    size_t n_merges;                /* merges, rank = index */
-    const char *const *merges;      /* [n_merges] "A B": two token texts, one space between */
-    const size_t *merge_bytes;      /* [n_merges] lengths; NULL: NUL-terminated */
-    akv_tok_pre pre;                /* pre-tokenizer */
-    int32_t bos_id;                 /* begin-of-sequence token; -1 = none */
-    int32_t eos_id;                 /* end-of-sequence token; -1 = none */
-    int32_t eot_id;                 /* end-of-turn token (Llama 3 <|eot_id|>); -1 = none */
-    int32_t unk_id;                 /* unknown token (reported, never emitted); -1 = none */
-    int32_t pad_id;                 /* padding token; -1 = none */
-    bool add_bos;                   /* AKV_TOK_ADD_SPECIAL puts bos_id first */
-    bool add_eos;                   /* AKV_TOK_ADD_SPECIAL puts eos_id last */
+    size_t n_tokens;            /* vocabulary size, 1 .. INT32_MAX */
+    const char *const *tokens;  /* [n_tokens] token texts, byte-level UTF-8 */
+    const size_t *token_bytes;  /* [n_tokens] lengths of tokens[i]; NULL: NUL-terminated */
+    const int32_t *token_types; /* [n_tokens] akv_tok_type values; NULL: all NORMAL */
+    size_t n_merges;            /* merges, rank = index */
+    const char *const *merges;  /* [n_merges] "A B": two token texts, one space between */
+    const size_t *merge_bytes;  /* [n_merges] lengths; NULL: NUL-terminated */
+    akv_tok_pre pre;            /* pre-tokenizer */
+    int32_t bos_id;             /* begin-of-sequence token; -1 = none */
+    int32_t eos_id;             /* end-of-sequence token; -1 = none */
+    int32_t eot_id;             /* end-of-turn token (Llama 3 <|eot_id|>); -1 = none */
+    int32_t unk_id;             /* unknown token (reported, never emitted); -1 = none */
+    int32_t pad_id;             /* padding token; -1 = none */
+    bool add_bos;               /* AKV_TOK_ADD_SPECIAL puts bos_id first */
+    bool add_eos;               /* AKV_TOK_ADD_SPECIAL puts eos_id last */
 } akv_tok_params;
 
 /* Special token ids of a vocabulary; -1 where it has none. */
@@ -150,9 +150,9 @@ akv_tok_params akv_tok_default_params(void);
 /* Builds a tokenizer from arrays. AKV_EINVAL (logged) for missing arrays, a special id out
  * of range or add_bos/add_eos without the id; AKV_EFORMAT (logged, naming the token or
  * merge) for a token type that is not a GGUF one, a merge that is not "A B" of two tokens
- * whose concatenation is a token; AKV_ENOMEM. Duplicate token texts keep the first id; a duplicate merge keeps its first
- * rank. Special (CONTROL, USER_DEFINED, UNKNOWN) tokens whose text is empty or not valid
- * UTF-8 are never matched in the input. */
+ * whose concatenation is a token; AKV_ENOMEM. Duplicate token texts keep the first id; a duplicate
+ * merge keeps its first rank. Special (CONTROL, USER_DEFINED, UNKNOWN) tokens whose text is empty
+ * or not valid UTF-8 are never matched in the input. */
 akv_status akv_tok_create(const akv_tok_params *params, akv_tok **out);
 
 /* Builds the tokenizer of a GGUF file from its tokenizer.ggml.* keys: model (must be "gpt2"),

@@ -37,7 +37,8 @@ akv_status akv__bpe_merges_init(akv__bpe_merges *m, size_t n_max) {
     if (!akv__size_mul(cap, sizeof(akv__bpe_slot), &n_bytes)) return AKV_EOVERFLOW;
     akv__bpe_slot *slots = akv__malloc(n_bytes);
     if (!slots) return AKV_ENOMEM;
-    for (size_t i = 0; i < cap; i++) slots[i].key = UINT64_MAX;
+    for (size_t i = 0; i < cap; i++)
+        slots[i].key = UINT64_MAX;
     m->slots = slots;
     m->mask = cap - 1;
     m->n = 0;
@@ -121,8 +122,8 @@ static void bpe_consider(const akv__bpe_merges *m, const akv__bpe_sym *syms, int
     if (akv__bpe_merges_find(m, p.a, p.b, &p.rank, &p.result)) bpe_heap_push(heap, n_heap, p);
 }
 
-akv_status akv__bpe_word(const akv__bpe_merges *m, const int32_t byte_token[256],
-                         const uint8_t *w, size_t n, akv__bpe_scratch *sc, akv_tok_ids *out) {
+akv_status akv__bpe_word(const akv__bpe_merges *m, const int32_t byte_token[256], const uint8_t *w,
+                         size_t n, akv__bpe_scratch *sc, akv_tok_ids *out) {
     AKV_ASSERT(n >= 1);
     akv_status st;
     if (n > INT32_MAX) return AKV_EOVERFLOW;
@@ -161,11 +162,11 @@ akv_status akv__bpe_word(const akv__bpe_merges *m, const int32_t byte_token[256]
 
     /* 4. The live symbols, in order (a byte without a token is dropped). */
     size_t n_out = 0;
-    for (int32_t i = 0; i >= 0; i = syms[i].next) n_out += syms[i].id >= 0;
+    for (int32_t i = 0; i >= 0; i = syms[i].next)
+        n_out += syms[i].id >= 0;
     size_t need;
     if (!akv__size_add(out->n_ids, n_out, &need)) return AKV_EOVERFLOW;
-    if ((st = akv__array_reserve((void **)&out->ids, &out->cap, need, sizeof *out->ids)))
-        return st;
+    if ((st = akv__array_reserve((void **)&out->ids, &out->cap, need, sizeof *out->ids))) return st;
     for (int32_t i = 0; i >= 0; i = syms[i].next)
         if (syms[i].id >= 0) out->ids[out->n_ids++] = syms[i].id;
     return AKV_OK;

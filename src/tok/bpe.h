@@ -65,7 +65,7 @@ void akv__bpe_scratch_free(akv__bpe_scratch *sc);
  * without a token, which never merges and is left out), and appends the resulting ids to
  * *out. AKV_ENOMEM / AKV_EOVERFLOW (out may then hold part of the word; the
  * caller restores it). */
-akv_status akv__bpe_word(const akv__bpe_merges *m, const int32_t byte_token[256],
-                         const uint8_t *w, size_t n, akv__bpe_scratch *sc, akv_tok_ids *out);
+akv_status akv__bpe_word(const akv__bpe_merges *m, const int32_t byte_token[256], const uint8_t *w,
+                         size_t n, akv__bpe_scratch *sc, akv_tok_ids *out);
 
 #endif
