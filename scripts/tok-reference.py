@@ -75,6 +75,7 @@ def main():
     ap.add_argument("file", nargs="?")
     ap.add_argument("--pre")
     ap.add_argument("--template-file")
+    ap.add_argument("--bos", default="", help="bos_token for --template-file")
     ap.add_argument("--c", action="store_true", help="print C initialisers")
     a = ap.parse_args()
     if a.mode == "pieces":
@@ -94,7 +95,7 @@ def main():
         import jinja2
         if a.template_file:
             template = open(a.template_file, encoding="utf-8").read()
-            bos = eos = ""
+            bos, eos = a.bos, ""
         else:
             from gguf import GGUFReader
             r = GGUFReader(a.file)

@@ -28,6 +28,8 @@ static const char tok_usage[] =
     "      --chat           the arguments are messages ROLE:CONTENT; render them with the\n"
     "                       model's chat template (plus the generation prompt), print the\n"
     "                       text, then encode it\n"
+    "      --pre NAME       pre-tokenizer instead of tokenizer.ggml.pre: gpt2, smollm or\n"
+    "                       llama-bpe\n"
     "      --template NAME  chat template family, chatml or llama3 (default: recognised from\n"
     "                       tokenizer.chat_template; an unknown one is an error)\n"
     "      --stats          print the count and the encode throughput instead of the tokens\n"
@@ -38,16 +40,22 @@ static const char tok_usage[] =
 static void tok_print_escaped(FILE *f, const uint8_t *p, size_t n) {
     for (size_t i = 0; i < n; i++) {
         uint8_t c = p[i];
-        if (c == '\n') fputs("\\n", f);
-        else if (c == '\t') fputs("\\t", f);
-        else if (c == '\r') fputs("\\r", f);
-        else if (c == '\\') fputs("\\\\", f);
-        else if (c >= 0x20 && c < 0x7F) fputc(c, f);
+        if (c == '\n')
+            fputs("\\n", f);
+        else if (c == '\t')
+            fputs("\\t", f);
+        else if (c == '\r')
+            fputs("\\r", f);
+        else if (c == '\\')
+            fputs("\\\\", f);
+        else if (c >= 0x20 && c < 0x7F)
+            fputc(c, f);
         else {
             /* A complete multi-byte character stays whole; anything else is \xNN. */
             size_t len = c >= 0xF0 ? 4 : c >= 0xE0 ? 3 : c >= 0xC2 ? 2 : 0;
             bool ok = len > 0 && i + len <= n;
-            for (size_t k = 1; ok && k < len; k++) ok = (p[i + k] & 0xC0) == 0x80;
+            for (size_t k = 1; ok && k < len; k++)
+                ok = (p[i + k] & 0xC0) == 0x80;
             if (ok) {
                 fwrite(p + i, 1, len, f);
                 i += len - 1;
@@ -116,11 +124,12 @@ static int tok_render_chat(const akv_gguf *g, const char *name, int argc, char *
         fprintf(stderr, "akv tok: cannot render the chat\n");
         ok = 0;
     }
-    for (int i = 0; roles && i < n; i++) free(roles[i]);
+    for (int i = 0; roles && i < n; i++)
+        free(roles[i]);
     free(roles);
     free(msgs);
-    if (ok) printf("template %s:\n%s\n---\n", akv_chat_kind_name(akv_chat_get_kind(chat)),
-                   text->bytes);
+    if (ok)
+        printf("template %s:\n%s\n---\n", akv_chat_kind_name(akv_chat_get_kind(chat)), text->bytes);
     akv_chat_destroy(chat);
     return ok;
 }
@@ -174,8 +183,8 @@ static int tok_stats(const akv_tok *tok, const akv_tok_text *text, uint32_t flag
     }
     printf("%zu bytes -> %zu tokens (%.2f bytes/token); encode %.3f ms, %.2f MB/s "
            "(best of %d)\n",
-           text->n_bytes, n_ids, n_ids ? (double)text->n_bytes / (double)n_ids : 0.0,
-           best * 1e3, best > 0 ? (double)text->n_bytes / best / 1e6 : 0.0, repeat);
+           text->n_bytes, n_ids, n_ids ? (double)text->n_bytes / (double)n_ids : 0.0, best * 1e3,
+           best > 0 ? (double)text->n_bytes / best / 1e6 : 0.0, repeat);
     return AKV_EXIT_OK;
 }
 
@@ -200,35 +209,71 @@ static void tok_print_ids(const akv_tok *tok, const akv_tok_ids *ids, bool ids_o
         }
         fputc('\n', stdout);
     }
-    if (ids_only) fputc('\n', stdout);
-    else printf("%zu tokens\n", ids->n_ids);
+    if (ids_only)
+        fputc('\n', stdout);
+    else
+        printf("%zu tokens\n", ids->n_ids);
 }
 
 int akv_cmd_tok(int argc, char **argv) {
-    enum { O_NO_SPECIAL = 256, O_NO_BOS, O_IDS, O_DECODE, O_CHAT, O_TEMPLATE, O_STATS, O_REPEAT };
-    static const struct option opts[] = {
-        {"file", required_argument, 0, 'f'},   {"no-special", no_argument, 0, O_NO_SPECIAL},
-        {"no-bos", no_argument, 0, O_NO_BOS},  {"ids", no_argument, 0, O_IDS},
-        {"decode", no_argument, 0, O_DECODE},  {"chat", no_argument, 0, O_CHAT},
-        {"template", required_argument, 0, O_TEMPLATE},
-        {"stats", no_argument, 0, O_STATS},    {"repeat", required_argument, 0, O_REPEAT},
-        {"help", no_argument, 0, 'h'},         {0, 0, 0, 0}};
-    const char *file = NULL, *template_name = NULL;
-    bool parse_special = true, add_special = true, ids_only = false, decode = false,
-         chat = false, stats = false;
+    enum {
+        O_NO_SPECIAL = 256,
+        O_NO_BOS,
+        O_IDS,
+        O_DECODE,
+        O_CHAT,
+        O_TEMPLATE,
+        O_STATS,
+        O_REPEAT,
+        O_PRE
+    };
+    static const struct option opts[] = {{"file", required_argument, 0, 'f'},
+                                         {"no-special", no_argument, 0, O_NO_SPECIAL},
+                                         {"no-bos", no_argument, 0, O_NO_BOS},
+                                         {"ids", no_argument, 0, O_IDS},
+                                         {"decode", no_argument, 0, O_DECODE},
+                                         {"chat", no_argument, 0, O_CHAT},
+                                         {"template", required_argument, 0, O_TEMPLATE},
+                                         {"stats", no_argument, 0, O_STATS},
+                                         {"repeat", required_argument, 0, O_REPEAT},
+                                         {"pre", required_argument, 0, O_PRE},
+                                         {"help", no_argument, 0, 'h'},
+                                         {0, 0, 0, 0}};
+    const char *file = NULL, *template_name = NULL, *pre = NULL;
+    bool parse_special = true, add_special = true, ids_only = false, decode = false, chat = false,
+         stats = false;
     unsigned long long repeat = 3;
     int c;
     optind = 1;
     while ((c = getopt_long(argc, argv, "f:h", opts, NULL)) != -1) {
         switch (c) {
-        case 'f': file = optarg; break;
-        case O_NO_SPECIAL: parse_special = false; break;
-        case O_NO_BOS: add_special = false; break;
-        case O_IDS: ids_only = true; break;
-        case O_DECODE: decode = true; break;
-        case O_CHAT: chat = true; break;
-        case O_TEMPLATE: template_name = optarg; break;
-        case O_STATS: stats = true; break;
+        case 'f':
+            file = optarg;
+            break;
+        case O_NO_SPECIAL:
+            parse_special = false;
+            break;
+        case O_NO_BOS:
+            add_special = false;
+            break;
+        case O_IDS:
+            ids_only = true;
+            break;
+        case O_DECODE:
+            decode = true;
+            break;
+        case O_CHAT:
+            chat = true;
+            break;
+        case O_TEMPLATE:
+            template_name = optarg;
+            break;
+        case O_PRE:
+            pre = optarg;
+            break;
+        case O_STATS:
+            stats = true;
+            break;
         case O_REPEAT:
             if (!akv_tool_parse_u64("tok", "repeat", optarg, &repeat)) return AKV_EXIT_USAGE;
             if (repeat == 0 || repeat > 1000000) {
@@ -236,9 +281,18 @@ int akv_cmd_tok(int argc, char **argv) {
                 return AKV_EXIT_USAGE;
             }
             break;
-        case 'h': printf("%s", tok_usage); return AKV_EXIT_OK;
-        default: fprintf(stderr, "%s", tok_usage); return AKV_EXIT_USAGE;
+        case 'h':
+            printf("%s", tok_usage);
+            return AKV_EXIT_OK;
+        default:
+            fprintf(stderr, "%s", tok_usage);
+            return AKV_EXIT_USAGE;
         }
+    }
+    akv_tok_pre pre_kind;
+    if (pre && akv_tok_pre_from_name(pre, &pre_kind) != AKV_OK) {
+        fprintf(stderr, "akv tok: --pre: '%s' is not gpt2, smollm or llama-bpe\n", pre);
+        return AKV_EXIT_USAGE;
     }
     akv_chat_kind kind;
     if (template_name && akv_chat_kind_from_name(template_name, &kind) != AKV_OK) {
@@ -262,7 +316,7 @@ int akv_cmd_tok(int argc, char **argv) {
         fprintf(stderr, "akv tok: cannot read '%s': %s\n", model, akv_status_str(st));
         return AKV_EXIT_FAIL;
     }
-    if ((st = akv_tok_create_from_gguf(g, &tok))) {
+    if ((st = akv_tok_create_from_gguf(g, pre, &tok))) {
         fprintf(stderr, "akv tok: '%s' has no usable tokenizer: %s\n", model, akv_status_str(st));
         akv_gguf_close(g);
         return AKV_EXIT_FAIL;
@@ -285,8 +339,8 @@ int akv_cmd_tok(int argc, char **argv) {
         rc = AKV_EXIT_FAIL;
         goto done;
     }
-    uint32_t flags = (parse_special ? AKV_TOK_PARSE_SPECIAL : 0) |
-                     (add_special ? AKV_TOK_ADD_SPECIAL : 0);
+    uint32_t flags =
+        (parse_special ? AKV_TOK_PARSE_SPECIAL : 0) | (add_special ? AKV_TOK_ADD_SPECIAL : 0);
     if (stats) {
         rc = tok_stats(tok, &text, flags, (int)repeat);
         goto done;

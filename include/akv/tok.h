@@ -9,8 +9,11 @@
  *   byte-level  every byte 0..255 is drawn as one printable Unicode character (the GPT-2
  *               byte-to-unicode table: '!'..'~', '¡'..'¬', '®'..'ÿ' stand for themselves,
  *               the 68 others become U+0100..U+0143 in byte order, so ' ' is 'Ġ'). Token
- *               texts and merges are written in these characters; any byte string is
- *               representable, so no text is ever "unknown".
+ *               texts and merges are written in these characters. A complete vocabulary
+ *               has a token for every byte, so no text is ever "unknown"; a byte that has
+ *               none is dropped from the input (Hugging Face's BPE without unk_token and
+ *               llama.cpp do the same; SmolLM2 lacks 0x04 0x06 0x13 0x14 0x16 0x1D and the
+ *               lead bytes 0xF1 0xF2 of U+40000..U+BFFFF, and a warning at creation says so).
  *   merge       a pair of tokens "A B" whose concatenation AB is a token; its rank is its
  *               position in the merge list (0 merges first).
  *   pre-token   a piece of text cut out by the pre-tokenizer (a regular expression over
@@ -25,7 +28,7 @@
  * Encoding, step by step
  *   1. Invalid UTF-8 in the input becomes U+FFFD, one per maximal ill-formed subpart
  *      (Unicode §3.9, the WHATWG and Python "replace" rule), so encoding never fails on
- *      bytes and decode(encode(x)) == x for every valid UTF-8 x.
+ *      bytes, and decode(encode(x)) == x for every valid UTF-8 x whose bytes all have tokens.
  *   2. Special-token texts are cut out, leftmost first, longest first at a position.
  *   3. Each remaining fragment is split by the pre-tokenizer (akv_tok_pre).
  *   4. Each pre-token starts as one symbol per byte; the adjacent pair of lowest merge rank
@@ -35,8 +38,8 @@
  *
  * Invariants
  *   - An akv_tok is immutable after creation; every id it returns is < n_tokens.
- *   - Every byte 0..255 has a token (or the vocabulary has an unknown token); every merge
- *     names tokens of the vocabulary and produces one. Creation refuses anything else.
+ *   - Every merge names tokens of the vocabulary and produces one; creation refuses anything
+ *     else.
  *
  * Thread-safety: an akv_tok may be used from any number of threads at once (all functions
  * taking `const akv_tok *`). An akv_tok_ids / akv_tok_text / akv_tok_stream belongs to one
@@ -95,21 +98,21 @@ enum {
 
 /* A vocabulary given as arrays. Nothing is retained: akv_tok_create copies it all. */
 typedef struct akv_tok_params {
-    size_t n_tokens;                /* vocabulary size, 1 .. INT32_MAX */
-    const char *const *tokens;      /* [n_tokens] token texts, byte-level UTF-8 */
-    const size_t *token_bytes;      /* [n_tokens] lengths of tokens[i]; NULL: NUL-terminated */
-    const int32_t *token_types;     /* [n_tokens] akv_tok_type values; NULL: all NORMAL */
-    size_t n_merges;                /* merges, rank = index */
-    const char *const *merges;      /* [n_merges] "A B": two token texts, one space between */
-    const size_t *merge_bytes;      /* [n_merges] lengths; NULL: NUL-terminated */
-    akv_tok_pre pre;                /* pre-tokenizer */
-    int32_t bos_id;                 /* begin-of-sequence token; -1 = none */
-    int32_t eos_id;                 /* end-of-sequence token; -1 = none */
-    int32_t eot_id;                 /* end-of-turn token (Llama 3 <|eot_id|>); -1 = none */
-    int32_t unk_id;                 /* unknown token; -1 = none */
-    int32_t pad_id;                 /* padding token; -1 = none */
-    bool add_bos;                   /* AKV_TOK_ADD_SPECIAL puts bos_id first */
-    bool add_eos;                   /* AKV_TOK_ADD_SPECIAL puts eos_id last */
+    size_t n_tokens;            /* vocabulary size, 1 .. INT32_MAX */
+    const char *const *tokens;  /* [n_tokens] token texts, byte-level UTF-8 */
+    const size_t *token_bytes;  /* [n_tokens] lengths of tokens[i]; NULL: NUL-terminated */
+    const int32_t *token_types; /* [n_tokens] akv_tok_type values; NULL: all NORMAL */
+    size_t n_merges;            /* merges, rank = index */
+    const char *const *merges;  /* [n_merges] "A B": two token texts, one space between */
+    const size_t *merge_bytes;  /* [n_merges] lengths; NULL: NUL-terminated */
+    akv_tok_pre pre;            /* pre-tokenizer */
+    int32_t bos_id;             /* begin-of-sequence token; -1 = none */
+    int32_t eos_id;             /* end-of-sequence token; -1 = none */
+    int32_t eot_id;             /* end-of-turn token (Llama 3 <|eot_id|>); -1 = none */
+    int32_t unk_id;             /* unknown token (reported, never emitted); -1 = none */
+    int32_t pad_id;             /* padding token; -1 = none */
+    bool add_bos;               /* AKV_TOK_ADD_SPECIAL puts bos_id first */
+    bool add_eos;               /* AKV_TOK_ADD_SPECIAL puts eos_id last */
 } akv_tok_params;
 
 /* Special token ids of a vocabulary; -1 where it has none. */
@@ -147,21 +150,21 @@ akv_tok_params akv_tok_default_params(void);
 /* Builds a tokenizer from arrays. AKV_EINVAL (logged) for missing arrays, a special id out
  * of range or add_bos/add_eos without the id; AKV_EFORMAT (logged, naming the token or
  * merge) for a token type that is not a GGUF one, a merge that is not "A B" of two tokens
- * whose concatenation is a token, or a byte with no token when there is no unknown token;
- * AKV_ENOMEM. Duplicate token texts keep the first id; a duplicate merge keeps its first
- * rank. Special (CONTROL, USER_DEFINED, UNKNOWN) tokens whose text is empty or not valid
- * UTF-8 are never matched in the input. */
+ * whose concatenation is a token; AKV_ENOMEM. Duplicate token texts keep the first id; a duplicate
+ * merge keeps its first rank. Special (CONTROL, USER_DEFINED, UNKNOWN) tokens whose text is empty
+ * or not valid UTF-8 are never matched in the input. */
 akv_status akv_tok_create(const akv_tok_params *params, akv_tok **out);
 
 /* Builds the tokenizer of a GGUF file from its tokenizer.ggml.* keys: model (must be "gpt2"),
- * pre (akv_tok_pre_from_name), tokens, merges, token_type (optional), bos/eos/eot/unknown/
- * padding_token_id (optional; eot defaults to the first of <|eot_id|>, <|im_end|>, <|end|>,
- * <end_of_turn>, <|endoftext|> that the vocabulary has), add_bos_token/add_eos_token
- * (optional, false when absent). AKV_EUNSUPPORTED (logged) for another model, a missing or
- * unknown pre; AKV_EFORMAT (logged, naming the key) for a missing or mistyped array, an id
- * outside the vocabulary or a bad token type; then as akv_tok_create. Nothing borrowed from
- * the file is kept: the GGUF may be closed afterwards. */
-akv_status akv_tok_create_from_gguf(const akv_gguf *gguf, akv_tok **out);
+ * pre (akv_tok_pre_from_name; `pre`, when not NULL, overrides it), tokens, merges, token_type
+ * (optional), bos/eos/eot/unknown/padding_token_id (optional; eot defaults to the first of
+ * <|eot_id|>, <|im_end|>, <|end|>, <end_of_turn>, <|endoftext|> that the vocabulary has),
+ * add_bos_token/add_eos_token (optional, false when absent). AKV_EUNSUPPORTED (logged) for
+ * another model, a missing or unknown tokenizer.ggml.pre; AKV_EINVAL for an unknown `pre`;
+ * AKV_EFORMAT (logged, naming the key) for a missing or mistyped array, an id outside the
+ * vocabulary or a bad token type; then as akv_tok_create. Nothing borrowed from the file is
+ * kept: the GGUF may be closed afterwards. */
+akv_status akv_tok_create_from_gguf(const akv_gguf *gguf, const char *pre, akv_tok **out);
 
 /* NULL is a no-op. */
 void akv_tok_destroy(akv_tok *tok);

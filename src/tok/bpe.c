@@ -7,9 +7,10 @@
 #include "core/assert.h"
 
 /* A symbol of the word being merged: a doubly linked list over the word's original byte
- * positions; a merged-away symbol has id -1. */
+ * positions. Merged-away symbols are unlinked; a byte without a token stays as id -1 and
+ * never merges. */
 typedef struct akv__bpe_sym {
-    int32_t id;   /* token id, -1 once merged into its left neighbour */
+    int32_t id;   /* token id; -1: a byte without a token, or merged into its left neighbour */
     int32_t prev; /* index of the previous live symbol, -1 at the start */
     int32_t next; /* index of the next live symbol, -1 at the end */
 } akv__bpe_sym;
@@ -28,7 +29,7 @@ static size_t bpe_hash(uint64_t key, size_t mask) {
 
 akv_status akv__bpe_merges_init(akv__bpe_merges *m, size_t n_max) {
     size_t cap = 16, want;
-    if (!akv__size_add(n_max, n_max / 2, &want)) return AKV_EOVERFLOW;
+    if (!akv__size_mul(n_max, 2, &want)) return AKV_EOVERFLOW;
     while (cap < want) {
         if (!akv__size_mul(cap, 2, &cap)) return AKV_EOVERFLOW;
     }
@@ -36,7 +37,8 @@ akv_status akv__bpe_merges_init(akv__bpe_merges *m, size_t n_max) {
     if (!akv__size_mul(cap, sizeof(akv__bpe_slot), &n_bytes)) return AKV_EOVERFLOW;
     akv__bpe_slot *slots = akv__malloc(n_bytes);
     if (!slots) return AKV_ENOMEM;
-    for (size_t i = 0; i < cap; i++) slots[i].key = UINT64_MAX;
+    for (size_t i = 0; i < cap; i++)
+        slots[i].key = UINT64_MAX;
     m->slots = slots;
     m->mask = cap - 1;
     m->n = 0;
@@ -112,16 +114,16 @@ static akv__bpe_pair bpe_heap_pop(akv__bpe_pair *h, size_t *n) {
     return top;
 }
 
-/* Pushes the pair (left, right) when both exist and have a merge. */
+/* Pushes the pair (left, right) when both exist, are tokens and have a merge. */
 static void bpe_consider(const akv__bpe_merges *m, const akv__bpe_sym *syms, int32_t left,
                          int32_t right, akv__bpe_pair *heap, size_t *n_heap) {
-    if (left < 0 || right < 0) return;
+    if (left < 0 || right < 0 || syms[left].id < 0 || syms[right].id < 0) return;
     akv__bpe_pair p = {.left = left, .right = right, .a = syms[left].id, .b = syms[right].id};
     if (akv__bpe_merges_find(m, p.a, p.b, &p.rank, &p.result)) bpe_heap_push(heap, n_heap, p);
 }
 
-akv_status akv__bpe_word(const akv__bpe_merges *m, const int32_t byte_token[256],
-                         const uint8_t *w, size_t n, akv__bpe_scratch *sc, akv_tok_ids *out) {
+akv_status akv__bpe_word(const akv__bpe_merges *m, const int32_t byte_token[256], const uint8_t *w,
+                         size_t n, akv__bpe_scratch *sc, akv_tok_ids *out) {
     AKV_ASSERT(n >= 1);
     akv_status st;
     if (n > INT32_MAX) return AKV_EOVERFLOW;
@@ -152,19 +154,20 @@ akv_status akv__bpe_word(const akv__bpe_merges *m, const int32_t byte_token[256]
         l->id = p.result;
         l->next = r->next;
         if (r->next >= 0) syms[r->next].prev = p.left;
-        r->id = -1;
+        r->id = -1; /* unlinked: no pair can name it again */
         AKV_ASSERT(n_heap + 2 <= sc->cap_heap);
         bpe_consider(m, syms, l->prev, p.left, heap, &n_heap);
         bpe_consider(m, syms, p.left, l->next, heap, &n_heap);
     }
 
-    /* 4. The live symbols, in order. */
+    /* 4. The live symbols, in order (a byte without a token is dropped). */
     size_t n_out = 0;
-    for (int32_t i = 0; i >= 0; i = syms[i].next) n_out++;
+    for (int32_t i = 0; i >= 0; i = syms[i].next)
+        n_out += syms[i].id >= 0;
     size_t need;
     if (!akv__size_add(out->n_ids, n_out, &need)) return AKV_EOVERFLOW;
-    if ((st = akv__array_reserve((void **)&out->ids, &out->cap, need, sizeof *out->ids)))
-        return st;
-    for (int32_t i = 0; i >= 0; i = syms[i].next) out->ids[out->n_ids++] = syms[i].id;
+    if ((st = akv__array_reserve((void **)&out->ids, &out->cap, need, sizeof *out->ids))) return st;
+    for (int32_t i = 0; i >= 0; i = syms[i].next)
+        if (syms[i].id >= 0) out->ids[out->n_ids++] = syms[i].id;
     return AKV_OK;
 }

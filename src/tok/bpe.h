@@ -13,7 +13,8 @@
  * (lowest rank first, leftmost on ties) in O(n log n) for an n-byte pre-token.
  *
  * Invariants
- *   - Every symbol alive after the loop is a token id of the vocabulary.
+ *   - Every symbol alive after the loop is a token id of the vocabulary or a byte without a
+ *     token (-1), which is left out of the output.
  *   - Keys are unique: the first (lowest-rank) entry of a pair wins.
  */
 #ifndef AKV_TOK_BPE_H
@@ -34,7 +35,7 @@ typedef struct akv__bpe_slot {
 
 typedef struct akv__bpe_merges {
     akv__bpe_slot *slots; /* [mask + 1], open addressing, linear probing */
-    size_t mask;          /* capacity - 1; capacity is a power of two >= 1.5 * n_max */
+    size_t mask;          /* capacity - 1; capacity is a power of two >= 2 n_max */
     size_t n;             /* entries held */
 } akv__bpe_merges;
 
@@ -60,10 +61,11 @@ typedef struct akv__bpe_scratch {
 
 void akv__bpe_scratch_free(akv__bpe_scratch *sc);
 
-/* Merges w[0..n) (n >= 1), whose bytes start as the symbols byte_token[w[i]], and appends the
- * resulting ids to *out. AKV_ENOMEM / AKV_EOVERFLOW (out may then hold part of the word; the
+/* Merges w[0..n) (n >= 1), whose bytes start as the symbols byte_token[w[i]] (-1: a byte
+ * without a token, which never merges and is left out), and appends the resulting ids to
+ * *out. AKV_ENOMEM / AKV_EOVERFLOW (out may then hold part of the word; the
  * caller restores it). */
-akv_status akv__bpe_word(const akv__bpe_merges *m, const int32_t byte_token[256],
-                         const uint8_t *w, size_t n, akv__bpe_scratch *sc, akv_tok_ids *out);
+akv_status akv__bpe_word(const akv__bpe_merges *m, const int32_t byte_token[256], const uint8_t *w,
+                         size_t n, akv__bpe_scratch *sc, akv_tok_ids *out);
 
 #endif

@@ -23,16 +23,21 @@ static const char *chat_find(const char *hay, size_t n, const char *needle) {
 
 const char *akv_chat_kind_name(akv_chat_kind kind) {
     switch (kind) {
-    case AKV_CHAT_CHATML: return "chatml";
-    case AKV_CHAT_LLAMA3: return "llama3";
+    case AKV_CHAT_CHATML:
+        return "chatml";
+    case AKV_CHAT_LLAMA3:
+        return "llama3";
     }
     return "unknown";
 }
 
 akv_status akv_chat_kind_from_name(const char *name, akv_chat_kind *out) {
-    if (name && strcmp(name, "chatml") == 0) *out = AKV_CHAT_CHATML;
-    else if (name && strcmp(name, "llama3") == 0) *out = AKV_CHAT_LLAMA3;
-    else return AKV_EINVAL;
+    if (name && strcmp(name, "chatml") == 0)
+        *out = AKV_CHAT_CHATML;
+    else if (name && strcmp(name, "llama3") == 0)
+        *out = AKV_CHAT_LLAMA3;
+    else
+        return AKV_EINVAL;
     return AKV_OK;
 }
 
@@ -45,9 +50,12 @@ static char *chat_chatml_default_system(const char *t, size_t n, size_t *n_out) 
     *n_out = 0;
     for (const char *at = t; (at = chat_find(at, n - (size_t)(at - t), head)) != NULL; at++) {
         const char *s = at + sizeof head - 1, *end = t + n;
-        if (s < end && *s == '\n') s++;
-        else if (end - s >= 2 && s[0] == '\\' && s[1] == 'n') s += 2;
-        else continue;
+        if (s < end && *s == '\n')
+            s++;
+        else if (end - s >= 2 && s[0] == '\\' && s[1] == 'n')
+            s += 2;
+        else
+            continue;
         const char *stop = chat_find(s, (size_t)(end - s), "<|im_end|>");
         if (!stop) continue;
         /* Unescape into a copy; give up on anything that is not a plain literal. */
@@ -86,9 +94,10 @@ static akv_status chat_recognise(const char *t, size_t n, bool quiet, akv_chat_k
         chat_find(t, n, "<|eot_id|>")) {
         if (chat_find(t, n, "Cutting Knowledge Date") || chat_find(t, n, "ipython")) {
             if (!quiet)
-                AKV_LOG_E("chat template: a Llama 3.1-style template (knowledge-date system header, "
-                      "tool calls), which is not rendered; name a template (llama3 for plain "
-                      "Llama 3 turns) to use one anyway");
+                AKV_LOG_E(
+                    "chat template: a Llama 3.1-style template (knowledge-date system header, "
+                    "tool calls), which is not rendered; name a template (llama3 for plain "
+                    "Llama 3 turns) to use one anyway");
             return AKV_EUNSUPPORTED;
         }
         *kind = AKV_CHAT_LLAMA3;
@@ -100,7 +109,7 @@ static akv_status chat_recognise(const char *t, size_t n, bool quiet, akv_chat_k
     }
     if (!quiet)
         AKV_LOG_E("chat template: not a known family (chatml: <|im_start|>/<|im_end|>; llama3: "
-              "<|start_header_id|>/<|eot_id|>); name a template to use one anyway");
+                  "<|start_header_id|>/<|eot_id|>); name a template to use one anyway");
     return AKV_EUNSUPPORTED;
 }
 
@@ -173,7 +182,8 @@ static const char *chat_trim(const char *s, size_t *n) {
         lo += len;
     while (hi > lo) {
         size_t start = hi - 1;
-        while (start > lo && hi - start < 4 && (b[start] & 0xC0) == 0x80) start--;
+        while (start > lo && hi - start < 4 && (b[start] & 0xC0) == 0x80)
+            start--;
         if (akv__utf8_next(b + start, hi - start, &len, &cp) != AKV__UTF8_VALID ||
             start + len != hi || !chat_is_py_space(cp))
             break;
@@ -261,7 +271,8 @@ akv_status akv_chat_create_from_gguf(const akv_gguf *g, const char *name, akv_ch
         if ((st = akv_gguf_get_arr(g, "tokenizer.ggml.tokens", &tokens))) return st;
         if (tokens.type != AKV_GGUF_VTYPE_STRING || bos_id >= tokens.n) {
             AKV_LOG_E("chat template: tokenizer.ggml.bos_token_id %u is not a token of "
-                      "tokenizer.ggml.tokens", bos_id);
+                      "tokenizer.ggml.tokens",
+                      bos_id);
             return AKV_EFORMAT;
         }
         bos = akv_gguf_arr_str(g, &tokens, bos_id);

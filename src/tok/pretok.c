@@ -9,13 +9,14 @@
 
 /* Unicode White_Space, spelled out. Hugging Face's Oniguruma \s is exactly this set; PCRE2's
  * \s under UCP also takes U+180E (via \h), so \s and \S are never used directly. */
-#define WS "\\t\\n\\x{0B}\\f\\r\\x{20}\\x{85}\\x{A0}\\x{1680}\\x{2000}-\\x{200A}\\x{2028}\\x{2029}" \
-           "\\x{202F}\\x{205F}\\x{3000}"
+#define WS                                                                                         \
+    "\\t\\n\\x{0B}\\f\\r\\x{20}\\x{85}\\x{A0}\\x{1680}\\x{2000}-\\x{200A}\\x{2028}\\x{2029}"       \
+    "\\x{202F}\\x{205F}\\x{3000}"
 
 /* GPT-2's expression, as in HF's ByteLevel pre-tokenizer (llama.cpp drops the final \s+,
  * which only changes how a stretch it leaves unmatched is named, not the split). */
-#define PAT_GPT2                                                                                 \
-    "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^" WS "\\p{L}\\p{N}]+|[" WS "]+(?![^" WS   \
+#define PAT_GPT2                                                                                   \
+    "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^" WS "\\p{L}\\p{N}]+|[" WS "]+(?![^" WS       \
     "])|[" WS "]+"
 
 /* Every number character alone: HF's Digits(individual_digits=true), which splits on
@@ -23,8 +24,8 @@
 #define PAT_DIGIT "\\p{N}"
 
 /* Llama 3's expression from its tokenizer.json (Split, Isolated), unchanged but for \s. */
-#define PAT_LLAMA3                                                                               \
-    "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^" WS              \
+#define PAT_LLAMA3                                                                                 \
+    "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^" WS               \
     "\\p{L}\\p{N}]+[\\r\\n]*|[" WS "]*[\\r\\n]+|[" WS "]+(?![^" WS "])|[" WS "]+"
 
 enum { PRETOK_MAX_STEPS = 2 };
@@ -45,9 +46,12 @@ typedef struct pretok_run {
 
 const char *akv__pretok_pattern(akv_tok_pre pre, int step) {
     switch (pre) {
-    case AKV_TOK_PRE_GPT2: return step == 0 ? PAT_GPT2 : NULL;
-    case AKV_TOK_PRE_SMOLLM: return step == 0 ? PAT_DIGIT : step == 1 ? PAT_GPT2 : NULL;
-    case AKV_TOK_PRE_LLAMA3: return step == 0 ? PAT_LLAMA3 : NULL;
+    case AKV_TOK_PRE_GPT2:
+        return step == 0 ? PAT_GPT2 : NULL;
+    case AKV_TOK_PRE_SMOLLM:
+        return step == 0 ? PAT_DIGIT : step == 1 ? PAT_GPT2 : NULL;
+    case AKV_TOK_PRE_LLAMA3:
+        return step == 0 ? PAT_LLAMA3 : NULL;
     }
     return NULL;
 }
@@ -105,7 +109,8 @@ fail:
 
 void akv__pretok_destroy(akv__pretok *p) {
     if (!p) return;
-    for (int i = 0; i < p->n_steps; i++) pcre2_code_free(p->code[i]);
+    for (int i = 0; i < p->n_steps; i++)
+        pcre2_code_free(p->code[i]);
     pcre2_general_context_free(p->gctx);
     akv__free(p);
 }
@@ -164,6 +169,7 @@ akv_status akv__pretok_split(const akv__pretok *p, const uint8_t *s, size_t n, a
     }
     st = pretok_step(&run, 0, s, n);
 done:
-    for (int i = 0; i < p->n_steps; i++) pcre2_match_data_free(run.md[i]);
+    for (int i = 0; i < p->n_steps; i++)
+        pcre2_match_data_free(run.md[i]);
     return st;
 }

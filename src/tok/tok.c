@@ -1,6 +1,7 @@
 /* tok.c — the vocabulary, encode, decode and streaming decode (see akv/tok.h). */
 #include "akv/tok.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -21,7 +22,8 @@ static bool tok_byte_is_printable(unsigned b) {
 
 static void tok_byte_alphabet(uint32_t byte_cp[256]) {
     uint32_t next = 256;
-    for (unsigned b = 0; b < 256; b++) byte_cp[b] = tok_byte_is_printable(b) ? b : next++;
+    for (unsigned b = 0; b < 256; b++)
+        byte_cp[b] = tok_byte_is_printable(b) ? b : next++;
 }
 
 /* ---- text -> id map ---------------------------------------------------------------------- */
@@ -29,7 +31,8 @@ static void tok_byte_alphabet(uint32_t byte_cp[256]) {
 static uint64_t tok_hash(const void *p, size_t n) {
     const uint8_t *s = p;
     uint64_t h = 0xcbf29ce484222325ull; /* FNV-1a */
-    for (size_t i = 0; i < n; i++) h = (h ^ s[i]) * 0x100000001b3ull;
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ s[i]) * 0x100000001b3ull;
     return h ^ (h >> 29);
 }
 
@@ -68,7 +71,11 @@ static bool tok_map_insert(akv_tok *tok, int32_t id) {
 
 akv_tok_params akv_tok_default_params(void) {
     return (akv_tok_params){
-        .pre = AKV_TOK_PRE_GPT2, .bos_id = -1, .eos_id = -1, .eot_id = -1, .unk_id = -1,
+        .pre = AKV_TOK_PRE_GPT2,
+        .bos_id = -1,
+        .eos_id = -1,
+        .eot_id = -1,
+        .unk_id = -1,
         .pad_id = -1,
     };
 }
@@ -104,12 +111,15 @@ static akv_status tok_check_params(const akv_tok_params *p) {
     const struct {
         const char *name;
         int32_t id;
-    } ids[] = {{"bos", p->bos_id}, {"eos", p->eos_id}, {"eot", p->eot_id},
-               {"unknown", p->unk_id}, {"padding", p->pad_id}};
+    } ids[] = {{"bos", p->bos_id},
+               {"eos", p->eos_id},
+               {"eot", p->eot_id},
+               {"unknown", p->unk_id},
+               {"padding", p->pad_id}};
     for (size_t i = 0; i < AKV_ARRAY_LEN(ids); i++) {
         if (ids[i].id < -1 || ids[i].id >= (int64_t)p->n_tokens) {
-            AKV_LOG_E("tokenizer: %s token id %d is not in [0, %zu) (or -1 for none)",
-                      ids[i].name, ids[i].id, p->n_tokens);
+            AKV_LOG_E("tokenizer: %s token id %d is not in [0, %zu) (or -1 for none)", ids[i].name,
+                      ids[i].id, p->n_tokens);
             return AKV_EINVAL;
         }
     }
@@ -139,14 +149,13 @@ static akv_status tok_load_texts(akv_tok *tok, const akv_tok_params *p) {
         if (len > tok->max_text_bytes) tok->max_text_bytes = len;
         int32_t type = p->token_types ? p->token_types[i] : AKV_TOK_TYPE_NORMAL;
         if (type < AKV_TOK_TYPE_UNDEFINED || type > AKV_TOK_TYPE_BYTE) {
-            AKV_LOG_E("tokenizer: token %zu has type %d, which is not a GGUF token type (0..6)",
-                      i, (int)type);
+            AKV_LOG_E("tokenizer: token %zu has type %d, which is not a GGUF token type (0..6)", i,
+                      (int)type);
             return AKV_EFORMAT;
         }
         tok->type[i] = (uint8_t)type;
     }
-    if (!(tok->text = akv__malloc(total)) || !(tok->piece = akv__malloc(total)))
-        return AKV_ENOMEM;
+    if (!(tok->text = akv__malloc(total)) || !(tok->piece = akv__malloc(total))) return AKV_ENOMEM;
     size_t off = 0;
     for (size_t i = 0; i < n; i++) {
         size_t len = tok_param_len(p->tokens, p->token_bytes, i);
@@ -195,12 +204,14 @@ static void tok_load_pieces(akv_tok *tok, const int16_t cp_byte[324]) {
     tok->piece_off[tok->n_tokens] = off;
     if (n_literal > 0)
         AKV_LOG_W("tokenizer: %zu normal tokens are not byte-level text (the first is %d); "
-                  "they decode to their text as written", n_literal, first_literal);
+                  "they decode to their text as written",
+                  n_literal, first_literal);
 }
 
 static akv_status tok_load_map(akv_tok *tok) {
     size_t cap = 16;
-    while (cap < 2 * tok->n_tokens) cap *= 2; /* n_tokens <= INT32_MAX: no overflow */
+    while (cap < 2 * tok->n_tokens)
+        cap *= 2; /* n_tokens <= INT32_MAX: no overflow */
     if (!(tok->map = akv__malloc(cap * sizeof *tok->map))) return AKV_ENOMEM;
     memset(tok->map, 0xFF, cap * sizeof *tok->map); /* -1 everywhere */
     tok->map_mask = cap - 1;
@@ -215,27 +226,30 @@ static akv_status tok_load_map(akv_tok *tok) {
     }
     if (n_dup > 0)
         AKV_LOG_W("tokenizer: %zu tokens repeat an earlier token's text (the first is %d); "
-                  "the text maps to the earlier id", n_dup, first_dup);
+                  "the text maps to the earlier id",
+                  n_dup, first_dup);
     return AKV_OK;
 }
 
-static akv_status tok_load_bytes(akv_tok *tok, const uint32_t byte_cp[256], int32_t unk_id) {
+/* Each byte's token. A vocabulary may lack some (SmolLM2 has none for 0x04, 0x06, 0x13, 0x14,
+ * 0x16, 0x1D, nor for 0xF1, 0xF2 which lead code points U+40000..U+BFFFF): such a byte is
+ * dropped from the input, as Hugging Face's BPE (with no unk_token) and llama.cpp do. The
+ * unknown token is not used instead: for GGUF vocabularies it is often a control token such
+ * as <|endoftext|>, which must not appear inside a prompt. */
+static void tok_load_bytes(akv_tok *tok, const uint32_t byte_cp[256]) {
+    char missing[256 * 5 + 1] = "";
+    size_t n_missing = 0;
     for (unsigned b = 0; b < 256; b++) {
         uint8_t *bt = tok->byte_text[b];
         bt[0] = (uint8_t)akv__utf8_put(byte_cp[b], bt + 1);
-        int32_t id = akv_tok_find(tok, (const char *)bt + 1, bt[0]);
-        if (id < 0) {
-            if (unk_id < 0) {
-                AKV_LOG_E("tokenizer: byte 0x%02X has no token ('%.*s') and there is no "
-                          "unknown token: not a complete byte-level vocabulary", b, (int)bt[0],
-                          (const char *)bt + 1);
-                return AKV_EFORMAT;
-            }
-            id = unk_id;
-        }
-        tok->byte_token[b] = id;
+        tok->byte_token[b] = akv_tok_find(tok, (const char *)bt + 1, bt[0]);
+        if (tok->byte_token[b] < 0 && b != 0xC0 && b != 0xC1 && b < 0xF5) /* in valid UTF-8 */
+            snprintf(missing + 5 * n_missing++, 6, " 0x%02X", b);
     }
-    return AKV_OK;
+    if (n_missing > 0)
+        AKV_LOG_I("tokenizer: %zu bytes that UTF-8 text can hold have no token and are dropped "
+                  "from the input:%s",
+                  n_missing, missing);
 }
 
 static akv_status tok_load_merges(akv_tok *tok, const akv_tok_params *p) {
@@ -262,10 +276,10 @@ static akv_status tok_load_merges(akv_tok *tok, const akv_tok_params *p) {
         if (ab < 0) {
             const char *why = !sp || nb == 0 ? "is not two token texts separated by a space"
                               : a < 0        ? "names a first token that is not in the vocabulary"
-                              : b < 0 ? "names a second token that is not in the vocabulary"
-                                      : "joins into a text that is not in the vocabulary";
-            AKV_LOG_E("tokenizer: merge %zu '%.*s' %s", r, (int)(len > 80 ? 80 : len),
-                      m ? m : "", why);
+                              : b < 0        ? "names a second token that is not in the vocabulary"
+                                             : "joins into a text that is not in the vocabulary";
+            AKV_LOG_E("tokenizer: merge %zu '%.*s' %s", r, (int)(len > 80 ? 80 : len), m ? m : "",
+                      why);
             akv__free(cat);
             return AKV_EFORMAT;
         }
@@ -291,7 +305,8 @@ static int tok_special_cmp(const void *x, const void *y) {
 /* The special tokens matched in the input, grouped by first byte, longest first. */
 static akv_status tok_load_specials(akv_tok *tok) {
     size_t n = 0;
-    for (size_t i = 0; i < tok->n_tokens; i++) n += tok_is_special_type(tok->type[i]);
+    for (size_t i = 0; i < tok->n_tokens; i++)
+        n += tok_is_special_type(tok->type[i]);
     tok_special_key *keys = n ? akv__calloc(n, sizeof *keys) : NULL;
     if (n && (!keys || !(tok->special = akv__calloc(n, sizeof *tok->special)))) {
         akv__free(keys);
@@ -312,7 +327,8 @@ static akv_status tok_load_specials(akv_tok *tok) {
         tok->special[i] = keys[i].id;
         tok->special_start[keys[i].first + 1]++;
     }
-    for (int b = 0; b < 256; b++) tok->special_start[b + 1] += tok->special_start[b];
+    for (int b = 0; b < 256; b++)
+        tok->special_start[b + 1] += tok->special_start[b];
     tok->n_special = k;
     akv__free(keys);
     return AKV_OK;
@@ -327,19 +343,26 @@ akv_status akv_tok_create(const akv_tok_params *p, akv_tok **out) {
     tok->n_tokens = p->n_tokens;
     tok->pre = p->pre;
     tok->ignore_merges = p->pre == AKV_TOK_PRE_LLAMA3; /* Llama 3's "ignore_merges": true */
-    tok->sp = (akv_tok_specials){.bos_id = p->bos_id, .eos_id = p->eos_id, .eot_id = p->eot_id,
-                                 .unk_id = p->unk_id, .pad_id = p->pad_id,
-                                 .add_bos = p->add_bos, .add_eos = p->add_eos};
+    tok->sp = (akv_tok_specials){.bos_id = p->bos_id,
+                                 .eos_id = p->eos_id,
+                                 .eot_id = p->eot_id,
+                                 .unk_id = p->unk_id,
+                                 .pad_id = p->pad_id,
+                                 .add_bos = p->add_bos,
+                                 .add_eos = p->add_eos};
     uint32_t byte_cp[256];
     int16_t cp_byte[324];
     tok_byte_alphabet(byte_cp);
-    for (int c = 0; c < 324; c++) cp_byte[c] = -1;
-    for (int b = 0; b < 256; b++) cp_byte[byte_cp[b]] = (int16_t)b;
+    for (int c = 0; c < 324; c++)
+        cp_byte[c] = -1;
+    for (int b = 0; b < 256; b++)
+        cp_byte[byte_cp[b]] = (int16_t)b;
 
     if ((st = tok_load_texts(tok, p)) || (st = tok_load_map(tok))) goto fail;
     tok_load_pieces(tok, cp_byte);
-    if ((st = tok_load_bytes(tok, byte_cp, p->unk_id)) || (st = tok_load_merges(tok, p)) ||
-        (st = tok_load_specials(tok)) || (st = akv__pretok_create(p->pre, &tok->pretok)))
+    tok_load_bytes(tok, byte_cp);
+    if ((st = tok_load_merges(tok, p)) || (st = tok_load_specials(tok)) ||
+        (st = akv__pretok_create(p->pre, &tok->pretok)))
         goto fail;
     AKV_ASSERT(akv__tok_check(tok));
     *out = tok;
@@ -365,9 +388,14 @@ void akv_tok_destroy(akv_tok *tok) {
 
 bool akv__tok_check(const akv_tok *tok) {
     if (!tok || tok->n_tokens == 0 || tok->n_tokens > INT32_MAX) return false;
-    /* Every byte has a token; every text maps to itself or to an earlier duplicate. */
-    for (int b = 0; b < 256; b++)
-        if (tok->byte_token[b] < 0 || (size_t)tok->byte_token[b] >= tok->n_tokens) return false;
+    /* A byte's token (if any) has that byte's text; every text maps to itself or to an
+     * earlier duplicate. */
+    for (int b = 0; b < 256; b++) {
+        int32_t id = tok->byte_token[b];
+        if (id < -1 || id >= (int32_t)tok->n_tokens) return false;
+        size_t n;
+        if (id >= 0 && (tok_text(tok, id, &n), n != tok->byte_text[b][0])) return false;
+    }
     for (size_t i = 0; i < tok->n_tokens; i++) {
         size_t n;
         const char *t = tok_text(tok, (int32_t)i, &n);
@@ -381,8 +409,8 @@ bool akv__tok_check(const akv_tok *tok) {
         const akv__bpe_slot *s = &tok->merges.slots[i];
         if (s->key == UINT64_MAX) continue;
         int32_t a = (int32_t)(s->key >> 32), b = (int32_t)(s->key & 0xFFFFFFFFu);
-        if ((size_t)a >= tok->n_tokens || (size_t)b >= tok->n_tokens ||
-            s->result < 0 || (size_t)s->result >= tok->n_tokens)
+        if ((size_t)a >= tok->n_tokens || (size_t)b >= tok->n_tokens || s->result < 0 ||
+            (size_t)s->result >= tok->n_tokens)
             return false;
         size_t na, nb, nr;
         const char *ta = tok_text(tok, a, &na), *tb = tok_text(tok, b, &nb);
@@ -441,9 +469,12 @@ const uint8_t *akv_tok_token_piece(const akv_tok *tok, int32_t id, size_t *n_byt
 
 const char *akv_tok_pre_name(akv_tok_pre pre) {
     switch (pre) {
-    case AKV_TOK_PRE_GPT2: return "gpt2";
-    case AKV_TOK_PRE_SMOLLM: return "smollm";
-    case AKV_TOK_PRE_LLAMA3: return "llama-bpe";
+    case AKV_TOK_PRE_GPT2:
+        return "gpt2";
+    case AKV_TOK_PRE_SMOLLM:
+        return "smollm";
+    case AKV_TOK_PRE_LLAMA3:
+        return "llama-bpe";
     }
     return "unknown";
 }
@@ -452,7 +483,7 @@ akv_status akv_tok_pre_from_name(const char *name, akv_tok_pre *out) {
     static const struct {
         const char *name;
         akv_tok_pre pre;
-    } names[] = {{"gpt2", AKV_TOK_PRE_GPT2},       {"smollm", AKV_TOK_PRE_SMOLLM},
+    } names[] = {{"gpt2", AKV_TOK_PRE_GPT2},        {"smollm", AKV_TOK_PRE_SMOLLM},
                  {"starcoder", AKV_TOK_PRE_SMOLLM}, {"llama-bpe", AKV_TOK_PRE_LLAMA3},
                  {"llama3", AKV_TOK_PRE_LLAMA3},    {"llama-v3", AKV_TOK_PRE_LLAMA3}};
     for (size_t i = 0; name && i < AKV_ARRAY_LEN(names); i++) {
@@ -501,8 +532,8 @@ void akv_tok_ids_free(akv_tok_ids *ids) {
 }
 
 static akv_status tok_push(akv_tok_ids *out, int32_t id) {
-    akv_status st = akv__array_reserve((void **)&out->ids, &out->cap, out->n_ids + 1,
-                                       sizeof *out->ids);
+    akv_status st =
+        akv__array_reserve((void **)&out->ids, &out->cap, out->n_ids + 1, sizeof *out->ids);
     if (st) return st;
     out->ids[out->n_ids++] = id;
     return AKV_OK;
@@ -524,7 +555,8 @@ typedef struct tok_session {
 static akv_status tok_encode_word(void *ctx, const uint8_t *w, size_t n) {
     tok_session *ss = ctx;
     const akv_tok *tok = ss->tok;
-    if (n == 1) return tok_push(ss->out, tok->byte_token[w[0]]);
+    if (n == 1)
+        return tok->byte_token[w[0]] < 0 ? AKV_OK : tok_push(ss->out, tok->byte_token[w[0]]);
     if (tok->ignore_merges && n <= tok->max_text_bytes) {
         akv_status st = akv__array_reserve((void **)&ss->word, &ss->cap_word, 2 * n, 1);
         if (st) return st;
@@ -610,8 +642,7 @@ done:
 /* ---- decode ------------------------------------------------------------------------------ */
 
 /* The bytes token `id` contributes to a decode with `flags` (length 0 for a hidden special). */
-static const uint8_t *tok_decode_piece(const akv_tok *tok, int32_t id, uint32_t flags,
-                                       size_t *n) {
+static const uint8_t *tok_decode_piece(const akv_tok *tok, int32_t id, uint32_t flags, size_t *n) {
     uint8_t type = tok->type[id];
     if ((type == AKV_TOK_TYPE_CONTROL || type == AKV_TOK_TYPE_UNKNOWN) &&
         !(flags & AKV_TOK_DECODE_SPECIAL)) {
@@ -688,8 +719,10 @@ static size_t tok_stream_emit(const uint8_t *p, size_t n, uint8_t *dst, uint8_t 
             *n_tail = (uint8_t)len;
             break;
         }
-        if (k == AKV__UTF8_VALID) memcpy(dst + o, p + i, len), o += len;
-        else memcpy(dst + o, AKV__UTF8_REPLACEMENT, 3), o += 3;
+        if (k == AKV__UTF8_VALID)
+            memcpy(dst + o, p + i, len), o += len;
+        else
+            memcpy(dst + o, AKV__UTF8_REPLACEMENT, 3), o += 3;
         i += len;
     }
     return o;
@@ -723,8 +756,10 @@ akv_status akv_tok_stream_push(const akv_tok *tok, akv_tok_stream *stream, int32
         while (i < stream->n_pending) {
             akv__utf8_kind k = akv__utf8_next(head + i, n_head - i, &len, &cp);
             if (k == AKV__UTF8_TRUNCATED) break;
-            if (k == AKV__UTF8_VALID) memcpy(dst + o, head + i, len), o += len;
-            else memcpy(dst + o, AKV__UTF8_REPLACEMENT, 3), o += 3;
+            if (k == AKV__UTF8_VALID)
+                memcpy(dst + o, head + i, len), o += len;
+            else
+                memcpy(dst + o, AKV__UTF8_REPLACEMENT, 3), o += 3;
             i += len;
         }
         if (i < stream->n_pending) { /* still incomplete: the whole piece was too short */

@@ -77,13 +77,12 @@ static int32_t tok_gguf_guess_eot(const tok_strs *tokens) {
     for (size_t t = 0; t < AKV_ARRAY_LEN(texts); t++) {
         size_t n = strlen(texts[t]);
         for (size_t i = 0; i < tokens->n; i++)
-            if (tokens->len[i] == n && memcmp(tokens->ptr[i], texts[t], n) == 0)
-                return (int32_t)i;
+            if (tokens->len[i] == n && memcmp(tokens->ptr[i], texts[t], n) == 0) return (int32_t)i;
     }
     return -1;
 }
 
-akv_status akv_tok_create_from_gguf(const akv_gguf *g, akv_tok **out) {
+akv_status akv_tok_create_from_gguf(const akv_gguf *g, const char *pre, akv_tok **out) {
     AKV_ASSERT(g && out);
     akv_tok_params p = akv_tok_default_params();
     tok_strs tokens = {0}, merges = {0};
@@ -98,21 +97,31 @@ akv_status akv_tok_create_from_gguf(const akv_gguf *g, akv_tok **out) {
     }
     if (s.len != 4 || memcmp(s.ptr, "gpt2", 4) != 0) {
         AKV_LOG_E("tokenizer: tokenizer.ggml.model is '%.*s'; only byte-level BPE ('gpt2') "
-                  "is supported", (int)(s.len > 64 ? 64 : s.len), s.ptr);
+                  "is supported",
+                  (int)(s.len > 64 ? 64 : s.len), s.ptr);
         return AKV_EUNSUPPORTED;
     }
-    if ((st = akv_gguf_get_str(g, "tokenizer.ggml.pre", &s))) {
+    if (pre) { /* the caller names it */
+        if (akv_tok_pre_from_name(pre, &p.pre) != AKV_OK) {
+            AKV_LOG_E("tokenizer: pre-tokenizer '%s' is not supported (supported: gpt2, smollm, "
+                      "starcoder, llama-bpe)",
+                      pre);
+            return AKV_EINVAL;
+        }
+    } else if ((st = akv_gguf_get_str(g, "tokenizer.ggml.pre", &s))) {
         if (st == AKV_ENOTFOUND)
             AKV_LOG_E("tokenizer: the file has no tokenizer.ggml.pre, so its pre-tokenizer is "
-                      "unknown (supported: gpt2, smollm, starcoder, llama-bpe)");
+                      "unknown (name one: gpt2, smollm, starcoder, llama-bpe)");
         return st == AKV_ENOTFOUND ? AKV_EUNSUPPORTED : st;
-    }
-    char pre_name[32] = {0};
-    memcpy(pre_name, s.ptr, s.len < sizeof pre_name - 1 ? s.len : sizeof pre_name - 1);
-    if (s.len >= sizeof pre_name || akv_tok_pre_from_name(pre_name, &p.pre) != AKV_OK) {
-        AKV_LOG_E("tokenizer: tokenizer.ggml.pre '%.*s' is not supported (supported: gpt2, "
-                  "smollm, starcoder, llama-bpe)", (int)(s.len > 64 ? 64 : s.len), s.ptr);
-        return AKV_EUNSUPPORTED;
+    } else {
+        char pre_name[32] = {0};
+        memcpy(pre_name, s.ptr, s.len < sizeof pre_name - 1 ? s.len : sizeof pre_name - 1);
+        if (s.len >= sizeof pre_name || akv_tok_pre_from_name(pre_name, &p.pre) != AKV_OK) {
+            AKV_LOG_E("tokenizer: tokenizer.ggml.pre '%.*s' is not supported (supported: gpt2, "
+                      "smollm, starcoder, llama-bpe)",
+                      (int)(s.len > 64 ? 64 : s.len), s.ptr);
+            return AKV_EUNSUPPORTED;
+        }
     }
 
     /* The vocabulary and its merges. */
@@ -148,7 +157,8 @@ akv_status akv_tok_create_from_gguf(const akv_gguf *g, akv_tok **out) {
             int64_t v = akv_gguf_arr_int(&ta, i);
             if (v < AKV_TOK_TYPE_UNDEFINED || v > AKV_TOK_TYPE_BYTE) {
                 AKV_LOG_E("tokenizer: tokenizer.ggml.token_type[%zu] = %lld is not a token "
-                          "type (0..6)", i, (long long)v);
+                          "type (0..6)",
+                          i, (long long)v);
                 st = AKV_EFORMAT;
                 goto done;
             }
@@ -170,7 +180,8 @@ akv_status akv_tok_create_from_gguf(const akv_gguf *g, akv_tok **out) {
     if (p.eot_id < 0) p.eot_id = tok_gguf_guess_eot(&tokens);
     if ((p.add_bos && p.bos_id < 0) || (p.add_eos && p.eos_id < 0)) {
         AKV_LOG_E("tokenizer: tokenizer.ggml.add_%s_token is true but the file names no %s "
-                  "token id", p.add_bos && p.bos_id < 0 ? "bos" : "eos",
+                  "token id",
+                  p.add_bos && p.bos_id < 0 ? "bos" : "eos",
                   p.add_bos && p.bos_id < 0 ? "bos" : "eos");
         st = AKV_EFORMAT;
         goto done;

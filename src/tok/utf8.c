@@ -19,12 +19,16 @@ akv__utf8_kind akv__utf8_next(const uint8_t *s, size_t n, size_t *len, uint32_t 
         need = 2, c = b & 0x1F;
     } else if (b >= 0xE0 && b <= 0xEF) {
         need = 3, c = b & 0x0F;
-        if (b == 0xE0) lo = 0xA0;      /* no overlongs */
-        else if (b == 0xED) hi = 0x9F; /* no surrogates */
+        if (b == 0xE0)
+            lo = 0xA0; /* no overlongs */
+        else if (b == 0xED)
+            hi = 0x9F; /* no surrogates */
     } else if (b >= 0xF0 && b <= 0xF4) {
         need = 4, c = b & 0x07;
-        if (b == 0xF0) lo = 0x90;      /* no overlongs */
-        else if (b == 0xF4) hi = 0x8F; /* nothing above U+10FFFF */
+        if (b == 0xF0)
+            lo = 0x90; /* no overlongs */
+        else if (b == 0xF4)
+            hi = 0x8F; /* nothing above U+10FFFF */
     } else {
         *len = 1; /* 80..C1, F5..FF never start a sequence */
         return AKV__UTF8_INVALID;
