@@ -78,9 +78,9 @@ static void test_bad_config(void) {
         p.limit_gib = 16;
         p.arena_bytes = 0;
         CHECK_STATUS(akv_host_pool_create(dev, &tiny, &p, &pool), AKV_EINVAL);
-        uint64_t cap = 7;
-        CHECK_STATUS(akv_host_pool_capacity(&tiny, &p, &cap), AKV_EINVAL);
-        CHECK_EQ_U64(cap, 7);
+        akv_host_pool_stats lay = {.capacity_pages = 7};
+        CHECK_STATUS(akv_host_pool_layout(&tiny, &p, &lay), AKV_EINVAL);
+        CHECK_EQ_U64(lay.capacity_pages, 7);
         CHECK_STATUS(akv_host_pool_create(NULL, &g, &p, &pool), AKV_EINVAL);
         CHECK_STATUS(akv_host_pool_create(dev, NULL, &p, &pool), AKV_EINVAL);
         CHECK(pool == NULL);
@@ -228,9 +228,11 @@ static void test_limit(void) {
         CHECK_OK(akv_geom_init(&g, 1, 8, 128, AKV_DTYPE_F32, 4096)); /* 8 KiB/token, 32 MiB */
         CHECK_EQ_U64(akv_geom_page_bytes(&g), 32u << 20);
         akv_host_pool_params p = {.limit_gib = 1, .arena_bytes = 96u << 20};
-        uint64_t cap = 0;
-        CHECK_OK(akv_host_pool_capacity(&g, &p, &cap));
-        CHECK_EQ_U64(cap, 32);
+        akv_host_pool_stats lay;
+        CHECK_OK(akv_host_pool_layout(&g, &p, &lay));
+        CHECK_EQ_U64(lay.capacity_pages, 32);
+        CHECK_EQ_INT(lay.n_slots, 11);
+        CHECK_EQ_U64(lay.pinned_bytes, 0);
         akv_host_pool *pool = NULL;
         CHECK_OK(akv_host_pool_create(dev, &g, &p, &pool));
         if (!pool) break;

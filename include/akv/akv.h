@@ -22,5 +22,6 @@
 #include "akv/dev_pool.h"
 #include "akv/tok.h"
 #include "akv/chat.h"
+#include "akv/admit.h"
 
 #endif

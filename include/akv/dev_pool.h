@@ -16,7 +16,9 @@
  *                 pages are the first to be reclaimed.
  *   floor         what a served context always holds: the sink and the newest page (one page
  *                 while its history fits in one). A step request whose floor cannot be held is
- *                 refused (AKV_EFULL: it waits) and changes nothing for that context.
+ *                 refused (AKV_EFULL: it waits): it gets no page in that step and keeps its
+ *                 last length (like any context, it may still lose borrowed pages or pages
+ *                 above target to others).
  *   staging       pages lent to the staging layer for its buffers, out of a reserve fixed at
  *                 creation; windows never use the reserve and staging never uses the rest, so
  *                 neither can starve the other. The whole pool (windows + staging) is the
@@ -157,7 +159,7 @@ typedef struct akv_dev_pool_req {
 } akv_dev_pool_req;
 
 typedef struct akv_dev_pool_result {
-    akv_status status; /* AKV_OK, or AKV_EFULL: refused this step (nothing changed for it) */
+    akv_status status; /* AKV_OK, or AKV_EFULL: refused this step (it got no page) */
     uint32_t window;   /* window pages after the step */
     uint32_t n_fresh;  /* of them, placed by this step (fill before reading) */
 } akv_dev_pool_result;
@@ -178,6 +180,13 @@ akv_dev_pool_params akv_dev_pool_default_params(void);
  * pages); AKV_EDEVMEM when the device cannot provide it; AKV_ENOMEM for host bookkeeping. */
 akv_status akv_dev_pool_create(akv_dev *dev, const akv_geom *g, const akv_dev_pool_params *p,
                                akv_dev_pool **out);
+
+/* The layout a pool with these params would have, computed without allocating: fills
+ * page_bytes, n_pages, window_capacity and staging_reserve of *out (the rest zero). The same
+ * checks as akv_dev_pool_create except the floor: window_capacity may be below 2 here (the
+ * admission arithmetic reports that as a refusal). *out untouched on error. */
+akv_status akv_dev_pool_layout(const akv_geom *g, const akv_dev_pool_params *p,
+                               akv_dev_pool_stats *out);
 
 /* Frees the allocation. NULL is a no-op. AKV_EBUSY, nothing changed, while a context is open
  * or a staging page is held. */

@@ -140,10 +140,11 @@ const akv_geom *akv_host_pool_geom(const akv_host_pool *pool); /* borrowed, pool
 
 void akv_host_pool_get_stats(const akv_host_pool *pool, akv_host_pool_stats *out);
 
-/* Page ids a limit of limit_gib holds with this geometry and arena size (the capacity the
- * pool would have), computed without creating anything; 0 with AKV_EINVAL for bad input. */
-akv_status akv_host_pool_capacity(const akv_geom *g, const akv_host_pool_params *p,
-                                  uint64_t *out_pages);
+/* The layout a pool with these params would have, computed without allocating anything:
+ * fills page_bytes, limit_bytes, pages_per_arena, n_slots and capacity_pages of *out (the
+ * rest zero). Same checks and errors as akv_host_pool_create; *out untouched on error. */
+akv_status akv_host_pool_layout(const akv_geom *g, const akv_host_pool_params *p,
+                                akv_host_pool_stats *out);
 
 #ifdef __cplusplus
 }

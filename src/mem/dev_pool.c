@@ -11,12 +11,11 @@
  */
 #include "akv/dev_pool.h"
 
-#include <stdarg.h>
-#include <stdio.h>
 #include <string.h>
 
 #include "core/alloc.h"
 #include "core/log.h"
+#include "mem/mem_text.h"
 #include "mem/mem_check.h"
 
 #define DP_FREE UINT32_MAX
@@ -91,17 +90,17 @@ static void dp_put_page(akv_dev_pool *pool, uint32_t id) {
 
 /* ---- create / destroy ----------------------------------------------------------------- */
 
-akv_status akv_dev_pool_create(akv_dev *dev, const akv_geom *g, const akv_dev_pool_params *p,
-                               akv_dev_pool **out) {
-    if (!dev || !g || !p || !out) return AKV_EINVAL;
+akv_status akv_dev_pool_layout(const akv_geom *g, const akv_dev_pool_params *p,
+                               akv_dev_pool_stats *out) {
+    if (!g || !p || !out) return AKV_EINVAL;
     if (p->device_gib == 0 || p->device_gib > AKV_DEV_POOL_MAX_GIB) {
         AKV_LOG_E("device pool: device_gib = %u (--device-gib) must be a whole number of GiB in "
                   "[1, %u]; it is never automatic",
                   p->device_gib, AKV_DEV_POOL_MAX_GIB);
         return AKV_EINVAL;
     }
-    size_t bytes = (size_t)p->device_gib << 30, page_bytes = akv_geom_page_bytes(g);
-    uint64_t n_pages = bytes / page_bytes;
+    size_t page_bytes = akv_geom_page_bytes(g);
+    uint64_t n_pages = ((uint64_t)p->device_gib << 30) / page_bytes;
     if (n_pages > INT32_MAX) {
         AKV_LOG_E("device pool: %u GiB of %zu-byte pages is %llu pages, more than int32 page "
                   "ids index; use larger pages",
@@ -109,29 +108,46 @@ akv_status akv_dev_pool_create(akv_dev *dev, const akv_geom *g, const akv_dev_po
         return AKV_EINVAL;
     }
     if (p->staging_pages > n_pages) {
-        AKV_LOG_E("device pool: staging_pages = %u exceeds the %llu pages of %u GiB "
-                  "(--device-gib)",
+        AKV_LOG_E("device pool: staging_pages = %u (--staging-pages) exceeds the %llu pages of "
+                  "%u GiB (--device-gib)",
                   p->staging_pages, (unsigned long long)n_pages, p->device_gib);
         return AKV_EINVAL;
     }
-    uint64_t window_cap = (n_pages - p->staging_pages) / g->n_layers;
-    if (window_cap < 2) {
-        AKV_LOG_E("device pool: %u GiB (--device-gib) less %u staging pages holds %llu window "
+    uint32_t window_cap = (uint32_t)((n_pages - p->staging_pages) / g->n_layers);
+    /* the pages no whole window page can use (n_pages - staging is rarely a multiple of
+     * n_layers) go to the staging reserve rather than to nobody */
+    *out = (akv_dev_pool_stats){.page_bytes = page_bytes,
+                                .n_pages = (uint32_t)n_pages,
+                                .window_capacity = window_cap,
+                                .staging_reserve = (uint32_t)n_pages - window_cap * g->n_layers};
+    return AKV_OK;
+}
+
+akv_status akv_dev_pool_create(akv_dev *dev, const akv_geom *g, const akv_dev_pool_params *p,
+                               akv_dev_pool **out) {
+    if (!dev || !g || !p || !out) return AKV_EINVAL;
+    akv_dev_pool_stats lay;
+    akv_status st = akv_dev_pool_layout(g, p, &lay);
+    if (st != AKV_OK) return st;
+    if (lay.window_capacity < 2) {
+        AKV_LOG_E("device pool: %u GiB (--device-gib) less %u staging pages holds %u window "
                   "page(s) of %u layers x %zu bytes; one floor (sink + tail) needs 2: raise "
                   "--device-gib to at least %llu",
-                  p->device_gib, p->staging_pages, (unsigned long long)window_cap, g->n_layers,
-                  page_bytes,
+                  p->device_gib, p->staging_pages, lay.window_capacity, g->n_layers,
+                  lay.page_bytes,
                   (unsigned long long)((((uint64_t)2 * g->n_layers + p->staging_pages) *
-                                            page_bytes + ((1ull << 30) - 1)) >> 30));
+                                            lay.page_bytes + ((1ull << 30) - 1)) >> 30));
         return AKV_EINVAL;
     }
+    size_t bytes = (size_t)p->device_gib << 30;
+    uint64_t n_pages = lay.n_pages;
     akv_dev_pool *pool = akv__calloc(1, sizeof *pool);
     if (!pool) return AKV_ENOMEM;
     pool->n_words = (uint32_t)((n_pages + 63) / 64);
     pool->free_bits = akv__calloc(pool->n_words, sizeof *pool->free_bits);
     pool->marks = akv__calloc(pool->n_words, sizeof *pool->marks);
     pool->owner = akv__calloc(n_pages, sizeof *pool->owner);
-    akv_status st = AKV_ENOMEM;
+    st = AKV_ENOMEM;
     if (!pool->free_bits || !pool->marks || !pool->owner) goto fail;
     st = akv_dev_mem_alloc(dev, bytes, &pool->base);
     if (st != AKV_OK) {
@@ -141,13 +157,11 @@ akv_status akv_dev_pool_create(akv_dev *dev, const akv_geom *g, const akv_dev_po
     }
     pool->dev = dev;
     pool->geom = *g;
-    pool->page_bytes = page_bytes;
-    pool->n_pages = (uint32_t)n_pages;
+    pool->page_bytes = lay.page_bytes;
+    pool->n_pages = lay.n_pages;
     pool->n_layers = g->n_layers;
-    pool->window_cap = (uint32_t)window_cap;
-    /* the pages no whole window page can use (n_pages - staging is rarely a multiple of
-     * n_layers) go to the staging reserve rather than to nobody */
-    pool->staging_reserve = pool->n_pages - pool->window_cap * pool->n_layers;
+    pool->window_cap = lay.window_capacity;
+    pool->staging_reserve = lay.staging_reserve;
     pool->n_free = pool->n_pages;
     for (uint32_t i = 0; i < pool->n_pages; i++) {
         pool->free_bits[i / 64] |= 1ull << (i % 64);
@@ -719,22 +733,12 @@ const char *akv_dev_pool_reason_str(akv_dev_pool_reason r) {
     }
 }
 
-/* snprintf that appends at *len and keeps counting past the end. */
-static void dp_appendf(char *buf, size_t cap, size_t *len, const char *fmt, ...) AKV_PRINTF(4, 5);
-static void dp_appendf(char *buf, size_t cap, size_t *len, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(*len < cap ? buf + *len : NULL, *len < cap ? cap - *len : 0, fmt, ap);
-    va_end(ap);
-    if (n > 0) *len += (size_t)n;
-}
-
 static void dp_explain_counts(char *buf, size_t cap, size_t *len, const char *title,
                               const akv_dev_pool_counts *c) {
     int any = 0;
     for (int r = 0; r < AKV_DEV_POOL_REASON_COUNT; r++) {
         if (!c->n_events[r]) continue;
-        dp_appendf(buf, cap, len, "%s  %s: %llu time(s), %llu page(s)\n", any ? "" : title,
+        akv__mem_appendf(buf, cap, len, "%s  %s: %llu time(s), %llu page(s)\n", any ? "" : title,
                    akv_dev_pool_reason_str((akv_dev_pool_reason)r),
                    (unsigned long long)c->n_events[r], (unsigned long long)c->n_pages[r]);
         any = 1;
@@ -743,7 +747,7 @@ static void dp_explain_counts(char *buf, size_t cap, size_t *len, const char *ti
 
 static void dp_explain_wait(char *buf, size_t cap, size_t *len, const akv_dev_pool_wait *w) {
     if (!w->step && !w->needed) return;
-    dp_appendf(buf, cap, len,
+    akv__mem_appendf(buf, cap, len,
                "last wait: step %llu, %s: needed %u page(s); own spare %u, free %u, "
                "reclaimable from others %u, %u context(s) active\n",
                (unsigned long long)w->step, akv_dev_pool_reason_str(w->reason), w->needed,
@@ -755,7 +759,7 @@ size_t akv_dev_pool_explain(const akv_dev_pool *pool, const akv_dev_pool_ctx *c,
     size_t len = 0;
     if (cap) buf[0] = '\0';
     if (c) {
-        dp_appendf(buf, cap, &len,
+        akv__mem_appendf(buf, cap, &len,
                    "context %llu: window %u page(s)/layer (%u borrowed), target %u, burst %u, "
                    "%llu tokens, last active step %llu of %llu\n",
                    (unsigned long long)c->st.tag, c->n_win, c->n_borrowed, c->target, c->burst,
@@ -765,7 +769,7 @@ size_t akv_dev_pool_explain(const akv_dev_pool *pool, const akv_dev_pool_ctx *c,
         dp_explain_counts(buf, cap, &len, "as victim:\n", &c->st.as_victim);
         dp_explain_wait(buf, cap, &len, &c->st.last_wait);
     } else {
-        dp_appendf(buf, cap, &len,
+        akv__mem_appendf(buf, cap, &len,
                    "device pool: %u pages of %zu bytes; windows %u/%u page(s)/layer x %u layers, "
                    "staging %u/%u pages, %u free pages, %zu context(s), %llu step(s)\n",
                    pool->n_pages, pool->page_bytes, pool->window_used, pool->window_cap,

@@ -98,12 +98,21 @@ static akv_status hp_layout_of(const akv_geom *g, const akv_host_pool_params *p,
     return AKV_OK;
 }
 
-akv_status akv_host_pool_capacity(const akv_geom *g, const akv_host_pool_params *p,
-                                  uint64_t *out_pages) {
+/* The layout fields of the stats, from a layout. */
+static akv_host_pool_stats hp_layout_stats(const hp_layout *l) {
+    return (akv_host_pool_stats){.page_bytes = l->page_bytes,
+                                 .limit_bytes = l->limit_bytes,
+                                 .pages_per_arena = l->pages_per_arena,
+                                 .n_slots = l->n_slots,
+                                 .capacity_pages = l->capacity};
+}
+
+akv_status akv_host_pool_layout(const akv_geom *g, const akv_host_pool_params *p,
+                                akv_host_pool_stats *out) {
     hp_layout l;
     akv_status st = hp_layout_of(g, p, &l);
     if (st != AKV_OK) return st;
-    *out_pages = l.capacity;
+    *out = hp_layout_stats(&l);
     return AKV_OK;
 }
 
@@ -132,11 +141,7 @@ akv_status akv_host_pool_create(akv_dev *dev, const akv_geom *g, const akv_host_
     pool->dev = dev;
     pool->geom = *g;
     pool->lay = l;
-    pool->st.page_bytes = l.page_bytes;
-    pool->st.limit_bytes = l.limit_bytes;
-    pool->st.pages_per_arena = l.pages_per_arena;
-    pool->st.n_slots = l.n_slots;
-    pool->st.capacity_pages = l.capacity;
+    pool->st = hp_layout_stats(&l);
     *out = pool;
     return AKV_OK;
 }
