@@ -183,6 +183,9 @@ static inline akv_attn_pages fx_pages(const fx_table *f) {
     return kv;
 }
 
+/* The worst row error and LSE error of the last fx_compare (for reports). */
+static double fx_last_worst, fx_last_worst_lse;
+
 /* Compares typed outputs with the float64 reference, row by row (rows of d elements): the
  * relative error of a row is |got - want|_2 / max(|want|_2, 1e-6). Empty reference rows
  * (lse -inf) must be exactly 0 with lse -inf. NaN never passes. Prints the worst row.
@@ -213,6 +216,7 @@ static inline int fx_compare(const char *file, int line, const char *what, const
         }
     }
     test_n_checks++;
+    fx_last_worst = worst, fx_last_worst_lse = worst_lse;
     if (n_bad == 0) return 1;
     test_fail(file, line);
     fprintf(stderr,

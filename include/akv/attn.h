@@ -7,7 +7,7 @@
  *                    and the test oracle (with float64 variants for the tests).
  *   akv_attn_cuda_*  CUDA (cuda/), bf16 in, FP32 accumulation, tensor cores. Declared here
  *                    without CUDA types; defined only in builds with the CUDA backend
- *                    (AKV_HAVE_CUDA). A stream is a `void *` (a cudaStream_t; NULL = the
+ *                    (AKV_HAVE_CUDA). A stream is a `void *` (the CUDA stream handle; NULL = the
  *                    default stream). Launchers enqueue and return: they never synchronise.
  *
  * Glossary
