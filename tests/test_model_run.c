@@ -128,7 +128,7 @@ int main(void) {
     akv_model *m = NULL;
     akv_tok *tok = NULL;
     if (!CHECK(akv_model_load(model_path, NULL, &m) == AKV_OK) ||
-        !CHECK(akv_tok_create_from_gguf(akv_model_gguf(m), &tok) == AKV_OK))
+        !CHECK(akv_tok_create_from_gguf(akv_model_gguf(m), NULL, &tok) == AKV_OK))
         return test_finish();
     const akv_model_config *c = akv_model_get_config(m);
     const akv_gguf *g = akv_model_gguf(m);

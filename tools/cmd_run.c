@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "akv/admit.h"
 #include "akv/chat.h"
 #include "akv/dev_pool.h"
 #include "akv/forward.h"
@@ -37,7 +38,7 @@ static const char run_usage[] =
     "                           read user messages from standard input, one per line\n"
     "      --system TEXT        with --chat: a system message (else the template's default)\n"
     "  -n, --n-predict N        tokens to generate per reply (default 128)\n"
-    "      --ctx N              the longest history, tokens (default: prompt + n, or the\n"
+    "      --max-context N      the longest history, tokens (default: prompt + n, or the\n"
     "                           model's context length with --chat from standard input)\n"
     "      --device cpu|cuda    where the forward pass runs (default cpu)\n"
     "      --route resident|staged  how the history reaches the attention (default resident)\n"
@@ -132,7 +133,7 @@ static int run_parse(int argc, char **argv, run_opts *o) {
                                          {"chat", no_argument, 0, O_CHAT},
                                          {"system", required_argument, 0, O_SYSTEM},
                                          {"n-predict", required_argument, 0, 'n'},
-                                         {"ctx", required_argument, 0, O_CTX},
+                                         {"max-context", required_argument, 0, O_CTX},
                                          {"device", required_argument, 0, O_DEVICE},
                                          {"route", required_argument, 0, O_ROUTE},
                                          {"host-gib", required_argument, 0, O_HOST},
@@ -178,7 +179,7 @@ static int run_parse(int argc, char **argv, run_opts *o) {
                 return AKV_EXIT_USAGE;
             break;
         case O_CTX:
-            if (!akv_tool_parse_u64("run", "ctx", optarg, &o->ctx)) return AKV_EXIT_USAGE;
+            if (!akv_tool_parse_u64("run", "max-context", optarg, &o->ctx)) return AKV_EXIT_USAGE;
             break;
         case O_DEVICE:
             o->device = optarg;
@@ -334,7 +335,7 @@ static int run_open(run_state *s) {
         return AKV_EXIT_FAIL;
     }
     s->cfg = akv_model_get_config(s->model);
-    if ((st = akv_tok_create_from_gguf(akv_model_gguf(s->model), &s->tok))) {
+    if ((st = akv_tok_create_from_gguf(akv_model_gguf(s->model), NULL, &s->tok))) {
         fprintf(stderr, "akv run: the model's tokenizer: %s\n", akv_status_str(st));
         return AKV_EXIT_FAIL;
     }
@@ -356,21 +357,23 @@ static int run_open_memory(run_state *s) {
     hpp.limit_gib = (uint32_t)o->host_gib;
     akv_dev_pool_params dpp = akv_dev_pool_default_params();
     dpp.device_gib = (uint32_t)o->device_gib;
+    /* admission: the memory layer's arithmetic for one full-length history */
+    akv_admit_params ap = {.geom = g,
+                           .max_context = s->n_ctx,
+                           .host_gib = hpp.limit_gib,
+                           .device_gib = dpp.device_gib,
+                           .concurrency = 1,
+                           .mode = AKV_ADMIT_REFUSE};
+    akv_fit fit;
+    if ((st = akv_admit_fit(&ap, &fit))) return AKV_EXIT_FAIL;
+    if (fit.status != AKV_OK) {
+        fprintf(stderr, "akv run: %s\n", fit.verdict);
+        return AKV_EXIT_REFUSED;
+    }
     if ((st = akv_host_pool_create(s->dev, &g, &hpp, &s->hp)) ||
         (st = akv_dev_pool_create(s->dev, &g, &dpp, &s->dp))) {
         fprintf(stderr, "akv run: the memory pools: %s\n", akv_status_str(st));
         return AKV_EXIT_FAIL;
-    }
-    uint64_t host_pages;
-    if (akv_host_pool_capacity(&g, &hpp, &host_pages) == AKV_OK &&
-        host_pages / g.n_layers * g.page_tokens < s->n_ctx) {
-        fprintf(stderr,
-                "akv run: a history of %llu tokens needs %llu host pages (%u layers); "
-                "--host-gib %llu holds %llu: raise --host-gib or lower --ctx\n",
-                (unsigned long long)s->n_ctx,
-                (unsigned long long)akv_geom_pages_for_tokens(&g, s->n_ctx) * g.n_layers,
-                g.n_layers, o->host_gib, (unsigned long long)host_pages);
-        return AKV_EXIT_REFUSED;
     }
     akv_route_params rp = {.kind = o->route, .max_tokens = s->n_ctx, .tag = 1};
     if ((st = akv_route_create(s->dev, s->hp, s->dp, &rp, &s->route))) {
@@ -412,7 +415,7 @@ static akv_status run_feed(run_state *s, const int32_t *ids, size_t n) {
         akv_route_get_stats(s->route, &rs);
         uint64_t pos0 = rs.n_tokens;
         if (pos0 + chunk > s->n_ctx) {
-            fprintf(stderr, "\nakv run: the context is full (%llu tokens; --ctx)\n",
+            fprintf(stderr, "\nakv run: the context is full (%llu tokens; --max-context)\n",
                     (unsigned long long)s->n_ctx);
             return AKV_EFULL;
         }
@@ -587,12 +590,12 @@ int akv_cmd_run(int argc, char **argv) {
     s.n_ctx = s.o.ctx ? s.o.ctx : interactive ? s.cfg->n_ctx_train : ids.n_ids + s.o.n_predict;
     if (s.n_ctx > s.cfg->n_ctx_train && !s.o.quiet)
         fprintf(stderr,
-                "akv run: warning: --ctx %llu is beyond the model's training context "
+                "akv run: warning: --max-context %llu is beyond the model's training context "
                 "%u\n",
                 (unsigned long long)s.n_ctx, s.cfg->n_ctx_train);
     if (ids.n_ids + (interactive ? 0 : 1) > s.n_ctx) {
-        fprintf(stderr, "akv run: the prompt (%zu tokens) does not fit --ctx %llu\n", ids.n_ids,
-                (unsigned long long)s.n_ctx);
+        fprintf(stderr, "akv run: the prompt (%zu tokens) does not fit --max-context %llu\n",
+                ids.n_ids, (unsigned long long)s.n_ctx);
         rc = AKV_EXIT_REFUSED;
         goto done;
     }
