@@ -26,8 +26,10 @@ typedef struct akv_cmd {
 
 int akv_cmd_version(int argc, char **argv);
 int akv_cmd_devices(int argc, char **argv);
-int akv_cmd_fit(int argc, char **argv); /* cmd_fit.c */
+int akv_cmd_tok(int argc, char **argv); /* cmd_tok.c */
+int akv_cmd_run(int argc, char **argv); /* cmd_run.c */
 int akv_cmd_gguf(int argc, char **argv);
+int akv_cmd_fit(int argc, char **argv); /* cmd_fit.c */
 
 /* Helpers shared by subcommands (tools/util.c). */
 

@@ -17,6 +17,20 @@ extern "C" {
  * message) when no usable device is present, e.g. on a machine without a GPU. */
 const akv_dev_backend *akv_dev_cuda_backend(void);
 
+/* Benchmarks: device time of a piece of work. `issue` enqueues one call of the work on the
+ * stream it is given (a `void *`: the CUDA stream handle) and returns a status; it is called n_calls
+ * times while a CUDA graph is captured (so it must only enqueue), the graph is replayed
+ * once to warm up and then n_reps times, each replay timed with device events. *us_out is
+ * the median replay time divided by n_calls, in microseconds. Runs on the current device
+ * (the one akv_dev_create selected) on a stream of its own; synchronises before returning. */
+typedef akv_status (*akv_dev_cuda_issue_fn)(void *arg, void *stream);
+akv_status akv_dev_cuda_time_us(akv_dev_cuda_issue_fn issue, void *arg, int n_calls, int n_reps,
+                                double *us_out);
+
+/* Enqueues a device-to-device copy of n_bytes on `stream` (for akv_dev_cuda_time_us: the
+ * device-copy rate that bandwidth figures are compared with). */
+akv_status akv_dev_cuda_copy_d2d_async(akv_dptr dst, akv_dptr src, size_t n_bytes, void *stream);
+
 #ifdef __cplusplus
 }
 #endif

@@ -1,0 +1,374 @@
+/*
+ * bench_attn.c (bench) — the CUDA attention kernels on the GPU, against the device-copy rate
+ * and against PyTorch's scaled_dot_product_attention, all measured in the same run.
+ *
+ * Decode: 1K..128K keys at batch 1, and batch 8 and 32 at 4K..32K, for GQA 32/8 d=128
+ * (Llama-3-8B-like, P=64) and SmolLM2's 9/3 d=64 (P=256); one query per sequence (plus a
+ * few 4-query rows). Pages are scattered at random over a 4+ GiB pool, and each timed call
+ * uses the next of enough page tables that the bytes read exceed the L2 several times
+ * (real decode reads each layer's K/V once per step). Achieved bandwidth = K/V bytes read /
+ * time, as a ratio of the device-copy rate (bytes read + written by a 1 GiB
+ * device-to-device copy). Prefill: one sequence of 4K..32K tokens, causal, its K/V written
+ * into the pages by the same call, against PyTorch's flash backend.
+ *
+ * Timing: each piece of work is captured n times into a CUDA graph and the graph replays
+ * are timed with events (median); PyTorch is timed the same way by bench/attn_torch.py,
+ * which this program runs first (python3, or $AKV_PYTHON). Results: a markdown table on
+ * stdout and appended to $AKV_BENCH_OUT when set.
+ */
+#define _POSIX_C_SOURCE 200809L /* popen */
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "akv/attn.h"
+#include "akv/dev.h"
+#include "akv/dev_cuda.h"
+#include "core/assert.h"
+#include "core/half.h"
+
+#define POOL_BYTES ((size_t)4608 << 20) /* 4.5 GiB: batch 32 x 32K keys x 4 KiB per token */
+#define L2_DEFEAT_BYTES ((size_t)256 << 20)
+#define MAX_CFG 64
+
+typedef struct geom {
+    const char *name;
+    uint32_t hq, hkv, d, page_tokens;
+} geom;
+
+static const geom GEOMS[2] = {{"32/8 d128", 32, 8, 128, 64}, {"9/3 d64", 9, 3, 64, 256}};
+
+typedef struct torch_row {
+    char kind;
+    uint32_t hq, hkv, d, b, n;
+    double us, us_best;
+    char how[32];
+} torch_row;
+
+static torch_row torch_rows[MAX_CFG * 2];
+static int n_torch;
+static akv_dev *dev;
+static akv_dptr pool;
+static uint64_t rng_state = 0x6a09e667f3bcc909ull;
+
+static uint64_t rnd(void) {
+    uint64_t z = (rng_state += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+#define TRY(expr)                                                                                  \
+    do {                                                                                           \
+        akv_status s_ = (expr);                                                                    \
+        if (s_ != AKV_OK) {                                                                        \
+            fprintf(stderr, "bench_attn: %s failed: %s\n", #expr, akv_status_str(s_));            \
+            exit(1);                                                                               \
+        }                                                                                          \
+    } while (0)
+
+static akv_dptr dalloc(size_t n) {
+    akv_dptr d;
+    TRY(akv_dev_mem_alloc(dev, n, &d));
+    return d;
+}
+
+/* Random bf16 in [-1, 1) on the device (a 16 MiB host pattern, repeated). */
+static void fill_random(akv_dptr d, size_t n_bytes) {
+    size_t chunk = (size_t)16 << 20;
+    uint16_t *h = malloc(chunk);
+    for (size_t i = 0; i < chunk / 2; i++) h[i] = akv_f32_to_bf16((float)((rnd() >> 11) * 0x1p-53 * 2 - 1));
+    for (size_t off = 0; off < n_bytes; off += chunk)
+        TRY(akv_dev_copy_h2d_sync(dev, akv_dptr_offset(d, off), h, n_bytes - off < chunk ? n_bytes - off : chunk));
+    free(h);
+}
+
+static void run_torch(char **cfgs, int n_cfg) {
+    const char *src = getenv("AKV_SOURCE_DIR"), *py = getenv("AKV_PYTHON");
+    char cmd[8192];
+    int len = snprintf(cmd, sizeof cmd, "%s %s/bench/attn_torch.py", py ? py : "python3", src ? src : ".");
+    for (int i = 0; i < n_cfg && len < (int)sizeof cmd - 64; i++) len += snprintf(cmd + len, sizeof cmd - len, " %s", cfgs[i]);
+    snprintf(cmd + len, sizeof cmd - len, " 2>&1");
+    FILE *p = popen(cmd, "r");
+    if (!p) return;
+    char line[512];
+    while (fgets(line, sizeof line, p)) {
+        torch_row r = {0};
+        if (sscanf(line, "decode %u %u %u %u %u %lf %lf %31s", &r.hq, &r.hkv, &r.d, &r.b, &r.n, &r.us, &r.us_best, r.how) == 8) {
+            r.kind = 'd';
+        } else if (sscanf(line, "prefill %u %u %u %u %lf %31s", &r.hq, &r.hkv, &r.d, &r.n, &r.us, r.how) == 6) {
+            r.kind = 'p', r.b = 1, r.us_best = r.us;
+        } else {
+            printf("torch: %s", line); /* notes and errors, as they are */
+            continue;
+        }
+        if (n_torch < (int)(sizeof torch_rows / sizeof torch_rows[0])) torch_rows[n_torch++] = r;
+    }
+    int rc = pclose(p);
+    if (rc != 0) printf("torch: attn_torch.py exited with status %d\n", rc);
+}
+
+static const torch_row *torch_find(char kind, const geom *g, uint32_t b, uint32_t n) {
+    for (int i = 0; i < n_torch; i++) {
+        const torch_row *r = &torch_rows[i];
+        if (r->kind == kind && r->hq == g->hq && r->hkv == g->hkv && r->d == g->d && r->b == b && r->n == n) return r;
+    }
+    return NULL;
+}
+
+/* ---- decode ------------------------------------------------------------------------------ */
+
+typedef struct dec_work {
+    akv_attn_decode p[64]; /* one per page-table set */
+    int n_sets, next;
+    akv_dptr ws;
+    size_t ws_bytes;
+} dec_work;
+
+static akv_status dec_issue(void *arg, void *stream) {
+    dec_work *w = arg;
+    akv_status st = akv_attn_cuda_decode(&w->p[w->next], w->ws, w->ws_bytes, stream);
+    w->next = (w->next + 1) % w->n_sets;
+    return st;
+}
+
+static size_t page_bytes_of(const geom *g) {
+    return 2ull * g->hkv * g->page_tokens * g->d * 2;
+}
+
+/* Random distinct page ids of the pool (a prefix of a shuffled permutation). */
+static int32_t *random_pages(uint32_t n_pool_pages, uint32_t n) {
+    int32_t *perm = malloc((size_t)n_pool_pages * sizeof *perm);
+    for (uint32_t i = 0; i < n_pool_pages; i++) perm[i] = (int32_t)i;
+    for (uint32_t i = 0; i < n && i < n_pool_pages; i++) {
+        uint32_t j = i + (uint32_t)(rnd() % (n_pool_pages - i));
+        int32_t t = perm[i];
+        perm[i] = perm[j], perm[j] = t;
+    }
+    return perm;
+}
+
+/* One decode measurement: microseconds per call, and the split used. */
+static double bench_decode(const geom *g, uint32_t b, uint32_t n, uint32_t nq, akv_attn_split *split) {
+    size_t pb = page_bytes_of(g);
+    uint32_t n_pool_pages = (uint32_t)(POOL_BYTES / pb), np = n / g->page_tokens;
+    size_t set_bytes = (size_t)b * np * pb;
+    int n_sets = (int)((L2_DEFEAT_BYTES + set_bytes - 1) / set_bytes);
+    if (n_sets > 64) n_sets = 64;
+    if ((uint64_t)n_sets * b * np > n_pool_pages) n_sets = (int)(n_pool_pages / ((uint64_t)b * np));
+    if (n_sets < 1) return NAN;
+    int32_t *ids = random_pages(n_pool_pages, (uint32_t)n_sets * b * np);
+    /* per set: indptr [b+1], indices [b*np], last [b] in one device array */
+    size_t per_set = (size_t)(b + 1) + (size_t)b * np + b;
+    int32_t *tab = malloc(per_set * n_sets * sizeof *tab);
+    for (int s = 0; s < n_sets; s++) {
+        int32_t *t = tab + per_set * s;
+        for (uint32_t i = 0; i <= b; i++) t[i] = (int32_t)(i * np);
+        memcpy(t + b + 1, ids + (size_t)s * b * np, (size_t)b * np * sizeof *t);
+        for (uint32_t i = 0; i < b; i++) t[b + 1 + (size_t)b * np + i] = (int32_t)g->page_tokens;
+    }
+    akv_dptr tab_d = dalloc(per_set * n_sets * 4);
+    TRY(akv_dev_copy_h2d_sync(dev, tab_d, tab, per_set * n_sets * 4));
+    size_t q_elems = (size_t)b * nq * g->hq * g->d;
+    akv_dptr q = dalloc(q_elems * 2), o = dalloc(q_elems * 2);
+    fill_random(q, q_elems * 2);
+    dec_work *w = calloc(1, sizeof *w);
+    w->n_sets = n_sets;
+    for (int s = 0; s < n_sets; s++) {
+        akv_dptr t = akv_dptr_offset(tab_d, per_set * s * 4);
+        akv_attn_decode p = {
+            .kv = {.pool = pool, .indptr = t, .indices = akv_dptr_offset(t, (b + 1) * 4),
+                   .last_page_len = akv_dptr_offset(t, ((b + 1) + (size_t)b * np) * 4), .n_seq = b,
+                   .n_pages = n_pool_pages, .max_pages = np, .n_kv_heads = g->hkv, .head_dim = g->d,
+                   .page_tokens = g->page_tokens, .dtype = AKV_DTYPE_BF16},
+            .n_heads = g->hq, .n_query = nq, .q = q, .q_dtype = AKV_DTYPE_BF16, .o = o, .o_dtype = AKV_DTYPE_BF16,
+        };
+        w->p[s] = p;
+    }
+    TRY(akv_attn_cuda_decode_split(&w->p[0], split));
+    TRY(akv_attn_decode_workspace_bytes(&w->p[0], split, &w->ws_bytes));
+    if (w->ws_bytes) w->ws = dalloc(w->ws_bytes);
+    int n_calls = n_sets;
+    while (n_calls < 40) n_calls += n_sets;
+    double us = NAN;
+    TRY(akv_dev_cuda_time_us(dec_issue, w, n_calls, 15, &us));
+    if (w->ws_bytes) TRY(akv_dev_mem_free(dev, w->ws));
+    TRY(akv_dev_mem_free(dev, q));
+    TRY(akv_dev_mem_free(dev, o));
+    TRY(akv_dev_mem_free(dev, tab_d));
+    free(w), free(tab), free(ids);
+    return us;
+}
+
+/* ---- prefill ----------------------------------------------------------------------------- */
+
+static akv_status pf_issue(void *arg, void *stream) {
+    return akv_attn_cuda_prefill(arg, stream);
+}
+
+static double bench_prefill(const geom *g, uint32_t n) {
+    size_t pb = page_bytes_of(g);
+    uint32_t n_pool_pages = (uint32_t)(POOL_BYTES / pb), np = n / g->page_tokens;
+    int32_t *ids = random_pages(n_pool_pages, np);
+    int32_t *tab = malloc((np + 5) * sizeof *tab);
+    tab[0] = 0, tab[1] = (int32_t)np;
+    memcpy(tab + 2, ids, np * sizeof *tab);
+    tab[2 + np] = (int32_t)g->page_tokens;
+    tab[3 + np] = 0, tab[4 + np] = (int32_t)n; /* qo_indptr */
+    akv_dptr tab_d = dalloc((np + 5) * 4);
+    TRY(akv_dev_copy_h2d_sync(dev, tab_d, tab, (np + 5) * 4));
+    size_t q_elems = (size_t)n * g->hq * g->d, kv_elems = (size_t)n * g->hkv * g->d;
+    akv_dptr q = dalloc(q_elems * 2), o = dalloc(q_elems * 2), k = dalloc(kv_elems * 2), v = dalloc(kv_elems * 2);
+    fill_random(q, q_elems * 2), fill_random(k, kv_elems * 2), fill_random(v, kv_elems * 2);
+    akv_attn_prefill p = {
+        .kv = {.pool = pool, .indptr = tab_d, .indices = akv_dptr_offset(tab_d, 8),
+               .last_page_len = akv_dptr_offset(tab_d, (2 + (size_t)np) * 4), .n_seq = 1, .n_pages = n_pool_pages,
+               .max_pages = np, .n_kv_heads = g->hkv, .head_dim = g->d, .page_tokens = g->page_tokens,
+               .dtype = AKV_DTYPE_BF16},
+        .n_heads = g->hq, .qo_indptr = akv_dptr_offset(tab_d, (3 + (size_t)np) * 4), .n_tokens = n, .max_chunk = n,
+        .q = q, .q_dtype = AKV_DTYPE_BF16, .k_new = k, .v_new = v, .kv_new_dtype = AKV_DTYPE_BF16,
+        .o = o, .o_dtype = AKV_DTYPE_BF16,
+    };
+    double us = NAN;
+    TRY(akv_dev_cuda_time_us(pf_issue, &p, 3, 7, &us));
+    TRY(akv_dev_mem_free(dev, q));
+    TRY(akv_dev_mem_free(dev, o));
+    TRY(akv_dev_mem_free(dev, k));
+    TRY(akv_dev_mem_free(dev, v));
+    TRY(akv_dev_mem_free(dev, tab_d));
+    free(tab), free(ids);
+    return us;
+}
+
+/* ---- the copy rate ----------------------------------------------------------------------- */
+
+typedef struct copy_work {
+    akv_dptr a, b;
+    size_t n;
+} copy_work;
+
+static akv_status copy_issue(void *arg, void *stream) {
+    copy_work *c = arg;
+    return akv_dev_cuda_copy_d2d_async(c->b, c->a, c->n, stream);
+}
+
+/* ---- main -------------------------------------------------------------------------------- */
+
+typedef struct dcfg {
+    int g;
+    uint32_t b, n, nq;
+} dcfg;
+
+/* printf to stdout and to f (when not NULL). */
+static void out2(FILE *f, const char *fmt, ...) AKV_PRINTF(2, 3);
+static void out2(FILE *f, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vprintf(fmt, ap);
+    va_end(ap);
+    if (f) {
+        va_start(ap, fmt);
+        vfprintf(f, fmt, ap);
+        va_end(ap);
+    }
+}
+
+int main(void) {
+    if (akv_dev_create(akv_dev_cuda_backend(), NULL, &dev) != AKV_OK) {
+        printf("SKIP: no CUDA device\n");
+        return 77;
+    }
+    akv_dev_info info;
+    TRY(akv_dev_get_info(dev, &info));
+    dcfg dc[MAX_CFG];
+    int n_dc = 0;
+    const uint32_t b1_lens[5] = {1024, 4096, 8192, 32768, 131072}, bn_lens[4] = {4096, 8192, 16384, 32768};
+    for (int g = 0; g < 2; g++) {
+        for (int i = 0; i < 5; i++) dc[n_dc++] = (dcfg){g, 1, b1_lens[i], 1};
+        for (uint32_t b = 8; b <= 32; b *= 4)
+            for (int i = 0; i < 4; i++) dc[n_dc++] = (dcfg){g, b, bn_lens[i], 1};
+        dc[n_dc++] = (dcfg){g, 1, 32768, 4};
+        dc[n_dc++] = (dcfg){g, 8, 32768, 4};
+    }
+    const uint32_t pf_lens[4] = {4096, 8192, 16384, 32768};
+    /* PyTorch first, before this process takes its 5 GiB */
+    char *cfgs[MAX_CFG * 2];
+    int n_cfg = 0;
+    for (int i = 0; i < n_dc; i++) {
+        if (dc[i].nq != 1) continue;
+        const geom *g = &GEOMS[dc[i].g];
+        cfgs[n_cfg] = malloc(64);
+        snprintf(cfgs[n_cfg++], 64, "d:%u:%u:%u:%u:%u", g->hq, g->hkv, g->d, dc[i].b, dc[i].n);
+    }
+    for (int g = 0; g < 2; g++)
+        for (int i = 0; i < 4; i++) {
+            cfgs[n_cfg] = malloc(64);
+            snprintf(cfgs[n_cfg++], 64, "p:%u:%u:%u:%u", GEOMS[g].hq, GEOMS[g].hkv, GEOMS[g].d, pf_lens[i]);
+        }
+    run_torch(cfgs, n_cfg);
+    for (int i = 0; i < n_cfg; i++) free(cfgs[i]);
+
+    /* the copy rate: 1 GiB device to device, bytes read + written */
+    copy_work cw = {dalloc((size_t)1 << 30), dalloc((size_t)1 << 30), (size_t)1 << 30};
+    fill_random(cw.a, cw.n);
+    double copy_us = NAN;
+    TRY(akv_dev_cuda_time_us(copy_issue, &cw, 5, 9, &copy_us));
+    double copy_gbs = 2.0 * (double)cw.n / copy_us / 1e3;
+    TRY(akv_dev_mem_free(dev, cw.a));
+    TRY(akv_dev_mem_free(dev, cw.b));
+
+    pool = dalloc(POOL_BYTES);
+    fill_random(pool, POOL_BYTES);
+
+    FILE *f = NULL;
+    const char *out = getenv("AKV_BENCH_OUT");
+    if (out && !(f = fopen(out, "a"))) fprintf(stderr, "bench_attn: cannot append to %s\n", out);
+    out2(f, "\n### Attention kernels (%s, %d SMs): decode\n\n", info.name, info.n_sm);
+    out2(f, "Device copy rate (1 GiB device-to-device, read + written): **%.0f GB/s**. "
+            "PyTorch: `scaled_dot_product_attention(enable_gqa=True)`, default dispatch and the fastest "
+            "backend that takes the shape; both timed as CUDA-graph replays with inputs rotated past L2.\n\n",
+         copy_gbs);
+    out2(f, "| geometry | batch | keys | queries | split (parts x keys) | µs | GB/s | / copy rate | torch default µs "
+            "| torch best µs (backend) | speed-up vs best |\n");
+    out2(f, "| --- | ---: | ---: | ---: | --- | ---: | ---: | ---: | ---: | --- | ---: |\n");
+    for (int i = 0; i < n_dc; i++) {
+        const geom *g = &GEOMS[dc[i].g];
+        akv_attn_split sp = {0, 0};
+        double us = bench_decode(g, dc[i].b, dc[i].n, dc[i].nq, &sp);
+        double bytes = (double)dc[i].b * dc[i].n * 2.0 * g->hkv * g->d * 2.0;
+        double gbs = bytes / us / 1e3;
+        const torch_row *t = dc[i].nq == 1 ? torch_find('d', g, dc[i].b, dc[i].n) : NULL;
+        char tdef[32] = "-", tbest[64] = "-", sup[32] = "-";
+        if (t) {
+            snprintf(tdef, sizeof tdef, "%.1f", t->us);
+            snprintf(tbest, sizeof tbest, "%.1f (%s)", t->us_best, t->how);
+            snprintf(sup, sizeof sup, "%.2fx", t->us_best / us);
+        }
+        out2(f, "| %s | %u | %u | %u | %u x %u | %.1f | %.0f | %.3f | %s | %s | %s |\n", g->name, dc[i].b, dc[i].n,
+             dc[i].nq, sp.n_parts, sp.part_tokens, us, gbs, gbs / copy_gbs, tdef, tbest, sup);
+        fflush(stdout);
+    }
+    out2(f, "\n### Attention kernels: causal prefill (one sequence, K/V written into pages by the same call)\n\n");
+    out2(f, "| geometry | tokens | µs | TFLOP/s | torch flash µs | speed vs torch flash |\n");
+    out2(f, "| --- | ---: | ---: | ---: | ---: | ---: |\n");
+    for (int g = 0; g < 2; g++)
+        for (int i = 0; i < 4; i++) {
+            uint32_t n = pf_lens[i];
+            double us = bench_prefill(&GEOMS[g], n);
+            double flops = 4.0 * GEOMS[g].hq * GEOMS[g].d * (double)n * (n + 1) / 2.0;
+            const torch_row *t = torch_find('p', &GEOMS[g], 1, n);
+            char tt[48] = "-", sp[32] = "-";
+            if (t) {
+                snprintf(tt, sizeof tt, "%.1f (%s)", t->us, t->how);
+                snprintf(sp, sizeof sp, "%.2f", t->us / us);
+            }
+            out2(f, "| %s | %u | %.1f | %.1f | %s | %s |\n", GEOMS[g].name, n, us, flops / us / 1e6, tt, sp);
+            fflush(stdout);
+        }
+    if (f) fclose(f);
+    TRY(akv_dev_mem_free(dev, pool));
+    TRY(akv_dev_destroy(dev));
+    return 0;
+}

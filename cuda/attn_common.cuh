@@ -1,0 +1,252 @@
+/*
+ * cuda/attn_common.cuh — what the attention kernels share: the device view of a paged K/V
+ * table, the swizzled shared-memory layout of [rows][head_dim] bf16 tiles, the warp-level
+ * tensor-core primitives (mma.sync m16n8k16 bf16 -> f32, ldmatrix), cp.async, and the
+ * host-side helpers of the launchers (device properties, launch checks).
+ *
+ * Fragment layouts (PTX ISA, mma.m16n8k16 with .bf16; lane = threadIdx.x % 32, g = lane/4,
+ * c = lane%4):
+ *   A 16x16 (row-major) 4 regs: {row g, cols 2c,2c+1}, {row g+8, 2c..}, {row g, 2c+8..}, {row g+8, 2c+8..}
+ *   B 16x8  ("col")     2 regs: {k 2c,2c+1; n g}, {k 2c+8,2c+9; n g}
+ *   C 16x8  f32         4 regs: {row g, cols 2c, 2c+1}, {row g+8, cols 2c, 2c+1}
+ * so the C fragments of two adjacent n8 tiles of S = Q K^T are, converted to bf16, exactly
+ * the A fragment of P for the next product P V (no shuffle).
+ *
+ * Shared tiles: row r of a [rows][D] bf16 tile is 2D bytes; its 16-byte chunk k is stored
+ * at chunk k ^ (r & 7). The 8 rows an ldmatrix phase reads (consecutive r, same k) then hit
+ * 8 different bank groups, and a cp.async of 8 consecutive chunks of one row as well.
+ */
+#ifndef AKV_CUDA_ATTN_COMMON_CUH
+#define AKV_CUDA_ATTN_COMMON_CUH
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+#include <stdint.h>
+
+extern "C" {
+#include "attn_impl.h"
+#include "core/log.h"
+}
+#include "cuda_check.h"
+
+#define ATTN_LN2 0.6931471805599453f
+#define ATTN_LOG2E 1.4426950408889634f
+#define ATTN_FULL_MASK 0xffffffffu
+
+/* The paged K/V table of one call, as the kernels see it. Pages are bf16. */
+struct attn_kv {
+    const unsigned char *pool; /* page id k at pool + k*page_bytes */
+    unsigned long long page_bytes;
+    const int *indptr;  /* [n_seq+1] */
+    const int *indices; /* page ids */
+    const int *last;    /* [n_seq] last_page_len */
+    int log2_p;         /* page_tokens = 1 << log2_p */
+    int n_kv;           /* K/V heads */
+};
+
+static __device__ __forceinline__ int attn_seq_len(const attn_kv &kv, int s) {
+    int pb = kv.indptr[s], pe = kv.indptr[s + 1];
+    return pe > pb ? ((pe - pb - 1) << kv.log2_p) + kv.last[s] : 0;
+}
+
+/* Address of row (kvsel: 0 K / 1 V, head h, position t) of the sequence whose page ids
+ * start at indices[pb]. Rows are D bf16 = 2D bytes. */
+template <int D>
+static __device__ __forceinline__ const unsigned char *attn_row(const attn_kv &kv, int pb, int kvsel,
+                                                                int h, int t) {
+    int page = __ldg(kv.indices + pb + (t >> kv.log2_p));
+    size_t slot = ((size_t)(kvsel * kv.n_kv + h) << kv.log2_p) + (size_t)(t & ((1 << kv.log2_p) - 1));
+    return kv.pool + (size_t)page * kv.page_bytes + slot * (D * 2);
+}
+
+/* Byte offset of chunk k (8 bf16) of row r in a swizzled [rows][D] bf16 tile. */
+template <int D>
+static __device__ __forceinline__ uint32_t attn_swz(int r, int k) {
+    return (uint32_t)(r * (D * 2) + ((k ^ (r & 7)) << 4));
+}
+
+static __device__ __forceinline__ uint32_t attn_smem_addr(const void *p) {
+    return (uint32_t)__cvta_generic_to_shared(p);
+}
+
+/* 16 bytes global -> shared, asynchronous; an invalid row is zero-filled (nothing read). */
+static __device__ __forceinline__ void attn_cp16(uint32_t dst, const void *src, bool valid) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src),
+                 "r"(valid ? 16 : 0));
+}
+static __device__ __forceinline__ void attn_cp_commit() {
+    asm volatile("cp.async.commit_group;\n" ::);
+}
+template <int N>
+static __device__ __forceinline__ void attn_cp_wait() {
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
+
+static __device__ __forceinline__ void attn_ldsm_x4(uint32_t r[4], uint32_t addr) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(addr));
+}
+static __device__ __forceinline__ void attn_ldsm_x4_t(uint32_t r[4], uint32_t addr) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(addr));
+}
+
+/* c += a * b, bf16 inputs, f32 accumulators. */
+static __device__ __forceinline__ void attn_mma(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, "
+                 "{%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+/* Two floats as a bf16 pair (lo in the low half: the lower column index). */
+static __device__ __forceinline__ uint32_t attn_pack_bf16(float lo, float hi) {
+    __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+    return *reinterpret_cast<uint32_t *>(&v);
+}
+
+/* x rounded to bf16 and back: the value the tensor cores will multiply. */
+static __device__ __forceinline__ float attn_round_bf16(float x) {
+    return __bfloat162float(__float2bfloat16_rn(x));
+}
+
+/* Sum over the 4 lanes of a quad (the lanes that hold one fragment row). */
+static __device__ __forceinline__ float attn_quad_sum(float x) {
+    x += __shfl_xor_sync(ATTN_FULL_MASK, x, 1);
+    return x + __shfl_xor_sync(ATTN_FULL_MASK, x, 2);
+}
+
+/* One online-softmax step for fragment row half hf (0: row lane/4, 1: row lane/4 + 8) of an
+ * m16 tile: s[NT][4] are the raw scores of this key tile (masked ones -inf), `scale` is
+ * scale*log2(e), m the running maximum (log2 domain, scaled), l the running sum, acc[DN][4]
+ * the output accumulators. On return s holds the probabilities, rounded to bf16 (the values
+ * the P V product multiplies; l sums the same values). A row with no key yet keeps m = -inf
+ * and l = 0 without producing a NaN. */
+template <int NT, int DN>
+static __device__ __forceinline__ void attn_softmax_step(float (&s)[NT][4], float (&acc)[DN][4], float &m,
+                                                         float &l, int hf, float scale) {
+    float mx = -INFINITY;
+#pragma unroll
+    for (int nt = 0; nt < NT; nt++) mx = fmaxf(mx, fmaxf(s[nt][2 * hf], s[nt][2 * hf + 1]));
+    mx = fmaxf(mx, __shfl_xor_sync(ATTN_FULL_MASK, mx, 1));
+    mx = fmaxf(mx, __shfl_xor_sync(ATTN_FULL_MASK, mx, 2));
+    const float m_new = fmaxf(m, mx * scale);
+    const float base = m_new == -INFINITY ? 0.0f : m_new;
+    const float alpha = exp2f(m - base);
+    m = m_new;
+    float sum = 0.0f;
+#pragma unroll
+    for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+        for (int e = 2 * hf; e < 2 * hf + 2; e++) {
+            const float p = attn_round_bf16(exp2f(fmaf(s[nt][e], scale, -base)));
+            s[nt][e] = p;
+            sum += p;
+        }
+    l = l * alpha + sum;
+#pragma unroll
+    for (int dn = 0; dn < DN; dn++) {
+        acc[dn][2 * hf] *= alpha;
+        acc[dn][2 * hf + 1] *= alpha;
+    }
+}
+
+/* The A fragment of P for 16 keys from the C fragments of their two n8 tiles. */
+static __device__ __forceinline__ void attn_pack_p(const float (&lo)[4], const float (&hi)[4], uint32_t (&pa)[4]) {
+    pa[0] = attn_pack_bf16(lo[0], lo[1]);
+    pa[1] = attn_pack_bf16(lo[2], lo[3]);
+    pa[2] = attn_pack_bf16(hi[0], hi[1]);
+    pa[3] = attn_pack_bf16(hi[2], hi[3]);
+}
+
+/* Eight consecutive elements at `src` + off (bf16 or f32), as 8 bf16 (16 bytes). */
+static __device__ __forceinline__ uint4 attn_load8_bf16(const void *src, int is_f32, size_t off) {
+    if (!is_f32) return *reinterpret_cast<const uint4 *>(static_cast<const __nv_bfloat16 *>(src) + off);
+    const float4 *f = reinterpret_cast<const float4 *>(static_cast<const float *>(src) + off);
+    float4 x = f[0], y = f[1];
+    return make_uint4(attn_pack_bf16(x.x, x.y), attn_pack_bf16(x.z, x.w), attn_pack_bf16(y.x, y.y),
+                      attn_pack_bf16(y.z, y.w));
+}
+
+/* Stores two adjacent outputs (bf16 or f32) at element offset off (even). */
+static __device__ __forceinline__ void attn_store2(void *dst, int is_f32, size_t off, float a, float b) {
+    if (is_f32) {
+        *reinterpret_cast<float2 *>(static_cast<float *>(dst) + off) = make_float2(a, b);
+    } else {
+        *reinterpret_cast<__nv_bfloat162 *>(static_cast<__nv_bfloat16 *>(dst) + off) = __floats2bfloat162_rn(a, b);
+    }
+}
+static __device__ __forceinline__ void attn_store1(void *dst, int is_f32, size_t off, float a) {
+    if (is_f32) static_cast<float *>(dst)[off] = a;
+    else static_cast<__nv_bfloat16 *>(dst)[off] = __float2bfloat16_rn(a);
+}
+
+/* ---- host side ------------------------------------------------------------------------ */
+
+/* The device view of a validated table. */
+static inline attn_kv attn_kv_view(const akv_attn_pages *kv) {
+    attn_kv v;
+    size_t page_bytes = 0;
+    akv__attn_page_bytes(kv, &page_bytes);
+    v.pool = reinterpret_cast<const unsigned char *>(kv->pool.addr);
+    v.page_bytes = page_bytes;
+    v.indptr = reinterpret_cast<const int *>(kv->indptr.addr);
+    v.indices = reinterpret_cast<const int *>(kv->indices.addr);
+    v.last = reinterpret_cast<const int *>(kv->last_page_len.addr);
+    v.log2_p = (int)akv__attn_log2(kv->page_tokens);
+    v.n_kv = (int)kv->n_kv_heads;
+    return v;
+}
+
+/* What the CUDA kernels take beyond the common validation: bf16 pages, head dim 64/128,
+ * f32/bf16 activations, a batch that fits a grid. */
+static inline akv_status attn_cuda_kv_check(const akv_attn_pages *kv, const char *op) {
+    if (kv->dtype != AKV_DTYPE_BF16) {
+        AKV_LOG_E("attn %s: pages are %s; the CUDA kernels take bf16", op, akv_dtype_name(kv->dtype));
+        return AKV_EUNSUPPORTED;
+    }
+    if (kv->head_dim != 64 && kv->head_dim != 128) {
+        AKV_LOG_E("attn %s: head_dim %u; the CUDA kernels take 64 and 128", op, kv->head_dim);
+        return AKV_EUNSUPPORTED;
+    }
+    if (kv->n_seq > 65535) {
+        AKV_LOG_E("attn %s: %u sequences; one CUDA call takes at most 65535", op, kv->n_seq);
+        return AKV_EUNSUPPORTED;
+    }
+    return AKV_OK;
+}
+
+static inline akv_status attn_cuda_dtype_check(akv_dtype t, const char *field, const char *op) {
+    if (t == AKV_DTYPE_F32 || t == AKV_DTYPE_BF16) return AKV_OK;
+    AKV_LOG_E("attn %s: %s is %s; the CUDA kernels take f32 or bf16", op, field, akv_dtype_name(t));
+    return AKV_EUNSUPPORTED;
+}
+
+/* A 16-byte vector access needs 16-byte aligned rows. */
+static inline akv_status attn_cuda_align_check(akv_dptr p, uint64_t stride_bytes, const char *field,
+                                               const char *op) {
+    if (p.addr % 16 == 0 && stride_bytes % 16 == 0) return AKV_OK;
+    AKV_LOG_E("attn %s: %s (address 0x%llx, row stride %llu bytes) is not 16-byte aligned", op, field,
+              (unsigned long long)p.addr, (unsigned long long)stride_bytes);
+    return AKV_EINVAL;
+}
+
+/* SM count and the shared memory a block may opt into, of the current device. */
+static inline akv_status attn_cuda_device(uint32_t *n_sm, size_t *smem_optin) {
+    int dev = 0, sm = 0, smem = 0;
+    AKV_CUDA_TRY(cudaGetDevice(&dev));
+    AKV_CUDA_TRY(cudaDeviceGetAttribute(&sm, cudaDevAttrMultiProcessorCount, dev));
+    AKV_CUDA_TRY(cudaDeviceGetAttribute(&smem, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+    *n_sm = (uint32_t)sm;
+    *smem_optin = (size_t)smem;
+    return AKV_OK;
+}
+
+/* The launchers of attn_append.cu, shared with the prefill. */
+akv_status akv__attn_cuda_append_launch(const akv_attn_pages *kv, akv_dptr qo_indptr, uint32_t n_per_seq,
+                                        uint32_t max_new, akv_dptr k, akv_dptr v, akv_dtype dtype,
+                                        uint32_t stride, cudaStream_t stream, const char *op);
+
+#endif

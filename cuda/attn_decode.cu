@@ -1,0 +1,360 @@
+/*
+ * attn_decode.cu — paged split-KV decode: 1..4 new queries per sequence, GQA, bf16 pages,
+ * FP32 accumulation on the tensor cores, and the merge of the partitions.
+ *
+ * Work decomposition. One block (4 warps) per (partition p, K/V head h x row tile, sequence s).
+ * Its query rows are the group's heads times the sequence's queries, row r = qi*group + gi
+ * (query qi, head h*group + gi), padded to 16 (MT = 1) or 32 (MT = 2) rows; more rows take
+ * more row tiles (blockIdx.y). The block streams its partition's keys in tiles of 64
+ * through a STAGES-deep cp.async ring; warp w takes keys 16w..16w+15 of each tile, keeps its
+ * own online-softmax state (m, l in the log2 domain, O), and the 4 warp states are merged in
+ * shared memory in warp order at the end. So K/V is read once per GQA group, whatever the
+ * number of queries, and the query rows ride along on tensor-core columns that are free
+ * anyway.
+ *
+ * Partitions (akv_attn_split_plan): positions [p*part_tokens, (p+1)*part_tokens). A block
+ * whose partition starts past the sequence's length returns at once (empty partitions are
+ * skipped); with one partition the block writes the final output, otherwise it writes an
+ * f32 partial state (o normalised, lse natural) to the workspace and the merge kernel
+ * combines partitions 0..ceil(len/part_tokens)-1 in order. Nothing depends on where pages
+ * lie: same contents, same bits.
+ *
+ * Numerics: scores s = q.k in f32 on bf16 operands; exponent base 2 with the scale folded
+ * into log2(e)*scale; probabilities rounded to bf16 for the P V product, and the row sum l
+ * adds the same rounded values, so the normalisation matches the weights used. A row with
+ * no visible key keeps m = -inf, l = 0 and ends as the empty state (o = 0, lse = -inf).
+ */
+#include "attn_common.cuh"
+
+template <int D>
+struct dec_cfg {
+    static constexpr int TILE = 64;                        /* keys per stage */
+    static constexpr int STAGES = D == 128 ? 3 : 4;        /* cp.async ring depth */
+    static constexpr int KV_BYTES = TILE * D * 2;          /* one of K, V for a tile */
+    static constexpr int STAGE_BYTES = 2 * KV_BYTES;
+    static constexpr int Q_BYTES = 32 * D * 2;             /* up to 32 query rows */
+    static constexpr int SMEM = STAGES * STAGE_BYTES + Q_BYTES;
+    /* the end-of-block scratch (4 warps x 32 rows x D floats, m and l) reuses the ring */
+    static_assert(4 * 32 * D * 4 + 2 * 4 * 32 * 4 <= STAGES * STAGE_BYTES, "scratch fits the ring");
+};
+
+struct dec_args {
+    attn_kv kv;
+    const void *q;  /* [n_seq*n_query] token rows of q_stride elements */
+    int q_f32;
+    long long q_stride;
+    void *o;        /* [n_seq][n_query][n_heads][D] */
+    int o_f32;
+    float *lse;     /* [n_seq][n_query][n_heads] or null */
+    float *ws_o;    /* [n_seq][n_kv][n_parts][rows][D] partial outputs */
+    float *ws_lse;  /* [n_seq][n_kv][n_parts][rows] partial LSEs (natural log) */
+    int n_heads, group, n_query, rows, n_row_tiles;
+    int n_parts, part_tokens;
+    float scale_log2; /* scale * log2(e) */
+};
+
+/* Issue the cp.async of keys t0..t0+63 (K and V) into one stage; positions >= t_end are
+ * zero-filled. 128 threads, D/8 chunks per row. */
+template <int D>
+static __device__ __forceinline__ void dec_load_tile(const attn_kv &kv, int pb, int h, int t0, int t_end,
+                                                     uint32_t stage, int tid) {
+    constexpr int CPR = D / 8, RPP = 128 / CPR; /* chunks per row, rows per pass */
+    const int c = tid % CPR;
+    for (int i = 0; i < 64 / RPP; i++) {
+        const int r = tid / CPR + i * RPP, t = t0 + r;
+        const bool valid = t < t_end;
+        const unsigned char *k = kv.pool, *v = kv.pool;
+        if (valid) {
+            k = attn_row<D>(kv, pb, 0, h, t) + c * 16;
+            v = attn_row<D>(kv, pb, 1, h, t) + c * 16;
+        }
+        attn_cp16(stage + attn_swz<D>(r, c), k, valid);
+        attn_cp16(stage + dec_cfg<D>::KV_BYTES + attn_swz<D>(r, c), v, valid);
+    }
+}
+
+template <int D, int MT>
+__global__ void __launch_bounds__(128) attn_decode_kernel(const dec_args a) {
+    using C = dec_cfg<D>;
+    extern __shared__ __align__(128) unsigned char smem[];
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int part = blockIdx.x;
+    const int h = blockIdx.y / a.n_row_tiles, rt = blockIdx.y % a.n_row_tiles;
+    const int s = blockIdx.z;
+    const int pb = a.kv.indptr[s];
+    const int len = attn_seq_len(a.kv, s);
+    const int k0 = part * a.part_tokens;
+    const int k1 = min(k0 + a.part_tokens, len);
+    const bool direct = a.n_parts == 1;
+    if (k0 >= len && !direct) return; /* an empty partition: the merge never reads it */
+    const int n_tiles = k1 > k0 ? (k1 - k0 + C::TILE - 1) / C::TILE : 0;
+    const int row0 = rt * 16 * MT;
+    const uint32_t ring = attn_smem_addr(smem);
+    unsigned char *sq = smem + C::STAGES * C::STAGE_BYTES;
+    const uint32_t sq_u = attn_smem_addr(sq);
+
+    /* 1. start the first STAGES-1 tiles */
+    for (int st = 0; st < C::STAGES - 1; st++) {
+        if (st < n_tiles) dec_load_tile<D>(a.kv, pb, h, k0 + st * C::TILE, k1, ring + st * C::STAGE_BYTES, tid);
+        attn_cp_commit();
+    }
+    /* 2. the query rows, as bf16, swizzled; padding rows are zero */
+    for (int idx = tid; idx < 16 * MT * (D / 8); idx += 128) {
+        const int r = idx / (D / 8), c = idx % (D / 8), gr = row0 + r;
+        uint4 val = make_uint4(0, 0, 0, 0);
+        if (gr < a.rows) {
+            const int qi = gr / a.group, gi = gr - qi * a.group;
+            const size_t off = (size_t)(s * a.n_query + qi) * a.q_stride + (size_t)(h * a.group + gi) * D + c * 8;
+            val = attn_load8_bf16(a.q, a.q_f32, off);
+        }
+        *reinterpret_cast<uint4 *>(sq + attn_swz<D>(r, c)) = val;
+    }
+    /* the causal rule: row qi of n sees keys <= len - n + qi (padding rows see all) */
+    int limit[MT][2];
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+        for (int hf = 0; hf < 2; hf++)
+            limit[mt][hf] = len - a.n_query + (row0 + mt * 16 + (lane >> 2) + hf * 8) / a.group;
+    const int all_see = len - a.n_query; /* keys <= this are visible to every row */
+
+    float m[MT][2], l[MT][2], acc[MT][D / 8][4];
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++) {
+        m[mt][0] = m[mt][1] = -INFINITY;
+        l[mt][0] = l[mt][1] = 0.0f;
+#pragma unroll
+        for (int dn = 0; dn < D / 8; dn++) acc[mt][dn][0] = acc[mt][dn][1] = acc[mt][dn][2] = acc[mt][dn][3] = 0.0f;
+    }
+
+    /* 3. the key tiles */
+    for (int it = 0; it < n_tiles; it++) {
+        attn_cp_wait<C::STAGES - 2>();
+        __syncthreads(); /* tile `it` landed for all; everyone is done with the stage refilled next */
+        {
+            const int nt = it + C::STAGES - 1;
+            if (nt < n_tiles) dec_load_tile<D>(a.kv, pb, h, k0 + nt * C::TILE, k1, ring + (nt % C::STAGES) * C::STAGE_BYTES, tid);
+            attn_cp_commit();
+        }
+        const uint32_t kb = ring + (it % C::STAGES) * C::STAGE_BYTES, vb = kb + C::KV_BYTES;
+        const int t0 = k0 + it * C::TILE + warp * 16; /* this warp's 16 keys */
+
+        /* S = Q K^T: [16*MT rows] x [16 keys] */
+        float sc[MT][2][4];
+#pragma unroll
+        for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) sc[mt][0][e] = sc[mt][1][e] = 0.0f;
+#pragma unroll
+        for (int ks = 0; ks < D / 16; ks++) {
+            uint32_t kf[4];
+            attn_ldsm_x4(kf, kb + attn_swz<D>(warp * 16 + (lane & 7) + ((lane >> 4) << 3), 2 * ks + ((lane >> 3) & 1)));
+#pragma unroll
+            for (int mt = 0; mt < MT; mt++) {
+                uint32_t qf[4];
+                attn_ldsm_x4(qf, sq_u + attn_swz<D>(mt * 16 + (lane & 15), 2 * ks + (lane >> 4)));
+                attn_mma(sc[mt][0], qf, kf[0], kf[1]);
+                attn_mma(sc[mt][1], qf, kf[2], kf[3]);
+            }
+        }
+        /* mask keys past the partition or past the row's causal limit */
+        if (t0 + 16 > k1 || t0 + 15 > all_see) {
+#pragma unroll
+            for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+                for (int nt = 0; nt < 2; nt++)
+#pragma unroll
+                    for (int e = 0; e < 4; e++) {
+                        const int t = t0 + nt * 8 + (lane & 3) * 2 + (e & 1);
+                        if (t >= k1 || t > limit[mt][e >> 1]) sc[mt][nt][e] = -INFINITY;
+                    }
+        }
+        /* online softmax, then O += P V with P [16*MT rows] x [16 keys] from the S fragments */
+        uint32_t pa[MT][4];
+#pragma unroll
+        for (int mt = 0; mt < MT; mt++) {
+            attn_softmax_step<2, D / 8>(sc[mt], acc[mt], m[mt][0], l[mt][0], 0, a.scale_log2);
+            attn_softmax_step<2, D / 8>(sc[mt], acc[mt], m[mt][1], l[mt][1], 1, a.scale_log2);
+            attn_pack_p(sc[mt][0], sc[mt][1], pa[mt]);
+        }
+#pragma unroll
+        for (int dp = 0; dp < D / 16; dp++) {
+            uint32_t vf[4];
+            attn_ldsm_x4_t(vf, vb + attn_swz<D>(warp * 16 + (lane & 7) + (((lane >> 3) & 1) << 3), 2 * dp + (lane >> 4)));
+#pragma unroll
+            for (int mt = 0; mt < MT; mt++) {
+                attn_mma(acc[mt][2 * dp], pa[mt], vf[0], vf[1]);
+                attn_mma(acc[mt][2 * dp + 1], pa[mt], vf[2], vf[3]);
+            }
+        }
+    }
+
+    /* 4. the warps' states into shared memory (the ring is free once every copy landed) */
+    attn_cp_wait<0>();
+    __syncthreads();
+    constexpr int R = 16 * MT;
+    float *so = reinterpret_cast<float *>(smem); /* [4][R][D] */
+    float *sm = so + 4 * R * D;                  /* [4][R] */
+    float *sl = sm + 4 * R;                      /* [4][R] */
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+        for (int hf = 0; hf < 2; hf++) {
+            const float lsum = attn_quad_sum(l[mt][hf]);
+            const int r = mt * 16 + (lane >> 2) + hf * 8;
+            if ((lane & 3) == 0) sm[warp * R + r] = m[mt][hf], sl[warp * R + r] = lsum;
+#pragma unroll
+            for (int dn = 0; dn < D / 8; dn++)
+                *reinterpret_cast<float2 *>(so + (size_t)(warp * R + r) * D + dn * 8 + (lane & 3) * 2) =
+                    make_float2(acc[mt][dn][2 * hf], acc[mt][dn][2 * hf + 1]);
+        }
+    __syncthreads();
+
+    /* 5. merge the 4 warps in order and write the final output or the partition's state */
+    for (int idx = tid; idx < R * D; idx += 128) {
+        const int r = idx / D, c = idx % D, gr = row0 + r;
+        if (gr >= a.rows) continue;
+        float M = -INFINITY;
+#pragma unroll
+        for (int w = 0; w < 4; w++) M = fmaxf(M, sm[w * R + r]);
+        float L = 0.0f, O = 0.0f;
+#pragma unroll
+        for (int w = 0; w < 4; w++) {
+            const float mw = sm[w * R + r];
+            const float f = mw == -INFINITY ? 0.0f : exp2f(mw - M);
+            L += f * sl[w * R + r];
+            O += f * so[(size_t)(w * R + r) * D + c];
+        }
+        const bool empty = !(L > 0.0f);
+        const float out = empty ? 0.0f : O / L;
+        const float lse = empty ? -INFINITY : (M + log2f(L)) * ATTN_LN2;
+        const int qi = gr / a.group, gi = gr - qi * a.group;
+        if (direct) {
+            const size_t orow = (size_t)(s * a.n_query + qi) * a.n_heads + h * a.group + gi;
+            attn_store1(a.o, a.o_f32, orow * D + c, out);
+            if (c == 0 && a.lse) a.lse[orow] = lse;
+        } else {
+            const size_t prow = ((size_t)(s * a.kv.n_kv + h) * a.n_parts + part) * a.rows + gr;
+            a.ws_o[prow * D + c] = out;
+            if (c == 0) a.ws_lse[prow] = lse;
+        }
+    }
+}
+
+/* Combines the partitions of each (sequence, K/V head): one warp per query row, partitions
+ * in index order, weights exp(lse_p - max) in f32. blockIdx.x = K/V head, blockIdx.y =
+ * sequence; 4 warps. */
+__global__ void __launch_bounds__(128) attn_decode_merge_kernel(const dec_args a, int D) {
+    __shared__ float wts[4][AKV_ATTN_MAX_PARTS];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int h = blockIdx.x, s = blockIdx.y;
+    const int len = attn_seq_len(a.kv, s);
+    const int n_used = min(a.n_parts, (len + a.part_tokens - 1) / a.part_tokens);
+    for (int gr = warp; gr < a.rows; gr += 4) {
+        const size_t base = (size_t)(s * a.kv.n_kv + h) * a.n_parts * a.rows + gr; /* + p*rows */
+        float M = -INFINITY;
+        for (int p = lane; p < n_used; p += 32) M = fmaxf(M, a.ws_lse[base + (size_t)p * a.rows]);
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) M = fmaxf(M, __shfl_xor_sync(ATTN_FULL_MASK, M, o));
+        float S = 0.0f;
+        for (int p = lane; p < n_used; p += 32) {
+            const float lp = a.ws_lse[base + (size_t)p * a.rows];
+            const float w = (M == -INFINITY || lp == -INFINITY) ? 0.0f : expf(lp - M);
+            wts[warp][p] = w;
+            S += w;
+        }
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) S += __shfl_xor_sync(ATTN_FULL_MASK, S, o);
+        __syncwarp();
+        const bool empty = !(S > 0.0f);
+        const int qi = gr / a.group, gi = gr - qi * a.group;
+        const size_t orow = (size_t)(s * a.n_query + qi) * a.n_heads + h * a.group + gi;
+        for (int c = lane; c < D; c += 32) {
+            float O = 0.0f;
+            for (int p = 0; p < n_used; p++) O += wts[warp][p] * a.ws_o[(base + (size_t)p * a.rows) * D + c];
+            attn_store1(a.o, a.o_f32, orow * D + c, empty ? 0.0f : O / S);
+        }
+        if (lane == 0 && a.lse) a.lse[orow] = empty ? -INFINITY : M + logf(S);
+        __syncwarp(); /* wts is rewritten for the next row */
+    }
+}
+
+template <int D, int MT>
+static akv_status dec_launch(const dec_args &a, dim3 grid, cudaStream_t stream) {
+    static_assert(dec_cfg<D>::SMEM <= 227 * 1024, "decode block fits an H100/H200 SM");
+    AKV_CUDA_TRY(cudaFuncSetAttribute(attn_decode_kernel<D, MT>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                      dec_cfg<D>::SMEM));
+    attn_decode_kernel<D, MT><<<grid, 128, dec_cfg<D>::SMEM, stream>>>(a);
+    AKV_CUDA_TRY(cudaGetLastError());
+    return AKV_OK;
+}
+
+static akv_status dec_check(const akv_attn_decode *p, const char *op) {
+    akv_status st = akv__attn_decode_check(p, op);
+    if (st != AKV_OK || p->kv.n_seq == 0) return st;
+    if ((st = attn_cuda_kv_check(&p->kv, op)) != AKV_OK) return st;
+    if ((st = attn_cuda_dtype_check(p->q_dtype, "q_dtype", op)) != AKV_OK) return st;
+    if ((st = attn_cuda_dtype_check(p->o_dtype, "o_dtype", op)) != AKV_OK) return st;
+    const uint32_t q_stride = p->q_stride ? p->q_stride : p->n_heads * p->kv.head_dim;
+    return attn_cuda_align_check(p->q, (uint64_t)q_stride * akv_dtype_size(p->q_dtype), "q", op);
+}
+
+extern "C" akv_status akv_attn_cuda_decode_split(const akv_attn_decode *p, akv_attn_split *out) {
+    akv_status st = dec_check(p, "cuda decode split");
+    if (st != AKV_OK) return st;
+    uint32_t n_sm;
+    size_t smem;
+    if ((st = attn_cuda_device(&n_sm, &smem)) != AKV_OK) return st;
+    return akv_attn_split_plan((uint64_t)p->kv.max_pages * p->kv.page_tokens, p->kv.n_kv_heads,
+                               p->kv.head_dim, n_sm, smem, out);
+}
+
+extern "C" akv_status akv_attn_cuda_decode(const akv_attn_decode *p, akv_dptr workspace,
+                                           size_t workspace_bytes, void *stream) {
+    const char *op = "cuda decode";
+    akv_status st = dec_check(p, op);
+    if (st != AKV_OK || p->kv.n_seq == 0) return st;
+    akv_attn_split sp;
+    size_t need = 0;
+    if ((st = akv_attn_cuda_decode_split(p, &sp)) != AKV_OK) return st;
+    if ((st = akv_attn_decode_workspace_bytes(p, &sp, &need)) != AKV_OK) return st;
+    if (need > 0 && (workspace_bytes < need || workspace.addr == 0 || workspace.addr % 256 != 0)) {
+        AKV_LOG_E("attn %s: the workspace (0x%llx, %zu bytes) is not a 256-aligned buffer of the %zu bytes "
+                  "this split (%u partitions of %u keys) needs", op, (unsigned long long)workspace.addr,
+                  workspace_bytes, need, sp.n_parts, sp.part_tokens);
+        return AKV_EINVAL;
+    }
+    const int D = (int)p->kv.head_dim, group = (int)(p->n_heads / p->kv.n_kv_heads);
+    const int rows = group * (int)p->n_query, mt = rows <= 16 ? 1 : 2, n_row_tiles = (rows + 16 * mt - 1) / (16 * mt);
+    if ((uint64_t)p->kv.n_kv_heads * n_row_tiles > 65535) {
+        AKV_LOG_E("attn %s: %u K/V heads x %d row tiles exceed a grid dimension", op, p->kv.n_kv_heads, n_row_tiles);
+        return AKV_EUNSUPPORTED;
+    }
+    dec_args a;
+    a.kv = attn_kv_view(&p->kv);
+    a.q = reinterpret_cast<const void *>(p->q.addr);
+    a.q_f32 = p->q_dtype == AKV_DTYPE_F32;
+    a.q_stride = p->q_stride ? p->q_stride : (long long)p->n_heads * D;
+    a.o = reinterpret_cast<void *>(p->o.addr);
+    a.o_f32 = p->o_dtype == AKV_DTYPE_F32;
+    a.lse = reinterpret_cast<float *>(p->lse.addr);
+    const size_t o_bytes = need ? ((size_t)p->kv.n_seq * p->kv.n_kv_heads * sp.n_parts * rows * D * 4 + 255) & ~(size_t)255 : 0;
+    a.ws_o = need ? reinterpret_cast<float *>(workspace.addr) : nullptr;
+    a.ws_lse = need ? reinterpret_cast<float *>(workspace.addr + o_bytes) : nullptr;
+    a.n_heads = (int)p->n_heads;
+    a.group = group;
+    a.n_query = (int)p->n_query;
+    a.rows = rows;
+    a.n_row_tiles = n_row_tiles;
+    a.n_parts = (int)sp.n_parts;
+    a.part_tokens = (int)sp.part_tokens;
+    a.scale_log2 = akv__attn_scale(p->scale, p->kv.head_dim) * ATTN_LOG2E;
+    cudaStream_t cs = static_cast<cudaStream_t>(stream);
+    const dim3 grid(sp.n_parts, p->kv.n_kv_heads * n_row_tiles, p->kv.n_seq);
+    if (D == 128) st = mt == 1 ? dec_launch<128, 1>(a, grid, cs) : dec_launch<128, 2>(a, grid, cs);
+    else st = mt == 1 ? dec_launch<64, 1>(a, grid, cs) : dec_launch<64, 2>(a, grid, cs);
+    if (st != AKV_OK || sp.n_parts == 1) return st;
+    attn_decode_merge_kernel<<<dim3(p->kv.n_kv_heads, p->kv.n_seq), 128, 0, cs>>>(a, D);
+    AKV_CUDA_TRY(cudaGetLastError());
+    return AKV_OK;
+}

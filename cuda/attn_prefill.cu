@@ -1,0 +1,236 @@
+/*
+ * attn_prefill.cu — chunked causal prefill over a paged history (flash-attention style).
+ *
+ * The chunk's K/V is first written into its page slots (attn_append.cu), then every chunk
+ * row attends keys 0..hist+i from the pages, where hist = len - chunk and i is the row's
+ * index in the chunk (the causal rule of akv/attn.h).
+ *
+ * Work decomposition. One block (4 warps, 128 threads) per (tile of 128 chunk rows, query
+ * head, sequence); blockIdx.x runs the row tiles last-first, so the longest blocks (the
+ * most keys under the causal mask) start first. Warp w owns rows 32w..32w+31 (two m16
+ * tiles). The block walks key tiles of 64 with one K and one V buffer, FA2-style: V(j) is
+ * loaded while S = Q K(j)^T and the softmax run, K(j+1) while P V(j) runs. Only tiles that
+ * cross a warp's diagonal are masked. Rows of the block's query head only: the G query
+ * heads of a GQA group read the same K/V tiles, through L2.
+ *
+ * Numerics as in attn_decode.cu: f32 scores and accumulators, base-2 exponent with the
+ * scale folded in, P rounded to bf16 for the tensor cores and summed as rounded.
+ */
+#include "attn_common.cuh"
+
+template <int D>
+struct pf_cfg {
+    static constexpr int BR = 128, BC = 64;
+    static constexpr int Q_BYTES = BR * D * 2;
+    static constexpr int KV_BYTES = BC * D * 2;
+    static constexpr int SMEM = Q_BYTES + 2 * KV_BYTES; /* Q, K, V */
+};
+
+struct pf_args {
+    attn_kv kv;
+    const int *qo_indptr; /* [n_seq+1] */
+    const void *q;        /* [n_tokens] rows of q_stride elements */
+    int q_f32;
+    long long q_stride;
+    void *o; /* [n_tokens][n_heads][D] */
+    int o_f32;
+    float *lse; /* [n_tokens][n_heads] or null */
+    int n_heads, group, n_q_tiles;
+    float scale_log2;
+};
+
+/* cp.async of K or V rows t0..t0+63 of head h into a swizzled [64][D] tile; positions >=
+ * t_end are zero-filled. */
+template <int D>
+static __device__ __forceinline__ void pf_load_kv(const attn_kv &kv, int pb, int kvsel, int h, int t0,
+                                                  int t_end, uint32_t dst, int tid) {
+    constexpr int CPR = D / 8, RPP = 128 / CPR;
+    const int c = tid % CPR;
+#pragma unroll
+    for (int i = 0; i < 64 / RPP; i++) {
+        const int r = tid / CPR + i * RPP, t = t0 + r;
+        const bool valid = t < t_end;
+        const unsigned char *src = valid ? attn_row<D>(kv, pb, kvsel, h, t) + c * 16 : kv.pool;
+        attn_cp16(dst + attn_swz<D>(r, c), src, valid);
+    }
+}
+
+template <int D>
+__global__ void __launch_bounds__(128, 2) attn_prefill_kernel(const pf_args a) {
+    using C = pf_cfg<D>;
+    extern __shared__ __align__(128) unsigned char smem[];
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int tile = a.n_q_tiles - 1 - (int)blockIdx.x;
+    const int head = blockIdx.y, s = blockIdx.z, h = head / a.group;
+    const int qs = a.qo_indptr[s], chunk = a.qo_indptr[s + 1] - qs;
+    const int m0 = tile * C::BR;
+    if (m0 >= chunk) return;
+    const int len = attn_seq_len(a.kv, s), pb = a.kv.indptr[s];
+    const int hist = len - chunk;
+    const int rows_here = min(C::BR, chunk - m0);
+    const int kv_end = hist + m0 + rows_here; /* keys past this are masked for every row */
+    const int n_tiles = (kv_end + C::BC - 1) / C::BC;
+    unsigned char *sq = smem;
+    const uint32_t sq_u = attn_smem_addr(sq), sk = sq_u + C::Q_BYTES, sv = sk + C::KV_BYTES;
+
+    /* 1. K(0) in flight while the query rows are stored (bf16, swizzled, padding zero) */
+    pf_load_kv<D>(a.kv, pb, 0, h, 0, kv_end, sk, tid);
+    attn_cp_commit();
+    for (int idx = tid; idx < C::BR * (D / 8); idx += 128) {
+        const int r = idx / (D / 8), c = idx % (D / 8);
+        uint4 val = make_uint4(0, 0, 0, 0);
+        if (r < rows_here) val = attn_load8_bf16(a.q, a.q_f32, (size_t)(qs + m0 + r) * a.q_stride + (size_t)head * D + c * 8);
+        *reinterpret_cast<uint4 *>(sq + attn_swz<D>(r, c)) = val;
+    }
+    const int wrow = m0 + warp * 32; /* chunk index of this warp's first row */
+
+    float m[2][2], l[2][2], acc[2][D / 8][4];
+#pragma unroll
+    for (int mt = 0; mt < 2; mt++) {
+        m[mt][0] = m[mt][1] = -INFINITY;
+        l[mt][0] = l[mt][1] = 0.0f;
+#pragma unroll
+        for (int dn = 0; dn < D / 8; dn++) acc[mt][dn][0] = acc[mt][dn][1] = acc[mt][dn][2] = acc[mt][dn][3] = 0.0f;
+    }
+
+    for (int j = 0; j < n_tiles; j++) {
+        const int t0 = j * C::BC;
+        __syncthreads(); /* everyone is done with V(j-1) (and Q is stored) */
+        pf_load_kv<D>(a.kv, pb, 1, h, t0, kv_end, sv, tid);
+        attn_cp_commit();
+        attn_cp_wait<1>();
+        __syncthreads(); /* K(j) landed for all */
+
+        /* 2. S = Q K^T: per warp [32 rows] x [64 keys] */
+        float sc[2][8][4];
+#pragma unroll
+        for (int mt = 0; mt < 2; mt++)
+#pragma unroll
+            for (int nt = 0; nt < 8; nt++) sc[mt][nt][0] = sc[mt][nt][1] = sc[mt][nt][2] = sc[mt][nt][3] = 0.0f;
+#pragma unroll
+        for (int ks = 0; ks < D / 16; ks++) {
+            uint32_t qf[2][4];
+#pragma unroll
+            for (int mt = 0; mt < 2; mt++)
+                attn_ldsm_x4(qf[mt], sq_u + attn_swz<D>(warp * 32 + mt * 16 + (lane & 15), 2 * ks + (lane >> 4)));
+#pragma unroll
+            for (int kp = 0; kp < 4; kp++) {
+                uint32_t kf[4];
+                attn_ldsm_x4(kf, sk + attn_swz<D>(kp * 16 + (lane & 7) + ((lane >> 4) << 3), 2 * ks + ((lane >> 3) & 1)));
+#pragma unroll
+                for (int mt = 0; mt < 2; mt++) {
+                    attn_mma(sc[mt][2 * kp], qf[mt], kf[0], kf[1]);
+                    attn_mma(sc[mt][2 * kp + 1], qf[mt], kf[2], kf[3]);
+                }
+            }
+        }
+        /* 3. the causal mask, on tiles that cross this warp's diagonal only */
+        if (t0 + C::BC - 1 > hist + wrow) {
+#pragma unroll
+            for (int mt = 0; mt < 2; mt++)
+#pragma unroll
+                for (int nt = 0; nt < 8; nt++)
+#pragma unroll
+                    for (int e = 0; e < 4; e++) {
+                        const int t = t0 + nt * 8 + (lane & 3) * 2 + (e & 1);
+                        const int i = wrow + mt * 16 + (lane >> 2) + (e >> 1) * 8;
+                        if (t > hist + i) sc[mt][nt][e] = -INFINITY;
+                    }
+        }
+        /* 4. online softmax in the log2 domain (scores are scaled on the fly) */
+#pragma unroll
+        for (int mt = 0; mt < 2; mt++) {
+            attn_softmax_step<8, D / 8>(sc[mt], acc[mt], m[mt][0], l[mt][0], 0, a.scale_log2);
+            attn_softmax_step<8, D / 8>(sc[mt], acc[mt], m[mt][1], l[mt][1], 1, a.scale_log2);
+        }
+        attn_cp_wait<0>();
+        __syncthreads(); /* V(j) landed for all; everyone is done with K(j) */
+        if (j + 1 < n_tiles) {
+            pf_load_kv<D>(a.kv, pb, 0, h, t0 + C::BC, kv_end, sk, tid);
+            attn_cp_commit();
+        }
+        /* 5. O += P V, 16 keys at a time */
+#pragma unroll
+        for (int kk = 0; kk < 4; kk++) {
+            uint32_t pa[2][4];
+#pragma unroll
+            for (int mt = 0; mt < 2; mt++) attn_pack_p(sc[mt][2 * kk], sc[mt][2 * kk + 1], pa[mt]);
+#pragma unroll
+            for (int dp = 0; dp < D / 16; dp++) {
+                uint32_t vf[4];
+                attn_ldsm_x4_t(vf, sv + attn_swz<D>(kk * 16 + (lane & 7) + (((lane >> 3) & 1) << 3), 2 * dp + (lane >> 4)));
+#pragma unroll
+                for (int mt = 0; mt < 2; mt++) {
+                    attn_mma(acc[mt][2 * dp], pa[mt], vf[0], vf[1]);
+                    attn_mma(acc[mt][2 * dp + 1], pa[mt], vf[2], vf[3]);
+                }
+            }
+        }
+    }
+
+    /* 6. normalise and write the rows of the chunk */
+#pragma unroll
+    for (int mt = 0; mt < 2; mt++)
+#pragma unroll
+        for (int hf = 0; hf < 2; hf++) {
+            const float lsum = attn_quad_sum(l[mt][hf]);
+            const int r = warp * 32 + mt * 16 + (lane >> 2) + hf * 8;
+            if (r >= rows_here) continue;
+            const bool empty = !(lsum > 0.0f);
+            const float inv = empty ? 0.0f : 1.0f / lsum;
+            const size_t orow = (size_t)(qs + m0 + r) * a.n_heads + head;
+#pragma unroll
+            for (int dn = 0; dn < D / 8; dn++)
+                attn_store2(a.o, a.o_f32, orow * D + dn * 8 + (lane & 3) * 2, acc[mt][dn][2 * hf] * inv,
+                            acc[mt][dn][2 * hf + 1] * inv);
+            if ((lane & 3) == 0 && a.lse)
+                a.lse[orow] = empty ? -INFINITY : (m[mt][hf] + log2f(lsum)) * ATTN_LN2;
+        }
+}
+
+template <int D>
+static akv_status pf_launch(const pf_args &a, dim3 grid, cudaStream_t stream) {
+    AKV_CUDA_TRY(cudaFuncSetAttribute(attn_prefill_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                      pf_cfg<D>::SMEM));
+    attn_prefill_kernel<D><<<grid, 128, pf_cfg<D>::SMEM, stream>>>(a);
+    AKV_CUDA_TRY(cudaGetLastError());
+    return AKV_OK;
+}
+
+extern "C" akv_status akv_attn_cuda_prefill(const akv_attn_prefill *p, void *stream) {
+    const char *op = "cuda prefill";
+    akv_status st = akv__attn_prefill_check(p, op);
+    if (st != AKV_OK || p->kv.n_seq == 0 || p->n_tokens == 0) return st;
+    if ((st = attn_cuda_kv_check(&p->kv, op)) != AKV_OK) return st;
+    if ((st = attn_cuda_dtype_check(p->q_dtype, "q_dtype", op)) != AKV_OK) return st;
+    if ((st = attn_cuda_dtype_check(p->o_dtype, "o_dtype", op)) != AKV_OK) return st;
+    const uint32_t D = p->kv.head_dim;
+    const uint32_t q_stride = p->q_stride ? p->q_stride : p->n_heads * D;
+    if ((st = attn_cuda_align_check(p->q, (uint64_t)q_stride * akv_dtype_size(p->q_dtype), "q", op)) != AKV_OK)
+        return st;
+    if (p->n_heads > 65535) {
+        AKV_LOG_E("attn %s: %u query heads exceed a grid dimension", op, p->n_heads);
+        return AKV_EUNSUPPORTED;
+    }
+    cudaStream_t cs = static_cast<cudaStream_t>(stream);
+    if (p->k_new.addr) {
+        st = akv__attn_cuda_append_launch(&p->kv, p->qo_indptr, 0, p->max_chunk, p->k_new, p->v_new,
+                                          p->kv_new_dtype, p->kv_stride, cs, op);
+        if (st != AKV_OK) return st;
+    }
+    pf_args a;
+    a.kv = attn_kv_view(&p->kv);
+    a.qo_indptr = reinterpret_cast<const int *>(p->qo_indptr.addr);
+    a.q = reinterpret_cast<const void *>(p->q.addr);
+    a.q_f32 = p->q_dtype == AKV_DTYPE_F32;
+    a.q_stride = q_stride;
+    a.o = reinterpret_cast<void *>(p->o.addr);
+    a.o_f32 = p->o_dtype == AKV_DTYPE_F32;
+    a.lse = reinterpret_cast<float *>(p->lse.addr);
+    a.n_heads = (int)p->n_heads;
+    a.group = (int)(p->n_heads / p->kv.n_kv_heads);
+    a.n_q_tiles = (int)((p->max_chunk + pf_cfg<128>::BR - 1) / pf_cfg<128>::BR);
+    a.scale_log2 = akv__attn_scale(p->scale, D) * ATTN_LOG2E;
+    const dim3 grid(a.n_q_tiles, p->n_heads, p->kv.n_seq);
+    return D == 128 ? pf_launch<128>(a, grid, cs) : pf_launch<64>(a, grid, cs);
+}

@@ -1,0 +1,260 @@
+/*
+ * akv/attn.h — attention over a paged K/V history: decode (split-KV), causal prefill, the
+ * write of new tokens' K/V into their page slots, and the exact merge of partial states.
+ *
+ * Two implementations share these parameter structs:
+ *   akv_attn_ref_*   plain C (ref/), FP32 accumulation; the host backend's implementation
+ *                    and the test oracle (with float64 variants for the tests).
+ *   akv_attn_cuda_*  CUDA (cuda/), bf16 in, FP32 accumulation, tensor cores. Declared here
+ *                    without CUDA types; defined only in builds with the CUDA backend
+ *                    (AKV_HAVE_CUDA). A stream is a `void *` (the CUDA stream handle; NULL = the
+ *                    default stream). Launchers enqueue and return: they never synchronise.
+ *
+ * Glossary
+ *   page        P consecutive tokens of one layer of one context, K and V for all K/V
+ *               heads: page[2][n_kv_heads][P][head_dim], index 0 = K, 1 = V; element
+ *               (kv, h, t, i) at ((kv*n_kv_heads + h)*P + t)*head_dim + i. Page id k of a
+ *               pool lies at pool + k*page_bytes, page_bytes = 2*n_kv_heads*P*head_dim*elem.
+ *   page table  CSR, one layer, n_seq sequences: indptr[n_seq+1], indices[indptr[n_seq]]
+ *               (page ids, oldest first), last_page_len[n_seq] (1..P; 0 only for a sequence
+ *               with no page). Sequence s holds len_s = (n_pages_s - 1)*P + last_page_len[s]
+ *               tokens at positions 0..len_s-1.
+ *   capacity    max_pages: the most pages any sequence of the table may own. It is the one
+ *               input, with the device, of the split-KV partitioning (akv_attn_split_plan).
+ *   GQA         n_heads query heads share n_kv_heads K/V heads; n_heads = group*n_kv_heads
+ *               and query head j reads K/V head j / group (consecutive heads share).
+ *   new queries The queries of a call are the LAST tokens of their sequence: for a sequence
+ *               of len tokens with n new queries, query q (0-based) sits at position
+ *               len - n + q and sees keys 0..len-n+q (causal). So in decode with 4 queries the
+ *               later queries see more keys, and a prefill chunk is the same rule with n =
+ *               chunk length. The table must already include the new tokens: their K/V is
+ *               written first (akv_attn_*_append, or the prefill's k_new/v_new).
+ *   state       a partial attention result of one query row over some set of keys: the
+ *               normalised output o[head_dim] and lse.
+ *
+ * LSE convention (every lse here): natural logarithm of sum_t exp(score_t), where
+ * score_t = scale * dot(q, k_t) and scale is 1/sqrt(head_dim) unless set. An EMPTY state (no
+ * key visible: a sequence of length 0, a query before the first key, an empty partition)
+ * is lse = -INFINITY with o = 0; merging with it changes nothing, and it never makes a NaN.
+ *
+ * Merge (exact, associative up to FP32 rounding):
+ *   lse = m + log(exp(lse_a - m) + exp(lse_b - m)), m = max(lse_a, lse_b);
+ *   o = o_a*exp(lse_a - lse) + o_b*exp(lse_b - lse).
+ *
+ * Split-KV decode (CUDA): the keys of each (sequence, K/V head) are cut into n_parts
+ * partitions of part_tokens consecutive positions (akv_attn_split_plan). The cut depends
+ * only on the capacity, the geometry and the device (SM count, shared memory) — never on
+ * where pages physically lie, on the batch, or on the lengths. The arithmetic inside a
+ * partition and the merge order are fixed, so the same page contents give the same bits
+ * whether the pages are resident or staged, and wherever the sequence sits in a batch, as
+ * long as max_pages is the same. Partitions past a sequence's length are skipped.
+ *
+ * Invariants
+ *   - Every call validates the host-visible parameters and returns AKV_EINVAL (logged,
+ *     naming the field) before touching memory. The ref functions also validate the page
+ *     table (akv_attn_table_check); the CUDA launchers cannot read it (device memory) and
+ *     trust it: the caller checks its host copy.
+ *   - Outputs are all-or-nothing only as far as validation goes: once launched, a kernel
+ *     writes every output element (the tests poison outputs to prove it).
+ *   - Pages that receive new tokens' K/V must not be shared between sequences.
+ *
+ * Thread-safety: every function is reentrant; calls on distinct outputs may run in
+ * parallel (host) or on different streams (CUDA).
+ */
+#ifndef AKV_ATTN_H
+#define AKV_ATTN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "akv/dev.h"
+#include "akv/dtype.h"
+#include "akv/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+enum {
+    AKV_ATTN_MAX_QUERIES = 4,      /* new queries per sequence in decode */
+    AKV_ATTN_MAX_HEAD_DIM = 256,   /* ref; the CUDA kernels take 64 and 128 */
+    AKV_ATTN_TILE_TOKENS = 64,     /* keys per CUDA tile; partitions are multiples of it */
+    AKV_ATTN_MAX_PARTS = 1024,     /* most split-KV partitions per (sequence, K/V head) */
+};
+
+/* A paged K/V history of one layer for a batch of n_seq sequences. */
+typedef struct akv_attn_pages {
+    akv_dptr pool;          /* page pool base; page id k at pool + k*page_bytes */
+    akv_dptr indptr;        /* int32 [n_seq + 1], indptr[0] = 0, non-decreasing */
+    akv_dptr indices;       /* int32 [indptr[n_seq]] page ids < n_pages, oldest first */
+    akv_dptr last_page_len; /* int32 [n_seq], 1..page_tokens; 0 iff the sequence has no page */
+    uint32_t n_seq;         /* sequences in the batch; 0 = nothing to do */
+    uint32_t n_pages;       /* pages in the pool (the bound for page ids) */
+    uint32_t max_pages;     /* capacity: most pages any sequence may own (>= 1) */
+    uint32_t n_kv_heads;    /* K/V heads (>= 1) */
+    uint32_t head_dim;      /* elements per head row: ref 1..256 (multiple of 8 on CUDA
+                               appends), CUDA attention 64 or 128 */
+    uint32_t page_tokens;   /* P, tokens per page: a power of two, 1..65536 */
+    akv_dtype dtype;        /* element type of the pages: ref f32/f16/bf16; CUDA bf16 */
+} akv_attn_pages;
+
+/* Decode: n_query (1..4) new queries per sequence, all already in the table. */
+typedef struct akv_attn_decode {
+    akv_attn_pages kv;
+    uint32_t n_heads;  /* query heads, a multiple of kv.n_kv_heads */
+    uint32_t n_query;  /* new queries per sequence, 1..AKV_ATTN_MAX_QUERIES */
+    akv_dptr q;        /* [n_seq][n_query] rows of [n_heads][head_dim], q_dtype */
+    akv_dtype q_dtype; /* f32 or bf16 (also f16 in the ref); CUDA rounds q to bf16 */
+    uint32_t q_stride; /* elements from one query token's row to the next; 0 = n_heads*head_dim */
+    akv_dptr o;        /* [n_seq][n_query][n_heads][head_dim], o_dtype: the normalised output */
+    akv_dtype o_dtype; /* f32 or bf16 (also f16 in the ref) */
+    akv_dptr lse;      /* f32 [n_seq][n_query][n_heads] (natural log); 0 = not wanted */
+    float scale;       /* score scale; 0 = 1/sqrt(head_dim); else finite and > 0 */
+} akv_attn_decode;
+
+/* Causal prefill of a chunk of new tokens per sequence over its history and itself. The
+ * table includes the chunk: the chunk's tokens are the last n_s positions of sequence s. */
+typedef struct akv_attn_prefill {
+    akv_attn_pages kv;
+    uint32_t n_heads;     /* query heads, a multiple of kv.n_kv_heads */
+    akv_dptr qo_indptr;   /* int32 [n_seq + 1]: chunk rows of sequence s are
+                             qo_indptr[s] .. qo_indptr[s+1]-1, qo_indptr[0] = 0 */
+    uint32_t n_tokens;    /* qo_indptr[n_seq]: rows of q, o, lse, k_new, v_new */
+    uint32_t max_chunk;   /* >= the longest chunk (CUDA sizes its grid from it) */
+    akv_dptr q;           /* [n_tokens] rows of [n_heads][head_dim], q_dtype */
+    akv_dtype q_dtype;    /* f32 or bf16 (also f16 in the ref) */
+    uint32_t q_stride;    /* elements between token rows of q; 0 = n_heads*head_dim */
+    akv_dptr k_new;       /* [n_tokens] rows of [n_kv_heads][head_dim], kv_new_dtype: the
+                             chunk's K, written into its page slots before attending;
+                             0 (with v_new 0) = already in the pages */
+    akv_dptr v_new;       /* same shape, V */
+    akv_dtype kv_new_dtype; /* f32 or the page dtype */
+    uint32_t kv_stride;   /* elements between token rows of k_new/v_new; 0 = n_kv_heads*head_dim */
+    akv_dptr o;           /* [n_tokens][n_heads][head_dim], o_dtype */
+    akv_dtype o_dtype;
+    akv_dptr lse;         /* f32 [n_tokens][n_heads]; 0 = not wanted */
+    float scale;          /* 0 = 1/sqrt(head_dim) */
+} akv_attn_prefill;
+
+/* Write new tokens' K/V into their page slots (decode's tail write, a prefill chunk). The
+ * table already includes them: sequence s's n_s new tokens take positions len_s-n_s..len_s-1. */
+typedef struct akv_attn_append {
+    akv_attn_pages kv;
+    akv_dptr qo_indptr;   /* int32 [n_seq + 1] rows per sequence; 0 = uniform n_per_seq */
+    uint32_t n_per_seq;   /* with qo_indptr 0: every sequence has this many new tokens */
+    uint32_t n_tokens;    /* rows of k/v (= qo_indptr[n_seq], or n_seq*n_per_seq) */
+    uint32_t max_new;     /* >= the most new tokens of any sequence (CUDA grid) */
+    akv_dptr k;           /* [n_tokens] rows of [n_kv_heads][head_dim], dtype */
+    akv_dptr v;           /* same shape */
+    akv_dtype dtype;      /* f32 or the page dtype; converted with round-to-nearest-even */
+    uint32_t stride;      /* elements between token rows; 0 = n_kv_heads*head_dim */
+} akv_attn_append;
+
+/* Merge two arrays of partial states row by row: out = merge(a, b). */
+typedef struct akv_attn_merge {
+    uint32_t n_rows;      /* states per array */
+    uint32_t head_dim;
+    akv_dptr o_a, lse_a;  /* f32 [n_rows][head_dim], f32 [n_rows] */
+    akv_dptr o_b, lse_b;  /* same */
+    akv_dptr o;           /* [n_rows][head_dim], o_dtype; may be o_a or o_b when f32 */
+    akv_dtype o_dtype;    /* f32 or bf16 (also f16 in the ref) */
+    akv_dptr lse;         /* f32 [n_rows]; may be lse_a or lse_b; 0 = not wanted */
+} akv_attn_merge;
+
+/* The split-KV partitioning of decode (see the file comment). */
+typedef struct akv_attn_split {
+    uint32_t part_tokens; /* keys per partition: a multiple of AKV_ATTN_TILE_TOKENS */
+    uint32_t n_parts;     /* partitions per (sequence, K/V head): ceil(capacity/part_tokens) */
+} akv_attn_split;
+
+/* The address of host memory as an akv_dptr, for the ref functions (on the host backend,
+ * device addresses are host addresses, so its allocations can be passed as they are). */
+static inline akv_dptr akv_attn_host_ptr(const void *p) {
+    akv_dptr d = {(uint64_t)(uintptr_t)p};
+    return d;
+}
+
+/* ---- plans and checks (plain C, every build) ------------------------------------------ */
+
+/* The split-KV partitioning for a capacity of capacity_tokens keys (max_pages*page_tokens)
+ * on a device with n_sm multiprocessors and smem_per_block bytes of shared memory a block
+ * may opt into (akv_dev_info's fields). The rule, for head dim d:
+ *   blocks_per_sm = clamp(smem_per_block / akv_attn_decode_smem_bytes(d), 1, 4)
+ *   fill          = ceil(blocks_per_sm * n_sm / n_kv_heads)   (one wave at batch 1)
+ *   n_parts       = clamp(ceil(capacity / 128), 1, min(fill, AKV_ATTN_MAX_PARTS))
+ *   part_tokens   = round_up(ceil(capacity / n_parts), 64); n_parts = ceil(capacity / part_tokens)
+ * There is no limit on the number of keys: a partition grows with the capacity.
+ * AKV_EINVAL for zero inputs or a head dim other than 64/128; AKV_EUNSUPPORTED when the
+ * device's shared memory cannot hold one decode block. */
+akv_status akv_attn_split_plan(uint64_t capacity_tokens, uint32_t n_kv_heads, uint32_t head_dim,
+                               uint32_t n_sm, size_t smem_per_block, akv_attn_split *out);
+
+/* Shared memory one CUDA decode block uses for head dim 64 or 128 (0 for others). */
+size_t akv_attn_decode_smem_bytes(uint32_t head_dim);
+
+/* Device workspace a CUDA decode with these parameters and this split needs (partial
+ * outputs and LSEs of every partition); 0 when n_parts is 1 (no merge). AKV_EOVERFLOW if
+ * it does not fit a size_t. */
+akv_status akv_attn_decode_workspace_bytes(const akv_attn_decode *p, const akv_attn_split *split,
+                                           size_t *out);
+
+/* Validity walker for a page table held in host memory (the arrays kv->indptr etc. point
+ * at): indptr starts at 0 and never decreases; each sequence owns at most max_pages pages;
+ * ids are < n_pages; last_page_len is 1..P for a sequence with pages and 0 without. Logs
+ * the first violation and returns AKV_EINVAL; never writes. Duplicate ids are allowed
+ * (shared, read-only prefix pages). */
+akv_status akv_attn_table_check(const akv_attn_pages *kv);
+
+/* ---- reference (ref/, host memory) ---------------------------------------------------- */
+/* Every address in the parameters is read as a host address. Each function validates the
+ * parameters and the table first (AKV_EINVAL, nothing written). FP32 accumulation; the
+ * float64 variants accumulate in double and write double outputs with the shapes of o/lse
+ * (the struct's o/lse fields are then ignored). */
+
+akv_status akv_attn_ref_decode(const akv_attn_decode *p);
+akv_status akv_attn_ref_decode_f64(const akv_attn_decode *p, double *o, double *lse);
+
+/* Writes k_new/v_new into the pages (when given), then attends. */
+akv_status akv_attn_ref_prefill(const akv_attn_prefill *p);
+akv_status akv_attn_ref_prefill_f64(const akv_attn_prefill *p, double *o, double *lse);
+
+/* AKV_EINVAL also when a sequence has fewer tokens than new rows. */
+akv_status akv_attn_ref_append(const akv_attn_append *p);
+
+akv_status akv_attn_ref_merge(const akv_attn_merge *p);
+
+/* The exact merge of one state into another, in place: (o_a, *lse_a) = merge(a, b), over
+ * head_dim elements. An empty b leaves a bit-identical; an empty a becomes b exactly. */
+void akv_attn_merge_state(uint32_t head_dim, float *o_a, float *lse_a, const float *o_b,
+                          float lse_b);
+
+/* ---- CUDA launchers (cuda/; builds with AKV_HAVE_CUDA) -------------------------------- */
+/* Each validates, enqueues on `stream` (NULL = default) on the current CUDA device, checks
+ * the launch, and returns: AKV_EINVAL (bad parameters, logged), AKV_EUNSUPPORTED (a valid
+ * shape the kernels do not take: head dim other than 64/128, pages not bf16, f16 queries or
+ * outputs; named in the log), AKV_EDEVICE (a CUDA error).
+ * Device properties (SM count, shared memory) are read from the current device. */
+
+/* Split-KV decode. `workspace` holds akv_attn_decode_workspace_bytes() bytes for the split
+ * of akv_attn_cuda_decode_split() (it may be 0 when that is 0); one workspace must not be
+ * shared by calls in flight at the same time. */
+akv_status akv_attn_cuda_decode(const akv_attn_decode *p, akv_dptr workspace,
+                                size_t workspace_bytes, void *stream);
+
+/* The split a CUDA decode with these parameters uses on the current device. */
+akv_status akv_attn_cuda_decode_split(const akv_attn_decode *p, akv_attn_split *out);
+
+/* Chunked causal prefill: writes k_new/v_new into the pages (when given), then attends
+ * (flash-attention style, no key split: route chunks of <= 4 tokens to decode). */
+akv_status akv_attn_cuda_prefill(const akv_attn_prefill *p, void *stream);
+
+/* Writes new tokens' K/V into their page slots (bit-exact with akv_attn_ref_append). */
+akv_status akv_attn_cuda_append(const akv_attn_append *p, void *stream);
+
+/* Merges two arrays of partial states (f32 inputs). */
+akv_status akv_attn_cuda_merge(const akv_attn_merge *p, void *stream);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* AKV_ATTN_H */

@@ -1,0 +1,100 @@
+/*
+ * akv/chat.h — chat templates: a conversation rendered as the text a model was trained on.
+ *
+ * A GGUF carries its chat template as Jinja source (tokenizer.chat_template). activekv does
+ * not run Jinja: it recognises the template's family by its markers and renders that family
+ * in C, the way the template would for plain {role, content} messages (no tools, no images).
+ *
+ * Families
+ *   CHATML   markers <|im_start|> and <|im_end|> (SmolLM2, Qwen, ...). Each message is
+ *            "<|im_start|>" role "\n" content "<|im_end|>\n"; the generation prompt is
+ *            "<|im_start|>assistant\n". When the template inserts a default system message
+ *            whenever the first message is not a system one (SmolLM2 does: "You are a helpful
+ *            AI assistant named SmolLM, trained by Hugging Face"), that text is taken from the
+ *            template and inserted the same way.
+ *   LLAMA3   markers <|start_header_id|>, <|end_header_id|>, <|eot_id|> (Llama 3). Each
+ *            message is "<|start_header_id|>" role "<|end_header_id|>\n\n" trim(content)
+ *            "<|eot_id|>", the first one preceded by the BOS token's text; the generation prompt
+ *            is "<|start_header_id|>assistant<|end_header_id|>\n\n". trim() is Jinja's (Python
+ *            str.strip(): Unicode whitespace at both ends). Llama 3.1+ templates (knowledge-date
+ *            system header, tool calls) render differently and are not recognised.
+ *
+ * A template of no known family is refused (AKV_EUNSUPPORTED, logged) unless the caller names
+ * the family (akv_chat_params.name, `akv tok --template`).
+ *
+ * The rendered text contains special-token texts: encode it with AKV_TOK_PARSE_SPECIAL and
+ * without AKV_TOK_ADD_SPECIAL (the template already wrote BOS where the model wants it), as
+ * Hugging Face's apply_chat_template does. Message contents are inserted verbatim, so a
+ * special-token text inside a message is parsed as that token, as it is there.
+ *
+ * Thread-safety: an akv_chat is immutable after creation.
+ */
+#ifndef AKV_CHAT_H
+#define AKV_CHAT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "akv/status.h"
+#include "akv/tok.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct akv_chat akv_chat;
+typedef struct akv_gguf akv_gguf; /* akv/gguf.h */
+
+typedef enum akv_chat_kind {
+    AKV_CHAT_CHATML = 1,
+    AKV_CHAT_LLAMA3 = 2,
+} akv_chat_kind;
+
+/* One message. Both strings NUL-terminated UTF-8, borrowed for the call. */
+typedef struct akv_chat_msg {
+    const char *role;    /* "system", "user", "assistant", ... (any text) */
+    const char *content; /* the message text */
+} akv_chat_msg;
+
+typedef struct akv_chat_params {
+    const char *template_text; /* Jinja source (tokenizer.chat_template); NULL = none */
+    size_t template_bytes;     /* its length; 0 = NUL-terminated */
+    const char *name;          /* "chatml" or "llama3" to force a family; NULL = recognise */
+    const char *bos_text;      /* the template's bos_token (LLAMA3 writes it); NULL = "" */
+} akv_chat_params;
+
+/* Recognises (or takes by name) the family of p->template_text and copies what rendering
+ * needs. AKV_EUNSUPPORTED (logged) for an unknown or missing template without a name;
+ * AKV_EINVAL (logged) for a name that is not a family; AKV_ENOMEM. */
+akv_status akv_chat_create(const akv_chat_params *p, akv_chat **out);
+
+/* The same from a GGUF: tokenizer.chat_template, and bos_token = the text of
+ * tokenizer.ggml.bos_token_id. `name` as in akv_chat_params (NULL = recognise). AKV_EFORMAT
+ * (logged) for a mistyped key or a bos id outside the vocabulary. */
+akv_status akv_chat_create_from_gguf(const akv_gguf *gguf, const char *name, akv_chat **out);
+
+/* NULL is a no-op. */
+void akv_chat_destroy(akv_chat *chat);
+
+akv_chat_kind akv_chat_get_kind(const akv_chat *chat);
+
+/* The default system message the template inserts, or NULL when it has none. Borrowed until
+ * akv_chat_destroy. */
+const char *akv_chat_default_system(const akv_chat *chat);
+
+/* "chatml", "llama3"; "unknown" for other values. */
+const char *akv_chat_kind_name(akv_chat_kind kind);
+
+/* AKV_OK and *out for "chatml" / "llama3"; AKV_EINVAL (not logged) otherwise. */
+akv_status akv_chat_kind_from_name(const char *name, akv_chat_kind *out);
+
+/* Appends the rendering of msgs[0..n_msgs) to *out, then the generation prompt when
+ * add_generation_prompt. AKV_EINVAL (logged) for a message with a NULL role or content;
+ * AKV_ENOMEM; on error *out is unchanged. */
+akv_status akv_chat_render(const akv_chat *chat, const akv_chat_msg *msgs, size_t n_msgs,
+                           bool add_generation_prompt, akv_tok_text *out);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* AKV_CHAT_H */

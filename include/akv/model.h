@@ -1,0 +1,155 @@
+/*
+ * akv/model.h — a Llama-family model read from a GGUF file: its configuration and its weights.
+ *
+ * Architectures: `llama` (Llama 2/3, SmolLM, Mistral-style dense models) and `qwen2` (the same
+ * block with a bias on Q, K and V and the NEOX RoPE layout). Every hyperparameter comes from
+ * the file's metadata under the architecture's prefix (`llama.*`, `qwen2.*`); the defaults
+ * below are those of the GGUF convention (a key whose absence has a defined meaning), never
+ * a model's numbers from memory:
+ *
+ *   key (after "<arch>.")                 field        if absent
+ *   block_count                           n_layers     required
+ *   embedding_length                      n_embd       required
+ *   feed_forward_length                   n_ff         required
+ *   context_length                        n_ctx_train  required
+ *   attention.head_count                  n_heads      required
+ *   attention.head_count_kv               n_kv_heads   n_heads (no GQA)
+ *   attention.key_length, value_length    head_dim     n_embd / n_heads (both must agree)
+ *   attention.layer_norm_rms_epsilon      rms_eps      required
+ *   rope.dimension_count                  n_rot        head_dim
+ *   rope.freq_base                        rope_base    10000
+ *   rope.scaling.type                     -            none; "linear" uses rope.scaling.factor;
+ *                                                      "yarn"/others: AKV_EUNSUPPORTED
+ *   vocab_size                            n_vocab      rows of token_embd.weight
+ *   expert_count                          -            0; > 0 (mixture of experts): unsupported
+ * Llama 3's RoPE scaling travels as the tensor rope_freqs.weight ([n_rot/2] divisors of each
+ * pair's frequency, as llama.cpp applies them); its presence sets has_rope_factors.
+ *
+ * Weights (tensor names; shapes as [rows][cols] = GGUF ne {cols, rows}; dequantised to f32):
+ *   token_embd.weight        [n_vocab][n_embd]
+ *   output_norm.weight       [n_embd]
+ *   output.weight            [n_vocab][n_embd]     absent = tied to token_embd (tied_output)
+ *   rope_freqs.weight        [n_rot/2]             optional
+ *   blk.L.attn_norm.weight   [n_embd]
+ *   blk.L.attn_q.weight      [n_heads*head_dim][n_embd]     .bias [n_heads*head_dim] (qwen2)
+ *   blk.L.attn_k.weight      [n_kv_heads*head_dim][n_embd]  .bias (qwen2)
+ *   blk.L.attn_v.weight      [n_kv_heads*head_dim][n_embd]  .bias (qwen2)
+ *   blk.L.attn_output.weight [n_embd][n_heads*head_dim]
+ *   blk.L.ffn_norm.weight    [n_embd]
+ *   blk.L.ffn_gate.weight    [n_ff][n_embd]
+ *   blk.L.ffn_up.weight      [n_ff][n_embd]
+ *   blk.L.ffn_down.weight    [n_embd][n_ff]
+ * Every required tensor must exist with exactly its shape (AKV_EFORMAT naming the tensor, the
+ * shape found and the shape expected); a tensor of a type this build cannot dequantise is
+ * AKV_EUNSUPPORTED naming both.
+ *
+ * Ownership: akv_model_load copies (dequantises) every weight into memory the model owns; the
+ * GGUF file stays open (mapped) for the model's lifetime because the tokenizer and chat
+ * template read its metadata (akv_model_gguf). Pointers from getters are borrowed and valid
+ * until akv_model_destroy.
+ *
+ * Thread-safety: a loaded model is immutable; any number of forward passes may read it.
+ */
+#ifndef AKV_MODEL_H
+#define AKV_MODEL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "akv/gguf.h"
+#include "akv/ops.h"
+#include "akv/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum akv_model_arch {
+    AKV_MODEL_ARCH_LLAMA = 0,
+    AKV_MODEL_ARCH_QWEN2 = 1,
+} akv_model_arch;
+
+typedef struct akv_model_config {
+    akv_model_arch arch;
+    char arch_name[16];      /* "llama", "qwen2" (general.architecture) */
+    uint32_t n_layers;       /* transformer blocks */
+    uint32_t n_embd;         /* width of the residual stream */
+    uint32_t n_ff;           /* width of the feed-forward hidden layer */
+    uint32_t n_heads;        /* query heads */
+    uint32_t n_kv_heads;     /* K/V heads; n_heads is a multiple of it */
+    uint32_t head_dim;       /* elements per head */
+    uint32_t n_rot;          /* leading elements of a head that RoPE rotates (even) */
+    uint32_t n_vocab;        /* rows of the embedding and the output */
+    uint32_t n_ctx_train;    /* context length the model was trained for, tokens */
+    float rms_eps;           /* RMSNorm epsilon */
+    double rope_base;        /* RoPE theta */
+    double rope_freq_scale;  /* linear RoPE scaling: 1 / factor (1 = none) */
+    akv_rope_mode rope_mode; /* NORMAL for llama, NEOX for qwen2 */
+    bool has_rope_factors;   /* rope_freqs.weight present (Llama 3 scaling) */
+    bool tied_output;        /* no output.weight: the output reuses token_embd */
+    bool has_qkv_bias;       /* Q, K, V carry a bias (qwen2) */
+} akv_model_config;
+
+/* The weights of one block, f32, shapes as in the file comment. Bias pointers are NULL when
+ * the architecture has none. */
+typedef struct akv_model_layer {
+    const float *attn_norm;     /* [n_embd] */
+    const float *wq, *wk, *wv;  /* [n_heads*head_dim][n_embd], [n_kv_heads*head_dim][n_embd] x2 */
+    const float *bq, *bk, *bv;  /* [n_heads*head_dim], [n_kv_heads*head_dim] x2, or NULL */
+    const float *wo;            /* [n_embd][n_heads*head_dim] */
+    const float *ffn_norm;      /* [n_embd] */
+    const float *w_gate, *w_up; /* [n_ff][n_embd] */
+    const float *w_down;        /* [n_embd][n_ff] */
+} akv_model_layer;
+
+typedef struct akv_model akv_model;
+
+/* Progress of a load: `done` of `total` bytes of weights dequantised so far. */
+typedef void (*akv_model_progress_fn)(void *user, uint64_t done, uint64_t total);
+
+typedef struct akv_model_load_params {
+    akv_model_progress_fn progress; /* NULL = no reports; else called after every tensor */
+    void *progress_user;
+} akv_model_load_params;
+
+/* Fills *out from the metadata of an open GGUF (the table in the file comment), checking
+ * every value (non-zero sizes, n_heads a multiple of n_kv_heads, n_rot even and <= head_dim,
+ * finite positive epsilon and base, a vocabulary that matches token_embd.weight).
+ * AKV_EUNSUPPORTED (logged with the key and value) for an architecture other than llama/qwen2,
+ * a mixture of experts, a RoPE scaling other than none/linear, K and V of different widths;
+ * AKV_EFORMAT (logged naming the key) for a missing required key, a value of the wrong type
+ * or out of range. All-or-nothing. */
+akv_status akv_model_config_read(const akv_gguf *g, akv_model_config *out);
+
+/* Opens the GGUF at `path`, reads its configuration and dequantises every weight to f32
+ * (see the file comment for the checks). `params` may be NULL. AKV_EIO / AKV_EFORMAT /
+ * AKV_EUNSUPPORTED / AKV_ENOMEM, logged once with the detail; *out is set only on success. */
+akv_status akv_model_load(const char *path, const akv_model_load_params *params, akv_model **out);
+
+/* Frees the weights and closes the file. NULL is a no-op. */
+void akv_model_destroy(akv_model *m);
+
+const akv_model_config *akv_model_get_config(const akv_model *m);
+
+/* Block `layer` (< n_layers; else assertion). */
+const akv_model_layer *akv_model_get_layer(const akv_model *m, uint32_t layer);
+
+const float *akv_model_tok_embd(const akv_model *m);    /* [n_vocab][n_embd] */
+const float *akv_model_output_norm(const akv_model *m); /* [n_embd] */
+const float *akv_model_output(const akv_model *m);      /* [n_vocab][n_embd]; = tok_embd if tied */
+
+/* The RoPE angle per position of each pair: [n_rot/2] radians (base, linear scale and Llama 3
+ * factors folded in; akv_ops_ref_rope_freqs). */
+const float *akv_model_rope_inv_freq(const akv_model *m);
+
+/* The open file (metadata for the tokenizer and the chat template). */
+const akv_gguf *akv_model_gguf(const akv_model *m);
+
+/* Bytes of f32 weights the model holds (tied output counted once). */
+size_t akv_model_weight_bytes(const akv_model *m);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* AKV_MODEL_H */

@@ -1,0 +1,102 @@
+/*
+ * akv/ops.h — the forward pass's dense ops (everything but attention), as plain-C references.
+ *
+ * These are the host backend of the model's forward pass and the oracle the CUDA kernels are
+ * tested against. Attention has its own header (akv/attn.h). All arrays are float32, row-major,
+ * contiguous; shapes are given in C order ([rows][cols], the last index fastest).
+ *
+ * Glossary
+ *   row            one token's vector (n_embd, or n_heads * head_dim, ...).
+ *   weight W       a matrix [n_out][n_in] stored row by row: GGUF's ne = {n_in, n_out}, so a
+ *                  weight of the file, dequantised, is already in this layout.
+ *   n_rot          the leading elements of each head that RoPE rotates (the GGUF key
+ *                  <arch>.rope.dimension_count); the rest of the head passes through.
+ *   inv_freq[i]    the angle per position of rotation pair i (i < n_rot/2), in radians:
+ *                  freq_scale * base^(-2i/n_rot) / factor[i]. `factor` is Llama 3's per-pair
+ *                  divisor (GGUF tensor rope_freqs.weight), `freq_scale` the linear scaling
+ *                  (1 / <arch>.rope.scaling.factor); this is exactly the angle llama.cpp's
+ *                  rope gives with ext_factor = 0 (no YaRN) and attn_factor = 1.
+ *   RoPE layouts   NORMAL rotates adjacent pairs (x[2i], x[2i+1]): llama.cpp's mode for LLAMA,
+ *                  whose GGUF converter permuted the Q and K rows so that this equals Hugging
+ *                  Face's rotate-half. NEOX rotates (x[i], x[i + n_rot/2]): Qwen2 (unpermuted).
+ *                  A pair (a, b) at angle θ becomes (a cosθ - b sinθ, a sinθ + b cosθ).
+ *
+ * Numerics: sums of squares (RMSNorm) and softmax sums accumulate in double; matrix products
+ * in float32 (OpenBLAS or the plain loop). Angles are formed in double from integer positions,
+ * so RoPE at position 10^6 is as accurate as at position 1.
+ *
+ * Thread-safety: every function is reentrant; akv_ops_ref_set_threads changes a process-wide
+ * setting of OpenBLAS and must not race with a running matrix product.
+ */
+#ifndef AKV_OPS_H
+#define AKV_OPS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "akv/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum akv_rope_mode {
+    AKV_ROPE_NORMAL = 0, /* adjacent pairs (2i, 2i+1): Llama after the converter's permutation */
+    AKV_ROPE_NEOX = 1,   /* halves (i, i + n_rot/2): Qwen2 */
+} akv_rope_mode;
+
+/* y[r][i] = x[r][i] / sqrt(mean_j(x[r][j]^2) + eps) * w[i] for r < n_rows, i < n.
+ * y may equal x (in place). */
+void akv_ops_ref_rmsnorm(float *y, const float *x, const float *w, size_t n_rows, size_t n,
+                         float eps);
+
+/* inv_freq[n_rot/2] as in the glossary. `factors` is NULL (all 1) or [n_rot/2] positive
+ * divisors. AKV_EINVAL (logged) for an odd or zero n_rot, a base <= 1, a freq_scale <= 0, or a
+ * factor that is not finite and positive (naming its index). */
+akv_status akv_ops_ref_rope_freqs(double base, uint32_t n_rot, double freq_scale,
+                                  const float *factors, float *inv_freq);
+
+/* cos/sin of every pair's angle at each position: cos_t[t][i] = cos(pos[t] * inv_freq[i]),
+ * likewise sin_t, for t < n_tokens, i < n_rot/2. One table serves every layer and head. */
+void akv_ops_ref_rope_table(const int32_t *pos, size_t n_tokens, const float *inv_freq,
+                            uint32_t n_rot, float *cos_t, float *sin_t);
+
+/* Rotates x[n_tokens][n_heads][head_dim] in place with the table of akv_ops_ref_rope_table;
+ * elements at index >= n_rot in each head are unchanged. n_rot is even and <= head_dim. */
+void akv_ops_ref_rope(float *x, size_t n_tokens, uint32_t n_heads, uint32_t head_dim,
+                      uint32_t n_rot, akv_rope_mode mode, const float *cos_t, const float *sin_t);
+
+/* SwiGLU: y[i] = silu(gate[i]) * up[i], silu(g) = g / (1 + exp(-g)). y may equal gate or up. */
+void akv_ops_ref_swiglu(float *y, const float *gate, const float *up, size_t n);
+
+/* Embedding lookup: y[t] = table[ids[t]] (rows of n_embd floats) for t < n_ids.
+ * AKV_EINVAL (logged, naming the position and id) if an id is outside [0, n_vocab);
+ * nothing is written then. */
+akv_status akv_ops_ref_embed(float *y, const float *table, size_t n_vocab, size_t n_embd,
+                             const int32_t *ids, size_t n_ids);
+
+/* Softmax of each row of x[n_rows][n] in place (max subtracted first). A row that is all
+ * -inf becomes all 0 (an empty distribution, not NaN). */
+void akv_ops_ref_softmax(float *x, size_t n_rows, size_t n);
+
+/* y[i] += a[i] (the residual stream). */
+void akv_ops_ref_add(float *y, const float *a, size_t n);
+
+/* Matrix product through OpenBLAS: y[m][n] = x[m][k] · W^T (+ bias[n] on every row when bias
+ * is not NULL), with W [n][k] as in the glossary. y must not overlap x, W or bias. m = 1 takes
+ * the matrix-vector path. m, n, k >= 1. */
+void akv_ops_ref_matmul(float *y, const float *x, const float *w, const float *bias, size_t m,
+                        size_t n, size_t k);
+
+/* The same product in plain C (float32 accumulation, one pass per output): the fallback and
+ * the tests' oracle for the BLAS path. */
+void akv_ops_ref_matmul_plain(float *y, const float *x, const float *w, const float *bias, size_t m,
+                              size_t n, size_t k);
+
+/* Threads OpenBLAS may use (>= 1; its default is every core). */
+void akv_ops_ref_set_threads(int n_threads);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* AKV_OPS_H */

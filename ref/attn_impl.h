@@ -1,0 +1,33 @@
+/*
+ * ref/attn_impl.h — what the reference and the CUDA launchers share: validation of the
+ * host-visible parameters (each logs the first bad field, naming the op and the field, and
+ * returns AKV_EINVAL) and small helpers. Internal to akv_ref and akv_cuda.
+ */
+#ifndef AKV_REF_ATTN_IMPL_H
+#define AKV_REF_ATTN_IMPL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "akv/attn.h"
+
+/* Bytes of one page of this table; false on overflow (checked by the validators). */
+bool akv__attn_page_bytes(const akv_attn_pages *kv, size_t *out);
+
+/* log2 of page_tokens (a power of two, validated). */
+unsigned akv__attn_log2(uint32_t pow2);
+
+/* The effective score scale: p->scale, or 1/sqrt(head_dim) when 0. */
+float akv__attn_scale(float scale, uint32_t head_dim);
+
+/* Parameter validation. `op` names the caller in the log ("ref decode", "cuda prefill"). */
+akv_status akv__attn_pages_check(const akv_attn_pages *kv, const char *op);
+akv_status akv__attn_decode_check(const akv_attn_decode *p, const char *op);
+akv_status akv__attn_prefill_check(const akv_attn_prefill *p, const char *op);
+akv_status akv__attn_append_check(const akv_attn_append *p, const char *op);
+akv_status akv__attn_merge_check(const akv_attn_merge *p, const char *op);
+
+/* Whether `t` is one of the dtypes the reference reads and writes (f32, f16, bf16). */
+bool akv__attn_dtype_ok(akv_dtype t);
+
+#endif

@@ -1,0 +1,248 @@
+/*
+ * attn_plan.c — parameter validation, the page-table walker, the split-KV partitioning rule
+ * and the decode workspace size: the plain-C part that the reference and the CUDA launchers
+ * share (akv/attn.h documents each public function).
+ */
+#include "attn_impl.h"
+
+#include <math.h>
+
+#include "core/alloc.h"
+#include "core/log.h"
+
+/* Smallest partition worth a block of its own at small capacities (keys); smaller ones
+ * spend more on the partial write and merge than they save in parallelism. */
+#define SPLIT_MIN_PART_TOKENS 128u
+/* Blocks per multiprocessor the plan counts on at most. */
+#define SPLIT_MAX_BLOCKS_PER_SM 4u
+
+/* Mirrors the CUDA decode block (cuda/attn_decode.cu): `stages` tiles of 64 keys of K and
+ * V in bf16, plus the query tile (32 rows). The kernel asserts the same figure. */
+size_t akv_attn_decode_smem_bytes(uint32_t head_dim) {
+    if (head_dim != 64 && head_dim != 128) return 0;
+    size_t stages = head_dim == 128 ? 3 : 4;
+    return stages * AKV_ATTN_TILE_TOKENS * head_dim * 2 * 2 + 32u * head_dim * 2;
+}
+
+static bool is_pow2(uint32_t x) {
+    return x && !(x & (x - 1));
+}
+
+unsigned akv__attn_log2(uint32_t pow2) {
+    unsigned n = 0;
+    while ((1u << n) < pow2) n++;
+    return n;
+}
+
+float akv__attn_scale(float scale, uint32_t head_dim) {
+    return scale != 0.0f ? scale : (float)(1.0 / sqrt((double)head_dim));
+}
+
+bool akv__attn_dtype_ok(akv_dtype t) {
+    return t == AKV_DTYPE_F32 || t == AKV_DTYPE_F16 || t == AKV_DTYPE_BF16;
+}
+
+bool akv__attn_page_bytes(const akv_attn_pages *kv, size_t *out) {
+    size_t n = 2;
+    return akv__size_mul(n, kv->n_kv_heads, &n) && akv__size_mul(n, kv->page_tokens, &n) &&
+           akv__size_mul(n, kv->head_dim, &n) && akv__size_mul(n, akv_dtype_size(kv->dtype), out);
+}
+
+#define BAD(...)                                                                                   \
+    do {                                                                                           \
+        AKV_LOG_E(__VA_ARGS__);                                                                    \
+        return AKV_EINVAL;                                                                         \
+    } while (0)
+
+akv_status akv__attn_pages_check(const akv_attn_pages *kv, const char *op) {
+    if (!kv) BAD("attn %s: no parameters (NULL)", op);
+    if (kv->n_seq == 0) return AKV_OK; /* nothing to do: no table is read */
+    if (!kv->pool.addr) BAD("attn %s: kv.pool is null", op);
+    if (!kv->indptr.addr) BAD("attn %s: kv.indptr is null", op);
+    if (!kv->indices.addr) BAD("attn %s: kv.indices is null", op);
+    if (!kv->last_page_len.addr) BAD("attn %s: kv.last_page_len is null", op);
+    if (kv->n_pages == 0) BAD("attn %s: kv.n_pages is 0", op);
+    if (kv->max_pages == 0) BAD("attn %s: kv.max_pages (capacity) is 0", op);
+    if (kv->n_kv_heads == 0) BAD("attn %s: kv.n_kv_heads is 0", op);
+    if (kv->head_dim == 0 || kv->head_dim > AKV_ATTN_MAX_HEAD_DIM)
+        BAD("attn %s: kv.head_dim %u is outside 1..%d", op, kv->head_dim, AKV_ATTN_MAX_HEAD_DIM);
+    if (!is_pow2(kv->page_tokens) || kv->page_tokens > 65536)
+        BAD("attn %s: kv.page_tokens %u is not a power of two in 1..65536", op, kv->page_tokens);
+    if (!akv__attn_dtype_ok(kv->dtype))
+        BAD("attn %s: kv.dtype %d is not f32, f16 or bf16", op, (int)kv->dtype);
+    size_t page_bytes, pool_bytes;
+    if (!akv__attn_page_bytes(kv, &page_bytes) || !akv__size_mul(page_bytes, kv->n_pages, &pool_bytes))
+        BAD("attn %s: page or pool size overflows (n_kv_heads %u, page_tokens %u, head_dim %u, n_pages %u)",
+            op, kv->n_kv_heads, kv->page_tokens, kv->head_dim, kv->n_pages);
+    uint64_t cap = (uint64_t)kv->max_pages * kv->page_tokens;
+    if (cap > INT32_MAX)
+        BAD("attn %s: capacity %u pages x %u tokens exceeds 2^31-1 positions", op, kv->max_pages,
+            kv->page_tokens);
+    return AKV_OK;
+}
+
+static akv_status check_scale(float scale, const char *op) {
+    if (scale != 0.0f && !(scale > 0.0f && isfinite(scale)))
+        BAD("attn %s: scale %g is not 0 (default) or a finite positive number", op, (double)scale);
+    return AKV_OK;
+}
+
+static akv_status check_heads(const akv_attn_pages *kv, uint32_t n_heads, const char *op) {
+    if (n_heads == 0 || n_heads % kv->n_kv_heads != 0)
+        BAD("attn %s: n_heads %u is not a positive multiple of kv.n_kv_heads %u", op, n_heads,
+            kv->n_kv_heads);
+    return AKV_OK;
+}
+
+static akv_status check_stride(uint32_t stride, uint32_t packed, const char *what, const char *op) {
+    if (stride != 0 && stride < packed)
+        BAD("attn %s: %s %u is less than a packed row (%u elements)", op, what, stride, packed);
+    return AKV_OK;
+}
+
+akv_status akv__attn_decode_check(const akv_attn_decode *p, const char *op) {
+    if (!p) BAD("attn %s: no parameters (NULL)", op);
+    akv_status st = akv__attn_pages_check(&p->kv, op);
+    if (st != AKV_OK || p->kv.n_seq == 0) return st;
+    if ((st = check_heads(&p->kv, p->n_heads, op)) != AKV_OK) return st;
+    if (p->n_query == 0 || p->n_query > AKV_ATTN_MAX_QUERIES)
+        BAD("attn %s: n_query %u is outside 1..%d", op, p->n_query, AKV_ATTN_MAX_QUERIES);
+    if (!p->q.addr) BAD("attn %s: q is null", op);
+    if (!p->o.addr) BAD("attn %s: o is null", op);
+    if (!akv__attn_dtype_ok(p->q_dtype)) BAD("attn %s: q_dtype %d is not f32, f16 or bf16", op, (int)p->q_dtype);
+    if (!akv__attn_dtype_ok(p->o_dtype)) BAD("attn %s: o_dtype %d is not f32, f16 or bf16", op, (int)p->o_dtype);
+    if ((st = check_stride(p->q_stride, p->n_heads * p->kv.head_dim, "q_stride", op)) != AKV_OK) return st;
+    return check_scale(p->scale, op);
+}
+
+akv_status akv__attn_prefill_check(const akv_attn_prefill *p, const char *op) {
+    if (!p) BAD("attn %s: no parameters (NULL)", op);
+    akv_status st = akv__attn_pages_check(&p->kv, op);
+    if (st != AKV_OK || p->kv.n_seq == 0) return st;
+    if ((st = check_heads(&p->kv, p->n_heads, op)) != AKV_OK) return st;
+    if (!p->qo_indptr.addr) BAD("attn %s: qo_indptr is null", op);
+    if (p->n_tokens == 0) return AKV_OK; /* every chunk is empty: nothing to do */
+    if (p->max_chunk == 0) BAD("attn %s: max_chunk is 0 with %u tokens", op, p->n_tokens);
+    if (!p->q.addr) BAD("attn %s: q is null", op);
+    if (!p->o.addr) BAD("attn %s: o is null", op);
+    if (!akv__attn_dtype_ok(p->q_dtype)) BAD("attn %s: q_dtype %d is not f32, f16 or bf16", op, (int)p->q_dtype);
+    if (!akv__attn_dtype_ok(p->o_dtype)) BAD("attn %s: o_dtype %d is not f32, f16 or bf16", op, (int)p->o_dtype);
+    if ((st = check_stride(p->q_stride, p->n_heads * p->kv.head_dim, "q_stride", op)) != AKV_OK) return st;
+    if (!p->k_new.addr != !p->v_new.addr) BAD("attn %s: k_new and v_new must both be given or both be 0", op);
+    if (p->k_new.addr) {
+        if (p->kv_new_dtype != AKV_DTYPE_F32 && p->kv_new_dtype != p->kv.dtype)
+            BAD("attn %s: kv_new_dtype %s is neither f32 nor the page dtype %s", op,
+                akv_dtype_name(p->kv_new_dtype), akv_dtype_name(p->kv.dtype));
+        if ((st = check_stride(p->kv_stride, p->kv.n_kv_heads * p->kv.head_dim, "kv_stride", op)) != AKV_OK)
+            return st;
+    }
+    return check_scale(p->scale, op);
+}
+
+akv_status akv__attn_append_check(const akv_attn_append *p, const char *op) {
+    if (!p) BAD("attn %s: no parameters (NULL)", op);
+    akv_status st = akv__attn_pages_check(&p->kv, op);
+    if (st != AKV_OK || p->kv.n_seq == 0) return st;
+    if (!p->qo_indptr.addr && (uint64_t)p->n_per_seq * p->kv.n_seq != p->n_tokens)
+        BAD("attn %s: n_tokens %u is not n_seq %u x n_per_seq %u", op, p->n_tokens, p->kv.n_seq,
+            p->n_per_seq);
+    if (p->n_tokens == 0) return AKV_OK;
+    if (p->max_new == 0) BAD("attn %s: max_new is 0 with %u tokens", op, p->n_tokens);
+    if (!p->qo_indptr.addr && p->max_new < p->n_per_seq)
+        BAD("attn %s: max_new %u is less than n_per_seq %u", op, p->max_new, p->n_per_seq);
+    if (!p->k.addr || !p->v.addr) BAD("attn %s: k or v is null", op);
+    if (p->dtype != AKV_DTYPE_F32 && p->dtype != p->kv.dtype)
+        BAD("attn %s: dtype %s is neither f32 nor the page dtype %s", op, akv_dtype_name(p->dtype),
+            akv_dtype_name(p->kv.dtype));
+    return check_stride(p->stride, p->kv.n_kv_heads * p->kv.head_dim, "stride", op);
+}
+
+akv_status akv__attn_merge_check(const akv_attn_merge *p, const char *op) {
+    if (!p) BAD("attn %s: no parameters (NULL)", op);
+    if (p->n_rows == 0) return AKV_OK;
+    if (p->head_dim == 0 || p->head_dim > AKV_ATTN_MAX_HEAD_DIM)
+        BAD("attn %s: head_dim %u is outside 1..%d", op, p->head_dim, AKV_ATTN_MAX_HEAD_DIM);
+    if (!p->o_a.addr || !p->lse_a.addr || !p->o_b.addr || !p->lse_b.addr || !p->o.addr)
+        BAD("attn %s: o_a, lse_a, o_b, lse_b and o must all be given", op);
+    if (!akv__attn_dtype_ok(p->o_dtype)) BAD("attn %s: o_dtype %d is not f32, f16 or bf16", op, (int)p->o_dtype);
+    if (p->o_dtype != AKV_DTYPE_F32 && (p->o.addr == p->o_a.addr || p->o.addr == p->o_b.addr))
+        BAD("attn %s: o may alias an input only when o_dtype is f32", op);
+    return AKV_OK;
+}
+
+akv_status akv_attn_table_check(const akv_attn_pages *kv) {
+    akv_status st = akv__attn_pages_check(kv, "table");
+    if (st != AKV_OK || kv->n_seq == 0) return st;
+    const int32_t *indptr = (const int32_t *)(uintptr_t)kv->indptr.addr;
+    const int32_t *indices = (const int32_t *)(uintptr_t)kv->indices.addr;
+    const int32_t *last = (const int32_t *)(uintptr_t)kv->last_page_len.addr;
+    if (indptr[0] != 0) BAD("attn table: indptr[0] is %d, not 0", indptr[0]);
+    for (uint32_t s = 0; s < kv->n_seq; s++) {
+        int64_t n = (int64_t)indptr[s + 1] - indptr[s];
+        if (n < 0) BAD("attn table: indptr decreases at sequence %u (%d -> %d)", s, indptr[s], indptr[s + 1]);
+        if (n > kv->max_pages)
+            BAD("attn table: sequence %u owns %lld pages, more than max_pages %u", s, (long long)n,
+                kv->max_pages);
+        if (n == 0 && last[s] != 0)
+            BAD("attn table: sequence %u has no page but last_page_len %d", s, last[s]);
+        if (n > 0 && (last[s] < 1 || (uint32_t)last[s] > kv->page_tokens))
+            BAD("attn table: sequence %u last_page_len %d is outside 1..%u", s, last[s], kv->page_tokens);
+        for (int32_t i = indptr[s]; i < indptr[s + 1]; i++)
+            if (indices[i] < 0 || (uint32_t)indices[i] >= kv->n_pages)
+                BAD("attn table: sequence %u page %d has id %d, outside 0..%u", s, i - indptr[s],
+                    indices[i], kv->n_pages - 1);
+    }
+    return AKV_OK;
+}
+
+static uint64_t ceil_div(uint64_t a, uint64_t b) {
+    return (a + b - 1) / b;
+}
+
+akv_status akv_attn_split_plan(uint64_t capacity_tokens, uint32_t n_kv_heads, uint32_t head_dim,
+                               uint32_t n_sm, size_t smem_per_block, akv_attn_split *out) {
+    if (capacity_tokens == 0 || n_kv_heads == 0 || n_sm == 0 || !out)
+        BAD("attn split: capacity %llu, n_kv_heads %u and n_sm %u must be positive",
+            (unsigned long long)capacity_tokens, n_kv_heads, n_sm);
+    size_t smem = akv_attn_decode_smem_bytes(head_dim);
+    if (smem == 0) BAD("attn split: head_dim %u is not 64 or 128", head_dim);
+    if (smem_per_block < smem) {
+        AKV_LOG_E("attn split: a decode block needs %zu bytes of shared memory; the device allows %zu",
+                  smem, smem_per_block);
+        return AKV_EUNSUPPORTED;
+    }
+    uint64_t bps = smem_per_block / smem;
+    if (bps > SPLIT_MAX_BLOCKS_PER_SM) bps = SPLIT_MAX_BLOCKS_PER_SM;
+    uint64_t fill = ceil_div(bps * n_sm, n_kv_heads);
+    if (fill > AKV_ATTN_MAX_PARTS) fill = AKV_ATTN_MAX_PARTS;
+    uint64_t n_parts = ceil_div(capacity_tokens, SPLIT_MIN_PART_TOKENS);
+    if (n_parts > fill) n_parts = fill;
+    if (n_parts < 1) n_parts = 1;
+    uint64_t part = ceil_div(ceil_div(capacity_tokens, n_parts), AKV_ATTN_TILE_TOKENS) * AKV_ATTN_TILE_TOKENS;
+    if (part > UINT32_MAX) BAD("attn split: capacity %llu tokens is too large", (unsigned long long)capacity_tokens);
+    out->part_tokens = (uint32_t)part;
+    out->n_parts = (uint32_t)ceil_div(capacity_tokens, part);
+    return AKV_OK;
+}
+
+akv_status akv_attn_decode_workspace_bytes(const akv_attn_decode *p, const akv_attn_split *split,
+                                           size_t *out) {
+    if (!p || !split || !out) BAD("attn workspace: NULL argument");
+    if (split->n_parts <= 1 || p->kv.n_seq == 0) {
+        *out = 0;
+        return AKV_OK;
+    }
+    /* f32 partial outputs [n_seq][n_kv_heads][n_parts][rows][head_dim], then (at a 256-byte
+     * boundary) f32 LSEs [n_seq][n_kv_heads][n_parts][rows]; rows = group * n_query. */
+    size_t states = p->kv.n_seq, o_bytes, lse_bytes, total;
+    size_t rows = p->kv.n_kv_heads ? (size_t)(p->n_heads / p->kv.n_kv_heads) * p->n_query : 0;
+    if (!akv__size_mul(states, p->kv.n_kv_heads, &states) || !akv__size_mul(states, split->n_parts, &states) ||
+        !akv__size_mul(states, rows, &states) || !akv__size_mul(states, (size_t)p->kv.head_dim * 4, &o_bytes) ||
+        !akv__size_mul(states, 4, &lse_bytes) || !akv__size_add(o_bytes, 255, &o_bytes) ||
+        !akv__size_add(o_bytes & ~(size_t)255, lse_bytes, &total)) {
+        AKV_LOG_E("attn workspace: size overflows (n_seq %u, n_parts %u)", p->kv.n_seq, split->n_parts);
+        return AKV_EOVERFLOW;
+    }
+    *out = total;
+    return AKV_OK;
+}

@@ -1,0 +1,288 @@
+/* chat.c — recognising chat-template families and rendering them (see akv/chat.h). */
+#include "akv/chat.h"
+
+#include <string.h>
+
+#include "akv/gguf.h"
+#include "core/alloc.h"
+#include "core/log.h"
+#include "tok/utf8.h"
+
+struct akv_chat {
+    akv_chat_kind kind;
+    char *default_system; /* CHATML: inserted before a first message that is not "system" */
+    char *bos_text;       /* LLAMA3: written before the first message; never NULL */
+};
+
+static const char *chat_find(const char *hay, size_t n, const char *needle) {
+    size_t m = strlen(needle);
+    for (size_t i = 0; m <= n && i <= n - m; i++)
+        if (hay[i] == needle[0] && memcmp(hay + i, needle, m) == 0) return hay + i;
+    return NULL;
+}
+
+const char *akv_chat_kind_name(akv_chat_kind kind) {
+    switch (kind) {
+    case AKV_CHAT_CHATML:
+        return "chatml";
+    case AKV_CHAT_LLAMA3:
+        return "llama3";
+    }
+    return "unknown";
+}
+
+akv_status akv_chat_kind_from_name(const char *name, akv_chat_kind *out) {
+    if (name && strcmp(name, "chatml") == 0)
+        *out = AKV_CHAT_CHATML;
+    else if (name && strcmp(name, "llama3") == 0)
+        *out = AKV_CHAT_LLAMA3;
+    else
+        return AKV_EINVAL;
+    return AKV_OK;
+}
+
+/* The literal default system text of a ChatML template: what follows a literal
+ * "<|im_start|>system" and a newline (written as is or as \n) up to "<|im_end|>", when that
+ * stretch is plain text inside a Jinja string (no quote, brace or '+' outside an escape).
+ * *n_out = 0 and NULL when there is none; else a new string (NULL + *n_out = 1: no memory). */
+static char *chat_chatml_default_system(const char *t, size_t n, size_t *n_out) {
+    static const char head[] = "<|im_start|>system";
+    *n_out = 0;
+    for (const char *at = t; (at = chat_find(at, n - (size_t)(at - t), head)) != NULL; at++) {
+        const char *s = at + sizeof head - 1, *end = t + n;
+        if (s < end && *s == '\n')
+            s++;
+        else if (end - s >= 2 && s[0] == '\\' && s[1] == 'n')
+            s += 2;
+        else
+            continue;
+        const char *stop = chat_find(s, (size_t)(end - s), "<|im_end|>");
+        if (!stop) continue;
+        /* Unescape into a copy; give up on anything that is not a plain literal. */
+        char *out = akv__malloc((size_t)(stop - s) + 1);
+        if (!out) {
+            *n_out = 1;
+            return NULL;
+        }
+        size_t o = 0;
+        bool literal = true;
+        for (const char *c = s; c < stop && literal; c++) {
+            if (*c == '\\' && c + 1 < stop) {
+                c++;
+                out[o++] = *c == 'n' ? '\n' : *c == 't' ? '\t' : *c;
+            } else if (strchr("'\"{}+", *c)) {
+                literal = false;
+            } else {
+                out[o++] = *c;
+            }
+        }
+        if (!literal) {
+            akv__free(out);
+            continue;
+        }
+        out[o] = '\0';
+        *n_out = o;
+        return out;
+    }
+    return NULL;
+}
+
+/* Recognises the family of a template; AKV_EUNSUPPORTED (logged unless quiet) when it has
+ * none. */
+static akv_status chat_recognise(const char *t, size_t n, bool quiet, akv_chat_kind *kind) {
+    if (chat_find(t, n, "<|start_header_id|>") && chat_find(t, n, "<|end_header_id|>") &&
+        chat_find(t, n, "<|eot_id|>")) {
+        if (chat_find(t, n, "Cutting Knowledge Date") || chat_find(t, n, "ipython")) {
+            if (!quiet)
+                AKV_LOG_E(
+                    "chat template: a Llama 3.1-style template (knowledge-date system header, "
+                    "tool calls), which is not rendered; name a template (llama3 for plain "
+                    "Llama 3 turns) to use one anyway");
+            return AKV_EUNSUPPORTED;
+        }
+        *kind = AKV_CHAT_LLAMA3;
+        return AKV_OK;
+    }
+    if (chat_find(t, n, "<|im_start|>") && chat_find(t, n, "<|im_end|>")) {
+        *kind = AKV_CHAT_CHATML;
+        return AKV_OK;
+    }
+    if (!quiet)
+        AKV_LOG_E("chat template: not a known family (chatml: <|im_start|>/<|im_end|>; llama3: "
+                  "<|start_header_id|>/<|eot_id|>); name a template to use one anyway");
+    return AKV_EUNSUPPORTED;
+}
+
+akv_status akv_chat_create(const akv_chat_params *p, akv_chat **out) {
+    AKV_ASSERT(p && out);
+    const char *t = p->template_text;
+    size_t n = t ? (p->template_bytes ? p->template_bytes : strlen(t)) : 0;
+    akv_chat_kind kind, found;
+    akv_status st;
+    bool recognised = t && n > 0;
+    if (p->name) {
+        if (akv_chat_kind_from_name(p->name, &kind) != AKV_OK) {
+            AKV_LOG_E("chat template: '%s' is not a template name (chatml, llama3)", p->name);
+            return AKV_EINVAL;
+        }
+        /* Named: the template's own details (a default system) count only when the
+         * template is of that family too. */
+        recognised = recognised && chat_recognise(t, n, true, &found) == AKV_OK && found == kind;
+    } else if (!recognised) {
+        AKV_LOG_E("chat template: the model has none; name one (chatml or llama3)");
+        return AKV_EUNSUPPORTED;
+    } else if ((st = chat_recognise(t, n, false, &kind))) {
+        return st;
+    }
+    akv_chat *c = akv__calloc(1, sizeof *c);
+    if (!c) return AKV_ENOMEM;
+    c->kind = kind;
+    if (!(c->bos_text = akv__strdup(p->bos_text ? p->bos_text : ""))) goto nomem;
+    if (kind == AKV_CHAT_CHATML && recognised) {
+        size_t n_sys;
+        c->default_system = chat_chatml_default_system(t, n, &n_sys);
+        if (!c->default_system && n_sys) goto nomem;
+    }
+    *out = c;
+    return AKV_OK;
+nomem:
+    akv_chat_destroy(c);
+    return AKV_ENOMEM;
+}
+
+void akv_chat_destroy(akv_chat *chat) {
+    if (!chat) return;
+    akv__free(chat->default_system);
+    akv__free(chat->bos_text);
+    akv__free(chat);
+}
+
+akv_chat_kind akv_chat_get_kind(const akv_chat *chat) {
+    return chat->kind;
+}
+
+const char *akv_chat_default_system(const akv_chat *chat) {
+    return chat->default_system;
+}
+
+/* Python's str.isspace() for one code point: what Jinja's trim strips. */
+static bool chat_is_py_space(uint32_t c) {
+    return (c >= 0x09 && c <= 0x0D) || (c >= 0x1C && c <= 0x20) || c == 0x85 || c == 0xA0 ||
+           c == 0x1680 || (c >= 0x2000 && c <= 0x200A) || c == 0x2028 || c == 0x2029 ||
+           c == 0x202F || c == 0x205F || c == 0x3000;
+}
+
+/* s[0..*n) without Python whitespace at either end; returns the new start. */
+static const char *chat_trim(const char *s, size_t *n) {
+    const uint8_t *b = (const uint8_t *)s;
+    size_t lo = 0, hi = *n, len;
+    uint32_t cp;
+    while (lo < hi && akv__utf8_next(b + lo, hi - lo, &len, &cp) == AKV__UTF8_VALID &&
+           chat_is_py_space(cp))
+        lo += len;
+    while (hi > lo) {
+        size_t start = hi - 1;
+        while (start > lo && hi - start < 4 && (b[start] & 0xC0) == 0x80)
+            start--;
+        if (akv__utf8_next(b + start, hi - start, &len, &cp) != AKV__UTF8_VALID ||
+            start + len != hi || !chat_is_py_space(cp))
+            break;
+        hi = start;
+    }
+    *n = hi - lo;
+    return s + lo;
+}
+
+static akv_status chat_put(akv_tok_text *out, const char *s, size_t n) {
+    return akv_tok_text_append(out, s, n);
+}
+#define CHAT_PUT(out, lit) chat_put(out, lit, sizeof lit - 1)
+
+static akv_status chat_render_msg(const akv_chat *c, const char *role, const char *content,
+                                  bool first, akv_tok_text *out) {
+    akv_status st;
+    size_t n = strlen(content);
+    if (c->kind == AKV_CHAT_CHATML) {
+        if ((st = CHAT_PUT(out, "<|im_start|>")) || (st = chat_put(out, role, strlen(role))) ||
+            (st = CHAT_PUT(out, "\n")) || (st = chat_put(out, content, n)) ||
+            (st = CHAT_PUT(out, "<|im_end|>\n")))
+            return st;
+        return AKV_OK;
+    }
+    const char *body = chat_trim(content, &n);
+    if ((first && (st = chat_put(out, c->bos_text, strlen(c->bos_text)))) ||
+        (st = CHAT_PUT(out, "<|start_header_id|>")) || (st = chat_put(out, role, strlen(role))) ||
+        (st = CHAT_PUT(out, "<|end_header_id|>\n\n")) || (st = chat_put(out, body, n)) ||
+        (st = CHAT_PUT(out, "<|eot_id|>")))
+        return st;
+    return AKV_OK;
+}
+
+akv_status akv_chat_render(const akv_chat *c, const akv_chat_msg *msgs, size_t n_msgs,
+                           bool add_generation_prompt, akv_tok_text *out) {
+    AKV_ASSERT(c && out && (msgs || n_msgs == 0));
+    for (size_t i = 0; i < n_msgs; i++) {
+        if (!msgs[i].role || !msgs[i].content) {
+            AKV_LOG_E("chat template: message %zu has no %s", i, msgs[i].role ? "content" : "role");
+            return AKV_EINVAL;
+        }
+    }
+    const size_t n0 = out->n_bytes;
+    akv_status st = akv_tok_text_append(out, NULL, 0);
+    for (size_t i = 0; !st && i < n_msgs; i++) {
+        if (i == 0 && c->default_system && strcmp(msgs[0].role, "system") != 0)
+            st = chat_render_msg(c, "system", c->default_system, true, out);
+        if (!st) st = chat_render_msg(c, msgs[i].role, msgs[i].content, i == 0, out);
+    }
+    if (!st && add_generation_prompt) {
+        st = c->kind == AKV_CHAT_CHATML
+                 ? CHAT_PUT(out, "<|im_start|>assistant\n")
+                 : CHAT_PUT(out, "<|start_header_id|>assistant<|end_header_id|>\n\n");
+    }
+    if (st) {
+        out->n_bytes = n0;
+        if (out->bytes) out->bytes[n0] = '\0';
+    }
+    return st;
+}
+
+akv_status akv_chat_create_from_gguf(const akv_gguf *g, const char *name, akv_chat **out) {
+    AKV_ASSERT(g && out);
+    akv_chat_params p = {.name = name};
+    akv_gguf_str tmpl = {0}, bos = {0};
+    akv_status st = akv_gguf_get_str(g, "tokenizer.chat_template", &tmpl);
+    if (st && st != AKV_ENOTFOUND) return st;
+    if (st == AKV_OK) {
+        if (tmpl.len == 0 || memchr(tmpl.ptr, '\0', tmpl.len)) {
+            if (!name) { /* with a name the template is not needed */
+                AKV_LOG_E("chat template: tokenizer.chat_template is %s; name a template",
+                          tmpl.len ? "not text (it holds a NUL byte)" : "empty");
+                return AKV_EFORMAT;
+            }
+        } else {
+            p.template_text = tmpl.ptr;
+            p.template_bytes = tmpl.len;
+        }
+    }
+    uint32_t bos_id;
+    akv_gguf_arr tokens;
+    st = akv_gguf_get_u32(g, "tokenizer.ggml.bos_token_id", &bos_id);
+    if (st == AKV_OK) {
+        if ((st = akv_gguf_get_arr(g, "tokenizer.ggml.tokens", &tokens))) return st;
+        if (tokens.type != AKV_GGUF_VTYPE_STRING || bos_id >= tokens.n) {
+            AKV_LOG_E("chat template: tokenizer.ggml.bos_token_id %u is not a token of "
+                      "tokenizer.ggml.tokens",
+                      bos_id);
+            return AKV_EFORMAT;
+        }
+        bos = akv_gguf_arr_str(g, &tokens, bos_id);
+    } else if (st != AKV_ENOTFOUND) {
+        return st;
+    }
+    char *bos_text = akv__strndup(bos.ptr ? bos.ptr : "", bos.len);
+    if (!bos_text) return AKV_ENOMEM;
+    p.bos_text = bos_text;
+    st = akv_chat_create(&p, out);
+    akv__free(bos_text);
+    return st;
+}

@@ -1,0 +1,387 @@
+/* test_attn_cuda.c (gpu) — the CUDA attention kernels against the float64 reference on fresh
+ * random inputs of awkward sizes (outputs poisoned with NaN before every run, unused page
+ * slots NaN too), determinism, and the bitwise cell: the same history at other physical
+ * pages and in another batch gives the same bits. Also the K/V append (bit-exact), the
+ * public merge, and the refusals. */
+#include "test.h"
+
+#include "akv/attn.h"
+#include "akv/dev.h"
+#include "akv/log.h"
+#include "attn_fixture.h"
+#ifdef AKV_HAVE_CUDA
+#include "akv/dev_cuda.h"
+#endif
+
+#ifdef AKV_HAVE_CUDA
+static akv_dev *dev;
+static uint64_t rng;
+
+/* Bound on the row-relative error of bf16 kernels against float64, and on |lse - lse64|. */
+#define REL_TOL 1e-2
+#define LSE_TOL 1e-2
+
+static akv_dptr up(const void *h, size_t n) {
+    akv_dptr d = {0};
+    if (n == 0) n = 16;
+    if (akv_dev_mem_alloc(dev, n, &d) != AKV_OK) abort();
+    if (h && akv_dev_copy_h2d_sync(dev, d, h, n) != AKV_OK) abort();
+    return d;
+}
+static akv_dptr poisoned(size_t n) {
+    akv_dptr d = up(NULL, n);
+    CHECK_OK(akv_dev_memset_sync(dev, d, 0xff, n ? n : 16)); /* NaN in f32 and bf16 */
+    return d;
+}
+static void down(void *h, akv_dptr d, size_t n) {
+    CHECK_OK(akv_dev_copy_d2h_sync(dev, h, d, n));
+}
+static void dfree(akv_dptr d) {
+    if (d.addr) CHECK_OK(akv_dev_mem_free(dev, d));
+}
+
+/* A fixture's table on the device. */
+typedef struct dtable {
+    akv_dptr pool, indptr, indices, last;
+} dtable;
+
+static dtable dt_up(const fx_table *f) {
+    dtable d = {
+        up(f->pool, f->pool_bytes), up(f->indptr, (f->n_seq + 1) * 4),
+        up(f->indices, (size_t)f->indptr[f->n_seq] * 4), up(f->last, f->n_seq * 4),
+    };
+    return d;
+}
+static void dt_free(dtable *d) {
+    dfree(d->pool), dfree(d->indptr), dfree(d->indices), dfree(d->last);
+}
+static akv_attn_pages dt_pages(const fx_table *f, const dtable *d) {
+    akv_attn_pages kv = fx_pages(f);
+    kv.pool = d->pool, kv.indptr = d->indptr, kv.indices = d->indices, kv.last_page_len = d->last;
+    return kv;
+}
+
+/* One decode on the device: o (typed) and lse come back in host buffers. */
+static akv_status run_decode(const fx_table *f, const dtable *d, uint32_t nq, akv_dptr q, akv_dtype q_dtype,
+                             akv_dtype o_dtype, void *o_h, float *lse_h) {
+    size_t n_rows = (size_t)f->n_seq * nq * f->g.n_heads, d_ = f->g.head_dim;
+    akv_attn_decode p = {
+        .kv = dt_pages(f, d), .n_heads = f->g.n_heads, .n_query = nq, .q = q, .q_dtype = q_dtype,
+        .o_dtype = o_dtype,
+    };
+    p.o = poisoned(n_rows * d_ * akv_dtype_size(o_dtype));
+    p.lse = poisoned(n_rows * 4);
+    akv_attn_split sp;
+    size_t ws_bytes = 0;
+    akv_dptr ws = {0};
+    akv_status st = akv_attn_cuda_decode_split(&p, &sp);
+    if (st == AKV_OK) st = akv_attn_decode_workspace_bytes(&p, &sp, &ws_bytes);
+    if (st == AKV_OK && ws_bytes) ws = poisoned(ws_bytes);
+    if (st == AKV_OK) st = akv_attn_cuda_decode(&p, ws, ws_bytes, NULL);
+    if (st == AKV_OK) {
+        down(o_h, p.o, n_rows * d_ * akv_dtype_size(o_dtype));
+        down(lse_h, p.lse, n_rows * 4);
+    }
+    dfree(ws), dfree(p.o), dfree(p.lse);
+    return st;
+}
+
+/* Decode on the device against the float64 reference, twice (bitwise equal). */
+static void decode_case(const char *name, fx_geom g, uint32_t n_seq, const uint32_t *len, uint32_t nq,
+                        uint32_t cap_slack, akv_dtype q_dtype, akv_dtype o_dtype) {
+    fx_table f;
+    fx_table_make(&f, g, n_seq, len, 2, cap_slack, &rng);
+    dtable d = dt_up(&f);
+    size_t n_rows = (size_t)n_seq * nq * g.n_heads, D = g.head_dim, o_bytes = n_rows * D * akv_dtype_size(o_dtype);
+    void *q = fx_random(q_dtype, n_rows * D, 2.0f, &rng);
+    akv_dptr q_d = up(q, n_rows * D * akv_dtype_size(q_dtype));
+    void *o1 = malloc(o_bytes), *o2 = malloc(o_bytes);
+    float *l1 = malloc(n_rows * 4), *l2 = malloc(n_rows * 4);
+    double *o64 = malloc(n_rows * D * 8), *l64 = malloc(n_rows * 8);
+    akv_attn_decode hp = {
+        .kv = fx_pages(&f), .n_heads = g.n_heads, .n_query = nq, .q = akv_attn_host_ptr(q), .q_dtype = q_dtype,
+    };
+    CHECK_OK(akv_attn_ref_decode_f64(&hp, o64, l64));
+    akv_status st = run_decode(&f, &d, nq, q_d, q_dtype, o_dtype, o1, l1);
+    CHECK_OK(st);
+    if (st == AKV_OK) {
+        FX_COMPARE(name, o1, o_dtype, l1, o64, l64, n_rows, g.head_dim, REL_TOL, LSE_TOL);
+        akv_attn_split sp = {0, 0};
+        akv_attn_decode sp_p = {.kv = dt_pages(&f, &d), .n_heads = g.n_heads, .n_query = nq, .q = q_d,
+                                .q_dtype = q_dtype, .o = q_d, .o_dtype = o_dtype};
+        (void)akv_attn_cuda_decode_split(&sp_p, &sp);
+        printf("  %-44s worst row rel err %.2e, lse err %.2e (%u parts of %u keys)\n", name, fx_last_worst,
+               fx_last_worst_lse, sp.n_parts, sp.part_tokens);
+        CHECK_OK(run_decode(&f, &d, nq, q_d, q_dtype, o_dtype, o2, l2));
+        CHECK_BYTES(o1, o2, o_bytes);
+        CHECK_BYTES(l1, l2, n_rows * 4);
+    }
+    free(q), free(o1), free(o2), free(l1), free(l2), free(o64), free(l64);
+    dfree(q_d);
+    dt_free(&d);
+    fx_table_free(&f);
+}
+
+static void test_decode(void) {
+    const fx_geom llama = {32, 8, 128, 64, AKV_DTYPE_BF16}, smol = {9, 3, 64, 256, AKV_DTYPE_BF16};
+    const fx_geom mha16 = {8, 8, 128, 16, AKV_DTYPE_BF16}, g8 = {16, 2, 64, 32, AKV_DTYPE_BF16};
+    const fx_geom g16 = {16, 1, 128, 64, AKV_DTYPE_BF16};
+    const uint32_t edges64[7] = {0, 1, 63, 64, 65, 1000, 3001};
+    const uint32_t edges256[6] = {255, 256, 257, 1, 0, 2000};
+    char name[96];
+    for (uint32_t nq = 1; nq <= 4; nq++) {
+        snprintf(name, sizeof name, "decode 32/8 d128 P64 nq%u", nq);
+        decode_case(name, llama, 7, edges64, nq, nq * 3, nq % 2 ? AKV_DTYPE_BF16 : AKV_DTYPE_F32,
+                    nq < 3 ? AKV_DTYPE_BF16 : AKV_DTYPE_F32);
+        snprintf(name, sizeof name, "decode 9/3 d64 P256 nq%u", nq);
+        decode_case(name, smol, 6, edges256, nq, 1, AKV_DTYPE_F32, nq % 2 ? AKV_DTYPE_F32 : AKV_DTYPE_BF16);
+    }
+    uint32_t lens[97];
+    for (int i = 0; i < 5; i++) lens[i] = 1 + (uint32_t)test_rand_below(&rng, 700);
+    decode_case("decode 8/8 d128 P16 nq2 (4 pages a tile)", mha16, 5, lens, 2, 0, AKV_DTYPE_BF16, AKV_DTYPE_BF16);
+    decode_case("decode 16/2 d64 P32 nq4 (32 rows)", g8, 5, lens, 4, 2, AKV_DTYPE_BF16, AKV_DTYPE_F32);
+    decode_case("decode 16/1 d128 nq3 (48 rows, 2 row tiles)", g16, 5, lens, 3, 5, AKV_DTYPE_F32, AKV_DTYPE_F32);
+    const uint32_t edges16[8] = {0, 1, 15, 16, 17, 35, 97, 47};
+    for (int i = 0; i < 97; i++) lens[i] = edges16[i % 8];
+    decode_case("decode 9/3 d64 P16, 97 sequences", (fx_geom){9, 3, 64, 16, AKV_DTYPE_BF16}, 97, lens, 1, 0,
+                AKV_DTYPE_BF16, AKV_DTYPE_BF16);
+    /* a long history over many tiles per partition; a huge capacity (most partitions empty);
+     * skipped under AKV_TEST_QUICK (the sanitizer runs) */
+    if (getenv("AKV_TEST_QUICK")) return;
+    uint32_t long_len[1] = {40000}, short_len[2] = {5000, 3};
+    decode_case("decode 32/8 d128, 40000 keys", llama, 1, long_len, 1, 0, AKV_DTYPE_BF16, AKV_DTYPE_F32);
+    decode_case("decode 32/8 d128, capacity 1M keys", llama, 2, short_len, 2, 16384, AKV_DTYPE_BF16, AKV_DTYPE_F32);
+}
+
+/* Prefill with the chunk's K/V: attention against float64, and the pool bit-exact against the
+ * reference's append (including the NaN of every slot nobody owns). */
+static void prefill_case(const char *name, fx_geom g, uint32_t n_seq, const uint32_t *hist, const uint32_t *chunk,
+                         akv_dtype q_dtype, akv_dtype kv_dtype, akv_dtype o_dtype) {
+    uint32_t len[8], max_chunk = 1;
+    int32_t qo[9] = {0};
+    for (uint32_t s = 0; s < n_seq; s++) {
+        len[s] = hist[s] + chunk[s];
+        qo[s + 1] = qo[s] + (int32_t)chunk[s];
+        if (chunk[s] > max_chunk) max_chunk = chunk[s];
+    }
+    uint32_t n_tok = (uint32_t)qo[n_seq], D = g.head_dim;
+    fx_table f;
+    fx_table_make(&f, g, n_seq, len, 3, 1, &rng);
+    dtable d = dt_up(&f);
+    size_t n_rows = (size_t)n_tok * g.n_heads, kv_elems = (size_t)n_tok * g.n_kv_heads * D;
+    void *q = fx_random(q_dtype, n_rows * D, 2.0f, &rng);
+    void *k = fx_random(kv_dtype, kv_elems, 1.0f, &rng), *v = fx_random(kv_dtype, kv_elems, 1.0f, &rng);
+    akv_dptr q_d = up(q, n_rows * D * akv_dtype_size(q_dtype)), qo_d = up(qo, (n_seq + 1) * 4);
+    akv_dptr k_d = up(k, kv_elems * akv_dtype_size(kv_dtype)), v_d = up(v, kv_elems * akv_dtype_size(kv_dtype));
+    akv_dptr o_d = poisoned(n_rows * D * akv_dtype_size(o_dtype)), l_d = poisoned(n_rows * 4);
+    akv_attn_prefill p = {
+        .kv = dt_pages(&f, &d), .n_heads = g.n_heads, .qo_indptr = qo_d, .n_tokens = n_tok, .max_chunk = max_chunk,
+        .q = q_d, .q_dtype = q_dtype, .k_new = k_d, .v_new = v_d, .kv_new_dtype = kv_dtype,
+        .o = o_d, .o_dtype = o_dtype, .lse = l_d,
+    };
+    akv_attn_prefill hp = p;
+    hp.kv = fx_pages(&f), hp.qo_indptr = akv_attn_host_ptr(qo), hp.q = akv_attn_host_ptr(q);
+    hp.k_new = akv_attn_host_ptr(k), hp.v_new = akv_attn_host_ptr(v), hp.lse.addr = 0;
+    double *o64 = malloc(n_rows * D * 8), *l64 = malloc(n_rows * 8);
+    CHECK_OK(akv_attn_ref_prefill_f64(&hp, o64, l64)); /* writes the chunk into the host pool too */
+    akv_status st = akv_attn_cuda_prefill(&p, NULL);
+    CHECK_OK(st);
+    if (st == AKV_OK) {
+        void *o = malloc(n_rows * D * akv_dtype_size(o_dtype));
+        float *lse = malloc(n_rows * 4);
+        unsigned char *pool = malloc(f.pool_bytes);
+        down(o, o_d, n_rows * D * akv_dtype_size(o_dtype));
+        down(lse, l_d, n_rows * 4);
+        down(pool, d.pool, f.pool_bytes);
+        FX_COMPARE(name, o, o_dtype, lse, o64, l64, n_rows, D, REL_TOL, LSE_TOL);
+        printf("  %-44s worst row rel err %.2e, lse err %.2e\n", name, fx_last_worst, fx_last_worst_lse);
+        CHECK_BYTES(pool, f.pool, f.pool_bytes);
+        /* determinism */
+        void *o2 = malloc(n_rows * D * akv_dtype_size(o_dtype));
+        CHECK_OK(akv_dev_memset_sync(dev, o_d, 0xff, n_rows * D * akv_dtype_size(o_dtype)));
+        CHECK_OK(akv_attn_cuda_prefill(&p, NULL));
+        down(o2, o_d, n_rows * D * akv_dtype_size(o_dtype));
+        CHECK_BYTES(o, o2, n_rows * D * akv_dtype_size(o_dtype));
+        free(o), free(o2), free(lse), free(pool);
+    }
+    free(q), free(k), free(v), free(o64), free(l64);
+    dfree(q_d), dfree(qo_d), dfree(k_d), dfree(v_d), dfree(o_d), dfree(l_d);
+    dt_free(&d);
+    fx_table_free(&f);
+}
+
+static void test_prefill(void) {
+    const uint32_t h1[5] = {0, 0, 63, 65, 600}, c1[5] = {1, 130, 64, 300, 129};
+    prefill_case("prefill 32/8 d128 P64", (fx_geom){32, 8, 128, 64, AKV_DTYPE_BF16}, 5, h1, c1, AKV_DTYPE_BF16,
+                 AKV_DTYPE_BF16, AKV_DTYPE_BF16);
+    const uint32_t h2[2] = {0, 255}, c2[2] = {777, 129};
+    prefill_case("prefill 9/3 d64 P256", (fx_geom){9, 3, 64, 256, AKV_DTYPE_BF16}, 2, h2, c2, AKV_DTYPE_F32,
+                 AKV_DTYPE_F32, AKV_DTYPE_F32);
+    const uint32_t h3[3] = {17, 0, 3}, c3[3] = {200, 16, 5};
+    prefill_case("prefill 4/2 d128 P16", (fx_geom){4, 2, 128, 16, AKV_DTYPE_BF16}, 3, h3, c3, AKV_DTYPE_F32,
+                 AKV_DTYPE_BF16, AKV_DTYPE_F32);
+}
+
+/* The bitwise cell: sequence 0 of a batch vs the same contents at other physical pages, as
+ * sequence 1 of another batch with the same capacity: identical bits, decode and prefill. */
+static void test_bitwise_cell(void) {
+    const fx_geom g = {32, 8, 128, 64, AKV_DTYPE_BF16};
+    const uint32_t nq = 2, D = 128, len_a[2] = {3000, 100};
+    fx_table a;
+    fx_table_make(&a, g, 2, len_a, 4, 10, &rng);
+    /* table b: [another sequence, the same history]; its pages are moved to other ids */
+    uint32_t len_b[2] = {777, len_a[0]};
+    fx_table b;
+    fx_table_make(&b, g, 2, len_b, 9, 10, &rng);
+    b.max_pages = a.max_pages;
+    for (int32_t i = 0; i < a.indptr[1]; i++) {
+        int32_t dst = b.indices[b.indptr[1] + i], src = a.indices[i];
+        memcpy(b.pool + (size_t)dst * b.page_bytes, a.pool + (size_t)src * a.page_bytes, a.page_bytes);
+    }
+    CHECK(a.indices[0] != b.indices[b.indptr[1]]);
+    dtable da = dt_up(&a), db = dt_up(&b);
+    size_t rows = (size_t)nq * g.n_heads;
+    void *q = fx_random(AKV_DTYPE_BF16, 2 * rows * D, 2.0f, &rng);
+    akv_dptr qa = up(q, 2 * rows * D * 2);
+    /* batch b's queries: the same rows for its sequence 1 */
+    void *qb_h = malloc(2 * rows * D * 2);
+    memcpy((char *)qb_h + rows * D * 2, q, rows * D * 2);
+    memcpy(qb_h, (char *)q + rows * D * 2, rows * D * 2);
+    akv_dptr qb = up(qb_h, 2 * rows * D * 2);
+    float *oa = malloc(2 * rows * D * 4), *ob = malloc(2 * rows * D * 4), la[2 * 64], lb[2 * 64];
+    CHECK_OK(run_decode(&a, &da, nq, qa, AKV_DTYPE_BF16, AKV_DTYPE_F32, oa, la));
+    CHECK_OK(run_decode(&b, &db, nq, qb, AKV_DTYPE_BF16, AKV_DTYPE_F32, ob, lb));
+    CHECK_BYTES(oa, ob + rows * D, rows * D * 4);
+    CHECK_BYTES(la, lb + rows, rows * 4);
+    /* prefill of the last 300 tokens as a chunk (already in the pages), same test */
+    int32_t qo_a[3] = {0, 300, 400}, qo_b[3] = {0, 100, 400};
+    akv_dptr qo_ad = up(qo_a, 12), qo_bd = up(qo_b, 12);
+    void *pq = fx_random(AKV_DTYPE_BF16, 400 * (size_t)g.n_heads * D, 2.0f, &rng);
+    void *pqb = malloc(400 * (size_t)g.n_heads * D * 2);
+    size_t row_bytes = (size_t)g.n_heads * D * 2;
+    memcpy((char *)pqb + 100 * row_bytes, pq, 300 * row_bytes);
+    memcpy(pqb, (char *)pq + 300 * row_bytes, 100 * row_bytes);
+    akv_dptr pqa_d = up(pq, 400 * row_bytes), pqb_d = up(pqb, 400 * row_bytes);
+    akv_dptr poa = poisoned(400 * (size_t)g.n_heads * D * 4), pob = poisoned(400 * (size_t)g.n_heads * D * 4);
+    akv_attn_prefill pa = {
+        .kv = dt_pages(&a, &da), .n_heads = g.n_heads, .qo_indptr = qo_ad, .n_tokens = 400, .max_chunk = 300,
+        .q = pqa_d, .q_dtype = AKV_DTYPE_BF16, .o = poa, .o_dtype = AKV_DTYPE_F32,
+    };
+    akv_attn_prefill pb = pa;
+    pb.kv = dt_pages(&b, &db), pb.qo_indptr = qo_bd, pb.q = pqb_d, pb.o = pob;
+    CHECK_OK(akv_attn_cuda_prefill(&pa, NULL));
+    CHECK_OK(akv_attn_cuda_prefill(&pb, NULL));
+    float *h_a = malloc(300 * row_bytes * 2), *h_b = malloc(300 * row_bytes * 2);
+    down(h_a, poa, 300 * row_bytes * 2);
+    down(h_b, akv_dptr_offset(pob, 100 * row_bytes * 2), 300 * row_bytes * 2);
+    CHECK_BYTES(h_a, h_b, 300 * row_bytes * 2);
+    free(q), free(qb_h), free(oa), free(ob), free(pq), free(pqb), free(h_a), free(h_b);
+    dfree(qa), dfree(qb), dfree(qo_ad), dfree(qo_bd), dfree(pqa_d), dfree(pqb_d), dfree(poa), dfree(pob);
+    dt_free(&da), dt_free(&db);
+    fx_table_free(&a), fx_table_free(&b);
+}
+
+/* Decode's tail write: two new tokens per sequence from f32 rows with a stride. */
+static void test_append(void) {
+    const fx_geom g = {8, 2, 64, 16, AKV_DTYPE_BF16};
+    const uint32_t len[4] = {2, 16, 17, 100}, stride = 3 * 2 * 64;
+    fx_table f;
+    fx_table_make(&f, g, 4, len, 2, 0, &rng);
+    dtable d = dt_up(&f);
+    float *kv = fx_random(AKV_DTYPE_F32, (size_t)8 * stride, 1.0f, &rng);
+    akv_dptr kv_d = up(kv, (size_t)8 * stride * 4);
+    akv_attn_append p = {
+        .kv = dt_pages(&f, &d), .n_per_seq = 2, .n_tokens = 8, .max_new = 2, .k = kv_d,
+        .v = akv_dptr_offset(kv_d, 128 * 4), .dtype = AKV_DTYPE_F32, .stride = stride,
+    };
+    CHECK_OK(akv_attn_cuda_append(&p, NULL));
+    akv_attn_append hp = p;
+    hp.kv = fx_pages(&f), hp.k = akv_attn_host_ptr(kv), hp.v = akv_attn_host_ptr(kv + 128);
+    CHECK_OK(akv_attn_ref_append(&hp));
+    unsigned char *pool = malloc(f.pool_bytes);
+    down(pool, d.pool, f.pool_bytes);
+    CHECK_BYTES(pool, f.pool, f.pool_bytes);
+    free(pool), free(kv);
+    dfree(kv_d);
+    dt_free(&d);
+    fx_table_free(&f);
+}
+
+static void test_merge(void) {
+    enum { N = 37, D = 128 };
+    float *oa = fx_random(AKV_DTYPE_F32, N * D, 1.0f, &rng), *ob = fx_random(AKV_DTYPE_F32, N * D, 1.0f, &rng);
+    float la[N], lb[N];
+    for (int r = 0; r < N; r++) {
+        la[r] = 10.0f * test_rand_f32(&rng), lb[r] = 10.0f * test_rand_f32(&rng);
+        if (r % 5 == 1) la[r] = -INFINITY;
+        if (r % 7 == 2) lb[r] = -INFINITY;
+    }
+    akv_dptr oa_d = up(oa, N * D * 4), ob_d = up(ob, N * D * 4), la_d = up(la, N * 4), lb_d = up(lb, N * 4);
+    akv_attn_merge p = {
+        .n_rows = N, .head_dim = D, .o_a = oa_d, .lse_a = la_d, .o_b = ob_d, .lse_b = lb_d,
+        .o = oa_d, .o_dtype = AKV_DTYPE_F32, .lse = la_d, /* in place */
+    };
+    CHECK_OK(akv_attn_cuda_merge(&p, NULL));
+    akv_attn_merge hp = {
+        .n_rows = N, .head_dim = D, .o_a = akv_attn_host_ptr(oa), .lse_a = akv_attn_host_ptr(la),
+        .o_b = akv_attn_host_ptr(ob), .lse_b = akv_attn_host_ptr(lb), .o = akv_attn_host_ptr(oa),
+        .o_dtype = AKV_DTYPE_F32, .lse = akv_attn_host_ptr(la),
+    };
+    CHECK_OK(akv_attn_ref_merge(&hp));
+    float *o = malloc(N * D * 4), l[N];
+    down(o, oa_d, N * D * 4);
+    down(l, la_d, N * 4);
+    CHECK_CLOSE_F32(o, oa, N * D, 1e-6, 1e-5);
+    CHECK_CLOSE_F32(l, la, N, 1e-5, 1e-6);
+    free(o), free(oa), free(ob);
+    dfree(oa_d), dfree(ob_d), dfree(la_d), dfree(lb_d);
+}
+
+static void test_refusals(void) {
+    const fx_geom g = {4, 2, 64, 16, AKV_DTYPE_BF16};
+    const uint32_t len[1] = {40};
+    fx_table f;
+    fx_table_make(&f, g, 1, len, 0, 0, &rng);
+    dtable d = dt_up(&f);
+    akv_dptr buf = poisoned(1 << 16);
+    akv_attn_decode p = {.kv = dt_pages(&f, &d), .n_heads = 4, .n_query = 1, .q = buf, .q_dtype = AKV_DTYPE_BF16,
+                         .o = buf, .o_dtype = AKV_DTYPE_F32};
+    akv_log_set(NULL, NULL, AKV_LOG_OFF);
+    akv_attn_decode x = p;
+    x.kv.head_dim = 96;
+    CHECK_STATUS(akv_attn_cuda_decode(&x, (akv_dptr){0}, 0, NULL), AKV_EUNSUPPORTED);
+    x = p, x.kv.dtype = AKV_DTYPE_F32;
+    CHECK_STATUS(akv_attn_cuda_decode(&x, (akv_dptr){0}, 0, NULL), AKV_EUNSUPPORTED);
+    x = p, x.n_query = 5;
+    CHECK_STATUS(akv_attn_cuda_decode(&x, (akv_dptr){0}, 0, NULL), AKV_EINVAL);
+    x = p, x.q = akv_dptr_offset(buf, 2);
+    CHECK_STATUS(akv_attn_cuda_decode(&x, (akv_dptr){0}, 0, NULL), AKV_EINVAL);
+    x = p, x.kv.max_pages = 1000; /* several partitions: a workspace is needed */
+    CHECK_STATUS(akv_attn_cuda_decode(&x, (akv_dptr){0}, 0, NULL), AKV_EINVAL);
+    x = p, x.q_dtype = AKV_DTYPE_F16;
+    CHECK_STATUS(akv_attn_cuda_decode(&x, (akv_dptr){0}, 0, NULL), AKV_EUNSUPPORTED);
+    akv_log_set(NULL, NULL, AKV_LOG_WARN);
+    dfree(buf);
+    dt_free(&d);
+    fx_table_free(&f);
+}
+#endif
+
+int main(void) {
+#ifndef AKV_HAVE_CUDA
+    test_skip("built without the CUDA backend");
+#else
+    if (akv_dev_create(akv_dev_cuda_backend(), NULL, &dev) != AKV_OK) test_skip("no CUDA device answers on this machine");
+    rng = test_seed(0xa77e0c0d);
+    TEST_CASE(decode_vs_float64) test_decode();
+    TEST_CASE(prefill_vs_float64_and_pages) test_prefill();
+    TEST_CASE(bitwise_cell) test_bitwise_cell();
+    TEST_CASE(append_bit_exact) test_append();
+    TEST_CASE(merge) test_merge();
+    TEST_CASE(refusals) test_refusals();
+    akv_dev_usage u = akv_dev_get_usage(dev);
+    CHECK_EQ_U64(u.n_device, 0); /* every test buffer freed */
+    CHECK_OK(akv_dev_destroy(dev));
+    return test_finish();
+#endif
+}

@@ -1,0 +1,530 @@
+/* test_attn.c (unit) — the attention reference (ref/): FP32 against the float64 oracle on
+ * scattered pages, the causal rule of new queries, prefill = decode for short chunks, the
+ * K/V append, the exact merge (associative, empty states, split = whole), the page-table
+ * walker, parameter validation, and the split-KV partitioning rule. */
+#include "test.h"
+
+#include "akv/attn.h"
+#include "akv/log.h"
+#include "attn_fixture.h"
+#include "core/assert.h"
+
+static uint64_t rng;
+
+static void quiet(int on) {
+    akv_log_set(NULL, NULL, on ? AKV_LOG_OFF : AKV_LOG_WARN);
+}
+
+static double tol_for(akv_dtype t) {
+    return t == AKV_DTYPE_F32 ? 3e-5 : t == AKV_DTYPE_F16 ? 2e-3 : 8e-3;
+}
+
+static akv_attn_decode mk_decode(const fx_table *f, uint32_t nq, const void *q, akv_dtype q_dtype,
+                                 void *o, akv_dtype o_dtype, float *lse) {
+    akv_attn_decode p = {
+        .kv = fx_pages(f),
+        .n_heads = f->g.n_heads,
+        .n_query = nq,
+        .q = akv_attn_host_ptr(q),
+        .q_dtype = q_dtype,
+        .o = akv_attn_host_ptr(o),
+        .o_dtype = o_dtype,
+        .lse = akv_attn_host_ptr(lse),
+    };
+    return p;
+}
+
+/* FP32 reference against float64 on one batch; returns the fixture's row count. */
+static void decode_case(fx_geom g, uint32_t n_seq, const uint32_t *len, uint32_t nq,
+                        akv_dtype q_dtype, akv_dtype o_dtype) {
+    fx_table f;
+    fx_table_make(&f, g, n_seq, len, 3, 2, &rng);
+    size_t n_rows = (size_t)n_seq * nq * g.n_heads, d = g.head_dim;
+    void *q = fx_random(q_dtype, n_rows * d, 2.0f, &rng);
+    void *o = malloc(n_rows * d * akv_dtype_size(o_dtype));
+    float *lse = malloc(n_rows * sizeof *lse);
+    double *o64 = malloc(n_rows * d * sizeof *o64), *lse64 = malloc(n_rows * sizeof *lse64);
+    akv_attn_decode p = mk_decode(&f, nq, q, q_dtype, o, o_dtype, lse);
+    CHECK_OK(akv_attn_ref_decode(&p));
+    CHECK_OK(akv_attn_ref_decode_f64(&p, o64, lse64));
+    /* the float64 reference against a plain dense computation: checks the page walk (the
+     * reference rounds the default scale to float: ~1e-8) */
+    double *od = malloc(n_rows * d * sizeof *od), *ld = malloc(n_rows * sizeof *ld);
+    fx_dense_decode(&f, nq, q, q_dtype, od, ld);
+    double e_o = fx_worst_f64(o64, od, n_rows * d), e_l = fx_worst_f64(lse64, ld, n_rows);
+    TEST_CHECK_(e_o < 1e-7 && e_l < 1e-7,  "f64 reference vs dense: worst error o %.3g lse %.3g", e_o, e_l);
+    free(od), free(ld);
+    char what[160];
+    snprintf(what, sizeof what, "decode %u/%u d%u P%u %s, %u seqs, nq %u, q %s, o %s", g.n_heads,
+             g.n_kv_heads, g.head_dim, g.page_tokens, akv_dtype_name(g.dtype), n_seq, nq,
+             akv_dtype_name(q_dtype), akv_dtype_name(o_dtype));
+    FX_COMPARE(what, o, o_dtype, lse, o64, lse64, n_rows, g.head_dim, tol_for(o_dtype), 2e-5);
+    free(q), free(o), free(lse), free(o64), free(lse64);
+    fx_table_free(&f);
+}
+
+/* Lengths that hit every edge of a page: empty, one token, a page minus/plus one, ... */
+static uint32_t hostile_len(uint32_t P, uint32_t i) {
+    const uint32_t k[] = {0, 1, P - 1, P, P + 1, 2 * P + 3, 97, 3 * P - 1};
+    uint32_t v = k[i % 8];
+    return v == 0 && i % 8 != 0 ? 1 : v;
+}
+
+static void test_decode_vs_f64(void) {
+    const fx_geom geoms[] = {
+        {32, 8, 128, 64, AKV_DTYPE_BF16}, /* Llama-3-8B-like */
+        {9, 3, 64, 256, AKV_DTYPE_BF16},  /* SmolLM2-135M */
+        {4, 4, 32, 16, AKV_DTYPE_F32},    /* MHA, f32 pages */
+        {6, 2, 64, 16, AKV_DTYPE_F16},    /* f16 pages, odd group */
+        {16, 1, 128, 32, AKV_DTYPE_BF16}, /* one K/V head, group 16 */
+    };
+    const akv_dtype dts[] = {AKV_DTYPE_F32, AKV_DTYPE_BF16, AKV_DTYPE_F16};
+    for (size_t gi = 0; gi < AKV_ARRAY_LEN(geoms); gi++) {
+        fx_geom g = geoms[gi];
+        for (uint32_t nq = 1; nq <= AKV_ATTN_MAX_QUERIES; nq++) {
+            uint32_t n_seq = 5, len[8];
+            for (uint32_t s = 0; s < n_seq; s++) len[s] = hostile_len(g.page_tokens > 64 ? 64 : g.page_tokens, s + nq);
+            if (g.page_tokens == 256) len[0] = 255, len[1] = 257;
+            decode_case(g, n_seq, len, nq, dts[(gi + nq) % 3], dts[(gi + 2 * nq) % 3]);
+        }
+    }
+}
+
+static void test_hostile_batch(void) {
+    /* 97 sequences whose lengths cycle through every edge of a page */
+    fx_geom g = {9, 3, 64, 16, AKV_DTYPE_BF16};
+    uint32_t len[97];
+    for (uint32_t s = 0; s < 97; s++) len[s] = hostile_len(16, s);
+    decode_case(g, 97, len, 2, AKV_DTYPE_BF16, AKV_DTYPE_F32);
+}
+
+/* Empty sequences and queries before the first key give exactly o = 0, lse = -inf. */
+static void test_empty_rows(void) {
+    fx_geom g = {2, 1, 16, 16, AKV_DTYPE_BF16};
+    uint32_t len[3] = {0, 1, 2};
+    fx_table f;
+    fx_table_make(&f, g, 3, len, 0, 0, &rng);
+    uint32_t nq = 4;
+    size_t n_rows = 3 * nq * g.n_heads;
+    float *q = fx_random(AKV_DTYPE_F32, n_rows * 16, 1.0f, &rng), o[3 * 4 * 2 * 16], lse[3 * 4 * 2];
+    akv_attn_decode p = mk_decode(&f, nq, q, AKV_DTYPE_F32, o, AKV_DTYPE_F32, lse);
+    CHECK_OK(akv_attn_ref_decode(&p));
+    for (uint32_t s = 0; s < 3; s++)
+        for (uint32_t qi = 0; qi < nq; qi++)
+            for (uint32_t j = 0; j < g.n_heads; j++) {
+                size_t r = ((size_t)s * nq + qi) * g.n_heads + j;
+                int visible = (int)len[s] - (int)nq + (int)qi + 1 > 0;
+                if (!visible) {
+                    CHECK(lse[r] == -INFINITY);
+                    for (int i = 0; i < 16; i++) CHECK(o[r * 16 + i] == 0.0f);
+                } else {
+                    CHECK(isfinite(lse[r]));
+                }
+            }
+    free(q);
+    fx_table_free(&f);
+}
+
+/* Query qi of n sees exactly the keys of a history of len - n + qi + 1 tokens: the same
+ * bits as a one-query decode over the table truncated there. */
+static void test_causal_rule(void) {
+    fx_geom g = {8, 2, 64, 16, AKV_DTYPE_BF16};
+    uint32_t len[4] = {40, 17, 16, 100}, nq = 3, d = 64;
+    fx_table f;
+    fx_table_make(&f, g, 4, len, 2, 1, &rng);
+    size_t n_rows = 4 * nq * g.n_heads;
+    float *q = fx_random(AKV_DTYPE_F32, n_rows * d, 1.5f, &rng);
+    float *o = malloc(n_rows * d * 4), *lse = malloc(n_rows * 4);
+    akv_attn_decode p = mk_decode(&f, nq, q, AKV_DTYPE_F32, o, AKV_DTYPE_F32, lse);
+    CHECK_OK(akv_attn_ref_decode(&p));
+    for (uint32_t s = 0; s < 4; s++)
+        for (uint32_t qi = 0; qi < nq; qi++) {
+            uint32_t n = len[s] - nq + qi + 1, np = (n + 15) / 16;
+            int32_t indptr[2] = {0, (int32_t)np}, last = (int32_t)(n - (np - 1) * 16);
+            akv_attn_decode one = p;
+            one.kv.n_seq = 1;
+            one.kv.indptr = akv_attn_host_ptr(indptr);
+            one.kv.indices = akv_attn_host_ptr(f.indices + f.indptr[s]);
+            one.kv.last_page_len = akv_attn_host_ptr(&last);
+            one.n_query = 1;
+            one.q = akv_attn_host_ptr(q + ((size_t)s * nq + qi) * g.n_heads * d);
+            float o1[8 * 64], lse1[8];
+            one.o = akv_attn_host_ptr(o1);
+            one.lse = akv_attn_host_ptr(lse1);
+            CHECK_OK(akv_attn_ref_decode(&one));
+            size_t r = ((size_t)s * nq + qi) * g.n_heads;
+            CHECK_BYTES(o1, o + r * d, sizeof o1);
+            CHECK_BYTES(lse1, lse + r, sizeof lse1);
+        }
+    free(q), free(o), free(lse);
+    fx_table_free(&f);
+}
+
+static akv_attn_prefill mk_prefill(const fx_table *f, const int32_t *qo, uint32_t n_tokens,
+                                   uint32_t max_chunk, const void *q, void *o, float *lse) {
+    akv_attn_prefill p = {
+        .kv = fx_pages(f),
+        .n_heads = f->g.n_heads,
+        .qo_indptr = akv_attn_host_ptr(qo),
+        .n_tokens = n_tokens,
+        .max_chunk = max_chunk,
+        .q = akv_attn_host_ptr(q),
+        .q_dtype = AKV_DTYPE_F32,
+        .o = akv_attn_host_ptr(o),
+        .o_dtype = AKV_DTYPE_F32,
+        .lse = akv_attn_host_ptr(lse),
+    };
+    return p;
+}
+
+/* A prefill of uniform chunks of n <= 4 tokens is decode with n queries, bit for bit. */
+static void test_prefill_is_decode(void) {
+    fx_geom g = {12, 4, 32, 16, AKV_DTYPE_BF16};
+    uint32_t len[5] = {4, 5, 16, 33, 70}, nq = 4, d = 32;
+    fx_table f;
+    fx_table_make(&f, g, 5, len, 0, 0, &rng);
+    size_t n_rows = 5 * nq * g.n_heads;
+    float *q = fx_random(AKV_DTYPE_F32, n_rows * d, 1.0f, &rng);
+    float *o1 = malloc(n_rows * d * 4), *o2 = malloc(n_rows * d * 4), *l1 = malloc(n_rows * 4), *l2 = malloc(n_rows * 4);
+    int32_t qo[6];
+    for (int s = 0; s <= 5; s++) qo[s] = s * (int32_t)nq;
+    akv_attn_decode dp = mk_decode(&f, nq, q, AKV_DTYPE_F32, o1, AKV_DTYPE_F32, l1);
+    akv_attn_prefill pp = mk_prefill(&f, qo, 5 * nq, nq, q, o2, l2);
+    CHECK_OK(akv_attn_ref_decode(&dp));
+    CHECK_OK(akv_attn_ref_prefill(&pp));
+    CHECK_BYTES(o1, o2, n_rows * d * 4);
+    CHECK_BYTES(l1, l2, n_rows * 4);
+    free(q), free(o1), free(o2), free(l1), free(l2);
+    fx_table_free(&f);
+}
+
+/* Prefill with the chunk's K/V given: it lands in the right slots (and nowhere else), then
+ * FP32 agrees with float64 over history + chunk. Chunks of 0, 1, 17 and 40 tokens over
+ * histories of 0, P-1, P+1 and 3 tokens. */
+static void test_prefill(void) {
+    fx_geom g = {6, 2, 64, 16, AKV_DTYPE_BF16};
+    uint32_t hist[4] = {0, 15, 17, 3}, chunk[4] = {0, 1, 17, 40}, len[4], d = 64;
+    int32_t qo[5] = {0};
+    for (int s = 0; s < 4; s++) len[s] = hist[s] + chunk[s], qo[s + 1] = qo[s] + (int32_t)chunk[s];
+    uint32_t n_tok = (uint32_t)qo[4];
+    fx_table f;
+    fx_table_make(&f, g, 4, len, 1, 0, &rng);
+    float *q = fx_random(AKV_DTYPE_F32, (size_t)n_tok * g.n_heads * d, 2.0f, &rng);
+    float *k = fx_random(AKV_DTYPE_F32, (size_t)n_tok * g.n_kv_heads * d, 1.0f, &rng);
+    float *v = fx_random(AKV_DTYPE_F32, (size_t)n_tok * g.n_kv_heads * d, 1.0f, &rng);
+    size_t n_rows = (size_t)n_tok * g.n_heads;
+    float *o = malloc(n_rows * d * 4), *lse = malloc(n_rows * 4);
+    double *o64 = malloc(n_rows * d * 8), *lse64 = malloc(n_rows * 8);
+    unsigned char *before = malloc(f.pool_bytes);
+    memcpy(before, f.pool, f.pool_bytes);
+    akv_attn_prefill p = mk_prefill(&f, qo, n_tok, 40, q, o, lse);
+    p.k_new = akv_attn_host_ptr(k), p.v_new = akv_attn_host_ptr(v), p.kv_new_dtype = AKV_DTYPE_F32;
+    CHECK_OK(akv_attn_ref_prefill(&p));
+    /* every chunk row is in its slot, rounded to bf16; count the changed bytes */
+    size_t n_changed = 0, n_expected = 0;
+    for (size_t i = 0; i < f.pool_bytes; i++) n_changed += f.pool[i] != before[i];
+    for (uint32_t s = 0; s < 4; s++)
+        for (uint32_t i = 0; i < chunk[s]; i++) {
+            uint32_t t = hist[s] + i;
+            size_t page = (size_t)f.indices[f.indptr[s] + (int32_t)(t / 16)];
+            for (uint32_t kv = 0; kv < 2; kv++)
+                for (uint32_t h = 0; h < g.n_kv_heads; h++) {
+                    const uint16_t *slot = (const uint16_t *)(f.pool + page * f.page_bytes) +
+                                           ((size_t)(kv * g.n_kv_heads + h) * 16 + t % 16) * d;
+                    const float *src = (kv ? v : k) + (((size_t)qo[s] + i) * g.n_kv_heads + h) * d;
+                    for (uint32_t e = 0; e < d; e++) {
+                        if (slot[e] != akv_f32_to_bf16(src[e])) {
+                            CHECK_EQ_INT(slot[e], akv_f32_to_bf16(src[e]));
+                            goto done;
+                        }
+                        n_expected += 2;
+                    }
+                }
+        }
+done:
+    CHECK(n_changed <= n_expected);
+    /* the float64 pass re-writes the same bits, then attends */
+    CHECK_OK(akv_attn_ref_prefill_f64(&p, o64, lse64));
+    FX_COMPARE("prefill f32 vs f64", o, AKV_DTYPE_F32, lse, o64, lse64, n_rows, d, 3e-5, 2e-5);
+    free(q), free(k), free(v), free(o), free(lse), free(o64), free(lse64), free(before);
+    fx_table_free(&f);
+}
+
+static void test_append(void) {
+    fx_geom g = {4, 2, 32, 16, AKV_DTYPE_BF16};
+    uint32_t len[3] = {1, 16, 18}, d = 32;
+    fx_table f;
+    fx_table_make(&f, g, 3, len, 0, 0, &rng);
+    /* one new token per sequence, f32 rows in a fused [q|k|v]-like layout (stride 3x) */
+    uint32_t stride = 3 * g.n_kv_heads * d;
+    float *kv = fx_random(AKV_DTYPE_F32, (size_t)3 * stride, 1.0f, &rng);
+    akv_attn_append a = {
+        .kv = fx_pages(&f), .n_per_seq = 1, .n_tokens = 3, .max_new = 1,
+        .k = akv_attn_host_ptr(kv), .v = akv_attn_host_ptr(kv + g.n_kv_heads * d),
+        .dtype = AKV_DTYPE_F32, .stride = stride,
+    };
+    CHECK_OK(akv_attn_ref_append(&a));
+    for (uint32_t s = 0; s < 3; s++) {
+        uint32_t t = len[s] - 1;
+        size_t page = (size_t)f.indices[f.indptr[s] + (int32_t)(t / 16)];
+        for (uint32_t x = 0; x < 2; x++)
+            for (uint32_t h = 0; h < 2; h++) {
+                const uint16_t *slot = (const uint16_t *)(f.pool + page * f.page_bytes) + ((size_t)(x * 2 + h) * 16 + t % 16) * d;
+                const float *src = kv + (size_t)s * stride + (size_t)x * g.n_kv_heads * d + (size_t)h * d;
+                for (uint32_t e = 0; e < d; e++)
+                    if (slot[e] != akv_f32_to_bf16(src[e])) CHECK_EQ_INT(slot[e], akv_f32_to_bf16(src[e]));
+            }
+    }
+    /* more new tokens than a sequence holds: refused, nothing written */
+    unsigned char *before = malloc(f.pool_bytes);
+    memcpy(before, f.pool, f.pool_bytes);
+    a.n_per_seq = 2, a.n_tokens = 6, a.max_new = 2;
+    float *kv2 = fx_random(AKV_DTYPE_F32, (size_t)6 * stride, 1.0f, &rng);
+    a.k = akv_attn_host_ptr(kv2), a.v = akv_attn_host_ptr(kv2 + g.n_kv_heads * d);
+    quiet(1);
+    CHECK_STATUS(akv_attn_ref_append(&a), AKV_EINVAL);
+    quiet(0);
+    CHECK_BYTES(before, f.pool, f.pool_bytes);
+    free(before), free(kv), free(kv2);
+    fx_table_free(&f);
+}
+
+static float frand(void) {
+    return test_rand_f32(&rng);
+}
+
+static void random_state(uint32_t d, float *o, float *lse) {
+    for (uint32_t i = 0; i < d; i++) o[i] = frand();
+    *lse = 20.0f * frand();
+}
+
+static void test_merge(void) {
+    enum { D = 48 };
+    for (int trial = 0; trial < 200; trial++) {
+        float a[D], b[D], c[D], la, lb, lc;
+        random_state(D, a, &la), random_state(D, b, &lb), random_state(D, c, &lc);
+        if (trial % 7 == 0) lb = -INFINITY, memset(b, 0, sizeof b); /* empty middle */
+        /* (a + b) + c */
+        float x[D], lx = la;
+        memcpy(x, a, sizeof x);
+        akv_attn_merge_state(D, x, &lx, b, lb);
+        akv_attn_merge_state(D, x, &lx, c, lc);
+        /* a + (b + c) */
+        float y[D], ly = lb, z[D], lz = la;
+        memcpy(y, b, sizeof y);
+        akv_attn_merge_state(D, y, &ly, c, lc);
+        memcpy(z, a, sizeof z);
+        akv_attn_merge_state(D, z, &lz, y, ly);
+        CHECK_NEAR(lx, lz, 1e-5 * (1 + fabs(lz)));
+        CHECK_CLOSE_F32(x, z, D, 1e-6, 1e-5);
+        /* commutative */
+        float w[D], lw = lb;
+        memcpy(w, b, sizeof w);
+        if (lb != -INFINITY) {
+            akv_attn_merge_state(D, w, &lw, a, la);
+            memcpy(y, a, sizeof y), ly = la;
+            akv_attn_merge_state(D, y, &ly, b, lb);
+            CHECK_CLOSE_F32(w, y, D, 1e-6, 1e-6);
+        }
+        /* the empty state is an exact identity on both sides */
+        float e[D] = {0}, le = -INFINITY;
+        memcpy(y, a, sizeof y), ly = la;
+        akv_attn_merge_state(D, y, &ly, e, le);
+        CHECK_BYTES(y, a, sizeof y);
+        CHECK(ly == la);
+        akv_attn_merge_state(D, e, &le, a, la);
+        CHECK_BYTES(e, a, sizeof e);
+        CHECK(le == la);
+    }
+    /* two empties stay empty without NaN */
+    float e[4] = {0}, f[4] = {0}, le = -INFINITY;
+    akv_attn_merge_state(4, e, &le, f, -INFINITY);
+    CHECK(le == -INFINITY && e[0] == 0.0f);
+}
+
+/* Attention over a whole history equals the merge of attention over its first pages and
+ * attention over the rest (one query sees every key): the split-KV identity. Also the
+ * array merge, in place. */
+static void test_split_equals_whole(void) {
+    fx_geom g = {8, 2, 64, 16, AKV_DTYPE_BF16};
+    uint32_t len[1] = {16 * 7 + 5}, d = 64, cut_pages = 3;
+    fx_table f;
+    fx_table_make(&f, g, 1, len, 0, 0, &rng);
+    float *q = fx_random(AKV_DTYPE_F32, (size_t)g.n_heads * d, 2.0f, &rng);
+    float o[8 * 64], lse[8], oa[8 * 64], la[8], ob[8 * 64], lb[8];
+    double o64[8 * 64], l64[8];
+    akv_attn_decode p = mk_decode(&f, 1, q, AKV_DTYPE_F32, o, AKV_DTYPE_F32, lse);
+    CHECK_OK(akv_attn_ref_decode_f64(&p, o64, l64));
+    int32_t ip_a[2] = {0, (int32_t)cut_pages}, last_a = 16, ip_b[2] = {0, 8 - (int32_t)cut_pages};
+    akv_attn_decode pa = p, pb = p;
+    pa.kv.indptr = akv_attn_host_ptr(ip_a), pa.kv.last_page_len = akv_attn_host_ptr(&last_a);
+    pa.o = akv_attn_host_ptr(oa), pa.lse = akv_attn_host_ptr(la);
+    pb.kv.indptr = akv_attn_host_ptr(ip_b), pb.kv.indices = akv_attn_host_ptr(f.indices + cut_pages);
+    pb.o = akv_attn_host_ptr(ob), pb.lse = akv_attn_host_ptr(lb);
+    CHECK_OK(akv_attn_ref_decode(&pa));
+    CHECK_OK(akv_attn_ref_decode(&pb));
+    akv_attn_merge m = {
+        .n_rows = 8, .head_dim = d,
+        .o_a = akv_attn_host_ptr(oa), .lse_a = akv_attn_host_ptr(la),
+        .o_b = akv_attn_host_ptr(ob), .lse_b = akv_attn_host_ptr(lb),
+        .o = akv_attn_host_ptr(oa), .o_dtype = AKV_DTYPE_F32, .lse = akv_attn_host_ptr(la),
+    };
+    CHECK_OK(akv_attn_ref_merge(&m));
+    FX_COMPARE("merge(first 3 pages, rest) vs whole", oa, AKV_DTYPE_F32, la, o64, l64, 8, d, 3e-5, 2e-5);
+    /* aliasing a bf16 output onto an f32 input is refused */
+    m.o_dtype = AKV_DTYPE_BF16;
+    quiet(1);
+    CHECK_STATUS(akv_attn_ref_merge(&m), AKV_EINVAL);
+    quiet(0);
+    free(q);
+    fx_table_free(&f);
+}
+
+static void test_table_check(void) {
+    fx_geom g = {2, 1, 8, 16, AKV_DTYPE_BF16};
+    uint32_t len[3] = {20, 0, 16};
+    fx_table f;
+    fx_table_make(&f, g, 3, len, 1, 0, &rng);
+    akv_attn_pages kv = fx_pages(&f);
+    CHECK_OK(akv_attn_table_check(&kv));
+    quiet(1);
+    for (int c = 0; c < 7; c++) {
+        fx_table t = f; /* shallow: mutate a copy of one array at a time */
+        int32_t indptr[4], indices[4], last[3];
+        memcpy(indptr, f.indptr, sizeof indptr), memcpy(indices, f.indices, 3 * 4), memcpy(last, f.last, sizeof last);
+        t.indptr = indptr, t.indices = indices, t.last = last;
+        akv_attn_pages k2 = fx_pages(&t);
+        switch (c) {
+        case 0: indptr[0] = 1; break;                        /* does not start at 0 */
+        case 1: indptr[2] = 1; break;                        /* decreases */
+        case 2: indices[1] = (int32_t)f.n_pages; break;      /* id out of the pool */
+        case 3: indices[0] = -1; break;                      /* negative id */
+        case 4: last[0] = 0; break;                          /* pages but length 0 */
+        case 5: last[2] = 17; break;                         /* longer than a page */
+        case 6: last[1] = 1; break;                          /* length without a page */
+        }
+        CHECK_STATUS(akv_attn_table_check(&k2), AKV_EINVAL);
+    }
+    kv.max_pages = 1; /* sequence 0 owns 2 pages */
+    CHECK_STATUS(akv_attn_table_check(&kv), AKV_EINVAL);
+    quiet(0);
+    fx_table_free(&f);
+}
+
+static void test_validation(void) {
+    fx_geom g = {4, 2, 16, 16, AKV_DTYPE_BF16};
+    uint32_t len[2] = {3, 20};
+    fx_table f;
+    fx_table_make(&f, g, 2, len, 0, 0, &rng);
+    float q[4 * 4 * 16], o[4 * 4 * 16], lse[16];
+    memset(q, 0, sizeof q);
+    akv_attn_decode good = mk_decode(&f, 1, q, AKV_DTYPE_F32, o, AKV_DTYPE_F32, lse);
+    CHECK_OK(akv_attn_ref_decode(&good));
+    quiet(1);
+    for (int c = 0; c < 16; c++) {
+        akv_attn_decode p = good;
+        switch (c) {
+        case 0: p.n_heads = 3; break;
+        case 1: p.n_heads = 0; break;
+        case 2: p.n_query = 0; break;
+        case 3: p.n_query = 5; break;
+        case 4: p.q.addr = 0; break;
+        case 5: p.o.addr = 0; break;
+        case 6: p.kv.pool.addr = 0; break;
+        case 7: p.kv.head_dim = 0; break;
+        case 8: p.kv.head_dim = 257; break;
+        case 9: p.kv.page_tokens = 24; break;
+        case 10: p.kv.dtype = AKV_DTYPE_COUNT; break;
+        case 11: p.kv.max_pages = 0; break;
+        case 12: p.scale = -1.0f; break;
+        case 13: p.scale = NAN; break;
+        case 14: p.q_stride = 10; break;
+        case 15: p.kv.n_kv_heads = 0; break;
+        }
+        CHECK_STATUS(akv_attn_ref_decode(&p), AKV_EINVAL);
+    }
+    CHECK_STATUS(akv_attn_ref_decode(NULL), AKV_EINVAL);
+    CHECK_STATUS(akv_attn_ref_decode_f64(&good, NULL, NULL), AKV_EINVAL);
+    akv_attn_prefill pp = {.kv = fx_pages(&f), .n_heads = 4};
+    CHECK_STATUS(akv_attn_ref_prefill(&pp), AKV_EINVAL); /* no qo_indptr */
+    int32_t qo[3] = {0, 1, 3};
+    pp.qo_indptr = akv_attn_host_ptr(qo), pp.n_tokens = 3, pp.max_chunk = 1;
+    pp.q = akv_attn_host_ptr(q), pp.o = akv_attn_host_ptr(o), pp.q_dtype = pp.o_dtype = AKV_DTYPE_F32;
+    CHECK_STATUS(akv_attn_ref_prefill(&pp), AKV_EINVAL); /* a chunk of 2 > max_chunk 1 */
+    pp.max_chunk = 2, pp.n_tokens = 4;
+    CHECK_STATUS(akv_attn_ref_prefill(&pp), AKV_EINVAL); /* qo_indptr[n_seq] != n_tokens */
+    pp.n_tokens = 3, pp.k_new = akv_attn_host_ptr(q);
+    CHECK_STATUS(akv_attn_ref_prefill(&pp), AKV_EINVAL); /* k_new without v_new */
+    pp.k_new.addr = 0;
+    quiet(0);
+    CHECK_OK(akv_attn_ref_prefill(&pp));
+    /* zero sequences: nothing to do, nothing read */
+    akv_attn_decode none = {.kv = {.n_seq = 0}};
+    CHECK_OK(akv_attn_ref_decode(&none));
+    fx_table_free(&f);
+}
+
+static void test_split_plan(void) {
+    const size_t h200_smem = 227 * 1024;
+    akv_attn_split sp;
+    CHECK_OK(akv_attn_split_plan(1024, 8, 128, 132, h200_smem, &sp));
+    CHECK_EQ_INT(sp.n_parts, 8);
+    CHECK_EQ_INT(sp.part_tokens, 128);
+    CHECK_OK(akv_attn_split_plan(131072, 8, 128, 132, h200_smem, &sp));
+    CHECK_EQ_INT(sp.n_parts, 33); /* two blocks per SM: ceil(264 / 8) */
+    CHECK_EQ_INT(sp.part_tokens, 4032);
+    CHECK_OK(akv_attn_split_plan(64, 8, 128, 132, h200_smem, &sp));
+    CHECK_EQ_INT(sp.n_parts, 1);
+    /* no key limit: 2^31 keys still plan */
+    CHECK_OK(akv_attn_split_plan((uint64_t)1 << 31, 3, 64, 132, h200_smem, &sp));
+    CHECK((uint64_t)sp.n_parts * sp.part_tokens >= (uint64_t)1 << 31);
+    for (int i = 0; i < 2000; i++) {
+        uint64_t cap = 1 + test_rand_below(&rng, 1u << 22);
+        uint32_t n_kv = 1 + (uint32_t)test_rand_below(&rng, 16), d = i % 2 ? 64 : 128;
+        uint32_t n_sm = 1 + (uint32_t)test_rand_below(&rng, 200);
+        akv_status st = akv_attn_split_plan(cap, n_kv, d, n_sm, h200_smem, &sp);
+        if (st != AKV_OK) {
+            CHECK_OK(st);
+            break;
+        }
+        CHECK(sp.part_tokens % AKV_ATTN_TILE_TOKENS == 0);
+        CHECK((uint64_t)sp.n_parts * sp.part_tokens >= cap);
+        CHECK((uint64_t)(sp.n_parts - 1) * sp.part_tokens < cap);
+        CHECK(sp.n_parts >= 1 && sp.n_parts <= AKV_ATTN_MAX_PARTS);
+        CHECK((uint64_t)sp.n_parts * n_kv <= 4ull * n_sm + n_kv); /* at most one wave at batch 1 */
+    }
+    quiet(1);
+    CHECK_STATUS(akv_attn_split_plan(1024, 8, 96, 132, h200_smem, &sp), AKV_EINVAL);
+    CHECK_STATUS(akv_attn_split_plan(0, 8, 128, 132, h200_smem, &sp), AKV_EINVAL);
+    CHECK_STATUS(akv_attn_split_plan(1024, 8, 128, 132, 48 * 1024, &sp), AKV_EUNSUPPORTED);
+    quiet(0);
+    /* workspace: none for one partition; overflow is caught */
+    akv_attn_decode p = {.kv = {.n_seq = 3, .n_kv_heads = 8, .head_dim = 128}, .n_heads = 32, .n_query = 2};
+    akv_attn_split one = {128, 1}, many = {128, 10};
+    size_t bytes = 1;
+    CHECK_OK(akv_attn_decode_workspace_bytes(&p, &one, &bytes));
+    CHECK_EQ_U64(bytes, 0);
+    CHECK_OK(akv_attn_decode_workspace_bytes(&p, &many, &bytes));
+    CHECK_EQ_U64(bytes, ((3u * 8 * 10 * 8 * 128 * 4 + 255) & ~255u) + 3u * 8 * 10 * 8 * 4);
+    p.kv.n_seq = UINT32_MAX, p.n_heads = 8u << 20, many.n_parts = 1024;
+    quiet(1);
+    CHECK_STATUS(akv_attn_decode_workspace_bytes(&p, &many, &bytes), AKV_EOVERFLOW);
+    quiet(0);
+}
+
+int main(void) {
+    rng = test_seed(0x5eed0a77);
+    TEST_CASE(decode_fp32_vs_float64) test_decode_vs_f64();
+    TEST_CASE(hostile_batch_97) test_hostile_batch();
+    TEST_CASE(empty_rows) test_empty_rows();
+    TEST_CASE(causal_rule_of_new_queries) test_causal_rule();
+    TEST_CASE(prefill_is_decode_for_short_chunks) test_prefill_is_decode();
+    TEST_CASE(prefill_appends_and_attends) test_prefill();
+    TEST_CASE(append) test_append();
+    TEST_CASE(merge_associative_and_empty) test_merge();
+    TEST_CASE(split_equals_whole) test_split_equals_whole();
+    TEST_CASE(table_check) test_table_check();
+    TEST_CASE(validation) test_validation();
+    TEST_CASE(split_plan) test_split_plan();
+    return test_finish();
+}

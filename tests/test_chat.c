@@ -1,0 +1,183 @@
+/* test_chat.c — chat templates: recognition of a template's family from its Jinja source, the
+ * default system message it carries, and renderings compared with Jinja's own.
+ *
+ * The expected renderings were produced by jinja2 3.1.6 running the templates below:
+ *   python3 scripts/tok-reference.py chat --template-file T.j2 --bos '<|begin_of_text|>' --c
+ * with the conversations of `convs` as JSON lines. SMOLLM2 is tokenizer.chat_template of the
+ * default model (byte for byte); LLAMA3 is Meta-Llama-3-8B-Instruct's; QWEN is a ChatML
+ * template in Qwen2.5's style (tool branch left out) whose default system is written with
+ * \n escapes. */
+#include "test.h"
+
+#include "akv/chat.h"
+#include "akv/log.h"
+#include "core/alloc.h"
+#include "core/assert.h"
+
+/* clang-format off */
+static const char SMOLLM2[] = "{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}{{ '<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n' }}{% endif %}{{'<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}";
+static const char LLAMA3[] = "{% set loop_messages = messages %}{% for message in loop_messages %}{% set content = '<|start_header_id|>' + message['role'] + '<|end_header_id|>\n\n'+ message['content'] | trim + '<|eot_id|>' %}{% if loop.index0 == 0 %}{% set content = bos_token + content %}{% endif %}{{ content }}{% endfor %}{% if add_generation_prompt %}{{ '<|start_header_id|>assistant<|end_header_id|>\n\n' }}{% endif %}";
+static const char QWEN[] = "{%- if messages[0]['role'] == 'system' %}{{- '<|im_start|>system\\n' + messages[0]['content'] + '<|im_end|>\\n' }}{%- else %}{{- '<|im_start|>system\\nYou are Qwen, created by Alibaba Cloud. You are a helpful assistant.<|im_end|>\\n' }}{%- endif %}{%- for message in messages %}{%- if not (message.role == 'system' and loop.first) %}{{- '<|im_start|>' + message.role + '\\n' + message.content + '<|im_end|>' + '\\n' }}{%- endif %}{%- endfor %}{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}";
+
+/* clang-format on */
+typedef struct conv {
+    size_t n;
+    bool gen;
+    akv_chat_msg msgs[4];
+} conv;
+
+/* clang-format off */
+static const conv convs[] = {
+    {1, true, {{"user", "Hi"}}},
+    {4, true, {{"system", "Be brief."}, {"user", "What is 2+2?"}, {"assistant", "4"}, {"user", "  And 3+3?\n"}}},
+    {2, false, {{"user", "  padded\t\n"}, {"assistant", " \xE3""\x80""\x80""x\xC2""\xA0""\xE2""\x80""\xA8"""}}},
+    {1, false, {{"user", "<|im_start|>日本 👍 e\xCC""\x81"""}}},
+};
+
+static const char *const want_smollm2[] = {
+        "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n",
+        "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nWhat is 2+2?<|im_end|>\n<|im_start|>assistant\n4<|im_end|>\n<|im_start|>user\n  And 3+3?\n<|im_end|>\n<|im_start|>assistant\n",
+        "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n<|im_start|>user\n  padded\t\n<|im_end|>\n<|im_start|>assistant\n \xE3""\x80""\x80""x\xC2""\xA0""\xE2""\x80""\xA8""<|im_end|>\n",
+        "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n<|im_start|>user\n<|im_start|>日本 👍 e\xCC""\x81""<|im_end|>\n",
+};
+static const char *const want_llama3[] = {
+        "<|begin_of_text|><|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n",
+        "<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\nBe brief.<|eot_id|><|start_header_id|>user<|end_header_id|>\n\nWhat is 2+2?<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n4<|eot_id|><|start_header_id|>user<|end_header_id|>\n\nAnd 3+3?<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n",
+        "<|begin_of_text|><|start_header_id|>user<|end_header_id|>\n\npadded<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\nx<|eot_id|>",
+        "<|begin_of_text|><|start_header_id|>user<|end_header_id|>\n\n<|im_start|>日本 👍 e\xCC""\x81""<|eot_id|>",
+};
+static const char *const want_qwen[] = {
+        "<|im_start|>system\nYou are Qwen, created by Alibaba Cloud. You are a helpful assistant.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n",
+        "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nWhat is 2+2?<|im_end|>\n<|im_start|>assistant\n4<|im_end|>\n<|im_start|>user\n  And 3+3?\n<|im_end|>\n<|im_start|>assistant\n",
+        "<|im_start|>system\nYou are Qwen, created by Alibaba Cloud. You are a helpful assistant.<|im_end|>\n<|im_start|>user\n  padded\t\n<|im_end|>\n<|im_start|>assistant\n \xE3""\x80""\x80""x\xC2""\xA0""\xE2""\x80""\xA8""<|im_end|>\n",
+        "<|im_start|>system\nYou are Qwen, created by Alibaba Cloud. You are a helpful assistant.<|im_end|>\n<|im_start|>user\n<|im_start|>日本 👍 e\xCC""\x81""<|im_end|>\n",
+};
+
+/* clang-format on */
+static char last_log[512];
+static void capture(akv_log_level level, const char *msg, void *user) {
+    (void)level, (void)user;
+    snprintf(last_log, sizeof last_log, "%s", msg);
+}
+
+/* Creates a chat from a template (and name), renders every conversation, compares. */
+static void check_renders(const char *tmpl, const char *name, akv_chat_kind kind,
+                          const char *const *want) {
+    akv_chat_params p = {.template_text = tmpl, .name = name, .bos_text = "<|begin_of_text|>"};
+    akv_chat *chat = NULL;
+    CHECK_OK(akv_chat_create(&p, &chat));
+    if (!chat) return;
+    CHECK_EQ_INT(akv_chat_get_kind(chat), kind);
+    for (size_t i = 0; i < AKV_ARRAY_LEN(convs); i++) {
+        akv_tok_text out = {0};
+        CHECK_OK(akv_chat_render(chat, convs[i].msgs, convs[i].n, convs[i].gen, &out));
+        if (!CHECK(out.bytes && strcmp(out.bytes, want[i]) == 0))
+            fprintf(stderr, "conversation %zu:\n got  [%s]\n want [%s]\n", i,
+                    out.bytes ? out.bytes : "(null)", want[i]);
+        akv_tok_text_free(&out);
+    }
+    akv_chat_destroy(chat);
+}
+
+int main(void) {
+    TEST_CASE(smollm2_chatml_with_its_default_system) {
+        check_renders(SMOLLM2, NULL, AKV_CHAT_CHATML, want_smollm2);
+        akv_chat_params p = {.template_text = SMOLLM2};
+        akv_chat *chat = NULL;
+        CHECK_OK(akv_chat_create(&p, &chat));
+        if (!chat) break;
+        CHECK_STR(akv_chat_default_system(chat),
+                  "You are a helpful AI assistant named SmolLM, trained by Hugging Face");
+        /* No messages: the template's loop never runs, so no system either. */
+        akv_tok_text out = {0};
+        CHECK_OK(akv_chat_render(chat, NULL, 0, true, &out));
+        CHECK_STR(out.bytes, "<|im_start|>assistant\n");
+        akv_tok_text_free(&out);
+        akv_chat_destroy(chat);
+    }
+
+    TEST_CASE(llama3) {
+        check_renders(LLAMA3, NULL, AKV_CHAT_LLAMA3, want_llama3);
+    }
+
+    TEST_CASE(chatml_default_system_written_with_escapes) {
+        check_renders(QWEN, NULL, AKV_CHAT_CHATML, want_qwen);
+    }
+
+    TEST_CASE(unknown_templates_need_a_name) {
+        static const char llama2[] = "{% for message in messages %}[INST] {{ message['content'] "
+                                     "}} [/INST]{% endfor %}";
+        static const char llama31[] = "{{- bos_token }}<|start_header_id|>system<|end_header_id|>"
+                                      "\n\nCutting Knowledge Date: December 2023<|eot_id|>";
+        akv_chat *chat = NULL;
+        akv_chat_params p = {.template_text = llama2};
+        akv_log_set(capture, NULL, AKV_LOG_ERROR);
+        CHECK_STATUS(akv_chat_create(&p, &chat), AKV_EUNSUPPORTED);
+        CHECK(strstr(last_log, "not a known family") != NULL);
+        p.template_text = llama31;
+        CHECK_STATUS(akv_chat_create(&p, &chat), AKV_EUNSUPPORTED);
+        CHECK(strstr(last_log, "Llama 3.1") != NULL);
+        p.template_text = NULL;
+        CHECK_STATUS(akv_chat_create(&p, &chat), AKV_EUNSUPPORTED);
+        CHECK(strstr(last_log, "has none") != NULL);
+        p.name = "jinja";
+        CHECK_STATUS(akv_chat_create(&p, &chat), AKV_EINVAL);
+        CHECK(strstr(last_log, "'jinja'") != NULL);
+        akv_log_set(NULL, NULL, AKV_LOG_WARN);
+        CHECK(chat == NULL);
+        /* Named, any template (or none) renders as that family, without a default system
+         * unless the template is of the same family. */
+        check_renders(llama2, "llama3", AKV_CHAT_LLAMA3, want_llama3);
+        check_renders(llama31, "llama3", AKV_CHAT_LLAMA3, want_llama3);
+        check_renders(NULL, "llama3", AKV_CHAT_LLAMA3, want_llama3);
+        check_renders(QWEN, "chatml", AKV_CHAT_CHATML, want_qwen);
+        p = (akv_chat_params){.template_text = LLAMA3, .name = "chatml"};
+        CHECK_OK(akv_chat_create(&p, &chat));
+        if (chat) CHECK(akv_chat_default_system(chat) == NULL);
+        akv_chat_destroy(chat);
+    }
+
+    TEST_CASE(bad_messages_and_allocation_failures) {
+        int64_t live = akv__alloc_live();
+        akv_chat_params p = {.template_text = SMOLLM2};
+        akv_chat *chat = NULL;
+        CHECK_OK(akv_chat_create(&p, &chat));
+        if (!chat) break;
+        akv_tok_text out = {0};
+        CHECK_OK(akv_tok_text_append(&out, "keep", 4));
+        akv_chat_msg bad[] = {{"user", "hi"}, {"user", NULL}};
+        akv_log_set(capture, NULL, AKV_LOG_ERROR);
+        CHECK_STATUS(akv_chat_render(chat, bad, 2, true, &out), AKV_EINVAL);
+        akv_log_set(NULL, NULL, AKV_LOG_WARN);
+        CHECK(strstr(last_log, "message 1 has no content") != NULL);
+        CHECK_STR(out.bytes, "keep");
+        for (uint64_t nth = 1; nth < 50; nth++) {
+            akv__alloc_fail_nth(nth);
+            akv_status st = akv_chat_render(chat, convs[1].msgs, convs[1].n, true, &out);
+            bool fired = akv__alloc_failure_fired();
+            akv__alloc_fail_nth(0);
+            if (!fired) {
+                CHECK_OK(st);
+                break;
+            }
+            CHECK_STATUS(st, AKV_ENOMEM);
+            CHECK_STR(out.bytes, "keep");
+        }
+        akv_tok_text_free(&out);
+        akv_chat_destroy(chat);
+        for (uint64_t nth = 1; nth < 10; nth++) {
+            akv__alloc_fail_nth(nth);
+            akv_chat *c = NULL;
+            akv_status st = akv_chat_create(&p, &c);
+            bool fired = akv__alloc_failure_fired();
+            akv__alloc_fail_nth(0);
+            akv_chat_destroy(c);
+            if (!fired) break;
+            CHECK_STATUS(st, AKV_ENOMEM);
+            CHECK(c == NULL);
+        }
+        CHECK_EQ_INT(akv__alloc_live(), live);
+    }
+
+    return test_finish();
+}

@@ -1,0 +1,321 @@
+/* test_model_run.c — the default model (SmolLM2-135M-Instruct, Q4_1) on the host backend: its
+ * configuration as the file states it, the first layers and the logits against the float64
+ * oracle, greedy generation deterministic and sensible, the chat template as the GGUF says,
+ * and `akv run` end to end. Skips (77) without models/ (scripts/fetch-model). */
+#define _POSIX_C_SOURCE 200809L
+#include "model_ref64.h"
+#include "test.h"
+
+#include <unistd.h>
+
+#include "akv/chat.h"
+#include "akv/dev_pool.h"
+#include "akv/forward.h"
+#include "akv/host_pool.h"
+#include "akv/route.h"
+#include "akv/sample.h"
+#include "akv/tok.h"
+#include "core/alloc.h"
+#include "core/assert.h"
+#include "engine/route_check.h"
+
+static char model_path[4096];
+
+/* Host backend pools for the model with K/V pages of `dtype`, and one route. */
+typedef struct session {
+    akv_dev *dev;
+    akv_host_pool *hp;
+    akv_dev_pool *dp;
+    akv_route *route;
+    akv_forward *fwd;
+} session;
+
+static int session_open(session *s, const akv_model *m, akv_dtype dtype, uint32_t chunk,
+                        uint32_t n_layers) {
+    const akv_model_config *c = akv_model_get_config(m);
+    memset(s, 0, sizeof *s);
+    akv_geom g;
+    akv_host_pool_params hpp = akv_host_pool_default_params();
+    akv_dev_pool_params dpp = akv_dev_pool_default_params();
+    hpp.limit_gib = 1, dpp.device_gib = 1;
+    hpp.arena_bytes = 64u << 20;
+    akv_route_params rp = {.kind = AKV_ROUTE_RESIDENT, .max_tokens = 1024};
+    akv_forward_params fp = {.max_chunk = chunk, .n_layers = n_layers};
+    return CHECK(akv_dev_create(akv_dev_host_backend(), NULL, &s->dev) == AKV_OK &&
+                 akv_geom_init(&g, c->n_layers, c->n_kv_heads, c->head_dim, dtype, 0) == AKV_OK &&
+                 akv_host_pool_create(s->dev, &g, &hpp, &s->hp) == AKV_OK &&
+                 akv_dev_pool_create(s->dev, &g, &dpp, &s->dp) == AKV_OK &&
+                 akv_route_create(s->dev, s->hp, s->dp, &rp, &s->route) == AKV_OK &&
+                 akv_forward_create(m, &fp, &s->fwd) == AKV_OK);
+}
+
+static void session_close(session *s) {
+    akv_forward_destroy(s->fwd);
+    CHECK_OK(akv_route_destroy(s->route));
+    CHECK_OK(akv_dev_pool_destroy(s->dp));
+    CHECK_OK(akv_host_pool_destroy(s->hp));
+    CHECK_OK(akv_dev_destroy(s->dev));
+}
+
+/* Runs n tokens at the end of the history in chunks of `chunk`; logits of the last. */
+static akv_status session_feed(session *s, const int32_t *ids, size_t n, uint32_t chunk,
+                               float *logits) {
+    akv_forward_kv kv = akv_route_forward_kv(s->route);
+    for (size_t done = 0; done < n;) {
+        uint32_t k = (uint32_t)(n - done < chunk ? n - done : chunk);
+        akv_route_stats rs;
+        akv_route_get_stats(s->route, &rs);
+        akv_status st = akv_route_begin_step(s->route, rs.n_tokens + k);
+        if (st == AKV_OK)
+            st = akv_forward_run(s->fwd, ids + done, k, (uint32_t)rs.n_tokens, &kv,
+                                 done + k == n ? logits : NULL, false);
+        if (st) return st;
+        done += k;
+    }
+    return akv__route_check(s->route);
+}
+
+/* Greedy generation of up to n_gen tokens after the prompt; every step's logits appended to
+ * all_logits ([n_gen][n_vocab]) when not NULL. Returns how many tokens were generated. */
+static size_t greedy(const akv_model *m, akv_dtype dtype, uint32_t chunk, const akv_tok_ids *prompt,
+                     size_t n_gen, int32_t stop, int32_t *out, float *all_logits) {
+    const akv_model_config *c = akv_model_get_config(m);
+    session s;
+    akv_sampler *sm = NULL;
+    akv_sample_params sp = akv_sample_default_params();
+    sp.temp = 0;
+    float *logits = akv__malloc(c->n_vocab * sizeof(float));
+    size_t n = 0;
+    if (session_open(&s, m, dtype, chunk, 0) &&
+        CHECK(akv_sampler_create(&sp, (int32_t)c->n_vocab, &sm) == AKV_OK) &&
+        CHECK(session_feed(&s, prompt->ids, prompt->n_ids, chunk, logits) == AKV_OK)) {
+        while (n < n_gen) {
+            if (all_logits) memcpy(all_logits + n * c->n_vocab, logits, c->n_vocab * 4);
+            if (!CHECK(akv_sampler_sample(sm, logits, &out[n]) == AKV_OK) || out[n] == stop) break;
+            if (!CHECK(session_feed(&s, &out[n], 1, chunk, logits) == AKV_OK)) break;
+            n++;
+        }
+    }
+    akv_sampler_destroy(sm);
+    akv__free(logits);
+    session_close(&s);
+    return n;
+}
+
+/* Output of a shell command (stdout), at most cap-1 bytes; -1 if it does not exit 0. */
+static int run_cmd(const char *cmd, char *buf, size_t cap) {
+    FILE *p = popen(cmd, "r");
+    if (!p) return -1;
+    size_t n = fread(buf, 1, cap - 1, p);
+    buf[n] = 0;
+    return pclose(p) == 0 ? (int)n : -1;
+}
+
+static long file_bytes(const char *path, void *buf, size_t cap) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return -1;
+    long n = (long)fread(buf, 1, cap, f);
+    fclose(f);
+    return n;
+}
+
+int main(void) {
+    const char *src = getenv("AKV_SOURCE_DIR");
+    snprintf(model_path, sizeof model_path, "%s/models/SmolLM2-135M-Instruct.Q4_1.gguf",
+             src ? src : ".");
+    if (access(model_path, R_OK) != 0)
+        test_skip("no default model in models/ (scripts/fetch-model)");
+    akv_model *m = NULL;
+    akv_tok *tok = NULL;
+    if (!CHECK(akv_model_load(model_path, NULL, &m) == AKV_OK) ||
+        !CHECK(akv_tok_create_from_gguf(akv_model_gguf(m), NULL, &tok) == AKV_OK))
+        return test_finish();
+    const akv_model_config *c = akv_model_get_config(m);
+    const akv_gguf *g = akv_model_gguf(m);
+    const char *prompt = "The capital of France is";
+    akv_tok_ids ids = {0};
+    CHECK_OK(akv_tok_encode(tok, prompt, strlen(prompt), AKV_TOK_ADD_SPECIAL, &ids));
+    float *logits = akv__malloc(c->n_vocab * sizeof(float));
+    double *want = akv__malloc(c->n_vocab * sizeof(double));
+
+    TEST_CASE(config_as_the_file_states) {
+        const struct {
+            const char *key;
+            uint32_t got;
+        } keys[] = {{"llama.block_count", c->n_layers},
+                    {"llama.embedding_length", c->n_embd},
+                    {"llama.feed_forward_length", c->n_ff},
+                    {"llama.attention.head_count", c->n_heads},
+                    {"llama.attention.head_count_kv", c->n_kv_heads},
+                    {"llama.rope.dimension_count", c->n_rot},
+                    {"llama.vocab_size", c->n_vocab},
+                    {"llama.context_length", c->n_ctx_train}};
+        for (size_t i = 0; i < AKV_ARRAY_LEN(keys); i++) {
+            uint32_t v = 0;
+            CHECK_OK(akv_gguf_get_u32(g, keys[i].key, &v));
+            if (v != keys[i].got) printf("  key %s\n", keys[i].key);
+            CHECK_EQ_INT(keys[i].got, v);
+        }
+        double base = 0;
+        CHECK_OK(akv_gguf_get_f64(g, "llama.rope.freq_base", &base));
+        CHECK_NEAR(c->rope_base, base, 0);
+        CHECK_EQ_INT(c->head_dim, c->n_embd / c->n_heads);
+        const akv_gguf_tensor *t;
+        CHECK_EQ_INT(c->tied_output, akv_gguf_find_tensor(g, "output.weight", &t) != AKV_OK);
+        CHECK(!c->has_qkv_bias && c->rope_mode == AKV_ROPE_NORMAL);
+    }
+
+    TEST_CASE(first_layers_match_f64) {
+        /* two layers of a 12-token prompt in chunks of 5, f32 pages: the residual stream */
+        const char *text = "Paris is the capital of France, and Rome is the capital of";
+        akv_tok_ids p = {0};
+        CHECK_OK(akv_tok_encode(tok, text, strlen(text), 0, &p));
+        session s;
+        if (!session_open(&s, m, AKV_DTYPE_F32, 5, 2)) break;
+        CHECK_OK(session_feed(&s, p.ids, p.n_ids, 5, NULL));
+        /* the stream of the last chunk's rows is what the pass keeps */
+        size_t n_last = p.n_ids % 5 ? p.n_ids % 5 : 5, E = c->n_embd;
+        double *hid = akv__malloc(p.n_ids * E * sizeof(double));
+        float *want_f = akv__malloc(n_last * E * sizeof(float));
+        ref64_forward(m, p.ids, p.n_ids, 2, hid, NULL);
+        for (size_t i = 0; i < n_last * E; i++)
+            want_f[i] = (float)hid[(p.n_ids - n_last) * E + i];
+        CHECK_CLOSE_F32(akv_forward_hidden(s.fwd), want_f, n_last * E, 1e-4, 1e-4);
+        akv__free(hid), akv__free(want_f);
+        akv_tok_ids_free(&p);
+        session_close(&s);
+    }
+
+    TEST_CASE(logits_match_f64_and_continue_with_paris) {
+        ref64_forward(m, ids.ids, ids.n_ids, c->n_layers, NULL, want);
+        int32_t paris = akv_tok_find(tok, "\xc4\xa0Paris", 7); /* byte-level " Paris" */
+        CHECK(paris >= 0);
+        for (int dt = 0; dt < 2; dt++) {
+            akv_dtype dtype = dt ? AKV_DTYPE_BF16 : AKV_DTYPE_F32;
+            session s;
+            if (!session_open(&s, m, dtype, 3, 0)) break;
+            CHECK_OK(session_feed(&s, ids.ids, ids.n_ids, 3, logits));
+            session_close(&s);
+            size_t best = 0, best_ref = 0;
+            double worst = 0;
+            for (size_t i = 0; i < c->n_vocab; i++) {
+                if (logits[i] > logits[best]) best = i;
+                if (want[i] > want[best_ref]) best_ref = i;
+                worst = fmax(worst, fabs(logits[i] - want[i]));
+            }
+            /* f32 pages: float32 rounding only; bf16 pages: the K/V rounding too */
+            double tol = dt ? 0.5 : 1e-3;
+            TEST_CHECK_(worst <= tol, "%s pages: logits off by %g (tolerance %g)",
+                        akv_dtype_name(dtype), worst, tol);
+            CHECK_EQ_INT(best, best_ref);
+            CHECK_EQ_INT(best, paris);
+        }
+    }
+
+    TEST_CASE(greedy_is_deterministic_and_chunking_keeps_the_tokens) {
+        enum { N = 16 };
+        int32_t a[N], b[N], d[N];
+        float *la = akv__malloc((size_t)N * c->n_vocab * 4),
+              *lb = akv__malloc((size_t)N * c->n_vocab * 4);
+        size_t na = greedy(m, AKV_DTYPE_BF16, 256, &ids, N, -1, a, la);
+        size_t nb = greedy(m, AKV_DTYPE_BF16, 256, &ids, N, -1, b, lb);
+        size_t nd = greedy(m, AKV_DTYPE_BF16, 2, &ids, N, -1, d, NULL);
+        CHECK_EQ_INT(na, N);
+        CHECK_EQ_INT(nb, N);
+        CHECK_EQ_INT(nd, N);
+        CHECK_BYTES(a, b, sizeof a);
+        CHECK_BYTES(la, lb, (size_t)N * c->n_vocab * 4); /* every step's logits, bit for bit */
+        CHECK_BYTES(a, d, sizeof a);
+        akv_tok_text t = {0};
+        CHECK_OK(akv_tok_decode(tok, a, na, 0, &t));
+        printf("  greedy: \"%s%s\"\n", prompt, t.bytes ? t.bytes : "");
+        akv_tok_text_free(&t);
+        akv__free(la), akv__free(lb);
+    }
+
+    TEST_CASE(chat_template_as_the_gguf_says) {
+        akv_chat *chat = NULL;
+        CHECK_OK(akv_chat_create_from_gguf(g, NULL, &chat));
+        if (!chat) break;
+        CHECK_EQ_INT(akv_chat_get_kind(chat), AKV_CHAT_CHATML);
+        /* the default system message is the one written in the file's template */
+        akv_gguf_str tmpl = {0};
+        CHECK_OK(akv_gguf_get_str(g, "tokenizer.chat_template", &tmpl));
+        const char *sys = akv_chat_default_system(chat);
+        CHECK(sys && strlen(sys) > 10);
+        int in_template = 0;
+        for (size_t i = 0; sys && i + strlen(sys) <= tmpl.len && !in_template; i++)
+            in_template = !memcmp(tmpl.ptr + i, sys, strlen(sys));
+        CHECK(in_template);
+        akv_chat_msg msg = {"user", "What is the capital of France?"};
+        akv_tok_text r = {0};
+        CHECK_OK(akv_chat_render(chat, &msg, 1, true, &r));
+        CHECK(r.bytes && strstr(r.bytes, sys) && strstr(r.bytes, msg.content));
+        akv_tok_ids cids = {0};
+        CHECK_OK(akv_tok_encode(tok, r.bytes, r.n_bytes, AKV_TOK_PARSE_SPECIAL, &cids));
+        int32_t im_start = akv_tok_find(tok, "<|im_start|>", 12);
+        int32_t im_end = akv_tok_find(tok, "<|im_end|>", 10);
+        CHECK(cids.n_ids > 20 && cids.ids[0] == im_start);
+        size_t n_start = 0;
+        for (size_t i = 0; i < cids.n_ids; i++)
+            n_start += cids.ids[i] == im_start;
+        CHECK_EQ_INT(n_start, 3); /* system, user, and the generation prompt */
+        /* the reply is English that ends with <|im_end|> (the model's eos) */
+        int32_t out[48];
+        size_t n = greedy(m, AKV_DTYPE_BF16, 256, &cids, 48, im_end, out, NULL);
+        CHECK(n > 0 && n < 48);
+        CHECK_EQ_INT(akv_tok_get_specials(tok).eos_id, im_end);
+        akv_tok_text reply = {0};
+        CHECK_OK(akv_tok_decode(tok, out, n, 0, &reply));
+        printf("  chat reply: \"%s\"\n", reply.bytes ? reply.bytes : "");
+        CHECK(reply.bytes && strstr(reply.bytes, "Paris"));
+        akv_tok_text_free(&reply);
+        akv_tok_ids_free(&cids);
+        akv_tok_text_free(&r);
+        akv_chat_destroy(chat);
+    }
+
+    TEST_CASE(akv_run_end_to_end) {
+        const char *bdir = getenv("AKV_BUILD_DIR");
+        if (!bdir) {
+            printf("  (AKV_BUILD_DIR not set: skipped)\n");
+            break;
+        }
+        char cmd[8192], out1[4096], out2[4096];
+        const char *dumps[2] = {"/tmp/akv_test_run_1.f32", "/tmp/akv_test_run_2.f32"};
+        char *outs[2] = {out1, out2};
+        for (int i = 0; i < 2; i++) {
+            snprintf(cmd, sizeof cmd,
+                     "%s/tools/akv run -q -m '%s' -p 'The capital of France is' -n 12 --temp 0 "
+                     "--threads 1 --dump-logits %s",
+                     bdir, model_path, dumps[i]);
+            CHECK(run_cmd(cmd, outs[i], sizeof out1) > 0);
+        }
+        CHECK_STR(out1, out2);
+        CHECK(strncmp(out1, "The capital of France is Paris", 30) == 0);
+        size_t cap = 16 * (size_t)c->n_vocab * 4;
+        char *d1 = akv__malloc(cap), *d2 = akv__malloc(cap);
+        long n1 = file_bytes(dumps[0], d1, cap), n2 = file_bytes(dumps[1], d2, cap);
+        CHECK(n1 > 0 && n1 == n2 && n1 % ((long)c->n_vocab * 4) == 0);
+        if (n1 > 0 && n1 == n2) CHECK_BYTES(d1, d2, (size_t)n1);
+        akv__free(d1), akv__free(d2);
+        unlink(dumps[0]), unlink(dumps[1]);
+        /* the chat mode and clear refusals */
+        snprintf(cmd, sizeof cmd,
+                 "%s/tools/akv run -q -m '%s' --chat -p 'Say hello.' -n 24 "
+                 "--temp 0",
+                 bdir, model_path);
+        CHECK(run_cmd(cmd, out1, sizeof out1) > 0 && strlen(out1) > 2);
+        snprintf(cmd, sizeof cmd, "%s/tools/akv run -q -m '%s' -p x --route staged 2>&1", bdir,
+                 model_path);
+        CHECK(run_cmd(cmd, out1, sizeof out1) < 0 && strstr(out1, "staged"));
+        snprintf(cmd, sizeof cmd, "%s/tools/akv run -q -m /nonexistent.gguf -p x 2>&1", bdir);
+        CHECK(run_cmd(cmd, out1, sizeof out1) < 0 && strstr(out1, "nonexistent"));
+    }
+
+    akv_tok_ids_free(&ids);
+    akv__free(logits), akv__free(want);
+    akv_tok_destroy(tok);
+    akv_model_destroy(m);
+    return test_finish();
+}

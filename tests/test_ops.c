@@ -1,0 +1,281 @@
+/* test_ops.c — the dense ops of akv/ops.h against float64 references, on awkward sizes. */
+#include <math.h>
+
+#include "akv/ops.h"
+#include "core/alloc.h"
+#include "core/assert.h"
+#include "test.h"
+
+static const size_t sizes[] = {1, 3, 17, 97, 576};
+
+static float *rand_vec(uint64_t *rng, size_t n, float scale) {
+    float *v = akv__malloc(n * sizeof *v);
+    for (size_t i = 0; i < n; i++)
+        v[i] = scale * test_rand_f32(rng);
+    return v;
+}
+
+/* NaN everywhere: an op that leaves an element unwritten fails the comparison. */
+static void poison(float *v, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        v[i] = NAN;
+}
+
+/* Pair i of a head in a layout: the indices of its two elements. */
+static void pair_idx(akv_rope_mode mode, uint32_t n_rot, uint32_t i, uint32_t *a, uint32_t *b) {
+    *a = mode == AKV_ROPE_NEOX ? i : 2 * i;
+    *b = mode == AKV_ROPE_NEOX ? i + n_rot / 2 : 2 * i + 1;
+}
+
+int main(void) {
+    uint64_t rng = test_seed(20261201);
+
+    TEST_CASE(rmsnorm_matches_f64) {
+        for (size_t si = 0; si < AKV_ARRAY_LEN(sizes); si++) {
+            size_t n = sizes[si], rows = 3;
+            float *x = rand_vec(&rng, rows * n, 4), *w = rand_vec(&rng, n, 2);
+            float *y = akv__malloc(rows * n * sizeof *y), *want = akv__malloc(rows * n * sizeof *y);
+            float eps = 1e-5f;
+            for (size_t r = 0; r < rows; r++) {
+                double ss = 0;
+                for (size_t i = 0; i < n; i++)
+                    ss += (double)x[r * n + i] * x[r * n + i];
+                double s = 1 / sqrt(ss / n + eps);
+                for (size_t i = 0; i < n; i++)
+                    want[r * n + i] = (float)(x[r * n + i] * s * w[i]);
+            }
+            poison(y, rows * n);
+            akv_ops_ref_rmsnorm(y, x, w, rows, n, eps);
+            CHECK_CLOSE_F32(y, want, rows * n, 1e-6, 1e-5);
+            akv_ops_ref_rmsnorm(x, x, w, rows, n, eps); /* in place gives the same */
+            CHECK_BYTES(x, y, rows * n * sizeof *y);
+            akv__free(x), akv__free(w), akv__free(y), akv__free(want);
+        }
+    }
+
+    TEST_CASE(rope_freqs_formula_and_errors) {
+        float inv[64], f[64];
+        for (int i = 0; i < 64; i++)
+            f[i] = 1.0f + (float)i / 8;
+        CHECK_OK(akv_ops_ref_rope_freqs(500000.0, 128, 0.25, f, inv));
+        for (int i = 0; i < 64; i++)
+            CHECK_NEAR(inv[i], 0.25 * pow(500000.0, -2.0 * i / 128) / f[i], 1e-6 * inv[0]);
+        CHECK_OK(akv_ops_ref_rope_freqs(10000.0, 64, 1.0, NULL, inv));
+        CHECK_NEAR(inv[0], 1.0, 0);
+        CHECK_NEAR(inv[31], pow(10000.0, -62.0 / 64), 1e-9);
+        CHECK_STATUS(akv_ops_ref_rope_freqs(10000.0, 63, 1.0, NULL, inv), AKV_EINVAL);
+        CHECK_STATUS(akv_ops_ref_rope_freqs(10000.0, 0, 1.0, NULL, inv), AKV_EINVAL);
+        CHECK_STATUS(akv_ops_ref_rope_freqs(1.0, 64, 1.0, NULL, inv), AKV_EINVAL);
+        CHECK_STATUS(akv_ops_ref_rope_freqs(NAN, 64, 1.0, NULL, inv), AKV_EINVAL);
+        CHECK_STATUS(akv_ops_ref_rope_freqs(10000.0, 64, 0.0, NULL, inv), AKV_EINVAL);
+        f[7] = 0;
+        CHECK_STATUS(akv_ops_ref_rope_freqs(10000.0, 64, 1.0, f, inv), AKV_EINVAL);
+        f[7] = NAN;
+        CHECK_STATUS(akv_ops_ref_rope_freqs(10000.0, 64, 1.0, f, inv), AKV_EINVAL);
+    }
+
+    TEST_CASE(rope_both_layouts_match_f64) {
+        /* head_dim 64 fully rotated, and 128 with only 96 rotated (the tail passes through);
+         * positions include 0 and a large one. */
+        const uint32_t dims[][2] = {{64, 64}, {128, 96}, {6, 2}};
+        const int32_t pos[] = {0, 1, 17, 1000003};
+        const size_t n_tok = AKV_ARRAY_LEN(pos);
+        const uint32_t n_heads = 3;
+        for (int mode = 0; mode < 2; mode++) {
+            for (size_t di = 0; di < AKV_ARRAY_LEN(dims); di++) {
+                uint32_t hd = dims[di][0], n_rot = dims[di][1], np = n_rot / 2;
+                float inv[64], ct[4 * 64], st[4 * 64];
+                if (!CHECK(akv_ops_ref_rope_freqs(10000.0, n_rot, 1.0, NULL, inv) == AKV_OK)) break;
+                akv_ops_ref_rope_table(pos, n_tok, inv, n_rot, ct, st);
+                size_t n = n_tok * n_heads * hd;
+                float *x = rand_vec(&rng, n, 3), *want = akv__malloc(n * sizeof *want);
+                for (size_t t = 0; t < n_tok; t++) {
+                    for (uint32_t h = 0; h < n_heads; h++) {
+                        const float *v = x + (t * n_heads + h) * hd;
+                        float *o = want + (t * n_heads + h) * hd;
+                        for (uint32_t i = 0; i < hd; i++)
+                            o[i] = v[i];
+                        for (uint32_t i = 0; i < np; i++) {
+                            uint32_t a, b;
+                            pair_idx((akv_rope_mode)mode, n_rot, i, &a, &b);
+                            double ang = (double)pos[t] * inv[i];
+                            o[a] = (float)(v[a] * cos(ang) - v[b] * sin(ang));
+                            o[b] = (float)(v[a] * sin(ang) + v[b] * cos(ang));
+                        }
+                    }
+                }
+                akv_ops_ref_rope(x, n_tok, n_heads, hd, n_rot, (akv_rope_mode)mode, ct, st);
+                if (!CHECK_CLOSE_F32(x, want, n, 2e-6, 2e-6))
+                    printf("  mode %d head_dim %u n_rot %u\n", mode, hd, n_rot);
+                akv__free(x), akv__free(want);
+            }
+        }
+    }
+
+    TEST_CASE(rope_normal_on_converter_permutation_equals_neox) {
+        /* llama.cpp's converter reorders each head's Q/K rows so that element 2i comes from i
+         * and 2i+1 from i + d/2: NORMAL on the permuted vector = the permuted NEOX result. */
+        const uint32_t hd = 64;
+        const int32_t pos[] = {5, 300};
+        float inv[32], ct[2 * 32], st[2 * 32];
+        CHECK_OK(akv_ops_ref_rope_freqs(10000.0, hd, 1.0, NULL, inv));
+        akv_ops_ref_rope_table(pos, 2, inv, hd, ct, st);
+        float x[2 * 64], xp[2 * 64];
+        for (int i = 0; i < 2 * 64; i++)
+            x[i] = test_rand_f32(&rng);
+        for (int t = 0; t < 2; t++)
+            for (uint32_t i = 0; i < hd / 2; i++)
+                xp[t * 64 + 2 * i] = x[t * 64 + i], xp[t * 64 + 2 * i + 1] = x[t * 64 + i + hd / 2];
+        akv_ops_ref_rope(x, 2, 1, hd, hd, AKV_ROPE_NEOX, ct, st);
+        akv_ops_ref_rope(xp, 2, 1, hd, hd, AKV_ROPE_NORMAL, ct, st);
+        float x_perm[2 * 64];
+        for (int t = 0; t < 2; t++)
+            for (uint32_t i = 0; i < hd / 2; i++)
+                x_perm[t * 64 + 2 * i] = x[t * 64 + i],
+                                    x_perm[t * 64 + 2 * i + 1] = x[t * 64 + i + hd / 2];
+        CHECK_BYTES(xp, x_perm, sizeof xp);
+    }
+
+    TEST_CASE(rope_scores_depend_on_relative_position) {
+        /* q at p and k at p - 7 give the same dot product for any p (the point of RoPE). */
+        const uint32_t hd = 64;
+        float inv[32], q0[64], k0[64];
+        CHECK_OK(akv_ops_ref_rope_freqs(10000.0, hd, 1.0, NULL, inv));
+        for (uint32_t i = 0; i < hd; i++)
+            q0[i] = test_rand_f32(&rng), k0[i] = test_rand_f32(&rng);
+        double first = 0;
+        const int32_t ps[] = {7, 50, 4099};
+        for (size_t j = 0; j < AKV_ARRAY_LEN(ps); j++) {
+            int32_t pq = ps[j], pk = ps[j] - 7;
+            float q[64], k[64], cq[32], sq[32], ck[32], sk[32];
+            memcpy(q, q0, sizeof q), memcpy(k, k0, sizeof k);
+            akv_ops_ref_rope_table(&pq, 1, inv, hd, cq, sq);
+            akv_ops_ref_rope_table(&pk, 1, inv, hd, ck, sk);
+            akv_ops_ref_rope(q, 1, 1, hd, hd, AKV_ROPE_NORMAL, cq, sq);
+            akv_ops_ref_rope(k, 1, 1, hd, hd, AKV_ROPE_NORMAL, ck, sk);
+            double dot = 0;
+            for (uint32_t i = 0; i < hd; i++)
+                dot += (double)q[i] * k[i];
+            if (j == 0)
+                first = dot;
+            else
+                CHECK_NEAR(dot, first, 1e-4);
+        }
+    }
+
+    TEST_CASE(swiglu_matches_f64) {
+        size_t n = 97;
+        float *g = rand_vec(&rng, n, 20), *u = rand_vec(&rng, n, 3), *y = akv__malloc(n * 4),
+              *want = akv__malloc(n * 4);
+        g[0] = -100, g[1] = 100, g[2] = 0;
+        for (size_t i = 0; i < n; i++)
+            want[i] = (float)(g[i] / (1 + exp(-(double)g[i])) * u[i]);
+        poison(y, n);
+        akv_ops_ref_swiglu(y, g, u, n);
+        CHECK_CLOSE_F32(y, want, n, 1e-6, 1e-6);
+        akv__free(g), akv__free(u), akv__free(y), akv__free(want);
+    }
+
+    TEST_CASE(embed_rows_and_bad_ids) {
+        const size_t n_vocab = 17, n_embd = 5;
+        float *table = rand_vec(&rng, n_vocab * n_embd, 1), y[3 * 5], before[3 * 5];
+        int32_t ids[3] = {16, 0, 16};
+        CHECK_OK(akv_ops_ref_embed(y, table, n_vocab, n_embd, ids, 3));
+        CHECK_BYTES(y, table + 16 * n_embd, n_embd * 4);
+        CHECK_BYTES(y + n_embd, table, n_embd * 4);
+        CHECK_BYTES(y + 2 * n_embd, table + 16 * n_embd, n_embd * 4);
+        memcpy(before, y, sizeof y);
+        int32_t bad[2][3] = {{1, 17, 2}, {1, 2, -1}};
+        for (int b = 0; b < 2; b++) {
+            CHECK_STATUS(akv_ops_ref_embed(y, table, n_vocab, n_embd, bad[b], 3), AKV_EINVAL);
+            CHECK_BYTES(y, before, sizeof y); /* nothing written */
+        }
+        akv__free(table);
+    }
+
+    TEST_CASE(softmax_matches_f64_and_empty_rows) {
+        for (size_t si = 0; si < AKV_ARRAY_LEN(sizes); si++) {
+            size_t n = sizes[si];
+            float *x = rand_vec(&rng, 2 * n, 30), *want = akv__malloc(2 * n * 4);
+            x[n] = 80; /* exp(80) overflows float without the max subtracted */
+            for (size_t r = 0; r < 2; r++) {
+                double mx = -INFINITY, s = 0;
+                for (size_t i = 0; i < n; i++)
+                    mx = fmax(mx, x[r * n + i]);
+                for (size_t i = 0; i < n; i++)
+                    s += exp(x[r * n + i] - mx);
+                for (size_t i = 0; i < n; i++)
+                    want[r * n + i] = (float)(exp(x[r * n + i] - mx) / s);
+            }
+            akv_ops_ref_softmax(x, 2, n);
+            CHECK_CLOSE_F32(x, want, 2 * n, 1e-7, 1e-5);
+            akv__free(x), akv__free(want);
+        }
+        float e[4] = {-INFINITY, -INFINITY, -INFINITY, -INFINITY}, z[4] = {0, 0, 0, 0};
+        akv_ops_ref_softmax(e, 1, 4);
+        CHECK_BYTES(e, z, sizeof e);
+        float m[3] = {-INFINITY, 1, -INFINITY}, w1[3] = {0, 1, 0};
+        akv_ops_ref_softmax(m, 1, 3);
+        CHECK_CLOSE_F32(m, w1, 3, 0, 0);
+    }
+
+    TEST_CASE(add_residual) {
+        float y[3] = {1, 2, 3}, a[3] = {0.5f, -2, 4}, want[3] = {1.5f, 0, 7};
+        akv_ops_ref_add(y, a, 3);
+        CHECK_CLOSE_F32(y, want, 3, 0, 0);
+    }
+
+    TEST_CASE(matmul_blas_and_plain_match_f64) {
+        const size_t ms[] = {1, 3, 17}, nk[] = {1, 3, 17, 97, 576};
+        for (size_t a = 0; a < AKV_ARRAY_LEN(ms); a++) {
+            for (size_t b = 0; b < AKV_ARRAY_LEN(nk); b++) {
+                for (size_t c = 0; c < AKV_ARRAY_LEN(nk); c += 2) {
+                    for (int with_bias = 0; with_bias < 2; with_bias++) {
+                        size_t m = ms[a], n = nk[b], k = nk[(c + b) % AKV_ARRAY_LEN(nk)];
+                        float *x = rand_vec(&rng, m * k, 2), *w = rand_vec(&rng, n * k, 1);
+                        float *bias = with_bias ? rand_vec(&rng, n, 1) : NULL;
+                        float *y = akv__malloc(m * n * 4), *yp = akv__malloc(m * n * 4),
+                              *want = akv__malloc(m * n * 4);
+                        double worst_scale = 0;
+                        for (size_t r = 0; r < m; r++) {
+                            for (size_t j = 0; j < n; j++) {
+                                double s = bias ? bias[j] : 0, mag = 0;
+                                for (size_t i = 0; i < k; i++) {
+                                    s += (double)x[r * k + i] * w[j * k + i];
+                                    mag += fabs((double)x[r * k + i] * w[j * k + i]);
+                                }
+                                want[r * n + j] = (float)s;
+                                worst_scale = fmax(worst_scale, mag);
+                            }
+                        }
+                        /* float32 accumulation: error bounded by ~k * eps * sum |x w| */
+                        double atol = 1e-6 + 2e-7 * (double)k * worst_scale / 8;
+                        poison(y, m * n), poison(yp, m * n);
+                        akv_ops_ref_matmul(y, x, w, bias, m, n, k);
+                        akv_ops_ref_matmul_plain(yp, x, w, bias, m, n, k);
+                        int ok = CHECK_CLOSE_F32(y, want, m * n, atol, 1e-6);
+                        ok &= CHECK_CLOSE_F32(yp, want, m * n, atol, 1e-6);
+                        if (!ok) printf("  m %zu n %zu k %zu bias %d\n", m, n, k, with_bias);
+                        akv__free(x), akv__free(w), akv__free(bias), akv__free(y), akv__free(yp),
+                            akv__free(want);
+                    }
+                }
+            }
+        }
+    }
+
+    TEST_CASE(matmul_one_thread_same_result) {
+        size_t m = 5, n = 300, k = 576;
+        float *x = rand_vec(&rng, m * k, 1), *w = rand_vec(&rng, n * k, 1);
+        float *y1 = akv__malloc(m * n * 4), *y2 = akv__malloc(m * n * 4);
+        akv_ops_ref_set_threads(2);
+        akv_ops_ref_matmul(y2, x, w, NULL, m, n, k);
+        akv_ops_ref_set_threads(1);
+        akv_ops_ref_matmul(y1, x, w, NULL, m, n, k);
+        CHECK_CLOSE_F32(y1, y2, m * n, 1e-4, 1e-5);
+        akv__free(x), akv__free(w), akv__free(y1), akv__free(y2);
+    }
+
+    CHECK_EQ_INT(akv__alloc_live(), 0);
+    return test_finish();
+}

@@ -1,0 +1,213 @@
+/* test_route.c — the resident route on the host backend: the forward pass over device-pool
+ * pages with the host copy authoritative (walker after every step), write-back of exactly the
+ * new rows, pages reclaimed by another context refilled from the host copy with bit-identical
+ * logits, and bad requests refused. */
+#include "model_build.h"
+#include "model_ref64.h"
+
+#include "akv/dev_pool.h"
+#include "akv/forward.h"
+#include "akv/host_pool.h"
+#include "akv/route.h"
+#include "core/alloc.h"
+#include "engine/route_check.h"
+
+enum { P = 16 }; /* tokens per page: small, so short histories span several pages */
+
+typedef struct pools {
+    akv_dev *dev;
+    akv_geom g;
+    akv_host_pool *hp;
+    akv_dev_pool *dp;
+} pools;
+
+/* Pools for the model's geometry; window_cap > 0 limits the device pool's window part to that
+ * many window pages (the rest is staging reserve), to create pressure. */
+static int pools_open(pools *p, const akv_model_config *c, uint32_t window_cap) {
+    memset(p, 0, sizeof *p);
+    if (!CHECK(akv_dev_create(akv_dev_host_backend(), NULL, &p->dev) == AKV_OK)) return 0;
+    CHECK_OK(akv_geom_init(&p->g, c->n_layers, c->n_kv_heads, c->head_dim, AKV_DTYPE_BF16, P));
+    akv_host_pool_params hpp = akv_host_pool_default_params();
+    hpp.limit_gib = 1;
+    hpp.arena_bytes = 64 * akv_geom_page_bytes(&p->g);
+    akv_dev_pool_params dpp = akv_dev_pool_default_params();
+    dpp.device_gib = 1;
+    uint32_t n_pages = (uint32_t)(((size_t)1 << 30) / akv_geom_page_bytes(&p->g));
+    if (window_cap) dpp.staging_pages = n_pages - window_cap * c->n_layers;
+    return CHECK(akv_host_pool_create(p->dev, &p->g, &hpp, &p->hp) == AKV_OK) &&
+           CHECK(akv_dev_pool_create(p->dev, &p->g, &dpp, &p->dp) == AKV_OK);
+}
+
+static void pools_close(pools *p) {
+    CHECK_OK(akv_dev_pool_destroy(p->dp));
+    CHECK_OK(akv_host_pool_destroy(p->hp));
+    CHECK_OK(akv_dev_destroy(p->dev));
+}
+
+/* One step: grow the route by n tokens and run them; logits of the last one. */
+static akv_status feed(akv_route *r, akv_forward *f, const int32_t *tokens, uint32_t n,
+                       float *logits) {
+    akv_route_stats rs;
+    akv_route_get_stats(r, &rs);
+    akv_status st = akv_route_begin_step(r, rs.n_tokens + n);
+    if (st) return st;
+    akv_forward_kv kv = akv_route_forward_kv(r);
+    st = akv_forward_run(f, tokens, n, (uint32_t)rs.n_tokens, &kv, logits, false);
+    if (st) akv_route_truncate(r, rs.n_tokens);
+    return st;
+}
+
+int main(void) {
+    uint64_t rng = test_seed(5);
+    const tm_shape shape = {.arch = "llama",
+                            .n_layers = 2,
+                            .n_embd = 32,
+                            .n_ff = 48,
+                            .n_heads = 4,
+                            .n_kv_heads = 2,
+                            .n_vocab = 23};
+    akv_model *model = tm_load(&shape, rng);
+    if (!CHECK(model != NULL)) return test_finish();
+    const akv_model_config *c = akv_model_get_config(model);
+    akv_forward_params fp = {.max_chunk = P};
+    akv_forward *f = NULL;
+    if (!CHECK(akv_forward_create(model, &fp, &f) == AKV_OK)) return test_finish();
+    int32_t tokens[256];
+    for (int i = 0; i < 256; i++)
+        tokens[i] = (int32_t)test_rand_below(&rng, c->n_vocab);
+    float logits[23];
+    double want[23];
+
+    TEST_CASE(resident_matches_oracle_host_copy_authoritative) {
+        pools p;
+        if (!pools_open(&p, c, 0)) break;
+        akv_route *r = NULL;
+        akv_route_params rp = {.kind = AKV_ROUTE_RESIDENT, .max_tokens = 64};
+        CHECK_OK(akv_route_create(p.dev, p.hp, p.dp, &rp, &r));
+        if (!r) break;
+        /* prefill 37 tokens in chunks of P (16, 16, 5), then 6 decode steps */
+        uint32_t pos = 0;
+        while (pos < 43) {
+            uint32_t n = pos < 37 ? (37 - pos < P ? 37 - pos : P) : 1;
+            if (!CHECK(feed(r, f, tokens + pos, n, logits) == AKV_OK)) break;
+            pos += n;
+            CHECK_OK(akv__route_check(r));
+            if (pos < 37) continue;
+            ref64_forward(model, tokens, pos, c->n_layers, NULL, want);
+            double worst = 0;
+            for (int i = 0; i < 23; i++)
+                worst = fmax(worst, fabs(logits[i] - want[i]));
+            TEST_CHECK_(worst < 0.1, "after %u tokens the logits are off by %g", pos, worst);
+        }
+        akv_route_stats rs;
+        akv_route_get_stats(r, &rs);
+        CHECK_EQ_U64(rs.n_tokens, 43);
+        CHECK_EQ_U64(rs.n_steps, 3 + 6);
+        CHECK_EQ_U64(rs.h2d_bytes, 0); /* nothing was ever dropped from the device */
+        CHECK_EQ_U64(rs.d2h_bytes, 43 * c->n_layers * akv_geom_token_bytes(&p.g));
+        CHECK_EQ_INT(rs.window_pages, 3);
+        CHECK_EQ_INT(rs.host_pages, 3);
+        CHECK_OK(akv_route_destroy(r));
+        pools_close(&p);
+    }
+
+    TEST_CASE(reclaimed_pages_are_refilled_from_the_host_copy) {
+        /* A window capacity of 8 pages per layer for two contexts of 4 and 5 pages: each step
+         * of one reclaims from the other (idle), so the other's next step finds fresh pages
+         * that hold old tokens and refills them from its host copy. Their logits must equal,
+         * bit for bit, those of the same contexts run alone in a roomy pool. */
+        pools tight, roomy;
+        if (!pools_open(&tight, c, 8) || !pools_open(&roomy, c, 0)) break;
+        akv_route_params rp = {.kind = AKV_ROUTE_RESIDENT, .max_tokens = 5 * P};
+        akv_route *a = NULL, *b = NULL, *a_ref = NULL, *b_ref = NULL;
+        CHECK_OK(akv_route_create(tight.dev, tight.hp, tight.dp, &rp, &a));
+        CHECK_OK(akv_route_create(tight.dev, tight.hp, tight.dp, &rp, &b));
+        CHECK_OK(akv_route_create(roomy.dev, roomy.hp, roomy.dp, &rp, &a_ref));
+        CHECK_OK(akv_route_create(roomy.dev, roomy.hp, roomy.dp, &rp, &b_ref));
+        if (!a || !b || !a_ref || !b_ref) break;
+        const int32_t *ta = tokens, *tb = tokens + 64;
+        float la[23], lb[23];
+        uint32_t na = 0, nb = 0;
+        /* A to 60 tokens (4 pages), B to 70 (5 pages), then alternate decode steps */
+        int ok = 1;
+        while (ok && (na < 60 || nb < 70)) {
+            if (na < 60) {
+                uint32_t n = 60 - na < P ? 60 - na : P;
+                ok &= CHECK(feed(a, f, ta + na, n, la) == AKV_OK);
+                ok &= CHECK(feed(a_ref, f, ta + na, n, logits) == AKV_OK);
+                ok &= CHECK_BYTES(la, logits, sizeof la);
+                na += n;
+            } else {
+                uint32_t n = 70 - nb < P ? 70 - nb : P;
+                ok &= CHECK(feed(b, f, tb + nb, n, lb) == AKV_OK);
+                ok &= CHECK(feed(b_ref, f, tb + nb, n, logits) == AKV_OK);
+                ok &= CHECK_BYTES(lb, logits, sizeof lb);
+                nb += n;
+            }
+            ok &= CHECK(akv__route_check(a) == AKV_OK && akv__route_check(b) == AKV_OK);
+        }
+        for (int step = 0; ok && step < 6; step++) {
+            akv_route *r = step % 2 ? b : a, *ref = step % 2 ? b_ref : a_ref;
+            const int32_t *t = step % 2 ? tb + nb++ : ta + na++;
+            ok &= CHECK(feed(r, f, t, 1, la) == AKV_OK);
+            ok &= CHECK(feed(ref, f, t, 1, logits) == AKV_OK);
+            if (!CHECK_BYTES(la, logits, sizeof la)) printf("  decode step %d\n", step);
+            ok &= CHECK(akv__route_check(a) == AKV_OK && akv__route_check(b) == AKV_OK);
+        }
+        akv_route_stats sa, sb, sref;
+        akv_route_get_stats(a, &sa);
+        akv_route_get_stats(b, &sb);
+        akv_route_get_stats(a_ref, &sref);
+        CHECK(sa.h2d_bytes > 0 && sb.h2d_bytes > 0); /* both were refilled */
+        CHECK_EQ_U64(sref.h2d_bytes, 0);
+        akv_dev_pool_stats ps;
+        akv_dev_pool_get_stats(tight.dp, &ps);
+        CHECK(ps.counts.n_pages[AKV_DEV_POOL_RECLAIM_IDLE] > 0);
+        CHECK_OK(akv_route_destroy(a));
+        CHECK_OK(akv_route_destroy(b));
+        CHECK_OK(akv_route_destroy(a_ref));
+        CHECK_OK(akv_route_destroy(b_ref));
+        pools_close(&tight);
+        pools_close(&roomy);
+    }
+
+    TEST_CASE(bad_requests) {
+        pools p;
+        if (!pools_open(&p, c, 8)) break;
+        akv_route *r = NULL;
+        akv_route_params rp = {.kind = AKV_ROUTE_STAGED, .max_tokens = 64};
+        CHECK_STATUS(akv_route_create(p.dev, p.hp, p.dp, &rp, &r), AKV_EUNSUPPORTED);
+        rp.kind = AKV_ROUTE_RESIDENT;
+        rp.max_tokens = 9 * P; /* 9 pages per layer: more than the window holds */
+        CHECK_STATUS(akv_route_create(p.dev, p.hp, p.dp, &rp, &r), AKV_EINVAL);
+        rp.max_tokens = 0;
+        CHECK_STATUS(akv_route_create(p.dev, p.hp, p.dp, &rp, &r), AKV_EINVAL);
+        rp.max_tokens = 2 * P;
+        CHECK_OK(akv_route_create(p.dev, p.hp, p.dp, &rp, &r));
+        if (!r) break;
+        CHECK_STATUS(akv_route_begin_step(r, 2 * P + 1), AKV_EINVAL); /* past max_tokens */
+        CHECK_OK(feed(r, f, tokens, 10, logits));
+        CHECK_STATUS(akv_route_begin_step(r, 10), AKV_EINVAL); /* does not grow */
+        /* a step begun and abandoned (a failed pass) is undone by truncate */
+        CHECK_OK(akv_route_begin_step(r, 20));
+        CHECK_OK(akv_route_truncate(r, 10));
+        CHECK_OK(akv__route_check(r));
+        CHECK_STATUS(akv_route_truncate(r, 11), AKV_EINVAL);
+        /* a forward pass that fails (token outside the vocabulary) leaves the route as before */
+        int32_t bad[2] = {1, 23};
+        CHECK_STATUS(feed(r, f, bad, 2, logits), AKV_EINVAL);
+        akv_route_stats rs;
+        akv_route_get_stats(r, &rs);
+        CHECK_EQ_U64(rs.n_tokens, 10);
+        CHECK_OK(akv__route_check(r));
+        CHECK_OK(feed(r, f, tokens + 10, 6, logits));
+        CHECK_OK(akv__route_check(r));
+        CHECK_OK(akv_route_destroy(r));
+        pools_close(&p);
+    }
+
+    akv_forward_destroy(f);
+    akv_model_destroy(model);
+    CHECK_EQ_INT(akv__alloc_live(), 0);
+    return test_finish();
+}
