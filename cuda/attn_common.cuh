@@ -107,23 +107,26 @@ static __device__ __forceinline__ uint32_t attn_pack_bf16(float lo, float hi) {
     return *reinterpret_cast<uint32_t *>(&v);
 }
 
-/* x rounded to bf16 and back: the value the tensor cores will multiply. */
-static __device__ __forceinline__ float attn_round_bf16(float x) {
-    return __bfloat162float(__float2bfloat16_rn(x));
-}
-
 /* Sum over the 4 lanes of a quad (the lanes that hold one fragment row). */
 static __device__ __forceinline__ float attn_quad_sum(float x) {
     x += __shfl_xor_sync(ATTN_FULL_MASK, x, 1);
     return x + __shfl_xor_sync(ATTN_FULL_MASK, x, 2);
 }
 
+/* 2^x on the special-function unit (ftz; max relative error 2^-22; ex2(-inf) = 0). */
+static __device__ __forceinline__ float attn_exp2(float x) {
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+    return y;
+}
+
 /* One online-softmax step for fragment row half hf (0: row lane/4, 1: row lane/4 + 8) of an
  * m16 tile: s[NT][4] are the raw scores of this key tile (masked ones -inf), `scale` is
  * scale*log2(e), m the running maximum (log2 domain, scaled), l the running sum, acc[DN][4]
- * the output accumulators. On return s holds the probabilities, rounded to bf16 (the values
- * the P V product multiplies; l sums the same values). A row with no key yet keeps m = -inf
- * and l = 0 without producing a NaN. */
+ * the output accumulators. On return s holds the probabilities (f32; the P V product rounds
+ * them to bf16). A row with no key yet keeps m = -inf and l = 0 without producing a NaN.
+ * The accumulators are rescaled only when some row of the warp saw a new maximum (alpha is
+ * exactly 1 otherwise: most tiles of a long history). All lanes must call it. */
 template <int NT, int DN>
 static __device__ __forceinline__ void attn_softmax_step(float (&s)[NT][4], float (&acc)[DN][4], float &m,
                                                          float &l, int hf, float scale) {
@@ -134,23 +137,37 @@ static __device__ __forceinline__ void attn_softmax_step(float (&s)[NT][4], floa
     mx = fmaxf(mx, __shfl_xor_sync(ATTN_FULL_MASK, mx, 2));
     const float m_new = fmaxf(m, mx * scale);
     const float base = m_new == -INFINITY ? 0.0f : m_new;
-    const float alpha = exp2f(m - base);
+    const float alpha = attn_exp2(m - base);
     m = m_new;
     float sum = 0.0f;
 #pragma unroll
     for (int nt = 0; nt < NT; nt++)
 #pragma unroll
         for (int e = 2 * hf; e < 2 * hf + 2; e++) {
-            const float p = attn_round_bf16(exp2f(fmaf(s[nt][e], scale, -base)));
+            const float p = attn_exp2(fmaf(s[nt][e], scale, -base));
             s[nt][e] = p;
             sum += p;
         }
     l = l * alpha + sum;
+    if (__any_sync(ATTN_FULL_MASK, alpha != 1.0f)) {
 #pragma unroll
-    for (int dn = 0; dn < DN; dn++) {
-        acc[dn][2 * hf] *= alpha;
-        acc[dn][2 * hf + 1] *= alpha;
+        for (int dn = 0; dn < DN; dn++) {
+            acc[dn][2 * hf] *= alpha;
+            acc[dn][2 * hf + 1] *= alpha;
+        }
     }
+}
+
+/* Programmatic dependent launch (sm_90): a grid launched after this one with the
+ * programmatic-serialization attribute may start once every block has called
+ * attn_pdl_trigger (or exited); it must call attn_pdl_wait before reading what this grid
+ * wrote (the wait returns when this grid has completed and its memory is visible). Both
+ * are no-ops without the attribute. */
+static __device__ __forceinline__ void attn_pdl_trigger() {
+    asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+}
+static __device__ __forceinline__ void attn_pdl_wait() {
+    asm volatile("griddepcontrol.wait;\n" ::: "memory");
 }
 
 /* The A fragment of P for 16 keys from the C fragments of their two n8 tiles. */

@@ -54,22 +54,21 @@ struct dec_args {
 };
 
 /* Issue the cp.async of keys t0..t0+63 (K and V) into one stage; positions >= t_end are
- * zero-filled. 128 threads, D/8 chunks per row. */
+ * zero-filled. 128 threads, D/8 chunks per row; one page lookup per row (V lies n_kv*P rows
+ * after K in the same page). */
 template <int D>
 static __device__ __forceinline__ void dec_load_tile(const attn_kv &kv, int pb, int h, int t0, int t_end,
                                                      uint32_t stage, int tid) {
     constexpr int CPR = D / 8, RPP = 128 / CPR; /* chunks per row, rows per pass */
     const int c = tid % CPR;
+    const size_t v_off = ((size_t)kv.n_kv << kv.log2_p) * (D * 2);
+#pragma unroll
     for (int i = 0; i < 64 / RPP; i++) {
         const int r = tid / CPR + i * RPP, t = t0 + r;
         const bool valid = t < t_end;
-        const unsigned char *k = kv.pool, *v = kv.pool;
-        if (valid) {
-            k = attn_row<D>(kv, pb, 0, h, t) + c * 16;
-            v = attn_row<D>(kv, pb, 1, h, t) + c * 16;
-        }
+        const unsigned char *k = valid ? attn_row<D>(kv, pb, 0, h, t) + c * 16 : kv.pool;
         attn_cp16(stage + attn_swz<D>(r, c), k, valid);
-        attn_cp16(stage + dec_cfg<D>::KV_BYTES + attn_swz<D>(r, c), v, valid);
+        attn_cp16(stage + dec_cfg<D>::KV_BYTES + attn_swz<D>(r, c), valid ? k + v_off : kv.pool, valid);
     }
 }
 
@@ -93,21 +92,29 @@ __global__ void __launch_bounds__(128) attn_decode_kernel(const dec_args a) {
     unsigned char *sq = smem + C::STAGES * C::STAGE_BYTES;
     const uint32_t sq_u = attn_smem_addr(sq);
 
-    /* 1. start the first STAGES-1 tiles */
+    /* 1. the query rows into registers (their loads overlap the page-table lookups), the
+     *    first STAGES-1 tiles in flight, then the rows into shared memory as bf16, swizzled;
+     *    padding rows are zero */
+    constexpr int QPT = 16 * MT * (D / 8) / 128; /* 16-byte chunks of q per thread */
+    uint4 qv[QPT];
+#pragma unroll
+    for (int i = 0; i < QPT; i++) {
+        const int idx = tid + i * 128, r = idx / (D / 8), c = idx % (D / 8), gr = row0 + r;
+        qv[i] = make_uint4(0, 0, 0, 0);
+        if (gr < a.rows) {
+            const int qi = gr / a.group, gi = gr - qi * a.group;
+            const size_t off = (size_t)(s * a.n_query + qi) * a.q_stride + (size_t)(h * a.group + gi) * D + c * 8;
+            qv[i] = attn_load8_bf16(a.q, a.q_f32, off);
+        }
+    }
     for (int st = 0; st < C::STAGES - 1; st++) {
         if (st < n_tiles) dec_load_tile<D>(a.kv, pb, h, k0 + st * C::TILE, k1, ring + st * C::STAGE_BYTES, tid);
         attn_cp_commit();
     }
-    /* 2. the query rows, as bf16, swizzled; padding rows are zero */
-    for (int idx = tid; idx < 16 * MT * (D / 8); idx += 128) {
-        const int r = idx / (D / 8), c = idx % (D / 8), gr = row0 + r;
-        uint4 val = make_uint4(0, 0, 0, 0);
-        if (gr < a.rows) {
-            const int qi = gr / a.group, gi = gr - qi * a.group;
-            const size_t off = (size_t)(s * a.n_query + qi) * a.q_stride + (size_t)(h * a.group + gi) * D + c * 8;
-            val = attn_load8_bf16(a.q, a.q_f32, off);
-        }
-        *reinterpret_cast<uint4 *>(sq + attn_swz<D>(r, c)) = val;
+#pragma unroll
+    for (int i = 0; i < QPT; i++) {
+        const int idx = tid + i * 128;
+        *reinterpret_cast<uint4 *>(sq + attn_swz<D>(idx / (D / 8), idx % (D / 8))) = qv[i];
     }
     /* the causal rule: row qi of n sees keys <= len - n + qi (padding rows see all) */
     int limit[MT][2];
@@ -127,7 +134,7 @@ __global__ void __launch_bounds__(128) attn_decode_kernel(const dec_args a) {
         for (int dn = 0; dn < D / 8; dn++) acc[mt][dn][0] = acc[mt][dn][1] = acc[mt][dn][2] = acc[mt][dn][3] = 0.0f;
     }
 
-    /* 3. the key tiles */
+    /* 2. the key tiles */
     for (int it = 0; it < n_tiles; it++) {
         attn_cp_wait<C::STAGES - 2>();
         __syncthreads(); /* tile `it` landed for all; everyone is done with the stage refilled next */
@@ -189,7 +196,7 @@ __global__ void __launch_bounds__(128) attn_decode_kernel(const dec_args a) {
         }
     }
 
-    /* 4. the warps' states into shared memory (the ring is free once every copy landed) */
+    /* 3. the warps' states into shared memory (the ring is free once every copy landed) */
     attn_cp_wait<0>();
     __syncthreads();
     constexpr int R = 16 * MT;
@@ -210,7 +217,7 @@ __global__ void __launch_bounds__(128) attn_decode_kernel(const dec_args a) {
         }
     __syncthreads();
 
-    /* 5. merge the 4 warps in order and write the final output or the partition's state */
+    /* 4. merge the 4 warps in order and write the final output or the partition's state */
     for (int idx = tid; idx < R * D; idx += 128) {
         const int r = idx / D, c = idx % D, gr = row0 + r;
         if (gr >= a.rows) continue;
@@ -221,7 +228,7 @@ __global__ void __launch_bounds__(128) attn_decode_kernel(const dec_args a) {
 #pragma unroll
         for (int w = 0; w < 4; w++) {
             const float mw = sm[w * R + r];
-            const float f = mw == -INFINITY ? 0.0f : exp2f(mw - M);
+            const float f = mw == -INFINITY ? 0.0f : attn_exp2(mw - M);
             L += f * sl[w * R + r];
             O += f * so[(size_t)(w * R + r) * D + c];
         }
@@ -239,43 +246,64 @@ __global__ void __launch_bounds__(128) attn_decode_kernel(const dec_args a) {
             if (c == 0) a.ws_lse[prow] = lse;
         }
     }
+    attn_pdl_trigger(); /* the merge grid may start (it waits for this grid's memory) */
 }
 
-/* Combines the partitions of each (sequence, K/V head): one warp per query row, partitions
- * in index order, weights exp(lse_p - max) in f32. blockIdx.x = K/V head, blockIdx.y =
- * sequence; 4 warps. */
-__global__ void __launch_bounds__(128) attn_decode_merge_kernel(const dec_args a, int D) {
-    __shared__ float wts[4][AKV_ATTN_MAX_PARTS];
+/* Combines the partitions of each (sequence, K/V head) for 8 query rows per block:
+ * blockIdx.x = K/V head, blockIdx.y = sequence, blockIdx.z = row group; 256 threads.
+ * Phase 1, one warp per row: M = max lse_p, weights w_p = exp(lse_p - M) into shared memory,
+ * S = sum w_p (a fixed shuffle tree). Phase 2, one thread per (row, 4 columns): O = sum w_p
+ * o_p in partition order, 8 partitions' loads in flight, then o = O / S and lse = M + log S.
+ * Partitions past the sequence's length were skipped and are not read. */
+__global__ void __launch_bounds__(256) attn_decode_merge_kernel(const dec_args a, int D) {
+    __shared__ float wts[8][AKV_ATTN_MAX_PARTS];
+    __shared__ float s_sum[8], s_max[8];
+    attn_pdl_wait(); /* the partitions are written by the decode grid just before */
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    const int h = blockIdx.x, s = blockIdx.y;
+    const int h = blockIdx.x, s = blockIdx.y, row0 = blockIdx.z * 8;
     const int len = attn_seq_len(a.kv, s);
     const int n_used = min(a.n_parts, (len + a.part_tokens - 1) / a.part_tokens);
-    for (int gr = warp; gr < a.rows; gr += 4) {
-        const size_t base = (size_t)(s * a.kv.n_kv + h) * a.n_parts * a.rows + gr; /* + p*rows */
-        float M = -INFINITY;
-        for (int p = lane; p < n_used; p += 32) M = fmaxf(M, a.ws_lse[base + (size_t)p * a.rows]);
+    const size_t base = (size_t)(s * a.kv.n_kv + h) * a.n_parts * a.rows; /* partition p, row r: base + p*rows + r */
+    {
+        const int gr = row0 + warp;
+        float M = -INFINITY, S = 0.0f;
+        if (gr < a.rows) {
+            for (int p = lane; p < n_used; p += 32) M = fmaxf(M, a.ws_lse[base + (size_t)p * a.rows + gr]);
 #pragma unroll
-        for (int o = 16; o > 0; o >>= 1) M = fmaxf(M, __shfl_xor_sync(ATTN_FULL_MASK, M, o));
-        float S = 0.0f;
-        for (int p = lane; p < n_used; p += 32) {
-            const float lp = a.ws_lse[base + (size_t)p * a.rows];
-            const float w = (M == -INFINITY || lp == -INFINITY) ? 0.0f : expf(lp - M);
-            wts[warp][p] = w;
-            S += w;
+            for (int o = 16; o > 0; o >>= 1) M = fmaxf(M, __shfl_xor_sync(ATTN_FULL_MASK, M, o));
+            for (int p = lane; p < n_used; p += 32) {
+                const float lp = a.ws_lse[base + (size_t)p * a.rows + gr];
+                const float w = (M == -INFINITY || lp == -INFINITY) ? 0.0f : expf(lp - M);
+                wts[warp][p] = w;
+                S += w;
+            }
+#pragma unroll
+            for (int o = 16; o > 0; o >>= 1) S += __shfl_xor_sync(ATTN_FULL_MASK, S, o);
         }
-#pragma unroll
-        for (int o = 16; o > 0; o >>= 1) S += __shfl_xor_sync(ATTN_FULL_MASK, S, o);
-        __syncwarp();
+        if (lane == 0) s_sum[warp] = S, s_max[warp] = M;
+    }
+    __syncthreads();
+    const int c4n = D / 4;
+    for (int item = threadIdx.x; item < 8 * c4n; item += 256) {
+        const int r = item / c4n, c4 = item - r * c4n, gr = row0 + r;
+        if (gr >= a.rows) continue;
+        const float *src = a.ws_o + (base + gr) * D + c4 * 4;
+        const size_t step = (size_t)a.rows * D;
+        float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+#pragma unroll 8
+        for (int p = 0; p < n_used; p++) {
+            const float4 x = __ldcg(reinterpret_cast<const float4 *>(src + (size_t)p * step));
+            const float w = wts[r][p];
+            acc.x += w * x.x, acc.y += w * x.y, acc.z += w * x.z, acc.w += w * x.w;
+        }
+        const float S = s_sum[r];
         const bool empty = !(S > 0.0f);
         const int qi = gr / a.group, gi = gr - qi * a.group;
         const size_t orow = (size_t)(s * a.n_query + qi) * a.n_heads + h * a.group + gi;
-        for (int c = lane; c < D; c += 32) {
-            float O = 0.0f;
-            for (int p = 0; p < n_used; p++) O += wts[warp][p] * a.ws_o[(base + (size_t)p * a.rows) * D + c];
-            attn_store1(a.o, a.o_f32, orow * D + c, empty ? 0.0f : O / S);
-        }
-        if (lane == 0 && a.lse) a.lse[orow] = empty ? -INFINITY : M + logf(S);
-        __syncwarp(); /* wts is rewritten for the next row */
+        const float inv = empty ? 0.0f : 1.0f / S;
+        attn_store2(a.o, a.o_f32, orow * D + c4 * 4, acc.x * inv, acc.y * inv);
+        attn_store2(a.o, a.o_f32, orow * D + c4 * 4 + 2, acc.z * inv, acc.w * inv);
+        if (c4 == 0 && a.lse) a.lse[orow] = empty ? -INFINITY : s_max[r] + logf(S);
     }
 }
 
@@ -354,7 +382,18 @@ extern "C" akv_status akv_attn_cuda_decode(const akv_attn_decode *p, akv_dptr wo
     if (D == 128) st = mt == 1 ? dec_launch<128, 1>(a, grid, cs) : dec_launch<128, 2>(a, grid, cs);
     else st = mt == 1 ? dec_launch<64, 1>(a, grid, cs) : dec_launch<64, 2>(a, grid, cs);
     if (st != AKV_OK || sp.n_parts == 1) return st;
-    attn_decode_merge_kernel<<<dim3(p->kv.n_kv_heads, p->kv.n_seq), 128, 0, cs>>>(a, D);
+    /* the merge starts while the decode grid drains (programmatic dependent launch) */
+    cudaLaunchConfig_t cfg = {};
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = 1;
+    cfg.gridDim = dim3(p->kv.n_kv_heads, p->kv.n_seq, (rows + 7) / 8);
+    cfg.blockDim = dim3(256);
+    cfg.dynamicSmemBytes = 0;
+    cfg.stream = cs;
+    cfg.attrs = attr;
+    cfg.numAttrs = 1;
+    AKV_CUDA_TRY(cudaLaunchKernelEx(&cfg, attn_decode_merge_kernel, a, D));
     AKV_CUDA_TRY(cudaGetLastError());
     return AKV_OK;
 }

@@ -143,6 +143,12 @@ __global__ void __launch_bounds__(128, 2) attn_prefill_kernel(const pf_args a) {
             attn_softmax_step<8, D / 8>(sc[mt], acc[mt], m[mt][0], l[mt][0], 0, a.scale_log2);
             attn_softmax_step<8, D / 8>(sc[mt], acc[mt], m[mt][1], l[mt][1], 1, a.scale_log2);
         }
+        /* P as bf16 A fragments now: half the registers of S through the wait below */
+        uint32_t pa[2][4][4];
+#pragma unroll
+        for (int mt = 0; mt < 2; mt++)
+#pragma unroll
+            for (int kk = 0; kk < 4; kk++) attn_pack_p(sc[mt][2 * kk], sc[mt][2 * kk + 1], pa[mt][kk]);
         attn_cp_wait<0>();
         __syncthreads(); /* V(j) landed for all; everyone is done with K(j) */
         if (j + 1 < n_tiles) {
@@ -152,17 +158,14 @@ __global__ void __launch_bounds__(128, 2) attn_prefill_kernel(const pf_args a) {
         /* 5. O += P V, 16 keys at a time */
 #pragma unroll
         for (int kk = 0; kk < 4; kk++) {
-            uint32_t pa[2][4];
-#pragma unroll
-            for (int mt = 0; mt < 2; mt++) attn_pack_p(sc[mt][2 * kk], sc[mt][2 * kk + 1], pa[mt]);
 #pragma unroll
             for (int dp = 0; dp < D / 16; dp++) {
                 uint32_t vf[4];
                 attn_ldsm_x4_t(vf, sv + attn_swz<D>(kk * 16 + (lane & 7) + (((lane >> 3) & 1) << 3), 2 * dp + (lane >> 4)));
 #pragma unroll
                 for (int mt = 0; mt < 2; mt++) {
-                    attn_mma(acc[mt][2 * dp], pa[mt], vf[0], vf[1]);
-                    attn_mma(acc[mt][2 * dp + 1], pa[mt], vf[2], vf[3]);
+                    attn_mma(acc[mt][2 * dp], pa[mt][kk], vf[0], vf[1]);
+                    attn_mma(acc[mt][2 * dp + 1], pa[mt][kk], vf[2], vf[3]);
                 }
             }
         }

@@ -16,11 +16,6 @@ static int cmp_float(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
-akv_status akv_dev_cuda_copy_d2d_async(akv_dptr dst, akv_dptr src, size_t n_bytes, void *stream) {
-    return AKV_CUDA_STATUS(cudaMemcpyAsync((void *)(uintptr_t)dst.addr, (const void *)(uintptr_t)src.addr,
-                                           n_bytes, cudaMemcpyDeviceToDevice, (cudaStream_t)stream));
-}
-
 akv_status akv_dev_cuda_time_us(akv_dev_cuda_issue_fn issue, void *arg, int n_calls, int n_reps,
                                 double *us_out) {
     if (!issue || !us_out || n_calls < 1 || n_reps < 1) {
