@@ -8,5 +8,9 @@
 #include "akv/log.h"
 #include "akv/version.h"
 #include "akv/dev.h"
+#include "akv/geom.h"
+#include "akv/host_pool.h"
+#include "akv/host_table.h"
+#include "akv/dev_pool.h"
 
 #endif

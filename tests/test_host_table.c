@@ -1,0 +1,203 @@
+/*
+ * test_host_table.c — per-context host page tables: growth all-or-nothing (at the limit and
+ * under allocation failure at every site), truncation, leases, deferred destroy, CSR export.
+ * The walkers of the table and of its pool run after every operation.
+ */
+#include "test.h"
+
+#include "akv/dev.h"
+#include "akv/host_table.h"
+#include "akv/log.h"
+#include "core/alloc.h"
+#include "mem/mem_check.h"
+
+static akv_dev *dev;
+
+static int all_ok(akv_host_pool *pool, akv_host_table *const *t, int n) {
+    int ok = CHECK(akv__host_pool_check(pool) == AKV_OK);
+    for (int i = 0; i < n; i++)
+        if (t[i]) ok &= CHECK(akv__host_table_check(t[i]) == AKV_OK);
+    return ok;
+}
+
+static akv_host_pool *make_pool(uint32_t n_layers, uint32_t page_tokens, size_t arena_bytes) {
+    akv_geom g;
+    akv_host_pool *pool = NULL;
+    if (akv_geom_init(&g, n_layers, 1, 8, AKV_DTYPE_F32, page_tokens) != AKV_OK) return NULL;
+    akv_host_pool_params p = {.limit_gib = 1, .arena_bytes = arena_bytes};
+    CHECK_OK(akv_host_pool_create(dev, &g, &p, &pool));
+    return pool;
+}
+
+int main(void) {
+    akv_log_set(NULL, NULL, AKV_LOG_OFF);
+    if (akv_dev_create(akv_dev_host_backend(), NULL, &dev) != AKV_OK) return 1;
+
+    TEST_CASE(grow_truncate_csr) {
+        akv_host_pool *pool = make_pool(3, 16, 8 * 1024); /* 3 layers, P = 16, 1 KiB pages */
+        akv_host_table *t[3] = {0};
+        if (!pool) break;
+        for (int i = 0; i < 3; i++) CHECK_OK(akv_host_table_create(pool, &t[i]));
+        CHECK_OK(akv_host_table_grow(t[0], 1));
+        CHECK_OK(akv_host_table_grow(t[1], 33));
+        CHECK_OK(akv_host_table_grow(t[1], 48)); /* fills the third page exactly */
+        /* t[2] stays empty: a sequence with no page */
+        all_ok(pool, t, 3);
+        CHECK_EQ_INT(akv_host_table_n_pages(t[0]), 1);
+        CHECK_EQ_INT(akv_host_table_n_pages(t[1]), 3);
+        CHECK_EQ_U64(akv_host_table_n_tokens(t[1]), 48);
+        CHECK_STATUS(akv_host_table_grow(t[1], 47), AKV_EINVAL);
+        CHECK_STATUS(akv_host_table_truncate(t[1], 49), AKV_EINVAL);
+        int32_t indptr[4], indices[8], last[3];
+        const akv_host_table *const ct[3] = {t[0], t[1], t[2]};
+        for (uint32_t layer = 0; layer < 3; layer++) {
+            CHECK_OK(akv_host_table_export_csr(ct, 3, layer, indptr, indices, 8, last));
+            CHECK_EQ_INT(indptr[0], 0);
+            CHECK_EQ_INT(indptr[1], 1);
+            CHECK_EQ_INT(indptr[2], 4);
+            CHECK_EQ_INT(indptr[3], 4);
+            CHECK_EQ_INT(last[0], 1);
+            CHECK_EQ_INT(last[1], 16);
+            CHECK_EQ_INT(last[2], 0);
+            for (int k = 0; k < 3; k++)
+                CHECK_EQ_INT(indices[1 + k], akv_host_table_page(t[1], layer, (uint32_t)k).id);
+        }
+        /* bad exports write nothing */
+        indptr[0] = -5;
+        CHECK_STATUS(akv_host_table_export_csr(ct, 3, 0, indptr, indices, 3, last), AKV_EINVAL);
+        CHECK_STATUS(akv_host_table_export_csr(ct, 3, 3, indptr, indices, 8, last), AKV_EINVAL);
+        const akv_host_table *const with_null[2] = {t[0], NULL};
+        CHECK_STATUS(akv_host_table_export_csr(with_null, 2, 0, indptr, indices, 8, last), AKV_EINVAL);
+        CHECK_EQ_INT(indptr[0], -5);
+        /* truncate keeps whole pages that still hold a token */
+        CHECK_OK(akv_host_table_truncate(t[1], 17));
+        CHECK_EQ_INT(akv_host_table_n_pages(t[1]), 2);
+        CHECK_OK(akv_host_table_export_csr(ct + 1, 1, 2, indptr, indices, 8, last));
+        CHECK_EQ_INT(last[0], 1);
+        all_ok(pool, t, 3);
+        CHECK_OK(akv_host_table_truncate(t[1], 0));
+        CHECK_EQ_INT(akv_host_table_n_pages(t[1]), 0);
+        all_ok(pool, t, 3);
+        for (int i = 0; i < 3; i++) CHECK_OK(akv_host_table_destroy(t[i]));
+        akv_host_pool_stats st;
+        akv_host_pool_get_stats(pool, &st);
+        CHECK_EQ_U64(st.n_used + st.n_arenas, 0);
+        CHECK_OK(akv_host_pool_destroy(pool));
+    }
+
+    TEST_CASE(leased_pages_block_destroy_and_truncate) {
+        akv_host_pool *pool = make_pool(2, 16, 8 * 1024);
+        akv_host_table *t = NULL;
+        if (!pool) break;
+        CHECK_OK(akv_host_table_create(pool, &t));
+        CHECK_OK(akv_host_table_grow(t, 40)); /* 3 pages per layer */
+        akv_host_page p = akv_host_table_page(t, 1, 2);
+        CHECK_OK(akv_host_pool_page_lease(pool, p));
+        CHECK_STATUS(akv_host_table_truncate(t, 20), AKV_EBUSY);
+        CHECK_EQ_U64(akv_host_table_n_tokens(t), 40);
+        CHECK_STATUS(akv_host_table_destroy(t), AKV_EBUSY);
+        all_ok(pool, &t, 1);
+        CHECK_OK(akv_host_table_truncate(t, 33)); /* page 2 still holds token 32: kept */
+        /* a cancelled context: the table goes now, the leased page at its release */
+        akv_host_table_destroy_deferred(t);
+        akv_host_pool_stats st;
+        akv_host_pool_get_stats(pool, &st);
+        CHECK_EQ_U64(st.n_used, 1);
+        CHECK_EQ_U64(st.n_doomed, 1);
+        CHECK(akv_host_pool_page_addr(pool, p) != NULL);
+        CHECK(akv__host_pool_check(pool) == AKV_OK);
+        CHECK_OK(akv_host_pool_page_release(pool, p));
+        akv_host_pool_get_stats(pool, &st);
+        CHECK_EQ_U64(st.n_used + st.n_doomed + st.n_arenas, 0);
+        CHECK_OK(akv_host_pool_destroy(pool));
+    }
+
+    TEST_CASE(grow_is_all_or_nothing_at_the_limit) {
+        /* 4 MiB pages (P = 65536), 2 layers: 1 GiB = 256 pages = 128 per layer */
+        akv_host_pool *pool = make_pool(2, 1u << 16, 8u << 20);
+        akv_host_table *a = NULL, *b = NULL;
+        if (!pool) break;
+        CHECK_OK(akv_host_table_create(pool, &a));
+        CHECK_OK(akv_host_table_create(pool, &b));
+        CHECK_OK(akv_host_table_grow(a, 100ull << 16)); /* 200 pages */
+        CHECK_OK(akv_host_table_grow(b, 20ull << 16));  /* 40 pages: 16 left */
+        akv_host_table *both[2] = {a, b};
+        all_ok(pool, both, 2);
+        akv_host_pool_stats before, after;
+        akv_host_pool_get_stats(pool, &before);
+        CHECK_STATUS(akv_host_table_grow(b, 29ull << 16), AKV_EFULL); /* needs 18 */
+        akv_host_pool_get_stats(pool, &after);
+        CHECK_EQ_U64(after.n_used, before.n_used);
+        CHECK_EQ_U64(after.pinned_bytes, before.pinned_bytes);
+        CHECK_EQ_U64(akv_host_table_n_tokens(b), 20ull << 16);
+        all_ok(pool, both, 2);
+        CHECK_OK(akv_host_table_grow(b, 28ull << 16)); /* exactly the 16 left */
+        CHECK_EQ_U64(akv_dev_get_usage(dev).pinned_bytes, (size_t)1 << 30);
+        all_ok(pool, both, 2);
+        CHECK_OK(akv_host_table_destroy(a));
+        CHECK_OK(akv_host_table_destroy(b));
+        CHECK_OK(akv_host_pool_destroy(pool));
+    }
+
+    TEST_CASE(grow_fails_cleanly_at_every_allocation) {
+        /* 2 pages per arena, 2 layers: growing from 1 to 5 pages per layer grows the page
+         * array and 4 arenas, each a host and a pinned allocation. A fresh table each round,
+         * so that the n-th allocation is always the same site. */
+        akv_host_pool *pool = make_pool(2, 16, 2 * 1024);
+        if (!pool) break;
+        int n_host = 0, n_pinned = 0;
+        for (int kind = 0; kind < 2; kind++) {
+            for (uint64_t n = 1; n < 100; n++) {
+                akv_host_table *t = NULL;
+                CHECK_OK(akv_host_table_create(pool, &t));
+                CHECK_OK(akv_host_table_grow(t, 10));
+                akv_host_pool_stats before, after;
+                akv_host_pool_get_stats(pool, &before);
+                int64_t live = akv__alloc_live();
+                size_t pinned = akv_dev_get_usage(dev).pinned_bytes;
+                if (kind == 0) akv__alloc_fail_nth(n);
+                else CHECK_OK(akv_dev_inject_alloc_failure(dev, 0, n));
+                akv_status st = akv_host_table_grow(t, 80);
+                int fired = kind == 0 ? akv__alloc_failure_fired() : st != AKV_OK;
+                akv__alloc_fail_nth(0);
+                CHECK_OK(akv_dev_inject_alloc_failure(dev, 0, 0));
+                if (fired) {
+                    kind == 0 ? n_host++ : n_pinned++;
+                    CHECK_STATUS(st, AKV_ENOMEM);
+                    CHECK_EQ_U64(akv_host_table_n_tokens(t), 10);
+                    akv_host_pool_get_stats(pool, &after);
+                    CHECK_EQ_U64(after.n_used, before.n_used);
+                    CHECK_EQ_U64(after.pinned_bytes, before.pinned_bytes);
+                    CHECK_EQ_U64(akv_dev_get_usage(dev).pinned_bytes, pinned);
+                    /* the page array may have grown (capacity only: same block count) */
+                    CHECK_EQ_INT(akv__alloc_live(), live);
+                    all_ok(pool, &t, 1);
+                } else {
+                    CHECK_OK(st);
+                }
+                CHECK_OK(akv_host_table_destroy(t));
+                if (!fired) break;
+            }
+        }
+        printf("  failed at %d host and %d pinned allocation sites\n", n_host, n_pinned);
+        CHECK_EQ_INT(n_host, 5);   /* page array + one record block per new arena */
+        CHECK_EQ_INT(n_pinned, 4); /* 8 new pages in 2-page arenas = 4 arenas */
+        CHECK_EQ_U64(akv_dev_get_usage(dev).pinned_bytes, 0);
+        CHECK_OK(akv_host_pool_destroy(pool));
+    }
+
+    TEST_CASE(create_fails_cleanly) {
+        akv_host_pool *pool = make_pool(1, 16, 8 * 1024);
+        akv_host_table *t = NULL;
+        if (!pool) break;
+        akv__alloc_fail_nth(1);
+        CHECK_STATUS(akv_host_table_create(pool, &t), AKV_ENOMEM);
+        akv__alloc_fail_nth(0);
+        CHECK(t == NULL);
+        CHECK_OK(akv_host_table_destroy(NULL));
+        CHECK_OK(akv_host_pool_destroy(pool));
+    }
+
+    CHECK_OK(akv_dev_destroy(dev));
+    return test_finish();
+}
