@@ -1,7 +1,16 @@
 /*
  * dev_cuda.c — the CUDA backend of dev.h: device memory (cudaMalloc), pinned host memory
- * (cudaHostAlloc), device properties. Every call is checked; errors become AKV_EDEVICE with
- * the call and the CUDA message logged once.
+ * (cudaHostAlloc, portable and mapped), device properties, three non-blocking streams (the
+ * queues; the copy streams at the highest priority so the copy kernel's blocks are scheduled
+ * ahead of compute blocks), events, async copies by the configured method, and ops by name.
+ * Every call is checked; errors become AKV_EDEVICE with the call and the CUDA message logged
+ * once.
+ *
+ * Copy methods (docs/staging.md has the measurements that chose the default):
+ *   EACH      cudaMemcpyAsync per span;
+ *   COALESCE  the front merged adjacent spans; then cudaMemcpyAsync per span;
+ *   BATCH     one cudaMemcpyBatchAsync per chunk of spans (CUDA 12.8+);
+ *   KERNEL    copy_kernels.cu reads/writes the mapped pinned memory from the SMs.
  */
 #include "dev/dev_impl.h"
 #include "akv/dev_cuda.h"
@@ -11,11 +20,24 @@
 
 #include "core/alloc.h"
 #include "cuda_check.h"
+#include "cuda_ops.h"
+
+/* Measured choice of the default copy method: see docs/staging.md. */
+#define CUDA_DEFAULT_COPY_METHOD AKV_COPY_METHOD_BATCH
+/* Copy kernel blocks when the configuration says 0. */
+#define CUDA_DEFAULT_KERNEL_BLOCKS 16
 
 typedef struct cuda_state {
     int ordinal;
     struct cudaDeviceProp prop;
+    cudaStream_t streams[AKV_N_QUEUES];
 } cuda_state;
+
+static void cuda_destroy_streams(cuda_state *s) {
+    /* cudaStreamDestroy returns at once; pending work completes and then frees the stream. */
+    for (int i = 0; i < AKV_N_QUEUES; i++)
+        if (s->streams[i]) (void)AKV_CUDA_STATUS(cudaStreamDestroy(s->streams[i]));
+}
 
 static akv_status cuda_open(const akv_dev_params *params, void **state) {
     int n = 0;
@@ -35,7 +57,13 @@ static akv_status cuda_open(const akv_dev_params *params, void **state) {
     s->ordinal = params->device_index;
     akv_status st = AKV_CUDA_STATUS(cudaSetDevice(s->ordinal));
     if (st == AKV_OK) st = AKV_CUDA_STATUS(cudaGetDeviceProperties(&s->prop, s->ordinal));
+    int prio_low = 0, prio_high = 0;
+    if (st == AKV_OK) st = AKV_CUDA_STATUS(cudaDeviceGetStreamPriorityRange(&prio_low, &prio_high));
+    for (int i = 0; i < AKV_N_QUEUES && st == AKV_OK; i++)
+        st = AKV_CUDA_STATUS(cudaStreamCreateWithPriority(
+            &s->streams[i], cudaStreamNonBlocking, i == AKV_QUEUE_COMPUTE ? prio_low : prio_high));
     if (st != AKV_OK) {
+        cuda_destroy_streams(s);
         akv__free(s);
         return st;
     }
@@ -44,6 +72,7 @@ static akv_status cuda_open(const akv_dev_params *params, void **state) {
 }
 
 static void cuda_close(void *state) {
+    cuda_destroy_streams(state);
     akv__free(state);
 }
 
@@ -82,7 +111,9 @@ static akv_status cuda_mem_free(void *state, uint64_t addr) {
 static akv_status cuda_pinned_alloc(void *state, size_t n_bytes, void **p) {
     (void)state;
     void *q = NULL;
-    cudaError_t e = cudaHostAlloc(&q, n_bytes, cudaHostAllocPortable);
+    /* Mapped: the copy kernel reads it from the SMs (with unified addressing the host pointer
+     * is also the device pointer). */
+    cudaError_t e = cudaHostAlloc(&q, n_bytes, cudaHostAllocPortable | cudaHostAllocMapped);
     if (e != cudaSuccess) {
         (void)cudaGetLastError();
         AKV_LOG_E("cuda: cudaHostAlloc(%zu bytes) failed: %s", n_bytes, cudaGetErrorString(e));
@@ -97,14 +128,15 @@ static akv_status cuda_pinned_free(void *state, void *p) {
     return AKV_CUDA_STATUS(cudaFreeHost(p));
 }
 
+static const enum cudaMemcpyKind cuda_kinds[] = {cudaMemcpyHostToDevice, cudaMemcpyDeviceToHost,
+                                                 cudaMemcpyDeviceToDevice};
+
 static akv_status cuda_copy_sync(void *state, akv_dev_copy_kind kind, uint64_t dst, uint64_t src,
                                  size_t n_bytes) {
     cuda_state *s = state;
-    static const enum cudaMemcpyKind kinds[] = {cudaMemcpyHostToDevice, cudaMemcpyDeviceToHost,
-                                                cudaMemcpyDeviceToDevice};
     AKV_CUDA_TRY(cudaSetDevice(s->ordinal));
     AKV_CUDA_TRY(cudaMemcpy((void *)(uintptr_t)dst, (const void *)(uintptr_t)src, n_bytes,
-                            kinds[kind]));
+                            cuda_kinds[kind]));
     return AKV_OK;
 }
 
@@ -113,6 +145,203 @@ static akv_status cuda_memset_sync(void *state, uint64_t dst, int byte, size_t n
     AKV_CUDA_TRY(cudaSetDevice(s->ordinal));
     AKV_CUDA_TRY(cudaMemset((void *)(uintptr_t)dst, byte, n_bytes));
     return AKV_OK;
+}
+
+/* ---- events and queues ---------------------------------------------------------------- */
+
+static akv_status cuda_event_create(void *state, unsigned flags, void **ev) {
+    cuda_state *s = state;
+    AKV_CUDA_TRY(cudaSetDevice(s->ordinal));
+    cudaEvent_t e = NULL;
+    AKV_CUDA_TRY(cudaEventCreateWithFlags(
+        &e, (flags & AKV_EVENT_TIMING) ? cudaEventDefault : cudaEventDisableTiming));
+    *ev = e;
+    return AKV_OK;
+}
+
+static void cuda_event_destroy(void *state, void *ev) {
+    (void)state;
+    /* Returns at once even while a record is pending (the runtime frees it afterwards). */
+    (void)AKV_CUDA_STATUS(cudaEventDestroy((cudaEvent_t)ev));
+}
+
+static akv_status cuda_event_record(void *state, void *ev, akv_queue q, unsigned flags) {
+    cuda_state *s = state;
+    (void)flags;
+    AKV_CUDA_TRY(cudaSetDevice(s->ordinal));
+    AKV_CUDA_TRY(cudaEventRecord((cudaEvent_t)ev, s->streams[q]));
+    return AKV_OK;
+}
+
+static akv_status cuda_queue_wait(void *state, akv_queue q, void *ev, unsigned flags) {
+    cuda_state *s = state;
+    (void)flags;
+    AKV_CUDA_TRY(cudaSetDevice(s->ordinal));
+    AKV_CUDA_TRY(cudaStreamWaitEvent(s->streams[q], (cudaEvent_t)ev, 0));
+    return AKV_OK;
+}
+
+static akv_status cuda_event_query(void *state, void *ev, int *done) {
+    (void)state;
+    cudaError_t e = cudaEventQuery((cudaEvent_t)ev);
+    if (e == cudaErrorNotReady) {
+        *done = 0;
+        return AKV_OK;
+    }
+    AKV_CUDA_TRY(e);
+    *done = 1;
+    return AKV_OK;
+}
+
+static akv_status cuda_event_sync(void *state, void *ev) {
+    (void)state;
+    AKV_CUDA_TRY(cudaEventSynchronize((cudaEvent_t)ev));
+    return AKV_OK;
+}
+
+static akv_status cuda_event_elapsed_ns(void *state, void *a, void *b, uint64_t *ns) {
+    (void)state;
+    float ms = 0;
+    cudaError_t e = cudaEventElapsedTime(&ms, (cudaEvent_t)a, (cudaEvent_t)b);
+    if (e == cudaErrorNotReady) {
+        (void)cudaGetLastError();
+        return AKV_ESTATE;
+    }
+    AKV_CUDA_TRY(e);
+    *ns = ms > 0 ? (uint64_t)((double)ms * 1e6) : 0;
+    return AKV_OK;
+}
+
+static akv_status cuda_queue_sync(void *state, akv_queue q) {
+    cuda_state *s = state;
+    AKV_CUDA_TRY(cudaStreamSynchronize(s->streams[q]));
+    return AKV_OK;
+}
+
+static akv_status cuda_dev_sync(void *state) {
+    cuda_state *s = state;
+    AKV_CUDA_TRY(cudaSetDevice(s->ordinal));
+    AKV_CUDA_TRY(cudaDeviceSynchronize());
+    return AKV_OK;
+}
+
+/* ---- async copies ------------------------------------------------------------------------ */
+
+static akv_status cuda_copy_async(void *state, akv_queue q, const akv_dev_copy2d *c,
+                                  unsigned flags) {
+    cuda_state *s = state;
+    (void)flags;
+    AKV_CUDA_TRY(cudaSetDevice(s->ordinal));
+    void *dst = (void *)(uintptr_t)c->dst;
+    const void *src = (const void *)(uintptr_t)c->src;
+    if (c->n_rows == 1)
+        AKV_CUDA_TRY(cudaMemcpyAsync(dst, src, c->width_bytes, cuda_kinds[c->kind], s->streams[q]));
+    else
+        AKV_CUDA_TRY(cudaMemcpy2DAsync(dst, c->dst_pitch, src, c->src_pitch, c->width_bytes,
+                                       c->n_rows, cuda_kinds[c->kind], s->streams[q]));
+    return AKV_OK;
+}
+
+/* Spans per cudaMemcpyBatchAsync call (arrays on the stack). */
+#define CUDA_BATCH_CHUNK 128
+
+static akv_status cuda_copy_batch_api(cuda_state *s, akv_queue q, akv_dev_copy_kind kind,
+                                      const akv_dev_xfer *x, size_t n, unsigned cfg_flags) {
+#if CUDART_VERSION >= 12080
+    void *dsts[CUDA_BATCH_CHUNK];
+    void *srcs[CUDA_BATCH_CHUNK];
+    size_t sizes[CUDA_BATCH_CHUNK];
+    struct cudaMemcpyAttributes attr;
+    memset(&attr, 0, sizeof attr);
+    attr.srcAccessOrder = cudaMemcpySrcAccessOrderStream;
+    attr.flags = (cfg_flags & AKV_COPY_PREFER_OVERLAP) ? cudaMemcpyFlagPreferOverlapWithCompute
+                                                       : cudaMemcpyFlagDefault;
+    size_t attr_idx = 0;
+    for (size_t i = 0; i < n; i += CUDA_BATCH_CHUNK) {
+        size_t m = n - i < CUDA_BATCH_CHUNK ? n - i : CUDA_BATCH_CHUNK;
+        for (size_t k = 0; k < m; k++) {
+            void *d = (void *)(uintptr_t)x[i + k].d.addr;
+            dsts[k] = kind == AKV_COPY_H2D ? d : x[i + k].h;
+            srcs[k] = kind == AKV_COPY_H2D ? x[i + k].h : d;
+            sizes[k] = x[i + k].n_bytes;
+        }
+#if CUDART_VERSION >= 13000
+        AKV_CUDA_TRY(cudaMemcpyBatchAsync(dsts, (const void *const *)srcs, sizes, m, &attr,
+                                          &attr_idx, 1, s->streams[q]));
+#else
+        size_t fail_idx = 0;
+        AKV_CUDA_TRY(cudaMemcpyBatchAsync(dsts, srcs, sizes, m, &attr, &attr_idx, 1, &fail_idx,
+                                          s->streams[q]));
+#endif
+    }
+    return AKV_OK;
+#else
+    (void)s, (void)q, (void)kind, (void)x, (void)n, (void)cfg_flags;
+    AKV_LOG_E("cuda: cudaMemcpyBatchAsync needs CUDA 12.8 or newer (built with %d)", CUDART_VERSION);
+    return AKV_EUNSUPPORTED;
+#endif
+}
+
+static akv_status cuda_copy_batch_async(void *state, akv_queue q, akv_dev_copy_kind kind,
+                                        const akv_dev_xfer *x, size_t n,
+                                        const akv_copy_config *cfg, unsigned flags) {
+    cuda_state *s = state;
+    (void)flags;
+    AKV_CUDA_TRY(cudaSetDevice(s->ordinal));
+    switch (cfg->method) {
+    case AKV_COPY_METHOD_BATCH:
+        return cuda_copy_batch_api(s, q, kind, x, n, cfg->flags);
+    case AKV_COPY_METHOD_KERNEL:
+        AKV_CUDA_TRY(akv__cuda_copy_kernel(x, n, kind == AKV_COPY_H2D,
+                                           cfg->kernel_blocks ? cfg->kernel_blocks
+                                                              : CUDA_DEFAULT_KERNEL_BLOCKS,
+                                           s->streams[q]));
+        return AKV_OK;
+    default: /* EACH, COALESCE (the front coalesced) */
+        for (size_t i = 0; i < n; i++) {
+            void *d = (void *)(uintptr_t)x[i].d.addr;
+            if (kind == AKV_COPY_H2D)
+                AKV_CUDA_TRY(cudaMemcpyAsync(d, x[i].h, x[i].n_bytes, cudaMemcpyHostToDevice,
+                                             s->streams[q]));
+            else
+                AKV_CUDA_TRY(cudaMemcpyAsync(x[i].h, d, x[i].n_bytes, cudaMemcpyDeviceToHost,
+                                             s->streams[q]));
+        }
+        return AKV_OK;
+    }
+}
+
+static akv_status cuda_memset_async(void *state, akv_queue q, uint64_t dst, int byte,
+                                    size_t n_bytes, unsigned flags) {
+    cuda_state *s = state;
+    (void)flags;
+    AKV_CUDA_TRY(cudaSetDevice(s->ordinal));
+    AKV_CUDA_TRY(cudaMemsetAsync((void *)(uintptr_t)dst, byte, n_bytes, s->streams[q]));
+    return AKV_OK;
+}
+
+static akv_status cuda_copy_method_check(void *state, akv_copy_method m) {
+    cuda_state *s = state;
+    if (m == AKV_COPY_METHOD_BATCH && CUDART_VERSION < 12080) return AKV_EUNSUPPORTED;
+    if (m == AKV_COPY_METHOD_KERNEL && !s->prop.unifiedAddressing) return AKV_EUNSUPPORTED;
+    return AKV_OK;
+}
+
+/* ---- ops ------------------------------------------------------------------------------------ */
+
+static int cuda_op_supported(void *state, const akv_dev_op *op) {
+    (void)state;
+    return akv__cuda_op_find(op->name) != NULL;
+}
+
+static akv_status cuda_op_launch(void *state, akv_dev *dev, const akv_dev_op *op,
+                                 const void *args, unsigned flags) {
+    cuda_state *s = state;
+    (void)dev, (void)flags;
+    akv_cuda_op_fn fn = akv__cuda_op_find(op->name);
+    if (!fn) return AKV_EUNSUPPORTED;
+    AKV_CUDA_TRY(cudaSetDevice(s->ordinal));
+    return fn(args, s->streams[AKV_QUEUE_COMPUTE]);
 }
 
 static const akv_dev_backend cuda_backend = {
@@ -126,6 +355,24 @@ static const akv_dev_backend cuda_backend = {
     .pinned_free = cuda_pinned_free,
     .copy_sync = cuda_copy_sync,
     .memset_sync = cuda_memset_sync,
+    .event_create = cuda_event_create,
+    .event_destroy = cuda_event_destroy,
+    .event_record = cuda_event_record,
+    .queue_wait = cuda_queue_wait,
+    .event_query = cuda_event_query,
+    .event_sync = cuda_event_sync,
+    .event_elapsed_ns = cuda_event_elapsed_ns,
+    .queue_sync = cuda_queue_sync,
+    .dev_sync = cuda_dev_sync,
+    .copy_async = cuda_copy_async,
+    .copy_batch_async = cuda_copy_batch_async,
+    .memset_async = cuda_memset_async,
+    .default_copy_method = CUDA_DEFAULT_COPY_METHOD,
+    .copy_method_check = cuda_copy_method_check,
+    .op_launch = cuda_op_launch,
+    .op_supported = cuda_op_supported,
+    .inject_delays = NULL,
+    .clear_faults = NULL,
 };
 
 const akv_dev_backend *akv_dev_cuda_backend(void) {

@@ -89,6 +89,17 @@ const char *akv_status_name(int status);
     } while (0)
 #define CHECK_OK(expr) CHECK_STATUS(expr, 0)
 
+/* Expression form of CHECK_OK: 1 on AKV_OK, else reported like CHECK_OK and 0, so that a
+ * case can stop where going on would crash: `if (!REQUIRE_OK(expr)) break;` */
+static inline int test_require_ok(const char *file, int line, const char *expr, int s) {
+    test_n_checks++;
+    if (s == 0) return 1;
+    test_fail(file, line);
+    fprintf(stderr, "%s returned %s (%d), want AKV_OK\n", expr, akv_status_name(s), s);
+    return 0;
+}
+#define REQUIRE_OK(expr) test_require_ok(__FILE__, __LINE__, #expr, (int)(expr))
+
 #define CHECK_STR(a, b)                                                                            \
     do {                                                                                           \
         const char *a_ = (a), *b_ = (b);                                                           \

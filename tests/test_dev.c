@@ -1,8 +1,67 @@
-/* test_dev.c — the device front and the host backend: memory, accounting, misuse. */
+/* test_dev.c — the device front and the host backend: memory, accounting, misuse, queues,
+ * events, async copies, ops, injected delays and faults (submission, wait and execution). */
 #include "test.h"
 
 #include "akv/dev.h"
 #include "akv/log.h"
+#include "core/clock.h"
+#include "dev_cases.h"
+
+/* Execution faults (host backend only): an accepted copy fails on its queue; the queue is
+ * faulted, its later records fail, a queue that waits on one of them faults too, and every
+ * sync reports it until the faults are cleared. Nothing hangs. */
+static void exec_fault_cases(akv_dev *dev) {
+    unsigned char *pin = NULL;
+    akv_dptr d = {0};
+    akv_event *ev = NULL, *ev2 = NULL;
+    TEST_CASE(exec_fault_propagates_and_clears) {
+        if (!REQUIRE_OK(akv_dev_pinned_alloc(dev, 4096, (void **)&pin))) break;
+        if (!REQUIRE_OK(akv_dev_mem_alloc(dev, 4096, &d))) break;
+        if (!REQUIRE_OK(akv_dev_event_create(dev, 0, &ev))) break;
+        if (!REQUIRE_OK(akv_dev_event_create(dev, 0, &ev2))) break;
+        memset(pin, 7, 4096);
+        CHECK_OK(akv_dev_memset_sync(dev, d, 0, 4096));
+        CHECK_OK(akv_dev_inject_fault(dev, AKV_FAULT_COPY_EXEC, 1, 0));
+        CHECK_OK(akv_dev_copy_h2d_async(dev, AKV_QUEUE_H2D, d, pin, 4096)); /* accepted... */
+        CHECK_OK(akv_dev_copy_h2d_async(dev, AKV_QUEUE_H2D, d, pin, 16));   /* ...then skipped */
+        CHECK_OK(akv_dev_event_record(dev, ev, AKV_QUEUE_H2D));
+        CHECK_OK(akv_dev_queue_wait_event(dev, AKV_QUEUE_COMPUTE, ev));
+        CHECK_OK(akv_dev_event_record(dev, ev2, AKV_QUEUE_COMPUTE));
+        CHECK_STATUS(akv_dev_event_sync(dev, ev), AKV_EDEVICE);
+        CHECK_STATUS(akv_dev_event_sync(dev, ev2), AKV_EDEVICE); /* propagated by the wait */
+        int done = 0;
+        CHECK_STATUS(akv_dev_event_query(dev, ev, &done), AKV_EDEVICE);
+        CHECK_STATUS(akv_dev_queue_sync(dev, AKV_QUEUE_H2D), AKV_EDEVICE);
+        CHECK_STATUS(akv_dev_queue_sync(dev, AKV_QUEUE_COMPUTE), AKV_EDEVICE);
+        CHECK_OK(akv_dev_queue_sync(dev, AKV_QUEUE_D2H)); /* untouched */
+        CHECK_STATUS(akv_dev_sync(dev), AKV_EDEVICE);
+        unsigned char out[16];
+        CHECK_OK(akv_dev_copy_d2h_sync(dev, out, d, 16));
+        CHECK_EQ_INT(out[0], 0); /* neither copy ran */
+        CHECK_OK(akv_dev_clear_faults(dev));
+        CHECK_OK(akv_dev_sync(dev));
+        CHECK_OK(akv_dev_event_record(dev, ev, AKV_QUEUE_H2D));
+        CHECK_OK(akv_dev_event_sync(dev, ev)); /* a new record after recovery succeeds */
+        /* an op failing while it runs faults the compute queue the same way */
+        akv_dev_busy_args a = {.n_iters = 64};
+        CHECK_OK(akv_dev_inject_fault(dev, AKV_FAULT_OP_EXEC, 1, 0));
+        CHECK_OK(akv_dev_op_launch(dev, &akv_dev_op_busy, &a, sizeof a));
+        CHECK_STATUS(akv_dev_queue_sync(dev, AKV_QUEUE_COMPUTE), AKV_EDEVICE);
+        CHECK_OK(akv_dev_clear_faults(dev));
+        CHECK_OK(akv_dev_sync(dev));
+    }
+    akv_dev_event_destroy(dev, ev);
+    akv_dev_event_destroy(dev, ev2);
+    akv_dev_mem_free(dev, d);
+    akv_dev_pinned_free(dev, pin);
+}
+
+/* An op whose host implementation fails: the error faults the compute queue. */
+static akv_status failing_op_host(akv_dev *dev, const void *args) {
+    (void)dev, (void)args;
+    return AKV_EIO;
+}
+static const akv_dev_op failing_op = {.name = "test_failing", .args_bytes = 0, .host = failing_op_host};
 
 int main(void) {
     akv_log_set(NULL, NULL, AKV_LOG_OFF); /* the misuse cases log errors by design */
@@ -95,7 +154,57 @@ int main(void) {
         CHECK_EQ_U64(akv_dev_get_usage(dev).n_device, 0);
     }
 
+    akv_dev *other = NULL;
+    TEST_CASE(second_device) {
+        CHECK_OK(akv_dev_create(akv_dev_host_backend(), NULL, &other));
+    }
+    dev_cases_misuse(dev, other);
+    dev_cases_roundtrip(dev);
+    dev_cases_2d(dev);
+    dev_cases_batch(dev);
+    dev_cases_ops(dev, 64ull * 20 * 1000 * 1000);
+    dev_cases_faults(dev);
+    exec_fault_cases(dev);
+
+    TEST_CASE(failing_op_faults_compute) {
+        CHECK_OK(akv_dev_op_launch(dev, &failing_op, NULL, 0));
+        CHECK_STATUS(akv_dev_sync(dev), AKV_EDEVICE);
+        CHECK_OK(akv_dev_clear_faults(dev));
+        CHECK_OK(akv_dev_sync(dev));
+    }
+
+    TEST_CASE(delay_controls) {
+        CHECK_STATUS(akv_dev_inject_delays(NULL, 1, 1, 1), AKV_EINVAL);
+        CHECK_OK(akv_dev_inject_delays(dev, 1, 0, 1)); /* off */
+    }
+
+    /* The reuse chain under random delays on every queue: the only thing that keeps each
+     * block intact is the device-side ordering by events. */
+    TEST_CASE(delays_on) {
+        uint64_t seed = test_seed(20261129);
+        CHECK_OK(akv_dev_inject_delays(dev, seed, 200, 3));
+    }
+    dev_cases_reuse_chain(dev, 400);
+    TEST_CASE(delays_off) {
+        CHECK_OK(akv_dev_inject_delays(dev, 0, 0, 1));
+    }
+
+    TEST_CASE(destroy_never_waits_for_running_or_queued_work) {
+        /* Two ops of about a second each: destroy returns at once; the running one finishes
+         * on its detached thread, the queued one is dropped. */
+        akv_dev *d2 = NULL;
+        if (!REQUIRE_OK(akv_dev_create(akv_dev_host_backend(), NULL, &d2))) break;
+        akv_dev_busy_args a = {.n_iters = 64ull * 1000 * 1000 * 1000};
+        CHECK_OK(akv_dev_op_launch(d2, &akv_dev_op_busy, &a, sizeof a));
+        CHECK_OK(akv_dev_op_launch(d2, &akv_dev_op_busy, &a, sizeof a));
+        uint64_t t0 = akv_clock_ns();
+        CHECK_OK(akv_dev_destroy(d2));
+        uint64_t dt = akv_clock_ns() - t0;
+        TEST_CHECK_(dt < 50 * 1000 * 1000, "destroy took %.1f ms", dt / 1e6);
+    }
+
     TEST_CASE(destroy) {
+        CHECK_OK(akv_dev_destroy(other));
         CHECK_OK(akv_dev_destroy(dev));
     }
     return test_finish();

@@ -1,6 +1,7 @@
 /*
- * dev.c — the device front: argument checks, live-allocation table, usage accounting,
- * fault injection for allocations; everything else is the backend's.
+ * dev.c — the device front: argument checks, live-allocation table, usage accounting, range
+ * checks of every copy, event objects, span coalescing, fault counting and injection;
+ * everything else is the backend's.
  */
 #include "dev/dev_impl.h"
 
@@ -16,14 +17,32 @@ typedef struct dev_alloc {
     int pinned; /* 1: pinned host memory; 0: device memory */
 } dev_alloc;
 
+/* One injectable point: a countdown to the failing pass, and the count of passes. */
+typedef struct dev_fault {
+    uint64_t at;     /* passes left until the failure; 0 = disarmed */
+    int sticky;      /* the failure, once reached, repeats until cleared */
+    int failing;     /* sticky and reached: every pass fails */
+    uint64_t passes; /* passes since create */
+} dev_fault;
+
+struct akv_event {
+    akv_dev *dev;    /* the device that created it */
+    void *impl;      /* the backend's event */
+    unsigned flags;  /* AKV_EVENT_* */
+    uint64_t serial; /* records so far; 0 = never recorded */
+};
+
 struct akv_dev {
     const akv_dev_backend *backend;
     void *state;
-    pthread_mutex_t mu;
-    dev_alloc *allocs; /* live allocations, unordered */
+    pthread_mutex_t mu; /* guards everything below */
+    dev_alloc *allocs;  /* live allocations, unordered */
     size_t n_allocs, cap_allocs;
     akv_dev_usage usage;
+    size_t n_events;                         /* live events */
     uint64_t fail_device_at, fail_pinned_at; /* injected failure countdowns; 0 = off */
+    dev_fault faults[AKV_N_FAULTS];
+    akv_copy_config copy_cfg; /* method never DEFAULT here: resolved at create / set */
 };
 
 akv_dev_params akv_dev_default_params(void) {
@@ -51,6 +70,8 @@ akv_status akv_dev_create(const akv_dev_backend *backend, const akv_dev_params *
         return st;
     }
     pthread_mutex_init(&dev->mu, NULL);
+    dev->copy_cfg = (akv_copy_config){.method = backend->default_copy_method, .kernel_blocks = 0};
+    if (p.fail_seed && backend->inject_delays) backend->inject_delays(dev->state, p.fail_seed, 50, 16);
     *out = dev;
     return AKV_OK;
 }
@@ -58,10 +79,11 @@ akv_status akv_dev_create(const akv_dev_backend *backend, const akv_dev_params *
 akv_status akv_dev_destroy(akv_dev *dev) {
     if (!dev) return AKV_OK;
     pthread_mutex_lock(&dev->mu);
-    size_t n_live = dev->n_allocs;
+    size_t n_live = dev->n_allocs, n_events = dev->n_events;
     pthread_mutex_unlock(&dev->mu);
-    if (n_live) {
-        AKV_LOG_E("dev: destroy refused: %zu allocation(s) still live", n_live);
+    if (n_live || n_events) {
+        AKV_LOG_E("dev: destroy refused: %zu allocation(s) and %zu event(s) still live", n_live,
+                  n_events);
         return AKV_EBUSY;
     }
     dev->backend->close(dev->state);
@@ -189,19 +211,21 @@ akv_status akv_dev_pinned_free(akv_dev *dev, void *p) {
     return dev->backend->pinned_free(dev->state, p);
 }
 
-/* Whether [addr, addr+n) lies inside one live device allocation. */
-static int dev_range_ok(akv_dev *dev, uint64_t addr, size_t n_bytes) {
+/* Whether [addr, addr+n) lies inside one live allocation of the given kind (pinned: host
+ * memory from akv_dev_pinned_alloc; else device memory). Logs the range when it does not. */
+static int dev_range_ok(akv_dev *dev, uint64_t addr, size_t n_bytes, int pinned) {
     int ok = 0;
     pthread_mutex_lock(&dev->mu);
     for (size_t i = 0; i < dev->n_allocs && !ok; i++) {
         const dev_alloc *a = &dev->allocs[i];
-        ok = !a->pinned && addr >= a->addr && n_bytes <= a->n_bytes &&
+        ok = a->pinned == pinned && addr >= a->addr && n_bytes <= a->n_bytes &&
              addr - a->addr <= a->n_bytes - n_bytes;
     }
     pthread_mutex_unlock(&dev->mu);
     if (!ok)
-        AKV_LOG_E("dev: device range [0x%llx, +%zu) is not inside one live allocation",
-                  (unsigned long long)addr, n_bytes);
+        AKV_LOG_E("dev: %s range [0x%llx, +%zu) is not inside one live %s allocation",
+                  pinned ? "host" : "device", (unsigned long long)addr, n_bytes,
+                  pinned ? "pinned" : "device");
     return ok;
 }
 
@@ -209,8 +233,8 @@ static akv_status dev_copy(akv_dev *dev, akv_dev_copy_kind kind, uint64_t dst, u
                            size_t n_bytes) {
     if (!dev || !dst || !src) return AKV_EINVAL;
     if (n_bytes == 0) return AKV_OK;
-    if ((kind != AKV_COPY_D2H && !dev_range_ok(dev, dst, n_bytes)) ||
-        (kind != AKV_COPY_H2D && !dev_range_ok(dev, src, n_bytes)))
+    if ((kind != AKV_COPY_D2H && !dev_range_ok(dev, dst, n_bytes, 0)) ||
+        (kind != AKV_COPY_H2D && !dev_range_ok(dev, src, n_bytes, 0)))
         return AKV_EINVAL;
     return dev->backend->copy_sync(dev->state, kind, dst, src, n_bytes);
 }
@@ -230,7 +254,7 @@ akv_status akv_dev_copy_d2d_sync(akv_dev *dev, akv_dptr dst, akv_dptr src, size_
 akv_status akv_dev_memset_sync(akv_dev *dev, akv_dptr dst, int byte, size_t n_bytes) {
     if (!dev || !dst.addr) return AKV_EINVAL;
     if (n_bytes == 0) return AKV_OK;
-    if (!dev_range_ok(dev, dst.addr, n_bytes)) return AKV_EINVAL;
+    if (!dev_range_ok(dev, dst.addr, n_bytes, 0)) return AKV_EINVAL;
     return dev->backend->memset_sync(dev->state, dst.addr, byte, n_bytes);
 }
 
@@ -242,6 +266,382 @@ akv_status akv_dev_inject_alloc_failure(akv_dev *dev, uint64_t nth_device, uint6
     dev->fail_pinned_at = nth_pinned;
     pthread_mutex_unlock(&dev->mu);
     return AKV_OK;
+}
+
+/* ---- names ------------------------------------------------------------------------------ */
+
+const char *akv_queue_name(akv_queue q) {
+    static const char *const names[AKV_N_QUEUES] = {"h2d", "d2h", "compute"};
+    return (unsigned)q < AKV_N_QUEUES ? names[q] : "(bad queue)";
+}
+
+const char *akv_copy_method_name(akv_copy_method m) {
+    static const char *const names[AKV_N_COPY_METHODS] = {"default", "each", "coalesce", "batch",
+                                                          "kernel"};
+    return (unsigned)m < AKV_N_COPY_METHODS ? names[m] : "(bad method)";
+}
+
+const char *akv_dev_fault_name(akv_dev_fault f) {
+    static const char *const names[AKV_N_FAULTS] = {"copy", "record",    "wait",   "op",
+                                                    "sync", "copy_exec", "op_exec"};
+    return (unsigned)f < AKV_N_FAULTS ? names[f] : "(bad fault)";
+}
+
+/* ---- fault points --------------------------------------------------------------------------- */
+
+/* Counts one pass of point f; true when this pass must fail (logged as injected). */
+static int dev_fault_pass(akv_dev *dev, akv_dev_fault f) {
+    pthread_mutex_lock(&dev->mu);
+    dev_fault *x = &dev->faults[f];
+    x->passes++;
+    int fail = x->failing;
+    if (!fail && x->at && --x->at == 0) {
+        fail = 1;
+        x->failing = x->sticky;
+    }
+    pthread_mutex_unlock(&dev->mu);
+    if (fail) AKV_LOG_E("dev: injected %s failure", akv_dev_fault_name(f));
+    return fail;
+}
+
+akv_status akv_dev_inject_fault(akv_dev *dev, akv_dev_fault f, uint64_t nth, int sticky) {
+    if (!dev || (unsigned)f >= AKV_N_FAULTS) return AKV_EINVAL;
+    if ((f == AKV_FAULT_COPY_EXEC || f == AKV_FAULT_OP_EXEC) && dev->backend != akv_dev_host_backend()) {
+        AKV_LOG_E("dev: %s faults exist only on the host backend", akv_dev_fault_name(f));
+        return AKV_EUNSUPPORTED;
+    }
+    pthread_mutex_lock(&dev->mu);
+    dev->faults[f].at = nth;
+    dev->faults[f].sticky = sticky != 0;
+    dev->faults[f].failing = 0;
+    pthread_mutex_unlock(&dev->mu);
+    return AKV_OK;
+}
+
+akv_status akv_dev_clear_faults(akv_dev *dev) {
+    if (!dev) return AKV_EINVAL;
+    pthread_mutex_lock(&dev->mu);
+    for (int f = 0; f < AKV_N_FAULTS; f++) {
+        dev->faults[f].at = 0;
+        dev->faults[f].sticky = dev->faults[f].failing = 0;
+    }
+    pthread_mutex_unlock(&dev->mu);
+    if (dev->backend->clear_faults) dev->backend->clear_faults(dev->state);
+    return AKV_OK;
+}
+
+uint64_t akv_dev_fault_passes(const akv_dev *dev, akv_dev_fault f) {
+    if (!dev || (unsigned)f >= AKV_N_FAULTS) return 0;
+    pthread_mutex_lock((pthread_mutex_t *)&dev->mu);
+    uint64_t n = dev->faults[f].passes;
+    pthread_mutex_unlock((pthread_mutex_t *)&dev->mu);
+    return n;
+}
+
+akv_status akv_dev_inject_delays(akv_dev *dev, uint64_t seed, uint32_t max_delay_us,
+                                 uint32_t one_in) {
+    if (!dev) return AKV_EINVAL;
+    if (!dev->backend->inject_delays) return AKV_EUNSUPPORTED;
+    return dev->backend->inject_delays(dev->state, seed, max_delay_us, one_in ? one_in : 1);
+}
+
+/* Submission flags for a copy: counts the copy and copy_exec points. AKV_EDEVICE when the
+ * submission itself must fail. */
+static akv_status dev_copy_submit_flags(akv_dev *dev, unsigned *flags) {
+    if (dev_fault_pass(dev, AKV_FAULT_COPY)) return AKV_EDEVICE;
+    *flags = dev_fault_pass(dev, AKV_FAULT_COPY_EXEC) ? AKV_SUBMIT_FAIL_EXEC : 0;
+    return AKV_OK;
+}
+
+/* ---- events ----------------------------------------------------------------------------------- */
+
+static int dev_queue_ok(akv_queue q) {
+    if ((unsigned)q < AKV_N_QUEUES) return 1;
+    AKV_LOG_E("dev: queue %d does not exist (0..%d)", (int)q, AKV_N_QUEUES - 1);
+    return 0;
+}
+
+/* An event argument must exist and belong to this device. */
+static int dev_event_ok(const akv_dev *dev, const akv_event *ev) {
+    if (ev && ev->dev == dev) return 1;
+    AKV_LOG_E("dev: %s", ev ? "event belongs to another device" : "event is NULL");
+    return 0;
+}
+
+/* An event must have been recorded before anyone waits for it or asks about it. */
+static int dev_event_recorded(const akv_event *ev, const char *what) {
+    if (ev->serial) return 1;
+    AKV_LOG_E("dev: %s on an event that was never recorded", what);
+    return 0;
+}
+
+akv_status akv_dev_event_create(akv_dev *dev, unsigned flags, akv_event **out) {
+    if (!dev || !out || (flags & ~(unsigned)AKV_EVENT_TIMING)) return AKV_EINVAL;
+    akv_event *ev = akv__calloc(1, sizeof *ev);
+    if (!ev) return AKV_ENOMEM;
+    akv_status st = dev->backend->event_create(dev->state, flags, &ev->impl);
+    if (st != AKV_OK) {
+        akv__free(ev);
+        return st;
+    }
+    ev->dev = dev;
+    ev->flags = flags;
+    pthread_mutex_lock(&dev->mu);
+    dev->n_events++;
+    pthread_mutex_unlock(&dev->mu);
+    *out = ev;
+    return AKV_OK;
+}
+
+akv_status akv_dev_event_destroy(akv_dev *dev, akv_event *ev) {
+    if (!dev) return AKV_EINVAL;
+    if (!ev) return AKV_OK;
+    if (!dev_event_ok(dev, ev)) return AKV_EINVAL;
+    dev->backend->event_destroy(dev->state, ev->impl);
+    pthread_mutex_lock(&dev->mu);
+    dev->n_events--;
+    pthread_mutex_unlock(&dev->mu);
+    akv__free(ev);
+    return AKV_OK;
+}
+
+akv_status akv_dev_event_record(akv_dev *dev, akv_event *ev, akv_queue q) {
+    if (!dev || !dev_event_ok(dev, ev) || !dev_queue_ok(q)) return AKV_EINVAL;
+    if (dev_fault_pass(dev, AKV_FAULT_RECORD)) return AKV_EDEVICE;
+    akv_status st = dev->backend->event_record(dev->state, ev->impl, q, 0);
+    if (st == AKV_OK) ev->serial++;
+    return st;
+}
+
+akv_status akv_dev_queue_wait_event(akv_dev *dev, akv_queue q, akv_event *ev) {
+    if (!dev || !dev_event_ok(dev, ev) || !dev_queue_ok(q)) return AKV_EINVAL;
+    if (!dev_event_recorded(ev, "queue wait")) return AKV_ESTATE;
+    if (dev_fault_pass(dev, AKV_FAULT_WAIT)) return AKV_EDEVICE;
+    return dev->backend->queue_wait(dev->state, q, ev->impl, 0);
+}
+
+akv_status akv_dev_event_query(akv_dev *dev, akv_event *ev, int *done) {
+    if (!dev || !dev_event_ok(dev, ev) || !done) return AKV_EINVAL;
+    if (!dev_event_recorded(ev, "query")) return AKV_ESTATE;
+    if (dev_fault_pass(dev, AKV_FAULT_SYNC)) return AKV_EDEVICE;
+    int d = 0;
+    akv_status st = dev->backend->event_query(dev->state, ev->impl, &d);
+    if (st == AKV_OK) *done = d;
+    return st;
+}
+
+akv_status akv_dev_event_sync(akv_dev *dev, akv_event *ev) {
+    if (!dev || !dev_event_ok(dev, ev)) return AKV_EINVAL;
+    if (!dev_event_recorded(ev, "sync")) return AKV_ESTATE;
+    if (dev_fault_pass(dev, AKV_FAULT_SYNC)) return AKV_EDEVICE;
+    return dev->backend->event_sync(dev->state, ev->impl);
+}
+
+akv_status akv_dev_event_elapsed_ns(akv_dev *dev, akv_event *start, akv_event *end,
+                                    uint64_t *out_ns) {
+    if (!dev || !dev_event_ok(dev, start) || !dev_event_ok(dev, end) || !out_ns) return AKV_EINVAL;
+    if (!(start->flags & end->flags & AKV_EVENT_TIMING)) {
+        AKV_LOG_E("dev: elapsed time needs two events created with AKV_EVENT_TIMING");
+        return AKV_EINVAL;
+    }
+    if (!dev_event_recorded(start, "elapsed time") || !dev_event_recorded(end, "elapsed time"))
+        return AKV_ESTATE;
+    uint64_t ns = 0;
+    akv_status st = dev->backend->event_elapsed_ns(dev->state, start->impl, end->impl, &ns);
+    if (st == AKV_OK) *out_ns = ns;
+    return st;
+}
+
+uint64_t akv_dev_event_serial(const akv_event *ev) {
+    return ev ? ev->serial : 0;
+}
+
+akv_status akv_dev_queue_sync(akv_dev *dev, akv_queue q) {
+    if (!dev || !dev_queue_ok(q)) return AKV_EINVAL;
+    if (dev_fault_pass(dev, AKV_FAULT_SYNC)) return AKV_EDEVICE;
+    return dev->backend->queue_sync(dev->state, q);
+}
+
+akv_status akv_dev_sync(akv_dev *dev) {
+    if (!dev) return AKV_EINVAL;
+    if (dev_fault_pass(dev, AKV_FAULT_SYNC)) return AKV_EDEVICE;
+    return dev->backend->dev_sync(dev->state);
+}
+
+/* ---- asynchronous copies ------------------------------------------------------------------ */
+
+/* Checks one side of a 2D copy: the bytes from the first row's start to the last row's end
+ * lie in one live allocation of the right kind. */
+static int dev_extent_ok(akv_dev *dev, uint64_t addr, size_t pitch, size_t width, size_t n_rows,
+                         int pinned) {
+    size_t span;
+    if (!akv__size_mul(pitch, n_rows - 1, &span) || !akv__size_add(span, width, &span)) {
+        AKV_LOG_E("dev: 2D copy extent overflows (pitch %zu, %zu rows)", pitch, n_rows);
+        return 0;
+    }
+    return dev_range_ok(dev, addr, span, pinned);
+}
+
+static akv_status dev_copy_async(akv_dev *dev, akv_queue q, const akv_dev_copy2d *c) {
+    if (!dev || !dev_queue_ok(q)) return AKV_EINVAL;
+    if (!c->dst || !c->src) {
+        AKV_LOG_E("dev: async copy with a null address");
+        return AKV_EINVAL;
+    }
+    if (c->width_bytes == 0 || c->n_rows == 0) return AKV_OK;
+    if (c->dst_pitch < c->width_bytes || c->src_pitch < c->width_bytes) {
+        AKV_LOG_E("dev: 2D copy pitch (dst %zu, src %zu) below the row width %zu", c->dst_pitch,
+                  c->src_pitch, c->width_bytes);
+        return AKV_EINVAL;
+    }
+    /* Device sides must be device memory; host sides pinned memory of this device. */
+    if (!dev_extent_ok(dev, c->dst, c->dst_pitch, c->width_bytes, c->n_rows, c->kind == AKV_COPY_D2H) ||
+        !dev_extent_ok(dev, c->src, c->src_pitch, c->width_bytes, c->n_rows, c->kind == AKV_COPY_H2D))
+        return AKV_EINVAL;
+    unsigned flags;
+    if (dev_copy_submit_flags(dev, &flags) != AKV_OK) return AKV_EDEVICE;
+    return dev->backend->copy_async(dev->state, q, c, flags);
+}
+
+akv_status akv_dev_copy_h2d_async(akv_dev *dev, akv_queue q, akv_dptr dst, const void *src,
+                                  size_t n_bytes) {
+    return akv_dev_copy_h2d_2d_async(dev, q, dst, n_bytes, src, n_bytes, n_bytes, 1);
+}
+
+akv_status akv_dev_copy_d2h_async(akv_dev *dev, akv_queue q, void *dst, akv_dptr src,
+                                  size_t n_bytes) {
+    return akv_dev_copy_d2h_2d_async(dev, q, dst, n_bytes, src, n_bytes, n_bytes, 1);
+}
+
+akv_status akv_dev_copy_d2d_async(akv_dev *dev, akv_queue q, akv_dptr dst, akv_dptr src,
+                                  size_t n_bytes) {
+    akv_dev_copy2d c = {AKV_COPY_D2D, dst.addr, src.addr, n_bytes, n_bytes, n_bytes, 1};
+    return dev_copy_async(dev, q, &c);
+}
+
+akv_status akv_dev_copy_h2d_2d_async(akv_dev *dev, akv_queue q, akv_dptr dst, size_t dst_pitch,
+                                     const void *src, size_t src_pitch, size_t width_bytes,
+                                     size_t n_rows) {
+    akv_dev_copy2d c = {AKV_COPY_H2D, dst.addr,  (uint64_t)(uintptr_t)src, dst_pitch,
+                        src_pitch,    width_bytes, n_rows};
+    return dev_copy_async(dev, q, &c);
+}
+
+akv_status akv_dev_copy_d2h_2d_async(akv_dev *dev, akv_queue q, void *dst, size_t dst_pitch,
+                                     akv_dptr src, size_t src_pitch, size_t width_bytes,
+                                     size_t n_rows) {
+    akv_dev_copy2d c = {AKV_COPY_D2H, (uint64_t)(uintptr_t)dst, src.addr, dst_pitch,
+                        src_pitch,    width_bytes,              n_rows};
+    return dev_copy_async(dev, q, &c);
+}
+
+akv_status akv_dev_set_copy_config(akv_dev *dev, const akv_copy_config *cfg) {
+    if (!dev || !cfg || (unsigned)cfg->method >= AKV_N_COPY_METHODS) return AKV_EINVAL;
+    akv_copy_config c = *cfg;
+    if (c.method == AKV_COPY_METHOD_DEFAULT) c.method = dev->backend->default_copy_method;
+    akv_status st = dev->backend->copy_method_check(dev->state, c.method);
+    if (st != AKV_OK) {
+        AKV_LOG_E("dev: copy method '%s' is not available on the %s backend",
+                  akv_copy_method_name(c.method), dev->backend->name);
+        return st;
+    }
+    pthread_mutex_lock(&dev->mu);
+    dev->copy_cfg = c;
+    pthread_mutex_unlock(&dev->mu);
+    return AKV_OK;
+}
+
+akv_copy_config akv_dev_get_copy_config(const akv_dev *dev) {
+    pthread_mutex_lock((pthread_mutex_t *)&dev->mu);
+    akv_copy_config c = dev->copy_cfg;
+    pthread_mutex_unlock((pthread_mutex_t *)&dev->mu);
+    return c;
+}
+
+/* Spans handed to the backend per call: coalescing happens in chunks of this many, on the
+ * stack (no allocation on the hot path). */
+#define DEV_BATCH_CHUNK 128
+
+static akv_status dev_copy_batch(akv_dev *dev, akv_queue q, akv_dev_copy_kind kind,
+                                 const akv_dev_xfer *x, size_t n) {
+    if (!dev || !dev_queue_ok(q) || (n && !x)) return AKV_EINVAL;
+    if (n == 0) return AKV_OK;
+    /* Every span first: all-or-nothing against bad input. */
+    for (size_t i = 0; i < n; i++) {
+        if (!x[i].d.addr || !x[i].h || x[i].n_bytes == 0) {
+            AKV_LOG_E("dev: batch span %zu of %zu has a null address or no bytes", i, n);
+            return AKV_EINVAL;
+        }
+        if (!dev_range_ok(dev, x[i].d.addr, x[i].n_bytes, 0) ||
+            !dev_range_ok(dev, (uint64_t)(uintptr_t)x[i].h, x[i].n_bytes, 1))
+            return AKV_EINVAL;
+    }
+    unsigned flags;
+    if (dev_copy_submit_flags(dev, &flags) != AKV_OK) return AKV_EDEVICE;
+    akv_copy_config cfg = akv_dev_get_copy_config(dev);
+    if (cfg.method == AKV_COPY_METHOD_EACH)
+        return dev->backend->copy_batch_async(dev->state, q, kind, x, n, &cfg, flags);
+    /* Coalesce runs adjacent on both sides, DEV_BATCH_CHUNK merged spans per backend call.
+     * A failure after the first chunk leaves a prefix submitted: the caller treats any error
+     * here as a failed transport (quarantine drains before anything is reused). */
+    akv_dev_xfer m[DEV_BATCH_CHUNK];
+    size_t n_m = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (n_m && m[n_m - 1].d.addr + m[n_m - 1].n_bytes == x[i].d.addr &&
+            (char *)m[n_m - 1].h + m[n_m - 1].n_bytes == (char *)x[i].h) {
+            m[n_m - 1].n_bytes += x[i].n_bytes;
+            continue;
+        }
+        if (n_m == DEV_BATCH_CHUNK) {
+            akv_status st = dev->backend->copy_batch_async(dev->state, q, kind, m, n_m, &cfg, flags);
+            if (st != AKV_OK) return st;
+            n_m = 0;
+        }
+        m[n_m++] = x[i];
+    }
+    return dev->backend->copy_batch_async(dev->state, q, kind, m, n_m, &cfg, flags);
+}
+
+akv_status akv_dev_copy_h2d_batch_async(akv_dev *dev, akv_queue q, const akv_dev_xfer *x,
+                                        size_t n) {
+    return dev_copy_batch(dev, q, AKV_COPY_H2D, x, n);
+}
+
+akv_status akv_dev_copy_d2h_batch_async(akv_dev *dev, akv_queue q, const akv_dev_xfer *x,
+                                        size_t n) {
+    return dev_copy_batch(dev, q, AKV_COPY_D2H, x, n);
+}
+
+akv_status akv_dev_memset_async(akv_dev *dev, akv_queue q, akv_dptr dst, int byte, size_t n_bytes) {
+    if (!dev || !dev_queue_ok(q) || !dst.addr) return AKV_EINVAL;
+    if (n_bytes == 0) return AKV_OK;
+    if (!dev_range_ok(dev, dst.addr, n_bytes, 0)) return AKV_EINVAL;
+    unsigned flags;
+    if (dev_copy_submit_flags(dev, &flags) != AKV_OK) return AKV_EDEVICE;
+    return dev->backend->memset_async(dev->state, q, dst.addr, byte, n_bytes, flags);
+}
+
+/* ---- ops ------------------------------------------------------------------------------------------ */
+
+int akv_dev_op_supported(const akv_dev *dev, const akv_dev_op *op) {
+    return dev && op && op->name && dev->backend->op_supported(dev->state, op);
+}
+
+akv_status akv_dev_op_launch(akv_dev *dev, const akv_dev_op *op, const void *args,
+                             size_t args_bytes) {
+    if (!dev || !op || !op->name || (!args && args_bytes)) return AKV_EINVAL;
+    if (args_bytes != op->args_bytes) {
+        AKV_LOG_E("dev: op '%s' takes %zu bytes of arguments, got %zu", op->name, op->args_bytes,
+                  args_bytes);
+        return AKV_EINVAL;
+    }
+    if (!dev->backend->op_supported(dev->state, op)) {
+        AKV_LOG_E("dev: op '%s' has no %s implementation", op->name, dev->backend->name);
+        return AKV_EUNSUPPORTED;
+    }
+    if (dev_fault_pass(dev, AKV_FAULT_OP)) return AKV_EDEVICE;
+    unsigned flags = dev_fault_pass(dev, AKV_FAULT_OP_EXEC) ? AKV_SUBMIT_FAIL_EXEC : 0;
+    return dev->backend->op_launch(dev->state, dev, op, args, flags);
 }
 
 void *akv__dev_state(const akv_dev *dev) {

@@ -1,5 +1,8 @@
-/* test_dev_cuda.c (gpu) — the CUDA backend: open, properties, device and pinned memory. */
+/* test_dev_cuda.c (gpu) — the CUDA backend: open, properties, device and pinned memory, and
+ * the same queue/event/copy/op/fault cases the host backend passes (tests/dev_cases.h). */
 #include "test.h"
+
+#include "dev_cases.h"
 
 #include "akv/dev.h"
 #include "akv/log.h"
@@ -37,6 +40,19 @@ int main(void) {
         akv_dptr d;
         CHECK_STATUS(akv_dev_mem_alloc(dev, (size_t)1 << 50, &d), AKV_EDEVMEM);
         akv_log_set(NULL, NULL, AKV_LOG_WARN);
+    }
+    akv_log_set(NULL, NULL, AKV_LOG_OFF); /* the misuse and fault cases log by design */
+    dev_cases_misuse(dev, NULL);
+    dev_cases_roundtrip(dev);
+    dev_cases_2d(dev);
+    dev_cases_batch(dev);
+    dev_cases_ops(dev, 4ull * 1000 * 1000);
+    dev_cases_faults(dev);
+    akv_log_set(NULL, NULL, AKV_LOG_WARN);
+    dev_cases_reuse_chain(dev, 400);
+    TEST_CASE(exec_faults_and_delays_are_host_only) {
+        CHECK_STATUS(akv_dev_inject_fault(dev, AKV_FAULT_COPY_EXEC, 1, 0), AKV_EUNSUPPORTED);
+        CHECK_STATUS(akv_dev_inject_delays(dev, 1, 10, 1), AKV_EUNSUPPORTED);
     }
     CHECK_OK(akv_dev_destroy(dev));
     return test_finish();
