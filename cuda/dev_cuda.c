@@ -137,6 +137,9 @@ static akv_status cuda_copy_sync(void *state, akv_dev_copy_kind kind, uint64_t d
     AKV_CUDA_TRY(cudaSetDevice(s->ordinal));
     AKV_CUDA_TRY(cudaMemcpy((void *)(uintptr_t)dst, (const void *)(uintptr_t)src, n_bytes,
                             cuda_kinds[kind]));
+    /* dev.h: the bytes have arrived on return; a device-to-device cudaMemcpy may return
+     * before (it only orders the legacy stream). */
+    if (kind == AKV_COPY_D2D) AKV_CUDA_TRY(cudaStreamSynchronize(cudaStreamLegacy));
     return AKV_OK;
 }
 
@@ -144,6 +147,9 @@ static akv_status cuda_memset_sync(void *state, uint64_t dst, int byte, size_t n
     cuda_state *s = state;
     AKV_CUDA_TRY(cudaSetDevice(s->ordinal));
     AKV_CUDA_TRY(cudaMemset((void *)(uintptr_t)dst, byte, n_bytes));
+    /* cudaMemset of device memory may return before the bytes are set; dev.h promises they are
+     * (the queues are non-blocking streams: nothing else would order them after it). */
+    AKV_CUDA_TRY(cudaStreamSynchronize(cudaStreamLegacy));
     return AKV_OK;
 }
 
