@@ -12,6 +12,7 @@ typedef struct cuda_op {
 
 static const cuda_op cuda_ops[] = {
     {"busy", akv__cuda_busy_launch},
+    {"stage_probe", akv__cuda_stage_probe_launch},
 };
 
 akv_cuda_op_fn akv__cuda_op_find(const char *name) {

@@ -26,6 +26,7 @@ akv_cuda_op_fn akv__cuda_op_find(const char *name);
 
 /* Launchers (one .cu per kernel family). */
 akv_status akv__cuda_busy_launch(const void *args, void *stream);         /* copy_kernels.cu */
+akv_status akv__cuda_stage_probe_launch(const void *args, void *stream);  /* stage_probe.cu */
 
 /* The copy kernel (AKV_COPY_METHOD_KERNEL): n spans between device memory and mapped pinned
  * host memory, `to_device` = 1 for H2D. n_blocks thread blocks of 512 threads. The host

@@ -23,5 +23,7 @@
 #include "akv/tok.h"
 #include "akv/chat.h"
 #include "akv/admit.h"
+#include "akv/stage.h"
+#include "akv/stage_probe.h"
 
 #endif
