@@ -116,6 +116,32 @@ int main(void) {
         CHECK_OK(akv_dev_destroy(dev));
     }
 
+    TEST_CASE(synthetic_weights_run) {
+        /* the benchmark's path: weights filled on the device from a config alone */
+        akv_model *m = fx_load_bf16_exact(&llama, rng);
+        if (!CHECK(m != NULL)) break;
+        fx d;
+        if (fx_open(&d, akv_dev_host_backend(), m, P, 64, 8, true)) {
+            akv_forward_dev *syn = NULL;
+            akv_forward_params fp = {.max_chunk = 8};
+            CHECK_OK(akv_forward_dev_create_synthetic(d.dev, akv_model_get_config(m), 3, &fp,
+                                                      &syn));
+            if (syn) {
+                akv_forward_dev_destroy(d.fd);
+                d.fd = syn;
+                int32_t ids[11] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11};
+                float logits[37];
+                CHECK_OK(fx_feed(&d, ids, 11, logits));
+                int finite = 1;
+                for (int i = 0; i < 37; i++)
+                    finite &= isfinite(logits[i]) != 0;
+                CHECK(finite);
+            }
+        }
+        fx_close(&d);
+        akv_model_destroy(m);
+    }
+
     TEST_CASE(bad_requests) {
         akv_model *m = fx_load_bf16_exact(&llama, rng);
         if (!CHECK(m != NULL)) break;
