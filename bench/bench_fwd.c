@@ -30,6 +30,7 @@
 #include "core/clock.h"
 #ifdef AKV_HAVE_CUDA
 #include "akv/dev_cuda.h"
+#include "bench_copy_rate.h"
 #endif
 
 #ifdef AKV_HAVE_CUDA
@@ -46,15 +47,7 @@
 
 enum { CHUNK = 512, N_STEPS = 32 };
 
-typedef struct copy_work {
-    akv_dptr a, b;
-    size_t n;
-} copy_work;
-
-static akv_status copy_issue(void *arg, void *stream) {
-    copy_work *c = arg;
-    return akv_dev_cuda_copy_d2d_async(c->b, c->a, c->n, stream);
-}
+/* copy_work, copy_issue: bench_copy_rate.h */
 
 typedef struct row {
     uint32_t ctx;
