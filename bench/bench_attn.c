@@ -26,6 +26,7 @@
 #include "akv/attn.h"
 #include "akv/dev.h"
 #include "akv/dev_cuda.h"
+#include "bench_copy_rate.h"
 #include "core/assert.h"
 #include "core/half.h"
 
@@ -244,15 +245,7 @@ static double bench_prefill(const geom *g, uint32_t n) {
 
 /* ---- the copy rate ----------------------------------------------------------------------- */
 
-typedef struct copy_work {
-    akv_dptr a, b;
-    size_t n;
-} copy_work;
-
-static akv_status copy_issue(void *arg, void *stream) {
-    copy_work *c = arg;
-    return akv_dev_cuda_copy_d2d_async(c->b, c->a, c->n, stream);
-}
+/* copy_work, copy_issue: bench_copy_rate.h */
 
 /* ---- main -------------------------------------------------------------------------------- */
 
