@@ -501,14 +501,16 @@ static void test_split_plan(void) {
     CHECK_STATUS(akv_attn_split_plan(0, 8, 128, 132, h200_smem, &sp), AKV_EINVAL);
     CHECK_STATUS(akv_attn_split_plan(1024, 8, 128, 132, 48 * 1024, &sp), AKV_EUNSUPPORTED);
     quiet(0);
-    /* workspace: none for one partition; overflow is caught */
+    /* workspace: none for one partition; partial outputs, LSEs and one counter per (sequence,
+     * head, 16 rows), each part at a 256-byte boundary; overflow is caught */
     akv_attn_decode p = {.kv = {.n_seq = 3, .n_kv_heads = 8, .head_dim = 128}, .n_heads = 32, .n_query = 2};
     akv_attn_split one = {128, 1}, many = {128, 10};
     size_t bytes = 1;
     CHECK_OK(akv_attn_decode_workspace_bytes(&p, &one, &bytes));
     CHECK_EQ_U64(bytes, 0);
     CHECK_OK(akv_attn_decode_workspace_bytes(&p, &many, &bytes));
-    CHECK_EQ_U64(bytes, ((3u * 8 * 10 * 8 * 128 * 4 + 255) & ~255u) + 3u * 8 * 10 * 8 * 4);
+    CHECK_EQ_U64(bytes, ((3u * 8 * 10 * 8 * 128 * 4 + 255) & ~255u) + ((3u * 8 * 10 * 8 * 4 + 255) & ~255u) +
+                            3u * 8 * 4);
     p.kv.n_seq = UINT32_MAX, p.n_heads = 8u << 20, many.n_parts = 1024;
     quiet(1);
     CHECK_STATUS(akv_attn_decode_workspace_bytes(&p, &many, &bytes), AKV_EOVERFLOW);
