@@ -10,10 +10,11 @@
 #include "core/alloc.h"
 #include "core/log.h"
 
-/* Smallest partition worth a block of its own: 128 KiB of K and V for one head (256 keys
- * at d=128, 512 at d=64). Shorter blocks spend their time on the page-table lookups and
- * the pipeline fill rather than streaming, and add partial states to merge. */
-#define SPLIT_MIN_PART_BYTES (128u * 1024u)
+/* Smallest partition: two key tiles (128 keys). A decode block puts its first STAGES-1 >= 2
+ * tiles in flight before it waits for any, so a partition of two tiles costs one memory
+ * round trip, like a partition of one, while halving the partial states to merge. Short
+ * contexts thus spread over many blocks (1K keys at 8 K/V heads: 64 blocks, not 32). */
+#define SPLIT_MIN_PART_TOKENS (2u * AKV_ATTN_TILE_TOKENS)
 /* Blocks per multiprocessor the plan counts on at most. */
 #define SPLIT_MAX_BLOCKS_PER_SM 4u
 
@@ -216,7 +217,7 @@ akv_status akv_attn_split_plan(uint64_t capacity_tokens, uint32_t n_kv_heads, ui
     if (bps > SPLIT_MAX_BLOCKS_PER_SM) bps = SPLIT_MAX_BLOCKS_PER_SM;
     uint64_t fill = ceil_div(bps * n_sm, n_kv_heads);
     if (fill > AKV_ATTN_MAX_PARTS) fill = AKV_ATTN_MAX_PARTS;
-    uint64_t n_parts = ceil_div(capacity_tokens, SPLIT_MIN_PART_BYTES / (4u * head_dim));
+    uint64_t n_parts = ceil_div(capacity_tokens, SPLIT_MIN_PART_TOKENS);
     if (n_parts > fill) n_parts = fill;
     if (n_parts < 1) n_parts = 1;
     uint64_t part = ceil_div(ceil_div(capacity_tokens, n_parts), AKV_ATTN_TILE_TOKENS) * AKV_ATTN_TILE_TOKENS;

@@ -183,7 +183,7 @@ static inline akv_dptr akv_attn_host_ptr(const void *p) {
  * may opt into (akv_dev_info's fields). The rule, for head dim d:
  *   blocks_per_sm = clamp(smem_per_block / akv_attn_decode_smem_bytes(d), 1, 4)
  *   fill          = ceil(blocks_per_sm * n_sm / n_kv_heads)   (one wave at batch 1)
- *   min_part      = 128 KiB of K+V of one head in bf16 = 32768 / d keys (256 at d=128)
+ *   min_part      = 128 keys (two tiles: what a block puts in flight before its first wait)
  *   n_parts       = clamp(ceil(capacity / min_part), 1, min(fill, AKV_ATTN_MAX_PARTS))
  *   part_tokens   = round_up(ceil(capacity / n_parts), 64); n_parts = ceil(capacity / part_tokens)
  * There is no limit on the number of keys: a partition grows with the capacity.
