@@ -190,7 +190,10 @@ static double bench_decode(const geom *g, uint32_t b, uint32_t n, uint32_t nq, a
     }
     TRY(akv_attn_cuda_decode_split(&w->p[0], split));
     TRY(akv_attn_decode_workspace_bytes(&w->p[0], split, &w->ws_bytes));
-    if (w->ws_bytes) w->ws = dalloc(w->ws_bytes);
+    if (w->ws_bytes) { /* zeroed once: the decode keeps its arrival counters at zero */
+        w->ws = dalloc(w->ws_bytes);
+        TRY(akv_dev_memset_sync(dev, w->ws, 0, w->ws_bytes));
+    }
     int n_calls = n_sets;
     while (n_calls < 40) n_calls += n_sets;
     double us = NAN;

@@ -47,7 +47,9 @@
  * where pages physically lie, on the batch, or on the lengths. The arithmetic inside a
  * partition and the merge order are fixed, so the same page contents give the same bits
  * whether the pages are resident or staged, and wherever the sequence sits in a batch, as
- * long as max_pages is the same. Partitions past a sequence's length are skipped.
+ * long as max_pages is the same. Partitions past a sequence's length are skipped. The
+ * merge of the partitions runs inside the decode kernel (the last block of a sequence and
+ * head to finish merges them in partition order): one launch per call.
  *
  * Invariants
  *   - Every call validates the host-visible parameters and returns AKV_EINVAL (logged,
@@ -181,7 +183,7 @@ static inline akv_dptr akv_attn_host_ptr(const void *p) {
  * may opt into (akv_dev_info's fields). The rule, for head dim d:
  *   blocks_per_sm = clamp(smem_per_block / akv_attn_decode_smem_bytes(d), 1, 4)
  *   fill          = ceil(blocks_per_sm * n_sm / n_kv_heads)   (one wave at batch 1)
- *   min_part      = 128 KiB of K+V of one head in bf16 = 32768 / d keys (256 at d=128)
+ *   min_part      = 128 keys (two tiles: what a block puts in flight before its first wait)
  *   n_parts       = clamp(ceil(capacity / min_part), 1, min(fill, AKV_ATTN_MAX_PARTS))
  *   part_tokens   = round_up(ceil(capacity / n_parts), 64); n_parts = ceil(capacity / part_tokens)
  * There is no limit on the number of keys: a partition grows with the capacity.
@@ -194,8 +196,9 @@ akv_status akv_attn_split_plan(uint64_t capacity_tokens, uint32_t n_kv_heads, ui
 size_t akv_attn_decode_smem_bytes(uint32_t head_dim);
 
 /* Device workspace a CUDA decode with these parameters and this split needs (partial
- * outputs and LSEs of every partition); 0 when n_parts is 1 (no merge). AKV_EOVERFLOW if
- * it does not fit a size_t. */
+ * outputs and LSEs of every partition, and one arrival counter per sequence, K/V head and
+ * 16 query rows); 0 when n_parts is 1 (no merge). AKV_EOVERFLOW if it does not fit a
+ * size_t. */
 akv_status akv_attn_decode_workspace_bytes(const akv_attn_decode *p, const akv_attn_split *split,
                                            size_t *out);
 
@@ -237,8 +240,11 @@ void akv_attn_merge_state(uint32_t head_dim, float *o_a, float *lse_a, const flo
  * Device properties (SM count, shared memory) are read from the current device. */
 
 /* Split-KV decode. `workspace` holds akv_attn_decode_workspace_bytes() bytes for the split
- * of akv_attn_cuda_decode_split() (it may be 0 when that is 0); one workspace must not be
- * shared by calls in flight at the same time. */
+ * of akv_attn_cuda_decode_split() (it may be 0 when that is 0), 256-byte aligned. Zero it
+ * (every byte) once before its first call: it holds arrival counters that every completed
+ * call leaves at zero again, so a workspace is zeroed once, not per call (a workspace from
+ * a failed launch must be zeroed again). One workspace must not be shared by calls in
+ * flight at the same time. */
 akv_status akv_attn_cuda_decode(const akv_attn_decode *p, akv_dptr workspace,
                                 size_t workspace_bytes, void *stream);
 
