@@ -318,7 +318,9 @@ static akv_status fdev_attn_ws(akv_forward_dev *f, const akv_attn_decode *d) {
     f->attn_ws = (akv_dptr){0}, f->attn_ws_bytes = 0;
     if ((st = akv_dev_mem_alloc(f->dev, need, &f->attn_ws))) return st;
     f->attn_ws_bytes = need;
-    return AKV_OK;
+    /* the split's arrival counters start at zero (akv/attn.h); every completed decode leaves
+     * them at zero. On the compute queue, so it is ordered before the first decode. */
+    return akv_dev_memset_async(f->dev, AKV_QUEUE_COMPUTE, f->attn_ws, 0, need);
 }
 
 /* The layer's attention: K/V into the pages, then attend (Q, K, V are the f32 qkv rows). */
