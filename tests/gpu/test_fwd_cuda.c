@@ -36,8 +36,12 @@ enum { P = 16 };
  *              their random weights (+-0.5, tests/model_build.h) make every layer sharp, and the
  *              bf16 rounding of the products' inputs alone (the host queue pass, no CUDA) was
  *              measured at up to 0.085 on them.
- *   the default model is held to TOL against the host pass. */
+ *   TOL_SHARP  CUDA against the queue pass on those sharp synthetic models: the attention
+ *              kernels' bf16 probabilities, amplified layer by layer, measured at up to 0.054
+ *              on the H200 (2026-11-30); twice that is allowed.
+ *   the default model is held to TOL against both (measured 0.005 on its first 10 layers). */
 #define TOL 0.05
+#define TOL_SHARP 0.10
 #define TOL_F32 0.15
 
 static uint64_t rng;
@@ -291,7 +295,7 @@ static run_stats compare_cuda(const akv_model *m, uint32_t max_chunk, uint32_t n
         snprintf(what, sizeof what, "%s: CUDA vs host pass after %u tokens", name, pos);
         rs.ok &= fx_close_to(l[2], l[0], c->n_vocab, tol_f32, what);
         snprintf(what, sizeof what, "%s: CUDA vs host queue pass after %u tokens", name, pos);
-        rs.ok &= fx_close_to(l[2], l[1], c->n_vocab, TOL, what);
+        rs.ok &= fx_close_to(l[2], l[1], c->n_vocab, tol_f32 > TOL ? TOL_SHARP : TOL, what);
         rs.ok &= TEST_CHECK_(!memcmp(l[2], l[3], c->n_vocab * sizeof(float)),
                              "%s: two CUDA runs differ after %u tokens", name, pos);
         if (pos < n_total) tokens[pos] = fx_argmax(l[0], c->n_vocab, NULL);
