@@ -394,7 +394,8 @@ extern "C" akv_status akv_attn_cuda_decode_split(const akv_attn_decode *p, akv_a
     uint32_t n_sm;
     size_t smem;
     if ((st = attn_cuda_device(&n_sm, &smem)) != AKV_OK) return st;
-    return akv_attn_split_plan((uint64_t)p->kv.max_pages * p->kv.page_tokens, p->kv.n_kv_heads,
+    return akv_attn_split_plan((uint64_t)p->kv.max_pages * p->kv.page_tokens,
+                               p->kv.n_seq ? p->kv.n_seq : 1, p->kv.n_kv_heads,
                                p->kv.head_dim, n_sm, smem, out);
 }
 

@@ -6,6 +6,7 @@
 #include "attn_impl.h"
 
 #include <math.h>
+#include <stdlib.h>
 
 #include "core/alloc.h"
 #include "core/log.h"
@@ -201,11 +202,24 @@ static uint64_t ceil_div(uint64_t a, uint64_t b) {
     return (a + b - 1) / b;
 }
 
-akv_status akv_attn_split_plan(uint64_t capacity_tokens, uint32_t n_kv_heads, uint32_t head_dim,
-                               uint32_t n_sm, size_t smem_per_block, akv_attn_split *out) {
-    if (capacity_tokens == 0 || n_kv_heads == 0 || n_sm == 0 || !out)
-        BAD("attn split: capacity %llu, n_kv_heads %u and n_sm %u must be positive",
-            (unsigned long long)capacity_tokens, n_kv_heads, n_sm);
+/* Waves of blocks the split aims at: 1, or AKV_ATTN_WAVES (1..16) from the environment, a
+ * tuning override for benchmarks, read once. */
+static uint64_t split_waves(void) {
+    static int waves; /* 0: not read yet; racing first reads store the same value */
+    if (waves == 0) {
+        const char *e = getenv("AKV_ATTN_WAVES");
+        int w = e ? atoi(e) : 1;
+        waves = w >= 1 && w <= 16 ? w : 1;
+    }
+    return (uint64_t)waves;
+}
+
+akv_status akv_attn_split_plan(uint64_t capacity_tokens, uint32_t n_seq, uint32_t n_kv_heads,
+                               uint32_t head_dim, uint32_t n_sm, size_t smem_per_block,
+                               akv_attn_split *out) {
+    if (capacity_tokens == 0 || n_seq == 0 || n_kv_heads == 0 || n_sm == 0 || !out)
+        BAD("attn split: capacity %llu, n_seq %u, n_kv_heads %u and n_sm %u must be positive",
+            (unsigned long long)capacity_tokens, n_seq, n_kv_heads, n_sm);
     size_t smem = akv_attn_decode_smem_bytes(head_dim);
     if (smem == 0) BAD("attn split: head_dim %u is not 64 or 128", head_dim);
     if (smem_per_block < smem) {
@@ -215,7 +229,7 @@ akv_status akv_attn_split_plan(uint64_t capacity_tokens, uint32_t n_kv_heads, ui
     }
     uint64_t bps = smem_per_block / smem;
     if (bps > SPLIT_MAX_BLOCKS_PER_SM) bps = SPLIT_MAX_BLOCKS_PER_SM;
-    uint64_t fill = ceil_div(bps * n_sm, n_kv_heads);
+    uint64_t fill = ceil_div(split_waves() * bps * n_sm, (uint64_t)n_kv_heads * n_seq);
     if (fill > AKV_ATTN_MAX_PARTS) fill = AKV_ATTN_MAX_PARTS;
     uint64_t n_parts = ceil_div(capacity_tokens, SPLIT_MIN_PART_TOKENS);
     if (n_parts > fill) n_parts = fill;

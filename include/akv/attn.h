@@ -178,19 +178,23 @@ static inline akv_dptr akv_attn_host_ptr(const void *p) {
 
 /* ---- plans and checks (plain C, every build) ------------------------------------------ */
 
-/* The split-KV partitioning for a capacity of capacity_tokens keys (max_pages*page_tokens)
- * on a device with n_sm multiprocessors and smem_per_block bytes of shared memory a block
- * may opt into (akv_dev_info's fields). The rule, for head dim d:
+/* The split-KV partitioning for a batch of n_seq sequences with a capacity of capacity_tokens
+ * keys each (max_pages*page_tokens) on a device with n_sm multiprocessors and smem_per_block
+ * bytes of shared memory a block may opt into (akv_dev_info's fields). The rule, for head
+ * dim d:
  *   blocks_per_sm = clamp(smem_per_block / akv_attn_decode_smem_bytes(d), 1, 4)
- *   fill          = ceil(blocks_per_sm * n_sm / n_kv_heads)   (one wave at batch 1)
+ *   fill          = ceil(waves * blocks_per_sm * n_sm / (n_kv_heads * n_seq))
+ *                   (waves = 1: one wave of blocks over the whole batch; the environment
+ *                   variable AKV_ATTN_WAVES = 1..16 overrides it, for tuning)
  *   min_part      = 128 keys (two tiles: what a block puts in flight before its first wait)
  *   n_parts       = clamp(ceil(capacity / min_part), 1, min(fill, AKV_ATTN_MAX_PARTS))
  *   part_tokens   = round_up(ceil(capacity / n_parts), 64); n_parts = ceil(capacity / part_tokens)
  * There is no limit on the number of keys: a partition grows with the capacity.
  * AKV_EINVAL for zero inputs or a head dim other than 64/128; AKV_EUNSUPPORTED when the
  * device's shared memory cannot hold one decode block. */
-akv_status akv_attn_split_plan(uint64_t capacity_tokens, uint32_t n_kv_heads, uint32_t head_dim,
-                               uint32_t n_sm, size_t smem_per_block, akv_attn_split *out);
+akv_status akv_attn_split_plan(uint64_t capacity_tokens, uint32_t n_seq, uint32_t n_kv_heads,
+                               uint32_t head_dim, uint32_t n_sm, size_t smem_per_block,
+                               akv_attn_split *out);
 
 /* Shared memory one CUDA decode block uses for head dim 64 or 128 (0 for others). */
 size_t akv_attn_decode_smem_bytes(uint32_t head_dim);

@@ -308,7 +308,7 @@ static akv_status fdev_attn_ws(akv_forward_dev *f, const akv_attn_decode *d) {
     if (f->is_host) return AKV_OK; /* the ref needs none */
     akv_attn_split sp;
     size_t need = 0;
-    akv_status st = akv_attn_split_plan((uint64_t)d->kv.max_pages * d->kv.page_tokens,
+    akv_status st = akv_attn_split_plan((uint64_t)d->kv.max_pages * d->kv.page_tokens, d->kv.n_seq,
                                         d->kv.n_kv_heads, d->kv.head_dim, f->n_sm,
                                         f->smem_per_block, &sp);
     if (st || (st = akv_attn_decode_workspace_bytes(d, &sp, &need))) return st;
