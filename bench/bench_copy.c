@@ -278,6 +278,7 @@ int main(void) {
     const char *out = getenv("AKV_BENCH_OUT");
     if (out && *out) b->out = fopen(out, "a");
     akv_dev *dev = b->dev;
+    const akv_copy_method default_method = akv_dev_get_copy_config(dev).method;
     int ok = akv_dev_pinned_alloc(dev, ARENA_BYTES, (void **)&b->arena_h2d) == AKV_OK &&
              akv_dev_pinned_alloc(dev, ARENA_BYTES, (void **)&b->arena_d2h) == AKV_OK &&
              akv_dev_mem_alloc(dev, LARGE_BYTES, &b->stage_h2d) == AKV_OK &&
@@ -377,7 +378,7 @@ int main(void) {
                   DO_H2D | DO_COMPUTE);
     emit(b, "\n(* = the copy outlasted the compute window even after widening it 8x.)\n"
             "Default method of this build: %s.\n",
-         akv_copy_method_name(akv_dev_get_copy_config(dev).method));
+         akv_copy_method_name(default_method));
 
     if (b->out) fclose(b->out);
     free(b->xh);

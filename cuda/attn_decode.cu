@@ -12,12 +12,18 @@
  * number of queries, and the query rows ride along on tensor-core columns that are free
  * anyway.
  *
- * Partitions (akv_attn_split_plan): positions [p*part_tokens, (p+1)*part_tokens). A block
- * whose partition starts past the sequence's length returns at once (empty partitions are
- * skipped); with one partition the block writes the final output, otherwise it writes an
- * f32 partial state (o normalised, lse natural) to the workspace and the merge kernel
- * combines partitions 0..ceil(len/part_tokens)-1 in order. Nothing depends on where pages
- * lie: same contents, same bits.
+ * Partitions (akv_attn_split_plan): positions [p*part_tokens, (p+1)*part_tokens). A sequence
+ * of len keys uses n_used = min(n_parts, ceil(len/part_tokens)) of them; a block whose
+ * partition starts past the length returns at once (partition 0 always runs, so a sequence
+ * of length 0 still gets its empty output). With n_used <= 1 the block writes the final
+ * output. Otherwise it writes an f32 partial state (o normalised, lse natural) to the
+ * workspace, and the LAST block of its (sequence, K/V head, row tile) to arrive merges
+ * partitions 0..n_used-1 in place of a second kernel: every block fences its state
+ * (__threadfence) and bumps an arrival counter in the workspace; the block that sees
+ * n_used-1 resets the counter to 0 (so a workspace stays ready for the next call) and
+ * merges. The merge reads every state back from the workspace in a fixed order that depends
+ * on (n_used, rows, D) only, never on which block came last, so results are bitwise
+ * reproducible. Nothing depends on where pages lie: same contents, same bits.
  *
  * Numerics: scores s = q.k in f32 on bf16 operands; exponent base 2 with the scale folded
  * into log2(e)*scale; probabilities rounded to bf16 for the P V product, and the row sum l
@@ -48,6 +54,7 @@ struct dec_args {
     float *lse;     /* [n_seq][n_query][n_heads] or null */
     float *ws_o;    /* [n_seq][n_kv][n_parts][rows][D] partial outputs */
     float *ws_lse;  /* [n_seq][n_kv][n_parts][rows] partial LSEs (natural log) */
+    unsigned *ws_cnt; /* [n_seq][gridDim.y] arrival counters: 0 between calls */
     int n_heads, group, n_query, rows, n_row_tiles;
     int n_parts, part_tokens;
     float scale_log2; /* scale * log2(e) */
@@ -72,6 +79,103 @@ static __device__ __forceinline__ void dec_load_tile(const attn_kv &kv, int pb, 
     }
 }
 
+/* Final output of merged row gr (columns 4*c4..4*c4+3): O / S, and lse = M + log S. */
+template <int D>
+static __device__ __forceinline__ void dec_merge_store(const dec_args &a, int s, int h, int gr, int c4, float4 acc,
+                                                       float M, float S) {
+    const bool empty = !(S > 0.0f);
+    const float inv = empty ? 0.0f : 1.0f / S;
+    const int qi = gr / a.group, gi = gr - qi * a.group;
+    const size_t orow = (size_t)(s * a.n_query + qi) * a.n_heads + h * a.group + gi;
+    attn_store2(a.o, a.o_f32, orow * D + c4 * 4, acc.x * inv, acc.y * inv);
+    attn_store2(a.o, a.o_f32, orow * D + c4 * 4 + 2, acc.z * inv, acc.w * inv);
+    if (c4 == 0 && a.lse) a.lse[orow] = empty ? -INFINITY : M + logf(S);
+}
+
+/* The partition weight of a state: exp(lse_p - M) (0 for an empty state or row). Phase A
+ * and phase B of dec_merge compute it from the same inputs, so the sum and the weights
+ * agree bit for bit. */
+static __device__ __forceinline__ float dec_weight(float lse_p, float M) {
+    return (M == -INFINITY || lse_p == -INFINITY) ? 0.0f : expf(lse_p - M);
+}
+
+/* Merge of partitions 0..n_used-1 of rows row0..row0+R-1 (those < rows) by the last block
+ * to arrive, 128 threads, into the final output. The workspace is read through L2 (__ldcg:
+ * other blocks wrote it during this launch). Phase A, a warp per row: M = max lse_p, S =
+ * sum w_p (lanes stride the partitions, then a fixed shuffle tree). Phase B: items are
+ * (row, 4 columns); when fewer than 128, the partitions are cut into ns = 128/items
+ * contiguous slices, each summed in partition order with 8 loads in flight, and the slices
+ * added in slice order. o = O / S, lse = M + log S. */
+template <int D, int R>
+static __device__ void dec_merge(const dec_args &a, int s, int h, int row0, int n_used, unsigned char *smem,
+                                 int tid) {
+    constexpr int C4 = D / 4;
+    float *s_m = reinterpret_cast<float *>(smem);           /* [R] */
+    float *s_s = s_m + R;                                   /* [R] */
+    float4 *s_acc = reinterpret_cast<float4 *>(smem + 256); /* [128] slice partial sums */
+    static_assert(2 * R * 4 <= 256, "row statistics fit before the slice sums");
+    const int lane = tid & 31, warp = tid >> 5;
+    const int nr = min(R, a.rows - row0);
+    /* state (p, r) of these rows: index base + p*rows + r */
+    const size_t base = (size_t)(s * a.kv.n_kv + h) * a.n_parts * a.rows + row0;
+    for (int r = warp; r < nr; r += 4) {
+        const float *lp = a.ws_lse + base + r;
+        float M = -INFINITY, S = 0.0f;
+        for (int p = lane; p < n_used; p += 32) M = fmaxf(M, __ldcg(lp + (size_t)p * a.rows));
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) M = fmaxf(M, __shfl_xor_sync(ATTN_FULL_MASK, M, o));
+        for (int p = lane; p < n_used; p += 32) S += dec_weight(__ldcg(lp + (size_t)p * a.rows), M);
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) S += __shfl_xor_sync(ATTN_FULL_MASK, S, o);
+        if (lane == 0) s_m[r] = M, s_s[r] = S;
+    }
+    __syncthreads();
+    const int n_items = nr * C4;
+    const int ns = max(1, min(8, 128 / n_items)), chunk = (n_used + ns - 1) / ns;
+    const size_t step = (size_t)a.rows * D;
+    for (int t = tid; t < n_items * ns; t += 128) {
+        const int item = t % n_items, j = t / n_items, r = item / C4, c4 = item % C4;
+        const float M = s_m[r];
+        const float *src = a.ws_o + (base + r) * D + c4 * 4, *lsrc = a.ws_lse + base + r;
+        const int p1 = min(n_used, (j + 1) * chunk);
+        float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        int p = j * chunk;
+        for (; p + 8 <= p1; p += 8) {
+            float4 x[8];
+            float l[8];
+#pragma unroll
+            for (int u = 0; u < 8; u++) {
+                x[u] = __ldcg(reinterpret_cast<const float4 *>(src + (size_t)(p + u) * step));
+                l[u] = __ldcg(lsrc + (size_t)(p + u) * a.rows);
+            }
+#pragma unroll
+            for (int u = 0; u < 8; u++) {
+                const float w = dec_weight(l[u], M);
+                acc.x += w * x[u].x, acc.y += w * x[u].y, acc.z += w * x[u].z, acc.w += w * x[u].w;
+            }
+        }
+        for (; p < p1; p++) {
+            const float4 x = __ldcg(reinterpret_cast<const float4 *>(src + (size_t)p * step));
+            const float w = dec_weight(__ldcg(lsrc + (size_t)p * a.rows), M);
+            acc.x += w * x.x, acc.y += w * x.y, acc.z += w * x.z, acc.w += w * x.w;
+        }
+        if (ns > 1) s_acc[t] = acc; /* t = j*n_items + item < 128 */
+        else dec_merge_store<D>(a, s, h, row0 + r, c4, acc, M, s_s[r]);
+    }
+    if (ns > 1) {
+        __syncthreads();
+        if (tid < n_items) {
+            float4 acc = s_acc[tid];
+            for (int j = 1; j < ns; j++) {
+                const float4 x = s_acc[j * n_items + tid];
+                acc.x += x.x, acc.y += x.y, acc.z += x.z, acc.w += x.w;
+            }
+            const int r = tid / C4;
+            dec_merge_store<D>(a, s, h, row0 + r, tid % C4, acc, s_m[r], s_s[r]);
+        }
+    }
+}
+
 template <int D, int MT>
 __global__ void __launch_bounds__(128) attn_decode_kernel(const dec_args a) {
     using C = dec_cfg<D>;
@@ -84,8 +188,9 @@ __global__ void __launch_bounds__(128) attn_decode_kernel(const dec_args a) {
     const int len = attn_seq_len(a.kv, s);
     const int k0 = part * a.part_tokens;
     const int k1 = min(k0 + a.part_tokens, len);
-    const bool direct = a.n_parts == 1;
-    if (k0 >= len && !direct) return; /* an empty partition: the merge never reads it */
+    const int n_used = len > 0 ? min(a.n_parts, (len - 1) / a.part_tokens + 1) : 0;
+    const bool direct = n_used <= 1; /* this block alone writes the output */
+    if (part > 0 && k0 >= len) return; /* an empty partition: nobody waits for it */
     const int n_tiles = k1 > k0 ? (k1 - k0 + C::TILE - 1) / C::TILE : 0;
     const int row0 = rt * 16 * MT;
     const uint32_t ring = attn_smem_addr(smem);
@@ -246,65 +351,21 @@ __global__ void __launch_bounds__(128) attn_decode_kernel(const dec_args a) {
             if (c == 0) a.ws_lse[prow] = lse;
         }
     }
-    attn_pdl_trigger(); /* the merge grid may start (it waits for this grid's memory) */
-}
+    if (direct) return;
 
-/* Combines the partitions of each (sequence, K/V head) for 8 query rows per block:
- * blockIdx.x = K/V head, blockIdx.y = sequence, blockIdx.z = row group; 256 threads.
- * Phase 1, one warp per row: M = max lse_p, weights w_p = exp(lse_p - M) into shared memory,
- * S = sum w_p (a fixed shuffle tree). Phase 2, one thread per (row, 4 columns): O = sum w_p
- * o_p in partition order, 8 partitions' loads in flight, then o = O / S and lse = M + log S.
- * Partitions past the sequence's length were skipped and are not read. */
-__global__ void __launch_bounds__(256) attn_decode_merge_kernel(const dec_args a, int D) {
-    __shared__ float wts[8][AKV_ATTN_MAX_PARTS];
-    __shared__ float s_sum[8], s_max[8];
-    attn_pdl_wait(); /* the partitions are written by the decode grid just before */
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    const int h = blockIdx.x, s = blockIdx.y, row0 = blockIdx.z * 8;
-    const int len = attn_seq_len(a.kv, s);
-    const int n_used = min(a.n_parts, (len + a.part_tokens - 1) / a.part_tokens);
-    const size_t base = (size_t)(s * a.kv.n_kv + h) * a.n_parts * a.rows; /* partition p, row r: base + p*rows + r */
-    {
-        const int gr = row0 + warp;
-        float M = -INFINITY, S = 0.0f;
-        if (gr < a.rows) {
-            for (int p = lane; p < n_used; p += 32) M = fmaxf(M, a.ws_lse[base + (size_t)p * a.rows + gr]);
-#pragma unroll
-            for (int o = 16; o > 0; o >>= 1) M = fmaxf(M, __shfl_xor_sync(ATTN_FULL_MASK, M, o));
-            for (int p = lane; p < n_used; p += 32) {
-                const float lp = a.ws_lse[base + (size_t)p * a.rows + gr];
-                const float w = (M == -INFINITY || lp == -INFINITY) ? 0.0f : expf(lp - M);
-                wts[warp][p] = w;
-                S += w;
-            }
-#pragma unroll
-            for (int o = 16; o > 0; o >>= 1) S += __shfl_xor_sync(ATTN_FULL_MASK, S, o);
-        }
-        if (lane == 0) s_sum[warp] = S, s_max[warp] = M;
+    /* 5. arrival: the last block of this (sequence, head, row tile) merges the partitions */
+    __shared__ int s_last;
+    __threadfence(); /* this thread's partial state is visible device-wide before the count */
+    __syncthreads();
+    if (tid == 0) {
+        unsigned *cnt = a.ws_cnt + (size_t)s * gridDim.y + blockIdx.y;
+        const bool last = atomicAdd(cnt, 1u) == (unsigned)(n_used - 1);
+        if (last) atomicExch(cnt, 0u); /* every other block has counted: ready for the next call */
+        __threadfence(); /* the others' states, fenced before their counts, are read after ours */
+        s_last = last;
     }
     __syncthreads();
-    const int c4n = D / 4;
-    for (int item = threadIdx.x; item < 8 * c4n; item += 256) {
-        const int r = item / c4n, c4 = item - r * c4n, gr = row0 + r;
-        if (gr >= a.rows) continue;
-        const float *src = a.ws_o + (base + gr) * D + c4 * 4;
-        const size_t step = (size_t)a.rows * D;
-        float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-#pragma unroll 8
-        for (int p = 0; p < n_used; p++) {
-            const float4 x = __ldcg(reinterpret_cast<const float4 *>(src + (size_t)p * step));
-            const float w = wts[r][p];
-            acc.x += w * x.x, acc.y += w * x.y, acc.z += w * x.z, acc.w += w * x.w;
-        }
-        const float S = s_sum[r];
-        const bool empty = !(S > 0.0f);
-        const int qi = gr / a.group, gi = gr - qi * a.group;
-        const size_t orow = (size_t)(s * a.n_query + qi) * a.n_heads + h * a.group + gi;
-        const float inv = empty ? 0.0f : 1.0f / S;
-        attn_store2(a.o, a.o_f32, orow * D + c4 * 4, acc.x * inv, acc.y * inv);
-        attn_store2(a.o, a.o_f32, orow * D + c4 * 4 + 2, acc.z * inv, acc.w * inv);
-        if (c4 == 0 && a.lse) a.lse[orow] = empty ? -INFINITY : s_max[r] + logf(S);
-    }
+    if (s_last) dec_merge<D, R>(a, s, h, row0, n_used, smem, tid);
 }
 
 template <int D, int MT>
@@ -333,7 +394,8 @@ extern "C" akv_status akv_attn_cuda_decode_split(const akv_attn_decode *p, akv_a
     uint32_t n_sm;
     size_t smem;
     if ((st = attn_cuda_device(&n_sm, &smem)) != AKV_OK) return st;
-    return akv_attn_split_plan((uint64_t)p->kv.max_pages * p->kv.page_tokens, p->kv.n_kv_heads,
+    return akv_attn_split_plan((uint64_t)p->kv.max_pages * p->kv.page_tokens,
+                               p->kv.n_seq ? p->kv.n_seq : 1, p->kv.n_kv_heads,
                                p->kv.head_dim, n_sm, smem, out);
 }
 
@@ -343,9 +405,9 @@ extern "C" akv_status akv_attn_cuda_decode(const akv_attn_decode *p, akv_dptr wo
     akv_status st = dec_check(p, op);
     if (st != AKV_OK || p->kv.n_seq == 0) return st;
     akv_attn_split sp;
-    size_t need = 0;
+    size_t need = 0, lse_off = 0, cnt_off = 0;
     if ((st = akv_attn_cuda_decode_split(p, &sp)) != AKV_OK) return st;
-    if ((st = akv_attn_decode_workspace_bytes(p, &sp, &need)) != AKV_OK) return st;
+    if ((st = akv__attn_decode_workspace_layout(p, &sp, &lse_off, &cnt_off, &need)) != AKV_OK) return st;
     if (need > 0 && (workspace_bytes < need || workspace.addr == 0 || workspace.addr % 256 != 0)) {
         AKV_LOG_E("attn %s: the workspace (0x%llx, %zu bytes) is not a 256-aligned buffer of the %zu bytes "
                   "this split (%u partitions of %u keys) needs", op, (unsigned long long)workspace.addr,
@@ -366,9 +428,9 @@ extern "C" akv_status akv_attn_cuda_decode(const akv_attn_decode *p, akv_dptr wo
     a.o = reinterpret_cast<void *>(p->o.addr);
     a.o_f32 = p->o_dtype == AKV_DTYPE_F32;
     a.lse = reinterpret_cast<float *>(p->lse.addr);
-    const size_t o_bytes = need ? ((size_t)p->kv.n_seq * p->kv.n_kv_heads * sp.n_parts * rows * D * 4 + 255) & ~(size_t)255 : 0;
     a.ws_o = need ? reinterpret_cast<float *>(workspace.addr) : nullptr;
-    a.ws_lse = need ? reinterpret_cast<float *>(workspace.addr + o_bytes) : nullptr;
+    a.ws_lse = need ? reinterpret_cast<float *>(workspace.addr + lse_off) : nullptr;
+    a.ws_cnt = need ? reinterpret_cast<unsigned *>(workspace.addr + cnt_off) : nullptr;
     a.n_heads = (int)p->n_heads;
     a.group = group;
     a.n_query = (int)p->n_query;
@@ -381,19 +443,5 @@ extern "C" akv_status akv_attn_cuda_decode(const akv_attn_decode *p, akv_dptr wo
     const dim3 grid(sp.n_parts, p->kv.n_kv_heads * n_row_tiles, p->kv.n_seq);
     if (D == 128) st = mt == 1 ? dec_launch<128, 1>(a, grid, cs) : dec_launch<128, 2>(a, grid, cs);
     else st = mt == 1 ? dec_launch<64, 1>(a, grid, cs) : dec_launch<64, 2>(a, grid, cs);
-    if (st != AKV_OK || sp.n_parts == 1) return st;
-    /* the merge starts while the decode grid drains (programmatic dependent launch) */
-    cudaLaunchConfig_t cfg = {};
-    cudaLaunchAttribute attr[1];
-    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr[0].val.programmaticStreamSerializationAllowed = 1;
-    cfg.gridDim = dim3(p->kv.n_kv_heads, p->kv.n_seq, (rows + 7) / 8);
-    cfg.blockDim = dim3(256);
-    cfg.dynamicSmemBytes = 0;
-    cfg.stream = cs;
-    cfg.attrs = attr;
-    cfg.numAttrs = 1;
-    AKV_CUDA_TRY(cudaLaunchKernelEx(&cfg, attn_decode_merge_kernel, a, D));
-    AKV_CUDA_TRY(cudaGetLastError());
-    return AKV_OK;
+    return st; /* the merge is fused: the last block of each (sequence, head) does it */
 }

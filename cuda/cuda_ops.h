@@ -19,14 +19,42 @@
 extern "C" {
 #endif
 
-typedef akv_status (*akv_cuda_op_fn)(const void *args, void *stream);
+/* What a launcher gets besides its arguments. */
+typedef struct akv__cuda_launch {
+    cudaStream_t stream; /* the compute queue's stream */
+    void *blas;          /* the device's cuBLAS handle (cublasHandle_t) for ops that asked for
+                            one (cuda_ops.c's table); NULL otherwise */
+} akv__cuda_launch;
 
-/* The launcher registered under `name`; NULL when the CUDA backend has none. */
-akv_cuda_op_fn akv__cuda_op_find(const char *name);
+typedef akv_status (*akv_cuda_op_fn)(const void *args, const akv__cuda_launch *l);
+
+/* The launcher registered under `name`; NULL when the CUDA backend has none. *needs_blas (may
+ * be NULL) says whether it uses the cuBLAS handle (dev_cuda.c creates it on first use). */
+akv_cuda_op_fn akv__cuda_op_find(const char *name, int *needs_blas);
 
 /* Launchers (one .cu per kernel family). */
 akv_status akv__cuda_busy_launch(const void *args, void *stream);         /* copy_kernels.cu */
-akv_status akv__cuda_stage_probe_launch(const void *args, void *stream);  /* stage_probe.cu */
+
+/* The staging tests' probe (akv/stage_probe.h): stage_probe.cu. */
+akv_status akv__cuda_stage_probe_launch(const void *args, const akv__cuda_launch *l);
+
+/* The forward pass's ops (akv/forward_ops.h). Elementwise and row kernels: fwd_kernels.cu;
+ * products (cuBLAS) and attention (akv/attn.h launchers): fwd_ops.c. */
+akv_status akv__cuda_fwd_embed(const void *args, const akv__cuda_launch *l);
+akv_status akv__cuda_fwd_rmsnorm(const void *args, const akv__cuda_launch *l);
+akv_status akv__cuda_fwd_rope(const void *args, const akv__cuda_launch *l);
+akv_status akv__cuda_fwd_swiglu(const void *args, const akv__cuda_launch *l);
+akv_status akv__cuda_fwd_add(const void *args, const akv__cuda_launch *l);
+akv_status akv__cuda_fwd_cast(const void *args, const akv__cuda_launch *l);
+akv_status akv__cuda_fwd_fill(const void *args, const akv__cuda_launch *l);
+akv_status akv__cuda_fwd_matmul(const void *args, const akv__cuda_launch *l);
+akv_status akv__cuda_fwd_attn_append(const void *args, const akv__cuda_launch *l);
+akv_status akv__cuda_fwd_attn_decode(const void *args, const akv__cuda_launch *l);
+akv_status akv__cuda_fwd_attn_prefill(const void *args, const akv__cuda_launch *l);
+
+/* Creates / destroys a cuBLAS handle on the current device (fwd_ops.c). */
+akv_status akv__cuda_blas_create(void **out);
+void akv__cuda_blas_destroy(void *blas);
 
 /* The copy kernel (AKV_COPY_METHOD_KERNEL): n spans between device memory and mapped pinned
  * host memory, `to_device` = 1 for H2D. n_blocks thread blocks of 512 threads. The host

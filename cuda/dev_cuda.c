@@ -31,6 +31,7 @@ typedef struct cuda_state {
     int ordinal;
     struct cudaDeviceProp prop;
     cudaStream_t streams[AKV_N_QUEUES];
+    void *blas; /* cuBLAS handle, created by the first op that needs one; NULL until then */
 } cuda_state;
 
 static void cuda_destroy_streams(cuda_state *s) {
@@ -72,6 +73,8 @@ static akv_status cuda_open(const akv_dev_params *params, void **state) {
 }
 
 static void cuda_close(void *state) {
+    cuda_state *s = state;
+    if (s->blas) akv__cuda_blas_destroy(s->blas);
     cuda_destroy_streams(state);
     akv__free(state);
 }
@@ -337,17 +340,23 @@ static akv_status cuda_copy_method_check(void *state, akv_copy_method m) {
 
 static int cuda_op_supported(void *state, const akv_dev_op *op) {
     (void)state;
-    return akv__cuda_op_find(op->name) != NULL;
+    return akv__cuda_op_find(op->name, NULL) != NULL;
 }
 
 static akv_status cuda_op_launch(void *state, akv_dev *dev, const akv_dev_op *op,
                                  const void *args, unsigned flags) {
     cuda_state *s = state;
     (void)dev, (void)flags;
-    akv_cuda_op_fn fn = akv__cuda_op_find(op->name);
+    int needs_blas = 0;
+    akv_cuda_op_fn fn = akv__cuda_op_find(op->name, &needs_blas);
     if (!fn) return AKV_EUNSUPPORTED;
     AKV_CUDA_TRY(cudaSetDevice(s->ordinal));
-    return fn(args, s->streams[AKV_QUEUE_COMPUTE]);
+    if (needs_blas && !s->blas) {
+        akv_status st = akv__cuda_blas_create(&s->blas);
+        if (st) return st;
+    }
+    akv__cuda_launch l = {.stream = s->streams[AKV_QUEUE_COMPUTE], .blas = s->blas};
+    return fn(args, &l);
 }
 
 static const akv_dev_backend cuda_backend = {

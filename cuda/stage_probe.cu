@@ -49,11 +49,11 @@ __global__ void stage_probe_kernel(const akv_stage_probe_args a) {
     }
 }
 
-extern "C" akv_status akv__cuda_stage_probe_launch(const void *args, void *stream) {
+extern "C" akv_status akv__cuda_stage_probe_launch(const void *args, const akv__cuda_launch *l) {
     akv_stage_probe_args a;
     memcpy(&a, args, sizeof a);
     if (a.n_seq == 0) return AKV_OK;
-    stage_probe_kernel<<<a.n_seq, 256, 0, (cudaStream_t)stream>>>(a);
+    stage_probe_kernel<<<a.n_seq, 256, 0, l->stream>>>(a);
     AKV_CUDA_TRY(cudaGetLastError());
     return AKV_OK;
 }

@@ -27,6 +27,12 @@ akv_status akv__attn_prefill_check(const akv_attn_prefill *p, const char *op);
 akv_status akv__attn_append_check(const akv_attn_append *p, const char *op);
 akv_status akv__attn_merge_check(const akv_attn_merge *p, const char *op);
 
+/* The decode workspace of akv_attn_decode_workspace_bytes: byte offsets of the partial LSEs
+ * and of the arrival counters (after the partial outputs at 0), and the total (all 0 when
+ * the split has one partition). AKV_EOVERFLOW (logged) if it does not fit a size_t. */
+akv_status akv__attn_decode_workspace_layout(const akv_attn_decode *p, const akv_attn_split *split,
+                                             size_t *lse_off, size_t *cnt_off, size_t *total);
+
 /* Whether `t` is one of the dtypes the reference reads and writes (f32, f16, bf16). */
 bool akv__attn_dtype_ok(akv_dtype t);
 

@@ -6,14 +6,16 @@
 #include "attn_impl.h"
 
 #include <math.h>
+#include <stdlib.h>
 
 #include "core/alloc.h"
 #include "core/log.h"
 
-/* Smallest partition worth a block of its own: 128 KiB of K and V for one head (256 keys
- * at d=128, 512 at d=64). Shorter blocks spend their time on the page-table lookups and
- * the pipeline fill rather than streaming, and add partial states to merge. */
-#define SPLIT_MIN_PART_BYTES (128u * 1024u)
+/* Smallest partition: two key tiles (128 keys). A decode block puts its first STAGES-1 >= 2
+ * tiles in flight before it waits for any, so a partition of two tiles costs one memory
+ * round trip, like a partition of one, while halving the partial states to merge. Short
+ * contexts thus spread over many blocks (1K keys at 8 K/V heads: 64 blocks, not 32). */
+#define SPLIT_MIN_PART_TOKENS (2u * AKV_ATTN_TILE_TOKENS)
 /* Blocks per multiprocessor the plan counts on at most. */
 #define SPLIT_MAX_BLOCKS_PER_SM 4u
 
@@ -200,11 +202,24 @@ static uint64_t ceil_div(uint64_t a, uint64_t b) {
     return (a + b - 1) / b;
 }
 
-akv_status akv_attn_split_plan(uint64_t capacity_tokens, uint32_t n_kv_heads, uint32_t head_dim,
-                               uint32_t n_sm, size_t smem_per_block, akv_attn_split *out) {
-    if (capacity_tokens == 0 || n_kv_heads == 0 || n_sm == 0 || !out)
-        BAD("attn split: capacity %llu, n_kv_heads %u and n_sm %u must be positive",
-            (unsigned long long)capacity_tokens, n_kv_heads, n_sm);
+/* Waves of blocks the split aims at: 1, or AKV_ATTN_WAVES (1..16) from the environment, a
+ * tuning override for benchmarks, read once. */
+static uint64_t split_waves(void) {
+    static int waves; /* 0: not read yet; racing first reads store the same value */
+    if (waves == 0) {
+        const char *e = getenv("AKV_ATTN_WAVES");
+        int w = e ? atoi(e) : 1;
+        waves = w >= 1 && w <= 16 ? w : 1;
+    }
+    return (uint64_t)waves;
+}
+
+akv_status akv_attn_split_plan(uint64_t capacity_tokens, uint32_t n_seq, uint32_t n_kv_heads,
+                               uint32_t head_dim, uint32_t n_sm, size_t smem_per_block,
+                               akv_attn_split *out) {
+    if (capacity_tokens == 0 || n_seq == 0 || n_kv_heads == 0 || n_sm == 0 || !out)
+        BAD("attn split: capacity %llu, n_seq %u, n_kv_heads %u and n_sm %u must be positive",
+            (unsigned long long)capacity_tokens, n_seq, n_kv_heads, n_sm);
     size_t smem = akv_attn_decode_smem_bytes(head_dim);
     if (smem == 0) BAD("attn split: head_dim %u is not 64 or 128", head_dim);
     if (smem_per_block < smem) {
@@ -214,9 +229,9 @@ akv_status akv_attn_split_plan(uint64_t capacity_tokens, uint32_t n_kv_heads, ui
     }
     uint64_t bps = smem_per_block / smem;
     if (bps > SPLIT_MAX_BLOCKS_PER_SM) bps = SPLIT_MAX_BLOCKS_PER_SM;
-    uint64_t fill = ceil_div(bps * n_sm, n_kv_heads);
+    uint64_t fill = ceil_div(split_waves() * bps * n_sm, (uint64_t)n_kv_heads * n_seq);
     if (fill > AKV_ATTN_MAX_PARTS) fill = AKV_ATTN_MAX_PARTS;
-    uint64_t n_parts = ceil_div(capacity_tokens, SPLIT_MIN_PART_BYTES / (4u * head_dim));
+    uint64_t n_parts = ceil_div(capacity_tokens, SPLIT_MIN_PART_TOKENS);
     if (n_parts > fill) n_parts = fill;
     if (n_parts < 1) n_parts = 1;
     uint64_t part = ceil_div(ceil_div(capacity_tokens, n_parts), AKV_ATTN_TILE_TOKENS) * AKV_ATTN_TILE_TOKENS;
@@ -226,24 +241,32 @@ akv_status akv_attn_split_plan(uint64_t capacity_tokens, uint32_t n_kv_heads, ui
     return AKV_OK;
 }
 
-akv_status akv_attn_decode_workspace_bytes(const akv_attn_decode *p, const akv_attn_split *split,
-                                           size_t *out) {
-    if (!p || !split || !out) BAD("attn workspace: NULL argument");
-    if (split->n_parts <= 1 || p->kv.n_seq == 0) {
-        *out = 0;
-        return AKV_OK;
-    }
-    /* f32 partial outputs [n_seq][n_kv_heads][n_parts][rows][head_dim], then (at a 256-byte
-     * boundary) f32 LSEs [n_seq][n_kv_heads][n_parts][rows]; rows = group * n_query. */
-    size_t states = p->kv.n_seq, o_bytes, lse_bytes, total;
+akv_status akv__attn_decode_workspace_layout(const akv_attn_decode *p, const akv_attn_split *split,
+                                             size_t *lse_off, size_t *cnt_off, size_t *total) {
+    *lse_off = *cnt_off = *total = 0;
+    if (split->n_parts <= 1 || p->kv.n_seq == 0) return AKV_OK;
+    /* f32 partial outputs [n_seq][n_kv_heads][n_parts][rows][head_dim]; at the next 256-byte
+     * boundary f32 LSEs [n_seq][n_kv_heads][n_parts][rows]; at the next one uint32 arrival
+     * counters [n_seq][n_kv_heads][ceil(rows/16)] (one per block row; rows = group*n_query) */
+    size_t states = p->kv.n_seq, o_bytes, lse_bytes, cnt = p->kv.n_seq, cnt_bytes, off;
     size_t rows = p->kv.n_kv_heads ? (size_t)(p->n_heads / p->kv.n_kv_heads) * p->n_query : 0;
     if (!akv__size_mul(states, p->kv.n_kv_heads, &states) || !akv__size_mul(states, split->n_parts, &states) ||
         !akv__size_mul(states, rows, &states) || !akv__size_mul(states, (size_t)p->kv.head_dim * 4, &o_bytes) ||
-        !akv__size_mul(states, 4, &lse_bytes) || !akv__size_add(o_bytes, 255, &o_bytes) ||
-        !akv__size_add(o_bytes & ~(size_t)255, lse_bytes, &total)) {
+        !akv__size_mul(states, 4, &lse_bytes) || !akv__size_mul(cnt, p->kv.n_kv_heads, &cnt) ||
+        !akv__size_mul(cnt, (rows + 15) / 16 * 4, &cnt_bytes) || !akv__size_add(o_bytes, 255, &off) ||
+        !akv__size_add(off & ~(size_t)255, lse_bytes, &off) || !akv__size_add(off, 255, &off) ||
+        !akv__size_add(off & ~(size_t)255, cnt_bytes, total)) {
         AKV_LOG_E("attn workspace: size overflows (n_seq %u, n_parts %u)", p->kv.n_seq, split->n_parts);
         return AKV_EOVERFLOW;
     }
-    *out = total;
+    *lse_off = (o_bytes + 255) & ~(size_t)255;
+    *cnt_off = *total - cnt_bytes;
     return AKV_OK;
+}
+
+akv_status akv_attn_decode_workspace_bytes(const akv_attn_decode *p, const akv_attn_split *split,
+                                           size_t *out) {
+    if (!p || !split || !out) BAD("attn workspace: NULL argument");
+    size_t lse_off, cnt_off;
+    return akv__attn_decode_workspace_layout(p, split, &lse_off, &cnt_off, out);
 }

@@ -29,4 +29,15 @@ expect 2 "--layers: 0 is out of range" --layers 0 --kv-heads 8 --head-dim 128 --
 expect 2 "page_tokens = 3" $llama --host-gib 64 --device-gib 16 --page-tokens 3
 expect 2 "device_gib = 5000" $llama --host-gib 64 --device-gib 5000
 expect 0 "usage: akv fit" --help
+# -m FILE: the geometry and the default context from a GGUF's metadata (a small synthetic one)
+tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
+if "$akv" gguf synth --layers 3 --hidden 64 --heads 4 --kv-heads 2 --ffn 128 --vocab 64 --ctx 2048 -o "$tmp/m.gguf" >/dev/null 2>&1; then
+    expect 0 "3 layers x 2 K/V heads x head dim 16" -m "$tmp/m.gguf" --host-gib 1 --device-gib 1
+    expect 0 "trained context 2048" -m "$tmp/m.gguf" --host-gib 1 --device-gib 1
+    expect 0 "5 layers x 2 K/V heads" -m "$tmp/m.gguf" --layers 5 --host-gib 1 --device-gib 1
+    printf 'GGUF\003' >"$tmp/bad.gguf"
+    expect 1 "bad.gguf" -m "$tmp/bad.gguf" --host-gib 1 --device-gib 1
+else
+    echo "FAIL: akv gguf synth could not write the test model"; n_bad=$((n_bad + 1))
+fi
 [ "$n_bad" = 0 ] || { echo "$n_bad case(s) failed"; exit 1; }

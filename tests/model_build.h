@@ -210,10 +210,14 @@ static inline void tm_write(const tm_model *m, char path[64]) {
     gb_free(&b);
 }
 
-/* Writes a model of shape s (seeded), loads it and removes the file; NULL if it fails. */
-static inline akv_model *tm_load(const tm_shape *s, uint64_t seed) {
+/* Writes a model of shape s (seeded), loads it and removes the file; NULL if it fails.
+ * tm_load_rounded: every weight rounded by `round` first (NULL = as drawn). */
+static inline akv_model *tm_load_rounded(const tm_shape *s, uint64_t seed, float (*round)(float)) {
     tm_model m;
     tm_init(&m, s, seed);
+    for (int i = 0; round && i < m.n_t; i++)
+        for (size_t j = 0; j < (size_t)(m.t[i].ne[0] * m.t[i].ne[1]); j++)
+            m.t[i].data[j] = round(m.t[i].data[j]);
     char path[64];
     tm_write(&m, path);
     akv_model *model = NULL;
@@ -221,6 +225,10 @@ static inline akv_model *tm_load(const tm_shape *s, uint64_t seed) {
     unlink(path);
     tm_free(&m);
     return st == AKV_OK ? model : NULL;
+}
+
+static inline akv_model *tm_load(const tm_shape *s, uint64_t seed) {
+    return tm_load_rounded(s, seed, NULL);
 }
 
 #endif

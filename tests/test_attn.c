@@ -467,48 +467,63 @@ static void test_validation(void) {
 static void test_split_plan(void) {
     const size_t h200_smem = 227 * 1024;
     akv_attn_split sp;
-    CHECK_OK(akv_attn_split_plan(1024, 8, 128, 132, h200_smem, &sp));
-    CHECK_EQ_INT(sp.n_parts, 4); /* 256 keys (128 KiB of K+V) at least */
+    CHECK_OK(akv_attn_split_plan(1024, 1, 8, 128, 132, h200_smem, &sp));
+    CHECK_EQ_INT(sp.n_parts, 8); /* 128 keys (two tiles) at least */
+    CHECK_EQ_INT(sp.part_tokens, 128);
+    CHECK_OK(akv_attn_split_plan(4096, 1, 3, 64, 132, h200_smem, &sp));
+    CHECK_EQ_INT(sp.n_parts, 32); /* the same 128 keys at d=64 */
+    CHECK_EQ_INT(sp.part_tokens, 128);
+    CHECK_OK(akv_attn_split_plan(32768, 1, 3, 64, 132, h200_smem, &sp));
+    CHECK_EQ_INT(sp.n_parts, 128); /* three blocks per SM: ceil(396 / 3) = 132 -> 256 keys each */
     CHECK_EQ_INT(sp.part_tokens, 256);
-    CHECK_OK(akv_attn_split_plan(4096, 3, 64, 132, h200_smem, &sp));
-    CHECK_EQ_INT(sp.n_parts, 8); /* 512 keys at d=64 */
-    CHECK_EQ_INT(sp.part_tokens, 512);
-    CHECK_OK(akv_attn_split_plan(131072, 8, 128, 132, h200_smem, &sp));
+    CHECK_OK(akv_attn_split_plan(131072, 1, 8, 128, 132, h200_smem, &sp));
     CHECK_EQ_INT(sp.n_parts, 33); /* two blocks per SM: ceil(264 / 8) */
     CHECK_EQ_INT(sp.part_tokens, 4032);
-    CHECK_OK(akv_attn_split_plan(64, 8, 128, 132, h200_smem, &sp));
+    /* a batch shares the wave: 8 sequences x 8 heads, ceil(264 / 64) = 5 parts */
+    CHECK_OK(akv_attn_split_plan(4096, 8, 8, 128, 132, h200_smem, &sp));
+    CHECK_EQ_INT(sp.n_parts, 5);
+    CHECK_EQ_INT(sp.part_tokens, 832);
+    CHECK_OK(akv_attn_split_plan(32768, 32, 8, 128, 132, h200_smem, &sp));
+    CHECK_EQ_INT(sp.n_parts, 2); /* ceil(264 / 256) */
+    CHECK_OK(akv_attn_split_plan(32768, 200, 8, 128, 132, h200_smem, &sp));
+    CHECK_EQ_INT(sp.n_parts, 1); /* more sequences than a wave: one partition each */
+    CHECK_STATUS(akv_attn_split_plan(1024, 0, 8, 128, 132, h200_smem, &sp), AKV_EINVAL);
+    CHECK_OK(akv_attn_split_plan(64, 1, 8, 128, 132, h200_smem, &sp));
     CHECK_EQ_INT(sp.n_parts, 1);
     /* no key limit: 2^31 keys still plan */
-    CHECK_OK(akv_attn_split_plan((uint64_t)1 << 31, 3, 64, 132, h200_smem, &sp));
+    CHECK_OK(akv_attn_split_plan((uint64_t)1 << 31, 1, 3, 64, 132, h200_smem, &sp));
     CHECK((uint64_t)sp.n_parts * sp.part_tokens >= (uint64_t)1 << 31);
     for (int i = 0; i < 2000; i++) {
         uint64_t cap = 1 + test_rand_below(&rng, 1u << 22);
         uint32_t n_kv = 1 + (uint32_t)test_rand_below(&rng, 16), d = i % 2 ? 64 : 128;
         uint32_t n_sm = 1 + (uint32_t)test_rand_below(&rng, 200);
-        akv_status st = akv_attn_split_plan(cap, n_kv, d, n_sm, h200_smem, &sp);
+        akv_status st = akv_attn_split_plan(cap, 1, n_kv, d, n_sm, h200_smem, &sp);
         if (st != AKV_OK) {
             CHECK_OK(st);
             break;
         }
         CHECK(sp.part_tokens % AKV_ATTN_TILE_TOKENS == 0);
+        CHECK(sp.n_parts == 1 || sp.part_tokens >= 2 * AKV_ATTN_TILE_TOKENS);
         CHECK((uint64_t)sp.n_parts * sp.part_tokens >= cap);
         CHECK((uint64_t)(sp.n_parts - 1) * sp.part_tokens < cap);
         CHECK(sp.n_parts >= 1 && sp.n_parts <= AKV_ATTN_MAX_PARTS);
         CHECK((uint64_t)sp.n_parts * n_kv <= 4ull * n_sm + n_kv); /* at most one wave at batch 1 */
     }
     quiet(1);
-    CHECK_STATUS(akv_attn_split_plan(1024, 8, 96, 132, h200_smem, &sp), AKV_EINVAL);
-    CHECK_STATUS(akv_attn_split_plan(0, 8, 128, 132, h200_smem, &sp), AKV_EINVAL);
-    CHECK_STATUS(akv_attn_split_plan(1024, 8, 128, 132, 48 * 1024, &sp), AKV_EUNSUPPORTED);
+    CHECK_STATUS(akv_attn_split_plan(1024, 1, 8, 96, 132, h200_smem, &sp), AKV_EINVAL);
+    CHECK_STATUS(akv_attn_split_plan(0, 1, 8, 128, 132, h200_smem, &sp), AKV_EINVAL);
+    CHECK_STATUS(akv_attn_split_plan(1024, 1, 8, 128, 132, 48 * 1024, &sp), AKV_EUNSUPPORTED);
     quiet(0);
-    /* workspace: none for one partition; overflow is caught */
+    /* workspace: none for one partition; partial outputs, LSEs and one counter per (sequence,
+     * head, 16 rows), each part at a 256-byte boundary; overflow is caught */
     akv_attn_decode p = {.kv = {.n_seq = 3, .n_kv_heads = 8, .head_dim = 128}, .n_heads = 32, .n_query = 2};
     akv_attn_split one = {128, 1}, many = {128, 10};
     size_t bytes = 1;
     CHECK_OK(akv_attn_decode_workspace_bytes(&p, &one, &bytes));
     CHECK_EQ_U64(bytes, 0);
     CHECK_OK(akv_attn_decode_workspace_bytes(&p, &many, &bytes));
-    CHECK_EQ_U64(bytes, ((3u * 8 * 10 * 8 * 128 * 4 + 255) & ~255u) + 3u * 8 * 10 * 8 * 4);
+    CHECK_EQ_U64(bytes, ((3u * 8 * 10 * 8 * 128 * 4 + 255) & ~255u) + ((3u * 8 * 10 * 8 * 4 + 255) & ~255u) +
+                            3u * 8 * 4);
     p.kv.n_seq = UINT32_MAX, p.n_heads = 8u << 20, many.n_parts = 1024;
     quiet(1);
     CHECK_STATUS(akv_attn_decode_workspace_bytes(&p, &many, &bytes), AKV_EOVERFLOW);

@@ -245,6 +245,41 @@ int main(void) {
         }
     }
 
+    TEST_CASE(layer_slice_is_a_complete_smaller_model) {
+        akv_gguf_synth_shape s = tiny();
+        s.n_layers = 3;
+        if (!CHECK(synth(&s, AKV_GGUF_TYPE_Q8_0, 7, NULL, path) == AKV_OK)) break;
+        akv_gguf *g = NULL, *h = NULL;
+        if (!CHECK(akv_gguf_open(path, &g) == AKV_OK)) break;
+        CHECK_STATUS(akv_gguf_write_layer_slice(g, 0, path2), AKV_EINVAL);
+        CHECK_STATUS(akv_gguf_write_layer_slice(g, 4, path2), AKV_EINVAL);
+        if (CHECK(akv_gguf_write_layer_slice(g, 2, path2) == AKV_OK) &&
+            CHECK(akv_gguf_open(path2, &h) == AKV_OK)) {
+            uint32_t n = 0;
+            CHECK_OK(akv_gguf_get_u32(h, "llama.block_count", &n));
+            CHECK_EQ_INT(n, 2);
+            CHECK_EQ_U64(akv_gguf_n_kv(h), akv_gguf_n_kv(g));
+            size_t n_kept = 0;
+            for (size_t i = 0; i < akv_gguf_n_tensors(g); i++) {
+                const akv_gguf_tensor *t = akv_gguf_tensor_at(g, i), *u = NULL;
+                akv_status st = akv_gguf_find_tensor(h, t->name, &u);
+                if (!strncmp(t->name, "blk.2.", 6)) {
+                    CHECK_STATUS(st, AKV_ENOTFOUND);
+                    continue;
+                }
+                n_kept++;
+                if (!CHECK(st == AKV_OK)) continue;
+                CHECK_EQ_INT(u->type, t->type);
+                CHECK_EQ_U64(u->n_bytes, t->n_bytes);
+                CHECK(memcmp(u->data, t->data, t->n_bytes) == 0);
+            }
+            CHECK_EQ_U64(akv_gguf_n_tensors(h), n_kept);
+            CHECK(n_kept < akv_gguf_n_tensors(g));
+        }
+        akv_gguf_close(h);
+        akv_gguf_close(g);
+    }
+
     unlink(path);
     unlink(path2);
     rmdir(dir);

@@ -3,6 +3,8 @@
  * new rows, pages reclaimed by another context refilled from the host copy with bit-identical
  * logits, and bad requests refused. */
 #include "model_build.h"
+
+#include <time.h>
 #include "model_ref64.h"
 
 #include "akv/dev_pool.h"
@@ -208,6 +210,10 @@ int main(void) {
 
     akv_forward_destroy(f);
     akv_model_destroy(model);
+    /* the host backend's last queue worker frees the device state after akv_dev_destroy
+     * returns (destroy never waits): give the detached threads a moment */
+    for (int i = 0; i < 2000 && akv__alloc_live() != 0; i++)
+        nanosleep(&(struct timespec){.tv_nsec = 1000000}, NULL);
     CHECK_EQ_INT(akv__alloc_live(), 0);
     return test_finish();
 }

@@ -4,7 +4,8 @@
  *
  * Exit codes (tools/cmd.h): 0 fits (possibly after shrinking), 2 usage, 3 refused (the message
  * names the flag to change), 1 anything else.
- * Not yet: `-m FILE` (read the geometry from a GGUF file) waits for the GGUF reader.
+ * With -m FILE the geometry (and the default --max-context, the trained context length) comes
+ * from the model's GGUF metadata; explicit flags override it.
  */
 #define _GNU_SOURCE
 #include <getopt.h>
@@ -12,11 +13,13 @@
 #include <string.h>
 
 #include "akv/admit.h"
+#include "akv/gguf.h"
 #include "akv/log.h"
+#include "akv/model.h"
 #include "cmd.h"
 
 static const char fit_usage[] =
-    "usage: akv fit --layers N --kv-heads N --head-dim N --max-context TOKENS\n"
+    "usage: akv fit (-m MODEL.gguf | --layers N --kv-heads N --head-dim N --max-context TOKENS)\n"
     "               --host-gib N --device-gib N [--concurrency N] [--mode refuse|shrink]\n"
     "               [--dtype bf16|f16|f32] [--page-tokens P] [--arena-mib N] [--staging-pages N]\n"
     "\n"
@@ -24,6 +27,8 @@ static const char fit_usage[] =
     "limit, full-length histories the host pool holds, floors the device pool holds)), the\n"
     "pages per context, each context's target/burst/floor and the verdict.\n"
     "\n"
+    "  -m, --model PATH    read layers, K/V heads, head dim and the default --max-context\n"
+    "                      (the trained context length) from a GGUF file; flags override\n"
     "  --layers N          attention layers with a K/V history\n"
     "  --kv-heads N        K/V heads per layer\n"
     "  --head-dim N        elements per head\n"
@@ -39,7 +44,7 @@ static const char fit_usage[] =
     "  --staging-pages N   device pages reserved for staging buffers (default 0)\n"
     "\n"
     "exit codes: 0 fits, 2 usage error, 3 refused (the message names the flag to change)\n"
-    "(reading the geometry from a GGUF file, -m FILE, comes with the GGUF reader)\n";
+    ;
 
 /* Parses a value of flag `name` that must fit in [lo, hi]. */
 static int fit_parse(const char *name, const char *s, unsigned long long lo, unsigned long long hi,
@@ -49,6 +54,29 @@ static int fit_parse(const char *name, const char *s, unsigned long long lo, uns
         fprintf(stderr, "akv fit: --%s: %llu is out of range [%llu, %llu]\n", name, *out, lo, hi);
         return 0;
     }
+    return 1;
+}
+
+/* Fills whichever of layers, K/V heads, head dim and context the flags left at 0 from the
+ * model's metadata, and prints where the geometry came from. */
+static int fit_from_model(const char *path, unsigned long long *layers, unsigned long long *heads,
+                          unsigned long long *dim, unsigned long long *ctx) {
+    akv_log_set(NULL, NULL, AKV_LOG_ERROR);
+    akv_gguf *g = NULL;
+    akv_status st = akv_gguf_open(path, &g);
+    akv_model_config cfg;
+    if (st == AKV_OK) st = akv_model_config_read(g, &cfg);
+    akv_gguf_close(g);
+    if (st != AKV_OK) {
+        fprintf(stderr, "akv fit: -m %s: %s (see the message above)\n", path, akv_status_str(st));
+        return 0;
+    }
+    if (!*layers) *layers = cfg.n_layers;
+    if (!*heads) *heads = cfg.n_kv_heads;
+    if (!*dim) *dim = cfg.head_dim;
+    if (!*ctx) *ctx = cfg.n_ctx_train;
+    printf("model %s: %s, %u layers, %u K/V heads, head dim %u, trained context %u\n", path,
+           cfg.arch_name, cfg.n_layers, cfg.n_kv_heads, cfg.head_dim, cfg.n_ctx_train);
     return 1;
 }
 
@@ -62,16 +90,19 @@ int akv_cmd_fit(int argc, char **argv) {
         {"device-gib", required_argument, 0, O_DEV},  {"concurrency", required_argument, 0, O_CONC},
         {"mode", required_argument, 0, O_MODE},       {"page-tokens", required_argument, 0, O_PAGE},
         {"arena-mib", required_argument, 0, O_ARENA}, {"staging-pages", required_argument, 0, O_STAGING},
-        {"help", no_argument, 0, 'h'},                {0, 0, 0, 0}};
+        {"model", required_argument, 0, 'm'},         {"help", no_argument, 0, 'h'},
+        {0, 0, 0, 0}};
+    const char *model_path = NULL;
     unsigned long long layers = 0, heads = 0, dim = 0, ctx = 0, host = 0, devg = 0, conc = 1,
                        page = 0, arena_mib = 0, staging = 0;
     akv_dtype dtype = AKV_DTYPE_BF16;
     akv_admit_mode mode = AKV_ADMIT_REFUSE;
     int c, ok = 1;
     optind = 1;
-    while (ok && (c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+    while (ok && (c = getopt_long(argc, argv, "hm:", opts, NULL)) != -1) {
         switch (c) {
         case 'h': printf("%s", fit_usage); return AKV_EXIT_OK;
+        case 'm': model_path = optarg; break;
         case O_LAYERS: ok = fit_parse("layers", optarg, 1, AKV_GEOM_MAX_LAYERS, &layers); break;
         case O_HEADS: ok = fit_parse("kv-heads", optarg, 1, AKV_GEOM_MAX_KV_HEADS, &heads); break;
         case O_DIM: ok = fit_parse("head-dim", optarg, 1, AKV_GEOM_MAX_HEAD_DIM, &dim); break;
@@ -110,6 +141,7 @@ int akv_cmd_fit(int argc, char **argv) {
         fprintf(stderr, "akv fit: unexpected argument '%s'\n", argv[optind]);
         return AKV_EXIT_USAGE;
     }
+    if (model_path && !fit_from_model(model_path, &layers, &heads, &dim, &ctx)) return AKV_EXIT_FAIL;
     const struct { const char *flag; unsigned long long v; } required[] = {
         {"--layers", layers},     {"--kv-heads", heads},  {"--head-dim", dim},
         {"--max-context", ctx},   {"--host-gib", host},   {"--device-gib", devg}};

@@ -8,6 +8,8 @@
  *                  [--vocab-from FILE]
  *       a synthetic Llama model with seeded random weights (akv/gguf_synth.h)
  *   akv gguf synth --list
+ *   akv gguf slice FILE --layers N -o OUT
+ *       the first N layers of a model as a complete GGUF (akv_gguf_write_layer_slice)
  */
 #define _GNU_SOURCE
 #include <getopt.h>
@@ -19,13 +21,15 @@
 
 #include "akv/gguf.h"
 #include "akv/gguf_synth.h"
+#include "akv/gguf_writer.h"
 #include "cmd.h"
 
 static const char gguf_usage[] =
     "usage: akv gguf info FILE [--tensors] [--meta]\n"
     "       akv gguf synth (--shape NAME | --layers N --hidden N --heads N --ffn N --vocab N)\n"
     "                      -o FILE [options]\n"
-    "       akv gguf synth --list\n\n"
+    "       akv gguf synth --list\n"
+    "       akv gguf slice FILE --layers N -o OUT\n\n"
     "info: architecture, hyperparameters, tokenizer, K/V bytes per token and tensor sizes\n"
     "  --tensors        list every tensor (name, type, extents, bytes, file offset)\n"
     "  --meta           list every metadata key and value (arrays summarised)\n\n"
@@ -377,12 +381,50 @@ static int gguf_synth(int argc, char **argv) {
     return AKV_EXIT_OK;
 }
 
+/* akv gguf slice FILE --layers N -o OUT */
+static int gguf_slice(int argc, char **argv) {
+    static const struct option opts[] = {{"layers", required_argument, 0, 'l'},
+                                         {"output", required_argument, 0, 'o'},
+                                         {"help", no_argument, 0, 'h'},
+                                         {0, 0, 0, 0}};
+    const char *out = NULL;
+    unsigned long long n_layers = 0;
+    int c;
+    optind = 1;
+    while ((c = getopt_long(argc, argv, "o:h", opts, NULL)) != -1) {
+        switch (c) {
+        case 'l':
+            if (!akv_tool_parse_u64("gguf slice", "layers", optarg, &n_layers)) return AKV_EXIT_USAGE;
+            break;
+        case 'o': out = optarg; break;
+        case 'h': return printf("%s", gguf_usage), AKV_EXIT_OK;
+        default: return AKV_EXIT_USAGE;
+        }
+    }
+    if (optind + 1 != argc || !out || n_layers == 0 || n_layers > UINT32_MAX) {
+        fprintf(stderr, "usage: akv gguf slice FILE --layers N -o OUT (N >= 1)\n");
+        return AKV_EXIT_USAGE;
+    }
+    akv_gguf *g = NULL;
+    akv_status st = akv_gguf_open(argv[optind], &g);
+    if (st == AKV_OK) st = akv_gguf_write_layer_slice(g, (uint32_t)n_layers, out);
+    akv_gguf_close(g);
+    if (st) {
+        fprintf(stderr, "akv gguf slice: %s -> %s: %s (see the message above)\n", argv[optind], out,
+                akv_status_str(st));
+        return st == AKV_EINVAL ? AKV_EXIT_USAGE : AKV_EXIT_FAIL;
+    }
+    fprintf(stderr, "slice: wrote the first %llu layers of %s to %s\n", n_layers, argv[optind], out);
+    return AKV_EXIT_OK;
+}
+
 int akv_cmd_gguf(int argc, char **argv) {
     if (argc < 2) return fprintf(stderr, "%s", gguf_usage), AKV_EXIT_USAGE;
     if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))
         return printf("%s", gguf_usage), AKV_EXIT_OK;
     if (!strcmp(argv[1], "info")) return gguf_info(argc - 1, argv + 1);
     if (!strcmp(argv[1], "synth")) return gguf_synth(argc - 1, argv + 1);
+    if (!strcmp(argv[1], "slice")) return gguf_slice(argc - 1, argv + 1);
     fprintf(stderr, "akv gguf: unknown subcommand '%s'\n%s", argv[1], gguf_usage);
     return AKV_EXIT_USAGE;
 }

@@ -12,6 +12,7 @@
 #include "akv/chat.h"
 #include "akv/dev_pool.h"
 #include "akv/forward.h"
+#include "akv/forward_dev.h"
 #include "akv/geom.h"
 #include "akv/host_pool.h"
 #include "akv/model.h"
@@ -81,11 +82,13 @@ typedef struct run_state {
     akv_host_pool *hp;
     akv_dev_pool *dp;
     akv_route *route;
-    akv_forward *fwd;
+    akv_forward *fwd;         /* --device cpu: the host pass */
+    akv_forward_dev *fwd_dev; /* a device backend: the pass on its queues */
     akv_sampler *sampler;
     FILE *dump;
     float *logits;
     uint64_t n_ctx;
+    bool on_device; /* not the host backend: akv_forward_dev and the queued route */
     /* measurements */
     uint64_t n_prompt, n_gen, n_dec; /* prompt tokens, tokens shown, decode steps run */
     double t_prompt, t_gen, t_first; /* seconds: prefill, decode, start -> first token */
@@ -297,6 +300,7 @@ static void run_progress(void *user, uint64_t done, uint64_t total) {
 
 static void run_free(run_state *s) {
     akv_forward_destroy(s->fwd);
+    akv_forward_dev_destroy(s->fwd_dev);
     if (akv_route_destroy(s->route) != AKV_OK)
         fprintf(stderr, "akv run: the route could not be released\n");
     if (akv_dev_pool_destroy(s->dp) != AKV_OK)
@@ -320,10 +324,9 @@ static int run_open(run_state *s) {
     if (st) return AKV_EXIT_FAIL;
     akv_dev_info info;
     akv_dev_get_info(s->dev, &info);
-    if (!info.is_host) {
-        fprintf(stderr,
-                "akv run: --device %s: the CUDA forward pass is not built yet (it is a "
-                "later step of the engine); use --device cpu\n",
+    s->on_device = !info.is_host;
+    if (s->on_device && o->kv_dtype != AKV_DTYPE_BF16) {
+        fprintf(stderr, "akv run: --device %s: the CUDA attention reads bf16 K/V pages only\n",
                 o->device);
         return AKV_EXIT_FAIL;
     }
@@ -375,7 +378,9 @@ static int run_open_memory(run_state *s) {
         fprintf(stderr, "akv run: the memory pools: %s\n", akv_status_str(st));
         return AKV_EXIT_FAIL;
     }
-    akv_route_params rp = {.kind = o->route, .max_tokens = s->n_ctx, .tag = 1};
+    /* on a device the pass runs on the queues: the route keeps its tables there too */
+    akv_route_params rp = {
+        .kind = o->route, .max_tokens = s->n_ctx, .tag = 1, .queued = s->on_device};
     if ((st = akv_route_create(s->dev, s->hp, s->dp, &rp, &s->route))) {
         fprintf(stderr, "akv run: route %s: %s\n", akv_route_kind_name(o->route),
                 akv_status_str(st));
@@ -383,7 +388,10 @@ static int run_open_memory(run_state *s) {
     }
     akv_forward_params fp = akv_forward_default_params();
     fp.max_chunk = (uint32_t)o->chunk;
-    if ((st = akv_forward_create(s->model, &fp, &s->fwd)) ||
+    if (s->on_device && !o->quiet)
+        fprintf(stderr, "akv run: uploading the weights to the device as bf16\n");
+    if ((st = s->on_device ? akv_forward_dev_create(s->dev, s->model, &fp, &s->fwd_dev)
+                           : akv_forward_create(s->model, &fp, &s->fwd)) ||
         (st = akv_sampler_create(&o->sp, (int32_t)c->n_vocab, &s->sampler))) {
         fprintf(stderr, "akv run: %s\n", akv_status_str(st));
         return AKV_EXIT_FAIL;
@@ -421,8 +429,11 @@ static akv_status run_feed(run_state *s, const int32_t *ids, size_t n) {
         }
         if ((st = akv_route_begin_step(s->route, pos0 + chunk))) break;
         bool last = done + chunk == n;
-        st = akv_forward_run(s->fwd, ids + done, chunk, (uint32_t)pos0, &kv,
-                             last ? s->logits : NULL, false);
+        float *want = last ? s->logits : NULL;
+        st = s->fwd_dev ? akv_forward_dev_run(s->fwd_dev, ids + done, chunk, (uint32_t)pos0, &kv,
+                                              want, false)
+                        : akv_forward_run(s->fwd, ids + done, chunk, (uint32_t)pos0, &kv, want,
+                                          false);
         if (st) {
             akv_route_truncate(s->route, pos0);
             break;

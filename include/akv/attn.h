@@ -47,7 +47,9 @@
  * where pages physically lie, on the batch, or on the lengths. The arithmetic inside a
  * partition and the merge order are fixed, so the same page contents give the same bits
  * whether the pages are resident or staged, and wherever the sequence sits in a batch, as
- * long as max_pages is the same. Partitions past a sequence's length are skipped.
+ * long as max_pages is the same. Partitions past a sequence's length are skipped. The
+ * merge of the partitions runs inside the decode kernel (the last block of a sequence and
+ * head to finish merges them in partition order): one launch per call.
  *
  * Invariants
  *   - Every call validates the host-visible parameters and returns AKV_EINVAL (logged,
@@ -176,26 +178,31 @@ static inline akv_dptr akv_attn_host_ptr(const void *p) {
 
 /* ---- plans and checks (plain C, every build) ------------------------------------------ */
 
-/* The split-KV partitioning for a capacity of capacity_tokens keys (max_pages*page_tokens)
- * on a device with n_sm multiprocessors and smem_per_block bytes of shared memory a block
- * may opt into (akv_dev_info's fields). The rule, for head dim d:
+/* The split-KV partitioning for a batch of n_seq sequences with a capacity of capacity_tokens
+ * keys each (max_pages*page_tokens) on a device with n_sm multiprocessors and smem_per_block
+ * bytes of shared memory a block may opt into (akv_dev_info's fields). The rule, for head
+ * dim d:
  *   blocks_per_sm = clamp(smem_per_block / akv_attn_decode_smem_bytes(d), 1, 4)
- *   fill          = ceil(blocks_per_sm * n_sm / n_kv_heads)   (one wave at batch 1)
- *   min_part      = 128 KiB of K+V of one head in bf16 = 32768 / d keys (256 at d=128)
+ *   fill          = ceil(waves * blocks_per_sm * n_sm / (n_kv_heads * n_seq))
+ *                   (waves = 1: one wave of blocks over the whole batch; the environment
+ *                   variable AKV_ATTN_WAVES = 1..16 overrides it, for tuning)
+ *   min_part      = 128 keys (two tiles: what a block puts in flight before its first wait)
  *   n_parts       = clamp(ceil(capacity / min_part), 1, min(fill, AKV_ATTN_MAX_PARTS))
  *   part_tokens   = round_up(ceil(capacity / n_parts), 64); n_parts = ceil(capacity / part_tokens)
  * There is no limit on the number of keys: a partition grows with the capacity.
  * AKV_EINVAL for zero inputs or a head dim other than 64/128; AKV_EUNSUPPORTED when the
  * device's shared memory cannot hold one decode block. */
-akv_status akv_attn_split_plan(uint64_t capacity_tokens, uint32_t n_kv_heads, uint32_t head_dim,
-                               uint32_t n_sm, size_t smem_per_block, akv_attn_split *out);
+akv_status akv_attn_split_plan(uint64_t capacity_tokens, uint32_t n_seq, uint32_t n_kv_heads,
+                               uint32_t head_dim, uint32_t n_sm, size_t smem_per_block,
+                               akv_attn_split *out);
 
 /* Shared memory one CUDA decode block uses for head dim 64 or 128 (0 for others). */
 size_t akv_attn_decode_smem_bytes(uint32_t head_dim);
 
 /* Device workspace a CUDA decode with these parameters and this split needs (partial
- * outputs and LSEs of every partition); 0 when n_parts is 1 (no merge). AKV_EOVERFLOW if
- * it does not fit a size_t. */
+ * outputs and LSEs of every partition, and one arrival counter per sequence, K/V head and
+ * 16 query rows); 0 when n_parts is 1 (no merge). AKV_EOVERFLOW if it does not fit a
+ * size_t. */
 akv_status akv_attn_decode_workspace_bytes(const akv_attn_decode *p, const akv_attn_split *split,
                                            size_t *out);
 
@@ -237,8 +244,11 @@ void akv_attn_merge_state(uint32_t head_dim, float *o_a, float *lse_a, const flo
  * Device properties (SM count, shared memory) are read from the current device. */
 
 /* Split-KV decode. `workspace` holds akv_attn_decode_workspace_bytes() bytes for the split
- * of akv_attn_cuda_decode_split() (it may be 0 when that is 0); one workspace must not be
- * shared by calls in flight at the same time. */
+ * of akv_attn_cuda_decode_split() (it may be 0 when that is 0), 256-byte aligned. Zero it
+ * (every byte) once before its first call: it holds arrival counters that every completed
+ * call leaves at zero again, so a workspace is zeroed once, not per call (a workspace from
+ * a failed launch must be zeroed again). One workspace must not be shared by calls in
+ * flight at the same time. */
 akv_status akv_attn_cuda_decode(const akv_attn_decode *p, akv_dptr workspace,
                                 size_t workspace_bytes, void *stream);
 

@@ -92,6 +92,16 @@ akv_status akv_gguf_writer_write(akv_gguf_writer *w, const void *bytes, size_t n
  * all its bytes (logged with its name). After success only destroy is allowed. */
 akv_status akv_gguf_writer_finish(akv_gguf_writer *w);
 
+/* ---- derived files ------------------------------------------------------------------------ */
+
+/* Writes the first n_layers blocks of `src` as a complete model at `path`: every kv verbatim
+ * except <arch>.block_count (set to n_layers), every tensor not named blk.<i>.* with
+ * i >= n_layers, the source's alignment. A slice of a real model is a small real model (its
+ * tokenizer, embeddings and first layers), for machines a whole file cannot reach.
+ * AKV_EINVAL: n_layers is 0 or more than the source has; AKV_EFORMAT: no architecture or
+ * block count; AKV_EIO: a write failed (the file is then absent). */
+akv_status akv_gguf_write_layer_slice(const akv_gguf *src, uint32_t n_layers, const char *path);
+
 #ifdef __cplusplus
 }
 #endif

@@ -21,15 +21,25 @@
  * layer's table, end_layer writes the new rows of the layer back to the host copy. A failed
  * step is undone with akv_route_truncate(r, n_before).
  *
- * Host backend only for now: the page tables are host arrays and the attention is ref/'s,
- * which reads device addresses as host addresses (akv_dev_info.is_host). On CUDA the tables
- * would have to be copied to the device: akv_route_create refuses a non-host device.
+ * Two modes, by the forward pass the route feeds:
+ *   direct  (akv/forward.h, the host forward pass) the page tables are host arrays, fills and
+ *           write-backs are synchronous copies; host backend only (the ref attention reads
+ *           device addresses as host addresses).
+ *   queued  (akv/forward_dev.h, the pass on the device's queues; params.queued) the tables
+ *           live in device memory, uploaded with the fills on AKV_QUEUE_COMPUTE from pinned
+ *           memory at begin_step; end_layer records an event on the compute queue and
+ *           enqueues the write-back of the layer's new rows on AKV_QUEUE_D2H behind it (one
+ *           2D copy per page touched: 2*n_kv_heads rows). begin_step, truncate and
+ *           akv_route_sync first wait for both queues, so the host copy is complete and no
+ *           copy still reads a table or a page the step changes. Required off the host
+ *           backend; works on both.
  *
  * Thread-safety: none; the thread that owns the pools owns the route.
  */
 #ifndef AKV_ROUTE_H
 #define AKV_ROUTE_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "akv/dev.h"
@@ -53,6 +63,8 @@ typedef struct akv_route_params {
     akv_route_kind kind;
     uint64_t max_tokens; /* the longest history the sequence may reach (>= 1) */
     uint64_t tag;        /* the caller's id, for the device pool's explanations */
+    bool queued;         /* tables in device memory, copies on the queues (file comment);
+                            false = direct (host backend only) */
 } akv_route_params;
 
 typedef struct akv_route_stats {
@@ -65,7 +77,7 @@ typedef struct akv_route_stats {
 } akv_route_stats;
 
 /* A route for one sequence over the pools (which must outlive it and share one geometry).
- * AKV_EUNSUPPORTED (logged) for the staged route or a device that is not the host backend;
+ * AKV_EUNSUPPORTED (logged) for the staged route or the direct mode off the host backend;
  * AKV_EINVAL for a zero max_tokens, pools of different geometries, or a resident history
  * longer than the device pool's window capacity (logged with the GiB it would need);
  * AKV_ENOMEM. */
@@ -73,7 +85,9 @@ akv_status akv_route_create(akv_dev *dev, akv_host_pool *host_pool, akv_dev_pool
                             const akv_route_params *p, akv_route **out);
 
 /* Frees the host pages and the device window. NULL is a no-op. AKV_EBUSY (nothing changed)
- * while a host page is leased. */
+ * while a host page is leased. Queued mode: waits for the queues first (a copy may still
+ * touch the pages); if that fails, AKV_EDEVICE and nothing is freed (retained, never reused
+ * on an uncertain fence). */
 akv_status akv_route_destroy(akv_route *r);
 
 /* Grows the history to n_total tokens (> the current length, <= max_tokens) and places it
@@ -84,6 +98,11 @@ akv_status akv_route_begin_step(akv_route *r, uint64_t n_total);
 
 /* The forward pass's hooks for the step begun last (valid until the route is destroyed). */
 akv_forward_kv akv_route_forward_kv(akv_route *r);
+
+/* Queued mode: waits until every write-back enqueued so far has landed in the host copy
+ * (and the compute queue is idle). Direct mode: nothing to wait for. AKV_EDEVICE when a
+ * queue failed. */
+akv_status akv_route_sync(akv_route *r);
 
 /* Shortens the history to n_tokens (after a failed step). */
 akv_status akv_route_truncate(akv_route *r, uint64_t n_tokens);

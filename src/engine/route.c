@@ -27,7 +27,25 @@ struct akv_route {
     int32_t last_page_len;
     int32_t *indices; /* [n_layers][max_pages] device page ids, logical order */
     akv_route_stats stats;
+    /* queued mode (route.h): the tables in pinned memory and their device copy, laid out as
+     * [indptr 2][last_page_len 1][pad 1][indices n_layers*max_pages] int32 (indices above
+     * points into tab_h) */
+    bool queued;
+    bool tab_dirty;     /* indices changed since the last upload */
+    int32_t *tab_h;     /* pinned */
+    akv_dptr tab_d;     /* device */
+    akv_event **ev;     /* [n_layers]: the layer's attention enqueued (write-back waits on it) */
 };
+
+enum { ROUTE_TAB_HEAD = 4 }; /* int32s before the indices in tab_h/tab_d */
+
+/* Queued mode: every copy and kernel enqueued so far is complete (compute first: the
+ * write-backs wait on it). */
+static akv_status route_wait(akv_route *r) {
+    if (!r->queued) return AKV_OK;
+    akv_status st = akv_dev_queue_sync(r->dev, AKV_QUEUE_COMPUTE);
+    return st ? st : akv_dev_queue_sync(r->dev, AKV_QUEUE_D2H);
+}
 
 const char *akv_route_kind_name(akv_route_kind kind) {
     return kind == AKV_ROUTE_RESIDENT ? "resident" : kind == AKV_ROUTE_STAGED ? "staged" : "?";
@@ -50,8 +68,10 @@ akv_status akv_route_create(akv_dev *dev, akv_host_pool *host_pool, akv_dev_pool
     akv_dev_info info;
     akv_status st = akv_dev_get_info(dev, &info);
     if (st) return st;
-    if (!info.is_host) {
-        AKV_LOG_E("route: device '%s': only the host backend's forward pass exists yet", info.name);
+    if (!info.is_host && !p->queued) {
+        AKV_LOG_E("route: device '%s': the direct mode (host tables, host forward pass) needs the "
+                  "host backend; use the queued mode",
+                  info.name);
         return AKV_EUNSUPPORTED;
     }
     const akv_geom *g = akv_dev_pool_geom(dev_pool);
@@ -84,11 +104,25 @@ akv_status akv_route_create(akv_dev *dev, akv_host_pool *host_pool, akv_dev_pool
     r->dev = dev, r->hp = host_pool, r->dp = dev_pool, r->geom = *g, r->kind = p->kind;
     r->max_tokens = p->max_tokens;
     r->max_pages = (uint32_t)n_lp;
-    r->indices = akv__calloc((size_t)n_lp * g->n_layers, sizeof *r->indices);
+    r->queued = p->queued;
+    size_t n_idx = (size_t)n_lp * g->n_layers;
+    if (r->queued) {
+        size_t tab_bytes = (ROUTE_TAB_HEAD + n_idx) * sizeof(int32_t);
+        r->ev = akv__calloc(g->n_layers, sizeof *r->ev);
+        st = r->ev ? AKV_OK : AKV_ENOMEM;
+        if (!st && (st = akv_dev_pinned_alloc(dev, tab_bytes, (void **)&r->tab_h)) == AKV_OK) {
+            memset(r->tab_h, 0, tab_bytes);
+            r->indices = r->tab_h + ROUTE_TAB_HEAD;
+            st = akv_dev_mem_alloc(dev, tab_bytes, &r->tab_d);
+        }
+        for (uint32_t l = 0; l < g->n_layers && !st; l++)
+            st = akv_dev_event_create(dev, 0, &r->ev[l]);
+    } else {
+        r->indices = akv__calloc(n_idx, sizeof *r->indices);
+        st = r->indices ? AKV_OK : AKV_ENOMEM;
+    }
     akv_dev_pool_ctx_params cp = {.target = target, .burst = 0, .tag = p->tag};
-    if (!r->indices)
-        st = AKV_ENOMEM;
-    else if ((st = akv_host_table_create(host_pool, &r->ht)) == AKV_OK)
+    if (!st && (st = akv_host_table_create(host_pool, &r->ht)) == AKV_OK)
         st = akv_dev_pool_ctx_open(dev_pool, &cp, &r->ctx);
     if (st) {
         akv_route_destroy(r);
@@ -100,10 +134,20 @@ akv_status akv_route_create(akv_dev *dev, akv_host_pool *host_pool, akv_dev_pool
 
 akv_status akv_route_destroy(akv_route *r) {
     if (!r) return AKV_OK;
-    akv_status st = akv_host_table_destroy(r->ht);
+    /* queued: no copy may still touch a page or a table that is about to be freed */
+    akv_status st = route_wait(r);
     if (st) return st;
-    akv_dev_pool_ctx_close(r->dp, r->ctx);
-    akv__free(r->indices);
+    if ((st = akv_host_table_destroy(r->ht))) return st;
+    if (r->ctx) akv_dev_pool_ctx_close(r->dp, r->ctx);
+    if (r->queued) {
+        for (uint32_t l = 0; r->ev && l < r->geom.n_layers; l++)
+            akv_dev_event_destroy(r->dev, r->ev[l]);
+        akv__free(r->ev);
+        akv_dev_mem_free(r->dev, r->tab_d);
+        if (r->tab_h) akv_dev_pinned_free(r->dev, r->tab_h);
+    } else {
+        akv__free(r->indices);
+    }
     akv__free(r);
     return AKV_OK;
 }
@@ -114,7 +158,11 @@ static akv_status route_fill(akv_route *r, uint32_t layer, uint32_t logical, uin
     akv_host_page hpg = akv_host_table_page(r->ht, layer, logical);
     const void *src = akv_host_pool_page_addr(r->hp, hpg);
     size_t n = akv_geom_page_bytes(&r->geom);
-    akv_status st = akv_dev_copy_h2d_sync(r->dev, akv_dev_pool_page_addr(r->dp, page_id), src, n);
+    akv_dptr dst = akv_dev_pool_page_addr(r->dp, page_id);
+    /* queued: on the compute queue, so the layer's kernels see it (the host page is pinned and
+     * holds earlier tokens only: nothing rewrites it while the copy is pending) */
+    akv_status st = r->queued ? akv_dev_copy_h2d_async(r->dev, AKV_QUEUE_COMPUTE, dst, src, n)
+                              : akv_dev_copy_h2d_sync(r->dev, dst, src, n);
     if (st == AKV_OK) r->stats.h2d_bytes += n;
     return st;
 }
@@ -128,8 +176,12 @@ akv_status akv_route_begin_step(akv_route *r, uint64_t n_total) {
                   (unsigned long long)r->max_tokens);
         return AKV_EINVAL;
     }
+    /* 0. queued: the previous step's kernels and write-backs are done, so the host copy is
+     * complete and the tables may be rewritten */
+    akv_status st = route_wait(r);
+    if (st) return st;
     /* 1. the host copy grows first: it is where the rows land for good */
-    akv_status st = akv_host_table_grow(r->ht, n_total);
+    st = akv_host_table_grow(r->ht, n_total);
     if (st == AKV_EFULL) AKV_LOG_E("route: the host pool is full: raise --host-gib");
     if (st) return st;
     /* 2. the device window: every page of the history */
@@ -156,11 +208,26 @@ akv_status akv_route_begin_step(akv_route *r, uint64_t n_total) {
                 akv_host_table_truncate(r->ht, n_old);
                 return st;
             }
-            r->indices[(size_t)l * r->max_pages + w] = (int32_t)s.page_id;
+            int32_t *slot = &r->indices[(size_t)l * r->max_pages + w];
+            if (*slot != (int32_t)s.page_id || s.fresh) r->tab_dirty = true;
+            *slot = (int32_t)s.page_id;
         }
     }
     r->indptr[0] = 0, r->indptr[1] = (int32_t)n_lp;
     r->last_page_len = (int32_t)(n_total - (uint64_t)(n_lp - 1) * P);
+    if (r->queued) {
+        /* 4. the tables to the device, in compute-queue order (the header every step, the
+         * indices when a page changed) */
+        r->tab_h[0] = r->indptr[0], r->tab_h[1] = r->indptr[1], r->tab_h[2] = r->last_page_len;
+        size_t n_int = ROUTE_TAB_HEAD + (r->tab_dirty ? (size_t)r->geom.n_layers * r->max_pages : 0);
+        st = akv_dev_copy_h2d_async(r->dev, AKV_QUEUE_COMPUTE, r->tab_d, r->tab_h,
+                                    n_int * sizeof(int32_t));
+        if (st) {
+            akv_host_table_truncate(r->ht, n_old);
+            return st;
+        }
+        r->tab_dirty = false;
+    }
     r->step_first = n_old;
     r->n_tokens = n_total;
     r->stats.n_steps++;
@@ -169,10 +236,17 @@ akv_status akv_route_begin_step(akv_route *r, uint64_t n_total) {
 
 static akv_status route_begin_layer(void *user, uint32_t layer, akv_attn_pages *pg) {
     akv_route *r = user;
+    /* queued: the device copy of the tables (tab_d, laid out as tab_h); direct: host arrays */
+    size_t idx = ((size_t)ROUTE_TAB_HEAD + (size_t)layer * r->max_pages) * sizeof(int32_t);
+    akv_dptr indptr = r->queued ? r->tab_d : akv_attn_host_ptr(r->indptr);
+    akv_dptr indices = r->queued ? akv_dptr_offset(r->tab_d, idx)
+                                 : akv_attn_host_ptr(r->indices + (size_t)layer * r->max_pages);
+    akv_dptr last = r->queued ? akv_dptr_offset(r->tab_d, 2 * sizeof(int32_t))
+                              : akv_attn_host_ptr(&r->last_page_len);
     *pg = (akv_attn_pages){.pool = akv_dev_pool_base(r->dp),
-                           .indptr = akv_attn_host_ptr(r->indptr),
-                           .indices = akv_attn_host_ptr(r->indices + (size_t)layer * r->max_pages),
-                           .last_page_len = akv_attn_host_ptr(&r->last_page_len),
+                           .indptr = indptr,
+                           .indices = indices,
+                           .last_page_len = last,
                            .n_seq = 1,
                            .n_pages = akv_dev_pool_n_pages(r->dp),
                            .max_pages = r->max_pages,
@@ -190,6 +264,11 @@ static akv_status route_end_layer(void *user, uint32_t layer) {
     const akv_geom *g = &r->geom;
     uint32_t P = g->page_tokens;
     size_t row = (size_t)g->head_dim * akv_dtype_size(g->dtype);
+    if (r->queued) {
+        /* the D2H queue starts after the layer's attention (enqueued on compute) completes */
+        akv_status st = akv_dev_event_record(r->dev, r->ev[layer], AKV_QUEUE_COMPUTE);
+        if (st || (st = akv_dev_queue_wait_event(r->dev, AKV_QUEUE_D2H, r->ev[layer]))) return st;
+    }
     for (uint64_t p = r->step_first / P; p * P < r->n_tokens; p++) {
         uint64_t t0 = (r->step_first > p * P ? r->step_first : p * P) - p * P;
         uint64_t t1 = (r->n_tokens < (p + 1) * P ? r->n_tokens : (p + 1) * P) - p * P;
@@ -197,6 +276,16 @@ static akv_status route_end_layer(void *user, uint32_t layer) {
         akv_dptr dpage = akv_dev_pool_page_addr(r->dp, page_id);
         uint8_t *hpage =
             akv_host_pool_page_addr(r->hp, akv_host_table_page(r->ht, layer, (uint32_t)p));
+        if (r->queued) {
+            /* one 2D copy per page: 2*n_kv_heads runs of (t1 - t0) rows at a pitch of P rows */
+            size_t off = (size_t)t0 * row, pitch = (size_t)P * row, w = (size_t)(t1 - t0) * row;
+            akv_status st = akv_dev_copy_d2h_2d_async(r->dev, AKV_QUEUE_D2H, hpage + off, pitch,
+                                                      akv_dptr_offset(dpage, off), pitch, w,
+                                                      2 * (size_t)g->n_kv_heads);
+            if (st) return st;
+            r->stats.d2h_bytes += w * 2 * g->n_kv_heads;
+            continue;
+        }
         for (uint32_t kvh = 0; kvh < 2 * g->n_kv_heads; kvh++) {
             size_t off = ((size_t)kvh * P + t0) * row, n = (size_t)(t1 - t0) * row;
             akv_status st =
@@ -213,9 +302,16 @@ akv_forward_kv akv_route_forward_kv(akv_route *r) {
         .user = r, .begin_layer = route_begin_layer, .end_layer = route_end_layer};
 }
 
+akv_status akv_route_sync(akv_route *r) {
+    return r ? route_wait(r) : AKV_EINVAL;
+}
+
 akv_status akv_route_truncate(akv_route *r, uint64_t n_tokens) {
     if (!r || n_tokens > r->n_tokens) return AKV_EINVAL;
-    akv_status st = akv_host_table_truncate(r->ht, n_tokens);
+    /* queued: a failed step may have write-backs in flight into pages truncation frees */
+    akv_status st = route_wait(r);
+    if (st) return st;
+    st = akv_host_table_truncate(r->ht, n_tokens);
     if (st == AKV_OK) r->n_tokens = n_tokens;
     return st;
 }

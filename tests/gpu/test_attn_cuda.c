@@ -76,7 +76,10 @@ static akv_status run_decode(const fx_table *f, const dtable *d, uint32_t nq, ak
     akv_dptr ws = {0};
     akv_status st = akv_attn_cuda_decode_split(&p, &sp);
     if (st == AKV_OK) st = akv_attn_decode_workspace_bytes(&p, &sp, &ws_bytes);
-    if (st == AKV_OK && ws_bytes) ws = poisoned(ws_bytes);
+    if (st == AKV_OK && ws_bytes) { /* zeroed once, as the API asks (its arrival counters) */
+        ws = up(NULL, ws_bytes);
+        CHECK_OK(akv_dev_memset_sync(dev, ws, 0, ws_bytes));
+    }
     if (st == AKV_OK) st = akv_attn_cuda_decode(&p, ws, ws_bytes, NULL);
     if (st == AKV_OK) {
         down(o_h, p.o, n_rows * d_ * akv_dtype_size(o_dtype));

@@ -1,0 +1,202 @@
+/* bench_fwd.c (bench) — batch-1 decode of a synthetic Llama-3-8B-shape bf16 model on CUDA
+ * through akv_forward_dev and the queued resident route, at several context lengths, as a
+ * ratio of the weight-bandwidth limit measured in the same run.
+ *
+ * The model is generated on the device (akv_forward_dev_create_synthetic: no 16 GB file).
+ * Shape: 32 layers, n_embd 4096, n_ff 14336, 32 query / 8 K/V heads of 128, vocabulary 128256,
+ * RoPE base 500000 (no Llama 3 factors: they do not change the cost). AKV_BENCH_LAYERS=N runs
+ * the first N layers only (the output head stays).
+ *
+ * Per context length C (1K, 8K, 32K; 128K with AKV_BENCH_LONG=1): prefill C tokens in chunks
+ * of 512 (timed, no logits but the last), then 32 decode steps, each one run of the pass with
+ * logits back on the host (the step's one synchronisation); step time = wall time / 32.
+ *   limit (weights)  weight bytes per token / device copy rate, where the copy rate is bytes
+ *                    read + written per second of akv_dev_cuda_copy_d2d_async over 1 GiB
+ *                    (akv_dev_cuda_time_us), the rate a kernel can stream memory at;
+ *   limit (+K/V)     the same with the K/V history read once per step added to the bytes.
+ *   ratio            limit time / measured step time (1.0 = at the bandwidth limit).
+ * Results go to stdout and are appended to $AKV_BENCH_OUT (markdown) when set. */
+#define _POSIX_C_SOURCE 200809L
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "akv/dev.h"
+#include "akv/dev_pool.h"
+#include "akv/forward_dev.h"
+#include "akv/host_pool.h"
+#include "akv/route.h"
+#include "core/clock.h"
+#ifdef AKV_HAVE_CUDA
+#include "akv/dev_cuda.h"
+#include "bench_copy_rate.h"
+#endif
+
+#ifdef AKV_HAVE_CUDA
+
+#define TRY(expr)                                                                                  \
+    do {                                                                                           \
+        akv_status st_ = (expr);                                                                   \
+        if (st_ != AKV_OK) {                                                                       \
+            fprintf(stderr, "bench_fwd: %s failed: %s (%s:%d)\n", #expr, akv_status_str(st_),     \
+                    __FILE__, __LINE__);                                                           \
+            exit(1);                                                                               \
+        }                                                                                          \
+    } while (0)
+
+enum { CHUNK = 512, N_STEPS = 32 };
+
+/* copy_work, copy_issue: bench_copy_rate.h */
+
+typedef struct row {
+    uint32_t ctx;
+    double prefill_s, step_ms, kv_bytes;
+} row;
+
+/* Prefill ctx tokens and time N_STEPS decode steps on fresh pools sized for the context. */
+static row bench_ctx(akv_dev *dev, akv_forward_dev *f, uint32_t ctx) {
+    const akv_model_config *c = akv_forward_dev_config(f);
+    uint32_t n_layers = c->n_layers;
+    akv_geom g;
+    TRY(akv_geom_init(&g, n_layers, c->n_kv_heads, c->head_dim, AKV_DTYPE_BF16, 0));
+    uint64_t total = (uint64_t)ctx + N_STEPS + 1;
+    double hist_gib = (double)akv_geom_pages_for_tokens(&g, total) * n_layers *
+                      (double)akv_geom_page_bytes(&g) / (1u << 30);
+    akv_host_pool_params hpp = akv_host_pool_default_params();
+    hpp.limit_gib = (uint32_t)ceil(hist_gib) + 1;
+    akv_dev_pool_params dpp = akv_dev_pool_default_params();
+    dpp.device_gib = (uint32_t)ceil(hist_gib * 1.1) + 1;
+    akv_host_pool *hp = NULL;
+    akv_dev_pool *dp = NULL;
+    akv_route *r = NULL;
+    TRY(akv_host_pool_create(dev, &g, &hpp, &hp));
+    TRY(akv_dev_pool_create(dev, &g, &dpp, &dp));
+    akv_route_params rp = {
+        .kind = AKV_ROUTE_RESIDENT, .max_tokens = total, .tag = 1, .queued = true};
+    TRY(akv_route_create(dev, hp, dp, &rp, &r));
+    akv_forward_kv kv = akv_route_forward_kv(r);
+    int32_t *tok = malloc(CHUNK * sizeof *tok);
+    float *logits = malloc((size_t)c->n_vocab * sizeof *logits);
+    uint64_t rs = 12345;
+    for (int i = 0; i < CHUNK; i++)
+        tok[i] = (int32_t)((rs = rs * 6364136223846793005ull + 1) >> 33) % (int32_t)c->n_vocab;
+    double t0 = akv_clock_s();
+    for (uint32_t pos = 0; pos < ctx;) {
+        uint32_t n = ctx - pos < CHUNK ? ctx - pos : CHUNK;
+        TRY(akv_route_begin_step(r, pos + n));
+        TRY(akv_forward_dev_run(f, tok, n, pos, &kv, pos + n == ctx ? logits : NULL, false));
+        pos += n;
+    }
+    TRY(akv_route_sync(r));
+    double prefill_s = akv_clock_s() - t0, t1 = 0;
+    /* one untimed step, then the timed ones */
+    uint32_t pos = ctx;
+    for (int i = 0; i <= N_STEPS; i++) {
+        if (i == 1) t1 = akv_clock_s();
+        TRY(akv_route_begin_step(r, pos + 1));
+        TRY(akv_forward_dev_run(f, tok + (i % CHUNK), 1, pos, &kv, logits, false));
+        pos++;
+    }
+    double t2 = akv_clock_s();
+    int finite = 1;
+    for (uint32_t i = 0; i < c->n_vocab; i++)
+        finite &= isfinite(logits[i]) != 0;
+    if (!finite) fprintf(stderr, "bench_fwd: non-finite logits at context %u\n", ctx);
+    row out = {.ctx = ctx,
+               .prefill_s = prefill_s,
+               .step_ms = (t2 - t1) / N_STEPS * 1e3,
+               .kv_bytes = (double)ctx * n_layers * 2.0 * c->n_kv_heads * c->head_dim * 2};
+    TRY(akv_route_destroy(r));
+    TRY(akv_dev_pool_destroy(dp));
+    TRY(akv_host_pool_destroy(hp));
+    free(tok), free(logits);
+    return out;
+}
+
+int main(void) {
+    akv_dev *dev = NULL;
+    if (akv_dev_create(akv_dev_cuda_backend(), NULL, &dev) != AKV_OK) {
+        printf("SKIP: no CUDA device\n");
+        return 77;
+    }
+    akv_dev_info info;
+    TRY(akv_dev_get_info(dev, &info));
+    akv_model_config c = {.arch = AKV_MODEL_ARCH_LLAMA,
+                          .arch_name = "llama",
+                          .n_layers = 32,
+                          .n_embd = 4096,
+                          .n_ff = 14336,
+                          .n_heads = 32,
+                          .n_kv_heads = 8,
+                          .head_dim = 128,
+                          .n_rot = 128,
+                          .n_vocab = 128256,
+                          .n_ctx_train = 131072,
+                          .rms_eps = 1e-5f,
+                          .rope_base = 500000.0,
+                          .rope_freq_scale = 1.0,
+                          .rope_mode = AKV_ROPE_NORMAL};
+    const char *nl = getenv("AKV_BENCH_LAYERS");
+    if (nl && atoi(nl) > 0 && atoi(nl) < 32) c.n_layers = (uint32_t)atoi(nl);
+    akv_forward_params fp = {.max_chunk = CHUNK};
+    akv_forward_dev *f = NULL;
+    double tc = akv_clock_s();
+    TRY(akv_forward_dev_create_synthetic(dev, &c, 7, &fp, &f));
+    printf("bench_fwd: synthetic model (%u layers, %.2f GB of weights) generated on %s in %.1f s\n",
+           c.n_layers, akv_forward_dev_weight_bytes(f) / 1e9, info.name, akv_clock_s() - tc);
+
+    /* the device copy rate: 1 GiB device to device, bytes read + written */
+    copy_work cw = {.n = (size_t)1 << 30};
+    TRY(akv_dev_mem_alloc(dev, cw.n, &cw.a));
+    TRY(akv_dev_mem_alloc(dev, cw.n, &cw.b));
+    TRY(akv_dev_memset_sync(dev, cw.a, 1, cw.n));
+    double copy_us = NAN;
+    TRY(akv_dev_cuda_time_us(copy_issue, &cw, 5, 9, &copy_us));
+    double copy_bps = 2.0 * (double)cw.n / (copy_us * 1e-6);
+    TRY(akv_dev_mem_free(dev, cw.a));
+    TRY(akv_dev_mem_free(dev, cw.b));
+
+    uint32_t ctxs[4] = {1024, 8192, 32768, 131072};
+    int n_ctx = getenv("AKV_BENCH_LONG") ? 4 : 3;
+    row rows[4];
+    for (int i = 0; i < n_ctx; i++) {
+        rows[i] = bench_ctx(dev, f, ctxs[i]);
+        printf("  context %u: prefill %.2f s, decode %.3f ms/token\n", ctxs[i], rows[i].prefill_s,
+               rows[i].step_ms);
+    }
+
+    double wb = (double)akv_forward_dev_weight_bytes(f);
+    FILE *out = NULL;
+    const char *path = getenv("AKV_BENCH_OUT");
+    if (path && !(out = fopen(path, "a"))) fprintf(stderr, "bench_fwd: cannot append to %s\n", path);
+    for (int pass = 0; pass < 2; pass++) {
+        FILE *o = pass ? out : stdout;
+        if (!o) continue;
+        fprintf(o,
+                "\n### Forward pass, batch-1 decode (%s, %d SMs): synthetic Llama-3-8B shape, "
+                "bf16, %u layers, resident route\n\n"
+                "Weights read per token: %.2f GB; device copy rate (1 GiB d2d, read + written): "
+                "**%.0f GB/s**. Limit = bytes / copy rate; ratio = limit / measured step.\n\n"
+                "| context | prefill s | decode tokens/s | step ms | limit (weights) ms | ratio "
+                "| limit (+K/V) ms | ratio |\n|---|---|---|---|---|---|---|---|\n",
+                info.name, info.n_sm, c.n_layers, wb / 1e9, copy_bps / 1e9);
+        for (int i = 0; i < n_ctx; i++) {
+            double lw = wb / copy_bps * 1e3, lkv = (wb + rows[i].kv_bytes) / copy_bps * 1e3;
+            fprintf(o, "| %u | %.2f | %.1f | %.3f | %.3f | %.2f | %.3f | %.2f |\n", rows[i].ctx,
+                    rows[i].prefill_s, 1e3 / rows[i].step_ms, rows[i].step_ms, lw,
+                    lw / rows[i].step_ms, lkv, lkv / rows[i].step_ms);
+        }
+    }
+    if (out) fclose(out);
+    akv_forward_dev_destroy(f);
+    TRY(akv_dev_destroy(dev));
+    return 0;
+}
+
+#else
+int main(void) {
+    printf("SKIP: built without the CUDA backend\n");
+    return 77;
+}
+#endif

@@ -1,0 +1,258 @@
+/*
+ * fwd_kernels.cu — the elementwise and row kernels of the forward pass (akv/forward_ops.h):
+ * embedding lookup, RMSNorm, RoPE, SwiGLU, add (residual or bias), f32<->bf16 cast, fill.
+ *
+ * Numerics mirror the host implementations (src/model/forward_ops.c over ref/ops.c): every
+ * float operation that the host does as separate multiply and add is written with the _rn
+ * intrinsics so nvcc cannot contract it into an FMA; RMSNorm's sum of squares and RoPE's
+ * angles are in double as on the host. What still differs: the order of RMSNorm's double
+ * sum, and expf / cos / sin of the CUDA math library against glibc (each within an ulp or
+ * two). The fill is bit-exact with the host's.
+ *
+ * Launch shapes: elementwise kernels are grid-stride loops of 256 threads over at most
+ * 8 blocks per SM; RMSNorm and embedding are one block per row.
+ */
+#include <cuda_bf16.h>
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "akv/forward_ops.h"
+#include "cuda_check.h"
+#include "cuda_ops.h"
+
+namespace {
+
+constexpr int kThreads = 256;
+
+__device__ __forceinline__ float fwd_load(const void *p, bool bf16, size_t i) {
+    return bf16 ? __bfloat162float(static_cast<const __nv_bfloat16 *>(p)[i])
+                : static_cast<const float *>(p)[i];
+}
+
+__device__ __forceinline__ void fwd_store(void *p, bool bf16, size_t i, float v) {
+    if (bf16)
+        static_cast<__nv_bfloat16 *>(p)[i] = __float2bfloat16_rn(v);
+    else
+        static_cast<float *>(p)[i] = v;
+}
+
+template <typename T> inline T *fwd_ptr(akv_dptr d) {
+    return reinterpret_cast<T *>(static_cast<uintptr_t>(d.addr));
+}
+
+/* Blocks for a grid-stride loop over n elements. */
+akv_status fwd_grid(uint64_t n, unsigned *blocks) {
+    int dev = 0, n_sm = 0;
+    AKV_CUDA_TRY(cudaGetDevice(&dev));
+    AKV_CUDA_TRY(cudaDeviceGetAttribute(&n_sm, cudaDevAttrMultiProcessorCount, dev));
+    uint64_t want = (n + kThreads - 1) / kThreads, cap = (uint64_t)n_sm * 8;
+    *blocks = (unsigned)(want < 1 ? 1 : want > cap ? cap : want);
+    return AKV_OK;
+}
+
+bool fwd_dtype_ok(akv_dtype t) {
+    return t == AKV_DTYPE_F32 || t == AKV_DTYPE_BF16;
+}
+
+/* ---- embedding: blockIdx.x = token; y f32 [n][E], table [V][E] ---------------------------- */
+__global__ void embed_kernel(float *y, const void *table, bool bf16, const int32_t *ids,
+                             uint32_t n_embd, uint32_t n_vocab) {
+    const int32_t id = ids[blockIdx.x];
+    const bool ok = id >= 0 && (uint32_t)id < n_vocab;
+    float *yr = y + (size_t)blockIdx.x * n_embd;
+    for (uint32_t i = threadIdx.x; i < n_embd; i += blockDim.x)
+        yr[i] = ok ? fwd_load(table, bf16, (size_t)id * n_embd + i) : __int_as_float(0x7fc00000);
+}
+
+/* ---- RMSNorm: blockIdx.x = row; x f32 [rows][n], w f32 [n], y [rows][n] ------------------- */
+__global__ void rmsnorm_kernel(void *y, bool y_bf16, const float *x, const float *w, uint32_t n,
+                               float eps) {
+    __shared__ double part[kThreads / 32];
+    const float *xr = x + (size_t)blockIdx.x * n;
+    double ss = 0;
+    for (uint32_t i = threadIdx.x; i < n; i += blockDim.x)
+        ss += (double)xr[i] * (double)xr[i];
+    for (int o = 16; o > 0; o /= 2)
+        ss += __shfl_down_sync(0xffffffffu, ss, o);
+    if ((threadIdx.x & 31) == 0) part[threadIdx.x / 32] = ss;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        double t = 0;
+        for (int k = 0; k < kThreads / 32; k++)
+            t += part[k];
+        part[0] = t;
+    }
+    __syncthreads();
+    const float scale = (float)(1.0 / sqrt(part[0] / (double)n + (double)eps));
+    for (uint32_t i = threadIdx.x; i < n; i += blockDim.x)
+        fwd_store(y, y_bf16, (size_t)blockIdx.x * n + i, __fmul_rn(__fmul_rn(xr[i], scale), w[i]));
+}
+
+/* ---- RoPE: one thread per (token, head, pair); x f32 rows at `stride` ---------------------- */
+__global__ void rope_kernel(float *x, const int32_t *pos, const float *inv_freq, uint32_t n_tokens,
+                            uint32_t n_heads, uint32_t head_dim, uint32_t n_pairs, size_t stride,
+                            bool neox) {
+    const uint64_t total = (uint64_t)n_tokens * n_heads * n_pairs;
+    for (uint64_t g = blockIdx.x * (uint64_t)blockDim.x + threadIdx.x; g < total;
+         g += (uint64_t)gridDim.x * blockDim.x) {
+        const uint32_t i = (uint32_t)(g % n_pairs);
+        const uint64_t th = g / n_pairs;
+        const uint32_t h = (uint32_t)(th % n_heads), t = (uint32_t)(th / n_heads);
+        const double ang = (double)pos[t] * (double)inv_freq[i];
+        const float c = (float)cos(ang), s = (float)sin(ang);
+        float *v = x + (size_t)t * stride + (size_t)h * head_dim;
+        const uint32_t ia = neox ? i : 2 * i, ib = neox ? i + n_pairs : 2 * i + 1;
+        const float a = v[ia], b = v[ib];
+        v[ia] = __fsub_rn(__fmul_rn(a, c), __fmul_rn(b, s));
+        v[ib] = __fadd_rn(__fmul_rn(a, s), __fmul_rn(b, c));
+    }
+}
+
+/* ---- SwiGLU: y [rows][n] = silu(gate) * up; gate/up f32 rows at in_stride ------------------ */
+__global__ void swiglu_kernel(void *y, bool y_bf16, const float *gate, const float *up,
+                              uint32_t n_rows, uint32_t n, size_t in_stride) {
+    const uint64_t total = (uint64_t)n_rows * n;
+    for (uint64_t g = blockIdx.x * (uint64_t)blockDim.x + threadIdx.x; g < total;
+         g += (uint64_t)gridDim.x * blockDim.x) {
+        const uint64_t r = g / n, i = g % n;
+        const float gv = gate[r * in_stride + i], uv = up[r * in_stride + i];
+        const float silu = __fdiv_rn(gv, __fadd_rn(1.0f, expf(-gv)));
+        fwd_store(y, y_bf16, g, __fmul_rn(silu, uv));
+    }
+}
+
+/* ---- add: y[r][i] += a[r][i] (a_stride 0: one row broadcast) ------------------------------ */
+__global__ void add_kernel(float *y, const float *a, uint32_t n_rows, uint32_t n, size_t y_stride,
+                           size_t a_stride) {
+    const uint64_t total = (uint64_t)n_rows * n;
+    for (uint64_t g = blockIdx.x * (uint64_t)blockDim.x + threadIdx.x; g < total;
+         g += (uint64_t)gridDim.x * blockDim.x) {
+        const uint64_t r = g / n, i = g % n;
+        y[r * y_stride + i] = __fadd_rn(y[r * y_stride + i], a[r * a_stride + i]);
+    }
+}
+
+/* ---- cast and fill -------------------------------------------------------------------------- */
+__global__ void cast_kernel(void *y, bool y_bf16, const void *x, bool x_bf16, uint64_t n) {
+    for (uint64_t g = blockIdx.x * (uint64_t)blockDim.x + threadIdx.x; g < n;
+         g += (uint64_t)gridDim.x * blockDim.x)
+        fwd_store(y, y_bf16, g, fwd_load(x, x_bf16, g));
+}
+
+/* akv_fwd_fill_value (forward_ops.h), operation for operation. */
+__global__ void fill_kernel(void *y, bool y_bf16, uint64_t n, uint64_t seed, float center,
+                            float scale) {
+    for (uint64_t g = blockIdx.x * (uint64_t)blockDim.x + threadIdx.x; g < n;
+         g += (uint64_t)gridDim.x * blockDim.x) {
+        uint64_t z = seed + (g + 1) * 0x9E3779B97F4A7C15ull;
+        z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+        z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+        z ^= z >> 31;
+        const float u = __fsub_rn(__fmul_rn((float)(z >> 40), 1.0f / 8388608.0f), 1.0f);
+        fwd_store(y, y_bf16, g, __fadd_rn(center, __fmul_rn(scale, u)));
+    }
+}
+
+} // namespace
+
+extern "C" akv_status akv__cuda_fwd_embed(const void *args, const akv__cuda_launch *l) {
+    akv_fwd_embed_args a;
+    memcpy(&a, args, sizeof a);
+    if (!fwd_dtype_ok(a.table_dtype) || a.n_embd == 0) return AKV_EINVAL;
+    if (a.n == 0) return AKV_OK;
+    embed_kernel<<<a.n, kThreads, 0, l->stream>>>(fwd_ptr<float>(a.y), fwd_ptr<const void>(a.table),
+                                                  a.table_dtype == AKV_DTYPE_BF16,
+                                                  fwd_ptr<const int32_t>(a.ids), a.n_embd, a.n_vocab);
+    AKV_CUDA_TRY(cudaGetLastError());
+    return AKV_OK;
+}
+
+extern "C" akv_status akv__cuda_fwd_rmsnorm(const void *args, const akv__cuda_launch *l) {
+    akv_fwd_rmsnorm_args a;
+    memcpy(&a, args, sizeof a);
+    if (!fwd_dtype_ok(a.y_dtype) || a.n == 0) return AKV_EINVAL;
+    if (a.n_rows == 0) return AKV_OK;
+    rmsnorm_kernel<<<a.n_rows, kThreads, 0, l->stream>>>(
+        fwd_ptr<void>(a.y), a.y_dtype == AKV_DTYPE_BF16, fwd_ptr<const float>(a.x),
+        fwd_ptr<const float>(a.w), a.n, a.eps);
+    AKV_CUDA_TRY(cudaGetLastError());
+    return AKV_OK;
+}
+
+extern "C" akv_status akv__cuda_fwd_rope(const void *args, const akv__cuda_launch *l) {
+    akv_fwd_rope_args a;
+    memcpy(&a, args, sizeof a);
+    if (a.n_rot % 2 || a.n_rot > a.head_dim) return AKV_EINVAL;
+    const uint64_t total = (uint64_t)a.n_tokens * a.n_heads * (a.n_rot / 2);
+    if (total == 0) return AKV_OK;
+    unsigned blocks;
+    akv_status st = fwd_grid(total, &blocks);
+    if (st) return st;
+    const size_t stride = a.stride ? a.stride : (size_t)a.n_heads * a.head_dim;
+    rope_kernel<<<blocks, kThreads, 0, l->stream>>>(
+        fwd_ptr<float>(a.x), fwd_ptr<const int32_t>(a.pos), fwd_ptr<const float>(a.inv_freq),
+        a.n_tokens, a.n_heads, a.head_dim, a.n_rot / 2, stride, a.mode == AKV_ROPE_NEOX);
+    AKV_CUDA_TRY(cudaGetLastError());
+    return AKV_OK;
+}
+
+extern "C" akv_status akv__cuda_fwd_swiglu(const void *args, const akv__cuda_launch *l) {
+    akv_fwd_swiglu_args a;
+    memcpy(&a, args, sizeof a);
+    if (!fwd_dtype_ok(a.y_dtype)) return AKV_EINVAL;
+    const uint64_t total = (uint64_t)a.n_rows * a.n;
+    if (total == 0) return AKV_OK;
+    unsigned blocks;
+    akv_status st = fwd_grid(total, &blocks);
+    if (st) return st;
+    swiglu_kernel<<<blocks, kThreads, 0, l->stream>>>(
+        fwd_ptr<void>(a.y), a.y_dtype == AKV_DTYPE_BF16, fwd_ptr<const float>(a.gate),
+        fwd_ptr<const float>(a.up), a.n_rows, a.n, a.in_stride ? a.in_stride : a.n);
+    AKV_CUDA_TRY(cudaGetLastError());
+    return AKV_OK;
+}
+
+extern "C" akv_status akv__cuda_fwd_add(const void *args, const akv__cuda_launch *l) {
+    akv_fwd_add_args a;
+    memcpy(&a, args, sizeof a);
+    const uint64_t total = (uint64_t)a.n_rows * a.n;
+    if (total == 0) return AKV_OK;
+    unsigned blocks;
+    akv_status st = fwd_grid(total, &blocks);
+    if (st) return st;
+    add_kernel<<<blocks, kThreads, 0, l->stream>>>(fwd_ptr<float>(a.y), fwd_ptr<const float>(a.a),
+                                                   a.n_rows, a.n, a.y_stride ? a.y_stride : a.n,
+                                                   a.a_stride);
+    AKV_CUDA_TRY(cudaGetLastError());
+    return AKV_OK;
+}
+
+extern "C" akv_status akv__cuda_fwd_cast(const void *args, const akv__cuda_launch *l) {
+    akv_fwd_cast_args a;
+    memcpy(&a, args, sizeof a);
+    if (!fwd_dtype_ok(a.x_dtype) || !fwd_dtype_ok(a.y_dtype)) return AKV_EINVAL;
+    if (a.n == 0) return AKV_OK;
+    unsigned blocks;
+    akv_status st = fwd_grid(a.n, &blocks);
+    if (st) return st;
+    cast_kernel<<<blocks, kThreads, 0, l->stream>>>(fwd_ptr<void>(a.y), a.y_dtype == AKV_DTYPE_BF16,
+                                                    fwd_ptr<const void>(a.x),
+                                                    a.x_dtype == AKV_DTYPE_BF16, a.n);
+    AKV_CUDA_TRY(cudaGetLastError());
+    return AKV_OK;
+}
+
+extern "C" akv_status akv__cuda_fwd_fill(const void *args, const akv__cuda_launch *l) {
+    akv_fwd_fill_args a;
+    memcpy(&a, args, sizeof a);
+    if (!fwd_dtype_ok(a.y_dtype)) return AKV_EINVAL;
+    if (a.n == 0) return AKV_OK;
+    unsigned blocks;
+    akv_status st = fwd_grid(a.n, &blocks);
+    if (st) return st;
+    fill_kernel<<<blocks, kThreads, 0, l->stream>>>(fwd_ptr<void>(a.y), a.y_dtype == AKV_DTYPE_BF16,
+                                                    a.n, a.seed, a.center, a.scale);
+    AKV_CUDA_TRY(cudaGetLastError());
+    return AKV_OK;
+}

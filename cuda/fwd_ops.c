@@ -1,0 +1,86 @@
+/*
+ * fwd_ops.c — CUDA launchers of the forward ops that call a library or another launcher:
+ * the matrix product through cuBLAS, and the attention ops through akv/attn.h's launchers.
+ *
+ * Matrix product (akv_fwd_matmul_args): row-major y[m][n] = x[m][k] · W[n][k]^T is, in
+ * cuBLAS's column-major terms, Y^T (n x m, ld n) = op_T(W as k x n, ld k) · (X^T as k x m,
+ * ld k): cublasGemmEx(T, N, n, m, k) with bf16 A and B, f32 C and CUBLAS_COMPUTE_32F (tensor
+ * cores, f32 accumulation). beta 0 or 1 (1 adds into the residual stream).
+ *
+ * Determinism: cuBLAS gives the same bits for the same call on the same GPU model and library
+ * version when the stream and the workspace are the same; atomics stay off (the default). The
+ * workspace comes with the arguments (device memory the forward pass owns) and is set after
+ * cublasSetStream, which resets it to the library's pool otherwise.
+ */
+#include <string.h>
+
+#include <cublas_v2.h>
+
+#include "akv/forward_ops.h"
+#include "cuda_check.h"
+#include "cuda_ops.h"
+
+/* A cuBLAS status: AKV_EDEVICE, logged with the call. */
+#define FWD_BLAS_TRY(expr)                                                                         \
+    do {                                                                                           \
+        cublasStatus_t b_ = (expr);                                                                \
+        if (b_ != CUBLAS_STATUS_SUCCESS) {                                                         \
+            AKV_LOG_E("cublas: %s failed: %s (%d) at %s:%d", #expr, cublasGetStatusString(b_),     \
+                      (int)b_, __FILE__, __LINE__);                                                \
+            return AKV_EDEVICE;                                                                    \
+        }                                                                                          \
+    } while (0)
+
+akv_status akv__cuda_blas_create(void **out) {
+    cublasHandle_t h = NULL;
+    FWD_BLAS_TRY(cublasCreate(&h));
+    *out = h;
+    return AKV_OK;
+}
+
+void akv__cuda_blas_destroy(void *blas) {
+    /* cublasDestroy synchronises the device (the library's documented behaviour) */
+    cublasStatus_t b = cublasDestroy((cublasHandle_t)blas);
+    if (b != CUBLAS_STATUS_SUCCESS)
+        AKV_LOG_E("cublas: cublasDestroy failed: %s", cublasGetStatusString(b));
+}
+
+akv_status akv__cuda_fwd_matmul(const void *args, const akv__cuda_launch *l) {
+    akv_fwd_matmul_args a;
+    memcpy(&a, args, sizeof a);
+    if (!a.m || !a.n || !a.k || a.beta > 1 || a.m > INT32_MAX || a.n > INT32_MAX ||
+        a.k > INT32_MAX || !a.y.addr || !a.x.addr || !a.w.addr) {
+        AKV_LOG_E("cuda matmul: bad arguments (m %u, n %u, k %u, beta %u)", a.m, a.n, a.k, a.beta);
+        return AKV_EINVAL;
+    }
+    cublasHandle_t h = (cublasHandle_t)l->blas;
+    FWD_BLAS_TRY(cublasSetStream(h, l->stream));
+    if (a.workspace.addr)
+        FWD_BLAS_TRY(cublasSetWorkspace(h, (void *)(uintptr_t)a.workspace.addr,
+                                        (size_t)a.workspace_bytes));
+    const float alpha = 1.0f, beta = (float)a.beta;
+    FWD_BLAS_TRY(cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, (int)a.n, (int)a.m, (int)a.k, &alpha,
+                              (const void *)(uintptr_t)a.w.addr, CUDA_R_16BF, (int)a.k,
+                              (const void *)(uintptr_t)a.x.addr, CUDA_R_16BF, (int)a.k, &beta,
+                              (void *)(uintptr_t)a.y.addr, CUDA_R_32F, (int)a.n,
+                              CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    return AKV_OK;
+}
+
+akv_status akv__cuda_fwd_attn_append(const void *args, const akv__cuda_launch *l) {
+    akv_fwd_attn_append_args a;
+    memcpy(&a, args, sizeof a);
+    return akv_attn_cuda_append(&a.p, l->stream);
+}
+
+akv_status akv__cuda_fwd_attn_decode(const void *args, const akv__cuda_launch *l) {
+    akv_fwd_attn_decode_args a;
+    memcpy(&a, args, sizeof a);
+    return akv_attn_cuda_decode(&a.p, a.workspace, (size_t)a.workspace_bytes, l->stream);
+}
+
+akv_status akv__cuda_fwd_attn_prefill(const void *args, const akv__cuda_launch *l) {
+    akv_fwd_attn_prefill_args a;
+    memcpy(&a, args, sizeof a);
+    return akv_attn_cuda_prefill(&a.p, l->stream);
+}

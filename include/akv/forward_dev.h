@@ -1,0 +1,90 @@
+/*
+ * akv/forward_dev.h — the Llama-family forward pass on a device's queues: the same contract as
+ * akv/forward.h (tokens in, logits out, attention through a paged K/V history the caller places
+ * with the same hooks), with every op launched through the device op table
+ * (akv/forward_ops.h). On the CUDA backend it runs on the GPU (cuBLAS products, the paged
+ * attention kernels); on the host backend the same sequence of ops runs on the compute worker
+ * thread through ref/ (the test bed for the ordering, and the bf16 oracle of the CUDA run).
+ *
+ * What runs where
+ *   device  embedding, RMSNorm, Q/K/V (one fused product), bias, RoPE, K/V append and
+ *           attention over the hook's pages, output projection, SwiGLU feed-forward, the
+ *           output head: everything, on AKV_QUEUE_COMPUTE, in submission order.
+ *   host    validation of the token ids, the upload of ids and positions (one copy), the
+ *           hooks (the route places pages and enqueues write-backs), and the wait for the
+ *           logits (one queue sync per run that asks for logits; a run without logits
+ *           returns without waiting).
+ *
+ * Precision: weights are bf16 on the device (rounded from the model's f32 copy at create),
+ * norms' weights, the residual stream, Q/K/V before the K/V append, and logits are f32;
+ * the inputs of the matrix products (normed activations, attention output, SwiGLU output)
+ * are bf16; every product and reduction accumulates in f32 (RMSNorm's sum of squares in
+ * double). K/V pages hold the route's dtype (bf16 on CUDA).
+ *
+ * Hooks: begin_layer must hand a table whose arrays (indptr, indices, last_page_len) are
+ * DEVICE memory with their contents in place in compute-queue order (akv_route in its queued
+ * mode does this); the pass cannot read them, so it checks only the shape fields. end_layer is
+ * called after the layer's attention is enqueued (not complete): a hook that copies the new
+ * rows must order itself after the compute queue with an event.
+ *
+ * Chunks of 1..AKV_ATTN_MAX_QUERIES tokens use K/V append + decode attention; longer chunks
+ * the causal prefill kernel (which writes the chunk's K/V itself).
+ *
+ * Thread-safety: one akv_forward_dev per thread; it owns device memory of `dev`.
+ */
+#ifndef AKV_FORWARD_DEV_H
+#define AKV_FORWARD_DEV_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "akv/dev.h"
+#include "akv/forward.h"
+#include "akv/model.h"
+#include "akv/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct akv_forward_dev akv_forward_dev;
+
+/* Uploads `model`'s weights to `dev` as bf16 (norms and biases f32) and allocates scratch for
+ * chunks of params->max_chunk tokens (params as akv_forward_create; NULL = defaults). The
+ * model must outlive the pass only for its config (the device holds the weights).
+ * AKV_EDEVMEM when the device cannot hold weights + scratch (logged with the bytes);
+ * AKV_EINVAL for bad params; AKV_EDEVICE. Waits for the uploads before returning. */
+akv_status akv_forward_dev_create(akv_dev *dev, const akv_model *model,
+                                  const akv_forward_params *params, akv_forward_dev **out);
+
+/* The same pass for a synthetic model of configuration `c` (no file): every weight filled on
+ * the device from `seed` (akv_fwd_op_fill: matrices uniform in +-1/sqrt(n_in), norms around 1,
+ * embedding rows uniform in +-1), RoPE from c's base and linear scale (no Llama 3 factors).
+ * For benchmarks of shapes too large to write as a file. */
+akv_status akv_forward_dev_create_synthetic(akv_dev *dev, const akv_model_config *c,
+                                            uint64_t seed, const akv_forward_params *params,
+                                            akv_forward_dev **out);
+
+/* Frees the device memory (akv_dev_mem_free waits for the device to be idle). NULL is a
+ * no-op. */
+void akv_forward_dev_destroy(akv_forward_dev *f);
+
+/* akv_forward_run's contract (forward.h) on the device. logits (if not NULL) are complete
+ * when it returns. On error the queue may hold part of the chunk's work: the caller syncs
+ * or discards the device (a failed op faults the compute queue). */
+akv_status akv_forward_dev_run(akv_forward_dev *f, const int32_t *tokens, uint32_t n,
+                               uint32_t pos0, const akv_forward_kv *kv, float *logits,
+                               bool all_logits);
+
+/* Bytes of weights one decode step reads (every matrix once, the output head once, the
+ * embedding row not counted): the numerator of the weight-bandwidth limit. */
+uint64_t akv_forward_dev_weight_bytes(const akv_forward_dev *f);
+
+/* The configuration the pass runs (borrowed, valid until destroy). */
+const akv_model_config *akv_forward_dev_config(const akv_forward_dev *f);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* AKV_FORWARD_DEV_H */

@@ -1,0 +1,171 @@
+/*
+ * akv/forward_ops.h — the device ops of the forward pass that runs on a device's queues
+ * (akv/forward_dev.h): argument structs and op descriptors (akv_dev_op, dev.h).
+ *
+ * Each op is a named kernel launched on the compute queue with akv_dev_op_launch. The
+ * descriptor (defined in src/model/forward_ops.c) carries the host backend's implementation,
+ * built on ref/ (the oracle); the CUDA backend registers a launcher under the same name in
+ * cuda/cuda_ops.c (kernels in cuda/fwd_kernels.cu, matrix products through cuBLAS in
+ * cuda/fwd_gemm.c, attention through the launchers of akv/attn.h).
+ *
+ * Conventions: every akv_dptr is a device address; arrays are row-major and contiguous unless a
+ * stride (in elements, between the starts of consecutive rows) says otherwise; dtypes are f32
+ * or bf16 (converted with round-to-nearest-even). Shapes are [rows][cols].
+ *
+ * Numerics, mirroring the host forward pass (forward.c, ops.h) wherever it is cheap:
+ *   rmsnorm   the sum of squares accumulates in double; scale = (float)(1/sqrt(ss/n + eps)).
+ *   rope      the angle pos*inv_freq[i] is formed in double and its cos/sin rounded to float;
+ *             the rotation (a c - b s, a s + b c) in float without fused multiply-adds.
+ *   swiglu    g / (1 + expf(-g)) * u in float.
+ *   matmul    bf16 x bf16 products with f32 accumulation (cuBLAS, tensor cores); the host
+ *             implementation widens both to f32 and uses akv_ops_ref_matmul. beta = 1 adds
+ *             the product into y (the residual stream), so there is no separate residual add.
+ *
+ * Thread-safety: the descriptors are immutable.
+ */
+#ifndef AKV_FORWARD_OPS_H
+#define AKV_FORWARD_OPS_H
+
+#include <stdint.h>
+
+#include "akv/attn.h"
+#include "akv/dev.h"
+#include "akv/dtype.h"
+#include "akv/ops.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Op names (the CUDA table's keys). */
+#define AKV_FWD_OP_EMBED "fwd_embed"
+#define AKV_FWD_OP_RMSNORM "fwd_rmsnorm"
+#define AKV_FWD_OP_ROPE "fwd_rope"
+#define AKV_FWD_OP_SWIGLU "fwd_swiglu"
+#define AKV_FWD_OP_ADD "fwd_add"
+#define AKV_FWD_OP_CAST "fwd_cast"
+#define AKV_FWD_OP_FILL "fwd_fill"
+#define AKV_FWD_OP_MATMUL "fwd_matmul"
+#define AKV_FWD_OP_ATTN_APPEND "fwd_attn_append"
+#define AKV_FWD_OP_ATTN_DECODE "fwd_attn_decode"
+#define AKV_FWD_OP_ATTN_PREFILL "fwd_attn_prefill"
+
+/* y[t] = table[ids[t]] widened to f32. An id outside [0, n_vocab) gives a row of NaN (the
+ * caller validates ids on the host first; the kernel never reads outside the table). */
+typedef struct akv_fwd_embed_args {
+    akv_dptr y;            /* f32 [n][n_embd] */
+    akv_dptr table;        /* [n_vocab][n_embd], table_dtype */
+    akv_dptr ids;          /* int32 [n] */
+    uint32_t n, n_embd, n_vocab;
+    akv_dtype table_dtype; /* f32 or bf16 */
+} akv_fwd_embed_args;
+
+/* y[r] = x[r] / sqrt(mean(x[r]^2) + eps) * w, for r < n_rows. */
+typedef struct akv_fwd_rmsnorm_args {
+    akv_dptr y;        /* [n_rows][n], y_dtype */
+    akv_dptr x;        /* f32 [n_rows][n] */
+    akv_dptr w;        /* f32 [n] */
+    uint32_t n_rows, n;
+    float eps;
+    akv_dtype y_dtype; /* f32 or bf16 */
+} akv_fwd_rmsnorm_args;
+
+/* Rotates the first n_rot elements of each head of each token row in place (akv_ops_ref_rope's
+ * pairs and angles: inv_freq already folds base, linear scale and Llama 3 factors). */
+typedef struct akv_fwd_rope_args {
+    akv_dptr x;          /* f32: row t at x + t*stride, n_heads heads of head_dim */
+    akv_dptr pos;        /* int32 [n_tokens] positions */
+    akv_dptr inv_freq;   /* f32 [n_rot/2] radians per position */
+    uint32_t n_tokens, n_heads, head_dim, n_rot;
+    uint32_t stride;     /* elements between token rows; 0 = n_heads*head_dim */
+    akv_rope_mode mode;
+} akv_fwd_rope_args;
+
+/* y[r][i] = silu(gate[r][i]) * up[r][i], r < n_rows, i < n. */
+typedef struct akv_fwd_swiglu_args {
+    akv_dptr y;          /* [n_rows][n] contiguous, y_dtype */
+    akv_dptr gate, up;   /* f32, rows at in_stride */
+    uint32_t n_rows, n;
+    uint32_t in_stride;  /* elements between rows of gate and of up; 0 = n */
+    akv_dtype y_dtype;   /* f32 or bf16 */
+} akv_fwd_swiglu_args;
+
+/* y[r][i] += a[r][i] (a_stride 0: a[i] on every row, a bias). */
+typedef struct akv_fwd_add_args {
+    akv_dptr y;         /* f32, rows at y_stride */
+    akv_dptr a;         /* f32, rows at a_stride */
+    uint32_t n_rows, n;
+    uint32_t y_stride;  /* 0 = n */
+    uint32_t a_stride;  /* 0 = broadcast one row */
+} akv_fwd_add_args;
+
+/* y[i] = x[i] converted, i < n. */
+typedef struct akv_fwd_cast_args {
+    akv_dptr y, x;
+    uint64_t n;
+    akv_dtype y_dtype, x_dtype; /* f32 or bf16 each */
+} akv_fwd_cast_args;
+
+/* y[i] = center + scale * u(seed, i), u uniform in [-1, 1) from a hash of (seed, i): the same
+ * values on every backend (synthetic weights for benchmarks). */
+typedef struct akv_fwd_fill_args {
+    akv_dptr y;
+    uint64_t n;
+    uint64_t seed;
+    float center, scale;
+    akv_dtype y_dtype; /* f32 or bf16 */
+} akv_fwd_fill_args;
+
+/* y[m][n] = beta * y + x[m][k] · W[n][k]^T; bf16 inputs, f32 accumulation and output. */
+typedef struct akv_fwd_matmul_args {
+    akv_dptr y;           /* f32 [m][n] contiguous */
+    akv_dptr x;           /* bf16 [m][k] */
+    akv_dptr w;           /* bf16 [n][k] */
+    uint32_t m, n, k;
+    uint32_t beta;        /* 0: y = x W^T; 1: y += x W^T */
+    akv_dptr workspace;   /* CUDA: cuBLAS workspace (0 = the library's own); host: unused */
+    uint64_t workspace_bytes;
+} akv_fwd_matmul_args;
+
+/* Attention through akv/attn.h (the CUDA launchers, or the ref on the host backend). */
+typedef struct akv_fwd_attn_append_args {
+    akv_attn_append p;
+} akv_fwd_attn_append_args;
+
+typedef struct akv_fwd_attn_decode_args {
+    akv_attn_decode p;
+    akv_dptr workspace;       /* akv_attn_decode_workspace_bytes() of the CUDA split; host: unused */
+    uint64_t workspace_bytes;
+} akv_fwd_attn_decode_args;
+
+typedef struct akv_fwd_attn_prefill_args {
+    akv_attn_prefill p;
+} akv_fwd_attn_prefill_args;
+
+extern const akv_dev_op akv_fwd_op_embed;
+extern const akv_dev_op akv_fwd_op_rmsnorm;
+extern const akv_dev_op akv_fwd_op_rope;
+extern const akv_dev_op akv_fwd_op_swiglu;
+extern const akv_dev_op akv_fwd_op_add;
+extern const akv_dev_op akv_fwd_op_cast;
+extern const akv_dev_op akv_fwd_op_fill;
+extern const akv_dev_op akv_fwd_op_matmul;
+extern const akv_dev_op akv_fwd_op_attn_append;
+extern const akv_dev_op akv_fwd_op_attn_decode;
+extern const akv_dev_op akv_fwd_op_attn_prefill;
+
+/* The value of element i of a fill (seed, center, scale), as a float before rounding to the
+ * fill's dtype: the formula both backends use. */
+static inline float akv_fwd_fill_value(uint64_t seed, uint64_t i, float center, float scale) {
+    uint64_t z = seed + (i + 1) * 0x9E3779B97F4A7C15ull; /* splitmix64 */
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    z ^= z >> 31;
+    float u = (float)(z >> 40) * (1.0f / 8388608.0f) - 1.0f; /* 24 bits -> [-1, 1) */
+    return center + scale * u;
+}
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* AKV_FORWARD_OPS_H */

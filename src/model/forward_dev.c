@@ -1,0 +1,521 @@
+/* forward_dev.c — the forward pass on a device's queues (akv/forward_dev.h): weights as bf16 in
+ * one device allocation, scratch for max_chunk tokens in another, every step an op of
+ * akv/forward_ops.h on the compute queue. */
+#include "akv/forward_dev.h"
+
+#include <math.h>
+#include <string.h>
+
+#include "akv/forward_ops.h"
+#include "core/alloc.h"
+#include "core/half.h"
+#include "core/log.h"
+
+enum {
+    FDEV_ALIGN = 256,               /* every array of an allocation starts at this alignment */
+    FDEV_CUBLAS_WS = 32u << 20,     /* cuBLAS workspace (device backends only) */
+    FDEV_UPLOAD_CHUNK = 1u << 22,   /* elements per f32->bf16 conversion of an upload */
+};
+
+/* One block's device weights. */
+typedef struct fdev_layer {
+    akv_dptr attn_norm; /* f32 [n_embd] */
+    akv_dptr wqkv;      /* bf16 [q_dim + 2*kv_dim][n_embd]: Wq rows, then Wk, then Wv */
+    akv_dptr bqkv;      /* f32 [q_dim + 2*kv_dim], or 0 without bias */
+    akv_dptr wo;        /* bf16 [n_embd][q_dim] */
+    akv_dptr ffn_norm;  /* f32 [n_embd] */
+    akv_dptr wgu;       /* bf16 [2*n_ff][n_embd]: W_gate rows, then W_up */
+    akv_dptr wdown;     /* bf16 [n_embd][n_ff] */
+} fdev_layer;
+
+struct akv_forward_dev {
+    akv_dev *dev;
+    akv_model_config cfg;
+    akv_forward_params params;
+    uint32_t n_layers;
+    bool is_host;         /* host backend: no cuBLAS workspace, no split plan */
+    uint32_t n_sm;        /* the device's, for the decode split */
+    size_t smem_per_block;
+    uint32_t q_dim, kv_dim, qkv_dim;
+    /* weights (one allocation) */
+    akv_dptr wmem;
+    akv_dptr tok_embd;    /* bf16 [n_vocab][n_embd] */
+    akv_dptr output;      /* bf16 [n_vocab][n_embd]; = tok_embd when tied */
+    akv_dptr output_norm; /* f32 [n_embd] */
+    akv_dptr inv_freq;    /* f32 [n_rot/2] */
+    fdev_layer *layers;   /* [n_layers] */
+    uint64_t weight_bytes;
+    /* scratch for T = max_chunk tokens (one allocation) */
+    akv_dptr smem_d;
+    akv_dptr x;           /* f32 [T][n_embd] residual stream */
+    akv_dptr h;           /* bf16 [T][n_embd] normed input of a sub-block */
+    akv_dptr qkv;         /* f32 [T][qkv_dim] */
+    akv_dptr att;         /* bf16 [T][q_dim] attention output */
+    akv_dptr gu;          /* f32 [T][2*n_ff] gate | up */
+    akv_dptr act;         /* bf16 [T][n_ff] SwiGLU output */
+    akv_dptr logits;      /* f32 [T][n_vocab] */
+    akv_dptr io;          /* int32 [2T + 2]: ids [T], positions [T], qo_indptr [2] */
+    akv_dptr blas_ws;     /* FDEV_CUBLAS_WS bytes, or 0 on the host backend */
+    akv_dptr attn_ws;     /* decode workspace (own allocation, grown on demand) */
+    size_t attn_ws_bytes;
+    /* pinned host side */
+    int32_t *io_h;        /* [2T + 2], the source of the io upload */
+    float *logits_h;      /* [T][n_vocab] */
+    akv_event *io_ev;     /* recorded after the io upload: io_h may be rewritten once done */
+    bool io_pending;
+};
+
+#define FDEV_LAUNCH(f, op, a) akv_dev_op_launch((f)->dev, &(op), &(a), sizeof(a))
+
+/* Bump allocator over one allocation: the next array of `bytes` at FDEV_ALIGN. With a zero
+ * base it only measures. */
+static akv_dptr fdev_take(akv_dptr base, size_t *off, size_t bytes) {
+    size_t at = (*off + FDEV_ALIGN - 1) / FDEV_ALIGN * FDEV_ALIGN;
+    *off = at + bytes;
+    return akv_dptr_offset(base, at);
+}
+
+/* Places every weight at `base`; returns the bytes needed. */
+static size_t fdev_layout_weights(akv_forward_dev *f, akv_dptr base) {
+    const akv_model_config *c = &f->cfg;
+    size_t off = 0, E = c->n_embd, bf = 2, f4 = 4;
+    f->weight_bytes = 0;
+    f->tok_embd = fdev_take(base, &off, (size_t)c->n_vocab * E * bf);
+    f->output = c->tied_output ? f->tok_embd : fdev_take(base, &off, (size_t)c->n_vocab * E * bf);
+    f->output_norm = fdev_take(base, &off, E * f4);
+    f->inv_freq = fdev_take(base, &off, (size_t)(c->n_rot / 2) * f4);
+    f->weight_bytes += (size_t)c->n_vocab * E * bf + E * f4;
+    for (uint32_t l = 0; l < f->n_layers; l++) {
+        fdev_layer *L = &f->layers[l];
+        size_t n_mat = (size_t)f->qkv_dim * E + E * f->q_dim + 3 * (size_t)c->n_ff * E;
+        L->attn_norm = fdev_take(base, &off, E * f4);
+        L->wqkv = fdev_take(base, &off, (size_t)f->qkv_dim * E * bf);
+        L->bqkv = c->has_qkv_bias ? fdev_take(base, &off, (size_t)f->qkv_dim * f4) : (akv_dptr){0};
+        L->wo = fdev_take(base, &off, E * f->q_dim * bf);
+        L->ffn_norm = fdev_take(base, &off, E * f4);
+        L->wgu = fdev_take(base, &off, 2 * (size_t)c->n_ff * E * bf);
+        L->wdown = fdev_take(base, &off, E * c->n_ff * bf);
+        f->weight_bytes += n_mat * bf + 2 * E * f4 + (c->has_qkv_bias ? f->qkv_dim * f4 : 0);
+    }
+    return off;
+}
+
+/* Places the scratch at `base`; returns the bytes needed. */
+static size_t fdev_layout_scratch(akv_forward_dev *f, akv_dptr base) {
+    const akv_model_config *c = &f->cfg;
+    size_t off = 0, T = f->params.max_chunk, E = c->n_embd;
+    f->x = fdev_take(base, &off, T * E * 4);
+    f->h = fdev_take(base, &off, T * E * 2);
+    f->qkv = fdev_take(base, &off, T * f->qkv_dim * 4);
+    f->att = fdev_take(base, &off, T * f->q_dim * 2);
+    f->gu = fdev_take(base, &off, T * 2 * c->n_ff * 4);
+    f->act = fdev_take(base, &off, T * c->n_ff * 2);
+    f->logits = fdev_take(base, &off, T * c->n_vocab * 4);
+    f->io = fdev_take(base, &off, (2 * T + 2) * 4);
+    f->blas_ws = f->is_host ? (akv_dptr){0} : fdev_take(base, &off, FDEV_CUBLAS_WS);
+    return off;
+}
+
+void akv_forward_dev_destroy(akv_forward_dev *f) {
+    if (!f) return;
+    /* akv_dev_mem_free and akv_dev_pinned_free wait for the device to be idle, so nothing
+     * queued still uses what is freed. */
+    akv_dev_mem_free(f->dev, f->attn_ws);
+    akv_dev_mem_free(f->dev, f->smem_d);
+    akv_dev_mem_free(f->dev, f->wmem);
+    if (f->io_h) akv_dev_pinned_free(f->dev, f->io_h);
+    if (f->logits_h) akv_dev_pinned_free(f->dev, f->logits_h);
+    akv_dev_event_destroy(f->dev, f->io_ev);
+    akv__free(f->layers);
+    akv__free(f);
+}
+
+/* Everything but the weights' values: checks, layout, allocations. */
+static akv_status fdev_create_common(akv_dev *dev, const akv_model_config *c,
+                                     const akv_forward_params *params, akv_forward_dev **out) {
+    akv_forward_params p = params ? *params : akv_forward_default_params();
+    if (p.max_chunk == 0) p.max_chunk = 256;
+    if (p.n_layers > c->n_layers || p.max_chunk > (1u << 20)) {
+        AKV_LOG_E("forward_dev: n_layers %u (the model has %u) or max_chunk %u out of range",
+                  p.n_layers, c->n_layers, p.max_chunk);
+        return AKV_EINVAL;
+    }
+    akv_dev_info info;
+    akv_status st = akv_dev_get_info(dev, &info);
+    if (st) return st;
+    akv_forward_dev *f = akv__calloc(1, sizeof *f);
+    if (!f) return AKV_ENOMEM;
+    f->dev = dev, f->cfg = *c, f->params = p;
+    f->n_layers = p.n_layers ? p.n_layers : c->n_layers;
+    f->is_host = info.is_host != 0;
+    f->n_sm = (uint32_t)info.n_sm, f->smem_per_block = info.smem_per_block_bytes;
+    f->q_dim = c->n_heads * c->head_dim, f->kv_dim = c->n_kv_heads * c->head_dim;
+    f->qkv_dim = f->q_dim + 2 * f->kv_dim;
+    f->layers = akv__calloc(f->n_layers, sizeof *f->layers);
+    if (!f->layers) {
+        akv_forward_dev_destroy(f);
+        return AKV_ENOMEM;
+    }
+    size_t wbytes = fdev_layout_weights(f, (akv_dptr){0});
+    size_t sbytes = fdev_layout_scratch(f, (akv_dptr){0});
+    size_t T = p.max_chunk;
+    if ((st = akv_dev_mem_alloc(dev, wbytes, &f->wmem)) ||
+        (st = akv_dev_mem_alloc(dev, sbytes, &f->smem_d))) {
+        AKV_LOG_E("forward_dev: %.2f GiB of weights and %.2f GiB of scratch (%u tokens a "
+                  "chunk) do not fit the device: %s",
+                  (double)wbytes / (1u << 30), (double)sbytes / (1u << 30), p.max_chunk,
+                  akv_status_str(st));
+        akv_forward_dev_destroy(f);
+        return st;
+    }
+    fdev_layout_weights(f, f->wmem);
+    fdev_layout_scratch(f, f->smem_d);
+    if ((st = akv_dev_pinned_alloc(dev, (2 * T + 2) * sizeof(int32_t), (void **)&f->io_h)) ||
+        (st = akv_dev_pinned_alloc(dev, T * c->n_vocab * sizeof(float), (void **)&f->logits_h)) ||
+        (st = akv_dev_event_create(dev, 0, &f->io_ev))) {
+        akv_forward_dev_destroy(f);
+        return st;
+    }
+    *out = f;
+    return AKV_OK;
+}
+
+/* Copies n f32 values to dst as dtype t (bf16: rounded in chunks through tmp). */
+static akv_status fdev_put(akv_forward_dev *f, akv_dptr dst, const float *src, size_t n,
+                           akv_dtype t, uint16_t *tmp) {
+    if (t == AKV_DTYPE_F32) return akv_dev_copy_h2d_sync(f->dev, dst, src, n * sizeof(float));
+    for (size_t i = 0; i < n; i += FDEV_UPLOAD_CHUNK) {
+        size_t m = n - i < FDEV_UPLOAD_CHUNK ? n - i : FDEV_UPLOAD_CHUNK;
+        for (size_t j = 0; j < m; j++)
+            tmp[j] = akv_f32_to_bf16(src[i + j]);
+        akv_status st = akv_dev_copy_h2d_sync(f->dev, akv_dptr_offset(dst, i * 2), tmp, m * 2);
+        if (st) return st;
+    }
+    return AKV_OK;
+}
+
+static akv_status fdev_upload(akv_forward_dev *f, const akv_model *m) {
+    const akv_model_config *c = &f->cfg;
+    size_t E = c->n_embd, bf = 2, f4 = 4;
+    uint16_t *tmp = akv__malloc(FDEV_UPLOAD_CHUNK * sizeof *tmp);
+    if (!tmp) return AKV_ENOMEM;
+    const akv_dtype B = AKV_DTYPE_BF16, F = AKV_DTYPE_F32;
+    akv_status st = fdev_put(f, f->tok_embd, akv_model_tok_embd(m), (size_t)c->n_vocab * E, B, tmp);
+    if (!st && !c->tied_output)
+        st = fdev_put(f, f->output, akv_model_output(m), (size_t)c->n_vocab * E, B, tmp);
+    if (!st) st = fdev_put(f, f->output_norm, akv_model_output_norm(m), E, F, tmp);
+    if (!st) st = fdev_put(f, f->inv_freq, akv_model_rope_inv_freq(m), c->n_rot / 2, F, tmp);
+    for (uint32_t l = 0; l < f->n_layers && !st; l++) {
+        const akv_model_layer *W = akv_model_get_layer(m, l);
+        const fdev_layer *L = &f->layers[l];
+        size_t qE = (size_t)f->q_dim * E, kvE = (size_t)f->kv_dim * E, ffE = (size_t)c->n_ff * E;
+        if (!st) st = fdev_put(f, L->attn_norm, W->attn_norm, E, F, tmp);
+        if (!st) st = fdev_put(f, L->wqkv, W->wq, qE, B, tmp);
+        if (!st) st = fdev_put(f, akv_dptr_offset(L->wqkv, qE * bf), W->wk, kvE, B, tmp);
+        if (!st) st = fdev_put(f, akv_dptr_offset(L->wqkv, (qE + kvE) * bf), W->wv, kvE, B, tmp);
+        if (!st && c->has_qkv_bias) {
+            st = fdev_put(f, L->bqkv, W->bq, f->q_dim, F, tmp);
+            if (!st) st = fdev_put(f, akv_dptr_offset(L->bqkv, f->q_dim * f4), W->bk, f->kv_dim, F, tmp);
+            if (!st)
+                st = fdev_put(f, akv_dptr_offset(L->bqkv, (f->q_dim + f->kv_dim) * f4), W->bv,
+                              f->kv_dim, F, tmp);
+        }
+        if (!st) st = fdev_put(f, L->wo, W->wo, E * f->q_dim, B, tmp);
+        if (!st) st = fdev_put(f, L->ffn_norm, W->ffn_norm, E, F, tmp);
+        if (!st) st = fdev_put(f, L->wgu, W->w_gate, ffE, B, tmp);
+        if (!st) st = fdev_put(f, akv_dptr_offset(L->wgu, ffE * bf), W->w_up, ffE, B, tmp);
+        if (!st) st = fdev_put(f, L->wdown, W->w_down, ffE, B, tmp);
+    }
+    akv__free(tmp);
+    /* a pageable synchronous copy may return before its DMA lands: wait for all of it */
+    return st ? st : akv_dev_sync(f->dev);
+}
+
+akv_status akv_forward_dev_create(akv_dev *dev, const akv_model *model,
+                                  const akv_forward_params *params, akv_forward_dev **out) {
+    if (!dev || !model || !out) return AKV_EINVAL;
+    akv_forward_dev *f = NULL;
+    akv_status st = fdev_create_common(dev, akv_model_get_config(model), params, &f);
+    if (st) return st;
+    if ((st = fdev_upload(f, model))) {
+        akv_forward_dev_destroy(f);
+        return st;
+    }
+    *out = f;
+    return AKV_OK;
+}
+
+/* One fill of n elements (see akv_fwd_fill_args). */
+static akv_status fdev_fill(akv_forward_dev *f, akv_dptr y, size_t n, akv_dtype t, uint64_t seed,
+                            float center, float scale) {
+    akv_fwd_fill_args a = {
+        .y = y, .n = n, .seed = seed, .center = center, .scale = scale, .y_dtype = t};
+    return FDEV_LAUNCH(f, akv_fwd_op_fill, a);
+}
+
+akv_status akv_forward_dev_create_synthetic(akv_dev *dev, const akv_model_config *c,
+                                            uint64_t seed, const akv_forward_params *params,
+                                            akv_forward_dev **out) {
+    if (!dev || !c || !out) return AKV_EINVAL;
+    float *inv = akv__malloc((c->n_rot / 2 + 1) * sizeof(float));
+    if (!inv) return AKV_ENOMEM;
+    akv_status st = akv_ops_ref_rope_freqs(c->rope_base, c->n_rot, c->rope_freq_scale, NULL, inv);
+    akv_forward_dev *f = NULL;
+    if (!st) st = fdev_create_common(dev, c, params, &f);
+    if (st) {
+        akv__free(inv);
+        return st;
+    }
+    size_t E = c->n_embd;
+    const akv_dtype B = AKV_DTYPE_BF16, F = AKV_DTYPE_F32;
+    float se = 1.0f / sqrtf((float)E), sq = 1.0f / sqrtf((float)f->q_dim),
+          sf = 1.0f / sqrtf((float)c->n_ff);
+    uint64_t s = seed * 1000003u;
+    st = fdev_fill(f, f->tok_embd, (size_t)c->n_vocab * E, B, s++, 0, 1);
+    if (!st && !c->tied_output) st = fdev_fill(f, f->output, (size_t)c->n_vocab * E, B, s++, 0, se);
+    if (!st) st = fdev_fill(f, f->output_norm, E, F, s++, 1, 0.1f);
+    if (!st) st = akv_dev_copy_h2d_sync(dev, f->inv_freq, inv, c->n_rot / 2 * sizeof(float));
+    for (uint32_t l = 0; l < f->n_layers && !st; l++) {
+        const fdev_layer *L = &f->layers[l];
+        if (!st) st = fdev_fill(f, L->attn_norm, E, F, s++, 1, 0.1f);
+        if (!st) st = fdev_fill(f, L->wqkv, (size_t)f->qkv_dim * E, B, s++, 0, se);
+        if (!st && c->has_qkv_bias) st = fdev_fill(f, L->bqkv, f->qkv_dim, F, s++, 0, 0.1f);
+        if (!st) st = fdev_fill(f, L->wo, E * f->q_dim, B, s++, 0, sq);
+        if (!st) st = fdev_fill(f, L->ffn_norm, E, F, s++, 1, 0.1f);
+        if (!st) st = fdev_fill(f, L->wgu, 2 * (size_t)c->n_ff * E, B, s++, 0, se);
+        if (!st) st = fdev_fill(f, L->wdown, E * c->n_ff, B, s++, 0, sf);
+    }
+    akv__free(inv);
+    if (!st) st = akv_dev_sync(dev);
+    if (st) {
+        akv_forward_dev_destroy(f);
+        return st;
+    }
+    *out = f;
+    return AKV_OK;
+}
+
+uint64_t akv_forward_dev_weight_bytes(const akv_forward_dev *f) {
+    return f->weight_bytes;
+}
+
+const akv_model_config *akv_forward_dev_config(const akv_forward_dev *f) {
+    return &f->cfg;
+}
+
+/* The decode workspace for this table's split, grown when a longer capacity needs more. */
+static akv_status fdev_attn_ws(akv_forward_dev *f, const akv_attn_decode *d) {
+    if (f->is_host) return AKV_OK; /* the ref needs none */
+    akv_attn_split sp;
+    size_t need = 0;
+    akv_status st = akv_attn_split_plan((uint64_t)d->kv.max_pages * d->kv.page_tokens, d->kv.n_seq,
+                                        d->kv.n_kv_heads, d->kv.head_dim, f->n_sm,
+                                        f->smem_per_block, &sp);
+    if (st || (st = akv_attn_decode_workspace_bytes(d, &sp, &need))) return st;
+    if (need <= f->attn_ws_bytes) return AKV_OK;
+    /* the free waits for the device to be idle: no decode in flight still uses the old one */
+    if ((st = akv_dev_mem_free(f->dev, f->attn_ws))) return st;
+    f->attn_ws = (akv_dptr){0}, f->attn_ws_bytes = 0;
+    if ((st = akv_dev_mem_alloc(f->dev, need, &f->attn_ws))) return st;
+    f->attn_ws_bytes = need;
+    /* the split's arrival counters start at zero (akv/attn.h); every completed decode leaves
+     * them at zero. On the compute queue, so it is ordered before the first decode. */
+    return akv_dev_memset_async(f->dev, AKV_QUEUE_COMPUTE, f->attn_ws, 0, need);
+}
+
+/* The layer's attention: K/V into the pages, then attend (Q, K, V are the f32 qkv rows). */
+static akv_status fdev_attend(akv_forward_dev *f, const akv_attn_pages *pg, uint32_t n) {
+    const akv_model_config *c = &f->cfg;
+    akv_dptr q = f->qkv, k = akv_dptr_offset(f->qkv, (size_t)f->q_dim * 4),
+             v = akv_dptr_offset(f->qkv, (size_t)(f->q_dim + f->kv_dim) * 4);
+    akv_status st;
+    if (n <= AKV_ATTN_MAX_QUERIES) {
+        akv_fwd_attn_append_args ap = {.p = {.kv = *pg,
+                                             .n_per_seq = n,
+                                             .n_tokens = n,
+                                             .max_new = n,
+                                             .k = k,
+                                             .v = v,
+                                             .dtype = AKV_DTYPE_F32,
+                                             .stride = f->qkv_dim}};
+        if ((st = FDEV_LAUNCH(f, akv_fwd_op_attn_append, ap))) return st;
+        akv_fwd_attn_decode_args d = {.p = {.kv = *pg,
+                                            .n_heads = c->n_heads,
+                                            .n_query = n,
+                                            .q = q,
+                                            .q_dtype = AKV_DTYPE_F32,
+                                            .q_stride = f->qkv_dim,
+                                            .o = f->att,
+                                            .o_dtype = AKV_DTYPE_BF16}};
+        if ((st = fdev_attn_ws(f, &d.p))) return st;
+        d.workspace = f->attn_ws, d.workspace_bytes = f->attn_ws_bytes;
+        return FDEV_LAUNCH(f, akv_fwd_op_attn_decode, d);
+    }
+    akv_fwd_attn_prefill_args pf = {
+        .p = {.kv = *pg,
+              .n_heads = c->n_heads,
+              .qo_indptr = akv_dptr_offset(f->io, 2 * (size_t)f->params.max_chunk * 4),
+              .n_tokens = n,
+              .max_chunk = n,
+              .q = q,
+              .q_dtype = AKV_DTYPE_F32,
+              .q_stride = f->qkv_dim,
+              .k_new = k,
+              .v_new = v,
+              .kv_new_dtype = AKV_DTYPE_F32,
+              .kv_stride = f->qkv_dim,
+              .o = f->att,
+              .o_dtype = AKV_DTYPE_BF16}};
+    return FDEV_LAUNCH(f, akv_fwd_op_attn_prefill, pf);
+}
+
+/* y[m][n] (+)= x W^T */
+static akv_status fdev_matmul(akv_forward_dev *f, akv_dptr y, akv_dptr x, akv_dptr w, uint32_t m,
+                              uint32_t n, uint32_t k, uint32_t beta) {
+    akv_fwd_matmul_args a = {.y = y,
+                             .x = x,
+                             .w = w,
+                             .m = m,
+                             .n = n,
+                             .k = k,
+                             .beta = beta,
+                             .workspace = f->blas_ws,
+                             .workspace_bytes = f->blas_ws.addr ? FDEV_CUBLAS_WS : 0};
+    return FDEV_LAUNCH(f, akv_fwd_op_matmul, a);
+}
+
+static akv_status fdev_rmsnorm(akv_forward_dev *f, akv_dptr y, akv_dptr x, akv_dptr w,
+                               uint32_t n_rows) {
+    akv_fwd_rmsnorm_args a = {.y = y,
+                              .x = x,
+                              .w = w,
+                              .n_rows = n_rows,
+                              .n = f->cfg.n_embd,
+                              .eps = f->cfg.rms_eps,
+                              .y_dtype = AKV_DTYPE_BF16};
+    return FDEV_LAUNCH(f, akv_fwd_op_rmsnorm, a);
+}
+
+/* The table's shape against the model's (its contents are device memory the host cannot
+ * read: the route that built it is trusted with the lengths). */
+static akv_status fdev_check_pages(const akv_forward_dev *f, uint32_t layer,
+                                   const akv_attn_pages *pg) {
+    const akv_model_config *c = &f->cfg;
+    if (pg->n_seq == 1 && pg->n_kv_heads == c->n_kv_heads && pg->head_dim == c->head_dim)
+        return AKV_OK;
+    AKV_LOG_E("forward_dev: layer %u: the page table has %u sequence(s), %u K/V heads of %u; "
+              "expected 1 sequence, %u heads of %u",
+              layer, pg->n_seq, pg->n_kv_heads, pg->head_dim, c->n_kv_heads, c->head_dim);
+    return AKV_EINVAL;
+}
+
+/* One block: attention sub-block, then feed-forward, each added into the residual x. */
+static akv_status fdev_layer_run(akv_forward_dev *f, uint32_t l, uint32_t n,
+                                 const akv_forward_kv *kv) {
+    const akv_model_config *c = &f->cfg;
+    const fdev_layer *L = &f->layers[l];
+    akv_status st;
+    if ((st = fdev_rmsnorm(f, f->h, f->x, L->attn_norm, n)) ||
+        (st = fdev_matmul(f, f->qkv, f->h, L->wqkv, n, f->qkv_dim, c->n_embd, 0)))
+        return st;
+    if (c->has_qkv_bias) {
+        akv_fwd_add_args b = {.y = f->qkv, .a = L->bqkv, .n_rows = n, .n = f->qkv_dim};
+        if ((st = FDEV_LAUNCH(f, akv_fwd_op_add, b))) return st;
+    }
+    akv_fwd_rope_args rq = {.x = f->qkv,
+                            .pos = akv_dptr_offset(f->io, (size_t)f->params.max_chunk * 4),
+                            .inv_freq = f->inv_freq,
+                            .n_tokens = n,
+                            .n_heads = c->n_heads,
+                            .head_dim = c->head_dim,
+                            .n_rot = c->n_rot,
+                            .stride = f->qkv_dim,
+                            .mode = c->rope_mode};
+    akv_fwd_rope_args rk = rq;
+    rk.x = akv_dptr_offset(f->qkv, (size_t)f->q_dim * 4), rk.n_heads = c->n_kv_heads;
+    if ((st = FDEV_LAUNCH(f, akv_fwd_op_rope, rq)) || (st = FDEV_LAUNCH(f, akv_fwd_op_rope, rk)))
+        return st;
+
+    /* the history: the hook places the pages, the attention writes and reads them */
+    akv_attn_pages pg;
+    memset(&pg, 0, sizeof pg);
+    if ((st = kv->begin_layer(kv->user, l, &pg)) || (st = fdev_check_pages(f, l, &pg)) ||
+        (st = fdev_attend(f, &pg, n)))
+        return st;
+    if (kv->end_layer && (st = kv->end_layer(kv->user, l))) return st;
+    if ((st = fdev_matmul(f, f->x, f->att, L->wo, n, c->n_embd, f->q_dim, 1))) return st;
+
+    /* feed-forward: one product for gate and up, SwiGLU, down into the residual */
+    if ((st = fdev_rmsnorm(f, f->h, f->x, L->ffn_norm, n)) ||
+        (st = fdev_matmul(f, f->gu, f->h, L->wgu, n, 2 * c->n_ff, c->n_embd, 0)))
+        return st;
+    akv_fwd_swiglu_args sw = {.y = f->act,
+                              .gate = f->gu,
+                              .up = akv_dptr_offset(f->gu, (size_t)c->n_ff * 4),
+                              .n_rows = n,
+                              .n = c->n_ff,
+                              .in_stride = 2 * c->n_ff,
+                              .y_dtype = AKV_DTYPE_BF16};
+    if ((st = FDEV_LAUNCH(f, akv_fwd_op_swiglu, sw))) return st;
+    return fdev_matmul(f, f->x, f->act, L->wdown, n, c->n_embd, c->n_ff, 1);
+}
+
+akv_status akv_forward_dev_run(akv_forward_dev *f, const int32_t *tokens, uint32_t n,
+                               uint32_t pos0, const akv_forward_kv *kv, float *logits,
+                               bool all_logits) {
+    if (!f || !tokens || !kv || !kv->begin_layer) return AKV_EINVAL;
+    const akv_model_config *c = &f->cfg;
+    uint32_t T = f->params.max_chunk;
+    if (n == 0 || n > T || (uint64_t)pos0 + n > INT32_MAX) {
+        AKV_LOG_E("forward_dev: a chunk of %u tokens at position %u (1..%u tokens, positions "
+                  "below 2^31)",
+                  n, pos0, T);
+        return AKV_EINVAL;
+    }
+    for (uint32_t t = 0; t < n; t++) {
+        if (tokens[t] < 0 || (uint32_t)tokens[t] >= c->n_vocab) {
+            AKV_LOG_E("forward_dev: token id %d at position %u is outside the vocabulary [0, %u)",
+                      tokens[t], t, c->n_vocab);
+            return AKV_EINVAL;
+        }
+    }
+    akv_status st;
+    /* 1. ids, positions and the prefill's qo_indptr: one upload from pinned memory, after
+     * the previous one has left it */
+    if (f->io_pending && (st = akv_dev_event_sync(f->dev, f->io_ev))) return st;
+    f->io_pending = false;
+    for (uint32_t t = 0; t < n; t++)
+        f->io_h[t] = tokens[t], f->io_h[T + t] = (int32_t)(pos0 + t);
+    f->io_h[2 * T] = 0, f->io_h[2 * T + 1] = (int32_t)n;
+    size_t io_bytes = (2 * (size_t)T + 2) * sizeof(int32_t);
+    if ((st = akv_dev_copy_h2d_async(f->dev, AKV_QUEUE_COMPUTE, f->io, f->io_h, io_bytes)) ||
+        (st = akv_dev_event_record(f->dev, f->io_ev, AKV_QUEUE_COMPUTE)))
+        return st;
+    f->io_pending = true;
+
+    /* 2. embedding, then every block */
+    akv_fwd_embed_args e = {.y = f->x,
+                            .table = f->tok_embd,
+                            .ids = f->io,
+                            .n = n,
+                            .n_embd = c->n_embd,
+                            .n_vocab = c->n_vocab,
+                            .table_dtype = AKV_DTYPE_BF16};
+    if ((st = FDEV_LAUNCH(f, akv_fwd_op_embed, e))) return st;
+    for (uint32_t l = 0; l < f->n_layers; l++)
+        if ((st = fdev_layer_run(f, l, n, kv))) return st;
+    if (!logits) return AKV_OK;
+
+    /* 3. output head over the rows whose logits are wanted, and the one wait of the run */
+    uint32_t first = all_logits ? 0 : n - 1, rows = n - first;
+    size_t lbytes = (size_t)rows * c->n_vocab * sizeof(float);
+    if ((st = fdev_rmsnorm(f, f->h, akv_dptr_offset(f->x, (size_t)first * c->n_embd * 4),
+                           f->output_norm, rows)) ||
+        (st = fdev_matmul(f, f->logits, f->h, f->output, rows, c->n_vocab, c->n_embd, 0)) ||
+        (st = akv_dev_copy_d2h_async(f->dev, AKV_QUEUE_COMPUTE, f->logits_h, f->logits, lbytes)) ||
+        (st = akv_dev_queue_sync(f->dev, AKV_QUEUE_COMPUTE)))
+        return st;
+    f->io_pending = false; /* the sync covered the upload too */
+    memcpy(logits, f->logits_h, lbytes);
+    return AKV_OK;
+}

@@ -1,0 +1,195 @@
+/* forward_ops.c — the descriptors of akv/forward_ops.h and their host backend
+ * implementations (ref/ ops on the compute worker thread; device addresses are host addresses
+ * there). */
+#include "akv/forward_ops.h"
+
+#include <math.h>
+#include <stdbool.h>
+#include <string.h>
+
+#include "core/alloc.h"
+#include "core/half.h"
+#include "core/log.h"
+
+/* A device address of the host backend as a host pointer. */
+#define FOPS_PTR(type, d) ((type *)(uintptr_t)(d).addr)
+
+/* Element i of an f32 or bf16 array. */
+static float fops_load(const void *p, akv_dtype t, size_t i) {
+    return t == AKV_DTYPE_BF16 ? akv_bf16_to_f32(((const uint16_t *)p)[i]) : ((const float *)p)[i];
+}
+
+static void fops_store(void *p, akv_dtype t, size_t i, float v) {
+    if (t == AKV_DTYPE_BF16)
+        ((uint16_t *)p)[i] = akv_f32_to_bf16(v);
+    else
+        ((float *)p)[i] = v;
+}
+
+static akv_status fops_dtype_check(akv_dtype t, const char *op) {
+    if (t == AKV_DTYPE_F32 || t == AKV_DTYPE_BF16) return AKV_OK;
+    AKV_LOG_E("%s: dtype %s (f32 or bf16 expected)", op, akv_dtype_name(t));
+    return AKV_EINVAL;
+}
+
+static akv_status fops_embed(akv_dev *dev, const void *args) {
+    (void)dev;
+    const akv_fwd_embed_args *a = args;
+    akv_status st = fops_dtype_check(a->table_dtype, "fwd_embed");
+    if (st) return st;
+    const int32_t *ids = FOPS_PTR(const int32_t, a->ids);
+    const void *tab = FOPS_PTR(const void, a->table);
+    float *y = FOPS_PTR(float, a->y);
+    for (uint32_t t = 0; t < a->n; t++) {
+        bool ok = ids[t] >= 0 && (uint32_t)ids[t] < a->n_vocab;
+        for (uint32_t i = 0; i < a->n_embd; i++)
+            y[(size_t)t * a->n_embd + i] =
+                ok ? fops_load(tab, a->table_dtype, (size_t)ids[t] * a->n_embd + i) : NAN;
+    }
+    return AKV_OK;
+}
+
+static akv_status fops_rmsnorm(akv_dev *dev, const void *args) {
+    (void)dev;
+    const akv_fwd_rmsnorm_args *a = args;
+    akv_status st = fops_dtype_check(a->y_dtype, "fwd_rmsnorm");
+    if (st) return st;
+    const float *x = FOPS_PTR(const float, a->x), *w = FOPS_PTR(const float, a->w);
+    void *y = FOPS_PTR(void, a->y);
+    for (uint32_t r = 0; r < a->n_rows; r++) {
+        const float *xr = x + (size_t)r * a->n;
+        double ss = 0;
+        for (uint32_t i = 0; i < a->n; i++)
+            ss += (double)xr[i] * xr[i];
+        float scale = (float)(1.0 / sqrt(ss / (double)a->n + (double)a->eps));
+        for (uint32_t i = 0; i < a->n; i++)
+            fops_store(y, a->y_dtype, (size_t)r * a->n + i, xr[i] * scale * w[i]);
+    }
+    return AKV_OK;
+}
+
+static akv_status fops_rope(akv_dev *dev, const void *args) {
+    (void)dev;
+    const akv_fwd_rope_args *a = args;
+    if (a->n_rot % 2 || a->n_rot > a->head_dim) return AKV_EINVAL;
+    const int32_t *pos = FOPS_PTR(const int32_t, a->pos);
+    const float *inv = FOPS_PTR(const float, a->inv_freq);
+    float *x = FOPS_PTR(float, a->x);
+    size_t stride = a->stride ? a->stride : (size_t)a->n_heads * a->head_dim;
+    size_t n_pairs = a->n_rot / 2;
+    float *c = akv__malloc(2 * (n_pairs ? n_pairs : 1) * sizeof(float));
+    if (!c) return AKV_ENOMEM;
+    float *s = c + n_pairs;
+    for (uint32_t t = 0; t < a->n_tokens; t++) {
+        /* one token at a time through the reference (its table and its rotation) */
+        akv_ops_ref_rope_table(pos + t, 1, inv, a->n_rot, c, s);
+        akv_ops_ref_rope(x + t * stride, 1, a->n_heads, a->head_dim, a->n_rot, a->mode, c, s);
+    }
+    akv__free(c);
+    return AKV_OK;
+}
+
+static akv_status fops_swiglu(akv_dev *dev, const void *args) {
+    (void)dev;
+    const akv_fwd_swiglu_args *a = args;
+    akv_status st = fops_dtype_check(a->y_dtype, "fwd_swiglu");
+    if (st) return st;
+    const float *g = FOPS_PTR(const float, a->gate), *u = FOPS_PTR(const float, a->up);
+    void *y = FOPS_PTR(void, a->y);
+    size_t in = a->in_stride ? a->in_stride : a->n;
+    for (uint32_t r = 0; r < a->n_rows; r++)
+        for (uint32_t i = 0; i < a->n; i++) {
+            float gv = g[r * in + i];
+            fops_store(y, a->y_dtype, (size_t)r * a->n + i, gv / (1.0f + expf(-gv)) * u[r * in + i]);
+        }
+    return AKV_OK;
+}
+
+static akv_status fops_add(akv_dev *dev, const void *args) {
+    (void)dev;
+    const akv_fwd_add_args *a = args;
+    float *y = FOPS_PTR(float, a->y);
+    const float *x = FOPS_PTR(const float, a->a);
+    size_t ys = a->y_stride ? a->y_stride : a->n;
+    for (uint32_t r = 0; r < a->n_rows; r++)
+        akv_ops_ref_add(y + r * ys, x + (size_t)r * a->a_stride, a->n);
+    return AKV_OK;
+}
+
+static akv_status fops_cast(akv_dev *dev, const void *args) {
+    (void)dev;
+    const akv_fwd_cast_args *a = args;
+    akv_status st = fops_dtype_check(a->x_dtype, "fwd_cast");
+    if (st || (st = fops_dtype_check(a->y_dtype, "fwd_cast"))) return st;
+    const void *x = FOPS_PTR(const void, a->x);
+    void *y = FOPS_PTR(void, a->y);
+    for (uint64_t i = 0; i < a->n; i++)
+        fops_store(y, a->y_dtype, i, fops_load(x, a->x_dtype, i));
+    return AKV_OK;
+}
+
+static akv_status fops_fill(akv_dev *dev, const void *args) {
+    (void)dev;
+    const akv_fwd_fill_args *a = args;
+    akv_status st = fops_dtype_check(a->y_dtype, "fwd_fill");
+    if (st) return st;
+    void *y = FOPS_PTR(void, a->y);
+    for (uint64_t i = 0; i < a->n; i++)
+        fops_store(y, a->y_dtype, i, akv_fwd_fill_value(a->seed, i, a->center, a->scale));
+    return AKV_OK;
+}
+
+/* Widens bf16 x and W to f32 and runs the reference product (the oracle's arithmetic on the
+ * values the device sees). */
+static akv_status fops_matmul(akv_dev *dev, const void *args) {
+    (void)dev;
+    const akv_fwd_matmul_args *a = args;
+    size_t m = a->m, n = a->n, k = a->k;
+    if (!m || !n || !k || a->beta > 1) return AKV_EINVAL;
+    float *xf = akv__malloc((m * k + n * k + m * n) * sizeof(float));
+    if (!xf) return AKV_ENOMEM;
+    float *wf = xf + m * k, *tmp = wf + n * k;
+    const uint16_t *x = FOPS_PTR(const uint16_t, a->x), *w = FOPS_PTR(const uint16_t, a->w);
+    for (size_t i = 0; i < m * k; i++)
+        xf[i] = akv_bf16_to_f32(x[i]);
+    for (size_t i = 0; i < n * k; i++)
+        wf[i] = akv_bf16_to_f32(w[i]);
+    float *y = FOPS_PTR(float, a->y);
+    akv_ops_ref_matmul(a->beta ? tmp : y, xf, wf, NULL, m, n, k);
+    if (a->beta) akv_ops_ref_add(y, tmp, m * n);
+    akv__free(xf);
+    return AKV_OK;
+}
+
+static akv_status fops_attn_append(akv_dev *dev, const void *args) {
+    (void)dev;
+    return akv_attn_ref_append(&((const akv_fwd_attn_append_args *)args)->p);
+}
+
+static akv_status fops_attn_decode(akv_dev *dev, const void *args) {
+    (void)dev;
+    return akv_attn_ref_decode(&((const akv_fwd_attn_decode_args *)args)->p);
+}
+
+static akv_status fops_attn_prefill(akv_dev *dev, const void *args) {
+    (void)dev;
+    return akv_attn_ref_prefill(&((const akv_fwd_attn_prefill_args *)args)->p);
+}
+
+#define FOPS_DEF(var, op_name, type, fn)                                                              \
+    const akv_dev_op var = {.name = op_name, .args_bytes = sizeof(type), .host = fn}
+
+FOPS_DEF(akv_fwd_op_embed, AKV_FWD_OP_EMBED, akv_fwd_embed_args, fops_embed);
+FOPS_DEF(akv_fwd_op_rmsnorm, AKV_FWD_OP_RMSNORM, akv_fwd_rmsnorm_args, fops_rmsnorm);
+FOPS_DEF(akv_fwd_op_rope, AKV_FWD_OP_ROPE, akv_fwd_rope_args, fops_rope);
+FOPS_DEF(akv_fwd_op_swiglu, AKV_FWD_OP_SWIGLU, akv_fwd_swiglu_args, fops_swiglu);
+FOPS_DEF(akv_fwd_op_add, AKV_FWD_OP_ADD, akv_fwd_add_args, fops_add);
+FOPS_DEF(akv_fwd_op_cast, AKV_FWD_OP_CAST, akv_fwd_cast_args, fops_cast);
+FOPS_DEF(akv_fwd_op_fill, AKV_FWD_OP_FILL, akv_fwd_fill_args, fops_fill);
+FOPS_DEF(akv_fwd_op_matmul, AKV_FWD_OP_MATMUL, akv_fwd_matmul_args, fops_matmul);
+FOPS_DEF(akv_fwd_op_attn_append, AKV_FWD_OP_ATTN_APPEND, akv_fwd_attn_append_args,
+         fops_attn_append);
+FOPS_DEF(akv_fwd_op_attn_decode, AKV_FWD_OP_ATTN_DECODE, akv_fwd_attn_decode_args,
+         fops_attn_decode);
+FOPS_DEF(akv_fwd_op_attn_prefill, AKV_FWD_OP_ATTN_PREFILL, akv_fwd_attn_prefill_args,
+         fops_attn_prefill);

@@ -1,0 +1,135 @@
+/*
+ * tests/fwd_fixture.h — one sequence's forward pass over the memory layer, on either pass:
+ * the host pass (akv/forward.h, direct route) or the pass on a device's queues
+ * (akv/forward_dev.h, queued route), with the same pools and chunking, so tests can compare
+ * their logits step by step.
+ */
+#ifndef AKV_TEST_FWD_FIXTURE_H
+#define AKV_TEST_FWD_FIXTURE_H
+
+#include <math.h>
+#include <stdbool.h>
+
+#include "akv/dev_pool.h"
+#include "akv/forward.h"
+#include "akv/forward_dev.h"
+#include "akv/host_pool.h"
+#include "akv/route.h"
+#include "core/half.h"
+#include "model_build.h"
+#include "test.h"
+
+typedef struct fx {
+    akv_dev *dev;
+    akv_geom g;
+    akv_host_pool *hp;
+    akv_dev_pool *dp;
+    akv_route *r;
+    akv_forward *fh;     /* host pass (on_device false) */
+    akv_forward_dev *fd; /* device pass (on_device true) */
+    uint32_t n_vocab, max_chunk;
+    uint64_t n_tokens;
+} fx;
+
+static inline float fx_round_bf16(float x) {
+    return akv_bf16_to_f32(akv_f32_to_bf16(x));
+}
+
+/* tm_load with every weight rounded to a bf16 value first: the device pass's bf16 copy of
+ * the weights is then exact, and the passes differ only in activation rounding. */
+static inline akv_model *fx_load_bf16_exact(const tm_shape *s, uint64_t seed) {
+    return tm_load_rounded(s, seed, fx_round_bf16);
+}
+
+/* Pools of 1 GiB each, a resident route for max_tokens, the chosen pass. 1 on success. */
+static inline int fx_open(fx *x, const akv_dev_backend *be, const akv_model *m, uint32_t P,
+                          uint64_t max_tokens, uint32_t max_chunk, bool on_device) {
+    memset(x, 0, sizeof *x);
+    const akv_model_config *c = akv_model_get_config(m);
+    x->n_vocab = c->n_vocab, x->max_chunk = max_chunk;
+    if (!CHECK(akv_dev_create(be, NULL, &x->dev) == AKV_OK)) return 0;
+    CHECK_OK(akv_geom_init(&x->g, c->n_layers, c->n_kv_heads, c->head_dim, AKV_DTYPE_BF16, P));
+    akv_host_pool_params hpp = akv_host_pool_default_params();
+    hpp.limit_gib = 1;
+    hpp.arena_bytes = 64 * akv_geom_page_bytes(&x->g);
+    akv_dev_pool_params dpp = akv_dev_pool_default_params();
+    dpp.device_gib = 1;
+    akv_route_params rp = {.kind = AKV_ROUTE_RESIDENT, .max_tokens = max_tokens, .queued = on_device};
+    akv_forward_params fp = {.max_chunk = max_chunk};
+    if (!CHECK(akv_host_pool_create(x->dev, &x->g, &hpp, &x->hp) == AKV_OK) ||
+        !CHECK(akv_dev_pool_create(x->dev, &x->g, &dpp, &x->dp) == AKV_OK) ||
+        !CHECK(akv_route_create(x->dev, x->hp, x->dp, &rp, &x->r) == AKV_OK))
+        return 0;
+    if (on_device) return CHECK(akv_forward_dev_create(x->dev, m, &fp, &x->fd) == AKV_OK);
+    return CHECK(akv_forward_create(m, &fp, &x->fh) == AKV_OK);
+}
+
+static inline void fx_close(fx *x) {
+    akv_forward_destroy(x->fh);
+    akv_forward_dev_destroy(x->fd);
+    if (x->r) CHECK_OK(akv_route_destroy(x->r));
+    if (x->dp) CHECK_OK(akv_dev_pool_destroy(x->dp));
+    if (x->hp) CHECK_OK(akv_host_pool_destroy(x->hp));
+    if (x->dev) CHECK_OK(akv_dev_destroy(x->dev));
+    memset(x, 0, sizeof *x);
+}
+
+/* Feeds n tokens at the end of the history in chunks of max_chunk; logits of the last token
+ * (NULL = none). */
+static inline akv_status fx_feed(fx *x, const int32_t *tokens, uint32_t n, float *logits) {
+    akv_forward_kv kv = akv_route_forward_kv(x->r);
+    for (uint32_t done = 0; done < n;) {
+        uint32_t k = n - done < x->max_chunk ? n - done : x->max_chunk;
+        bool last = done + k == n;
+        akv_status st = akv_route_begin_step(x->r, x->n_tokens + k);
+        if (st) return st;
+        st = x->fd ? akv_forward_dev_run(x->fd, tokens + done, k, (uint32_t)x->n_tokens, &kv,
+                                         last ? logits : NULL, false)
+                   : akv_forward_run(x->fh, tokens + done, k, (uint32_t)x->n_tokens, &kv,
+                                     last ? logits : NULL, false);
+        if (st) {
+            akv_route_truncate(x->r, x->n_tokens);
+            return st;
+        }
+        x->n_tokens += k, done += k;
+    }
+    return AKV_OK;
+}
+
+/* max |got - want| / max(1, max |want|); NaN or Inf in got counts as infinite. */
+static inline double fx_rel_err(const float *got, const float *want, size_t n, size_t *at) {
+    double scale = 1, worst = 0;
+    *at = 0;
+    for (size_t i = 0; i < n; i++)
+        scale = fmax(scale, fabs((double)want[i]));
+    for (size_t i = 0; i < n; i++) {
+        double e = isfinite(got[i]) ? fabs((double)got[i] - want[i]) : INFINITY;
+        if (!(e <= worst)) worst = e, *at = i;
+    }
+    return worst / scale;
+}
+
+/* Loud comparison: prints the worst element on failure. */
+static inline int fx_close_to(const float *got, const float *want, size_t n, double tol,
+                              const char *what) {
+    size_t at;
+    double e = fx_rel_err(got, want, n, &at);
+    int ok = e <= tol;
+    TEST_CHECK_(ok, "%s: relative error %.3g at [%zu] (got %.6f want %.6f; tolerance %.3g)", what,
+                e, at, (double)got[at], (double)want[at], tol);
+    return ok;
+}
+
+/* Index of the largest logit, and the gap to the second largest. */
+static inline int32_t fx_argmax(const float *l, size_t n, double *margin) {
+    size_t best = 0;
+    for (size_t i = 1; i < n; i++)
+        if (l[i] > l[best]) best = i;
+    double second = -INFINITY;
+    for (size_t i = 0; i < n; i++)
+        if (i != best && l[i] > second) second = l[i];
+    if (margin) *margin = (double)l[best] - second;
+    return (int32_t)best;
+}
+
+#endif

@@ -1,0 +1,173 @@
+/* test_forward_dev.c — the forward pass on a device's queues (akv/forward_dev.h) run on the
+ * host backend: its ops go through ref/ on the compute worker thread, the queued route uploads
+ * tables and writes rows back on the queues. Against the host pass (f32 weights, direct route)
+ * within bf16 tolerance, over chunked prefill (prefill and decode-kernel chunks) and decode
+ * steps; the host copy equals the device pages after every step; bad input refused. */
+#include "model_build.h"
+
+#include "fwd_fixture.h"
+
+#include <time.h>
+
+#include "akv/forward_ops.h"
+#include "core/alloc.h"
+#include "engine/route_check.h"
+
+enum { P = 16 };
+
+/* Relative logit error allowed between the passes. Weights are bf16-exact (the fixture
+ * rounds them), so what remains is the rounding of the products' inputs to bf16 (normed
+ * activations, attention output, SwiGLU output: 2^-9 relative each), compounded through
+ * these small, sharp random models: measured up to 0.03. */
+#define TOL 0.05
+
+/* Prefill n_prompt tokens, then n_decode greedy steps driven by the host pass's tokens; the
+ * two passes' logits agree within tol at every step. */
+static void compare_passes(const akv_model *m, uint32_t max_chunk, uint32_t n_prompt,
+                           uint32_t n_decode, double tol, uint64_t *rng) {
+    const akv_model_config *c = akv_model_get_config(m);
+    fx h, d;
+    uint32_t n_total = n_prompt + n_decode;
+    if (!fx_open(&h, akv_dev_host_backend(), m, P, n_total, max_chunk, false) ||
+        !fx_open(&d, akv_dev_host_backend(), m, P, n_total, max_chunk, true)) {
+        fx_close(&h), fx_close(&d);
+        return;
+    }
+    int32_t *tokens = akv__malloc(n_total * sizeof *tokens);
+    float *lh = akv__malloc(c->n_vocab * sizeof *lh), *ld = akv__malloc(c->n_vocab * sizeof *ld);
+    for (uint32_t i = 0; i < n_prompt; i++)
+        tokens[i] = (int32_t)test_rand_below(rng, c->n_vocab);
+    uint32_t pos = 0, n = n_prompt;
+    while (pos < n_total) {
+        if (!CHECK(fx_feed(&h, tokens + pos, n, lh) == AKV_OK) ||
+            !CHECK(fx_feed(&d, tokens + pos, n, ld) == AKV_OK))
+            break;
+        pos += n;
+        if (!fx_close_to(ld, lh, c->n_vocab, tol, "device-queue pass vs host pass")) {
+            printf("  %s, after %u tokens (chunks of %u)\n", c->arch_name, pos, max_chunk);
+            break;
+        }
+        CHECK_OK(akv_route_sync(d.r));
+        CHECK_OK(akv__route_check(d.r));
+        if (pos < n_total) tokens[pos] = fx_argmax(lh, c->n_vocab, NULL);
+        n = 1;
+    }
+    akv_route_stats sh, sd;
+    akv_route_get_stats(h.r, &sh);
+    akv_route_get_stats(d.r, &sd);
+    CHECK_EQ_U64(sd.d2h_bytes, sh.d2h_bytes); /* the same rows written back */
+    CHECK_EQ_U64(sd.n_tokens, sh.n_tokens);
+    akv__free(tokens), akv__free(lh), akv__free(ld);
+    fx_close(&h), fx_close(&d);
+}
+
+int main(void) {
+    uint64_t rng = test_seed(17);
+    const tm_shape llama = {.arch = "llama",
+                            .n_layers = 2,
+                            .n_embd = 32,
+                            .n_ff = 48,
+                            .n_heads = 4,
+                            .n_kv_heads = 2,
+                            .n_vocab = 37};
+
+    TEST_CASE(llama_chunks_and_decode) {
+        akv_model *m = fx_load_bf16_exact(&llama, rng);
+        if (!CHECK(m != NULL)) break;
+        /* chunks of 8: 37 = 8+8+8+8+5 (prefill kernel); chunks of 3: the decode kernel */
+        compare_passes(m, 8, 37, 6, TOL, &rng);
+        compare_passes(m, 3, 7, 4, TOL, &rng);
+        compare_passes(m, 64, 1, 20, TOL, &rng);
+        akv_model_destroy(m);
+    }
+
+    TEST_CASE(qwen2_bias_neox_tied_rope_factors) {
+        tm_shape q = llama;
+        q.arch = "qwen2", q.tied = true;
+        akv_model *m = fx_load_bf16_exact(&q, rng);
+        if (!CHECK(m != NULL)) break;
+        compare_passes(m, 16, 33, 5, TOL, &rng);
+        akv_model_destroy(m);
+        tm_shape f = llama;
+        f.rope_factors = true, f.n_layers = 3;
+        if (!CHECK((m = fx_load_bf16_exact(&f, rng)) != NULL)) break;
+        compare_passes(m, 5, 17, 5, TOL, &rng);
+        akv_model_destroy(m);
+    }
+
+    TEST_CASE(fill_is_the_shared_formula) {
+        akv_dev *dev = NULL;
+        if (!CHECK(akv_dev_create(akv_dev_host_backend(), NULL, &dev) == AKV_OK)) break;
+        akv_dptr y;
+        CHECK_OK(akv_dev_mem_alloc(dev, 97 * sizeof(float), &y));
+        akv_fwd_fill_args a = {
+            .y = y, .n = 97, .seed = 5, .center = 1, .scale = 0.25f, .y_dtype = AKV_DTYPE_F32};
+        CHECK_OK(akv_dev_op_launch(dev, &akv_fwd_op_fill, &a, sizeof a));
+        CHECK_OK(akv_dev_queue_sync(dev, AKV_QUEUE_COMPUTE));
+        float got[97];
+        CHECK_OK(akv_dev_copy_d2h_sync(dev, got, y, sizeof got));
+        int bad = 0;
+        for (int i = 0; i < 97; i++) {
+            float w = akv_fwd_fill_value(5, (uint64_t)i, 1, 0.25f);
+            bad += got[i] != w || !(w >= 0.75f && w < 1.25f);
+        }
+        CHECK_EQ_INT(bad, 0);
+        CHECK_OK(akv_dev_mem_free(dev, y));
+        CHECK_OK(akv_dev_destroy(dev));
+    }
+
+    TEST_CASE(synthetic_weights_run) {
+        /* the benchmark's path: weights filled on the device from a config alone */
+        akv_model *m = fx_load_bf16_exact(&llama, rng);
+        if (!CHECK(m != NULL)) break;
+        fx d;
+        if (fx_open(&d, akv_dev_host_backend(), m, P, 64, 8, true)) {
+            akv_forward_dev *syn = NULL;
+            akv_forward_params fp = {.max_chunk = 8};
+            CHECK_OK(akv_forward_dev_create_synthetic(d.dev, akv_model_get_config(m), 3, &fp,
+                                                      &syn));
+            if (syn) {
+                akv_forward_dev_destroy(d.fd);
+                d.fd = syn;
+                int32_t ids[11] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11};
+                float logits[37];
+                CHECK_OK(fx_feed(&d, ids, 11, logits));
+                int finite = 1;
+                for (int i = 0; i < 37; i++)
+                    finite &= isfinite(logits[i]) != 0;
+                CHECK(finite);
+            }
+        }
+        fx_close(&d);
+        akv_model_destroy(m);
+    }
+
+    TEST_CASE(bad_requests) {
+        akv_model *m = fx_load_bf16_exact(&llama, rng);
+        if (!CHECK(m != NULL)) break;
+        fx d;
+        if (fx_open(&d, akv_dev_host_backend(), m, P, 64, 8, true)) {
+            float logits[37];
+            int32_t bad[2] = {1, 37};
+            CHECK_STATUS(fx_feed(&d, bad, 2, logits), AKV_EINVAL); /* outside the vocabulary */
+            akv_route_stats rs;
+            akv_route_get_stats(d.r, &rs);
+            CHECK_EQ_U64(rs.n_tokens, 0);
+            int32_t ok[3] = {1, 2, 3};
+            CHECK_OK(fx_feed(&d, ok, 3, logits));
+            akv_forward_kv kv = akv_route_forward_kv(d.r);
+            CHECK_STATUS(akv_forward_dev_run(d.fd, ok, 9, 3, &kv, logits, false), AKV_EINVAL);
+            CHECK_STATUS(akv_forward_dev_run(d.fd, ok, 0, 3, &kv, logits, false), AKV_EINVAL);
+            CHECK(akv_forward_dev_weight_bytes(d.fd) > 0);
+        }
+        fx_close(&d);
+        akv_model_destroy(m);
+    }
+
+    /* the host backend's last queue worker frees the device state after akv_dev_destroy
+     * returns (destroy never waits): give the detached threads a moment */
+    for (int i = 0; i < 2000 && akv__alloc_live() != 0; i++)
+        nanosleep(&(struct timespec){.tv_nsec = 1000000}, NULL);
+    CHECK_EQ_INT(akv__alloc_live(), 0);
+    return test_finish();
+}
