@@ -41,7 +41,8 @@ static const char run_usage[] =
     "  -n, --n-predict N        tokens to generate per reply (default 128)\n"
     "      --max-context N      the longest history, tokens (default: prompt + n, or the\n"
     "                           model's context length with --chat from standard input)\n"
-    "      --device cpu|cuda    where the forward pass runs (default cpu)\n"
+    "      --device D           where the forward pass runs: auto (default: the GPU when one\n"
+    "                           answers, else the CPU), cpu, cuda or cuda:N\n"
     "      --route resident|staged  how the history reaches the attention (default resident)\n"
     "      --host-gib G         host pool limit, whole GiB (default 1)\n"
     "      --device-gib G       device pool size, whole GiB (default 1)\n"
@@ -156,7 +157,7 @@ static int run_parse(int argc, char **argv, run_opts *o) {
                                          {"help", no_argument, 0, 'h'},
                                          {0, 0, 0, 0}};
     memset(o, 0, sizeof *o);
-    o->model = RUN_DEFAULT_MODEL, o->device = "cpu", o->n_predict = 128, o->host_gib = 1;
+    o->model = RUN_DEFAULT_MODEL, o->device = "auto", o->n_predict = 128, o->host_gib = 1;
     o->device_gib = 1, o->chunk = 256, o->repeat_last_n = 64, o->kv_dtype = AKV_DTYPE_BF16;
     o->route = AKV_ROUTE_RESIDENT;
     o->sp = akv_sample_default_params();
@@ -402,11 +403,13 @@ static int run_open_memory(run_state *s) {
         fprintf(stderr, "akv run: --dump-logits '%s': %s\n", o->dump, strerror(errno));
         return AKV_EXIT_FAIL;
     }
-    if (!o->quiet)
+    akv_dev_info di;
+    if (!o->quiet && akv_dev_get_info(s->dev, &di) == AKV_OK)
         fprintf(stderr,
-                "akv run: %s, %u layers, K/V %s in pages of %u tokens (%zu KiB); "
+                "akv run: on %s (%s); %s, %u layers, K/V %s in pages of %u tokens (%zu KiB); "
                 "host pool %llu GiB, device pool %llu GiB, route %s, context %llu\n",
-                c->arch_name, c->n_layers, akv_dtype_name(g.dtype), g.page_tokens,
+                di.is_host ? "the CPU" : "the GPU", di.name, c->arch_name, c->n_layers,
+                akv_dtype_name(g.dtype), g.page_tokens,
                 akv_geom_page_bytes(&g) >> 10, o->host_gib, o->device_gib,
                 akv_route_kind_name(o->route), (unsigned long long)s->n_ctx);
     return -1;
