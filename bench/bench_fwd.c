@@ -25,6 +25,7 @@
 #include "akv/dev.h"
 #include "akv/dev_pool.h"
 #include "akv/forward_dev.h"
+#include "akv/forward_ops.h"
 #include "akv/host_pool.h"
 #include "akv/route.h"
 #include "core/clock.h"
@@ -53,6 +54,58 @@ typedef struct row {
     uint32_t ctx;
     double prefill_s, step_ms, kv_bytes;
 } row;
+
+/* The decode products alone: y = x W^T for one row (and four for the output projection) at
+ * the 8B shapes, by cuBLAS and by the skinny kernel, timed with events around 20 launches on
+ * the compute queue; GB/s of weights read, as a ratio of the device copy rate. */
+typedef struct mm_row {
+    const char *name;
+    uint32_t m, n, k;
+    double us[2]; /* cuBLAS, skinny */
+} mm_row;
+
+static void bench_matmuls(akv_dev *dev, mm_row *rows, int n_rows) {
+    size_t max_w = 0;
+    for (int i = 0; i < n_rows; i++)
+        if ((size_t)rows[i].n * rows[i].k * 2 > max_w) max_w = (size_t)rows[i].n * rows[i].k * 2;
+    akv_dptr w, x, y, ws;
+    TRY(akv_dev_mem_alloc(dev, max_w, &w));
+    TRY(akv_dev_mem_alloc(dev, 4u * 14336 * 2, &x));
+    TRY(akv_dev_mem_alloc(dev, 4u * 128256 * 4, &y));
+    TRY(akv_dev_mem_alloc(dev, 32u << 20, &ws));
+    TRY(akv_dev_memset_sync(dev, w, 0x3c, max_w)); /* bf16 0x3c3c, about 0.0115 */
+    TRY(akv_dev_memset_sync(dev, x, 0x3c, 4u * 14336 * 2));
+    akv_event *e0, *e1;
+    TRY(akv_dev_event_create(dev, AKV_EVENT_TIMING, &e0));
+    TRY(akv_dev_event_create(dev, AKV_EVENT_TIMING, &e1));
+    enum { N_LAUNCH = 20 };
+    for (int i = 0; i < n_rows; i++) {
+        for (int algo = 0; algo < 2; algo++) {
+            akv_fwd_matmul_args a = {.y = y, .x = x, .w = w, .m = rows[i].m, .n = rows[i].n,
+                                     .k = rows[i].k, .beta = 1, .workspace = ws,
+                                     .workspace_bytes = 32u << 20,
+                                     .algo = algo ? AKV_FWD_MATMUL_GEMV : AKV_FWD_MATMUL_CUBLAS};
+            double best = INFINITY;
+            for (int rep = 0; rep < 3; rep++) {
+                TRY(akv_dev_event_record(dev, e0, AKV_QUEUE_COMPUTE));
+                for (int l = 0; l < N_LAUNCH; l++)
+                    TRY(akv_dev_op_launch(dev, &akv_fwd_op_matmul, &a, sizeof a));
+                TRY(akv_dev_event_record(dev, e1, AKV_QUEUE_COMPUTE));
+                TRY(akv_dev_queue_sync(dev, AKV_QUEUE_COMPUTE));
+                uint64_t ns = 0;
+                TRY(akv_dev_event_elapsed_ns(dev, e0, e1, &ns));
+                if (ns / 1e3 / N_LAUNCH < best) best = ns / 1e3 / N_LAUNCH;
+            }
+            rows[i].us[algo] = best;
+        }
+    }
+    TRY(akv_dev_event_destroy(dev, e0));
+    TRY(akv_dev_event_destroy(dev, e1));
+    TRY(akv_dev_mem_free(dev, w));
+    TRY(akv_dev_mem_free(dev, x));
+    TRY(akv_dev_mem_free(dev, y));
+    TRY(akv_dev_mem_free(dev, ws));
+}
 
 /* Prefill ctx tokens and time N_STEPS decode steps on fresh pools sized for the context. */
 static row bench_ctx(akv_dev *dev, akv_forward_dev *f, uint32_t ctx) {
@@ -157,6 +210,12 @@ int main(void) {
     TRY(akv_dev_mem_free(dev, cw.a));
     TRY(akv_dev_mem_free(dev, cw.b));
 
+    mm_row mms[] = {{"q|k|v", 1, 6144, 4096, {0, 0}},     {"o", 1, 4096, 4096, {0, 0}},
+                    {"gate|up", 1, 28672, 4096, {0, 0}},  {"down", 1, 4096, 14336, {0, 0}},
+                    {"output", 1, 128256, 4096, {0, 0}},  {"gate|up, 4 rows", 4, 28672, 4096, {0, 0}}};
+    const int n_mm = (int)(sizeof mms / sizeof mms[0]);
+    bench_matmuls(dev, mms, n_mm);
+
     uint32_t ctxs[4] = {1024, 8192, 32768, 131072};
     int n_ctx = getenv("AKV_BENCH_LONG") ? 4 : 3;
     row rows[4];
@@ -181,6 +240,16 @@ int main(void) {
                 "| context | prefill s | decode tokens/s | step ms | limit (weights) ms | ratio "
                 "| limit (+K/V) ms | ratio |\n|---|---|---|---|---|---|---|---|\n",
                 info.name, info.n_sm, c.n_layers, wb / 1e9, copy_bps / 1e9);
+        fprintf(o, "\n### Decode products alone (weights read once; ratio = weight bytes / time / "
+                   "copy rate)\n\n| product | m | n x k | cuBLAS us | ratio | skinny kernel us | "
+                   "ratio |\n|---|---|---|---|---|---|---|\n");
+        for (int i = 0; i < n_mm; i++) {
+            double wbytes = (double)mms[i].n * mms[i].k * 2;
+            fprintf(o, "| %s | %u | %u x %u | %.1f | %.2f | %.1f | %.2f |\n", mms[i].name, mms[i].m,
+                    mms[i].n, mms[i].k, mms[i].us[0], wbytes / (mms[i].us[0] * 1e-6) / copy_bps,
+                    mms[i].us[1], wbytes / (mms[i].us[1] * 1e-6) / copy_bps);
+        }
+        fprintf(o, "\n");
         for (int i = 0; i < n_ctx; i++) {
             double lw = wb / copy_bps * 1e3, lkv = (wb + rows[i].kv_bytes) / copy_bps * 1e3;
             fprintf(o, "| %u | %.2f | %.1f | %.3f | %.3f | %.2f | %.3f | %.2f |\n", rows[i].ctx,

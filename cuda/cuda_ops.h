@@ -33,6 +33,10 @@ typedef akv_status (*akv_cuda_op_fn)(const void *args, const akv__cuda_launch *l
 akv_cuda_op_fn akv__cuda_op_find(const char *name, int *needs_blas);
 
 /* Launchers (one .cu per kernel family). */
+/* fwd_gemv.cu: y[m][n] (+)= x[m][k] W[n][k]^T for m <= 4 (bf16 in, f32 out); AKV_EUNSUPPORTED
+ * for a shape or alignment it does not take. */
+akv_status akv__cuda_gemv_bf16(uint64_t y, uint64_t x, uint64_t w, uint32_t m, uint32_t n,
+                               uint32_t k, int beta, void *stream);
 akv_status akv__cuda_busy_launch(const void *args, void *stream);         /* copy_kernels.cu */
 
 /* The staging tests' probe (akv/stage_probe.h): stage_probe.cu. */

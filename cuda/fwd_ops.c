@@ -7,6 +7,8 @@
  * ld k): cublasGemmEx(T, N, n, m, k) with bf16 A and B, f32 C and CUBLAS_COMPUTE_32F (tensor
  * cores, f32 accumulation). beta 0 or 1 (1 adds into the residual stream).
  *
+ * Decode's skinny products (m <= 4) go to cuda/fwd_gemv.cu instead (akv_fwd_matmul_algo).
+ *
  * Determinism: cuBLAS gives the same bits for the same call on the same GPU model and library
  * version when the stream and the workspace are the same; atomics stay off (the default). The
  * workspace comes with the arguments (device memory the forward pass owns) and is set after
@@ -52,6 +54,20 @@ akv_status akv__cuda_fwd_matmul(const void *args, const akv__cuda_launch *l) {
         a.k > INT32_MAX || !a.y.addr || !a.x.addr || !a.w.addr) {
         AKV_LOG_E("cuda matmul: bad arguments (m %u, n %u, k %u, beta %u)", a.m, a.n, a.k, a.beta);
         return AKV_EINVAL;
+    }
+    if (a.algo > AKV_FWD_MATMUL_GEMV) {
+        AKV_LOG_E("cuda matmul: unknown algo %u", a.algo);
+        return AKV_EINVAL;
+    }
+    if (a.algo != AKV_FWD_MATMUL_CUBLAS) {
+        akv_status st = akv__cuda_gemv_bf16(a.y.addr, a.x.addr, a.w.addr, a.m, a.n, a.k, (int)a.beta,
+                                            l->stream);
+        if (st != AKV_EUNSUPPORTED || a.algo == AKV_FWD_MATMUL_GEMV) {
+            if (st == AKV_EUNSUPPORTED)
+                AKV_LOG_E("cuda matmul: the skinny kernel does not take m %u, k %u or this alignment",
+                          a.m, a.k);
+            return st;
+        }
     }
     cublasHandle_t h = (cublasHandle_t)l->blas;
     FWD_BLAS_TRY(cublasSetStream(h, l->stream));

@@ -116,6 +116,16 @@ typedef struct akv_fwd_fill_args {
     akv_dtype y_dtype; /* f32 or bf16 */
 } akv_fwd_fill_args;
 
+/* How the CUDA backend computes a product (the host ignores it). AUTO: the skinny kernel
+ * (cuda/fwd_gemv.cu: one warp per output row, a stream over W) for m <= 4 when k is a
+ * multiple of 8 and x, W are 16-byte aligned, cuBLAS otherwise. The others force one (GEMV
+ * refuses a shape it cannot take with AKV_EUNSUPPORTED); benchmarks compare them. */
+typedef enum akv_fwd_matmul_algo {
+    AKV_FWD_MATMUL_AUTO = 0,
+    AKV_FWD_MATMUL_CUBLAS = 1,
+    AKV_FWD_MATMUL_GEMV = 2,
+} akv_fwd_matmul_algo;
+
 /* y[m][n] = beta * y + x[m][k] · W[n][k]^T; bf16 inputs, f32 accumulation and output. */
 typedef struct akv_fwd_matmul_args {
     akv_dptr y;           /* f32 [m][n] contiguous */
@@ -125,6 +135,7 @@ typedef struct akv_fwd_matmul_args {
     uint32_t beta;        /* 0: y = x W^T; 1: y += x W^T */
     akv_dptr workspace;   /* CUDA: cuBLAS workspace (0 = the library's own); host: unused */
     uint64_t workspace_bytes;
+    uint32_t algo;        /* akv_fwd_matmul_algo; 0 = AUTO */
 } akv_fwd_matmul_args;
 
 /* Attention through akv/attn.h (the CUDA launchers, or the ref on the host backend). */

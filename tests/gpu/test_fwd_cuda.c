@@ -201,9 +201,10 @@ static void ops_case(uint32_t rows, uint32_t n) {
         pfree(y);
     }
 
-    /* matmul: y[rows][n] = x[rows][k] W[n][k]^T, k = 97 and n, beta 0 then 1 */
-    uint32_t ks[2] = {97, n};
-    for (int kk = 0; kk < 2; kk++) {
+    /* matmul: y[rows][n] = x[rows][k] W[n][k]^T, k = 97, n and 264 (a multiple of 8: the
+     * skinny kernel takes rows <= 4), beta 0 then 1 */
+    uint32_t ks[3] = {97, n, 264};
+    for (int kk = 0; kk < 3; kk++) {
         uint32_t k = ks[kk];
         float *mx = rand_f32((size_t)rows * k, 1), *mw = rand_f32((size_t)n * k, 1);
         uint16_t *bx = to_bf16(mx, (size_t)rows * k), *bw = to_bf16(mw, (size_t)n * k);
