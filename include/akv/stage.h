@@ -246,6 +246,9 @@ akv_status akv_stage_quarantine(akv_stage *st);
 
 void akv_stage_get_stats(const akv_stage *st, akv_stage_stats *out);
 
+/* The params the stage runs with (n_slots resolved). */
+akv_stage_params akv_stage_get_params(const akv_stage *st);
+
 #ifdef __cplusplus
 }
 #endif

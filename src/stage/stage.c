@@ -905,6 +905,10 @@ void akv_stage_get_stats(const akv_stage *st, akv_stage_stats *out) {
     *out = st->stats;
 }
 
+akv_stage_params akv_stage_get_params(const akv_stage *st) {
+    return st->p;
+}
+
 void akv__stage_break(akv_stage *st, unsigned flags) {
     st->broken = flags;
 }
