@@ -176,8 +176,8 @@ int main(void) {
             else
                 snprintf(ratio, sizeof ratio, "- (nothing staged)");
             fprintf(o, "| %u | %s | %.1f | %.1f | %.3f | %.3f | %s |\n", ctxs[i], rs,
-                    1e3 / stg[i].step_ms, stg[i].staged_bytes / (1 << 20), bus_ms,
-                    stg[i].step_ms, ratio);
+                    1e3 / stg[i].step_ms, stg[i].staged_bytes / (1 << 20), bus_ms, stg[i].step_ms,
+                    ratio);
         }
     }
     if (out) fclose(out);

@@ -14,7 +14,7 @@
     do {                                                                                           \
         akv_status st_ = (expr);                                                                   \
         if (st_ != AKV_OK) {                                                                       \
-            fprintf(stderr, "%s: %s failed: %s (%s:%d)\n", AKV_BENCH_NAME, #expr,                 \
+            fprintf(stderr, "%s: %s failed: %s (%s:%d)\n", AKV_BENCH_NAME, #expr,                  \
                     akv_status_str(st_), __FILE__, __LINE__);                                      \
             exit(1);                                                                               \
         }                                                                                          \

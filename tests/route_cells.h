@@ -41,16 +41,16 @@
 #define RC_MAX_SEQ 4
 
 typedef struct rc_params {
-    akv_dev *dev;            /* the device both sets run on */
-    akv_forward *fh;         /* host pass (direct routes), or */
-    akv_forward_dev *fd;     /* device pass (queued routes) */
+    akv_dev *dev;        /* the device both sets run on */
+    akv_forward *fh;     /* host pass (direct routes), or */
+    akv_forward_dev *fd; /* device pass (queued routes) */
     uint32_t n_layers, n_kv_heads, head_dim, n_vocab;
-    akv_dtype dtype;         /* K/V pages */
-    uint32_t page_tokens;    /* P */
-    uint32_t window;         /* staged window pages per layer */
-    uint32_t max_chunk;      /* prefill chunk (the pass's max_chunk) */
-    uint32_t n_gen;          /* greedy decode steps per sequence */
-    uint32_t device_gib;     /* each set's device pool */
+    akv_dtype dtype;      /* K/V pages */
+    uint32_t page_tokens; /* P */
+    uint32_t window;      /* staged window pages per layer */
+    uint32_t max_chunk;   /* prefill chunk (the pass's max_chunk) */
+    uint32_t n_gen;       /* greedy decode steps per sequence */
+    uint32_t device_gib;  /* each set's device pool */
     uint64_t seed;
 } rc_params;
 
@@ -134,9 +134,8 @@ static inline int32_t rc_argmax(const float *l, uint32_t n) {
 }
 
 /* Used rows of every host page of two host copies of the same length: rows that differ. */
-static inline uint64_t rc_host_diff(const akv_geom *g, akv_host_pool *ha,
-                                    const akv_host_table *ta, akv_host_pool *hb,
-                                    const akv_host_table *tb) {
+static inline uint64_t rc_host_diff(const akv_geom *g, akv_host_pool *ha, const akv_host_table *ta,
+                                    akv_host_pool *hb, const akv_host_table *tb) {
     uint64_t n = akv_host_table_n_tokens(ta), bad = 0;
     if (n != akv_host_table_n_tokens(tb)) return UINT64_MAX;
     uint32_t P = g->page_tokens;
@@ -187,8 +186,7 @@ static inline int rc_cell(const rc_params *p, uint32_t prompt, uint32_t n_seq) {
             ok &= CHECK(rc_feed(p, &stg, i, in_s, n, ls) == AKV_OK);
             if (!ok) break;
             n_steps++;
-            if (memcmp(lr, ls, (size_t)p->n_vocab * sizeof(float)) != 0 &&
-                bad_step == UINT32_MAX) {
+            if (memcmp(lr, ls, (size_t)p->n_vocab * sizeof(float)) != 0 && bad_step == UINT32_MAX) {
                 uint32_t at = 0;
                 while (lr[at] == ls[at] || (isnan(lr[at]) && isnan(ls[at])))
                     at++;
@@ -215,8 +213,8 @@ static inline int rc_cell(const rc_params *p, uint32_t prompt, uint32_t n_seq) {
            "%.1f s)\n",
            prompt, n_seq, held ? "bit-identical" : "FAILED", n_steps, (double)staged / (1 << 20),
            (unsigned long long)host_bad, akv_clock_s() - t0);
-    TEST_CHECK_(bad_step == UINT32_MAX, "L=%u S=%u: staged logits differ at step %u", prompt,
-                n_seq, bad_step);
+    TEST_CHECK_(bad_step == UINT32_MAX, "L=%u S=%u: staged logits differ at step %u", prompt, n_seq,
+                bad_step);
     TEST_CHECK_(host_bad == 0, "L=%u S=%u: %llu host rows differ", prompt, n_seq,
                 (unsigned long long)host_bad);
     TEST_CHECK_(staged > 0, "L=%u S=%u: nothing was staged (the window held every page)", prompt,
