@@ -32,19 +32,13 @@
 #ifdef AKV_HAVE_CUDA
 #include "akv/dev_cuda.h"
 #include "bench_copy_rate.h"
+#include "llama3_shape.h"
 #endif
 
 #ifdef AKV_HAVE_CUDA
 
-#define TRY(expr)                                                                                  \
-    do {                                                                                           \
-        akv_status st_ = (expr);                                                                   \
-        if (st_ != AKV_OK) {                                                                       \
-            fprintf(stderr, "bench_fwd: %s failed: %s (%s:%d)\n", #expr, akv_status_str(st_),     \
-                    __FILE__, __LINE__);                                                           \
-            exit(1);                                                                               \
-        }                                                                                          \
-    } while (0)
+#define AKV_BENCH_NAME "bench_fwd"
+#include "bench_try.h"
 
 enum { CHUNK = 512, N_STEPS = 32 };
 
@@ -175,21 +169,7 @@ int main(void) {
     }
     akv_dev_info info;
     TRY(akv_dev_get_info(dev, &info));
-    akv_model_config c = {.arch = AKV_MODEL_ARCH_LLAMA,
-                          .arch_name = "llama",
-                          .n_layers = 32,
-                          .n_embd = 4096,
-                          .n_ff = 14336,
-                          .n_heads = 32,
-                          .n_kv_heads = 8,
-                          .head_dim = 128,
-                          .n_rot = 128,
-                          .n_vocab = 128256,
-                          .n_ctx_train = 131072,
-                          .rms_eps = 1e-5f,
-                          .rope_base = 500000.0,
-                          .rope_freq_scale = 1.0,
-                          .rope_mode = AKV_ROPE_NORMAL};
+    akv_model_config c = llama3_8b_shape(32);
     const char *nl = getenv("AKV_BENCH_LAYERS");
     if (nl && atoi(nl) > 0 && atoi(nl) < 32) c.n_layers = (uint32_t)atoi(nl);
     akv_forward_params fp = {.max_chunk = CHUNK};

@@ -152,6 +152,18 @@ typedef struct sc_run {
     int n_pend;
 } sc_run;
 
+/* attend, or (sc_split_attend set) its split form as a forward pass uses it: ready, the
+ * caller's own launch on the compute queue, attended. */
+static int sc_split_attend;
+static inline akv_status sc_attend(akv_stage *st, akv_dev *dev, akv_stage_lease h,
+                                   const akv_dev_op *op, const void *args, size_t n,
+                                   akv_event **ev) {
+    if (!sc_split_attend) return akv_stage_attend(st, h, op, args, n, ev);
+    akv_status s = akv_stage_ready(st, h);
+    if (s == AKV_OK) s = akv_dev_op_launch(dev, op, args, n);
+    return s != AKV_OK ? s : akv_stage_attended(st, h, ev);
+}
+
 /* The probe seed of one layer of a context of seed `seed`. */
 static inline uint64_t sc_layer_seed(uint64_t seed, uint32_t layer) {
     return seed ^ ((uint64_t)(layer + 1) * 0xD1B54A32D192ED03ull);
@@ -392,7 +404,7 @@ static inline int sc_layer(sc_run *r, uint32_t layer, uint64_t step, const int *
     }
     if (cancel_at == 2) goto cancel;
     akv_event *attn = NULL;
-    if (!sc_op(r, akv_stage_attend(f->st, L->h, &akv_stage_probe_op, &a, sizeof a, &attn), AKV_OK,
+    if (!sc_op(r, sc_attend(f->st, f->dev, L->h, &akv_stage_probe_op, &a, sizeof a, &attn), AKV_OK,
                "attend"))
         return 0;
     r->n_probe_seqs += a.n_seq;
@@ -700,7 +712,8 @@ static inline akv_status mu_lease(mu *m, int upto, akv_stage_lease *h, akv_event
     m->live[m->n_live++] = *h;
     if (upto >= 2 && akv_stage_copy(st, *h, &mid, 1, &id) != AKV_OK) return MU_SETUP_FAILED;
     akv_stage_probe_args a = mu_probe(m, id);
-    if (upto >= 3 && akv_stage_attend(st, *h, &akv_stage_probe_op, &a, sizeof a, &ev) != AKV_OK)
+    if (upto >= 3 &&
+        sc_attend(st, m->f.dev, *h, &akv_stage_probe_op, &a, sizeof a, &ev) != AKV_OK)
         return MU_SETUP_FAILED;
     if (upto >= 4 && akv_stage_writeback(st, *h, 0, own, m->tail, 1, 1, &tl) != AKV_OK)
         return MU_SETUP_FAILED;
@@ -767,6 +780,19 @@ static const struct {
     {"cancel an owner out of range", AKV_EINVAL},
     {"quarantine a healthy stage", AKV_ESTATE},
     {"poll into NULL", AKV_EINVAL},
+    /* the split attend (ready ... attended) */
+    {"begin while the previous lease is only ready", AKV_ESTATE},
+    {"copy after ready", AKV_ESTATE},
+    {"ready twice", AKV_ESTATE},
+    {"attend after ready", AKV_ESTATE},
+    {"attended before ready", AKV_ESTATE},
+    {"attended twice", AKV_ESTATE},
+    {"write-back after ready, before attended", AKV_ESTATE},
+    {"seal after ready, before attended", AKV_ESTATE},
+    {"retire a lease that is only ready", AKV_ESTATE},
+    {"ready after cancel", AKV_ECANCELED},
+    {"attended after cancel", AKV_ECANCELED},
+    {"attended into NULL", AKV_EINVAL},
 };
 
 static inline akv_status mu_do(mu *m, int row) {
@@ -854,7 +880,7 @@ static inline akv_status mu_do(mu *m, int row) {
         akv_host_page two[2] = {own, extra};
         MU_SETUP(akv_stage_begin(st, 0, 1, two, 2, &h));
         m->live[m->n_live++] = h;
-        MU_SETUP(akv_stage_attend(st, h, &akv_stage_probe_op, &a, sizeof a, &ev));
+        MU_SETUP(sc_attend(st, m->f.dev, h, &akv_stage_probe_op, &a, sizeof a, &ev));
         MU_SETUP(akv_stage_writeback(st, h, 0, own, m->tail, 1, 1, &tl));
         MU_SETUP(akv_stage_writeback(st, h, 1, extra, m->tail, 2, 1, &tl2));
         MU_LAST(m, akv_stage_seal(st, h, tl, ev));
@@ -911,6 +937,55 @@ static inline akv_status mu_do(mu *m, int row) {
     case 36:
         MU_SETUP(mu_lease(m, 1, &h, NULL, NULL));
         MU_LAST(m, akv_stage_poll(st, h, NULL));
+    case 37:
+        MU_SETUP(mu_lease(m, 2, &h, NULL, NULL));
+        MU_SETUP(akv_stage_ready(st, h));
+        MU_LAST(m, akv_stage_begin(st, 0, 2, &own, 1, &h2));
+    case 38:
+        MU_SETUP(mu_lease(m, 2, &h, NULL, NULL));
+        MU_SETUP(akv_stage_ready(st, h));
+        MU_LAST(m, akv_stage_copy(st, h, &mid, 1, ids));
+    case 39:
+        MU_SETUP(mu_lease(m, 2, &h, NULL, NULL));
+        MU_SETUP(akv_stage_ready(st, h));
+        MU_LAST(m, akv_stage_ready(st, h));
+    case 40:
+        MU_SETUP(mu_lease(m, 2, &h, NULL, NULL));
+        MU_SETUP(akv_stage_ready(st, h));
+        MU_LAST(m, akv_stage_attend(st, h, &akv_stage_probe_op, &a, sizeof a, &ev));
+    case 41:
+        MU_SETUP(mu_lease(m, 2, &h, NULL, NULL));
+        MU_LAST(m, akv_stage_attended(st, h, &ev));
+    case 42:
+        MU_SETUP(mu_lease(m, 2, &h, NULL, NULL));
+        MU_SETUP(akv_stage_ready(st, h));
+        MU_SETUP(akv_stage_attended(st, h, &ev));
+        MU_LAST(m, akv_stage_attended(st, h, &ev2));
+    case 43:
+        MU_SETUP(mu_lease(m, 2, &h, NULL, NULL));
+        MU_SETUP(akv_stage_ready(st, h));
+        MU_LAST(m, akv_stage_writeback(st, h, 0, own, m->tail, 1, 1, &tl));
+    case 44:
+        MU_SETUP(mu_lease(m, 2, &h, NULL, NULL));
+        MU_SETUP(akv_stage_ready(st, h));
+        MU_LAST(m, akv_stage_seal(st, h, tl, ev));
+    case 45:
+        MU_SETUP(mu_lease(m, 2, &h, NULL, NULL));
+        MU_SETUP(akv_stage_ready(st, h));
+        MU_LAST(m, akv_stage_retire(st, h, &rc));
+    case 46:
+        MU_SETUP(mu_lease(m, 2, &h, NULL, NULL));
+        MU_SETUP(akv_stage_cancel(st, h));
+        MU_LAST(m, akv_stage_ready(st, h));
+    case 47:
+        MU_SETUP(mu_lease(m, 2, &h, NULL, NULL));
+        MU_SETUP(akv_stage_ready(st, h));
+        MU_SETUP(akv_stage_cancel(st, h));
+        MU_LAST(m, akv_stage_attended(st, h, &ev));
+    case 48:
+        MU_SETUP(mu_lease(m, 2, &h, NULL, NULL));
+        MU_SETUP(akv_stage_ready(st, h));
+        MU_LAST(m, akv_stage_attended(st, h, NULL));
     }
     return MU_SETUP_FAILED;
 }
@@ -959,7 +1034,7 @@ static inline void sc_lifecycle(const sc_params *p) {
         pa.seq[0].n_new = 0; /* read only: tokens 0..9, page 2 from the staged copy */
         pa.seq[0].page_ids[2] = ids[1];
         akv_event *evb;
-        CHECK_OK(akv_stage_attend(st, b, &akv_stage_probe_op, &pa, sizeof pa, &evb));
+        CHECK_OK(sc_attend(st, m.f.dev, b, &akv_stage_probe_op, &pa, sizeof pa, &evb));
         CHECK_OK(akv_stage_seal(st, b, (akv_stage_tail){0, 0}, evb));
         CHECK_OK(akv__stage_check(st));
         CHECK_OK(akv_stage_retire(st, b, &rb));

@@ -1,11 +1,13 @@
 /* test_route.c — the resident route on the host backend: the forward pass over device-pool
  * pages with the host copy authoritative (walker after every step), write-back of exactly the
  * new rows, pages reclaimed by another context refilled from the host copy with bit-identical
- * logits, and bad requests refused. */
+ * logits, and bad requests refused. The staged route: its window, leases and refusals, and
+ * THE BITWISE CELLS (route_cells.h) with both passes on the host backend. */
 #include "model_build.h"
 
 #include <time.h>
 #include "model_ref64.h"
+#include "route_cells.h"
 
 #include "akv/dev_pool.h"
 #include "akv/forward.h"
@@ -177,8 +179,12 @@ int main(void) {
         pools p;
         if (!pools_open(&p, c, 8)) break;
         akv_route *r = NULL;
-        akv_route_params rp = {.kind = AKV_ROUTE_STAGED, .max_tokens = 64};
-        CHECK_STATUS(akv_route_create(p.dev, p.hp, p.dp, &rp, &r), AKV_EUNSUPPORTED);
+        /* staged: a window above the pool's window capacity, or below the floor */
+        akv_route_params rp = {.kind = AKV_ROUTE_STAGED, .max_tokens = 64, .window_pages = 9};
+        CHECK_STATUS(akv_route_create(p.dev, p.hp, p.dp, &rp, &r), AKV_EINVAL);
+        rp.window_pages = 1;
+        CHECK_STATUS(akv_route_create(p.dev, p.hp, p.dp, &rp, &r), AKV_EINVAL);
+        rp.window_pages = 0;
         rp.kind = AKV_ROUTE_RESIDENT;
         rp.max_tokens = 9 * P; /* 9 pages per layer: more than the window holds */
         CHECK_STATUS(akv_route_create(p.dev, p.hp, p.dp, &rp, &r), AKV_EINVAL);
@@ -206,6 +212,78 @@ int main(void) {
         CHECK_OK(akv__route_check(r));
         CHECK_OK(akv_route_destroy(r));
         pools_close(&p);
+    }
+
+    TEST_CASE(staged_window_leases_and_refusals) {
+        /* a staged route of window 2 over 5 pages: the walker after every step (the window's
+         * pages equal the host copy), one lease per layer per step, destroy refused until the
+         * leases retire, a pass abandoned inside a layer undone by truncate */
+        pools p;
+        if (!pools_open(&p, c, 0)) break;
+        akv_route *r = NULL;
+        akv_route_params rp = {.kind = AKV_ROUTE_STAGED, .max_tokens = 5 * P, .window_pages = 2};
+        CHECK_STATUS(akv_route_create(p.dev, p.hp, p.dp, &rp, &r), AKV_EFULL); /* no reserve */
+        pools_close(&p);
+        if (!pools_open(&p, c, 64)) break;
+        CHECK_OK(akv_route_create(p.dev, p.hp, p.dp, &rp, &r));
+        if (!r) break;
+        uint32_t pos = 0, n_steps = 0;
+        while (pos < 70) {
+            uint32_t n = pos < 40 ? P : 1;
+            if (!CHECK(feed(r, f, tokens + pos, n, logits) == AKV_OK)) break;
+            pos += n, n_steps++;
+            CHECK_OK(akv_route_sync(r));
+            CHECK_OK(akv__route_check(r));
+        }
+        akv_route_stats rs;
+        akv_route_get_stats(r, &rs);
+        CHECK_EQ_U64(rs.n_leases, (uint64_t)n_steps * c->n_layers);
+        CHECK_EQ_INT(rs.window_pages, 2);
+        CHECK(rs.staged_bytes > 0);
+        CHECK_EQ_U64(rs.d2h_bytes, 70 * c->n_layers * akv_geom_token_bytes(&p.g));
+        CHECK_OK(feed(r, f, tokens + pos, 1, logits));
+        CHECK_STATUS(akv_route_destroy(r), AKV_EBUSY); /* the step's leases are live */
+        /* a pass that stops inside layer 0 (its lease open): truncate cancels and retires */
+        CHECK_OK(akv_route_begin_step(r, 72));
+        akv_forward_kv kv = akv_route_forward_kv(r);
+        akv_attn_pages pg;
+        CHECK_OK(kv.begin_layer(kv.user, 0, &pg));
+        CHECK_OK(akv_route_truncate(r, 71));
+        CHECK_OK(akv_route_sync(r));
+        CHECK_OK(akv__route_check(r));
+        CHECK_OK(feed(r, f, tokens + 71, 1, logits));
+        CHECK_OK(akv_route_sync(r));
+        CHECK_OK(akv__route_check(r));
+        CHECK_OK(akv_route_destroy(r));
+        pools_close(&p);
+    }
+
+    /* THE BITWISE CELLS on the host backend, both passes */
+    const rc_params cells = {.n_layers = c->n_layers,
+                             .n_kv_heads = c->n_kv_heads,
+                             .head_dim = c->head_dim,
+                             .n_vocab = c->n_vocab,
+                             .dtype = AKV_DTYPE_BF16,
+                             .page_tokens = P,
+                             .n_gen = 64,
+                             .device_gib = 1,
+                             .seed = rng};
+    TEST_CASE(staged_bitwise_cells_host_pass) {
+        rc_params rc = cells;
+        if (!CHECK(akv_dev_create(akv_dev_host_backend(), NULL, &rc.dev) == AKV_OK)) break;
+        rc.fh = f, rc.window = 3, rc.max_chunk = P;
+        rc_cells(&rc, 2000, "host pass, direct routes");
+        CHECK_OK(akv_dev_destroy(rc.dev));
+    }
+    TEST_CASE(staged_bitwise_cells_queue_pass) {
+        rc_params rc = cells;
+        if (!CHECK(akv_dev_create(akv_dev_host_backend(), NULL, &rc.dev) == AKV_OK)) break;
+        akv_forward_params fdp = {.max_chunk = 64};
+        rc.window = 2, rc.max_chunk = 64, rc.seed = rng + 1;
+        if (CHECK(akv_forward_dev_create(rc.dev, model, &fdp, &rc.fd) == AKV_OK))
+            rc_cells(&rc, 2000, "queue pass (host backend), queued routes");
+        akv_forward_dev_destroy(rc.fd);
+        CHECK_OK(akv_dev_destroy(rc.dev));
     }
 
     akv_forward_destroy(f);

@@ -47,6 +47,12 @@ int main(int argc, char **argv) {
     sc_lifecycle(&small);
     small.n_slots = 2;
     sc_lifecycle(&small);
+    /* the same through the split attend (ready, the caller's launch, attended) */
+    sc_split_attend = 1;
+    sc_misuse_table(&small);
+    sc_lifecycle(&small);
+    sc_split_attend = 0;
+    small.n_slots = 1;
     sc_cancel(&small);
     TEST_CASE(stage_create_refusals) {
         sc_fx f;
@@ -92,6 +98,19 @@ int main(int argc, char **argv) {
         }
     }
 
+    TEST_CASE(negative_control_split_attend_without_copy_wait) {
+        sc_split_attend = 1;
+        sc_params p = host_params(8, 2);
+        p.delay_us = 300;
+        p.delay_one_in = 3;
+        uint64_t host_bad = 0,
+                 bad = sc_stress(&p, 20000, seed + 77, AKV__STAGE_BREAK_COPY_WAIT, 1, &host_bad);
+        printf("  split attend without the copy wait: %llu probe mismatches\n",
+               (unsigned long long)bad);
+        TEST_CHECK_(bad + host_bad > 0, "removing the copy wait of ready went unnoticed");
+        sc_split_attend = 0;
+    }
+
     akv_log_set(NULL, NULL, AKV_LOG_WARN);
     for (uint32_t n_slots = 1; n_slots <= 4; n_slots *= 2) {
         TEST_CASE(randomized_leases_with_delays) {
@@ -99,6 +118,13 @@ int main(int argc, char **argv) {
             p.delay_seed = seed + n_slots;
             sc_stress(&p, 40000, seed + 100 * n_slots, 0, 0, NULL);
         }
+    }
+    TEST_CASE(randomized_leases_split_attend) {
+        sc_split_attend = 1;
+        sc_params p = host_params(8, 2);
+        p.delay_seed = seed + 9;
+        sc_stress(&p, 40000, seed + 900, 0, 0, NULL);
+        sc_split_attend = 0;
     }
     return test_finish();
 }

@@ -43,7 +43,11 @@ static const char run_usage[] =
     "                           model's context length with --chat from standard input)\n"
     "      --device D           where the forward pass runs: auto (default: the GPU when one\n"
     "                           answers, else the CPU), cpu, cuda or cuda:N\n"
-    "      --route resident|staged  how the history reaches the attention (default resident)\n"
+    "      --route resident|staged  how the history reaches the attention (default resident):\n"
+    "                           resident keeps every page in the device pool; staged keeps\n"
+    "                           the window there and stages the rest each step\n"
+    "      --window-pages N     staged: window pages per layer, the sink + the newest\n"
+    "                           (default 4, at least 2)\n"
     "      --host-gib G         host pool limit, whole GiB (default 1)\n"
     "      --device-gib G       device pool size, whole GiB (default 1)\n"
     "      --kv-dtype T         K/V page element type: bf16 (default), f16 or f32\n"
@@ -67,6 +71,7 @@ typedef struct run_opts {
     const char *model, *prompt, *system, *device, *dump;
     int chat, quiet;
     unsigned long long n_predict, ctx, host_gib, device_gib, chunk, threads, repeat_last_n, seed;
+    unsigned long long window_pages;
     akv_route_kind route;
     akv_dtype kv_dtype;
     akv_sample_params sp;
@@ -130,7 +135,8 @@ static int run_parse(int argc, char **argv, run_opts *o) {
         O_RP,
         O_RLN,
         O_SEED,
-        O_DUMP
+        O_DUMP,
+        O_WINDOW
     };
     static const struct option opts[] = {{"model", required_argument, 0, 'm'},
                                          {"prompt", required_argument, 0, 'p'},
@@ -140,6 +146,7 @@ static int run_parse(int argc, char **argv, run_opts *o) {
                                          {"max-context", required_argument, 0, O_CTX},
                                          {"device", required_argument, 0, O_DEVICE},
                                          {"route", required_argument, 0, O_ROUTE},
+                                         {"window-pages", required_argument, 0, O_WINDOW},
                                          {"host-gib", required_argument, 0, O_HOST},
                                          {"device-gib", required_argument, 0, O_DEVGIB},
                                          {"kv-dtype", required_argument, 0, O_KV},
@@ -159,6 +166,7 @@ static int run_parse(int argc, char **argv, run_opts *o) {
     memset(o, 0, sizeof *o);
     o->model = RUN_DEFAULT_MODEL, o->device = "auto", o->n_predict = 128, o->host_gib = 1;
     o->device_gib = 1, o->chunk = 256, o->repeat_last_n = 64, o->kv_dtype = AKV_DTYPE_BF16;
+    o->window_pages = AKV_ROUTE_WINDOW_PAGES;
     o->route = AKV_ROUTE_RESIDENT;
     o->sp = akv_sample_default_params();
     unsigned long long v;
@@ -197,6 +205,10 @@ static int run_parse(int argc, char **argv, run_opts *o) {
                 fprintf(stderr, "akv run: --route '%s': expected resident or staged\n", optarg);
                 return AKV_EXIT_USAGE;
             }
+            break;
+        case O_WINDOW:
+            if (!akv_tool_parse_u64("run", "window-pages", optarg, &o->window_pages))
+                return AKV_EXIT_USAGE;
             break;
         case O_HOST:
             if (!akv_tool_parse_u64("run", "host-gib", optarg, &o->host_gib)) return AKV_EXIT_USAGE;
@@ -280,10 +292,11 @@ static int run_parse(int argc, char **argv, run_opts *o) {
     }
     if (o->chunk == 0 || o->chunk > 65536 || o->threads > 1024 || o->host_gib == 0 ||
         o->host_gib > AKV_HOST_POOL_MAX_GIB || o->device_gib == 0 ||
-        o->device_gib > AKV_DEV_POOL_MAX_GIB) {
+        o->device_gib > AKV_DEV_POOL_MAX_GIB || o->window_pages < 2 ||
+        o->window_pages > UINT32_MAX) {
         fprintf(stderr,
                 "akv run: --chunk must be 1..65536, --threads <= 1024, --host-gib "
-                "1..%u and --device-gib 1..%u\n",
+                "1..%u, --device-gib 1..%u and --window-pages at least 2\n",
                 AKV_HOST_POOL_MAX_GIB, AKV_DEV_POOL_MAX_GIB);
         return AKV_EXIT_USAGE;
     }
@@ -302,6 +315,9 @@ static void run_progress(void *user, uint64_t done, uint64_t total) {
 static void run_free(run_state *s) {
     akv_forward_destroy(s->fwd);
     akv_forward_dev_destroy(s->fwd_dev);
+    /* the staged route's last leases retire here (destroy never waits) */
+    if (s->route && akv_route_sync(s->route) != AKV_OK)
+        fprintf(stderr, "akv run: the route's last step did not complete\n");
     if (akv_route_destroy(s->route) != AKV_OK)
         fprintf(stderr, "akv run: the route could not be released\n");
     if (akv_dev_pool_destroy(s->dp) != AKV_OK)
@@ -361,11 +377,30 @@ static int run_open_memory(run_state *s) {
     hpp.limit_gib = (uint32_t)o->host_gib;
     akv_dev_pool_params dpp = akv_dev_pool_default_params();
     dpp.device_gib = (uint32_t)o->device_gib;
+    if (o->route == AKV_ROUTE_STAGED) {
+        /* the staged route's own stage: 2 slots of (max pages - window) pages, from the pool */
+        uint32_t win = (uint32_t)o->window_pages;
+        dpp.staging_pages = akv_route_staging_pages(&g, s->n_ctx, win);
+        akv_dev_pool_stats lay;
+        st = akv_dev_pool_layout(&g, &dpp, &lay);
+        if (st || lay.window_capacity < win) {
+            double mib = (double)dpp.staging_pages * akv_geom_page_bytes(&g) / (1 << 20);
+            fprintf(stderr,
+                    "akv run: the staged route needs %.0f MiB of staging (2 slots x %u pages "
+                    "of %zu KiB for --max-context %llu) plus a window of %u pages x %u layers; "
+                    "--device-gib %llu does not hold them: raise --device-gib or lower "
+                    "--max-context (or --window-pages)\n",
+                    mib, dpp.staging_pages / 2, akv_geom_page_bytes(&g) >> 10,
+                    (unsigned long long)s->n_ctx, win, c->n_layers, o->device_gib);
+            return AKV_EXIT_REFUSED;
+        }
+    }
     /* admission: the memory layer's arithmetic for one full-length history */
     akv_admit_params ap = {.geom = g,
                            .max_context = s->n_ctx,
                            .host_gib = hpp.limit_gib,
                            .device_gib = dpp.device_gib,
+                           .staging_pages = dpp.staging_pages,
                            .concurrency = 1,
                            .mode = AKV_ADMIT_REFUSE};
     akv_fit fit;
@@ -380,8 +415,11 @@ static int run_open_memory(run_state *s) {
         return AKV_EXIT_FAIL;
     }
     /* on a device the pass runs on the queues: the route keeps its tables there too */
-    akv_route_params rp = {
-        .kind = o->route, .max_tokens = s->n_ctx, .tag = 1, .queued = s->on_device};
+    akv_route_params rp = {.kind = o->route,
+                           .max_tokens = s->n_ctx,
+                           .tag = 1,
+                           .queued = s->on_device,
+                           .window_pages = (uint32_t)o->window_pages};
     if ((st = akv_route_create(s->dev, s->hp, s->dp, &rp, &s->route))) {
         fprintf(stderr, "akv run: route %s: %s\n", akv_route_kind_name(o->route),
                 akv_status_str(st));
@@ -563,9 +601,10 @@ static void run_report(const run_state *s) {
     fprintf(stderr, "time to first token: %.3f s\n", s->t_first);
     uint64_t n_steps_tokens = s->n_prompt + n_dec;
     fprintf(stderr,
-            "bytes staged per token: %.0f host->device, %.0f written back "
-            "device->host (route %s)\n",
+            "bytes staged per token: %.0f host->device (%.0f of it non-window pages), %.0f "
+            "written back device->host (route %s)\n",
             n_steps_tokens ? (double)rs.h2d_bytes / (double)n_steps_tokens : 0,
+            n_steps_tokens ? (double)rs.staged_bytes / (double)n_steps_tokens : 0,
             n_steps_tokens ? (double)rs.d2h_bytes / (double)n_steps_tokens : 0,
             akv_route_kind_name(s->o.route));
     double mib = 1.0 / (1 << 20);

@@ -5,8 +5,9 @@
  * Glossary
  *   route      the policy that places the history for a step (DESIGN.md, "Routes"):
  *              RESIDENT  every page of the history is in the device pool (the baseline);
- *              STAGED    the window on the device, the rest staged each step (not built yet:
- *                        it needs the staging layer's leases; akv_route_create refuses it).
+ *              STAGED    the window (sink + newest pages, window_pages of them) stays in the
+ *                        device pool between steps; every other page is staged each step,
+ *                        per layer, under a lease of the staging layer (akv/stage.h).
  *   host copy  the sequence's akv_host_table: every layer's pages in the host pool. After each
  *              layer of each step the new tokens' rows are written back to it, so it always
  *              holds the whole history (invariant 1 of DESIGN.md).
@@ -20,6 +21,21 @@
  * forward pass runs with akv_route_forward_kv(r) as its hooks: begin_layer hands it the
  * layer's table, end_layer writes the new rows of the layer back to the host copy. A failed
  * step is undone with akv_route_truncate(r, n_before).
+ *
+ * The staged route, per layer of a step (docs/routes.md):
+ *   begin_layer  stage begin (owners = the host pages that receive the step's new rows),
+ *                stage copy of the non-window host pages into a slot, the layer's CSR table in
+ *                logical order (window page ids and the slot page ids the copy returned),
+ *                stage ready: the compute queue waits for the copies before the attention the
+ *                forward pass launches next.
+ *   end_layer    stage attended (the attention event, after the attention the pass launched),
+ *                write-back of only the new rows from the device page(s) holding them (window
+ *                tail or slot page) to the owner host page(s), seal.
+ *   The leases of a step are retired (fences waited on, receipts checked) at the route's next
+ *   begin_step, akv_route_sync or akv_route_truncate; destroy refuses (AKV_EBUSY) while any
+ *   is live. The table has the same max_pages as the resident route's, so the attention's
+ *   partitioning (akv/attn.h: capacity, n_seq, device) and hence its bits are the same: only
+ *   the physical page ids differ.
  *
  * Two modes, by the forward pass the route feeds:
  *   direct  (akv/forward.h, the host forward pass) the page tables are host arrays, fills and
@@ -54,10 +70,14 @@ extern "C" {
 
 typedef enum akv_route_kind {
     AKV_ROUTE_RESIDENT = 0, /* every page in the device pool */
-    AKV_ROUTE_STAGED = 1,   /* the window in the device pool, the rest staged (not built) */
+    AKV_ROUTE_STAGED = 1,   /* the window in the device pool, the rest staged */
 } akv_route_kind;
 
 typedef struct akv_route akv_route;
+typedef struct akv_stage akv_stage; /* akv/stage.h */
+
+/* The staged route's window when params.window_pages is 0: the sink and three newest pages. */
+#define AKV_ROUTE_WINDOW_PAGES 4u
 
 typedef struct akv_route_params {
     akv_route_kind kind;
@@ -65,27 +85,47 @@ typedef struct akv_route_params {
     uint64_t tag;        /* the caller's id, for the device pool's explanations */
     bool queued;         /* tables in device memory, copies on the queues (file comment);
                             false = direct (host backend only) */
+    /* staged only */
+    uint32_t window_pages; /* window pages per layer kept on the device (>= 2: the sink and
+                              the newest); 0 = AKV_ROUTE_WINDOW_PAGES */
+    akv_stage *stage;      /* the transport, borrowed (several routes may share one; its slots
+                              must hold akv_route_slot_pages pages); NULL = the route creates
+                              its own with 2 slots from the device pool's staging reserve
+                              (akv_route_staging_pages of them) */
 } akv_route_params;
 
 typedef struct akv_route_stats {
     uint64_t n_steps;      /* begin_step calls that succeeded */
     uint64_t n_tokens;     /* history length now */
-    uint64_t h2d_bytes;    /* host -> device: fills of fresh pages (and staged copies) */
+    uint64_t h2d_bytes;    /* host -> device: fills of fresh pages and staged copies */
+    uint64_t staged_bytes; /* of them, the staged copies (non-window pages) */
+    uint64_t n_leases;     /* staged: leases retired (receipts checked) */
     uint64_t d2h_bytes;    /* device -> host: write-back of new rows */
     uint32_t window_pages; /* device window pages per layer now */
     uint32_t host_pages;   /* host pages per layer now */
 } akv_route_stats;
 
+/* Device pages one staging slot of the staged route needs: the logical pages of a
+ * max_tokens history outside a window of window_pages (0 = the default), at least 1. */
+uint32_t akv_route_slot_pages(const akv_geom *g, uint64_t max_tokens, uint32_t window_pages);
+
+/* Staging reserve (device pages) a staged route that creates its own stage takes from the
+ * device pool: 2 slots of akv_route_slot_pages. */
+uint32_t akv_route_staging_pages(const akv_geom *g, uint64_t max_tokens, uint32_t window_pages);
+
 /* A route for one sequence over the pools (which must outlive it and share one geometry).
- * AKV_EUNSUPPORTED (logged) for the staged route or the direct mode off the host backend;
- * AKV_EINVAL for a zero max_tokens, pools of different geometries, or a resident history
- * longer than the device pool's window capacity (logged with the GiB it would need);
- * AKV_ENOMEM. */
+ * AKV_EUNSUPPORTED (logged) for the direct mode off the host backend;
+ * AKV_EINVAL for a zero max_tokens, pools of different geometries, a resident history
+ * longer than the device pool's window capacity (logged with the GiB it would need), a staged
+ * window above that capacity or below 2, or a stage whose slots are too small (logged, naming
+ * --device-gib / --max-context); AKV_EFULL when the staging reserve cannot lend the route's
+ * own stage its slots (logged); AKV_ENOMEM. */
 akv_status akv_route_create(akv_dev *dev, akv_host_pool *host_pool, akv_dev_pool *dev_pool,
                             const akv_route_params *p, akv_route **out);
 
-/* Frees the host pages and the device window. NULL is a no-op. AKV_EBUSY (nothing changed)
- * while a host page is leased. Queued mode: waits for the queues first (a copy may still
+/* Frees the host pages and the device window (and the route's own stage). NULL is a no-op.
+ * AKV_EBUSY (nothing changed) while a host page is leased or a staged lease is unretired
+ * (akv_route_sync first: destroy never retires). Queued mode: waits for the queues first (a copy may still
  * touch the pages); if that fails, AKV_EDEVICE and nothing is freed (retained, never reused
  * on an uncertain fence). */
 akv_status akv_route_destroy(akv_route *r);
@@ -100,14 +140,20 @@ akv_status akv_route_begin_step(akv_route *r, uint64_t n_total);
 akv_forward_kv akv_route_forward_kv(akv_route *r);
 
 /* Queued mode: waits until every write-back enqueued so far has landed in the host copy
- * (and the compute queue is idle). Direct mode: nothing to wait for. AKV_EDEVICE when a
- * queue failed. */
+ * (and the compute queue is idle). Direct mode: nothing to wait for. Staged: retires the
+ * leases of the last step (both modes). AKV_EDEVICE when a queue failed; AKV_EFAILED (the
+ * stage failed) or AKV_ESTATE (a receipt did not match what was submitted) from a lease. */
 akv_status akv_route_sync(akv_route *r);
 
-/* Shortens the history to n_tokens (after a failed step). */
+/* Shortens the history to n_tokens (after a failed step). Staged: cancels the lease a failed
+ * pass left open and retires every lease first. */
 akv_status akv_route_truncate(akv_route *r, uint64_t n_tokens);
 
 void akv_route_get_stats(const akv_route *r, akv_route_stats *out);
+
+/* The authoritative host copy (borrowed, valid until destroy; complete between steps once
+ * akv_route_sync returned). */
+const struct akv_host_table *akv_route_host_table(const akv_route *r);
 
 /* "resident", "staged". */
 const char *akv_route_kind_name(akv_route_kind kind);

@@ -9,6 +9,10 @@
  *     copy(host pages)            H2D queue: host pages -> the slot's device pages (tickets)
  *     attend(op, args)            compute queue waits (on the device) for the copies, runs the
  *                                 attention op, records the attention event
+ *       = ready() ... attended()  the same, split for a caller that launches its own attention
+ *                                 (a forward pass): ready makes the compute queue wait for the
+ *                                 copies; the caller launches its kernels on the compute
+ *                                 queue; attended records the attention event after them
  *     writeback(owner, rows)      D2H queue waits (on the device) for the attention event,
  *                                 copies ONLY the new rows of the device tail page to the
  *                                 owner host page: one 2D copy per page
@@ -49,8 +53,8 @@
  *       occupant IS the previous lease: the rule of DESIGN.md invariant 3 word for word.)
  *   I4  A write-back goes only to the owner the lease began with (same page id and generation);
  *       any other host page is AKV_EINVAL. Seal requires the current tail and the very event
- *       attend returned, not re-recorded since (a substituted event is AKV_EINVAL), and every
- *       owner written back or revoked.
+ *       attend (or attended) returned, not re-recorded since (a substituted event is
+ *       AKV_EINVAL), and every owner written back or revoked.
  *   I5  Retire waits on every fence (returning the error of any that failed), fills the
  *       receipt, and only then releases tickets, owner leases and the record. A ticket is
  *       covered by the fence of its queue, recorded after it.
@@ -178,12 +182,25 @@ akv_status akv_stage_copy(akv_stage *st, akv_stage_lease l, const akv_host_page 
 akv_status akv_stage_attend(akv_stage *st, akv_stage_lease l, const akv_dev_op *op,
                             const void *args, size_t args_bytes, akv_event **attn_event);
 
+/* The first half of attend, for a caller that launches the attention itself: the compute
+ * queue waits (on the device) for the lease's copies, so any kernel launched on
+ * AKV_QUEUE_COMPUTE after it reads the staged pages complete. No copy after it. Once per
+ * lease, instead of attend. AKV_ESTATE: not begun-and-unattended (or already ready);
+ * AKV_ECANCELED; AKV_EFAILED; AKV_EDEVICE (the stage is failed). A ready lease that is
+ * cancelled records its attention event at the cancel (covering what the caller launched). */
+akv_status akv_stage_ready(akv_stage *st, akv_stage_lease l);
+
+/* The second half: records the attention event on the compute queue now, i.e. after every
+ * kernel the caller launched there since ready; *attn_event as for attend. AKV_ESTATE: not
+ * ready; AKV_ECANCELED; AKV_EFAILED; AKV_EDEVICE. */
+akv_status akv_stage_attended(akv_stage *st, akv_stage_lease l, akv_event **attn_event);
+
 /* Writes back the new rows [token0, token0 + n_tokens) of device page src_page_id (a device
  * pool page, normally the sequence's tail in its window) to the owner host page `host`, which
  * must be owners[owner_idx] of begin: one 2D copy of 2 * n_kv_heads rows on the D2H queue,
  * after the attention event. Returns the new tail. AKV_EINVAL: a different host owner (id or
  * generation), rows outside the page, a page id outside the pool, owner_idx out of range;
- * AKV_ESTATE: before attend, after seal, or the owner was already written back;
+ * AKV_ESTATE: before attend(ed), after seal, or the owner was already written back;
  * AKV_ECANCELED: the lease or that owner was cancelled; AKV_EFAILED; AKV_EDEVICE. */
 akv_status akv_stage_writeback(akv_stage *st, akv_stage_lease l, uint32_t owner_idx,
                                akv_host_page host, uint32_t src_page_id, uint32_t token0,
@@ -228,6 +245,9 @@ akv_status akv_stage_status(const akv_stage *st);
 akv_status akv_stage_quarantine(akv_stage *st);
 
 void akv_stage_get_stats(const akv_stage *st, akv_stage_stats *out);
+
+/* The params the stage runs with (n_slots resolved). */
+akv_stage_params akv_stage_get_params(const akv_stage *st);
 
 #ifdef __cplusplus
 }

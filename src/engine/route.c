@@ -1,10 +1,12 @@
 /* route.c — one sequence's history placed for the forward pass (akv/route.h): host table,
- * device-pool window, per-layer CSR tables, fills of fresh pages, write-back of new rows. */
+ * device-pool window, per-layer CSR tables, fills of fresh pages, write-back of new rows;
+ * for the staged route, the non-window pages through one staging lease per layer. */
 #include "akv/route.h"
 
 #include <string.h>
 
 #include "akv/host_table.h"
+#include "akv/stage.h"
 #include "engine/route_check.h"
 #include "core/alloc.h"
 #include "core/log.h"
@@ -35,6 +37,18 @@ struct akv_route {
     int32_t *tab_h;     /* pinned */
     akv_dptr tab_d;     /* device */
     akv_event **ev;     /* [n_layers]: the layer's attention enqueued (write-back waits on it) */
+    /* staged (route.h): the window target, the pages staged this step (the same logical pages
+     * in every layer: the window is uniform over layers), one lease per layer */
+    akv_stage *stage;
+    bool own_stage;
+    uint32_t window_target;
+    uint32_t *staged;          /* [max_pages] logical pages outside the window, ascending */
+    uint32_t n_staged;
+    akv_host_page *hpages;     /* [max_pages] scratch: the host pages of a copy or the owners */
+    uint32_t *slot_ids;        /* [max_pages] scratch: where a copy landed */
+    akv_stage_lease *lease;    /* [n_layers] this step's leases */
+    uint8_t *lease_live;       /* [n_layers] begun and not yet retired */
+    int32_t open_layer;        /* the layer whose lease is begun but not sealed; -1 = none */
 };
 
 enum { ROUTE_TAB_HEAD = 4 }; /* int32s before the indices in tab_h/tab_d */
@@ -56,15 +70,48 @@ static bool route_same_geom(const akv_geom *a, const akv_geom *b) {
            a->head_dim == b->head_dim && a->page_tokens == b->page_tokens && a->dtype == b->dtype;
 }
 
+uint32_t akv_route_slot_pages(const akv_geom *g, uint64_t max_tokens, uint32_t window_pages) {
+    uint64_t n_lp = akv_geom_pages_for_tokens(g, max_tokens);
+    uint32_t w = window_pages ? window_pages : AKV_ROUTE_WINDOW_PAGES;
+    return n_lp > w ? (uint32_t)(n_lp - w) : 1;
+}
+
+uint32_t akv_route_staging_pages(const akv_geom *g, uint64_t max_tokens, uint32_t window_pages) {
+    return 2 * akv_route_slot_pages(g, max_tokens, window_pages);
+}
+
+/* Staged: checks the window and the stage (borrowed, or created from the staging reserve). */
+static akv_status route_stage_open(akv_route *r, const akv_route_params *p) {
+    const akv_geom *g = &r->geom;
+    uint32_t slot = akv_route_slot_pages(g, r->max_tokens, r->window_target);
+    r->open_layer = -1;
+    if (p->stage) {
+        akv_stage_params sp = akv_stage_get_params(p->stage);
+        if (sp.slot_pages < slot) {
+            AKV_LOG_E("route: the stage's slots hold %u pages; a staged history of %llu tokens "
+                      "with a window of %u pages stages up to %u per layer (--max-context)",
+                      sp.slot_pages, (unsigned long long)r->max_tokens, r->window_target, slot);
+            return AKV_EINVAL;
+        }
+        r->stage = p->stage;
+        return AKV_OK;
+    }
+    akv_stage_params sp = akv_stage_default_params();
+    sp.n_slots = 2, sp.slot_pages = slot;
+    akv_status st = akv_stage_create(r->dev, r->hp, r->dp, &sp, &r->stage);
+    if (st == AKV_EFULL)
+        AKV_LOG_E("route: the staged route needs a staging reserve of %u pages (2 slots x %u "
+                  "pages of %zu KiB) in the device pool: raise --device-gib or lower "
+                  "--max-context",
+                  2 * slot, slot, akv_geom_page_bytes(g) >> 10);
+    r->own_stage = st == AKV_OK;
+    return st;
+}
+
 akv_status akv_route_create(akv_dev *dev, akv_host_pool *host_pool, akv_dev_pool *dev_pool,
                             const akv_route_params *p, akv_route **out) {
     if (!dev || !host_pool || !dev_pool || !p || !out) return AKV_EINVAL;
-    if (p->kind == AKV_ROUTE_STAGED) {
-        AKV_LOG_E("route: the staged route is not built yet (it needs the staging layer's "
-                  "leases); use the resident route");
-        return AKV_EUNSUPPORTED;
-    }
-    if (p->kind != AKV_ROUTE_RESIDENT) return AKV_EINVAL;
+    if (p->kind != AKV_ROUTE_RESIDENT && p->kind != AKV_ROUTE_STAGED) return AKV_EINVAL;
     akv_dev_info info;
     akv_status st = akv_dev_get_info(dev, &info);
     if (st) return st;
@@ -85,11 +132,20 @@ akv_status akv_route_create(akv_dev *dev, akv_host_pool *host_pool, akv_dev_pool
         return AKV_EINVAL;
     }
     /* Resident: the whole history is the window, so the target is every page of it (and at
-     * least the floor of two). */
+     * least the floor of two). Staged: the window's pages. */
+    bool staged = p->kind == AKV_ROUTE_STAGED;
     uint32_t target = n_lp < 2 ? 2 : (uint32_t)n_lp;
+    if (staged) target = p->window_pages ? p->window_pages : AKV_ROUTE_WINDOW_PAGES;
     akv_dev_pool_stats ps;
     akv_dev_pool_get_stats(dev_pool, &ps);
-    if (target > ps.window_capacity) {
+    if (staged && (target < 2 || target > ps.window_capacity)) {
+        AKV_LOG_E("route: a staged window of %u pages per layer (the sink and the newest: at "
+                  "least 2); the device pool holds %u window pages per layer: raise "
+                  "--device-gib",
+                  target, ps.window_capacity);
+        return AKV_EINVAL;
+    }
+    if (!staged && target > ps.window_capacity) {
         double need_gib = (double)target * g->n_layers * ps.page_bytes / (1u << 30);
         AKV_LOG_E("route: a resident history of %llu tokens needs %u pages per layer x %u layers "
                   "(%.2f GiB of device pool); the pool holds %u pages per layer: raise "
@@ -105,6 +161,7 @@ akv_status akv_route_create(akv_dev *dev, akv_host_pool *host_pool, akv_dev_pool
     r->max_tokens = p->max_tokens;
     r->max_pages = (uint32_t)n_lp;
     r->queued = p->queued;
+    r->window_target = target;
     size_t n_idx = (size_t)n_lp * g->n_layers;
     if (r->queued) {
         size_t tab_bytes = (ROUTE_TAB_HEAD + n_idx) * sizeof(int32_t);
@@ -121,6 +178,16 @@ akv_status akv_route_create(akv_dev *dev, akv_host_pool *host_pool, akv_dev_pool
         r->indices = akv__calloc(n_idx, sizeof *r->indices);
         st = r->indices ? AKV_OK : AKV_ENOMEM;
     }
+    if (!st && staged) {
+        r->staged = akv__calloc(n_lp, sizeof *r->staged);
+        r->hpages = akv__calloc(n_lp, sizeof *r->hpages);
+        r->slot_ids = akv__calloc(n_lp, sizeof *r->slot_ids);
+        r->lease = akv__calloc(g->n_layers, sizeof *r->lease);
+        r->lease_live = akv__calloc(g->n_layers, sizeof *r->lease_live);
+        st = r->staged && r->hpages && r->slot_ids && r->lease && r->lease_live ? AKV_OK
+                                                                                : AKV_ENOMEM;
+        if (!st) st = route_stage_open(r, p);
+    }
     akv_dev_pool_ctx_params cp = {.target = target, .burst = 0, .tag = p->tag};
     if (!st && (st = akv_host_table_create(host_pool, &r->ht)) == AKV_OK)
         st = akv_dev_pool_ctx_open(dev_pool, &cp, &r->ctx);
@@ -134,10 +201,24 @@ akv_status akv_route_create(akv_dev *dev, akv_host_pool *host_pool, akv_dev_pool
 
 akv_status akv_route_destroy(akv_route *r) {
     if (!r) return AKV_OK;
+    for (uint32_t l = 0; r->lease_live && l < r->geom.n_layers; l++)
+        if (r->lease_live[l]) {
+            AKV_LOG_E("route: destroy refused: the staged lease of layer %u is not retired "
+                      "(akv_route_sync first)",
+                      l);
+            return AKV_EBUSY;
+        }
     /* queued: no copy may still touch a page or a table that is about to be freed */
     akv_status st = route_wait(r);
     if (st) return st;
     if ((st = akv_host_table_destroy(r->ht))) return st;
+    if (r->own_stage && (st = akv_stage_destroy(r->stage))) return st;
+    r->own_stage = false;
+    akv__free(r->staged);
+    akv__free(r->hpages);
+    akv__free(r->slot_ids);
+    akv__free(r->lease);
+    akv__free(r->lease_live);
     if (r->ctx) akv_dev_pool_ctx_close(r->dp, r->ctx);
     if (r->queued) {
         for (uint32_t l = 0; r->ev && l < r->geom.n_layers; l++)
@@ -150,6 +231,40 @@ akv_status akv_route_destroy(akv_route *r) {
     }
     akv__free(r);
     return AKV_OK;
+}
+
+/* Staged: cancels the lease a failed pass left open (begun, ready or attended, never
+ * sealed), then retires every lease of the last step: waits on their fences and checks each
+ * receipt against what was submitted (owner write-backs and staged copies). */
+static akv_status route_retire(akv_route *r) {
+    if (!r->stage) return AKV_OK;
+    akv_status first = AKV_OK;
+    if (r->open_layer >= 0) {
+        akv_status s = akv_stage_cancel(r->stage, r->lease[r->open_layer]);
+        if (s != AKV_OK) first = s;
+        r->open_layer = -1;
+    }
+    for (uint32_t l = 0; l < r->geom.n_layers; l++) {
+        if (!r->lease_live[l]) continue;
+        akv_stage_receipt rc;
+        memset(&rc, 0, sizeof rc);
+        akv_status s = akv_stage_retire(r->stage, r->lease[l], &rc);
+        /* released: retired, or failed with completion established (a receipt came back);
+         * otherwise it stays live (retained, or not sealed: a bug) */
+        if (s == AKV_OK || (s == AKV_EFAILED && rc.failed)) r->lease_live[l] = 0;
+        if (s != AKV_OK) {
+            if (first == AKV_OK) first = s;
+            continue;
+        }
+        r->stats.n_leases++;
+        if (!rc.cancelled && (rc.n_copies != r->n_staged || rc.failed)) {
+            AKV_LOG_E("route: the lease of layer %u (step %llu) staged %u pages; %u were "
+                      "submitted",
+                      l, (unsigned long long)rc.step, rc.n_copies, r->n_staged);
+            if (first == AKV_OK) first = AKV_ESTATE;
+        }
+    }
+    return first;
 }
 
 /* Copies a fresh device page's earlier tokens from the host copy (the whole page: its unused
@@ -176,43 +291,54 @@ akv_status akv_route_begin_step(akv_route *r, uint64_t n_total) {
                   (unsigned long long)r->max_tokens);
         return AKV_EINVAL;
     }
-    /* 0. queued: the previous step's kernels and write-backs are done, so the host copy is
-     * complete and the tables may be rewritten */
-    akv_status st = route_wait(r);
-    if (st) return st;
+    /* 0. staged: the previous step's leases retire (their fences waited on). queued: the
+     * previous step's kernels and write-backs are done, so the host copy is complete and the
+     * tables may be rewritten */
+    akv_status st = route_retire(r);
+    if (st || (st = route_wait(r))) return st;
     /* 1. the host copy grows first: it is where the rows land for good */
     st = akv_host_table_grow(r->ht, n_total);
     if (st == AKV_EFULL) AKV_LOG_E("route: the host pool is full: raise --host-gib");
     if (st) return st;
-    /* 2. the device window: every page of the history */
+    /* 2. the device window: every page of the history (resident), or the sink and the
+     * newest pages up to the target (staged) */
     akv_dev_pool_req req = {.ctx = r->ctx, .n_tokens = n_total};
     akv_dev_pool_result res;
     st = akv_dev_pool_step(r->dp, &req, 1, &res);
     uint32_t n_lp = (uint32_t)akv_geom_pages_for_tokens(&r->geom, n_total);
-    if (st == AKV_OK && res.window != n_lp) st = AKV_EFULL;
+    uint32_t want = r->stage && r->window_target < n_lp ? r->window_target : n_lp;
+    if (st == AKV_OK && res.window != want) st = AKV_EFULL;
     if (st) {
         if (st == AKV_EFULL)
-            AKV_LOG_E("route: the device pool holds %u of the %u pages per layer a resident "
+            AKV_LOG_E("route: the device pool holds %u of the %u window pages per layer a %s "
                       "history of %llu tokens needs: raise --device-gib",
-                      res.window, n_lp, (unsigned long long)n_total);
+                      res.window, want, akv_route_kind_name(r->kind),
+                      (unsigned long long)n_total);
         akv_host_table_truncate(r->ht, n_old);
         return st;
     }
-    /* 3. per layer: fill fresh pages that hold earlier tokens, and the CSR table */
+    /* 3. per layer: fill fresh window pages that hold earlier tokens, and the CSR table (the
+     * staged pages' entries are written at begin_layer, from the slot the copy used) */
     uint32_t P = r->geom.page_tokens;
+    r->n_staged = 0;
     for (uint32_t l = 0; l < r->geom.n_layers; l++) {
-        for (uint32_t w = 0; w < n_lp; w++) {
+        for (uint32_t w = 0, next = 0; w < want; w++) {
             akv_dev_pool_slot s = akv_dev_pool_ctx_slot(r->dp, r->ctx, l, w);
-            AKV_ASSERT(s.logical == w); /* resident: the window is the whole history */
-            if (s.fresh && (uint64_t)w * P < n_old && (st = route_fill(r, l, w, s.page_id))) {
+            AKV_ASSERT(r->stage || s.logical == w); /* resident: the window is the history */
+            for (; l == 0 && next < s.logical; next++) /* the gap before it is staged */
+                r->staged[r->n_staged++] = next;
+            next = s.logical + 1;
+            if (s.fresh && (uint64_t)s.logical * P < n_old &&
+                (st = route_fill(r, l, s.logical, s.page_id))) {
                 akv_host_table_truncate(r->ht, n_old);
                 return st;
             }
-            int32_t *slot = &r->indices[(size_t)l * r->max_pages + w];
+            int32_t *slot = &r->indices[(size_t)l * r->max_pages + s.logical];
             if (*slot != (int32_t)s.page_id || s.fresh) r->tab_dirty = true;
             *slot = (int32_t)s.page_id;
         }
     }
+    AKV_ASSERT(r->n_staged == n_lp - want); /* the window holds the newest page */
     r->indptr[0] = 0, r->indptr[1] = (int32_t)n_lp;
     r->last_page_len = (int32_t)(n_total - (uint64_t)(n_lp - 1) * P);
     if (r->queued) {
@@ -234,8 +360,66 @@ akv_status akv_route_begin_step(akv_route *r, uint64_t n_total) {
     return AKV_OK;
 }
 
+/* Staged begin_layer: the lease (owners = the host pages of the step's new rows), the copies
+ * of the non-window pages, their slot ids into the layer's table, the compute queue's wait. */
+static akv_status route_stage_layer(akv_route *r, uint32_t layer) {
+    uint32_t P = r->geom.page_tokens;
+    uint32_t p0 = (uint32_t)(r->step_first / P), p1 = (uint32_t)((r->n_tokens - 1) / P);
+    for (uint32_t p = p0; p <= p1; p++)
+        r->hpages[p - p0] = akv_host_table_page(r->ht, layer, p);
+    akv_stage_lease *l = &r->lease[layer];
+    akv_status st =
+        akv_stage_begin(r->stage, layer, r->stats.n_steps, r->hpages, p1 - p0 + 1, l);
+    if (st) return st;
+    r->lease_live[layer] = 1;
+    r->open_layer = (int32_t)layer;
+    for (uint32_t i = 0; i < r->n_staged; i++)
+        r->hpages[i] = akv_host_table_page(r->ht, layer, r->staged[i]);
+    if ((st = akv_stage_copy(r->stage, *l, r->hpages, r->n_staged, r->slot_ids))) return st;
+    int32_t *row = r->indices + (size_t)layer * r->max_pages;
+    for (uint32_t i = 0; i < r->n_staged; i++)
+        row[r->staged[i]] = (int32_t)r->slot_ids[i];
+    r->stats.staged_bytes += (uint64_t)r->n_staged * akv_geom_page_bytes(&r->geom);
+    r->stats.h2d_bytes += (uint64_t)r->n_staged * akv_geom_page_bytes(&r->geom);
+    if ((st = akv_stage_ready(r->stage, *l))) return st;
+    if (!r->queued) /* direct: the host pass reads the pages now, on this thread */
+        return akv_dev_queue_sync(r->dev, AKV_QUEUE_COMPUTE);
+    /* the layer's row of indices, in compute-queue order (before the attention) */
+    if (r->n_staged == 0) return AKV_OK;
+    size_t off = ((size_t)ROUTE_TAB_HEAD + (size_t)layer * r->max_pages) * sizeof(int32_t);
+    return akv_dev_copy_h2d_async(r->dev, AKV_QUEUE_COMPUTE, akv_dptr_offset(r->tab_d, off), row,
+                                  (size_t)r->max_pages * sizeof(int32_t));
+}
+
+/* Staged end_layer: the attention event, the write-back of the new rows (one 2D copy per owner
+ * page, from the device page holding it: window tail or slot page), the seal. */
+static akv_status route_seal_layer(akv_route *r, uint32_t layer) {
+    const akv_geom *g = &r->geom;
+    uint32_t P = g->page_tokens;
+    akv_stage_lease l = r->lease[layer];
+    akv_event *ev = NULL;
+    akv_status st = akv_stage_attended(r->stage, l, &ev);
+    if (st) return st;
+    akv_stage_tail tail = {0, 0};
+    for (uint64_t p = r->step_first / P; p * P < r->n_tokens; p++) {
+        uint64_t t0 = (r->step_first > p * P ? r->step_first : p * P) - p * P;
+        uint64_t t1 = (r->n_tokens < (p + 1) * P ? r->n_tokens : (p + 1) * P) - p * P;
+        uint32_t page_id = (uint32_t)r->indices[(size_t)layer * r->max_pages + p];
+        akv_host_page host = akv_host_table_page(r->ht, layer, (uint32_t)p);
+        st = akv_stage_writeback(r->stage, l, (uint32_t)(p - r->step_first / P), host, page_id,
+                                 (uint32_t)t0, (uint32_t)(t1 - t0), &tail);
+        if (st) return st;
+        r->stats.d2h_bytes += (t1 - t0) * akv_geom_token_bytes(g);
+    }
+    if ((st = akv_stage_seal(r->stage, l, tail, ev))) return st;
+    r->open_layer = -1;
+    return AKV_OK;
+}
+
 static akv_status route_begin_layer(void *user, uint32_t layer, akv_attn_pages *pg) {
     akv_route *r = user;
+    akv_status st = r->stage ? route_stage_layer(r, layer) : AKV_OK;
+    if (st) return st;
     /* queued: the device copy of the tables (tab_d, laid out as tab_h); direct: host arrays */
     size_t idx = ((size_t)ROUTE_TAB_HEAD + (size_t)layer * r->max_pages) * sizeof(int32_t);
     akv_dptr indptr = r->queued ? r->tab_d : akv_attn_host_ptr(r->indptr);
@@ -261,6 +445,7 @@ static akv_status route_begin_layer(void *user, uint32_t layer, akv_attn_pages *
  * (K|V, head), one contiguous run of tokens. */
 static akv_status route_end_layer(void *user, uint32_t layer) {
     akv_route *r = user;
+    if (r->stage) return route_seal_layer(r, layer);
     const akv_geom *g = &r->geom;
     uint32_t P = g->page_tokens;
     size_t row = (size_t)g->head_dim * akv_dtype_size(g->dtype);
@@ -303,14 +488,17 @@ akv_forward_kv akv_route_forward_kv(akv_route *r) {
 }
 
 akv_status akv_route_sync(akv_route *r) {
-    return r ? route_wait(r) : AKV_EINVAL;
+    if (!r) return AKV_EINVAL;
+    akv_status st = route_retire(r);
+    return st ? st : route_wait(r);
 }
 
 akv_status akv_route_truncate(akv_route *r, uint64_t n_tokens) {
     if (!r || n_tokens > r->n_tokens) return AKV_EINVAL;
-    /* queued: a failed step may have write-backs in flight into pages truncation frees */
-    akv_status st = route_wait(r);
-    if (st) return st;
+    /* queued: a failed step may have write-backs in flight into pages truncation frees;
+     * staged: its leases hold those pages until they retire */
+    akv_status st = route_retire(r);
+    if (st || (st = route_wait(r))) return st;
     st = akv_host_table_truncate(r->ht, n_tokens);
     if (st == AKV_OK) r->n_tokens = n_tokens;
     return st;
@@ -321,6 +509,10 @@ void akv_route_get_stats(const akv_route *r, akv_route_stats *out) {
     out->n_tokens = r->n_tokens;
     out->window_pages = akv_dev_pool_ctx_window(r->ctx);
     out->host_pages = akv_host_table_n_pages(r->ht);
+}
+
+const akv_host_table *akv_route_host_table(const akv_route *r) {
+    return r->ht;
 }
 
 akv_status akv__route_check(const akv_route *r) {

@@ -3,8 +3,13 @@
  *
  *            begin            attend              seal               retire
  *   (free) -------> BEGUN ----------> ATTENDED ---------> SEALED ----------> (free)
- *                   | copy*           | writeback*          |
+ *                   | copy*  \          ^ | writeback*      |
+ *                   |   ready \        / attended           |
+ *                   |          > READY                      |
  *                   +---- cancel -----+------ cancel -------+--> CANCELLED --retire--> (free)
+ *
+ * attend = ready + the op launch + attended: the split lets a caller that launches its own
+ * attention (a forward pass) put it between the two.
  *
  * Every arrow that submits device work checks the stage first (a failed stage refuses with
  * AKV_EFAILED) and turns any device error into a transport failure (stage_fail), which
@@ -38,12 +43,13 @@ static const int reader_events[] = {EV_ATTN, EV_WB_DONE};
 typedef enum lease_state {
     LS_FREE = 0,
     LS_BEGUN,
+    LS_READY, /* the compute queue waits for the copies; the caller's attention may launch */
     LS_ATTENDED,
     LS_SEALED,
     LS_CANCELLED,
 } lease_state;
 
-static const char *const state_names[] = {"free", "begun", "attended", "sealed", "cancelled"};
+static const char *const state_names[] = {"free", "begun", "ready", "attended", "sealed", "cancelled"};
 
 typedef struct stage_owner {
     akv_host_page page; /* leased from begin to release */
@@ -557,6 +563,30 @@ akv_status akv_stage_copy(akv_stage *st, akv_stage_lease l, const akv_host_page 
 /* ---- attend
  * ---------------------------------------------------------------------------------------- */
 
+/* BEGUN -> READY: the copies' fence, the compute queue's wait for it, the attention start. */
+static akv_status lease_ready(akv_stage *st, stage_rec *rec) {
+    if (rec->h2d_used)
+        STAGE_DEV(st, rec, "ready (copies fence)", rec_record(st, rec, EV_H2D_DONE, AKV_QUEUE_H2D));
+    if (rec->n_tickets) {
+        if (!(st->broken & AKV__STAGE_BREAK_COPY_WAIT))
+            STAGE_DEV(st, rec, "ready (wait for copies)",
+                      akv_dev_queue_wait_event(st->dev, AKV_QUEUE_COMPUTE, rec->ev[EV_H2D_DONE]));
+    }
+    STAGE_DEV(st, rec, "ready", rec_record(st, rec, EV_ATTN_START, AKV_QUEUE_COMPUTE));
+    rec->state = LS_READY;
+    return AKV_OK;
+}
+
+/* READY -> ATTENDED: the attention event, after everything on the compute queue so far. */
+static akv_status lease_attended(akv_stage *st, stage_rec *rec, akv_event **attn_event) {
+    STAGE_DEV(st, rec, "attended (attention event)",
+              rec_record(st, rec, EV_ATTN, AKV_QUEUE_COMPUTE));
+    rec->attn_serial = akv_dev_event_serial(rec->ev[EV_ATTN]);
+    rec->state = LS_ATTENDED;
+    *attn_event = rec->ev[EV_ATTN];
+    return AKV_OK;
+}
+
 akv_status akv_stage_attend(akv_stage *st, akv_stage_lease l, const akv_dev_op *op,
                             const void *args, size_t args_bytes, akv_event **attn_event) {
     if (!st || !op || !attn_event) return AKV_EINVAL;
@@ -575,21 +605,23 @@ akv_status akv_stage_attend(akv_stage *st, akv_stage_lease l, const akv_dev_op *
                   op->name ? op->name : "?");
         return AKV_EUNSUPPORTED;
     }
-    if (rec->h2d_used)
-        STAGE_DEV(st, rec, "attend (copies fence)",
-                  rec_record(st, rec, EV_H2D_DONE, AKV_QUEUE_H2D));
-    if (rec->n_tickets) {
-        if (!(st->broken & AKV__STAGE_BREAK_COPY_WAIT))
-            STAGE_DEV(st, rec, "attend (wait for copies)",
-                      akv_dev_queue_wait_event(st->dev, AKV_QUEUE_COMPUTE, rec->ev[EV_H2D_DONE]));
-    }
-    STAGE_DEV(st, rec, "attend", rec_record(st, rec, EV_ATTN_START, AKV_QUEUE_COMPUTE));
+    if ((s = lease_ready(st, rec))) return s;
     STAGE_DEV(st, rec, "attend (op launch)", akv_dev_op_launch(st->dev, op, args, args_bytes));
-    STAGE_DEV(st, rec, "attend (attention event)", rec_record(st, rec, EV_ATTN, AKV_QUEUE_COMPUTE));
-    rec->attn_serial = akv_dev_event_serial(rec->ev[EV_ATTN]);
-    rec->state = LS_ATTENDED;
-    *attn_event = rec->ev[EV_ATTN];
-    return AKV_OK;
+    return lease_attended(st, rec, attn_event);
+}
+
+akv_status akv_stage_ready(akv_stage *st, akv_stage_lease l) {
+    if (!st) return AKV_EINVAL;
+    akv_status s = AKV_OK;
+    stage_rec *rec = lease_enter(st, l, "ready", 1u << LS_BEGUN, &s);
+    return rec ? lease_ready(st, rec) : s;
+}
+
+akv_status akv_stage_attended(akv_stage *st, akv_stage_lease l, akv_event **attn_event) {
+    if (!st || !attn_event) return AKV_EINVAL;
+    akv_status s = AKV_OK;
+    stage_rec *rec = lease_enter(st, l, "attended", 1u << LS_READY, &s);
+    return rec ? lease_attended(st, rec, attn_event) : s;
 }
 
 /* ---- write-back
@@ -717,7 +749,8 @@ akv_status akv_stage_cancel(akv_stage *st, akv_stage_lease l) {
     if (!st) return AKV_EINVAL;
     akv_status s = AKV_OK;
     stage_rec *rec =
-        lease_enter(st, l, "cancel", 1u << LS_BEGUN | 1u << LS_ATTENDED | 1u << LS_SEALED, &s);
+        lease_enter(st, l, "cancel",
+                    1u << LS_BEGUN | 1u << LS_READY | 1u << LS_ATTENDED | 1u << LS_SEALED, &s);
     if (!rec) return s;
     lease_state was = rec->state;
     /* Revoked at once: nothing more is submitted for it and nothing of it is published. */
@@ -728,13 +761,18 @@ akv_status akv_stage_cancel(akv_stage *st, akv_stage_lease l) {
         rec->owners[i].revoked = 1;
     /* Fences for what was submitted, so retire and the next occupant order after it. Copies
      * without attention: the compute queue also waits, keeping every later attention (and so
-     * every later write-back) after them. */
+     * every later write-back) after them. (READY recorded and waited for them already.) */
     if (was == LS_BEGUN && rec->h2d_used)
         STAGE_DEV(st, rec, "cancel (copies fence)",
                   rec_record(st, rec, EV_H2D_DONE, AKV_QUEUE_H2D));
     if (was == LS_BEGUN && rec->n_tickets)
         STAGE_DEV(st, rec, "cancel (compute after copies)",
                   akv_dev_queue_wait_event(st->dev, AKV_QUEUE_COMPUTE, rec->ev[EV_H2D_DONE]));
+    /* Ready: the caller may have launched attention over the slot since; the attention event
+     * covers it, so the slot's next occupant and retire order after it. */
+    if (was == LS_READY)
+        STAGE_DEV(st, rec, "cancel (attention fence)",
+                  rec_record(st, rec, EV_ATTN, AKV_QUEUE_COMPUTE));
     if (was == LS_ATTENDED && rec->n_written)
         STAGE_DEV(st, rec, "cancel (write-back fence)",
                   rec_record(st, rec, EV_WB_DONE, AKV_QUEUE_D2H));
@@ -744,7 +782,8 @@ akv_status akv_stage_cancel(akv_stage *st, akv_stage_lease l) {
 akv_status akv_stage_cancel_owner(akv_stage *st, akv_stage_lease l, uint32_t owner_idx) {
     if (!st) return AKV_EINVAL;
     akv_status s = AKV_OK;
-    stage_rec *rec = lease_enter(st, l, "cancel owner", 1u << LS_BEGUN | 1u << LS_ATTENDED, &s);
+    stage_rec *rec = lease_enter(st, l, "cancel owner",
+                                 1u << LS_BEGUN | 1u << LS_READY | 1u << LS_ATTENDED, &s);
     if (!rec) return s;
     if (owner_idx >= rec->n_owners) {
         AKV_LOG_E("stage: cancel owner %u out of range (lease %llu has %u)", owner_idx,
@@ -831,7 +870,9 @@ akv_status akv_stage_poll(akv_stage *st, akv_stage_lease l, int *ready) {
     akv_status s = AKV_OK;
     stage_rec *rec =
         lease_enter(st, l, "poll",
-                    1u << LS_BEGUN | 1u << LS_ATTENDED | 1u << LS_SEALED | 1u << LS_CANCELLED, &s);
+                    1u << LS_BEGUN | 1u << LS_READY | 1u << LS_ATTENDED | 1u << LS_SEALED |
+                        1u << LS_CANCELLED,
+                    &s);
     if (!rec) return s;
     int all = rec->state == LS_SEALED || rec->state == LS_CANCELLED;
     for (size_t i = 0; i < AKV_ARRAY_LEN(fence_events) && all; i++) {
@@ -864,6 +905,10 @@ void akv_stage_get_stats(const akv_stage *st, akv_stage_stats *out) {
     *out = st->stats;
 }
 
+akv_stage_params akv_stage_get_params(const akv_stage *st) {
+    return st->p;
+}
+
 void akv__stage_break(akv_stage *st, unsigned flags) {
     st->broken = flags;
 }
@@ -891,7 +936,7 @@ akv_status akv__stage_check(const akv_stage *st) {
         CHECK_INV(r->gen != 0, "record %u has generation 0", i);
         if (r->state == LS_FREE) continue;
         n_live++;
-        n_open += r->state == LS_BEGUN || r->state == LS_ATTENDED;
+        n_open += r->state == LS_BEGUN || r->state == LS_READY || r->state == LS_ATTENDED;
         CHECK_INV(r->slot < st->p.n_slots, "lease %llu in slot %u of %u",
                   (unsigned long long)r->serial, r->slot, st->p.n_slots);
         CHECK_INV(r->n_tickets <= st->p.slot_pages, "lease %llu has %u tickets for %u slot pages",
@@ -924,10 +969,11 @@ akv_status akv__stage_check(const akv_stage *st) {
               st->stats.n_live);
     CHECK_INV(n_live + n_free == st->n_recs, "%u live + %u free records of %u", n_live, n_free,
               st->n_recs);
-    CHECK_INV(n_open <= 1, "%u leases open (begun or attended) at once", n_open);
+    CHECK_INV(n_open <= 1, "%u leases open (begun, ready or attended) at once", n_open);
     if (n_open) {
         const stage_rec *last = ref_get(st, st->last);
-        CHECK_INV(last && (last->state == LS_BEGUN || last->state == LS_ATTENDED),
+        CHECK_INV(last && (last->state == LS_BEGUN || last->state == LS_READY ||
+                           last->state == LS_ATTENDED),
                   "the open lease is not the last one begun");
     }
     CHECK_INV(!st->retained || st->failed, "retained without a failure");

@@ -1,0 +1,194 @@
+/* bench_staged.c (bench) — batch-1 decode of the synthetic Llama-3-8B shape (bf16, generated on
+ * the device) through the resident and the staged route, with a 4 GiB device pool, at 1K, 8K
+ * and 32K tokens of history (128K with AKV_BENCH_LONG=1; AKV_BENCH_LAYERS=N for fewer layers).
+ *
+ * The history is filled synthetically, not prefilled: one begin_step to the context length
+ * without a pass, the host pages and the device pool set to zero (bf16 0.0). A staged prefill
+ * in chunks would stage the whole history once per chunk; decode speed does not depend on the
+ * values. Then one untimed decode step and N timed ones (begin_step + forward, which waits for
+ * the logits; the staged route retires the previous step's leases in begin_step).
+ *
+ * The resident route needs every page in the pool: where the history does not fit 4 GiB the
+ * row says so. For the staged route: bytes staged per step (non-window pages, every layer),
+ * the large-copy host->device rate measured in the same run (256 MiB pinned, best of 5), and
+ * ratio = step time / (staged bytes / that rate): 1.0 = the step costs only the bus time of
+ * its copies (DESIGN.md's goal: <= 1.05). Appends markdown to $AKV_BENCH_OUT. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "akv/dev.h"
+#include "akv/dev_pool.h"
+#include "akv/forward_dev.h"
+#include "akv/host_pool.h"
+#include "akv/host_table.h"
+#include "akv/route.h"
+#include "core/clock.h"
+#include "llama3_shape.h"
+
+#ifdef AKV_HAVE_CUDA
+#include "akv/dev_cuda.h"
+
+#define AKV_BENCH_NAME "bench_staged"
+#include "bench_try.h"
+
+enum { DEVICE_GIB = 4, WINDOW = AKV_ROUTE_WINDOW_PAGES };
+
+typedef struct row {
+    int fits;            /* the route could be created in the pool */
+    double step_ms;      /* mean decode step */
+    double staged_bytes; /* per step (staged route) */
+} row;
+
+/* Large-copy host->device rate, bytes/s: 256 MiB from pinned memory, best of 5. */
+static double h2d_rate(akv_dev *dev) {
+    size_t n = (size_t)256 << 20;
+    void *h = NULL;
+    akv_dptr d;
+    TRY(akv_dev_pinned_alloc(dev, n, &h));
+    TRY(akv_dev_mem_alloc(dev, n, &d));
+    memset(h, 1, n);
+    double best = INFINITY;
+    for (int i = 0; i < 6; i++) {
+        double t0 = akv_clock_s();
+        TRY(akv_dev_copy_h2d_sync(dev, d, h, n));
+        double t = akv_clock_s() - t0;
+        if (i && t < best) best = t; /* the first one warms up */
+    }
+    TRY(akv_dev_mem_free(dev, d));
+    akv_dev_pinned_free(dev, h);
+    return (double)n / best;
+}
+
+static row bench_ctx(akv_dev *dev, akv_forward_dev *f, akv_route_kind kind, uint32_t ctx,
+                     int n_steps) {
+    const akv_model_config *c = akv_forward_dev_config(f);
+    row out = {0};
+    akv_geom g;
+    TRY(akv_geom_init(&g, c->n_layers, c->n_kv_heads, c->head_dim, AKV_DTYPE_BF16, 0));
+    uint64_t total = (uint64_t)ctx + n_steps + 2;
+    double hist_gib = (double)akv_geom_pages_for_tokens(&g, total) * c->n_layers *
+                      (double)akv_geom_page_bytes(&g) / (1u << 30);
+    akv_host_pool_params hpp = akv_host_pool_default_params();
+    hpp.limit_gib = (uint32_t)ceil(hist_gib) + 1;
+    akv_dev_pool_params dpp = akv_dev_pool_default_params();
+    dpp.device_gib = DEVICE_GIB;
+    if (kind == AKV_ROUTE_STAGED) dpp.staging_pages = akv_route_staging_pages(&g, total, WINDOW);
+    akv_host_pool *hp = NULL;
+    akv_dev_pool *dp = NULL;
+    akv_route *r = NULL;
+    TRY(akv_host_pool_create(dev, &g, &hpp, &hp));
+    if (akv_dev_pool_create(dev, &g, &dpp, &dp) != AKV_OK) goto done;
+    akv_route_params rp = {
+        .kind = kind, .max_tokens = total, .tag = 1, .queued = true, .window_pages = WINDOW};
+    if (akv_route_create(dev, hp, dp, &rp, &r) != AKV_OK) goto done;
+    out.fits = 1;
+    /* the synthetic history: ctx tokens placed without a pass, every byte zero */
+    TRY(akv_route_begin_step(r, ctx));
+    const akv_host_table *ht = akv_route_host_table(r);
+    for (uint32_t l = 0; l < c->n_layers; l++)
+        for (uint32_t p = 0; p < akv_host_table_n_pages(ht); p++)
+            memset(akv_host_pool_page_addr(hp, akv_host_table_page(ht, l, p)), 0,
+                   akv_geom_page_bytes(&g));
+    TRY(akv_dev_memset_sync(dev, akv_dev_pool_base(dp), 0,
+                            (size_t)akv_dev_pool_n_pages(dp) * akv_dev_pool_page_bytes(dp)));
+    akv_forward_kv kv = akv_route_forward_kv(r);
+    float *logits = malloc((size_t)c->n_vocab * sizeof *logits);
+    akv_route_stats s0, s1;
+    double t1 = 0;
+    for (int i = 0; i <= n_steps; i++) {
+        if (i == 1) {
+            t1 = akv_clock_s();
+            akv_route_get_stats(r, &s0);
+        }
+        int32_t tok = (int32_t)((i * 7919u) % c->n_vocab);
+        TRY(akv_route_begin_step(r, (uint64_t)ctx + i + 1));
+        TRY(akv_forward_dev_run(f, &tok, 1, ctx + (uint32_t)i, &kv, logits, false));
+    }
+    out.step_ms = (akv_clock_s() - t1) / n_steps * 1e3;
+    akv_route_get_stats(r, &s1);
+    out.staged_bytes = (double)(s1.staged_bytes - s0.staged_bytes) / n_steps;
+    free(logits);
+    TRY(akv_route_sync(r));
+done:
+    TRY(akv_route_destroy(r));
+    TRY(akv_dev_pool_destroy(dp));
+    TRY(akv_host_pool_destroy(hp));
+    return out;
+}
+
+int main(void) {
+    akv_dev *dev = NULL;
+    if (akv_dev_create(akv_dev_cuda_backend(), NULL, &dev) != AKV_OK) {
+        printf("SKIP: no CUDA device\n");
+        return 77;
+    }
+    akv_dev_info info;
+    TRY(akv_dev_get_info(dev, &info));
+    const char *nl = getenv("AKV_BENCH_LAYERS");
+    akv_model_config c = llama3_8b_shape(nl && atoi(nl) > 0 && atoi(nl) <= 32 ? atoi(nl) : 32);
+    akv_forward_params fp = {.max_chunk = 16};
+    akv_forward_dev *f = NULL;
+    TRY(akv_forward_dev_create_synthetic(dev, &c, 7, &fp, &f));
+    double rate = h2d_rate(dev);
+    printf("bench_staged: %u layers on %s; host->device large-copy rate %.1f GB/s\n", c.n_layers,
+           info.name, rate / 1e9);
+
+    uint32_t ctxs[4] = {1024, 8192, 32768, 131072};
+    int n_ctx = getenv("AKV_BENCH_LONG") ? 4 : 3;
+    row res[4], stg[4];
+    for (int i = 0; i < n_ctx; i++) {
+        int n_steps = ctxs[i] >= 32768 ? 8 : 32;
+        res[i] = bench_ctx(dev, f, AKV_ROUTE_RESIDENT, ctxs[i], n_steps);
+        stg[i] = bench_ctx(dev, f, AKV_ROUTE_STAGED, ctxs[i], n_steps);
+        printf("  context %u: resident %s%.3f ms/token, staged %.3f ms/token (%.1f MiB staged "
+               "per step)\n",
+               ctxs[i], res[i].fits ? "" : "(does not fit) ", res[i].step_ms, stg[i].step_ms,
+               stg[i].staged_bytes / (1 << 20));
+    }
+
+    FILE *out = NULL;
+    const char *path = getenv("AKV_BENCH_OUT");
+    if (path && !(out = fopen(path, "a")))
+        fprintf(stderr, "bench_staged: cannot append to %s\n", path);
+    for (int pass = 0; pass < 2; pass++) {
+        FILE *o = pass ? out : stdout;
+        if (!o) continue;
+        fprintf(o,
+                "\n### Staged vs resident route, batch-1 decode (%s): synthetic Llama-3-8B "
+                "shape, bf16, %u layers, %u GiB device pool, window %u pages\n\n"
+                "History filled synthetically (zeros), not prefilled. Host->device large-copy "
+                "rate (256 MiB pinned, same run): **%.1f GB/s**. Bus time = staged bytes / that "
+                "rate; ratio = step / bus time (goal <= 1.05).\n\n"
+                "| context | resident tok/s | staged tok/s | staged MiB/step | bus time ms | "
+                "staged step ms | ratio |\n|---|---|---|---|---|---|---|\n",
+                info.name, c.n_layers, DEVICE_GIB, WINDOW, rate / 1e9);
+        for (int i = 0; i < n_ctx; i++) {
+            double bus_ms = stg[i].staged_bytes / rate * 1e3;
+            char rs[32], ratio[32];
+            if (res[i].fits)
+                snprintf(rs, sizeof rs, "%.1f", 1e3 / res[i].step_ms);
+            else
+                snprintf(rs, sizeof rs, "does not fit");
+            if (bus_ms > 0)
+                snprintf(ratio, sizeof ratio, "%.2f", stg[i].step_ms / bus_ms);
+            else
+                snprintf(ratio, sizeof ratio, "- (nothing staged)");
+            fprintf(o, "| %u | %s | %.1f | %.1f | %.3f | %.3f | %s |\n", ctxs[i], rs,
+                    1e3 / stg[i].step_ms, stg[i].staged_bytes / (1 << 20), bus_ms, stg[i].step_ms,
+                    ratio);
+        }
+    }
+    if (out) fclose(out);
+    akv_forward_dev_destroy(f);
+    TRY(akv_dev_destroy(dev));
+    return 0;
+}
+
+#else
+int main(void) {
+    printf("SKIP: built without the CUDA backend\n");
+    return 77;
+}
+#endif

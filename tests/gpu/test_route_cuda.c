@@ -1,0 +1,102 @@
+/* test_route_cuda.c (gpu) — THE BITWISE CELLS on CUDA (tests/route_cells.h): the staged route
+ * against the resident route on the device pass, logits bit-identical at every step of a
+ * 64-token greedy run, for prompts 1, P-1, P, P+1, 3P+5 and 2000, with 1 and with 4
+ * concurrent sequences (sharing one stage), each set in its own 1 GiB device pool.
+ *
+ * Models
+ *   synthetic Llama-3-8B shape (n_embd 4096, n_ff 14336, 32 query / 8 K/V heads of 128,
+ *             vocabulary 128256), bf16 weights generated on the device
+ *             (akv_forward_dev_create_synthetic), with its layers REDUCED to 2 (AKV_TEST_LAYERS
+ *             overrides, 1..32) so the 24 cells run in seconds;
+ *   default   models/SmolLM2-135M-Instruct.Q4_1.gguf under AKV_SOURCE_DIR, or the file named
+ *             by AKV_TEST_MODEL (e.g. a 10-layer slice: akv gguf slice); skipped if absent.
+ * P = 16 tokens per page (AKV_TEST_PAGE_TOKENS overrides) and a window of 2 pages, so every cell
+ * stages pages (the cells check staged bytes > 0); the attention's partitioning depends only
+ * on (max_pages * P, n_seq, device), identical for both routes.
+ * Prints "k of k cells" per model. Exit 77 without CUDA or a device. */
+#include "test.h"
+
+#include <stdlib.h>
+#include <unistd.h>
+
+#include "gpu_skip.h"
+#include "llama3_shape.h"
+#include "route_cells.h"
+
+#include "akv/model.h"
+
+#ifdef AKV_HAVE_CUDA
+
+static uint32_t env_u32(const char *name, uint32_t dflt, uint32_t lo, uint32_t hi) {
+    const char *s = getenv(name);
+    long v = s && *s ? strtol(s, NULL, 10) : (long)dflt;
+    return v >= (long)lo && v <= (long)hi ? (uint32_t)v : dflt;
+}
+
+static int cells_on(akv_dev *dev, akv_forward_dev *fd, const char *what) {
+    const akv_model_config *c = akv_forward_dev_config(fd);
+    rc_params rc = {.dev = dev,
+                    .fd = fd,
+                    .n_layers = c->n_layers,
+                    .n_kv_heads = c->n_kv_heads,
+                    .head_dim = c->head_dim,
+                    .n_vocab = c->n_vocab,
+                    .dtype = AKV_DTYPE_BF16,
+                    .page_tokens = env_u32("AKV_TEST_PAGE_TOKENS", 16, 4, 1024),
+                    .window = 2,
+                    .max_chunk = 256,
+                    .n_gen = 64,
+                    .device_gib = 1,
+                    .seed = test_seed(2026)};
+    return rc_cells(&rc, 2000, what);
+}
+
+int main(void) {
+    const akv_dev_backend *be = test_cuda_backend_or_skip();
+    akv_dev *dev = NULL;
+    if (!REQUIRE_OK(akv_dev_create(be, NULL, &dev))) return test_finish();
+    akv_forward_params fp = {.max_chunk = 256};
+
+    TEST_CASE(bitwise_cells_synthetic_llama3_8b_shape) {
+        akv_model_config c = llama3_8b_shape(env_u32("AKV_TEST_LAYERS", 2, 1, 32));
+        akv_forward_dev *fd = NULL;
+        if (!CHECK(akv_forward_dev_create_synthetic(dev, &c, 7, &fp, &fd) == AKV_OK)) break;
+        char what[128];
+        snprintf(what, sizeof what, "synthetic Llama-3-8B shape, %u layers (reduced), CUDA",
+                 c.n_layers);
+        cells_on(dev, fd, what);
+        akv_forward_dev_destroy(fd);
+    }
+
+    TEST_CASE(bitwise_cells_default_model) {
+        const char *src = getenv("AKV_SOURCE_DIR"), *over = getenv("AKV_TEST_MODEL");
+        char path[4096];
+        snprintf(path, sizeof path, "%s/models/SmolLM2-135M-Instruct.Q4_1.gguf", src ? src : ".");
+        if (over && *over) snprintf(path, sizeof path, "%s", over);
+        if (access(path, R_OK) != 0) {
+            printf("  no default model at %s (scripts/fetch-model, or AKV_TEST_MODEL): case "
+                   "skipped\n",
+                   path);
+            break;
+        }
+        akv_model *m = NULL;
+        akv_forward_dev *fd = NULL;
+        if (!CHECK(akv_model_load(path, NULL, &m) == AKV_OK)) break;
+        if (CHECK(akv_forward_dev_create(dev, m, &fp, &fd) == AKV_OK)) {
+            char what[4200];
+            snprintf(what, sizeof what, "%s (%u layers), CUDA", path,
+                     akv_forward_dev_config(fd)->n_layers);
+            cells_on(dev, fd, what);
+        }
+        akv_forward_dev_destroy(fd);
+        akv_model_destroy(m);
+    }
+    CHECK_OK(akv_dev_destroy(dev));
+    return test_finish();
+}
+
+#else
+int main(void) {
+    test_skip("built without the CUDA backend");
+}
+#endif
