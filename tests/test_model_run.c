@@ -281,7 +281,7 @@ int main(void) {
             printf("  (AKV_BUILD_DIR not set: skipped)\n");
             break;
         }
-        char cmd[8192], out1[4096], out2[4096];
+        char cmd[8192], out1[16384], out2[16384];
         const char *dumps[2] = {"/tmp/akv_test_run_1.f32", "/tmp/akv_test_run_2.f32"};
         char *outs[2] = {out1, out2};
         for (int i = 0; i < 2; i++) {
@@ -306,9 +306,30 @@ int main(void) {
                  "--temp 0",
                  bdir, model_path);
         CHECK(run_cmd(cmd, out1, sizeof out1) > 0 && strlen(out1) > 2);
-        snprintf(cmd, sizeof cmd, "%s/tools/akv run -q -m '%s' -p x --route staged 2>&1", bdir,
-                 model_path);
-        CHECK(run_cmd(cmd, out1, sizeof out1) < 0 && strstr(out1, "staged"));
+        /* the staged route: a prompt of three pages with a window of two, so pages are
+         * staged every step; logits byte-identical to the resident route's */
+        char long_prompt[4096] = "";
+        while (strlen(long_prompt) + 64 < sizeof long_prompt)
+            strcat(long_prompt, "The quick brown fox jumps over the lazy dog near the river. ");
+        const char *routes[2] = {"resident", "staged"};
+        for (int i = 0; i < 2; i++) {
+            snprintf(cmd, sizeof cmd,
+                     "%s/tools/akv run -q -m '%s' -p '%s' -n 4 --temp 0 --max-context 1100 "
+                     "--route %s --window-pages 2 --dump-logits %s",
+                     bdir, model_path, long_prompt, routes[i], dumps[i]);
+            CHECK(run_cmd(cmd, outs[i], sizeof out1) > 0);
+        }
+        CHECK_STR(out1, out2);
+        cap = 4 * (size_t)c->n_vocab * 4;
+        d1 = akv__malloc(cap), d2 = akv__malloc(cap);
+        n1 = file_bytes(dumps[0], d1, cap), n2 = file_bytes(dumps[1], d2, cap);
+        CHECK(n1 > 0 && n1 == n2);
+        if (n1 > 0 && n1 == n2) CHECK_BYTES(d1, d2, (size_t)n1);
+        akv__free(d1), akv__free(d2);
+        unlink(dumps[0]), unlink(dumps[1]);
+        snprintf(cmd, sizeof cmd, "%s/tools/akv run -q -m '%s' -p x --route staged --window-pages 1 2>&1",
+                 bdir, model_path);
+        CHECK(run_cmd(cmd, out1, sizeof out1) < 0 && strstr(out1, "window"));
         snprintf(cmd, sizeof cmd, "%s/tools/akv run -q -m /nonexistent.gguf -p x 2>&1", bdir);
         CHECK(run_cmd(cmd, out1, sizeof out1) < 0 && strstr(out1, "nonexistent"));
     }
