@@ -44,6 +44,8 @@ typedef struct tm_shape {
     bool tied;         /* no output.weight */
     bool rope_factors; /* a rope_freqs.weight tensor */
     float rope_base;
+    float weight_scale; /* matrices uniform in +-weight_scale; 0 = 0.5 (sharp: every layer
+                           visibly changes the stream) */
 } tm_shape;
 
 typedef struct tm_model {
@@ -132,7 +134,7 @@ static inline void tm_init(tm_model *m, const tm_shape *s, uint64_t seed) {
     tm_f32(m, "rope.freq_base", s->rope_base ? s->rope_base : 10000.0f);
     bool bias = !strcmp(s->arch, "qwen2");
     uint32_t q = s->n_heads * hd, kv = s->n_kv_heads * hd;
-    float ws = 0.5f; /* weights large enough that every layer visibly changes the stream */
+    float ws = s->weight_scale > 0 ? s->weight_scale : 0.5f;
     tm_tensor_add(m, &rng, "token_embd.weight", s->n_embd, s->n_vocab, 0, 1);
     tm_tensor_add(m, &rng, "output_norm.weight", s->n_embd, 0, 1, 0.2f);
     if (!s->tied) tm_tensor_add(m, &rng, "output.weight", s->n_embd, s->n_vocab, 0, ws);

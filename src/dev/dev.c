@@ -213,7 +213,8 @@ akv_status akv_dev_pinned_free(akv_dev *dev, void *p) {
 
 /* Whether [addr, addr+n) lies inside one live allocation of the given kind (pinned: host
  * memory from akv_dev_pinned_alloc; else device memory). Logs the range when it does not. */
-static int dev_range_ok(akv_dev *dev, uint64_t addr, size_t n_bytes, int pinned) {
+/* Whether [addr, addr + n_bytes) lies inside one live allocation of the kind (quiet). */
+static int dev_range_in_one(akv_dev *dev, uint64_t addr, size_t n_bytes, int pinned) {
     int ok = 0;
     pthread_mutex_lock(&dev->mu);
     for (size_t i = 0; i < dev->n_allocs && !ok; i++) {
@@ -222,6 +223,11 @@ static int dev_range_ok(akv_dev *dev, uint64_t addr, size_t n_bytes, int pinned)
              addr - a->addr <= a->n_bytes - n_bytes;
     }
     pthread_mutex_unlock(&dev->mu);
+    return ok;
+}
+
+static int dev_range_ok(akv_dev *dev, uint64_t addr, size_t n_bytes, int pinned) {
+    int ok = dev_range_in_one(dev, addr, n_bytes, pinned);
     if (!ok)
         AKV_LOG_E("dev: %s range [0x%llx, +%zu) is not inside one live %s allocation",
                   pinned ? "host" : "device", (unsigned long long)addr, n_bytes,
@@ -581,14 +587,19 @@ static akv_status dev_copy_batch(akv_dev *dev, akv_queue q, akv_dev_copy_kind ki
     akv_copy_config cfg = akv_dev_get_copy_config(dev);
     if (cfg.method == AKV_COPY_METHOD_EACH)
         return dev->backend->copy_batch_async(dev->state, q, kind, x, n, &cfg, flags);
-    /* Coalesce runs adjacent on both sides, DEV_BATCH_CHUNK merged spans per backend call.
-     * A failure after the first chunk leaves a prefix submitted: the caller treats any error
-     * here as a failed transport (quarantine drains before anything is reused). */
+    /* Coalesce runs adjacent on both sides and inside one allocation on both sides (two
+     * pinned arenas may be neighbours in the address space, and one copy may not span two
+     * allocations), DEV_BATCH_CHUNK merged spans per backend call. A failure after the first
+     * chunk leaves a prefix submitted: the caller treats any error here as a failed transport
+     * (quarantine drains before anything is reused). */
     akv_dev_xfer m[DEV_BATCH_CHUNK];
     size_t n_m = 0;
     for (size_t i = 0; i < n; i++) {
         if (n_m && m[n_m - 1].d.addr + m[n_m - 1].n_bytes == x[i].d.addr &&
-            (char *)m[n_m - 1].h + m[n_m - 1].n_bytes == (char *)x[i].h) {
+            (char *)m[n_m - 1].h + m[n_m - 1].n_bytes == (char *)x[i].h &&
+            dev_range_in_one(dev, m[n_m - 1].d.addr, m[n_m - 1].n_bytes + x[i].n_bytes, 0) &&
+            dev_range_in_one(dev, (uint64_t)(uintptr_t)m[n_m - 1].h,
+                             m[n_m - 1].n_bytes + x[i].n_bytes, 1)) {
             m[n_m - 1].n_bytes += x[i].n_bytes;
             continue;
         }

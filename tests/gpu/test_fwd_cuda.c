@@ -33,15 +33,15 @@ enum { P = 16 };
  *              (weights, products' inputs, K/V pages); what differs is the accumulation order
  *              and the attention kernels' bf16 probabilities.
  *   TOL_F32    against the host pass (f32 weights and activations) on the synthetic models:
- *              their random weights (+-0.5, tests/model_build.h) make every layer sharp, and the
- *              bf16 rounding of the products' inputs alone (the host queue pass, no CUDA) was
- *              measured at up to 0.085 on them.
- *   TOL_SHARP  CUDA against the queue pass on those sharp synthetic models: the attention
- *              kernels' bf16 probabilities, amplified layer by layer, measured at up to 0.054
- *              on the H200 (2026-11-30); twice that is allowed.
- *   the default model is held to TOL against both (measured 0.005 on its first 10 layers). */
+ *              the bf16 rounding of weights and products' inputs (the host queue pass, no
+ *              CUDA) reached 0.085 on the sharp +-0.5 models; kept as the bound here.
+ *   The synthetic models here use weights in +-0.08 (tm_shape.weight_scale), conditioned like
+ *   a trained model's: with the default +-0.5 every attention row is nearly one-hot and a
+ *   last-bit difference in a product flips it (measured on the H200: 0.136 against the queue
+ *   pass after the skinny product kernel changed the summation order).
+ *   the default model is held to TOL against both (measured 0.005-0.010 on its first 10
+ *   layers). */
 #define TOL 0.05
-#define TOL_SHARP 0.10
 #define TOL_F32 0.15
 
 static uint64_t rng;
@@ -296,7 +296,7 @@ static run_stats compare_cuda(const akv_model *m, uint32_t max_chunk, uint32_t n
         snprintf(what, sizeof what, "%s: CUDA vs host pass after %u tokens", name, pos);
         rs.ok &= fx_close_to(l[2], l[0], c->n_vocab, tol_f32, what);
         snprintf(what, sizeof what, "%s: CUDA vs host queue pass after %u tokens", name, pos);
-        rs.ok &= fx_close_to(l[2], l[1], c->n_vocab, tol_f32 > TOL ? TOL_SHARP : TOL, what);
+        rs.ok &= fx_close_to(l[2], l[1], c->n_vocab, TOL, what);
         rs.ok &= TEST_CHECK_(!memcmp(l[2], l[3], c->n_vocab * sizeof(float)),
                              "%s: two CUDA runs differ after %u tokens", name, pos);
         if (pos < n_total) tokens[pos] = fx_argmax(l[0], c->n_vocab, NULL);
@@ -391,7 +391,8 @@ int main(void) {
                             .n_kv_heads = 2,
                             .n_vocab = 97,
                             .rope_factors = true,
-                            .rope_base = 500000};
+                            .rope_base = 500000,
+                            .weight_scale = 0.08f};
 
     TEST_CASE(synthetic_llama) {
         akv_model *m = fx_load_bf16_exact(&llama, rng);
