@@ -202,14 +202,14 @@ static uint64_t ceil_div(uint64_t a, uint64_t b) {
     return (a + b - 1) / b;
 }
 
-/* Waves of blocks the split aims at: 1, or AKV_ATTN_WAVES (1..16) from the environment, a
- * tuning override for benchmarks, read once. */
+/* Waves of blocks a batch's split aims at: 2, or AKV_ATTN_WAVES (1..16) from the environment,
+ * a tuning override for benchmarks, read once. */
 static uint64_t split_waves(void) {
     static int waves; /* 0: not read yet; racing first reads store the same value */
     if (waves == 0) {
         const char *e = getenv("AKV_ATTN_WAVES");
-        int w = e ? atoi(e) : 1;
-        waves = w >= 1 && w <= 16 ? w : 1;
+        int w = e ? atoi(e) : 2;
+        waves = w >= 1 && w <= 16 ? w : 2;
     }
     return (uint64_t)waves;
 }
@@ -229,7 +229,10 @@ akv_status akv_attn_split_plan(uint64_t capacity_tokens, uint32_t n_seq, uint32_
     }
     uint64_t bps = smem_per_block / smem;
     if (bps > SPLIT_MAX_BLOCKS_PER_SM) bps = SPLIT_MAX_BLOCKS_PER_SM;
-    uint64_t fill = ceil_div(split_waves() * bps * n_sm, (uint64_t)n_kv_heads * n_seq);
+    /* one wave for one sequence (more partitions only add merge work), `waves` over a batch */
+    uint64_t fill = ceil_div(bps * n_sm, n_kv_heads);
+    uint64_t fill_batch = ceil_div(split_waves() * bps * n_sm, (uint64_t)n_kv_heads * n_seq);
+    if (fill_batch < fill) fill = fill_batch;
     if (fill > AKV_ATTN_MAX_PARTS) fill = AKV_ATTN_MAX_PARTS;
     uint64_t n_parts = ceil_div(capacity_tokens, SPLIT_MIN_PART_TOKENS);
     if (n_parts > fill) n_parts = fill;

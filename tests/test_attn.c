@@ -479,12 +479,15 @@ static void test_split_plan(void) {
     CHECK_OK(akv_attn_split_plan(131072, 1, 8, 128, 132, h200_smem, &sp));
     CHECK_EQ_INT(sp.n_parts, 33); /* two blocks per SM: ceil(264 / 8) */
     CHECK_EQ_INT(sp.part_tokens, 4032);
-    /* a batch shares the wave: 8 sequences x 8 heads, ceil(264 / 64) = 5 parts */
+    /* a batch shares two waves: 8 sequences x 8 heads, ceil(528 / 64) = 9 parts of 456 keys,
+     * rounded to 512: 8 parts */
     CHECK_OK(akv_attn_split_plan(4096, 8, 8, 128, 132, h200_smem, &sp));
-    CHECK_EQ_INT(sp.n_parts, 5);
-    CHECK_EQ_INT(sp.part_tokens, 832);
+    CHECK_EQ_INT(sp.n_parts, 8);
+    CHECK_EQ_INT(sp.part_tokens, 512);
     CHECK_OK(akv_attn_split_plan(32768, 32, 8, 128, 132, h200_smem, &sp));
-    CHECK_EQ_INT(sp.n_parts, 2); /* ceil(264 / 256) */
+    CHECK_EQ_INT(sp.n_parts, 3); /* ceil(528 / 256) */
+    CHECK_OK(akv_attn_split_plan(131072, 2, 8, 128, 132, h200_smem, &sp));
+    CHECK_EQ_INT(sp.n_parts, 33); /* two sequences: the single-sequence wave still caps it */
     CHECK_OK(akv_attn_split_plan(32768, 200, 8, 128, 132, h200_smem, &sp));
     CHECK_EQ_INT(sp.n_parts, 1); /* more sequences than a wave: one partition each */
     CHECK_STATUS(akv_attn_split_plan(1024, 0, 8, 128, 132, h200_smem, &sp), AKV_EINVAL);

@@ -183,9 +183,12 @@ static inline akv_dptr akv_attn_host_ptr(const void *p) {
  * bytes of shared memory a block may opt into (akv_dev_info's fields). The rule, for head
  * dim d:
  *   blocks_per_sm = clamp(smem_per_block / akv_attn_decode_smem_bytes(d), 1, 4)
- *   fill          = ceil(waves * blocks_per_sm * n_sm / (n_kv_heads * n_seq))
- *                   (waves = 1: one wave of blocks over the whole batch; the environment
- *                   variable AKV_ATTN_WAVES = 1..16 overrides it, for tuning)
+ *   fill          = min(ceil(blocks_per_sm * n_sm / n_kv_heads),
+ *                       ceil(waves * blocks_per_sm * n_sm / (n_kv_heads * n_seq)))
+ *                   one wave for a single sequence (more partitions only add merge work),
+ *                   `waves` = 2 waves of blocks over a batch (the environment variable
+ *                   AKV_ATTN_WAVES = 1..16 overrides it, for tuning); chosen by measurement,
+ *                   docs/attention.md
  *   min_part      = 128 keys (two tiles: what a block puts in flight before its first wait)
  *   n_parts       = clamp(ceil(capacity / min_part), 1, min(fill, AKV_ATTN_MAX_PARTS))
  *   part_tokens   = round_up(ceil(capacity / n_parts), 64); n_parts = ceil(capacity / part_tokens)
