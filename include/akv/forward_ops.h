@@ -117,8 +117,8 @@ typedef struct akv_fwd_fill_args {
 } akv_fwd_fill_args;
 
 /* How the CUDA backend computes a product (the host ignores it). AUTO: the skinny kernel
- * (cuda/fwd_gemv.cu: one warp per output row, a stream over W) for m <= 4 when k is a
- * multiple of 8 and x, W are 16-byte aligned, cuBLAS otherwise. The others force one (GEMV
+ * (cuda/fwd_gemv.cu: one warp per output row, a stream over W) for m = 1 when k is a
+ * multiple of 8 and x, W are 16-byte aligned, cuBLAS otherwise (GEMV takes m <= 4). The others force one (GEMV
  * refuses a shape it cannot take with AKV_EUNSUPPORTED); benchmarks compare them. */
 typedef enum akv_fwd_matmul_algo {
     AKV_FWD_MATMUL_AUTO = 0,
