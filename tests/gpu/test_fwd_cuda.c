@@ -202,7 +202,7 @@ static void ops_case(uint32_t rows, uint32_t n) {
     }
 
     /* matmul: y[rows][n] = x[rows][k] W[n][k]^T, k = 97, n and 264 (a multiple of 8: the
-     * skinny kernel takes rows <= 4), beta 0 then 1 */
+     * skinny kernel forced for rows <= 4), beta 0 then 1 */
     uint32_t ks[3] = {97, n, 264};
     for (int kk = 0; kk < 3; kk++) {
         uint32_t k = ks[kk];
@@ -213,7 +213,9 @@ static void ops_case(uint32_t rows, uint32_t n) {
         for (uint32_t beta = 0; beta < 2; beta++) {
             LAUNCH2(akv_fwd_op_matmul,
                     akv_fwd_matmul_args a = {.y = y.d[s], .x = px.d[s], .w = pw2.d[s], .m = rows,
-                                             .n = n, .k = k, .beta = beta});
+                                             .n = n, .k = k, .beta = beta,
+                                             .algo = k == 264 && rows <= 4 ? AKV_FWD_MATMUL_GEMV
+                                                                           : AKV_FWD_MATMUL_AUTO});
             snprintf(what, sizeof what, "matmul m=%u n=%u k=%u beta=%u", rows, n, k, beta);
             pcheck(y, rn, F, 1e-4, what);
         }
