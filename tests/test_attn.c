@@ -59,6 +59,12 @@ static void decode_case(fx_geom g, uint32_t n_seq, const uint32_t *len, uint32_t
              g.n_kv_heads, g.head_dim, g.page_tokens, akv_dtype_name(g.dtype), n_seq, nq,
              akv_dtype_name(q_dtype), akv_dtype_name(o_dtype));
     FX_COMPARE(what, o, o_dtype, lse, o64, lse64, n_rows, g.head_dim, tol_for(o_dtype), 2e-5);
+    /* the host backend's BLAS-blocked path, held to the same bounds (outputs poisoned) */
+    memset(o, 0xff, n_rows * d * akv_dtype_size(o_dtype));
+    memset(lse, 0xff, n_rows * sizeof *lse);
+    CHECK_OK(akv_attn_host_decode(&p));
+    strncat(what, " (host path)", sizeof what - strlen(what) - 1);
+    FX_COMPARE(what, o, o_dtype, lse, o64, lse64, n_rows, g.head_dim, tol_for(o_dtype), 2e-5);
     free(q), free(o), free(lse), free(o64), free(lse64);
     fx_table_free(&f);
 }
@@ -246,6 +252,11 @@ done:
     /* the float64 pass re-writes the same bits, then attends */
     CHECK_OK(akv_attn_ref_prefill_f64(&p, o64, lse64));
     FX_COMPARE("prefill f32 vs f64", o, AKV_DTYPE_F32, lse, o64, lse64, n_rows, d, 3e-5, 2e-5);
+    /* the host path: the chunk's K/V again (the same bits), then attends by BLAS blocks */
+    memset(o, 0xff, n_rows * d * 4);
+    memset(lse, 0xff, n_rows * 4);
+    CHECK_OK(akv_attn_host_prefill(&p));
+    FX_COMPARE("prefill host path vs f64", o, AKV_DTYPE_F32, lse, o64, lse64, n_rows, d, 3e-5, 2e-5);
     free(q), free(k), free(v), free(o), free(lse), free(o64), free(lse64), free(before);
     fx_table_free(&f);
 }

@@ -281,7 +281,7 @@ int main(void) {
             printf("  (AKV_BUILD_DIR not set: skipped)\n");
             break;
         }
-        char cmd[8192], out1[16384], out2[16384];
+        char cmd[20000], out1[16384], out2[16384];
         const char *dumps[2] = {"/tmp/akv_test_run_1.f32", "/tmp/akv_test_run_2.f32"};
         char *outs[2] = {out1, out2};
         for (int i = 0; i < 2; i++) {

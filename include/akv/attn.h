@@ -232,6 +232,16 @@ akv_status akv_attn_ref_prefill_f64(const akv_attn_prefill *p, double *o, double
 /* AKV_EINVAL also when a sequence has fewer tokens than new rows. */
 akv_status akv_attn_ref_append(const akv_attn_append *p);
 
+/* The host backend's production attention: the same contract, checks and outputs as the ref
+ * decode/prefill, computed per (sequence, K/V head) with K/V widened once and the scores and
+ * outputs as BLAS products (the plain-C ref re-reads every key for every query row). Not
+ * bit-identical to the ref (another order of summation); deterministic for a given thread
+ * count. For a few query rows over a short history (fewer than 16 rows per K/V head and
+ * under 256 keys) it runs the ref's loops, which are faster there. AKV_ENOMEM when its
+ * scratch (2 x len x head_dim floats plus a block of scores) cannot be had. */
+akv_status akv_attn_host_decode(const akv_attn_decode *p);
+akv_status akv_attn_host_prefill(const akv_attn_prefill *p);
+
 akv_status akv_attn_ref_merge(const akv_attn_merge *p);
 
 /* The exact merge of one state into another, in place: (o_a, *lse_a) = merge(a, b), over

@@ -115,7 +115,7 @@ static akv_status forward_attend(akv_forward *f, const akv_attn_pages *pg, uint3
                              .q_dtype = AKV_DTYPE_F32,
                              .o = akv_attn_host_ptr(f->att),
                              .o_dtype = AKV_DTYPE_F32};
-        return akv_attn_ref_decode(&d);
+        return akv_attn_host_decode(&d);
     }
     int32_t qo_indptr[2] = {0, (int32_t)n};
     akv_attn_prefill pf = {.kv = *pg,
@@ -130,7 +130,7 @@ static akv_status forward_attend(akv_forward *f, const akv_attn_pages *pg, uint3
                            .kv_new_dtype = AKV_DTYPE_F32,
                            .o = akv_attn_host_ptr(f->att),
                            .o_dtype = AKV_DTYPE_F32};
-    return akv_attn_ref_prefill(&pf);
+    return akv_attn_host_prefill(&pf);
 }
 
 akv_status akv_forward_run(akv_forward *f, const int32_t *tokens, uint32_t n, uint32_t pos0,
