@@ -14,11 +14,14 @@
  * Timing: each piece of work is captured n times into a CUDA graph and the graph replays
  * are timed with events (median); PyTorch is timed the same way by bench/attn_torch.py,
  * which this program runs first (python3, or $AKV_PYTHON). Results: a markdown table on
- * stdout and appended to $AKV_BENCH_OUT when set.
+ * stdout and appended to $AKV_BENCH_OUT when set. AKV_BENCH_ATTN_VARIANTS=all (or "0,2")
+ * prints one decode table per decode variant (akv/attn.h), each over the same page tables,
+ * against one PyTorch run.
  */
 #define _POSIX_C_SOURCE 200809L /* popen */
 #include <math.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -252,6 +255,25 @@ static double bench_prefill(const geom *g, uint32_t n) {
 
 /* ---- main -------------------------------------------------------------------------------- */
 
+/* The decode variants to measure: AKV_BENCH_ATTN_VARIANTS = "all" or a list of digits
+ * ("0,2"); unset or empty: the process's variant (akv_attn_decode_variant). */
+static int bench_variants(uint32_t out[AKV_ATTN_DECODE_VARIANTS]) {
+    const char *e = getenv("AKV_BENCH_ATTN_VARIANTS");
+    int n = 0;
+    if (e && strcmp(e, "all") == 0) {
+        for (uint32_t v = 0; v < AKV_ATTN_DECODE_VARIANTS; v++) out[n++] = v;
+        return n;
+    }
+    for (; e && *e && n < AKV_ATTN_DECODE_VARIANTS; e++) {
+        uint32_t v = (uint32_t)(*e - '0');
+        bool seen = false;
+        for (int i = 0; i < n; i++) seen |= out[i] == v;
+        if (*e >= '0' && v < AKV_ATTN_DECODE_VARIANTS && !seen) out[n++] = v;
+    }
+    if (n == 0) out[n++] = akv_attn_decode_variant();
+    return n;
+}
+
 typedef struct dcfg {
     int g;
     uint32_t b, n, nq;
@@ -326,25 +348,34 @@ int main(void) {
             "PyTorch: `scaled_dot_product_attention(enable_gqa=True)`, default dispatch and the fastest "
             "backend that takes the shape; both timed as CUDA-graph replays with inputs rotated past L2.\n\n",
          copy_gbs);
-    out2(f, "| geometry | batch | keys | queries | split (parts x keys) | µs | GB/s | / copy rate | torch default µs "
-            "| torch best µs (backend) | speed-up vs best |\n");
-    out2(f, "| --- | ---: | ---: | ---: | --- | ---: | ---: | ---: | ---: | --- | ---: |\n");
-    for (int i = 0; i < n_dc; i++) {
-        const geom *g = &GEOMS[dc[i].g];
-        akv_attn_split sp = {0, 0};
-        double us = bench_decode(g, dc[i].b, dc[i].n, dc[i].nq, &sp);
-        double bytes = (double)dc[i].b * dc[i].n * 2.0 * g->hkv * g->d * 2.0;
-        double gbs = bytes / us / 1e3;
-        const torch_row *t = dc[i].nq == 1 ? torch_find('d', g, dc[i].b, dc[i].n) : NULL;
-        char tdef[32] = "-", tbest[64] = "-", sup[32] = "-";
-        if (t) {
-            snprintf(tdef, sizeof tdef, "%.1f", t->us);
-            snprintf(tbest, sizeof tbest, "%.1f (%s)", t->us_best, t->how);
-            snprintf(sup, sizeof sup, "%.2fx", t->us_best / us);
+    /* one decode table per variant (AKV_BENCH_ATTN_VARIANTS), the same page tables for each */
+    uint32_t variants[AKV_ATTN_DECODE_VARIANTS];
+    int n_var = bench_variants(variants);
+    const uint64_t rng_decode = rng_state;
+    for (int vi = 0; vi < n_var; vi++) {
+        TRY(akv_attn_decode_variant_set(variants[vi]));
+        rng_state = rng_decode;
+        if (n_var > 1 || variants[vi] != 0) out2(f, "\nDecode variant %u (akv/attn.h):\n\n", variants[vi]);
+        out2(f, "| geometry | batch | keys | queries | split (parts x keys) | µs | GB/s | / copy rate | torch default µs "
+                "| torch best µs (backend) | speed-up vs best |\n");
+        out2(f, "| --- | ---: | ---: | ---: | --- | ---: | ---: | ---: | ---: | --- | ---: |\n");
+        for (int i = 0; i < n_dc; i++) {
+            const geom *g = &GEOMS[dc[i].g];
+            akv_attn_split sp = {0, 0};
+            double us = bench_decode(g, dc[i].b, dc[i].n, dc[i].nq, &sp);
+            double bytes = (double)dc[i].b * dc[i].n * 2.0 * g->hkv * g->d * 2.0;
+            double gbs = bytes / us / 1e3;
+            const torch_row *t = dc[i].nq == 1 ? torch_find('d', g, dc[i].b, dc[i].n) : NULL;
+            char tdef[32] = "-", tbest[64] = "-", sup[32] = "-";
+            if (t) {
+                snprintf(tdef, sizeof tdef, "%.1f", t->us);
+                snprintf(tbest, sizeof tbest, "%.1f (%s)", t->us_best, t->how);
+                snprintf(sup, sizeof sup, "%.2fx", t->us_best / us);
+            }
+            out2(f, "| %s | %u | %u | %u | %u x %u | %.1f | %.0f | %.3f | %s | %s | %s |\n", g->name, dc[i].b, dc[i].n,
+                 dc[i].nq, sp.n_parts, sp.part_tokens, us, gbs, gbs / copy_gbs, tdef, tbest, sup);
+            fflush(stdout);
         }
-        out2(f, "| %s | %u | %u | %u | %u x %u | %.1f | %.0f | %.3f | %s | %s | %s |\n", g->name, dc[i].b, dc[i].n,
-             dc[i].nq, sp.n_parts, sp.part_tokens, us, gbs, gbs / copy_gbs, tdef, tbest, sup);
-        fflush(stdout);
     }
     out2(f, "\n### Attention kernels: causal prefill (one sequence, K/V written into pages by the same call)\n\n");
     out2(f, "| geometry | tokens | µs | TFLOP/s | torch flash µs | speed vs torch flash |\n");

@@ -32,16 +32,20 @@
  */
 #include "attn_common.cuh"
 
-template <int D>
+/* ST: the cp.async ring depth (akv__attn_decode_stages: 3 at d=128, 4 at d=64 in variant 0,
+ * one less in variants 1 and 2). */
+template <int D, int ST>
 struct dec_cfg {
     static constexpr int TILE = 64;                        /* keys per stage */
-    static constexpr int STAGES = D == 128 ? 3 : 4;        /* cp.async ring depth */
+    static constexpr int STAGES = ST;                      /* cp.async ring depth */
     static constexpr int KV_BYTES = TILE * D * 2;          /* one of K, V for a tile */
     static constexpr int STAGE_BYTES = 2 * KV_BYTES;
     static constexpr int Q_BYTES = 32 * D * 2;             /* up to 32 query rows */
     static constexpr int SMEM = STAGES * STAGE_BYTES + Q_BYTES;
-    /* the end-of-block scratch (4 warps x 32 rows x D floats, m and l) reuses the ring */
-    static_assert(4 * 32 * D * 4 + 2 * 4 * 32 * 4 <= STAGES * STAGE_BYTES, "scratch fits the ring");
+    /* the end-of-block scratch (4 warps x 32 rows x D floats, m and l) reuses the ring and
+     * the query tile (both dead once the key loop is over) */
+    static_assert(STAGES >= 2, "one tile loads while another is used");
+    static_assert(4 * 32 * D * 4 + 2 * 4 * 32 * 4 <= SMEM, "scratch fits the ring and the query tile");
 };
 
 struct dec_args {
@@ -63,7 +67,7 @@ struct dec_args {
 /* Issue the cp.async of keys t0..t0+63 (K and V) into one stage; positions >= t_end are
  * zero-filled. 128 threads, D/8 chunks per row; one page lookup per row (V lies n_kv*P rows
  * after K in the same page). */
-template <int D>
+template <int D, int ST>
 static __device__ __forceinline__ void dec_load_tile(const attn_kv &kv, int pb, int h, int t0, int t_end,
                                                      uint32_t stage, int tid) {
     constexpr int CPR = D / 8, RPP = 128 / CPR; /* chunks per row, rows per pass */
@@ -75,7 +79,7 @@ static __device__ __forceinline__ void dec_load_tile(const attn_kv &kv, int pb, 
         const bool valid = t < t_end;
         const unsigned char *k = valid ? attn_row<D>(kv, pb, 0, h, t) + c * 16 : kv.pool;
         attn_cp16(stage + attn_swz<D>(r, c), k, valid);
-        attn_cp16(stage + dec_cfg<D>::KV_BYTES + attn_swz<D>(r, c), valid ? k + v_off : kv.pool, valid);
+        attn_cp16(stage + dec_cfg<D, ST>::KV_BYTES + attn_swz<D>(r, c), valid ? k + v_off : kv.pool, valid);
     }
 }
 
@@ -176,9 +180,11 @@ static __device__ void dec_merge(const dec_args &a, int s, int h, int row0, int 
     }
 }
 
-template <int D, int MT>
-__global__ void __launch_bounds__(128) attn_decode_kernel(const dec_args a) {
-    using C = dec_cfg<D>;
+/* MINB: the blocks per multiprocessor the split counts on, as a register bound for the
+ * compiler (1 = no bound: variant 0's code as it was measured). */
+template <int D, int MT, int ST, int MINB>
+__global__ void __launch_bounds__(128, MINB) attn_decode_kernel(const dec_args a) {
+    using C = dec_cfg<D, ST>;
     extern __shared__ __align__(128) unsigned char smem[];
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int part = blockIdx.x;
@@ -213,7 +219,7 @@ __global__ void __launch_bounds__(128) attn_decode_kernel(const dec_args a) {
         }
     }
     for (int st = 0; st < C::STAGES - 1; st++) {
-        if (st < n_tiles) dec_load_tile<D>(a.kv, pb, h, k0 + st * C::TILE, k1, ring + st * C::STAGE_BYTES, tid);
+        if (st < n_tiles) dec_load_tile<D, ST>(a.kv, pb, h, k0 + st * C::TILE, k1, ring + st * C::STAGE_BYTES, tid);
         attn_cp_commit();
     }
 #pragma unroll
@@ -245,7 +251,7 @@ __global__ void __launch_bounds__(128) attn_decode_kernel(const dec_args a) {
         __syncthreads(); /* tile `it` landed for all; everyone is done with the stage refilled next */
         {
             const int nt = it + C::STAGES - 1;
-            if (nt < n_tiles) dec_load_tile<D>(a.kv, pb, h, k0 + nt * C::TILE, k1, ring + (nt % C::STAGES) * C::STAGE_BYTES, tid);
+            if (nt < n_tiles) dec_load_tile<D, ST>(a.kv, pb, h, k0 + nt * C::TILE, k1, ring + (nt % C::STAGES) * C::STAGE_BYTES, tid);
             attn_cp_commit();
         }
         const uint32_t kb = ring + (it % C::STAGES) * C::STAGE_BYTES, vb = kb + C::KV_BYTES;
@@ -368,12 +374,13 @@ __global__ void __launch_bounds__(128) attn_decode_kernel(const dec_args a) {
     if (s_last) dec_merge<D, R>(a, s, h, row0, n_used, smem, tid);
 }
 
-template <int D, int MT>
+template <int D, int MT, int ST, int MINB>
 static akv_status dec_launch(const dec_args &a, dim3 grid, cudaStream_t stream) {
-    static_assert(dec_cfg<D>::SMEM <= 227 * 1024, "decode block fits an H100/H200 SM");
-    AKV_CUDA_TRY(cudaFuncSetAttribute(attn_decode_kernel<D, MT>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                      dec_cfg<D>::SMEM));
-    attn_decode_kernel<D, MT><<<grid, 128, dec_cfg<D>::SMEM, stream>>>(a);
+    using C = dec_cfg<D, ST>;
+    static_assert(C::SMEM <= 227 * 1024, "decode block fits an H100/H200 SM");
+    AKV_CUDA_TRY(cudaFuncSetAttribute(attn_decode_kernel<D, MT, ST, MINB>,
+                                      cudaFuncAttributeMaxDynamicSharedMemorySize, C::SMEM));
+    attn_decode_kernel<D, MT, ST, MINB><<<grid, 128, C::SMEM, stream>>>(a);
     AKV_CUDA_TRY(cudaGetLastError());
     return AKV_OK;
 }
@@ -388,15 +395,21 @@ static akv_status dec_check(const akv_attn_decode *p, const char *op) {
     return attn_cuda_align_check(p->q, (uint64_t)q_stride * akv_dtype_size(p->q_dtype), "q", op);
 }
 
+/* The split of a checked decode for one variant, on the current device. */
+static akv_status dec_split(const akv_attn_decode *p, uint32_t variant, akv_attn_split *out) {
+    uint32_t n_sm;
+    size_t smem;
+    akv_status st = attn_cuda_device(&n_sm, &smem);
+    if (st != AKV_OK) return st;
+    return akv_attn_split_plan_variant((uint64_t)p->kv.max_pages * p->kv.page_tokens,
+                                       p->kv.n_seq ? p->kv.n_seq : 1, p->kv.n_kv_heads,
+                                       p->kv.head_dim, n_sm, smem, variant, out);
+}
+
 extern "C" akv_status akv_attn_cuda_decode_split(const akv_attn_decode *p, akv_attn_split *out) {
     akv_status st = dec_check(p, "cuda decode split");
     if (st != AKV_OK) return st;
-    uint32_t n_sm;
-    size_t smem;
-    if ((st = attn_cuda_device(&n_sm, &smem)) != AKV_OK) return st;
-    return akv_attn_split_plan((uint64_t)p->kv.max_pages * p->kv.page_tokens,
-                               p->kv.n_seq ? p->kv.n_seq : 1, p->kv.n_kv_heads,
-                               p->kv.head_dim, n_sm, smem, out);
+    return dec_split(p, akv_attn_decode_variant(), out);
 }
 
 extern "C" akv_status akv_attn_cuda_decode(const akv_attn_decode *p, akv_dptr workspace,
@@ -406,7 +419,8 @@ extern "C" akv_status akv_attn_cuda_decode(const akv_attn_decode *p, akv_dptr wo
     if (st != AKV_OK || p->kv.n_seq == 0) return st;
     akv_attn_split sp;
     size_t need = 0, lse_off = 0, cnt_off = 0;
-    if ((st = akv_attn_cuda_decode_split(p, &sp)) != AKV_OK) return st;
+    const uint32_t variant = akv_attn_decode_variant(); /* one read: the split and the ring agree */
+    if ((st = dec_split(p, variant, &sp)) != AKV_OK) return st;
     if ((st = akv__attn_decode_workspace_layout(p, &sp, &lse_off, &cnt_off, &need)) != AKV_OK) return st;
     if (need > 0 && (workspace_bytes < need || workspace.addr == 0 || workspace.addr % 256 != 0)) {
         AKV_LOG_E("attn %s: the workspace (0x%llx, %zu bytes) is not a 256-aligned buffer of the %zu bytes "
@@ -441,7 +455,13 @@ extern "C" akv_status akv_attn_cuda_decode(const akv_attn_decode *p, akv_dptr wo
     a.scale_log2 = akv__attn_scale(p->scale, p->kv.head_dim) * ATTN_LOG2E;
     cudaStream_t cs = static_cast<cudaStream_t>(stream);
     const dim3 grid(sp.n_parts, p->kv.n_kv_heads * n_row_tiles, p->kv.n_seq);
-    if (D == 128) st = mt == 1 ? dec_launch<128, 1>(a, grid, cs) : dec_launch<128, 2>(a, grid, cs);
-    else st = mt == 1 ? dec_launch<64, 1>(a, grid, cs) : dec_launch<64, 2>(a, grid, cs);
+    /* the ring depth of the variant: must match what the plan sized the split for */
+    const uint32_t stages = akv__attn_decode_stages((uint32_t)D, variant);
+    if (D == 128 && stages == 3) st = mt == 1 ? dec_launch<128, 1, 3, 1>(a, grid, cs) : dec_launch<128, 2, 3, 1>(a, grid, cs);
+    /* d=128 with 32 rows needs 235 registers: bound to 3 blocks per SM it spills, so it keeps
+     * 2 (the plan counts 3; only GQA groups above 4 x queries take it) */
+    else if (D == 128) st = mt == 1 ? dec_launch<128, 1, 2, 3>(a, grid, cs) : dec_launch<128, 2, 2, 1>(a, grid, cs);
+    else if (stages == 4) st = mt == 1 ? dec_launch<64, 1, 4, 1>(a, grid, cs) : dec_launch<64, 2, 4, 1>(a, grid, cs);
+    else st = mt == 1 ? dec_launch<64, 1, 3, 4>(a, grid, cs) : dec_launch<64, 2, 3, 4>(a, grid, cs);
     return st; /* the merge is fused: the last block of each (sequence, head) does it */
 }

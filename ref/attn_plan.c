@@ -19,12 +19,49 @@
 /* Blocks per multiprocessor the plan counts on at most. */
 #define SPLIT_MAX_BLOCKS_PER_SM 4u
 
+#define BAD(...)                                                                                   \
+    do {                                                                                           \
+        AKV_LOG_E(__VA_ARGS__);                                                                    \
+        return AKV_EINVAL;                                                                         \
+    } while (0)
+
+/* Ring depth of the CUDA decode block per head dim and variant (akv/attn.h: variants 1
+ * and 2 trade a stage for one more resident block per multiprocessor). */
+uint32_t akv__attn_decode_stages(uint32_t head_dim, uint32_t variant) {
+    if (head_dim != 64 && head_dim != 128) return 0;
+    if (variant == 0) return head_dim == 128 ? 3 : 4;
+    return head_dim == 128 ? 2 : 3;
+}
+
 /* Mirrors the CUDA decode block (cuda/attn_decode.cu): `stages` tiles of 64 keys of K and
  * V in bf16, plus the query tile (32 rows). The kernel asserts the same figure. */
-size_t akv_attn_decode_smem_bytes(uint32_t head_dim) {
-    if (head_dim != 64 && head_dim != 128) return 0;
-    size_t stages = head_dim == 128 ? 3 : 4;
+size_t akv_attn_decode_smem_bytes_variant(uint32_t head_dim, uint32_t variant) {
+    size_t stages = akv__attn_decode_stages(head_dim, variant);
+    if (stages == 0 || variant >= AKV_ATTN_DECODE_VARIANTS) return 0;
     return stages * AKV_ATTN_TILE_TOKENS * head_dim * 2 * 2 + 32u * head_dim * 2;
+}
+
+size_t akv_attn_decode_smem_bytes(uint32_t head_dim) {
+    return akv_attn_decode_smem_bytes_variant(head_dim, akv_attn_decode_variant());
+}
+
+/* The process's decode variant: -1 until first read (AKV_ATTN_DECODE_VARIANT, default 0) or
+ * set. Racing first reads store the same value. */
+static int decode_variant = -1;
+
+uint32_t akv_attn_decode_variant(void) {
+    if (decode_variant < 0) {
+        const char *e = getenv("AKV_ATTN_DECODE_VARIANT");
+        int v = e ? atoi(e) : 0;
+        decode_variant = v >= 0 && v < AKV_ATTN_DECODE_VARIANTS ? v : 0;
+    }
+    return (uint32_t)decode_variant;
+}
+
+akv_status akv_attn_decode_variant_set(uint32_t variant) {
+    if (variant >= AKV_ATTN_DECODE_VARIANTS) BAD("attn decode variant %u is not 0..%d", variant, AKV_ATTN_DECODE_VARIANTS - 1);
+    decode_variant = (int)variant;
+    return AKV_OK;
 }
 
 static bool is_pow2(uint32_t x) {
@@ -50,12 +87,6 @@ bool akv__attn_page_bytes(const akv_attn_pages *kv, size_t *out) {
     return akv__size_mul(n, kv->n_kv_heads, &n) && akv__size_mul(n, kv->page_tokens, &n) &&
            akv__size_mul(n, kv->head_dim, &n) && akv__size_mul(n, akv_dtype_size(kv->dtype), out);
 }
-
-#define BAD(...)                                                                                   \
-    do {                                                                                           \
-        AKV_LOG_E(__VA_ARGS__);                                                                    \
-        return AKV_EINVAL;                                                                         \
-    } while (0)
 
 akv_status akv__attn_pages_check(const akv_attn_pages *kv, const char *op) {
     if (!kv) BAD("attn %s: no parameters (NULL)", op);
@@ -214,13 +245,27 @@ static uint64_t split_waves(void) {
     return (uint64_t)waves;
 }
 
-akv_status akv_attn_split_plan(uint64_t capacity_tokens, uint32_t n_seq, uint32_t n_kv_heads,
-                               uint32_t head_dim, uint32_t n_sm, size_t smem_per_block,
-                               akv_attn_split *out) {
+/* Variant 2's rule for a batch: the number of partitions such that the blocks fill whole
+ * rounds of `slots` resident blocks. n0 partitions (at most `waves` rounds) make
+ * ceil(n0*per_part/slots) rounds; a last round under half full is dropped (its blocks would
+ * run alone after the others, at a fraction of the bandwidth), else n0 stays. */
+static uint64_t split_whole_rounds(uint64_t n0, uint64_t per_part, uint64_t slots) {
+    uint64_t blocks = n0 * per_part, rounds = ceil_div(blocks, slots);
+    if (rounds > 1 && (blocks - (rounds - 1) * slots) * 2 < slots) {
+        uint64_t n = (rounds - 1) * slots / per_part;
+        return n >= 1 ? n : 1;
+    }
+    return n0;
+}
+
+akv_status akv_attn_split_plan_variant(uint64_t capacity_tokens, uint32_t n_seq, uint32_t n_kv_heads,
+                                       uint32_t head_dim, uint32_t n_sm, size_t smem_per_block,
+                                       uint32_t variant, akv_attn_split *out) {
     if (capacity_tokens == 0 || n_seq == 0 || n_kv_heads == 0 || n_sm == 0 || !out)
         BAD("attn split: capacity %llu, n_seq %u, n_kv_heads %u and n_sm %u must be positive",
             (unsigned long long)capacity_tokens, n_seq, n_kv_heads, n_sm);
-    size_t smem = akv_attn_decode_smem_bytes(head_dim);
+    if (variant >= AKV_ATTN_DECODE_VARIANTS) BAD("attn split: variant %u is not 0..%d", variant, AKV_ATTN_DECODE_VARIANTS - 1);
+    size_t smem = akv_attn_decode_smem_bytes_variant(head_dim, variant);
     if (smem == 0) BAD("attn split: head_dim %u is not 64 or 128", head_dim);
     if (smem_per_block < smem) {
         AKV_LOG_E("attn split: a decode block needs %zu bytes of shared memory; the device allows %zu",
@@ -229,19 +274,36 @@ akv_status akv_attn_split_plan(uint64_t capacity_tokens, uint32_t n_seq, uint32_
     }
     uint64_t bps = smem_per_block / smem;
     if (bps > SPLIT_MAX_BLOCKS_PER_SM) bps = SPLIT_MAX_BLOCKS_PER_SM;
-    /* one wave for one sequence (more partitions only add merge work), `waves` over a batch */
-    uint64_t fill = ceil_div(bps * n_sm, n_kv_heads);
-    uint64_t fill_batch = ceil_div(split_waves() * bps * n_sm, (uint64_t)n_kv_heads * n_seq);
-    if (fill_batch < fill) fill = fill_batch;
-    if (fill > AKV_ATTN_MAX_PARTS) fill = AKV_ATTN_MAX_PARTS;
+    uint64_t slots = bps * n_sm, per_part = (uint64_t)n_kv_heads * n_seq;
     uint64_t n_parts = ceil_div(capacity_tokens, SPLIT_MIN_PART_TOKENS);
-    if (n_parts > fill) n_parts = fill;
+    if (variant < 2) {
+        /* one wave for one sequence (more partitions only add merge work), `waves` over a batch */
+        uint64_t fill = ceil_div(slots, n_kv_heads);
+        uint64_t fill_batch = ceil_div(split_waves() * slots, per_part);
+        if (fill_batch < fill) fill = fill_batch;
+        if (fill > AKV_ATTN_MAX_PARTS) fill = AKV_ATTN_MAX_PARTS;
+        if (n_parts > fill) n_parts = fill;
+    } else {
+        /* the same waves, rounded down (no round of blocks is started for a few of them),
+         * and a batch keeps whole rounds */
+        uint64_t fill = n_seq == 1 ? slots / n_kv_heads : split_waves() * slots / per_part;
+        if (fill > AKV_ATTN_MAX_PARTS) fill = AKV_ATTN_MAX_PARTS;
+        if (n_parts > fill) n_parts = fill;
+        if (n_seq > 1 && n_parts > 1) n_parts = split_whole_rounds(n_parts, per_part, slots);
+    }
     if (n_parts < 1) n_parts = 1;
     uint64_t part = ceil_div(ceil_div(capacity_tokens, n_parts), AKV_ATTN_TILE_TOKENS) * AKV_ATTN_TILE_TOKENS;
     if (part > UINT32_MAX) BAD("attn split: capacity %llu tokens is too large", (unsigned long long)capacity_tokens);
     out->part_tokens = (uint32_t)part;
     out->n_parts = (uint32_t)ceil_div(capacity_tokens, part);
     return AKV_OK;
+}
+
+akv_status akv_attn_split_plan(uint64_t capacity_tokens, uint32_t n_seq, uint32_t n_kv_heads,
+                               uint32_t head_dim, uint32_t n_sm, size_t smem_per_block,
+                               akv_attn_split *out) {
+    return akv_attn_split_plan_variant(capacity_tokens, n_seq, n_kv_heads, head_dim, n_sm, smem_per_block,
+                                       akv_attn_decode_variant(), out);
 }
 
 akv_status akv__attn_decode_workspace_layout(const akv_attn_decode *p, const akv_attn_split *split,

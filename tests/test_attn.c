@@ -523,7 +523,38 @@ static void test_split_plan(void) {
         CHECK(sp.n_parts >= 1 && sp.n_parts <= AKV_ATTN_MAX_PARTS);
         CHECK((uint64_t)sp.n_parts * n_kv <= 4ull * n_sm + n_kv); /* at most one wave at batch 1 */
     }
+    /* variants (akv/attn.h): the ring's shared memory sets blocks_per_sm; variant 2 keeps
+     * whole rounds of blocks */
+    CHECK_EQ_U64(akv_attn_decode_smem_bytes_variant(128, 0), 3 * 32768 + 8192);
+    CHECK_EQ_U64(akv_attn_decode_smem_bytes_variant(128, 1), 2 * 32768 + 8192);
+    CHECK_EQ_U64(akv_attn_decode_smem_bytes_variant(64, 2), 3 * 16384 + 4096);
+    CHECK_EQ_U64(akv_attn_decode_smem_bytes_variant(128, AKV_ATTN_DECODE_VARIANTS), 0);
+    CHECK_OK(akv_attn_split_plan_variant(32768, 1, 8, 128, 132, h200_smem, 1, &sp));
+    CHECK_EQ_INT(sp.n_parts, 47); /* three blocks per SM: ceil(396 / 8) = 50 -> 704 keys each */
+    CHECK_EQ_INT(sp.part_tokens, 704);
+    CHECK_OK(akv_attn_split_plan_variant(32768, 8, 8, 128, 132, h200_smem, 1, &sp));
+    CHECK_EQ_INT(sp.n_parts, 13); /* ceil(2 * 396 / 64) */
+    CHECK_OK(akv_attn_split_plan_variant(32768, 8, 8, 128, 132, h200_smem, 2, &sp));
+    CHECK_EQ_INT(sp.n_parts, 12); /* floor(2 * 396 / 64): 768 blocks, 1.94 rounds */
+    CHECK_OK(akv_attn_split_plan_variant(4096, 8, 3, 64, 132, h200_smem, 2, &sp));
+    CHECK_EQ_INT(sp.n_parts, 22); /* 32 parts = 768 blocks = 1.45 rounds of 528: one round */
+    CHECK_EQ_INT(sp.part_tokens, 192);
+    CHECK_OK(akv_attn_split_plan_variant(32768, 1, 3, 64, 132, h200_smem, 2, &sp));
+    CHECK_EQ_INT(sp.n_parts, 171); /* floor(528 / 3) = 176 -> 192 keys each */
+    for (uint32_t v = 0; v < AKV_ATTN_DECODE_VARIANTS; v++)
+        for (int i = 0; i < 500; i++) {
+            uint64_t cap = 1 + test_rand_below(&rng, 1u << 22);
+            uint32_t n_seq = 1 + (uint32_t)test_rand_below(&rng, 64), n_kv = 1 + (uint32_t)test_rand_below(&rng, 16);
+            CHECK_OK(akv_attn_split_plan_variant(cap, n_seq, n_kv, i % 2 ? 64 : 128, 132, h200_smem, v, &sp));
+            CHECK(sp.part_tokens % AKV_ATTN_TILE_TOKENS == 0);
+            CHECK((uint64_t)sp.n_parts * sp.part_tokens >= cap);
+            CHECK((uint64_t)(sp.n_parts - 1) * sp.part_tokens < cap);
+            CHECK(sp.n_parts >= 1 && sp.n_parts <= AKV_ATTN_MAX_PARTS);
+        }
     quiet(1);
+    CHECK_STATUS(akv_attn_split_plan_variant(1024, 1, 8, 128, 132, h200_smem, AKV_ATTN_DECODE_VARIANTS, &sp),
+                 AKV_EINVAL);
+    CHECK_STATUS(akv_attn_decode_variant_set(AKV_ATTN_DECODE_VARIANTS), AKV_EINVAL);
     CHECK_STATUS(akv_attn_split_plan(1024, 1, 8, 96, 132, h200_smem, &sp), AKV_EINVAL);
     CHECK_STATUS(akv_attn_split_plan(0, 1, 8, 128, 132, h200_smem, &sp), AKV_EINVAL);
     CHECK_STATUS(akv_attn_split_plan(1024, 1, 8, 128, 132, 48 * 1024, &sp), AKV_EUNSUPPORTED);

@@ -82,6 +82,7 @@ enum {
     AKV_ATTN_MAX_HEAD_DIM = 256,   /* ref; the CUDA kernels take 64 and 128 */
     AKV_ATTN_TILE_TOKENS = 64,     /* keys per CUDA tile; partitions are multiples of it */
     AKV_ATTN_MAX_PARTS = 1024,     /* most split-KV partitions per (sequence, K/V head) */
+    AKV_ATTN_DECODE_VARIANTS = 3,  /* decode configurations (akv_attn_decode_variant) */
 };
 
 /* A paged K/V history of one layer for a batch of n_seq sequences. */
@@ -199,8 +200,39 @@ akv_status akv_attn_split_plan(uint64_t capacity_tokens, uint32_t n_seq, uint32_
                                uint32_t head_dim, uint32_t n_sm, size_t smem_per_block,
                                akv_attn_split *out);
 
-/* Shared memory one CUDA decode block uses for head dim 64 or 128 (0 for others). */
+/* The same plan for an explicit decode variant (akv_attn_split_plan uses the process's,
+ * akv_attn_decode_variant()): a pure function of its arguments. Variants 0 and 1 follow the
+ * rule above with their own blocks_per_sm; variant 2 takes floor instead of ceil in `fill`
+ * and, over a batch, drops a last round of blocks that would be under half full:
+ *   rounds = ceil(n_parts * n_kv_heads * n_seq / (blocks_per_sm * n_sm)); if the last round
+ *   holds fewer than half the slots, n_parts = floor((rounds-1) * slots / (n_kv_heads * n_seq)).
+ * AKV_EINVAL also for a variant >= AKV_ATTN_DECODE_VARIANTS. */
+akv_status akv_attn_split_plan_variant(uint64_t capacity_tokens, uint32_t n_seq, uint32_t n_kv_heads,
+                                       uint32_t head_dim, uint32_t n_sm, size_t smem_per_block,
+                                       uint32_t variant, akv_attn_split *out);
+
+/* Shared memory one CUDA decode block of the process's decode variant uses for head dim 64
+ * or 128 (0 for others); the _variant form for an explicit variant (0 also for a variant
+ * out of range). */
 size_t akv_attn_decode_smem_bytes(uint32_t head_dim);
+size_t akv_attn_decode_smem_bytes_variant(uint32_t head_dim, uint32_t variant);
+
+/* Decode variants: alternative CUDA decode configurations, for A/B measurement.
+ *   0  the default: a cp.async ring of 3 tiles at d=128 (2 blocks per SM on an H100/H200),
+ *      4 at d=64 (3 blocks per SM).
+ *   1  one stage less: 2 at d=128 (3 blocks per SM), 3 at d=64 (4 blocks per SM); the plan's
+ *      blocks_per_sm follows the shared memory.
+ *   2  variant 1's ring, and the whole-rounds split (akv_attn_split_plan_variant).
+ * Every variant gives results within the same tolerance of the float64 reference, bitwise
+ * reproducible and independent of page placement; variants differ from each other in the
+ * last bits (another split, another merge order).
+ * The process's variant is AKV_ATTN_DECODE_VARIANT (0..2; anything else is 0) from the
+ * environment, read at first use, unless akv_attn_decode_variant_set chose one. Set it only
+ * while no decode is being planned or launched (it is a process-wide setting, not
+ * synchronised), and re-plan, re-size and re-zero decode workspaces after changing it: a
+ * workspace is sized for one split. AKV_EINVAL for a variant out of range. */
+uint32_t akv_attn_decode_variant(void);
+akv_status akv_attn_decode_variant_set(uint32_t variant);
 
 /* Device workspace a CUDA decode with these parameters and this split needs (partial
  * outputs and LSEs of every partition, and one arrival counter per sequence, K/V head and

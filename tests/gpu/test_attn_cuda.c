@@ -1,8 +1,8 @@
 /* test_attn_cuda.c (gpu) — the CUDA attention kernels against the float64 reference on fresh
  * random inputs of awkward sizes (outputs poisoned with NaN before every run, unused page
  * slots NaN too), determinism, and the bitwise cell: the same history at other physical
- * pages and in another batch gives the same bits. Also the K/V append (bit-exact), the
- * public merge, and the refusals. */
+ * pages and in another batch gives the same bits, for every decode variant. Also the K/V
+ * append (bit-exact), the public merge, and the refusals. */
 #include "test.h"
 
 #include "akv/attn.h"
@@ -376,9 +376,16 @@ int main(void) {
 #else
     if (akv_dev_create(akv_dev_cuda_backend(), NULL, &dev) != AKV_OK) test_skip("no CUDA device answers on this machine");
     rng = test_seed(0xa77e0c0d);
-    TEST_CASE(decode_vs_float64) test_decode();
+    /* every decode variant (akv/attn.h), selected through the API, then the default back */
+    const uint32_t variant0 = akv_attn_decode_variant();
+    for (uint32_t v = 0; v < AKV_ATTN_DECODE_VARIANTS; v++) {
+        CHECK_OK(akv_attn_decode_variant_set(v));
+        printf("decode variant %u\n", v);
+        TEST_CASE(decode_vs_float64) test_decode();
+        TEST_CASE(bitwise_cell) test_bitwise_cell();
+    }
+    CHECK_OK(akv_attn_decode_variant_set(variant0));
     TEST_CASE(prefill_vs_float64_and_pages) test_prefill();
-    TEST_CASE(bitwise_cell) test_bitwise_cell();
     TEST_CASE(append_bit_exact) test_append();
     TEST_CASE(merge) test_merge();
     TEST_CASE(refusals) test_refusals();
