@@ -270,7 +270,7 @@ static int bench_variants(uint32_t out[AKV_ATTN_DECODE_VARIANTS]) {
         for (int i = 0; i < n; i++) seen |= out[i] == v;
         if (*e >= '0' && v < AKV_ATTN_DECODE_VARIANTS && !seen) out[n++] = v;
     }
-    if (n == 0) out[n++] = akv_attn_decode_variant();
+    if (n == 0) out[n++] = akv_attn_decode_variant(); /* AUTO unless the environment chose */
     return n;
 }
 
@@ -355,7 +355,10 @@ int main(void) {
     for (int vi = 0; vi < n_var; vi++) {
         TRY(akv_attn_decode_variant_set(variants[vi]));
         rng_state = rng_decode;
-        if (n_var > 1 || variants[vi] != 0) out2(f, "\nDecode variant %u (akv/attn.h):\n\n", variants[vi]);
+        if (variants[vi] == AKV_ATTN_DECODE_AUTO)
+            out2(f, "\nDecode variant: auto (0 for one sequence, 2 for a batch; akv/attn.h):\n\n");
+        else
+            out2(f, "\nDecode variant %u (akv/attn.h):\n\n", variants[vi]);
         out2(f, "| geometry | batch | keys | queries | split (parts x keys) | µs | GB/s | / copy rate | torch default µs "
                 "| torch best µs (backend) | speed-up vs best |\n");
         out2(f, "| --- | ---: | ---: | ---: | --- | ---: | ---: | ---: | ---: | --- | ---: |\n");

@@ -409,7 +409,7 @@ static akv_status dec_split(const akv_attn_decode *p, uint32_t variant, akv_attn
 extern "C" akv_status akv_attn_cuda_decode_split(const akv_attn_decode *p, akv_attn_split *out) {
     akv_status st = dec_check(p, "cuda decode split");
     if (st != AKV_OK) return st;
-    return dec_split(p, akv_attn_decode_variant(), out);
+    return dec_split(p, akv_attn_decode_variant_for(p->kv.n_seq), out);
 }
 
 extern "C" akv_status akv_attn_cuda_decode(const akv_attn_decode *p, akv_dptr workspace,
@@ -419,7 +419,7 @@ extern "C" akv_status akv_attn_cuda_decode(const akv_attn_decode *p, akv_dptr wo
     if (st != AKV_OK || p->kv.n_seq == 0) return st;
     akv_attn_split sp;
     size_t need = 0, lse_off = 0, cnt_off = 0;
-    const uint32_t variant = akv_attn_decode_variant(); /* one read: the split and the ring agree */
+    const uint32_t variant = akv_attn_decode_variant_for(p->kv.n_seq); /* the split and the ring agree */
     if ((st = dec_split(p, variant, &sp)) != AKV_OK) return st;
     if ((st = akv__attn_decode_workspace_layout(p, &sp, &lse_off, &cnt_off, &need)) != AKV_OK) return st;
     if (need > 0 && (workspace_bytes < need || workspace.addr == 0 || workspace.addr % 256 != 0)) {

@@ -42,24 +42,30 @@ size_t akv_attn_decode_smem_bytes_variant(uint32_t head_dim, uint32_t variant) {
 }
 
 size_t akv_attn_decode_smem_bytes(uint32_t head_dim) {
-    return akv_attn_decode_smem_bytes_variant(head_dim, akv_attn_decode_variant());
+    return akv_attn_decode_smem_bytes_variant(head_dim, akv_attn_decode_variant_for(1));
 }
 
-/* The process's decode variant: -1 until first read (AKV_ATTN_DECODE_VARIANT, default 0) or
+/* The process's decode setting: -1 until first read (AKV_ATTN_DECODE_VARIANT, else AUTO) or
  * set. Racing first reads store the same value. */
 static int decode_variant = -1;
 
 uint32_t akv_attn_decode_variant(void) {
     if (decode_variant < 0) {
         const char *e = getenv("AKV_ATTN_DECODE_VARIANT");
-        int v = e ? atoi(e) : 0;
-        decode_variant = v >= 0 && v < AKV_ATTN_DECODE_VARIANTS ? v : 0;
+        int v = e && *e ? atoi(e) : -1;
+        decode_variant = v >= 0 && v < AKV_ATTN_DECODE_VARIANTS ? v : AKV_ATTN_DECODE_AUTO;
     }
     return (uint32_t)decode_variant;
 }
 
+uint32_t akv_attn_decode_variant_for(uint32_t n_seq) {
+    uint32_t v = akv_attn_decode_variant();
+    return v != AKV_ATTN_DECODE_AUTO ? v : n_seq > 1 ? 2u : 0u;
+}
+
 akv_status akv_attn_decode_variant_set(uint32_t variant) {
-    if (variant >= AKV_ATTN_DECODE_VARIANTS) BAD("attn decode variant %u is not 0..%d", variant, AKV_ATTN_DECODE_VARIANTS - 1);
+    if (variant >= AKV_ATTN_DECODE_VARIANTS && variant != AKV_ATTN_DECODE_AUTO)
+        BAD("attn decode variant %u is not 0..%d or AUTO", variant, AKV_ATTN_DECODE_VARIANTS - 1);
     decode_variant = (int)variant;
     return AKV_OK;
 }
@@ -303,7 +309,7 @@ akv_status akv_attn_split_plan(uint64_t capacity_tokens, uint32_t n_seq, uint32_
                                uint32_t head_dim, uint32_t n_sm, size_t smem_per_block,
                                akv_attn_split *out) {
     return akv_attn_split_plan_variant(capacity_tokens, n_seq, n_kv_heads, head_dim, n_sm, smem_per_block,
-                                       akv_attn_decode_variant(), out);
+                                       akv_attn_decode_variant_for(n_seq), out);
 }
 
 akv_status akv__attn_decode_workspace_layout(const akv_attn_decode *p, const akv_attn_split *split,

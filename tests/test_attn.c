@@ -490,17 +490,31 @@ static void test_split_plan(void) {
     CHECK_OK(akv_attn_split_plan(131072, 1, 8, 128, 132, h200_smem, &sp));
     CHECK_EQ_INT(sp.n_parts, 33); /* two blocks per SM: ceil(264 / 8) */
     CHECK_EQ_INT(sp.part_tokens, 4032);
-    /* a batch shares two waves: 8 sequences x 8 heads, ceil(528 / 64) = 9 parts of 456 keys,
-     * rounded to 512: 8 parts */
-    CHECK_OK(akv_attn_split_plan(4096, 8, 8, 128, 132, h200_smem, &sp));
+    /* variant 0 over a batch shares two waves: 8 sequences x 8 heads, ceil(528 / 64) = 9
+     * parts of 456 keys, rounded to 512: 8 parts */
+    CHECK_OK(akv_attn_split_plan_variant(4096, 8, 8, 128, 132, h200_smem, 0, &sp));
     CHECK_EQ_INT(sp.n_parts, 8);
     CHECK_EQ_INT(sp.part_tokens, 512);
-    CHECK_OK(akv_attn_split_plan(32768, 32, 8, 128, 132, h200_smem, &sp));
+    CHECK_OK(akv_attn_split_plan_variant(32768, 32, 8, 128, 132, h200_smem, 0, &sp));
     CHECK_EQ_INT(sp.n_parts, 3); /* ceil(528 / 256) */
-    CHECK_OK(akv_attn_split_plan(131072, 2, 8, 128, 132, h200_smem, &sp));
+    CHECK_OK(akv_attn_split_plan_variant(131072, 2, 8, 128, 132, h200_smem, 0, &sp));
     CHECK_EQ_INT(sp.n_parts, 33); /* two sequences: the single-sequence wave still caps it */
-    CHECK_OK(akv_attn_split_plan(32768, 200, 8, 128, 132, h200_smem, &sp));
+    CHECK_OK(akv_attn_split_plan_variant(32768, 200, 8, 128, 132, h200_smem, 0, &sp));
     CHECK_EQ_INT(sp.n_parts, 1); /* more sequences than a wave: one partition each */
+    /* AUTO (the default): variant 0 for one sequence, 2 for a batch (11 x 384 at 8 x 4K, as
+     * the H200 run measured it) */
+    if (akv_attn_decode_variant() == AKV_ATTN_DECODE_AUTO) {
+        CHECK_EQ_INT(akv_attn_decode_variant_for(1), 0);
+        CHECK_EQ_INT(akv_attn_decode_variant_for(8), 2);
+        CHECK_OK(akv_attn_split_plan(4096, 8, 8, 128, 132, h200_smem, &sp));
+        CHECK_EQ_INT(sp.n_parts, 11);
+        CHECK_EQ_INT(sp.part_tokens, 384);
+        akv_attn_split sv;
+        CHECK_OK(akv_attn_split_plan_variant(131072, 1, 8, 128, 132, h200_smem, 0, &sv));
+        CHECK_OK(akv_attn_split_plan(131072, 1, 8, 128, 132, h200_smem, &sp));
+        CHECK_EQ_INT(sp.n_parts, sv.n_parts);
+    }
+    CHECK_STATUS(akv_attn_decode_variant_set(7), AKV_EINVAL);
     CHECK_STATUS(akv_attn_split_plan(1024, 0, 8, 128, 132, h200_smem, &sp), AKV_EINVAL);
     CHECK_OK(akv_attn_split_plan(64, 1, 8, 128, 132, h200_smem, &sp));
     CHECK_EQ_INT(sp.n_parts, 1);

@@ -83,6 +83,7 @@ enum {
     AKV_ATTN_TILE_TOKENS = 64,     /* keys per CUDA tile; partitions are multiples of it */
     AKV_ATTN_MAX_PARTS = 1024,     /* most split-KV partitions per (sequence, K/V head) */
     AKV_ATTN_DECODE_VARIANTS = 3,  /* decode configurations (akv_attn_decode_variant) */
+    AKV_ATTN_DECODE_AUTO = 255,    /* the variant chosen per call by the batch size */
 };
 
 /* A paged K/V history of one layer for a batch of n_seq sequences. */
@@ -200,8 +201,8 @@ akv_status akv_attn_split_plan(uint64_t capacity_tokens, uint32_t n_seq, uint32_
                                uint32_t head_dim, uint32_t n_sm, size_t smem_per_block,
                                akv_attn_split *out);
 
-/* The same plan for an explicit decode variant (akv_attn_split_plan uses the process's,
- * akv_attn_decode_variant()): a pure function of its arguments. Variants 0 and 1 follow the
+/* The same plan for an explicit decode variant (akv_attn_split_plan uses
+ * akv_attn_decode_variant_for(n_seq)): a pure function of its arguments. Variants 0 and 1 follow the
  * rule above with their own blocks_per_sm; variant 2 takes floor instead of ceil in `fill`
  * and, over a batch, drops a last round of blocks that would be under half full:
  *   rounds = ceil(n_parts * n_kv_heads * n_seq / (blocks_per_sm * n_sm)); if the last round
@@ -226,13 +227,19 @@ size_t akv_attn_decode_smem_bytes_variant(uint32_t head_dim, uint32_t variant);
  * Every variant gives results within the same tolerance of the float64 reference, bitwise
  * reproducible and independent of page placement; variants differ from each other in the
  * last bits (another split, another merge order).
- * The process's variant is AKV_ATTN_DECODE_VARIANT (0..2; anything else is 0) from the
- * environment, read at first use, unless akv_attn_decode_variant_set chose one. Set it only
- * while no decode is being planned or launched (it is a process-wide setting, not
- * synchronised), and re-plan, re-size and re-zero decode workspaces after changing it: a
- * workspace is sized for one split. AKV_EINVAL for a variant out of range. */
+ * The process's setting is AKV_ATTN_DECODE_AUTO unless AKV_ATTN_DECODE_VARIANT (0..2) is in
+ * the environment at first use or akv_attn_decode_variant_set chose one. AUTO picks per call
+ * (akv_attn_decode_variant_for): variant 0 for a single sequence, 2 for a batch, as measured
+ * on the H200 (docs/attention.md: at batch 1 the extra partitions of 1 and 2 only add merge
+ * work; at batch 8 variant 2 is up to 17 % faster at d=128). The choice depends on the batch
+ * size only, never on page placement, so resident and staged runs of one batch agree
+ * bitwise. Set it only while no decode is being planned or launched (a process-wide
+ * setting, not synchronised), and re-plan, re-size and re-zero decode workspaces after
+ * changing it. AKV_EINVAL for a value that is neither a variant nor AUTO. */
 uint32_t akv_attn_decode_variant(void);
 akv_status akv_attn_decode_variant_set(uint32_t variant);
+/* The variant a decode of n_seq sequences runs: the process's, or AUTO's choice. */
+uint32_t akv_attn_decode_variant_for(uint32_t n_seq);
 
 /* Device workspace a CUDA decode with these parameters and this split needs (partial
  * outputs and LSEs of every partition, and one arrival counter per sequence, K/V head and
