@@ -266,7 +266,7 @@ akv_status akv_dev_memset_sync(akv_dev *dev, akv_dptr dst, int byte, size_t n_by
 
 akv_status akv_dev_inject_alloc_failure(akv_dev *dev, uint64_t nth_device, uint64_t nth_pinned) {
     if (!dev) return AKV_EINVAL;
-    if (dev->backend != akv_dev_host_backend()) return AKV_EUNSUPPORTED;
+    if (!dev->backend->is_host) return AKV_EUNSUPPORTED;
     pthread_mutex_lock(&dev->mu);
     dev->fail_device_at = nth_device;
     dev->fail_pinned_at = nth_pinned;
@@ -312,7 +312,7 @@ static int dev_fault_pass(akv_dev *dev, akv_dev_fault f) {
 
 akv_status akv_dev_inject_fault(akv_dev *dev, akv_dev_fault f, uint64_t nth, int sticky) {
     if (!dev || (unsigned)f >= AKV_N_FAULTS) return AKV_EINVAL;
-    if ((f == AKV_FAULT_COPY_EXEC || f == AKV_FAULT_OP_EXEC) && dev->backend != akv_dev_host_backend()) {
+    if ((f == AKV_FAULT_COPY_EXEC || f == AKV_FAULT_OP_EXEC) && !dev->backend->is_host) {
         AKV_LOG_E("dev: %s faults exist only on the host backend", akv_dev_fault_name(f));
         return AKV_EUNSUPPORTED;
     }
@@ -664,6 +664,6 @@ const akv_dev_backend *akv__dev_backend(const akv_dev *dev) {
 }
 
 void *akv__dev_host_addr(const akv_dev *dev, akv_dptr p) {
-    AKV_ASSERT(dev->backend == akv_dev_host_backend());
+    AKV_ASSERT(dev->backend->is_host);
     return (void *)(uintptr_t)p.addr;
 }

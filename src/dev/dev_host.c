@@ -633,6 +633,7 @@ static void host_clear_faults(void *state) {
 
 static const akv_dev_backend host_backend = {
     .name = "host",
+    .is_host = 1,
     .open = host_open,
     .close = host_close,
     .info = host_info,

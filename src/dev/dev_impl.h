@@ -34,6 +34,9 @@ enum {
 
 struct akv_dev_backend {
     const char *name;
+    /* 1 for the host backend: device addresses are host addresses, and allocation failures
+     * and execution faults can be injected (tests). */
+    int is_host;
     /* Open device `params->device_index`; *state is the backend's own. Creates the queues. */
     akv_status (*open)(const akv_dev_params *params, void **state);
     void (*close)(void *state); /* never waits, submits or drains queued work */

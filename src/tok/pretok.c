@@ -4,7 +4,10 @@
 
 #include <pcre2.h>
 
+#include <string.h>
+
 #include "core/alloc.h"
+#include "core/assert.h"
 #include "core/log.h"
 
 /* Unicode White_Space, spelled out. Hugging Face's Oniguruma \s is exactly this set; PCRE2's
@@ -172,4 +175,34 @@ done:
     for (int i = 0; i < p->n_steps; i++)
         pcre2_match_data_free(run.md[i]);
     return st;
+}
+
+/* ---- names (akv/tok.h) ------------------------------------------------------------------ */
+
+const char *akv_tok_pre_name(akv_tok_pre pre) {
+    switch (pre) {
+    case AKV_TOK_PRE_GPT2:
+        return "gpt2";
+    case AKV_TOK_PRE_SMOLLM:
+        return "smollm";
+    case AKV_TOK_PRE_LLAMA3:
+        return "llama-bpe";
+    }
+    return "unknown";
+}
+
+akv_status akv_tok_pre_from_name(const char *name, akv_tok_pre *out) {
+    static const struct {
+        const char *name;
+        akv_tok_pre pre;
+    } names[] = {{"gpt2", AKV_TOK_PRE_GPT2},        {"smollm", AKV_TOK_PRE_SMOLLM},
+                 {"starcoder", AKV_TOK_PRE_SMOLLM}, {"llama-bpe", AKV_TOK_PRE_LLAMA3},
+                 {"llama3", AKV_TOK_PRE_LLAMA3},    {"llama-v3", AKV_TOK_PRE_LLAMA3}};
+    for (size_t i = 0; name && i < AKV_ARRAY_LEN(names); i++) {
+        if (strcmp(name, names[i].name) == 0) {
+            *out = names[i].pre;
+            return AKV_OK;
+        }
+    }
+    return AKV_EUNSUPPORTED;
 }

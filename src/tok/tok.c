@@ -467,34 +467,6 @@ const uint8_t *akv_tok_token_piece(const akv_tok *tok, int32_t id, size_t *n_byt
     return tok->piece + tok->piece_off[id];
 }
 
-const char *akv_tok_pre_name(akv_tok_pre pre) {
-    switch (pre) {
-    case AKV_TOK_PRE_GPT2:
-        return "gpt2";
-    case AKV_TOK_PRE_SMOLLM:
-        return "smollm";
-    case AKV_TOK_PRE_LLAMA3:
-        return "llama-bpe";
-    }
-    return "unknown";
-}
-
-akv_status akv_tok_pre_from_name(const char *name, akv_tok_pre *out) {
-    static const struct {
-        const char *name;
-        akv_tok_pre pre;
-    } names[] = {{"gpt2", AKV_TOK_PRE_GPT2},        {"smollm", AKV_TOK_PRE_SMOLLM},
-                 {"starcoder", AKV_TOK_PRE_SMOLLM}, {"llama-bpe", AKV_TOK_PRE_LLAMA3},
-                 {"llama3", AKV_TOK_PRE_LLAMA3},    {"llama-v3", AKV_TOK_PRE_LLAMA3}};
-    for (size_t i = 0; name && i < AKV_ARRAY_LEN(names); i++) {
-        if (strcmp(name, names[i].name) == 0) {
-            *out = names[i].pre;
-            return AKV_OK;
-        }
-    }
-    return AKV_EUNSUPPORTED;
-}
-
 /* ---- caller buffers ---------------------------------------------------------------------- */
 
 static akv_status tok_text_reserve(akv_tok_text *t, size_t n_more) {
