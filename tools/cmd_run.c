@@ -290,15 +290,25 @@ static int run_parse(int argc, char **argv, run_opts *o) {
         fprintf(stderr, "akv run: --system needs --chat\n");
         return AKV_EXIT_USAGE;
     }
-    if (o->chunk == 0 || o->chunk > 65536 || o->threads > 1024 || o->host_gib == 0 ||
-        o->host_gib > AKV_HOST_POOL_MAX_GIB || o->device_gib == 0 ||
-        o->device_gib > AKV_DEV_POOL_MAX_GIB || o->window_pages < 2 ||
-        o->window_pages > UINT32_MAX) {
-        fprintf(stderr,
-                "akv run: --chunk must be 1..65536, --threads <= 1024, --host-gib "
-                "1..%u, --device-gib 1..%u and --window-pages at least 2\n",
-                AKV_HOST_POOL_MAX_GIB, AKV_DEV_POOL_MAX_GIB);
-        return AKV_EXIT_USAGE;
+    const struct {
+        bool bad;
+        const char *what;
+    } checks[] = {
+        {o->n_predict == 0, "-n/--n-predict must be at least 1"},
+        {o->chunk == 0 || o->chunk > 65536, "--chunk must be 1..65536"},
+        {o->threads > 1024, "--threads must be at most 1024"},
+        {o->host_gib == 0 || o->host_gib > AKV_HOST_POOL_MAX_GIB, "--host-gib must be 1..%u"},
+        {o->device_gib == 0 || o->device_gib > AKV_DEV_POOL_MAX_GIB, "--device-gib must be 1..%u"},
+        {o->window_pages < 2 || o->window_pages > UINT32_MAX, "--window-pages must be at least 2"},
+    };
+    for (size_t i = 0; i < sizeof checks / sizeof checks[0]; i++) {
+        if (checks[i].bad) {
+            char msg[96];
+            unsigned max = strstr(checks[i].what, "host") ? AKV_HOST_POOL_MAX_GIB : AKV_DEV_POOL_MAX_GIB;
+            snprintf(msg, sizeof msg, checks[i].what, max); /* the pools' limits where named */
+            fprintf(stderr, "akv run: %s\n", msg);
+            return AKV_EXIT_USAGE;
+        }
     }
     return -1;
 }
