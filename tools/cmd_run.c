@@ -641,6 +641,12 @@ int akv_cmd_run(int argc, char **argv) {
     /* the prompt's tokens decide the default context */
     bool interactive = s.o.chat && !s.o.prompt;
     if (!s.o.chat && run_encode(&s, s.o.prompt, strlen(s.o.prompt), false, &ids)) goto done;
+    if (!s.o.chat && ids.n_ids == 0) {
+        /* no token, no logits: the first sample would read what no pass wrote */
+        fprintf(stderr, "akv run: the prompt is empty (it encodes to no tokens)\n");
+        rc = AKV_EXIT_USAGE;
+        goto done;
+    }
     if (s.o.chat && s.o.prompt) {
         akv_chat_msg m[2] = {{"system", s.o.system ? s.o.system : ""}, {"user", s.o.prompt}};
         akv_tok_text r = {0};
