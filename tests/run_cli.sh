@@ -17,4 +17,13 @@ if [ "$rc" != 2 ] || ! printf '%s\n' "$out" | grep -q "prompt is empty"; then
     bad "akv run -p '': exit $rc (want 2, 'prompt is empty')"
 else echo "ok   akv run -p '' -> $rc"; fi
 
+# --chat from standard input, replies cut by -n: the next turn's context holds every token
+# of the previous reply. Two turns of -n 2 (this model stops at no token): decode steps are
+# 1 per reply (its last token needs no pass at once), plus 1 in turn 2 for the cut token of
+# reply 1, which the history must hold.
+out=$(printf 'hello\nworld\n' | "$akv" run -m "$tmp/s.gguf" --temp 0 --chat -n 2 2>&1 >/dev/null); rc=$?
+if [ "$rc" != 0 ] || ! printf '%s\n' "$out" | grep -q "^decode: 3 tokens"; then
+    bad "akv run --chat -n 2, two turns: exit $rc (want 0, 'decode: 3 tokens')"
+else echo "ok   akv run --chat -n 2, two turns -> $rc"; fi
+
 [ "$n_bad" = 0 ] || { echo "$n_bad case(s) failed"; exit 1; }

@@ -99,6 +99,8 @@ typedef struct run_state {
     uint64_t n_prompt, n_gen, n_dec; /* prompt tokens, tokens shown, decode steps run */
     double t_prompt, t_gen, t_first; /* seconds: prefill, decode, start -> first token */
     akv_tok_text fed;                /* chat: the text the context holds so far */
+    int32_t unfed;                   /* chat: a reply's last token, in fed but not yet run */
+    bool has_unfed;                  /*   through the model (the reply stopped at -n) */
     int load_pct;                    /* last percentage the load progress showed */
 } run_state;
 
@@ -535,7 +537,10 @@ static akv_status run_generate(run_state *s, const akv_tok_ids *prompt, akv_tok_
         fwrite(out.bytes + before, 1, out.n_bytes - before, stdout);
         fflush(stdout);
         s->n_gen++;
-        if (i + 1 == s->o.n_predict) break; /* the last token needs no forward pass */
+        if (i + 1 == s->o.n_predict) { /* the last token needs no forward pass now */
+            s->unfed = id, s->has_unfed = true; /* a next chat turn runs it first */
+            break;
+        }
         double ts = akv_clock_s();
         if ((st = run_feed(s, &id, 1))) break;
         s->t_gen += akv_clock_s() - ts;
@@ -579,6 +584,15 @@ static akv_status run_chat_turn(run_state *s, akv_chat_msg *msgs, size_t n_msgs)
         akv_tok_text_free(&s->fed);
         st = akv_tok_text_append(&s->fed, r.bytes, r.n_bytes);
         akv_tok_text reply = {0};
+        if (st == AKV_OK && s->has_unfed) {
+            /* fed holds the previous reply's last token: the context must too */
+            double ts = akv_clock_s();
+            if ((st = run_feed(s, &s->unfed, 1)) == AKV_OK) {
+                s->t_gen += akv_clock_s() - ts;
+                s->n_dec++;
+                s->has_unfed = false;
+            }
+        }
         if (st == AKV_OK) st = run_generate(s, &ids, &reply);
         if (st == AKV_OK) st = akv_tok_text_append(&s->fed, reply.bytes, reply.n_bytes);
         /* the reply becomes the assistant's message of the conversation */
