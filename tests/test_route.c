@@ -258,6 +258,29 @@ int main(void) {
         pools_close(&p);
     }
 
+
+    TEST_CASE(staged_copy_failure_released_after_recovery) {
+        /* a staged copy that fails while it runs faults its queue: the step fails, the stage
+         * quarantines and, completion unknown, retains the leases; once the device recovers
+         * the route's next sync establishes completion, and destroy frees everything */
+        pools p;
+        if (!pools_open(&p, c, 64)) break;
+        akv_route *r = NULL;
+        akv_route_params rp = {.kind = AKV_ROUTE_STAGED, .max_tokens = 5 * P, .window_pages = 2};
+        CHECK_OK(akv_route_create(p.dev, p.hp, p.dp, &rp, &r));
+        if (!r) break;
+        for (uint32_t pos = 0; pos < 3 * P; pos += P)
+            CHECK_OK(feed(r, f, tokens + pos, P, logits));
+        CHECK_OK(akv_route_sync(r));
+        CHECK_OK(akv_dev_inject_fault(p.dev, AKV_FAULT_COPY_EXEC, 1, 0));
+        CHECK(feed(r, f, tokens + 3 * P, 1, logits) != AKV_OK);
+        CHECK(akv_route_sync(r) != AKV_OK); /* the queue is still faulted */
+        CHECK_OK(akv_dev_clear_faults(p.dev));
+        CHECK_STATUS(akv_route_sync(r), AKV_EFAILED); /* the stage stays failed */
+        CHECK_OK(akv_route_destroy(r));
+        pools_close(&p);
+    }
+
     /* THE BITWISE CELLS on the host backend, both passes */
     const rc_params cells = {.n_layers = c->n_layers,
                              .n_kv_heads = c->n_kv_heads,

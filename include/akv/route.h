@@ -142,7 +142,9 @@ akv_forward_kv akv_route_forward_kv(akv_route *r);
 /* Queued mode: waits until every write-back enqueued so far has landed in the host copy
  * (and the compute queue is idle). Direct mode: nothing to wait for. Staged: retires the
  * leases of the last step (both modes). AKV_EDEVICE when a queue failed; AKV_EFAILED (the
- * stage failed) or AKV_ESTATE (a receipt did not match what was submitted) from a lease. */
+ * stage failed) or AKV_ESTATE (a receipt did not match what was submitted) from a lease.
+ * A lease a failed stage retained (completion unknown) is quarantined again here: once the
+ * device has recovered it is released, and destroy can proceed. */
 akv_status akv_route_sync(akv_route *r);
 
 /* Shortens the history to n_tokens (after a failed step). Staged: cancels the lease a failed

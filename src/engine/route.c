@@ -249,6 +249,12 @@ static akv_status route_retire(akv_route *r) {
         akv_stage_receipt rc;
         memset(&rc, 0, sizeof rc);
         akv_status s = akv_stage_retire(r->stage, r->lease[l], &rc);
+        if (s == AKV_EFAILED && !rc.failed && akv_stage_quarantine(r->stage) == AKV_OK) {
+            /* retained by a quarantine that could not establish completion: the device may
+             * have recovered since; only a new quarantine's fences let the lease go */
+            memset(&rc, 0, sizeof rc);
+            s = akv_stage_retire(r->stage, r->lease[l], &rc);
+        }
         /* released: retired, or failed with completion established (a receipt came back);
          * otherwise it stays live (retained, or not sealed: a bug) */
         if (s == AKV_OK || (s == AKV_EFAILED && rc.failed)) r->lease_live[l] = 0;
