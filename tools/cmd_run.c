@@ -296,7 +296,7 @@ static int run_parse(int argc, char **argv, run_opts *o) {
         bool bad;
         const char *what;
     } checks[] = {
-        {o->n_predict == 0, "-n/--n-predict must be at least 1"},
+        {o->n_predict == 0 || o->n_predict > (1ull << 32), "-n/--n-predict must be 1..4294967296"},
         {o->chunk == 0 || o->chunk > 65536, "--chunk must be 1..65536"},
         {o->threads > 1024, "--threads must be at most 1024"},
         {o->host_gib == 0 || o->host_gib > AKV_HOST_POOL_MAX_GIB, "--host-gib must be 1..%u"},
@@ -341,7 +341,8 @@ static void run_free(run_state *s) {
     akv_chat_destroy(s->chat);
     akv_tok_destroy(s->tok);
     akv_model_destroy(s->model);
-    if (s->dump) fclose(s->dump);
+    if (s->dump && fclose(s->dump) != 0)
+        fprintf(stderr, "akv run: --dump-logits: the file could not be completed: %s\n", strerror(errno));
     free(s->logits);
     akv_tok_text_free(&s->fed);
 }
@@ -692,7 +693,10 @@ int akv_cmd_run(int argc, char **argv) {
         /* a conversation: [system] (user assistant)* — up to 1024 turns */
         msgs = calloc(2 * 1024 + 1, sizeof *msgs);
         if (!msgs) goto done;
-        if (s.o.system) msgs[n_msgs++] = (akv_chat_msg){"system", strdup(s.o.system)};
+        if (s.o.system) {
+            msgs[n_msgs] = (akv_chat_msg){"system", strdup(s.o.system)};
+            if (!msgs[n_msgs++].content) goto done;
+        }
         char *line = NULL;
         size_t cap = 0;
         for (;;) {
@@ -704,8 +708,8 @@ int akv_cmd_run(int argc, char **argv) {
                 if (line[n - 1] == '\n') line[n - 1] = 0;
                 user = line;
             }
-            msgs[n_msgs++] = (akv_chat_msg){"user", strdup(user)};
-            if (run_chat_turn(&s, msgs, n_msgs)) {
+            msgs[n_msgs] = (akv_chat_msg){"user", strdup(user)};
+            if (!msgs[n_msgs++].content || run_chat_turn(&s, msgs, n_msgs)) {
                 free(line);
                 goto done;
             }
