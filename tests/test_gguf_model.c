@@ -5,6 +5,7 @@
  * models/ has no copy (scripts/fetch-model fetches it). */
 #define _POSIX_C_SOURCE 200809L
 #include "test.h"
+#include "model_path.h"
 
 #include <unistd.h>
 
@@ -14,10 +15,9 @@
 #include "gguf/gguf_impl.h"
 
 int main(void) {
-    const char *src = getenv("AKV_SOURCE_DIR");
     char path[4096];
-    snprintf(path, sizeof path, "%s/models/SmolLM2-135M-Instruct.Q4_1.gguf", src ? src : ".");
-    if (access(path, R_OK) != 0) test_skip("no default model in models/ (run scripts/fetch-model)");
+    if (!test_model_path(path, sizeof path, 0))
+        test_skip("no default model in models/ (run scripts/fetch-model)");
     akv_gguf *g = NULL;
 
     TEST_CASE(opens_and_validates) {

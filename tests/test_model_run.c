@@ -5,6 +5,7 @@
 #define _POSIX_C_SOURCE 200809L
 #include "model_ref64.h"
 #include "test.h"
+#include "model_path.h"
 
 #include <unistd.h>
 
@@ -120,10 +121,7 @@ static long file_bytes(const char *path, void *buf, size_t cap) {
 }
 
 int main(void) {
-    const char *src = getenv("AKV_SOURCE_DIR");
-    snprintf(model_path, sizeof model_path, "%s/models/SmolLM2-135M-Instruct.Q4_1.gguf",
-             src ? src : ".");
-    if (access(model_path, R_OK) != 0)
+    if (!test_model_path(model_path, sizeof model_path, 0))
         test_skip("no default model in models/ (scripts/fetch-model)");
     akv_model *m = NULL;
     akv_tok *tok = NULL;

@@ -12,6 +12,7 @@
  * (scripts/tok-reference.py chat), and their ids from the same HF tokenizer. */
 #define _POSIX_C_SOURCE 200809L
 #include "test.h"
+#include "model_path.h"
 
 #include <unistd.h>
 
@@ -137,10 +138,9 @@ static void check_round_trip(const akv_tok *tok, const char *s, size_t n, uint32
 }
 
 int main(void) {
-    const char *src = getenv("AKV_SOURCE_DIR");
     char path[4096];
-    snprintf(path, sizeof path, "%s/models/SmolLM2-135M-Instruct.Q4_1.gguf", src ? src : ".");
-    if (access(path, R_OK) != 0) test_skip("no default model in models/ (run scripts/fetch-model)");
+    if (!test_model_path(path, sizeof path, 0))
+        test_skip("no default model in models/ (run scripts/fetch-model)");
     akv_gguf *g = NULL;
     akv_tok *tok = NULL;
 

@@ -16,6 +16,7 @@
 #include "model_build.h"
 
 #include "fwd_fixture.h"
+#include "model_path.h"
 
 #include "akv/forward_ops.h"
 #include "core/alloc.h"
@@ -418,11 +419,8 @@ int main(void) {
     TEST_CASE(default_model) {
         /* AKV_TEST_MODEL: another file of the default model's family, e.g. a layer slice
          * (akv gguf slice) where the whole file cannot travel */
-        const char *src = getenv("AKV_SOURCE_DIR"), *over = getenv("AKV_TEST_MODEL");
         char path[4096];
-        snprintf(path, sizeof path, "%s/models/SmolLM2-135M-Instruct.Q4_1.gguf", src ? src : ".");
-        if (over && *over) snprintf(path, sizeof path, "%s", over);
-        if (access(path, R_OK) != 0) {
+        if (!test_model_path(path, sizeof path, 1)) {
             printf("  no default model at %s (scripts/fetch-model): case skipped\n", path);
             break;
         }

@@ -15,6 +15,7 @@
  * on (max_pages * P, n_seq, device), identical for both routes.
  * Prints "k of k cells" per model. Exit 77 without CUDA or a device. */
 #include "test.h"
+#include "model_path.h"
 
 #include <stdlib.h>
 #include <unistd.h>
@@ -69,11 +70,8 @@ int main(void) {
     }
 
     TEST_CASE(bitwise_cells_default_model) {
-        const char *src = getenv("AKV_SOURCE_DIR"), *over = getenv("AKV_TEST_MODEL");
         char path[4096];
-        snprintf(path, sizeof path, "%s/models/SmolLM2-135M-Instruct.Q4_1.gguf", src ? src : ".");
-        if (over && *over) snprintf(path, sizeof path, "%s", over);
-        if (access(path, R_OK) != 0) {
+        if (!test_model_path(path, sizeof path, 1)) {
             printf("  no default model at %s (scripts/fetch-model, or AKV_TEST_MODEL): case "
                    "skipped\n",
                    path);
