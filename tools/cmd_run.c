@@ -292,25 +292,26 @@ static int run_parse(int argc, char **argv, run_opts *o) {
         fprintf(stderr, "akv run: --system needs --chat\n");
         return AKV_EXIT_USAGE;
     }
-    const struct {
-        bool bad;
-        const char *what;
-    } checks[] = {
-        {o->n_predict == 0 || o->n_predict > (1ull << 32), "-n/--n-predict must be 1..4294967296"},
-        {o->chunk == 0 || o->chunk > 65536, "--chunk must be 1..65536"},
-        {o->threads > 1024, "--threads must be at most 1024"},
-        {o->host_gib == 0 || o->host_gib > AKV_HOST_POOL_MAX_GIB, "--host-gib must be 1..%u"},
-        {o->device_gib == 0 || o->device_gib > AKV_DEV_POOL_MAX_GIB, "--device-gib must be 1..%u"},
-        {o->window_pages < 2 || o->window_pages > UINT32_MAX, "--window-pages must be at least 2"},
-    };
-    for (size_t i = 0; i < sizeof checks / sizeof checks[0]; i++) {
-        if (checks[i].bad) {
-            char msg[96];
-            unsigned max = strstr(checks[i].what, "host") ? AKV_HOST_POOL_MAX_GIB : AKV_DEV_POOL_MAX_GIB;
-            snprintf(msg, sizeof msg, checks[i].what, max); /* the pools' limits where named */
-            fprintf(stderr, "akv run: %s\n", msg);
-            return AKV_EXIT_USAGE;
-        }
+    const char *bad = o->n_predict == 0 || o->n_predict > (1ull << 32)
+                          ? "-n/--n-predict must be 1..4294967296"
+                      : o->chunk == 0 || o->chunk > 65536 ? "--chunk must be 1..65536"
+                      : o->threads > 1024                 ? "--threads must be at most 1024"
+                                                          : NULL;
+    if (bad) {
+        fprintf(stderr, "akv run: %s\n", bad);
+        return AKV_EXIT_USAGE;
+    }
+    if (o->host_gib == 0 || o->host_gib > AKV_HOST_POOL_MAX_GIB) {
+        fprintf(stderr, "akv run: --host-gib must be 1..%u\n", AKV_HOST_POOL_MAX_GIB);
+        return AKV_EXIT_USAGE;
+    }
+    if (o->device_gib == 0 || o->device_gib > AKV_DEV_POOL_MAX_GIB) {
+        fprintf(stderr, "akv run: --device-gib must be 1..%u\n", AKV_DEV_POOL_MAX_GIB);
+        return AKV_EXIT_USAGE;
+    }
+    if (o->window_pages < 2 || o->window_pages > UINT32_MAX) {
+        fprintf(stderr, "akv run: --window-pages must be at least 2\n");
+        return AKV_EXIT_USAGE;
     }
     return -1;
 }
