@@ -213,21 +213,23 @@ akv_status akv_dev_pinned_free(akv_dev *dev, void *p) {
 
 /* Whether [addr, addr+n) lies inside one live allocation of the given kind (pinned: host
  * memory from akv_dev_pinned_alloc; else device memory). Logs the range when it does not. */
-/* Whether [addr, addr + n_bytes) lies inside one live allocation of the kind (quiet). */
-static int dev_range_in_one(akv_dev *dev, uint64_t addr, size_t n_bytes, int pinned) {
-    int ok = 0;
+/* The end of the live allocation of the kind that holds [addr, addr + n_bytes), or 0 when
+ * none holds it whole (quiet). */
+static uint64_t dev_alloc_end(akv_dev *dev, uint64_t addr, size_t n_bytes, int pinned) {
+    uint64_t end = 0;
     pthread_mutex_lock(&dev->mu);
-    for (size_t i = 0; i < dev->n_allocs && !ok; i++) {
+    for (size_t i = 0; i < dev->n_allocs && !end; i++) {
         const dev_alloc *a = &dev->allocs[i];
-        ok = a->pinned == pinned && addr >= a->addr && n_bytes <= a->n_bytes &&
-             addr - a->addr <= a->n_bytes - n_bytes;
+        if (a->pinned == pinned && addr >= a->addr && n_bytes <= a->n_bytes &&
+            addr - a->addr <= a->n_bytes - n_bytes)
+            end = a->addr + a->n_bytes;
     }
     pthread_mutex_unlock(&dev->mu);
-    return ok;
+    return end;
 }
 
 static int dev_range_ok(akv_dev *dev, uint64_t addr, size_t n_bytes, int pinned) {
-    int ok = dev_range_in_one(dev, addr, n_bytes, pinned);
+    int ok = dev_alloc_end(dev, addr, n_bytes, pinned) != 0;
     if (!ok)
         AKV_LOG_E("dev: %s range [0x%llx, +%zu) is not inside one live %s allocation",
                   pinned ? "host" : "device", (unsigned long long)addr, n_bytes,
@@ -594,14 +596,17 @@ static akv_status dev_copy_batch(akv_dev *dev, akv_queue q, akv_dev_copy_kind ki
      * (quarantine drains before anything is reused). */
     akv_dev_xfer m[DEV_BATCH_CHUNK];
     size_t n_m = 0;
+    uint64_t d_end = 0, h_end = 0; /* ends of the allocations the last merged span lies in */
     for (size_t i = 0; i < n; i++) {
-        if (n_m && m[n_m - 1].d.addr + m[n_m - 1].n_bytes == x[i].d.addr &&
-            (char *)m[n_m - 1].h + m[n_m - 1].n_bytes == (char *)x[i].h &&
-            dev_range_in_one(dev, m[n_m - 1].d.addr, m[n_m - 1].n_bytes + x[i].n_bytes, 0) &&
-            dev_range_in_one(dev, (uint64_t)(uintptr_t)m[n_m - 1].h,
-                             m[n_m - 1].n_bytes + x[i].n_bytes, 1)) {
-            m[n_m - 1].n_bytes += x[i].n_bytes;
-            continue;
+        if (n_m) {
+            akv_dev_xfer *last = &m[n_m - 1];
+            uint64_t d_next = last->d.addr + last->n_bytes,
+                     h_next = (uint64_t)(uintptr_t)last->h + last->n_bytes;
+            if (d_next == x[i].d.addr && h_next == (uint64_t)(uintptr_t)x[i].h &&
+                d_next + x[i].n_bytes <= d_end && h_next + x[i].n_bytes <= h_end) {
+                last->n_bytes += x[i].n_bytes;
+                continue;
+            }
         }
         if (n_m == DEV_BATCH_CHUNK) {
             akv_status st = dev->backend->copy_batch_async(dev->state, q, kind, m, n_m, &cfg, flags);
@@ -609,6 +614,9 @@ static akv_status dev_copy_batch(akv_dev *dev, akv_queue q, akv_dev_copy_kind ki
             n_m = 0;
         }
         m[n_m++] = x[i];
+        /* validated above: each span lies in one allocation on each side */
+        d_end = dev_alloc_end(dev, x[i].d.addr, x[i].n_bytes, 0);
+        h_end = dev_alloc_end(dev, (uint64_t)(uintptr_t)x[i].h, x[i].n_bytes, 1);
     }
     return dev->backend->copy_batch_async(dev->state, q, kind, m, n_m, &cfg, flags);
 }
