@@ -5,9 +5,10 @@
  * steps; the host copy equals the device pages after every step; bad input refused. */
 #include "model_build.h"
 
+#include "alloc_settled.h"
+
 #include "fwd_fixture.h"
 
-#include <time.h>
 
 #include "akv/forward_ops.h"
 #include "core/alloc.h"
@@ -164,10 +165,6 @@ int main(void) {
         akv_model_destroy(m);
     }
 
-    /* the host backend's last queue worker frees the device state after akv_dev_destroy
-     * returns (destroy never waits): give the detached threads a moment */
-    for (int i = 0; i < 2000 && akv__alloc_live() != 0; i++)
-        nanosleep(&(struct timespec){.tv_nsec = 1000000}, NULL);
-    CHECK_EQ_INT(akv__alloc_live(), 0);
+    CHECK_EQ_INT(test_alloc_live_settled(), 0);
     return test_finish();
 }

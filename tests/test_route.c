@@ -5,7 +5,7 @@
  * THE BITWISE CELLS (route_cells.h) with both passes on the host backend. */
 #include "model_build.h"
 
-#include <time.h>
+#include "alloc_settled.h"
 #include "model_ref64.h"
 #include "route_cells.h"
 
@@ -311,10 +311,6 @@ int main(void) {
 
     akv_forward_destroy(f);
     akv_model_destroy(model);
-    /* the host backend's last queue worker frees the device state after akv_dev_destroy
-     * returns (destroy never waits): give the detached threads a moment */
-    for (int i = 0; i < 2000 && akv__alloc_live() != 0; i++)
-        nanosleep(&(struct timespec){.tv_nsec = 1000000}, NULL);
-    CHECK_EQ_INT(akv__alloc_live(), 0);
+    CHECK_EQ_INT(test_alloc_live_settled(), 0);
     return test_finish();
 }
