@@ -10,9 +10,11 @@
  *             overrides, 1..32) so the 24 cells run in seconds;
  *   default   models/SmolLM2-135M-Instruct.Q4_1.gguf under AKV_SOURCE_DIR, or the file named
  *             by AKV_TEST_MODEL (e.g. a 10-layer slice: akv gguf slice); skipped if absent.
- * P = 16 tokens per page (AKV_TEST_PAGE_TOKENS overrides) and a window of 2 pages, so every cell
- * stages pages (the cells check staged bytes > 0); the attention's partitioning depends only
- * on (max_pages * P, n_seq, device), identical for both routes.
+ * P = 16 tokens per page (AKV_TEST_PAGE_TOKENS overrides) and a window of 2 pages. Every cell
+ * must stage pages (the cells check staged bytes > 0), so the greedy run is 64 steps or, at
+ * a P where 64 steps stay inside the window (P >= 32), 2P + 1 steps: even the 1-token prompt
+ * then outgrows the window. The attention's partitioning depends only on (max_pages * P,
+ * n_seq, device), identical for both routes.
  * Prints "k of k cells" per model. Exit 77 without CUDA or a device. */
 #include "test.h"
 #include "model_path.h"
@@ -36,6 +38,7 @@ static uint32_t env_u32(const char *name, uint32_t dflt, uint32_t lo, uint32_t h
 
 static int cells_on(akv_dev *dev, akv_forward_dev *fd, const char *what) {
     const akv_model_config *c = akv_forward_dev_config(fd);
+    uint32_t P = env_u32("AKV_TEST_PAGE_TOKENS", 16, 4, 1024);
     rc_params rc = {.dev = dev,
                     .fd = fd,
                     .n_layers = c->n_layers,
@@ -43,10 +46,10 @@ static int cells_on(akv_dev *dev, akv_forward_dev *fd, const char *what) {
                     .head_dim = c->head_dim,
                     .n_vocab = c->n_vocab,
                     .dtype = AKV_DTYPE_BF16,
-                    .page_tokens = env_u32("AKV_TEST_PAGE_TOKENS", 16, 4, 1024),
+                    .page_tokens = P,
                     .window = 2,
                     .max_chunk = 256,
-                    .n_gen = 64,
+                    .n_gen = 2 * P + 1 > 64 ? 2 * P + 1 : 64,
                     .device_gib = 1,
                     .seed = test_seed(2026)};
     return rc_cells(&rc, 2000, what);
