@@ -359,6 +359,56 @@ static akv_status cuda_op_launch(void *state, akv_dev *dev, const akv_dev_op *op
     return fn(args, &l);
 }
 
+/* ---- graphs ------------------------------------------------------------------------------------- */
+
+/* Captures the launchers on a private stream (relaxed mode: launchers may set kernel
+ * attributes while capturing) and instantiates the graph. The cuBLAS handle follows the
+ * capture stream during the capture; every launcher that uses it sets its stream again. */
+static akv_status cuda_graph_create(void *state, akv_dev *dev, const akv_dev_launch *l, size_t n,
+                                    void **out) {
+    cuda_state *s = state;
+    (void)dev;
+    AKV_CUDA_TRY(cudaSetDevice(s->ordinal));
+    for (size_t i = 0; i < n; i++) {
+        int needs_blas = 0;
+        if (!akv__cuda_op_find(l[i].op->name, &needs_blas)) return AKV_EUNSUPPORTED;
+        if (needs_blas && !s->blas) {
+            akv_status st = akv__cuda_blas_create(&s->blas);
+            if (st) return st;
+        }
+    }
+    cudaStream_t cs;
+    AKV_CUDA_TRY(cudaStreamCreateWithFlags(&cs, cudaStreamNonBlocking));
+    akv_status st = AKV_CUDA_STATUS(cudaStreamBeginCapture(cs, cudaStreamCaptureModeRelaxed));
+    akv__cuda_launch cl = {.stream = cs, .blas = s->blas};
+    for (size_t i = 0; i < n && st == AKV_OK; i++)
+        st = akv__cuda_op_find(l[i].op->name, NULL)(l[i].args, &cl);
+    cudaGraph_t graph = NULL;
+    akv_status end = AKV_CUDA_STATUS(cudaStreamEndCapture(cs, &graph)); /* ends it either way */
+    if (st == AKV_OK) st = end;
+    cudaGraphExec_t exec = NULL;
+    if (st == AKV_OK) st = AKV_CUDA_STATUS(cudaGraphInstantiate(&exec, graph, 0));
+    if (graph) (void)AKV_CUDA_STATUS(cudaGraphDestroy(graph));
+    (void)AKV_CUDA_STATUS(cudaStreamDestroy(cs));
+    if (st != AKV_OK) return st;
+    *out = exec;
+    return AKV_OK;
+}
+
+static akv_status cuda_graph_launch(void *state, void *g, unsigned flags) {
+    cuda_state *s = state;
+    (void)flags;
+    AKV_CUDA_TRY(cudaSetDevice(s->ordinal));
+    AKV_CUDA_TRY(cudaGraphLaunch((cudaGraphExec_t)g, s->streams[AKV_QUEUE_COMPUTE]));
+    return AKV_OK;
+}
+
+/* An executable graph destroyed while a launch is in flight is freed when it completes. */
+static void cuda_graph_destroy(void *state, void *g) {
+    (void)state;
+    (void)AKV_CUDA_STATUS(cudaGraphExecDestroy((cudaGraphExec_t)g));
+}
+
 static const akv_dev_backend cuda_backend = {
     .name = "cuda",
     .open = cuda_open,
@@ -386,6 +436,9 @@ static const akv_dev_backend cuda_backend = {
     .copy_method_check = cuda_copy_method_check,
     .op_launch = cuda_op_launch,
     .op_supported = cuda_op_supported,
+    .graph_create = cuda_graph_create,
+    .graph_launch = cuda_graph_launch,
+    .graph_destroy = cuda_graph_destroy,
     .inject_delays = NULL,
     .clear_faults = NULL,
 };

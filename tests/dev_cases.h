@@ -9,6 +9,7 @@
 #include "test.h"
 
 #include "akv/dev.h"
+#include "akv/forward_ops.h" /* fill and add: ops both backends implement, with exact results */
 
 /* Fills n bytes with a pattern from `seed`. */
 static inline void dev_cases_fill(unsigned char *p, size_t n, uint64_t seed) {
@@ -340,6 +341,72 @@ static inline void dev_cases_faults(akv_dev *dev) {
     akv_dev_event_destroy(dev, ev);
     akv_dev_mem_free(dev, d);
     akv_dev_pinned_free(dev, pin);
+}
+
+/* Graphs: a fixed sequence of ops replays in order with the arguments it was built with
+ * (copied at build), repeatedly; misuse is refused; an injected launch failure submits
+ * nothing. y = fill(seed 1) then y += a (a = fill(seed 3)): in another order y would differ. */
+static inline void dev_cases_graph(akv_dev *dev, akv_dev *other) {
+    enum { N = 1000 };
+    akv_dptr y = {0}, a = {0};
+    akv_graph *g = NULL;
+    float *out = NULL;
+    TEST_CASE(graph_replays_in_order_with_its_arguments) {
+        if (!REQUIRE_OK(akv_dev_mem_alloc(dev, N * sizeof(float), &y)) ||
+            !REQUIRE_OK(akv_dev_mem_alloc(dev, N * sizeof(float), &a)))
+            break;
+        out = malloc(N * sizeof *out);
+        if (!CHECK(out != NULL)) break;
+        akv_fwd_fill_args fa = {.y = a, .n = N, .seed = 3, .center = 0, .scale = 1,
+                                .y_dtype = AKV_DTYPE_F32};
+        akv_fwd_fill_args fy = fa;
+        fy.y = y, fy.seed = 1;
+        akv_fwd_add_args add = {.y = y, .a = a, .n_rows = 1, .n = N};
+        akv_dev_launch ls[3] = {{&akv_fwd_op_fill, &fa}, {&akv_fwd_op_fill, &fy},
+                                {&akv_fwd_op_add, &add}};
+        if (!REQUIRE_OK(akv_dev_graph_create(dev, ls, 3, &g))) break;
+        fy.seed = 99, add.n = 1; /* copied at build: later changes do not reach the graph */
+        for (int rep = 0; rep < 3; rep++) {
+            CHECK_OK(akv_dev_memset_sync(dev, y, 0xFF, N * sizeof(float))); /* NaN poison */
+            CHECK_OK(akv_dev_graph_launch(dev, g));
+            CHECK_OK(akv_dev_queue_sync(dev, AKV_QUEUE_COMPUTE));
+            CHECK_OK(akv_dev_copy_d2h_sync(dev, out, y, N * sizeof(float)));
+            int bad = 0;
+            for (int i = 0; i < N; i++) {
+                float want = akv_fwd_fill_value(1, (uint64_t)i, 0, 1) +
+                             akv_fwd_fill_value(3, (uint64_t)i, 0, 1);
+                bad += out[i] != want;
+            }
+            TEST_CHECK_(bad == 0, "launch %d: %d of %d values differ", rep, bad, N);
+        }
+        /* an injected launch failure submits nothing: the poison stays */
+        CHECK_OK(akv_dev_memset_sync(dev, y, 0xFF, N * sizeof(float)));
+        CHECK_OK(akv_dev_inject_fault(dev, AKV_FAULT_OP, 1, 0));
+        CHECK_STATUS(akv_dev_graph_launch(dev, g), AKV_EDEVICE);
+        CHECK_OK(akv_dev_queue_sync(dev, AKV_QUEUE_COMPUTE));
+        CHECK_OK(akv_dev_copy_d2h_sync(dev, out, y, N * sizeof(float)));
+        CHECK(out[0] != out[0] && out[N - 1] != out[N - 1]);
+        /* misuse */
+        akv_graph *h = NULL;
+        static const akv_dev_op nobody = {.name = "no_such_op", .args_bytes = 0, .host = NULL};
+        akv_dev_launch bad_ls[2] = {{&akv_fwd_op_fill, &fa}, {&nobody, NULL}};
+        CHECK_STATUS(akv_dev_graph_create(dev, bad_ls, 2, &h), AKV_EUNSUPPORTED);
+        bad_ls[1] = (akv_dev_launch){NULL, NULL};
+        CHECK_STATUS(akv_dev_graph_create(dev, bad_ls, 2, &h), AKV_EINVAL);
+        bad_ls[1] = (akv_dev_launch){&akv_fwd_op_fill, NULL};
+        CHECK_STATUS(akv_dev_graph_create(dev, bad_ls, 2, &h), AKV_EINVAL);
+        CHECK_STATUS(akv_dev_graph_create(dev, ls, 0, &h), AKV_EINVAL);
+        CHECK(h == NULL);
+        if (other) {
+            CHECK_STATUS(akv_dev_graph_launch(other, g), AKV_EINVAL);
+            CHECK_STATUS(akv_dev_graph_destroy(other, g), AKV_EINVAL);
+        }
+        CHECK_OK(akv_dev_graph_destroy(dev, NULL));
+    }
+    CHECK_OK(akv_dev_graph_destroy(dev, g));
+    free(out);
+    akv_dev_mem_free(dev, y);
+    akv_dev_mem_free(dev, a);
 }
 
 #endif

@@ -164,6 +164,7 @@ int main(void) {
     dev_cases_batch(dev);
     dev_cases_ops(dev, 64ull * 20 * 1000 * 1000);
     dev_cases_faults(dev);
+    dev_cases_graph(dev, other);
     exec_fault_cases(dev);
 
     TEST_CASE(failing_op_faults_compute) {
@@ -204,6 +205,15 @@ int main(void) {
     }
 
     TEST_CASE(destroy) {
+        /* a live graph keeps the device: destroy refuses, nothing changes */
+        akv_dev_busy_args ba = {.n_iters = 64};
+        akv_dev_launch bl = {&akv_dev_op_busy, &ba};
+        akv_graph *g = NULL;
+        CHECK_OK(akv_dev_graph_create(other, &bl, 1, &g));
+        CHECK_STATUS(akv_dev_destroy(other), AKV_EBUSY);
+        CHECK_OK(akv_dev_graph_launch(other, g));
+        CHECK_OK(akv_dev_sync(other));
+        CHECK_OK(akv_dev_graph_destroy(other, g));
         CHECK_OK(akv_dev_destroy(other));
         CHECK_OK(akv_dev_destroy(dev));
     }

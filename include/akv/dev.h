@@ -35,7 +35,8 @@
  * Invariants
  *   - Every successful alloc has exactly one free, on the same akv_dev; every event created
  *     is destroyed on the same akv_dev.
- *   - akv_dev_destroy refuses (AKV_EBUSY, nothing changed) while allocations or events live.
+ *   - akv_dev_destroy refuses (AKV_EBUSY, nothing changed) while allocations, events or
+ *     graphs live.
  *   - The byte counts reported by akv_dev_usage equal what the backend really holds.
  *   - A copy's device range lies in one live device allocation and its host range in one live
  *     pinned allocation, checked at submission (AKV_EINVAL, logged with the address).
@@ -292,6 +293,30 @@ typedef struct akv_dev_busy_args {
     akv_dptr sink;      /* 8 bytes of device memory the result goes to (keeps the work alive) */
 } akv_dev_busy_args;
 extern const akv_dev_op akv_dev_op_busy;
+
+/* ---- graphs: a fixed sequence of ops submitted with one call --------------------------------- */
+
+/* One launch of a graph: the op and its argument struct (op->args_bytes of them). */
+typedef struct akv_dev_launch {
+    const akv_dev_op *op;
+    const void *args;
+} akv_dev_launch;
+
+typedef struct akv_graph akv_graph; /* owned by its device; see akv_dev_graph_create */
+
+/* Builds a graph of n >= 1 launches: launching it on the compute queue does exactly what
+ * launching the ops one by one in this order would, with these arguments (copied now; nothing
+ * runs at build time). On CUDA it is a captured, instantiated CUDA graph (one submission for
+ * the whole sequence, no launch gaps between the kernels); on the host backend the launches
+ * are queued again at each launch. AKV_EINVAL for a NULL op or arguments; AKV_EUNSUPPORTED,
+ * naming the op, when the backend lacks one; AKV_EDEVICE when the capture fails. */
+akv_status akv_dev_graph_create(akv_dev *dev, const akv_dev_launch *launches, size_t n,
+                                akv_graph **out);
+/* Submits g's launches to the compute queue, in order. A submission point of kind
+ * AKV_FAULT_OP (and an exec point AKV_FAULT_OP_EXEC on the host backend), like one op. */
+akv_status akv_dev_graph_launch(akv_dev *dev, akv_graph *g);
+/* Destroys g; NULL is a no-op. Never waits: launches in flight complete on their own. */
+akv_status akv_dev_graph_destroy(akv_dev *dev, akv_graph *g);
 
 /* ---- fault injection (tests) ---------------------------------------------------------------- */
 

@@ -40,10 +40,18 @@ struct akv_dev {
     size_t n_allocs, cap_allocs;
     akv_dev_usage usage;
     size_t n_events;                         /* live events */
+    size_t n_graphs;                         /* live graphs */
     uint64_t fail_device_at, fail_pinned_at; /* injected failure countdowns; 0 = off */
     dev_fault faults[AKV_N_FAULTS];
     akv_copy_config copy_cfg; /* method never DEFAULT here: resolved at create / set */
 };
+
+/* Adds delta (+1 or -1) to one of the device's live-object counters, under its lock. */
+static void dev_count(akv_dev *dev, size_t *n, int delta) {
+    pthread_mutex_lock(&dev->mu);
+    *n = delta > 0 ? *n + 1 : *n - 1;
+    pthread_mutex_unlock(&dev->mu);
+}
 
 akv_dev_params akv_dev_default_params(void) {
     return (akv_dev_params){.device_index = 0, .fail_seed = 0};
@@ -79,11 +87,12 @@ akv_status akv_dev_create(const akv_dev_backend *backend, const akv_dev_params *
 akv_status akv_dev_destroy(akv_dev *dev) {
     if (!dev) return AKV_OK;
     pthread_mutex_lock(&dev->mu);
-    size_t n_live = dev->n_allocs, n_events = dev->n_events;
+    size_t n_live = dev->n_allocs, n_events = dev->n_events, n_graphs = dev->n_graphs;
     pthread_mutex_unlock(&dev->mu);
-    if (n_live || n_events) {
-        AKV_LOG_E("dev: destroy refused: %zu allocation(s) and %zu event(s) still live", n_live,
-                  n_events);
+    if (n_live || n_events || n_graphs) {
+        AKV_LOG_E("dev: destroy refused: %zu allocation(s), %zu event(s) and %zu graph(s) still "
+                  "live",
+                  n_live, n_events, n_graphs);
         return AKV_EBUSY;
     }
     dev->backend->close(dev->state);
@@ -394,9 +403,7 @@ akv_status akv_dev_event_create(akv_dev *dev, unsigned flags, akv_event **out) {
     }
     ev->dev = dev;
     ev->flags = flags;
-    pthread_mutex_lock(&dev->mu);
-    dev->n_events++;
-    pthread_mutex_unlock(&dev->mu);
+    dev_count(dev, &dev->n_events, +1);
     *out = ev;
     return AKV_OK;
 }
@@ -406,9 +413,7 @@ akv_status akv_dev_event_destroy(akv_dev *dev, akv_event *ev) {
     if (!ev) return AKV_OK;
     if (!dev_event_ok(dev, ev)) return AKV_EINVAL;
     dev->backend->event_destroy(dev->state, ev->impl);
-    pthread_mutex_lock(&dev->mu);
-    dev->n_events--;
-    pthread_mutex_unlock(&dev->mu);
+    dev_count(dev, &dev->n_events, -1);
     akv__free(ev);
     return AKV_OK;
 }
@@ -661,6 +666,57 @@ akv_status akv_dev_op_launch(akv_dev *dev, const akv_dev_op *op, const void *arg
     if (dev_fault_pass(dev, AKV_FAULT_OP)) return AKV_EDEVICE;
     unsigned flags = dev_fault_pass(dev, AKV_FAULT_OP_EXEC) ? AKV_SUBMIT_FAIL_EXEC : 0;
     return dev->backend->op_launch(dev->state, dev, op, args, flags);
+}
+
+/* ---- graphs --------------------------------------------------------------------------------------- */
+
+struct akv_graph {
+    akv_dev *dev;
+    void *impl;
+};
+
+akv_status akv_dev_graph_create(akv_dev *dev, const akv_dev_launch *launches, size_t n,
+                                akv_graph **out) {
+    if (!dev || !launches || !n || !out) return AKV_EINVAL;
+    for (size_t i = 0; i < n; i++) {
+        const akv_dev_op *op = launches[i].op;
+        if (!op || !op->name || (!launches[i].args && op->args_bytes)) {
+            AKV_LOG_E("dev: graph launch %zu has no op or no arguments", i);
+            return AKV_EINVAL;
+        }
+        if (!dev->backend->op_supported(dev->state, op)) {
+            AKV_LOG_E("dev: op '%s' has no %s implementation", op->name, dev->backend->name);
+            return AKV_EUNSUPPORTED;
+        }
+    }
+    akv_graph *g = akv__calloc(1, sizeof *g);
+    if (!g) return AKV_ENOMEM;
+    akv_status st = dev->backend->graph_create(dev->state, dev, launches, n, &g->impl);
+    if (st != AKV_OK) {
+        akv__free(g);
+        return st;
+    }
+    g->dev = dev;
+    dev_count(dev, &dev->n_graphs, +1);
+    *out = g;
+    return AKV_OK;
+}
+
+akv_status akv_dev_graph_launch(akv_dev *dev, akv_graph *g) {
+    if (!dev || !g || g->dev != dev) return AKV_EINVAL;
+    if (dev_fault_pass(dev, AKV_FAULT_OP)) return AKV_EDEVICE;
+    unsigned flags = dev_fault_pass(dev, AKV_FAULT_OP_EXEC) ? AKV_SUBMIT_FAIL_EXEC : 0;
+    return dev->backend->graph_launch(dev->state, g->impl, flags);
+}
+
+akv_status akv_dev_graph_destroy(akv_dev *dev, akv_graph *g) {
+    if (!dev) return AKV_EINVAL;
+    if (!g) return AKV_OK;
+    if (g->dev != dev) return AKV_EINVAL;
+    dev->backend->graph_destroy(dev->state, g->impl);
+    dev_count(dev, &dev->n_graphs, -1);
+    akv__free(g);
+    return AKV_OK;
 }
 
 void *akv__dev_state(const akv_dev *dev) {

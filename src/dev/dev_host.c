@@ -338,15 +338,23 @@ static host_cmd *host_cmd_new(host_cmd_kind kind, unsigned flags, size_t tail_by
     return c;
 }
 
-static void host_enqueue(host_state *s, akv_queue qi, host_cmd *c) {
+/* Queues the chain first -> ... -> last (n commands, linked by next) as one unit: no other
+ * submission lands between them. */
+static void host_enqueue_chain(host_state *s, akv_queue qi, host_cmd *first, host_cmd *last,
+                               size_t n) {
     host_queue *q = &s->q[qi];
+    last->next = NULL;
     pthread_mutex_lock(&q->mu);
-    if (q->tail) q->tail->next = c;
-    else q->head = c;
-    q->tail = c;
-    q->n_submitted++;
+    if (q->tail) q->tail->next = first;
+    else q->head = first;
+    q->tail = last;
+    q->n_submitted += n;
     pthread_cond_signal(&q->work_cv);
     pthread_mutex_unlock(&q->mu);
+}
+
+static void host_enqueue(host_state *s, akv_queue qi, host_cmd *c) {
+    host_enqueue_chain(s, qi, c, c, 1);
 }
 
 /* ---- open / close ----------------------------------------------------------------------------- */
@@ -605,6 +613,73 @@ static akv_status host_op_launch(void *state, akv_dev *dev, const akv_dev_op *op
     return AKV_OK;
 }
 
+/* ---- graphs: the launches kept, queued again at each launch ------------------------------------ */
+
+typedef struct host_graph {
+    akv_dev *dev;
+    size_t n;
+    const akv_dev_op **ops; /* [n] */
+    unsigned char **args;   /* [n], each op->args_bytes (NULL when 0) */
+} host_graph;
+
+static void host_graph_destroy(void *state, void *gp) {
+    (void)state;
+    host_graph *g = gp;
+    for (size_t i = 0; g->args && i < g->n; i++)
+        akv__free(g->args[i]);
+    akv__free(g->args);
+    akv__free(g->ops);
+    akv__free(g);
+}
+
+static akv_status host_graph_create(void *state, akv_dev *dev, const akv_dev_launch *l, size_t n,
+                                    void **out) {
+    host_graph *g = akv__calloc(1, sizeof *g);
+    if (!g) return AKV_ENOMEM;
+    g->dev = dev, g->n = n;
+    g->ops = akv__calloc(n, sizeof *g->ops);
+    g->args = akv__calloc(n, sizeof *g->args);
+    if (!g->ops || !g->args) {
+        host_graph_destroy(state, g);
+        return AKV_ENOMEM;
+    }
+    for (size_t i = 0; i < n; i++) {
+        g->ops[i] = l[i].op;
+        if (!l[i].op->args_bytes) continue;
+        if (!(g->args[i] = akv__malloc(l[i].op->args_bytes))) {
+            host_graph_destroy(state, g);
+            return AKV_ENOMEM;
+        }
+        memcpy(g->args[i], l[i].args, l[i].op->args_bytes);
+    }
+    *out = g;
+    return AKV_OK;
+}
+
+/* Every command is made before any is queued: a launch is queued whole or not at all. An
+ * injected exec failure fails the first launch (the rest are skipped by the faulted queue). */
+static akv_status host_graph_launch(void *state, void *gp, unsigned flags) {
+    host_graph *g = gp;
+    host_cmd *first = NULL, *last = NULL, **link = &first;
+    for (size_t i = 0; i < g->n; i++) {
+        host_cmd *c = host_cmd_new(CMD_OP, i == 0 ? flags : 0, g->ops[i]->args_bytes);
+        if (!c) {
+            for (host_cmd *d = first, *next; d; d = next) {
+                next = d->next;
+                host_cmd_free(state, d);
+            }
+            return AKV_ENOMEM;
+        }
+        c->op = g->ops[i];
+        c->dev = g->dev;
+        if (g->ops[i]->args_bytes) memcpy(c->tail, g->args[i], g->ops[i]->args_bytes);
+        *link = last = c;
+        link = &c->next;
+    }
+    host_enqueue_chain(state, AKV_QUEUE_COMPUTE, first, last, g->n);
+    return AKV_OK;
+}
+
 /* ---- test controls ---------------------------------------------------------------------------- */
 
 static akv_status host_inject_delays(void *state, uint64_t seed, uint32_t max_delay_us,
@@ -659,6 +734,9 @@ static const akv_dev_backend host_backend = {
     .copy_method_check = host_copy_method_check,
     .op_launch = host_op_launch,
     .op_supported = host_op_supported,
+    .graph_create = host_graph_create,
+    .graph_launch = host_graph_launch,
+    .graph_destroy = host_graph_destroy,
     .inject_delays = host_inject_delays,
     .clear_faults = host_clear_faults,
 };

@@ -78,6 +78,11 @@ struct akv_dev_backend {
     akv_status (*op_launch)(void *state, akv_dev *dev, const akv_dev_op *op, const void *args,
                             unsigned submit_flags);
     int (*op_supported)(void *state, const akv_dev_op *op);
+    /* Graphs of ops (the front checked every launch: supported, non-NULL arguments). */
+    akv_status (*graph_create)(void *state, akv_dev *dev, const akv_dev_launch *l, size_t n,
+                               void **g);
+    akv_status (*graph_launch)(void *state, void *g, unsigned submit_flags);
+    void (*graph_destroy)(void *state, void *g); /* never waits */
 
     /* Host backend only (NULL elsewhere): test controls. */
     akv_status (*inject_delays)(void *state, uint64_t seed, uint32_t max_delay_us,
