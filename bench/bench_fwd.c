@@ -8,8 +8,11 @@
  * the first N layers only (the output head stays).
  *
  * Per context length C (1K, 8K, 32K; 128K with AKV_BENCH_LONG=1): prefill C tokens in chunks
- * of 512 (timed, no logits but the last), then 32 decode steps, each one run of the pass with
- * logits back on the host (the step's one synchronisation); step time = wall time / 32.
+ * of 512 (timed, no logits but the last), then decode steps, each one run of the pass with
+ * logits back on the host (the step's one synchronisation), alternating blocks of 16 steps
+ * replayed as a CUDA graph (the default) and 16 launched op by op (a second pass over the
+ * same synthetic weights with params.no_graphs), 32 timed steps each after one untimed step
+ * each; step time = wall time / steps.
  *   limit (weights)  weight bytes per token / device copy rate, where the copy rate is bytes
  *                    read + written per second of akv_dev_cuda_copy_d2d_async over 1 GiB
  *                    (akv_dev_cuda_time_us), the rate a kernel can stream memory at;
@@ -46,7 +49,7 @@ enum { CHUNK = 512, N_STEPS = 32 };
 
 typedef struct row {
     uint32_t ctx;
-    double prefill_s, step_ms, kv_bytes;
+    double prefill_s, step_ms, eager_ms, kv_bytes;
 } row;
 
 /* The decode products alone: y = x W^T for one row (and four for the output projection) at
@@ -102,12 +105,12 @@ static void bench_matmuls(akv_dev *dev, mm_row *rows, int n_rows) {
 }
 
 /* Prefill ctx tokens and time N_STEPS decode steps on fresh pools sized for the context. */
-static row bench_ctx(akv_dev *dev, akv_forward_dev *f, uint32_t ctx) {
+static row bench_ctx(akv_dev *dev, akv_forward_dev *f, akv_forward_dev *fe, uint32_t ctx) {
     const akv_model_config *c = akv_forward_dev_config(f);
     uint32_t n_layers = c->n_layers;
     akv_geom g;
     TRY(akv_geom_init(&g, n_layers, c->n_kv_heads, c->head_dim, AKV_DTYPE_BF16, 0));
-    uint64_t total = (uint64_t)ctx + N_STEPS + 1;
+    uint64_t total = (uint64_t)ctx + 2 * N_STEPS + 2;
     double hist_gib = (double)akv_geom_pages_for_tokens(&g, total) * n_layers *
                       (double)akv_geom_page_bytes(&g) / (1u << 30);
     akv_host_pool_params hpp = akv_host_pool_default_params();
@@ -136,23 +139,29 @@ static row bench_ctx(akv_dev *dev, akv_forward_dev *f, uint32_t ctx) {
         pos += n;
     }
     TRY(akv_route_sync(r));
-    double prefill_s = akv_clock_s() - t0, t1 = 0;
-    /* one untimed step, then the timed ones */
+    double prefill_s = akv_clock_s() - t0;
+    /* one untimed step of each pass (the graph pass builds its graph), then alternating
+     * blocks of timed steps: graph, op by op, graph, op by op */
     uint32_t pos = ctx;
-    for (int i = 0; i <= N_STEPS; i++) {
-        if (i == 1) t1 = akv_clock_s();
-        TRY(akv_route_begin_step(r, pos + 1));
-        TRY(akv_forward_dev_run(f, tok + (i % CHUNK), 1, pos, &kv, logits, false));
-        pos++;
+    double spent[2] = {0, 0};
+    for (int b = -2; b < 4; b++) {
+        akv_forward_dev *p = (b & 1) ? fe : f;
+        int n = b < 0 ? 1 : N_STEPS / 2;
+        double tb = akv_clock_s();
+        for (int i = 0; i < n; i++, pos++) {
+            TRY(akv_route_begin_step(r, pos + 1));
+            TRY(akv_forward_dev_run(p, tok + (pos % CHUNK), 1, pos, &kv, logits, false));
+        }
+        if (b >= 0) spent[b & 1] += akv_clock_s() - tb;
     }
-    double t2 = akv_clock_s();
     int finite = 1;
     for (uint32_t i = 0; i < c->n_vocab; i++)
         finite &= isfinite(logits[i]) != 0;
     if (!finite) fprintf(stderr, "bench_fwd: non-finite logits at context %u\n", ctx);
     row out = {.ctx = ctx,
                .prefill_s = prefill_s,
-               .step_ms = (t2 - t1) / N_STEPS * 1e3,
+               .step_ms = spent[0] / N_STEPS * 1e3,
+               .eager_ms = spent[1] / N_STEPS * 1e3,
                .kv_bytes = (double)ctx * n_layers * 2.0 * c->n_kv_heads * c->head_dim * 2};
     TRY(akv_route_destroy(r));
     TRY(akv_dev_pool_destroy(dp));
@@ -176,6 +185,10 @@ int main(void) {
     akv_forward_dev *f = NULL;
     double tc = akv_clock_s();
     TRY(akv_forward_dev_create_synthetic(dev, &c, 7, &fp, &f));
+    akv_forward_params fpe = fp;
+    fpe.no_graphs = 1;
+    akv_forward_dev *fe = NULL; /* the same weights (same seed), every op launched by itself */
+    TRY(akv_forward_dev_create_synthetic(dev, &c, 7, &fpe, &fe));
     printf("bench_fwd: synthetic model (%u layers, %.2f GB of weights) generated on %s in %.1f s\n",
            c.n_layers, akv_forward_dev_weight_bytes(f) / 1e9, info.name, akv_clock_s() - tc);
 
@@ -200,9 +213,9 @@ int main(void) {
     int n_ctx = getenv("AKV_BENCH_LONG") ? 4 : 3;
     row rows[4];
     for (int i = 0; i < n_ctx; i++) {
-        rows[i] = bench_ctx(dev, f, ctxs[i]);
-        printf("  context %u: prefill %.2f s, decode %.3f ms/token\n", ctxs[i], rows[i].prefill_s,
-               rows[i].step_ms);
+        rows[i] = bench_ctx(dev, f, fe, ctxs[i]);
+        printf("  context %u: prefill %.2f s, decode %.3f ms/token (op by op %.3f)\n", ctxs[i],
+               rows[i].prefill_s, rows[i].step_ms, rows[i].eager_ms);
     }
 
     double wb = (double)akv_forward_dev_weight_bytes(f);
@@ -216,10 +229,20 @@ int main(void) {
                 "\n### Forward pass, batch-1 decode (%s, %d SMs): synthetic Llama-3-8B shape, "
                 "bf16, %u layers, resident route\n\n"
                 "Weights read per token: %.2f GB; device copy rate (1 GiB d2d, read + written): "
-                "**%.0f GB/s**. Limit = bytes / copy rate; ratio = limit / measured step.\n\n"
-                "| context | prefill s | decode tokens/s | step ms | limit (weights) ms | ratio "
-                "| limit (+K/V) ms | ratio |\n|---|---|---|---|---|---|---|---|\n",
+                "**%.0f GB/s**. Limit = bytes / copy rate; ratio = limit / measured step. Decode "
+                "steps replayed as one CUDA graph (the default); `op by op` = the same steps "
+                "with every kernel launched by itself, timed in alternating blocks.\n\n"
+                "| context | prefill s | decode tokens/s | step ms | op by op ms | graph "
+                "speed-up | limit (weights) ms | ratio | limit (+K/V) ms | ratio |\n"
+                "|---|---|---|---|---|---|---|---|---|---|\n",
                 info.name, info.n_sm, c.n_layers, wb / 1e9, copy_bps / 1e9);
+        for (int i = 0; i < n_ctx; i++) {
+            double lw = wb / copy_bps * 1e3, lkv = (wb + rows[i].kv_bytes) / copy_bps * 1e3;
+            fprintf(o, "| %u | %.2f | %.1f | %.3f | %.3f | %.2fx | %.3f | %.2f | %.3f | %.2f |\n",
+                    rows[i].ctx, rows[i].prefill_s, 1e3 / rows[i].step_ms, rows[i].step_ms,
+                    rows[i].eager_ms, rows[i].eager_ms / rows[i].step_ms, lw,
+                    lw / rows[i].step_ms, lkv, lkv / rows[i].step_ms);
+        }
         fprintf(o, "\n### Decode products alone (weights read once; ratio = weight bytes / time / "
                    "copy rate)\n\n| product | m | n x k | cuBLAS us | ratio | skinny kernel us | "
                    "ratio |\n|---|---|---|---|---|---|---|\n");
@@ -229,16 +252,10 @@ int main(void) {
                     mms[i].n, mms[i].k, mms[i].us[0], wbytes / (mms[i].us[0] * 1e-6) / copy_bps,
                     mms[i].us[1], wbytes / (mms[i].us[1] * 1e-6) / copy_bps);
         }
-        fprintf(o, "\n");
-        for (int i = 0; i < n_ctx; i++) {
-            double lw = wb / copy_bps * 1e3, lkv = (wb + rows[i].kv_bytes) / copy_bps * 1e3;
-            fprintf(o, "| %u | %.2f | %.1f | %.3f | %.3f | %.2f | %.3f | %.2f |\n", rows[i].ctx,
-                    rows[i].prefill_s, 1e3 / rows[i].step_ms, rows[i].step_ms, lw,
-                    lw / rows[i].step_ms, lkv, lkv / rows[i].step_ms);
-        }
     }
     if (out) fclose(out);
     akv_forward_dev_destroy(f);
+    akv_forward_dev_destroy(fe);
     TRY(akv_dev_destroy(dev));
     return 0;
 }

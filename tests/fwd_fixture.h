@@ -16,6 +16,7 @@
 #include "akv/host_pool.h"
 #include "akv/route.h"
 #include "core/half.h"
+#include "engine/route_check.h"
 #include "model_build.h"
 #include "test.h"
 
@@ -130,6 +131,63 @@ static inline int32_t fx_argmax(const float *l, size_t n, double *margin) {
         if (i != best && l[i] > second) second = l[i];
     if (margin) *margin = (double)l[best] - second;
     return (int32_t)best;
+}
+
+/* Decode steps replayed as graphs against the same steps launched op by op (params.no_graphs):
+ * two device passes of `m` on backend `be`, each over its own resident route (page size P),
+ * a prompt of n_prompt random tokens, then n_decode greedy steps that both follow the eager
+ * pass's tokens. Checked: the logits bit-identical at every step; on the host backend, the
+ * graph pass's host copy equals its device pages after every step; the graph pass built ONE
+ * graph (its record never changed, page boundaries included) and launched it at every decode
+ * step, the eager pass none. Prints one line; returns 1 when everything held. */
+static inline int fx_graph_vs_eager(const akv_dev_backend *be, const akv_model *m, uint32_t P,
+                                    uint32_t n_prompt, uint32_t n_decode, uint64_t *rng) {
+    const akv_model_config *c = akv_model_get_config(m);
+    fx gr, ea;
+    uint32_t n_total = n_prompt + n_decode, chunk = 64;
+    int ok = fx_open(&gr, be, m, P, n_total, chunk, true) &&
+             fx_open(&ea, be, m, P, n_total, chunk, true);
+    if (ok) { /* the eager pass: the same weights, graphs off */
+        akv_forward_params fp = {.max_chunk = chunk, .no_graphs = 1};
+        akv_forward_dev_destroy(ea.fd);
+        ea.fd = NULL;
+        ok = CHECK(akv_forward_dev_create(ea.dev, m, &fp, &ea.fd) == AKV_OK);
+    }
+    int32_t *tok = malloc(n_total * sizeof *tok);
+    float *lg = malloc(c->n_vocab * sizeof *lg), *le = malloc(c->n_vocab * sizeof *le);
+    ok = ok && CHECK(tok && lg && le);
+    for (uint32_t i = 0; ok && i < n_prompt; i++)
+        tok[i] = (int32_t)test_rand_below(rng, c->n_vocab);
+    uint32_t pos = 0, n = n_prompt, bad_step = UINT32_MAX;
+    while (ok && pos < n_total) {
+        ok = CHECK(fx_feed(&gr, tok + pos, n, lg) == AKV_OK) &&
+             CHECK(fx_feed(&ea, tok + pos, n, le) == AKV_OK);
+        if (ok && memcmp(lg, le, c->n_vocab * sizeof *lg) && bad_step == UINT32_MAX)
+            bad_step = pos;
+        if (ok && be == akv_dev_host_backend()) /* the write-backs after the graph landed */
+            ok = CHECK(akv_route_sync(gr.r) == AKV_OK) && CHECK(akv__route_check(gr.r) == AKV_OK);
+        pos += n;
+        if (pos < n_total) tok[pos] = fx_argmax(le, c->n_vocab, NULL);
+        n = 1;
+    }
+    akv_forward_dev_stats sg = {0}, se = {0};
+    if (gr.fd) sg = akv_forward_dev_get_stats(gr.fd);
+    if (ea.fd) se = akv_forward_dev_get_stats(ea.fd);
+    TEST_CHECK_(bad_step == UINT32_MAX, "graph vs eager: logits differ after %u tokens", bad_step);
+    TEST_CHECK_(sg.graph_builds == 1 && sg.graph_launches == n_decode,
+                "graph pass: %llu build(s), %llu launch(es) for %u decode steps",
+                (unsigned long long)sg.graph_builds, (unsigned long long)sg.graph_launches,
+                n_decode);
+    CHECK_EQ_U64(se.graph_launches, 0);
+    int held = ok && bad_step == UINT32_MAX && sg.graph_builds == 1 &&
+               sg.graph_launches == n_decode && se.graph_launches == 0;
+    printf("  %s, P = %u: prompt %u + %u decode steps, graph replay vs op by op: %s (%llu "
+           "graph build(s), %llu launches)\n",
+           c->arch_name, P, n_prompt, n_decode, held ? "bit-identical" : "FAILED",
+           (unsigned long long)sg.graph_builds, (unsigned long long)sg.graph_launches);
+    free(tok), free(lg), free(le);
+    fx_close(&gr), fx_close(&ea);
+    return held;
 }
 
 #endif

@@ -96,6 +96,13 @@ int main(void) {
         akv_model_destroy(m);
     }
 
+    TEST_CASE(decode_graph_replay_matches_op_by_op) {
+        akv_model *m = fx_load_bf16_exact(&llama, rng);
+        if (!CHECK(m != NULL)) break;
+        fx_graph_vs_eager(akv_dev_host_backend(), m, P, 5, 2 * P + 3, &rng); /* 2 page turns */
+        akv_model_destroy(m);
+    }
+
     TEST_CASE(fill_is_the_shared_formula) {
         akv_dev *dev = NULL;
         if (!CHECK(akv_dev_create(akv_dev_host_backend(), NULL, &dev) == AKV_OK)) break;

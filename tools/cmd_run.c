@@ -52,6 +52,8 @@ static const char run_usage[] =
     "      --device-gib G       device pool size, whole GiB (default 1)\n"
     "      --kv-dtype T         K/V page element type: bf16 (default), f16 or f32\n"
     "      --chunk N            prefill chunk, tokens (default 256)\n"
+    "      --no-graphs          GPU: launch every kernel of a decode step by itself instead of\n"
+    "                           replaying the step as one CUDA graph (resident route)\n"
     "      --threads N          threads of the matrix products (default: every core)\n"
     "      --temp T             temperature; 0 = greedy (default 0.8)\n"
     "      --top-k K            (default 40; 0 = off)\n"
@@ -69,7 +71,7 @@ static const char run_usage[] =
 
 typedef struct run_opts {
     const char *model, *prompt, *system, *device, *dump;
-    int chat, quiet;
+    int chat, quiet, no_graphs;
     unsigned long long n_predict, ctx, host_gib, device_gib, chunk, threads, repeat_last_n, seed;
     unsigned long long window_pages;
     akv_route_kind route;
@@ -138,11 +140,13 @@ static int run_parse(int argc, char **argv, run_opts *o) {
         O_RLN,
         O_SEED,
         O_DUMP,
-        O_WINDOW
+        O_WINDOW,
+        O_NOGRAPHS
     };
     static const struct option opts[] = {{"model", required_argument, 0, 'm'},
                                          {"prompt", required_argument, 0, 'p'},
                                          {"chat", no_argument, 0, O_CHAT},
+                                         {"no-graphs", no_argument, 0, O_NOGRAPHS},
                                          {"system", required_argument, 0, O_SYSTEM},
                                          {"n-predict", required_argument, 0, 'n'},
                                          {"max-context", required_argument, 0, O_CTX},
@@ -184,6 +188,9 @@ static int run_parse(int argc, char **argv, run_opts *o) {
             break;
         case O_CHAT:
             o->chat = 1;
+            break;
+        case O_NOGRAPHS:
+            o->no_graphs = 1;
             break;
         case O_SYSTEM:
             o->system = optarg;
@@ -441,6 +448,7 @@ static int run_open_memory(run_state *s) {
     }
     akv_forward_params fp = akv_forward_default_params();
     fp.max_chunk = (uint32_t)o->chunk;
+    fp.no_graphs = o->no_graphs ? 1u : 0u;
     if (s->on_device && !o->quiet)
         fprintf(stderr, "akv run: uploading the weights to the device as bf16\n");
     if ((st = s->on_device ? akv_forward_dev_create(s->dev, s->model, &fp, &s->fwd_dev)
@@ -641,6 +649,11 @@ static void run_report(const run_state *s) {
             (double)ps.window_used * s->cfg->n_layers * (double)ps.page_bytes * mib,
             (double)ps.n_pages * (double)ps.page_bytes * mib, (unsigned long long)hs.n_used,
             (double)hs.pinned_bytes * mib, (unsigned long long)rs.n_tokens);
+    if (s->fwd_dev) {
+        akv_forward_dev_stats fs = akv_forward_dev_get_stats(s->fwd_dev);
+        fprintf(stderr, "decode steps replayed as graphs: %llu (%llu graph(s) built)\n",
+                (unsigned long long)fs.graph_launches, (unsigned long long)fs.graph_builds);
+    }
 }
 
 int akv_cmd_run(int argc, char **argv) {

@@ -53,11 +53,19 @@ typedef struct akv_forward_kv {
     /* The chunk's K/V of `layer` is in its slots and the layer's attention has read the
      * pages. NULL = nothing to do. */
     akv_status (*end_layer)(void *user, uint32_t layer);
+    /* 1 = begin_layer enqueues nothing (the tables are in place before the run) and hands the
+     * same table at every decode step, and end_layer may run after later layers' work is
+     * enqueued: the device pass may then replay a decode step as one graph and call every
+     * end_layer after it (akv/forward_dev.h). 0 = the hooks run in layer order between the
+     * launches (a staged route's copies and leases). The host pass ignores it. */
+    int replayable;
 } akv_forward_kv;
 
 typedef struct akv_forward_params {
     uint32_t max_chunk; /* most tokens per call (scratch is sized for it); 0 = 256 */
     uint32_t n_layers;  /* run only the first n layers (tests); 0 = every layer */
+    uint32_t no_graphs; /* device pass: 1 = launch every op of a decode step one by one; 0 =
+                           replay decode steps as graphs where the hooks allow (forward_dev.h) */
 } akv_forward_params;
 
 /* max_chunk 256, every layer. */

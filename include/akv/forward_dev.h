@@ -30,6 +30,18 @@
  * Chunks of 1..AKV_ATTN_MAX_QUERIES tokens use K/V append + decode attention; longer chunks
  * the causal prefill kernel (which writes the chunk's K/V itself).
  *
+ * Graph replay of decode steps (akv_dev_graph). A one-token step whose hooks are replayable
+ * (akv_forward_kv.replayable: a resident route) first RECORDS its launches (embedding and
+ * every layer; the hooks' begin_layer runs, nothing is launched), then compares the record
+ * with the one the current graph was built from, byte for byte (ops and argument structs):
+ * equal, the graph is launched; different (the first step, a new route or capacity), a new
+ * graph is built from the record and launched. Everything that changes between steps (ids,
+ * positions, the page tables' contents) is device memory the kernels read, uploaded before
+ * the launch, so a graph is only ever replayed with exactly the arguments it was built with.
+ * Then every end_layer (the write-backs wait for the graph), then the output head, launched
+ * one by one. Chunks of several tokens, non-replayable hooks and params.no_graphs launch op by
+ * op. The bits are the same either way (the same kernels with the same arguments).
+ *
  * Thread-safety: one akv_forward_dev per thread; it owns device memory of `dev`.
  */
 #ifndef AKV_FORWARD_DEV_H
@@ -80,6 +92,13 @@ akv_status akv_forward_dev_run(akv_forward_dev *f, const int32_t *tokens, uint32
 /* Bytes of weights one decode step reads (every matrix once, the output head once, the
  * embedding row not counted): the numerator of the weight-bandwidth limit. */
 uint64_t akv_forward_dev_weight_bytes(const akv_forward_dev *f);
+
+/* Graph use so far: builds (a record that differed from the last graph's) and launches. */
+typedef struct akv_forward_dev_stats {
+    uint64_t graph_builds;
+    uint64_t graph_launches;
+} akv_forward_dev_stats;
+akv_forward_dev_stats akv_forward_dev_get_stats(const akv_forward_dev *f);
 
 /* The configuration the pass runs (borrowed, valid until destroy). */
 const akv_model_config *akv_forward_dev_config(const akv_forward_dev *f);

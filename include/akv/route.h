@@ -136,7 +136,10 @@ akv_status akv_route_destroy(akv_route *r);
  * AKV_EINVAL for a bad length. All-or-nothing for the host copy. */
 akv_status akv_route_begin_step(akv_route *r, uint64_t n_total);
 
-/* The forward pass's hooks for the step begun last (valid until the route is destroyed). */
+/* The forward pass's hooks for the step begun last (valid until the route is destroyed). A
+ * resident route in queued mode is replayable (akv_forward_kv.replayable): its tables live at
+ * fixed device addresses uploaded by begin_step, so the device pass may replay decode steps
+ * as graphs; a staged route is not (its begin_layer stages copies under a lease). */
 akv_forward_kv akv_route_forward_kv(akv_route *r);
 
 /* Queued mode: waits until every write-back enqueued so far has landed in the host copy

@@ -489,8 +489,12 @@ static akv_status route_end_layer(void *user, uint32_t layer) {
 }
 
 akv_forward_kv akv_route_forward_kv(akv_route *r) {
-    return (akv_forward_kv){
-        .user = r, .begin_layer = route_begin_layer, .end_layer = route_end_layer};
+    /* resident and queued: the tables are uploaded at begin_step and never move, begin_layer
+     * enqueues nothing, and the write-backs may follow the whole step */
+    return (akv_forward_kv){.user = r,
+                            .begin_layer = route_begin_layer,
+                            .end_layer = route_end_layer,
+                            .replayable = r->queued && !r->stage};
 }
 
 akv_status akv_route_sync(akv_route *r) {

@@ -1,6 +1,7 @@
 /* forward_dev.c — the forward pass on a device's queues (akv/forward_dev.h): weights as bf16 in
  * one device allocation, scratch for max_chunk tokens in another, every step an op of
- * akv/forward_ops.h on the compute queue. */
+ * akv/forward_ops.h on the compute queue; a replayable decode step recorded and launched as
+ * one graph when its record equals the last graph's. */
 #include "akv/forward_dev.h"
 
 #include <math.h>
@@ -16,6 +17,14 @@ enum {
     FDEV_CUBLAS_WS = 32u << 20,     /* cuBLAS workspace (device backends only) */
     FDEV_UPLOAD_CHUNK = 1u << 22,   /* elements per f32->bf16 conversion of an upload */
 };
+
+/* A record of launches: the ops and a copy of their argument structs. */
+typedef struct fdev_rec {
+    const akv_dev_op **ops; /* [n] */
+    size_t *off;            /* [n] offsets of the arguments in args */
+    unsigned char *args;    /* len bytes */
+    size_t n, cap, len, args_cap;
+} fdev_rec;
 
 /* One block's device weights. */
 typedef struct fdev_layer {
@@ -63,9 +72,61 @@ struct akv_forward_dev {
     float *logits_h;      /* [T][n_vocab] */
     akv_event *io_ev;     /* recorded after the io upload: io_h may be rewritten once done */
     bool io_pending;
+    /* graph replay of decode steps */
+    bool recording;       /* launches go to rec instead of the device */
+    fdev_rec rec;         /* this step's launches */
+    fdev_rec graph_rec;   /* the launches `graph` was built from */
+    akv_graph *graph;
+    akv_forward_dev_stats stats;
 };
 
-#define FDEV_LAUNCH(f, op, a) akv_dev_op_launch((f)->dev, &(op), &(a), sizeof(a))
+static void fdev_rec_free(fdev_rec *r) {
+    akv__free(r->ops);
+    akv__free(r->off);
+    akv__free(r->args);
+    memset(r, 0, sizeof *r);
+}
+
+/* Appends a launch to r (its arguments copied, 16-byte aligned, the gaps zeroed). */
+static akv_status fdev_rec_add(fdev_rec *r, const akv_dev_op *op, const void *args, size_t bytes) {
+    if (r->n == r->cap) {
+        size_t cap = r->cap ? 2 * r->cap : 256;
+        const akv_dev_op **ops = akv__realloc(r->ops, cap * sizeof *ops);
+        if (!ops) return AKV_ENOMEM;
+        r->ops = ops;
+        size_t *off = akv__realloc(r->off, cap * sizeof *off);
+        if (!off) return AKV_ENOMEM;
+        r->off = off, r->cap = cap;
+    }
+    size_t at = (r->len + 15) / 16 * 16;
+    if (at + bytes > r->args_cap) {
+        size_t cap = r->args_cap ? 2 * r->args_cap : 16384;
+        while (cap < at + bytes)
+            cap *= 2;
+        unsigned char *a = akv__realloc(r->args, cap);
+        if (!a) return AKV_ENOMEM;
+        r->args = a, r->args_cap = cap;
+    }
+    memset(r->args + r->len, 0, at - r->len);
+    memcpy(r->args + at, args, bytes);
+    r->ops[r->n] = op, r->off[r->n] = at, r->n++;
+    r->len = at + bytes;
+    return AKV_OK;
+}
+
+static bool fdev_rec_equal(const fdev_rec *a, const fdev_rec *b) {
+    return a->n == b->n && a->len == b->len && !memcmp(a->ops, b->ops, a->n * sizeof *a->ops) &&
+           !memcmp(a->args, b->args, a->len);
+}
+
+/* Launches an op, or records it while a replayable step is being recorded. */
+static akv_status fdev_launch(akv_forward_dev *f, const akv_dev_op *op, const void *args,
+                              size_t bytes) {
+    if (f->recording) return fdev_rec_add(&f->rec, op, args, bytes);
+    return akv_dev_op_launch(f->dev, op, args, bytes);
+}
+
+#define FDEV_LAUNCH(f, op, a) fdev_launch((f), &(op), &(a), sizeof(a))
 
 /* Bump allocator over one allocation: the next array of `bytes` at FDEV_ALIGN. With a zero
  * base it only measures. */
@@ -126,6 +187,9 @@ void akv_forward_dev_destroy(akv_forward_dev *f) {
     if (f->io_h) akv_dev_pinned_free(f->dev, f->io_h);
     if (f->logits_h) akv_dev_pinned_free(f->dev, f->logits_h);
     akv_dev_event_destroy(f->dev, f->io_ev);
+    akv_dev_graph_destroy(f->dev, f->graph);
+    fdev_rec_free(&f->rec);
+    fdev_rec_free(&f->graph_rec);
     akv__free(f->layers);
     akv__free(f);
 }
@@ -299,6 +363,10 @@ uint64_t akv_forward_dev_weight_bytes(const akv_forward_dev *f) {
     return f->weight_bytes;
 }
 
+akv_forward_dev_stats akv_forward_dev_get_stats(const akv_forward_dev *f) {
+    return f->stats;
+}
+
 const akv_model_config *akv_forward_dev_config(const akv_forward_dev *f) {
     return &f->cfg;
 }
@@ -409,7 +477,8 @@ static akv_status fdev_check_pages(const akv_forward_dev *f, uint32_t layer,
     return AKV_EINVAL;
 }
 
-/* One block: attention sub-block, then feed-forward, each added into the residual x. */
+/* One block: attention sub-block, then feed-forward, each added into the residual x. While
+ * recording, end_layer is left to the caller (it runs after the graph). */
 static akv_status fdev_layer_run(akv_forward_dev *f, uint32_t l, uint32_t n,
                                  const akv_forward_kv *kv) {
     const akv_model_config *c = &f->cfg;
@@ -442,7 +511,7 @@ static akv_status fdev_layer_run(akv_forward_dev *f, uint32_t l, uint32_t n,
     if ((st = kv->begin_layer(kv->user, l, &pg)) || (st = fdev_check_pages(f, l, &pg)) ||
         (st = fdev_attend(f, &pg, n)))
         return st;
-    if (kv->end_layer && (st = kv->end_layer(kv->user, l))) return st;
+    if (!f->recording && kv->end_layer && (st = kv->end_layer(kv->user, l))) return st;
     if ((st = fdev_matmul(f, f->x, f->att, L->wo, n, c->n_embd, f->q_dim, 1))) return st;
 
     /* feed-forward: one product for gate and up, SwiGLU, down into the residual */
@@ -458,6 +527,40 @@ static akv_status fdev_layer_run(akv_forward_dev *f, uint32_t l, uint32_t n,
                               .y_dtype = AKV_DTYPE_BF16};
     if ((st = FDEV_LAUNCH(f, akv_fwd_op_swiglu, sw))) return st;
     return fdev_matmul(f, f->x, f->act, L->wdown, n, c->n_embd, c->n_ff, 1);
+}
+
+/* A replayable one-token step: record the embedding and every layer, build a graph when the
+ * record differs from the current graph's, launch it, then every end_layer. */
+static akv_status fdev_replay(akv_forward_dev *f, const akv_fwd_embed_args *e,
+                              const akv_forward_kv *kv) {
+    akv_status st;
+    f->rec.n = f->rec.len = 0;
+    f->recording = true;
+    st = FDEV_LAUNCH(f, akv_fwd_op_embed, *e);
+    for (uint32_t l = 0; l < f->n_layers && !st; l++)
+        st = fdev_layer_run(f, l, 1, kv);
+    f->recording = false;
+    if (st) return st;
+    if (!f->graph || !fdev_rec_equal(&f->rec, &f->graph_rec)) {
+        akv_dev_launch *ls = akv__malloc(f->rec.n * sizeof *ls);
+        if (!ls) return AKV_ENOMEM;
+        for (size_t i = 0; i < f->rec.n; i++)
+            ls[i] = (akv_dev_launch){.op = f->rec.ops[i], .args = f->rec.args + f->rec.off[i]};
+        akv_graph *g = NULL;
+        st = akv_dev_graph_create(f->dev, ls, f->rec.n, &g);
+        akv__free(ls);
+        if (st) return st;
+        akv_dev_graph_destroy(f->dev, f->graph); /* in flight: freed when done */
+        f->graph = g;
+        fdev_rec tmp = f->graph_rec; /* the record becomes the graph's; reuse the old buffers */
+        f->graph_rec = f->rec, f->rec = tmp;
+        f->stats.graph_builds++;
+    }
+    if ((st = akv_dev_graph_launch(f->dev, f->graph))) return st;
+    f->stats.graph_launches++;
+    for (uint32_t l = 0; kv->end_layer && l < f->n_layers; l++)
+        if ((st = kv->end_layer(kv->user, l))) return st;
+    return AKV_OK;
 }
 
 akv_status akv_forward_dev_run(akv_forward_dev *f, const int32_t *tokens, uint32_t n,
@@ -501,9 +604,13 @@ akv_status akv_forward_dev_run(akv_forward_dev *f, const int32_t *tokens, uint32
                             .n_embd = c->n_embd,
                             .n_vocab = c->n_vocab,
                             .table_dtype = AKV_DTYPE_BF16};
-    if ((st = FDEV_LAUNCH(f, akv_fwd_op_embed, e))) return st;
-    for (uint32_t l = 0; l < f->n_layers; l++)
-        if ((st = fdev_layer_run(f, l, n, kv))) return st;
+    if (n == 1 && kv->replayable && !f->params.no_graphs) {
+        if ((st = fdev_replay(f, &e, kv))) return st;
+    } else {
+        if ((st = FDEV_LAUNCH(f, akv_fwd_op_embed, e))) return st;
+        for (uint32_t l = 0; l < f->n_layers; l++)
+            if ((st = fdev_layer_run(f, l, n, kv))) return st;
+    }
     if (!logits) return AKV_OK;
 
     /* 3. output head over the rows whose logits are wanted, and the one wait of the run */

@@ -11,6 +11,9 @@
  *   determinism   two CUDA runs give bitwise-equal logits at every step.
  *   greedy        a short free-running greedy generation equals the host pass's, up to the
  *                 first step where the host's top-2 margin is inside the tolerance.
+ *   graphs        decode steps replayed as one CUDA graph against the same steps launched op
+ *                 by op: logits bit-identical at every step, one graph built (page turns
+ *                 included), one launch per step (fwd_fixture.h, fx_graph_vs_eager).
  *   default model the same comparisons on models/SmolLM2-135M-Instruct.Q4_1.gguf when present.
  * Prints the worst relative error of every comparison. Skips (77) without CUDA or a device. */
 #include "model_build.h"
@@ -404,6 +407,7 @@ int main(void) {
         compare_cuda(m, 3, 10, 4, TOL_F32, "llama, decode kernel chunks");
         compare_cuda(m, 64, 1, 40, TOL_F32, "llama, decode only");
         greedy(m, 9, 16, TOL_F32, "llama");
+        fx_graph_vs_eager(akv_dev_cuda_backend(), m, 16, 5, 40, &rng);
         akv_model_destroy(m);
     }
 
@@ -429,6 +433,7 @@ int main(void) {
         if (!CHECK(akv_model_load(path, NULL, &m) == AKV_OK)) break;
         compare_cuda(m, 32, 45, 8, TOL, "SmolLM2-135M");
         greedy(m, 20, 12, TOL, "SmolLM2-135M");
+        fx_graph_vs_eager(akv_dev_cuda_backend(), m, 256, 300, 64, &rng); /* a page turn */
         akv_model_destroy(m);
     }
     return test_finish();
