@@ -38,6 +38,7 @@ enum { DEVICE_GIB = 4, WINDOW = AKV_ROUTE_WINDOW_PAGES };
 typedef struct row {
     int fits;            /* the route could be created in the pool */
     double step_ms;      /* mean decode step */
+    double begin_ms;     /* of it, akv_route_begin_step (host: retire, window, tables) */
     double staged_bytes; /* per step (staged route) */
 } row;
 
@@ -59,6 +60,48 @@ static double h2d_rate(akv_dev *dev) {
     TRY(akv_dev_mem_free(dev, d));
     akv_dev_pinned_free(dev, h);
     return (double)n / best;
+}
+
+/* AKV_BENCH_TRACE=1: the route's hooks wrapped to time the last step layer by layer: the host
+ * clock when each layer's copies were enqueued, and a timing event on the H2D queue after them
+ * (complete when the layer's copies are). Intervals per layer against the copy's bus time show
+ * whether the bus idled between layers and whether the host issued late. */
+typedef struct trace {
+    akv_forward_kv inner;
+    akv_dev *dev;
+    int on;
+    uint32_t n;
+    uint64_t host_ns[64];
+    akv_event *ev[64];
+} trace;
+
+static akv_status trace_begin(void *user, uint32_t layer, akv_attn_pages *pg) {
+    trace *t = user;
+    akv_status st = t->inner.begin_layer(t->inner.user, layer, pg);
+    if (st || !t->on || layer >= 64) return st;
+    t->host_ns[layer] = akv_clock_ns();
+    t->n = layer + 1;
+    return akv_dev_event_record(t->dev, t->ev[layer], AKV_QUEUE_H2D);
+}
+
+static akv_status trace_end(void *user, uint32_t layer) {
+    trace *t = user;
+    return t->inner.end_layer ? t->inner.end_layer(t->inner.user, layer) : AKV_OK;
+}
+
+static void trace_report(trace *t, double layer_bytes, double rate) {
+    double dev_sum = 0, host_sum = 0, worst = 0;
+    uint32_t n = t->n;
+    for (uint32_t l = 1; l < n; l++) {
+        uint64_t ns = 0;
+        TRY(akv_dev_event_elapsed_ns(t->dev, t->ev[l - 1], t->ev[l], &ns));
+        dev_sum += ns * 1e-6, host_sum += (t->host_ns[l] - t->host_ns[l - 1]) * 1e-6;
+        if (ns * 1e-6 > worst) worst = ns * 1e-6;
+    }
+    double bus = layer_bytes / rate * 1e3;
+    printf("    trace, layers 1..%u: H2D interval %.3f ms a layer (worst %.3f), host issue "
+           "interval %.3f ms, copy bus time %.3f ms\n",
+           n - 1, dev_sum / (n - 1), worst, host_sum / (n - 1), bus);
 }
 
 static row bench_ctx(akv_dev *dev, akv_forward_dev *f, akv_route_kind kind, uint32_t ctx,
@@ -93,7 +136,14 @@ static row bench_ctx(akv_dev *dev, akv_forward_dev *f, akv_route_kind kind, uint
                    akv_geom_page_bytes(&g));
     TRY(akv_dev_memset_sync(dev, akv_dev_pool_base(dp), 0,
                             (size_t)akv_dev_pool_n_pages(dp) * akv_dev_pool_page_bytes(dp)));
-    akv_forward_kv kv = akv_route_forward_kv(r);
+    trace tr = {.inner = akv_route_forward_kv(r), .dev = dev};
+    int tracing = getenv("AKV_BENCH_TRACE") && kind == AKV_ROUTE_STAGED;
+    for (int i = 0; tracing && i < 64; i++)
+        TRY(akv_dev_event_create(dev, AKV_EVENT_TIMING, &tr.ev[i]));
+    akv_forward_kv kv = tracing ? (akv_forward_kv){.user = &tr,
+                                                   .begin_layer = trace_begin,
+                                                   .end_layer = trace_end}
+                                : tr.inner;
     float *logits = malloc((size_t)c->n_vocab * sizeof *logits);
     akv_route_stats s0, s1;
     double t1 = 0;
@@ -103,12 +153,20 @@ static row bench_ctx(akv_dev *dev, akv_forward_dev *f, akv_route_kind kind, uint
             akv_route_get_stats(r, &s0);
         }
         int32_t tok = (int32_t)((i * 7919u) % c->n_vocab);
+        tr.on = i == n_steps;
+        double tb = akv_clock_s();
         TRY(akv_route_begin_step(r, (uint64_t)ctx + i + 1));
+        if (i) out.begin_ms += (akv_clock_s() - tb) * 1e3 / n_steps;
         TRY(akv_forward_dev_run(f, &tok, 1, ctx + (uint32_t)i, &kv, logits, false));
     }
     out.step_ms = (akv_clock_s() - t1) / n_steps * 1e3;
     akv_route_get_stats(r, &s1);
     out.staged_bytes = (double)(s1.staged_bytes - s0.staged_bytes) / n_steps;
+    if (tracing) {
+        trace_report(&tr, out.staged_bytes / c->n_layers, h2d_rate(dev));
+        for (int i = 0; i < 64; i++)
+            TRY(akv_dev_event_destroy(dev, tr.ev[i]));
+    }
     free(logits);
     TRY(akv_route_sync(r));
 done:
@@ -137,15 +195,22 @@ int main(void) {
 
     uint32_t ctxs[4] = {1024, 8192, 32768, 131072};
     int n_ctx = getenv("AKV_BENCH_LONG") ? 4 : 3;
-    row res[4], stg[4];
+    row res[4], stg[4], stc[4];
+    akv_copy_config dflt = akv_dev_get_copy_config(dev), coal = dflt;
+    coal.method = AKV_COPY_METHOD_COALESCE;
     for (int i = 0; i < n_ctx; i++) {
         int n_steps = ctxs[i] >= 32768 ? 8 : 32;
         res[i] = bench_ctx(dev, f, AKV_ROUTE_RESIDENT, ctxs[i], n_steps);
         stg[i] = bench_ctx(dev, f, AKV_ROUTE_STAGED, ctxs[i], n_steps);
-        printf("  context %u: resident %s%.3f ms/token, staged %.3f ms/token (%.1f MiB staged "
-               "per step)\n",
+        /* the same with one cudaMemcpyAsync per merged span instead of the batched call */
+        TRY(akv_dev_set_copy_config(dev, &coal));
+        stc[i] = bench_ctx(dev, f, AKV_ROUTE_STAGED, ctxs[i], n_steps);
+        TRY(akv_dev_set_copy_config(dev, &dflt));
+        printf("  context %u: resident %s%.3f ms/token, staged %.3f ms/token (%s; %.3f with "
+               "coalesce) (%.1f MiB staged per step; begin_step %.3f ms of the step)\n",
                ctxs[i], res[i].fits ? "" : "(does not fit) ", res[i].step_ms, stg[i].step_ms,
-               stg[i].staged_bytes / (1 << 20));
+               akv_copy_method_name(dflt.method), stc[i].step_ms, stg[i].staged_bytes / (1 << 20),
+               stg[i].begin_ms);
     }
 
     FILE *out = NULL;
@@ -160,13 +225,17 @@ int main(void) {
                 "shape, bf16, %u layers, %u GiB device pool, window %u pages\n\n"
                 "History filled synthetically (zeros), not prefilled. Host->device large-copy "
                 "rate (256 MiB pinned, same run): **%.1f GB/s**. Bus time = staged bytes / that "
-                "rate; ratio = step / bus time (goal <= 1.05).\n\n"
+                "rate; ratio = step / bus time (goal <= 1.05). Copies by the default method "
+                "(%s); the last two columns: the same staged run with `coalesce` (one "
+                "cudaMemcpyAsync per merged span).\n\n"
                 "| context | resident tok/s | staged tok/s | staged MiB/step | bus time ms | "
-                "staged step ms | ratio |\n|---|---|---|---|---|---|---|\n",
-                info.name, c.n_layers, DEVICE_GIB, WINDOW, rate / 1e9);
+                "staged step ms | ratio | coalesce step ms | ratio |\n"
+                "|---|---|---|---|---|---|---|---|---|\n",
+                info.name, c.n_layers, DEVICE_GIB, WINDOW, rate / 1e9,
+                akv_copy_method_name(dflt.method));
         for (int i = 0; i < n_ctx; i++) {
             double bus_ms = stg[i].staged_bytes / rate * 1e3;
-            char rs[32], ratio[32];
+            char rs[32], ratio[32], ratio_c[32] = "-";
             if (res[i].fits)
                 snprintf(rs, sizeof rs, "%.1f", 1e3 / res[i].step_ms);
             else
@@ -175,9 +244,10 @@ int main(void) {
                 snprintf(ratio, sizeof ratio, "%.2f", stg[i].step_ms / bus_ms);
             else
                 snprintf(ratio, sizeof ratio, "- (nothing staged)");
-            fprintf(o, "| %u | %s | %.1f | %.1f | %.3f | %.3f | %s |\n", ctxs[i], rs,
+            if (bus_ms > 0) snprintf(ratio_c, sizeof ratio_c, "%.2f", stc[i].step_ms / bus_ms);
+            fprintf(o, "| %u | %s | %.1f | %.1f | %.3f | %.3f | %s | %.3f | %s |\n", ctxs[i], rs,
                     1e3 / stg[i].step_ms, stg[i].staged_bytes / (1 << 20), bus_ms, stg[i].step_ms,
-                    ratio);
+                    ratio, stc[i].step_ms, ratio_c);
         }
     }
     if (out) fclose(out);

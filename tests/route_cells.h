@@ -97,7 +97,10 @@ static inline int rc_set_open(rc_set *s, const rc_params *p, const akv_geom *g, 
                            .max_tokens = max_tokens,
                            .queued = p->fd != NULL,
                            .window_pages = p->window,
-                           .stage = s->stage};
+                           .stage = s->stage,
+                           /* one sequence: it alone uses the stage, so it may prefetch the
+                            * next step's layer 0 (route.h); several share it: off */
+                           .prefetch = n_seq == 1 ? 1 : -1};
     for (uint32_t i = 0; i < n_seq; i++) {
         rp.tag = i + 1;
         if (!CHECK(akv_route_create(p->dev, s->hp, s->dp, &rp, &s->r[i]) == AKV_OK)) return 0;
@@ -199,7 +202,7 @@ static inline int rc_cell(const rc_params *p, uint32_t prompt, uint32_t n_seq) {
             next[i][1] = rc_argmax(ls, p->n_vocab);
         }
     }
-    uint64_t host_bad = 0, staged = 0;
+    uint64_t host_bad = 0, staged = 0, prefetched = 0;
     for (uint32_t i = 0; ok && i < n_seq; i++) {
         ok &= CHECK(akv_route_sync(res.r[i]) == AKV_OK && akv_route_sync(stg.r[i]) == AKV_OK);
         host_bad += rc_host_diff(&g, res.hp, akv_route_host_table(res.r[i]), stg.hp,
@@ -207,12 +210,18 @@ static inline int rc_cell(const rc_params *p, uint32_t prompt, uint32_t n_seq) {
         akv_route_stats rs;
         akv_route_get_stats(stg.r[i], &rs);
         staged += rs.staged_bytes;
+        prefetched += rs.n_prefetched;
     }
     int held = ok && bad_step == UINT32_MAX && host_bad == 0 && staged > 0;
-    printf("  cell L=%u S=%u: %s (%u runs compared, %.1f MiB staged, %llu host rows differ, "
-           "%.1f s)\n",
+    printf("  cell L=%u S=%u: %s (%u runs compared, %.1f MiB staged, %llu steps prefetched, "
+           "%llu host rows differ, %.1f s)\n",
            prompt, n_seq, held ? "bit-identical" : "FAILED", n_steps, (double)staged / (1 << 20),
-           (unsigned long long)host_bad, akv_clock_s() - t0);
+           (unsigned long long)prefetched, (unsigned long long)host_bad, akv_clock_s() - t0);
+    /* queued, one sequence: a decode step that stages pages and stays inside its page is
+     * prefetched at the end of the step before it; the run has such steps once its history
+     * outgrows the window by two tokens */
+    if (p->fd && n_seq == 1 && (uint64_t)prompt + p->n_gen >= (uint64_t)p->window * p->page_tokens + 3)
+        TEST_CHECK_(prefetched > 0, "L=%u S=1: no step was prefetched", prompt);
     TEST_CHECK_(bad_step == UINT32_MAX, "L=%u S=%u: staged logits differ at step %u", prompt, n_seq,
                 bad_step);
     TEST_CHECK_(host_bad == 0, "L=%u S=%u: %llu host rows differ", prompt, n_seq,

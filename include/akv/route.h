@@ -31,6 +31,16 @@
  *   end_layer    stage attended (the attention event, after the attention the pass launched),
  *                write-back of only the new rows from the device page(s) holding them (window
  *                tail or slot page) to the owner host page(s), seal.
+ *   Prefetch (queued mode, params.prefetch): a step's copies gate its layers one after another,
+ *   so without more the bus idles from the last layer's copy to the next step's first one
+ *   (the last layer, the output head, the logits, sampling, begin_step). When the last layer
+ *   is sealed and the next one-token step stays inside the current last page (the window
+ *   does not move, so the next step stages exactly the same pages), end_layer of the last
+ *   layer begins the next step's layer-0 lease and enqueues its copies at once; begin_layer 0
+ *   of that step then only makes the compute queue wait for them. Any other next call (a
+ *   chunk, a truncate, a sync, destroy) cancels the prefetched lease, which then retires like
+ *   any other (its fences waited on). The bits are unchanged: the same pages, the same slots
+ *   round-robin, the same tables.
  *   The leases of a step are retired (fences waited on, receipts checked) at the route's next
  *   begin_step, akv_route_sync or akv_route_truncate; destroy refuses (AKV_EBUSY) while any
  *   is live. The table has the same max_pages as the resident route's, so the attention's
@@ -92,6 +102,12 @@ typedef struct akv_route_params {
                               must hold akv_route_slot_pages pages); NULL = the route creates
                               its own with 2 slots from the device pool's staging reserve
                               (akv_route_staging_pages of them) */
+    int prefetch;          /* queued mode: stage layer 0 of the NEXT decode step as soon as this
+                              step's last layer is sealed, so its copies cross the bus while the
+                              output head, sampling and begin_step run (file comment). 0 = on
+                              when the route owns its stage; 1 = on (the caller promises that no
+                              other route begins a lease on a shared stage between this route's
+                              steps); -1 = off */
 } akv_route_params;
 
 typedef struct akv_route_stats {
@@ -100,6 +116,9 @@ typedef struct akv_route_stats {
     uint64_t h2d_bytes;    /* host -> device: fills of fresh pages and staged copies */
     uint64_t staged_bytes; /* of them, the staged copies (non-window pages) */
     uint64_t n_leases;     /* staged: leases retired (receipts checked) */
+    uint64_t n_prefetched; /* staged: steps whose layer 0 was staged during the previous step */
+    uint64_t n_prefetch_dropped; /* staged: prefetches cancelled (the next step was not the
+                                    one-token step they were made for, or a sync came first) */
     uint64_t d2h_bytes;    /* device -> host: write-back of new rows */
     uint32_t window_pages; /* device window pages per layer now */
     uint32_t host_pages;   /* host pages per layer now */

@@ -49,6 +49,13 @@ struct akv_route {
     akv_stage_lease *lease;    /* [n_layers] this step's leases */
     uint8_t *lease_live;       /* [n_layers] begun and not yet retired */
     int32_t open_layer;        /* the layer whose lease is begun but not sealed; -1 = none */
+    /* prefetch (route.h): the next step's layer-0 lease, begun and copied at the end of a step */
+    bool prefetch;             /* on for this route */
+    bool pf_live;              /* begun (not yet used or retired) */
+    bool pf_cancelled;         /* cancelled: retire it, never use it */
+    akv_stage_lease pf;
+    uint64_t pf_n_total;       /* the history length of the step it was made for */
+    uint32_t *pf_slot_ids;     /* [max_pages] where its copies landed */
 };
 
 enum { ROUTE_TAB_HEAD = 4 }; /* int32s before the indices in tab_h/tab_d */
@@ -184,9 +191,13 @@ akv_status akv_route_create(akv_dev *dev, akv_host_pool *host_pool, akv_dev_pool
         r->slot_ids = akv__calloc(n_lp, sizeof *r->slot_ids);
         r->lease = akv__calloc(g->n_layers, sizeof *r->lease);
         r->lease_live = akv__calloc(g->n_layers, sizeof *r->lease_live);
-        st = r->staged && r->hpages && r->slot_ids && r->lease && r->lease_live ? AKV_OK
-                                                                                : AKV_ENOMEM;
+        r->pf_slot_ids = akv__calloc(n_lp, sizeof *r->pf_slot_ids);
+        st = r->staged && r->hpages && r->slot_ids && r->lease && r->lease_live &&
+                     r->pf_slot_ids
+                 ? AKV_OK
+                 : AKV_ENOMEM;
         if (!st) st = route_stage_open(r, p);
+        r->prefetch = r->queued && (p->prefetch > 0 || (p->prefetch == 0 && r->own_stage));
     }
     akv_dev_pool_ctx_params cp = {.target = target, .burst = 0, .tag = p->tag};
     if (!st && (st = akv_host_table_create(host_pool, &r->ht)) == AKV_OK)
@@ -201,6 +212,11 @@ akv_status akv_route_create(akv_dev *dev, akv_host_pool *host_pool, akv_dev_pool
 
 akv_status akv_route_destroy(akv_route *r) {
     if (!r) return AKV_OK;
+    if (r->pf_live) {
+        AKV_LOG_E("route: destroy refused: the prefetched lease of the next step is not retired "
+                  "(akv_route_sync first)");
+        return AKV_EBUSY;
+    }
     for (uint32_t l = 0; r->lease_live && l < r->geom.n_layers; l++)
         if (r->lease_live[l]) {
             AKV_LOG_E("route: destroy refused: the staged lease of layer %u is not retired "
@@ -219,6 +235,7 @@ akv_status akv_route_destroy(akv_route *r) {
     akv__free(r->slot_ids);
     akv__free(r->lease);
     akv__free(r->lease_live);
+    akv__free(r->pf_slot_ids);
     if (r->ctx) akv_dev_pool_ctx_close(r->dp, r->ctx);
     if (r->queued) {
         for (uint32_t l = 0; r->ev && l < r->geom.n_layers; l++)
@@ -231,6 +248,39 @@ akv_status akv_route_destroy(akv_route *r) {
     }
     akv__free(r);
     return AKV_OK;
+}
+
+/* Retires one lease (fences waited on): AKV_OK, or the failure; *released says whether the
+ * record is gone (retired, or failed with completion established after a quarantine). */
+static akv_status route_retire_one(akv_route *r, akv_stage_lease l, akv_stage_receipt *rc,
+                                   bool *released) {
+    memset(rc, 0, sizeof *rc);
+    akv_status s = akv_stage_retire(r->stage, l, rc);
+    if (s == AKV_EFAILED && !rc->failed && akv_stage_quarantine(r->stage) == AKV_OK) {
+        /* retained by a quarantine that could not establish completion: the device may
+         * have recovered since; only a new quarantine's fences let the lease go */
+        memset(rc, 0, sizeof *rc);
+        s = akv_stage_retire(r->stage, l, rc);
+    }
+    *released = s == AKV_OK || (s == AKV_EFAILED && rc->failed);
+    return s;
+}
+
+/* The prefetched lease, when the next step is not the one it was made for (keep = false):
+ * cancelled and retired. */
+static akv_status route_drop_prefetch(akv_route *r) {
+    if (!r->pf_live) return AKV_OK;
+    akv_status first = AKV_OK;
+    if (!r->pf_cancelled) {
+        first = akv_stage_cancel(r->stage, r->pf);
+        r->pf_cancelled = true; /* even if the cancel failed: never use it */
+        r->stats.n_prefetch_dropped++;
+    }
+    akv_stage_receipt rc;
+    bool released = false;
+    akv_status s = route_retire_one(r, r->pf, &rc, &released);
+    if (released) r->pf_live = false, r->pf_cancelled = false;
+    return first != AKV_OK ? first : s;
 }
 
 /* Staged: cancels the lease a failed pass left open (begun, ready or attended, never
@@ -247,17 +297,11 @@ static akv_status route_retire(akv_route *r) {
     for (uint32_t l = 0; l < r->geom.n_layers; l++) {
         if (!r->lease_live[l]) continue;
         akv_stage_receipt rc;
-        memset(&rc, 0, sizeof rc);
-        akv_status s = akv_stage_retire(r->stage, r->lease[l], &rc);
-        if (s == AKV_EFAILED && !rc.failed && akv_stage_quarantine(r->stage) == AKV_OK) {
-            /* retained by a quarantine that could not establish completion: the device may
-             * have recovered since; only a new quarantine's fences let the lease go */
-            memset(&rc, 0, sizeof rc);
-            s = akv_stage_retire(r->stage, r->lease[l], &rc);
-        }
+        bool released = false;
+        akv_status s = route_retire_one(r, r->lease[l], &rc, &released);
         /* released: retired, or failed with completion established (a receipt came back);
          * otherwise it stays live (retained, or not sealed: a bug) */
-        if (s == AKV_OK || (s == AKV_EFAILED && rc.failed)) r->lease_live[l] = 0;
+        if (released) r->lease_live[l] = 0;
         if (s != AKV_OK) {
             if (first == AKV_OK) first = s;
             continue;
@@ -301,6 +345,8 @@ akv_status akv_route_begin_step(akv_route *r, uint64_t n_total) {
      * previous step's kernels and write-backs are done, so the host copy is complete and the
      * tables may be rewritten */
     akv_status st = route_retire(r);
+    /* a prefetched lease serves only the one-token step it was made for */
+    if (!st && r->pf_live && n_total != r->pf_n_total) st = route_drop_prefetch(r);
     if (st || (st = route_wait(r))) return st;
     /* 1. the host copy grows first: it is where the rows land for good */
     st = akv_host_table_grow(r->ht, n_total);
@@ -345,6 +391,9 @@ akv_status akv_route_begin_step(akv_route *r, uint64_t n_total) {
         }
     }
     AKV_ASSERT(r->n_staged == n_lp - want); /* the window holds the newest page */
+    /* a prefetch was made only where the next step keeps the page count, hence the window
+     * and the staged set */
+    AKV_ASSERT(!r->pf_live || r->pf_cancelled || n_lp == (uint32_t)((n_old + P - 1) / P));
     r->indptr[0] = 0, r->indptr[1] = (int32_t)n_lp;
     r->last_page_len = (int32_t)(n_total - (uint64_t)(n_lp - 1) * P);
     if (r->queued) {
@@ -370,23 +419,33 @@ akv_status akv_route_begin_step(akv_route *r, uint64_t n_total) {
  * of the non-window pages, their slot ids into the layer's table, the compute queue's wait. */
 static akv_status route_stage_layer(akv_route *r, uint32_t layer) {
     uint32_t P = r->geom.page_tokens;
-    uint32_t p0 = (uint32_t)(r->step_first / P), p1 = (uint32_t)((r->n_tokens - 1) / P);
-    for (uint32_t p = p0; p <= p1; p++)
-        r->hpages[p - p0] = akv_host_table_page(r->ht, layer, p);
     akv_stage_lease *l = &r->lease[layer];
-    akv_status st =
-        akv_stage_begin(r->stage, layer, r->stats.n_steps, r->hpages, p1 - p0 + 1, l);
-    if (st) return st;
-    r->lease_live[layer] = 1;
-    r->open_layer = (int32_t)layer;
-    for (uint32_t i = 0; i < r->n_staged; i++)
-        r->hpages[i] = akv_host_table_page(r->ht, layer, r->staged[i]);
-    if ((st = akv_stage_copy(r->stage, *l, r->hpages, r->n_staged, r->slot_ids))) return st;
+    akv_status st;
+    if (layer == 0 && r->pf_live && !r->pf_cancelled && r->pf_n_total == r->n_tokens) {
+        /* prefetched at the end of the previous step: begun, copies enqueued */
+        *l = r->pf;
+        r->pf_live = false;
+        r->lease_live[0] = 1;
+        r->open_layer = 0;
+        memcpy(r->slot_ids, r->pf_slot_ids, (size_t)r->n_staged * sizeof *r->slot_ids);
+        r->stats.n_prefetched++;
+    } else {
+        uint32_t p0 = (uint32_t)(r->step_first / P), p1 = (uint32_t)((r->n_tokens - 1) / P);
+        for (uint32_t p = p0; p <= p1; p++)
+            r->hpages[p - p0] = akv_host_table_page(r->ht, layer, p);
+        st = akv_stage_begin(r->stage, layer, r->stats.n_steps, r->hpages, p1 - p0 + 1, l);
+        if (st) return st;
+        r->lease_live[layer] = 1;
+        r->open_layer = (int32_t)layer;
+        for (uint32_t i = 0; i < r->n_staged; i++)
+            r->hpages[i] = akv_host_table_page(r->ht, layer, r->staged[i]);
+        if ((st = akv_stage_copy(r->stage, *l, r->hpages, r->n_staged, r->slot_ids))) return st;
+        r->stats.h2d_bytes += (uint64_t)r->n_staged * akv_geom_page_bytes(&r->geom);
+    }
     int32_t *row = r->indices + (size_t)layer * r->max_pages;
     for (uint32_t i = 0; i < r->n_staged; i++)
         row[r->staged[i]] = (int32_t)r->slot_ids[i];
     r->stats.staged_bytes += (uint64_t)r->n_staged * akv_geom_page_bytes(&r->geom);
-    r->stats.h2d_bytes += (uint64_t)r->n_staged * akv_geom_page_bytes(&r->geom);
     if ((st = akv_stage_ready(r->stage, *l))) return st;
     if (!r->queued) /* direct: the host pass reads the pages now, on this thread */
         return akv_dev_queue_sync(r->dev, AKV_QUEUE_COMPUTE);
@@ -395,6 +454,28 @@ static akv_status route_stage_layer(akv_route *r, uint32_t layer) {
     size_t off = ((size_t)ROUTE_TAB_HEAD + (size_t)layer * r->max_pages) * sizeof(int32_t);
     return akv_dev_copy_h2d_async(r->dev, AKV_QUEUE_COMPUTE, akv_dptr_offset(r->tab_d, off), row,
                                   (size_t)r->max_pages * sizeof(int32_t));
+}
+
+/* After the last layer of a step: begins the next one-token step's layer-0 lease and enqueues
+ * its copies (route.h, prefetch), when that step keeps the window: the next token lands in the
+ * current last page. Its owner is that page (the next step's new row). */
+static akv_status route_prefetch(akv_route *r) {
+    uint32_t P = r->geom.page_tokens;
+    if (r->pf_live || r->n_staged == 0 || r->n_tokens % P == 0 || r->n_tokens + 1 > r->max_tokens)
+        return AKV_OK;
+    akv_host_page owner = akv_host_table_page(r->ht, 0, (uint32_t)(r->n_tokens / P));
+    akv_status st = akv_stage_begin(r->stage, 0, r->stats.n_steps + 1, &owner, 1, &r->pf);
+    if (st) return st;
+    r->pf_live = true, r->pf_cancelled = false, r->pf_n_total = r->n_tokens + 1;
+    for (uint32_t i = 0; i < r->n_staged; i++)
+        r->hpages[i] = akv_host_table_page(r->ht, 0, r->staged[i]);
+    st = akv_stage_copy(r->stage, r->pf, r->hpages, r->n_staged, r->pf_slot_ids);
+    if (st) {
+        route_drop_prefetch(r); /* the copy's failure is what the caller hears */
+        return st;
+    }
+    r->stats.h2d_bytes += (uint64_t)r->n_staged * akv_geom_page_bytes(&r->geom);
+    return AKV_OK;
 }
 
 /* Staged end_layer: the attention event, the write-back of the new rows (one 2D copy per owner
@@ -419,7 +500,7 @@ static akv_status route_seal_layer(akv_route *r, uint32_t layer) {
     }
     if ((st = akv_stage_seal(r->stage, l, tail, ev))) return st;
     r->open_layer = -1;
-    return AKV_OK;
+    return layer + 1 == g->n_layers && r->prefetch ? route_prefetch(r) : AKV_OK;
 }
 
 static akv_status route_begin_layer(void *user, uint32_t layer, akv_attn_pages *pg) {
@@ -499,7 +580,8 @@ akv_forward_kv akv_route_forward_kv(akv_route *r) {
 
 akv_status akv_route_sync(akv_route *r) {
     if (!r) return AKV_EINVAL;
-    akv_status st = route_retire(r);
+    akv_status st = route_retire(r), s2 = route_drop_prefetch(r);
+    if (!st) st = s2;
     return st ? st : route_wait(r);
 }
 
@@ -507,7 +589,8 @@ akv_status akv_route_truncate(akv_route *r, uint64_t n_tokens) {
     if (!r || n_tokens > r->n_tokens) return AKV_EINVAL;
     /* queued: a failed step may have write-backs in flight into pages truncation frees;
      * staged: its leases hold those pages until they retire */
-    akv_status st = route_retire(r);
+    akv_status st = route_retire(r), s2 = route_drop_prefetch(r);
+    if (!st) st = s2;
     if (st || (st = route_wait(r))) return st;
     st = akv_host_table_truncate(r->ht, n_tokens);
     if (st == AKV_OK) r->n_tokens = n_tokens;
