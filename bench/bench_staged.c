@@ -241,10 +241,10 @@ int main(void) {
             else
                 snprintf(rs, sizeof rs, "does not fit");
             if (bus_ms > 0)
-                snprintf(ratio, sizeof ratio, "%.2f", stg[i].step_ms / bus_ms);
+                snprintf(ratio, sizeof ratio, "%.3f", stg[i].step_ms / bus_ms);
             else
                 snprintf(ratio, sizeof ratio, "- (nothing staged)");
-            if (bus_ms > 0) snprintf(ratio_c, sizeof ratio_c, "%.2f", stc[i].step_ms / bus_ms);
+            if (bus_ms > 0) snprintf(ratio_c, sizeof ratio_c, "%.3f", stc[i].step_ms / bus_ms);
             fprintf(o, "| %u | %s | %.1f | %.1f | %.3f | %.3f | %s | %.3f | %s |\n", ctxs[i], rs,
                     1e3 / stg[i].step_ms, stg[i].staged_bytes / (1 << 20), bus_ms, stg[i].step_ms,
                     ratio, stc[i].step_ms, ratio_c);
