@@ -301,7 +301,7 @@ int main(void) {
     akv_dev_info info;
     TRY(akv_dev_get_info(dev, &info));
     dcfg dc[MAX_CFG];
-    int n_dc = 0;
+    int n_dc = 0, n_pf_geoms = 2;
     const uint32_t b1_lens[5] = {1024, 4096, 8192, 32768, 131072}, bn_lens[4] = {4096, 8192, 16384, 32768};
     for (int g = 0; g < 2; g++) {
         for (int i = 0; i < 5; i++) dc[n_dc++] = (dcfg){g, 1, b1_lens[i], 1};
@@ -311,6 +311,23 @@ int main(void) {
         dc[n_dc++] = (dcfg){g, 8, 32768, 4};
     }
     const uint32_t pf_lens[4] = {4096, 8192, 16384, 32768};
+    /* AKV_BENCH_ATTN_ONLY = "G:B:N:Q[,G:B:N:Q...]" (geometry 0 = 32/8 d128, 1 = 9/3 d64; batch;
+     * keys; queries): only those decode rows, no PyTorch and no prefill (profiling one
+     * configuration, e.g. under ncu) */
+    const char *only = getenv("AKV_BENCH_ATTN_ONLY");
+    if (only && *only) {
+        int kept = 0;
+        for (int i = 0; i < n_dc; i++) {
+            char key[48];
+            snprintf(key, sizeof key, "%d:%u:%u:%u", dc[i].g, dc[i].b, dc[i].n, dc[i].nq);
+            for (const char *p = only; p && *p; p = strchr(p, ',') ? strchr(p, ',') + 1 : NULL)
+                if (!strncmp(p, key, strlen(key)) && (p[strlen(key)] == ',' || !p[strlen(key)])) {
+                    dc[kept++] = dc[i];
+                    break;
+                }
+        }
+        n_dc = kept;
+    }
     /* PyTorch first, before this process takes its 5 GiB */
     char *cfgs[MAX_CFG * 2];
     int n_cfg = 0;
@@ -325,7 +342,7 @@ int main(void) {
             cfgs[n_cfg] = malloc(64);
             snprintf(cfgs[n_cfg++], 64, "p:%u:%u:%u:%u", GEOMS[g].hq, GEOMS[g].hkv, GEOMS[g].d, pf_lens[i]);
         }
-    run_torch(cfgs, n_cfg);
+    if (!(only && *only)) run_torch(cfgs, n_cfg);
     for (int i = 0; i < n_cfg; i++) free(cfgs[i]);
 
     /* the copy rate: 1 GiB device to device, bytes read + written */
@@ -380,10 +397,11 @@ int main(void) {
             fflush(stdout);
         }
     }
+    if (only && *only) n_pf_geoms = 0;
     out2(f, "\n### Attention kernels: causal prefill (one sequence, K/V written into pages by the same call)\n\n");
     out2(f, "| geometry | tokens | µs | TFLOP/s | torch flash µs | speed vs torch flash |\n");
     out2(f, "| --- | ---: | ---: | ---: | ---: | ---: |\n");
-    for (int g = 0; g < 2; g++)
+    for (int g = 0; g < n_pf_geoms; g++)
         for (int i = 0; i < 4; i++) {
             uint32_t n = pf_lens[i];
             double us = bench_prefill(&GEOMS[g], n);
