@@ -65,22 +65,37 @@ struct dec_args {
 };
 
 /* Issue the cp.async of keys t0..t0+63 (K and V) into one stage; positions >= t_end are
- * zero-filled. 128 threads, D/8 chunks per row; one page lookup per row (V lies n_kv*P rows
- * after K in the same page). */
+ * zero-filled. 128 threads, D/8 chunks per row (V lies n_kv*P rows after K in the same page).
+ * Pages of at least a tile (P >= 64; tiles start at multiples of 64) hold the whole tile:
+ * `page` is its page id, looked up by the caller one tile ahead (dec_tile_page), so no load
+ * of the page table stands between the loop and the copies. Smaller pages: one lookup per
+ * row (page = -1). */
 template <int D, int ST>
 static __device__ __forceinline__ void dec_load_tile(const attn_kv &kv, int pb, int h, int t0, int t_end,
-                                                     uint32_t stage, int tid) {
+                                                     uint32_t stage, int tid, int page) {
     constexpr int CPR = D / 8, RPP = 128 / CPR; /* chunks per row, rows per pass */
     const int c = tid % CPR;
     const size_t v_off = ((size_t)kv.n_kv << kv.log2_p) * (D * 2);
+    const unsigned char *tile =
+        page >= 0 ? kv.pool + (size_t)page * kv.page_bytes +
+                        (((size_t)h << kv.log2_p) + (size_t)(t0 & ((1 << kv.log2_p) - 1))) * (D * 2)
+                  : nullptr;
 #pragma unroll
     for (int i = 0; i < 64 / RPP; i++) {
         const int r = tid / CPR + i * RPP, t = t0 + r;
         const bool valid = t < t_end;
-        const unsigned char *k = valid ? attn_row<D>(kv, pb, 0, h, t) + c * 16 : kv.pool;
+        const unsigned char *row = page >= 0 ? tile + (size_t)r * (D * 2) : attn_row<D>(kv, pb, 0, h, valid ? t : t0);
+        const unsigned char *k = valid ? row + c * 16 : kv.pool;
         attn_cp16(stage + attn_swz<D>(r, c), k, valid);
         attn_cp16(stage + dec_cfg<D, ST>::KV_BYTES + attn_swz<D>(r, c), valid ? k + v_off : kv.pool, valid);
     }
+}
+
+/* The page id holding the tile at t0 when pages hold whole tiles (P >= 64) and the tile has a
+ * visible key (t0 < t_end: never a lookup past the sequence's pages); -1 otherwise (per-row
+ * lookups, or nothing to load). */
+static __device__ __forceinline__ int dec_tile_page(const attn_kv &kv, int pb, int t0, int t_end) {
+    return kv.log2_p >= 6 && t0 < t_end ? __ldg(kv.indices + pb + (t0 >> kv.log2_p)) : -1;
 }
 
 /* Final output of merged row gr (columns 4*c4..4*c4+3): O / S, and lse = M + log S. */
@@ -219,13 +234,28 @@ __global__ void __launch_bounds__(128, MINB) attn_decode_kernel(const dec_args a
         }
     }
     for (int st = 0; st < C::STAGES - 1; st++) {
-        if (st < n_tiles) dec_load_tile<D, ST>(a.kv, pb, h, k0 + st * C::TILE, k1, ring + st * C::STAGE_BYTES, tid);
+        if (st < n_tiles)
+            dec_load_tile<D, ST>(a.kv, pb, h, k0 + st * C::TILE, k1, ring + st * C::STAGE_BYTES, tid,
+                                 dec_tile_page(a.kv, pb, k0 + st * C::TILE, k1));
         attn_cp_commit();
     }
+    /* the page of the next tile to load, looked up a tile ahead */
+    int next_page = C::STAGES - 1 < n_tiles ? dec_tile_page(a.kv, pb, k0 + (C::STAGES - 1) * C::TILE, k1) : -1;
 #pragma unroll
     for (int i = 0; i < QPT; i++) {
         const int idx = tid + i * 128;
         *reinterpret_cast<uint4 *>(sq + attn_swz<D>(idx / (D / 8), idx % (D / 8))) = qv[i];
+    }
+    /* One row tile (16 rows) of q stays in registers as MMA fragments for the whole key loop
+     * (D/4 registers) instead of D/16 shared-memory loads per tile: where the registers are
+     * there (not d=128 under variant 1/2's 3-blocks-per-SM bound, not 32 rows). */
+    constexpr bool QREG = MT == 1 && (D == 64 || MINB == 1);
+    uint32_t qr[QREG ? D / 16 : 1][4];
+    if (QREG) {
+        __syncthreads();
+#pragma unroll
+        for (int ks = 0; ks < (QREG ? D / 16 : 0); ks++)
+            attn_ldsm_x4(qr[ks], sq_u + attn_swz<D>(lane & 15, 2 * ks + (lane >> 4)));
     }
     /* the causal rule: row qi of n sees keys <= len - n + qi (padding rows see all) */
     int limit[MT][2];
@@ -251,7 +281,11 @@ __global__ void __launch_bounds__(128, MINB) attn_decode_kernel(const dec_args a
         __syncthreads(); /* tile `it` landed for all; everyone is done with the stage refilled next */
         {
             const int nt = it + C::STAGES - 1;
-            if (nt < n_tiles) dec_load_tile<D, ST>(a.kv, pb, h, k0 + nt * C::TILE, k1, ring + (nt % C::STAGES) * C::STAGE_BYTES, tid);
+            if (nt < n_tiles) {
+                dec_load_tile<D, ST>(a.kv, pb, h, k0 + nt * C::TILE, k1, ring + (nt % C::STAGES) * C::STAGE_BYTES, tid,
+                                     next_page);
+                if (nt + 1 < n_tiles) next_page = dec_tile_page(a.kv, pb, k0 + (nt + 1) * C::TILE, k1);
+            }
             attn_cp_commit();
         }
         const uint32_t kb = ring + (it % C::STAGES) * C::STAGE_BYTES, vb = kb + C::KV_BYTES;
@@ -269,10 +303,15 @@ __global__ void __launch_bounds__(128, MINB) attn_decode_kernel(const dec_args a
             attn_ldsm_x4(kf, kb + attn_swz<D>(warp * 16 + (lane & 7) + ((lane >> 4) << 3), 2 * ks + ((lane >> 3) & 1)));
 #pragma unroll
             for (int mt = 0; mt < MT; mt++) {
-                uint32_t qf[4];
-                attn_ldsm_x4(qf, sq_u + attn_swz<D>(mt * 16 + (lane & 15), 2 * ks + (lane >> 4)));
-                attn_mma(sc[mt][0], qf, kf[0], kf[1]);
-                attn_mma(sc[mt][1], qf, kf[2], kf[3]);
+                if (QREG) {
+                    attn_mma(sc[mt][0], qr[QREG ? ks : 0], kf[0], kf[1]);
+                    attn_mma(sc[mt][1], qr[QREG ? ks : 0], kf[2], kf[3]);
+                } else {
+                    uint32_t qf[4];
+                    attn_ldsm_x4(qf, sq_u + attn_swz<D>(mt * 16 + (lane & 15), 2 * ks + (lane >> 4)));
+                    attn_mma(sc[mt][0], qf, kf[0], kf[1]);
+                    attn_mma(sc[mt][1], qf, kf[2], kf[3]);
+                }
             }
         }
         /* mask keys past the partition or past the row's causal limit */

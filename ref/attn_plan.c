@@ -239,14 +239,14 @@ static uint64_t ceil_div(uint64_t a, uint64_t b) {
     return (a + b - 1) / b;
 }
 
-/* Waves of blocks a batch's split aims at: 2, or AKV_ATTN_WAVES (1..16) from the environment,
- * a tuning override for benchmarks, read once. */
+/* Waves of blocks a batch's split aims at: 1 (measured: docs/attention.md), or AKV_ATTN_WAVES
+ * (1..16) from the environment, a tuning override for benchmarks, read once. */
 static uint64_t split_waves(void) {
     static int waves; /* 0: not read yet; racing first reads store the same value */
     if (waves == 0) {
         const char *e = getenv("AKV_ATTN_WAVES");
-        int w = e ? atoi(e) : 2;
-        waves = w >= 1 && w <= 16 ? w : 2;
+        int w = e ? atoi(e) : 1;
+        waves = w >= 1 && w <= 16 ? w : 1;
     }
     return (uint64_t)waves;
 }

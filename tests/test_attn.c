@@ -490,25 +490,25 @@ static void test_split_plan(void) {
     CHECK_OK(akv_attn_split_plan(131072, 1, 8, 128, 132, h200_smem, &sp));
     CHECK_EQ_INT(sp.n_parts, 33); /* two blocks per SM: ceil(264 / 8) */
     CHECK_EQ_INT(sp.part_tokens, 4032);
-    /* variant 0 over a batch shares two waves: 8 sequences x 8 heads, ceil(528 / 64) = 9
-     * parts of 456 keys, rounded to 512: 8 parts */
+    /* variant 0 over a batch shares one wave: 8 sequences x 8 heads, ceil(264 / 64) = 5
+     * parts of 820 keys, rounded to 832 */
     CHECK_OK(akv_attn_split_plan_variant(4096, 8, 8, 128, 132, h200_smem, 0, &sp));
-    CHECK_EQ_INT(sp.n_parts, 8);
-    CHECK_EQ_INT(sp.part_tokens, 512);
+    CHECK_EQ_INT(sp.n_parts, 5);
+    CHECK_EQ_INT(sp.part_tokens, 832);
     CHECK_OK(akv_attn_split_plan_variant(32768, 32, 8, 128, 132, h200_smem, 0, &sp));
-    CHECK_EQ_INT(sp.n_parts, 3); /* ceil(528 / 256) */
+    CHECK_EQ_INT(sp.n_parts, 2); /* ceil(264 / 256) */
     CHECK_OK(akv_attn_split_plan_variant(131072, 2, 8, 128, 132, h200_smem, 0, &sp));
-    CHECK_EQ_INT(sp.n_parts, 33); /* two sequences: the single-sequence wave still caps it */
+    CHECK_EQ_INT(sp.n_parts, 17); /* ceil(264 / 16) */
     CHECK_OK(akv_attn_split_plan_variant(32768, 200, 8, 128, 132, h200_smem, 0, &sp));
     CHECK_EQ_INT(sp.n_parts, 1); /* more sequences than a wave: one partition each */
-    /* AUTO (the default): variant 0 for one sequence, 2 for a batch (11 x 384 at 8 x 4K, as
-     * the H200 run measured it) */
+    /* AUTO (the default): variant 0 for one sequence, 2 for a batch (6 x 704 at 8 x 4K: three
+     * blocks per SM, 396 / 64 = 6, one round of 384 blocks, as the H200 run measured it) */
     if (akv_attn_decode_variant() == AKV_ATTN_DECODE_AUTO) {
         CHECK_EQ_INT(akv_attn_decode_variant_for(1), 0);
         CHECK_EQ_INT(akv_attn_decode_variant_for(8), 2);
         CHECK_OK(akv_attn_split_plan(4096, 8, 8, 128, 132, h200_smem, &sp));
-        CHECK_EQ_INT(sp.n_parts, 11);
-        CHECK_EQ_INT(sp.part_tokens, 384);
+        CHECK_EQ_INT(sp.n_parts, 6);
+        CHECK_EQ_INT(sp.part_tokens, 704);
         akv_attn_split sv;
         CHECK_OK(akv_attn_split_plan_variant(131072, 1, 8, 128, 132, h200_smem, 0, &sv));
         CHECK_OK(akv_attn_split_plan(131072, 1, 8, 128, 132, h200_smem, &sp));
@@ -547,9 +547,9 @@ static void test_split_plan(void) {
     CHECK_EQ_INT(sp.n_parts, 47); /* three blocks per SM: ceil(396 / 8) = 50 -> 704 keys each */
     CHECK_EQ_INT(sp.part_tokens, 704);
     CHECK_OK(akv_attn_split_plan_variant(32768, 8, 8, 128, 132, h200_smem, 1, &sp));
-    CHECK_EQ_INT(sp.n_parts, 13); /* ceil(2 * 396 / 64) */
+    CHECK_EQ_INT(sp.n_parts, 7); /* ceil(396 / 64) */
     CHECK_OK(akv_attn_split_plan_variant(32768, 8, 8, 128, 132, h200_smem, 2, &sp));
-    CHECK_EQ_INT(sp.n_parts, 12); /* floor(2 * 396 / 64): 768 blocks, 1.94 rounds */
+    CHECK_EQ_INT(sp.n_parts, 6); /* floor(396 / 64): 384 blocks, 0.97 of a round */
     CHECK_OK(akv_attn_split_plan_variant(4096, 8, 3, 64, 132, h200_smem, 2, &sp));
     CHECK_EQ_INT(sp.n_parts, 22); /* 32 parts = 768 blocks = 1.45 rounds of 528: one round */
     CHECK_EQ_INT(sp.part_tokens, 192);

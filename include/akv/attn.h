@@ -188,7 +188,7 @@ static inline akv_dptr akv_attn_host_ptr(const void *p) {
  *   fill          = min(ceil(blocks_per_sm * n_sm / n_kv_heads),
  *                       ceil(waves * blocks_per_sm * n_sm / (n_kv_heads * n_seq)))
  *                   one wave for a single sequence (more partitions only add merge work),
- *                   `waves` = 2 waves of blocks over a batch (the environment variable
+ *                   `waves` = 1 wave of blocks over a batch too (the environment variable
  *                   AKV_ATTN_WAVES = 1..16 overrides it, for tuning); chosen by measurement,
  *                   docs/attention.md
  *   min_part      = 128 keys (two tiles: what a block puts in flight before its first wait)
