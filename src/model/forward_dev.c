@@ -585,8 +585,13 @@ akv_status akv_forward_dev_run(akv_forward_dev *f, const int32_t *tokens, uint32
     akv_status st;
     /* 1. ids, positions and the prefill's qo_indptr: one upload from pinned memory, after
      * the previous one has left it */
-    if (f->io_pending && (st = akv_dev_event_sync(f->dev, f->io_ev))) return st;
-    f->io_pending = false;
+    if (f->io_pending) {
+        /* A record that completed on a faulted queue stays failed after the device recovers:
+         * then only a device-wide sync that succeeds proves the old upload is over (a device
+         * still faulted fails it, so the failure is reported here if no earlier wait did) */
+        if ((st = akv_dev_event_sync(f->dev, f->io_ev)) && (st = akv_dev_sync(f->dev))) return st;
+        f->io_pending = false;
+    }
     for (uint32_t t = 0; t < n; t++)
         f->io_h[t] = tokens[t], f->io_h[T + t] = (int32_t)(pos0 + t);
     f->io_h[2 * T] = 0, f->io_h[2 * T + 1] = (int32_t)n;
