@@ -145,6 +145,69 @@ out:
     return cases;
 }
 
+/* The first decode step (the one that records and builds the graph, or launches op by op)
+ * with its k-th host allocation failing, for every k (the process-wide counter: the
+ * submitting thread's allocations and the host ops' own on the compute worker): the run
+ * fails cleanly or succeeds; either way, once the device recovers and the route is truncated
+ * back, the step runs again to the clean run's logits, and the next step too. Returns the
+ * cases tried. */
+static int alloc_recovery(const akv_model *m, bool graphs) {
+    const akv_model_config *c = akv_model_get_config(m);
+    enum { PROMPT = 9 };
+    int32_t tok[PROMPT + 3];
+    for (int i = 0; i < PROMPT + 3; i++)
+        tok[i] = (int32_t)((i * 5 + 1) % (int)c->n_vocab);
+    float *want = malloc(2 * c->n_vocab * sizeof *want), *got = malloc(c->n_vocab * sizeof *got);
+    int cases = 0, failed = 0;
+    uint64_t n_allocs = 0;
+    fx x;
+    if (!fault_fx_open(&x, m, graphs) || !CHECK(fx_feed(&x, tok, PROMPT, got) == AKV_OK)) {
+        fx_close(&x);
+        goto out;
+    }
+    uint64_t a0 = akv__alloc_calls();
+    bool ok = CHECK(fx_feed(&x, tok + PROMPT, 1, want) == AKV_OK);
+    n_allocs = akv__alloc_calls() - a0;
+    ok = ok && CHECK(fx_feed(&x, tok + PROMPT + 1, 1, want + c->n_vocab) == AKV_OK);
+    fx_close(&x);
+    for (uint64_t k = 1; ok && k <= n_allocs; k++, cases++) {
+        if (!fault_fx_open(&x, m, graphs) || !CHECK(fx_feed(&x, tok, PROMPT, got) == AKV_OK)) {
+            fx_close(&x);
+            break;
+        }
+        uint64_t n_before = x.n_tokens;
+        akv__alloc_fail_nth(k);
+        akv_status st = fx_feed(&x, tok + PROMPT, 1, got);
+        akv__alloc_fail_nth(0);
+        /* host-side failures are ENOMEM; an op's own allocation failing on the compute worker
+         * is a failed kernel: the queue faults (EDEVICE) until the device recovers */
+        CHECK(st == AKV_OK || st == AKV_ENOMEM || st == AKV_EDEVICE);
+        if (akv_dev_sync(x.dev) != AKV_OK) CHECK_OK(akv_dev_clear_faults(x.dev));
+        CHECK_OK(akv_dev_sync(x.dev));
+        if (st != AKV_OK) {
+            CHECK_OK(akv_route_truncate(x.r, n_before));
+            x.n_tokens = n_before;
+            st = fx_feed(&x, tok + PROMPT, 1, got);
+        }
+        bool same = st == AKV_OK && !memcmp(got, want, c->n_vocab * sizeof *got);
+        same = same && fx_feed(&x, tok + PROMPT + 1, 1, got) == AKV_OK &&
+               !memcmp(got, want + c->n_vocab, c->n_vocab * sizeof *got);
+        failed += !same;
+        TEST_CHECK_(same, "%s, allocation %llu of the first decode step failing: the steps "
+                    "after it differ from the clean run (or failed)",
+                    graphs ? "graphs" : "op by op", (unsigned long long)k);
+        CHECK_OK(akv_route_sync(x.r));
+        CHECK_OK(akv__route_check(x.r));
+        fx_close(&x);
+    }
+out:
+    free(want), free(got);
+    printf("  %s: %d allocation-failure cases, %d of them recovered to the clean run's logits\n",
+           graphs ? "first decode step building its graph" : "first decode step op by op",
+           cases, cases - failed);
+    return cases;
+}
+
 int main(void) {
     uint64_t rng = test_seed(17);
     const tm_shape llama = {.arch = "llama",
@@ -186,11 +249,13 @@ int main(void) {
         akv_model_destroy(m);
     }
 
-    TEST_CASE(decode_step_recovers_from_every_device_fault) {
+    TEST_CASE(decode_step_recovers_from_every_device_fault_and_allocation_failure) {
         akv_model *m = fx_load_bf16_exact(&llama, rng);
         if (!CHECK(m != NULL)) break;
         CHECK(fault_recovery(m, true) > 0);
         CHECK(fault_recovery(m, false) > 0);
+        CHECK(alloc_recovery(m, true) > 0);
+        CHECK(alloc_recovery(m, false) > 0);
         akv_model_destroy(m);
     }
 
