@@ -72,6 +72,13 @@ static int fault_fx_open(fx *x, const akv_model *m, bool graphs) {
     return CHECK(akv_forward_dev_create(x->dev, m, &fp, &x->fd) == AKV_OK);
 }
 
+/* The end of a recovered case: the host copy equals the device pages, then close. */
+static void fault_case_close(fx *x) {
+    CHECK_OK(akv_route_sync(x->r));
+    CHECK_OK(akv__route_check(x->r));
+    fx_close(x);
+}
+
 /* A decode step that fails at one device point (a submission refused, a wait that cannot
  * establish completion, or work that fails while it runs), on the graph path or op by op:
  * the run returns an error; once the device recovers (faults cleared) and the route is
@@ -132,9 +139,7 @@ static int fault_recovery(const akv_model *m, bool graphs) {
                             "%s, fault '%s' at pass %llu: the logits after recovery differ",
                             graphs ? "graphs" : "op by op",
                             akv_dev_fault_name((akv_dev_fault)f), (unsigned long long)k);
-            CHECK_OK(akv_route_sync(x.r));
-            CHECK_OK(akv__route_check(x.r));
-            fx_close(&x);
+            fault_case_close(&x);
         }
     }
 out:
@@ -196,9 +201,7 @@ static int alloc_recovery(const akv_model *m, bool graphs) {
         TEST_CHECK_(same, "%s, allocation %llu of the first decode step failing: the steps "
                     "after it differ from the clean run (or failed)",
                     graphs ? "graphs" : "op by op", (unsigned long long)k);
-        CHECK_OK(akv_route_sync(x.r));
-        CHECK_OK(akv__route_check(x.r));
-        fx_close(&x);
+        fault_case_close(&x);
     }
 out:
     free(want), free(got);
