@@ -25,8 +25,8 @@
 
 extern "C" {
 #include "attn_impl.h"
-#include "core/log.h"
 }
+#include "core/log.h"
 #include "cuda_check.h"
 
 #define ATTN_LN2 0.6931471805599453f
@@ -156,18 +156,6 @@ static __device__ __forceinline__ void attn_softmax_step(float (&s)[NT][4], floa
             acc[dn][2 * hf + 1] *= alpha;
         }
     }
-}
-
-/* Programmatic dependent launch (sm_90): a grid launched after this one with the
- * programmatic-serialization attribute may start once every block has called
- * attn_pdl_trigger (or exited); it must call attn_pdl_wait before reading what this grid
- * wrote (the wait returns when this grid has completed and its memory is visible). Both
- * are no-ops without the attribute. */
-static __device__ __forceinline__ void attn_pdl_trigger() {
-    asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
-}
-static __device__ __forceinline__ void attn_pdl_wait() {
-    asm volatile("griddepcontrol.wait;\n" ::: "memory");
 }
 
 /* The A fragment of P for 16 keys from the C fragments of their two n8 tiles. */

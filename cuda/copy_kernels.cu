@@ -83,19 +83,13 @@ __global__ void busy_kernel(uint64_t n_iters, float *sink) {
     if (a == -1.0f && sink) *sink = a; /* never true; the compiler cannot know */
 }
 
-extern "C" akv_status akv__cuda_busy_launch(const void *args, void *stream) {
+extern "C" akv_status akv__cuda_busy_launch(const void *args, const akv__cuda_launch *l) {
     akv_dev_busy_args a;
     memcpy(&a, args, sizeof a);
     unsigned n_threads = a.n_threads ? a.n_threads : 512;
-    unsigned n_blocks = a.n_blocks;
-    if (!n_blocks) {
-        int dev = 0, n_sm = 0;
-        AKV_CUDA_TRY(cudaGetDevice(&dev));
-        AKV_CUDA_TRY(cudaDeviceGetAttribute(&n_sm, cudaDevAttrMultiProcessorCount, dev));
-        n_blocks = (unsigned)n_sm * (2048u / n_threads); /* a full SM's threads, every SM */
-    }
-    busy_kernel<<<n_blocks, n_threads, 0, (cudaStream_t)stream>>>(a.n_iters,
-                                                                  (float *)(uintptr_t)a.sink.addr);
+    /* 0 blocks: a full SM's threads on every SM */
+    unsigned n_blocks = a.n_blocks ? a.n_blocks : (unsigned)l->n_sm * (2048u / n_threads);
+    busy_kernel<<<n_blocks, n_threads, 0, l->stream>>>(a.n_iters, (float *)(uintptr_t)a.sink.addr);
     AKV_CUDA_TRY(cudaGetLastError());
     return AKV_OK;
 }

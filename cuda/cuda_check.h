@@ -8,13 +8,7 @@
 #include <cuda_runtime_api.h>
 
 #include "akv/status.h"
-#ifdef __cplusplus /* core/log.h is C; .cu files include this header too */
-extern "C" {
-#endif
 #include "core/log.h"
-#ifdef __cplusplus
-}
-#endif
 
 /* Evaluates a cudaError_t expression; on error logs and returns AKV_EDEVICE from the
  * enclosing function. */

@@ -13,12 +13,8 @@ typedef struct cuda_op {
     int needs_blas; /* the launcher uses the cuBLAS handle */
 } cuda_op;
 
-static akv_status cuda_busy(const void *args, const akv__cuda_launch *l) {
-    return akv__cuda_busy_launch(args, l->stream);
-}
-
 static const cuda_op cuda_ops[] = {
-    {"busy", cuda_busy, 0},
+    {"busy", akv__cuda_busy_launch, 0},
     {"stage_probe", akv__cuda_stage_probe_launch, 0},
     {AKV_FWD_OP_EMBED, akv__cuda_fwd_embed, 0},
     {AKV_FWD_OP_RMSNORM, akv__cuda_fwd_rmsnorm, 0},

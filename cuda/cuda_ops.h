@@ -24,6 +24,7 @@ typedef struct akv__cuda_launch {
     cudaStream_t stream; /* the compute queue's stream */
     void *blas;          /* the device's cuBLAS handle (cublasHandle_t) for ops that asked for
                             one (cuda_ops.c's table); NULL otherwise */
+    int n_sm;            /* the device's multiprocessors (grid sizes) */
 } akv__cuda_launch;
 
 typedef akv_status (*akv_cuda_op_fn)(const void *args, const akv__cuda_launch *l);
@@ -37,7 +38,7 @@ akv_cuda_op_fn akv__cuda_op_find(const char *name, int *needs_blas);
  * for a shape or alignment it does not take. */
 akv_status akv__cuda_gemv_bf16(uint64_t y, uint64_t x, uint64_t w, uint32_t m, uint32_t n,
                                uint32_t k, int beta, void *stream);
-akv_status akv__cuda_busy_launch(const void *args, void *stream);         /* copy_kernels.cu */
+akv_status akv__cuda_busy_launch(const void *args, const akv__cuda_launch *l); /* copy_kernels.cu */
 
 /* The staging tests' probe (akv/stage_probe.h): stage_probe.cu. */
 akv_status akv__cuda_stage_probe_launch(const void *args, const akv__cuda_launch *l);

@@ -174,17 +174,15 @@ static void cuda_event_destroy(void *state, void *ev) {
     (void)AKV_CUDA_STATUS(cudaEventDestroy((cudaEvent_t)ev));
 }
 
-static akv_status cuda_event_record(void *state, void *ev, akv_queue q, unsigned flags) {
+static akv_status cuda_event_record(void *state, void *ev, akv_queue q) {
     cuda_state *s = state;
-    (void)flags;
     AKV_CUDA_TRY(cudaSetDevice(s->ordinal));
     AKV_CUDA_TRY(cudaEventRecord((cudaEvent_t)ev, s->streams[q]));
     return AKV_OK;
 }
 
-static akv_status cuda_queue_wait(void *state, akv_queue q, void *ev, unsigned flags) {
+static akv_status cuda_queue_wait(void *state, akv_queue q, void *ev) {
     cuda_state *s = state;
-    (void)flags;
     AKV_CUDA_TRY(cudaSetDevice(s->ordinal));
     AKV_CUDA_TRY(cudaStreamWaitEvent(s->streams[q], (cudaEvent_t)ev, 0));
     return AKV_OK;
@@ -343,20 +341,29 @@ static int cuda_op_supported(void *state, const akv_dev_op *op) {
     return akv__cuda_op_find(op->name, NULL) != NULL;
 }
 
-static akv_status cuda_op_launch(void *state, akv_dev *dev, const akv_dev_op *op,
-                                 const void *args, unsigned flags) {
-    cuda_state *s = state;
-    (void)dev, (void)flags;
+/* The launcher of op, the cuBLAS handle created if it is the first op to need one, and what
+ * the launcher gets (stream, handle, SM count). The current device must be s's. */
+static akv_status cuda_launcher(cuda_state *s, const akv_dev_op *op, cudaStream_t stream,
+                                akv_cuda_op_fn *fn, akv__cuda_launch *l) {
     int needs_blas = 0;
-    akv_cuda_op_fn fn = akv__cuda_op_find(op->name, &needs_blas);
-    if (!fn) return AKV_EUNSUPPORTED;
-    AKV_CUDA_TRY(cudaSetDevice(s->ordinal));
+    if (!(*fn = akv__cuda_op_find(op->name, &needs_blas))) return AKV_EUNSUPPORTED;
     if (needs_blas && !s->blas) {
         akv_status st = akv__cuda_blas_create(&s->blas);
         if (st) return st;
     }
-    akv__cuda_launch l = {.stream = s->streams[AKV_QUEUE_COMPUTE], .blas = s->blas};
-    return fn(args, &l);
+    *l = (akv__cuda_launch){.stream = stream, .blas = s->blas, .n_sm = s->prop.multiProcessorCount};
+    return AKV_OK;
+}
+
+static akv_status cuda_op_launch(void *state, akv_dev *dev, const akv_dev_op *op,
+                                 const void *args, unsigned flags) {
+    cuda_state *s = state;
+    (void)dev, (void)flags;
+    AKV_CUDA_TRY(cudaSetDevice(s->ordinal));
+    akv_cuda_op_fn fn;
+    akv__cuda_launch l;
+    akv_status st = cuda_launcher(s, op, s->streams[AKV_QUEUE_COMPUTE], &fn, &l);
+    return st ? st : fn(args, &l);
 }
 
 /* ---- graphs ------------------------------------------------------------------------------------- */
@@ -369,20 +376,14 @@ static akv_status cuda_graph_create(void *state, akv_dev *dev, const akv_dev_lau
     cuda_state *s = state;
     (void)dev;
     AKV_CUDA_TRY(cudaSetDevice(s->ordinal));
-    for (size_t i = 0; i < n; i++) {
-        int needs_blas = 0;
-        if (!akv__cuda_op_find(l[i].op->name, &needs_blas)) return AKV_EUNSUPPORTED;
-        if (needs_blas && !s->blas) {
-            akv_status st = akv__cuda_blas_create(&s->blas);
-            if (st) return st;
-        }
-    }
     cudaStream_t cs;
     AKV_CUDA_TRY(cudaStreamCreateWithFlags(&cs, cudaStreamNonBlocking));
     akv_status st = AKV_CUDA_STATUS(cudaStreamBeginCapture(cs, cudaStreamCaptureModeRelaxed));
-    akv__cuda_launch cl = {.stream = cs, .blas = s->blas};
-    for (size_t i = 0; i < n && st == AKV_OK; i++)
-        st = akv__cuda_op_find(l[i].op->name, NULL)(l[i].args, &cl);
+    for (size_t i = 0; i < n && st == AKV_OK; i++) {
+        akv_cuda_op_fn fn;
+        akv__cuda_launch cl;
+        if ((st = cuda_launcher(s, l[i].op, cs, &fn, &cl)) == AKV_OK) st = fn(l[i].args, &cl);
+    }
     cudaGraph_t graph = NULL;
     akv_status end = AKV_CUDA_STATUS(cudaStreamEndCapture(cs, &graph)); /* ends it either way */
     if (st == AKV_OK) st = end;

@@ -6,10 +6,8 @@
 #include <cuda_runtime.h>
 #include <stdint.h>
 
-extern "C" {
 #include "akv/dev_cuda.h"
 #include "core/log.h"
-}
 #include "cuda_check.h"
 
 __global__ void __launch_bounds__(512) dev_copy_kernel(uint4 *__restrict__ dst, const uint4 *__restrict__ src,

@@ -41,13 +41,17 @@ template <typename T> inline T *fwd_ptr(akv_dptr d) {
     return reinterpret_cast<T *>(static_cast<uintptr_t>(d.addr));
 }
 
-/* Blocks for a grid-stride loop over n elements. */
-akv_status fwd_grid(uint64_t n, unsigned *blocks) {
-    int dev = 0, n_sm = 0;
-    AKV_CUDA_TRY(cudaGetDevice(&dev));
-    AKV_CUDA_TRY(cudaDeviceGetAttribute(&n_sm, cudaDevAttrMultiProcessorCount, dev));
-    uint64_t want = (n + kThreads - 1) / kThreads, cap = (uint64_t)n_sm * 8;
-    *blocks = (unsigned)(want < 1 ? 1 : want > cap ? cap : want);
+/* Blocks for a grid-stride loop over n elements: enough for n, at most 8 per SM. */
+unsigned fwd_grid(const akv__cuda_launch *l, uint64_t n) {
+    uint64_t want = (n + kThreads - 1) / kThreads, cap = (uint64_t)l->n_sm * 8;
+    return (unsigned)(want < 1 ? 1 : want > cap ? cap : want);
+}
+
+/* Launches kernel k with `blocks` blocks of kThreads on the launch's stream, and checks it. */
+template <typename... P, typename... A>
+akv_status fwd_launch(const akv__cuda_launch *l, unsigned blocks, void (*k)(P...), A... args) {
+    k<<<blocks, kThreads, 0, l->stream>>>(args...);
+    AKV_CUDA_TRY(cudaGetLastError());
     return AKV_OK;
 }
 
@@ -161,11 +165,9 @@ extern "C" akv_status akv__cuda_fwd_embed(const void *args, const akv__cuda_laun
     memcpy(&a, args, sizeof a);
     if (!fwd_dtype_ok(a.table_dtype) || a.n_embd == 0) return AKV_EINVAL;
     if (a.n == 0) return AKV_OK;
-    embed_kernel<<<a.n, kThreads, 0, l->stream>>>(fwd_ptr<float>(a.y), fwd_ptr<const void>(a.table),
-                                                  a.table_dtype == AKV_DTYPE_BF16,
-                                                  fwd_ptr<const int32_t>(a.ids), a.n_embd, a.n_vocab);
-    AKV_CUDA_TRY(cudaGetLastError());
-    return AKV_OK;
+    return fwd_launch(l, a.n, embed_kernel, fwd_ptr<float>(a.y), fwd_ptr<const void>(a.table),
+                      a.table_dtype == AKV_DTYPE_BF16, fwd_ptr<const int32_t>(a.ids), a.n_embd,
+                      a.n_vocab);
 }
 
 extern "C" akv_status akv__cuda_fwd_rmsnorm(const void *args, const akv__cuda_launch *l) {
@@ -173,11 +175,8 @@ extern "C" akv_status akv__cuda_fwd_rmsnorm(const void *args, const akv__cuda_la
     memcpy(&a, args, sizeof a);
     if (!fwd_dtype_ok(a.y_dtype) || a.n == 0) return AKV_EINVAL;
     if (a.n_rows == 0) return AKV_OK;
-    rmsnorm_kernel<<<a.n_rows, kThreads, 0, l->stream>>>(
-        fwd_ptr<void>(a.y), a.y_dtype == AKV_DTYPE_BF16, fwd_ptr<const float>(a.x),
-        fwd_ptr<const float>(a.w), a.n, a.eps);
-    AKV_CUDA_TRY(cudaGetLastError());
-    return AKV_OK;
+    return fwd_launch(l, a.n_rows, rmsnorm_kernel, fwd_ptr<void>(a.y), a.y_dtype == AKV_DTYPE_BF16,
+                      fwd_ptr<const float>(a.x), fwd_ptr<const float>(a.w), a.n, a.eps);
 }
 
 extern "C" akv_status akv__cuda_fwd_rope(const void *args, const akv__cuda_launch *l) {
@@ -186,15 +185,10 @@ extern "C" akv_status akv__cuda_fwd_rope(const void *args, const akv__cuda_launc
     if (a.n_rot % 2 || a.n_rot > a.head_dim) return AKV_EINVAL;
     const uint64_t total = (uint64_t)a.n_tokens * a.n_heads * (a.n_rot / 2);
     if (total == 0) return AKV_OK;
-    unsigned blocks;
-    akv_status st = fwd_grid(total, &blocks);
-    if (st) return st;
     const size_t stride = a.stride ? a.stride : (size_t)a.n_heads * a.head_dim;
-    rope_kernel<<<blocks, kThreads, 0, l->stream>>>(
-        fwd_ptr<float>(a.x), fwd_ptr<const int32_t>(a.pos), fwd_ptr<const float>(a.inv_freq),
-        a.n_tokens, a.n_heads, a.head_dim, a.n_rot / 2, stride, a.mode == AKV_ROPE_NEOX);
-    AKV_CUDA_TRY(cudaGetLastError());
-    return AKV_OK;
+    return fwd_launch(l, fwd_grid(l, total), rope_kernel, fwd_ptr<float>(a.x),
+                      fwd_ptr<const int32_t>(a.pos), fwd_ptr<const float>(a.inv_freq), a.n_tokens,
+                      a.n_heads, a.head_dim, a.n_rot / 2, stride, a.mode == AKV_ROPE_NEOX);
 }
 
 extern "C" akv_status akv__cuda_fwd_swiglu(const void *args, const akv__cuda_launch *l) {
@@ -203,14 +197,9 @@ extern "C" akv_status akv__cuda_fwd_swiglu(const void *args, const akv__cuda_lau
     if (!fwd_dtype_ok(a.y_dtype)) return AKV_EINVAL;
     const uint64_t total = (uint64_t)a.n_rows * a.n;
     if (total == 0) return AKV_OK;
-    unsigned blocks;
-    akv_status st = fwd_grid(total, &blocks);
-    if (st) return st;
-    swiglu_kernel<<<blocks, kThreads, 0, l->stream>>>(
-        fwd_ptr<void>(a.y), a.y_dtype == AKV_DTYPE_BF16, fwd_ptr<const float>(a.gate),
-        fwd_ptr<const float>(a.up), a.n_rows, a.n, a.in_stride ? a.in_stride : a.n);
-    AKV_CUDA_TRY(cudaGetLastError());
-    return AKV_OK;
+    return fwd_launch(l, fwd_grid(l, total), swiglu_kernel, fwd_ptr<void>(a.y),
+                      a.y_dtype == AKV_DTYPE_BF16, fwd_ptr<const float>(a.gate),
+                      fwd_ptr<const float>(a.up), a.n_rows, a.n, a.in_stride ? a.in_stride : a.n);
 }
 
 extern "C" akv_status akv__cuda_fwd_add(const void *args, const akv__cuda_launch *l) {
@@ -218,14 +207,9 @@ extern "C" akv_status akv__cuda_fwd_add(const void *args, const akv__cuda_launch
     memcpy(&a, args, sizeof a);
     const uint64_t total = (uint64_t)a.n_rows * a.n;
     if (total == 0) return AKV_OK;
-    unsigned blocks;
-    akv_status st = fwd_grid(total, &blocks);
-    if (st) return st;
-    add_kernel<<<blocks, kThreads, 0, l->stream>>>(fwd_ptr<float>(a.y), fwd_ptr<const float>(a.a),
-                                                   a.n_rows, a.n, a.y_stride ? a.y_stride : a.n,
-                                                   a.a_stride);
-    AKV_CUDA_TRY(cudaGetLastError());
-    return AKV_OK;
+    return fwd_launch(l, fwd_grid(l, total), add_kernel, fwd_ptr<float>(a.y),
+                      fwd_ptr<const float>(a.a), a.n_rows, a.n, a.y_stride ? a.y_stride : a.n,
+                      a.a_stride);
 }
 
 extern "C" akv_status akv__cuda_fwd_cast(const void *args, const akv__cuda_launch *l) {
@@ -233,14 +217,9 @@ extern "C" akv_status akv__cuda_fwd_cast(const void *args, const akv__cuda_launc
     memcpy(&a, args, sizeof a);
     if (!fwd_dtype_ok(a.x_dtype) || !fwd_dtype_ok(a.y_dtype)) return AKV_EINVAL;
     if (a.n == 0) return AKV_OK;
-    unsigned blocks;
-    akv_status st = fwd_grid(a.n, &blocks);
-    if (st) return st;
-    cast_kernel<<<blocks, kThreads, 0, l->stream>>>(fwd_ptr<void>(a.y), a.y_dtype == AKV_DTYPE_BF16,
-                                                    fwd_ptr<const void>(a.x),
-                                                    a.x_dtype == AKV_DTYPE_BF16, a.n);
-    AKV_CUDA_TRY(cudaGetLastError());
-    return AKV_OK;
+    return fwd_launch(l, fwd_grid(l, a.n), cast_kernel, fwd_ptr<void>(a.y),
+                      a.y_dtype == AKV_DTYPE_BF16, fwd_ptr<const void>(a.x),
+                      a.x_dtype == AKV_DTYPE_BF16, a.n);
 }
 
 extern "C" akv_status akv__cuda_fwd_fill(const void *args, const akv__cuda_launch *l) {
@@ -248,11 +227,6 @@ extern "C" akv_status akv__cuda_fwd_fill(const void *args, const akv__cuda_launc
     memcpy(&a, args, sizeof a);
     if (!fwd_dtype_ok(a.y_dtype)) return AKV_EINVAL;
     if (a.n == 0) return AKV_OK;
-    unsigned blocks;
-    akv_status st = fwd_grid(a.n, &blocks);
-    if (st) return st;
-    fill_kernel<<<blocks, kThreads, 0, l->stream>>>(fwd_ptr<void>(a.y), a.y_dtype == AKV_DTYPE_BF16,
-                                                    a.n, a.seed, a.center, a.scale);
-    AKV_CUDA_TRY(cudaGetLastError());
-    return AKV_OK;
+    return fwd_launch(l, fwd_grid(l, a.n), fill_kernel, fwd_ptr<void>(a.y),
+                      a.y_dtype == AKV_DTYPE_BF16, a.n, a.seed, a.center, a.scale);
 }

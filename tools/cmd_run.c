@@ -96,7 +96,7 @@ typedef struct run_state {
     FILE *dump;
     float *logits;
     uint64_t n_ctx;
-    bool on_device; /* not the host backend: akv_forward_dev and the queued route */
+    akv_dev_info dev_info; /* is_host = 0: akv_forward_dev and the queued route */
     /* measurements */
     uint64_t n_prompt, n_gen, n_dec; /* prompt tokens, tokens shown, decode steps run */
     double t_prompt, t_gen, t_first; /* seconds: prefill, decode, start -> first token */
@@ -360,10 +360,11 @@ static int run_open(run_state *s) {
     const run_opts *o = &s->o;
     akv_status st = akv_tool_open_device(o->device, &s->dev);
     if (st) return AKV_EXIT_FAIL;
-    akv_dev_info info;
-    akv_dev_get_info(s->dev, &info);
-    s->on_device = !info.is_host;
-    if (s->on_device && o->kv_dtype != AKV_DTYPE_BF16) {
+    if ((st = akv_dev_get_info(s->dev, &s->dev_info))) {
+        fprintf(stderr, "akv run: --device %s: %s\n", o->device, akv_status_str(st));
+        return AKV_EXIT_FAIL;
+    }
+    if (!s->dev_info.is_host && o->kv_dtype != AKV_DTYPE_BF16) {
         fprintf(stderr, "akv run: --device %s: the CUDA attention reads bf16 K/V pages only\n",
                 o->device);
         return AKV_EXIT_FAIL;
@@ -439,7 +440,7 @@ static int run_open_memory(run_state *s) {
     akv_route_params rp = {.kind = o->route,
                            .max_tokens = s->n_ctx,
                            .tag = 1,
-                           .queued = s->on_device,
+                           .queued = !s->dev_info.is_host,
                            .window_pages = (uint32_t)o->window_pages};
     if ((st = akv_route_create(s->dev, s->hp, s->dp, &rp, &s->route))) {
         fprintf(stderr, "akv run: route %s: %s\n", akv_route_kind_name(o->route),
@@ -449,10 +450,10 @@ static int run_open_memory(run_state *s) {
     akv_forward_params fp = akv_forward_default_params();
     fp.max_chunk = (uint32_t)o->chunk;
     fp.no_graphs = o->no_graphs ? 1u : 0u;
-    if (s->on_device && !o->quiet)
+    if (!s->dev_info.is_host && !o->quiet)
         fprintf(stderr, "akv run: uploading the weights to the device as bf16\n");
-    if ((st = s->on_device ? akv_forward_dev_create(s->dev, s->model, &fp, &s->fwd_dev)
-                           : akv_forward_create(s->model, &fp, &s->fwd)) ||
+    if ((st = s->dev_info.is_host ? akv_forward_create(s->model, &fp, &s->fwd)
+                                  : akv_forward_dev_create(s->dev, s->model, &fp, &s->fwd_dev)) ||
         (st = akv_sampler_create(&o->sp, (int32_t)c->n_vocab, &s->sampler))) {
         fprintf(stderr, "akv run: %s\n", akv_status_str(st));
         return AKV_EXIT_FAIL;
@@ -463,12 +464,12 @@ static int run_open_memory(run_state *s) {
         fprintf(stderr, "akv run: --dump-logits '%s': %s\n", o->dump, strerror(errno));
         return AKV_EXIT_FAIL;
     }
-    akv_dev_info di;
-    if (!o->quiet && akv_dev_get_info(s->dev, &di) == AKV_OK)
+    if (!o->quiet)
         fprintf(stderr,
                 "akv run: on %s (%s); %s, %u layers, K/V %s in pages of %u tokens (%zu KiB); "
                 "host pool %llu GiB, device pool %llu GiB, route %s, context %llu\n",
-                di.is_host ? "the CPU" : "the GPU", di.name, c->arch_name, c->n_layers,
+                s->dev_info.is_host ? "the CPU" : "the GPU", s->dev_info.name, c->arch_name,
+                c->n_layers,
                 akv_dtype_name(g.dtype), g.page_tokens,
                 akv_geom_page_bytes(&g) >> 10, o->host_gib, o->device_gib,
                 akv_route_kind_name(o->route), (unsigned long long)s->n_ctx);

@@ -7,6 +7,10 @@
 #ifndef AKV_CORE_LOG_H
 #define AKV_CORE_LOG_H
 
+#ifdef __cplusplus /* included by the CUDA sources too */
+extern "C" {
+#endif
+
 #include "akv/log.h"
 #include "core/assert.h"
 
@@ -16,5 +20,9 @@ void akv__log(akv_log_level level, const char *fmt, ...) AKV_PRINTF(2, 3);
 #define AKV_LOG_I(...) akv__log(AKV_LOG_INFO, __VA_ARGS__)
 #define AKV_LOG_W(...) akv__log(AKV_LOG_WARN, __VA_ARGS__)
 #define AKV_LOG_E(...) akv__log(AKV_LOG_ERROR, __VA_ARGS__)
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

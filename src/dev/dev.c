@@ -220,8 +220,6 @@ akv_status akv_dev_pinned_free(akv_dev *dev, void *p) {
     return dev->backend->pinned_free(dev->state, p);
 }
 
-/* Whether [addr, addr+n) lies inside one live allocation of the given kind (pinned: host
- * memory from akv_dev_pinned_alloc; else device memory). Logs the range when it does not. */
 /* The end of the live allocation of the kind that holds [addr, addr + n_bytes), or 0 when
  * none holds it whole (quiet). */
 static uint64_t dev_alloc_end(akv_dev *dev, uint64_t addr, size_t n_bytes, int pinned) {
@@ -237,6 +235,8 @@ static uint64_t dev_alloc_end(akv_dev *dev, uint64_t addr, size_t n_bytes, int p
     return end;
 }
 
+/* Whether [addr, addr+n) lies inside one live allocation of the given kind (pinned: host
+ * memory from akv_dev_pinned_alloc; else device memory). Logs the range when it does not. */
 static int dev_range_ok(akv_dev *dev, uint64_t addr, size_t n_bytes, int pinned) {
     int ok = dev_alloc_end(dev, addr, n_bytes, pinned) != 0;
     if (!ok)
@@ -421,7 +421,7 @@ akv_status akv_dev_event_destroy(akv_dev *dev, akv_event *ev) {
 akv_status akv_dev_event_record(akv_dev *dev, akv_event *ev, akv_queue q) {
     if (!dev || !dev_event_ok(dev, ev) || !dev_queue_ok(q)) return AKV_EINVAL;
     if (dev_fault_pass(dev, AKV_FAULT_RECORD)) return AKV_EDEVICE;
-    akv_status st = dev->backend->event_record(dev->state, ev->impl, q, 0);
+    akv_status st = dev->backend->event_record(dev->state, ev->impl, q);
     if (st == AKV_OK) ev->serial++;
     return st;
 }
@@ -430,7 +430,7 @@ akv_status akv_dev_queue_wait_event(akv_dev *dev, akv_queue q, akv_event *ev) {
     if (!dev || !dev_event_ok(dev, ev) || !dev_queue_ok(q)) return AKV_EINVAL;
     if (!dev_event_recorded(ev, "queue wait")) return AKV_ESTATE;
     if (dev_fault_pass(dev, AKV_FAULT_WAIT)) return AKV_EDEVICE;
-    return dev->backend->queue_wait(dev->state, q, ev->impl, 0);
+    return dev->backend->queue_wait(dev->state, q, ev->impl);
 }
 
 akv_status akv_dev_event_query(akv_dev *dev, akv_event *ev, int *done) {
@@ -651,18 +651,29 @@ int akv_dev_op_supported(const akv_dev *dev, const akv_dev_op *op) {
     return dev && op && op->name && dev->backend->op_supported(dev->state, op);
 }
 
-akv_status akv_dev_op_launch(akv_dev *dev, const akv_dev_op *op, const void *args,
+akv_status akv__dev_op_check(const akv_dev *dev, const akv_dev_op *op, const void *args,
                              size_t args_bytes) {
-    if (!dev || !op || !op->name || (!args && args_bytes)) return AKV_EINVAL;
-    if (args_bytes != op->args_bytes) {
-        AKV_LOG_E("dev: op '%s' takes %zu bytes of arguments, got %zu", op->name, op->args_bytes,
-                  args_bytes);
+    if (!op || !op->name) {
+        AKV_LOG_E("dev: an op launch without an op (or without its name)");
+        return AKV_EINVAL;
+    }
+    if (args_bytes != op->args_bytes || (!args && args_bytes)) {
+        AKV_LOG_E("dev: op '%s' takes %zu bytes of arguments, got %zu%s", op->name, op->args_bytes,
+                  args_bytes, args ? "" : " (and no pointer)");
         return AKV_EINVAL;
     }
     if (!dev->backend->op_supported(dev->state, op)) {
         AKV_LOG_E("dev: op '%s' has no %s implementation", op->name, dev->backend->name);
         return AKV_EUNSUPPORTED;
     }
+    return AKV_OK;
+}
+
+akv_status akv_dev_op_launch(akv_dev *dev, const akv_dev_op *op, const void *args,
+                             size_t args_bytes) {
+    if (!dev) return AKV_EINVAL;
+    akv_status st = akv__dev_op_check(dev, op, args, args_bytes);
+    if (st != AKV_OK) return st;
     if (dev_fault_pass(dev, AKV_FAULT_OP)) return AKV_EDEVICE;
     unsigned flags = dev_fault_pass(dev, AKV_FAULT_OP_EXEC) ? AKV_SUBMIT_FAIL_EXEC : 0;
     return dev->backend->op_launch(dev->state, dev, op, args, flags);
@@ -680,14 +691,8 @@ akv_status akv_dev_graph_create(akv_dev *dev, const akv_dev_launch *launches, si
     if (!dev || !launches || !n || !out) return AKV_EINVAL;
     for (size_t i = 0; i < n; i++) {
         const akv_dev_op *op = launches[i].op;
-        if (!op || !op->name || (!launches[i].args && op->args_bytes)) {
-            AKV_LOG_E("dev: graph launch %zu has no op or no arguments", i);
-            return AKV_EINVAL;
-        }
-        if (!dev->backend->op_supported(dev->state, op)) {
-            AKV_LOG_E("dev: op '%s' has no %s implementation", op->name, dev->backend->name);
-            return AKV_EUNSUPPORTED;
-        }
+        akv_status st = akv__dev_op_check(dev, op, launches[i].args, op ? op->args_bytes : 0);
+        if (st != AKV_OK) return st;
     }
     akv_graph *g = akv__calloc(1, sizeof *g);
     if (!g) return AKV_ENOMEM;

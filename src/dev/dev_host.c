@@ -119,15 +119,18 @@ static akv_status host_aligned(size_t n_bytes, size_t align, void **p) {
     return AKV_OK;
 }
 
+/* Waits until queue q has run everything submitted to it so far (or is stopping). */
+static void host_queue_idle(host_queue *q) {
+    pthread_mutex_lock(&q->mu);
+    uint64_t target = q->n_submitted;
+    while (q->n_done < target && !q->stop) pthread_cond_wait(&q->done_cv, &q->mu);
+    pthread_mutex_unlock(&q->mu);
+}
+
 /* Waits until every queue has run everything submitted (what cudaFree does before freeing). */
 static void host_drain(host_state *s) {
-    for (int i = 0; i < AKV_N_QUEUES; i++) {
-        host_queue *q = &s->q[i];
-        pthread_mutex_lock(&q->mu);
-        uint64_t target = q->n_submitted;
-        while (q->n_done < target && !q->stop) pthread_cond_wait(&q->done_cv, &q->mu);
-        pthread_mutex_unlock(&q->mu);
-    }
+    for (int i = 0; i < AKV_N_QUEUES; i++)
+        host_queue_idle(&s->q[i]);
 }
 
 static akv_status host_mem_alloc(void *state, size_t n_bytes, uint64_t *addr) {
@@ -451,9 +454,8 @@ static void host_event_destroy(void *state, void *ev) {
 
 /* Submits a record of ev on q (CMD_RECORD: a new sequence number), or a wait of q for ev's
  * latest record (CMD_WAIT: captured now, CUDA semantics). */
-static akv_status host_event_cmd(host_state *s, host_cmd_kind kind, host_event *ev, akv_queue q,
-                                 unsigned flags) {
-    host_cmd *c = host_cmd_new(kind, flags, 0);
+static akv_status host_event_cmd(host_state *s, host_cmd_kind kind, host_event *ev, akv_queue q) {
+    host_cmd *c = host_cmd_new(kind, 0, 0);
     if (!c) return AKV_ENOMEM;
     pthread_mutex_lock(&s->mu);
     c->ev = ev;
@@ -470,12 +472,12 @@ static akv_status host_event_cmd(host_state *s, host_cmd_kind kind, host_event *
     return AKV_OK;
 }
 
-static akv_status host_event_record(void *state, void *ev, akv_queue q, unsigned flags) {
-    return host_event_cmd(state, CMD_RECORD, ev, q, flags);
+static akv_status host_event_record(void *state, void *ev, akv_queue q) {
+    return host_event_cmd(state, CMD_RECORD, ev, q);
 }
 
-static akv_status host_queue_wait(void *state, akv_queue q, void *ev, unsigned flags) {
-    return host_event_cmd(state, CMD_WAIT, ev, q, flags);
+static akv_status host_queue_wait(void *state, akv_queue q, void *ev) {
+    return host_event_cmd(state, CMD_WAIT, ev, q);
 }
 
 /* Completion of the latest record; caller holds s->mu. 1 done, 0 pending, -1 failed. */
@@ -529,10 +531,7 @@ static akv_status host_event_elapsed_ns(void *state, void *a, void *b, uint64_t 
 static akv_status host_queue_sync(void *state, akv_queue qi) {
     host_state *s = state;
     host_queue *q = &s->q[qi];
-    pthread_mutex_lock(&q->mu);
-    uint64_t target = q->n_submitted;
-    while (q->n_done < target && !q->stop) pthread_cond_wait(&q->done_cv, &q->mu);
-    pthread_mutex_unlock(&q->mu);
+    host_queue_idle(q);
     pthread_mutex_lock(&s->mu);
     int faulted = q->faulted;
     char why[sizeof q->why];
@@ -602,13 +601,21 @@ static int host_op_supported(void *state, const akv_dev_op *op) {
     return op->host != NULL;
 }
 
-static akv_status host_op_launch(void *state, akv_dev *dev, const akv_dev_op *op,
-                                 const void *args, unsigned flags) {
+/* A command that runs op with a copy of its arguments; NULL when memory is short. */
+static host_cmd *host_op_cmd(akv_dev *dev, const akv_dev_op *op, const void *args,
+                             unsigned flags) {
     host_cmd *c = host_cmd_new(CMD_OP, flags, op->args_bytes);
-    if (!c) return AKV_ENOMEM;
+    if (!c) return NULL;
     c->op = op;
     c->dev = dev;
     if (op->args_bytes) memcpy(c->tail, args, op->args_bytes);
+    return c;
+}
+
+static akv_status host_op_launch(void *state, akv_dev *dev, const akv_dev_op *op,
+                                 const void *args, unsigned flags) {
+    host_cmd *c = host_op_cmd(dev, op, args, flags);
+    if (!c) return AKV_ENOMEM;
     host_enqueue(state, AKV_QUEUE_COMPUTE, c);
     return AKV_OK;
 }
@@ -662,7 +669,7 @@ static akv_status host_graph_launch(void *state, void *gp, unsigned flags) {
     host_graph *g = gp;
     host_cmd *first = NULL, *last = NULL, **link = &first;
     for (size_t i = 0; i < g->n; i++) {
-        host_cmd *c = host_cmd_new(CMD_OP, i == 0 ? flags : 0, g->ops[i]->args_bytes);
+        host_cmd *c = host_op_cmd(g->dev, g->ops[i], g->args[i], i == 0 ? flags : 0);
         if (!c) {
             for (host_cmd *d = first, *next; d; d = next) {
                 next = d->next;
@@ -670,9 +677,6 @@ static akv_status host_graph_launch(void *state, void *gp, unsigned flags) {
             }
             return AKV_ENOMEM;
         }
-        c->op = g->ops[i];
-        c->dev = g->dev;
-        if (g->ops[i]->args_bytes) memcpy(c->tail, g->args[i], g->ops[i]->args_bytes);
         *link = last = c;
         link = &c->next;
     }

@@ -53,8 +53,8 @@ struct akv_dev_backend {
     /* Events: the backend's own handle behind a front akv_event. */
     akv_status (*event_create)(void *state, unsigned flags, void **ev);
     void (*event_destroy)(void *state, void *ev); /* never waits */
-    akv_status (*event_record)(void *state, void *ev, akv_queue q, unsigned submit_flags);
-    akv_status (*queue_wait)(void *state, akv_queue q, void *ev, unsigned submit_flags);
+    akv_status (*event_record)(void *state, void *ev, akv_queue q);
+    akv_status (*queue_wait)(void *state, akv_queue q, void *ev);
     akv_status (*event_query)(void *state, void *ev, int *done);
     akv_status (*event_sync)(void *state, void *ev);
     akv_status (*event_elapsed_ns)(void *state, void *start, void *end, uint64_t *ns);
@@ -93,6 +93,13 @@ struct akv_dev_backend {
 /* The backend state of a device (for backend-specific extensions). */
 void *akv__dev_state(const akv_dev *dev);
 const akv_dev_backend *akv__dev_backend(const akv_dev *dev);
+
+/* The checks every op launch passes before anything is submitted (akv_dev_op_launch, each
+ * launch of akv_dev_graph_create, a stage's attend): an op with a name, args_bytes equal to
+ * op->args_bytes and arguments when it has any (AKV_EINVAL), and an implementation on dev's
+ * backend (AKV_EUNSUPPORTED). Logs the problem, naming the op. */
+akv_status akv__dev_op_check(const akv_dev *dev, const akv_dev_op *op, const void *args,
+                             size_t args_bytes);
 
 /* Host backend only: the host address behind a device address (asserts the backend). Op host
  * implementations use it to reach their buffers. */

@@ -415,6 +415,17 @@ akv_status akv_route_begin_step(akv_route *r, uint64_t n_total) {
     return AKV_OK;
 }
 
+/* The copies of the step's staged pages of `layer` under lease l; where they landed into
+ * slot_ids. */
+static akv_status route_copy_staged(akv_route *r, uint32_t layer, akv_stage_lease l,
+                                    uint32_t *slot_ids) {
+    for (uint32_t i = 0; i < r->n_staged; i++)
+        r->hpages[i] = akv_host_table_page(r->ht, layer, r->staged[i]);
+    akv_status st = akv_stage_copy(r->stage, l, r->hpages, r->n_staged, slot_ids);
+    if (st == AKV_OK) r->stats.h2d_bytes += (uint64_t)r->n_staged * akv_geom_page_bytes(&r->geom);
+    return st;
+}
+
 /* Staged begin_layer: the lease (owners = the host pages of the step's new rows), the copies
  * of the non-window pages, their slot ids into the layer's table, the compute queue's wait. */
 static akv_status route_stage_layer(akv_route *r, uint32_t layer) {
@@ -437,10 +448,7 @@ static akv_status route_stage_layer(akv_route *r, uint32_t layer) {
         if (st) return st;
         r->lease_live[layer] = 1;
         r->open_layer = (int32_t)layer;
-        for (uint32_t i = 0; i < r->n_staged; i++)
-            r->hpages[i] = akv_host_table_page(r->ht, layer, r->staged[i]);
-        if ((st = akv_stage_copy(r->stage, *l, r->hpages, r->n_staged, r->slot_ids))) return st;
-        r->stats.h2d_bytes += (uint64_t)r->n_staged * akv_geom_page_bytes(&r->geom);
+        if ((st = route_copy_staged(r, layer, *l, r->slot_ids))) return st;
     }
     int32_t *row = r->indices + (size_t)layer * r->max_pages;
     for (uint32_t i = 0; i < r->n_staged; i++)
@@ -456,6 +464,13 @@ static akv_status route_stage_layer(akv_route *r, uint32_t layer) {
                                   (size_t)r->max_pages * sizeof(int32_t));
 }
 
+/* The rows [t0, t1) of logical page p that the step begun last wrote (page-relative). */
+static void route_page_rows(const akv_route *r, uint64_t p, uint64_t *t0, uint64_t *t1) {
+    uint64_t P = r->geom.page_tokens, lo = p * P, hi = lo + P;
+    *t0 = (r->step_first > lo ? r->step_first : lo) - lo;
+    *t1 = (r->n_tokens < hi ? r->n_tokens : hi) - lo;
+}
+
 /* After the last layer of a step: begins the next one-token step's layer-0 lease and enqueues
  * its copies (route.h, prefetch), when that step keeps the window: the next token lands in the
  * current last page. Its owner is that page (the next step's new row). */
@@ -467,15 +482,9 @@ static akv_status route_prefetch(akv_route *r) {
     akv_status st = akv_stage_begin(r->stage, 0, r->stats.n_steps + 1, &owner, 1, &r->pf);
     if (st) return st;
     r->pf_live = true, r->pf_cancelled = false, r->pf_n_total = r->n_tokens + 1;
-    for (uint32_t i = 0; i < r->n_staged; i++)
-        r->hpages[i] = akv_host_table_page(r->ht, 0, r->staged[i]);
-    st = akv_stage_copy(r->stage, r->pf, r->hpages, r->n_staged, r->pf_slot_ids);
-    if (st) {
+    if ((st = route_copy_staged(r, 0, r->pf, r->pf_slot_ids)))
         route_drop_prefetch(r); /* the copy's failure is what the caller hears */
-        return st;
-    }
-    r->stats.h2d_bytes += (uint64_t)r->n_staged * akv_geom_page_bytes(&r->geom);
-    return AKV_OK;
+    return st;
 }
 
 /* Staged end_layer: the attention event, the write-back of the new rows (one 2D copy per owner
@@ -489,8 +498,8 @@ static akv_status route_seal_layer(akv_route *r, uint32_t layer) {
     if (st) return st;
     akv_stage_tail tail = {0, 0};
     for (uint64_t p = r->step_first / P; p * P < r->n_tokens; p++) {
-        uint64_t t0 = (r->step_first > p * P ? r->step_first : p * P) - p * P;
-        uint64_t t1 = (r->n_tokens < (p + 1) * P ? r->n_tokens : (p + 1) * P) - p * P;
+        uint64_t t0, t1;
+        route_page_rows(r, p, &t0, &t1);
         uint32_t page_id = (uint32_t)r->indices[(size_t)layer * r->max_pages + p];
         akv_host_page host = akv_host_table_page(r->ht, layer, (uint32_t)p);
         st = akv_stage_writeback(r->stage, l, (uint32_t)(p - r->step_first / P), host, page_id,
@@ -542,8 +551,8 @@ static akv_status route_end_layer(void *user, uint32_t layer) {
         if (st || (st = akv_dev_queue_wait_event(r->dev, AKV_QUEUE_D2H, r->ev[layer]))) return st;
     }
     for (uint64_t p = r->step_first / P; p * P < r->n_tokens; p++) {
-        uint64_t t0 = (r->step_first > p * P ? r->step_first : p * P) - p * P;
-        uint64_t t1 = (r->n_tokens < (p + 1) * P ? r->n_tokens : (p + 1) * P) - p * P;
+        uint64_t t0, t1;
+        route_page_rows(r, p, &t0, &t1);
         uint32_t page_id = (uint32_t)r->indices[(size_t)layer * r->max_pages + p];
         akv_dptr dpage = akv_dev_pool_page_addr(r->dp, page_id);
         uint8_t *hpage =
@@ -589,9 +598,8 @@ akv_status akv_route_truncate(akv_route *r, uint64_t n_tokens) {
     if (!r || n_tokens > r->n_tokens) return AKV_EINVAL;
     /* queued: a failed step may have write-backs in flight into pages truncation frees;
      * staged: its leases hold those pages until they retire */
-    akv_status st = route_retire(r), s2 = route_drop_prefetch(r);
-    if (!st) st = s2;
-    if (st || (st = route_wait(r))) return st;
+    akv_status st = akv_route_sync(r);
+    if (st) return st;
     st = akv_host_table_truncate(r->ht, n_tokens);
     if (st == AKV_OK) r->n_tokens = n_tokens;
     return st;

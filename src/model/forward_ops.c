@@ -10,9 +10,7 @@
 #include "core/alloc.h"
 #include "core/half.h"
 #include "core/log.h"
-
-/* A device address of the host backend as a host pointer. */
-#define FOPS_PTR(type, d) ((type *)(uintptr_t)(d).addr)
+#include "dev/dev_impl.h"
 
 /* Element i of an f32 or bf16 array. */
 static float fops_load(const void *p, akv_dtype t, size_t i) {
@@ -33,13 +31,12 @@ static akv_status fops_dtype_check(akv_dtype t, const char *op) {
 }
 
 static akv_status fops_embed(akv_dev *dev, const void *args) {
-    (void)dev;
     const akv_fwd_embed_args *a = args;
     akv_status st = fops_dtype_check(a->table_dtype, "fwd_embed");
     if (st) return st;
-    const int32_t *ids = FOPS_PTR(const int32_t, a->ids);
-    const void *tab = FOPS_PTR(const void, a->table);
-    float *y = FOPS_PTR(float, a->y);
+    const int32_t *ids = (const int32_t *)akv__dev_host_addr(dev, a->ids);
+    const void *tab = (const void *)akv__dev_host_addr(dev, a->table);
+    float *y = (float *)akv__dev_host_addr(dev, a->y);
     for (uint32_t t = 0; t < a->n; t++) {
         bool ok = ids[t] >= 0 && (uint32_t)ids[t] < a->n_vocab;
         for (uint32_t i = 0; i < a->n_embd; i++)
@@ -50,12 +47,11 @@ static akv_status fops_embed(akv_dev *dev, const void *args) {
 }
 
 static akv_status fops_rmsnorm(akv_dev *dev, const void *args) {
-    (void)dev;
     const akv_fwd_rmsnorm_args *a = args;
     akv_status st = fops_dtype_check(a->y_dtype, "fwd_rmsnorm");
     if (st) return st;
-    const float *x = FOPS_PTR(const float, a->x), *w = FOPS_PTR(const float, a->w);
-    void *y = FOPS_PTR(void, a->y);
+    const float *x = (const float *)akv__dev_host_addr(dev, a->x), *w = (const float *)akv__dev_host_addr(dev, a->w);
+    void *y = (void *)akv__dev_host_addr(dev, a->y);
     for (uint32_t r = 0; r < a->n_rows; r++) {
         const float *xr = x + (size_t)r * a->n;
         double ss = 0;
@@ -69,12 +65,11 @@ static akv_status fops_rmsnorm(akv_dev *dev, const void *args) {
 }
 
 static akv_status fops_rope(akv_dev *dev, const void *args) {
-    (void)dev;
     const akv_fwd_rope_args *a = args;
     if (a->n_rot % 2 || a->n_rot > a->head_dim) return AKV_EINVAL;
-    const int32_t *pos = FOPS_PTR(const int32_t, a->pos);
-    const float *inv = FOPS_PTR(const float, a->inv_freq);
-    float *x = FOPS_PTR(float, a->x);
+    const int32_t *pos = (const int32_t *)akv__dev_host_addr(dev, a->pos);
+    const float *inv = (const float *)akv__dev_host_addr(dev, a->inv_freq);
+    float *x = (float *)akv__dev_host_addr(dev, a->x);
     size_t stride = a->stride ? a->stride : (size_t)a->n_heads * a->head_dim;
     size_t n_pairs = a->n_rot / 2;
     float *c = akv__malloc(2 * (n_pairs ? n_pairs : 1) * sizeof(float));
@@ -90,12 +85,11 @@ static akv_status fops_rope(akv_dev *dev, const void *args) {
 }
 
 static akv_status fops_swiglu(akv_dev *dev, const void *args) {
-    (void)dev;
     const akv_fwd_swiglu_args *a = args;
     akv_status st = fops_dtype_check(a->y_dtype, "fwd_swiglu");
     if (st) return st;
-    const float *g = FOPS_PTR(const float, a->gate), *u = FOPS_PTR(const float, a->up);
-    void *y = FOPS_PTR(void, a->y);
+    const float *g = (const float *)akv__dev_host_addr(dev, a->gate), *u = (const float *)akv__dev_host_addr(dev, a->up);
+    void *y = (void *)akv__dev_host_addr(dev, a->y);
     size_t in = a->in_stride ? a->in_stride : a->n;
     for (uint32_t r = 0; r < a->n_rows; r++)
         for (uint32_t i = 0; i < a->n; i++) {
@@ -106,10 +100,9 @@ static akv_status fops_swiglu(akv_dev *dev, const void *args) {
 }
 
 static akv_status fops_add(akv_dev *dev, const void *args) {
-    (void)dev;
     const akv_fwd_add_args *a = args;
-    float *y = FOPS_PTR(float, a->y);
-    const float *x = FOPS_PTR(const float, a->a);
+    float *y = (float *)akv__dev_host_addr(dev, a->y);
+    const float *x = (const float *)akv__dev_host_addr(dev, a->a);
     size_t ys = a->y_stride ? a->y_stride : a->n;
     for (uint32_t r = 0; r < a->n_rows; r++)
         akv_ops_ref_add(y + r * ys, x + (size_t)r * a->a_stride, a->n);
@@ -117,23 +110,21 @@ static akv_status fops_add(akv_dev *dev, const void *args) {
 }
 
 static akv_status fops_cast(akv_dev *dev, const void *args) {
-    (void)dev;
     const akv_fwd_cast_args *a = args;
     akv_status st = fops_dtype_check(a->x_dtype, "fwd_cast");
     if (st || (st = fops_dtype_check(a->y_dtype, "fwd_cast"))) return st;
-    const void *x = FOPS_PTR(const void, a->x);
-    void *y = FOPS_PTR(void, a->y);
+    const void *x = (const void *)akv__dev_host_addr(dev, a->x);
+    void *y = (void *)akv__dev_host_addr(dev, a->y);
     for (uint64_t i = 0; i < a->n; i++)
         fops_store(y, a->y_dtype, i, fops_load(x, a->x_dtype, i));
     return AKV_OK;
 }
 
 static akv_status fops_fill(akv_dev *dev, const void *args) {
-    (void)dev;
     const akv_fwd_fill_args *a = args;
     akv_status st = fops_dtype_check(a->y_dtype, "fwd_fill");
     if (st) return st;
-    void *y = FOPS_PTR(void, a->y);
+    void *y = (void *)akv__dev_host_addr(dev, a->y);
     for (uint64_t i = 0; i < a->n; i++)
         fops_store(y, a->y_dtype, i, akv_fwd_fill_value(a->seed, i, a->center, a->scale));
     return AKV_OK;
@@ -142,19 +133,18 @@ static akv_status fops_fill(akv_dev *dev, const void *args) {
 /* Widens bf16 x and W to f32 and runs the reference product (the oracle's arithmetic on the
  * values the device sees). */
 static akv_status fops_matmul(akv_dev *dev, const void *args) {
-    (void)dev;
     const akv_fwd_matmul_args *a = args;
     size_t m = a->m, n = a->n, k = a->k;
     if (!m || !n || !k || a->beta > 1) return AKV_EINVAL;
     float *xf = akv__malloc((m * k + n * k + m * n) * sizeof(float));
     if (!xf) return AKV_ENOMEM;
     float *wf = xf + m * k, *tmp = wf + n * k;
-    const uint16_t *x = FOPS_PTR(const uint16_t, a->x), *w = FOPS_PTR(const uint16_t, a->w);
+    const uint16_t *x = (const uint16_t *)akv__dev_host_addr(dev, a->x), *w = (const uint16_t *)akv__dev_host_addr(dev, a->w);
     for (size_t i = 0; i < m * k; i++)
         xf[i] = akv_bf16_to_f32(x[i]);
     for (size_t i = 0; i < n * k; i++)
         wf[i] = akv_bf16_to_f32(w[i]);
-    float *y = FOPS_PTR(float, a->y);
+    float *y = (float *)akv__dev_host_addr(dev, a->y);
     akv_ops_ref_matmul(a->beta ? tmp : y, xf, wf, NULL, m, n, k);
     if (a->beta) akv_ops_ref_add(y, tmp, m * n);
     akv__free(xf);

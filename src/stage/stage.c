@@ -102,6 +102,7 @@ struct akv_stage {
     size_t page_bytes;
     akv_stage_params p;
     uint32_t *slot_pages; /* [n_slots * slot_pages] device page ids, slot-major */
+    akv_dev_xfer *xfer;   /* [slot_pages] the spans of one copy (no allocation per copy) */
     lease_ref *slot_last; /* [n_slots] the last lease that used each slot */
     stage_rec **recs;     /* [n_recs] records, stable addresses */
     uint32_t n_recs;
@@ -313,11 +314,19 @@ akv_status akv_stage_create(akv_dev *dev, akv_host_pool *hpool, akv_dev_pool *dp
                   n_pages, p.n_slots, p.slot_pages);
         goto fail;
     }
+    /* sized once the reserve has taken the slots (an impossible slot size is EFULL there) */
+    if (!(st->xfer = akv__calloc(p.slot_pages, sizeof *st->xfer))) {
+        s = akv_dev_pool_staging_release(dpool, (uint32_t)n_pages, st->slot_pages);
+        AKV_ASSERT(s == AKV_OK); /* just lent */
+        s = AKV_ENOMEM;
+        goto fail;
+    }
     *out = st;
     return AKV_OK;
 fail:
     akv__free(st->slot_pages);
     akv__free(st->slot_last);
+    akv__free(st->xfer);
     akv__free(st);
     return s;
 }
@@ -343,6 +352,7 @@ akv_status akv_stage_destroy(akv_stage *st) {
     akv__free(st->wb_last);
     akv__free(st->slot_pages);
     akv__free(st->slot_last);
+    akv__free(st->xfer);
     akv__free(st);
     return AKV_OK;
 }
@@ -356,13 +366,14 @@ static akv_status rec_record(akv_stage *st, stage_rec *rec, int e, akv_queue q) 
     return s;
 }
 
-/* Makes queue q wait for every reader fence `prior` has recorded. Counts the waits. */
-static akv_status wait_readers(akv_stage *st, stage_rec *rec, const stage_rec *prior, akv_queue q) {
+/* Makes the H2D queue wait for every reader fence `prior` has recorded (before anything
+ * touches the slot). Counts the waits. */
+static akv_status wait_readers(akv_stage *st, stage_rec *rec, const stage_rec *prior) {
     for (size_t i = 0; i < AKV_ARRAY_LEN(reader_events); i++) {
         int e = reader_events[i];
         if (!prior->recorded[e]) continue;
-        rec->h2d_used |= q == AKV_QUEUE_H2D;
-        akv_status s = akv_dev_queue_wait_event(st->dev, q, prior->ev[e]);
+        rec->h2d_used = 1;
+        akv_status s = akv_dev_queue_wait_event(st->dev, AKV_QUEUE_H2D, prior->ev[e]);
         if (s != AKV_OK) return s;
         rec->rc.n_prior_waits++;
         st->stats.n_prior_waits++;
@@ -384,7 +395,8 @@ static akv_status poison_slot(akv_stage *st, uint32_t slot) {
     return AKV_OK;
 }
 
-/* Releases the host page leases of the first n pages (a refused begin or copy). */
+/* Releases the host page leases of the first n pages (a refused begin or copy, a released
+ * lease's tickets). */
 static void release_pages(akv_stage *st, const akv_host_page *owners, uint32_t n) {
     for (uint32_t i = 0; i < n; i++) {
         akv_status s = akv_host_pool_page_release(st->hpool, owners[i]);
@@ -465,7 +477,7 @@ akv_status akv_stage_begin(akv_stage *st, uint32_t layer, uint64_t step,
     st->slot_last[slot] = me;
     *out = (akv_stage_lease){me.idx_plus1, me.gen};
     if (occ && !(st->broken & AKV__STAGE_BREAK_PRIOR))
-        STAGE_DEV(st, rec, "begin (prior readers)", wait_readers(st, rec, occ, AKV_QUEUE_H2D));
+        STAGE_DEV(st, rec, "begin (prior readers)", wait_readers(st, rec, occ));
     if (st->p.poison_byte >= 0) {
         rec->h2d_used = 1;
         STAGE_DEV(st, rec, "begin (poison)", poison_slot(st, slot));
@@ -503,14 +515,14 @@ akv_status akv_stage_copy(akv_stage *st, akv_stage_lease l, const akv_host_page 
                   st->p.slot_pages);
         return AKV_EFULL;
     }
-    /* Host memory first (nothing submitted yet): tickets, RAW wait records, the spans. */
+    /* Host memory first (nothing submitted yet): tickets and RAW wait records. */
     size_t need_t = rec->n_tickets + n, need_w = rec->n_waited + n;
     s = akv__array_reserve((void **)&rec->tickets, &rec->cap_tickets, need_t, sizeof *rec->tickets);
     if (s == AKV_OK)
         s = akv__array_reserve((void **)&rec->waited, &rec->cap_waited, need_w,
                                sizeof *rec->waited);
-    akv_dev_xfer *x = s == AKV_OK ? akv__malloc((size_t)n * sizeof *x) : NULL;
-    if (!x) return s == AKV_OK ? AKV_ENOMEM : s;
+    if (s != AKV_OK) return s;
+    akv_dev_xfer *x = st->xfer; /* n <= slot_pages (checked above) */
     /* Tickets: lease every host page (all or nothing). */
     for (uint32_t i = 0; i < n; i++) {
         s = akv_host_pool_page_lease(st->hpool, pages[i]);
@@ -518,7 +530,6 @@ akv_status akv_stage_copy(akv_stage *st, akv_stage_lease l, const akv_host_page 
             AKV_LOG_E("stage: copy: host page %u gen %u cannot be leased: %s", pages[i].id,
                       pages[i].gen, akv_status_str(s));
             release_pages(st, pages, i);
-            akv__free(x);
             return s == AKV_EOVERFLOW ? s : AKV_ESTATE;
         }
     }
@@ -555,7 +566,6 @@ akv_status akv_stage_copy(akv_stage *st, akv_stage_lease l, const akv_host_page 
     if (ds == AKV_OK && !rec->recorded[EV_H2D_START])
         ds = rec_record(st, rec, EV_H2D_START, AKV_QUEUE_H2D);
     if (ds == AKV_OK) ds = akv_dev_copy_h2d_batch_async(st->dev, AKV_QUEUE_H2D, x, n);
-    akv__free(x);
     if (ds != AKV_OK) return stage_fail(st, rec, "copy", ds);
     return AKV_OK;
 }
@@ -595,16 +605,7 @@ akv_status akv_stage_attend(akv_stage *st, akv_stage_lease l, const akv_dev_op *
     if (!rec) return s;
     /* Refuse what the launch would refuse before anything is submitted: the stage stays
      * healthy for a caller's mistake. */
-    if (args_bytes != op->args_bytes || (!args && args_bytes)) {
-        AKV_LOG_E("stage: attend: op '%s' takes %zu bytes of arguments, got %zu",
-                  op->name ? op->name : "?", op->args_bytes, args_bytes);
-        return AKV_EINVAL;
-    }
-    if (!akv_dev_op_supported(st->dev, op)) {
-        AKV_LOG_E("stage: attend: op '%s' has no implementation on this device",
-                  op->name ? op->name : "?");
-        return AKV_EUNSUPPORTED;
-    }
+    if ((s = akv__dev_op_check(st->dev, op, args, args_bytes))) return s;
     if ((s = lease_ready(st, rec))) return s;
     STAGE_DEV(st, rec, "attend (op launch)", akv_dev_op_launch(st->dev, op, args, args_bytes));
     return lease_attended(st, rec, attn_event);
@@ -800,10 +801,7 @@ akv_status akv_stage_cancel_owner(akv_stage *st, akv_stage_lease l, uint32_t own
 /* Releases everything of a lease whose fences completed (or whose stage's quarantine
  * established completion). The only place tickets, owners and records are released. */
 static void lease_release(akv_stage *st, stage_rec *rec) {
-    for (uint32_t i = 0; i < rec->n_tickets; i++) {
-        akv_status s = akv_host_pool_page_release(st->hpool, rec->tickets[i]);
-        AKV_ASSERT(s == AKV_OK);
-    }
+    release_pages(st, rec->tickets, rec->n_tickets);
     for (uint32_t i = 0; i < rec->n_owners; i++) {
         akv_host_page p = rec->owners[i].page;
         akv_status s = akv_host_pool_page_release(st->hpool, p);
