@@ -29,9 +29,12 @@
 #include "akv/attn.h"
 #include "akv/dev.h"
 #include "akv/dev_cuda.h"
-#include "bench_copy_rate.h"
 #include "core/assert.h"
 #include "core/half.h"
+
+#define AKV_BENCH_NAME "bench_attn"
+#include "bench_try.h"
+#include "bench_copy_rate.h"
 
 #define POOL_BYTES ((size_t)4608 << 20) /* 4.5 GiB: batch 32 x 32K keys x 4 KiB per token */
 #define L2_DEFEAT_BYTES ((size_t)256 << 20)
@@ -63,15 +66,6 @@ static uint64_t rnd(void) {
     z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
     return z ^ (z >> 31);
 }
-
-#define TRY(expr)                                                                                  \
-    do {                                                                                           \
-        akv_status s_ = (expr);                                                                    \
-        if (s_ != AKV_OK) {                                                                        \
-            fprintf(stderr, "bench_attn: %s failed: %s\n", #expr, akv_status_str(s_));            \
-            exit(1);                                                                               \
-        }                                                                                          \
-    } while (0)
 
 static akv_dptr dalloc(size_t n) {
     akv_dptr d;
@@ -249,10 +243,6 @@ static double bench_prefill(const geom *g, uint32_t n) {
     return us;
 }
 
-/* ---- the copy rate ----------------------------------------------------------------------- */
-
-/* copy_work, copy_issue: bench_copy_rate.h */
-
 /* ---- main -------------------------------------------------------------------------------- */
 
 /* The decode variants to measure: AKV_BENCH_ATTN_VARIANTS = "all" or a list of digits
@@ -279,27 +269,9 @@ typedef struct dcfg {
     uint32_t b, n, nq;
 } dcfg;
 
-/* printf to stdout and to f (when not NULL). */
-static void out2(FILE *f, const char *fmt, ...) AKV_PRINTF(2, 3);
-static void out2(FILE *f, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    vprintf(fmt, ap);
-    va_end(ap);
-    if (f) {
-        va_start(ap, fmt);
-        vfprintf(f, fmt, ap);
-        va_end(ap);
-    }
-}
-
 int main(void) {
-    if (akv_dev_create(akv_dev_cuda_backend(), NULL, &dev) != AKV_OK) {
-        printf("SKIP: no CUDA device\n");
-        return 77;
-    }
     akv_dev_info info;
-    TRY(akv_dev_get_info(dev, &info));
+    dev = bench_cuda_or_skip(&info);
     dcfg dc[MAX_CFG];
     int n_dc = 0, n_pf_geoms = 2;
     const uint32_t b1_lens[5] = {1024, 4096, 8192, 32768, 131072}, bn_lens[4] = {4096, 8192, 16384, 32768};
@@ -315,18 +287,18 @@ int main(void) {
      * keys; queries): only those decode rows, no PyTorch and no prefill (profiling one
      * configuration, e.g. under ncu) */
     const char *only = getenv("AKV_BENCH_ATTN_ONLY");
-    if (only && *only) {
+    const bool only_some = only && *only;
+    if (only_some) {
+        char list[512];
+        snprintf(list, sizeof list, ",%s,", only); /* each key then sits between commas */
         int kept = 0;
         for (int i = 0; i < n_dc; i++) {
             char key[48];
-            snprintf(key, sizeof key, "%d:%u:%u:%u", dc[i].g, dc[i].b, dc[i].n, dc[i].nq);
-            for (const char *p = only; p && *p; p = strchr(p, ',') ? strchr(p, ',') + 1 : NULL)
-                if (!strncmp(p, key, strlen(key)) && (p[strlen(key)] == ',' || !p[strlen(key)])) {
-                    dc[kept++] = dc[i];
-                    break;
-                }
+            snprintf(key, sizeof key, ",%d:%u:%u:%u,", dc[i].g, dc[i].b, dc[i].n, dc[i].nq);
+            if (strstr(list, key)) dc[kept++] = dc[i];
         }
         n_dc = kept;
+        n_pf_geoms = 0;
     }
     /* PyTorch first, before this process takes its 5 GiB */
     char *cfgs[MAX_CFG * 2];
@@ -342,29 +314,23 @@ int main(void) {
             cfgs[n_cfg] = malloc(64);
             snprintf(cfgs[n_cfg++], 64, "p:%u:%u:%u:%u", GEOMS[g].hq, GEOMS[g].hkv, GEOMS[g].d, pf_lens[i]);
         }
-    if (!(only && *only)) run_torch(cfgs, n_cfg);
+    if (!only_some) run_torch(cfgs, n_cfg);
     for (int i = 0; i < n_cfg; i++) free(cfgs[i]);
 
     /* the copy rate: 1 GiB device to device, bytes read + written */
-    copy_work cw = {dalloc((size_t)1 << 30), dalloc((size_t)1 << 30), (size_t)1 << 30};
-    fill_random(cw.a, cw.n);
-    double copy_us = NAN;
-    TRY(akv_dev_cuda_time_us(copy_issue, &cw, 5, 9, &copy_us));
-    double copy_gbs = 2.0 * (double)cw.n / copy_us / 1e3;
-    TRY(akv_dev_mem_free(dev, cw.a));
-    TRY(akv_dev_mem_free(dev, cw.b));
+    double copy_gbs = bench_copy_rate_bps(dev, (size_t)1 << 30) / 1e9;
 
     pool = dalloc(POOL_BYTES);
     fill_random(pool, POOL_BYTES);
 
-    FILE *f = NULL;
-    const char *out = getenv("AKV_BENCH_OUT");
-    if (out && !(f = fopen(out, "a"))) fprintf(stderr, "bench_attn: cannot append to %s\n", out);
-    out2(f, "\n### Attention kernels (%s, %d SMs): decode\n\n", info.name, info.n_sm);
-    out2(f, "Device copy rate (1 GiB device-to-device, read + written): **%.0f GB/s**. "
-            "PyTorch: `scaled_dot_product_attention(enable_gqa=True)`, default dispatch and the fastest "
-            "backend that takes the shape; both timed as CUDA-graph replays with inputs rotated past L2.\n\n",
-         copy_gbs);
+    FILE *f = bench_out_open();
+    bench_emit(f, "\n### Attention kernels (%s, %d SMs): decode\n\n", info.name, info.n_sm);
+    bench_emit(f,
+               "Device copy rate (1 GiB device-to-device, read + written): **%.0f GB/s**. "
+               "PyTorch: `scaled_dot_product_attention(enable_gqa=True)`, default dispatch and the "
+               "fastest backend that takes the shape; both timed as CUDA-graph replays with "
+               "inputs rotated past L2.\n\n",
+               copy_gbs);
     /* one decode table per variant (AKV_BENCH_ATTN_VARIANTS), the same page tables for each */
     uint32_t variants[AKV_ATTN_DECODE_VARIANTS];
     int n_var = bench_variants(variants);
@@ -373,12 +339,15 @@ int main(void) {
         TRY(akv_attn_decode_variant_set(variants[vi]));
         rng_state = rng_decode;
         if (variants[vi] == AKV_ATTN_DECODE_AUTO)
-            out2(f, "\nDecode variant: auto (0 for one sequence, 2 for a batch; akv/attn.h):\n\n");
+            bench_emit(
+                f, "\nDecode variant: auto (0 for one sequence, 2 for a batch; akv/attn.h):\n\n");
         else
-            out2(f, "\nDecode variant %u (akv/attn.h):\n\n", variants[vi]);
-        out2(f, "| geometry | batch | keys | queries | split (parts x keys) | µs | GB/s | / copy rate | torch default µs "
-                "| torch best µs (backend) | speed-up vs best |\n");
-        out2(f, "| --- | ---: | ---: | ---: | --- | ---: | ---: | ---: | ---: | --- | ---: |\n");
+            bench_emit(f, "\nDecode variant %u (akv/attn.h):\n\n", variants[vi]);
+        bench_emit(f, "| geometry | batch | keys | queries | split (parts x keys) | µs | GB/s | / "
+                      "copy rate | torch default µs "
+                      "| torch best µs (backend) | speed-up vs best |\n");
+        bench_emit(f,
+                   "| --- | ---: | ---: | ---: | --- | ---: | ---: | ---: | ---: | --- | ---: |\n");
         for (int i = 0; i < n_dc; i++) {
             const geom *g = &GEOMS[dc[i].g];
             akv_attn_split sp = {0, 0};
@@ -392,15 +361,19 @@ int main(void) {
                 snprintf(tbest, sizeof tbest, "%.1f (%s)", t->us_best, t->how);
                 snprintf(sup, sizeof sup, "%.2fx", t->us_best / us);
             }
-            out2(f, "| %s | %u | %u | %u | %u x %u | %.1f | %.0f | %.3f | %s | %s | %s |\n", g->name, dc[i].b, dc[i].n,
-                 dc[i].nq, sp.n_parts, sp.part_tokens, us, gbs, gbs / copy_gbs, tdef, tbest, sup);
+            bench_emit(f, "| %s | %u | %u | %u | %u x %u | %.1f | %.0f | %.3f | %s | %s | %s |\n",
+                       g->name, dc[i].b, dc[i].n, dc[i].nq, sp.n_parts, sp.part_tokens, us, gbs,
+                       gbs / copy_gbs, tdef, tbest, sup);
             fflush(stdout);
         }
     }
-    if (only && *only) n_pf_geoms = 0;
-    out2(f, "\n### Attention kernels: causal prefill (one sequence, K/V written into pages by the same call)\n\n");
-    out2(f, "| geometry | tokens | µs | TFLOP/s | torch flash µs | speed vs torch flash |\n");
-    out2(f, "| --- | ---: | ---: | ---: | ---: | ---: |\n");
+    if (n_pf_geoms) {
+        bench_emit(f, "\n### Attention kernels: causal prefill (one sequence, K/V written into "
+                      "pages by the same call)\n\n");
+        bench_emit(
+            f, "| geometry | tokens | µs | TFLOP/s | torch flash µs | speed vs torch flash |\n");
+        bench_emit(f, "| --- | ---: | ---: | ---: | ---: | ---: |\n");
+    }
     for (int g = 0; g < n_pf_geoms; g++)
         for (int i = 0; i < 4; i++) {
             uint32_t n = pf_lens[i];
@@ -412,7 +385,8 @@ int main(void) {
                 snprintf(tt, sizeof tt, "%.1f (%s)", t->us, t->how);
                 snprintf(sp, sizeof sp, "%.2f", t->us / us);
             }
-            out2(f, "| %s | %u | %.1f | %.1f | %s | %s |\n", GEOMS[g].name, n, us, flops / us / 1e6, tt, sp);
+            bench_emit(f, "| %s | %u | %.1f | %.1f | %s | %s |\n", GEOMS[g].name, n, us,
+                       flops / us / 1e6, tt, sp);
             fflush(stdout);
         }
     if (f) fclose(f);

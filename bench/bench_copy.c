@@ -21,15 +21,16 @@
  */
 #include "test.h"
 
-#include <stdarg.h>
+#include <stdbool.h>
 
 #include "akv/dev.h"
 #include "akv/log.h"
 #include "core/assert.h"
 #include "core/clock.h"
-#ifdef AKV_HAVE_CUDA
 #include "akv/dev_cuda.h"
-#endif
+
+#define AKV_BENCH_NAME "bench_copy"
+#include "bench_try.h"
 
 #define TOTAL_BYTES ((size_t)128 << 20)  /* per direction per run */
 #define ARENA_BYTES ((size_t)256 << 20)  /* host arena the pages are scattered over */
@@ -52,6 +53,7 @@ typedef struct bench {
     double busy_ms;
     double large_h2d; /* GB/s */
     FILE *out;
+    int starred;      /* a cell carries the "outlasted" star: print its footnote */
 } bench;
 
 typedef struct result {
@@ -60,19 +62,6 @@ typedef struct result {
     double compute_loss;     /* fraction of compute lost while copying; 0 without compute */
     int outlasted;           /* the copy ran past the compute it was meant to overlap */
 } result;
-
-static void emit(bench *b, const char *fmt, ...) AKV_PRINTF(2, 3);
-static void emit(bench *b, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    vprintf(fmt, ap);
-    va_end(ap);
-    if (b->out) {
-        va_start(ap, fmt);
-        vfprintf(b->out, fmt, ap);
-        va_end(ap);
-    }
-}
 
 static double elapsed_ms(bench *b, akv_event *a, akv_event *z) {
     uint64_t ns = 0;
@@ -233,50 +222,62 @@ static void size_label(size_t page, char *buf, size_t n) {
     else snprintf(buf, n, "%zu KiB", page >> 10);
 }
 
+/* One LARGE_BYTES copy alone on queue q (H2D: the h2d arena to stage_h2d; D2H: stage_h2d to
+ * the d2h arena), timed by events on q: GB/s. */
+static double large_copy_gbs(bench *b, akv_queue q) {
+    const bool h2d = q == AKV_QUEUE_H2D;
+    akv_event *e0 = h2d ? b->h0 : b->d0, *e1 = h2d ? b->h1 : b->d1;
+    akv_dev_event_record(b->dev, e0, q);
+    if (h2d) akv_dev_copy_h2d_async(b->dev, q, b->stage_h2d, b->arena_h2d, LARGE_BYTES);
+    else akv_dev_copy_d2h_async(b->dev, q, b->arena_d2h, b->stage_h2d, LARGE_BYTES);
+    akv_dev_event_record(b->dev, e1, q);
+    akv_dev_sync(b->dev);
+    return LARGE_BYTES / (elapsed_ms(b, e0, e1) * 1e6);
+}
+
 /* Table of ratios: rows page sizes, one column per method. */
 static void table_by_size(bench *b, const char *title, const column *cols, size_t n_cols, int what) {
-    emit(b, "\n### %s\n\n| page |", title);
-    for (size_t c = 0; c < n_cols; c++) emit(b, " %s |", cols[c].label);
-    emit(b, "\n|---|");
-    for (size_t c = 0; c < n_cols; c++) emit(b, "---|");
-    emit(b, "\n");
+    bench_emit(b->out, "\n### %s\n\n| page |", title);
+    for (size_t c = 0; c < n_cols; c++)
+        bench_emit(b->out, " %s |", cols[c].label);
+    bench_emit(b->out, "\n|---|");
+    for (size_t c = 0; c < n_cols; c++)
+        bench_emit(b->out, "---|");
+    bench_emit(b->out, "\n");
     for (size_t s = 0; s < N_SIZES; s++) {
         char lab[32];
         size_label(page_sizes[s], lab, sizeof lab);
-        emit(b, "| %s |", lab);
+        bench_emit(b->out, "| %s |", lab);
         for (size_t c = 0; c < n_cols; c++) {
             result r;
             if (!method_ok(b, &cols[c].cfg)) {
-                emit(b, " n/a |");
+                bench_emit(b->out, " n/a |");
                 continue;
             }
             if (!measure(b, &cols[c].cfg, page_sizes[s], cols[c].layout, what, &r)) {
-                emit(b, " error |");
+                bench_emit(b->out, " error |");
                 continue;
             }
             if (what == DO_H2D)
-                emit(b, " %.2f (%.1f us) |", r.h2d_gbs / b->large_h2d, r.submit_us);
+                bench_emit(b->out, " %.2f (%.1f us) |", r.h2d_gbs / b->large_h2d, r.submit_us);
             else if (what == (DO_H2D | DO_D2H))
-                emit(b, " %.2f + %.2f |", r.h2d_gbs / b->large_h2d, r.d2h_gbs / b->large_h2d);
+                bench_emit(b->out, " %.2f + %.2f |", r.h2d_gbs / b->large_h2d,
+                           r.d2h_gbs / b->large_h2d);
             else
-                emit(b, " %.2f (-%.0f%%)%s |", r.h2d_gbs / b->large_h2d, 100 * r.compute_loss,
-                     r.outlasted ? "*" : "");
+                bench_emit(b->out, " %.2f (-%.0f%%)%s |", r.h2d_gbs / b->large_h2d,
+                           100 * r.compute_loss, r.outlasted ? "*" : "");
+            b->starred |= what & DO_COMPUTE ? r.outlasted : 0;
         }
-        emit(b, "\n");
+        bench_emit(b->out, "\n");
         fflush(stdout);
     }
 }
 
 int main(void) {
-#ifndef AKV_HAVE_CUDA
-    (void)table_by_size; /* everything that measures is CUDA-only */
-    test_skip("built without the CUDA backend");
-#else
     bench B = {0}, *b = &B;
     if (akv_dev_create(akv_dev_cuda_backend(), NULL, &b->dev) != AKV_OK)
         test_skip("no CUDA device answers on this machine");
-    const char *out = getenv("AKV_BENCH_OUT");
-    if (out && *out) b->out = fopen(out, "a");
+    b->out = bench_out_open();
     akv_dev *dev = b->dev;
     const akv_copy_method default_method = akv_dev_get_copy_config(dev).method;
     int ok = akv_dev_pinned_alloc(dev, ARENA_BYTES, (void **)&b->arena_h2d) == AKV_OK &&
@@ -304,18 +305,8 @@ int main(void) {
      * best of 5. */
     double best_h2d = 0, best_d2h = 0, best_both = 0;
     for (int i = 0; i < 5; i++) {
-        akv_dev_event_record(dev, b->h0, AKV_QUEUE_H2D);
-        akv_dev_copy_h2d_async(dev, AKV_QUEUE_H2D, b->stage_h2d, b->arena_h2d, LARGE_BYTES);
-        akv_dev_event_record(dev, b->h1, AKV_QUEUE_H2D);
-        akv_dev_sync(dev);
-        double h = LARGE_BYTES / (elapsed_ms(b, b->h0, b->h1) * 1e6);
-        if (h > best_h2d) best_h2d = h;
-        akv_dev_event_record(dev, b->d0, AKV_QUEUE_D2H);
-        akv_dev_copy_d2h_async(dev, AKV_QUEUE_D2H, b->arena_d2h, b->stage_h2d, LARGE_BYTES);
-        akv_dev_event_record(dev, b->d1, AKV_QUEUE_D2H);
-        akv_dev_sync(dev);
-        double d = LARGE_BYTES / (elapsed_ms(b, b->d0, b->d1) * 1e6);
-        if (d > best_d2h) best_d2h = d;
+        best_h2d = fmax(best_h2d, large_copy_gbs(b, AKV_QUEUE_H2D));
+        best_d2h = fmax(best_d2h, large_copy_gbs(b, AKV_QUEUE_D2H));
         akv_dev_event_record(dev, b->h0, AKV_QUEUE_H2D);
         akv_dev_copy_h2d_async(dev, AKV_QUEUE_H2D, b->stage_h2d, b->arena_h2d, TOTAL_BYTES);
         akv_dev_event_record(dev, b->h1, AKV_QUEUE_H2D);
@@ -339,11 +330,12 @@ int main(void) {
     b->busy_iters = (uint64_t)(b->busy_iters / ms);
     b->busy_ms = compute_alone_ms(b, 4) / 4;
 
-    emit(b, "\n## Staging copy methods (bench_copy)\n\n"
-            "%s, %d SMs. Reference: one %zu MiB pinned copy: host->device %.1f GB/s, "
-            "device->host %.1f GB/s, both at once %.1f GB/s total. Every cell below is a ratio "
-            "of the host->device reference. Busy op: %.2f ms per launch on every SM.\n",
-         info.name, info.n_sm, LARGE_BYTES >> 20, best_h2d, best_d2h, best_both, b->busy_ms);
+    bench_emit(b->out,
+               "\n## Staging copy methods (bench_copy)\n\n"
+               "%s, %d SMs. Reference: one %zu MiB pinned copy: host->device %.1f GB/s, "
+               "device->host %.1f GB/s, both at once %.1f GB/s total. Every cell below is a ratio "
+               "of the host->device reference. Busy op: %.2f ms per launch on every SM.\n",
+               info.name, info.n_sm, LARGE_BYTES >> 20, best_h2d, best_d2h, best_both, b->busy_ms);
 
     const column cols[] = {
         {"each", {AKV_COPY_METHOD_EACH, 0, 0}, LAYOUT_SCATTERED},
@@ -356,19 +348,21 @@ int main(void) {
     const size_t n_cols = sizeof cols / sizeof cols[0];
     table_by_size(b, "A. refill alone (ratio, submit time per page)", cols, n_cols, DO_H2D);
 
-    emit(b, "\n### B. copy kernel blocks at 256 KiB pages\n\n"
-            "| blocks | alone | under compute | compute lost |\n|---|---|---|---|\n");
+    bench_emit(b->out, "\n### B. copy kernel blocks at 256 KiB pages\n\n"
+                       "| blocks | alone | under compute | compute lost |\n|---|---|---|---|\n");
     static const uint32_t blocks[] = {4, 8, 16, 32, 64, 132, 264};
     for (size_t i = 0; i < sizeof blocks / sizeof blocks[0]; i++) {
         akv_copy_config cfg = {AKV_COPY_METHOD_KERNEL, blocks[i], 0};
         result alone, busy;
         if (!method_ok(b, &cfg) || !measure(b, &cfg, DEFAULT_PAGE, LAYOUT_SCATTERED, DO_H2D, &alone) ||
             !measure(b, &cfg, DEFAULT_PAGE, LAYOUT_SCATTERED, DO_H2D | DO_COMPUTE, &busy)) {
-            emit(b, "| %u | n/a | n/a | n/a |\n", blocks[i]);
+            bench_emit(b->out, "| %u | n/a | n/a | n/a |\n", blocks[i]);
             continue;
         }
-        emit(b, "| %u | %.2f | %.2f%s | %.0f%% |\n", blocks[i], alone.h2d_gbs / b->large_h2d,
-             busy.h2d_gbs / b->large_h2d, busy.outlasted ? "*" : "", 100 * busy.compute_loss);
+        bench_emit(b->out, "| %u | %.2f | %.2f%s | %.0f%% |\n", blocks[i],
+                   alone.h2d_gbs / b->large_h2d, busy.h2d_gbs / b->large_h2d,
+                   busy.outlasted ? "*" : "", 100 * busy.compute_loss);
+        b->starred |= busy.outlasted;
         fflush(stdout);
     }
 
@@ -376,9 +370,11 @@ int main(void) {
                   DO_H2D | DO_D2H);
     table_by_size(b, "D. refill under compute (ratio, compute lost while copying)", cols, n_cols,
                   DO_H2D | DO_COMPUTE);
-    emit(b, "\n(* = the copy outlasted the compute window even after widening it 8x.)\n"
-            "Default method of this build: %s.\n",
-         akv_copy_method_name(default_method));
+    if (b->starred)
+        bench_emit(b->out,
+                   "\n(* = the copy outlasted the compute window even after widening it 8x.)\n");
+    bench_emit(b->out, "\nDefault method of this build: %s.\n",
+               akv_copy_method_name(default_method));
 
     if (b->out) fclose(b->out);
     free(b->xh);
@@ -391,5 +387,4 @@ int main(void) {
     akv_dev_pinned_free(dev, b->arena_h2d);
     akv_dev_pinned_free(dev, b->arena_d2h);
     return akv_dev_destroy(dev) == AKV_OK ? 0 : 1;
-#endif
 }

@@ -32,20 +32,14 @@
 #include "akv/host_pool.h"
 #include "akv/route.h"
 #include "core/clock.h"
-#ifdef AKV_HAVE_CUDA
 #include "akv/dev_cuda.h"
-#include "bench_copy_rate.h"
 #include "llama3_shape.h"
-#endif
-
-#ifdef AKV_HAVE_CUDA
 
 #define AKV_BENCH_NAME "bench_fwd"
 #include "bench_try.h"
+#include "bench_copy_rate.h"
 
 enum { CHUNK = 512, N_STEPS = 32 };
-
-/* copy_work, copy_issue: bench_copy_rate.h */
 
 typedef struct row {
     uint32_t ctx;
@@ -171,13 +165,8 @@ static row bench_ctx(akv_dev *dev, akv_forward_dev *f, akv_forward_dev *fe, uint
 }
 
 int main(void) {
-    akv_dev *dev = NULL;
-    if (akv_dev_create(akv_dev_cuda_backend(), NULL, &dev) != AKV_OK) {
-        printf("SKIP: no CUDA device\n");
-        return 77;
-    }
     akv_dev_info info;
-    TRY(akv_dev_get_info(dev, &info));
+    akv_dev *dev = bench_cuda_or_skip(&info);
     akv_model_config c = llama3_8b_shape(32);
     const char *nl = getenv("AKV_BENCH_LAYERS");
     if (nl && atoi(nl) > 0 && atoi(nl) < 32) c.n_layers = (uint32_t)atoi(nl);
@@ -193,15 +182,7 @@ int main(void) {
            c.n_layers, akv_forward_dev_weight_bytes(f) / 1e9, info.name, akv_clock_s() - tc);
 
     /* the device copy rate: 1 GiB device to device, bytes read + written */
-    copy_work cw = {.n = (size_t)1 << 30};
-    TRY(akv_dev_mem_alloc(dev, cw.n, &cw.a));
-    TRY(akv_dev_mem_alloc(dev, cw.n, &cw.b));
-    TRY(akv_dev_memset_sync(dev, cw.a, 1, cw.n));
-    double copy_us = NAN;
-    TRY(akv_dev_cuda_time_us(copy_issue, &cw, 5, 9, &copy_us));
-    double copy_bps = 2.0 * (double)cw.n / (copy_us * 1e-6);
-    TRY(akv_dev_mem_free(dev, cw.a));
-    TRY(akv_dev_mem_free(dev, cw.b));
+    double copy_bps = bench_copy_rate_bps(dev, (size_t)1 << 30);
 
     mm_row mms[] = {{"q|k|v", 1, 6144, 4096, {0, 0}},     {"o", 1, 4096, 4096, {0, 0}},
                     {"gate|up", 1, 28672, 4096, {0, 0}},  {"down", 1, 4096, 14336, {0, 0}},
@@ -219,39 +200,34 @@ int main(void) {
     }
 
     double wb = (double)akv_forward_dev_weight_bytes(f);
-    FILE *out = NULL;
-    const char *path = getenv("AKV_BENCH_OUT");
-    if (path && !(out = fopen(path, "a"))) fprintf(stderr, "bench_fwd: cannot append to %s\n", path);
-    for (int pass = 0; pass < 2; pass++) {
-        FILE *o = pass ? out : stdout;
-        if (!o) continue;
-        fprintf(o,
-                "\n### Forward pass, batch-1 decode (%s, %d SMs): synthetic Llama-3-8B shape, "
-                "bf16, %u layers, resident route\n\n"
-                "Weights read per token: %.2f GB; device copy rate (1 GiB d2d, read + written): "
-                "**%.0f GB/s**. Limit = bytes / copy rate; ratio = limit / measured step. Decode "
-                "steps replayed as one CUDA graph (the default); `op by op` = the same steps "
-                "with every kernel launched by itself, timed in alternating blocks.\n\n"
-                "| context | prefill s | decode tokens/s | step ms | op by op ms | graph "
-                "speed-up | limit (weights) ms | ratio | limit (+K/V) ms | ratio |\n"
-                "|---|---|---|---|---|---|---|---|---|---|\n",
-                info.name, info.n_sm, c.n_layers, wb / 1e9, copy_bps / 1e9);
-        for (int i = 0; i < n_ctx; i++) {
-            double lw = wb / copy_bps * 1e3, lkv = (wb + rows[i].kv_bytes) / copy_bps * 1e3;
-            fprintf(o, "| %u | %.2f | %.1f | %.3f | %.3f | %.2fx | %.3f | %.2f | %.3f | %.2f |\n",
-                    rows[i].ctx, rows[i].prefill_s, 1e3 / rows[i].step_ms, rows[i].step_ms,
-                    rows[i].eager_ms, rows[i].eager_ms / rows[i].step_ms, lw,
-                    lw / rows[i].step_ms, lkv, lkv / rows[i].step_ms);
-        }
-        fprintf(o, "\n### Decode products alone (weights read once; ratio = weight bytes / time / "
-                   "copy rate)\n\n| product | m | n x k | cuBLAS us | ratio | skinny kernel us | "
-                   "ratio |\n|---|---|---|---|---|---|---|\n");
-        for (int i = 0; i < n_mm; i++) {
-            double wbytes = (double)mms[i].n * mms[i].k * 2;
-            fprintf(o, "| %s | %u | %u x %u | %.1f | %.2f | %.1f | %.2f |\n", mms[i].name, mms[i].m,
-                    mms[i].n, mms[i].k, mms[i].us[0], wbytes / (mms[i].us[0] * 1e-6) / copy_bps,
-                    mms[i].us[1], wbytes / (mms[i].us[1] * 1e-6) / copy_bps);
-        }
+    FILE *out = bench_out_open();
+    bench_emit(out,
+               "\n### Forward pass, batch-1 decode (%s, %d SMs): synthetic Llama-3-8B shape, "
+               "bf16, %u layers, resident route\n\n"
+               "Weights read per token: %.2f GB; device copy rate (1 GiB d2d, read + written): "
+               "**%.0f GB/s**. Limit = bytes / copy rate; ratio = limit / measured step. Decode "
+               "steps replayed as one CUDA graph (the default); `op by op` = the same steps "
+               "with every kernel launched by itself, timed in alternating blocks.\n\n"
+               "| context | prefill s | decode tokens/s | step ms | op by op ms | graph "
+               "speed-up | limit (weights) ms | ratio | limit (+K/V) ms | ratio |\n"
+               "|---|---|---|---|---|---|---|---|---|---|\n",
+               info.name, info.n_sm, c.n_layers, wb / 1e9, copy_bps / 1e9);
+    for (int i = 0; i < n_ctx; i++) {
+        double lw = wb / copy_bps * 1e3, lkv = (wb + rows[i].kv_bytes) / copy_bps * 1e3;
+        bench_emit(out, "| %u | %.2f | %.1f | %.3f | %.3f | %.2fx | %.3f | %.2f | %.3f | %.2f |\n",
+                   rows[i].ctx, rows[i].prefill_s, 1e3 / rows[i].step_ms, rows[i].step_ms,
+                   rows[i].eager_ms, rows[i].eager_ms / rows[i].step_ms, lw, lw / rows[i].step_ms,
+                   lkv, lkv / rows[i].step_ms);
+    }
+    bench_emit(out, "\n### Decode products alone (weights read once; ratio = weight bytes / time / "
+                    "copy rate)\n\n| product | m | n x k | cuBLAS us | ratio | skinny kernel us | "
+                    "ratio |\n|---|---|---|---|---|---|---|\n");
+    for (int i = 0; i < n_mm; i++) {
+        double wbytes = (double)mms[i].n * mms[i].k * 2;
+        bench_emit(out, "| %s | %u | %u x %u | %.1f | %.2f | %.1f | %.2f |\n", mms[i].name,
+                   mms[i].m, mms[i].n, mms[i].k, mms[i].us[0],
+                   wbytes / (mms[i].us[0] * 1e-6) / copy_bps, mms[i].us[1],
+                   wbytes / (mms[i].us[1] * 1e-6) / copy_bps);
     }
     if (out) fclose(out);
     akv_forward_dev_destroy(f);
@@ -259,10 +235,3 @@ int main(void) {
     TRY(akv_dev_destroy(dev));
     return 0;
 }
-
-#else
-int main(void) {
-    printf("SKIP: built without the CUDA backend\n");
-    return 77;
-}
-#endif

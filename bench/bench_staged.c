@@ -26,8 +26,6 @@
 #include "akv/route.h"
 #include "core/clock.h"
 #include "llama3_shape.h"
-
-#ifdef AKV_HAVE_CUDA
 #include "akv/dev_cuda.h"
 
 #define AKV_BENCH_NAME "bench_staged"
@@ -104,8 +102,9 @@ static void trace_report(trace *t, double layer_bytes, double rate) {
            n - 1, dev_sum / (n - 1), worst, host_sum / (n - 1), bus);
 }
 
+/* rate: the large-copy host->device rate (the trace's bus time). */
 static row bench_ctx(akv_dev *dev, akv_forward_dev *f, akv_route_kind kind, uint32_t ctx,
-                     int n_steps) {
+                     int n_steps, double rate) {
     const akv_model_config *c = akv_forward_dev_config(f);
     row out = {0};
     akv_geom g;
@@ -163,7 +162,7 @@ static row bench_ctx(akv_dev *dev, akv_forward_dev *f, akv_route_kind kind, uint
     akv_route_get_stats(r, &s1);
     out.staged_bytes = (double)(s1.staged_bytes - s0.staged_bytes) / n_steps;
     if (tracing) {
-        trace_report(&tr, out.staged_bytes / c->n_layers, h2d_rate(dev));
+        trace_report(&tr, out.staged_bytes / c->n_layers, rate);
         for (int i = 0; i < 64; i++)
             TRY(akv_dev_event_destroy(dev, tr.ev[i]));
     }
@@ -177,13 +176,8 @@ done:
 }
 
 int main(void) {
-    akv_dev *dev = NULL;
-    if (akv_dev_create(akv_dev_cuda_backend(), NULL, &dev) != AKV_OK) {
-        printf("SKIP: no CUDA device\n");
-        return 77;
-    }
     akv_dev_info info;
-    TRY(akv_dev_get_info(dev, &info));
+    akv_dev *dev = bench_cuda_or_skip(&info);
     const char *nl = getenv("AKV_BENCH_LAYERS");
     akv_model_config c = llama3_8b_shape(nl && atoi(nl) > 0 && atoi(nl) <= 32 ? atoi(nl) : 32);
     akv_forward_params fp = {.max_chunk = 16};
@@ -200,11 +194,11 @@ int main(void) {
     coal.method = AKV_COPY_METHOD_COALESCE;
     for (int i = 0; i < n_ctx; i++) {
         int n_steps = ctxs[i] >= 32768 ? 8 : 32;
-        res[i] = bench_ctx(dev, f, AKV_ROUTE_RESIDENT, ctxs[i], n_steps);
-        stg[i] = bench_ctx(dev, f, AKV_ROUTE_STAGED, ctxs[i], n_steps);
+        res[i] = bench_ctx(dev, f, AKV_ROUTE_RESIDENT, ctxs[i], n_steps, rate);
+        stg[i] = bench_ctx(dev, f, AKV_ROUTE_STAGED, ctxs[i], n_steps, rate);
         /* the same with one cudaMemcpyAsync per merged span instead of the batched call */
         TRY(akv_dev_set_copy_config(dev, &coal));
-        stc[i] = bench_ctx(dev, f, AKV_ROUTE_STAGED, ctxs[i], n_steps);
+        stc[i] = bench_ctx(dev, f, AKV_ROUTE_STAGED, ctxs[i], n_steps, rate);
         TRY(akv_dev_set_copy_config(dev, &dflt));
         printf("  context %u: resident %s%.3f ms/token, staged %.3f ms/token (%s; %.3f with "
                "coalesce) (%.1f MiB staged per step; begin_step %.3f ms of the step)\n",
@@ -213,52 +207,38 @@ int main(void) {
                stg[i].begin_ms);
     }
 
-    FILE *out = NULL;
-    const char *path = getenv("AKV_BENCH_OUT");
-    if (path && !(out = fopen(path, "a")))
-        fprintf(stderr, "bench_staged: cannot append to %s\n", path);
-    for (int pass = 0; pass < 2; pass++) {
-        FILE *o = pass ? out : stdout;
-        if (!o) continue;
-        fprintf(o,
-                "\n### Staged vs resident route, batch-1 decode (%s): synthetic Llama-3-8B "
-                "shape, bf16, %u layers, %u GiB device pool, window %u pages\n\n"
-                "History filled synthetically (zeros), not prefilled. Host->device large-copy "
-                "rate (256 MiB pinned, same run): **%.1f GB/s**. Bus time = staged bytes / that "
-                "rate; ratio = step / bus time (goal <= 1.05). Copies by the default method "
-                "(%s); the last two columns: the same staged run with `coalesce` (one "
-                "cudaMemcpyAsync per merged span).\n\n"
-                "| context | resident tok/s | staged tok/s | staged MiB/step | bus time ms | "
-                "staged step ms | ratio | coalesce step ms | ratio |\n"
-                "|---|---|---|---|---|---|---|---|---|\n",
-                info.name, c.n_layers, DEVICE_GIB, WINDOW, rate / 1e9,
-                akv_copy_method_name(dflt.method));
-        for (int i = 0; i < n_ctx; i++) {
-            double bus_ms = stg[i].staged_bytes / rate * 1e3;
-            char rs[32], ratio[32], ratio_c[32] = "-";
-            if (res[i].fits)
-                snprintf(rs, sizeof rs, "%.1f", 1e3 / res[i].step_ms);
-            else
-                snprintf(rs, sizeof rs, "does not fit");
-            if (bus_ms > 0)
-                snprintf(ratio, sizeof ratio, "%.3f", stg[i].step_ms / bus_ms);
-            else
-                snprintf(ratio, sizeof ratio, "- (nothing staged)");
-            if (bus_ms > 0) snprintf(ratio_c, sizeof ratio_c, "%.3f", stc[i].step_ms / bus_ms);
-            fprintf(o, "| %u | %s | %.1f | %.1f | %.3f | %.3f | %s | %.3f | %s |\n", ctxs[i], rs,
-                    1e3 / stg[i].step_ms, stg[i].staged_bytes / (1 << 20), bus_ms, stg[i].step_ms,
-                    ratio, stc[i].step_ms, ratio_c);
-        }
+    FILE *out = bench_out_open();
+    bench_emit(out,
+               "\n### Staged vs resident route, batch-1 decode (%s): synthetic Llama-3-8B "
+               "shape, bf16, %u layers, %u GiB device pool, window %u pages\n\n"
+               "History filled synthetically (zeros), not prefilled. Host->device large-copy "
+               "rate (256 MiB pinned, same run): **%.1f GB/s**. Bus time = staged bytes / that "
+               "rate; ratio = step / bus time (goal <= 1.05). Copies by the default method "
+               "(%s); the last two columns: the same staged run with `coalesce` (one "
+               "cudaMemcpyAsync per merged span).\n\n"
+               "| context | resident tok/s | staged tok/s | staged MiB/step | bus time ms | "
+               "staged step ms | ratio | coalesce step ms | ratio |\n"
+               "|---|---|---|---|---|---|---|---|---|\n",
+               info.name, c.n_layers, DEVICE_GIB, WINDOW, rate / 1e9,
+               akv_copy_method_name(dflt.method));
+    for (int i = 0; i < n_ctx; i++) {
+        double bus_ms = stg[i].staged_bytes / rate * 1e3;
+        char rs[32], ratio[32], ratio_c[32] = "-";
+        if (res[i].fits)
+            snprintf(rs, sizeof rs, "%.1f", 1e3 / res[i].step_ms);
+        else
+            snprintf(rs, sizeof rs, "does not fit");
+        if (bus_ms > 0)
+            snprintf(ratio, sizeof ratio, "%.3f", stg[i].step_ms / bus_ms);
+        else
+            snprintf(ratio, sizeof ratio, "- (nothing staged)");
+        if (bus_ms > 0) snprintf(ratio_c, sizeof ratio_c, "%.3f", stc[i].step_ms / bus_ms);
+        bench_emit(out, "| %u | %s | %.1f | %.1f | %.3f | %.3f | %s | %.3f | %s |\n", ctxs[i], rs,
+                   1e3 / stg[i].step_ms, stg[i].staged_bytes / (1 << 20), bus_ms, stg[i].step_ms,
+                   ratio, stc[i].step_ms, ratio_c);
     }
     if (out) fclose(out);
     akv_forward_dev_destroy(f);
     TRY(akv_dev_destroy(dev));
     return 0;
 }
-
-#else
-int main(void) {
-    printf("SKIP: built without the CUDA backend\n");
-    return 77;
-}
-#endif

@@ -1,14 +1,20 @@
 /*
- * bench/bench_try.h — the benchmarks' one error path: a failed call prints the expression, the
- * status and where, and the benchmark exits 1 (a benchmark has nothing to recover).
+ * bench/bench_try.h — what every benchmark shares: the one error path (a failed call prints
+ * the expression, the status and where, and the benchmark exits 1: a benchmark has nothing
+ * to recover), the CUDA device or a skip, and output to stdout and to $AKV_BENCH_OUT.
+ * Define AKV_BENCH_NAME before including it.
  */
 #ifndef AKV_BENCH_TRY_H
 #define AKV_BENCH_TRY_H
 
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "akv/dev.h"
+#include "akv/dev_cuda.h"
 #include "akv/status.h"
+#include "core/assert.h"
 
 #define TRY(expr)                                                                                  \
     do {                                                                                           \
@@ -19,5 +25,40 @@
             exit(1);                                                                               \
         }                                                                                          \
     } while (0)
+
+/* The CUDA device and its info; without one, prints SKIP and exits 77 (ctest's skip). */
+static inline akv_dev *bench_cuda_or_skip(akv_dev_info *info) {
+    akv_dev *dev = NULL;
+    if (akv_dev_create(akv_dev_cuda_backend(), NULL, &dev) != AKV_OK) {
+        printf("SKIP: no CUDA device\n");
+        exit(77);
+    }
+    TRY(akv_dev_get_info(dev, info));
+    return dev;
+}
+
+/* $AKV_BENCH_OUT opened for appending (the markdown results), or NULL when unset or when it
+ * cannot be opened (said on stderr). */
+static inline FILE *bench_out_open(void) {
+    const char *path = getenv("AKV_BENCH_OUT");
+    if (!path || !*path) return NULL;
+    FILE *f = fopen(path, "a");
+    if (!f) fprintf(stderr, "%s: cannot append to %s\n", AKV_BENCH_NAME, path);
+    return f;
+}
+
+/* printf to stdout and to f (when not NULL). */
+static inline void bench_emit(FILE *f, const char *fmt, ...) AKV_PRINTF(2, 3);
+static inline void bench_emit(FILE *f, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vprintf(fmt, ap);
+    va_end(ap);
+    if (f) {
+        va_start(ap, fmt);
+        vfprintf(f, fmt, ap);
+        va_end(ap);
+    }
+}
 
 #endif

@@ -20,7 +20,7 @@ static inline void dev_cases_fill(unsigned char *p, size_t n, uint64_t seed) {
     }
 }
 
-/* The device's name, for case output. */
+/* An async round trip of an awkward size, ordered by events. */
 static inline void dev_cases_roundtrip(akv_dev *dev) {
     const size_t n = 3 * 4096 + 17; /* not a multiple of anything nice */
     unsigned char *src = NULL, *dst = NULL;

@@ -42,23 +42,34 @@ static inline akv_model *fx_load_bf16_exact(const tm_shape *s, uint64_t seed) {
     return tm_load_rounded(s, seed, fx_round_bf16);
 }
 
+/* A device on backend be and pools of 1 GiB each for c's geometry (bf16 pages of P tokens,
+ * host arenas of 64 pages); window_cap > 0 limits the device pool's window part to that many
+ * pages per layer (the rest is staging reserve), to create pressure. 1 on success. */
+static inline int fx_pools_open(const akv_dev_backend *be, const akv_model_config *c, uint32_t P,
+                                uint32_t window_cap, akv_dev **dev, akv_geom *g,
+                                akv_host_pool **hp, akv_dev_pool **dp) {
+    if (!CHECK(akv_dev_create(be, NULL, dev) == AKV_OK)) return 0;
+    CHECK_OK(akv_geom_init(g, c->n_layers, c->n_kv_heads, c->head_dim, AKV_DTYPE_BF16, P));
+    akv_host_pool_params hpp = akv_host_pool_default_params();
+    hpp.limit_gib = 1;
+    hpp.arena_bytes = 64 * akv_geom_page_bytes(g);
+    akv_dev_pool_params dpp = akv_dev_pool_default_params();
+    dpp.device_gib = 1;
+    uint32_t n_pages = (uint32_t)(((size_t)1 << 30) / akv_geom_page_bytes(g));
+    if (window_cap) dpp.staging_pages = n_pages - window_cap * c->n_layers;
+    return CHECK(akv_host_pool_create(*dev, g, &hpp, hp) == AKV_OK) &&
+           CHECK(akv_dev_pool_create(*dev, g, &dpp, dp) == AKV_OK);
+}
+
 /* Pools of 1 GiB each, a resident route for max_tokens, the chosen pass. 1 on success. */
 static inline int fx_open(fx *x, const akv_dev_backend *be, const akv_model *m, uint32_t P,
                           uint64_t max_tokens, uint32_t max_chunk, bool on_device) {
     memset(x, 0, sizeof *x);
     const akv_model_config *c = akv_model_get_config(m);
     x->n_vocab = c->n_vocab, x->max_chunk = max_chunk;
-    if (!CHECK(akv_dev_create(be, NULL, &x->dev) == AKV_OK)) return 0;
-    CHECK_OK(akv_geom_init(&x->g, c->n_layers, c->n_kv_heads, c->head_dim, AKV_DTYPE_BF16, P));
-    akv_host_pool_params hpp = akv_host_pool_default_params();
-    hpp.limit_gib = 1;
-    hpp.arena_bytes = 64 * akv_geom_page_bytes(&x->g);
-    akv_dev_pool_params dpp = akv_dev_pool_default_params();
-    dpp.device_gib = 1;
     akv_route_params rp = {.kind = AKV_ROUTE_RESIDENT, .max_tokens = max_tokens, .queued = on_device};
     akv_forward_params fp = {.max_chunk = max_chunk};
-    if (!CHECK(akv_host_pool_create(x->dev, &x->g, &hpp, &x->hp) == AKV_OK) ||
-        !CHECK(akv_dev_pool_create(x->dev, &x->g, &dpp, &x->dp) == AKV_OK) ||
+    if (!fx_pools_open(be, c, P, 0, &x->dev, &x->g, &x->hp, &x->dp) ||
         !CHECK(akv_route_create(x->dev, x->hp, x->dp, &rp, &x->r) == AKV_OK))
         return 0;
     if (on_device) return CHECK(akv_forward_dev_create(x->dev, m, &fp, &x->fd) == AKV_OK);
@@ -75,26 +86,42 @@ static inline void fx_close(fx *x) {
     memset(x, 0, sizeof *x);
 }
 
-/* Feeds n tokens at the end of the history in chunks of max_chunk; logits of the last token
- * (NULL = none). */
-static inline akv_status fx_feed(fx *x, const int32_t *tokens, uint32_t n, float *logits) {
-    akv_forward_kv kv = akv_route_forward_kv(x->r);
+/* Feeds n tokens at the end of route r's history (*n_tokens long) in chunks of max_chunk,
+ * through the device pass fd or else the host pass fh; logits of the last token (NULL =
+ * none). A failed chunk is truncated away. */
+static inline akv_status fx_feed_route(akv_route *r, akv_forward *fh, akv_forward_dev *fd,
+                                       uint32_t max_chunk, uint64_t *n_tokens,
+                                       const int32_t *tokens, uint32_t n, float *logits) {
+    akv_forward_kv kv = akv_route_forward_kv(r);
     for (uint32_t done = 0; done < n;) {
-        uint32_t k = n - done < x->max_chunk ? n - done : x->max_chunk;
-        bool last = done + k == n;
-        akv_status st = akv_route_begin_step(x->r, x->n_tokens + k);
+        uint32_t k = n - done < max_chunk ? n - done : max_chunk;
+        float *want = done + k == n ? logits : NULL;
+        uint32_t pos0 = (uint32_t)*n_tokens;
+        akv_status st = akv_route_begin_step(r, pos0 + k);
         if (st) return st;
-        st = x->fd ? akv_forward_dev_run(x->fd, tokens + done, k, (uint32_t)x->n_tokens, &kv,
-                                         last ? logits : NULL, false)
-                   : akv_forward_run(x->fh, tokens + done, k, (uint32_t)x->n_tokens, &kv,
-                                     last ? logits : NULL, false);
+        st = fd ? akv_forward_dev_run(fd, tokens + done, k, pos0, &kv, want, false)
+                : akv_forward_run(fh, tokens + done, k, pos0, &kv, want, false);
         if (st) {
-            akv_route_truncate(x->r, x->n_tokens);
+            akv_route_truncate(r, pos0);
             return st;
         }
-        x->n_tokens += k, done += k;
+        *n_tokens += k, done += k;
     }
     return AKV_OK;
+}
+
+/* fx_feed_route on the fixture's route and pass. */
+static inline akv_status fx_feed(fx *x, const int32_t *tokens, uint32_t n, float *logits) {
+    return fx_feed_route(x->r, x->fh, x->fd, x->max_chunk, &x->n_tokens, tokens, n, logits);
+}
+
+/* Replaces the fixture's device pass with one over the same model that launches every op of
+ * a decode step by itself (params.no_graphs). 1 on success. */
+static inline int fx_set_no_graphs(fx *x, const akv_model *m) {
+    akv_forward_params fp = {.max_chunk = x->max_chunk, .no_graphs = 1};
+    akv_forward_dev_destroy(x->fd);
+    x->fd = NULL;
+    return CHECK(akv_forward_dev_create(x->dev, m, &fp, &x->fd) == AKV_OK);
 }
 
 /* max |got - want| / max(1, max |want|); NaN or Inf in got counts as infinite. */
@@ -147,12 +174,7 @@ static inline int fx_graph_vs_eager(const akv_dev_backend *be, const akv_model *
     uint32_t n_total = n_prompt + n_decode, chunk = 64;
     int ok = fx_open(&gr, be, m, P, n_total, chunk, true) &&
              fx_open(&ea, be, m, P, n_total, chunk, true);
-    if (ok) { /* the eager pass: the same weights, graphs off */
-        akv_forward_params fp = {.max_chunk = chunk, .no_graphs = 1};
-        akv_forward_dev_destroy(ea.fd);
-        ea.fd = NULL;
-        ok = CHECK(akv_forward_dev_create(ea.dev, m, &fp, &ea.fd) == AKV_OK);
-    }
+    ok = ok && fx_set_no_graphs(&ea, m); /* the eager pass: the same weights, graphs off */
     int32_t *tok = malloc(n_total * sizeof *tok);
     float *lg = malloc(c->n_vocab * sizeof *lg), *le = malloc(c->n_vocab * sizeof *le);
     ok = ok && CHECK(tok && lg && le);

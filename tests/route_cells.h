@@ -28,6 +28,7 @@
 #include <stdlib.h>
 
 #include "test.h"
+#include "fwd_fixture.h" /* fx_feed_route, fx_argmax */
 
 #include "akv/dev_pool.h"
 #include "akv/forward.h"
@@ -111,29 +112,7 @@ static inline int rc_set_open(rc_set *s, const rc_params *p, const akv_geom *g, 
 /* Runs tokens[n] at the end of sequence i's history, in chunks; logits of the last one. */
 static inline akv_status rc_feed(const rc_params *p, rc_set *s, uint32_t i, const int32_t *tok,
                                  uint32_t n, float *logits) {
-    akv_forward_kv kv = akv_route_forward_kv(s->r[i]);
-    for (uint32_t done = 0; done < n;) {
-        uint32_t k = n - done < p->max_chunk ? n - done : p->max_chunk;
-        float *want = done + k == n ? logits : NULL;
-        uint32_t pos0 = (uint32_t)s->n_tokens[i];
-        akv_status st = akv_route_begin_step(s->r[i], pos0 + k);
-        if (st) return st;
-        st = p->fd ? akv_forward_dev_run(p->fd, tok + done, k, pos0, &kv, want, false)
-                   : akv_forward_run(p->fh, tok + done, k, pos0, &kv, want, false);
-        if (st) {
-            akv_route_truncate(s->r[i], pos0);
-            return st;
-        }
-        s->n_tokens[i] += k, done += k;
-    }
-    return AKV_OK;
-}
-
-static inline int32_t rc_argmax(const float *l, uint32_t n) {
-    uint32_t best = 0;
-    for (uint32_t i = 1; i < n; i++)
-        if (l[i] > l[best]) best = i;
-    return (int32_t)best;
+    return fx_feed_route(s->r[i], p->fh, p->fd, p->max_chunk, &s->n_tokens[i], tok, n, logits);
 }
 
 /* Used rows of every host page of two host copies of the same length: rows that differ. */
@@ -198,8 +177,8 @@ static inline int rc_cell(const rc_params *p, uint32_t prompt, uint32_t n_seq) {
                        prompt, n_seq, i, step, at, (double)lr[at], (double)ls[at]);
                 bad_step = step;
             }
-            next[i][0] = rc_argmax(lr, p->n_vocab);
-            next[i][1] = rc_argmax(ls, p->n_vocab);
+            next[i][0] = fx_argmax(lr, p->n_vocab, NULL);
+            next[i][1] = fx_argmax(ls, p->n_vocab, NULL);
         }
     }
     uint64_t host_bad = 0, staged = 0, prefetched = 0;

@@ -33,6 +33,7 @@
 #define SC_MAX_CTX     8 /* context records */
 #define SC_MAX_BATCH   4 /* contexts per step */
 #define SC_MAX_PENDING 16
+#define SC_N_WIN       (SC_MAX_CTX * SC_MAX_LAYERS * 3) /* window page ids the fixture tracks */
 
 typedef struct sc_params {
     const akv_dev_backend *backend;
@@ -54,14 +55,11 @@ typedef struct sc_fx {
     akv_dev_pool *dp;
     akv_stage *st;
     akv_dptr result; /* the probe's uint64_t[4] */
-    uint32_t win_all[SC_MAX_CTX * SC_MAX_LAYERS * 3];
-    uint32_t win_free[SC_MAX_CTX * SC_MAX_LAYERS * 3];
+    uint32_t win_all[SC_N_WIN];
+    uint32_t win_free[SC_N_WIN];
     uint32_t n_win, n_win_free;
 } sc_fx;
 
-static inline size_t sc_win_total(void) {
-    return SC_MAX_CTX * SC_MAX_LAYERS * 3;
-}
 
 /* Creates the device, pools, stage and the test's window pages (from the staging reserve). */
 static inline int sc_open(sc_fx *f, const sc_params *p) {
@@ -80,7 +78,7 @@ static inline int sc_open(sc_fx *f, const sc_params *p) {
     if (!REQUIRE_OK(akv_host_pool_create(f->dev, &f->g, &hpp, &f->hp))) return 0;
     akv_dev_pool_params dpp = akv_dev_pool_default_params();
     dpp.device_gib = 1;
-    f->n_win = (uint32_t)sc_win_total();
+    f->n_win = SC_N_WIN;
     dpp.staging_pages = p->n_slots * p->slot_pages + f->n_win;
     if (!REQUIRE_OK(akv_dev_pool_create(f->dev, &f->g, &dpp, &f->dp))) return 0;
     if (!REQUIRE_OK(akv_dev_pool_staging_acquire(f->dp, f->n_win, f->win_all))) return 0;

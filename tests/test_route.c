@@ -25,21 +25,10 @@ typedef struct pools {
     akv_dev_pool *dp;
 } pools;
 
-/* Pools for the model's geometry; window_cap > 0 limits the device pool's window part to that
- * many window pages (the rest is staging reserve), to create pressure. */
+/* Pools for the model's geometry on the host backend (fx_pools_open). */
 static int pools_open(pools *p, const akv_model_config *c, uint32_t window_cap) {
     memset(p, 0, sizeof *p);
-    if (!CHECK(akv_dev_create(akv_dev_host_backend(), NULL, &p->dev) == AKV_OK)) return 0;
-    CHECK_OK(akv_geom_init(&p->g, c->n_layers, c->n_kv_heads, c->head_dim, AKV_DTYPE_BF16, P));
-    akv_host_pool_params hpp = akv_host_pool_default_params();
-    hpp.limit_gib = 1;
-    hpp.arena_bytes = 64 * akv_geom_page_bytes(&p->g);
-    akv_dev_pool_params dpp = akv_dev_pool_default_params();
-    dpp.device_gib = 1;
-    uint32_t n_pages = (uint32_t)(((size_t)1 << 30) / akv_geom_page_bytes(&p->g));
-    if (window_cap) dpp.staging_pages = n_pages - window_cap * c->n_layers;
-    return CHECK(akv_host_pool_create(p->dev, &p->g, &hpp, &p->hp) == AKV_OK) &&
-           CHECK(akv_dev_pool_create(p->dev, &p->g, &dpp, &p->dp) == AKV_OK);
+    return fx_pools_open(akv_dev_host_backend(), c, P, window_cap, &p->dev, &p->g, &p->hp, &p->dp);
 }
 
 static void pools_close(pools *p) {
@@ -257,7 +246,6 @@ int main(void) {
         CHECK_OK(akv_route_destroy(r));
         pools_close(&p);
     }
-
 
     TEST_CASE(staged_copy_failure_released_after_recovery) {
         /* a staged copy that fails while it runs faults its queue: the step fails, the stage

@@ -27,6 +27,7 @@
 #ifdef AKV_HAVE_CUDA
 #include "akv/dev_cuda.h"
 #endif
+#include "gpu_skip.h"
 
 #ifdef AKV_HAVE_CUDA
 
@@ -371,13 +372,10 @@ static void greedy(const akv_model *m, uint32_t n_prompt, uint32_t n_gen, double
 }
 
 int main(void) {
-    akv_dev *probe = NULL;
-    if (akv_dev_create(akv_dev_cuda_backend(), NULL, &probe) != AKV_OK)
-        test_skip("no CUDA device");
-    akv_dev_destroy(probe);
+    const akv_dev_backend *cuda = test_cuda_backend_or_skip();
     rng = test_seed(23);
     if (akv_dev_create(akv_dev_host_backend(), NULL, &devs[0]) != AKV_OK ||
-        akv_dev_create(akv_dev_cuda_backend(), NULL, &devs[1]) != AKV_OK)
+        akv_dev_create(cuda, NULL, &devs[1]) != AKV_OK)
         return 1;
 
     TEST_CASE(ops_match_host) {

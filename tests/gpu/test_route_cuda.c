@@ -16,6 +16,8 @@
  * then outgrows the window. The attention's partitioning depends only on (max_pages * P,
  * n_seq, device), identical for both routes.
  * Prints "k of k cells" per model. Exit 77 without CUDA or a device. */
+#include "model_build.h" /* first: it sets _POSIX_C_SOURCE (route_cells.h includes it) */
+
 #include "test.h"
 #include "model_path.h"
 
