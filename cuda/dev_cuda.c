@@ -22,8 +22,13 @@
 #include "cuda_check.h"
 #include "cuda_ops.h"
 
-/* Measured choice of the default copy method: see docs/staging.md. */
+/* Measured choice of the default copy method: see docs/staging.md. cudaMemcpyBatchAsync came
+ * with CUDA 12.8; before it, merged spans go one cudaMemcpyAsync each. */
+#if CUDART_VERSION >= 12080
 #define CUDA_DEFAULT_COPY_METHOD AKV_COPY_METHOD_BATCH
+#else
+#define CUDA_DEFAULT_COPY_METHOD AKV_COPY_METHOD_COALESCE
+#endif
 /* Copy kernel blocks when the configuration says 0. */
 #define CUDA_DEFAULT_KERNEL_BLOCKS 16
 
