@@ -148,6 +148,48 @@ static int32_t *random_pages(uint32_t n_pool_pages, uint32_t n) {
     return perm;
 }
 
+static int cmp_u64(const void *a, const void *b) {
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* AKV_BENCH_TIMELINE=1 with a profiling build (cmake -DAKV_ATTN_TIMELINE=ON): where the last
+ * timed call's time went, from its per-block stamps (akv_attn_cuda_decode_timeline), in µs:
+ * when the last block started (after the first), a block's wait for its first key tile and
+ * its key loop (median / max), and the phases of the block that ended last (when its key loop
+ * ended, its state write, arrival count and merge), with its end. */
+static void decode_timeline(double call_us) {
+    static akv_attn_timeline_block tl[16384];
+    static uint64_t first[16384], loop[16384];
+    uint32_t n = 0;
+    TRY(akv_attn_cuda_decode_timeline(tl, 16384, &n));
+    if (n > 16384) n = 16384;
+    uint64_t t0 = UINT64_MAX, start_max = 0, end = 0;
+    uint32_t n_act = 0, n_first = 0, last = 0;
+    for (uint32_t i = 0; i < n; i++) t0 = tl[i].ns[0] < t0 ? tl[i].ns[0] : t0;
+    for (uint32_t i = 0; i < n; i++) {
+        const uint64_t *t = tl[i].ns;
+        if (t[3] == 0) continue; /* an empty partition: returned at once */
+        if (t[0] > start_max) start_max = t[0];
+        if (t[1]) first[n_first] = t[1] - t[0], loop[n_first++] = t[2] - t[1];
+        uint64_t e = t[5] ? t[5] : t[4] ? t[4] : t[3];
+        if (e > end) end = e, last = i;
+        n_act++;
+    }
+    if (!n_act) return;
+    qsort(first, n_first, sizeof first[0], cmp_u64);
+    qsort(loop, n_first, sizeof loop[0], cmp_u64);
+    /* the block that ended last: its phases */
+    const uint64_t *t = tl[last].ns;
+    const double lw = t[3] > t[2] ? (t[3] - t[2]) / 1e3 : 0, lc = t[4] > t[3] ? (t[4] - t[3]) / 1e3 : 0,
+                 lm = t[5] > t[4] ? (t[5] - t[4]) / 1e3 : 0;
+    printf("    timeline (%u of %u blocks ran): last start %.2f, first tile %.2f / %.2f, key loop %.2f / %.2f; "
+           "last block: loop end %.2f, write %.2f, count %.2f, merge %.2f, end %.2f µs; call %.2f µs\n",
+           n_act, n, (start_max - t0) / 1e3, n_first ? first[n_first / 2] / 1e3 : 0.0,
+           n_first ? first[n_first - 1] / 1e3 : 0.0, n_first ? loop[n_first / 2] / 1e3 : 0.0,
+           n_first ? loop[n_first - 1] / 1e3 : 0.0, (t[2] - t0) / 1e3, lw, lc, lm, (end - t0) / 1e3, call_us);
+}
+
 /* One decode measurement: microseconds per call, and the split used. */
 static double bench_decode(const geom *g, uint32_t b, uint32_t n, uint32_t nq, akv_attn_split *split) {
     size_t pb = page_bytes_of(g);
@@ -195,6 +237,8 @@ static double bench_decode(const geom *g, uint32_t b, uint32_t n, uint32_t nq, a
     while (n_calls < 40) n_calls += n_sets;
     double us = NAN;
     TRY(akv_dev_cuda_time_us(dec_issue, w, n_calls, 15, &us));
+    const char *tl = getenv("AKV_BENCH_TIMELINE");
+    if (tl && *tl == '1') decode_timeline(us);
     if (w->ws_bytes) TRY(akv_dev_mem_free(dev, w->ws));
     TRY(akv_dev_mem_free(dev, q));
     TRY(akv_dev_mem_free(dev, o));

@@ -22,6 +22,7 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 #include <stdint.h>
+#include <stdlib.h>
 
 extern "C" {
 #include "attn_impl.h"
@@ -73,6 +74,58 @@ static __device__ __forceinline__ uint32_t attn_smem_addr(const void *p) {
 static __device__ __forceinline__ void attn_cp16(uint32_t dst, const void *src, bool valid) {
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src),
                  "r"(valid ? 16 : 0));
+}
+/* Programmatic dependent launch (sm_90+): a kernel launched by attn_launch_dependent may start
+ * while the kernel before it on the stream is finishing; attn_grid_dep_wait blocks until that
+ * kernel has completed and its memory is visible (a no-op when launched normally), and
+ * attn_grid_dep_launch lets the next dependent kernel be scheduled once every block of this
+ * grid has passed it. */
+static __device__ __forceinline__ void attn_grid_dep_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;\n" ::: "memory");
+#endif
+}
+static __device__ __forceinline__ void attn_grid_dep_launch() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+#endif
+}
+
+/* Whether launches use programmatic dependent launch: on unless AKV_ATTN_PDL=0 (an A/B switch
+ * for benchmarks), read once. */
+static inline bool attn_pdl_enabled() {
+    static int on = -1; /* racing first reads store the same value */
+    if (on < 0) {
+        const char *e = getenv("AKV_ATTN_PDL");
+        on = !(e && e[0] == '0');
+    }
+    return on != 0;
+}
+
+/* Launches kernel<<<grid, block, smem, stream>>>(arg) as a programmatic dependent of the
+ * stream's previous kernel (the kernel must call attn_grid_dep_wait before any global access). */
+template <typename Arg>
+static akv_status attn_launch_dependent(void (*kernel)(Arg), dim3 grid, int block, size_t smem, cudaStream_t stream,
+                                        const Arg &arg) {
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = grid;
+    cfg.blockDim = dim3(block);
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = stream;
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = attr;
+    cfg.numAttrs = attn_pdl_enabled() ? 1 : 0;
+    AKV_CUDA_TRY(cudaLaunchKernelEx(&cfg, kernel, arg));
+    return AKV_OK;
+}
+
+/* atomicAdd with acquire-release semantics at GPU scope (the old value). */
+static __device__ __forceinline__ unsigned attn_atomic_add_acq_rel(unsigned *p, unsigned v) {
+    unsigned old;
+    asm volatile("atom.acq_rel.gpu.global.add.u32 %0, [%1], %2;\n" : "=r"(old) : "l"(p), "r"(v) : "memory");
+    return old;
 }
 static __device__ __forceinline__ void attn_cp_commit() {
     asm volatile("cp.async.commit_group;\n" ::);

@@ -2,15 +2,18 @@
  * attn_decode.cu — paged split-KV decode: 1..4 new queries per sequence, GQA, bf16 pages,
  * FP32 accumulation on the tensor cores, and the merge of the partitions.
  *
- * Work decomposition. One block (4 warps) per (partition p, K/V head h x row tile, sequence s).
- * Its query rows are the group's heads times the sequence's queries, row r = qi*group + gi
- * (query qi, head h*group + gi), padded to 16 (MT = 1) or 32 (MT = 2) rows; more rows take
- * more row tiles (blockIdx.y). The block streams its partition's keys in tiles of 64
- * through a STAGES-deep cp.async ring; warp w takes keys 16w..16w+15 of each tile, keeps its
- * own online-softmax state (m, l in the log2 domain, O), and the 4 warp states are merged in
+ * Work decomposition. One block (NW = 4 or 8 warps) per (partition p, K/V head h x row tile,
+ * sequence s). Its query rows are the group's heads times the sequence's queries, row r =
+ * qi*group + gi (query qi, head h*group + gi), padded to 16 (MT = 1) or 32 (MT = 2) rows; more
+ * rows take more row tiles (blockIdx.y). The block streams its partition's keys in steps of
+ * NW/4 tiles of 64 keys through a STAGES-deep cp.async ring; group g of 4 warps loads and
+ * takes tile g of each step, warp w of a group keys 16w..16w+15 of its tile, keeps its own
+ * online-softmax state (m, l in the log2 domain, O), and the NW warp states are merged in
  * shared memory in warp order at the end. So K/V is read once per GQA group, whatever the
  * number of queries, and the query rows ride along on tensor-core columns that are free
- * anyway.
+ * anyway. A lone sequence runs 8 warps (variant 0): one block per SM, twice the warps of a
+ * 4-warp block on half the partitions, so the key loop keeps the rate of two blocks per SM
+ * while the merge (on the sequence's critical path) has half the states to read.
  *
  * Partitions (akv_attn_split_plan): positions [p*part_tokens, (p+1)*part_tokens). A sequence
  * of len keys uses n_used = min(n_parts, ceil(len/part_tokens)) of them; a block whose
@@ -18,12 +21,12 @@
  * of length 0 still gets its empty output). With n_used <= 1 the block writes the final
  * output. Otherwise it writes an f32 partial state (o normalised, lse natural) to the
  * workspace, and the LAST block of its (sequence, K/V head, row tile) to arrive merges
- * partitions 0..n_used-1 in place of a second kernel: every block fences its state
- * (__threadfence) and bumps an arrival counter in the workspace; the block that sees
- * n_used-1 resets the counter to 0 (so a workspace stays ready for the next call) and
- * merges. The merge reads every state back from the workspace in a fixed order that depends
- * on (n_used, rows, D) only, never on which block came last, so results are bitwise
- * reproducible. Nothing depends on where pages lie: same contents, same bits.
+ * partitions 0..n_used-1 in place of a second kernel: every block bumps an arrival counter in
+ * the workspace with an acquire-release atomic after a barrier (which publishes its state);
+ * the block that sees n_used-1 resets the counter to 0 (so a workspace stays ready for the
+ * next call) and merges. The merge reads every state back from the workspace in a fixed
+ * order that depends on (n_used, rows, D) only, never on which block came last, so results
+ * are bitwise reproducible. Nothing depends on where pages lie: same contents, same bits.
  *
  * Numerics: scores s = q.k in f32 on bf16 operands; exponent base 2 with the scale folded
  * into log2(e)*scale; probabilities rounded to bf16 for the P V product, and the row sum l
@@ -32,20 +35,54 @@
  */
 #include "attn_common.cuh"
 
-/* ST: the cp.async ring depth (akv__attn_decode_stages: 3 at d=128, 4 at d=64 in variant 0,
- * one less in variants 1 and 2). */
-template <int D, int ST>
+/* The profiling build's stamps (akv_attn_cuda_decode_timeline; cmake -DAKV_ATTN_TIMELINE=ON):
+ * thread 0 of each block writes %globaltimer and clock64 at point i into a device array. */
+#ifdef AKV_ATTN_TIMELINE
+#define DEC_TL_MAX 16384
+__device__ unsigned long long dec_tl[DEC_TL_MAX][12];
+__device__ unsigned dec_tl_smid[DEC_TL_MAX];
+__device__ unsigned dec_tl_grid;
+static __device__ __forceinline__ void dec_stamp(int i) {
+    if (threadIdx.x != 0) return;
+    const unsigned b = blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z);
+    if (b >= DEC_TL_MAX) return;
+    unsigned long long ns;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(ns));
+    if (i == 0) {
+        unsigned sm;
+        asm volatile("mov.u32 %0, %%smid;" : "=r"(sm));
+        dec_tl_smid[b] = sm;
+        for (int j = 1; j < 6; j++) dec_tl[b][j] = dec_tl[b][6 + j] = 0;
+        if (b == 0) dec_tl_grid = gridDim.x * gridDim.y * gridDim.z;
+    }
+    dec_tl[b][i] = ns;
+    dec_tl[b][6 + i] = (unsigned long long)clock64();
+}
+#else
+static __device__ __forceinline__ void dec_stamp(int) {}
+#endif
+
+/* ST: the cp.async ring depth in steps, NW: warps per block (akv__attn_decode_stages and
+ * akv__attn_decode_warps: variant 0 runs 8 warps, a ring of 3 steps at d=128 and 4 at d=64;
+ * variants 1 and 2 run 4 warps, 2 and 3 steps). A step is NW/4 tiles of 64 keys: each group
+ * of 4 warps takes one tile of it, warp w of a group keys 16w..16w+15 of its tile. */
+template <int D, int ST, int NW>
 struct dec_cfg {
-    static constexpr int TILE = 64;                        /* keys per stage */
+    static constexpr int NT = 32 * NW;                     /* threads */
+    static constexpr int GROUPS = NW / 4;                  /* tiles per step */
+    static constexpr int TILE = 64;                        /* keys per tile */
+    static constexpr int STEP = TILE * GROUPS;             /* keys per step */
     static constexpr int STAGES = ST;                      /* cp.async ring depth */
     static constexpr int KV_BYTES = TILE * D * 2;          /* one of K, V for a tile */
-    static constexpr int STAGE_BYTES = 2 * KV_BYTES;
+    static constexpr int TILE_BYTES = 2 * KV_BYTES;        /* K then V */
+    static constexpr int STAGE_BYTES = GROUPS * TILE_BYTES;
     static constexpr int Q_BYTES = 32 * D * 2;             /* up to 32 query rows */
     static constexpr int SMEM = STAGES * STAGE_BYTES + Q_BYTES;
-    /* the end-of-block scratch (4 warps x 32 rows x D floats, m and l) reuses the ring and
+    /* the end-of-block scratch (NW warps x 32 rows x D floats, m and l) reuses the ring and
      * the query tile (both dead once the key loop is over) */
-    static_assert(STAGES >= 2, "one tile loads while another is used");
-    static_assert(4 * 32 * D * 4 + 2 * 4 * 32 * 4 <= SMEM, "scratch fits the ring and the query tile");
+    static_assert(NW == 4 || NW == 8, "one or two groups of 4 warps");
+    static_assert(STAGES >= 2, "one step loads while another is used");
+    static_assert(NW * 32 * D * 4 + 2 * NW * 32 * 4 <= SMEM, "scratch fits the ring and the query tile");
 };
 
 struct dec_args {
@@ -64,16 +101,18 @@ struct dec_args {
     float scale_log2; /* scale * log2(e) */
 };
 
-/* Issue the cp.async of keys t0..t0+63 (K and V) into one stage; positions >= t_end are
- * zero-filled. 128 threads, D/8 chunks per row (V lies n_kv*P rows after K in the same page).
+/* Issue the cp.async of keys t0..t0+63 (K and V) into one tile's slot; positions >= t_end
+ * are zero-filled. 128 threads (a group of 4 warps), D/8 chunks per row (V lies n_kv*P rows
+ * after K in the same page).
  * Pages of at least a tile (P >= 64; tiles start at multiples of 64) hold the whole tile:
  * `page` is its page id, looked up by the caller one tile ahead (dec_tile_page), so no load
  * of the page table stands between the loop and the copies. Smaller pages: one lookup per
  * row (page = -1). */
-template <int D, int ST>
+template <int D>
 static __device__ __forceinline__ void dec_load_tile(const attn_kv &kv, int pb, int h, int t0, int t_end,
                                                      uint32_t stage, int tid, int page) {
     constexpr int CPR = D / 8, RPP = 128 / CPR; /* chunks per row, rows per pass */
+    constexpr int KV_BYTES = 64 * D * 2;         /* K of the tile, then V */
     const int c = tid % CPR;
     const size_t v_off = ((size_t)kv.n_kv << kv.log2_p) * (D * 2);
     const unsigned char *tile =
@@ -84,10 +123,13 @@ static __device__ __forceinline__ void dec_load_tile(const attn_kv &kv, int pb, 
     for (int i = 0; i < 64 / RPP; i++) {
         const int r = tid / CPR + i * RPP, t = t0 + r;
         const bool valid = t < t_end;
-        const unsigned char *row = page >= 0 ? tile + (size_t)r * (D * 2) : attn_row<D>(kv, pb, 0, h, valid ? t : t0);
+        /* an invalid row reads the page table at a position inside the partition (a group's
+         * tile may start past it; its keys are zero-filled and masked) */
+        const unsigned char *row =
+            page >= 0 ? tile + (size_t)r * (D * 2) : attn_row<D>(kv, pb, 0, h, valid ? t : min(t0, t_end - 1));
         const unsigned char *k = valid ? row + c * 16 : kv.pool;
         attn_cp16(stage + attn_swz<D>(r, c), k, valid);
-        attn_cp16(stage + dec_cfg<D, ST>::KV_BYTES + attn_swz<D>(r, c), valid ? k + v_off : kv.pool, valid);
+        attn_cp16(stage + KV_BYTES + attn_swz<D>(r, c), valid ? k + v_off : kv.pool, valid);
     }
 }
 
@@ -111,97 +153,113 @@ static __device__ __forceinline__ void dec_merge_store(const dec_args &a, int s,
     if (c4 == 0 && a.lse) a.lse[orow] = empty ? -INFINITY : M + logf(S);
 }
 
-/* The partition weight of a state: exp(lse_p - M) (0 for an empty state or row). Phase A
- * and phase B of dec_merge compute it from the same inputs, so the sum and the weights
- * agree bit for bit. */
-static __device__ __forceinline__ float dec_weight(float lse_p, float M) {
-    return (M == -INFINITY || lse_p == -INFINITY) ? 0.0f : expf(lse_p - M);
+/* A running merge of partial states: M = the largest lse so far, S = sum exp(lse_p - M),
+ * acc = sum exp(lse_p - M) o_p. Empty states (lse -inf) add nothing. */
+struct dec_run {
+    float M, S;
+    float4 acc;
+};
+
+/* Folds U states (lse l[u], o x[u]) into r, in u order: one rescale to the group's max, then
+ * the weighted sum. */
+template <int U>
+static __device__ __forceinline__ void dec_fold(dec_run &r, const float (&l)[U], const float4 (&x)[U]) {
+    float mx = r.M;
+#pragma unroll
+    for (int u = 0; u < U; u++) mx = fmaxf(mx, l[u]);
+    if (mx == -INFINITY) return; /* nothing but empty states so far */
+    const float f = r.M == -INFINITY ? 0.0f : expf(r.M - mx);
+    r.S *= f, r.acc.x *= f, r.acc.y *= f, r.acc.z *= f, r.acc.w *= f;
+#pragma unroll
+    for (int u = 0; u < U; u++) {
+        const float w = l[u] == -INFINITY ? 0.0f : expf(l[u] - mx);
+        r.S += w;
+        r.acc.x += w * x[u].x, r.acc.y += w * x[u].y, r.acc.z += w * x[u].z, r.acc.w += w * x[u].w;
+    }
+    r.M = mx;
+}
+
+/* Loads states p..p+U-1 (those < p1; the rest read as empty) of one item through L2 (__ldcg:
+ * other blocks wrote them during this launch). */
+template <int U>
+static __device__ __forceinline__ void dec_load_states(const float *src, const float *lsrc, size_t step, int rows,
+                                                       int p, int p1, float (&l)[U], float4 (&x)[U]) {
+#pragma unroll
+    for (int u = 0; u < U; u++) {
+        const bool in = p + u < p1;
+        x[u] = in ? __ldcg(reinterpret_cast<const float4 *>(src + (size_t)(p + u) * step)) : make_float4(0, 0, 0, 0);
+        l[u] = in ? __ldcg(lsrc + (size_t)(p + u) * rows) : -INFINITY;
+    }
 }
 
 /* Merge of partitions 0..n_used-1 of rows row0..row0+R-1 (those < rows) by the last block
- * to arrive, 128 threads, into the final output. The workspace is read through L2 (__ldcg:
- * other blocks wrote it during this launch). Phase A, a warp per row: M = max lse_p, S =
- * sum w_p (lanes stride the partitions, then a fixed shuffle tree). Phase B: items are
- * (row, 4 columns); when fewer than 128, the partitions are cut into ns = 128/items
- * contiguous slices, each summed in partition order with 8 loads in flight, and the slices
- * added in slice order. o = O / S, lse = M + log S. */
-template <int D, int R>
+ * to arrive, NT threads, into the final output. Items are (row, 4 columns); when fewer than
+ * NT, the partitions are cut into ns = min(8, NT/items) contiguous slices. A thread folds its
+ * slice's states in partition order, U at a time, the next U already loading while it folds
+ * the current ones (so a slice of n states costs about n/(2U) memory round trips, not one
+ * per state group plus two for the row statistics); then the slices' runs are combined in
+ * slice order. The order depends on (n_used, rows, D) only, never on which block came last,
+ * so results are bitwise reproducible. o = acc / S, lse = M + log S. */
+template <int D, int R, int U, int NT>
 static __device__ void dec_merge(const dec_args &a, int s, int h, int row0, int n_used, unsigned char *smem,
                                  int tid) {
     constexpr int C4 = D / 4;
-    float *s_m = reinterpret_cast<float *>(smem);           /* [R] */
-    float *s_s = s_m + R;                                   /* [R] */
-    float4 *s_acc = reinterpret_cast<float4 *>(smem + 256); /* [128] slice partial sums */
-    static_assert(2 * R * 4 <= 256, "row statistics fit before the slice sums");
-    const int lane = tid & 31, warp = tid >> 5;
+    dec_run *s_run = reinterpret_cast<dec_run *>(smem); /* [NT] slice runs */
     const int nr = min(R, a.rows - row0);
     /* state (p, r) of these rows: index base + p*rows + r */
     const size_t base = (size_t)(s * a.kv.n_kv + h) * a.n_parts * a.rows + row0;
-    for (int r = warp; r < nr; r += 4) {
-        const float *lp = a.ws_lse + base + r;
-        float M = -INFINITY, S = 0.0f;
-        for (int p = lane; p < n_used; p += 32) M = fmaxf(M, __ldcg(lp + (size_t)p * a.rows));
-#pragma unroll
-        for (int o = 16; o > 0; o >>= 1) M = fmaxf(M, __shfl_xor_sync(ATTN_FULL_MASK, M, o));
-        for (int p = lane; p < n_used; p += 32) S += dec_weight(__ldcg(lp + (size_t)p * a.rows), M);
-#pragma unroll
-        for (int o = 16; o > 0; o >>= 1) S += __shfl_xor_sync(ATTN_FULL_MASK, S, o);
-        if (lane == 0) s_m[r] = M, s_s[r] = S;
-    }
-    __syncthreads();
     const int n_items = nr * C4;
-    const int ns = max(1, min(8, 128 / n_items)), chunk = (n_used + ns - 1) / ns;
+    const int ns = max(1, min(8, NT / n_items)), chunk = (n_used + ns - 1) / ns;
     const size_t step = (size_t)a.rows * D;
-    for (int t = tid; t < n_items * ns; t += 128) {
+    for (int t = tid; t < n_items * ns; t += NT) {
         const int item = t % n_items, j = t / n_items, r = item / C4, c4 = item % C4;
-        const float M = s_m[r];
         const float *src = a.ws_o + (base + r) * D + c4 * 4, *lsrc = a.ws_lse + base + r;
-        const int p1 = min(n_used, (j + 1) * chunk);
-        float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-        int p = j * chunk;
-        for (; p + 8 <= p1; p += 8) {
-            float4 x[8];
-            float l[8];
-#pragma unroll
-            for (int u = 0; u < 8; u++) {
-                x[u] = __ldcg(reinterpret_cast<const float4 *>(src + (size_t)(p + u) * step));
-                l[u] = __ldcg(lsrc + (size_t)(p + u) * a.rows);
-            }
-#pragma unroll
-            for (int u = 0; u < 8; u++) {
-                const float w = dec_weight(l[u], M);
-                acc.x += w * x[u].x, acc.y += w * x[u].y, acc.z += w * x[u].z, acc.w += w * x[u].w;
-            }
+        const int p0 = j * chunk, p1 = min(n_used, p0 + chunk);
+        dec_run run = {-INFINITY, 0.0f, make_float4(0.0f, 0.0f, 0.0f, 0.0f)};
+        float la[U], lb[U];
+        float4 xa[U], xb[U];
+        dec_load_states<U>(src, lsrc, step, a.rows, p0, p1, la, xa);
+        for (int p = p0; p < p1; p += 2 * U) {
+            if (p + U < p1) dec_load_states<U>(src, lsrc, step, a.rows, p + U, p1, lb, xb);
+            dec_fold<U>(run, la, xa);
+            if (p + 2 * U < p1) dec_load_states<U>(src, lsrc, step, a.rows, p + 2 * U, p1, la, xa);
+            if (p + U < p1) dec_fold<U>(run, lb, xb);
         }
-        for (; p < p1; p++) {
-            const float4 x = __ldcg(reinterpret_cast<const float4 *>(src + (size_t)p * step));
-            const float w = dec_weight(__ldcg(lsrc + (size_t)p * a.rows), M);
-            acc.x += w * x.x, acc.y += w * x.y, acc.z += w * x.z, acc.w += w * x.w;
-        }
-        if (ns > 1) s_acc[t] = acc; /* t = j*n_items + item < 128 */
-        else dec_merge_store<D>(a, s, h, row0 + r, c4, acc, M, s_s[r]);
+        if (ns > 1) s_run[t] = run; /* t = j*n_items + item < NT */
+        else dec_merge_store<D>(a, s, h, row0 + r, c4, run.acc, run.M, run.S);
     }
     if (ns > 1) {
         __syncthreads();
         if (tid < n_items) {
-            float4 acc = s_acc[tid];
-            for (int j = 1; j < ns; j++) {
-                const float4 x = s_acc[j * n_items + tid];
-                acc.x += x.x, acc.y += x.y, acc.z += x.z, acc.w += x.w;
+            float M = -INFINITY;
+            for (int j = 0; j < ns; j++) M = fmaxf(M, s_run[j * n_items + tid].M);
+            float S = 0.0f;
+            float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+            for (int j = 0; j < ns && M != -INFINITY; j++) {
+                const dec_run x = s_run[j * n_items + tid];
+                const float f = x.M == -INFINITY ? 0.0f : expf(x.M - M);
+                S += f * x.S;
+                acc.x += f * x.acc.x, acc.y += f * x.acc.y, acc.z += f * x.acc.z, acc.w += f * x.acc.w;
             }
-            const int r = tid / C4;
-            dec_merge_store<D>(a, s, h, row0 + r, tid % C4, acc, s_m[r], s_s[r]);
+            dec_merge_store<D>(a, s, h, row0 + tid / C4, tid % C4, acc, M, S);
         }
     }
 }
 
 /* MINB: the blocks per multiprocessor the split counts on, as a register bound for the
- * compiler (1 = no bound: variant 0's code as it was measured). */
-template <int D, int MT, int ST, int MINB>
-__global__ void __launch_bounds__(128, MINB) attn_decode_kernel(const dec_args a) {
-    using C = dec_cfg<D, ST>;
+ * compiler (1 = no bound). */
+template <int D, int MT, int ST, int MINB, int NW>
+__global__ void __launch_bounds__(32 * NW, MINB) attn_decode_kernel(const dec_args a) {
+    using C = dec_cfg<D, ST, NW>;
+    constexpr int NT = C::NT;
     extern __shared__ __align__(128) unsigned char smem[];
+    /* launched as a programmatic dependent (dec_launch): wait until the kernels before it
+     * on the stream are complete and their writes visible, before any global access */
+    attn_grid_dep_wait();
+    dec_stamp(0);
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    /* group, warp and thread in it (one group: the block's own, with no arithmetic) */
+    const int grp = NW == 4 ? 0 : warp >> 2, gw = NW == 4 ? warp : warp & 3, gtid = NW == 4 ? tid : tid & 127;
     const int part = blockIdx.x;
     const int h = blockIdx.y / a.n_row_tiles, rt = blockIdx.y % a.n_row_tiles;
     const int s = blockIdx.z;
@@ -212,39 +270,43 @@ __global__ void __launch_bounds__(128, MINB) attn_decode_kernel(const dec_args a
     const int n_used = len > 0 ? min(a.n_parts, (len - 1) / a.part_tokens + 1) : 0;
     const bool direct = n_used <= 1; /* this block alone writes the output */
     if (part > 0 && k0 >= len) return; /* an empty partition: nobody waits for it */
-    const int n_tiles = k1 > k0 ? (k1 - k0 + C::TILE - 1) / C::TILE : 0;
+    const int n_steps = k1 > k0 ? (k1 - k0 + C::STEP - 1) / C::STEP : 0;
     const int row0 = rt * 16 * MT;
     const uint32_t ring = attn_smem_addr(smem);
     unsigned char *sq = smem + C::STAGES * C::STAGE_BYTES;
     const uint32_t sq_u = attn_smem_addr(sq);
 
     /* 1. the query rows into registers (their loads overlap the page-table lookups), the
-     *    first STAGES-1 tiles in flight, then the rows into shared memory as bf16, swizzled;
+     *    first STAGES-1 steps in flight, then the rows into shared memory as bf16, swizzled;
      *    padding rows are zero */
-    constexpr int QPT = 16 * MT * (D / 8) / 128; /* 16-byte chunks of q per thread */
+    constexpr int QCH = 16 * MT * (D / 8), QPT = (QCH + NT - 1) / NT; /* 16-byte chunks of q, per thread */
     uint4 qv[QPT];
 #pragma unroll
     for (int i = 0; i < QPT; i++) {
-        const int idx = tid + i * 128, r = idx / (D / 8), c = idx % (D / 8), gr = row0 + r;
+        const int idx = tid + i * NT, r = idx / (D / 8), c = idx % (D / 8), gr = row0 + r;
         qv[i] = make_uint4(0, 0, 0, 0);
-        if (gr < a.rows) {
+        if (idx < QCH && gr < a.rows) {
             const int qi = gr / a.group, gi = gr - qi * a.group;
             const size_t off = (size_t)(s * a.n_query + qi) * a.q_stride + (size_t)(h * a.group + gi) * D + c * 8;
             qv[i] = attn_load8_bf16(a.q, a.q_f32, off);
         }
     }
+    /* group g loads tile g of every step (keys t0 + 64g ..) */
+    const int gk = grp * C::TILE;
+    const uint32_t gslot = grp * C::TILE_BYTES;
     for (int st = 0; st < C::STAGES - 1; st++) {
-        if (st < n_tiles)
-            dec_load_tile<D, ST>(a.kv, pb, h, k0 + st * C::TILE, k1, ring + st * C::STAGE_BYTES, tid,
-                                 dec_tile_page(a.kv, pb, k0 + st * C::TILE, k1));
+        if (st < n_steps) {
+            const int t0 = k0 + st * C::STEP + gk;
+            dec_load_tile<D>(a.kv, pb, h, t0, k1, ring + st * C::STAGE_BYTES + gslot, gtid, dec_tile_page(a.kv, pb, t0, k1));
+        }
         attn_cp_commit();
     }
-    /* the page of the next tile to load, looked up a tile ahead */
-    int next_page = C::STAGES - 1 < n_tiles ? dec_tile_page(a.kv, pb, k0 + (C::STAGES - 1) * C::TILE, k1) : -1;
+    /* the page of this group's next tile to load, looked up a step ahead */
+    int next_page = C::STAGES - 1 < n_steps ? dec_tile_page(a.kv, pb, k0 + (C::STAGES - 1) * C::STEP + gk, k1) : -1;
 #pragma unroll
     for (int i = 0; i < QPT; i++) {
-        const int idx = tid + i * 128;
-        *reinterpret_cast<uint4 *>(sq + attn_swz<D>(idx / (D / 8), idx % (D / 8))) = qv[i];
+        const int idx = tid + i * NT;
+        if (idx < QCH) *reinterpret_cast<uint4 *>(sq + attn_swz<D>(idx / (D / 8), idx % (D / 8))) = qv[i];
     }
     /* One row tile (16 rows) of q stays in registers as MMA fragments for the whole key loop
      * (D/4 registers) instead of D/16 shared-memory loads per tile: where the registers are
@@ -275,21 +337,22 @@ __global__ void __launch_bounds__(128, MINB) attn_decode_kernel(const dec_args a
         for (int dn = 0; dn < D / 8; dn++) acc[mt][dn][0] = acc[mt][dn][1] = acc[mt][dn][2] = acc[mt][dn][3] = 0.0f;
     }
 
-    /* 2. the key tiles */
-    for (int it = 0; it < n_tiles; it++) {
+    /* 2. the key steps */
+    for (int it = 0; it < n_steps; it++) {
         attn_cp_wait<C::STAGES - 2>();
-        __syncthreads(); /* tile `it` landed for all; everyone is done with the stage refilled next */
+        __syncthreads(); /* step `it` landed for all; everyone is done with the stage refilled next */
+        if (it == 0) dec_stamp(1);
         {
             const int nt = it + C::STAGES - 1;
-            if (nt < n_tiles) {
-                dec_load_tile<D, ST>(a.kv, pb, h, k0 + nt * C::TILE, k1, ring + (nt % C::STAGES) * C::STAGE_BYTES, tid,
-                                     next_page);
-                if (nt + 1 < n_tiles) next_page = dec_tile_page(a.kv, pb, k0 + (nt + 1) * C::TILE, k1);
+            if (nt < n_steps) {
+                dec_load_tile<D>(a.kv, pb, h, k0 + nt * C::STEP + gk, k1,
+                                 ring + (nt % C::STAGES) * C::STAGE_BYTES + gslot, gtid, next_page);
+                if (nt + 1 < n_steps) next_page = dec_tile_page(a.kv, pb, k0 + (nt + 1) * C::STEP + gk, k1);
             }
             attn_cp_commit();
         }
-        const uint32_t kb = ring + (it % C::STAGES) * C::STAGE_BYTES, vb = kb + C::KV_BYTES;
-        const int t0 = k0 + it * C::TILE + warp * 16; /* this warp's 16 keys */
+        const uint32_t kb = ring + (it % C::STAGES) * C::STAGE_BYTES + gslot, vb = kb + C::KV_BYTES;
+        const int t0 = k0 + it * C::STEP + gk + gw * 16; /* this warp's 16 keys */
 
         /* S = Q K^T: [16*MT rows] x [16 keys] */
         float sc[MT][2][4];
@@ -300,7 +363,7 @@ __global__ void __launch_bounds__(128, MINB) attn_decode_kernel(const dec_args a
 #pragma unroll
         for (int ks = 0; ks < D / 16; ks++) {
             uint32_t kf[4];
-            attn_ldsm_x4(kf, kb + attn_swz<D>(warp * 16 + (lane & 7) + ((lane >> 4) << 3), 2 * ks + ((lane >> 3) & 1)));
+            attn_ldsm_x4(kf, kb + attn_swz<D>(gw * 16 + (lane & 7) + ((lane >> 4) << 3), 2 * ks + ((lane >> 3) & 1)));
 #pragma unroll
             for (int mt = 0; mt < MT; mt++) {
                 if (QREG) {
@@ -337,7 +400,7 @@ __global__ void __launch_bounds__(128, MINB) attn_decode_kernel(const dec_args a
 #pragma unroll
         for (int dp = 0; dp < D / 16; dp++) {
             uint32_t vf[4];
-            attn_ldsm_x4_t(vf, vb + attn_swz<D>(warp * 16 + (lane & 7) + (((lane >> 3) & 1) << 3), 2 * dp + (lane >> 4)));
+            attn_ldsm_x4_t(vf, vb + attn_swz<D>(gw * 16 + (lane & 7) + (((lane >> 3) & 1) << 3), 2 * dp + (lane >> 4)));
 #pragma unroll
             for (int mt = 0; mt < MT; mt++) {
                 attn_mma(acc[mt][2 * dp], pa[mt], vf[0], vf[1]);
@@ -349,10 +412,14 @@ __global__ void __launch_bounds__(128, MINB) attn_decode_kernel(const dec_args a
     /* 3. the warps' states into shared memory (the ring is free once every copy landed) */
     attn_cp_wait<0>();
     __syncthreads();
+    dec_stamp(2);
+    /* the next kernel on the stream may be scheduled once every block is here (its blocks
+     * take the multiprocessors this grid's tail leaves idle, and wait for its completion) */
+    attn_grid_dep_launch();
     constexpr int R = 16 * MT;
-    float *so = reinterpret_cast<float *>(smem); /* [4][R][D] */
-    float *sm = so + 4 * R * D;                  /* [4][R] */
-    float *sl = sm + 4 * R;                      /* [4][R] */
+    float *so = reinterpret_cast<float *>(smem); /* [NW][R][D] */
+    float *sm = so + NW * R * D;                 /* [NW][R] */
+    float *sl = sm + NW * R;                     /* [NW][R] */
 #pragma unroll
     for (int mt = 0; mt < MT; mt++)
 #pragma unroll
@@ -367,16 +434,17 @@ __global__ void __launch_bounds__(128, MINB) attn_decode_kernel(const dec_args a
         }
     __syncthreads();
 
-    /* 4. merge the 4 warps in order and write the final output or the partition's state */
-    for (int idx = tid; idx < R * D; idx += 128) {
+    /* 4. merge the warps in order and write the final output or the partition's state (the
+     *    block's real rows only: a GQA group of 4 fills 4 of its 16) */
+    const int nr = min(R, a.rows - row0);
+    for (int idx = tid; idx < nr * D; idx += NT) {
         const int r = idx / D, c = idx % D, gr = row0 + r;
-        if (gr >= a.rows) continue;
         float M = -INFINITY;
 #pragma unroll
-        for (int w = 0; w < 4; w++) M = fmaxf(M, sm[w * R + r]);
+        for (int w = 0; w < NW; w++) M = fmaxf(M, sm[w * R + r]);
         float L = 0.0f, O = 0.0f;
 #pragma unroll
-        for (int w = 0; w < 4; w++) {
+        for (int w = 0; w < NW; w++) {
             const float mw = sm[w * R + r];
             const float f = mw == -INFINITY ? 0.0f : attn_exp2(mw - M);
             L += f * sl[w * R + r];
@@ -396,32 +464,40 @@ __global__ void __launch_bounds__(128, MINB) attn_decode_kernel(const dec_args a
             if (c == 0) a.ws_lse[prow] = lse;
         }
     }
+    dec_stamp(3);
     if (direct) return;
 
-    /* 5. arrival: the last block of this (sequence, head, row tile) merges the partitions */
+    /* 5. arrival: the last block of this (sequence, head, row tile) merges the partitions. The
+     *    barrier orders the block's state writes before thread 0's count, whose release (at
+     *    GPU scope, cumulative over what the barrier ordered) publishes them; its acquire, in
+     *    the last block, orders every other block's published state before the merge's reads
+     *    (which the second barrier extends to the whole block). One fence per block, not 128. */
     __shared__ int s_last;
-    __threadfence(); /* this thread's partial state is visible device-wide before the count */
     __syncthreads();
     if (tid == 0) {
         unsigned *cnt = a.ws_cnt + (size_t)s * gridDim.y + blockIdx.y;
-        const bool last = atomicAdd(cnt, 1u) == (unsigned)(n_used - 1);
+        const bool last = attn_atomic_add_acq_rel(cnt, 1u) == (unsigned)(n_used - 1);
         if (last) atomicExch(cnt, 0u); /* every other block has counted: ready for the next call */
-        __threadfence(); /* the others' states, fenced before their counts, are read after ours */
         s_last = last;
     }
     __syncthreads();
-    if (s_last) dec_merge<D, R>(a, s, h, row0, n_used, smem, tid);
+    dec_stamp(4);
+    if (s_last) {
+        /* states loaded per group: 2 x 16 in flight at d=128 with no register bound (variant
+         * 0: 210 registers, one 8-warp block per SM), else 2 x 8 (the 3-4 blocks per SM of
+         * variants 1 and 2 bound the registers; d=64 merges fewer columns per item) */
+        dec_merge<D, R, MINB == 1 && D == 128 ? 16 : 8, NT>(a, s, h, row0, n_used, smem, tid);
+        dec_stamp(5);
+    }
 }
 
-template <int D, int MT, int ST, int MINB>
+template <int D, int MT, int ST, int MINB, int NW>
 static akv_status dec_launch(const dec_args &a, dim3 grid, cudaStream_t stream) {
-    using C = dec_cfg<D, ST>;
+    using C = dec_cfg<D, ST, NW>;
     static_assert(C::SMEM <= 227 * 1024, "decode block fits an H100/H200 SM");
-    AKV_CUDA_TRY(cudaFuncSetAttribute(attn_decode_kernel<D, MT, ST, MINB>,
+    AKV_CUDA_TRY(cudaFuncSetAttribute(attn_decode_kernel<D, MT, ST, MINB, NW>,
                                       cudaFuncAttributeMaxDynamicSharedMemorySize, C::SMEM));
-    attn_decode_kernel<D, MT, ST, MINB><<<grid, 128, C::SMEM, stream>>>(a);
-    AKV_CUDA_TRY(cudaGetLastError());
-    return AKV_OK;
+    return attn_launch_dependent(attn_decode_kernel<D, MT, ST, MINB, NW>, grid, C::NT, C::SMEM, stream, a);
 }
 
 static akv_status dec_check(const akv_attn_decode *p, const char *op) {
@@ -434,21 +510,52 @@ static akv_status dec_check(const akv_attn_decode *p, const char *op) {
     return attn_cuda_align_check(p->q, (uint64_t)q_stride * akv_dtype_size(p->q_dtype), "q", op);
 }
 
-/* The split of a checked decode for one variant, on the current device. */
-static akv_status dec_split(const akv_attn_decode *p, uint32_t variant, akv_attn_split *out) {
+/* The variant (akv_attn_decode_variant_fit) and split of a checked decode on the current
+ * device. */
+static akv_status dec_split(const akv_attn_decode *p, uint32_t *variant, akv_attn_split *out) {
     uint32_t n_sm;
     size_t smem;
     akv_status st = attn_cuda_device(&n_sm, &smem);
     if (st != AKV_OK) return st;
+    *variant = akv_attn_decode_variant_fit(p->kv.n_seq ? p->kv.n_seq : 1, p->kv.head_dim, smem);
     return akv_attn_split_plan_variant((uint64_t)p->kv.max_pages * p->kv.page_tokens,
                                        p->kv.n_seq ? p->kv.n_seq : 1, p->kv.n_kv_heads,
-                                       p->kv.head_dim, n_sm, smem, variant, out);
+                                       p->kv.head_dim, n_sm, smem, *variant, out);
+}
+
+extern "C" akv_status akv_attn_cuda_decode_timeline(akv_attn_timeline_block *out, uint32_t max,
+                                                    uint32_t *n_blocks) {
+#ifdef AKV_ATTN_TIMELINE
+    if (!out || !n_blocks) {
+        AKV_LOG_E("attn timeline: NULL argument");
+        return AKV_EINVAL;
+    }
+    AKV_CUDA_TRY(cudaDeviceSynchronize());
+    unsigned grid = 0;
+    AKV_CUDA_TRY(cudaMemcpyFromSymbol(&grid, dec_tl_grid, sizeof grid));
+    *n_blocks = grid;
+    const uint32_t n = grid < max ? grid : max < DEC_TL_MAX ? max : DEC_TL_MAX;
+    static unsigned long long t[DEC_TL_MAX][12];
+    static unsigned sm[DEC_TL_MAX];
+    AKV_CUDA_TRY(cudaMemcpyFromSymbol(t, dec_tl, (size_t)n * sizeof t[0]));
+    AKV_CUDA_TRY(cudaMemcpyFromSymbol(sm, dec_tl_smid, (size_t)n * sizeof sm[0]));
+    for (uint32_t b = 0; b < n; b++) {
+        out[b].smid = sm[b];
+        for (int i = 0; i < 6; i++) out[b].ns[i] = t[b][i], out[b].clk[i] = t[b][6 + i];
+    }
+    return AKV_OK;
+#else
+    (void)out, (void)max, (void)n_blocks;
+    AKV_LOG_E("attn timeline: this build has none (cmake -DAKV_ATTN_TIMELINE=ON)");
+    return AKV_EUNSUPPORTED;
+#endif
 }
 
 extern "C" akv_status akv_attn_cuda_decode_split(const akv_attn_decode *p, akv_attn_split *out) {
     akv_status st = dec_check(p, "cuda decode split");
     if (st != AKV_OK) return st;
-    return dec_split(p, akv_attn_decode_variant_for(p->kv.n_seq), out);
+    uint32_t variant;
+    return dec_split(p, &variant, out);
 }
 
 extern "C" akv_status akv_attn_cuda_decode(const akv_attn_decode *p, akv_dptr workspace,
@@ -458,8 +565,8 @@ extern "C" akv_status akv_attn_cuda_decode(const akv_attn_decode *p, akv_dptr wo
     if (st != AKV_OK || p->kv.n_seq == 0) return st;
     akv_attn_split sp;
     size_t need = 0, lse_off = 0, cnt_off = 0;
-    const uint32_t variant = akv_attn_decode_variant_for(p->kv.n_seq); /* the split and the ring agree */
-    if ((st = dec_split(p, variant, &sp)) != AKV_OK) return st;
+    uint32_t variant; /* the split and the ring agree */
+    if ((st = dec_split(p, &variant, &sp)) != AKV_OK) return st;
     if ((st = akv__attn_decode_workspace_layout(p, &sp, &lse_off, &cnt_off, &need)) != AKV_OK) return st;
     if (need > 0 && (workspace_bytes < need || workspace.addr == 0 || workspace.addr % 256 != 0)) {
         AKV_LOG_E("attn %s: the workspace (0x%llx, %zu bytes) is not a 256-aligned buffer of the %zu bytes "
@@ -496,11 +603,16 @@ extern "C" akv_status akv_attn_cuda_decode(const akv_attn_decode *p, akv_dptr wo
     const dim3 grid(sp.n_parts, p->kv.n_kv_heads * n_row_tiles, p->kv.n_seq);
     /* the ring depth of the variant: must match what the plan sized the split for */
     const uint32_t stages = akv__attn_decode_stages((uint32_t)D, variant);
-    if (D == 128 && stages == 3) st = mt == 1 ? dec_launch<128, 1, 3, 1>(a, grid, cs) : dec_launch<128, 2, 3, 1>(a, grid, cs);
+    const uint32_t warps = akv__attn_decode_warps(variant);
+    if (warps == 8 && D == 128 && stages == 3) st = mt == 1 ? dec_launch<128, 1, 3, 1, 8>(a, grid, cs) : dec_launch<128, 2, 3, 1, 8>(a, grid, cs);
+    else if (warps == 8 && D == 64 && stages == 4) st = mt == 1 ? dec_launch<64, 1, 4, 1, 8>(a, grid, cs) : dec_launch<64, 2, 4, 1, 8>(a, grid, cs);
     /* d=128 with 32 rows needs 235 registers: bound to 3 blocks per SM it spills, so it keeps
      * 2 (the plan counts 3; only GQA groups above 4 x queries take it) */
-    else if (D == 128) st = mt == 1 ? dec_launch<128, 1, 2, 3>(a, grid, cs) : dec_launch<128, 2, 2, 1>(a, grid, cs);
-    else if (stages == 4) st = mt == 1 ? dec_launch<64, 1, 4, 1>(a, grid, cs) : dec_launch<64, 2, 4, 1>(a, grid, cs);
-    else st = mt == 1 ? dec_launch<64, 1, 3, 4>(a, grid, cs) : dec_launch<64, 2, 3, 4>(a, grid, cs);
+    else if (warps == 4 && D == 128 && stages == 2) st = mt == 1 ? dec_launch<128, 1, 2, 3, 4>(a, grid, cs) : dec_launch<128, 2, 2, 1, 4>(a, grid, cs);
+    else if (warps == 4 && D == 64 && stages == 3) st = mt == 1 ? dec_launch<64, 1, 3, 4, 4>(a, grid, cs) : dec_launch<64, 2, 3, 4, 4>(a, grid, cs);
+    else {
+        AKV_LOG_E("attn %s: no decode kernel for head dim %d, %u stages, %u warps", op, D, stages, warps);
+        st = AKV_EUNSUPPORTED;
+    }
     return st; /* the merge is fused: the last block of each (sequence, head) does it */
 }

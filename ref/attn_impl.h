@@ -36,6 +36,8 @@ akv_status akv__attn_decode_workspace_layout(const akv_attn_decode *p, const akv
 /* cp.async ring depth (tiles of 64 keys) of the CUDA decode block for head dim 64/128 and a
  * decode variant (0 for other head dims); akv_attn_decode_smem_bytes_variant follows it. */
 uint32_t akv__attn_decode_stages(uint32_t head_dim, uint32_t variant);
+/* Warps per CUDA decode block of a variant (4 or 8: a step is warps/4 tiles). */
+uint32_t akv__attn_decode_warps(uint32_t variant);
 
 /* Whether `t` is one of the dtypes the reference reads and writes (f32, f16, bf16). */
 bool akv__attn_dtype_ok(akv_dtype t);

@@ -25,20 +25,26 @@
         return AKV_EINVAL;                                                                         \
     } while (0)
 
-/* Ring depth of the CUDA decode block per head dim and variant (akv/attn.h: variants 1
- * and 2 trade a stage for one more resident block per multiprocessor). */
+/* Warps per CUDA decode block (akv/attn.h): 8 in variant 0 (one block per multiprocessor for
+ * a lone sequence), 4 in variants 1 and 2. */
+uint32_t akv__attn_decode_warps(uint32_t variant) {
+    return variant == 0 ? 8 : 4;
+}
+
+/* Ring depth in steps (a step: warps/4 tiles of 64 keys) per head dim and variant: variant 0
+ * 3 steps of two tiles at d=128, 4 at d=64; variants 1 and 2 two and three tiles. */
 uint32_t akv__attn_decode_stages(uint32_t head_dim, uint32_t variant) {
     if (head_dim != 64 && head_dim != 128) return 0;
     if (variant == 0) return head_dim == 128 ? 3 : 4;
     return head_dim == 128 ? 2 : 3;
 }
 
-/* Mirrors the CUDA decode block (cuda/attn_decode.cu): `stages` tiles of 64 keys of K and
- * V in bf16, plus the query tile (32 rows). The kernel asserts the same figure. */
+/* Mirrors the CUDA decode block (cuda/attn_decode.cu): `stages` steps of warps/4 tiles of 64
+ * keys of K and V in bf16, plus the query tile (32 rows). The kernel asserts the same figure. */
 size_t akv_attn_decode_smem_bytes_variant(uint32_t head_dim, uint32_t variant) {
     size_t stages = akv__attn_decode_stages(head_dim, variant);
     if (stages == 0 || variant >= AKV_ATTN_DECODE_VARIANTS) return 0;
-    return stages * AKV_ATTN_TILE_TOKENS * head_dim * 2 * 2 + 32u * head_dim * 2;
+    return stages * (akv__attn_decode_warps(variant) / 4) * AKV_ATTN_TILE_TOKENS * head_dim * 2 * 2 + 32u * head_dim * 2;
 }
 
 size_t akv_attn_decode_smem_bytes(uint32_t head_dim) {
@@ -61,6 +67,13 @@ uint32_t akv_attn_decode_variant(void) {
 uint32_t akv_attn_decode_variant_for(uint32_t n_seq) {
     uint32_t v = akv_attn_decode_variant();
     return v != AKV_ATTN_DECODE_AUTO ? v : n_seq > 1 ? 2u : 0u;
+}
+
+uint32_t akv_attn_decode_variant_fit(uint32_t n_seq, uint32_t head_dim, size_t smem_per_block) {
+    uint32_t v = akv_attn_decode_variant_for(n_seq);
+    if (akv_attn_decode_variant() == AKV_ATTN_DECODE_AUTO && akv_attn_decode_smem_bytes_variant(head_dim, v) > smem_per_block)
+        v = 2; /* the smallest block */
+    return v;
 }
 
 akv_status akv_attn_decode_variant_set(uint32_t variant) {
@@ -251,6 +264,18 @@ static uint64_t split_waves(void) {
     return (uint64_t)waves;
 }
 
+/* AKV_ATTN_PARTS (1..AKV_ATTN_MAX_PARTS): a cap on the partition count, a tuning override
+ * for benchmarks, read once; 0 = none. */
+static uint64_t split_parts_cap(void) {
+    static int cap = -1; /* -1: not read yet; racing first reads store the same value */
+    if (cap < 0) {
+        const char *e = getenv("AKV_ATTN_PARTS");
+        int c = e ? atoi(e) : 0;
+        cap = c >= 1 && c <= AKV_ATTN_MAX_PARTS ? c : 0;
+    }
+    return (uint64_t)cap;
+}
+
 /* Variant 2's rule for a batch: the number of partitions such that the blocks fill whole
  * rounds of `slots` resident blocks. n0 partitions (at most `waves` rounds) make
  * ceil(n0*per_part/slots) rounds; a last round under half full is dropped (its blocks would
@@ -282,9 +307,12 @@ akv_status akv_attn_split_plan_variant(uint64_t capacity_tokens, uint32_t n_seq,
     if (bps > SPLIT_MAX_BLOCKS_PER_SM) bps = SPLIT_MAX_BLOCKS_PER_SM;
     uint64_t slots = bps * n_sm, per_part = (uint64_t)n_kv_heads * n_seq;
     uint64_t n_parts = ceil_div(capacity_tokens, SPLIT_MIN_PART_TOKENS);
+    /* partitions are whole steps of the block */
+    const uint64_t step = (uint64_t)AKV_ATTN_TILE_TOKENS * (akv__attn_decode_warps(variant) / 4);
     if (variant < 2) {
-        /* one wave for one sequence (more partitions only add merge work), `waves` over a batch */
-        uint64_t fill = ceil_div(slots, n_kv_heads);
+        /* one sequence: one wave and no block of a second one (every partition is merge work
+         * on the sequence's critical path); `waves` over a batch */
+        uint64_t fill = n_seq == 1 ? (slots >= n_kv_heads ? slots / n_kv_heads : 1) : ceil_div(slots, n_kv_heads);
         uint64_t fill_batch = ceil_div(split_waves() * slots, per_part);
         if (fill_batch < fill) fill = fill_batch;
         if (fill > AKV_ATTN_MAX_PARTS) fill = AKV_ATTN_MAX_PARTS;
@@ -297,8 +325,9 @@ akv_status akv_attn_split_plan_variant(uint64_t capacity_tokens, uint32_t n_seq,
         if (n_parts > fill) n_parts = fill;
         if (n_seq > 1 && n_parts > 1) n_parts = split_whole_rounds(n_parts, per_part, slots);
     }
+    if (split_parts_cap() && n_parts > split_parts_cap()) n_parts = split_parts_cap();
     if (n_parts < 1) n_parts = 1;
-    uint64_t part = ceil_div(ceil_div(capacity_tokens, n_parts), AKV_ATTN_TILE_TOKENS) * AKV_ATTN_TILE_TOKENS;
+    uint64_t part = ceil_div(ceil_div(capacity_tokens, n_parts), step) * step;
     if (part > UINT32_MAX) BAD("attn split: capacity %llu tokens is too large", (unsigned long long)capacity_tokens);
     out->part_tokens = (uint32_t)part;
     out->n_parts = (uint32_t)ceil_div(capacity_tokens, part);
@@ -309,7 +338,7 @@ akv_status akv_attn_split_plan(uint64_t capacity_tokens, uint32_t n_seq, uint32_
                                uint32_t head_dim, uint32_t n_sm, size_t smem_per_block,
                                akv_attn_split *out) {
     return akv_attn_split_plan_variant(capacity_tokens, n_seq, n_kv_heads, head_dim, n_sm, smem_per_block,
-                                       akv_attn_decode_variant_for(n_seq), out);
+                                       akv_attn_decode_variant_fit(n_seq, head_dim, smem_per_block), out);
 }
 
 akv_status akv__attn_decode_workspace_layout(const akv_attn_decode *p, const akv_attn_split *split,

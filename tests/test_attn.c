@@ -485,20 +485,22 @@ static void test_split_plan(void) {
     CHECK_EQ_INT(sp.n_parts, 32); /* the same 128 keys at d=64 */
     CHECK_EQ_INT(sp.part_tokens, 128);
     CHECK_OK(akv_attn_split_plan(32768, 1, 3, 64, 132, h200_smem, &sp));
-    CHECK_EQ_INT(sp.n_parts, 128); /* three blocks per SM: ceil(396 / 3) = 132 -> 256 keys each */
-    CHECK_EQ_INT(sp.part_tokens, 256);
+    /* one 8-warp block per SM, one wave: floor(132 / 3) = 44 -> 745 keys, rounded to whole
+     * steps of 128 -> 768 keys, 43 parts */
+    CHECK_EQ_INT(sp.n_parts, 43);
+    CHECK_EQ_INT(sp.part_tokens, 768);
     CHECK_OK(akv_attn_split_plan(131072, 1, 8, 128, 132, h200_smem, &sp));
-    CHECK_EQ_INT(sp.n_parts, 33); /* two blocks per SM: ceil(264 / 8) */
-    CHECK_EQ_INT(sp.part_tokens, 4032);
-    /* variant 0 over a batch shares one wave: 8 sequences x 8 heads, ceil(264 / 64) = 5
-     * parts of 820 keys, rounded to 832 */
+    CHECK_EQ_INT(sp.n_parts, 16); /* floor(132 / 8) */
+    CHECK_EQ_INT(sp.part_tokens, 8192);
+    /* variant 0 over a batch shares one wave: 8 sequences x 8 heads, ceil(132 / 64) = 3
+     * parts of 1366 keys, rounded to 1408 */
     CHECK_OK(akv_attn_split_plan_variant(4096, 8, 8, 128, 132, h200_smem, 0, &sp));
-    CHECK_EQ_INT(sp.n_parts, 5);
-    CHECK_EQ_INT(sp.part_tokens, 832);
+    CHECK_EQ_INT(sp.n_parts, 3);
+    CHECK_EQ_INT(sp.part_tokens, 1408);
     CHECK_OK(akv_attn_split_plan_variant(32768, 32, 8, 128, 132, h200_smem, 0, &sp));
-    CHECK_EQ_INT(sp.n_parts, 2); /* ceil(264 / 256) */
+    CHECK_EQ_INT(sp.n_parts, 1); /* ceil(132 / 256) */
     CHECK_OK(akv_attn_split_plan_variant(131072, 2, 8, 128, 132, h200_smem, 0, &sp));
-    CHECK_EQ_INT(sp.n_parts, 17); /* ceil(264 / 16) */
+    CHECK_EQ_INT(sp.n_parts, 9); /* ceil(132 / 16) */
     CHECK_OK(akv_attn_split_plan_variant(32768, 200, 8, 128, 132, h200_smem, 0, &sp));
     CHECK_EQ_INT(sp.n_parts, 1); /* more sequences than a wave: one partition each */
     /* AUTO (the default): variant 0 for one sequence, 2 for a batch (6 x 704 at 8 x 4K: three
@@ -513,6 +515,15 @@ static void test_split_plan(void) {
         CHECK_OK(akv_attn_split_plan_variant(131072, 1, 8, 128, 132, h200_smem, 0, &sv));
         CHECK_OK(akv_attn_split_plan(131072, 1, 8, 128, 132, h200_smem, &sp));
         CHECK_EQ_INT(sp.n_parts, sv.n_parts);
+        /* a device whose blocks take less shared memory (an A100's 163 KiB): variant 0's
+         * 200 KiB block does not fit, AUTO plans variant 2 instead */
+        CHECK_EQ_INT(akv_attn_decode_variant_fit(1, 128, h200_smem), 0);
+        CHECK_EQ_INT(akv_attn_decode_variant_fit(1, 128, 163 * 1024), 2);
+        CHECK_EQ_INT(akv_attn_decode_variant_fit(1, 64, 163 * 1024), 0); /* 132 KiB fits */
+        CHECK_OK(akv_attn_split_plan(32768, 1, 8, 128, 132, 163 * 1024, &sp));
+        CHECK_OK(akv_attn_split_plan_variant(32768, 1, 8, 128, 132, 163 * 1024, 2, &sv));
+        CHECK_EQ_INT(sp.n_parts, sv.n_parts);
+        CHECK_EQ_INT(sp.part_tokens, sv.part_tokens);
     }
     CHECK_STATUS(akv_attn_decode_variant_set(7), AKV_EINVAL);
     CHECK_STATUS(akv_attn_split_plan(1024, 0, 8, 128, 132, h200_smem, &sp), AKV_EINVAL);
@@ -539,7 +550,8 @@ static void test_split_plan(void) {
     }
     /* variants (akv/attn.h): the ring's shared memory sets blocks_per_sm; variant 2 keeps
      * whole rounds of blocks */
-    CHECK_EQ_U64(akv_attn_decode_smem_bytes_variant(128, 0), 3 * 32768 + 8192);
+    CHECK_EQ_U64(akv_attn_decode_smem_bytes_variant(128, 0), 3 * 2 * 32768 + 8192); /* 3 steps of 2 tiles */
+    CHECK_EQ_U64(akv_attn_decode_smem_bytes_variant(64, 0), 4 * 2 * 16384 + 4096);
     CHECK_EQ_U64(akv_attn_decode_smem_bytes_variant(128, 1), 2 * 32768 + 8192);
     CHECK_EQ_U64(akv_attn_decode_smem_bytes_variant(64, 2), 3 * 16384 + 4096);
     CHECK_EQ_U64(akv_attn_decode_smem_bytes_variant(128, AKV_ATTN_DECODE_VARIANTS), 0);

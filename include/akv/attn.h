@@ -185,15 +185,18 @@ static inline akv_dptr akv_attn_host_ptr(const void *p) {
  * bytes of shared memory a block may opt into (akv_dev_info's fields). The rule, for head
  * dim d:
  *   blocks_per_sm = clamp(smem_per_block / akv_attn_decode_smem_bytes(d), 1, 4)
- *   fill          = min(ceil(blocks_per_sm * n_sm / n_kv_heads),
- *                       ceil(waves * blocks_per_sm * n_sm / (n_kv_heads * n_seq)))
- *                   one wave for a single sequence (more partitions only add merge work),
- *                   `waves` = 1 wave of blocks over a batch too (the environment variable
- *                   AKV_ATTN_WAVES = 1..16 overrides it, for tuning); chosen by measurement,
- *                   docs/attention.md
+ *   fill          = floor(blocks_per_sm * n_sm / n_kv_heads) (at least 1) for a single
+ *                   sequence: one wave and no block of a second (every partition is merge
+ *                   work on its critical path); over a batch
+ *                   min(ceil(blocks_per_sm * n_sm / n_kv_heads),
+ *                       ceil(waves * blocks_per_sm * n_sm / (n_kv_heads * n_seq))),
+ *                   `waves` = 1 (the environment variable AKV_ATTN_WAVES = 1..16 overrides
+ *                   it, and AKV_ATTN_PARTS = 1..1024 caps n_parts, for tuning); chosen by
+ *                   measurement, docs/attention.md
  *   min_part      = 128 keys (two tiles: what a block puts in flight before its first wait)
  *   n_parts       = clamp(ceil(capacity / min_part), 1, min(fill, AKV_ATTN_MAX_PARTS))
- *   part_tokens   = round_up(ceil(capacity / n_parts), 64); n_parts = ceil(capacity / part_tokens)
+ *   step          = 64 keys x warps/4 (a step of the variant's block: 128 for variant 0)
+ *   part_tokens   = round_up(ceil(capacity / n_parts), step); n_parts = ceil(capacity / part_tokens)
  * There is no limit on the number of keys: a partition grows with the capacity.
  * AKV_EINVAL for zero inputs or a head dim other than 64/128; AKV_EUNSUPPORTED when the
  * device's shared memory cannot hold one decode block. */
@@ -202,9 +205,9 @@ akv_status akv_attn_split_plan(uint64_t capacity_tokens, uint32_t n_seq, uint32_
                                akv_attn_split *out);
 
 /* The same plan for an explicit decode variant (akv_attn_split_plan uses
- * akv_attn_decode_variant_for(n_seq)): a pure function of its arguments. Variants 0 and 1 follow the
- * rule above with their own blocks_per_sm; variant 2 takes floor instead of ceil in `fill`
- * and, over a batch, drops a last round of blocks that would be under half full:
+ * akv_attn_decode_variant_fit(n_seq, head_dim, smem_per_block)): a pure function of its
+ * arguments. Variants 0 and 1 follow the rule above with their own blocks_per_sm and step;
+ * variant 2 takes floor instead of ceil in `fill` over a batch too and, drops a last round of blocks that would be under half full:
  *   rounds = ceil(n_parts * n_kv_heads * n_seq / (blocks_per_sm * n_sm)); if the last round
  *   holds fewer than half the slots, n_parts = floor((rounds-1) * slots / (n_kv_heads * n_seq)).
  * AKV_EINVAL also for a variant >= AKV_ATTN_DECODE_VARIANTS. */
@@ -219,19 +222,21 @@ size_t akv_attn_decode_smem_bytes(uint32_t head_dim);
 size_t akv_attn_decode_smem_bytes_variant(uint32_t head_dim, uint32_t variant);
 
 /* Decode variants: alternative CUDA decode configurations, for A/B measurement.
- *   0  the default: a cp.async ring of 3 tiles at d=128 (2 blocks per SM on an H100/H200),
- *      4 at d=64 (3 blocks per SM).
- *   1  one stage less: 2 at d=128 (3 blocks per SM), 3 at d=64 (4 blocks per SM); the plan's
- *      blocks_per_sm follows the shared memory.
- *   2  variant 1's ring, and the whole-rounds split (akv_attn_split_plan_variant).
+ *   0  blocks of 8 warps taking two 64-key tiles per step, a cp.async ring of 3 steps at
+ *      d=128 (200 KiB: one block per SM on an H100/H200), 4 at d=64 (132 KiB, one per SM);
+ *      partitions are whole steps (128 keys).
+ *   1  blocks of 4 warps, one tile per step, a ring of 2 tiles at d=128 (3 blocks per SM), 3
+ *      at d=64 (4 blocks per SM); the plan's blocks_per_sm follows the shared memory.
+ *   2  variant 1's blocks, and the whole-rounds split (akv_attn_split_plan_variant).
  * Every variant gives results within the same tolerance of the float64 reference, bitwise
  * reproducible and independent of page placement; variants differ from each other in the
  * last bits (another split, another merge order).
  * The process's setting is AKV_ATTN_DECODE_AUTO unless AKV_ATTN_DECODE_VARIANT (0..2) is in
  * the environment at first use or akv_attn_decode_variant_set chose one. AUTO picks per call
  * (akv_attn_decode_variant_for): variant 0 for a single sequence, 2 for a batch, as measured
- * on the H200 (docs/attention.md: at batch 1 the extra partitions of 1 and 2 only add merge
- * work; at batch 8 variant 2 is up to 17 % faster at d=128). The choice depends on the batch
+ * on the H200 (docs/attention.md: a lone sequence's time after its key loop is the merge of
+ * its partitions, which 8-warp blocks halve at the same streaming rate; at batch 8 variant 2
+ * is up to 17 % faster at d=128 than 4-warp blocks with 3 tiles). The choice depends on the batch
  * size only, never on page placement, so resident and staged runs of one batch agree
  * bitwise. Set it only while no decode is being planned or launched (a process-wide
  * setting, not synchronised), and re-plan, re-size and re-zero decode workspaces after
@@ -240,6 +245,11 @@ uint32_t akv_attn_decode_variant(void);
 akv_status akv_attn_decode_variant_set(uint32_t variant);
 /* The variant a decode of n_seq sequences runs: the process's, or AUTO's choice. */
 uint32_t akv_attn_decode_variant_for(uint32_t n_seq);
+/* The same on a device whose blocks may opt into smem_per_block bytes of shared memory: under
+ * AUTO, variant 2 (the smallest block) where the choice's block does not fit (variant 0 takes
+ * 200 KiB at d=128: H100/H200 hold it, an A100's 163 KiB does not). akv_attn_split_plan and
+ * the CUDA decode plan and launch with it. */
+uint32_t akv_attn_decode_variant_fit(uint32_t n_seq, uint32_t head_dim, size_t smem_per_block);
 
 /* Device workspace a CUDA decode with these parameters and this split needs (partial
  * outputs and LSEs of every partition, and one arrival counter per sequence, K/V head and
@@ -300,12 +310,28 @@ void akv_attn_merge_state(uint32_t head_dim, float *o_a, float *lse_a, const flo
  * (every byte) once before its first call: it holds arrival counters that every completed
  * call leaves at zero again, so a workspace is zeroed once, not per call (a workspace from
  * a failed launch must be zeroed again). One workspace must not be shared by calls in
- * flight at the same time. */
+ * flight at the same time. The kernel is launched as a programmatic dependent of the
+ * stream's previous kernel (its blocks may be scheduled while that kernel finishes; they
+ * wait for its completion before touching memory) and lets the next one be scheduled once
+ * its key loops are done; AKV_ATTN_PDL=0 in the environment launches it plainly (A/B). */
 akv_status akv_attn_cuda_decode(const akv_attn_decode *p, akv_dptr workspace,
                                 size_t workspace_bytes, void *stream);
 
 /* The split a CUDA decode with these parameters uses on the current device. */
 akv_status akv_attn_cuda_decode_split(const akv_attn_decode *p, akv_attn_split *out);
+
+/* A profiling build's view of the last decode launch (cmake -DAKV_ATTN_TIMELINE=ON: thread
+ * 0 of every block stamps the global timer and its multiprocessor's clock at 6 points;
+ * AKV_EUNSUPPORTED in a normal build). Points: 0 block start, 1 first key tile landed, 2 key
+ * loop done, 3 output or partial state written, 4 arrival counted (split only), 5 merge done
+ * (only the block that merged); a point not reached reads 0. `ns` from %globaltimer (comparable across blocks), `clk` from clock64 (durations
+ * within a block). Fills up to `max` blocks in grid order (x fastest); *n_blocks = the grid
+ * size of that launch. Synchronises the device. */
+typedef struct akv_attn_timeline_block {
+    uint64_t ns[6], clk[6];
+    uint32_t smid;
+} akv_attn_timeline_block;
+akv_status akv_attn_cuda_decode_timeline(akv_attn_timeline_block *out, uint32_t max, uint32_t *n_blocks);
 
 /* Chunked causal prefill: writes k_new/v_new into the pages (when given), then attends
  * (flash-attention style, no key split: route chunks of <= 4 tokens to decode). */
