@@ -82,7 +82,8 @@ struct dec_cfg {
      * the query tile (both dead once the key loop is over) */
     static_assert(NW == 4 || NW == 8, "one or two groups of 4 warps");
     static_assert(STAGES >= 2, "one step loads while another is used");
-    static_assert(NW * 32 * D * 4 + 2 * NW * 32 * 4 <= SMEM, "scratch fits the ring and the query tile");
+    static constexpr int SO_STRIDE = D + 8; /* floats per scratch row (dec_kernel step 3) */
+    static_assert(NW * 32 * SO_STRIDE * 4 + 2 * NW * 32 * 4 <= SMEM, "scratch fits the ring and the query tile");
 };
 
 struct dec_args {
@@ -416,9 +417,12 @@ __global__ void __launch_bounds__(32 * NW, MINB) attn_decode_kernel(const dec_ar
     /* the next kernel on the stream may be scheduled once every block is here (its blocks
      * take the multiprocessors this grid's tail leaves idle, and wait for its completion) */
     attn_grid_dep_launch();
-    constexpr int R = 16 * MT;
-    float *so = reinterpret_cast<float *>(smem); /* [NW][R][D] */
-    float *sm = so + NW * R * D;                 /* [NW][R] */
+    /* Rows of the scratch are D + 8 floats apart: a warp's float2 stores cover 8 rows x 8
+     * banks, which at a stride of D (a multiple of 32 banks) all hit the same 8 banks (8
+     * wavefronts per store); 8 more floats put rows r and r+4 alone on their banks (2). */
+    constexpr int R = 16 * MT, SO = C::SO_STRIDE;
+    float *so = reinterpret_cast<float *>(smem); /* [NW][R][SO] */
+    float *sm = so + NW * R * SO;                /* [NW][R] */
     float *sl = sm + NW * R;                     /* [NW][R] */
 #pragma unroll
     for (int mt = 0; mt < MT; mt++)
@@ -429,7 +433,7 @@ __global__ void __launch_bounds__(32 * NW, MINB) attn_decode_kernel(const dec_ar
             if ((lane & 3) == 0) sm[warp * R + r] = m[mt][hf], sl[warp * R + r] = lsum;
 #pragma unroll
             for (int dn = 0; dn < D / 8; dn++)
-                *reinterpret_cast<float2 *>(so + (size_t)(warp * R + r) * D + dn * 8 + (lane & 3) * 2) =
+                *reinterpret_cast<float2 *>(so + (size_t)(warp * R + r) * SO + dn * 8 + (lane & 3) * 2) =
                     make_float2(acc[mt][dn][2 * hf], acc[mt][dn][2 * hf + 1]);
         }
     __syncthreads();
@@ -448,7 +452,7 @@ __global__ void __launch_bounds__(32 * NW, MINB) attn_decode_kernel(const dec_ar
             const float mw = sm[w * R + r];
             const float f = mw == -INFINITY ? 0.0f : attn_exp2(mw - M);
             L += f * sl[w * R + r];
-            O += f * so[(size_t)(w * R + r) * D + c];
+            O += f * so[(size_t)(w * R + r) * SO + c];
         }
         const bool empty = !(L > 0.0f);
         const float out = empty ? 0.0f : O / L;
