@@ -266,8 +266,9 @@ __global__ void __launch_bounds__(32 * NW, MINB) attn_decode_kernel(const dec_ar
     const int s = blockIdx.z;
     const int pb = a.kv.indptr[s];
     const int len = attn_seq_len(a.kv, s);
-    const int k0 = part * a.part_tokens;
-    const int k1 = min(k0 + a.part_tokens, len);
+    const int k0 = part * a.part_tokens; /* < capacity for every partition of the plan */
+    /* in unsigned: k0 + part_tokens may pass 2^31 - 1 (both are below it) */
+    const int k1 = (int)min((unsigned)k0 + (unsigned)a.part_tokens, (unsigned)len);
     const int n_used = len > 0 ? min(a.n_parts, (len - 1) / a.part_tokens + 1) : 0;
     const bool direct = n_used <= 1; /* this block alone writes the output */
     if (part > 0 && k0 >= len) return; /* an empty partition: nobody waits for it */
@@ -538,7 +539,8 @@ extern "C" akv_status akv_attn_cuda_decode_timeline(akv_attn_timeline_block *out
     unsigned grid = 0;
     AKV_CUDA_TRY(cudaMemcpyFromSymbol(&grid, dec_tl_grid, sizeof grid));
     *n_blocks = grid;
-    const uint32_t n = grid < max ? grid : max < DEC_TL_MAX ? max : DEC_TL_MAX;
+    uint32_t n = grid < max ? grid : max;
+    if (n > DEC_TL_MAX) n = DEC_TL_MAX;
     static unsigned long long t[DEC_TL_MAX][12];
     static unsigned sm[DEC_TL_MAX];
     AKV_CUDA_TRY(cudaMemcpyFromSymbol(t, dec_tl, (size_t)n * sizeof t[0]));

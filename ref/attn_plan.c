@@ -328,7 +328,12 @@ akv_status akv_attn_split_plan_variant(uint64_t capacity_tokens, uint32_t n_seq,
     if (split_parts_cap() && n_parts > split_parts_cap()) n_parts = split_parts_cap();
     if (n_parts < 1) n_parts = 1;
     uint64_t part = ceil_div(ceil_div(capacity_tokens, n_parts), step) * step;
-    if (part > UINT32_MAX) BAD("attn split: capacity %llu tokens is too large", (unsigned long long)capacity_tokens);
+    /* kernels hold positions in int: a partition is at most the largest whole number of
+     * steps under 2^31 (more partitions, should rounding up to a step pass it) */
+    const uint64_t part_max = (uint64_t)INT32_MAX / step * step;
+    if (part > part_max) part = part_max;
+    if (ceil_div(capacity_tokens, part) > AKV_ATTN_MAX_PARTS)
+        BAD("attn split: capacity %llu tokens is too large", (unsigned long long)capacity_tokens);
     out->part_tokens = (uint32_t)part;
     out->n_parts = (uint32_t)ceil_div(capacity_tokens, part);
     return AKV_OK;

@@ -529,6 +529,11 @@ static void test_split_plan(void) {
     CHECK_STATUS(akv_attn_split_plan(1024, 0, 8, 128, 132, h200_smem, &sp), AKV_EINVAL);
     CHECK_OK(akv_attn_split_plan(64, 1, 8, 128, 132, h200_smem, &sp));
     CHECK_EQ_INT(sp.n_parts, 1);
+    /* a partition holds positions in an int: rounding one partition up to whole steps past
+     * 2^31 - 1 takes a second one instead (2^31 - 64 keys, one partition for 256 K/V heads) */
+    CHECK_OK(akv_attn_split_plan_variant(2147483584ull, 1, 256, 128, 132, h200_smem, 0, &sp));
+    CHECK(sp.part_tokens <= INT32_MAX && sp.part_tokens % 128 == 0);
+    CHECK_EQ_INT(sp.n_parts, 2);
     /* no key limit: 2^31 keys still plan */
     CHECK_OK(akv_attn_split_plan((uint64_t)1 << 31, 1, 3, 64, 132, h200_smem, &sp));
     CHECK((uint64_t)sp.n_parts * sp.part_tokens >= (uint64_t)1 << 31);
@@ -556,7 +561,7 @@ static void test_split_plan(void) {
     CHECK_EQ_U64(akv_attn_decode_smem_bytes_variant(64, 2), 3 * 16384 + 4096);
     CHECK_EQ_U64(akv_attn_decode_smem_bytes_variant(128, AKV_ATTN_DECODE_VARIANTS), 0);
     CHECK_OK(akv_attn_split_plan_variant(32768, 1, 8, 128, 132, h200_smem, 1, &sp));
-    CHECK_EQ_INT(sp.n_parts, 47); /* three blocks per SM: ceil(396 / 8) = 50 -> 704 keys each */
+    CHECK_EQ_INT(sp.n_parts, 47); /* three blocks per SM: floor(396 / 8) = 49 -> 704 keys each */
     CHECK_EQ_INT(sp.part_tokens, 704);
     CHECK_OK(akv_attn_split_plan_variant(32768, 8, 8, 128, 132, h200_smem, 1, &sp));
     CHECK_EQ_INT(sp.n_parts, 7); /* ceil(396 / 64) */
@@ -572,7 +577,7 @@ static void test_split_plan(void) {
             uint64_t cap = 1 + test_rand_below(&rng, 1u << 22);
             uint32_t n_seq = 1 + (uint32_t)test_rand_below(&rng, 64), n_kv = 1 + (uint32_t)test_rand_below(&rng, 16);
             CHECK_OK(akv_attn_split_plan_variant(cap, n_seq, n_kv, i % 2 ? 64 : 128, 132, h200_smem, v, &sp));
-            CHECK(sp.part_tokens % AKV_ATTN_TILE_TOKENS == 0);
+            CHECK(sp.part_tokens % (v == 0 ? 2 * AKV_ATTN_TILE_TOKENS : AKV_ATTN_TILE_TOKENS) == 0); /* whole steps */
             CHECK((uint64_t)sp.n_parts * sp.part_tokens >= cap);
             CHECK((uint64_t)(sp.n_parts - 1) * sp.part_tokens < cap);
             CHECK(sp.n_parts >= 1 && sp.n_parts <= AKV_ATTN_MAX_PARTS);

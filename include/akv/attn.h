@@ -309,8 +309,9 @@ void akv_attn_merge_state(uint32_t head_dim, float *o_a, float *lse_a, const flo
  * of akv_attn_cuda_decode_split() (it may be 0 when that is 0), 256-byte aligned. Zero it
  * (every byte) once before its first call: it holds arrival counters that every completed
  * call leaves at zero again, so a workspace is zeroed once, not per call (a workspace from
- * a failed launch must be zeroed again). One workspace must not be shared by calls in
- * flight at the same time. The kernel is launched as a programmatic dependent of the
+ * a failed launch must be zeroed again, and so must one used before by a decode of another
+ * layout: another n_seq, split or n_query moves the counters onto bytes that held partial
+ * states). One workspace must not be shared by calls in flight at the same time. The kernel is launched as a programmatic dependent of the
  * stream's previous kernel (its blocks may be scheduled while that kernel finishes; they
  * wait for its completion before touching memory) and lets the next one be scheduled once
  * its key loops are done; AKV_ATTN_PDL=0 in the environment launches it plainly (A/B). */

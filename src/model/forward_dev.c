@@ -67,6 +67,7 @@ struct akv_forward_dev {
     akv_dptr blas_ws;     /* FDEV_CUBLAS_WS bytes, or 0 on the host backend */
     akv_dptr attn_ws;     /* decode workspace (own allocation, grown on demand) */
     size_t attn_ws_bytes;
+    uint32_t attn_ws_layout[3]; /* n_seq, n_parts, n_query of the decode that last used it */
     /* pinned host side */
     int32_t *io_h;        /* [2T + 2], the source of the io upload */
     float *logits_h;      /* [T][n_vocab] */
@@ -371,7 +372,11 @@ const akv_model_config *akv_forward_dev_config(const akv_forward_dev *f) {
     return &f->cfg;
 }
 
-/* The decode workspace for this table's split, grown when a longer capacity needs more. */
+/* The decode workspace for this table's split, grown when a longer capacity needs more. Its
+ * layout (where the arrival counters lie) follows the batch, the split and the query count:
+ * a decode with another layout than the last one's finds its counters where partial states
+ * were, so the workspace is zeroed again (a chunk of 2-4 prompt tokens decoded, then
+ * one-token steps; a capacity that changes the split). */
 static akv_status fdev_attn_ws(akv_forward_dev *f, const akv_attn_decode *d) {
     if (f->is_host) return AKV_OK; /* the ref needs none */
     akv_attn_split sp;
@@ -380,15 +385,23 @@ static akv_status fdev_attn_ws(akv_forward_dev *f, const akv_attn_decode *d) {
                                         d->kv.n_kv_heads, d->kv.head_dim, f->n_sm,
                                         f->smem_per_block, &sp);
     if (st || (st = akv_attn_decode_workspace_bytes(d, &sp, &need))) return st;
-    if (need <= f->attn_ws_bytes) return AKV_OK;
-    /* the free waits for the device to be idle: no decode in flight still uses the old one */
-    if ((st = akv_dev_mem_free(f->dev, f->attn_ws))) return st;
-    f->attn_ws = (akv_dptr){0}, f->attn_ws_bytes = 0;
-    if ((st = akv_dev_mem_alloc(f->dev, need, &f->attn_ws))) return st;
-    f->attn_ws_bytes = need;
+    if (need == 0) return AKV_OK; /* one partition: the workspace is not touched */
+    const uint32_t layout[3] = {d->kv.n_seq, sp.n_parts, d->n_query};
+    const bool same = memcmp(layout, f->attn_ws_layout, sizeof layout) == 0;
+    if (need <= f->attn_ws_bytes && same) return AKV_OK;
+    if (need > f->attn_ws_bytes) {
+        /* the free waits for the device to be idle: no decode in flight still uses the old one */
+        if ((st = akv_dev_mem_free(f->dev, f->attn_ws))) return st;
+        f->attn_ws = (akv_dptr){0}, f->attn_ws_bytes = 0;
+        memset(f->attn_ws_layout, 0, sizeof f->attn_ws_layout);
+        if ((st = akv_dev_mem_alloc(f->dev, need, &f->attn_ws))) return st;
+        f->attn_ws_bytes = need;
+    }
     /* the split's arrival counters start at zero (akv/attn.h); every completed decode leaves
-     * them at zero. On the compute queue, so it is ordered before the first decode. */
-    return akv_dev_memset_async(f->dev, AKV_QUEUE_COMPUTE, f->attn_ws, 0, need);
+     * them at zero. On the compute queue, so it is ordered before the decode. */
+    if ((st = akv_dev_memset_async(f->dev, AKV_QUEUE_COMPUTE, f->attn_ws, 0, need))) return st;
+    memcpy(f->attn_ws_layout, layout, sizeof layout);
+    return AKV_OK;
 }
 
 /* The layer's attention: K/V into the pages, then attend (Q, K, V are the f32 qkv rows). */

@@ -403,6 +403,9 @@ int main(void) {
         if (!CHECK(m != NULL)) break;
         compare_cuda(m, 16, 37, 8, TOL_F32, "llama, prefill kernel");
         compare_cuda(m, 3, 10, 4, TOL_F32, "llama, decode kernel chunks");
+        /* 3-query decodes past the first partition (partial states in the workspace), then
+         * one-query steps: another workspace layout, zeroed again (forward_dev) */
+        compare_cuda(m, 3, 301, 6, TOL_F32, "llama, decode kernel chunks past a partition");
         compare_cuda(m, 64, 1, 40, TOL_F32, "llama, decode only");
         greedy(m, 9, 16, TOL_F32, "llama");
         fx_graph_vs_eager(akv_dev_cuda_backend(), m, 16, 5, 40, &rng);
