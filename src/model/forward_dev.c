@@ -576,6 +576,13 @@ static akv_status fdev_replay(akv_forward_dev *f, const akv_fwd_embed_args *e,
     return AKV_OK;
 }
 
+/* A failed step may leave a decode's arrival counters half counted (a fault may show only at
+ * a later wait): the next decode zeroes its workspace again (fdev_attn_ws). */
+static akv_status fdev_failed(akv_forward_dev *f, akv_status st) {
+    memset(f->attn_ws_layout, 0, sizeof f->attn_ws_layout);
+    return st;
+}
+
 akv_status akv_forward_dev_run(akv_forward_dev *f, const int32_t *tokens, uint32_t n,
                                uint32_t pos0, const akv_forward_kv *kv, float *logits,
                                bool all_logits) {
@@ -602,7 +609,8 @@ akv_status akv_forward_dev_run(akv_forward_dev *f, const int32_t *tokens, uint32
         /* A record that completed on a faulted queue stays failed after the device recovers:
          * then only a device-wide sync that succeeds proves the old upload is over (a device
          * still faulted fails it, so the failure is reported here if no earlier wait did) */
-        if ((st = akv_dev_event_sync(f->dev, f->io_ev)) && (st = akv_dev_sync(f->dev))) return st;
+        if ((st = akv_dev_event_sync(f->dev, f->io_ev)) && (st = akv_dev_sync(f->dev)))
+            return fdev_failed(f, st);
         f->io_pending = false;
     }
     for (uint32_t t = 0; t < n; t++)
@@ -623,12 +631,12 @@ akv_status akv_forward_dev_run(akv_forward_dev *f, const int32_t *tokens, uint32
                             .n_vocab = c->n_vocab,
                             .table_dtype = AKV_DTYPE_BF16};
     if (n == 1 && kv->replayable && !f->params.no_graphs) {
-        if ((st = fdev_replay(f, &e, kv))) return st;
+        st = fdev_replay(f, &e, kv);
     } else {
-        if ((st = FDEV_LAUNCH(f, akv_fwd_op_embed, e))) return st;
-        for (uint32_t l = 0; l < f->n_layers; l++)
-            if ((st = fdev_layer_run(f, l, n, kv))) return st;
+        st = FDEV_LAUNCH(f, akv_fwd_op_embed, e);
+        for (uint32_t l = 0; !st && l < f->n_layers; l++) st = fdev_layer_run(f, l, n, kv);
     }
+    if (st) return fdev_failed(f, st);
     if (!logits) return AKV_OK;
 
     /* 3. output head over the rows whose logits are wanted, and the one wait of the run */
@@ -639,7 +647,7 @@ akv_status akv_forward_dev_run(akv_forward_dev *f, const int32_t *tokens, uint32
         (st = fdev_matmul(f, f->logits, f->h, f->output, rows, c->n_vocab, c->n_embd, 0)) ||
         (st = akv_dev_copy_d2h_async(f->dev, AKV_QUEUE_COMPUTE, f->logits_h, f->logits, lbytes)) ||
         (st = akv_dev_queue_sync(f->dev, AKV_QUEUE_COMPUTE)))
-        return st;
+        return fdev_failed(f, st);
     f->io_pending = false; /* the sync covered the upload too */
     memcpy(logits, f->logits_h, lbytes);
     return AKV_OK;
