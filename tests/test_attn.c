@@ -129,6 +129,21 @@ static void test_empty_rows(void) {
             }
     free(q);
     fx_table_free(&f);
+    /* the host backend with no key anywhere and enough rows for its blocked path (16 heads
+     * of one K/V head): still the empty states, every output written (poisoned before) */
+    fx_geom g16 = {16, 1, 16, 16, AKV_DTYPE_BF16};
+    uint32_t none[2] = {0, 0};
+    fx_table_make(&f, g16, 2, none, 0, 0, &rng);
+    float *q16 = fx_random(AKV_DTYPE_F32, 2 * 16 * 16, 1.0f, &rng), o16[2 * 16 * 16], lse16[2 * 16];
+    memset(o16, 0xff, sizeof o16), memset(lse16, 0xff, sizeof lse16);
+    akv_attn_decode p16 = mk_decode(&f, 1, q16, AKV_DTYPE_F32, o16, AKV_DTYPE_F32, lse16);
+    CHECK_OK(akv_attn_host_decode(&p16));
+    for (int r = 0; r < 2 * 16; r++) {
+        CHECK(lse16[r] == -INFINITY);
+        for (int i = 0; i < 16; i++) CHECK(o16[r * 16 + i] == 0.0f);
+    }
+    free(q16);
+    fx_table_free(&f);
 }
 
 /* Query qi of n sees exactly the keys of a history of len - n + qi + 1 tokens: the same
