@@ -202,7 +202,6 @@ static akv_status stage_drain(akv_stage *st) {
     akv_status s = akv_dev_sync(st->dev);
     if (s != AKV_OK && first == AKV_OK) first = s;
     st->retained = first != AKV_OK;
-    st->stats.retained = st->retained;
     if (st->retained)
         AKV_LOG_E("stage: quarantine could not establish completion (%s): %u lease(s), their "
                   "tickets, owners and slots stay retained",
@@ -218,7 +217,6 @@ static akv_status stage_fail(akv_stage *st, const stage_rec *rec, const char *wh
                              akv_status why) {
     if (st->failed == AKV_OK) {
         st->failed = why;
-        st->stats.failed = 1;
         if (rec)
             AKV_LOG_E("stage: transport failed at %s (lease %llu, layer %u, step %llu): %s; "
                       "quarantined",
@@ -314,7 +312,8 @@ akv_status akv_stage_create(akv_dev *dev, akv_host_pool *hpool, akv_dev_pool *dp
                   n_pages, p.n_slots, p.slot_pages);
         goto fail;
     }
-    /* sized once the reserve has taken the slots (an impossible slot size is EFULL there) */
+    /* sized once the reserve has taken the slots (an impossible slot size is EFULL there,
+     * before this larger allocation could fail first) */
     if (!(st->xfer = akv__calloc(p.slot_pages, sizeof *st->xfer))) {
         s = akv_dev_pool_staging_release(dpool, (uint32_t)n_pages, st->slot_pages);
         AKV_ASSERT(s == AKV_OK); /* just lent */
@@ -404,6 +403,22 @@ static void release_pages(akv_stage *st, const akv_host_page *owners, uint32_t n
     }
 }
 
+/* Leases n host pages, all or nothing: on a refusal the ones taken are released and the
+ * error is EOVERFLOW (a page's lease count) or ESTATE (stale, not allocated). */
+static akv_status lease_host_pages(akv_stage *st, const akv_host_page *pages, uint32_t n,
+                                   const char *what) {
+    for (uint32_t i = 0; i < n; i++) {
+        akv_status s = akv_host_pool_page_lease(st->hpool, pages[i]);
+        if (s != AKV_OK) {
+            AKV_LOG_E("stage: %s %u (host page %u gen %u) cannot be leased: %s", what, i,
+                      pages[i].id, pages[i].gen, akv_status_str(s));
+            release_pages(st, pages, i);
+            return s == AKV_EOVERFLOW ? s : AKV_ESTATE;
+        }
+    }
+    return AKV_OK;
+}
+
 akv_status akv_stage_begin(akv_stage *st, uint32_t layer, uint64_t step,
                            const akv_host_page *owners, uint32_t n_owners, akv_stage_lease *out) {
     if (!st || !out || (n_owners && !owners)) return AKV_EINVAL;
@@ -429,16 +444,8 @@ akv_status akv_stage_begin(akv_stage *st, uint32_t layer, uint64_t step,
                 return AKV_EINVAL;
             }
     /* Lease the owners (all or nothing). */
-    for (uint32_t i = 0; i < n_owners; i++) {
-        akv_status s = akv_host_pool_page_lease(st->hpool, owners[i]);
-        if (s != AKV_OK) {
-            AKV_LOG_E("stage: begin: owner %u (host page %u gen %u) cannot be leased: %s", i,
-                      owners[i].id, owners[i].gen, akv_status_str(s));
-            release_pages(st, owners, i);
-            return s == AKV_EOVERFLOW ? s : AKV_ESTATE;
-        }
-    }
-    akv_status s = AKV_OK;
+    akv_status s = lease_host_pages(st, owners, n_owners, "begin: owner");
+    if (s != AKV_OK) return s;
     stage_rec *rec = rec_take(st, &s);
     if (rec && n_owners)
         s = akv__array_reserve((void **)&rec->owners, &rec->cap_owners, n_owners,
@@ -464,9 +471,6 @@ akv_status akv_stage_begin(akv_stage *st, uint32_t layer, uint64_t step,
         rec->owners[i] = (stage_owner){owners[i], 0, 0};
     rec->n_owners = n_owners;
     memset(&rec->rc, 0, sizeof rec->rc);
-    rec->rc.layer = layer;
-    rec->rc.step = step;
-    rec->rc.serial = serial;
     rec->rc.t_begin_ns = akv_clock_ns();
     st->stats.n_live++;
     lease_ref me = rec_ref(rec);
@@ -524,15 +528,7 @@ akv_status akv_stage_copy(akv_stage *st, akv_stage_lease l, const akv_host_page 
     if (s != AKV_OK) return s;
     akv_dev_xfer *x = st->xfer; /* n <= slot_pages (checked above) */
     /* Tickets: lease every host page (all or nothing). */
-    for (uint32_t i = 0; i < n; i++) {
-        s = akv_host_pool_page_lease(st->hpool, pages[i]);
-        if (s != AKV_OK) {
-            AKV_LOG_E("stage: copy: host page %u gen %u cannot be leased: %s", pages[i].id,
-                      pages[i].gen, akv_status_str(s));
-            release_pages(st, pages, i);
-            return s == AKV_EOVERFLOW ? s : AKV_ESTATE;
-        }
-    }
+    if ((s = lease_host_pages(st, pages, n, "copy: page")) != AKV_OK) return s;
     const uint32_t *slot = st->slot_pages + (size_t)rec->slot * st->p.slot_pages;
     uint32_t first = rec->n_tickets;
     for (uint32_t i = 0; i < n; i++) {
@@ -543,8 +539,6 @@ akv_status akv_stage_copy(akv_stage *st, akv_stage_lease l, const akv_host_page 
         dev_page_ids[i] = id;
     }
     rec->n_tickets += n;
-    rec->rc.n_copies += n;
-    rec->rc.h2d_bytes += (size_t)n * st->page_bytes;
     st->stats.n_copies += n;
     st->stats.h2d_bytes += (size_t)n * st->page_bytes;
     /* RAW: a page an unretired lease writes back is read only after that write-back. */
@@ -687,7 +681,6 @@ akv_status akv_stage_writeback(akv_stage *st, akv_stage_lease l, uint32_t owner_
     o->written = 1;
     rec->n_written++;
     st->wb_last[host.id] = (wb_mark){rec_ref(rec), host.gen};
-    rec->rc.n_writebacks++;
     rec->rc.d2h_bytes += width * n_rows;
     st->stats.n_writebacks++;
     st->stats.d2h_bytes += width * n_rows;
@@ -812,6 +805,17 @@ static void lease_release(akv_stage *st, stage_rec *rec) {
     rec_put(st, rec); /* bumps the generation: wb marks and slot refs to it go stale */
 }
 
+/* Completes the receipt at retire: what the record already counts, and the time. */
+static void receipt_finish(akv_stage *st, stage_rec *rec) {
+    rec->rc.layer = rec->layer;
+    rec->rc.step = rec->step;
+    rec->rc.serial = rec->serial;
+    rec->rc.n_copies = rec->n_tickets;
+    rec->rc.h2d_bytes = (size_t)rec->n_tickets * st->page_bytes;
+    rec->rc.n_writebacks = rec->n_written;
+    rec->rc.t_retire_ns = akv_clock_ns();
+}
+
 /* Fills the receipt's device times from the timing events. */
 static void receipt_times(akv_stage *st, stage_rec *rec) {
     static const int pairs[][2] = {
@@ -840,7 +844,7 @@ akv_status akv_stage_retire(akv_stage *st, akv_stage_lease l, akv_stage_receipt 
             return AKV_EFAILED;
         }
         rec->rc.failed = 1;
-        rec->rc.t_retire_ns = akv_clock_ns();
+        receipt_finish(st, rec);
         *receipt = rec->rc;
         lease_release(st, rec);
         return AKV_EFAILED;
@@ -856,7 +860,7 @@ akv_status akv_stage_retire(akv_stage *st, akv_stage_lease l, akv_stage_receipt 
         if (rec->recorded[e])
             STAGE_DEV(st, rec, "retire (fence wait)", akv_dev_event_sync(st->dev, rec->ev[e]));
     }
-    rec->rc.t_retire_ns = akv_clock_ns();
+    receipt_finish(st, rec);
     receipt_times(st, rec);
     *receipt = rec->rc;
     lease_release(st, rec);
@@ -901,6 +905,8 @@ akv_status akv_stage_quarantine(akv_stage *st) {
 
 void akv_stage_get_stats(const akv_stage *st, akv_stage_stats *out) {
     *out = st->stats;
+    out->failed = st->failed != AKV_OK;
+    out->retained = st->retained;
 }
 
 akv_stage_params akv_stage_get_params(const akv_stage *st) {
