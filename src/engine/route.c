@@ -54,7 +54,6 @@ struct akv_route {
     bool pf_live;              /* begun (not yet used or retired) */
     bool pf_cancelled;         /* cancelled: retire it, never use it */
     akv_stage_lease pf;
-    uint64_t pf_n_total;       /* the history length of the step it was made for */
     uint32_t *pf_slot_ids;     /* [max_pages] where its copies landed */
 };
 
@@ -345,8 +344,9 @@ akv_status akv_route_begin_step(akv_route *r, uint64_t n_total) {
      * previous step's kernels and write-backs are done, so the host copy is complete and the
      * tables may be rewritten */
     akv_status st = route_retire(r);
-    /* a prefetched lease serves only the one-token step it was made for */
-    if (!st && r->pf_live && n_total != r->pf_n_total) st = route_drop_prefetch(r);
+    /* a prefetched lease serves only the one-token step it was made for (made at the end of
+     * the step that left n_old tokens; a truncate since drops it) */
+    if (!st && r->pf_live && n_total != n_old + 1) st = route_drop_prefetch(r);
     if (st || (st = route_wait(r))) return st;
     /* 1. the host copy grows first: it is where the rows land for good */
     st = akv_host_table_grow(r->ht, n_total);
@@ -432,8 +432,9 @@ static akv_status route_stage_layer(akv_route *r, uint32_t layer) {
     uint32_t P = r->geom.page_tokens;
     akv_stage_lease *l = &r->lease[layer];
     akv_status st;
-    if (layer == 0 && r->pf_live && !r->pf_cancelled && r->pf_n_total == r->n_tokens) {
-        /* prefetched at the end of the previous step: begun, copies enqueued */
+    if (layer == 0 && r->pf_live && !r->pf_cancelled) {
+        /* prefetched at the end of the previous step, for this one (begin_step dropped any
+         * other): begun, copies enqueued */
         *l = r->pf;
         r->pf_live = false;
         r->lease_live[0] = 1;
@@ -481,7 +482,7 @@ static akv_status route_prefetch(akv_route *r) {
     akv_host_page owner = akv_host_table_page(r->ht, 0, (uint32_t)(r->n_tokens / P));
     akv_status st = akv_stage_begin(r->stage, 0, r->stats.n_steps + 1, &owner, 1, &r->pf);
     if (st) return st;
-    r->pf_live = true, r->pf_cancelled = false, r->pf_n_total = r->n_tokens + 1;
+    r->pf_live = true, r->pf_cancelled = false;
     if ((st = route_copy_staged(r, 0, r->pf, r->pf_slot_ids)))
         route_drop_prefetch(r); /* the copy's failure is what the caller hears */
     return st;
