@@ -24,6 +24,12 @@ static void fops_store(void *p, akv_dtype t, size_t i, float v) {
         ((float *)p)[i] = v;
 }
 
+/* Stores n floats at element i0 of p in type t. */
+static void fops_store_row(void *p, akv_dtype t, size_t i0, const float *v, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        fops_store(p, t, i0 + i, v[i]);
+}
+
 static akv_status fops_dtype_check(akv_dtype t, const char *op) {
     if (t == AKV_DTYPE_F32 || t == AKV_DTYPE_BF16) return AKV_OK;
     AKV_LOG_E("%s: dtype %s (f32 or bf16 expected)", op, akv_dtype_name(t));
@@ -52,15 +58,15 @@ static akv_status fops_rmsnorm(akv_dev *dev, const void *args) {
     if (st) return st;
     const float *x = (const float *)akv__dev_host_addr(dev, a->x), *w = (const float *)akv__dev_host_addr(dev, a->w);
     void *y = (void *)akv__dev_host_addr(dev, a->y);
+    if (a->n == 0) return AKV_OK; /* empty rows: nothing to store */
+    float *row = akv__malloc(a->n * sizeof *row);
+    if (!row) return AKV_ENOMEM;
     for (uint32_t r = 0; r < a->n_rows; r++) {
-        const float *xr = x + (size_t)r * a->n;
-        double ss = 0;
-        for (uint32_t i = 0; i < a->n; i++)
-            ss += (double)xr[i] * xr[i];
-        float scale = (float)(1.0 / sqrt(ss / (double)a->n + (double)a->eps));
-        for (uint32_t i = 0; i < a->n; i++)
-            fops_store(y, a->y_dtype, (size_t)r * a->n + i, xr[i] * scale * w[i]);
+        /* the reference's arithmetic, one row at a time, then stored in y's type */
+        akv_ops_ref_rmsnorm(row, x + (size_t)r * a->n, w, 1, a->n, a->eps);
+        fops_store_row(y, a->y_dtype, (size_t)r * a->n, row, a->n);
     }
+    akv__free(row);
     return AKV_OK;
 }
 
@@ -91,11 +97,13 @@ static akv_status fops_swiglu(akv_dev *dev, const void *args) {
     const float *g = (const float *)akv__dev_host_addr(dev, a->gate), *u = (const float *)akv__dev_host_addr(dev, a->up);
     void *y = (void *)akv__dev_host_addr(dev, a->y);
     size_t in = a->in_stride ? a->in_stride : a->n;
-    for (uint32_t r = 0; r < a->n_rows; r++)
-        for (uint32_t i = 0; i < a->n; i++) {
-            float gv = g[r * in + i];
-            fops_store(y, a->y_dtype, (size_t)r * a->n + i, gv / (1.0f + expf(-gv)) * u[r * in + i]);
-        }
+    float *row = akv__malloc((a->n ? a->n : 1) * sizeof *row);
+    if (!row) return AKV_ENOMEM;
+    for (uint32_t r = 0; r < a->n_rows; r++) {
+        akv_ops_ref_swiglu(row, g + r * in, u + r * in, a->n);
+        fops_store_row(y, a->y_dtype, (size_t)r * a->n, row, a->n);
+    }
+    akv__free(row);
     return AKV_OK;
 }
 
