@@ -23,7 +23,7 @@ typedef struct fdev_rec {
     const akv_dev_op **ops; /* [n] */
     size_t *off;            /* [n] offsets of the arguments in args */
     unsigned char *args;    /* len bytes */
-    size_t n, cap, len, args_cap;
+    size_t n, cap_ops, cap_off, len, args_cap;
 } fdev_rec;
 
 /* One block's device weights. */
@@ -90,24 +90,11 @@ static void fdev_rec_free(fdev_rec *r) {
 
 /* Appends a launch to r (its arguments copied, 16-byte aligned, the gaps zeroed). */
 static akv_status fdev_rec_add(fdev_rec *r, const akv_dev_op *op, const void *args, size_t bytes) {
-    if (r->n == r->cap) {
-        size_t cap = r->cap ? 2 * r->cap : 256;
-        const akv_dev_op **ops = akv__realloc(r->ops, cap * sizeof *ops);
-        if (!ops) return AKV_ENOMEM;
-        r->ops = ops;
-        size_t *off = akv__realloc(r->off, cap * sizeof *off);
-        if (!off) return AKV_ENOMEM;
-        r->off = off, r->cap = cap;
-    }
     size_t at = (r->len + 15) / 16 * 16;
-    if (at + bytes > r->args_cap) {
-        size_t cap = r->args_cap ? 2 * r->args_cap : 16384;
-        while (cap < at + bytes)
-            cap *= 2;
-        unsigned char *a = akv__realloc(r->args, cap);
-        if (!a) return AKV_ENOMEM;
-        r->args = a, r->args_cap = cap;
-    }
+    akv_status st = akv__array_reserve((void **)&r->ops, &r->cap_ops, r->n + 1, sizeof *r->ops);
+    if (!st) st = akv__array_reserve((void **)&r->off, &r->cap_off, r->n + 1, sizeof *r->off);
+    if (!st) st = akv__array_reserve((void **)&r->args, &r->args_cap, at + bytes, 1);
+    if (st) return st;
     memset(r->args + r->len, 0, at - r->len);
     memcpy(r->args + at, args, bytes);
     r->ops[r->n] = op, r->off[r->n] = at, r->n++;
