@@ -146,8 +146,9 @@ static akv_status cuda_copy_sync(void *state, akv_dev_copy_kind kind, uint64_t d
     AKV_CUDA_TRY(cudaMemcpy((void *)(uintptr_t)dst, (const void *)(uintptr_t)src, n_bytes,
                             cuda_kinds[kind]));
     /* dev.h: the bytes have arrived on return; a device-to-device cudaMemcpy may return
-     * before (it only orders the legacy stream). */
-    if (kind == AKV_COPY_D2D) AKV_CUDA_TRY(cudaStreamSynchronize(cudaStreamLegacy));
+     * before (it only orders the legacy stream), and so may one from pageable host memory
+     * (it returns once the bytes are staged for the DMA). Device to host returns complete. */
+    if (kind != AKV_COPY_D2H) AKV_CUDA_TRY(cudaStreamSynchronize(cudaStreamLegacy));
     return AKV_OK;
 }
 

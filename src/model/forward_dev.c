@@ -279,8 +279,7 @@ static akv_status fdev_upload(akv_forward_dev *f, const akv_model *m) {
         if (!st) st = fdev_put(f, L->wdown, W->w_down, ffE, B, tmp);
     }
     akv__free(tmp);
-    /* a pageable synchronous copy may return before its DMA lands: wait for all of it */
-    return st ? st : akv_dev_sync(f->dev);
+    return st; /* synchronous copies: every byte has landed (dev.h) */
 }
 
 akv_status akv_forward_dev_create(akv_dev *dev, const akv_model *model,
