@@ -22,11 +22,11 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 #include <stdint.h>
-#include <stdlib.h>
 
 extern "C" {
 #include "attn_impl.h"
 }
+#include "core/env.h"
 #include "core/log.h"
 #include "cuda_check.h"
 
@@ -94,11 +94,7 @@ static __device__ __forceinline__ void attn_grid_dep_launch() {
 /* Whether launches use programmatic dependent launch: on unless AKV_ATTN_PDL=0 (an A/B switch
  * for benchmarks), read once. */
 static inline bool attn_pdl_enabled() {
-    static int on = -1; /* racing first reads store the same value */
-    if (on < 0) {
-        const char *e = getenv("AKV_ATTN_PDL");
-        on = !(e && e[0] == '0');
-    }
+    static const int on = akv__env_int("AKV_ATTN_PDL", 0, 1, 1); /* read once */
     return on != 0;
 }
 

@@ -6,9 +6,9 @@
 #include "attn_impl.h"
 
 #include <math.h>
-#include <stdlib.h>
 
 #include "core/alloc.h"
+#include "core/env.h"
 #include "core/log.h"
 
 /* Smallest partition: two key tiles (128 keys). A decode block puts its first STAGES-1 >= 2
@@ -47,20 +47,14 @@ size_t akv_attn_decode_smem_bytes_variant(uint32_t head_dim, uint32_t variant) {
     return stages * (akv__attn_decode_warps(variant) / 4) * AKV_ATTN_TILE_TOKENS * head_dim * 2 * 2 + 32u * head_dim * 2;
 }
 
-size_t akv_attn_decode_smem_bytes(uint32_t head_dim) {
-    return akv_attn_decode_smem_bytes_variant(head_dim, akv_attn_decode_variant_for(1));
-}
-
 /* The process's decode setting: -1 until first read (AKV_ATTN_DECODE_VARIANT, else AUTO) or
  * set. Racing first reads store the same value. */
 static int decode_variant = -1;
 
 uint32_t akv_attn_decode_variant(void) {
-    if (decode_variant < 0) {
-        const char *e = getenv("AKV_ATTN_DECODE_VARIANT");
-        int v = e && *e ? atoi(e) : -1;
-        decode_variant = v >= 0 && v < AKV_ATTN_DECODE_VARIANTS ? v : AKV_ATTN_DECODE_AUTO;
-    }
+    if (decode_variant < 0)
+        decode_variant = akv__env_int("AKV_ATTN_DECODE_VARIANT", 0, AKV_ATTN_DECODE_VARIANTS - 1,
+                                      AKV_ATTN_DECODE_AUTO);
     return (uint32_t)decode_variant;
 }
 
@@ -256,11 +250,7 @@ static uint64_t ceil_div(uint64_t a, uint64_t b) {
  * (1..16) from the environment, a tuning override for benchmarks, read once. */
 static uint64_t split_waves(void) {
     static int waves; /* 0: not read yet; racing first reads store the same value */
-    if (waves == 0) {
-        const char *e = getenv("AKV_ATTN_WAVES");
-        int w = e ? atoi(e) : 1;
-        waves = w >= 1 && w <= 16 ? w : 1;
-    }
+    if (waves == 0) waves = akv__env_int("AKV_ATTN_WAVES", 1, 16, 1);
     return (uint64_t)waves;
 }
 
@@ -268,11 +258,7 @@ static uint64_t split_waves(void) {
  * for benchmarks, read once; 0 = none. */
 static uint64_t split_parts_cap(void) {
     static int cap = -1; /* -1: not read yet; racing first reads store the same value */
-    if (cap < 0) {
-        const char *e = getenv("AKV_ATTN_PARTS");
-        int c = e ? atoi(e) : 0;
-        cap = c >= 1 && c <= AKV_ATTN_MAX_PARTS ? c : 0;
-    }
+    if (cap < 0) cap = akv__env_int("AKV_ATTN_PARTS", 1, AKV_ATTN_MAX_PARTS, 0);
     return (uint64_t)cap;
 }
 
@@ -309,22 +295,24 @@ akv_status akv_attn_split_plan_variant(uint64_t capacity_tokens, uint32_t n_seq,
     uint64_t n_parts = ceil_div(capacity_tokens, SPLIT_MIN_PART_TOKENS);
     /* partitions are whole steps of the block */
     const uint64_t step = (uint64_t)AKV_ATTN_TILE_TOKENS * (akv__attn_decode_warps(variant) / 4);
-    if (variant < 2) {
-        /* one sequence: one wave and no block of a second one (every partition is merge work
-         * on the sequence's critical path); `waves` over a batch */
-        uint64_t fill = n_seq == 1 ? (slots >= n_kv_heads ? slots / n_kv_heads : 1) : ceil_div(slots, n_kv_heads);
+    uint64_t fill;
+    if (n_seq == 1) {
+        /* one wave and no block of a second (every partition is merge work on the
+         * sequence's critical path) */
+        fill = slots >= n_kv_heads ? slots / n_kv_heads : 1;
+    } else if (variant < 2) {
+        /* `waves` over the batch, at most one wave per head */
         uint64_t fill_batch = ceil_div(split_waves() * slots, per_part);
+        fill = ceil_div(slots, n_kv_heads);
         if (fill_batch < fill) fill = fill_batch;
-        if (fill > AKV_ATTN_MAX_PARTS) fill = AKV_ATTN_MAX_PARTS;
-        if (n_parts > fill) n_parts = fill;
     } else {
-        /* the same waves, rounded down (no round of blocks is started for a few of them),
-         * and a batch keeps whole rounds */
-        uint64_t fill = n_seq == 1 ? slots / n_kv_heads : split_waves() * slots / per_part;
-        if (fill > AKV_ATTN_MAX_PARTS) fill = AKV_ATTN_MAX_PARTS;
-        if (n_parts > fill) n_parts = fill;
-        if (n_seq > 1 && n_parts > 1) n_parts = split_whole_rounds(n_parts, per_part, slots);
+        /* the same waves rounded down (no round of blocks is started for a few of them);
+         * whole rounds below */
+        fill = split_waves() * slots / per_part;
     }
+    if (fill > AKV_ATTN_MAX_PARTS) fill = AKV_ATTN_MAX_PARTS;
+    if (n_parts > fill) n_parts = fill;
+    if (variant == 2 && n_seq > 1 && n_parts > 1) n_parts = split_whole_rounds(n_parts, per_part, slots);
     if (split_parts_cap() && n_parts > split_parts_cap()) n_parts = split_parts_cap();
     if (n_parts < 1) n_parts = 1;
     uint64_t part = ceil_div(ceil_div(capacity_tokens, n_parts), step) * step;

@@ -184,7 +184,7 @@ static inline akv_dptr akv_attn_host_ptr(const void *p) {
  * keys each (max_pages*page_tokens) on a device with n_sm multiprocessors and smem_per_block
  * bytes of shared memory a block may opt into (akv_dev_info's fields). The rule, for head
  * dim d:
- *   blocks_per_sm = clamp(smem_per_block / akv_attn_decode_smem_bytes(d), 1, 4)
+ *   blocks_per_sm = clamp(smem_per_block / akv_attn_decode_smem_bytes_variant(d, v), 1, 4)
  *   fill          = floor(blocks_per_sm * n_sm / n_kv_heads) (at least 1) for a single
  *                   sequence: one wave and no block of a second (every partition is merge
  *                   work on its critical path); over a batch
@@ -205,8 +205,8 @@ akv_status akv_attn_split_plan(uint64_t capacity_tokens, uint32_t n_seq, uint32_
                                akv_attn_split *out);
 
 /* The same plan for an explicit decode variant (akv_attn_split_plan uses
- * akv_attn_decode_variant_fit(n_seq, head_dim, smem_per_block)): a pure function of its
- * arguments. Variants 0 and 1 follow the rule above with their own blocks_per_sm and step;
+ * akv_attn_decode_variant_fit(n_seq, head_dim, smem_per_block)): a function of its
+ * arguments and of the tuning overrides AKV_ATTN_WAVES and AKV_ATTN_PARTS (read once). Variants 0 and 1 follow the rule above with their own blocks_per_sm and step;
  * variant 2 takes floor instead of ceil in `fill` over a batch too and, drops a last round of blocks that would be under half full:
  *   rounds = ceil(n_parts * n_kv_heads * n_seq / (blocks_per_sm * n_sm)); if the last round
  *   holds fewer than half the slots, n_parts = floor((rounds-1) * slots / (n_kv_heads * n_seq)).
@@ -215,10 +215,8 @@ akv_status akv_attn_split_plan_variant(uint64_t capacity_tokens, uint32_t n_seq,
                                        uint32_t head_dim, uint32_t n_sm, size_t smem_per_block,
                                        uint32_t variant, akv_attn_split *out);
 
-/* Shared memory one CUDA decode block of the process's decode variant uses for head dim 64
- * or 128 (0 for others); the _variant form for an explicit variant (0 also for a variant
- * out of range). */
-size_t akv_attn_decode_smem_bytes(uint32_t head_dim);
+/* Shared memory one CUDA decode block of a variant uses for head dim 64 or 128 (0 for others
+ * and for a variant out of range). */
 size_t akv_attn_decode_smem_bytes_variant(uint32_t head_dim, uint32_t variant);
 
 /* Decode variants: alternative CUDA decode configurations, for A/B measurement.
