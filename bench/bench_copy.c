@@ -275,8 +275,8 @@ static void table_by_size(bench *b, const char *title, const column *cols, size_
 
 int main(void) {
     bench B = {0}, *b = &B;
-    if (akv_dev_create(akv_dev_cuda_backend(), NULL, &b->dev) != AKV_OK)
-        test_skip("no CUDA device answers on this machine");
+    akv_dev_info info;
+    b->dev = bench_cuda_or_skip(&info);
     b->out = bench_out_open();
     akv_dev *dev = b->dev;
     const akv_copy_method default_method = akv_dev_get_copy_config(dev).method;
@@ -298,8 +298,6 @@ int main(void) {
     }
     memset(b->arena_h2d, 0x3C, ARENA_BYTES);
     memset(b->arena_d2h, 0x5A, ARENA_BYTES);
-    akv_dev_info info;
-    akv_dev_get_info(dev, &info);
 
     /* The reference: one large pinned copy each way alone, then 128 MiB each way at once;
      * best of 5. */

@@ -167,9 +167,7 @@ static row bench_ctx(akv_dev *dev, akv_forward_dev *f, akv_forward_dev *fe, uint
 int main(void) {
     akv_dev_info info;
     akv_dev *dev = bench_cuda_or_skip(&info);
-    akv_model_config c = llama3_8b_shape(32);
-    const char *nl = getenv("AKV_BENCH_LAYERS");
-    if (nl && atoi(nl) > 0 && atoi(nl) < 32) c.n_layers = (uint32_t)atoi(nl);
+    akv_model_config c = llama3_8b_shape((uint32_t)akv__env_int("AKV_BENCH_LAYERS", 1, 32, 32));
     akv_forward_params fp = {.max_chunk = CHUNK};
     akv_forward_dev *f = NULL;
     double tc = akv_clock_s();

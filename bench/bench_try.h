@@ -15,6 +15,7 @@
 #include "akv/dev_cuda.h"
 #include "akv/status.h"
 #include "core/assert.h"
+#include "core/env.h"
 
 #define TRY(expr)                                                                                  \
     do {                                                                                           \

@@ -29,7 +29,6 @@ typedef struct fx {
     akv_forward *fh;     /* host pass (on_device false) */
     akv_forward_dev *fd; /* device pass (on_device true) */
     uint32_t n_vocab, max_chunk;
-    uint64_t n_tokens;
 } fx;
 
 static inline float fx_round_bf16(float x) {
@@ -61,19 +60,26 @@ static inline int fx_pools_open(const akv_dev_backend *be, const akv_model_confi
            CHECK(akv_dev_pool_create(*dev, g, &dpp, dp) == AKV_OK);
 }
 
-/* Pools of 1 GiB each, a resident route for max_tokens, the chosen pass. 1 on success. */
-static inline int fx_open(fx *x, const akv_dev_backend *be, const akv_model *m, uint32_t P,
-                          uint64_t max_tokens, uint32_t max_chunk, bool on_device) {
+/* Pools of 1 GiB each, a resident route for max_tokens, the chosen pass (the device pass
+ * launching every op of a decode step by itself with no_graphs). 1 on success. */
+static inline int fx_open_pass(fx *x, const akv_dev_backend *be, const akv_model *m, uint32_t P,
+                               uint64_t max_tokens, uint32_t max_chunk, bool on_device,
+                               bool no_graphs) {
     memset(x, 0, sizeof *x);
     const akv_model_config *c = akv_model_get_config(m);
     x->n_vocab = c->n_vocab, x->max_chunk = max_chunk;
     akv_route_params rp = {.kind = AKV_ROUTE_RESIDENT, .max_tokens = max_tokens, .queued = on_device};
-    akv_forward_params fp = {.max_chunk = max_chunk};
+    akv_forward_params fp = {.max_chunk = max_chunk, .no_graphs = no_graphs};
     if (!fx_pools_open(be, c, P, 0, &x->dev, &x->g, &x->hp, &x->dp) ||
         !CHECK(akv_route_create(x->dev, x->hp, x->dp, &rp, &x->r) == AKV_OK))
         return 0;
     if (on_device) return CHECK(akv_forward_dev_create(x->dev, m, &fp, &x->fd) == AKV_OK);
     return CHECK(akv_forward_create(m, &fp, &x->fh) == AKV_OK);
+}
+
+static inline int fx_open(fx *x, const akv_dev_backend *be, const akv_model *m, uint32_t P,
+                          uint64_t max_tokens, uint32_t max_chunk, bool on_device) {
+    return fx_open_pass(x, be, m, P, max_tokens, max_chunk, on_device, false);
 }
 
 static inline void fx_close(fx *x) {
@@ -86,17 +92,24 @@ static inline void fx_close(fx *x) {
     memset(x, 0, sizeof *x);
 }
 
-/* Feeds n tokens at the end of route r's history (*n_tokens long) in chunks of max_chunk,
- * through the device pass fd or else the host pass fh; logits of the last token (NULL =
- * none). A failed chunk is truncated away. */
+/* The length of route r's history. */
+static inline uint64_t fx_route_len(akv_route *r) {
+    akv_route_stats rs;
+    akv_route_get_stats(r, &rs);
+    return rs.n_tokens;
+}
+
+/* Feeds n tokens at the end of route r's history in chunks of max_chunk, through the device
+ * pass fd or else the host pass fh; logits of the last token (NULL = none). A failed chunk
+ * is truncated away. */
 static inline akv_status fx_feed_route(akv_route *r, akv_forward *fh, akv_forward_dev *fd,
-                                       uint32_t max_chunk, uint64_t *n_tokens,
-                                       const int32_t *tokens, uint32_t n, float *logits) {
+                                       uint32_t max_chunk, const int32_t *tokens, uint32_t n,
+                                       float *logits) {
     akv_forward_kv kv = akv_route_forward_kv(r);
     for (uint32_t done = 0; done < n;) {
         uint32_t k = n - done < max_chunk ? n - done : max_chunk;
         float *want = done + k == n ? logits : NULL;
-        uint32_t pos0 = (uint32_t)*n_tokens;
+        uint32_t pos0 = (uint32_t)fx_route_len(r);
         akv_status st = akv_route_begin_step(r, pos0 + k);
         if (st) return st;
         st = fd ? akv_forward_dev_run(fd, tokens + done, k, pos0, &kv, want, false)
@@ -105,23 +118,14 @@ static inline akv_status fx_feed_route(akv_route *r, akv_forward *fh, akv_forwar
             akv_route_truncate(r, pos0);
             return st;
         }
-        *n_tokens += k, done += k;
+        done += k;
     }
     return AKV_OK;
 }
 
 /* fx_feed_route on the fixture's route and pass. */
 static inline akv_status fx_feed(fx *x, const int32_t *tokens, uint32_t n, float *logits) {
-    return fx_feed_route(x->r, x->fh, x->fd, x->max_chunk, &x->n_tokens, tokens, n, logits);
-}
-
-/* Replaces the fixture's device pass with one over the same model that launches every op of
- * a decode step by itself (params.no_graphs). 1 on success. */
-static inline int fx_set_no_graphs(fx *x, const akv_model *m) {
-    akv_forward_params fp = {.max_chunk = x->max_chunk, .no_graphs = 1};
-    akv_forward_dev_destroy(x->fd);
-    x->fd = NULL;
-    return CHECK(akv_forward_dev_create(x->dev, m, &fp, &x->fd) == AKV_OK);
+    return fx_feed_route(x->r, x->fh, x->fd, x->max_chunk, tokens, n, logits);
 }
 
 /* max |got - want| / max(1, max |want|); NaN or Inf in got counts as infinite. */
@@ -170,11 +174,10 @@ static inline int32_t fx_argmax(const float *l, size_t n, double *margin) {
 static inline int fx_graph_vs_eager(const akv_dev_backend *be, const akv_model *m, uint32_t P,
                                     uint32_t n_prompt, uint32_t n_decode, uint64_t *rng) {
     const akv_model_config *c = akv_model_get_config(m);
-    fx gr, ea;
+    fx gr = {0}, ea = {0};
     uint32_t n_total = n_prompt + n_decode, chunk = 64;
     int ok = fx_open(&gr, be, m, P, n_total, chunk, true) &&
-             fx_open(&ea, be, m, P, n_total, chunk, true);
-    ok = ok && fx_set_no_graphs(&ea, m); /* the eager pass: the same weights, graphs off */
+             fx_open_pass(&ea, be, m, P, n_total, chunk, true, true); /* eager: graphs off */
     int32_t *tok = malloc(n_total * sizeof *tok);
     float *lg = malloc(c->n_vocab * sizeof *lg), *le = malloc(c->n_vocab * sizeof *le);
     ok = ok && CHECK(tok && lg && le);

@@ -60,7 +60,6 @@ typedef struct rc_set {
     akv_dev_pool *dp;
     akv_stage *stage; /* staged set only */
     akv_route *r[RC_MAX_SEQ];
-    uint64_t n_tokens[RC_MAX_SEQ];
 } rc_set;
 
 static inline void rc_set_close(rc_set *s, uint32_t n_seq) {
@@ -112,7 +111,7 @@ static inline int rc_set_open(rc_set *s, const rc_params *p, const akv_geom *g, 
 /* Runs tokens[n] at the end of sequence i's history, in chunks; logits of the last one. */
 static inline akv_status rc_feed(const rc_params *p, rc_set *s, uint32_t i, const int32_t *tok,
                                  uint32_t n, float *logits) {
-    return fx_feed_route(s->r[i], p->fh, p->fd, p->max_chunk, &s->n_tokens[i], tok, n, logits);
+    return fx_feed_route(s->r[i], p->fh, p->fd, p->max_chunk, tok, n, logits);
 }
 
 /* Used rows of every host page of two host copies of the same length: rows that differ. */
@@ -158,12 +157,11 @@ static inline int rc_cell(const rc_params *p, uint32_t prompt, uint32_t n_seq) {
     int32_t next[RC_MAX_SEQ][2];
     double t0 = akv_clock_s();
     /* prefill each sequence, then n_gen greedy steps round-robin; step 0 is the prefill */
-    for (uint32_t step = 0; ok && step <= p->n_gen && bad_step == UINT32_MAX; step++) {
+    for (uint32_t step = 0; ok && step < p->n_gen && bad_step == UINT32_MAX; step++) {
         for (uint32_t i = 0; ok && i < n_seq; i++) {
             const int32_t *in_r = step ? &next[i][0] : tok + (size_t)i * prompt;
             const int32_t *in_s = step ? &next[i][1] : tok + (size_t)i * prompt;
             uint32_t n = step ? 1 : prompt;
-            if (step == p->n_gen) break; /* the last step's tokens are not run */
             ok &= CHECK(rc_feed(p, &res, i, in_r, n, lr) == AKV_OK);
             ok &= CHECK(rc_feed(p, &stg, i, in_s, n, ls) == AKV_OK);
             if (!ok) break;

@@ -25,7 +25,7 @@ enum { P = 16 };
 static void compare_passes(const akv_model *m, uint32_t max_chunk, uint32_t n_prompt,
                            uint32_t n_decode, double tol, uint64_t *rng) {
     const akv_model_config *c = akv_model_get_config(m);
-    fx h, d;
+    fx h = {0}, d = {0};
     uint32_t n_total = n_prompt + n_decode;
     if (!fx_open(&h, akv_dev_host_backend(), m, P, n_total, max_chunk, false) ||
         !fx_open(&d, akv_dev_host_backend(), m, P, n_total, max_chunk, true)) {
@@ -62,7 +62,7 @@ static void compare_passes(const akv_model *m, uint32_t max_chunk, uint32_t n_pr
 
 /* The device pass over a resident route on the host backend, with graphs or op by op. */
 static int fault_fx_open(fx *x, const akv_model *m, bool graphs) {
-    return fx_open(x, akv_dev_host_backend(), m, P, 64, 8, true) && (graphs || fx_set_no_graphs(x, m));
+    return fx_open_pass(x, akv_dev_host_backend(), m, P, 64, 8, true, !graphs);
 }
 
 /* The end of a recovered case: the host copy equals the device pages, then close. */
@@ -109,7 +109,7 @@ static int fault_recovery(const akv_model *m, bool graphs) {
                 fx_close(&x);
                 goto out;
             }
-            uint64_t n_before = x.n_tokens;
+            uint64_t n_before = fx_route_len(x.r);
             CHECK_OK(akv_dev_inject_fault(x.dev, (akv_dev_fault)f, k, 0));
             /* the step may fail or not (a wait point may fail after the step's work was all
              * submitted, or the fault may land in work the step does not wait for, a
@@ -119,7 +119,6 @@ static int fault_recovery(const akv_model *m, bool graphs) {
             (void)akv_dev_sync(x.dev);
             CHECK_OK(akv_dev_clear_faults(x.dev));
             CHECK_OK(akv_route_truncate(x.r, n_before));
-            x.n_tokens = n_before;
             akv_status again = fx_feed(&x, tok + PROMPT + STEPS, 1, got);
             failed += again != AKV_OK;
             TEST_CHECK_(again == AKV_OK, "%s, fault '%s' at pass %llu: the step after recovery "
@@ -174,7 +173,7 @@ static int alloc_recovery(const akv_model *m, bool graphs) {
             fx_close(&x);
             break;
         }
-        uint64_t n_before = x.n_tokens;
+        uint64_t n_before = fx_route_len(x.r);
         akv__alloc_fail_nth(k);
         akv_status st = fx_feed(&x, tok + PROMPT, 1, got);
         akv__alloc_fail_nth(0);
@@ -185,7 +184,6 @@ static int alloc_recovery(const akv_model *m, bool graphs) {
         CHECK_OK(akv_dev_sync(x.dev));
         if (st != AKV_OK) {
             CHECK_OK(akv_route_truncate(x.r, n_before));
-            x.n_tokens = n_before;
             st = fx_feed(&x, tok + PROMPT, 1, got);
         }
         bool same = st == AKV_OK && !memcmp(got, want, c->n_vocab * sizeof *got);

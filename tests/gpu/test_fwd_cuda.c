@@ -270,9 +270,7 @@ static run_stats compare_cuda(const akv_model *m, uint32_t max_chunk, uint32_t n
     const akv_model_config *c = akv_model_get_config(m);
     run_stats rs = {0, 0, 1};
     uint32_t n_total = n_prompt + n_decode;
-    fx h, q, g1, g2;
-    memset(&h, 0, sizeof h), memset(&q, 0, sizeof q), memset(&g1, 0, sizeof g1),
-        memset(&g2, 0, sizeof g2);
+    fx h = {0}, q = {0}, g1 = {0}, g2 = {0};
     if (!fx_open(&h, akv_dev_host_backend(), m, P, n_total, max_chunk, false) ||
         !fx_open(&q, akv_dev_host_backend(), m, P, n_total, max_chunk, true) ||
         !fx_open(&g1, akv_dev_cuda_backend(), m, P, n_total, max_chunk, true) ||
@@ -334,8 +332,7 @@ done:
 static void greedy(const akv_model *m, uint32_t n_prompt, uint32_t n_gen, double tol,
                    const char *name) {
     const akv_model_config *c = akv_model_get_config(m);
-    fx h, g;
-    memset(&h, 0, sizeof h), memset(&g, 0, sizeof g);
+    fx h = {0}, g = {0};
     uint32_t n_total = n_prompt + n_gen;
     if (fx_open(&h, akv_dev_host_backend(), m, P, n_total, 64, false) &&
         fx_open(&g, akv_dev_cuda_backend(), m, P, n_total, 64, true)) {

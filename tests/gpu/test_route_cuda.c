@@ -24,23 +24,16 @@
 #include <stdlib.h>
 #include <unistd.h>
 
+#include "core/env.h"
 #include "gpu_skip.h"
 #include "llama3_shape.h"
 #include "route_cells.h"
 
 #include "akv/model.h"
 
-#ifdef AKV_HAVE_CUDA
-
-static uint32_t env_u32(const char *name, uint32_t dflt, uint32_t lo, uint32_t hi) {
-    const char *s = getenv(name);
-    long v = s && *s ? strtol(s, NULL, 10) : (long)dflt;
-    return v >= (long)lo && v <= (long)hi ? (uint32_t)v : dflt;
-}
-
 static int cells_on(akv_dev *dev, akv_forward_dev *fd, const char *what) {
     const akv_model_config *c = akv_forward_dev_config(fd);
-    uint32_t P = env_u32("AKV_TEST_PAGE_TOKENS", 16, 4, 1024);
+    uint32_t P = (uint32_t)akv__env_int("AKV_TEST_PAGE_TOKENS", 4, 1024, 16);
     rc_params rc = {.dev = dev,
                     .fd = fd,
                     .n_layers = c->n_layers,
@@ -64,7 +57,7 @@ int main(void) {
     akv_forward_params fp = {.max_chunk = 256};
 
     TEST_CASE(bitwise_cells_synthetic_llama3_8b_shape) {
-        akv_model_config c = llama3_8b_shape(env_u32("AKV_TEST_LAYERS", 2, 1, 32));
+        akv_model_config c = llama3_8b_shape((uint32_t)akv__env_int("AKV_TEST_LAYERS", 1, 32, 2));
         akv_forward_dev *fd = NULL;
         if (!CHECK(akv_forward_dev_create_synthetic(dev, &c, 7, &fp, &fd) == AKV_OK)) break;
         char what[128];
@@ -98,8 +91,3 @@ int main(void) {
     return test_finish();
 }
 
-#else
-int main(void) {
-    test_skip("built without the CUDA backend");
-}
-#endif
