@@ -601,15 +601,17 @@ static akv_status dev_copy_batch(akv_dev *dev, akv_queue q, akv_dev_copy_kind ki
      * (quarantine drains before anything is reused). */
     akv_dev_xfer m[DEV_BATCH_CHUNK];
     size_t n_m = 0;
-    uint64_t d_end = 0, h_end = 0; /* ends of the allocations the last merged span lies in */
     for (size_t i = 0; i < n; i++) {
         if (n_m) {
+            /* adjacent on both sides: merged when the joined span still lies in one
+             * allocation on each side (only adjacent spans pay the lookups) */
             akv_dev_xfer *last = &m[n_m - 1];
-            uint64_t d_next = last->d.addr + last->n_bytes,
-                     h_next = (uint64_t)(uintptr_t)last->h + last->n_bytes;
-            if (d_next == x[i].d.addr && h_next == (uint64_t)(uintptr_t)x[i].h &&
-                d_next + x[i].n_bytes <= d_end && h_next + x[i].n_bytes <= h_end) {
-                last->n_bytes += x[i].n_bytes;
+            size_t joined = last->n_bytes + x[i].n_bytes;
+            if (last->d.addr + last->n_bytes == x[i].d.addr &&
+                (uint64_t)(uintptr_t)last->h + last->n_bytes == (uint64_t)(uintptr_t)x[i].h &&
+                dev_alloc_end(dev, last->d.addr, joined, 0) &&
+                dev_alloc_end(dev, (uint64_t)(uintptr_t)last->h, joined, 1)) {
+                last->n_bytes = joined;
                 continue;
             }
         }
@@ -619,9 +621,6 @@ static akv_status dev_copy_batch(akv_dev *dev, akv_queue q, akv_dev_copy_kind ki
             n_m = 0;
         }
         m[n_m++] = x[i];
-        /* validated above: each span lies in one allocation on each side */
-        d_end = dev_alloc_end(dev, x[i].d.addr, x[i].n_bytes, 0);
-        h_end = dev_alloc_end(dev, (uint64_t)(uintptr_t)x[i].h, x[i].n_bytes, 1);
     }
     return dev->backend->copy_batch_async(dev->state, q, kind, m, n_m, &cfg, flags);
 }
