@@ -45,6 +45,7 @@ typedef struct sc_params {
     uint32_t delay_us;     /* host backend: random queue delays up to this; 0 = none */
     uint32_t delay_one_in; /* ... for one command in this many */
     uint64_t delay_seed;
+    int split_attend;      /* attend through ready, the caller's launch, attended (sc_attend) */
 } sc_params;
 
 typedef struct sc_fx {
@@ -150,15 +151,14 @@ typedef struct sc_run {
     int n_pend;
 } sc_run;
 
-/* attend, or (sc_split_attend set) its split form as a forward pass uses it: ready, the
+/* attend, or (f->p.split_attend) its split form as a forward pass uses it: ready, the
  * caller's own launch on the compute queue, attended. */
-static int sc_split_attend;
-static inline akv_status sc_attend(akv_stage *st, akv_dev *dev, akv_stage_lease h,
+static inline akv_status sc_attend(const sc_fx *f, akv_stage *st, akv_stage_lease h,
                                    const akv_dev_op *op, const void *args, size_t n,
                                    akv_event **ev) {
-    if (!sc_split_attend) return akv_stage_attend(st, h, op, args, n, ev);
+    if (!f->p.split_attend) return akv_stage_attend(st, h, op, args, n, ev);
     akv_status s = akv_stage_ready(st, h);
-    if (s == AKV_OK) s = akv_dev_op_launch(dev, op, args, n);
+    if (s == AKV_OK) s = akv_dev_op_launch(f->dev, op, args, n);
     return s != AKV_OK ? s : akv_stage_attended(st, h, ev);
 }
 
@@ -402,7 +402,7 @@ static inline int sc_layer(sc_run *r, uint32_t layer, uint64_t step, const int *
     }
     if (cancel_at == 2) goto cancel;
     akv_event *attn = NULL;
-    if (!sc_op(r, sc_attend(f->st, f->dev, L->h, &akv_stage_probe_op, &a, sizeof a, &attn), AKV_OK,
+    if (!sc_op(r, sc_attend(f, f->st, L->h, &akv_stage_probe_op, &a, sizeof a, &attn), AKV_OK,
                "attend"))
         return 0;
     r->n_probe_seqs += a.n_seq;
@@ -711,7 +711,7 @@ static inline akv_status mu_lease(mu *m, int upto, akv_stage_lease *h, akv_event
     if (upto >= 2 && akv_stage_copy(st, *h, &mid, 1, &id) != AKV_OK) return MU_SETUP_FAILED;
     akv_stage_probe_args a = mu_probe(m, id);
     if (upto >= 3 &&
-        sc_attend(st, m->f.dev, *h, &akv_stage_probe_op, &a, sizeof a, &ev) != AKV_OK)
+        sc_attend(&m->f, st, *h, &akv_stage_probe_op, &a, sizeof a, &ev) != AKV_OK)
         return MU_SETUP_FAILED;
     if (upto >= 4 && akv_stage_writeback(st, *h, 0, own, m->tail, 1, 1, &tl) != AKV_OK)
         return MU_SETUP_FAILED;
@@ -878,7 +878,7 @@ static inline akv_status mu_do(mu *m, int row) {
         akv_host_page two[2] = {own, extra};
         MU_SETUP(akv_stage_begin(st, 0, 1, two, 2, &h));
         m->live[m->n_live++] = h;
-        MU_SETUP(sc_attend(st, m->f.dev, h, &akv_stage_probe_op, &a, sizeof a, &ev));
+        MU_SETUP(sc_attend(&m->f, st, h, &akv_stage_probe_op, &a, sizeof a, &ev));
         MU_SETUP(akv_stage_writeback(st, h, 0, own, m->tail, 1, 1, &tl));
         MU_SETUP(akv_stage_writeback(st, h, 1, extra, m->tail, 2, 1, &tl2));
         MU_LAST(m, akv_stage_seal(st, h, tl, ev));
@@ -1032,7 +1032,7 @@ static inline void sc_lifecycle(const sc_params *p) {
         pa.seq[0].n_new = 0; /* read only: tokens 0..9, page 2 from the staged copy */
         pa.seq[0].page_ids[2] = ids[1];
         akv_event *evb;
-        CHECK_OK(sc_attend(st, m.f.dev, b, &akv_stage_probe_op, &pa, sizeof pa, &evb));
+        CHECK_OK(sc_attend(&m.f, st, b, &akv_stage_probe_op, &pa, sizeof pa, &evb));
         CHECK_OK(akv_stage_seal(st, b, (akv_stage_tail){0, 0}, evb));
         CHECK_OK(akv__stage_check(st));
         CHECK_OK(akv_stage_retire(st, b, &rb));

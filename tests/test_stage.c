@@ -48,10 +48,10 @@ int main(int argc, char **argv) {
     small.n_slots = 2;
     sc_lifecycle(&small);
     /* the same through the split attend (ready, the caller's launch, attended) */
-    sc_split_attend = 1;
-    sc_misuse_table(&small);
-    sc_lifecycle(&small);
-    sc_split_attend = 0;
+    sc_params split = small;
+    split.split_attend = 1;
+    sc_misuse_table(&split);
+    sc_lifecycle(&split);
     small.n_slots = 1;
     sc_cancel(&small);
     TEST_CASE(stage_create_refusals) {
@@ -99,8 +99,8 @@ int main(int argc, char **argv) {
     }
 
     TEST_CASE(negative_control_split_attend_without_copy_wait) {
-        sc_split_attend = 1;
         sc_params p = host_params(8, 2);
+        p.split_attend = 1;
         p.delay_us = 300;
         p.delay_one_in = 3;
         uint64_t host_bad = 0,
@@ -108,7 +108,6 @@ int main(int argc, char **argv) {
         printf("  split attend without the copy wait: %llu probe mismatches\n",
                (unsigned long long)bad);
         TEST_CHECK_(bad + host_bad > 0, "removing the copy wait of ready went unnoticed");
-        sc_split_attend = 0;
     }
 
     akv_log_set(NULL, NULL, AKV_LOG_WARN);
@@ -120,11 +119,10 @@ int main(int argc, char **argv) {
         }
     }
     TEST_CASE(randomized_leases_split_attend) {
-        sc_split_attend = 1;
         sc_params p = host_params(8, 2);
+        p.split_attend = 1;
         p.delay_seed = seed + 9;
         sc_stress(&p, 40000, seed + 900, 0, 0, NULL);
-        sc_split_attend = 0;
     }
     return test_finish();
 }
