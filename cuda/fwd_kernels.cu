@@ -127,13 +127,12 @@ __global__ void swiglu_kernel(void *y, bool y_bf16, const float *gate, const flo
 }
 
 /* ---- add: y[r][i] += a[r][i] (a_stride 0: one row broadcast) ------------------------------ */
-__global__ void add_kernel(float *y, const float *a, uint32_t n_rows, uint32_t n, size_t y_stride,
-                           size_t a_stride) {
+__global__ void add_kernel(float *y, const float *a, uint32_t n_rows, uint32_t n, size_t a_stride) {
     const uint64_t total = (uint64_t)n_rows * n;
     for (uint64_t g = blockIdx.x * (uint64_t)blockDim.x + threadIdx.x; g < total;
          g += (uint64_t)gridDim.x * blockDim.x) {
         const uint64_t r = g / n, i = g % n;
-        y[r * y_stride + i] = __fadd_rn(y[r * y_stride + i], a[r * a_stride + i]);
+        y[g] = __fadd_rn(y[g], a[r * a_stride + i]);
     }
 }
 
@@ -208,8 +207,7 @@ extern "C" akv_status akv__cuda_fwd_add(const void *args, const akv__cuda_launch
     const uint64_t total = (uint64_t)a.n_rows * a.n;
     if (total == 0) return AKV_OK;
     return fwd_launch(l, fwd_grid(l, total), add_kernel, fwd_ptr<float>(a.y),
-                      fwd_ptr<const float>(a.a), a.n_rows, a.n, a.y_stride ? a.y_stride : a.n,
-                      a.a_stride);
+                      fwd_ptr<const float>(a.a), a.n_rows, a.n, a.a_stride);
 }
 
 extern "C" akv_status akv__cuda_fwd_cast(const void *args, const akv__cuda_launch *l) {

@@ -92,10 +92,9 @@ typedef struct akv_fwd_swiglu_args {
 
 /* y[r][i] += a[r][i] (a_stride 0: a[i] on every row, a bias). */
 typedef struct akv_fwd_add_args {
-    akv_dptr y;         /* f32, rows at y_stride */
+    akv_dptr y;         /* f32 [n_rows][n] */
     akv_dptr a;         /* f32, rows at a_stride */
     uint32_t n_rows, n;
-    uint32_t y_stride;  /* 0 = n */
     uint32_t a_stride;  /* 0 = broadcast one row */
 } akv_fwd_add_args;
 

@@ -111,9 +111,8 @@ static akv_status fops_add(akv_dev *dev, const void *args) {
     const akv_fwd_add_args *a = args;
     float *y = (float *)akv__dev_host_addr(dev, a->y);
     const float *x = (const float *)akv__dev_host_addr(dev, a->a);
-    size_t ys = a->y_stride ? a->y_stride : a->n;
     for (uint32_t r = 0; r < a->n_rows; r++)
-        akv_ops_ref_add(y + r * ys, x + (size_t)r * a->a_stride, a->n);
+        akv_ops_ref_add(y + (size_t)r * a->n, x + (size_t)r * a->a_stride, a->n);
     return AKV_OK;
 }
 
