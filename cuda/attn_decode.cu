@@ -315,10 +315,10 @@ __global__ void __launch_bounds__(32 * NW, MINB) attn_decode_kernel(const dec_ar
      * there (not d=128 under variant 1/2's 3-blocks-per-SM bound, not 32 rows). */
     constexpr bool QREG = MT == 1 && (D == 64 || MINB == 1);
     uint32_t qr[QREG ? D / 16 : 1][4];
-    if (QREG) {
+    if constexpr (QREG) {
         __syncthreads();
 #pragma unroll
-        for (int ks = 0; ks < (QREG ? D / 16 : 0); ks++)
+        for (int ks = 0; ks < D / 16; ks++)
             attn_ldsm_x4(qr[ks], sq_u + attn_swz<D>(lane & 15, 2 * ks + (lane >> 4)));
     }
     /* the causal rule: row qi of n sees keys <= len - n + qi (padding rows see all) */
@@ -368,9 +368,9 @@ __global__ void __launch_bounds__(32 * NW, MINB) attn_decode_kernel(const dec_ar
             attn_ldsm_x4(kf, kb + attn_swz<D>(gw * 16 + (lane & 7) + ((lane >> 4) << 3), 2 * ks + ((lane >> 3) & 1)));
 #pragma unroll
             for (int mt = 0; mt < MT; mt++) {
-                if (QREG) {
-                    attn_mma(sc[mt][0], qr[QREG ? ks : 0], kf[0], kf[1]);
-                    attn_mma(sc[mt][1], qr[QREG ? ks : 0], kf[2], kf[3]);
+                if constexpr (QREG) {
+                    attn_mma(sc[mt][0], qr[ks], kf[0], kf[1]);
+                    attn_mma(sc[mt][1], qr[ks], kf[2], kf[3]);
                 } else {
                     uint32_t qf[4];
                     attn_ldsm_x4(qf, sq_u + attn_swz<D>(mt * 16 + (lane & 15), 2 * ks + (lane >> 4)));
