@@ -105,8 +105,7 @@ static row bench_ctx(akv_dev *dev, akv_forward_dev *f, akv_forward_dev *fe, uint
     akv_geom g;
     TRY(akv_geom_init(&g, n_layers, c->n_kv_heads, c->head_dim, AKV_DTYPE_BF16, 0));
     uint64_t total = (uint64_t)ctx + 2 * N_STEPS + 2;
-    double hist_gib = (double)akv_geom_pages_for_tokens(&g, total) * n_layers *
-                      (double)akv_geom_page_bytes(&g) / (1u << 30);
+    double hist_gib = bench_history_gib(&g, total);
     akv_host_pool_params hpp = akv_host_pool_default_params();
     hpp.limit_gib = (uint32_t)ceil(hist_gib) + 1;
     akv_dev_pool_params dpp = akv_dev_pool_default_params();

@@ -13,6 +13,7 @@
 
 #include "akv/dev.h"
 #include "akv/dev_cuda.h"
+#include "akv/geom.h"
 #include "akv/status.h"
 #include "core/assert.h"
 #include "core/env.h"
@@ -36,6 +37,13 @@ static inline akv_dev *bench_cuda_or_skip(akv_dev_info *info) {
     }
     TRY(akv_dev_get_info(dev, info));
     return dev;
+}
+
+/* GiB of one history of n_tokens over every layer of g (whole pages): what a context's pools
+ * are sized from. */
+static inline double bench_history_gib(const akv_geom *g, uint64_t n_tokens) {
+    return (double)akv_geom_pages_for_tokens(g, n_tokens) * g->n_layers *
+           (double)akv_geom_page_bytes(g) / (1u << 30);
 }
 
 /* $AKV_BENCH_OUT opened for appending (the markdown results), or NULL when unset or when it
