@@ -93,6 +93,8 @@ static akv_status cuda_info(void *state, akv_dev_info *out) {
     out->n_sm = s->prop.multiProcessorCount;
     out->smem_per_block_bytes = s->prop.sharedMemPerBlockOptin;
     out->l2_bytes = (size_t)s->prop.l2CacheSize;
+    out->cc_major = s->prop.major;
+    out->cc_minor = s->prop.minor;
     return AKV_OK;
 }
 

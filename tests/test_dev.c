@@ -72,6 +72,8 @@ int main(void) {
         CHECK_OK(akv_dev_get_info(dev, &info));
         CHECK_STR(info.name, "host");
         CHECK_EQ_INT(info.is_host, 1);
+        CHECK_EQ_INT(info.cc_major, 0);
+        CHECK_EQ_INT(info.cc_minor, 0);
         CHECK_STR(akv_dev_backend_name(akv_dev_host_backend()), "host");
     }
     if (!dev) return test_finish();

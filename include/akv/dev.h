@@ -94,6 +94,7 @@ typedef struct akv_dev_info {
     int n_sm;                      /* multiprocessors (host backend: worker threads) */
     size_t smem_per_block_bytes;   /* shared memory a block may opt into */
     size_t l2_bytes;               /* last-level cache */
+    int cc_major, cc_minor;        /* compute capability (host backend: 0.0) */
 } akv_dev_info;
 
 typedef struct akv_dev_usage {

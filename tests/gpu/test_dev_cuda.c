@@ -20,9 +20,10 @@ int main(void) {
     TEST_CASE(info) {
         akv_dev_info info;
         CHECK_OK(akv_dev_get_info(dev, &info));
-        printf("device: %s, %d SMs, %zu bytes, smem/block %zu, L2 %zu\n", info.name, info.n_sm,
-               info.total_bytes, info.smem_per_block_bytes, info.l2_bytes);
+        printf("device: %s, compute capability %d.%d, %d SMs, %zu bytes, smem/block %zu, L2 %zu\n", info.name,
+               info.cc_major, info.cc_minor, info.n_sm, info.total_bytes, info.smem_per_block_bytes, info.l2_bytes);
         CHECK(info.n_sm > 0);
+        CHECK(info.cc_major > 0);
         CHECK(info.total_bytes > 0);
         CHECK_EQ_INT(info.is_host, 0);
     }
