@@ -191,7 +191,9 @@ static void decode_timeline(double call_us) {
 }
 
 /* One decode measurement: microseconds per call, and the split used. */
-static double bench_decode(const geom *g, uint32_t b, uint32_t n, uint32_t nq, akv_attn_split *split) {
+/* The call's time in µs; *split and *cluster (its cluster size, 1 = workspace merge) as launched. */
+static double bench_decode(const geom *g, uint32_t b, uint32_t n, uint32_t nq, akv_attn_split *split,
+                           uint32_t *cluster) {
     size_t pb = page_bytes_of(g);
     uint32_t n_pool_pages = (uint32_t)(POOL_BYTES / pb), np = n / g->page_tokens;
     size_t set_bytes = (size_t)b * np * pb;
@@ -228,6 +230,7 @@ static double bench_decode(const geom *g, uint32_t b, uint32_t n, uint32_t nq, a
         w->p[s] = p;
     }
     TRY(akv_attn_cuda_decode_split(&w->p[0], split));
+    TRY(akv_attn_cuda_decode_cluster_size(&w->p[0], cluster));
     TRY(akv_attn_decode_workspace_bytes(&w->p[0], split, &w->ws_bytes));
     if (w->ws_bytes) { /* zeroed once: the decode keeps its arrival counters at zero */
         w->ws = dalloc(w->ws_bytes);
@@ -387,7 +390,7 @@ int main(void) {
                 f, "\nDecode variant: auto (0 for one sequence, 2 for a batch; akv/attn.h):\n\n");
         else
             bench_emit(f, "\nDecode variant %u (akv/attn.h):\n\n", variants[vi]);
-        bench_emit(f, "| geometry | batch | keys | queries | split (parts x keys) | µs | GB/s | / "
+        bench_emit(f, "| geometry | batch | keys | queries | split (parts x keys; cl: cluster merge) | µs | GB/s | / "
                       "copy rate | torch default µs "
                       "| torch best µs (backend) | speed-up vs best |\n");
         bench_emit(f,
@@ -395,7 +398,8 @@ int main(void) {
         for (int i = 0; i < n_dc; i++) {
             const geom *g = &GEOMS[dc[i].g];
             akv_attn_split sp = {0, 0};
-            double us = bench_decode(g, dc[i].b, dc[i].n, dc[i].nq, &sp);
+            uint32_t cl = 1;
+            double us = bench_decode(g, dc[i].b, dc[i].n, dc[i].nq, &sp, &cl);
             double bytes = (double)dc[i].b * dc[i].n * 2.0 * g->hkv * g->d * 2.0;
             double gbs = bytes / us / 1e3;
             const torch_row *t = dc[i].nq == 1 ? torch_find('d', g, dc[i].b, dc[i].n) : NULL;
@@ -405,8 +409,8 @@ int main(void) {
                 snprintf(tbest, sizeof tbest, "%.1f (%s)", t->us_best, t->how);
                 snprintf(sup, sizeof sup, "%.2fx", t->us_best / us);
             }
-            bench_emit(f, "| %s | %u | %u | %u | %u x %u | %.1f | %.0f | %.3f | %s | %s | %s |\n",
-                       g->name, dc[i].b, dc[i].n, dc[i].nq, sp.n_parts, sp.part_tokens, us, gbs,
+            bench_emit(f, "| %s | %u | %u | %u | %u x %u%s | %.1f | %.0f | %.3f | %s | %s | %s |\n",
+                       g->name, dc[i].b, dc[i].n, dc[i].nq, sp.n_parts, sp.part_tokens, cl > 1 ? " cl" : "", us, gbs,
                        gbs / copy_gbs, tdef, tbest, sup);
             fflush(stdout);
         }

@@ -91,6 +91,48 @@ static __device__ __forceinline__ void attn_grid_dep_launch() {
 #endif
 }
 
+/* Thread-block clusters (sm_90+). attn_cluster_sync: a barrier over every thread of the
+ * cluster (exited threads do not hold it up) whose arrival releases, and whose wait acquires,
+ * the threads' earlier shared-memory writes at cluster scope. attn_cluster_ld4/ld1: loads
+ * from the shared memory of block `rank` of the cluster, at the offset that `addr` (a
+ * shared-memory address of this block) has in this block. Only called from kernels
+ * launched with a cluster, which the launchers do on devices of compute capability 9+. */
+static __device__ __forceinline__ void attn_cluster_sync() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("barrier.cluster.arrive.release.aligned;\n"
+                 "barrier.cluster.wait.acquire.aligned;\n" ::: "memory");
+#else
+    __trap();
+#endif
+}
+static __device__ __forceinline__ uint32_t attn_cluster_addr(uint32_t addr, int rank) {
+    uint32_t r = 0;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(r) : "r"(addr), "r"(rank));
+#else
+    (void)addr, (void)rank;
+    __trap();
+#endif
+    return r;
+}
+static __device__ __forceinline__ float4 attn_cluster_ld4(uint32_t addr, int rank) {
+    float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("ld.shared::cluster.v4.f32 {%0,%1,%2,%3}, [%4];\n"
+                 : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w)
+                 : "r"(attn_cluster_addr(addr, rank))
+                 : "memory");
+#endif
+    return v;
+}
+static __device__ __forceinline__ float attn_cluster_ld1(uint32_t addr, int rank) {
+    float v = 0.0f;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("ld.shared::cluster.f32 %0, [%1];\n" : "=f"(v) : "r"(attn_cluster_addr(addr, rank)) : "memory");
+#endif
+    return v;
+}
+
 /* Whether launches use programmatic dependent launch: on unless AKV_ATTN_PDL=0 (an A/B switch
  * for benchmarks), read once. */
 static inline bool attn_pdl_enabled() {
@@ -98,21 +140,37 @@ static inline bool attn_pdl_enabled() {
     return on != 0;
 }
 
-/* Launches kernel<<<grid, block, smem, stream>>>(arg) as a programmatic dependent of the
- * stream's previous kernel (the kernel must call attn_grid_dep_wait before any global access). */
-template <typename Arg>
-static akv_status attn_launch_dependent(void (*kernel)(Arg), dim3 grid, int block, size_t smem, cudaStream_t stream,
-                                        const Arg &arg) {
+/* The launch of kernel<<<grid, block, smem, stream>>>(arg) as a programmatic dependent of the
+ * stream's previous kernel (the kernel must call attn_grid_dep_wait before any global
+ * access), in clusters of `cluster_x` x 1 x 1 blocks when cluster_x > 1. `attr` backs the
+ * configuration's attributes. */
+static inline cudaLaunchConfig_t attn_launch_config(dim3 grid, int block, size_t smem, cudaStream_t stream, int cluster_x,
+                                             cudaLaunchAttribute (&attr)[2]) {
     cudaLaunchConfig_t cfg = {};
     cfg.gridDim = grid;
     cfg.blockDim = dim3(block);
     cfg.dynamicSmemBytes = smem;
     cfg.stream = stream;
-    cudaLaunchAttribute attr[1];
-    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr[0].val.programmaticStreamSerializationAllowed = 1;
     cfg.attrs = attr;
-    cfg.numAttrs = attn_pdl_enabled() ? 1 : 0;
+    if (attn_pdl_enabled()) {
+        attr[cfg.numAttrs].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+        attr[cfg.numAttrs++].val.programmaticStreamSerializationAllowed = 1;
+    }
+    if (cluster_x > 1) {
+        attr[cfg.numAttrs].id = cudaLaunchAttributeClusterDimension;
+        attr[cfg.numAttrs].val.clusterDim.x = (unsigned)cluster_x;
+        attr[cfg.numAttrs].val.clusterDim.y = attr[cfg.numAttrs].val.clusterDim.z = 1;
+        cfg.numAttrs++;
+    }
+    return cfg;
+}
+
+/* Launches kernel as attn_launch_config describes. */
+template <typename Arg>
+static akv_status attn_launch_dependent(void (*kernel)(Arg), dim3 grid, int block, size_t smem, cudaStream_t stream,
+                                        const Arg &arg, int cluster_x = 1) {
+    cudaLaunchAttribute attr[2];
+    const cudaLaunchConfig_t cfg = attn_launch_config(grid, block, smem, stream, cluster_x, attr);
     AKV_CUDA_TRY(cudaLaunchKernelEx(&cfg, kernel, arg));
     return AKV_OK;
 }

@@ -28,6 +28,18 @@
  * order that depends on (n_used, rows, D) only, never on which block came last, so results
  * are bitwise reproducible. Nothing depends on where pages lie: same contents, same bits.
  *
+ * Cluster merge (CL; sm_90, one sequence, at most ATTN_CLUSTER_MAX partitions, 16-row
+ * tiles): the partitions of one (head, row tile) are one thread-block cluster. Each block
+ * keeps its state in its own shared memory; after a cluster barrier every block merges a
+ * share of the (row, 4 columns) items by reading the states of partitions 0..n_used-1 from
+ * its peers' shared memory (distributed shared memory), in partition order; a second
+ * barrier keeps every state alive until all reads are done. No workspace traffic, no
+ * counter, no last block: the chain after the key loop is two barriers and one round of
+ * on-chip loads instead of a global write, an atomic and a round of L2 loads. Whether a
+ * call runs it depends on the split, the grid and the device only (akv_attn_cuda_decode),
+ * never on page placement; its merge order differs from the workspace merge's, so the two
+ * agree to rounding, not bitwise.
+ *
  * Numerics: scores s = q.k in f32 on bf16 operands; exponent base 2 with the scale folded
  * into log2(e)*scale; probabilities rounded to bf16 for the P V product, and the row sum l
  * adds the same rounded values, so the normalisation matches the weights used. A row with
@@ -247,9 +259,39 @@ static __device__ void dec_merge(const dec_args &a, int s, int h, int row0, int 
     }
 }
 
+/* Partitions a cluster merge takes at most (a portable cluster size). */
+#define ATTN_CLUSTER_MAX 8
+
+/* The cluster merge (see the top of the file): block `rank` of the cluster merges items
+ * rank, rank + n_used, ... of rows row0..row0+R-1 (those < rows); each item folds the states
+ * of partitions 0..n_used-1, read from shared memory at st_u (the [R][D] partial outputs,
+ * then R LSEs) in each peer block, in partition order. */
+template <int D, int R, int NT>
+static __device__ void dec_cluster_merge(const dec_args &a, int s, int h, int row0, int n_used, int rank,
+                                         uint32_t st_u, int tid) {
+    constexpr int C4 = D / 4;
+    const int n_items = min(R, a.rows - row0) * C4;
+    const uint32_t lse_u = st_u + R * D * 4;
+    for (int i = rank + tid * n_used; i < n_items; i += NT * n_used) {
+        const int r = i / C4, c4 = i % C4;
+        float l[ATTN_CLUSTER_MAX];
+        float4 x[ATTN_CLUSTER_MAX];
+#pragma unroll
+        for (int u = 0; u < ATTN_CLUSTER_MAX; u++) {
+            const bool in = u < n_used;
+            x[u] = in ? attn_cluster_ld4(st_u + (uint32_t)(r * D + c4 * 4) * 4, u) : make_float4(0, 0, 0, 0);
+            l[u] = in ? attn_cluster_ld1(lse_u + (uint32_t)r * 4, u) : -INFINITY;
+        }
+        dec_run run = {-INFINITY, 0.0f, make_float4(0.0f, 0.0f, 0.0f, 0.0f)};
+        dec_fold<ATTN_CLUSTER_MAX>(run, l, x);
+        dec_merge_store<D>(a, s, h, row0 + r, c4, run.acc, run.M, run.S);
+    }
+}
+
 /* MINB: the blocks per multiprocessor the split counts on, as a register bound for the
- * compiler (1 = no bound). */
-template <int D, int MT, int ST, int MINB, int NW>
+ * compiler (1 = no bound). CL: the partitions merge in a cluster (launched in clusters of
+ * n_parts blocks along x), else through the workspace. */
+template <int D, int MT, int ST, int MINB, int NW, bool CL>
 __global__ void __launch_bounds__(32 * NW, MINB) attn_decode_kernel(const dec_args a) {
     using C = dec_cfg<D, ST, NW>;
     constexpr int NT = C::NT;
@@ -425,6 +467,9 @@ __global__ void __launch_bounds__(32 * NW, MINB) attn_decode_kernel(const dec_ar
     float *so = reinterpret_cast<float *>(smem); /* [NW][R][SO] */
     float *sm = so + NW * R * SO;                /* [NW][R] */
     float *sl = sm + NW * R;                     /* [NW][R] */
+    float *cst = sl + NW * R;                    /* CL: [R][D] this partition's state, then [R] LSEs */
+    static_assert(!CL || (MT == 1 && (NW * R * SO + 2 * NW * R + R * D + R) * 4 <= C::SMEM),
+                  "a cluster-merged block keeps its state beside the scratch");
 #pragma unroll
     for (int mt = 0; mt < MT; mt++)
 #pragma unroll
@@ -463,6 +508,9 @@ __global__ void __launch_bounds__(32 * NW, MINB) attn_decode_kernel(const dec_ar
             const size_t orow = (size_t)(s * a.n_query + qi) * a.n_heads + h * a.group + gi;
             attn_store1(a.o, a.o_f32, orow * D + c, out);
             if (c == 0 && a.lse) a.lse[orow] = lse;
+        } else if (CL) {
+            cst[r * D + c] = out;
+            if (c == 0) cst[R * D + r] = lse;
         } else {
             const size_t prow = ((size_t)(s * a.kv.n_kv + h) * a.n_parts + part) * a.rows + gr;
             a.ws_o[prow * D + c] = out;
@@ -471,6 +519,16 @@ __global__ void __launch_bounds__(32 * NW, MINB) attn_decode_kernel(const dec_ar
     }
     dec_stamp(3);
     if (direct) return;
+    if constexpr (CL) {
+        /* the used partitions are blocks 0..n_used-1 of this cluster (the rest returned at
+         * the start: exited threads do not hold up a cluster barrier, and nobody reads them) */
+        attn_cluster_sync(); /* every used partition's state is in its block's shared memory */
+        dec_stamp(4);
+        dec_cluster_merge<D, R, NT>(a, s, h, row0, n_used, part, attn_smem_addr(cst), tid);
+        attn_cluster_sync(); /* no block leaves while a peer may still read its state */
+        dec_stamp(5);
+        return;
+    }
 
     /* 5. arrival: the last block of this (sequence, head, row tile) merges the partitions. The
      *    barrier orders the block's state writes before thread 0's count, whose release (at
@@ -496,13 +554,80 @@ __global__ void __launch_bounds__(32 * NW, MINB) attn_decode_kernel(const dec_ar
     }
 }
 
+/* The process's cluster-merge setting: -1 until first read (AKV_ATTN_CLUSTER=0 turns it
+ * off, else on) or set. */
+static int dec_cluster_setting = -1;
+
+extern "C" int akv_attn_cuda_decode_cluster(void) {
+    if (dec_cluster_setting < 0) dec_cluster_setting = akv__env_int("AKV_ATTN_CLUSTER", 0, 1, 1);
+    return dec_cluster_setting;
+}
+
+extern "C" void akv_attn_cuda_decode_cluster_set(int on) {
+    dec_cluster_setting = on != 0;
+}
+
+/* Max active clusters + 1 of one kernel per device and cluster size; 0 = not asked yet. */
+typedef int dec_cluster_cache[16][ATTN_CLUSTER_MAX + 1];
+
+/* Whether the cluster-merged `kernel` takes a grid of n_clusters clusters of `cluster`
+ * blocks at once on the current device (compute capability 9+, every cluster resident in
+ * one round: a cluster waiting for a second round would double the call). The answer comes
+ * from the kernel's own `cache` after the first question per device and cluster size. */
+static bool dec_clusters_fit(void (*kernel)(const dec_args), int block, size_t smem, int cluster,
+                             unsigned n_clusters, dec_cluster_cache &cache) {
+    int dev = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 16) {
+        (void)cudaGetLastError();
+        return false;
+    }
+    int c = __atomic_load_n(&cache[dev][cluster], __ATOMIC_RELAXED);
+    if (c == 0) {
+        int major = 0, n = 0;
+        bool ok = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) == cudaSuccess &&
+                  major >= 9;
+        if (ok) {
+            cudaLaunchAttribute attr[2];
+            const cudaLaunchConfig_t cfg =
+                attn_launch_config(dim3((unsigned)cluster, 1, 1), block, smem, nullptr, cluster, attr);
+            ok = cudaOccupancyMaxActiveClusters(&n, kernel, &cfg) == cudaSuccess;
+        }
+        if (!ok) (void)cudaGetLastError(), n = 0; /* not an error of the call: no clusters */
+        c = n + 1;
+        __atomic_store_n(&cache[dev][cluster], c, __ATOMIC_RELAXED);
+    }
+    return n_clusters <= (unsigned)(c - 1);
+}
+
+/* The kernel a decode launches, its block and its cluster size (1: none). */
+struct dec_pick {
+    void (*kernel)(const dec_args);
+    int threads;
+    size_t smem;
+    int cluster;
+};
+
+/* Picks, for `cluster` > 1 (a 16-row tile, at most ATTN_CLUSTER_MAX partitions, grid.x =
+ * cluster), the cluster-merged kernel where its clusters fit the device at once
+ * (dec_clusters_fit), else the workspace-merged one; opts the kernel into its shared memory. */
 template <int D, int MT, int ST, int MINB, int NW>
-static akv_status dec_launch(const dec_args &a, dim3 grid, cudaStream_t stream) {
+static akv_status dec_pick_kernel(dim3 grid, int cluster, dec_pick *out) {
     using C = dec_cfg<D, ST, NW>;
     static_assert(C::SMEM <= 227 * 1024, "decode block fits an H100/H200 SM");
-    AKV_CUDA_TRY(cudaFuncSetAttribute(attn_decode_kernel<D, MT, ST, MINB, NW>,
-                                      cudaFuncAttributeMaxDynamicSharedMemorySize, C::SMEM));
-    return attn_launch_dependent(attn_decode_kernel<D, MT, ST, MINB, NW>, grid, C::NT, C::SMEM, stream, a);
+    *out = {attn_decode_kernel<D, MT, ST, MINB, NW, false>, C::NT, (size_t)C::SMEM, 1};
+    if constexpr (MT == 1) {
+        if (cluster > 1) {
+            static dec_cluster_cache cache; /* this kernel's */
+            auto kc = attn_decode_kernel<D, MT, ST, MINB, NW, true>;
+            AKV_CUDA_TRY(cudaFuncSetAttribute(kc, cudaFuncAttributeMaxDynamicSharedMemorySize, C::SMEM));
+            if (dec_clusters_fit(kc, C::NT, C::SMEM, cluster, grid.y * grid.z, cache)) {
+                out->kernel = kc, out->cluster = cluster;
+                return AKV_OK;
+            }
+        }
+    }
+    AKV_CUDA_TRY(cudaFuncSetAttribute(out->kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, C::SMEM));
+    return AKV_OK;
 }
 
 static akv_status dec_check(const akv_attn_decode *p, const char *op) {
@@ -564,15 +689,72 @@ extern "C" akv_status akv_attn_cuda_decode_split(const akv_attn_decode *p, akv_a
     return dec_split(p, &variant, out);
 }
 
+/* A checked decode's launch on the current device: its split, rows, grid and kernel. */
+struct dec_plan {
+    akv_attn_split sp;
+    int rows, n_row_tiles;
+    dim3 grid;
+    dec_pick pick;
+};
+
+static akv_status dec_prepare(const akv_attn_decode *p, const char *op, dec_plan *out) {
+    uint32_t variant; /* the split and the ring agree */
+    akv_status st = dec_split(p, &variant, &out->sp);
+    if (st != AKV_OK) return st;
+    const akv_attn_split &sp = out->sp;
+    const int D = (int)p->kv.head_dim, group = (int)(p->n_heads / p->kv.n_kv_heads);
+    const int rows = group * (int)p->n_query, mt = rows <= 16 ? 1 : 2, n_row_tiles = (rows + 16 * mt - 1) / (16 * mt);
+    if ((uint64_t)p->kv.n_kv_heads * n_row_tiles > 65535) {
+        AKV_LOG_E("attn %s: %u K/V heads x %d row tiles exceed a grid dimension", op, p->kv.n_kv_heads, n_row_tiles);
+        return AKV_EUNSUPPORTED;
+    }
+    out->rows = rows;
+    out->n_row_tiles = n_row_tiles;
+    const dim3 grid(sp.n_parts, p->kv.n_kv_heads * n_row_tiles, p->kv.n_seq);
+    out->grid = grid;
+    /* the ring depth of the variant: must match what the plan sized the split for */
+    const uint32_t stages = akv__attn_decode_stages((uint32_t)D, variant);
+    const uint32_t warps = akv__attn_decode_warps(variant);
+    /* a lone sequence's partitions of each (head, row tile) as one cluster, where they are
+     * few (its merge is on the call's critical path; batches were not measured with it) */
+    const int cl = akv_attn_cuda_decode_cluster() && p->kv.n_seq == 1 && sp.n_parts >= 2 &&
+                           sp.n_parts <= ATTN_CLUSTER_MAX
+                       ? (int)sp.n_parts : 1;
+    dec_pick *k = &out->pick;
+    if (warps == 8 && D == 128 && stages == 3) return mt == 1 ? dec_pick_kernel<128, 1, 3, 1, 8>(grid, cl, k) : dec_pick_kernel<128, 2, 3, 1, 8>(grid, 1, k);
+    if (warps == 8 && D == 64 && stages == 4) return mt == 1 ? dec_pick_kernel<64, 1, 4, 1, 8>(grid, cl, k) : dec_pick_kernel<64, 2, 4, 1, 8>(grid, 1, k);
+    /* d=128 with 32 rows needs 235 registers: bound to 3 blocks per SM it spills, so it keeps
+     * 2 (the plan counts 3; only GQA groups above 4 x queries take it) */
+    if (warps == 4 && D == 128 && stages == 2) return mt == 1 ? dec_pick_kernel<128, 1, 2, 3, 4>(grid, cl, k) : dec_pick_kernel<128, 2, 2, 1, 4>(grid, 1, k);
+    if (warps == 4 && D == 64 && stages == 3) return mt == 1 ? dec_pick_kernel<64, 1, 3, 4, 4>(grid, cl, k) : dec_pick_kernel<64, 2, 3, 4, 4>(grid, 1, k);
+    AKV_LOG_E("attn %s: no decode kernel for head dim %d, %u stages, %u warps", op, D, stages, warps);
+    return AKV_EUNSUPPORTED;
+}
+
+extern "C" akv_status akv_attn_cuda_decode_cluster_size(const akv_attn_decode *p, uint32_t *out) {
+    const char *op = "cuda decode cluster size";
+    if (!out) {
+        AKV_LOG_E("attn %s: NULL output", op);
+        return AKV_EINVAL;
+    }
+    *out = 1;
+    akv_status st = dec_check(p, op);
+    if (st != AKV_OK || p->kv.n_seq == 0) return st;
+    dec_plan pl;
+    if ((st = dec_prepare(p, op, &pl)) != AKV_OK) return st;
+    *out = (uint32_t)pl.pick.cluster;
+    return AKV_OK;
+}
+
 extern "C" akv_status akv_attn_cuda_decode(const akv_attn_decode *p, akv_dptr workspace,
                                            size_t workspace_bytes, void *stream) {
     const char *op = "cuda decode";
     akv_status st = dec_check(p, op);
     if (st != AKV_OK || p->kv.n_seq == 0) return st;
-    akv_attn_split sp;
+    dec_plan pl;
+    if ((st = dec_prepare(p, op, &pl)) != AKV_OK) return st;
+    const akv_attn_split &sp = pl.sp;
     size_t need = 0, lse_off = 0, cnt_off = 0;
-    uint32_t variant; /* the split and the ring agree */
-    if ((st = dec_split(p, &variant, &sp)) != AKV_OK) return st;
     if ((st = akv__attn_decode_workspace_layout(p, &sp, &lse_off, &cnt_off, &need)) != AKV_OK) return st;
     if (need > 0 && (workspace_bytes < need || workspace.addr == 0 || workspace.addr % 256 != 0)) {
         AKV_LOG_E("attn %s: the workspace (0x%llx, %zu bytes) is not a 256-aligned buffer of the %zu bytes "
@@ -580,12 +762,7 @@ extern "C" akv_status akv_attn_cuda_decode(const akv_attn_decode *p, akv_dptr wo
                   workspace_bytes, need, sp.n_parts, sp.part_tokens);
         return AKV_EINVAL;
     }
-    const int D = (int)p->kv.head_dim, group = (int)(p->n_heads / p->kv.n_kv_heads);
-    const int rows = group * (int)p->n_query, mt = rows <= 16 ? 1 : 2, n_row_tiles = (rows + 16 * mt - 1) / (16 * mt);
-    if ((uint64_t)p->kv.n_kv_heads * n_row_tiles > 65535) {
-        AKV_LOG_E("attn %s: %u K/V heads x %d row tiles exceed a grid dimension", op, p->kv.n_kv_heads, n_row_tiles);
-        return AKV_EUNSUPPORTED;
-    }
+    const int D = (int)p->kv.head_dim;
     dec_args a;
     a.kv = attn_kv_view(&p->kv);
     a.q = reinterpret_cast<const void *>(p->q.addr);
@@ -598,27 +775,14 @@ extern "C" akv_status akv_attn_cuda_decode(const akv_attn_decode *p, akv_dptr wo
     a.ws_lse = need ? reinterpret_cast<float *>(workspace.addr + lse_off) : nullptr;
     a.ws_cnt = need ? reinterpret_cast<unsigned *>(workspace.addr + cnt_off) : nullptr;
     a.n_heads = (int)p->n_heads;
-    a.group = group;
+    a.group = (int)(p->n_heads / p->kv.n_kv_heads);
     a.n_query = (int)p->n_query;
-    a.rows = rows;
-    a.n_row_tiles = n_row_tiles;
+    a.rows = pl.rows;
+    a.n_row_tiles = pl.n_row_tiles;
     a.n_parts = (int)sp.n_parts;
     a.part_tokens = (int)sp.part_tokens;
     a.scale_log2 = akv__attn_scale(p->scale, p->kv.head_dim) * ATTN_LOG2E;
-    cudaStream_t cs = static_cast<cudaStream_t>(stream);
-    const dim3 grid(sp.n_parts, p->kv.n_kv_heads * n_row_tiles, p->kv.n_seq);
-    /* the ring depth of the variant: must match what the plan sized the split for */
-    const uint32_t stages = akv__attn_decode_stages((uint32_t)D, variant);
-    const uint32_t warps = akv__attn_decode_warps(variant);
-    if (warps == 8 && D == 128 && stages == 3) st = mt == 1 ? dec_launch<128, 1, 3, 1, 8>(a, grid, cs) : dec_launch<128, 2, 3, 1, 8>(a, grid, cs);
-    else if (warps == 8 && D == 64 && stages == 4) st = mt == 1 ? dec_launch<64, 1, 4, 1, 8>(a, grid, cs) : dec_launch<64, 2, 4, 1, 8>(a, grid, cs);
-    /* d=128 with 32 rows needs 235 registers: bound to 3 blocks per SM it spills, so it keeps
-     * 2 (the plan counts 3; only GQA groups above 4 x queries take it) */
-    else if (warps == 4 && D == 128 && stages == 2) st = mt == 1 ? dec_launch<128, 1, 2, 3, 4>(a, grid, cs) : dec_launch<128, 2, 2, 1, 4>(a, grid, cs);
-    else if (warps == 4 && D == 64 && stages == 3) st = mt == 1 ? dec_launch<64, 1, 3, 4, 4>(a, grid, cs) : dec_launch<64, 2, 3, 4, 4>(a, grid, cs);
-    else {
-        AKV_LOG_E("attn %s: no decode kernel for head dim %d, %u stages, %u warps", op, D, stages, warps);
-        st = AKV_EUNSUPPORTED;
-    }
-    return st; /* the merge is fused: the last block of each (sequence, head) does it */
+    /* the merge is fused: a cluster or the last block of each (sequence, head) does it */
+    return attn_launch_dependent(pl.pick.kernel, pl.grid, pl.pick.threads, pl.pick.smem,
+                                 static_cast<cudaStream_t>(stream), a, pl.pick.cluster);
 }

@@ -316,6 +316,20 @@ void akv_attn_merge_state(uint32_t head_dim, float *o_a, float *lse_a, const flo
 akv_status akv_attn_cuda_decode(const akv_attn_decode *p, akv_dptr workspace,
                                 size_t workspace_bytes, void *stream);
 
+/* Cluster merge: where a call decodes one sequence, its split has 2..8 partitions, its rows
+ * are 16 per tile and the device (compute capability 9+) holds all its clusters at once,
+ * the partitions of each K/V head run as one thread-block cluster and merge through their
+ * shared memory, not the workspace (which such a call leaves untouched). On by default;
+ * AKV_ATTN_CLUSTER=0 in the environment at first use, or akv_attn_cuda_decode_cluster_set(0),
+ * turns it off (A/B, tests). The choice depends on the split, batch, geometry and device,
+ * never on page placement; the two merges agree to rounding, not bitwise. Set it only while
+ * no decode is being launched (a process-wide setting, not synchronised). */
+int akv_attn_cuda_decode_cluster(void);
+void akv_attn_cuda_decode_cluster_set(int on);
+/* The cluster size a CUDA decode with these parameters launches with on the current device
+ * under the current setting: its partition count when it merges in clusters, else 1. */
+akv_status akv_attn_cuda_decode_cluster_size(const akv_attn_decode *p, uint32_t *out);
+
 /* The split a CUDA decode with these parameters uses on the current device. */
 akv_status akv_attn_cuda_decode_split(const akv_attn_decode *p, akv_attn_split *out);
 
@@ -323,7 +337,8 @@ akv_status akv_attn_cuda_decode_split(const akv_attn_decode *p, akv_attn_split *
  * 0 of every block stamps the global timer and its multiprocessor's clock at 6 points;
  * AKV_EUNSUPPORTED in a normal build). Points: 0 block start, 1 first key tile landed, 2 key
  * loop done, 3 output or partial state written, 4 arrival counted (split only), 5 merge done
- * (only the block that merged); a point not reached reads 0. `ns` from %globaltimer (comparable across blocks), `clk` from clock64 (durations
+ * (only the block that merged); a point not reached reads 0. A cluster-merged call stamps 4
+ * when its first cluster barrier is passed and 5 after its merge, in every used block. `ns` from %globaltimer (comparable across blocks), `clk` from clock64 (durations
  * within a block). Fills up to `max` blocks in grid order (x fastest); *n_blocks = the grid
  * size of that launch. Synchronises the device. */
 typedef struct akv_attn_timeline_block {

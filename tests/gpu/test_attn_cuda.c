@@ -62,6 +62,8 @@ static akv_attn_pages dt_pages(const fx_table *f, const dtable *d) {
 }
 
 /* One decode on the device: o (typed) and lse come back in host buffers. */
+static uint32_t run_cluster; /* the cluster size of run_decode's last launch (1: none) */
+
 static akv_status run_decode(const fx_table *f, const dtable *d, uint32_t nq, akv_dptr q, akv_dtype q_dtype,
                              akv_dtype o_dtype, void *o_h, float *lse_h) {
     size_t n_rows = (size_t)f->n_seq * nq * f->g.n_heads, d_ = f->g.head_dim;
@@ -76,6 +78,7 @@ static akv_status run_decode(const fx_table *f, const dtable *d, uint32_t nq, ak
     akv_dptr ws = {0};
     akv_status st = akv_attn_cuda_decode_split(&p, &sp);
     if (st == AKV_OK) st = akv_attn_decode_workspace_bytes(&p, &sp, &ws_bytes);
+    if (st == AKV_OK) st = akv_attn_cuda_decode_cluster_size(&p, &run_cluster);
     if (st == AKV_OK && ws_bytes) { /* zeroed once, as the API asks (its arrival counters) */
         ws = up(NULL, ws_bytes);
         CHECK_OK(akv_dev_memset_sync(dev, ws, 0, ws_bytes));
@@ -90,6 +93,8 @@ static akv_status run_decode(const fx_table *f, const dtable *d, uint32_t nq, ak
 }
 
 /* Decode on the device against the float64 reference, twice (bitwise equal). */
+static int n_cluster_cases; /* decode cases that merged in clusters */
+
 static void decode_case(const char *name, fx_geom g, uint32_t n_seq, const uint32_t *len, uint32_t nq,
                         uint32_t cap_slack, akv_dtype q_dtype, akv_dtype o_dtype) {
     fx_table f;
@@ -112,9 +117,11 @@ static void decode_case(const char *name, fx_geom g, uint32_t n_seq, const uint3
         akv_attn_split sp = {0, 0};
         akv_attn_decode sp_p = {.kv = dt_pages(&f, &d), .n_heads = g.n_heads, .n_query = nq, .q = q_d,
                                 .q_dtype = q_dtype, .o = q_d, .o_dtype = o_dtype};
+        const uint32_t cl = run_cluster;
         (void)akv_attn_cuda_decode_split(&sp_p, &sp);
-        printf("  %-44s worst row rel err %.2e, lse err %.2e (%u parts of %u keys)\n", name, fx_last_worst,
-               fx_last_worst_lse, sp.n_parts, sp.part_tokens);
+        n_cluster_cases += cl > 1;
+        printf("  %-44s worst row rel err %.2e, lse err %.2e (%u parts of %u keys%s)\n", name, fx_last_worst,
+               fx_last_worst_lse, sp.n_parts, sp.part_tokens, cl > 1 ? ", cluster merge" : "");
         CHECK_OK(run_decode(&f, &d, nq, q_d, q_dtype, o_dtype, o2, l2));
         CHECK_BYTES(o1, o2, o_bytes);
         CHECK_BYTES(l1, l2, n_rows * 4);
@@ -148,6 +155,16 @@ static void test_decode(void) {
     for (int i = 0; i < 97; i++) lens[i] = edges16[i % 8];
     decode_case("decode 9/3 d64 P16, 97 sequences", (fx_geom){9, 3, 64, 16, AKV_DTYPE_BF16}, 97, lens, 1, 0,
                 AKV_DTYPE_BF16, AKV_DTYPE_BF16);
+    /* one sequence over a capacity of 1024 keys: 8 partitions, which merge in a cluster on a
+     * device that has them, with every partition used, 3 used (5 blocks of the cluster leave
+     * at once) and 1 (no merge) */
+    const uint32_t one_len[3] = {1000, 300, 100}, one_slack_llama[3] = {0, 11, 14}, one_slack_smol[3] = {0, 2, 3};
+    for (uint32_t i = 0; i < 3; i++) {
+        snprintf(name, sizeof name, "decode 32/8 d128 P64, 1 x %u keys nq%u", one_len[i], 4 - i);
+        decode_case(name, llama, 1, &one_len[i], 4 - i, one_slack_llama[i], AKV_DTYPE_BF16, AKV_DTYPE_F32);
+        snprintf(name, sizeof name, "decode 9/3 d64 P256, 1 x %u keys nq%u", one_len[i], 1 + i);
+        decode_case(name, smol, 1, &one_len[i], 1 + i, one_slack_smol[i], AKV_DTYPE_F32, AKV_DTYPE_BF16);
+    }
     /* a long history over many tiles per partition; a huge capacity (most partitions empty);
      * skipped under AKV_TEST_QUICK (the sanitizer runs) */
     if (getenv("AKV_TEST_QUICK")) return;
@@ -285,6 +302,39 @@ static void test_bitwise_cell(void) {
 }
 
 /* Decode's tail write: two new tokens per sequence from f32 rows with a stride. */
+/* The bitwise cell of a lone sequence over a short capacity (900 keys of 1024: 8
+ * partitions, a cluster merge where the device has clusters): the same history at other page
+ * ids gives the same bits. */
+static void test_bitwise_cell_one(void) {
+    const fx_geom g = {32, 8, 128, 64, AKV_DTYPE_BF16};
+    const uint32_t nq = 3, D = 128, len[1] = {900};
+    fx_table a, b;
+    fx_table_make(&a, g, 1, len, 3, 1, &rng);
+    fx_table_make(&b, g, 1, len, 7, 1, &rng);
+    int moved = 0;
+    for (int32_t i = 0; i < a.indptr[1]; i++) {
+        memcpy(b.pool + (size_t)b.indices[i] * b.page_bytes, a.pool + (size_t)a.indices[i] * a.page_bytes,
+               a.page_bytes);
+        moved += a.indices[i] != b.indices[i];
+    }
+    CHECK(moved > 0);
+    dtable da = dt_up(&a), db = dt_up(&b);
+    size_t rows = (size_t)nq * g.n_heads;
+    void *q = fx_random(AKV_DTYPE_BF16, rows * D, 2.0f, &rng);
+    akv_dptr qd = up(q, rows * D * 2);
+    float *oa = malloc(rows * D * 4), *ob = malloc(rows * D * 4), la[3 * 32], lb[3 * 32];
+    CHECK_OK(run_decode(&a, &da, nq, qd, AKV_DTYPE_BF16, AKV_DTYPE_F32, oa, la));
+    CHECK_OK(run_decode(&b, &db, nq, qd, AKV_DTYPE_BF16, AKV_DTYPE_F32, ob, lb));
+    printf("  bitwise cell, one sequence of 900 keys, %u pages moved: %s merge\n", moved,
+           run_cluster > 1 ? "cluster" : "workspace");
+    CHECK_BYTES(oa, ob, rows * D * 4);
+    CHECK_BYTES(la, lb, rows * 4);
+    free(q), free(oa), free(ob);
+    dfree(qd);
+    dt_free(&da), dt_free(&db);
+    fx_table_free(&a), fx_table_free(&b);
+}
+
 static void test_append(void) {
     const fx_geom g = {8, 2, 64, 16, AKV_DTYPE_BF16};
     const uint32_t len[4] = {2, 16, 17, 100}, stride = 3 * 2 * 64;
@@ -376,15 +426,33 @@ int main(void) {
 #else
     if (akv_dev_create(akv_dev_cuda_backend(), NULL, &dev) != AKV_OK) test_skip("no CUDA device answers on this machine");
     rng = test_seed(0xa77e0c0d);
-    /* every decode variant (akv/attn.h), selected through the API, then the default back */
+    /* every decode variant (akv/attn.h), selected through the API, each with the cluster
+     * merge and with the workspace merge only, then the defaults back */
     const uint32_t variant0 = akv_attn_decode_variant();
-    for (uint32_t v = 0; v < AKV_ATTN_DECODE_VARIANTS; v++) {
-        CHECK_OK(akv_attn_decode_variant_set(v));
-        printf("decode variant %u\n", v);
-        TEST_CASE(decode_vs_float64) test_decode();
-        TEST_CASE(bitwise_cell) test_bitwise_cell();
-    }
+    const int cluster0 = akv_attn_cuda_decode_cluster();
+    for (uint32_t v = 0; v < AKV_ATTN_DECODE_VARIANTS; v++)
+        for (int cl = 1; cl >= 0; cl--) {
+            CHECK_OK(akv_attn_decode_variant_set(v));
+            akv_attn_cuda_decode_cluster_set(cl);
+            printf("decode variant %u, cluster merge %s\n", v, cl ? "where it applies" : "off");
+            n_cluster_cases = 0;
+            TEST_CASE(decode_vs_float64) {
+                test_decode();
+                /* a compute capability 9 device runs the cluster merge for the cases of 2..8
+                 * partitions (most of them); with the setting off, none does */
+                akv_dev_info info;
+                CHECK_OK(akv_dev_get_info(dev, &info));
+                printf("  %d decode cases merged in clusters\n", n_cluster_cases);
+                if (!cl || info.cc_major < 9) CHECK_EQ_INT(n_cluster_cases, 0);
+                else CHECK(n_cluster_cases > 0);
+            }
+            TEST_CASE(bitwise_cell) {
+                test_bitwise_cell();
+                test_bitwise_cell_one();
+            }
+        }
     CHECK_OK(akv_attn_decode_variant_set(variant0));
+    akv_attn_cuda_decode_cluster_set(cluster0);
     TEST_CASE(prefill_vs_float64_and_pages) test_prefill();
     TEST_CASE(append_bit_exact) test_append();
     TEST_CASE(merge) test_merge();
