@@ -99,8 +99,9 @@ static __device__ __forceinline__ void attn_grid_dep_launch() {
  * launched with a cluster, which the launchers do on devices of compute capability 9+. */
 static __device__ __forceinline__ void attn_cluster_sync() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    asm volatile("barrier.cluster.arrive.release.aligned;\n"
-                 "barrier.cluster.wait.acquire.aligned;\n" ::: "memory");
+    /* not .aligned: callers may arrive from divergent code (a loop of per-lane trip counts) */
+    asm volatile("barrier.cluster.arrive.release;\n"
+                 "barrier.cluster.wait.acquire;\n" ::: "memory");
 #else
     __trap();
 #endif

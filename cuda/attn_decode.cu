@@ -571,32 +571,35 @@ extern "C" void akv_attn_cuda_decode_cluster_set(int on) {
 typedef int dec_cluster_cache[16][ATTN_CLUSTER_MAX + 1];
 
 /* Whether the cluster-merged `kernel` takes a grid of n_clusters clusters of `cluster`
- * blocks at once on the current device (compute capability 9+, every cluster resident in
- * one round: a cluster waiting for a second round would double the call). The answer comes
- * from the kernel's own `cache` after the first question per device and cluster size. */
-static bool dec_clusters_fit(void (*kernel)(const dec_args), int block, size_t smem, int cluster,
-                             unsigned n_clusters, dec_cluster_cache &cache) {
+ * blocks at once on the current device (*fits): the device has compute capability 9+, the
+ * kernel's binary was built for it (a build for an older architecture would run the
+ * barriers' trap), and every cluster is resident in one round (a cluster waiting for a second
+ * round would double the call). The answer comes from the kernel's own `cache` after the
+ * first question per device and cluster size; a failing CUDA query is the call's error
+ * (AKV_EDEVICE), never a silent choice that a later call might make differently. */
+static akv_status dec_clusters_fit(void (*kernel)(const dec_args), int block, size_t smem, int cluster,
+                                   unsigned n_clusters, dec_cluster_cache &cache, bool *fits) {
     int dev = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 16) {
-        (void)cudaGetLastError();
-        return false;
-    }
+    AKV_CUDA_TRY(cudaGetDevice(&dev));
+    *fits = false;
+    if (dev < 0 || dev >= 16) return AKV_OK; /* beyond the cache: the workspace merge */
     int c = __atomic_load_n(&cache[dev][cluster], __ATOMIC_RELAXED);
     if (c == 0) {
         int major = 0, n = 0;
-        bool ok = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) == cudaSuccess &&
-                  major >= 9;
-        if (ok) {
+        AKV_CUDA_TRY(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+        cudaFuncAttributes fa;
+        AKV_CUDA_TRY(cudaFuncGetAttributes(&fa, kernel));
+        if (major >= 9 && fa.binaryVersion >= 90) {
             cudaLaunchAttribute attr[2];
             const cudaLaunchConfig_t cfg =
                 attn_launch_config(dim3((unsigned)cluster, 1, 1), block, smem, nullptr, cluster, attr);
-            ok = cudaOccupancyMaxActiveClusters(&n, kernel, &cfg) == cudaSuccess;
+            AKV_CUDA_TRY(cudaOccupancyMaxActiveClusters(&n, kernel, &cfg));
         }
-        if (!ok) (void)cudaGetLastError(), n = 0; /* not an error of the call: no clusters */
         c = n + 1;
         __atomic_store_n(&cache[dev][cluster], c, __ATOMIC_RELAXED);
     }
-    return n_clusters <= (unsigned)(c - 1);
+    *fits = n_clusters <= (unsigned)(c - 1);
+    return AKV_OK;
 }
 
 /* The kernel a decode launches, its block and its cluster size (1: none). */
@@ -620,7 +623,10 @@ static akv_status dec_pick_kernel(dim3 grid, int cluster, dec_pick *out) {
             static dec_cluster_cache cache; /* this kernel's */
             auto kc = attn_decode_kernel<D, MT, ST, MINB, NW, true>;
             AKV_CUDA_TRY(cudaFuncSetAttribute(kc, cudaFuncAttributeMaxDynamicSharedMemorySize, C::SMEM));
-            if (dec_clusters_fit(kc, C::NT, C::SMEM, cluster, grid.y * grid.z, cache)) {
+            bool fits = false;
+            akv_status st = dec_clusters_fit(kc, C::NT, C::SMEM, cluster, grid.y * grid.z, cache, &fits);
+            if (st != AKV_OK) return st;
+            if (fits) {
                 out->kernel = kc, out->cluster = cluster;
                 return AKV_OK;
             }

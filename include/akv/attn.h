@@ -43,13 +43,15 @@
  *
  * Split-KV decode (CUDA): the keys of each (sequence, K/V head) are cut into n_parts
  * partitions of part_tokens consecutive positions (akv_attn_split_plan). The cut depends
- * only on the capacity, the geometry and the device (SM count, shared memory) — never on
- * where pages physically lie, on the batch, or on the lengths. The arithmetic inside a
- * partition and the merge order are fixed, so the same page contents give the same bits
- * whether the pages are resident or staged, and wherever the sequence sits in a batch, as
- * long as max_pages is the same. Partitions past a sequence's length are skipped. The
- * merge of the partitions runs inside the decode kernel (the last block of a sequence and
- * head to finish merges them in partition order): one launch per call.
+ * only on the capacity, the batch size, the geometry and the device (SM count, shared
+ * memory, and for the CUDA cluster merge how many clusters it holds) — never on where pages
+ * physically lie or on the lengths. The arithmetic inside a partition and the merge order
+ * are fixed, so the same page contents give the same bits whether the pages are resident or
+ * staged, and wherever the sequence sits in a batch of the same size, as long as max_pages
+ * is the same. Partitions past a sequence's length are skipped. The merge of the partitions
+ * runs inside the decode kernel (the last block of a sequence and head to finish merges
+ * them in partition order, or, for a lone sequence's few partitions on sm_90, the
+ * partitions' cluster through shared memory): one launch per call.
  *
  * Invariants
  *   - Every call validates the host-visible parameters and returns AKV_EINVAL (logged,
@@ -317,13 +319,17 @@ akv_status akv_attn_cuda_decode(const akv_attn_decode *p, akv_dptr workspace,
                                 size_t workspace_bytes, void *stream);
 
 /* Cluster merge: where a call decodes one sequence, its split has 2..8 partitions, its rows
- * are 16 per tile and the device (compute capability 9+) holds all its clusters at once,
- * the partitions of each K/V head run as one thread-block cluster and merge through their
- * shared memory, not the workspace (which such a call leaves untouched). On by default;
- * AKV_ATTN_CLUSTER=0 in the environment at first use, or akv_attn_cuda_decode_cluster_set(0),
- * turns it off (A/B, tests). The choice depends on the split, batch, geometry and device,
- * never on page placement; the two merges agree to rounding, not bitwise. Set it only while
- * no decode is being launched (a process-wide setting, not synchronised). */
+ * (GQA group x n_query) are at most 16 and the device (compute capability 9+, with a build
+ * for it) holds all its clusters at once, the partitions of each K/V head run as one
+ * thread-block cluster and merge through their shared memory, not the workspace (which such
+ * a call leaves untouched, though it is still sized and required as for any split: the
+ * other merge uses it). On by default; AKV_ATTN_CLUSTER=0 in the environment at first use,
+ * or akv_attn_cuda_decode_cluster_set(0), turns it off (A/B, tests). The choice depends on
+ * the split, batch, geometry and device, never on page placement; the two merges agree to
+ * rounding, not bitwise. "Device" includes how many clusters it holds, which depends on
+ * how its multiprocessors are grouped: two units of one model may differ there and so
+ * choose differently near the limit (ranks that must agree bitwise turn it off). Set it only
+ * while no decode is being launched (a process-wide setting, not synchronised). */
 int akv_attn_cuda_decode_cluster(void);
 void akv_attn_cuda_decode_cluster_set(int on);
 /* The cluster size a CUDA decode with these parameters launches with on the current device
@@ -338,7 +344,8 @@ akv_status akv_attn_cuda_decode_split(const akv_attn_decode *p, akv_attn_split *
  * AKV_EUNSUPPORTED in a normal build). Points: 0 block start, 1 first key tile landed, 2 key
  * loop done, 3 output or partial state written, 4 arrival counted (split only), 5 merge done
  * (only the block that merged); a point not reached reads 0. A cluster-merged call stamps 4
- * when its first cluster barrier is passed and 5 after its merge, in every used block. `ns` from %globaltimer (comparable across blocks), `clk` from clock64 (durations
+ * when its first cluster barrier is passed and 5 after its second (its merge done), in every
+ * used block. `ns` from %globaltimer (comparable across blocks), `clk` from clock64 (durations
  * within a block). Fills up to `max` blocks in grid order (x fastest); *n_blocks = the grid
  * size of that launch. Synchronises the device. */
 typedef struct akv_attn_timeline_block {

@@ -93,7 +93,23 @@ static akv_status run_decode(const fx_table *f, const dtable *d, uint32_t nq, ak
 }
 
 /* Decode on the device against the float64 reference, twice (bitwise equal). */
-static int n_cluster_cases; /* decode cases that merged in clusters */
+static int n_cluster_cases;  /* decode cases that merged in clusters */
+static int dev_cc_major;     /* the device's compute capability */
+static int check_one_seq;    /* decode_case: a lone sequence of 2..8 partitions (see test_decode) */
+
+/* The largest difference between two decodes' outputs (o relative to its row's largest
+ * magnitude, lse absolute). */
+static void merge_diff(const void *oa, const void *ob, akv_dtype t, const float *la, const float *lb, size_t n_rows,
+                       size_t D, double *o_err, double *l_err) {
+    *o_err = *l_err = 0;
+    for (size_t r = 0; r < n_rows; r++) {
+        double mx = 1e-30;
+        for (size_t c = 0; c < D; c++) mx = fmax(mx, fabs(fx_get(ob, t, r * D + c)));
+        for (size_t c = 0; c < D; c++)
+            *o_err = fmax(*o_err, fabs((double)fx_get(oa, t, r * D + c) - fx_get(ob, t, r * D + c)) / mx);
+        *l_err = fmax(*l_err, fabs((double)la[r] - lb[r]));
+    }
+}
 
 static void decode_case(const char *name, fx_geom g, uint32_t n_seq, const uint32_t *len, uint32_t nq,
                         uint32_t cap_slack, akv_dtype q_dtype, akv_dtype o_dtype) {
@@ -120,8 +136,28 @@ static void decode_case(const char *name, fx_geom g, uint32_t n_seq, const uint3
         const uint32_t cl = run_cluster;
         (void)akv_attn_cuda_decode_split(&sp_p, &sp);
         n_cluster_cases += cl > 1;
+        if (check_one_seq) {
+            /* every such case merges in a cluster of its partitions on a compute capability 9
+             * device with the setting on, and agrees with the workspace merge to rounding */
+            const int on = akv_attn_cuda_decode_cluster() && dev_cc_major >= 9;
+            CHECK(sp.n_parts >= 2 && sp.n_parts <= 8);
+            CHECK_EQ_U64(cl, on ? sp.n_parts : 1);
+            akv_attn_cuda_decode_cluster_set(!akv_attn_cuda_decode_cluster());
+            void *o3 = malloc(o_bytes);
+            float *l3 = malloc(n_rows * 4);
+            CHECK_OK(run_decode(&f, &d, nq, q_d, q_dtype, o_dtype, o3, l3));
+            const int other_on = akv_attn_cuda_decode_cluster() && dev_cc_major >= 9;
+            CHECK_EQ_U64(run_cluster, other_on ? sp.n_parts : 1);
+            akv_attn_cuda_decode_cluster_set(!akv_attn_cuda_decode_cluster());
+            double oe, le;
+            merge_diff(o1, o3, o_dtype, l1, l3, n_rows, D, &oe, &le);
+            printf("  %-44s cluster vs workspace merge: o %.1e, lse %.1e\n", "", oe, le);
+            CHECK(oe <= (o_dtype == AKV_DTYPE_F32 ? 1e-5 : 8e-3));
+            CHECK(le <= 1e-5);
+            free(o3), free(l3);
+        }
         printf("  %-44s worst row rel err %.2e, lse err %.2e (%u parts of %u keys%s)\n", name, fx_last_worst,
-               fx_last_worst_lse, sp.n_parts, sp.part_tokens, cl > 1 ? ", cluster merge" : "");
+               fx_last_worst_lse, sp.n_parts, sp.part_tokens, cl > 1 ? ", cluster launch" : "");
         CHECK_OK(run_decode(&f, &d, nq, q_d, q_dtype, o_dtype, o2, l2));
         CHECK_BYTES(o1, o2, o_bytes);
         CHECK_BYTES(l1, l2, n_rows * 4);
@@ -155,16 +191,20 @@ static void test_decode(void) {
     for (int i = 0; i < 97; i++) lens[i] = edges16[i % 8];
     decode_case("decode 9/3 d64 P16, 97 sequences", (fx_geom){9, 3, 64, 16, AKV_DTYPE_BF16}, 97, lens, 1, 0,
                 AKV_DTYPE_BF16, AKV_DTYPE_BF16);
-    /* one sequence over a capacity of 1024 keys: 8 partitions, which merge in a cluster on a
-     * device that has them, with every partition used, 3 used (5 blocks of the cluster leave
-     * at once) and 1 (no merge) */
-    const uint32_t one_len[3] = {1000, 300, 100}, one_slack_llama[3] = {0, 11, 14}, one_slack_smol[3] = {0, 2, 3};
-    for (uint32_t i = 0; i < 3; i++) {
-        snprintf(name, sizeof name, "decode 32/8 d128 P64, 1 x %u keys nq%u", one_len[i], 4 - i);
-        decode_case(name, llama, 1, &one_len[i], 4 - i, one_slack_llama[i], AKV_DTYPE_BF16, AKV_DTYPE_F32);
-        snprintf(name, sizeof name, "decode 9/3 d64 P256, 1 x %u keys nq%u", one_len[i], 1 + i);
-        decode_case(name, smol, 1, &one_len[i], 1 + i, one_slack_smol[i], AKV_DTYPE_F32, AKV_DTYPE_BF16);
+    /* one sequence over a short capacity: 2..8 partitions, which launch as a cluster on a
+     * device that has them. Capacity 1024 keys (8 partitions) with every partition used, 3
+     * used (5 blocks of the cluster leave at once) and 1 (the cluster's first block writes
+     * the output, nothing merges); 384 keys (3 partitions) and 512 (4) at SmolLM2's pages */
+    const uint32_t one_len[4] = {1000, 300, 100, 350}, one_slack_llama[4] = {0, 11, 14, 0};
+    const uint32_t one_slack_smol[4] = {0, 2, 3, 0};
+    check_one_seq = 1;
+    for (uint32_t i = 0; i < 4; i++) {
+        snprintf(name, sizeof name, "decode 32/8 d128 P64, 1 x %u keys nq%u", one_len[i], 4 - i % 4);
+        decode_case(name, llama, 1, &one_len[i], 4 - i % 4, one_slack_llama[i], AKV_DTYPE_BF16, AKV_DTYPE_F32);
+        snprintf(name, sizeof name, "decode 9/3 d64 P256, 1 x %u keys nq%u", one_len[i], 1 + i % 4);
+        decode_case(name, smol, 1, &one_len[i], 1 + i % 4, one_slack_smol[i], AKV_DTYPE_F32, AKV_DTYPE_BF16);
     }
+    check_one_seq = 0;
     /* a long history over many tiles per partition; a huge capacity (most partitions empty);
      * skipped under AKV_TEST_QUICK (the sanitizer runs) */
     if (getenv("AKV_TEST_QUICK")) return;
@@ -327,6 +367,7 @@ static void test_bitwise_cell_one(void) {
     CHECK_OK(run_decode(&b, &db, nq, qd, AKV_DTYPE_BF16, AKV_DTYPE_F32, ob, lb));
     printf("  bitwise cell, one sequence of 900 keys, %u pages moved: %s merge\n", moved,
            run_cluster > 1 ? "cluster" : "workspace");
+    CHECK_EQ_U64(run_cluster, akv_attn_cuda_decode_cluster() && dev_cc_major >= 9 ? 8 : 1);
     CHECK_BYTES(oa, ob, rows * D * 4);
     CHECK_BYTES(la, lb, rows * 4);
     free(q), free(oa), free(ob);
@@ -426,6 +467,9 @@ int main(void) {
 #else
     if (akv_dev_create(akv_dev_cuda_backend(), NULL, &dev) != AKV_OK) test_skip("no CUDA device answers on this machine");
     rng = test_seed(0xa77e0c0d);
+    akv_dev_info info;
+    CHECK_OK(akv_dev_get_info(dev, &info));
+    dev_cc_major = info.cc_major;
     /* every decode variant (akv/attn.h), selected through the API, each with the cluster
      * merge and with the workspace merge only, then the defaults back */
     const uint32_t variant0 = akv_attn_decode_variant();
@@ -440,10 +484,8 @@ int main(void) {
                 test_decode();
                 /* a compute capability 9 device runs the cluster merge for the cases of 2..8
                  * partitions (most of them); with the setting off, none does */
-                akv_dev_info info;
-                CHECK_OK(akv_dev_get_info(dev, &info));
                 printf("  %d decode cases merged in clusters\n", n_cluster_cases);
-                if (!cl || info.cc_major < 9) CHECK_EQ_INT(n_cluster_cases, 0);
+                if (!cl || dev_cc_major < 9) CHECK_EQ_INT(n_cluster_cases, 0);
                 else CHECK(n_cluster_cases > 0);
             }
             TEST_CASE(bitwise_cell) {
