@@ -89,16 +89,16 @@ static int fault_recovery(const akv_model *m, bool graphs) {
      * passes of each fault point during that one step */
     uint64_t passes[AKV_N_FAULTS] = {0};
     fx x;
-    if (!fault_fx_open(&x, m, graphs)) goto out;
-    if (!CHECK(fx_feed(&x, tok, PROMPT, got) == AKV_OK)) goto out;
-    for (int i = 0; i < STEPS; i++)
-        if (!CHECK(fx_feed(&x, tok + PROMPT + i, 1, got) == AKV_OK)) goto out;
-    for (int f = 0; f < AKV_N_FAULTS; f++)
+    bool clean = fault_fx_open(&x, m, graphs) && CHECK(fx_feed(&x, tok, PROMPT, got) == AKV_OK);
+    for (int i = 0; clean && i < STEPS; i++)
+        clean = CHECK(fx_feed(&x, tok + PROMPT + i, 1, got) == AKV_OK);
+    for (int f = 0; clean && f < AKV_N_FAULTS; f++)
         passes[f] = akv_dev_fault_passes(x.dev, (akv_dev_fault)f);
-    if (!CHECK(fx_feed(&x, tok + PROMPT + STEPS, 1, want) == AKV_OK)) goto out;
-    for (int f = 0; f < AKV_N_FAULTS; f++)
+    clean = clean && CHECK(fx_feed(&x, tok + PROMPT + STEPS, 1, want) == AKV_OK);
+    for (int f = 0; clean && f < AKV_N_FAULTS; f++)
         passes[f] = akv_dev_fault_passes(x.dev, (akv_dev_fault)f) - passes[f];
-    fx_close(&x);
+    fx_close(&x); /* a failed open leaves a fixture that closes */
+    if (!clean) goto out;
     for (int f = 0; f < AKV_N_FAULTS; f++) {
         for (uint64_t k = 1; k <= passes[f]; k++, cases++) {
             if (!fault_fx_open(&x, m, graphs)) goto out;

@@ -374,14 +374,15 @@ static akv_status fdev_attn_ws(akv_forward_dev *f, const akv_attn_decode *d) {
     if (need == 0) return AKV_OK; /* one partition: the workspace is not touched */
     const uint32_t layout[3] = {d->kv.n_seq, sp.n_parts, d->n_query};
     const bool same = memcmp(layout, f->attn_ws_layout, sizeof layout) == 0;
-    if (need <= f->attn_ws_bytes && same) return AKV_OK;
     if (need > f->attn_ws_bytes) {
-        /* the free waits for the device to be idle: no decode in flight still uses the old one */
+        /* the free waits for the device to be idle: no decode in flight still uses the old one
+         * (a failed allocation leaves 0 bytes: the next call grows again) */
         if ((st = akv_dev_mem_free(f->dev, f->attn_ws))) return st;
         f->attn_ws = (akv_dptr){0}, f->attn_ws_bytes = 0;
-        memset(f->attn_ws_layout, 0, sizeof f->attn_ws_layout);
         if ((st = akv_dev_mem_alloc(f->dev, need, &f->attn_ws))) return st;
         f->attn_ws_bytes = need;
+    } else if (same) {
+        return AKV_OK;
     }
     /* the split's arrival counters start at zero (akv/attn.h); every completed decode leaves
      * them at zero. On the compute queue, so it is ordered before the decode. */
@@ -562,32 +563,11 @@ static akv_status fdev_replay(akv_forward_dev *f, const akv_fwd_embed_args *e,
     return AKV_OK;
 }
 
-/* A failed step may leave a decode's arrival counters half counted (a fault may show only at
- * a later wait): the next decode zeroes its workspace again (fdev_attn_ws). */
-static akv_status fdev_failed(akv_forward_dev *f, akv_status st) {
-    memset(f->attn_ws_layout, 0, sizeof f->attn_ws_layout);
-    return st;
-}
-
-akv_status akv_forward_dev_run(akv_forward_dev *f, const int32_t *tokens, uint32_t n,
-                               uint32_t pos0, const akv_forward_kv *kv, float *logits,
-                               bool all_logits) {
-    if (!f || !tokens || !kv || !kv->begin_layer) return AKV_EINVAL;
+/* Steps 1-3 of a checked run (akv_forward_dev_run). */
+static akv_status fdev_step(akv_forward_dev *f, const int32_t *tokens, uint32_t n, uint32_t pos0,
+                            const akv_forward_kv *kv, float *logits, bool all_logits) {
     const akv_model_config *c = &f->cfg;
-    uint32_t T = f->params.max_chunk;
-    if (n == 0 || n > T || (uint64_t)pos0 + n > INT32_MAX) {
-        AKV_LOG_E("forward_dev: a chunk of %u tokens at position %u (1..%u tokens, positions "
-                  "below 2^31)",
-                  n, pos0, T);
-        return AKV_EINVAL;
-    }
-    for (uint32_t t = 0; t < n; t++) {
-        if (tokens[t] < 0 || (uint32_t)tokens[t] >= c->n_vocab) {
-            AKV_LOG_E("forward_dev: token id %d at position %u is outside the vocabulary [0, %u)",
-                      tokens[t], t, c->n_vocab);
-            return AKV_EINVAL;
-        }
-    }
+    const uint32_t T = f->params.max_chunk;
     akv_status st;
     /* 1. ids, positions and the prefill's qo_indptr: one upload from pinned memory, after
      * the previous one has left it */
@@ -595,8 +575,7 @@ akv_status akv_forward_dev_run(akv_forward_dev *f, const int32_t *tokens, uint32
         /* A record that completed on a faulted queue stays failed after the device recovers:
          * then only a device-wide sync that succeeds proves the old upload is over (a device
          * still faulted fails it, so the failure is reported here if no earlier wait did) */
-        if ((st = akv_dev_event_sync(f->dev, f->io_ev)) && (st = akv_dev_sync(f->dev)))
-            return fdev_failed(f, st);
+        if ((st = akv_dev_event_sync(f->dev, f->io_ev)) && (st = akv_dev_sync(f->dev))) return st;
         f->io_pending = false;
     }
     for (uint32_t t = 0; t < n; t++)
@@ -622,7 +601,7 @@ akv_status akv_forward_dev_run(akv_forward_dev *f, const int32_t *tokens, uint32
         st = FDEV_LAUNCH(f, akv_fwd_op_embed, e);
         for (uint32_t l = 0; !st && l < f->n_layers; l++) st = fdev_layer_run(f, l, n, kv);
     }
-    if (st) return fdev_failed(f, st);
+    if (st) return st;
     if (!logits) return AKV_OK;
 
     /* 3. output head over the rows whose logits are wanted, and the one wait of the run */
@@ -633,8 +612,33 @@ akv_status akv_forward_dev_run(akv_forward_dev *f, const int32_t *tokens, uint32
         (st = fdev_matmul(f, f->logits, f->h, f->output, rows, c->n_vocab, c->n_embd, 0)) ||
         (st = akv_dev_copy_d2h_async(f->dev, AKV_QUEUE_COMPUTE, f->logits_h, f->logits, lbytes)) ||
         (st = akv_dev_queue_sync(f->dev, AKV_QUEUE_COMPUTE)))
-        return fdev_failed(f, st);
+        return st;
     f->io_pending = false; /* the sync covered the upload too */
     memcpy(logits, f->logits_h, lbytes);
     return AKV_OK;
+}
+
+akv_status akv_forward_dev_run(akv_forward_dev *f, const int32_t *tokens, uint32_t n,
+                               uint32_t pos0, const akv_forward_kv *kv, float *logits,
+                               bool all_logits) {
+    if (!f || !tokens || !kv || !kv->begin_layer) return AKV_EINVAL;
+    const uint32_t T = f->params.max_chunk;
+    if (n == 0 || n > T || (uint64_t)pos0 + n > INT32_MAX) {
+        AKV_LOG_E("forward_dev: a chunk of %u tokens at position %u (1..%u tokens, positions "
+                  "below 2^31)",
+                  n, pos0, T);
+        return AKV_EINVAL;
+    }
+    for (uint32_t t = 0; t < n; t++) {
+        if (tokens[t] < 0 || (uint32_t)tokens[t] >= f->cfg.n_vocab) {
+            AKV_LOG_E("forward_dev: token id %d at position %u is outside the vocabulary [0, %u)",
+                      tokens[t], t, f->cfg.n_vocab);
+            return AKV_EINVAL;
+        }
+    }
+    akv_status st = fdev_step(f, tokens, n, pos0, kv, logits, all_logits);
+    /* A failed step may leave a decode's arrival counters half counted (a fault may show only
+     * at a later wait): the next decode zeroes its workspace again (fdev_attn_ws). */
+    if (st) memset(f->attn_ws_layout, 0, sizeof f->attn_ws_layout);
+    return st;
 }

@@ -12,6 +12,9 @@
 #include "core/log.h"
 #include "dev/dev_impl.h"
 
+/* The host address of a device pointer of the host backend (`dev` is the op's device). */
+#define FOPS_PTR(d) akv__dev_host_addr(dev, (d))
+
 /* Element i of an f32 or bf16 array. */
 static float fops_load(const void *p, akv_dtype t, size_t i) {
     return t == AKV_DTYPE_BF16 ? akv_bf16_to_f32(((const uint16_t *)p)[i]) : ((const float *)p)[i];
@@ -40,9 +43,9 @@ static akv_status fops_embed(akv_dev *dev, const void *args) {
     const akv_fwd_embed_args *a = args;
     akv_status st = fops_dtype_check(a->table_dtype, "fwd_embed");
     if (st) return st;
-    const int32_t *ids = (const int32_t *)akv__dev_host_addr(dev, a->ids);
-    const void *tab = (const void *)akv__dev_host_addr(dev, a->table);
-    float *y = (float *)akv__dev_host_addr(dev, a->y);
+    const int32_t *ids = FOPS_PTR(a->ids);
+    const void *tab = FOPS_PTR(a->table);
+    float *y = FOPS_PTR(a->y);
     for (uint32_t t = 0; t < a->n; t++) {
         bool ok = ids[t] >= 0 && (uint32_t)ids[t] < a->n_vocab;
         for (uint32_t i = 0; i < a->n_embd; i++)
@@ -56,8 +59,8 @@ static akv_status fops_rmsnorm(akv_dev *dev, const void *args) {
     const akv_fwd_rmsnorm_args *a = args;
     akv_status st = fops_dtype_check(a->y_dtype, "fwd_rmsnorm");
     if (st) return st;
-    const float *x = (const float *)akv__dev_host_addr(dev, a->x), *w = (const float *)akv__dev_host_addr(dev, a->w);
-    void *y = (void *)akv__dev_host_addr(dev, a->y);
+    const float *x = FOPS_PTR(a->x), *w = FOPS_PTR(a->w);
+    void *y = FOPS_PTR(a->y);
     if (a->n == 0) return AKV_OK; /* empty rows: nothing to store */
     float *row = akv__malloc(a->n * sizeof *row);
     if (!row) return AKV_ENOMEM;
@@ -73,9 +76,9 @@ static akv_status fops_rmsnorm(akv_dev *dev, const void *args) {
 static akv_status fops_rope(akv_dev *dev, const void *args) {
     const akv_fwd_rope_args *a = args;
     if (a->n_rot % 2 || a->n_rot > a->head_dim) return AKV_EINVAL;
-    const int32_t *pos = (const int32_t *)akv__dev_host_addr(dev, a->pos);
-    const float *inv = (const float *)akv__dev_host_addr(dev, a->inv_freq);
-    float *x = (float *)akv__dev_host_addr(dev, a->x);
+    const int32_t *pos = FOPS_PTR(a->pos);
+    const float *inv = FOPS_PTR(a->inv_freq);
+    float *x = FOPS_PTR(a->x);
     size_t stride = a->stride ? a->stride : (size_t)a->n_heads * a->head_dim;
     size_t n_pairs = a->n_rot / 2;
     float *c = akv__malloc(2 * (n_pairs ? n_pairs : 1) * sizeof(float));
@@ -94,10 +97,11 @@ static akv_status fops_swiglu(akv_dev *dev, const void *args) {
     const akv_fwd_swiglu_args *a = args;
     akv_status st = fops_dtype_check(a->y_dtype, "fwd_swiglu");
     if (st) return st;
-    const float *g = (const float *)akv__dev_host_addr(dev, a->gate), *u = (const float *)akv__dev_host_addr(dev, a->up);
-    void *y = (void *)akv__dev_host_addr(dev, a->y);
+    const float *g = FOPS_PTR(a->gate), *u = FOPS_PTR(a->up);
+    void *y = FOPS_PTR(a->y);
     size_t in = a->in_stride ? a->in_stride : a->n;
-    float *row = akv__malloc((a->n ? a->n : 1) * sizeof *row);
+    if (a->n == 0) return AKV_OK; /* empty rows: nothing to store */
+    float *row = akv__malloc(a->n * sizeof *row);
     if (!row) return AKV_ENOMEM;
     for (uint32_t r = 0; r < a->n_rows; r++) {
         akv_ops_ref_swiglu(row, g + r * in, u + r * in, a->n);
@@ -109,8 +113,8 @@ static akv_status fops_swiglu(akv_dev *dev, const void *args) {
 
 static akv_status fops_add(akv_dev *dev, const void *args) {
     const akv_fwd_add_args *a = args;
-    float *y = (float *)akv__dev_host_addr(dev, a->y);
-    const float *x = (const float *)akv__dev_host_addr(dev, a->a);
+    float *y = FOPS_PTR(a->y);
+    const float *x = FOPS_PTR(a->a);
     for (uint32_t r = 0; r < a->n_rows; r++)
         akv_ops_ref_add(y + (size_t)r * a->n, x + (size_t)r * a->a_stride, a->n);
     return AKV_OK;
@@ -120,8 +124,8 @@ static akv_status fops_cast(akv_dev *dev, const void *args) {
     const akv_fwd_cast_args *a = args;
     akv_status st = fops_dtype_check(a->x_dtype, "fwd_cast");
     if (st || (st = fops_dtype_check(a->y_dtype, "fwd_cast"))) return st;
-    const void *x = (const void *)akv__dev_host_addr(dev, a->x);
-    void *y = (void *)akv__dev_host_addr(dev, a->y);
+    const void *x = FOPS_PTR(a->x);
+    void *y = FOPS_PTR(a->y);
     for (uint64_t i = 0; i < a->n; i++)
         fops_store(y, a->y_dtype, i, fops_load(x, a->x_dtype, i));
     return AKV_OK;
@@ -131,7 +135,7 @@ static akv_status fops_fill(akv_dev *dev, const void *args) {
     const akv_fwd_fill_args *a = args;
     akv_status st = fops_dtype_check(a->y_dtype, "fwd_fill");
     if (st) return st;
-    void *y = (void *)akv__dev_host_addr(dev, a->y);
+    void *y = FOPS_PTR(a->y);
     for (uint64_t i = 0; i < a->n; i++)
         fops_store(y, a->y_dtype, i, akv_fwd_fill_value(a->seed, i, a->center, a->scale));
     return AKV_OK;
@@ -146,12 +150,12 @@ static akv_status fops_matmul(akv_dev *dev, const void *args) {
     float *xf = akv__malloc((m * k + n * k + m * n) * sizeof(float));
     if (!xf) return AKV_ENOMEM;
     float *wf = xf + m * k, *tmp = wf + n * k;
-    const uint16_t *x = (const uint16_t *)akv__dev_host_addr(dev, a->x), *w = (const uint16_t *)akv__dev_host_addr(dev, a->w);
+    const uint16_t *x = FOPS_PTR(a->x), *w = FOPS_PTR(a->w);
     for (size_t i = 0; i < m * k; i++)
         xf[i] = akv_bf16_to_f32(x[i]);
     for (size_t i = 0; i < n * k; i++)
         wf[i] = akv_bf16_to_f32(w[i]);
-    float *y = (float *)akv__dev_host_addr(dev, a->y);
+    float *y = FOPS_PTR(a->y);
     akv_ops_ref_matmul(a->beta ? tmp : y, xf, wf, NULL, m, n, k);
     if (a->beta) akv_ops_ref_add(y, tmp, m * n);
     akv__free(xf);
