@@ -7,7 +7,6 @@
 #include "test.h"
 #include "model_path.h"
 
-#include <unistd.h>
 
 #include "akv/chat.h"
 #include "akv/dev_pool.h"

@@ -37,17 +37,10 @@ static void pools_close(pools *p) {
     CHECK_OK(akv_dev_destroy(p->dev));
 }
 
-/* One step: grow the route by n tokens and run them; logits of the last one. */
+/* One step: grow the route by n tokens (n >= 1) and run them; logits of the last one. */
 static akv_status feed(akv_route *r, akv_forward *f, const int32_t *tokens, uint32_t n,
                        float *logits) {
-    akv_route_stats rs;
-    akv_route_get_stats(r, &rs);
-    akv_status st = akv_route_begin_step(r, rs.n_tokens + n);
-    if (st) return st;
-    akv_forward_kv kv = akv_route_forward_kv(r);
-    st = akv_forward_run(f, tokens, n, (uint32_t)rs.n_tokens, &kv, logits, false);
-    if (st) akv_route_truncate(r, rs.n_tokens);
-    return st;
+    return fx_feed_route(r, f, NULL, n, tokens, n, logits);
 }
 
 int main(void) {

@@ -14,7 +14,6 @@
 #include "test.h"
 #include "model_path.h"
 
-#include <unistd.h>
 
 #include "akv/chat.h"
 #include "akv/gguf.h"

@@ -45,7 +45,8 @@ struct akv_route {
     uint32_t *staged;          /* [max_pages] logical pages outside the window, ascending */
     uint32_t n_staged;
     akv_host_page *hpages;     /* [max_pages] scratch: the host pages of a copy or the owners */
-    uint32_t *slot_ids;        /* [max_pages] scratch: where a copy landed */
+    uint32_t *slot_ids;        /* [max_pages] where the last copy landed (a prefetch's stays
+                                * there, untouched, until the next step's layer 0 reads it) */
     akv_stage_lease *lease;    /* [n_layers] this step's leases */
     uint8_t *lease_live;       /* [n_layers] begun and not yet retired */
     int32_t open_layer;        /* the layer whose lease is begun but not sealed; -1 = none */
@@ -54,7 +55,6 @@ struct akv_route {
     bool pf_live;              /* begun (not yet used or retired) */
     bool pf_cancelled;         /* cancelled: retire it, never use it */
     akv_stage_lease pf;
-    uint32_t *pf_slot_ids;     /* [max_pages] where its copies landed */
 };
 
 enum { ROUTE_TAB_HEAD = 4 }; /* int32s before the indices in tab_h/tab_d */
@@ -190,11 +190,7 @@ akv_status akv_route_create(akv_dev *dev, akv_host_pool *host_pool, akv_dev_pool
         r->slot_ids = akv__calloc(n_lp, sizeof *r->slot_ids);
         r->lease = akv__calloc(g->n_layers, sizeof *r->lease);
         r->lease_live = akv__calloc(g->n_layers, sizeof *r->lease_live);
-        r->pf_slot_ids = akv__calloc(n_lp, sizeof *r->pf_slot_ids);
-        st = r->staged && r->hpages && r->slot_ids && r->lease && r->lease_live &&
-                     r->pf_slot_ids
-                 ? AKV_OK
-                 : AKV_ENOMEM;
+        st = r->staged && r->hpages && r->slot_ids && r->lease && r->lease_live ? AKV_OK : AKV_ENOMEM;
         if (!st) st = route_stage_open(r, p);
         r->prefetch = r->queued && (p->prefetch > 0 || (p->prefetch == 0 && r->own_stage));
     }
@@ -234,7 +230,6 @@ akv_status akv_route_destroy(akv_route *r) {
     akv__free(r->slot_ids);
     akv__free(r->lease);
     akv__free(r->lease_live);
-    akv__free(r->pf_slot_ids);
     if (r->ctx) akv_dev_pool_ctx_close(r->dp, r->ctx);
     if (r->queued) {
         for (uint32_t l = 0; r->ev && l < r->geom.n_layers; l++)
@@ -265,8 +260,8 @@ static akv_status route_retire_one(akv_route *r, akv_stage_lease l, akv_stage_re
     return s;
 }
 
-/* The prefetched lease, when the next step is not the one it was made for (keep = false):
- * cancelled and retired. */
+/* The prefetched lease, when the next step is not the one it was made for: cancelled and
+ * retired. */
 static akv_status route_drop_prefetch(akv_route *r) {
     if (!r->pf_live) return AKV_OK;
     akv_status first = AKV_OK;
@@ -346,7 +341,7 @@ akv_status akv_route_begin_step(akv_route *r, uint64_t n_total) {
     akv_status st = route_retire(r);
     /* a prefetched lease serves only the one-token step it was made for (made at the end of
      * the step that left n_old tokens; a truncate since drops it) */
-    if (!st && r->pf_live && n_total != n_old + 1) st = route_drop_prefetch(r);
+    if (!st && n_total != n_old + 1) st = route_drop_prefetch(r);
     if (st || (st = route_wait(r))) return st;
     /* 1. the host copy grows first: it is where the rows land for good */
     st = akv_host_table_grow(r->ht, n_total);
@@ -416,12 +411,11 @@ akv_status akv_route_begin_step(akv_route *r, uint64_t n_total) {
 }
 
 /* The copies of the step's staged pages of `layer` under lease l; where they landed into
- * slot_ids. */
-static akv_status route_copy_staged(akv_route *r, uint32_t layer, akv_stage_lease l,
-                                    uint32_t *slot_ids) {
+ * r->slot_ids. */
+static akv_status route_copy_staged(akv_route *r, uint32_t layer, akv_stage_lease l) {
     for (uint32_t i = 0; i < r->n_staged; i++)
         r->hpages[i] = akv_host_table_page(r->ht, layer, r->staged[i]);
-    akv_status st = akv_stage_copy(r->stage, l, r->hpages, r->n_staged, slot_ids);
+    akv_status st = akv_stage_copy(r->stage, l, r->hpages, r->n_staged, r->slot_ids);
     if (st == AKV_OK) r->stats.h2d_bytes += (uint64_t)r->n_staged * akv_geom_page_bytes(&r->geom);
     return st;
 }
@@ -432,14 +426,12 @@ static akv_status route_stage_layer(akv_route *r, uint32_t layer) {
     uint32_t P = r->geom.page_tokens;
     akv_stage_lease *l = &r->lease[layer];
     akv_status st;
-    if (layer == 0 && r->pf_live && !r->pf_cancelled) {
+    const bool prefetched = layer == 0 && r->pf_live && !r->pf_cancelled;
+    if (prefetched) {
         /* prefetched at the end of the previous step, for this one (begin_step dropped any
-         * other): begun, copies enqueued */
+         * other): begun, copies enqueued, their slots in r->slot_ids */
         *l = r->pf;
         r->pf_live = false;
-        r->lease_live[0] = 1;
-        r->open_layer = 0;
-        memcpy(r->slot_ids, r->pf_slot_ids, (size_t)r->n_staged * sizeof *r->slot_ids);
         r->stats.n_prefetched++;
     } else {
         uint32_t p0 = (uint32_t)(r->step_first / P), p1 = (uint32_t)((r->n_tokens - 1) / P);
@@ -447,10 +439,10 @@ static akv_status route_stage_layer(akv_route *r, uint32_t layer) {
             r->hpages[p - p0] = akv_host_table_page(r->ht, layer, p);
         st = akv_stage_begin(r->stage, layer, r->stats.n_steps, r->hpages, p1 - p0 + 1, l);
         if (st) return st;
-        r->lease_live[layer] = 1;
-        r->open_layer = (int32_t)layer;
-        if ((st = route_copy_staged(r, layer, *l, r->slot_ids))) return st;
     }
+    r->lease_live[layer] = 1;
+    r->open_layer = (int32_t)layer;
+    if (!prefetched && (st = route_copy_staged(r, layer, *l))) return st;
     int32_t *row = r->indices + (size_t)layer * r->max_pages;
     for (uint32_t i = 0; i < r->n_staged; i++)
         row[r->staged[i]] = (int32_t)r->slot_ids[i];
@@ -482,8 +474,8 @@ static akv_status route_prefetch(akv_route *r) {
     akv_host_page owner = akv_host_table_page(r->ht, 0, (uint32_t)(r->n_tokens / P));
     akv_status st = akv_stage_begin(r->stage, 0, r->stats.n_steps + 1, &owner, 1, &r->pf);
     if (st) return st;
-    r->pf_live = true, r->pf_cancelled = false;
-    if ((st = route_copy_staged(r, 0, r->pf, r->pf_slot_ids)))
+    r->pf_live = true; /* pf_cancelled is false whenever pf_live is (route_drop_prefetch) */
+    if ((st = route_copy_staged(r, 0, r->pf)))
         route_drop_prefetch(r); /* the copy's failure is what the caller hears */
     return st;
 }

@@ -22,7 +22,6 @@
 #include "model_path.h"
 
 #include <stdlib.h>
-#include <unistd.h>
 
 #include "core/env.h"
 #include "gpu_skip.h"
