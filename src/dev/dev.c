@@ -601,20 +601,30 @@ static akv_status dev_copy_batch(akv_dev *dev, akv_queue q, akv_dev_copy_kind ki
      * (quarantine drains before anything is reused). */
     akv_dev_xfer m[DEV_BATCH_CHUNK];
     size_t n_m = 0;
+    /* the ends of the allocations holding the last merged span, looked up at its first
+     * adjacency (UINT64_MAX: not yet; 0: none holds it). Live allocations do not overlap, so
+     * the one holding the span is the only one that can hold it grown. */
+    uint64_t d_end = UINT64_MAX, h_end = UINT64_MAX;
     for (size_t i = 0; i < n; i++) {
         if (n_m) {
             /* adjacent on both sides: merged when the joined span still lies in one
              * allocation on each side (only adjacent spans pay the lookups) */
             akv_dev_xfer *last = &m[n_m - 1];
-            size_t joined = last->n_bytes + x[i].n_bytes;
+            const uint64_t h_addr = (uint64_t)(uintptr_t)last->h;
             if (last->d.addr + last->n_bytes == x[i].d.addr &&
-                (uint64_t)(uintptr_t)last->h + last->n_bytes == (uint64_t)(uintptr_t)x[i].h &&
-                dev_alloc_end(dev, last->d.addr, joined, 0) &&
-                dev_alloc_end(dev, (uint64_t)(uintptr_t)last->h, joined, 1)) {
-                last->n_bytes = joined;
-                continue;
+                h_addr + last->n_bytes == (uint64_t)(uintptr_t)x[i].h) {
+                if (d_end == UINT64_MAX) {
+                    d_end = dev_alloc_end(dev, last->d.addr, last->n_bytes, 0);
+                    h_end = dev_alloc_end(dev, h_addr, last->n_bytes, 1);
+                }
+                const size_t joined = last->n_bytes + x[i].n_bytes;
+                if (last->d.addr + joined <= d_end && h_addr + joined <= h_end) {
+                    last->n_bytes = joined;
+                    continue;
+                }
             }
         }
+        d_end = h_end = UINT64_MAX; /* x[i] starts a new merged span */
         if (n_m == DEV_BATCH_CHUNK) {
             akv_status st = dev->backend->copy_batch_async(dev->state, q, kind, m, n_m, &cfg, flags);
             if (st != AKV_OK) return st;
