@@ -20,7 +20,6 @@
  */
 #define _POSIX_C_SOURCE 200809L /* popen */
 #include <math.h>
-#include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -190,7 +189,6 @@ static void decode_timeline(double call_us) {
            n_first ? loop[n_first - 1] / 1e3 : 0.0, (t[2] - t0) / 1e3, lw, lc, lm, (end - t0) / 1e3, call_us);
 }
 
-/* One decode measurement: microseconds per call, and the split used. */
 /* The call's time in µs; *split and *cluster (its cluster size, 1 = workspace merge) as launched. */
 static double bench_decode(const geom *g, uint32_t b, uint32_t n, uint32_t nq, akv_attn_split *split,
                            uint32_t *cluster) {

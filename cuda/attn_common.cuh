@@ -106,14 +106,10 @@ static __device__ __forceinline__ void attn_cluster_sync() {
     __trap();
 #endif
 }
+/* (called only under __CUDA_ARCH__ >= 900, by the loaders below) */
 static __device__ __forceinline__ uint32_t attn_cluster_addr(uint32_t addr, int rank) {
-    uint32_t r = 0;
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    uint32_t r;
     asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(r) : "r"(addr), "r"(rank));
-#else
-    (void)addr, (void)rank;
-    __trap();
-#endif
     return r;
 }
 static __device__ __forceinline__ float4 attn_cluster_ld4(uint32_t addr, int rank) {

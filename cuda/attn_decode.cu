@@ -94,7 +94,7 @@ struct dec_cfg {
      * the query tile (both dead once the key loop is over) */
     static_assert(NW == 4 || NW == 8, "one or two groups of 4 warps");
     static_assert(STAGES >= 2, "one step loads while another is used");
-    static constexpr int SO_STRIDE = D + 8; /* floats per scratch row (dec_kernel step 3) */
+    static constexpr int SO_STRIDE = D + 8; /* floats per scratch row (attn_decode_kernel step 3) */
     static_assert(NW * 32 * SO_STRIDE * 4 + 2 * NW * 32 * 4 <= SMEM, "scratch fits the ring and the query tile");
 };
 
@@ -296,7 +296,7 @@ __global__ void __launch_bounds__(32 * NW, MINB) attn_decode_kernel(const dec_ar
     using C = dec_cfg<D, ST, NW>;
     constexpr int NT = C::NT;
     extern __shared__ __align__(128) unsigned char smem[];
-    /* launched as a programmatic dependent (dec_launch): wait until the kernels before it
+    /* launched as a programmatic dependent (attn_launch_dependent): wait until the kernels before it
      * on the stream are complete and their writes visible, before any global access */
     attn_grid_dep_wait();
     dec_stamp(0);
@@ -585,11 +585,10 @@ static akv_status dec_clusters_fit(void (*kernel)(const dec_args), int block, si
     if (dev < 0 || dev >= 16) return AKV_OK; /* beyond the cache: the workspace merge */
     int c = __atomic_load_n(&cache[dev][cluster], __ATOMIC_RELAXED);
     if (c == 0) {
-        int major = 0, n = 0;
-        AKV_CUDA_TRY(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
-        cudaFuncAttributes fa;
+        int n = 0;
+        cudaFuncAttributes fa; /* a binary for sm_90+ runs only on a device of 9+ */
         AKV_CUDA_TRY(cudaFuncGetAttributes(&fa, kernel));
-        if (major >= 9 && fa.binaryVersion >= 90) {
+        if (fa.binaryVersion >= 90) {
             cudaLaunchAttribute attr[2];
             const cudaLaunchConfig_t cfg =
                 attn_launch_config(dim3((unsigned)cluster, 1, 1), block, smem, nullptr, cluster, attr);
@@ -781,8 +780,8 @@ extern "C" akv_status akv_attn_cuda_decode(const akv_attn_decode *p, akv_dptr wo
     a.ws_lse = need ? reinterpret_cast<float *>(workspace.addr + lse_off) : nullptr;
     a.ws_cnt = need ? reinterpret_cast<unsigned *>(workspace.addr + cnt_off) : nullptr;
     a.n_heads = (int)p->n_heads;
-    a.group = (int)(p->n_heads / p->kv.n_kv_heads);
     a.n_query = (int)p->n_query;
+    a.group = pl.rows / a.n_query;
     a.rows = pl.rows;
     a.n_row_tiles = pl.n_row_tiles;
     a.n_parts = (int)sp.n_parts;

@@ -5,6 +5,8 @@
  * append (bit-exact), the public merge, and the refusals. */
 #include "test.h"
 
+#include <stdbool.h>
+
 #include "akv/attn.h"
 #include "akv/dev.h"
 #include "akv/log.h"
@@ -61,11 +63,24 @@ static akv_attn_pages dt_pages(const fx_table *f, const dtable *d) {
     return kv;
 }
 
-/* One decode on the device: o (typed) and lse come back in host buffers. */
-static uint32_t run_cluster; /* the cluster size of run_decode's last launch (1: none) */
+/* How a decode was launched: its split and cluster size (1: none). */
+typedef struct run_info {
+    akv_attn_split sp;
+    uint32_t cluster;
+} run_info;
 
+static int dev_cc_major; /* the device's compute capability */
+
+/* The cluster size a decode of n_parts partitions that can merge in a cluster (one sequence,
+ * 2..8 partitions, 16 rows) launches with under the current setting on this device. */
+static uint64_t expect_cluster(uint32_t n_parts) {
+    return akv_attn_cuda_decode_cluster() && dev_cc_major >= 9 ? n_parts : 1;
+}
+
+/* One decode on the device: o (typed) and lse come back in host buffers; *info (when given)
+ * says how it was launched. */
 static akv_status run_decode(const fx_table *f, const dtable *d, uint32_t nq, akv_dptr q, akv_dtype q_dtype,
-                             akv_dtype o_dtype, void *o_h, float *lse_h) {
+                             akv_dtype o_dtype, void *o_h, float *lse_h, run_info *info) {
     size_t n_rows = (size_t)f->n_seq * nq * f->g.n_heads, d_ = f->g.head_dim;
     akv_attn_decode p = {
         .kv = dt_pages(f, d), .n_heads = f->g.n_heads, .n_query = nq, .q = q, .q_dtype = q_dtype,
@@ -73,12 +88,13 @@ static akv_status run_decode(const fx_table *f, const dtable *d, uint32_t nq, ak
     };
     p.o = poisoned(n_rows * d_ * akv_dtype_size(o_dtype));
     p.lse = poisoned(n_rows * 4);
-    akv_attn_split sp;
+    run_info ri;
     size_t ws_bytes = 0;
     akv_dptr ws = {0};
-    akv_status st = akv_attn_cuda_decode_split(&p, &sp);
-    if (st == AKV_OK) st = akv_attn_decode_workspace_bytes(&p, &sp, &ws_bytes);
-    if (st == AKV_OK) st = akv_attn_cuda_decode_cluster_size(&p, &run_cluster);
+    akv_status st = akv_attn_cuda_decode_split(&p, &ri.sp);
+    if (st == AKV_OK) st = akv_attn_decode_workspace_bytes(&p, &ri.sp, &ws_bytes);
+    if (st == AKV_OK) st = akv_attn_cuda_decode_cluster_size(&p, &ri.cluster);
+    if (st == AKV_OK && info) *info = ri;
     if (st == AKV_OK && ws_bytes) { /* zeroed once, as the API asks (its arrival counters) */
         ws = up(NULL, ws_bytes);
         CHECK_OK(akv_dev_memset_sync(dev, ws, 0, ws_bytes));
@@ -92,27 +108,51 @@ static akv_status run_decode(const fx_table *f, const dtable *d, uint32_t nq, ak
     return st;
 }
 
-/* Decode on the device against the float64 reference, twice (bitwise equal). */
-static int n_cluster_cases;  /* decode cases that merged in clusters */
-static int dev_cc_major;     /* the device's compute capability */
-static int check_one_seq;    /* decode_case: a lone sequence of 2..8 partitions (see test_decode) */
-
 /* The largest difference between two decodes' outputs (o relative to its row's largest
- * magnitude, lse absolute). */
+ * magnitude, lse absolute); a NaN or infinite difference counts as infinite. */
 static void merge_diff(const void *oa, const void *ob, akv_dtype t, const float *la, const float *lb, size_t n_rows,
                        size_t D, double *o_err, double *l_err) {
     *o_err = *l_err = 0;
     for (size_t r = 0; r < n_rows; r++) {
         double mx = 1e-30;
         for (size_t c = 0; c < D; c++) mx = fmax(mx, fabs(fx_get(ob, t, r * D + c)));
-        for (size_t c = 0; c < D; c++)
-            *o_err = fmax(*o_err, fabs((double)fx_get(oa, t, r * D + c) - fx_get(ob, t, r * D + c)) / mx);
-        *l_err = fmax(*l_err, fabs((double)la[r] - lb[r]));
+        for (size_t c = 0; c < D; c++) {
+            double e = fabs((double)fx_get(oa, t, r * D + c) - fx_get(ob, t, r * D + c)) / mx;
+            *o_err = isfinite(e) ? fmax(*o_err, e) : INFINITY;
+        }
+        double e = fabs((double)la[r] - lb[r]);
+        *l_err = isfinite(e) ? fmax(*l_err, e) : INFINITY;
     }
 }
 
-static void decode_case(const char *name, fx_geom g, uint32_t n_seq, const uint32_t *len, uint32_t nq,
-                        uint32_t cap_slack, akv_dtype q_dtype, akv_dtype o_dtype) {
+/* A lone sequence of 2..8 partitions (decode_case_at's one_seq): its decode (o1, l1, launched
+ * as `ri` says) merged in a cluster of its partitions on a compute capability 9 device with
+ * the setting on, and the same inputs under the other setting agree with it to rounding. */
+static void check_merges_agree(const fx_table *f, const dtable *d, uint32_t nq, akv_dptr q, akv_dtype q_dtype,
+                               akv_dtype o_dtype, const void *o1, const float *l1, const run_info *ri) {
+    const size_t n_rows = (size_t)nq * f->g.n_heads, D = f->g.head_dim;
+    CHECK(ri->sp.n_parts >= 2 && ri->sp.n_parts <= 8);
+    CHECK_EQ_U64(ri->cluster, expect_cluster(ri->sp.n_parts));
+    const int setting = akv_attn_cuda_decode_cluster();
+    akv_attn_cuda_decode_cluster_set(!setting);
+    void *o3 = malloc(n_rows * D * akv_dtype_size(o_dtype));
+    float *l3 = malloc(n_rows * 4);
+    run_info r3;
+    CHECK_OK(run_decode(f, d, nq, q, q_dtype, o_dtype, o3, l3, &r3));
+    CHECK_EQ_U64(r3.cluster, expect_cluster(ri->sp.n_parts));
+    akv_attn_cuda_decode_cluster_set(setting);
+    double oe, le;
+    merge_diff(o1, o3, o_dtype, l1, l3, n_rows, D, &oe, &le);
+    printf("  %-44s cluster vs workspace merge: o %.1e, lse %.1e\n", "", oe, le);
+    CHECK(oe <= (o_dtype == AKV_DTYPE_F32 ? 1e-5 : 8e-3));
+    CHECK(le <= 1e-5);
+    free(o3), free(l3);
+}
+
+/* Decode on the device against the float64 reference, twice (bitwise equal); with one_seq,
+ * check_merges_agree too. Returns whether it launched as a cluster. */
+static int decode_case_at(const char *name, fx_geom g, uint32_t n_seq, const uint32_t *len, uint32_t nq,
+                          uint32_t cap_slack, akv_dtype q_dtype, akv_dtype o_dtype, bool one_seq) {
     fx_table f;
     fx_table_make(&f, g, n_seq, len, 2, cap_slack, &rng);
     dtable d = dt_up(&f);
@@ -126,39 +166,15 @@ static void decode_case(const char *name, fx_geom g, uint32_t n_seq, const uint3
         .kv = fx_pages(&f), .n_heads = g.n_heads, .n_query = nq, .q = akv_attn_host_ptr(q), .q_dtype = q_dtype,
     };
     CHECK_OK(akv_attn_ref_decode_f64(&hp, o64, l64));
-    akv_status st = run_decode(&f, &d, nq, q_d, q_dtype, o_dtype, o1, l1);
+    run_info ri = {{0, 0}, 1};
+    akv_status st = run_decode(&f, &d, nq, q_d, q_dtype, o_dtype, o1, l1, &ri);
     CHECK_OK(st);
     if (st == AKV_OK) {
         FX_COMPARE(name, o1, o_dtype, l1, o64, l64, n_rows, g.head_dim, REL_TOL, LSE_TOL);
-        akv_attn_split sp = {0, 0};
-        akv_attn_decode sp_p = {.kv = dt_pages(&f, &d), .n_heads = g.n_heads, .n_query = nq, .q = q_d,
-                                .q_dtype = q_dtype, .o = q_d, .o_dtype = o_dtype};
-        const uint32_t cl = run_cluster;
-        (void)akv_attn_cuda_decode_split(&sp_p, &sp);
-        n_cluster_cases += cl > 1;
-        if (check_one_seq) {
-            /* every such case merges in a cluster of its partitions on a compute capability 9
-             * device with the setting on, and agrees with the workspace merge to rounding */
-            const int on = akv_attn_cuda_decode_cluster() && dev_cc_major >= 9;
-            CHECK(sp.n_parts >= 2 && sp.n_parts <= 8);
-            CHECK_EQ_U64(cl, on ? sp.n_parts : 1);
-            akv_attn_cuda_decode_cluster_set(!akv_attn_cuda_decode_cluster());
-            void *o3 = malloc(o_bytes);
-            float *l3 = malloc(n_rows * 4);
-            CHECK_OK(run_decode(&f, &d, nq, q_d, q_dtype, o_dtype, o3, l3));
-            const int other_on = akv_attn_cuda_decode_cluster() && dev_cc_major >= 9;
-            CHECK_EQ_U64(run_cluster, other_on ? sp.n_parts : 1);
-            akv_attn_cuda_decode_cluster_set(!akv_attn_cuda_decode_cluster());
-            double oe, le;
-            merge_diff(o1, o3, o_dtype, l1, l3, n_rows, D, &oe, &le);
-            printf("  %-44s cluster vs workspace merge: o %.1e, lse %.1e\n", "", oe, le);
-            CHECK(oe <= (o_dtype == AKV_DTYPE_F32 ? 1e-5 : 8e-3));
-            CHECK(le <= 1e-5);
-            free(o3), free(l3);
-        }
+        if (one_seq) check_merges_agree(&f, &d, nq, q_d, q_dtype, o_dtype, o1, l1, &ri);
         printf("  %-44s worst row rel err %.2e, lse err %.2e (%u parts of %u keys%s)\n", name, fx_last_worst,
-               fx_last_worst_lse, sp.n_parts, sp.part_tokens, cl > 1 ? ", cluster launch" : "");
-        CHECK_OK(run_decode(&f, &d, nq, q_d, q_dtype, o_dtype, o2, l2));
+               fx_last_worst_lse, ri.sp.n_parts, ri.sp.part_tokens, ri.cluster > 1 ? ", cluster launch" : "");
+        CHECK_OK(run_decode(&f, &d, nq, q_d, q_dtype, o_dtype, o2, l2, NULL));
         CHECK_BYTES(o1, o2, o_bytes);
         CHECK_BYTES(l1, l2, n_rows * 4);
     }
@@ -166,30 +182,38 @@ static void decode_case(const char *name, fx_geom g, uint32_t n_seq, const uint3
     dfree(q_d);
     dt_free(&d);
     fx_table_free(&f);
+    return ri.cluster > 1;
 }
 
-static void test_decode(void) {
+static int decode_case(const char *name, fx_geom g, uint32_t n_seq, const uint32_t *len, uint32_t nq,
+                       uint32_t cap_slack, akv_dtype q_dtype, akv_dtype o_dtype) {
+    return decode_case_at(name, g, n_seq, len, nq, cap_slack, q_dtype, o_dtype, false);
+}
+
+/* Returns how many cases launched as a cluster. */
+static int test_decode(void) {
     const fx_geom llama = {32, 8, 128, 64, AKV_DTYPE_BF16}, smol = {9, 3, 64, 256, AKV_DTYPE_BF16};
     const fx_geom mha16 = {8, 8, 128, 16, AKV_DTYPE_BF16}, g8 = {16, 2, 64, 32, AKV_DTYPE_BF16};
     const fx_geom g16 = {16, 1, 128, 64, AKV_DTYPE_BF16};
     const uint32_t edges64[7] = {0, 1, 63, 64, 65, 1000, 3001};
     const uint32_t edges256[6] = {255, 256, 257, 1, 0, 2000};
     char name[96];
+    int n = 0;
     for (uint32_t nq = 1; nq <= 4; nq++) {
         snprintf(name, sizeof name, "decode 32/8 d128 P64 nq%u", nq);
-        decode_case(name, llama, 7, edges64, nq, nq * 3, nq % 2 ? AKV_DTYPE_BF16 : AKV_DTYPE_F32,
+        n += decode_case(name, llama, 7, edges64, nq, nq * 3, nq % 2 ? AKV_DTYPE_BF16 : AKV_DTYPE_F32,
                     nq < 3 ? AKV_DTYPE_BF16 : AKV_DTYPE_F32);
         snprintf(name, sizeof name, "decode 9/3 d64 P256 nq%u", nq);
-        decode_case(name, smol, 6, edges256, nq, 1, AKV_DTYPE_F32, nq % 2 ? AKV_DTYPE_F32 : AKV_DTYPE_BF16);
+        n += decode_case(name, smol, 6, edges256, nq, 1, AKV_DTYPE_F32, nq % 2 ? AKV_DTYPE_F32 : AKV_DTYPE_BF16);
     }
     uint32_t lens[97];
     for (int i = 0; i < 5; i++) lens[i] = 1 + (uint32_t)test_rand_below(&rng, 700);
-    decode_case("decode 8/8 d128 P16 nq2 (4 pages a tile)", mha16, 5, lens, 2, 0, AKV_DTYPE_BF16, AKV_DTYPE_BF16);
-    decode_case("decode 16/2 d64 P32 nq4 (32 rows)", g8, 5, lens, 4, 2, AKV_DTYPE_BF16, AKV_DTYPE_F32);
-    decode_case("decode 16/1 d128 nq3 (48 rows, 2 row tiles)", g16, 5, lens, 3, 5, AKV_DTYPE_F32, AKV_DTYPE_F32);
+    n += decode_case("decode 8/8 d128 P16 nq2 (4 pages a tile)", mha16, 5, lens, 2, 0, AKV_DTYPE_BF16, AKV_DTYPE_BF16);
+    n += decode_case("decode 16/2 d64 P32 nq4 (32 rows)", g8, 5, lens, 4, 2, AKV_DTYPE_BF16, AKV_DTYPE_F32);
+    n += decode_case("decode 16/1 d128 nq3 (48 rows, 2 row tiles)", g16, 5, lens, 3, 5, AKV_DTYPE_F32, AKV_DTYPE_F32);
     const uint32_t edges16[8] = {0, 1, 15, 16, 17, 35, 97, 47};
     for (int i = 0; i < 97; i++) lens[i] = edges16[i % 8];
-    decode_case("decode 9/3 d64 P16, 97 sequences", (fx_geom){9, 3, 64, 16, AKV_DTYPE_BF16}, 97, lens, 1, 0,
+    n += decode_case("decode 9/3 d64 P16, 97 sequences", (fx_geom){9, 3, 64, 16, AKV_DTYPE_BF16}, 97, lens, 1, 0,
                 AKV_DTYPE_BF16, AKV_DTYPE_BF16);
     /* one sequence over a short capacity: 2..8 partitions, which launch as a cluster on a
      * device that has them. Capacity 1024 keys (8 partitions) with every partition used, 3
@@ -197,20 +221,21 @@ static void test_decode(void) {
      * the output, nothing merges); 384 keys (3 partitions) and 512 (4) at SmolLM2's pages */
     const uint32_t one_len[4] = {1000, 300, 100, 350}, one_slack_llama[4] = {0, 11, 14, 0};
     const uint32_t one_slack_smol[4] = {0, 2, 3, 0};
-    check_one_seq = 1;
     for (uint32_t i = 0; i < 4; i++) {
         snprintf(name, sizeof name, "decode 32/8 d128 P64, 1 x %u keys nq%u", one_len[i], 4 - i % 4);
-        decode_case(name, llama, 1, &one_len[i], 4 - i % 4, one_slack_llama[i], AKV_DTYPE_BF16, AKV_DTYPE_F32);
+        n += decode_case_at(name, llama, 1, &one_len[i], 4 - i % 4, one_slack_llama[i], AKV_DTYPE_BF16, AKV_DTYPE_F32,
+                            true);
         snprintf(name, sizeof name, "decode 9/3 d64 P256, 1 x %u keys nq%u", one_len[i], 1 + i % 4);
-        decode_case(name, smol, 1, &one_len[i], 1 + i % 4, one_slack_smol[i], AKV_DTYPE_F32, AKV_DTYPE_BF16);
+        n += decode_case_at(name, smol, 1, &one_len[i], 1 + i % 4, one_slack_smol[i], AKV_DTYPE_F32, AKV_DTYPE_BF16,
+                            true);
     }
-    check_one_seq = 0;
     /* a long history over many tiles per partition; a huge capacity (most partitions empty);
      * skipped under AKV_TEST_QUICK (the sanitizer runs) */
-    if (getenv("AKV_TEST_QUICK")) return;
+    if (getenv("AKV_TEST_QUICK")) return n;
     uint32_t long_len[1] = {40000}, short_len[2] = {5000, 3};
-    decode_case("decode 32/8 d128, 40000 keys", llama, 1, long_len, 1, 0, AKV_DTYPE_BF16, AKV_DTYPE_F32);
-    decode_case("decode 32/8 d128, capacity 1M keys", llama, 2, short_len, 2, 16384, AKV_DTYPE_BF16, AKV_DTYPE_F32);
+    n += decode_case("decode 32/8 d128, 40000 keys", llama, 1, long_len, 1, 0, AKV_DTYPE_BF16, AKV_DTYPE_F32);
+    n += decode_case("decode 32/8 d128, capacity 1M keys", llama, 2, short_len, 2, 16384, AKV_DTYPE_BF16, AKV_DTYPE_F32);
+    return n;
 }
 
 /* Prefill with the chunk's K/V: attention against float64, and the pool bit-exact against the
@@ -282,6 +307,18 @@ static void test_prefill(void) {
                  AKV_DTYPE_BF16, AKV_DTYPE_F32);
 }
 
+/* Copies the pages of sequence src_seq of table src into the pages of sequence dst_seq of
+ * table dst (the same number of pages); returns how many of them sit at another page id. */
+static int copy_history(fx_table *dst, uint32_t dst_seq, const fx_table *src, uint32_t src_seq) {
+    int moved = 0;
+    for (int32_t i = 0; i < src->indptr[src_seq + 1] - src->indptr[src_seq]; i++) {
+        int32_t to = dst->indices[dst->indptr[dst_seq] + i], from = src->indices[src->indptr[src_seq] + i];
+        memcpy(dst->pool + (size_t)to * dst->page_bytes, src->pool + (size_t)from * src->page_bytes, src->page_bytes);
+        moved += to != from;
+    }
+    return moved;
+}
+
 /* The bitwise cell: sequence 0 of a batch vs the same contents at other physical pages, as
  * sequence 1 of another batch with the same capacity: identical bits, decode and prefill. */
 static void test_bitwise_cell(void) {
@@ -294,10 +331,7 @@ static void test_bitwise_cell(void) {
     fx_table b;
     fx_table_make(&b, g, 2, len_b, 9, 10, &rng);
     b.max_pages = a.max_pages;
-    for (int32_t i = 0; i < a.indptr[1]; i++) {
-        int32_t dst = b.indices[b.indptr[1] + i], src = a.indices[i];
-        memcpy(b.pool + (size_t)dst * b.page_bytes, a.pool + (size_t)src * a.page_bytes, a.page_bytes);
-    }
+    copy_history(&b, 1, &a, 0);
     CHECK(a.indices[0] != b.indices[b.indptr[1]]);
     dtable da = dt_up(&a), db = dt_up(&b);
     size_t rows = (size_t)nq * g.n_heads;
@@ -309,8 +343,8 @@ static void test_bitwise_cell(void) {
     memcpy(qb_h, (char *)q + rows * D * 2, rows * D * 2);
     akv_dptr qb = up(qb_h, 2 * rows * D * 2);
     float *oa = malloc(2 * rows * D * 4), *ob = malloc(2 * rows * D * 4), la[2 * 64], lb[2 * 64];
-    CHECK_OK(run_decode(&a, &da, nq, qa, AKV_DTYPE_BF16, AKV_DTYPE_F32, oa, la));
-    CHECK_OK(run_decode(&b, &db, nq, qb, AKV_DTYPE_BF16, AKV_DTYPE_F32, ob, lb));
+    CHECK_OK(run_decode(&a, &da, nq, qa, AKV_DTYPE_BF16, AKV_DTYPE_F32, oa, la, NULL));
+    CHECK_OK(run_decode(&b, &db, nq, qb, AKV_DTYPE_BF16, AKV_DTYPE_F32, ob, lb, NULL));
     CHECK_BYTES(oa, ob + rows * D, rows * D * 4);
     CHECK_BYTES(la, lb + rows, rows * 4);
     /* prefill of the last 300 tokens as a chunk (already in the pages), same test */
@@ -341,7 +375,6 @@ static void test_bitwise_cell(void) {
     fx_table_free(&a), fx_table_free(&b);
 }
 
-/* Decode's tail write: two new tokens per sequence from f32 rows with a stride. */
 /* The bitwise cell of a lone sequence over a short capacity (900 keys of 1024: 8
  * partitions, a cluster merge where the device has clusters): the same history at other page
  * ids gives the same bits. */
@@ -351,31 +384,28 @@ static void test_bitwise_cell_one(void) {
     fx_table a, b;
     fx_table_make(&a, g, 1, len, 3, 1, &rng);
     fx_table_make(&b, g, 1, len, 7, 1, &rng);
-    int moved = 0;
-    for (int32_t i = 0; i < a.indptr[1]; i++) {
-        memcpy(b.pool + (size_t)b.indices[i] * b.page_bytes, a.pool + (size_t)a.indices[i] * a.page_bytes,
-               a.page_bytes);
-        moved += a.indices[i] != b.indices[i];
-    }
+    const int moved = copy_history(&b, 0, &a, 0);
     CHECK(moved > 0);
     dtable da = dt_up(&a), db = dt_up(&b);
     size_t rows = (size_t)nq * g.n_heads;
     void *q = fx_random(AKV_DTYPE_BF16, rows * D, 2.0f, &rng);
     akv_dptr qd = up(q, rows * D * 2);
-    float *oa = malloc(rows * D * 4), *ob = malloc(rows * D * 4), la[3 * 32], lb[3 * 32];
-    CHECK_OK(run_decode(&a, &da, nq, qd, AKV_DTYPE_BF16, AKV_DTYPE_F32, oa, la));
-    CHECK_OK(run_decode(&b, &db, nq, qd, AKV_DTYPE_BF16, AKV_DTYPE_F32, ob, lb));
-    printf("  bitwise cell, one sequence of 900 keys, %u pages moved: %s merge\n", moved,
-           run_cluster > 1 ? "cluster" : "workspace");
-    CHECK_EQ_U64(run_cluster, akv_attn_cuda_decode_cluster() && dev_cc_major >= 9 ? 8 : 1);
+    float *oa = malloc(rows * D * 4), *ob = malloc(rows * D * 4), *la = malloc(rows * 4), *lb = malloc(rows * 4);
+    run_info ri = {{0, 0}, 1};
+    CHECK_OK(run_decode(&a, &da, nq, qd, AKV_DTYPE_BF16, AKV_DTYPE_F32, oa, la, NULL));
+    CHECK_OK(run_decode(&b, &db, nq, qd, AKV_DTYPE_BF16, AKV_DTYPE_F32, ob, lb, &ri));
+    printf("  bitwise cell, one sequence of 900 keys, %d pages moved: %s merge\n", moved,
+           ri.cluster > 1 ? "cluster" : "workspace");
+    CHECK_EQ_U64(ri.cluster, expect_cluster(8));
     CHECK_BYTES(oa, ob, rows * D * 4);
     CHECK_BYTES(la, lb, rows * 4);
-    free(q), free(oa), free(ob);
+    free(q), free(oa), free(ob), free(la), free(lb);
     dfree(qd);
     dt_free(&da), dt_free(&db);
     fx_table_free(&a), fx_table_free(&b);
 }
 
+/* Decode's tail write: two new tokens per sequence from f32 rows with a stride. */
 static void test_append(void) {
     const fx_geom g = {8, 2, 64, 16, AKV_DTYPE_BF16};
     const uint32_t len[4] = {2, 16, 17, 100}, stride = 3 * 2 * 64;
@@ -479,9 +509,8 @@ int main(void) {
             CHECK_OK(akv_attn_decode_variant_set(v));
             akv_attn_cuda_decode_cluster_set(cl);
             printf("decode variant %u, cluster merge %s\n", v, cl ? "where it applies" : "off");
-            n_cluster_cases = 0;
             TEST_CASE(decode_vs_float64) {
-                test_decode();
+                const int n_cluster_cases = test_decode();
                 /* a compute capability 9 device runs the cluster merge for the cases of 2..8
                  * partitions (most of them); with the setting off, none does */
                 printf("  %d decode cases merged in clusters\n", n_cluster_cases);
