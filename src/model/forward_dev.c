@@ -9,6 +9,7 @@
 
 #include "akv/forward_ops.h"
 #include "core/alloc.h"
+#include "core/assert.h"
 #include "core/half.h"
 #include "core/log.h"
 
@@ -18,13 +19,18 @@ enum {
     FDEV_UPLOAD_CHUNK = 1u << 22,   /* elements per f32->bf16 conversion of an upload */
 };
 
-/* A record of launches: the ops and a copy of their argument structs. */
+/* A record of launches: the ops and a copy of their argument structs, each of its op's
+ * args_bytes at the next 16-byte offset of args (fdev_rec_add). */
 typedef struct fdev_rec {
     const akv_dev_op **ops; /* [n] */
-    size_t *off;            /* [n] offsets of the arguments in args */
     unsigned char *args;    /* len bytes */
-    size_t n, cap_ops, cap_off, len, args_cap;
+    size_t n, cap_ops, len, args_cap;
 } fdev_rec;
+
+/* The offset in a record's args of the arguments that follow those ending at `end`. */
+static size_t fdev_rec_next(size_t end) {
+    return (end + 15) / 16 * 16;
+}
 
 /* One block's device weights. */
 typedef struct fdev_layer {
@@ -83,21 +89,21 @@ struct akv_forward_dev {
 
 static void fdev_rec_free(fdev_rec *r) {
     akv__free(r->ops);
-    akv__free(r->off);
     akv__free(r->args);
     memset(r, 0, sizeof *r);
 }
 
 /* Appends a launch to r (its arguments copied, 16-byte aligned, the gaps zeroed). */
 static akv_status fdev_rec_add(fdev_rec *r, const akv_dev_op *op, const void *args, size_t bytes) {
-    size_t at = (r->len + 15) / 16 * 16;
+    /* what akv_dev_op_launch checks for an eager launch; the record's layout relies on it */
+    AKV_ASSERT(bytes == op->args_bytes);
+    size_t at = fdev_rec_next(r->len);
     akv_status st = akv__array_reserve((void **)&r->ops, &r->cap_ops, r->n + 1, sizeof *r->ops);
-    if (!st) st = akv__array_reserve((void **)&r->off, &r->cap_off, r->n + 1, sizeof *r->off);
     if (!st) st = akv__array_reserve((void **)&r->args, &r->args_cap, at + bytes, 1);
     if (st) return st;
     memset(r->args + r->len, 0, at - r->len);
     memcpy(r->args + at, args, bytes);
-    r->ops[r->n] = op, r->off[r->n] = at, r->n++;
+    r->ops[r->n++] = op;
     r->len = at + bytes;
     return AKV_OK;
 }
@@ -544,8 +550,10 @@ static akv_status fdev_replay(akv_forward_dev *f, const akv_fwd_embed_args *e,
     if (!f->graph || !fdev_rec_equal(&f->rec, &f->graph_rec)) {
         akv_dev_launch *ls = akv__malloc(f->rec.n * sizeof *ls);
         if (!ls) return AKV_ENOMEM;
-        for (size_t i = 0; i < f->rec.n; i++)
-            ls[i] = (akv_dev_launch){.op = f->rec.ops[i], .args = f->rec.args + f->rec.off[i]};
+        for (size_t i = 0, at = 0; i < f->rec.n; at += f->rec.ops[i]->args_bytes, i++) {
+            at = fdev_rec_next(at);
+            ls[i] = (akv_dev_launch){.op = f->rec.ops[i], .args = f->rec.args + at};
+        }
         akv_graph *g = NULL;
         st = akv_dev_graph_create(f->dev, ls, f->rec.n, &g);
         akv__free(ls);
