@@ -517,6 +517,14 @@ static akv_status run_feed(run_state *s, const int32_t *ids, size_t n) {
     return AKV_OK;
 }
 
+/* One generated token through the model (a decode step), timed and counted. */
+static akv_status run_decode_one(run_state *s, int32_t id) {
+    double ts = akv_clock_s();
+    akv_status st = run_feed(s, &id, 1);
+    if (st == AKV_OK) s->t_gen += akv_clock_s() - ts, s->n_dec++;
+    return st;
+}
+
 /* Whether generation stops at token id. */
 static bool run_is_stop(const run_state *s, int32_t id) {
     akv_tok_specials sp = akv_tok_get_specials(s->tok);
@@ -552,10 +560,7 @@ static akv_status run_generate(run_state *s, const akv_tok_ids *prompt, akv_tok_
             s->unfed = id, s->has_unfed = true; /* a next chat turn runs it first */
             break;
         }
-        double ts = akv_clock_s();
-        if ((st = run_feed(s, &id, 1))) break;
-        s->t_gen += akv_clock_s() - ts;
-        s->n_dec++;
+        if ((st = run_decode_one(s, id))) break;
     }
     size_t before = out.n_bytes;
     if (st == AKV_OK) st = akv_tok_stream_flush(&stream, &out);
@@ -597,12 +602,7 @@ static akv_status run_chat_turn(run_state *s, akv_chat_msg *msgs, size_t n_msgs)
         akv_tok_text reply = {0};
         if (st == AKV_OK && s->has_unfed) {
             /* fed holds the previous reply's last token: the context must too */
-            double ts = akv_clock_s();
-            if ((st = run_feed(s, &s->unfed, 1)) == AKV_OK) {
-                s->t_gen += akv_clock_s() - ts;
-                s->n_dec++;
-                s->has_unfed = false;
-            }
+            if ((st = run_decode_one(s, s->unfed)) == AKV_OK) s->has_unfed = false;
         }
         if (st == AKV_OK) st = run_generate(s, &ids, &reply);
         if (st == AKV_OK) st = akv_tok_text_append(&s->fed, reply.bytes, reply.n_bytes);
