@@ -1,11 +1,11 @@
 /*
- * bench/probes/cluster_probe.cu — thread-block cluster facts of the current device, behind
+ * cuda/probes/cluster_probe.cu — thread-block cluster facts of the current device, behind
  * the decode's cluster merge (docs/attention.md, "The cluster merge"): how many clusters of
  * each size fit at once for the decode's block shapes (cudaOccupancyMaxActiveClusters), and
  * what two cluster barriers and a distributed-shared-memory read cost per kernel against the
  * same kernel without a cluster (graph replays of 100 launches; a same-run baseline).
  * Not built by CMake; on the GPU machine:
- *   nvcc -arch=sm_90 -O2 -std=c++17 -o /tmp/cluster_probe bench/probes/cluster_probe.cu && /tmp/cluster_probe
+ *   nvcc -arch=sm_90 -O2 -std=c++17 -o /tmp/cluster_probe cuda/probes/cluster_probe.cu && /tmp/cluster_probe
  */
 #include <cstdio>
 #include <cuda_runtime.h>
