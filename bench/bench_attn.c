@@ -156,7 +156,8 @@ static int cmp_u64(const void *a, const void *b) {
  * timed call's time went, from its per-block stamps (akv_attn_cuda_decode_timeline), in µs:
  * when the last block started (after the first), a block's wait for its first key tile and
  * its key loop (median / max), and the phases of the block that ended last (when its key loop
- * ended, its state write, arrival count and merge), with its end. */
+ * ended, its state write, arrival count and merge), with its end. AKV_BENCH_TIMELINE_DUMP
+ * names a file to append every block's stamps to. */
 static void decode_timeline(double call_us) {
     static akv_attn_timeline_block tl[16384];
     static uint64_t first[16384], loop[16384];
@@ -174,6 +175,20 @@ static void decode_timeline(double call_us) {
         uint64_t e = t[5] ? t[5] : t[4] ? t[4] : t[3];
         if (e > end) end = e, last = i;
         n_act++;
+    }
+    /* AKV_BENCH_TIMELINE_DUMP=file: every block's stamps appended (block, SM, the 6 stamps in
+     * ns from the first block's start, -1 = not reached), for offline analysis */
+    const char *dump = getenv("AKV_BENCH_TIMELINE_DUMP");
+    FILE *df = dump && *dump ? fopen(dump, "a") : NULL;
+    if (dump && *dump && !df) fprintf(stderr, "timeline: cannot open %s\n", dump);
+    if (df) {
+        fprintf(df, "# call %.2f us; block smid ns0..ns5\n", call_us);
+        for (uint32_t i = 0; i < n; i++) {
+            fprintf(df, "%u %u", i, tl[i].smid);
+            for (int j = 0; j < 6; j++) fprintf(df, " %lld", tl[i].ns[j] ? (long long)(tl[i].ns[j] - t0) : -1LL);
+            fputc('\n', df);
+        }
+        fclose(df);
     }
     if (!n_act) return;
     qsort(first, n_first, sizeof first[0], cmp_u64);
