@@ -262,6 +262,36 @@ int main(void) {
         pools_close(&p);
     }
 
+    TEST_CASE(staged_failure_one_quarantine_per_sync) {
+        /* a write-back that fails on its queue after the step returned: the sync fails the
+         * stage, which retains both layers' leases (completion unknown); a sync while the
+         * device is still faulted drains it once for them, not once per lease; after recovery
+         * the next sync releases them */
+        pools p;
+        if (!pools_open(&p, c, 64)) break;
+        akv_route *r = NULL;
+        akv_route_params rp = {.kind = AKV_ROUTE_STAGED, .max_tokens = 5 * P, .window_pages = 2};
+        CHECK_OK(akv_route_create(p.dev, p.hp, p.dp, &rp, &r));
+        if (!r) break;
+        for (uint32_t pos = 0; pos < 3 * P; pos += P)
+            CHECK_OK(feed(r, f, tokens + pos, P, logits));
+        CHECK_OK(akv_route_sync(r));
+        CHECK_OK(akv_dev_inject_fault(p.dev, AKV_FAULT_COPY_EXEC, 2, 0));
+        CHECK_OK(feed(r, f, tokens + 3 * P, 1, logits)); /* the failure surfaces at retire */
+        CHECK(akv_route_sync(r) != AKV_OK);
+        akv_route_stats q0, q1;
+        akv_route_get_stats(r, &q0);
+        CHECK(q0.n_quarantines >= 1);
+        CHECK(akv_route_sync(r) != AKV_OK); /* both leases refused: one quarantine */
+        akv_route_get_stats(r, &q1);
+        CHECK_EQ_U64(q1.n_quarantines - q0.n_quarantines, 1);
+        CHECK_STATUS(akv_route_destroy(r), AKV_EBUSY); /* the retained leases */
+        CHECK_OK(akv_dev_clear_faults(p.dev));
+        CHECK_STATUS(akv_route_sync(r), AKV_EFAILED);
+        CHECK_OK(akv_route_destroy(r));
+        pools_close(&p);
+    }
+
     /* THE BITWISE CELLS on the host backend, both passes */
     const rc_params cells = {.n_layers = c->n_layers,
                              .n_kv_heads = c->n_kv_heads,

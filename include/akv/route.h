@@ -120,6 +120,8 @@ typedef struct akv_route_stats {
     uint64_t n_prefetch_dropped; /* staged: prefetches cancelled (the next step was not the
                                     one-token step they were made for, or a sync came first) */
     uint64_t d2h_bytes;    /* device -> host: write-back of new rows */
+    uint64_t n_quarantines; /* staged: its stage's quarantines (akv_stage_stats); the route
+                               asks for at most one per call that retires leases */
     uint32_t window_pages; /* device window pages per layer now */
     uint32_t host_pages;   /* host pages per layer now */
 } akv_route_stats;

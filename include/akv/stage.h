@@ -133,6 +133,7 @@ typedef struct akv_stage_stats {
     uint64_t n_begun, n_sealed, n_retired, n_cancelled;
     uint64_t n_copies, n_writebacks, n_prior_waits, n_raw_waits;
     size_t h2d_bytes, d2h_bytes;
+    uint64_t n_quarantines; /* drains after a failure: on the failure, and each asked for */
     uint32_t n_live; /* leases begun and not yet released */
     int failed;      /* the transport has failed */
     int retained;    /* ... and completion could not be established: resources retained */

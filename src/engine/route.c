@@ -245,24 +245,29 @@ akv_status akv_route_destroy(akv_route *r) {
 }
 
 /* Retires one lease (fences waited on): AKV_OK, or the failure; *released says whether the
- * record is gone (retired, or failed with completion established after a quarantine). */
+ * record is gone (retired, or failed with completion established after a quarantine).
+ * *quarantined: whether this pass already quarantined (once per pass: a drain that could
+ * not establish completion for one lease will not for the next). */
 static akv_status route_retire_one(akv_route *r, akv_stage_lease l, akv_stage_receipt *rc,
-                                   bool *released) {
+                                   bool *released, bool *quarantined) {
     memset(rc, 0, sizeof *rc);
     akv_status s = akv_stage_retire(r->stage, l, rc);
-    if (s == AKV_EFAILED && !rc->failed && akv_stage_quarantine(r->stage) == AKV_OK) {
+    if (s == AKV_EFAILED && !rc->failed && !*quarantined) {
         /* retained by a quarantine that could not establish completion: the device may
          * have recovered since; only a new quarantine's fences let the lease go */
-        memset(rc, 0, sizeof *rc);
-        s = akv_stage_retire(r->stage, l, rc);
+        *quarantined = true;
+        if (akv_stage_quarantine(r->stage) == AKV_OK) {
+            memset(rc, 0, sizeof *rc);
+            s = akv_stage_retire(r->stage, l, rc);
+        }
     }
     *released = s == AKV_OK || (s == AKV_EFAILED && rc->failed);
     return s;
 }
 
 /* The prefetched lease, when the next step is not the one it was made for: cancelled and
- * retired. */
-static akv_status route_drop_prefetch(akv_route *r) {
+ * retired (*quarantined: as for route_retire_one, shared by the caller's pass). */
+static akv_status route_drop_prefetch(akv_route *r, bool *quarantined) {
     if (!r->pf_live) return AKV_OK;
     akv_status first = AKV_OK;
     if (!r->pf_cancelled) {
@@ -272,15 +277,16 @@ static akv_status route_drop_prefetch(akv_route *r) {
     }
     akv_stage_receipt rc;
     bool released = false;
-    akv_status s = route_retire_one(r, r->pf, &rc, &released);
+    akv_status s = route_retire_one(r, r->pf, &rc, &released, quarantined);
     if (released) r->pf_live = false, r->pf_cancelled = false;
     return first != AKV_OK ? first : s;
 }
 
 /* Staged: cancels the lease a failed pass left open (begun, ready or attended, never
  * sealed), then retires every lease of the last step: waits on their fences and checks each
- * receipt against what was submitted (owner write-backs and staged copies). */
-static akv_status route_retire(akv_route *r) {
+ * receipt against what was submitted (owner write-backs and staged copies). *quarantined:
+ * as for route_retire_one. */
+static akv_status route_retire(akv_route *r, bool *quarantined) {
     if (!r->stage) return AKV_OK;
     akv_status first = AKV_OK;
     if (r->open_layer >= 0) {
@@ -292,7 +298,7 @@ static akv_status route_retire(akv_route *r) {
         if (!r->lease_live[l]) continue;
         akv_stage_receipt rc;
         bool released = false;
-        akv_status s = route_retire_one(r, r->lease[l], &rc, &released);
+        akv_status s = route_retire_one(r, r->lease[l], &rc, &released, quarantined);
         /* released: retired, or failed with completion established (a receipt came back);
          * otherwise it stays live (retained, or not sealed: a bug) */
         if (released) r->lease_live[l] = 0;
@@ -338,10 +344,11 @@ akv_status akv_route_begin_step(akv_route *r, uint64_t n_total) {
     /* 0. staged: the previous step's leases retire (their fences waited on). queued: the
      * previous step's kernels and write-backs are done, so the host copy is complete and the
      * tables may be rewritten */
-    akv_status st = route_retire(r);
+    bool quarantined = false;
+    akv_status st = route_retire(r, &quarantined);
     /* a prefetched lease serves only the one-token step it was made for (made at the end of
      * the step that left n_old tokens; a truncate since drops it) */
-    if (!st && n_total != n_old + 1) st = route_drop_prefetch(r);
+    if (!st && n_total != n_old + 1) st = route_drop_prefetch(r, &quarantined);
     if (st || (st = route_wait(r))) return st;
     /* 1. the host copy grows first: it is where the rows land for good */
     st = akv_host_table_grow(r->ht, n_total);
@@ -475,8 +482,9 @@ static akv_status route_prefetch(akv_route *r) {
     akv_status st = akv_stage_begin(r->stage, 0, r->stats.n_steps + 1, &owner, 1, &r->pf);
     if (st) return st;
     r->pf_live = true; /* pf_cancelled is false whenever pf_live is (route_drop_prefetch) */
+    bool quarantined = false;
     if ((st = route_copy_staged(r, 0, r->pf)))
-        route_drop_prefetch(r); /* the copy's failure is what the caller hears */
+        route_drop_prefetch(r, &quarantined); /* the copy's failure is what the caller hears */
     return st;
 }
 
@@ -582,7 +590,8 @@ akv_forward_kv akv_route_forward_kv(akv_route *r) {
 
 akv_status akv_route_sync(akv_route *r) {
     if (!r) return AKV_EINVAL;
-    akv_status st = route_retire(r), s2 = route_drop_prefetch(r);
+    bool quarantined = false;
+    akv_status st = route_retire(r, &quarantined), s2 = route_drop_prefetch(r, &quarantined);
     if (!st) st = s2;
     return st ? st : route_wait(r);
 }
@@ -603,6 +612,11 @@ void akv_route_get_stats(const akv_route *r, akv_route_stats *out) {
     out->n_tokens = r->n_tokens;
     out->window_pages = akv_dev_pool_ctx_window(r->ctx);
     out->host_pages = akv_host_table_n_pages(r->ht);
+    if (r->stage) {
+        akv_stage_stats ss;
+        akv_stage_get_stats(r->stage, &ss);
+        out->n_quarantines = ss.n_quarantines;
+    }
 }
 
 const akv_host_table *akv_route_host_table(const akv_route *r) {

@@ -201,6 +201,7 @@ static akv_status stage_drain(akv_stage *st) {
     }
     akv_status s = akv_dev_sync(st->dev);
     if (s != AKV_OK && first == AKV_OK) first = s;
+    st->stats.n_quarantines++;
     st->retained = first != AKV_OK;
     if (st->retained)
         AKV_LOG_E("stage: quarantine could not establish completion (%s): %u lease(s), their "
