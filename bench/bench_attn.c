@@ -16,7 +16,8 @@
  * which this program runs first (python3, or $AKV_PYTHON). Results: a markdown table on
  * stdout and appended to $AKV_BENCH_OUT when set. AKV_BENCH_ATTN_VARIANTS=all (or "0,2")
  * prints one decode table per decode variant (akv/attn.h), each over the same page tables,
- * against one PyTorch run.
+ * against one PyTorch run. AKV_BENCH_HOST=1 also prints, per decode row, the launcher's
+ * host time per eager call (planning, checks, launch; no graph).
  */
 #define _POSIX_C_SOURCE 200809L /* popen */
 #include <math.h>
@@ -29,6 +30,7 @@
 #include "akv/dev.h"
 #include "akv/dev_cuda.h"
 #include "core/assert.h"
+#include "core/clock.h"
 #include "core/half.h"
 
 #define AKV_BENCH_NAME "bench_attn"
@@ -255,6 +257,17 @@ static double bench_decode(const geom *g, uint32_t b, uint32_t n, uint32_t nq, a
     TRY(akv_dev_cuda_time_us(dec_issue, w, n_calls, 15, &us));
     const char *tl = getenv("AKV_BENCH_TIMELINE");
     if (tl && *tl == '1') decode_timeline(us);
+    const char *host = getenv("AKV_BENCH_HOST");
+    if (host && *host == '1') {
+        /* the launcher's host time: eager calls on the default stream, timed on the host
+         * (planning, checks and the launch itself; the device runs behind them) */
+        enum { N_HOST = 200 };
+        double t0 = akv_clock_s();
+        for (int i = 0; i < N_HOST; i++) TRY(dec_issue(w, NULL));
+        double host_us = (akv_clock_s() - t0) / N_HOST * 1e6;
+        TRY(akv_dev_sync(dev));
+        printf("    host: %.2f µs per eager call (%d calls)\n", host_us, N_HOST);
+    }
     if (w->ws_bytes) TRY(akv_dev_mem_free(dev, w->ws));
     TRY(akv_dev_mem_free(dev, q));
     TRY(akv_dev_mem_free(dev, o));
