@@ -423,7 +423,7 @@ int main(void) {
                    "| --- | ---: | ---: | ---: | --- | ---: | ---: | ---: | ---: | --- | ---: |\n");
         for (int i = 0; i < n_dc; i++) {
             const geom *g = &GEOMS[dc[i].g];
-            akv_attn_split sp = {0};
+            akv_attn_split sp = {0, 0};
             uint32_t cl = 1;
             double us = bench_decode(g, dc[i].b, dc[i].n, dc[i].nq, &sp, &cl);
             double bytes = (double)dc[i].b * dc[i].n * 2.0 * g->hkv * g->d * 2.0;
@@ -435,10 +435,8 @@ int main(void) {
                 snprintf(tbest, sizeof tbest, "%.1f (%s)", t->us_best, t->how);
                 snprintf(sup, sizeof sup, "%.2fx", t->us_best / us);
             }
-            char tail[40] = ""; /* variant 3: the tail chunks of each partition */
-            if (sp.n_chunks) snprintf(tail, sizeof tail, " (%u x %u tail)", sp.n_chunks, sp.chunk_tokens);
-            bench_emit(f, "| %s | %u | %u | %u | %u x %u%s%s | %.1f | %.0f | %.3f | %s | %s | %s |\n",
-                       g->name, dc[i].b, dc[i].n, dc[i].nq, sp.n_parts, sp.part_tokens, tail, cl > 1 ? " cl" : "", us, gbs,
+            bench_emit(f, "| %s | %u | %u | %u | %u x %u%s | %.1f | %.0f | %.3f | %s | %s | %s |\n",
+                       g->name, dc[i].b, dc[i].n, dc[i].nq, sp.n_parts, sp.part_tokens, cl > 1 ? " cl" : "", us, gbs,
                        gbs / copy_gbs, tdef, tbest, sup);
             fflush(stdout);
         }

@@ -106,14 +106,11 @@ struct dec_args {
     void *o;        /* [n_seq][n_query][n_heads][D] */
     int o_f32;
     float *lse;     /* [n_seq][n_query][n_heads] or null */
-    float *ws_o;    /* [n_seq][n_kv][n_states][rows][D] partial outputs */
-    float *ws_lse;  /* [n_seq][n_kv][n_states][rows] partial LSEs (natural log) */
+    float *ws_o;    /* [n_seq][n_kv][n_parts][rows][D] partial outputs */
+    float *ws_lse;  /* [n_seq][n_kv][n_parts][rows] partial LSEs (natural log) */
     unsigned *ws_cnt; /* [n_seq][gridDim.y] arrival counters: 0 between calls */
-    unsigned *ws_claim; /* variant 3 with tail chunks: the chunks' claim counter, 0 between calls */
     int n_heads, group, n_query, rows, n_row_tiles;
     int n_parts, part_tokens;
-    int n_chunks, chunk_tokens, head_tokens; /* tail chunks per partition (variant 3), their keys, the rest */
-    int n_states;                            /* states per (sequence, head, row tile): n_parts*(1 + n_chunks) */
     float scale_log2; /* scale * log2(e) */
 };
 
@@ -154,27 +151,6 @@ static __device__ __forceinline__ void dec_load_tile(const attn_kv &kv, int pb, 
  * lookups, or nothing to load). */
 static __device__ __forceinline__ int dec_tile_page(const attn_kv &kv, int pb, int t0, int t_end) {
     return kv.log2_p >= 6 && t0 < t_end ? __ldg(kv.indices + pb + (t0 >> kv.log2_p)) : -1;
-}
-
-/* Range r of a sequence's keys (akv_attn_split_states): its first key, and its end in *end
- * (unsigned: a start plus a length may pass 2^31 - 1; the plan keeps each below it). */
-static __device__ __forceinline__ int dec_range(const dec_args &a, int r, unsigned *end) {
-    const int per = 1 + a.n_chunks, p = r / per, j = r - p * per;
-    const unsigned k0 = (unsigned)p * (unsigned)a.part_tokens +
-                        (j ? (unsigned)a.head_tokens + (unsigned)(j - 1) * (unsigned)a.chunk_tokens : 0u);
-    *end = k0 + (unsigned)(j ? a.chunk_tokens : a.head_tokens);
-    return (int)k0;
-}
-
-/* The ranges a sequence of len keys uses: those that start before len (ranges are in key
- * order: ranges 0..n-1). Without chunks, min(n_parts, ceil(len / part_tokens)). */
-static __device__ __forceinline__ int dec_ranges_used(const dec_args &a, int len) {
-    if (len <= 0) return 0;
-    const int per = 1 + a.n_chunks, full = len / a.part_tokens, rem = len - full * a.part_tokens;
-    const int in_last = rem == 0 ? 0
-                        : rem <= a.head_tokens ? 1
-                                               : 1 + (rem - a.head_tokens + a.chunk_tokens - 1) / a.chunk_tokens;
-    return min(a.n_states, full * per + in_last);
 }
 
 /* Final output of merged row gr (columns 4*c4..4*c4+3): O / S, and lse = M + log S. */
@@ -244,7 +220,7 @@ static __device__ void dec_merge(const dec_args &a, int s, int h, int row0, int 
     dec_run *s_run = reinterpret_cast<dec_run *>(smem); /* [NT] slice runs */
     const int nr = min(R, a.rows - row0);
     /* state (p, r) of these rows: index base + p*rows + r */
-    const size_t base = (size_t)(s * a.kv.n_kv + h) * a.n_states * a.rows + row0;
+    const size_t base = (size_t)(s * a.kv.n_kv + h) * a.n_parts * a.rows + row0;
     const int n_items = nr * C4;
     const int ns = max(1, min(8, NT / n_items)), chunk = (n_used + ns - 1) / ns;
     const size_t step = (size_t)a.rows * D;
@@ -547,7 +523,7 @@ __global__ void __launch_bounds__(32 * NW, MINB) attn_decode_kernel(const dec_ar
             cst[r * D + c] = out;
             if (c == 0) cst[R * D + r] = lse;
         } else {
-            const size_t prow = ((size_t)(s * a.kv.n_kv + h) * a.n_states + part) * a.rows + gr;
+            const size_t prow = ((size_t)(s * a.kv.n_kv + h) * a.n_parts + part) * a.rows + gr;
             a.ws_o[prow * D + c] = out;
             if (c == 0) a.ws_lse[prow] = lse;
         }
@@ -587,290 +563,6 @@ __global__ void __launch_bounds__(32 * NW, MINB) attn_decode_kernel(const dec_ar
         dec_merge<D, R, MINB == 1 && D == 128 ? 16 : 8, NT>(a, s, h, row0, n_used, smem, tid);
         dec_stamp(5);
     }
-}
-
-/* ---- variant 3: the balanced decode ------------------------------------------------------
- *
- * One round of 4-warp blocks on 16-row tiles (grid: partitions x (K/V head x row tile) x
- * sequences). A block streams its partition's head (the first head_tokens keys), then claims
- * tail chunks (akv_attn_split) from a counter in the workspace until none is left; so the
- * chunks go to the multiprocessors that finish first, whatever their rate. The ring runs on
- * from one range to the next: the loader is ST - 1 steps ahead of the compute, and looks up
- * (thread 0 claims, a barrier publishes) the next range when its current one is issued. Each
- * range is a partial state of its own: when the compute finishes a range, the warps' states
- * pass through a scratch of their own, 4 rows at a time (the ring is busy with the next
- * range), to the workspace (or the output when the sequence has one range), the range is
- * counted, and the last of its (sequence, head, row tile) merges (dec_merge, in key order).
- * Which block computes a range varies from run to run; what it computes does not (its keys,
- * its steps, its query rows), so the bits do not either.
- *
- * A range with keys runs max(ST - 1, its steps up to the length) steps: every range the
- * loader queues outlasts the ring, so the loader is never two ranges ahead of the compute and
- * the next range's query rows wait in registers (loaded when the loader reaches the range,
- * stored to the shared tile when the compute does). Steps past the length load zeros and are
- * masked. Chunks that start past the length are skipped by the claimer. The claim counter
- * counts one failing claim per block at the end; the block that makes the last one resets
- * it to 0 for the next call. */
-template <int D>
-struct bal_cfg {
-    static constexpr int ST = D == 128 ? 3 : 4;  /* akv__attn_decode_stages(D, 3) */
-    static constexpr int MINB = D == 128 ? 2 : 3; /* blocks per SM the plan counts on */
-    static constexpr int NT = 128, TILE = 64;
-    static constexpr int KV_BYTES = TILE * D * 2, TILE_BYTES = 2 * KV_BYTES;
-    static constexpr int Q_BYTES = 16 * D * 2;
-    static constexpr int SO = D + 8; /* scratch row stride in floats (dec_cfg::SO_STRIDE) */
-    static constexpr int SCR_BYTES = 16 * SO * 4 + 2 * 16 * 4; /* [4 warps][4 rows][SO], m, l */
-    static constexpr int SMEM = ST * TILE_BYTES + Q_BYTES + SCR_BYTES;
-    static_assert(SCR_BYTES >= NT * (int)sizeof(dec_run), "the merge's slice runs fit the scratch");
-};
-
-/* A range of one (sequence, head, row tile) as the block streams it; r < 0: none. */
-struct bal_seg {
-    int r, s, y;      /* range, sequence, head x row tile (blockIdx.y's numbering) */
-    int pb, len;      /* the sequence's first page-table entry and length */
-    int k0, k1;       /* its keys [k0, k1): k1 = min(the range's end, len) */
-    int n_steps;      /* steps it runs */
-};
-
-static __device__ __forceinline__ bal_seg bal_make(const dec_args &a, int u, int r, int st) {
-    bal_seg g;
-    g.r = r;
-    g.s = u / (int)gridDim.y;
-    g.y = u - g.s * (int)gridDim.y;
-    g.pb = a.kv.indptr[g.s];
-    g.len = attn_seq_len(a.kv, g.s);
-    unsigned kend;
-    g.k0 = dec_range(a, r, &kend);
-    g.k1 = (int)min(kend, (unsigned)g.len);
-    g.n_steps = max(st - 1, g.k1 > g.k0 ? (g.k1 - g.k0 + 63) / 64 : 0);
-    return g;
-}
-
-/* The next range of this block: thread 0 resolves its claim in flight (skipping chunks that
- * start past their sequence's length) and puts the next claim in flight; a barrier publishes
- * it. Every thread calls it (a barrier inside). */
-static __device__ bal_seg bal_next(const dec_args &a, int st, unsigned &pending, bool &in_flight, int *s_claim) {
-    if (threadIdx.x == 0) {
-        int u = -1, r = -1;
-        const unsigned n_units = gridDim.y * gridDim.z, per_round = n_units * (unsigned)a.n_parts;
-        const unsigned n_claims = per_round * (unsigned)a.n_chunks;
-        while (in_flight) {
-            const unsigned v = pending;
-            if (v >= n_claims) { /* none left: this block's one failing claim */
-                in_flight = false;
-                if (v == n_claims + gridDim.x * gridDim.y * gridDim.z - 1) atomicExch(a.ws_claim, 0u);
-                break;
-            }
-            pending = atomicAdd(a.ws_claim, 1u); /* the next, in flight while this one runs */
-            const unsigned j = v / per_round, rem = v - j * per_round, p = rem / n_units;
-            u = (int)(rem - p * n_units);
-            r = (int)p * (1 + a.n_chunks) + 1 + (int)j;
-            unsigned kend;
-            if (dec_range(a, r, &kend) < attn_seq_len(a.kv, u / (int)gridDim.y)) break;
-            u = r = -1; /* a chunk past its sequence's length: nothing to do */
-        }
-        s_claim[0] = u, s_claim[1] = r;
-    }
-    __syncthreads();
-    bal_seg g;
-    g.r = s_claim[1];
-    if (g.r >= 0) g = bal_make(a, s_claim[0], g.r, st);
-    return g;
-}
-
-/* The 16 query rows of range g's row tile as bf16 chunks in registers (padding rows zero). */
-template <int D, int QPT>
-static __device__ __forceinline__ void bal_load_q(const dec_args &a, const bal_seg &g, uint4 (&qv)[QPT]) {
-    constexpr int QCH = 16 * (D / 8);
-    const int h = g.y / a.n_row_tiles, row0 = (g.y - h * a.n_row_tiles) * 16;
-#pragma unroll
-    for (int i = 0; i < QPT; i++) {
-        const int idx = threadIdx.x + i * 128, r = idx / (D / 8), c = idx % (D / 8), gr = row0 + r;
-        qv[i] = make_uint4(0, 0, 0, 0);
-        if (idx < QCH && gr < a.rows) {
-            const int qi = gr / a.group, gi = gr - qi * a.group;
-            const size_t off = (size_t)(g.s * a.n_query + qi) * a.q_stride + (size_t)(h * a.group + gi) * D + c * 8;
-            qv[i] = attn_load8_bf16(a.q, a.q_f32, off);
-        }
-    }
-}
-
-template <int D>
-__global__ void __launch_bounds__(128, bal_cfg<D>::MINB) attn_decode_bal_kernel(const dec_args a) {
-    using C = bal_cfg<D>;
-    constexpr int ST = C::ST, NT = C::NT, SO = C::SO;
-    constexpr bool QREG = D == 64; /* q fragments in registers where they fit (as variant 2) */
-    constexpr int QCH = 16 * (D / 8), QPT = (QCH + NT - 1) / NT;
-    extern __shared__ __align__(128) unsigned char smem[];
-    __shared__ int s_claim[2];
-    __shared__ int s_last;
-    attn_grid_dep_wait();
-    dec_stamp(0);
-    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-    const uint32_t ring = attn_smem_addr(smem);
-    unsigned char *sq = smem + ST * C::TILE_BYTES;
-    const uint32_t sq_u = attn_smem_addr(sq);
-    float *so = reinterpret_cast<float *>(sq + C::Q_BYTES); /* [4 warps][4 rows][SO] */
-    float *sm = so + 16 * SO, *sl = sm + 16;                 /* [4 warps][4 rows] */
-
-    unsigned pending = 0; /* thread 0: the claim in flight */
-    bool in_flight = false;
-    if (tid == 0 && a.n_chunks) pending = atomicAdd(a.ws_claim, 1u), in_flight = true;
-
-    /* the block's first range: its partition's head (range 0 runs even for an empty
-     * sequence: its empty output), else a claimed chunk */
-    bal_seg L = bal_make(a, (int)(blockIdx.z * gridDim.y + blockIdx.y), (int)blockIdx.x * (1 + a.n_chunks), ST);
-    if (L.k1 <= L.k0) {
-        if (L.r == 0) { /* a sequence of length 0: the empty state is its output */
-            const int h = L.y / a.n_row_tiles, row0 = (L.y - h * a.n_row_tiles) * 16, nr = min(16, a.rows - row0);
-            for (int idx = tid; idx < nr * D; idx += NT) {
-                const int gr = row0 + idx / D, c = idx % D, qi = gr / a.group, gi = gr - qi * a.group;
-                const size_t orow = (size_t)(L.s * a.n_query + qi) * a.n_heads + h * a.group + gi;
-                attn_store1(a.o, a.o_f32, orow * D + c, 0.0f);
-                if (c == 0 && a.lse) a.lse[orow] = -INFINITY;
-            }
-        }
-        L = bal_next(a, ST, pending, in_flight, s_claim);
-    }
-    /* the loader: the next step of L to issue and the page of its tile, looked up a step ahead */
-    int l_step = 0, l_page = -1;
-    uint4 qv[QPT];
-    if (L.r >= 0) {
-        const int h = L.y / a.n_row_tiles;
-        l_page = dec_tile_page(a.kv, L.pb, L.k0, L.k1);
-        for (int st = 0; st < ST - 1; st++) { /* every range runs at least ST - 1 steps */
-            const int t0 = L.k0 + st * 64;
-            dec_load_tile<D>(a.kv, L.pb, h, t0, L.k1, ring + st * C::TILE_BYTES, tid, l_page);
-            l_page = dec_tile_page(a.kv, L.pb, t0 + 64, L.k1);
-            attn_cp_commit();
-        }
-        l_step = ST - 1;
-        bal_load_q<D, QPT>(a, L, qv);
-    }
-    bal_seg Cs = L; /* the compute's range */
-    bool need_switch = true;
-    int c_step = 0, h = 0, row0 = 0, limit[1][2] = {{0, 0}}, all_see = 0;
-    uint32_t qr[QREG ? D / 16 : 1][4];
-    float m[1][2], l[1][2], acc[1][D / 8][4];
-
-    for (int it = 0;; it++) {
-        attn_cp_wait<ST - 2>();
-        __syncthreads(); /* step `it` landed; everyone is done with the stage refilled next */
-        if (need_switch) {
-            /* the compute moves to the loader's range (the next one: never two ahead) */
-            Cs = L;
-            need_switch = false;
-            if (Cs.r < 0) break;
-#pragma unroll
-            for (int i = 0; i < QPT; i++) {
-                const int idx = tid + i * NT;
-                if (idx < QCH) *reinterpret_cast<uint4 *>(sq + attn_swz<D>(idx / (D / 8), idx % (D / 8))) = qv[i];
-            }
-            __syncthreads();
-            if constexpr (QREG) {
-#pragma unroll
-                for (int ks = 0; ks < D / 16; ks++)
-                    attn_ldsm_x4(qr[ks], sq_u + attn_swz<D>(lane & 15, 2 * ks + (lane >> 4)));
-            }
-            h = Cs.y / a.n_row_tiles, row0 = (Cs.y - h * a.n_row_tiles) * 16;
-#pragma unroll
-            for (int hf = 0; hf < 2; hf++) limit[0][hf] = Cs.len - a.n_query + (row0 + (lane >> 2) + hf * 8) / a.group;
-            all_see = Cs.len - a.n_query;
-            m[0][0] = m[0][1] = -INFINITY;
-            l[0][0] = l[0][1] = 0.0f;
-#pragma unroll
-            for (int dn = 0; dn < D / 8; dn++) acc[0][dn][0] = acc[0][dn][1] = acc[0][dn][2] = acc[0][dn][3] = 0.0f;
-            c_step = 0;
-            if (it == 0) dec_stamp(1);
-        }
-        /* the loader: step it + ST - 1, in the next range once L is issued */
-        if (L.r >= 0 && l_step == L.n_steps) {
-            L = bal_next(a, ST, pending, in_flight, s_claim);
-            l_step = 0;
-            if (L.r >= 0) {
-                l_page = dec_tile_page(a.kv, L.pb, L.k0, L.k1);
-                bal_load_q<D, QPT>(a, L, qv);
-            }
-        }
-        if (L.r >= 0) {
-            const int t0 = L.k0 + l_step * 64;
-            dec_load_tile<D>(a.kv, L.pb, L.y / a.n_row_tiles, t0, L.k1,
-                             ring + ((it + ST - 1) % ST) * C::TILE_BYTES, tid, l_page);
-            if (++l_step < L.n_steps) l_page = dec_tile_page(a.kv, L.pb, t0 + 64, L.k1);
-        }
-        attn_cp_commit();
-
-        /* the compute: step c_step of Cs */
-        const uint32_t kb = ring + (it % ST) * C::TILE_BYTES, vb = kb + C::KV_BYTES;
-        dec_step<D, 1, QREG>(kb, vb, qr, sq_u, warp, lane, Cs.k0 + c_step * 64 + warp * 16, Cs.k1, all_see, limit,
-                             m, l, acc, a.scale_log2);
-        if (++c_step < Cs.n_steps) continue;
-
-        /* Cs is done: its state (4 rows at a time through the scratch), then its count */
-        need_switch = true;
-        const int n_used = dec_ranges_used(a, Cs.len), nr = min(16, a.rows - row0);
-        const bool direct = n_used <= 1;
-        const float lsum[2] = {attn_quad_sum(l[0][0]), attn_quad_sum(l[0][1])};
-#pragma unroll
-        for (int p4 = 0; p4 < 4; p4++) {
-            if (p4 * 4 >= nr) break;
-            const int hf = p4 >> 1, lr = (lane >> 2) - (p4 & 1) * 4;
-            if (lr >= 0 && lr < 4) {
-                if ((lane & 3) == 0) sm[warp * 4 + lr] = m[0][hf], sl[warp * 4 + lr] = lsum[hf];
-#pragma unroll
-                for (int dn = 0; dn < D / 8; dn++)
-                    *reinterpret_cast<float2 *>(so + (warp * 4 + lr) * SO + dn * 8 + (lane & 3) * 2) =
-                        make_float2(acc[0][dn][2 * hf], acc[0][dn][2 * hf + 1]);
-            }
-            __syncthreads();
-            const int n4 = min(4, nr - p4 * 4);
-            for (int idx = tid; idx < n4 * D; idx += NT) {
-                const int r = idx / D, c = idx % D, gr = row0 + p4 * 4 + r;
-                float M = -INFINITY;
-#pragma unroll
-                for (int w = 0; w < 4; w++) M = fmaxf(M, sm[w * 4 + r]);
-                float Ls = 0.0f, O = 0.0f;
-#pragma unroll
-                for (int w = 0; w < 4; w++) {
-                    const float mw = sm[w * 4 + r];
-                    const float f = mw == -INFINITY ? 0.0f : attn_exp2(mw - M);
-                    Ls += f * sl[w * 4 + r];
-                    O += f * so[(w * 4 + r) * SO + c];
-                }
-                const bool empty = !(Ls > 0.0f);
-                const float out = empty ? 0.0f : O / Ls;
-                const float lse = empty ? -INFINITY : (M + log2f(Ls)) * ATTN_LN2;
-                const int qi = gr / a.group, gi = gr - qi * a.group;
-                if (direct) {
-                    const size_t orow = (size_t)(Cs.s * a.n_query + qi) * a.n_heads + h * a.group + gi;
-                    attn_store1(a.o, a.o_f32, orow * D + c, out);
-                    if (c == 0 && a.lse) a.lse[orow] = lse;
-                } else {
-                    const size_t prow = ((size_t)(Cs.s * a.kv.n_kv + h) * a.n_states + Cs.r) * a.rows + gr;
-                    a.ws_o[prow * D + c] = out;
-                    if (c == 0) a.ws_lse[prow] = lse;
-                }
-            }
-            __syncthreads(); /* the scratch is free again; the state writes are ordered before the count */
-        }
-        if (!direct) {
-            /* the arrival (as in attn_decode_kernel step 5); the last merges in key order */
-            if (tid == 0) {
-                unsigned *cnt = a.ws_cnt + (size_t)Cs.s * gridDim.y + Cs.y;
-                const bool last = attn_atomic_add_acq_rel(cnt, 1u) == (unsigned)(n_used - 1);
-                if (last) atomicExch(cnt, 0u);
-                s_last = last;
-            }
-            __syncthreads();
-            if (s_last) {
-                dec_merge<D, 16, 8, NT>(a, Cs.s, h, row0, n_used, reinterpret_cast<unsigned char *>(so), tid);
-                __syncthreads(); /* the scratch held the merge's slice runs */
-            }
-        }
-    }
-    attn_cp_wait<0>();
-    dec_stamp(2);
-    attn_grid_dep_launch();
 }
 
 /* The process's cluster-merge setting: -1 until first read (AKV_ATTN_CLUSTER=0 turns it
@@ -954,23 +646,6 @@ static akv_status dec_pick_kernel(dim3 grid, int cluster, dec_pick *out) {
     return AKV_OK;
 }
 
-/* Variant 3's kernel; its shared memory must be the figure the plan counted blocks with. */
-template <int D>
-static akv_status bal_pick(dec_pick *out) {
-    using C = bal_cfg<D>;
-    static_assert(C::SMEM <= 227 * 1024, "decode block fits an H100/H200 SM");
-    if (akv_attn_decode_smem_bytes_variant(D, 3) != (size_t)C::SMEM ||
-        akv__attn_decode_stages(D, 3) != (uint32_t)C::ST) {
-        AKV_LOG_E("attn cuda decode: the plan's variant-3 block (%zu bytes, %u stages) is not the kernel's "
-                  "(%d bytes, %d stages)", akv_attn_decode_smem_bytes_variant(D, 3), akv__attn_decode_stages(D, 3),
-                  C::SMEM, C::ST);
-        return AKV_ESTATE;
-    }
-    *out = {attn_decode_bal_kernel<D>, C::NT, (size_t)C::SMEM, 1};
-    AKV_CUDA_TRY(cudaFuncSetAttribute(out->kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, C::SMEM));
-    return AKV_OK;
-}
-
 static akv_status dec_check(const akv_attn_decode *p, const char *op) {
     akv_status st = akv__attn_decode_check(p, op);
     if (st != AKV_OK || p->kv.n_seq == 0) return st;
@@ -1050,11 +725,6 @@ static akv_status dec_prepare(const akv_attn_decode *p, const char *op, dec_plan
         return AKV_EUNSUPPORTED;
     }
     out->rows = rows;
-    if (variant == 3) { /* the balanced decode: 16-row tiles */
-        out->n_row_tiles = (rows + 15) / 16;
-        out->grid = dim3(sp.n_parts, p->kv.n_kv_heads * out->n_row_tiles, p->kv.n_seq);
-        return D == 128 ? bal_pick<128>(&out->pick) : bal_pick<64>(&out->pick);
-    }
     out->n_row_tiles = n_row_tiles;
     const dim3 grid(sp.n_parts, p->kv.n_kv_heads * n_row_tiles, p->kv.n_seq);
     out->grid = grid;
@@ -1122,18 +792,12 @@ extern "C" akv_status akv_attn_cuda_decode(const akv_attn_decode *p, akv_dptr wo
     a.ws_o = need ? reinterpret_cast<float *>(workspace.addr) : nullptr;
     a.ws_lse = need ? reinterpret_cast<float *>(workspace.addr + lse_off) : nullptr;
     a.ws_cnt = need ? reinterpret_cast<unsigned *>(workspace.addr + cnt_off) : nullptr;
-    /* the chunks' claim counter: the workspace's last word (akv__attn_decode_workspace_layout) */
-    a.ws_claim = need && sp.n_chunks ? reinterpret_cast<unsigned *>(workspace.addr + need - 4) : nullptr;
     a.n_heads = (int)p->n_heads;
     a.n_query = (int)p->n_query;
     a.group = pl.rows / a.n_query;
     a.rows = pl.rows;
     a.n_row_tiles = pl.n_row_tiles;
     a.n_parts = (int)sp.n_parts;
-    a.n_chunks = (int)sp.n_chunks;
-    a.chunk_tokens = (int)sp.chunk_tokens;
-    a.head_tokens = (int)(sp.part_tokens - sp.n_chunks * sp.chunk_tokens);
-    a.n_states = (int)akv_attn_split_states(&sp);
     a.part_tokens = (int)sp.part_tokens;
     a.scale_log2 = akv__attn_scale(p->scale, p->kv.head_dim) * ATTN_LOG2E;
     /* the merge is fused: a cluster or the last block of each (sequence, head) does it */

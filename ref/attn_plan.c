@@ -32,25 +32,19 @@ uint32_t akv__attn_decode_warps(uint32_t variant) {
 }
 
 /* Ring depth in steps (a step: warps/4 tiles of 64 keys) per head dim and variant: variant 0
- * 3 steps of two tiles at d=128, 4 at d=64; variants 1 and 2 two and three tiles; variant 3
- * three and four (two blocks per SM at d=128 and three at d=64 with its scratch). */
+ * 3 steps of two tiles at d=128, 4 at d=64; variants 1 and 2 two and three tiles. */
 uint32_t akv__attn_decode_stages(uint32_t head_dim, uint32_t variant) {
     if (head_dim != 64 && head_dim != 128) return 0;
     if (variant == 0) return head_dim == 128 ? 3 : 4;
-    if (variant == 3) return head_dim == 128 ? 3 : 4;
     return head_dim == 128 ? 2 : 3;
 }
 
 /* Mirrors the CUDA decode block (cuda/attn_decode.cu): `stages` steps of warps/4 tiles of 64
- * keys of K and V in bf16, plus the query tile (32 rows; variant 3: 16 rows, and the scratch
- * its ranges' states pass through: 4 warps x 4 rows x (head_dim + 8) floats, then their m and
- * l). The kernel asserts the same figure. */
+ * keys of K and V in bf16, plus the query tile (32 rows). The kernel asserts the same figure. */
 size_t akv_attn_decode_smem_bytes_variant(uint32_t head_dim, uint32_t variant) {
     size_t stages = akv__attn_decode_stages(head_dim, variant);
     if (stages == 0 || variant >= AKV_ATTN_DECODE_VARIANTS) return 0;
-    size_t ring = stages * (akv__attn_decode_warps(variant) / 4) * AKV_ATTN_TILE_TOKENS * head_dim * 2 * 2;
-    if (variant == 3) return ring + 16u * head_dim * 2 + 16u * (head_dim + 8) * 4 + 2u * 16 * 4;
-    return ring + 32u * head_dim * 2;
+    return stages * (akv__attn_decode_warps(variant) / 4) * AKV_ATTN_TILE_TOKENS * head_dim * 2 * 2 + 32u * head_dim * 2;
 }
 
 /* The process's decode setting: -1 until first read (AKV_ATTN_DECODE_VARIANT, else AUTO) or
@@ -268,26 +262,6 @@ static uint64_t split_parts_cap(void) {
     return (uint64_t)cap;
 }
 
-/* Variant 3's tail chunks of a partition of `part` keys (whole steps of `step`): AKV_ATTN_TAIL_PCT
- * (1..50, default 12, a tuning override read once) percent of it, rounded up to whole steps,
- * in chunks of at least min_chunk steps (the ring's depth less one: what the kernel keeps in
- * flight, so that it never runs two ranges ahead), at most AKV_ATTN_MAX_CHUNKS of them; none
- * where the partition has fewer than twice that many steps (its head keeps at least half). */
-static void split_tail(uint64_t part, uint64_t step, uint64_t min_chunk, uint32_t *n_chunks,
-                       uint32_t *chunk_tokens) {
-    static int pct = -1; /* -1: not read yet; racing first reads store the same value */
-    if (pct < 0) pct = akv__env_int("AKV_ATTN_TAIL_PCT", 1, 50, 12);
-    *n_chunks = *chunk_tokens = 0;
-    const uint64_t steps = part / step;
-    uint64_t tail = (steps * (uint64_t)pct + 99) / 100;
-    if (tail < min_chunk) tail = min_chunk;
-    if (2 * tail > steps) return;
-    uint64_t n = tail / min_chunk;
-    if (n > AKV_ATTN_MAX_CHUNKS) n = AKV_ATTN_MAX_CHUNKS;
-    *n_chunks = (uint32_t)n;
-    *chunk_tokens = (uint32_t)((tail + n - 1) / n * step);
-}
-
 /* Variant 2's rule for a batch: the number of partitions such that the blocks fill whole
  * rounds of `slots` resident blocks. n0 partitions (at most `waves` rounds) make
  * ceil(n0*per_part/slots) rounds; a last round under half full is dropped (its blocks would
@@ -326,7 +300,7 @@ akv_status akv_attn_split_plan_variant(uint64_t capacity_tokens, uint32_t n_seq,
         /* one wave and no block of a second (every partition is merge work on the
          * sequence's critical path) */
         fill = slots >= n_kv_heads ? slots / n_kv_heads : 1;
-    } else if (variant == 0 || variant == 1) {
+    } else if (variant < 2) {
         /* `waves` over the batch, at most one wave per head */
         uint64_t fill_batch = ceil_div(split_waves() * slots, per_part);
         fill = ceil_div(slots, n_kv_heads);
@@ -338,7 +312,7 @@ akv_status akv_attn_split_plan_variant(uint64_t capacity_tokens, uint32_t n_seq,
     }
     if (fill > AKV_ATTN_MAX_PARTS) fill = AKV_ATTN_MAX_PARTS;
     if (n_parts > fill) n_parts = fill;
-    if (variant >= 2 && n_seq > 1 && n_parts > 1) n_parts = split_whole_rounds(n_parts, per_part, slots);
+    if (variant == 2 && n_seq > 1 && n_parts > 1) n_parts = split_whole_rounds(n_parts, per_part, slots);
     if (split_parts_cap() && n_parts > split_parts_cap()) n_parts = split_parts_cap();
     if (n_parts < 1) n_parts = 1;
     uint64_t part = ceil_div(ceil_div(capacity_tokens, n_parts), step) * step;
@@ -350,9 +324,6 @@ akv_status akv_attn_split_plan_variant(uint64_t capacity_tokens, uint32_t n_seq,
         BAD("attn split: capacity %llu tokens is too large", (unsigned long long)capacity_tokens);
     out->part_tokens = (uint32_t)part;
     out->n_parts = (uint32_t)ceil_div(capacity_tokens, part);
-    out->n_chunks = out->chunk_tokens = 0;
-    if (variant == 3)
-        split_tail(part, step, akv__attn_decode_stages(head_dim, variant) - 1, &out->n_chunks, &out->chunk_tokens);
     return AKV_OK;
 }
 
@@ -366,21 +337,19 @@ akv_status akv_attn_split_plan(uint64_t capacity_tokens, uint32_t n_seq, uint32_
 akv_status akv__attn_decode_workspace_layout(const akv_attn_decode *p, const akv_attn_split *split,
                                              size_t *lse_off, size_t *cnt_off, size_t *total) {
     *lse_off = *cnt_off = *total = 0;
-    if (akv_attn_split_states(split) <= 1 || p->kv.n_seq == 0) return AKV_OK;
-    /* f32 partial outputs [n_seq][n_kv_heads][states][rows][head_dim] (akv_attn_split_states);
-     * at the next 256-byte boundary f32 LSEs [n_seq][n_kv_heads][states][rows]; at the next
-     * one uint32 arrival counters [n_seq][n_kv_heads][ceil(rows/16)] (one per block row; rows
-     * = group*n_query), then, with tail chunks, the chunks' claim counter */
+    if (split->n_parts <= 1 || p->kv.n_seq == 0) return AKV_OK;
+    /* f32 partial outputs [n_seq][n_kv_heads][n_parts][rows][head_dim]; at the next 256-byte
+     * boundary f32 LSEs [n_seq][n_kv_heads][n_parts][rows]; at the next one uint32 arrival
+     * counters [n_seq][n_kv_heads][ceil(rows/16)] (one per block row; rows = group*n_query) */
     size_t states = p->kv.n_seq, o_bytes, lse_bytes, cnt = p->kv.n_seq, cnt_bytes, off;
     size_t rows = p->kv.n_kv_heads ? (size_t)(p->n_heads / p->kv.n_kv_heads) * p->n_query : 0;
-    if (!akv__size_mul(states, p->kv.n_kv_heads, &states) || !akv__size_mul(states, akv_attn_split_states(split), &states) ||
+    if (!akv__size_mul(states, p->kv.n_kv_heads, &states) || !akv__size_mul(states, split->n_parts, &states) ||
         !akv__size_mul(states, rows, &states) || !akv__size_mul(states, (size_t)p->kv.head_dim * 4, &o_bytes) ||
         !akv__size_mul(states, 4, &lse_bytes) || !akv__size_mul(cnt, p->kv.n_kv_heads, &cnt) ||
-        !akv__size_mul(cnt, (rows + 15) / 16 * 4, &cnt_bytes) ||
-        !akv__size_add(cnt_bytes, split->n_chunks ? 4 : 0, &cnt_bytes) || !akv__size_add(o_bytes, 255, &off) ||
+        !akv__size_mul(cnt, (rows + 15) / 16 * 4, &cnt_bytes) || !akv__size_add(o_bytes, 255, &off) ||
         !akv__size_add(off & ~(size_t)255, lse_bytes, &off) || !akv__size_add(off, 255, &off) ||
         !akv__size_add(off & ~(size_t)255, cnt_bytes, total)) {
-        AKV_LOG_E("attn workspace: size overflows (n_seq %u, %u states)", p->kv.n_seq, akv_attn_split_states(split));
+        AKV_LOG_E("attn workspace: size overflows (n_seq %u, n_parts %u)", p->kv.n_seq, split->n_parts);
         return AKV_EOVERFLOW;
     }
     *lse_off = (o_bytes + 255) & ~(size_t)255;

@@ -608,7 +608,7 @@ static void test_split_plan(void) {
     /* workspace: none for one partition; partial outputs, LSEs and one counter per (sequence,
      * head, 16 rows), each part at a 256-byte boundary; overflow is caught */
     akv_attn_decode p = {.kv = {.n_seq = 3, .n_kv_heads = 8, .head_dim = 128}, .n_heads = 32, .n_query = 2};
-    akv_attn_split one = {128, 1, 0, 0}, many = {128, 10, 0, 0};
+    akv_attn_split one = {128, 1}, many = {128, 10};
     size_t bytes = 1;
     CHECK_OK(akv_attn_decode_workspace_bytes(&p, &one, &bytes));
     CHECK_EQ_U64(bytes, 0);

@@ -84,8 +84,7 @@ enum {
     AKV_ATTN_MAX_HEAD_DIM = 256,   /* ref; the CUDA kernels take 64 and 128 */
     AKV_ATTN_TILE_TOKENS = 64,     /* keys per CUDA tile; partitions are multiples of it */
     AKV_ATTN_MAX_PARTS = 1024,     /* most split-KV partitions per (sequence, K/V head) */
-    AKV_ATTN_MAX_CHUNKS = 8,       /* most tail chunks per partition (akv_attn_split) */
-    AKV_ATTN_DECODE_VARIANTS = 4,  /* decode configurations (akv_attn_decode_variant) */
+    AKV_ATTN_DECODE_VARIANTS = 3,  /* decode configurations (akv_attn_decode_variant) */
     AKV_ATTN_DECODE_AUTO = 255,    /* the variant chosen per call by the batch size */
 };
 
@@ -170,22 +169,9 @@ typedef struct akv_attn_merge {
 
 /* The split-KV partitioning of decode (see the file comment). */
 typedef struct akv_attn_split {
-    uint32_t part_tokens;  /* keys per partition: a multiple of AKV_ATTN_TILE_TOKENS */
-    uint32_t n_parts;      /* partitions per (sequence, K/V head): ceil(capacity/part_tokens) */
-    /* Tail chunks (variant 3, the balanced decode; 0 elsewhere): the last
-     * n_chunks*chunk_tokens keys of each partition are n_chunks chunks of chunk_tokens keys,
-     * each with a partial state of its own, which the blocks claim from a counter as they
-     * finish their partitions' heads (the first part_tokens - n_chunks*chunk_tokens keys). */
-    uint32_t n_chunks;
-    uint32_t chunk_tokens;
+    uint32_t part_tokens; /* keys per partition: a multiple of AKV_ATTN_TILE_TOKENS */
+    uint32_t n_parts;     /* partitions per (sequence, K/V head): ceil(capacity/part_tokens) */
 } akv_attn_split;
-
-/* Partial states per (sequence, K/V head, row tile) of a split: its ranges of keys in key
- * order, range r of partition r/(1 + n_chunks) being its head for r%(1 + n_chunks) = 0,
- * else its tail chunk r%(1 + n_chunks) - 1. */
-static inline uint32_t akv_attn_split_states(const akv_attn_split *sp) {
-    return sp->n_parts * (1u + sp->n_chunks);
-}
 
 /* The address of host memory as an akv_dptr, for the ref functions (on the host backend,
  * device addresses are host addresses, so its allocations can be passed as they are). */
@@ -242,17 +228,10 @@ size_t akv_attn_decode_smem_bytes_variant(uint32_t head_dim, uint32_t variant);
  *   1  blocks of 4 warps, one tile per step, a ring of 2 tiles at d=128 (3 blocks per SM), 3
  *      at d=64 (4 blocks per SM); the plan's blocks_per_sm follows the shared memory.
  *   2  variant 1's blocks, and the whole-rounds split (akv_attn_split_plan_variant).
- *   3  balanced: blocks of 4 warps on 16-row tiles with a ring of 3 tiles, one round of them
- *      (variant 2's rule at their own blocks per SM: 2 at d=128, 4 at d=64), each starting
- *      on its partition's head, then claiming tail chunks (akv_attn_split) from a counter
- *      in the workspace until none is left, the ring running on from one range to the next.
- *      Multiprocessors stream at rates up to ~10 % apart (docs/attention.md); the chunks
- *      go to the ones that finish first. Which block computes a range varies from run to
- *      run, what it computes does not: the same bits.
  * Every variant gives results within the same tolerance of the float64 reference, bitwise
  * reproducible and independent of page placement; variants differ from each other in the
  * last bits (another split, another merge order).
- * The process's setting is AKV_ATTN_DECODE_AUTO unless AKV_ATTN_DECODE_VARIANT (0..3) is in
+ * The process's setting is AKV_ATTN_DECODE_AUTO unless AKV_ATTN_DECODE_VARIANT (0..2) is in
  * the environment at first use or akv_attn_decode_variant_set chose one. AUTO picks per call
  * (akv_attn_decode_variant_for): variant 0 for a single sequence, 2 for a batch, as measured
  * on the H200 (docs/attention.md: a lone sequence's time after its key loop is the merge of

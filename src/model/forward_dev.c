@@ -73,7 +73,7 @@ struct akv_forward_dev {
     akv_dptr blas_ws;     /* FDEV_CUBLAS_WS bytes, or 0 on the host backend */
     akv_dptr attn_ws;     /* decode workspace (own allocation, grown on demand) */
     size_t attn_ws_bytes;
-    uint32_t attn_ws_layout[3]; /* n_seq, split states, n_query of the decode that last used it */
+    uint32_t attn_ws_layout[3]; /* n_seq, n_parts, n_query of the decode that last used it */
     /* pinned host side */
     int32_t *io_h;        /* [2T + 2], the source of the io upload */
     float *logits_h;      /* [T][n_vocab] */
@@ -378,7 +378,7 @@ static akv_status fdev_attn_ws(akv_forward_dev *f, const akv_attn_decode *d) {
                                         f->smem_per_block, &sp);
     if (st || (st = akv_attn_decode_workspace_bytes(d, &sp, &need))) return st;
     if (need == 0) return AKV_OK; /* one partition: the workspace is not touched */
-    const uint32_t layout[3] = {d->kv.n_seq, akv_attn_split_states(&sp), d->n_query};
+    const uint32_t layout[3] = {d->kv.n_seq, sp.n_parts, d->n_query};
     const bool same = memcmp(layout, f->attn_ws_layout, sizeof layout) == 0;
     if (need > f->attn_ws_bytes) {
         /* the free waits for the device to be idle: no decode in flight still uses the old one

@@ -71,11 +71,10 @@ typedef struct run_info {
 
 static int dev_cc_major; /* the device's compute capability */
 
-/* The cluster size a decode of this split that can merge in a cluster (one sequence, 2..8
- * partitions, 16 rows) launches with under the current settings on this device (variant 3,
- * the balanced decode, has no cluster merge). */
-static uint64_t expect_cluster(const akv_attn_split *sp) {
-    return akv_attn_cuda_decode_cluster() && dev_cc_major >= 9 && akv_attn_decode_variant() != 3 ? sp->n_parts : 1;
+/* The cluster size a decode of n_parts partitions that can merge in a cluster (one sequence,
+ * 2..8 partitions, 16 rows) launches with under the current setting on this device. */
+static uint64_t expect_cluster(uint32_t n_parts) {
+    return akv_attn_cuda_decode_cluster() && dev_cc_major >= 9 ? n_parts : 1;
 }
 
 /* One decode on the device: o (typed) and lse come back in host buffers; *info (when given)
@@ -133,14 +132,14 @@ static void check_merges_agree(const fx_table *f, const dtable *d, uint32_t nq, 
                                akv_dtype o_dtype, const void *o1, const float *l1, const run_info *ri) {
     const size_t n_rows = (size_t)nq * f->g.n_heads, D = f->g.head_dim;
     CHECK(ri->sp.n_parts >= 2 && ri->sp.n_parts <= 8);
-    CHECK_EQ_U64(ri->cluster, expect_cluster(&ri->sp));
+    CHECK_EQ_U64(ri->cluster, expect_cluster(ri->sp.n_parts));
     const int setting = akv_attn_cuda_decode_cluster();
     akv_attn_cuda_decode_cluster_set(!setting);
     void *o3 = malloc(n_rows * D * akv_dtype_size(o_dtype));
     float *l3 = malloc(n_rows * 4);
     run_info r3;
     CHECK_OK(run_decode(f, d, nq, q, q_dtype, o_dtype, o3, l3, &r3));
-    CHECK_EQ_U64(r3.cluster, expect_cluster(&ri->sp));
+    CHECK_EQ_U64(r3.cluster, expect_cluster(ri->sp.n_parts));
     akv_attn_cuda_decode_cluster_set(setting);
     double oe, le;
     merge_diff(o1, o3, o_dtype, l1, l3, n_rows, D, &oe, &le);
@@ -167,7 +166,7 @@ static int decode_case_at(const char *name, fx_geom g, uint32_t n_seq, const uin
         .kv = fx_pages(&f), .n_heads = g.n_heads, .n_query = nq, .q = akv_attn_host_ptr(q), .q_dtype = q_dtype,
     };
     CHECK_OK(akv_attn_ref_decode_f64(&hp, o64, l64));
-    run_info ri = {.cluster = 1};
+    run_info ri = {{0, 0}, 1};
     akv_status st = run_decode(&f, &d, nq, q_d, q_dtype, o_dtype, o1, l1, &ri);
     CHECK_OK(st);
     if (st == AKV_OK) {
@@ -392,13 +391,12 @@ static void test_bitwise_cell_one(void) {
     void *q = fx_random(AKV_DTYPE_BF16, rows * D, 2.0f, &rng);
     akv_dptr qd = up(q, rows * D * 2);
     float *oa = malloc(rows * D * 4), *ob = malloc(rows * D * 4), *la = malloc(rows * 4), *lb = malloc(rows * 4);
-    run_info ri = {.cluster = 1};
+    run_info ri = {{0, 0}, 1};
     CHECK_OK(run_decode(&a, &da, nq, qd, AKV_DTYPE_BF16, AKV_DTYPE_F32, oa, la, NULL));
     CHECK_OK(run_decode(&b, &db, nq, qd, AKV_DTYPE_BF16, AKV_DTYPE_F32, ob, lb, &ri));
     printf("  bitwise cell, one sequence of 900 keys, %d pages moved: %s merge\n", moved,
            ri.cluster > 1 ? "cluster" : "workspace");
-    CHECK_EQ_U64(ri.sp.n_parts, 8);
-    CHECK_EQ_U64(ri.cluster, expect_cluster(&ri.sp));
+    CHECK_EQ_U64(ri.cluster, expect_cluster(8));
     CHECK_BYTES(oa, ob, rows * D * 4);
     CHECK_BYTES(la, lb, rows * 4);
     free(q), free(oa), free(ob), free(la), free(lb);
@@ -514,9 +512,9 @@ int main(void) {
             TEST_CASE(decode_vs_float64) {
                 const int n_cluster_cases = test_decode();
                 /* a compute capability 9 device runs the cluster merge for the cases of 2..8
-                 * partitions (most of them); with the setting off, or under variant 3, none does */
+                 * partitions (most of them); with the setting off, none does */
                 printf("  %d decode cases merged in clusters\n", n_cluster_cases);
-                if (!cl || dev_cc_major < 9 || v == 3) CHECK_EQ_INT(n_cluster_cases, 0);
+                if (!cl || dev_cc_major < 9) CHECK_EQ_INT(n_cluster_cases, 0);
                 else CHECK(n_cluster_cases > 0);
             }
             TEST_CASE(bitwise_cell) {
