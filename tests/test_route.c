@@ -135,6 +135,13 @@ int main(void) {
         for (int step = 0; ok && step < 6; step++) {
             akv_route *r = step % 2 ? b : a, *ref = step % 2 ? b_ref : a_ref;
             const int32_t *t = step % 2 ? tb + nb++ : ta + na++;
+            if (step == 2) {
+                /* a refill that fails (a transient device error): the step fails; its retry
+                 * must refill what the failed one placed but never filled */
+                CHECK_OK(akv_dev_inject_fault(tight.dev, AKV_FAULT_SYNC, 1, 0));
+                ok &= CHECK(feed(r, f, t, 1, la) != AKV_OK);
+                CHECK_OK(akv_dev_clear_faults(tight.dev));
+            }
             ok &= CHECK(feed(r, f, t, 1, la) == AKV_OK);
             ok &= CHECK(feed(ref, f, t, 1, logits) == AKV_OK);
             if (!CHECK_BYTES(la, logits, sizeof la)) printf("  decode step %d\n", step);

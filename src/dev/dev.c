@@ -246,6 +246,9 @@ static int dev_range_ok(akv_dev *dev, uint64_t addr, size_t n_bytes, int pinned)
     return ok;
 }
 
+static int dev_fault_pass(akv_dev *dev, akv_dev_fault f);
+
+/* A synchronous copy: a wait point (AKV_FAULT_SYNC), like every call that waits. */
 static akv_status dev_copy(akv_dev *dev, akv_dev_copy_kind kind, uint64_t dst, uint64_t src,
                            size_t n_bytes) {
     if (!dev || !dst || !src) return AKV_EINVAL;
@@ -253,6 +256,7 @@ static akv_status dev_copy(akv_dev *dev, akv_dev_copy_kind kind, uint64_t dst, u
     if ((kind != AKV_COPY_D2H && !dev_range_ok(dev, dst, n_bytes, 0)) ||
         (kind != AKV_COPY_H2D && !dev_range_ok(dev, src, n_bytes, 0)))
         return AKV_EINVAL;
+    if (dev_fault_pass(dev, AKV_FAULT_SYNC)) return AKV_EDEVICE;
     return dev->backend->copy_sync(dev->state, kind, dst, src, n_bytes);
 }
 

@@ -34,6 +34,9 @@ struct akv_route {
      * points into tab_h) */
     bool queued;
     bool tab_dirty;     /* indices changed since the last upload */
+    bool refill;        /* a step failed after the device pool placed its window: the pool
+                           marks pages fresh for one step only, so the next step refills every
+                           window page that holds earlier tokens */
     int32_t *tab_h;     /* pinned */
     akv_dptr tab_d;     /* device */
     akv_event **ev;     /* [n_layers]: the layer's attention enqueued (write-back waits on it) */
@@ -359,6 +362,10 @@ akv_status akv_route_begin_step(akv_route *r, uint64_t n_total) {
     akv_dev_pool_req req = {.ctx = r->ctx, .n_tokens = n_total};
     akv_dev_pool_result res;
     st = akv_dev_pool_step(r->dp, &req, 1, &res);
+    /* from here a failure may leave placed pages unfilled: until a step completes, every
+     * step refills its whole window (and re-uploads the table) */
+    const bool refill = r->refill;
+    r->refill = true;
     uint32_t n_lp = (uint32_t)akv_geom_pages_for_tokens(&r->geom, n_total);
     uint32_t want = r->stage && r->window_target < n_lp ? r->window_target : n_lp;
     if (st == AKV_OK && res.window != want) st = AKV_EFULL;
@@ -382,13 +389,13 @@ akv_status akv_route_begin_step(akv_route *r, uint64_t n_total) {
             for (; l == 0 && next < s.logical; next++) /* the gap before it is staged */
                 r->staged[r->n_staged++] = next;
             next = s.logical + 1;
-            if (s.fresh && (uint64_t)s.logical * P < n_old &&
+            if ((s.fresh || refill) && (uint64_t)s.logical * P < n_old &&
                 (st = route_fill(r, l, s.logical, s.page_id))) {
                 akv_host_table_truncate(r->ht, n_old);
                 return st;
             }
             int32_t *slot = &r->indices[(size_t)l * r->max_pages + s.logical];
-            if (*slot != (int32_t)s.page_id || s.fresh) r->tab_dirty = true;
+            if (*slot != (int32_t)s.page_id || s.fresh || refill) r->tab_dirty = true;
             *slot = (int32_t)s.page_id;
         }
     }
@@ -411,6 +418,7 @@ akv_status akv_route_begin_step(akv_route *r, uint64_t n_total) {
         }
         r->tab_dirty = false;
     }
+    r->refill = false;
     r->step_first = n_old;
     r->n_tokens = n_total;
     r->stats.n_steps++;
