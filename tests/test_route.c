@@ -13,6 +13,7 @@
 #include "akv/forward.h"
 #include "akv/host_pool.h"
 #include "akv/route.h"
+#include "akv/stage.h"
 #include "core/alloc.h"
 #include "engine/route_check.h"
 
@@ -179,6 +180,24 @@ int main(void) {
         CHECK_STATUS(akv_route_create(p.dev, p.hp, p.dp, &rp, &r), AKV_EINVAL);
         rp.max_tokens = 0;
         CHECK_STATUS(akv_route_create(p.dev, p.hp, p.dp, &rp, &r), AKV_EINVAL);
+        {
+            /* a borrowed stage over another device pool (its copies would land where the
+             * route's tables do not point) */
+            akv_dev_pool_params dpp = akv_dev_pool_default_params();
+            dpp.device_gib = 1;
+            dpp.staging_pages = 8;
+            akv_dev_pool *dp2 = NULL;
+            akv_stage *st2 = NULL;
+            akv_stage_params sp2 = akv_stage_default_params();
+            sp2.slot_pages = 4;
+            CHECK_OK(akv_dev_pool_create(p.dev, &p.g, &dpp, &dp2));
+            CHECK_OK(akv_stage_create(p.dev, p.hp, dp2, &sp2, &st2));
+            akv_route_params rs2 = {.kind = AKV_ROUTE_STAGED, .max_tokens = 4 * P, .window_pages = 2, .stage = st2};
+            if (st2) CHECK_STATUS(akv_route_create(p.dev, p.hp, p.dp, &rs2, &r), AKV_EINVAL);
+            CHECK(r == NULL);
+            CHECK_OK(akv_stage_destroy(st2));
+            CHECK_OK(akv_dev_pool_destroy(dp2));
+        }
         rp.max_tokens = 2 * P;
         CHECK_OK(akv_route_create(p.dev, p.hp, p.dp, &rp, &r));
         if (!r) break;

@@ -65,6 +65,17 @@ int main(int argc, char **argv) {
         sp.slot_pages = 1;
         sp.poison_byte = 256;
         CHECK_STATUS(akv_stage_create(f.dev, f.hp, f.dp, &sp, &st), AKV_EINVAL);
+        sp.poison_byte = -1;
+        sp.n_slots = 64;
+        sp.slot_pages = UINT32_MAX; /* 64 x that many pages: past what a pool can hold */
+        CHECK_STATUS(akv_stage_create(f.dev, f.hp, f.dp, &sp, &st), AKV_EINVAL);
+        sp.n_slots = 2;
+        sp.slot_pages = 1;
+        akv_dev *other = NULL; /* pools of another device than the stage's */
+        if (CHECK(akv_dev_create(akv_dev_host_backend(), NULL, &other) == AKV_OK)) {
+            CHECK_STATUS(akv_stage_create(other, f.hp, f.dp, &sp, &st), AKV_EINVAL);
+            CHECK_OK(akv_dev_destroy(other));
+        }
         CHECK(st == NULL);
         CHECK_OK(akv_stage_destroy(NULL));
         sc_close(&f);

@@ -197,6 +197,7 @@ akv_dptr akv_dev_pool_page_addr(const akv_dev_pool *pool, uint32_t page_id); /* 
 size_t akv_dev_pool_page_bytes(const akv_dev_pool *pool);
 uint32_t akv_dev_pool_n_pages(const akv_dev_pool *pool);
 const akv_geom *akv_dev_pool_geom(const akv_dev_pool *pool);
+akv_dev *akv_dev_pool_dev(const akv_dev_pool *pool); /* the device it was created on (borrowed) */
 
 /* Opens a context with no window yet (it gets its floor at its first step). AKV_EINVAL for a
  * target below 2 or above the window capacity, or a target + burst above the capacity. */

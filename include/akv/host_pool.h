@@ -137,6 +137,7 @@ uint32_t akv_host_pool_page_n_leases(const akv_host_pool *pool, akv_host_page pa
 
 size_t akv_host_pool_page_bytes(const akv_host_pool *pool);
 const akv_geom *akv_host_pool_geom(const akv_host_pool *pool); /* borrowed, pool's lifetime */
+akv_dev *akv_host_pool_dev(const akv_host_pool *pool); /* the device it was created on (borrowed) */
 
 void akv_host_pool_get_stats(const akv_host_pool *pool, akv_host_pool_stats *out);
 

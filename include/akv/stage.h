@@ -250,6 +250,10 @@ void akv_stage_get_stats(const akv_stage *st, akv_stage_stats *out);
 /* The params the stage runs with (n_slots resolved). */
 akv_stage_params akv_stage_get_params(const akv_stage *st);
 
+/* Whether the stage was created over these pools (AKV_OK), else AKV_EINVAL, logged naming
+ * the pool that differs: a borrower's copies must land in the pool its tables point into. */
+akv_status akv_stage_check_pools(const akv_stage *st, const akv_host_pool *hpool, const akv_dev_pool *dpool);
+
 #ifdef __cplusplus
 }
 #endif

@@ -95,6 +95,10 @@ static akv_status route_stage_open(akv_route *r, const akv_route_params *p) {
     uint32_t slot = akv_route_slot_pages(g, r->max_tokens, r->window_target);
     r->open_layer = -1;
     if (p->stage) {
+        if (akv_stage_check_pools(p->stage, r->hp, r->dp) != AKV_OK) {
+            AKV_LOG_E("route: the borrowed stage must be one over the route's pools");
+            return AKV_EINVAL;
+        }
         akv_stage_params sp = akv_stage_get_params(p->stage);
         if (sp.slot_pages < slot) {
             AKV_LOG_E("route: the stage's slots hold %u pages; a staged history of %llu tokens "

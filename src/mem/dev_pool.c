@@ -215,6 +215,10 @@ const akv_geom *akv_dev_pool_geom(const akv_dev_pool *pool) {
     return &pool->geom;
 }
 
+akv_dev *akv_dev_pool_dev(const akv_dev_pool *pool) {
+    return pool->dev;
+}
+
 /* ---- counting --------------------------------------------------------------------------- */
 
 static void dp_count(akv_dev_pool_counts *c, akv_dev_pool_reason r, uint64_t n_pages) {

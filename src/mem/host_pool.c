@@ -368,6 +368,10 @@ const akv_geom *akv_host_pool_geom(const akv_host_pool *pool) {
     return &pool->geom;
 }
 
+akv_dev *akv_host_pool_dev(const akv_host_pool *pool) {
+    return pool->dev;
+}
+
 void akv_host_pool_get_stats(const akv_host_pool *pool, akv_host_pool_stats *out) {
     *out = pool->st;
 }

@@ -291,9 +291,17 @@ akv_status akv_stage_create(akv_dev *dev, akv_host_pool *hpool, akv_dev_pool *dp
         AKV_LOG_E("stage: the host pool and the device pool have different geometries");
         return AKV_EINVAL;
     }
-    size_t n_pages;
-    if (!akv__size_mul(p.n_slots, p.slot_pages, &n_pages) || n_pages > UINT32_MAX)
+    if (akv_host_pool_dev(hpool) != dev || akv_dev_pool_dev(dpool) != dev) {
+        AKV_LOG_E("stage: the %s pool was created on another device than the stage's",
+                  akv_host_pool_dev(hpool) != dev ? "host" : "device");
         return AKV_EINVAL;
+    }
+    size_t n_pages;
+    if (!akv__size_mul(p.n_slots, p.slot_pages, &n_pages) || n_pages > UINT32_MAX) {
+        AKV_LOG_E("stage: %u slots of %u pages: more pages than a device pool can hold", p.n_slots,
+                  p.slot_pages);
+        return AKV_EINVAL;
+    }
     akv_stage *st = akv__calloc(1, sizeof *st);
     if (!st) return AKV_ENOMEM;
     st->dev = dev;
@@ -912,6 +920,13 @@ void akv_stage_get_stats(const akv_stage *st, akv_stage_stats *out) {
 
 akv_stage_params akv_stage_get_params(const akv_stage *st) {
     return st->p;
+}
+
+akv_status akv_stage_check_pools(const akv_stage *st, const akv_host_pool *hpool, const akv_dev_pool *dpool) {
+    if (!st) return AKV_EINVAL;
+    if (st->hpool == hpool && st->dpool == dpool) return AKV_OK;
+    AKV_LOG_E("stage: it was created over another %s pool", st->hpool != hpool ? "host" : "device");
+    return AKV_EINVAL;
 }
 
 void akv__stage_break(akv_stage *st, unsigned flags) {
