@@ -60,6 +60,16 @@ static void test_config(void) {
         akv_dev_pool_params p = akv_dev_pool_default_params();
         akv_dev_pool *pool = NULL;
         CHECK_STATUS(akv_dev_pool_create(dev, &g, &p, &pool), AKV_EINVAL); /* never automatic */
+        {
+            /* a geometry akv_geom_init did not make (zeroed; P not a power of two) */
+            akv_dev_pool_params ok = {.device_gib = 1};
+            akv_geom z = {0}, odd = g;
+            odd.page_tokens = 3;
+            akv_dev_pool_stats lay;
+            CHECK_STATUS(akv_dev_pool_create(dev, &z, &ok, &pool), AKV_EINVAL);
+            CHECK_STATUS(akv_dev_pool_layout(&odd, &ok, &lay), AKV_EINVAL);
+            CHECK(pool == NULL);
+        }
         p.device_gib = AKV_DEV_POOL_MAX_GIB + 1;
         CHECK_STATUS(akv_dev_pool_create(dev, &g, &p, &pool), AKV_EINVAL);
         p.device_gib = 1;
@@ -109,6 +119,16 @@ static void test_config(void) {
         CHECK(c == NULL);
         c = open_ctx(pool, 2, 0, 1);
         CHECK_STATUS(akv_dev_pool_ctx_set_target(pool, c, 40, 0), AKV_EINVAL);
+        {
+            /* a context of another pool */
+            akv_dev_pool *other = make_pool(8, 0);
+            if (other) {
+                akv_dev_pool_ctx *oc = open_ctx(other, 2, 0, 9);
+                CHECK_STATUS(akv_dev_pool_ctx_set_target(pool, oc, 4, 0), AKV_EINVAL);
+                akv_dev_pool_ctx_close(other, oc);
+                CHECK_OK(akv_dev_pool_destroy(other));
+            }
+        }
         /* bad batches change nothing */
         akv_dev_pool_result res[2];
         akv_dev_pool_req bad0[1] = {{c, 0}};

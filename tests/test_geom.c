@@ -84,6 +84,19 @@ int main(void) {
         CHECK(memcmp(&g, &before, sizeof g) == 0); /* all-or-nothing */
     }
 
+    TEST_CASE(check_of_a_given_geometry) {
+        akv_geom g, z = {0};
+        CHECK_OK(akv_geom_init(&g, 32, 8, 128, AKV_DTYPE_BF16, 64));
+        CHECK_OK(akv_geom_check(&g));
+        CHECK_STATUS(akv_geom_check(NULL), AKV_EINVAL);
+        CHECK_STATUS(akv_geom_check(&z), AKV_EINVAL);
+        akv_geom bad = g;
+        bad.page_tokens = 48; /* not a power of two */
+        CHECK_STATUS(akv_geom_check(&bad), AKV_EINVAL);
+        bad = g;
+        bad.n_kv_heads = 0;
+        CHECK_STATUS(akv_geom_check(&bad), AKV_EINVAL);
+    }
     TEST_CASE(bad_values) {
         akv_geom g = {0};
         CHECK_STATUS(akv_geom_init(&g, 0, 8, 128, AKV_DTYPE_BF16, 0), AKV_EINVAL);

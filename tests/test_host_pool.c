@@ -58,6 +58,15 @@ static void test_bad_config(void) {
         CHECK_EQ_INT(p.limit_gib, 0);
         CHECK_EQ_U64(p.arena_bytes, 256u << 20);
         CHECK_STATUS(akv_host_pool_create(dev, &g, &p, &pool), AKV_EINVAL); /* no limit */
+        {
+            /* a geometry akv_geom_init did not make (zeroed: a division by its page size) */
+            akv_host_pool_params ok = {.limit_gib = 1};
+            akv_geom z = {0};
+            akv_host_pool_stats lay;
+            CHECK_STATUS(akv_host_pool_create(dev, &z, &ok, &pool), AKV_EINVAL);
+            CHECK_STATUS(akv_host_pool_layout(&z, &ok, &lay), AKV_EINVAL);
+            CHECK(pool == NULL);
+        }
         p.limit_gib = AKV_HOST_POOL_MAX_GIB + 1;
         CHECK_STATUS(akv_host_pool_create(dev, &g, &p, &pool), AKV_EINVAL);
         p.limit_gib = 1;

@@ -63,6 +63,11 @@ typedef struct akv_geom {
  * it must be a power of two in [1, AKV_GEOM_MAX_PAGE_TOKENS]. AKV_EINVAL, logged naming the
  * field, for a zero or absurd value, an invalid dtype, or a page over AKV_GEOM_MAX_PAGE_BYTES;
  * AKV_EOVERFLOW if a derived size overflows size_t. */
+/* Whether *g is a geometry akv_geom_init could have made (every field in range, P a power of
+ * two): AKV_OK, else the status and log line akv_geom_init gives for it. The pools check the
+ * geometry they are given with it. */
+akv_status akv_geom_check(const akv_geom *g);
+
 akv_status akv_geom_init(akv_geom *g, uint32_t n_layers, uint32_t n_kv_heads, uint32_t head_dim,
                          akv_dtype dtype, uint32_t page_tokens);
 

@@ -93,6 +93,8 @@ static void dp_put_page(akv_dev_pool *pool, uint32_t id) {
 akv_status akv_dev_pool_layout(const akv_geom *g, const akv_dev_pool_params *p,
                                akv_dev_pool_stats *out) {
     if (!g || !p || !out) return AKV_EINVAL;
+    akv_status gst = akv_geom_check(g);
+    if (gst != AKV_OK) return gst;
     if (p->device_gib == 0 || p->device_gib > AKV_DEV_POOL_MAX_GIB) {
         AKV_LOG_E("device pool: device_gib = %u (--device-gib) must be a whole number of GiB in "
                   "[1, %u]; it is never automatic",
@@ -316,6 +318,10 @@ void akv_dev_pool_ctx_close(akv_dev_pool *pool, akv_dev_pool_ctx *c) {
 akv_status akv_dev_pool_ctx_set_target(akv_dev_pool *pool, akv_dev_pool_ctx *c, uint32_t target,
                                        uint32_t burst) {
     if (!pool || !c) return AKV_EINVAL;
+    if (c->idx >= pool->n_ctx || pool->ctxs[c->idx] != c) {
+        AKV_LOG_E("device pool: set_target names no open context of this pool");
+        return AKV_EINVAL;
+    }
     akv_status st = dp_check_target(pool, target, burst);
     if (st != AKV_OK) return st;
     st = dp_ctx_reserve(pool, c, target + burst);

@@ -79,6 +79,19 @@ akv_status akv_geom_init(akv_geom *g, uint32_t n_layers, uint32_t n_kv_heads, ui
     return AKV_OK;
 }
 
+akv_status akv_geom_check(const akv_geom *g) {
+    if (!g) {
+        AKV_LOG_E("geom: NULL geometry");
+        return AKV_EINVAL;
+    }
+    if (g->page_tokens == 0) {
+        AKV_LOG_E("geom: page_tokens = 0 (a geometry from akv_geom_init has its page size)");
+        return AKV_EINVAL;
+    }
+    akv_geom t;
+    return akv_geom_init(&t, g->n_layers, g->n_kv_heads, g->head_dim, g->dtype, g->page_tokens);
+}
+
 size_t akv_geom_token_bytes(const akv_geom *g) {
     return 2 * (size_t)g->n_kv_heads * g->head_dim * akv_dtype_size(g->dtype);
 }

@@ -57,6 +57,8 @@ akv_host_pool_params akv_host_pool_default_params(void) {
 
 static akv_status hp_layout_of(const akv_geom *g, const akv_host_pool_params *p, hp_layout *out) {
     if (!g || !p || !out) return AKV_EINVAL;
+    akv_status gst = akv_geom_check(g);
+    if (gst != AKV_OK) return gst;
     if (p->limit_gib == 0 || p->limit_gib > AKV_HOST_POOL_MAX_GIB) {
         AKV_LOG_E("host pool: limit_gib = %u (--host-gib) must be a whole number of GiB in "
                   "[1, %u]; there is no automatic size",
