@@ -243,7 +243,7 @@ akv_status akv_attn_table_check(const akv_attn_pages *kv) {
 }
 
 static uint64_t ceil_div(uint64_t a, uint64_t b) {
-    return (a + b - 1) / b;
+    return a / b + (a % b != 0); /* no overflow near 2^64 */
 }
 
 /* Waves of blocks a batch's split aims at: 1 (measured: docs/attention.md), or AKV_ATTN_WAVES
@@ -282,6 +282,9 @@ akv_status akv_attn_split_plan_variant(uint64_t capacity_tokens, uint32_t n_seq,
         BAD("attn split: capacity %llu, n_seq %u, n_kv_heads %u and n_sm %u must be positive",
             (unsigned long long)capacity_tokens, n_seq, n_kv_heads, n_sm);
     if (variant >= AKV_ATTN_DECODE_VARIANTS) BAD("attn split: variant %u is not 0..%d", variant, AKV_ATTN_DECODE_VARIANTS - 1);
+    /* at most AKV_ATTN_MAX_PARTS partitions of at most 2^31 - 1 keys */
+    if (capacity_tokens > (uint64_t)INT32_MAX * AKV_ATTN_MAX_PARTS)
+        BAD("attn split: capacity %llu tokens is too large", (unsigned long long)capacity_tokens);
     size_t smem = akv_attn_decode_smem_bytes_variant(head_dim, variant);
     if (smem == 0) BAD("attn split: head_dim %u is not 64 or 128", head_dim);
     if (smem_per_block < smem) {
@@ -360,6 +363,15 @@ akv_status akv__attn_decode_workspace_layout(const akv_attn_decode *p, const akv
 akv_status akv_attn_decode_workspace_bytes(const akv_attn_decode *p, const akv_attn_split *split,
                                            size_t *out) {
     if (!p || !split || !out) BAD("attn workspace: NULL argument");
+    if (p->kv.n_seq) {
+        /* the shape the layout is computed from (the rest of the decode is checked where it runs) */
+        if (p->kv.n_kv_heads == 0) BAD("attn workspace: kv.n_kv_heads is 0");
+        akv_status st = check_heads(&p->kv, p->n_heads, "workspace");
+        if (st != AKV_OK) return st;
+        if (p->n_query == 0 || p->n_query > AKV_ATTN_MAX_QUERIES)
+            BAD("attn workspace: n_query %u is outside 1..%d", p->n_query, AKV_ATTN_MAX_QUERIES);
+        if (split->n_parts == 0) BAD("attn workspace: a split of 0 partitions");
+    }
     size_t lse_off, cnt_off;
     return akv__attn_decode_workspace_layout(p, split, &lse_off, &cnt_off, out);
 }

@@ -552,6 +552,12 @@ static void test_split_plan(void) {
     /* no key limit: 2^31 keys still plan */
     CHECK_OK(akv_attn_split_plan((uint64_t)1 << 31, 1, 3, 64, 132, h200_smem, &sp));
     CHECK((uint64_t)sp.n_parts * sp.part_tokens >= (uint64_t)1 << 31);
+    /* capacities past 1024 partitions of 2^31 - 1 keys, up to 2^64 - 1, are refused (the
+     * rounding once overflowed into a division by zero) */
+    CHECK_STATUS(akv_attn_split_plan(UINT64_MAX, 1, 1, 128, 132, h200_smem, &sp), AKV_EINVAL);
+    CHECK_STATUS(akv_attn_split_plan(UINT64_MAX - 100, 1, 8, 64, 132, h200_smem, &sp), AKV_EINVAL);
+    CHECK_STATUS(akv_attn_split_plan((uint64_t)INT32_MAX * AKV_ATTN_MAX_PARTS + 1, 1, 8, 128, 132, h200_smem, &sp),
+                 AKV_EINVAL);
     for (int i = 0; i < 2000; i++) {
         uint64_t cap = 1 + test_rand_below(&rng, 1u << 22);
         uint32_t n_kv = 1 + (uint32_t)test_rand_below(&rng, 16), d = i % 2 ? 64 : 128;
@@ -618,6 +624,13 @@ static void test_split_plan(void) {
     p.kv.n_seq = UINT32_MAX, p.n_heads = 8u << 20, many.n_parts = 1024;
     quiet(1);
     CHECK_STATUS(akv_attn_decode_workspace_bytes(&p, &many, &bytes), AKV_EOVERFLOW);
+    /* a shape no decode takes: no size for it */
+    akv_attn_decode bad = {.kv = {.n_seq = 1, .n_kv_heads = 2, .head_dim = 128}, .n_heads = 3, .n_query = 1};
+    CHECK_STATUS(akv_attn_decode_workspace_bytes(&bad, &many, &bytes), AKV_EINVAL);
+    bad.kv.n_kv_heads = 0;
+    CHECK_STATUS(akv_attn_decode_workspace_bytes(&bad, &many, &bytes), AKV_EINVAL);
+    bad.kv.n_kv_heads = 1, bad.n_query = 5;
+    CHECK_STATUS(akv_attn_decode_workspace_bytes(&bad, &many, &bytes), AKV_EINVAL);
     quiet(0);
 }
 

@@ -204,6 +204,14 @@ int main(void) {
         CHECK_STATUS(akv_route_begin_step(r, 2 * P + 1), AKV_EINVAL); /* past max_tokens */
         CHECK_OK(feed(r, f, tokens, 10, logits));
         CHECK_STATUS(akv_route_begin_step(r, 10), AKV_EINVAL); /* does not grow */
+        {
+            /* the forward hooks refuse a layer past the geometry's */
+            akv_forward_kv kv = akv_route_forward_kv(r);
+            akv_attn_pages pg;
+            CHECK_STATUS(kv.begin_layer(kv.user, c->n_layers, &pg), AKV_EINVAL);
+            CHECK_STATUS(kv.end_layer(kv.user, c->n_layers), AKV_EINVAL);
+            CHECK_OK(akv__route_check(r));
+        }
         /* a step begun and abandoned (a failed pass) is undone by truncate */
         CHECK_OK(akv_route_begin_step(r, 20));
         CHECK_OK(akv_route_truncate(r, 10));

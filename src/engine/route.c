@@ -525,9 +525,18 @@ static akv_status route_seal_layer(akv_route *r, uint32_t layer) {
     return layer + 1 == g->n_layers && r->prefetch ? route_prefetch(r) : AKV_OK;
 }
 
+/* A forward hook's layer: one of the geometry's. */
+static akv_status route_layer_ok(const akv_route *r, uint32_t layer, const char *hook) {
+    if (layer < r->geom.n_layers) return AKV_OK;
+    AKV_LOG_E("route: %s of layer %u; the history has %u layers", hook, layer, r->geom.n_layers);
+    return AKV_EINVAL;
+}
+
 static akv_status route_begin_layer(void *user, uint32_t layer, akv_attn_pages *pg) {
     akv_route *r = user;
-    akv_status st = r->stage ? route_stage_layer(r, layer) : AKV_OK;
+    akv_status st = route_layer_ok(r, layer, "begin_layer");
+    if (st) return st;
+    st = r->stage ? route_stage_layer(r, layer) : AKV_OK;
     if (st) return st;
     /* queued: the device copy of the tables (tab_d, laid out as tab_h); direct: host arrays */
     size_t idx = ((size_t)ROUTE_TAB_HEAD + (size_t)layer * r->max_pages) * sizeof(int32_t);
@@ -554,6 +563,8 @@ static akv_status route_begin_layer(void *user, uint32_t layer, akv_attn_pages *
  * (K|V, head), one contiguous run of tokens. */
 static akv_status route_end_layer(void *user, uint32_t layer) {
     akv_route *r = user;
+    akv_status lst = route_layer_ok(r, layer, "end_layer");
+    if (lst) return lst;
     if (r->stage) return route_seal_layer(r, layer);
     const akv_geom *g = &r->geom;
     uint32_t P = g->page_tokens;
