@@ -180,6 +180,11 @@ int main(void) {
         CHECK_STATUS(akv_route_create(p.dev, p.hp, p.dp, &rp, &r), AKV_EINVAL);
         rp.max_tokens = 0;
         CHECK_STATUS(akv_route_create(p.dev, p.hp, p.dp, &rp, &r), AKV_EINVAL);
+        /* slot and reserve sizes saturate instead of wrapping to a small count */
+        CHECK_EQ_U64(akv_route_slot_pages(&p.g, (uint64_t)P * ((1ull << 32) + 5), 4), UINT32_MAX);
+        CHECK_EQ_U64(akv_route_staging_pages(&p.g, (uint64_t)P * ((1ull << 31) + 4), 4), UINT32_MAX);
+        CHECK_EQ_U64(akv_route_slot_pages(&p.g, 10 * P, 4), 6);
+        CHECK_EQ_U64(akv_route_staging_pages(&p.g, 10 * P, 4), 12);
         {
             /* a borrowed stage over another device pool (its copies would land where the
              * route's tables do not point) */

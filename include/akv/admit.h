@@ -79,7 +79,10 @@ typedef struct akv_fit {
     uint32_t max_floors;        /* floor(window_capacity / floor): contexts whose floors fit */
     uint32_t min_device_gib;    /* smallest --device-gib holding the configured floors */
     /* verdict */
-    uint32_t concurrency;       /* effective: what will be served at once (0 when refused) */
+    uint32_t concurrency;       /* effective: min(configured, histories, floors), what is
+                                   served at once when it fits; when refused (status), what
+                                   would fit (the verdict's "lower --concurrency to"), 0 when
+                                   not even one context fits */
     int shrunk;                 /* 1: shrink mode lowered the configured concurrency */
     akv_status status;          /* AKV_OK: it fits; AKV_EFULL: refused */
     const char *setting;        /* flag to change when refused ("--host-gib", ...); else NULL */

@@ -133,6 +133,7 @@ uint32_t akv_route_slot_pages(const akv_geom *g, uint64_t max_tokens, uint32_t w
 /* Staging reserve (device pages) a staged route that creates its own stage takes from the
  * device pool: 2 slots of akv_route_slot_pages. */
 uint32_t akv_route_staging_pages(const akv_geom *g, uint64_t max_tokens, uint32_t window_pages);
+/* (Both saturate at UINT32_MAX, more pages than any device pool holds, which it refuses.) */
 
 /* A route for one sequence over the pools (which must outlive it and share one geometry).
  * AKV_EUNSUPPORTED (logged) for the direct mode off the host backend;

@@ -82,11 +82,13 @@ static bool route_same_geom(const akv_geom *a, const akv_geom *b) {
 uint32_t akv_route_slot_pages(const akv_geom *g, uint64_t max_tokens, uint32_t window_pages) {
     uint64_t n_lp = akv_geom_pages_for_tokens(g, max_tokens);
     uint32_t w = window_pages ? window_pages : AKV_ROUTE_WINDOW_PAGES;
-    return n_lp > w ? (uint32_t)(n_lp - w) : 1;
+    if (n_lp <= w) return 1;
+    return n_lp - w > UINT32_MAX ? UINT32_MAX : (uint32_t)(n_lp - w); /* saturated: no pool holds it */
 }
 
 uint32_t akv_route_staging_pages(const akv_geom *g, uint64_t max_tokens, uint32_t window_pages) {
-    return 2 * akv_route_slot_pages(g, max_tokens, window_pages);
+    uint32_t slot = akv_route_slot_pages(g, max_tokens, window_pages);
+    return slot > UINT32_MAX / 2 ? UINT32_MAX : 2 * slot;
 }
 
 /* Staged: checks the window and the stage (borrowed, or created from the staging reserve). */
