@@ -598,6 +598,10 @@ int main(void) {
         if (!tok) break;
         akv_tok_text out = {0};
         CHECK_OK(akv_tok_text_append(&out, "keep", 4));
+        CHECK_STATUS(akv_tok_text_append(&out, NULL, 5), AKV_EINVAL); /* nothing appended */
+        CHECK_STATUS(akv_tok_text_append(NULL, "x", 1), AKV_EINVAL);
+        CHECK_OK(akv_tok_text_append(&out, NULL, 0));
+        CHECK_EQ_U64(out.n_bytes, 4);
         const int32_t ids[] = {'a', 266};
         akv_log_set(capture, NULL, AKV_LOG_ERROR);
         CHECK_STATUS(akv_tok_decode(tok, ids, 2, 0, &out), AKV_EINVAL);

@@ -217,7 +217,8 @@ akv_status akv_tok_stream_flush(akv_tok_stream *stream, akv_tok_text *out);
 
 void akv_tok_stream_reset(akv_tok_stream *stream);
 
-/* Append to / free the caller-owned buffers. */
+/* Append to / free the caller-owned buffers (append: AKV_EINVAL, logged, for a NULL text, or
+ * NULL bytes with n_bytes > 0; AKV_ENOMEM / AKV_EOVERFLOW; on error nothing changes). */
 akv_status akv_tok_text_append(akv_tok_text *text, const void *bytes, size_t n_bytes);
 void akv_tok_text_free(akv_tok_text *text); /* frees and zeroes; NULL is a no-op */
 void akv_tok_ids_free(akv_tok_ids *ids);    /* frees and zeroes; NULL is a no-op */

@@ -477,6 +477,11 @@ static akv_status tok_text_reserve(akv_tok_text *t, size_t n_more) {
 }
 
 akv_status akv_tok_text_append(akv_tok_text *t, const void *bytes, size_t n_bytes) {
+    if (!t || (!bytes && n_bytes)) {
+        AKV_LOG_E("tok: text append of %zu bytes to %s from %s", n_bytes, t ? "a text" : "NULL",
+                  bytes ? "bytes" : "NULL");
+        return AKV_EINVAL;
+    }
     akv_status st = tok_text_reserve(t, n_bytes);
     if (st) return st;
     if (n_bytes) memcpy(t->bytes + t->n_bytes, bytes, n_bytes);
