@@ -178,6 +178,8 @@ int main(void) {
             {"no head_count", "llama.attention.head_count", 0, 0, 0, AKV_EFORMAT},
             {"no epsilon", "llama.attention.layer_norm_rms_epsilon", 0, 0, 0, AKV_EFORMAT},
             {"zero layers", 0, "llama.block_count", 0, 0, AKV_EFORMAT},
+            {"2^32-1 layers (refused before per-layer arrays are sized)", 0, "llama.block_count", UINT32_MAX, 0,
+             AKV_EFORMAT},
             {"kv heads 3 of 4", 0, "llama.attention.head_count_kv", 3, 0, AKV_EFORMAT},
             {"odd n_rot", 0, "llama.rope.dimension_count", 7, 0, AKV_EFORMAT},
             {"n_rot > head_dim", 0, "llama.rope.dimension_count", 16, 0, AKV_EFORMAT},

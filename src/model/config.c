@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "akv/geom.h"
 #include "core/log.h"
 
 /* Reads "<arch>.<suffix>" as a u32. Absent: *out = dflt when `required` is false, else
@@ -113,6 +114,9 @@ akv_status akv_model_config_read(const akv_gguf *g, akv_model_config *out) {
         return AKV_EUNSUPPORTED;
     }
     if (c.n_layers == 0) return cfg_bad(arch, "block_count", "must be > 0", 0);
+    /* before anything is sized by it (per-layer arrays): the K/V geometry's limit */
+    if (c.n_layers > AKV_GEOM_MAX_LAYERS)
+        return cfg_bad(arch, "block_count", "must be at most 4096 (the K/V geometry's limit)", c.n_layers);
     if (c.n_embd == 0) return cfg_bad(arch, "embedding_length", "must be > 0", 0);
     if (c.n_ff == 0) return cfg_bad(arch, "feed_forward_length", "must be > 0", 0);
     if (c.n_ctx_train == 0) return cfg_bad(arch, "context_length", "must be > 0", 0);
