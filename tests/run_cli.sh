@@ -26,4 +26,29 @@ if [ "$rc" != 0 ] || ! printf '%s\n' "$out" | grep -q "^decode: 3 tokens"; then
     bad "akv run --chat -n 2, two turns: exit $rc (want 0, 'decode: 3 tokens')"
 else echo "ok   akv run --chat -n 2, two turns -> $rc"; fi
 
+# Outputs never destroy inputs: --dump-logits naming the model, a slice written over its
+# input, a FIFO (or any non-regular file) at the writer's path; all refused, all intact.
+cp "$tmp/s.gguf" "$tmp/keep.gguf"
+out=$("$akv" run -m "$tmp/s.gguf" -q --temp 0 -p hi -n 2 --dump-logits "$tmp/s.gguf" 2>&1); rc=$?
+if [ "$rc" != 2 ] || ! cmp -s "$tmp/s.gguf" "$tmp/keep.gguf"; then
+    bad "akv run --dump-logits MODEL: exit $rc (want 2, the model unchanged)"
+else echo "ok   akv run --dump-logits MODEL -> $rc"; fi
+out=$("$akv" gguf slice "$tmp/s.gguf" --layers 1 -o "$tmp/s.gguf" 2>&1); rc=$?
+if [ "$rc" != 2 ] || ! cmp -s "$tmp/s.gguf" "$tmp/keep.gguf"; then
+    bad "akv gguf slice F -o F: exit $rc (want 2, F unchanged)"
+else echo "ok   akv gguf slice F -o F -> $rc"; fi
+mkfifo "$tmp/fifo"
+out=$("$akv" gguf slice "$tmp/s.gguf" --layers 1 -o "$tmp/fifo" 2>&1); rc=$?
+if [ "$rc" != 2 ] || [ ! -p "$tmp/fifo" ] || ! printf '%s\n' "$out" | grep -q "not a regular file"; then
+    bad "akv gguf slice -o FIFO: exit $rc (want 2, 'not a regular file', the FIFO left alone)"
+else echo "ok   akv gguf slice -o FIFO -> $rc"; fi
+
+# Standard output that cannot be written (a full device) is a failure, not a success.
+if [ -w /dev/full ]; then
+    out=$("$akv" run -m "$tmp/s.gguf" -q --temp 0 -p hi -n 2 2>&1 >/dev/full); rc=$?
+    if [ "$rc" != 1 ] || ! printf '%s\n' "$out" | grep -q "writing the output failed"; then
+        bad "akv run > /dev/full: exit $rc (want 1, 'writing the output failed')"
+    else echo "ok   akv run > /dev/full -> $rc"; fi
+fi
+
 [ "$n_bad" = 0 ] || { echo "$n_bad case(s) failed"; exit 1; }

@@ -7,6 +7,7 @@
  * Exit codes are in tools/cmd.h (0 ok, 1 failure, 2 usage, 3 refused).
  */
 #define _GNU_SOURCE
+#include <errno.h>
 #include <getopt.h>
 #include <stdio.h>
 #include <string.h>
@@ -105,6 +106,17 @@ int akv_cmd_devices(int argc, char **argv) {
     return AKV_EXIT_OK;
 }
 
+/* The command's exit code, or a failure when its standard output could not be written (a
+ * full disk, a closed pipe): output that was lost is never a success. */
+static int akv_finish(int rc) {
+    errno = 0;
+    if (fflush(stdout) != 0 || ferror(stdout)) {
+        fprintf(stderr, "akv: writing the output failed%s%s\n", errno ? ": " : "", errno ? strerror(errno) : "");
+        return rc == AKV_EXIT_OK ? AKV_EXIT_FAIL : rc;
+    }
+    return rc;
+}
+
 int main(int argc, char **argv) {
     if (argc < 2) {
         akv_usage(stderr);
@@ -117,7 +129,7 @@ int main(int argc, char **argv) {
     }
     if (!strcmp(name, "--version")) name = "version";
     for (size_t i = 0; i < sizeof akv_cmds / sizeof akv_cmds[0]; i++)
-        if (!strcmp(name, akv_cmds[i].name)) return akv_cmds[i].fn(argc - 1, argv + 1);
+        if (!strcmp(name, akv_cmds[i].name)) return akv_finish(akv_cmds[i].fn(argc - 1, argv + 1));
     fprintf(stderr, "akv: unknown command '%s'\n\n", name);
     akv_usage(stderr);
     return AKV_EXIT_USAGE;

@@ -37,6 +37,10 @@ int akv_cmd_fit(int argc, char **argv); /* cmd_fit.c */
  * Prints "akv <cmd>: --<flag>: ..." and returns 0 on a bad value. */
 int akv_tool_parse_u64(const char *cmd, const char *flag, const char *s, unsigned long long *out);
 
+/* 1 when paths a and b name the same existing file (same device and inode), else 0: an
+ * output must never be a command's input. */
+int akv_tool_same_file(const char *a, const char *b);
+
 /* Opens the device named by `--device` ("cpu"/"host", "cuda", "cuda:N", or "auto": CUDA when
  * built with it and a device answers, else the host). Prints an error and returns a status. */
 akv_status akv_tool_open_device(const char *spec, akv_dev **out);

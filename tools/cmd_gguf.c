@@ -405,6 +405,10 @@ static int gguf_slice(int argc, char **argv) {
         fprintf(stderr, "usage: akv gguf slice FILE --layers N -o OUT (N >= 1)\n");
         return AKV_EXIT_USAGE;
     }
+    if (akv_tool_same_file(argv[optind], out)) {
+        fprintf(stderr, "akv gguf slice: -o '%s' is the input file; write the slice elsewhere\n", out);
+        return AKV_EXIT_USAGE;
+    }
     akv_gguf *g = NULL;
     akv_status st = akv_gguf_open(argv[optind], &g);
     if (st == AKV_OK) st = akv_gguf_write_layer_slice(g, (uint32_t)n_layers, out);

@@ -460,6 +460,10 @@ static int run_open_memory(run_state *s) {
     }
     s->logits = malloc((size_t)c->n_vocab * sizeof(float));
     if (!s->logits) return AKV_EXIT_FAIL;
+    if (o->dump && akv_tool_same_file(o->dump, o->model)) {
+        fprintf(stderr, "akv run: --dump-logits '%s' is the model file; write the logits elsewhere\n", o->dump);
+        return AKV_EXIT_USAGE;
+    }
     if (o->dump && !(s->dump = fopen(o->dump, "wb"))) {
         fprintf(stderr, "akv run: --dump-logits '%s': %s\n", o->dump, strerror(errno));
         return AKV_EXIT_FAIL;

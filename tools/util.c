@@ -3,11 +3,17 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "cmd.h"
 #ifdef AKV_HAVE_CUDA
 #include "akv/dev_cuda.h"
 #endif
+
+int akv_tool_same_file(const char *a, const char *b) {
+    struct stat sa, sb;
+    return a && b && stat(a, &sa) == 0 && stat(b, &sb) == 0 && sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
+}
 
 int akv_tool_parse_u64(const char *cmd, const char *flag, const char *s, unsigned long long *out) {
     char *end = NULL;

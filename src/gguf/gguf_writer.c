@@ -10,6 +10,7 @@
 #include "akv/gguf_writer.h"
 
 #include <errno.h>
+#include <sys/stat.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -90,6 +91,13 @@ akv_status akv_gguf_writer_create(const char *path, const akv_gguf_writer_params
     if (!path || !out || p.alignment < 8 || p.alignment > (1u << 30) ||
         (p.alignment & (p.alignment - 1))) {
         AKV_LOG_E("gguf writer: alignment %u is not a power of two in 8..2^30", p.alignment);
+        return AKV_EINVAL;
+    }
+    /* the finished file is renamed over `path`: only a regular file may be replaced there (a
+     * FIFO, device or directory, or a symbolic link, is refused) */
+    struct stat sb;
+    if (lstat(path, &sb) == 0 && !S_ISREG(sb.st_mode)) {
+        AKV_LOG_E("gguf writer: '%s' exists and is not a regular file; it is not replaced", path);
         return AKV_EINVAL;
     }
     akv_gguf_writer *w = akv__calloc(1, sizeof *w);
