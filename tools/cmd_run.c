@@ -36,7 +36,8 @@ static const char run_usage[] =
     "  -m, --model PATH         GGUF model (default " RUN_DEFAULT_MODEL ")\n"
     "  -p, --prompt TEXT        the prompt; with --chat, the first user message\n"
     "      --chat               render messages with the model's chat template; without -p,\n"
-    "                           read user messages from standard input, one per line\n"
+    "                           read user messages from standard input, one per line (a\n"
+    "                           conversation holds up to 1024 turns)\n"
     "      --system TEXT        with --chat: a system message (else the template's default)\n"
     "  -n, --n-predict N        tokens to generate per reply (default 128)\n"
     "      --max-context N      the longest history, tokens (default: prompt + n, or the\n"
@@ -106,16 +107,28 @@ typedef struct run_state {
     int load_pct;                    /* last percentage the load progress showed */
 } run_state;
 
-static int run_parse_float(const char *flag, const char *s, float lo, float hi, float *out) {
+/* Bounds in double: a bound like 0.999999 given as a float would be below the same text parsed. */
+static int run_parse_float(const char *flag, const char *s, double lo, double hi, float *out) {
     char *end = NULL;
     errno = 0;
     double v = s ? strtod(s, &end) : NAN;
     if (!s || errno || end == s || *end || !(v >= lo && v <= hi)) {
-        fprintf(stderr, "akv run: --%s: '%s' is not a number in [%g, %g]\n", flag, s ? s : "",
-                (double)lo, (double)hi);
+        fprintf(stderr, "akv run: --%s: '%s' is not a number in [%g, %g]\n", flag, s ? s : "", lo, hi);
         return 0;
     }
     *out = (float)v;
+    return 1;
+}
+
+/* A count that the sampler holds in an int32. */
+static int run_parse_i32(const char *flag, const char *s, int32_t *out) {
+    unsigned long long v;
+    if (!akv_tool_parse_u64("run", flag, s, &v)) return 0;
+    if (v > INT32_MAX) {
+        fprintf(stderr, "akv run: --%s: %llu is more than %d\n", flag, v, INT32_MAX);
+        return 0;
+    }
+    *out = (int32_t)v;
     return 1;
 }
 
@@ -245,28 +258,24 @@ static int run_parse(int argc, char **argv, run_opts *o) {
             if (!akv_tool_parse_u64("run", "threads", optarg, &o->threads)) return AKV_EXIT_USAGE;
             break;
         case O_TEMP:
-            if (!run_parse_float("temp", optarg, 0, 1e6f, &o->sp.temp)) return AKV_EXIT_USAGE;
+            if (!run_parse_float("temp", optarg, 0, 1e6, &o->sp.temp)) return AKV_EXIT_USAGE;
             break;
         case O_TOPK:
-            if (!akv_tool_parse_u64("run", "top-k", optarg, &v) || v > INT32_MAX)
-                return AKV_EXIT_USAGE;
-            o->sp.top_k = (int32_t)v;
+            if (!run_parse_i32("top-k", optarg, &o->sp.top_k)) return AKV_EXIT_USAGE;
             break;
         case O_TOPP:
-            if (!run_parse_float("top-p", optarg, 1e-9f, 1, &o->sp.top_p)) return AKV_EXIT_USAGE;
+            if (!run_parse_float("top-p", optarg, 1e-9, 1, &o->sp.top_p)) return AKV_EXIT_USAGE;
             break;
         case O_MINP:
-            if (!run_parse_float("min-p", optarg, 0, 0.999999f, &o->sp.min_p))
+            if (!run_parse_float("min-p", optarg, 0, 0.999999, &o->sp.min_p))
                 return AKV_EXIT_USAGE;
             break;
         case O_RP:
-            if (!run_parse_float("repeat-penalty", optarg, 1e-6f, 1e6f, &o->sp.repeat_penalty))
+            if (!run_parse_float("repeat-penalty", optarg, 1e-6, 1e6, &o->sp.repeat_penalty))
                 return AKV_EXIT_USAGE;
             break;
         case O_RLN:
-            if (!akv_tool_parse_u64("run", "repeat-last-n", optarg, &v) || v > INT32_MAX)
-                return AKV_EXIT_USAGE;
-            o->sp.repeat_last_n = (int32_t)v;
+            if (!run_parse_i32("repeat-last-n", optarg, &o->sp.repeat_last_n)) return AKV_EXIT_USAGE;
             break;
         case O_SEED:
             if (!akv_tool_parse_u64("run", "seed", optarg, &v)) return AKV_EXIT_USAGE;
@@ -317,7 +326,8 @@ static int run_parse(int argc, char **argv, run_opts *o) {
         return AKV_EXIT_USAGE;
     }
     if (o->window_pages < 2 || o->window_pages > UINT32_MAX) {
-        fprintf(stderr, "akv run: --window-pages must be at least 2\n");
+        fprintf(stderr, "akv run: --window-pages %llu must be in [2, %u]\n", (unsigned long long)o->window_pages,
+                UINT32_MAX);
         return AKV_EXIT_USAGE;
     }
     return -1;
@@ -359,7 +369,7 @@ static void run_free(run_state *s) {
 static int run_open(run_state *s) {
     const run_opts *o = &s->o;
     akv_status st = akv_tool_open_device(o->device, &s->dev);
-    if (st) return AKV_EXIT_FAIL;
+    if (st) return st == AKV_EINVAL ? AKV_EXIT_USAGE : AKV_EXIT_FAIL; /* a bad --device is a usage error */
     if ((st = akv_dev_get_info(s->dev, &s->dev_info))) {
         fprintf(stderr, "akv run: --device %s: %s\n", o->device, akv_status_str(st));
         return AKV_EXIT_FAIL;
@@ -733,7 +743,14 @@ int akv_cmd_run(int argc, char **argv) {
                 goto done;
             }
             n_msgs++;
-            if (!interactive || n_msgs + 2 > 2 * 1024 + 1) break;
+            if (!interactive) break;
+            if (n_msgs + 2 > 2 * 1024 + 1) {
+                /* the conversation's turns are full: say so, and do not read (and drop) more */
+                fprintf(stderr, "\nakv run --chat: the conversation reached its limit of 1024 turns; "
+                                "ending it (input after this turn was not read)\n");
+                free(line);
+                goto done;
+            }
             fputc('\n', stdout);
         }
         free(line);

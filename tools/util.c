@@ -46,8 +46,19 @@ akv_status akv_tool_open_device(const char *spec, akv_dev **out) {
     if (!strcmp(spec, "cpu") || !strcmp(spec, "host"))
         return akv_dev_create(akv_dev_host_backend(), &p, out);
     if (!strcmp(spec, "cuda") || !strncmp(spec, "cuda:", 5)) {
+        if (spec[4] == ':') {
+            /* a device index: digits only, nothing after them */
+            const char *d = spec + 5;
+            size_t n = strspn(d, "0123456789");
+            if (n == 0 || n > 4 || d[n] != '\0') {
+                fprintf(stderr, "akv: --device '%s': '%s' is not a device index (cuda:0, cuda:1, ...)\n", spec, d);
+                return AKV_EINVAL;
+            }
 #ifdef AKV_HAVE_CUDA
-        if (spec[4] == ':') p.device_index = atoi(spec + 5);
+            p.device_index = atoi(d);
+#endif
+        }
+#ifdef AKV_HAVE_CUDA
         akv_status st = akv_dev_create(akv_dev_cuda_backend(), &p, out);
         if (st != AKV_OK) fprintf(stderr, "akv: cannot open CUDA device %d: %s\n", p.device_index,
                                   akv_status_str(st));
