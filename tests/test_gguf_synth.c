@@ -227,6 +227,15 @@ int main(void) {
         CHECK_OK(akv_gguf_synth_check(&b, AKV_GGUF_TYPE_BF16));
         b = s, b.rms_eps = 0;
         CHECK_STATUS(akv_gguf_synth_check(&b, AKV_GGUF_TYPE_BF16), AKV_EINVAL);
+        /* what the loader would refuse is not written either */
+        b = s, b.rms_eps = 2;
+        CHECK_STATUS(akv_gguf_synth_check(&b, AKV_GGUF_TYPE_BF16), AKV_EINVAL);
+        b = s, b.rope_theta = 1;
+        CHECK_STATUS(akv_gguf_synth_check(&b, AKV_GGUF_TYPE_BF16), AKV_EINVAL);
+        b = s, b.rope_theta = INFINITY;
+        CHECK_STATUS(akv_gguf_synth_check(&b, AKV_GGUF_TYPE_BF16), AKV_EINVAL);
+        b = s, b.n_layers = 4097;
+        CHECK_STATUS(akv_gguf_synth_check(&b, AKV_GGUF_TYPE_BF16), AKV_EINVAL);
         CHECK_STATUS(akv_gguf_synth_check(&s, AKV_GGUF_TYPE_Q4_K), AKV_EINVAL);
         CHECK_STATUS(synth(&s, AKV_GGUF_TYPE_Q6_K, 1, NULL, path2), AKV_EINVAL);
         CHECK(access(path2, F_OK) != 0);

@@ -4,6 +4,7 @@
 #define _POSIX_C_SOURCE 200809L
 #include "test.h"
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "akv/gguf.h"
@@ -236,6 +237,33 @@ int main(void) {
         akv_gguf_writer_destroy(w);
         CHECK(access(path, F_OK) != 0);
         CHECK(access(partial, F_OK) != 0);
+        akv_log_set(NULL, NULL, AKV_LOG_WARN);
+    }
+
+    TEST_CASE(what_cannot_be_held_is_refused_before_writing) {
+        /* a file its file system cannot hold (2^50 bytes): refused at the first write, before
+         * any data, and nothing is left behind; a non-regular file at the path is never
+         * replaced */
+        akv_log_set(silence, NULL, AKV_LOG_DEBUG);
+        tpath tp = tmp_path("huge.gguf");
+        char partial[160];
+        snprintf(partial, sizeof partial, "%s.partial", tp.s);
+        akv_gguf_writer *w = NULL;
+        CHECK_OK(akv_gguf_writer_create(tp.s, NULL, &w));
+        if (!w) break;
+        uint64_t ne[2] = {1ull << 24, 1ull << 24}; /* 2^48 f32 elements */
+        CHECK_OK(akv_gguf_writer_add_tensor(w, "t", AKV_GGUF_TYPE_F32, 2, ne));
+        uint8_t bytes[16] = {0};
+        CHECK_STATUS(akv_gguf_writer_write(w, bytes, sizeof bytes), AKV_EIO);
+        akv_gguf_writer_destroy(w);
+        CHECK(access(tp.s, F_OK) != 0);
+        CHECK(access(partial, F_OK) != 0);
+        tpath td = tmp_path("a_dir.gguf");
+        CHECK_EQ_INT(mkdir(td.s, 0700), 0);
+        w = NULL;
+        CHECK_STATUS(akv_gguf_writer_create(td.s, NULL, &w), AKV_EINVAL);
+        CHECK(w == NULL);
+        CHECK_EQ_INT(rmdir(td.s), 0);
         akv_log_set(NULL, NULL, AKV_LOG_WARN);
     }
 

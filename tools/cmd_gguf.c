@@ -14,6 +14,7 @@
 #define _GNU_SOURCE
 #include <getopt.h>
 #include <inttypes.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -264,8 +265,8 @@ static int parse_u32(const char *flag, const char *s, uint32_t *out) {
 static int parse_f32(const char *flag, const char *s, float *out) {
     char *end = NULL;
     float v = strtof(s, &end);
-    if (!*s || *end || !(v > 0)) {
-        fprintf(stderr, "akv gguf synth: --%s: '%s' is not a positive number\n", flag, s);
+    if (!*s || *end || !(v > 0) || isinf(v)) {
+        fprintf(stderr, "akv gguf synth: --%s: '%s' is not a finite positive number\n", flag, s);
         return 0;
     }
     *out = v;

@@ -5,6 +5,7 @@
 #define _POSIX_C_SOURCE 200809L
 #include "akv/gguf_synth.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -146,12 +147,17 @@ akv_status akv_gguf_synth_check(const akv_gguf_synth_shape *s, akv_gguf_type typ
         AKV_LOG_E("gguf synth: head dim (%u) must be even (RoPE rotates pairs)", s->head_dim);
         return AKV_EINVAL;
     }
-    if (!(s->rope_theta > 0) || !(s->rms_eps > 0)) {
-        AKV_LOG_E("gguf synth: rope theta and rms eps must be > 0");
+    /* the loader's rules (src/model/config.c): a file it would refuse is not written */
+    if (!(s->rope_theta > 1) || isinf(s->rope_theta)) {
+        AKV_LOG_E("gguf synth: rope theta %g must be finite and > 1", (double)s->rope_theta);
         return AKV_EINVAL;
     }
-    if (s->n_layers > 100000) {
-        AKV_LOG_E("gguf synth: %u layers is more than 100000", s->n_layers);
+    if (!(s->rms_eps > 0 && s->rms_eps < 1)) {
+        AKV_LOG_E("gguf synth: rms eps %g must be in (0, 1)", (double)s->rms_eps);
+        return AKV_EINVAL;
+    }
+    if (s->n_layers > 4096) {
+        AKV_LOG_E("gguf synth: %u layers is more than 4096 (the K/V geometry's limit)", s->n_layers);
         return AKV_EINVAL;
     }
     size_t blk = akv_gguf_type_block_elems(type);

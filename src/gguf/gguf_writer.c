@@ -11,6 +11,7 @@
 
 #include <errno.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -403,6 +404,16 @@ static akv_status advance(akv_gguf_writer *w) {
 }
 
 static akv_status begin_data(akv_gguf_writer *w) {
+    /* the file's size is known now: refuse at once what the file system cannot hold (a
+     * tensor of 2^40 bytes would otherwise write until the disk is full) */
+    const uint64_t total = meta_bytes(w) + w->data_bytes;
+    struct statvfs fs;
+    if (fstatvfs(fileno(w->f), &fs) == 0 && (uint64_t)fs.f_bavail * fs.f_frsize < total) {
+        AKV_LOG_E("gguf writer: '%s' would be %.2f GiB; its file system has %.2f GiB free",
+                  w->path, (double)total / (1 << 30), (double)fs.f_bavail * fs.f_frsize / (1 << 30));
+        w->phase = WPHASE_FAILED;
+        return AKV_EIO;
+    }
     uint8_t h[24];
     memcpy(h, AKV_GGUF_MAGIC, 4);
     akv__gguf_st32(h + 4, 3);
