@@ -43,6 +43,20 @@ if [ "$rc" != 2 ] || [ ! -p "$tmp/fifo" ] || ! printf '%s\n' "$out" | grep -q "n
     bad "akv gguf slice -o FIFO: exit $rc (want 2, 'not a regular file', the FIFO left alone)"
 else echo "ok   akv gguf slice -o FIFO -> $rc"; fi
 
+# Usage errors are exit 2 and name what is wrong (a review of the CLI found these at 0 or 1).
+for case in "run -m $tmp/s.gguf -p hi --device cuda:abc|not a device index" \
+            "run -m $tmp/s.gguf -p hi --top-k 3000000000|is more than" \
+            "gguf synth --list --bogus|unrecognized option" \
+            "gguf synth --sha smollm2-135m -o $tmp/x.gguf|spell the flag out" \
+            "tok $tmp/s.gguf --chat nocolon|is not ROLE:CONTENT"; do
+    args=${case%%|*}; want=${case#*|}
+    # shellcheck disable=SC2086
+    out=$("$akv" $args 2>&1 >/dev/null); rc=$?
+    if [ "$rc" != 2 ] || ! printf '%s\n' "$out" | grep -q -- "$want"; then
+        bad "akv $args: exit $rc (want 2, '$want')"
+    else echo "ok   akv $args -> $rc"; fi
+done
+
 # Standard output that cannot be written (a full device) is a failure, not a success.
 if [ -w /dev/full ]; then
     out=$("$akv" run -m "$tmp/s.gguf" -q --temp 0 -p hi -n 2 2>&1 >/dev/full); rc=$?

@@ -305,11 +305,19 @@ static int gguf_synth(int argc, char **argv) {
     }
     head_dim_set = kv_set = shape != NULL;
     int c, ok = 1;
+    bool list = false;
     unsigned long long seed;
     optind = 1;
     while (ok && (c = getopt_long(argc, argv, "o:h", opts, NULL)) != -1) {
         switch (c) {
-        case O_SHAPE: break;
+        case O_SHAPE:
+            /* applied above, before the other flags: only the spelled-out flag is seen there */
+            if (!shape || strcmp(optarg, shape) != 0) {
+                fprintf(stderr, "akv gguf synth: --shape: spell the flag out as --shape NAME (or "
+                                "--shape=NAME), once\n");
+                ok = 0;
+            }
+            break;
         case O_LAYERS: ok = parse_u32("layers", optarg, &s->n_layers); break;
         case O_HIDDEN: ok = parse_u32("hidden", optarg, &s->n_embd); break;
         case O_HEADS: ok = parse_u32("heads", optarg, &s->n_heads); break;
@@ -334,24 +342,33 @@ static int gguf_synth(int argc, char **argv) {
             break;
         case O_VOCAB_FROM: vocab_from = optarg; break;
         case 'o': out = optarg; break;
-        case O_LIST:
-            printf("%-14s %7s %7s %6s %9s %9s %7s %8s %8s %6s\n", "preset", "layers", "hidden",
-                   "heads", "kv heads", "head dim", "ffn", "vocab", "context", "tied");
-            for (size_t i = 0; i < akv_gguf_synth_n_presets(); i++) {
-                const akv_gguf_synth_shape *q = akv_gguf_synth_preset(i);
-                printf("%-14s %7u %7u %6u %9u %9u %7u %8u %8u %6s\n", q->name, q->n_layers,
-                       q->n_embd, q->n_heads, q->n_kv_heads, q->head_dim, q->n_ff, q->n_vocab,
-                       q->n_ctx, q->tied ? "yes" : "no");
-            }
-            return AKV_EXIT_OK;
+        case O_LIST: list = true; break;
         case 'h': return printf("%s", gguf_usage), AKV_EXIT_OK;
         default: ok = 0;
         }
     }
     if (!ok) return fprintf(stderr, "%s", gguf_usage), AKV_EXIT_USAGE;
-    if (optind != argc || !out) {
-        fprintf(stderr, "akv gguf synth: %s\n%s",
-                out ? "unexpected argument" : "-o FILE is required", gguf_usage);
+    if (list) { /* after every flag was read: a bad one is still an error */
+        if (optind != argc) {
+            fprintf(stderr, "akv gguf synth: unexpected argument '%s'\n", argv[optind]);
+            return AKV_EXIT_USAGE;
+        }
+        printf("%-14s %7s %7s %6s %9s %9s %7s %8s %8s %6s\n", "preset", "layers", "hidden", "heads",
+               "kv heads", "head dim", "ffn", "vocab", "context", "tied");
+        for (size_t i = 0; i < akv_gguf_synth_n_presets(); i++) {
+            const akv_gguf_synth_shape *q = akv_gguf_synth_preset(i);
+            printf("%-14s %7u %7u %6u %9u %9u %7u %8u %8u %6s\n", q->name, q->n_layers, q->n_embd,
+                   q->n_heads, q->n_kv_heads, q->head_dim, q->n_ff, q->n_vocab, q->n_ctx,
+                   q->tied ? "yes" : "no");
+        }
+        return AKV_EXIT_OK;
+    }
+    if (optind != argc) {
+        fprintf(stderr, "akv gguf synth: unexpected argument '%s'\n%s", argv[optind], gguf_usage);
+        return AKV_EXIT_USAGE;
+    }
+    if (!out) {
+        fprintf(stderr, "akv gguf synth: -o FILE is required\n%s", gguf_usage);
         return AKV_EXIT_USAGE;
     }
     if (!kv_set) s->n_kv_heads = s->n_heads;

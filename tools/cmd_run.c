@@ -436,7 +436,8 @@ static int run_open_memory(run_state *s) {
                            .concurrency = 1,
                            .mode = AKV_ADMIT_REFUSE};
     akv_fit fit;
-    if ((st = akv_admit_fit(&ap, &fit))) return AKV_EXIT_FAIL;
+    /* a configuration the arithmetic refuses (logged naming the setting) is a usage error */
+    if ((st = akv_admit_fit(&ap, &fit))) return st == AKV_EINVAL || st == AKV_EOVERFLOW ? AKV_EXIT_USAGE : AKV_EXIT_FAIL;
     if (fit.status != AKV_OK) {
         fprintf(stderr, "akv run: %s\n", fit.verdict);
         return AKV_EXIT_REFUSED;

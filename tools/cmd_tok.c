@@ -97,6 +97,8 @@ static int tok_join_args(int argc, char **argv, int from, akv_tok_text *out) {
 }
 
 /* --chat: arguments ROLE:CONTENT, rendered with the template into *text. */
+/* Renders ROLE:CONTENT arguments with the chat template: AKV_EXIT_OK, AKV_EXIT_USAGE for an
+ * argument that is not ROLE:CONTENT, else AKV_EXIT_FAIL. */
 static int tok_render_chat(const akv_gguf *g, const char *name, int argc, char **argv, int from,
                            akv_tok_text *text) {
     akv_chat *chat = NULL;
@@ -104,9 +106,9 @@ static int tok_render_chat(const akv_gguf *g, const char *name, int argc, char *
     if (st) {
         fprintf(stderr, "akv tok: no chat template: %s%s\n", akv_status_str(st),
                 st == AKV_EUNSUPPORTED ? " (use --template chatml or --template llama3)" : "");
-        return 0;
+        return AKV_EXIT_FAIL;
     }
-    int n = argc - from, ok = 1;
+    int n = argc - from, ok = 1, rc = AKV_EXIT_FAIL;
     akv_chat_msg *msgs = calloc(n > 0 ? (size_t)n : 1, sizeof *msgs);
     char **roles = calloc(n > 0 ? (size_t)n : 1, sizeof *roles);
     for (int i = 0; ok && msgs && roles && i < n; i++) {
@@ -114,6 +116,7 @@ static int tok_render_chat(const akv_gguf *g, const char *name, int argc, char *
         if (!colon || colon == argv[from + i]) {
             fprintf(stderr, "akv tok: --chat: '%s' is not ROLE:CONTENT\n", argv[from + i]);
             ok = 0;
+            rc = AKV_EXIT_USAGE;
             break;
         }
         roles[i] = strndup(argv[from + i], (size_t)(colon - argv[from + i]));
@@ -131,7 +134,7 @@ static int tok_render_chat(const akv_gguf *g, const char *name, int argc, char *
     if (ok)
         printf("template %s:\n%s\n---\n", akv_chat_kind_name(akv_chat_get_kind(chat)), text->bytes);
     akv_chat_destroy(chat);
-    return ok;
+    return ok ? AKV_EXIT_OK : rc;
 }
 
 static int tok_decode_args(const akv_tok *tok, int argc, char **argv, int from) {
@@ -329,10 +332,7 @@ int akv_cmd_tok(int argc, char **argv) {
         goto done;
     }
     if (chat) {
-        if (!tok_render_chat(g, template_name, argc, argv, optind, &text)) {
-            rc = AKV_EXIT_FAIL;
-            goto done;
-        }
+        if ((rc = tok_render_chat(g, template_name, argc, argv, optind, &text)) != AKV_EXIT_OK) goto done;
         add_special = false; /* the template wrote BOS where the model wants it */
         parse_special = true;
     } else if (file ? !tok_read_file(file, &text) : !tok_join_args(argc, argv, optind, &text)) {

@@ -210,9 +210,9 @@ size_t akv_fit_format(const akv_fit *f, char *buf, size_t cap) {
                   p->mode == AKV_ADMIT_SHRINK ? "shrink" : "refuse");
     if (f->concurrency > 0)
         akv__mem_appendf(buf, cap, &len,
-                      "per context: floor %u, target = min(%llu, floor(%llu / %u)) = %u, burst = "
-                      "min(%llu, %llu) - target = %u window pages (%llu tokens resident by "
-                      "right, %llu at most)\n",
+                      "per context: floor %u, target = max(floor, min(%llu, floor(%llu / %u))) = %u, "
+                      "burst = max(0, min(%llu, %llu) - target) = %u window pages (%llu tokens "
+                      "resident by right, %llu at most)\n",
                       f->floor, (unsigned long long)f->pages_per_layer,
                       (unsigned long long)f->window_capacity, f->concurrency, f->target,
                       (unsigned long long)f->pages_per_layer,
