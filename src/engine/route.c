@@ -125,8 +125,14 @@ static akv_status route_stage_open(akv_route *r, const akv_route_params *p) {
 
 akv_status akv_route_create(akv_dev *dev, akv_host_pool *host_pool, akv_dev_pool *dev_pool,
                             const akv_route_params *p, akv_route **out) {
-    if (!dev || !host_pool || !dev_pool || !p || !out) return AKV_EINVAL;
-    if (p->kind != AKV_ROUTE_RESIDENT && p->kind != AKV_ROUTE_STAGED) return AKV_EINVAL;
+    if (!dev || !host_pool || !dev_pool || !p || !out) {
+        AKV_LOG_E("route: create with a NULL %s", !dev ? "device" : !host_pool ? "host pool" : !dev_pool ? "device pool" : !p ? "params" : "output");
+        return AKV_EINVAL;
+    }
+    if (p->kind != AKV_ROUTE_RESIDENT && p->kind != AKV_ROUTE_STAGED) {
+        AKV_LOG_E("route: kind %d is neither resident nor staged", (int)p->kind);
+        return AKV_EINVAL;
+    }
     akv_dev_info info;
     akv_status st = akv_dev_get_info(dev, &info);
     if (st) return st;
@@ -622,7 +628,12 @@ akv_status akv_route_sync(akv_route *r) {
 }
 
 akv_status akv_route_truncate(akv_route *r, uint64_t n_tokens) {
-    if (!r || n_tokens > r->n_tokens) return AKV_EINVAL;
+    if (!r) return AKV_EINVAL;
+    if (n_tokens > r->n_tokens) {
+        AKV_LOG_E("route: truncate to %llu tokens: the history holds %llu", (unsigned long long)n_tokens,
+                  (unsigned long long)r->n_tokens);
+        return AKV_EINVAL;
+    }
     /* queued: a failed step may have write-backs in flight into pages truncation frees;
      * staged: its leases hold those pages until they retire */
     akv_status st = akv_route_sync(r);

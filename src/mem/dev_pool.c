@@ -588,7 +588,10 @@ static akv_status dp_validate(akv_dev_pool *pool, const akv_dev_pool_req *reqs, 
 
 akv_status akv_dev_pool_step(akv_dev_pool *pool, const akv_dev_pool_req *reqs, uint32_t n_req,
                              akv_dev_pool_result *results) {
-    if (!pool || (n_req && (!reqs || !results))) return AKV_EINVAL;
+    if (!pool || (n_req && (!reqs || !results))) {
+        AKV_LOG_E("device pool: step with a NULL %s", !pool ? "pool" : !reqs ? "request array" : "result array");
+        return AKV_EINVAL;
+    }
     akv_status st = dp_validate(pool, reqs, n_req);
     if (st != AKV_OK) return st;
     pool->step++;

@@ -38,7 +38,10 @@ static int geom_field_ok(const char *name, uint32_t v, uint32_t max) {
 
 akv_status akv_geom_init(akv_geom *g, uint32_t n_layers, uint32_t n_kv_heads, uint32_t head_dim,
                          akv_dtype dtype, uint32_t page_tokens) {
-    if (!g) return AKV_EINVAL;
+    if (!g) {
+        AKV_LOG_E("geom: init of a NULL geometry");
+        return AKV_EINVAL;
+    }
     if (!geom_field_ok("n_layers", n_layers, AKV_GEOM_MAX_LAYERS) ||
         !geom_field_ok("n_kv_heads", n_kv_heads, AKV_GEOM_MAX_KV_HEADS) ||
         !geom_field_ok("head_dim", head_dim, AKV_GEOM_MAX_HEAD_DIM))

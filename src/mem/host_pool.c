@@ -127,7 +127,10 @@ static uint32_t hp_slot_pages(const hp_layout *l, uint32_t s) {
 
 akv_status akv_host_pool_create(akv_dev *dev, const akv_geom *g, const akv_host_pool_params *p,
                                 akv_host_pool **out) {
-    if (!dev || !g || !out) return AKV_EINVAL;
+    if (!dev || !g || !out) {
+        AKV_LOG_E("host pool: create with a NULL %s", !dev ? "device" : !g ? "geometry" : "output");
+        return AKV_EINVAL;
+    }
     akv_host_pool_params prm = p ? *p : akv_host_pool_default_params();
     hp_layout l;
     akv_status st = hp_layout_of(g, &prm, &l);
@@ -306,6 +309,8 @@ static akv_status hp_free(akv_host_pool *pool, akv_host_page page, int deferred)
         pg->state = HP_DOOMED;
         pool->st.n_doomed++;
     } else {
+        AKV_LOG_E("host pool: free refused: the page is leased by %u copies (free it deferred, or "
+                  "after they release)", pg->n_leases);
         return AKV_EBUSY;
     }
     return AKV_OK;
@@ -323,7 +328,10 @@ akv_status akv_host_pool_page_lease(akv_host_pool *pool, akv_host_page page) {
     if (!pool) return AKV_EINVAL;
     hp_page *pg = hp_find_undoomed(pool, page, "lease", NULL, NULL);
     if (!pg) return AKV_ESTATE;
-    if (pg->n_leases == UINT32_MAX) return AKV_EOVERFLOW;
+    if (pg->n_leases == UINT32_MAX) {
+        AKV_LOG_E("host pool: lease refused: the page already has 2^32-1 leases");
+        return AKV_EOVERFLOW;
+    }
     pg->n_leases++;
     pool->st.n_leases++;
     return AKV_OK;

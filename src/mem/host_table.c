@@ -15,7 +15,10 @@ struct akv_host_table {
 };
 
 akv_status akv_host_table_create(akv_host_pool *pool, akv_host_table **out) {
-    if (!pool || !out) return AKV_EINVAL;
+    if (!pool || !out) {
+        AKV_LOG_E("host table: create with a NULL %s", pool ? "output" : "pool");
+        return AKV_EINVAL;
+    }
     akv_host_table *t = akv__calloc(1, sizeof *t);
     if (!t) return AKV_ENOMEM;
     const akv_geom *g = akv_host_pool_geom(pool);
@@ -131,7 +134,11 @@ akv_status akv_host_table_truncate(akv_host_table *t, uint64_t n_tokens) {
         return AKV_EINVAL;
     }
     uint32_t keep = (uint32_t)(n_tokens / t->page_tokens + (n_tokens % t->page_tokens != 0));
-    if (ht_any_leased(t, keep)) return AKV_EBUSY;
+    if (ht_any_leased(t, keep)) {
+        AKV_LOG_E("host table: truncate to %llu tokens refused: a page it frees is still leased by a copy",
+                  (unsigned long long)n_tokens);
+        return AKV_EBUSY;
+    }
     ht_free_tail(t, keep);
     t->n_tokens = n_tokens;
     return AKV_OK;
@@ -153,7 +160,10 @@ akv_host_page akv_host_table_page(const akv_host_table *t, uint32_t layer, uint3
 akv_status akv_host_table_export_csr(const akv_host_table *const *tables, uint32_t n_seq,
                                      uint32_t layer, int32_t *indptr, int32_t *indices,
                                      size_t indices_cap, int32_t *last_page_len) {
-    if ((!tables && n_seq) || !indptr || (n_seq && !last_page_len)) return AKV_EINVAL;
+    if ((!tables && n_seq) || !indptr || (n_seq && !last_page_len)) {
+        AKV_LOG_E("host table: CSR export with a NULL %s", !indptr ? "indptr" : !tables ? "table array" : "last_page_len");
+        return AKV_EINVAL;
+    }
     size_t nnz = 0;
     for (uint32_t s = 0; s < n_seq; s++) {
         if (!tables[s]) {

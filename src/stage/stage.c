@@ -277,7 +277,10 @@ akv_stage_params akv_stage_default_params(void) {
 
 akv_status akv_stage_create(akv_dev *dev, akv_host_pool *hpool, akv_dev_pool *dpool,
                             const akv_stage_params *params, akv_stage **out) {
-    if (!dev || !hpool || !dpool || !params || !out) return AKV_EINVAL;
+    if (!dev || !hpool || !dpool || !params || !out) {
+        AKV_LOG_E("stage: create with a NULL %s", !dev ? "device" : !hpool ? "host pool" : !dpool ? "device pool" : !params ? "params" : "output");
+        return AKV_EINVAL;
+    }
     akv_stage_params p = *params;
     if (p.n_slots == 0) p.n_slots = 2;
     if (p.slot_pages == 0 || p.poison_byte < -1 || p.poison_byte > 255 || p.n_slots > 64) {
