@@ -1,6 +1,8 @@
 /* test_sample.c — the sampling chain: greedy, each filter, penalties, seeds, bad input. */
 #include "test.h"
 
+#include <math.h>
+
 #include "akv/log.h"
 #include "akv/sample.h"
 #include "core/alloc.h"
@@ -129,6 +131,48 @@ int main(void) {
         CHECK_EQ_INT(t, 2);
         const float l4[3] = {NAN, -INFINITY, NAN};
         CHECK_STATUS(akv_sampler_sample(s, l4, &t), AKV_EINVAL);
+        akv_sampler_destroy(s);
+    }
+
+    TEST_CASE(plus_inf_takes_all_the_mass) {
+        /* +inf logits are the limit of softmax: they share every draw, evenly, whatever the
+         * filters (the sampler once returned the least likely token: a NaN sum) */
+        const float li[4] = {INFINITY, 5.0f, INFINITY, -3.0f};
+        for (int cfg = 0; cfg < 3; cfg++) {
+            akv_sample_params p = params_off();
+            if (cfg == 1) p.top_p = 0.9f;
+            if (cfg == 2) p.min_p = 0.5f;
+            akv_sampler *s;
+            CHECK_OK(akv_sampler_create(&p, 4, &s));
+            int hist[4] = {0};
+            draw(s, li, 2000, hist);
+            CHECK(hist[1] == 0 && hist[3] == 0);
+            CHECK(hist[0] > 800 && hist[2] > 800);
+            akv_sampler_destroy(s);
+        }
+    }
+
+    TEST_CASE(penalty_keeps_finite_logits_finite) {
+        /* a penalty below 1 on 3e38 would overflow to +inf, one of 1e38 on -4 to -inf */
+        const float big[3] = {3e38f, 5.0f, -3.0f};
+        akv_sample_params p = params_off();
+        p.repeat_penalty = 0.5f;
+        p.repeat_last_n = 4;
+        akv_sampler *s;
+        CHECK_OK(akv_sampler_create(&p, 3, &s));
+        CHECK_OK(akv_sampler_accept(s, 0));
+        int hist[3] = {0};
+        draw(s, big, 500, hist);
+        CHECK_EQ_INT(hist[0], 500); /* still by far the most likely: FLT_MAX */
+        akv_sampler_destroy(s);
+        const float neg[2] = {-4.0f, -5.0f};
+        p.repeat_penalty = 1e38f;
+        CHECK_OK(akv_sampler_create(&p, 2, &s));
+        CHECK_OK(akv_sampler_accept(s, 0));
+        CHECK_OK(akv_sampler_accept(s, 1));
+        int32_t t = -1;
+        CHECK_OK(akv_sampler_sample(s, neg, &t)); /* both -FLT_MAX, not -inf: still a token */
+        CHECK(t == 0 || t == 1);
         akv_sampler_destroy(s);
     }
 

@@ -51,8 +51,11 @@ void akv_sampler_destroy(akv_sampler *s);
  * every chosen token). AKV_EINVAL for an id outside [0, n_vocab). */
 akv_status akv_sampler_accept(akv_sampler *s, int32_t token);
 
-/* Chooses a token from logits[n_vocab] (not modified). AKV_EINVAL if every logit is NaN or
- * -inf (nothing can be chosen). Does not accept the token: call akv_sampler_accept. */
+/* Chooses a token from logits[n_vocab] (not modified). NaN and -inf logits are never chosen;
+ * +inf logits, where there are any, share all the probability evenly (the limit of softmax);
+ * the repetition penalty keeps a finite logit finite (saturating at ±FLT_MAX). AKV_EINVAL if
+ * every logit is NaN or -inf (nothing can be chosen), logged. Does not accept the token: call
+ * akv_sampler_accept. */
 akv_status akv_sampler_sample(akv_sampler *s, const float *logits, int32_t *out_token);
 
 #ifdef __cplusplus

@@ -1,6 +1,7 @@
 /* sample.c — the sampling chain of akv/sample.h. */
 #include "akv/sample.h"
 
+#include <float.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -74,7 +75,11 @@ void akv_sampler_destroy(akv_sampler *s) {
 }
 
 akv_status akv_sampler_accept(akv_sampler *s, int32_t token) {
-    if (!s || token < 0 || token >= s->n_vocab) return AKV_EINVAL;
+    if (!s) return AKV_EINVAL;
+    if (token < 0 || token >= s->n_vocab) {
+        AKV_LOG_E("sampler: accept of token %d: not an id of the %d-token vocabulary", token, s->n_vocab);
+        return AKV_EINVAL;
+    }
     if (s->params.repeat_last_n == 0) return AKV_OK;
     if (s->params.repeat_last_n < 0) { /* unbounded history: grow */
         akv_status st = akv__array_reserve((void **)&s->history, &s->n_hist_cap, s->n_hist + 1,
@@ -97,7 +102,10 @@ static int sample_cmp(const void *a, const void *b) {
 }
 
 akv_status akv_sampler_sample(akv_sampler *s, const float *logits, int32_t *out_token) {
-    if (!s || !logits || !out_token) return AKV_EINVAL;
+    if (!s || !logits || !out_token) {
+        AKV_LOG_E("sampler: sample with a NULL %s", !s ? "sampler" : !logits ? "logits array" : "output");
+        return AKV_EINVAL;
+    }
     const akv_sample_params *p = &s->params;
     float *lg = s->penalised;
     memcpy(lg, logits, (size_t)s->n_vocab * sizeof *lg);
@@ -112,7 +120,10 @@ akv_status akv_sampler_sample(akv_sampler *s, const float *logits, int32_t *out_
             int32_t t = s->history[i];
             if (s->stamp[t] == s->n_pass) continue;
             s->stamp[t] = s->n_pass;
-            lg[t] = lg[t] > 0 ? lg[t] / p->repeat_penalty : lg[t] * p->repeat_penalty;
+            const float v = lg[t] > 0 ? lg[t] / p->repeat_penalty : lg[t] * p->repeat_penalty;
+            /* a finite logit stays finite (a penalty below 1 on 3e38 would make +inf, one of
+             * 1e38 on -4 would make -inf: another token class, not a penalty) */
+            lg[t] = isinf(v) && isfinite(lg[t]) ? (v > 0 ? FLT_MAX : -FLT_MAX) : v;
         }
     }
 
@@ -138,9 +149,12 @@ akv_status akv_sampler_sample(akv_sampler *s, const float *logits, int32_t *out_
     qsort(s->cand, n, sizeof *s->cand, sample_cmp);
     if (p->top_k > 0 && (size_t)p->top_k < n) n = (size_t)p->top_k;
 
-    /* 4. temperature and softmax */
+    /* 4. temperature and softmax; +inf logits (the limit of softmax) share all the mass */
     double max = s->cand[0].logit, sum = 0;
-    for (size_t i = 0; i < n; i++) sum += s->cand[i].p = exp(((double)s->cand[i].logit - max) / p->temp);
+    if (isinf(max))
+        for (size_t i = 0; i < n; i++) sum += s->cand[i].p = s->cand[i].logit == INFINITY;
+    else
+        for (size_t i = 0; i < n; i++) sum += s->cand[i].p = exp(((double)s->cand[i].logit - max) / p->temp);
     for (size_t i = 0; i < n; i++) s->cand[i].p /= sum;
 
     /* 5. top-p: smallest prefix with mass >= top_p */
@@ -176,6 +190,9 @@ akv_status akv_sampler_sample(akv_sampler *s, const float *logits, int32_t *out_
             return AKV_OK;
         }
     }
-    *out_token = s->cand[n - 1].id; /* rounding left u at the very top */
+    /* rounding left u at the very top: the last candidate that has mass */
+    size_t last = n - 1;
+    while (last > 0 && !(s->cand[last].p > 0)) last--;
+    *out_token = s->cand[last].id;
     return AKV_OK;
 }
