@@ -67,7 +67,12 @@ enum { ROUTE_TAB_HEAD = 4 }; /* int32s before the indices in tab_h/tab_d */
 static akv_status route_wait(akv_route *r) {
     if (!r->queued) return AKV_OK;
     akv_status st = akv_dev_queue_sync(r->dev, AKV_QUEUE_COMPUTE);
-    return st ? st : akv_dev_queue_sync(r->dev, AKV_QUEUE_D2H);
+    akv_status st2 = akv_dev_queue_sync(r->dev, AKV_QUEUE_D2H); /* both drained either way */
+    if (!st) st = st2;
+    /* a queue failed: what it held may not have run, the tables and fills on the device
+     * included (accepted is not done): the next step rewrites them all */
+    if (st) r->refill = r->tab_dirty = true;
+    return st;
 }
 
 const char *akv_route_kind_name(akv_route_kind kind) {
