@@ -470,6 +470,9 @@ static akv_status route_stage_layer(akv_route *r, uint32_t layer) {
         for (uint32_t p = p0; p <= p1; p++)
             r->hpages[p - p0] = akv_host_table_page(r->ht, layer, p);
         st = akv_stage_begin(r->stage, layer, r->stats.n_steps, r->hpages, p1 - p0 + 1, l);
+        /* AKV_EDEVICE: a device submission of the begin failed after the stage issued the
+         * lease (akv_stage_begin): it is live and must be cancelled and retired like any */
+        if (st == AKV_EDEVICE) r->lease_live[layer] = 1, r->open_layer = (int32_t)layer;
         if (st) return st;
     }
     r->lease_live[layer] = 1;
@@ -505,6 +508,7 @@ static akv_status route_prefetch(akv_route *r) {
         return AKV_OK;
     akv_host_page owner = akv_host_table_page(r->ht, 0, (uint32_t)(r->n_tokens / P));
     akv_status st = akv_stage_begin(r->stage, 0, r->stats.n_steps + 1, &owner, 1, &r->pf);
+    if (st == AKV_EDEVICE) r->pf_live = true; /* issued, then a submission failed: drop it later */
     if (st) return st;
     r->pf_live = true; /* pf_cancelled is false whenever pf_live is (route_drop_prefetch) */
     bool quarantined = false;
