@@ -570,7 +570,7 @@ __global__ void __launch_bounds__(32 * NW, MINB) attn_decode_kernel(const dec_ar
 static int dec_cluster_setting = -1;
 
 extern "C" int akv_attn_cuda_decode_cluster(void) {
-    if (dec_cluster_setting < 0) dec_cluster_setting = akv__env_int("AKV_ATTN_CLUSTER", 0, 2, 1);
+    if (dec_cluster_setting < 0) dec_cluster_setting = akv__env_int("AKV_ATTN_CLUSTER", 0, 1, 1);
     return dec_cluster_setting;
 }
 
@@ -732,10 +732,9 @@ static akv_status dec_prepare(const akv_attn_decode *p, const char *op, dec_plan
     const uint32_t stages = akv__attn_decode_stages((uint32_t)D, variant);
     const uint32_t warps = akv__attn_decode_warps(variant);
     /* a lone sequence's partitions of each (head, row tile) as one cluster, where they are
-     * few (its merge is on the call's critical path); a batch's too under the measurement
-     * setting AKV_ATTN_CLUSTER=2 (not the default: docs/attention.md) */
-    const int cl = akv_attn_cuda_decode_cluster() && (p->kv.n_seq == 1 || akv_attn_cuda_decode_cluster() == 2) &&
-                           sp.n_parts >= 2 &&
+     * few (its merge is on the call's critical path; batches measured no better with them:
+     * docs/attention.md) */
+    const int cl = akv_attn_cuda_decode_cluster() && p->kv.n_seq == 1 && sp.n_parts >= 2 &&
                            sp.n_parts <= ATTN_CLUSTER_MAX
                        ? (int)sp.n_parts : 1;
     dec_pick *k = &out->pick;

@@ -147,13 +147,20 @@ static akv_status check_stride(uint32_t stride, uint32_t packed, const char *wha
     return AKV_OK;
 }
 
+/* The query shape of a decode: heads a multiple of the K/V heads, 1..AKV_ATTN_MAX_QUERIES queries. */
+static akv_status check_decode_shape(const akv_attn_decode *p, const char *op) {
+    akv_status st = check_heads(&p->kv, p->n_heads, op);
+    if (st != AKV_OK) return st;
+    if (p->n_query == 0 || p->n_query > AKV_ATTN_MAX_QUERIES)
+        BAD("attn %s: n_query %u is outside 1..%d", op, p->n_query, AKV_ATTN_MAX_QUERIES);
+    return AKV_OK;
+}
+
 akv_status akv__attn_decode_check(const akv_attn_decode *p, const char *op) {
     if (!p) BAD("attn %s: no parameters (NULL)", op);
     akv_status st = akv__attn_pages_check(&p->kv, op);
     if (st != AKV_OK || p->kv.n_seq == 0) return st;
-    if ((st = check_heads(&p->kv, p->n_heads, op)) != AKV_OK) return st;
-    if (p->n_query == 0 || p->n_query > AKV_ATTN_MAX_QUERIES)
-        BAD("attn %s: n_query %u is outside 1..%d", op, p->n_query, AKV_ATTN_MAX_QUERIES);
+    if ((st = check_decode_shape(p, op)) != AKV_OK) return st;
     if (!p->q.addr) BAD("attn %s: q is null", op);
     if (!p->o.addr) BAD("attn %s: o is null", op);
     if (!akv__attn_dtype_ok(p->q_dtype)) BAD("attn %s: q_dtype %d is not f32, f16 or bf16", op, (int)p->q_dtype);
@@ -366,10 +373,8 @@ akv_status akv_attn_decode_workspace_bytes(const akv_attn_decode *p, const akv_a
     if (p->kv.n_seq) {
         /* the shape the layout is computed from (the rest of the decode is checked where it runs) */
         if (p->kv.n_kv_heads == 0) BAD("attn workspace: kv.n_kv_heads is 0");
-        akv_status st = check_heads(&p->kv, p->n_heads, "workspace");
+        akv_status st = check_decode_shape(p, "workspace");
         if (st != AKV_OK) return st;
-        if (p->n_query == 0 || p->n_query > AKV_ATTN_MAX_QUERIES)
-            BAD("attn workspace: n_query %u is outside 1..%d", p->n_query, AKV_ATTN_MAX_QUERIES);
         if (split->n_parts == 0) BAD("attn workspace: a split of 0 partitions");
     }
     size_t lse_off, cnt_off;

@@ -339,44 +339,32 @@ int main(void) {
     }
 
     TEST_CASE(queued_table_upload_failing_while_it_runs_is_redone) {
-        /* a queued step whose table upload is accepted and then fails on its queue (4-token
-         * pages: the 2-token step adds a page, so the whole table goes up): the step fails;
+        /* a queued step whose table upload is accepted and then fails on its queue (the
+         * 2-token step crosses into a new page, so the whole table goes up): the step fails;
          * after recovery the retry must upload the table again (accepted is not done) and give
          * the bits of a route that never failed (found by a randomized review) */
-        pools pa, pb;
-        if (!pools_open(&pa, c, 0) || !pools_open(&pb, c, 0)) break;
-        akv_forward_params fdp = {.max_chunk = 16};
-        akv_forward_dev *fa = NULL, *fb = NULL;
-        akv_route *r = NULL, *ref = NULL;
-        akv_route_params rp = {.kind = AKV_ROUTE_RESIDENT, .max_tokens = 4 * P, .queued = true};
-        CHECK_OK(akv_forward_dev_create(pa.dev, model, &fdp, &fa));
-        CHECK_OK(akv_forward_dev_create(pb.dev, model, &fdp, &fb));
-        CHECK_OK(akv_route_create(pa.dev, pa.hp, pa.dp, &rp, &r));
-        CHECK_OK(akv_route_create(pb.dev, pb.hp, pb.dp, &rp, &ref));
-        if (fa && fb && r && ref) {
+        fx a, b;
+        if (fx_open(&a, akv_dev_host_backend(), model, P, 4 * P, 16, true) &&
+            fx_open(&b, akv_dev_host_backend(), model, P, 4 * P, 16, true)) {
             float lr[23];
-            CHECK_OK(fx_feed_route(r, NULL, fa, 16, tokens, P - 1, logits));
-            CHECK_OK(fx_feed_route(ref, NULL, fb, 16, tokens, P - 1, lr));
-            CHECK_OK(akv_dev_inject_fault(pa.dev, AKV_FAULT_COPY_EXEC, 1, 0));
-            CHECK(fx_feed_route(r, NULL, fa, 16, tokens + P - 1, 2, logits) != AKV_OK);
-            CHECK_OK(akv_dev_clear_faults(pa.dev));
-            CHECK_OK(akv_route_truncate(r, P - 1));
-            CHECK_OK(fx_feed_route(r, NULL, fa, 16, tokens + P - 1, 2, logits));
-            CHECK_OK(fx_feed_route(ref, NULL, fb, 16, tokens + P - 1, 2, lr));
+            CHECK_OK(fx_feed(&a, tokens, P - 1, logits));
+            CHECK_OK(fx_feed(&b, tokens, P - 1, lr));
+            CHECK_OK(akv_dev_inject_fault(a.dev, AKV_FAULT_COPY_EXEC, 1, 0));
+            CHECK(fx_feed(&a, tokens + P - 1, 2, logits) != AKV_OK);
+            CHECK_OK(akv_dev_clear_faults(a.dev));
+            CHECK_OK(akv_route_truncate(a.r, P - 1));
+            CHECK_OK(fx_feed(&a, tokens + P - 1, 2, logits));
+            CHECK_OK(fx_feed(&b, tokens + P - 1, 2, lr));
             CHECK_BYTES(logits, lr, sizeof lr);
-            CHECK_OK(fx_feed_route(r, NULL, fa, 16, tokens + P + 1, 1, logits));
-            CHECK_OK(fx_feed_route(ref, NULL, fb, 16, tokens + P + 1, 1, lr));
+            CHECK_OK(fx_feed(&a, tokens + P + 1, 1, logits));
+            CHECK_OK(fx_feed(&b, tokens + P + 1, 1, lr));
             CHECK_BYTES(logits, lr, sizeof lr);
-            CHECK_OK(akv_route_sync(r));
-            CHECK_OK(akv__route_check(r));
-            CHECK_OK(akv_route_sync(ref));
+            CHECK_OK(akv_route_sync(a.r));
+            CHECK_OK(akv__route_check(a.r));
+            CHECK_OK(akv_route_sync(b.r));
         }
-        CHECK_OK(akv_route_destroy(r));
-        CHECK_OK(akv_route_destroy(ref));
-        akv_forward_dev_destroy(fa);
-        akv_forward_dev_destroy(fb);
-        pools_close(&pa);
-        pools_close(&pb);
+        fx_close(&a);
+        fx_close(&b);
     }
 
     /* THE BITWISE CELLS on the host backend, both passes */

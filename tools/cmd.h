@@ -37,6 +37,10 @@ int akv_cmd_fit(int argc, char **argv); /* cmd_fit.c */
  * Prints "akv <cmd>: --<flag>: ..." and returns 0 on a bad value. */
 int akv_tool_parse_u64(const char *cmd, const char *flag, const char *s, unsigned long long *out);
 
+/* akv_tool_parse_u64 with an upper bound (a value above it is refused, naming it). */
+int akv_tool_parse_max(const char *cmd, const char *flag, const char *s, unsigned long long max,
+                       unsigned long long *out);
+
 /* 1 when paths a and b name the same existing file (same device and inode), else 0: an
  * output must never be a command's input. */
 int akv_tool_same_file(const char *a, const char *b);

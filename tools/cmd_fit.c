@@ -169,7 +169,7 @@ int akv_cmd_fit(int argc, char **argv) {
     akv_status st = akv_admit_fit(&p, &f);
     if (st != AKV_OK) {
         fprintf(stderr, "akv fit: %s (see the message above)\n", akv_status_str(st));
-        return st == AKV_EINVAL ? AKV_EXIT_USAGE : AKV_EXIT_FAIL;
+        return st == AKV_EINVAL || st == AKV_EOVERFLOW ? AKV_EXIT_USAGE : AKV_EXIT_FAIL;
     }
     char text[4096];
     akv_fit_format(&f, text, sizeof text);

@@ -253,11 +253,7 @@ static void on_progress(void *user, const char *tensor, size_t idx, size_t n_ten
 
 static int parse_u32(const char *flag, const char *s, uint32_t *out) {
     unsigned long long v;
-    if (!akv_tool_parse_u64("gguf synth", flag, s, &v)) return 0;
-    if (v > UINT32_MAX) {
-        fprintf(stderr, "akv gguf synth: --%s: %s exceeds 2^32-1\n", flag, s);
-        return 0;
-    }
+    if (!akv_tool_parse_max("gguf synth", flag, s, UINT32_MAX, &v)) return 0;
     *out = (uint32_t)v;
     return 1;
 }

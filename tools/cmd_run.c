@@ -24,6 +24,7 @@
 #include "core/clock.h"
 
 #define RUN_DEFAULT_MODEL "models/SmolLM2-135M-Instruct.Q4_1.gguf"
+enum { RUN_MAX_TURNS = 1024 }; /* user turns a --chat conversation holds */
 
 static const char run_usage[] =
     "usage: akv run [-m MODEL.gguf] [-p PROMPT | --chat] [options]\n"
@@ -123,11 +124,7 @@ static int run_parse_float(const char *flag, const char *s, double lo, double hi
 /* A count that the sampler holds in an int32. */
 static int run_parse_i32(const char *flag, const char *s, int32_t *out) {
     unsigned long long v;
-    if (!akv_tool_parse_u64("run", flag, s, &v)) return 0;
-    if (v > INT32_MAX) {
-        fprintf(stderr, "akv run: --%s: %llu is more than %d\n", flag, v, INT32_MAX);
-        return 0;
-    }
+    if (!akv_tool_parse_max("run", flag, s, INT32_MAX, &v)) return 0;
     *out = (int32_t)v;
     return 1;
 }
@@ -330,6 +327,10 @@ static int run_parse(int argc, char **argv, run_opts *o) {
                 UINT32_MAX);
         return AKV_EXIT_USAGE;
     }
+    if (o->dump && akv_tool_same_file(o->dump, o->model)) {
+        fprintf(stderr, "akv run: --dump-logits '%s' is the model file; write the logits elsewhere\n", o->dump);
+        return AKV_EXIT_USAGE;
+    }
     return -1;
 }
 
@@ -471,10 +472,6 @@ static int run_open_memory(run_state *s) {
     }
     s->logits = malloc((size_t)c->n_vocab * sizeof(float));
     if (!s->logits) return AKV_EXIT_FAIL;
-    if (o->dump && akv_tool_same_file(o->dump, o->model)) {
-        fprintf(stderr, "akv run: --dump-logits '%s' is the model file; write the logits elsewhere\n", o->dump);
-        return AKV_EXIT_USAGE;
-    }
     if (o->dump && !(s->dump = fopen(o->dump, "wb"))) {
         fprintf(stderr, "akv run: --dump-logits '%s': %s\n", o->dump, strerror(errno));
         return AKV_EXIT_FAIL;
@@ -720,8 +717,8 @@ int akv_cmd_run(int argc, char **argv) {
         fputs(s.o.prompt, stdout);
         if (run_generate(&s, &ids, NULL)) goto done;
     } else {
-        /* a conversation: [system] (user assistant)* — up to 1024 turns */
-        msgs = calloc(2 * 1024 + 1, sizeof *msgs);
+        /* a conversation: [system] (user assistant)* — up to RUN_MAX_TURNS turns */
+        msgs = calloc(2 * RUN_MAX_TURNS + 1, sizeof *msgs);
         if (!msgs) goto done;
         if (s.o.system) {
             msgs[n_msgs] = (akv_chat_msg){"system", strdup(s.o.system)};
@@ -745,10 +742,10 @@ int akv_cmd_run(int argc, char **argv) {
             }
             n_msgs++;
             if (!interactive) break;
-            if (n_msgs + 2 > 2 * 1024 + 1) {
+            if (n_msgs + 2 > 2 * RUN_MAX_TURNS + 1) {
                 /* the conversation's turns are full: say so, and do not read (and drop) more */
-                fprintf(stderr, "\nakv run --chat: the conversation reached its limit of 1024 turns; "
-                                "ending it (input after this turn was not read)\n");
+                fprintf(stderr, "\nakv run --chat: the conversation reached its limit of %d turns; "
+                                "input after this turn was not read (exit 1)\n", RUN_MAX_TURNS);
                 free(line);
                 goto done;
             }

@@ -96,7 +96,6 @@ static int tok_join_args(int argc, char **argv, int from, akv_tok_text *out) {
     return akv_tok_text_append(out, NULL, 0) == AKV_OK;
 }
 
-/* --chat: arguments ROLE:CONTENT, rendered with the template into *text. */
 /* Renders ROLE:CONTENT arguments with the chat template: AKV_EXIT_OK, AKV_EXIT_USAGE for an
  * argument that is not ROLE:CONTENT, else AKV_EXIT_FAIL. */
 static int tok_render_chat(const akv_gguf *g, const char *name, int argc, char **argv, int from,

@@ -15,6 +15,18 @@ int akv_tool_same_file(const char *a, const char *b) {
     return a && b && stat(a, &sa) == 0 && stat(b, &sb) == 0 && sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
 }
 
+int akv_tool_parse_max(const char *cmd, const char *flag, const char *s, unsigned long long max,
+                       unsigned long long *out) {
+    unsigned long long v;
+    if (!akv_tool_parse_u64(cmd, flag, s, &v)) return 0;
+    if (v > max) {
+        fprintf(stderr, "akv %s: --%s: %llu is more than %llu\n", cmd, flag, v, max);
+        return 0;
+    }
+    *out = v;
+    return 1;
+}
+
 int akv_tool_parse_u64(const char *cmd, const char *flag, const char *s, unsigned long long *out) {
     char *end = NULL;
     errno = 0;

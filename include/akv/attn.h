@@ -324,9 +324,7 @@ akv_status akv_attn_cuda_decode(const akv_attn_decode *p, akv_dptr workspace,
  * thread-block cluster and merge through their shared memory, not the workspace (which such
  * a call leaves untouched, though it is still sized and required as for any split: the
  * other merge uses it). On by default; AKV_ATTN_CLUSTER=0 in the environment at first use,
- * or akv_attn_cuda_decode_cluster_set(0), turns it off (A/B, tests); AKV_ATTN_CLUSTER=2 also
- * merges a batch's partitions in clusters where they fit (a measurement setting, not the
- * default: docs/attention.md; the setting then reads 2). The choice depends on
+ * or akv_attn_cuda_decode_cluster_set(0), turns it off (A/B, tests). The choice depends on
  * the split, batch, geometry and device, never on page placement; the two merges agree to
  * rounding, not bitwise. "Device" includes how many clusters it holds, which depends on
  * how its multiprocessors are grouped: two units of one model may differ there and so

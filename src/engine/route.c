@@ -71,7 +71,7 @@ static akv_status route_wait(akv_route *r) {
     if (!st) st = st2;
     /* a queue failed: what it held may not have run, the tables and fills on the device
      * included (accepted is not done): the next step rewrites them all */
-    if (st) r->refill = r->tab_dirty = true;
+    if (st) r->refill = true; /* refill re-uploads the whole table too */
     return st;
 }
 
@@ -102,10 +102,7 @@ static akv_status route_stage_open(akv_route *r, const akv_route_params *p) {
     uint32_t slot = akv_route_slot_pages(g, r->max_tokens, r->window_target);
     r->open_layer = -1;
     if (p->stage) {
-        if (akv_stage_check_pools(p->stage, r->hp, r->dp) != AKV_OK) {
-            AKV_LOG_E("route: the borrowed stage must be one over the route's pools");
-            return AKV_EINVAL;
-        }
+        if (akv_stage_check_pools(p->stage, r->hp, r->dp) != AKV_OK) return AKV_EINVAL; /* logged */
         akv_stage_params sp = akv_stage_get_params(p->stage);
         if (sp.slot_pages < slot) {
             AKV_LOG_E("route: the stage's slots hold %u pages; a staged history of %llu tokens "
@@ -457,7 +454,7 @@ static akv_status route_copy_staged(akv_route *r, uint32_t layer, akv_stage_leas
 static akv_status route_stage_layer(akv_route *r, uint32_t layer) {
     uint32_t P = r->geom.page_tokens;
     akv_stage_lease *l = &r->lease[layer];
-    akv_status st;
+    akv_status st = AKV_OK;
     const bool prefetched = layer == 0 && r->pf_live && !r->pf_cancelled;
     if (prefetched) {
         /* prefetched at the end of the previous step, for this one (begin_step dropped any
@@ -472,11 +469,11 @@ static akv_status route_stage_layer(akv_route *r, uint32_t layer) {
         st = akv_stage_begin(r->stage, layer, r->stats.n_steps, r->hpages, p1 - p0 + 1, l);
         /* AKV_EDEVICE: a device submission of the begin failed after the stage issued the
          * lease (akv_stage_begin): it is live and must be cancelled and retired like any */
-        if (st == AKV_EDEVICE) r->lease_live[layer] = 1, r->open_layer = (int32_t)layer;
-        if (st) return st;
+        if (st && st != AKV_EDEVICE) return st;
     }
     r->lease_live[layer] = 1;
     r->open_layer = (int32_t)layer;
+    if (st) return st;
     if (!prefetched && (st = route_copy_staged(r, layer, *l))) return st;
     int32_t *row = r->indices + (size_t)layer * r->max_pages;
     for (uint32_t i = 0; i < r->n_staged; i++)
@@ -508,9 +505,9 @@ static akv_status route_prefetch(akv_route *r) {
         return AKV_OK;
     akv_host_page owner = akv_host_table_page(r->ht, 0, (uint32_t)(r->n_tokens / P));
     akv_status st = akv_stage_begin(r->stage, 0, r->stats.n_steps + 1, &owner, 1, &r->pf);
-    if (st == AKV_EDEVICE) r->pf_live = true; /* issued, then a submission failed: drop it later */
-    if (st) return st;
+    if (st && st != AKV_EDEVICE) return st; /* EDEVICE: issued, then a submission failed */
     r->pf_live = true; /* pf_cancelled is false whenever pf_live is (route_drop_prefetch) */
+    if (st) return st;
     bool quarantined = false;
     if ((st = route_copy_staged(r, 0, r->pf)))
         route_drop_prefetch(r, &quarantined); /* the copy's failure is what the caller hears */

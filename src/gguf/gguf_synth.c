@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "akv/geom.h"
 #include "akv/gguf_quant.h"
 #include "akv/gguf_writer.h"
 #include "core/alloc.h"
@@ -156,8 +157,9 @@ akv_status akv_gguf_synth_check(const akv_gguf_synth_shape *s, akv_gguf_type typ
         AKV_LOG_E("gguf synth: rms eps %g must be in (0, 1)", (double)s->rms_eps);
         return AKV_EINVAL;
     }
-    if (s->n_layers > 4096) {
-        AKV_LOG_E("gguf synth: %u layers is more than 4096 (the K/V geometry's limit)", s->n_layers);
+    if (s->n_layers > AKV_GEOM_MAX_LAYERS) {
+        AKV_LOG_E("gguf synth: %u layers is more than %u (the K/V geometry's limit)", s->n_layers,
+                  AKV_GEOM_MAX_LAYERS);
         return AKV_EINVAL;
     }
     size_t blk = akv_gguf_type_block_elems(type);

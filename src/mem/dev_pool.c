@@ -300,9 +300,14 @@ static void dp_slot_free(akv_dev_pool *pool, akv_dev_pool_ctx *c, uint32_t w) {
     if (c->n_borrowed) c->n_borrowed--; /* borrowed pages are the first to go */
 }
 
+/* Whether c is an open context of this pool. */
+static bool dp_ctx_open(const akv_dev_pool *pool, const akv_dev_pool_ctx *c) {
+    return c->idx < pool->n_ctx && pool->ctxs[c->idx] == c;
+}
+
 void akv_dev_pool_ctx_close(akv_dev_pool *pool, akv_dev_pool_ctx *c) {
     if (!c) return;
-    AKV_ASSERT(pool && c->idx < pool->n_ctx && pool->ctxs[c->idx] == c);
+    AKV_ASSERT(pool && dp_ctx_open(pool, c));
     while (c->n_win) dp_slot_free(pool, c, c->n_win - 1);
     akv_dev_pool_ctx *moved = pool->ctxs[--pool->n_ctx];
     if (moved != c) {
@@ -318,7 +323,7 @@ void akv_dev_pool_ctx_close(akv_dev_pool *pool, akv_dev_pool_ctx *c) {
 akv_status akv_dev_pool_ctx_set_target(akv_dev_pool *pool, akv_dev_pool_ctx *c, uint32_t target,
                                        uint32_t burst) {
     if (!pool || !c) return AKV_EINVAL;
-    if (c->idx >= pool->n_ctx || pool->ctxs[c->idx] != c) {
+    if (!dp_ctx_open(pool, c)) {
         AKV_LOG_E("device pool: set_target names no open context of this pool");
         return AKV_EINVAL;
     }
@@ -564,7 +569,7 @@ static akv_status dp_validate(akv_dev_pool *pool, const akv_dev_pool_req *reqs, 
         akv_dev_pool_ctx *c = reqs[i].ctx;
         uint64_t n_lp = reqs[i].n_tokens / pool->geom.page_tokens +
                         (reqs[i].n_tokens % pool->geom.page_tokens != 0);
-        if (!c || c->idx >= pool->n_ctx || pool->ctxs[c->idx] != c) {
+        if (!c || !dp_ctx_open(pool, c)) {
             AKV_LOG_E("device pool: step request %u names no open context", i);
             break;
         }
