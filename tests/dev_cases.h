@@ -45,6 +45,9 @@ static inline void dev_cases_roundtrip(akv_dev *dev) {
         CHECK_OK(akv_dev_event_query(dev, ev, &done));
         CHECK_EQ_INT(done, 1);
         CHECK_OK(akv_dev_event_sync(dev, ev));
+        int failed = -1;
+        CHECK_OK(akv_dev_event_outcome(dev, ev, &failed));
+        CHECK_EQ_INT(failed, 0);
     }
     akv_dev_event_destroy(dev, ev);
     akv_dev_mem_free(dev, d);
@@ -253,6 +256,8 @@ static inline void dev_cases_misuse(akv_dev *dev, akv_dev *other) {
         } rows[] = {
             {"wait on a never-recorded event", akv_dev_queue_wait_event(dev, AKV_QUEUE_D2H, ev), AKV_ESTATE},
             {"query a never-recorded event", akv_dev_event_query(dev, ev, &done), AKV_ESTATE},
+            {"outcome of a never-recorded event", akv_dev_event_outcome(dev, ev, &done), AKV_ESTATE},
+            {"outcome into NULL", akv_dev_event_outcome(dev, ev, NULL), AKV_EINVAL},
             {"sync a never-recorded event", akv_dev_event_sync(dev, ev), AKV_ESTATE},
             {"elapsed without timing", akv_dev_event_elapsed_ns(dev, ev, ev, &ns), AKV_EINVAL},
             {"record on queue 3", akv_dev_event_record(dev, ev, (akv_queue)3), AKV_EINVAL},

@@ -29,8 +29,13 @@ static void exec_fault_cases(akv_dev *dev) {
         CHECK_OK(akv_dev_event_record(dev, ev2, AKV_QUEUE_COMPUTE));
         CHECK_STATUS(akv_dev_event_sync(dev, ev), AKV_EDEVICE);
         CHECK_STATUS(akv_dev_event_sync(dev, ev2), AKV_EDEVICE); /* propagated by the wait */
-        int done = 0;
+        int done = 0, failed = 0;
         CHECK_STATUS(akv_dev_event_query(dev, ev, &done), AKV_EDEVICE);
+        /* established, not a wait point: an injected sync failure does not touch it */
+        CHECK_OK(akv_dev_inject_fault(dev, AKV_FAULT_SYNC, 1, 1));
+        CHECK_OK(akv_dev_event_outcome(dev, ev, &failed));
+        CHECK_EQ_INT(failed, 1);
+        CHECK_OK(akv_dev_inject_fault(dev, AKV_FAULT_SYNC, 0, 0));
         CHECK_STATUS(akv_dev_queue_sync(dev, AKV_QUEUE_H2D), AKV_EDEVICE);
         CHECK_STATUS(akv_dev_queue_sync(dev, AKV_QUEUE_COMPUTE), AKV_EDEVICE);
         CHECK_OK(akv_dev_queue_sync(dev, AKV_QUEUE_D2H)); /* untouched */
@@ -40,8 +45,13 @@ static void exec_fault_cases(akv_dev *dev) {
         CHECK_EQ_INT(out[0], 0); /* neither copy ran */
         CHECK_OK(akv_dev_clear_faults(dev));
         CHECK_OK(akv_dev_sync(dev));
+        failed = 0; /* the failed record stays failed after recovery, until recorded again */
+        CHECK_OK(akv_dev_event_outcome(dev, ev2, &failed));
+        CHECK_EQ_INT(failed, 1);
         CHECK_OK(akv_dev_event_record(dev, ev, AKV_QUEUE_H2D));
         CHECK_OK(akv_dev_event_sync(dev, ev)); /* a new record after recovery succeeds */
+        CHECK_OK(akv_dev_event_outcome(dev, ev, &failed));
+        CHECK_EQ_INT(failed, 0);
         /* an op failing while it runs faults the compute queue the same way */
         akv_dev_busy_args a = {.n_iters = 64};
         CHECK_OK(akv_dev_inject_fault(dev, AKV_FAULT_OP_EXEC, 1, 0));

@@ -367,6 +367,119 @@ int main(void) {
         fx_close(&b);
     }
 
+    TEST_CASE(queued_step_failing_while_it_runs_keeps_the_host_copy) {
+        /* One queued decode step, replayed as a graph and op by op, with its k-th copy or op
+         * failing while it runs, for every k; the caller does what akv run does: truncate only
+         * when the feed fails. A write-back failing leaves the feed OK and surfaces at the
+         * next sync: after recovery the route writes it again from the device pages (it was
+         * forgotten, and the host copy lacked the step's rows: a randomized review). A step
+         * whose kernels failed is undone (and said to be, once). Either way the host copy then
+         * equals a clean route's. */
+        const akv_dev_fault kinds[2] = {AKV_FAULT_COPY_EXEC, AKV_FAULT_OP_EXEC};
+        for (int eager = 0; eager < 2; eager++) {
+            fx b;
+            float clean[23];
+            uint64_t passes[AKV_N_FAULTS] = {0};
+            if (!fx_open_pass(&b, akv_dev_host_backend(), model, P, 4 * P, 16, true, eager) ||
+                !CHECK(fx_feed(&b, tokens, P - 1, logits) == AKV_OK)) {
+                fx_close(&b);
+                break;
+            }
+            for (int i = 0; i < 2; i++) passes[kinds[i]] = akv_dev_fault_passes(b.dev, kinds[i]);
+            CHECK_OK(fx_feed(&b, tokens + P - 1, 1, clean));
+            for (int i = 0; i < 2; i++)
+                passes[kinds[i]] = akv_dev_fault_passes(b.dev, kinds[i]) - passes[kinds[i]];
+            CHECK_OK(akv_route_sync(b.r));
+            int kept = 0, undone = 0;
+            for (int i = 0; i < 2; i++) {
+                for (uint64_t k = 1; k <= passes[kinds[i]]; k++) {
+                    fx a;
+                    if (!fx_open_pass(&a, akv_dev_host_backend(), model, P, 4 * P, 16, true,
+                                      eager) ||
+                        !CHECK(fx_feed(&a, tokens, P - 1, logits) == AKV_OK)) {
+                        fx_close(&a);
+                        break;
+                    }
+                    CHECK_OK(akv_dev_inject_fault(a.dev, kinds[i], k, 0));
+                    bool fed = fx_feed(&a, tokens + P - 1, 1, logits) == AKV_OK;
+                    (void)akv_dev_sync(a.dev);
+                    CHECK_OK(akv_dev_clear_faults(a.dev));
+                    if (akv_route_sync(a.r) != AKV_OK) /* once, for a step undone */
+                        CHECK_OK(akv_route_sync(a.r));
+                    if (fx_route_len(a.r) == P - 1) {
+                        undone++;
+                        fed = CHECK(fx_feed(&a, tokens + P - 1, 1, logits) == AKV_OK);
+                    } else {
+                        kept++;
+                    }
+                    if (fed) CHECK_BYTES(logits, clean, sizeof clean);
+                    CHECK_OK(akv_route_sync(a.r));
+                    CHECK_EQ_U64(fx_route_len(a.r), P);
+                    uint64_t bad = rc_host_diff(&a.g, a.hp, akv_route_host_table(a.r), b.hp,
+                                                akv_route_host_table(b.r));
+                    TEST_CHECK_(bad == 0, "%s, fault '%s' at pass %llu: %llu rows of the host "
+                                "copy differ from a clean route's",
+                                eager ? "op by op" : "graphs", akv_dev_fault_name(kinds[i]),
+                                (unsigned long long)k, (unsigned long long)bad);
+                    CHECK_OK(akv__route_check(a.r));
+                    fx_close(&a);
+                }
+            }
+            printf("  %s: %d failing steps kept (write-backs redone), %d undone and fed again\n",
+                   eager ? "op by op" : "graphs", kept, undone);
+            CHECK(kept > 0 && undone > 0);
+            fx_close(&b);
+        }
+    }
+
+    TEST_CASE(reclaimed_pages_wait_for_other_routes_write_backs) {
+        /* A staged direct route X (its stage writes back on the D2H queue, asynchronously)
+         * and a resident direct route Y in one tight pool (4 window pages per layer): Y's steps
+         * reclaim X's idle window pages and write them. That must wait for X's write-backs
+         * still reading them, or X's host copy gets Y's rows (a randomized review; the host
+         * backend's queue delays widen the race). Reference: X's tokens on a resident route
+         * of its own. */
+        pools p, q;
+        bool open = pools_open(&p, c, 4);
+        open = pools_open(&q, c, 0) && open;
+        akv_route *x = NULL, *y = NULL, *xr = NULL;
+        akv_route_params px = {.kind = AKV_ROUTE_STAGED, .max_tokens = 4 * P, .window_pages = 2};
+        akv_route_params py = {.kind = AKV_ROUTE_RESIDENT, .max_tokens = 4 * P};
+        akv_route_params pr = {.kind = AKV_ROUTE_RESIDENT, .max_tokens = 4 * P};
+        if (open) {
+            CHECK_OK(akv_route_create(p.dev, p.hp, p.dp, &px, &x));
+            CHECK_OK(akv_route_create(p.dev, p.hp, p.dp, &py, &y));
+            CHECK_OK(akv_route_create(q.dev, q.hp, q.dp, &pr, &xr));
+        }
+        if (x && y && xr) {
+            float lr[23];
+            CHECK_OK(akv_dev_inject_delays(p.dev, 7, 20000, 1));
+            for (uint32_t n = 0; n < 2 * P + 9; n += n + P <= 2 * P + 9 ? P : 9) {
+                uint32_t k = n + P <= 2 * P + 9 ? P : 9;
+                CHECK_OK(feed(x, f, tokens + n, k, logits));
+                CHECK_OK(feed(xr, f, tokens + n, k, lr));
+            }
+            for (uint32_t n = 0; n < 4 * P; n += P) CHECK_OK(feed(y, f, tokens + 100 + n, P, logits));
+            CHECK_OK(akv_route_sync(x));
+            CHECK_OK(akv_dev_inject_delays(p.dev, 7, 0, 1));
+            CHECK_OK(akv_route_sync(xr));
+            akv_dev_pool_stats ps;
+            akv_dev_pool_get_stats(p.dp, &ps);
+            CHECK(ps.counts.n_pages[AKV_DEV_POOL_RECLAIM_IDLE] > 0);
+            CHECK_EQ_U64(rc_host_diff(&p.g, p.hp, akv_route_host_table(x), q.hp,
+                                      akv_route_host_table(xr)),
+                         0);
+            CHECK_OK(feed(x, f, tokens + 2 * P + 9, 1, logits));
+            CHECK_OK(feed(xr, f, tokens + 2 * P + 9, 1, lr));
+            CHECK_BYTES(logits, lr, sizeof lr);
+            CHECK_OK(akv_route_sync(x));
+        }
+        CHECK_OK(akv_route_destroy(x));
+        CHECK_OK(akv_route_destroy(y));
+        CHECK_OK(akv_route_destroy(xr));
+        if (open) pools_close(&p), pools_close(&q);
+    }
+
     /* THE BITWISE CELLS on the host backend, both passes */
     const rc_params cells = {.n_layers = c->n_layers,
                              .n_kv_heads = c->n_kv_heads,

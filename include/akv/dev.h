@@ -178,6 +178,13 @@ akv_status akv_dev_queue_wait_event(akv_dev *dev, akv_queue q, akv_event *ev);
 /* *done = 1 when ev's current record has completed, 0 when not yet; never blocks.
  * AKV_EDEVICE when the work it covers failed; AKV_ESTATE if never recorded. */
 akv_status akv_dev_event_query(akv_dev *dev, akv_event *ev, int *done);
+/* The outcome of ev's current record, once complete, without waiting and without being a wait
+ * point (no injected failure): *failed = 1 when the backend establishes that the work it
+ * covers failed while it ran (the host backend: a record that completed on a faulted queue;
+ * it stays failed until recorded again), 0 when it completed without error. AKV_EDEVICE when
+ * the backend cannot tell (CUDA after an error: the context's errors are sticky); AKV_ESTATE
+ * if never recorded or not complete yet. */
+akv_status akv_dev_event_outcome(akv_dev *dev, akv_event *ev, int *failed);
 /* Blocks until ev's current record completes. AKV_EDEVICE when the work it covers failed
  * (the error is returned, never ignored); AKV_ESTATE if never recorded. */
 akv_status akv_dev_event_sync(akv_dev *dev, akv_event *ev);

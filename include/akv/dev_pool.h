@@ -46,7 +46,8 @@
  * Fences. The pool is bookkeeping: a page that leaves a window in step s may be filled for
  * another context in step s+1. The caller orders step s+1's fills after step s's readers of
  * those pages (a device event), as the staging layer does for its buffers. The host copy is
- * authoritative, so dropping a device copy loses nothing.
+ * authoritative, so dropping a device copy loses nothing. (The route does it for every route
+ * on the device at once: akv/route.h, "Fresh pages".)
  *
  * Counting. Every page placed, reclaimed, shrunk or released, and every refused request and
  * shortfall, is counted by reason (akv_dev_pool_reason), pool-wide and per context (as the one

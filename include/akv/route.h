@@ -59,6 +59,13 @@
  *           akv_route_sync first wait for both queues, so the host copy is complete and no
  *           copy still reads a table or a page the step changes. Required off the host
  *           backend; works on both.
+ * Fresh pages: the device pool may hand a step a page another route's write-back is still
+ * reading (a reclaimed page); the step's fills and kernels wait for every write-back enqueued
+ * so far before they touch a fresh page (queued: on the device; direct: the host waits).
+ * Failures while work runs (resident, queued): once the queues are idle again, a write-back
+ * that failed is enqueued again from the device pages, which still hold the rows; a step
+ * whose kernels failed is undone (the history goes back to where it began) and the call
+ * that finds it returns AKV_EDEVICE once, logged.
  *
  * Thread-safety: none; the thread that owns the pools owns the route.
  */
@@ -155,7 +162,9 @@ akv_status akv_route_destroy(akv_route *r);
 /* Grows the history to n_total tokens (> the current length, <= max_tokens) and places it
  * for the next forward run (see the file comment). AKV_EFULL when the host pool is at its
  * limit or the device pool refuses the window (logged, naming --host-gib / --device-gib);
- * AKV_EINVAL for a bad length. All-or-nothing for the host copy. */
+ * AKV_EINVAL for a bad length; AKV_EDEVICE when a queue failed, or (logged) when the previous
+ * step's kernels turn out to have failed and that step was undone: read the length again.
+ * All-or-nothing for the host copy. */
 akv_status akv_route_begin_step(akv_route *r, uint64_t n_total);
 
 /* The forward pass's hooks for the step begun last (valid until the route is destroyed). A
@@ -165,15 +174,18 @@ akv_status akv_route_begin_step(akv_route *r, uint64_t n_total);
 akv_forward_kv akv_route_forward_kv(akv_route *r);
 
 /* Queued mode: waits until every write-back enqueued so far has landed in the host copy
- * (and the compute queue is idle). Direct mode: nothing to wait for. Staged: retires the
- * leases of the last step (both modes). AKV_EDEVICE when a queue failed; AKV_EFAILED (the
+ * (and the compute queue is idle); resident: a write-back that failed while it ran is
+ * written again (file comment). Direct mode: nothing to wait for. Staged: retires the
+ * leases of the last step (both modes). AKV_EDEVICE when a queue failed, or once (logged)
+ * when the last step was undone because its kernels failed; AKV_EFAILED (the
  * stage failed) or AKV_ESTATE (a receipt did not match what was submitted) from a lease.
  * A lease a failed stage retained (completion unknown) is quarantined again here: once the
  * device has recovered it is released, and destroy can proceed. */
 akv_status akv_route_sync(akv_route *r);
 
-/* Shortens the history to n_tokens (after a failed step). Staged: cancels the lease a failed
- * pass left open and retires every lease first. */
+/* Shortens the history to n_tokens (after a failed step), after what akv_route_sync does (a
+ * step it undoes is not an error here: the length is checked after it). Staged: cancels the
+ * lease a failed pass left open and retires every lease first. */
 akv_status akv_route_truncate(akv_route *r, uint64_t n_tokens);
 
 void akv_route_get_stats(const akv_route *r, akv_route_stats *out);

@@ -443,8 +443,26 @@ akv_status akv_dev_event_query(akv_dev *dev, akv_event *ev, int *done) {
     if (dev_fault_pass(dev, AKV_FAULT_SYNC)) return AKV_EDEVICE;
     int d = 0;
     akv_status st = dev->backend->event_query(dev->state, ev->impl, &d);
+    if (st == AKV_OK && d < 0) {
+        AKV_LOG_E("dev: an event's record completed on a faulted queue");
+        return AKV_EDEVICE;
+    }
     if (st == AKV_OK) *done = d;
     return st;
+}
+
+akv_status akv_dev_event_outcome(akv_dev *dev, akv_event *ev, int *failed) {
+    if (!dev || !dev_event_ok(dev, ev) || !failed) return AKV_EINVAL;
+    if (!dev_event_recorded(ev, "outcome")) return AKV_ESTATE;
+    int d = 0;
+    akv_status st = dev->backend->event_query(dev->state, ev->impl, &d);
+    if (st) return st;
+    if (d == 0) {
+        AKV_LOG_E("dev: the outcome of an event's record that has not completed");
+        return AKV_ESTATE;
+    }
+    *failed = d < 0;
+    return AKV_OK;
 }
 
 akv_status akv_dev_event_sync(akv_dev *dev, akv_event *ev) {

@@ -55,6 +55,8 @@ struct akv_dev_backend {
     void (*event_destroy)(void *state, void *ev); /* never waits */
     akv_status (*event_record)(void *state, void *ev, akv_queue q);
     akv_status (*queue_wait)(void *state, akv_queue q, void *ev);
+    /* *done: 1 complete, 0 pending, -1 complete and the work it covers failed (established:
+     * a backend that cannot tell returns AKV_EDEVICE instead) */
     akv_status (*event_query)(void *state, void *ev, int *done);
     akv_status (*event_sync)(void *state, void *ev);
     akv_status (*event_elapsed_ns)(void *state, void *start, void *end, uint64_t *ns);

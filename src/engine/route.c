@@ -37,9 +37,13 @@ struct akv_route {
     bool refill;        /* a step failed after the device pool placed its window: the pool
                            marks pages fresh for one step only, so the next step refills every
                            window page that holds earlier tokens */
+    bool wb_check;      /* resident, queued: the step's write-backs were all enqueued and
+                           ev_wb recorded; route_settle has not checked how they ended */
     int32_t *tab_h;     /* pinned */
     akv_dptr tab_d;     /* device */
     akv_event **ev;     /* [n_layers]: the layer's attention enqueued (write-back waits on it) */
+    akv_event *ev_wb;   /* resident: recorded on D2H after the step's last write-back */
+    akv_event *ev_fill; /* recorded on D2H before fills: fresh pages wait for their readers */
     /* staged (route.h): the window target, the pages staged this step (the same logical pages
      * in every layer: the window is uniform over layers), one lease per layer */
     akv_stage *stage;
@@ -197,6 +201,8 @@ akv_status akv_route_create(akv_dev *dev, akv_host_pool *host_pool, akv_dev_pool
         }
         for (uint32_t l = 0; l < g->n_layers && !st; l++)
             st = akv_dev_event_create(dev, 0, &r->ev[l]);
+        if (!st) st = akv_dev_event_create(dev, 0, &r->ev_wb);
+        if (!st) st = akv_dev_event_create(dev, 0, &r->ev_fill);
     } else {
         r->indices = akv__calloc(n_idx, sizeof *r->indices);
         st = r->indices ? AKV_OK : AKV_ENOMEM;
@@ -251,6 +257,8 @@ akv_status akv_route_destroy(akv_route *r) {
     if (r->queued) {
         for (uint32_t l = 0; r->ev && l < r->geom.n_layers; l++)
             akv_dev_event_destroy(r->dev, r->ev[l]);
+        akv_dev_event_destroy(r->dev, r->ev_wb);
+        akv_dev_event_destroy(r->dev, r->ev_fill);
         akv__free(r->ev);
         akv_dev_mem_free(r->dev, r->tab_d);
         if (r->tab_h) akv_dev_pinned_free(r->dev, r->tab_h);
@@ -349,24 +357,125 @@ static akv_status route_fill(akv_route *r, uint32_t layer, uint32_t logical, uin
     return st;
 }
 
+/* The rows [t0, t1) of logical page p that the step begun last wrote (page-relative). */
+static void route_page_rows(const akv_route *r, uint64_t p, uint64_t *t0, uint64_t *t1) {
+    uint64_t P = r->geom.page_tokens, lo = p * P, hi = lo + P;
+    *t0 = (r->step_first > lo ? r->step_first : lo) - lo;
+    *t1 = (r->n_tokens < hi ? r->n_tokens : hi) - lo;
+}
+
+/* Resident: the layer's new rows to the host copy, per page touched: queued, one 2D copy on
+ * the D2H queue (2*n_kv_heads runs of rows at a pitch of P rows); direct, one synchronous
+ * copy per run. */
+static akv_status route_copy_rows(akv_route *r, uint32_t layer) {
+    const akv_geom *g = &r->geom;
+    uint32_t P = g->page_tokens;
+    size_t row = (size_t)g->head_dim * akv_dtype_size(g->dtype), pitch = (size_t)P * row;
+    for (uint64_t p = r->step_first / P; p * P < r->n_tokens; p++) {
+        uint64_t t0, t1;
+        route_page_rows(r, p, &t0, &t1);
+        uint32_t page_id = (uint32_t)r->indices[(size_t)layer * r->max_pages + p];
+        akv_dptr dpage = akv_dev_pool_page_addr(r->dp, page_id);
+        uint8_t *hpage =
+            akv_host_pool_page_addr(r->hp, akv_host_table_page(r->ht, layer, (uint32_t)p));
+        size_t w = (size_t)(t1 - t0) * row;
+        if (r->queued) {
+            size_t off = (size_t)t0 * row;
+            akv_status st = akv_dev_copy_d2h_2d_async(r->dev, AKV_QUEUE_D2H, hpage + off, pitch,
+                                                      akv_dptr_offset(dpage, off), pitch, w,
+                                                      2 * (size_t)g->n_kv_heads);
+            if (st) return st;
+            r->stats.d2h_bytes += w * 2 * g->n_kv_heads;
+            continue;
+        }
+        for (uint32_t kvh = 0; kvh < 2 * g->n_kv_heads; kvh++) {
+            size_t off = kvh * pitch + (size_t)t0 * row;
+            akv_status st = akv_dev_copy_d2h_sync(r->dev, hpage + off, akv_dptr_offset(dpage, off), w);
+            if (st) return st;
+            r->stats.d2h_bytes += w;
+        }
+    }
+    return AKV_OK;
+}
+
+/* Before the step's first fresh page is filled or written: a page the device pool placed may
+ * have left another context's window (reclaimed) or this one's, and a write-back of another
+ * route may still be reading it (docs/mem.md, "Fences"). Queued: the compute queue (fills,
+ * the pass's kernels) waits for every write-back enqueued so far; direct: the host waits for
+ * the write-back and compute queues. */
+static akv_status route_order_fills(akv_route *r) {
+    if (!r->queued) {
+        akv_status st = akv_dev_queue_sync(r->dev, AKV_QUEUE_D2H);
+        return st ? st : akv_dev_queue_sync(r->dev, AKV_QUEUE_COMPUTE);
+    }
+    akv_status st = akv_dev_event_record(r->dev, r->ev_fill, AKV_QUEUE_D2H);
+    return st ? st : akv_dev_queue_wait_event(r->dev, AKV_QUEUE_COMPUTE, r->ev_fill);
+}
+
+/* Resident, queued, once the queues are idle (route_wait returned OK): makes sure the rows of
+ * a step whose write-backs were all enqueued are in the host copy. Its kernels and
+ * write-backs completed, but maybe not without error (a queue failed while they ran, then the
+ * device recovered):
+ *   - kernels failed: the device pages lack the rows too, so the step is undone (the history
+ *     goes back to where it began, the next step refills the window) and *lost is set: the
+ *     pass may have returned OK (a prompt chunk that reads no logits), the caller must hear it;
+ *   - write-backs failed: enqueued again from the device pages, which hold the rows, and
+ *     waited for.
+ * A backend that cannot tell how they ended (CUDA after an error) leaves the check pending:
+ * the next call tries again. (A step whose pass failed before its last write-back is the
+ * caller's to truncate, route.h; a staged route's stage reports a failed write-back at
+ * retire and stays failed.) */
+static akv_status route_settle(akv_route *r, bool *lost) {
+    *lost = false;
+    if (!r->wb_check) return AKV_OK;
+    const uint32_t n_layers = r->geom.n_layers;
+    int failed = 0;
+    akv_status st = akv_dev_event_outcome(r->dev, r->ev[n_layers - 1], &failed);
+    if (st) return st;
+    if (failed) {
+        AKV_LOG_E("route: the step to %llu tokens failed on the device after its pass "
+                  "returned; the history is back to %llu tokens (feed them again)",
+                  (unsigned long long)r->n_tokens, (unsigned long long)r->step_first);
+        if ((st = akv_host_table_truncate(r->ht, r->step_first))) return st;
+        r->n_tokens = r->step_first;
+        r->refill = true;
+        r->wb_check = false;
+        *lost = true;
+        return AKV_OK;
+    }
+    if ((st = akv_dev_event_outcome(r->dev, r->ev_wb, &failed))) return st;
+    if (failed) {
+        AKV_LOG_W("route: the write-back of tokens %llu..%llu failed; writing it back again "
+                  "from the device pages",
+                  (unsigned long long)r->step_first, (unsigned long long)r->n_tokens - 1);
+        for (uint32_t l = 0; l < n_layers && !st; l++) st = route_copy_rows(r, l);
+        if (!st) st = akv_dev_event_record(r->dev, r->ev_wb, AKV_QUEUE_D2H);
+        if (st || (st = route_wait(r))) return st;
+    }
+    r->wb_check = false;
+    return AKV_OK;
+}
+
 akv_status akv_route_begin_step(akv_route *r, uint64_t n_total) {
     if (!r) return AKV_EINVAL;
-    uint64_t n_old = r->n_tokens;
-    if (n_total <= n_old || n_total > r->max_tokens) {
+    if (n_total <= r->n_tokens || n_total > r->max_tokens) {
         AKV_LOG_E("route: a step to %llu tokens from %llu (the limit is %llu)",
-                  (unsigned long long)n_total, (unsigned long long)n_old,
+                  (unsigned long long)n_total, (unsigned long long)r->n_tokens,
                   (unsigned long long)r->max_tokens);
         return AKV_EINVAL;
     }
     /* 0. staged: the previous step's leases retire (their fences waited on). queued: the
-     * previous step's kernels and write-backs are done, so the host copy is complete and the
-     * tables may be rewritten */
-    bool quarantined = false;
+     * previous step's kernels and write-backs are done, so the host copy is complete (a
+     * failed write-back redone, or the step undone if its kernels failed: route_settle) and
+     * the tables may be rewritten */
+    bool quarantined = false, lost = false;
     akv_status st = route_retire(r, &quarantined);
+    if (st || (st = route_wait(r)) || (st = route_settle(r, &lost))) return st;
+    if (lost) return AKV_EDEVICE; /* logged: the caller's length is not the route's now */
+    uint64_t n_old = r->n_tokens;
     /* a prefetched lease serves only the one-token step it was made for (made at the end of
      * the step that left n_old tokens; a truncate since drops it) */
-    if (!st && n_total != n_old + 1) st = route_drop_prefetch(r, &quarantined);
-    if (st || (st = route_wait(r))) return st;
+    if (n_total != n_old + 1 && (st = route_drop_prefetch(r, &quarantined))) return st;
     /* 1. the host copy grows first: it is where the rows land for good */
     st = akv_host_table_grow(r->ht, n_total);
     if (st == AKV_EFULL) AKV_LOG_E("route: the host pool is full: raise --host-gib");
@@ -395,6 +504,7 @@ akv_status akv_route_begin_step(akv_route *r, uint64_t n_total) {
     /* 3. per layer: fill fresh window pages that hold earlier tokens, and the CSR table (the
      * staged pages' entries are written at begin_layer, from the slot the copy used) */
     uint32_t P = r->geom.page_tokens;
+    bool ordered = false;
     r->n_staged = 0;
     for (uint32_t l = 0; l < r->geom.n_layers; l++) {
         for (uint32_t w = 0, next = 0; w < want; w++) {
@@ -403,6 +513,13 @@ akv_status akv_route_begin_step(akv_route *r, uint64_t n_total) {
             for (; l == 0 && next < s.logical; next++) /* the gap before it is staged */
                 r->staged[r->n_staged++] = next;
             next = s.logical + 1;
+            if ((s.fresh || refill) && !ordered) {
+                ordered = true;
+                if ((st = route_order_fills(r))) {
+                    akv_host_table_truncate(r->ht, n_old);
+                    return st;
+                }
+            }
             if ((s.fresh || refill) && (uint64_t)s.logical * P < n_old &&
                 (st = route_fill(r, l, s.logical, s.page_id))) {
                 akv_host_table_truncate(r->ht, n_old);
@@ -489,13 +606,6 @@ static akv_status route_stage_layer(akv_route *r, uint32_t layer) {
                                   (size_t)r->max_pages * sizeof(int32_t));
 }
 
-/* The rows [t0, t1) of logical page p that the step begun last wrote (page-relative). */
-static void route_page_rows(const akv_route *r, uint64_t p, uint64_t *t0, uint64_t *t1) {
-    uint64_t P = r->geom.page_tokens, lo = p * P, hi = lo + P;
-    *t0 = (r->step_first > lo ? r->step_first : lo) - lo;
-    *t1 = (r->n_tokens < hi ? r->n_tokens : hi) - lo;
-}
-
 /* After the last layer of a step: begins the next one-token step's layer-0 lease and enqueues
  * its copies (route.h, prefetch), when that step keeps the window: the next token lands in the
  * current last page. Its owner is that page (the next step's new row). */
@@ -546,6 +656,19 @@ static akv_status route_layer_ok(const akv_route *r, uint32_t layer, const char 
     return AKV_EINVAL;
 }
 
+/* Resident: the layer's new rows to the host copy. Queued: on the D2H queue after the layer's
+ * attention (the last layer's followed by ev_wb, which route_settle reads); direct: now. */
+static akv_status route_writeback(akv_route *r, uint32_t layer) {
+    if (!r->queued) return route_copy_rows(r, layer);
+    akv_status st = akv_dev_event_record(r->dev, r->ev[layer], AKV_QUEUE_COMPUTE);
+    if (st || (st = akv_dev_queue_wait_event(r->dev, AKV_QUEUE_D2H, r->ev[layer])) ||
+        (st = route_copy_rows(r, layer)) || layer + 1 < r->geom.n_layers)
+        return st;
+    st = akv_dev_event_record(r->dev, r->ev_wb, AKV_QUEUE_D2H);
+    r->wb_check = st == AKV_OK;
+    return st;
+}
+
 static akv_status route_begin_layer(void *user, uint32_t layer, akv_attn_pages *pg) {
     akv_route *r = user;
     akv_status st = route_layer_ok(r, layer, "begin_layer");
@@ -573,47 +696,12 @@ static akv_status route_begin_layer(void *user, uint32_t layer, akv_attn_pages *
     return AKV_OK;
 }
 
-/* Writes the step's new rows of `layer` back to the host copy: per page touched and per
- * (K|V, head), one contiguous run of tokens. */
+/* The step's new rows of `layer` to the host copy. */
 static akv_status route_end_layer(void *user, uint32_t layer) {
     akv_route *r = user;
-    akv_status lst = route_layer_ok(r, layer, "end_layer");
-    if (lst) return lst;
-    if (r->stage) return route_seal_layer(r, layer);
-    const akv_geom *g = &r->geom;
-    uint32_t P = g->page_tokens;
-    size_t row = (size_t)g->head_dim * akv_dtype_size(g->dtype);
-    if (r->queued) {
-        /* the D2H queue starts after the layer's attention (enqueued on compute) completes */
-        akv_status st = akv_dev_event_record(r->dev, r->ev[layer], AKV_QUEUE_COMPUTE);
-        if (st || (st = akv_dev_queue_wait_event(r->dev, AKV_QUEUE_D2H, r->ev[layer]))) return st;
-    }
-    for (uint64_t p = r->step_first / P; p * P < r->n_tokens; p++) {
-        uint64_t t0, t1;
-        route_page_rows(r, p, &t0, &t1);
-        uint32_t page_id = (uint32_t)r->indices[(size_t)layer * r->max_pages + p];
-        akv_dptr dpage = akv_dev_pool_page_addr(r->dp, page_id);
-        uint8_t *hpage =
-            akv_host_pool_page_addr(r->hp, akv_host_table_page(r->ht, layer, (uint32_t)p));
-        if (r->queued) {
-            /* one 2D copy per page: 2*n_kv_heads runs of (t1 - t0) rows at a pitch of P rows */
-            size_t off = (size_t)t0 * row, pitch = (size_t)P * row, w = (size_t)(t1 - t0) * row;
-            akv_status st = akv_dev_copy_d2h_2d_async(r->dev, AKV_QUEUE_D2H, hpage + off, pitch,
-                                                      akv_dptr_offset(dpage, off), pitch, w,
-                                                      2 * (size_t)g->n_kv_heads);
-            if (st) return st;
-            r->stats.d2h_bytes += w * 2 * g->n_kv_heads;
-            continue;
-        }
-        for (uint32_t kvh = 0; kvh < 2 * g->n_kv_heads; kvh++) {
-            size_t off = ((size_t)kvh * P + t0) * row, n = (size_t)(t1 - t0) * row;
-            akv_status st =
-                akv_dev_copy_d2h_sync(r->dev, hpage + off, akv_dptr_offset(dpage, off), n);
-            if (st) return st;
-            r->stats.d2h_bytes += n;
-        }
-    }
-    return AKV_OK;
+    akv_status st = route_layer_ok(r, layer, "end_layer");
+    if (st) return st;
+    return r->stage ? route_seal_layer(r, layer) : route_writeback(r, layer);
 }
 
 akv_forward_kv akv_route_forward_kv(akv_route *r) {
@@ -625,25 +713,36 @@ akv_forward_kv akv_route_forward_kv(akv_route *r) {
                             .replayable = r->queued && !r->stage};
 }
 
-akv_status akv_route_sync(akv_route *r) {
-    if (!r) return AKV_EINVAL;
+/* akv_route_sync, saying (*lost) whether the step begun last was undone (route_settle). */
+static akv_status route_sync(akv_route *r, bool *lost) {
     bool quarantined = false;
+    *lost = false;
     akv_status st = route_retire(r, &quarantined), s2 = route_drop_prefetch(r, &quarantined);
     if (!st) st = s2;
-    return st ? st : route_wait(r);
+    if (st || (st = route_wait(r))) return st;
+    return route_settle(r, lost);
+}
+
+akv_status akv_route_sync(akv_route *r) {
+    if (!r) return AKV_EINVAL;
+    bool lost;
+    akv_status st = route_sync(r, &lost);
+    return st ? st : lost ? AKV_EDEVICE : AKV_OK;
 }
 
 akv_status akv_route_truncate(akv_route *r, uint64_t n_tokens) {
     if (!r) return AKV_EINVAL;
+    /* queued: a failed step may have write-backs in flight into pages truncation frees;
+     * staged: its leases hold those pages until they retire. A step the sync undoes (its
+     * kernels failed) is what the caller is truncating away. */
+    bool lost;
+    akv_status st = route_sync(r, &lost);
+    if (st) return st;
     if (n_tokens > r->n_tokens) {
-        AKV_LOG_E("route: truncate to %llu tokens: the history holds %llu", (unsigned long long)n_tokens,
-                  (unsigned long long)r->n_tokens);
+        AKV_LOG_E("route: truncate to %llu tokens: the history holds %llu",
+                  (unsigned long long)n_tokens, (unsigned long long)r->n_tokens);
         return AKV_EINVAL;
     }
-    /* queued: a failed step may have write-backs in flight into pages truncation frees;
-     * staged: its leases hold those pages until they retire */
-    akv_status st = akv_route_sync(r);
-    if (st) return st;
     st = akv_host_table_truncate(r->ht, n_tokens);
     if (st == AKV_OK) r->n_tokens = n_tokens;
     return st;
@@ -675,7 +774,8 @@ akv_status akv__route_check(const akv_route *r) {
                   akv_host_table_n_pages(r->ht), (unsigned long long)r->n_tokens, n_lp);
         return AKV_ESTATE;
     }
-    for (uint32_t l = 0; l < g->n_layers; l++) {
+    /* after a failed step the device window is not trusted: the next step refills it */
+    for (uint32_t l = 0; !r->refill && l < g->n_layers; l++) {
         for (uint32_t p = 0; p < n_lp; p++) {
             /* a page another context reclaimed is not resident: the host copy holds it */
             int64_t id = akv_dev_pool_ctx_find(r->dp, r->ctx, l, p);
