@@ -145,6 +145,11 @@ static void test_config(void) {
         /* destroy refuses while a context is open or a staging page is lent */
         CHECK_STATUS(akv_dev_pool_destroy(pool), AKV_EBUSY);
         akv_dev_pool_ctx_close(pool, c);
+        /* a closed context is refused by address, its freed memory never read (the sanitizer
+         * build caught the old check reading it) */
+        akv_dev_pool_req closed[1] = {{c, 10}};
+        CHECK_STATUS(akv_dev_pool_step(pool, closed, 1, res), AKV_EINVAL);
+        CHECK_STATUS(akv_dev_pool_ctx_set_target(pool, c, 2, 0), AKV_EINVAL);
         uint32_t ids[4];
         CHECK_OK(akv_dev_pool_staging_acquire(pool, 4, ids));
         CHECK_STATUS(akv_dev_pool_destroy(pool), AKV_EBUSY);

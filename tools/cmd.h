@@ -45,6 +45,12 @@ int akv_tool_parse_max(const char *cmd, const char *flag, const char *s, unsigne
  * output must never be a command's input. */
 int akv_tool_same_file(const char *a, const char *b);
 
+/* While an output file is written as "<path>.partial" (akv/gguf_writer.h): SIGINT, SIGTERM
+ * and SIGHUP (those not ignored) remove the partial file, then end the process as the signal
+ * would have. akv_tool_partial_guard(NULL) puts the previous actions back. 0 when nothing was
+ * installed (a path too long to keep, or a guard already in): the command proceeds. */
+int akv_tool_partial_guard(const char *path);
+
 /* Opens the device named by `--device` ("cpu"/"host", "cuda", "cuda:N", or "auto": CUDA when
  * built with it and a device answers, else the host). Prints an error and returns a status. */
 akv_status akv_tool_open_device(const char *spec, akv_dev **out);

@@ -384,7 +384,9 @@ static int gguf_synth(int argc, char **argv) {
     synth_progress prog = {now_s(), 0};
     p.progress = on_progress;
     p.progress_user = &prog;
+    akv_tool_partial_guard(out);
     akv_status st = akv_gguf_synth_write(&p, out);
+    akv_tool_partial_guard(NULL);
     akv_gguf_close(vocab);
     if (st == AKV_EINVAL) return AKV_EXIT_USAGE; /* the shape: the log line names the field */
     if (st) {
@@ -425,7 +427,11 @@ static int gguf_slice(int argc, char **argv) {
     }
     akv_gguf *g = NULL;
     akv_status st = akv_gguf_open(argv[optind], &g);
-    if (st == AKV_OK) st = akv_gguf_write_layer_slice(g, (uint32_t)n_layers, out);
+    if (st == AKV_OK) {
+        akv_tool_partial_guard(out);
+        st = akv_gguf_write_layer_slice(g, (uint32_t)n_layers, out);
+        akv_tool_partial_guard(NULL);
+    }
     akv_gguf_close(g);
     if (st) {
         fprintf(stderr, "akv gguf slice: %s -> %s: %s (see the message above)\n", argv[optind], out,

@@ -1,14 +1,51 @@
 /* util.c — helpers shared by the akv subcommands. */
 #define _POSIX_C_SOURCE 200809L
 #include <errno.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "cmd.h"
 #ifdef AKV_HAVE_CUDA
 #include "akv/dev_cuda.h"
 #endif
+
+static char partial_path[4096]; /* "<path>.partial", set before the handlers go in */
+static const int partial_signals[] = {SIGINT, SIGTERM, SIGHUP};
+static struct sigaction partial_saved[3];
+static int partial_on; /* the handlers are in (partial_saved holds what they replaced) */
+
+static void partial_on_signal(int sig) {
+    unlink(partial_path); /* async-signal-safe */
+    signal(sig, SIG_DFL);
+    raise(sig);
+}
+
+int akv_tool_partial_guard(const char *path) {
+    enum { N = sizeof partial_signals / sizeof *partial_signals };
+    if (!path) {
+        for (size_t i = 0; partial_on && i < N; i++) sigaction(partial_signals[i], &partial_saved[i], NULL);
+        partial_on = 0;
+        return 1;
+    }
+    size_t n = strlen(path);
+    if (partial_on || n + sizeof ".partial" > sizeof partial_path) return 0;
+    memcpy(partial_path, path, n);
+    memcpy(partial_path + n, ".partial", sizeof ".partial");
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sigemptyset(&sa.sa_mask);
+    sa.sa_handler = partial_on_signal;
+    for (size_t i = 0; i < N; i++) {
+        sigaction(partial_signals[i], NULL, &partial_saved[i]);
+        /* a signal ignored at start (nohup, a background job's SIGINT) stays ignored */
+        if (partial_saved[i].sa_handler != SIG_IGN) sigaction(partial_signals[i], &sa, NULL);
+    }
+    partial_on = 1;
+    return 1;
+}
 
 int akv_tool_same_file(const char *a, const char *b) {
     struct stat sa, sb;

@@ -206,7 +206,9 @@ akv_status akv_dev_pool_ctx_open(akv_dev_pool *pool, const akv_dev_pool_ctx_para
                                  akv_dev_pool_ctx **out);
 
 /* Closes a context and frees its window pages (a step boundary: see "Fences"). NULL is a
- * no-op. The handle is invalid afterwards. */
+ * no-op. The handle is invalid afterwards: the pool recognises open contexts by address
+ * without reading them, so a second close asserts and a step or set_target naming a closed
+ * context is AKV_EINVAL, never a use after free (unless a new context reuses the address). */
 void akv_dev_pool_ctx_close(akv_dev_pool *pool, akv_dev_pool_ctx *ctx);
 
 /* Changes a context's target and burst from the next step on (checked as at open). Borrowed

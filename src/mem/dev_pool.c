@@ -300,9 +300,13 @@ static void dp_slot_free(akv_dev_pool *pool, akv_dev_pool_ctx *c, uint32_t w) {
     if (c->n_borrowed) c->n_borrowed--; /* borrowed pages are the first to go */
 }
 
-/* Whether c is an open context of this pool. */
+/* Whether c is an open context of this pool. By address only: a closed context's memory is
+ * never read (a second close, or a step naming a closed context, is caught, not a
+ * use after free). */
 static bool dp_ctx_open(const akv_dev_pool *pool, const akv_dev_pool_ctx *c) {
-    return c->idx < pool->n_ctx && pool->ctxs[c->idx] == c;
+    for (uint32_t i = 0; i < pool->n_ctx; i++)
+        if (pool->ctxs[i] == c) return true;
+    return false;
 }
 
 void akv_dev_pool_ctx_close(akv_dev_pool *pool, akv_dev_pool_ctx *c) {
