@@ -75,6 +75,10 @@ static __device__ __forceinline__ void attn_cp16(uint32_t dst, const void *src, 
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src),
                  "r"(valid ? 16 : 0));
 }
+/* 16 bytes global -> shared, asynchronous, every byte read. */
+static __device__ __forceinline__ void attn_cp16_all(uint32_t dst, const void *src) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(src));
+}
 /* Programmatic dependent launch (sm_90+): a kernel launched by attn_launch_dependent may start
  * while the kernel before it on the stream is finishing; attn_grid_dep_wait blocks until that
  * kernel has completed and its memory is visible (a no-op when launched normally), and
