@@ -60,6 +60,32 @@ static void exec_fault_cases(akv_dev *dev) {
         CHECK_OK(akv_dev_clear_faults(dev));
         CHECK_OK(akv_dev_sync(dev));
     }
+    TEST_CASE(clear_faults_lets_accepted_work_end_as_it_would_have) {
+        /* the compute queue faults (a failing op), then waits for a slow H2D record before
+         * recording ev; the faults are cleared while it waits. ev covers the failed op: it
+         * must read failed, not run on the un-faulted queue and read OK (a review) */
+        akv_event *evh = NULL;
+        if (!REQUIRE_OK(akv_dev_event_create(dev, 0, &evh))) break;
+        akv_dev_busy_args a = {.n_iters = 16};
+        CHECK_OK(akv_dev_inject_fault(dev, AKV_FAULT_OP_EXEC, 1, 0));
+        CHECK_OK(akv_dev_op_launch(dev, &akv_dev_op_busy, &a, sizeof a));
+        CHECK_OK(akv_dev_event_record(dev, ev2, AKV_QUEUE_COMPUTE));
+        CHECK_OK(akv_dev_inject_delays(dev, 11, 20000, 1)); /* each command sleeps up to 20 ms */
+        CHECK_OK(akv_dev_copy_h2d_async(dev, AKV_QUEUE_H2D, d, pin, 16));
+        CHECK_OK(akv_dev_event_record(dev, evh, AKV_QUEUE_H2D));
+        CHECK_OK(akv_dev_queue_wait_event(dev, AKV_QUEUE_COMPUTE, evh));
+        CHECK_OK(akv_dev_event_record(dev, ev, AKV_QUEUE_COMPUTE));
+        int failed = 0;
+        while (akv_dev_event_outcome(dev, ev2, &failed) == AKV_ESTATE) akv_clock_sleep_ns(100000);
+        CHECK_EQ_INT(failed, 1);
+        CHECK_OK(akv_dev_clear_faults(dev)); /* ev's record is still queued behind evh */
+        CHECK_OK(akv_dev_inject_delays(dev, 11, 0, 1));
+        CHECK_OK(akv_dev_sync(dev));
+        failed = 0;
+        CHECK_OK(akv_dev_event_outcome(dev, ev, &failed));
+        CHECK_EQ_INT(failed, 1);
+        akv_dev_event_destroy(dev, evh);
+    }
     akv_dev_event_destroy(dev, ev);
     akv_dev_event_destroy(dev, ev2);
     akv_dev_mem_free(dev, d);

@@ -432,6 +432,97 @@ int main(void) {
         }
     }
 
+    TEST_CASE(step_undone_after_recovery_is_reported_by_the_next_call) {
+        /* A decode step whose kernels fail while they run; the caller's truncate fails on the
+         * faulted device and is not retried (akv run's order). After recovery the next
+         * begin_step, for the length the caller still believes, must settle first: it
+         * undoes the step and says so (it answered EINVAL, "does not grow": a review), and the
+         * retry runs to a clean route's logits. */
+        fx a, b;
+        float clean[23];
+        if (fx_open(&a, akv_dev_host_backend(), model, P, 4 * P, 16, true) &&
+            fx_open(&b, akv_dev_host_backend(), model, P, 4 * P, 16, true)) {
+            CHECK_OK(fx_feed(&a, tokens, P - 1, logits));
+            CHECK_OK(fx_feed(&b, tokens, P, clean));
+            CHECK_OK(akv_dev_inject_fault(a.dev, AKV_FAULT_OP_EXEC, 1, 0));
+            CHECK(fx_feed(&a, tokens + P - 1, 1, logits) != AKV_OK);
+            (void)akv_dev_sync(a.dev);
+            CHECK_OK(akv_dev_clear_faults(a.dev));
+            CHECK_STATUS(akv_route_begin_step(a.r, P), AKV_EDEVICE); /* the undo, said once */
+            CHECK_EQ_U64(fx_route_len(a.r), P - 1);
+            CHECK_OK(fx_feed(&a, tokens + P - 1, 1, logits));
+            CHECK_BYTES(logits, clean, sizeof clean);
+            CHECK_OK(akv_route_sync(a.r));
+            CHECK_OK(akv__route_check(a.r));
+        }
+        fx_close(&a);
+        fx_close(&b);
+    }
+
+    TEST_CASE(failed_write_back_is_not_redone_from_reclaimed_pages) {
+        /* Queued resident routes A and B in one tight pool (4 window pages per layer), the
+         * device pass on the host backend. A's 5-token step with its k-th copy failing while
+         * it runs, for every k; the device recovers; then B's 4-page history takes A's idle
+         * page (a reclaim) and writes its own rows there; then A syncs. A failed write-back
+         * must not be redone from that page (A's host copy got B's rows: a review): A keeps
+         * its step only with the host copy of a clean route, else the step is undone and
+         * said to be. */
+        fx ref;
+        float lr[23];
+        if (!fx_open(&ref, akv_dev_host_backend(), model, P, 4 * P, P, true) ||
+            !CHECK(fx_feed(&ref, tokens, 5, lr) == AKV_OK)) {
+            fx_close(&ref);
+            break;
+        }
+        CHECK_OK(akv_route_sync(ref.r));
+        int kept = 0, undone = 0, reclaimed = 0;
+        for (uint64_t k = 1; k <= 8; k++) {
+            pools p;
+            akv_forward_dev *fd = NULL;
+            akv_route *a = NULL, *b = NULL;
+            akv_forward_params fdp = {.max_chunk = P};
+            akv_route_params rp = {.kind = AKV_ROUTE_RESIDENT, .max_tokens = 4 * P, .queued = true};
+            if (!pools_open(&p, c, 4)) break;
+            CHECK_OK(akv_forward_dev_create(p.dev, model, &fdp, &fd));
+            CHECK_OK(akv_route_create(p.dev, p.hp, p.dp, &rp, &a));
+            CHECK_OK(akv_route_create(p.dev, p.hp, p.dp, &rp, &b));
+            if (fd && a && b) {
+                CHECK_OK(akv_dev_inject_fault(p.dev, AKV_FAULT_COPY_EXEC, k, 0));
+                (void)fx_feed_route(a, NULL, fd, P, tokens, 5, NULL); /* no logits read */
+                (void)akv_dev_sync(p.dev);
+                CHECK_OK(akv_dev_clear_faults(p.dev));
+                for (uint32_t n = 0; n < 4 * P; n += P)
+                    CHECK_OK(fx_feed_route(b, NULL, fd, P, tokens + 100 + n, P, NULL));
+                CHECK_OK(akv_route_sync(b));
+                akv_dev_pool_stats ps;
+                akv_dev_pool_get_stats(p.dp, &ps);
+                reclaimed += ps.counts.n_pages[AKV_DEV_POOL_RECLAIM_IDLE] > 0;
+                akv_status st = akv_route_sync(a);
+                if (st != AKV_OK) CHECK_OK(akv_route_sync(a)); /* once, for a step undone */
+                if (fx_route_len(a) == 5) {
+                    kept++;
+                    uint64_t bad = rc_host_diff(&p.g, p.hp, akv_route_host_table(a), ref.hp,
+                                                akv_route_host_table(ref.r));
+                    TEST_CHECK_(bad == 0, "copy failing at pass %llu: A kept its step and %llu "
+                                "rows of its host copy are not its own",
+                                (unsigned long long)k, (unsigned long long)bad);
+                } else {
+                    undone++;
+                    CHECK_EQ_U64(fx_route_len(a), 0);
+                    CHECK_STATUS(st, AKV_EDEVICE);
+                }
+            }
+            CHECK_OK(akv_route_destroy(a));
+            CHECK_OK(akv_route_destroy(b));
+            akv_forward_dev_destroy(fd);
+            pools_close(&p);
+        }
+        printf("  copy failing at passes 1..8 of A's step: %d kept, %d undone, %d with a reclaim\n",
+               kept, undone, reclaimed);
+        CHECK(undone > 0 && reclaimed > 0);
+        fx_close(&ref);
+    }
+
     TEST_CASE(reclaimed_pages_wait_for_other_routes_write_backs) {
         /* A staged direct route X (its stage writes back on the D2H queue, asynchronously)
          * and a resident direct route Y in one tight pool (4 window pages per layer): Y's steps

@@ -350,8 +350,10 @@ const char *akv_dev_fault_name(akv_dev_fault f);
  * that cannot establish completion). nth = 0 disarms f. Submission and wait points work on
  * every backend (the front injects them); exec points are AKV_EUNSUPPORTED off the host. */
 akv_status akv_dev_inject_fault(akv_dev *dev, akv_dev_fault f, uint64_t nth, int sticky);
-/* Disarms every injected failure and, on the host backend, un-faults every queue (as if the
- * device had been recovered): later syncs can establish completion again. */
+/* Disarms every injected failure and, on the host backend, waits until every queue has run
+ * (or skipped) what it was given, then un-faults every queue (as if the device had been
+ * recovered): later syncs can establish completion again, and a record that covered failed
+ * work stays failed (akv_dev_event_outcome). */
 akv_status akv_dev_clear_faults(akv_dev *dev);
 /* How many times point f has been passed since the device was created (armed or not): run a
  * scenario once, read the counts, then inject at each pass in turn. */

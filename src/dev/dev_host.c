@@ -698,6 +698,7 @@ static akv_status host_inject_delays(void *state, uint64_t seed, uint32_t max_de
 
 static void host_clear_faults(void *state) {
     host_state *s = state;
+    host_drain(s); /* work accepted before the recovery ends as it would have (skipped) */
     pthread_mutex_lock(&s->mu);
     for (int i = 0; i < AKV_N_QUEUES; i++) {
         s->q[i].faulted = 0;

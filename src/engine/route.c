@@ -412,15 +412,44 @@ static akv_status route_order_fills(akv_route *r) {
     return st ? st : akv_dev_queue_wait_event(r->dev, AKV_QUEUE_COMPUTE, r->ev_fill);
 }
 
+/* The step route_settle cannot establish: the history goes back to where it began, the next
+ * step refills the window, and the caller hears it (*lost; `why` for the log). */
+static akv_status route_undo(akv_route *r, const char *why, bool *lost) {
+    AKV_LOG_E("route: the step to %llu tokens %s; the history is back to %llu tokens (feed them "
+              "again)",
+              (unsigned long long)r->n_tokens, why, (unsigned long long)r->step_first);
+    akv_status st = akv_host_table_truncate(r->ht, r->step_first);
+    if (st) return st;
+    r->n_tokens = r->step_first;
+    r->refill = true;
+    r->wb_check = false;
+    *lost = true;
+    return AKV_OK;
+}
+
+/* Whether every device page that received the step's rows is still this route's (a page only
+ * changes owner through some context's step, so one still in the window was written by no
+ * one else since). */
+static bool route_holds_step(const akv_route *r) {
+    const uint32_t P = r->geom.page_tokens;
+    for (uint32_t l = 0; l < r->geom.n_layers; l++)
+        for (uint64_t p = r->step_first / P; p * P < r->n_tokens; p++)
+            if (akv_dev_pool_ctx_find(r->dp, r->ctx, l, (uint32_t)p) !=
+                r->indices[(size_t)l * r->max_pages + p])
+                return false;
+    return true;
+}
+
 /* Resident, queued, once the queues are idle (route_wait returned OK): makes sure the rows of
  * a step whose write-backs were all enqueued are in the host copy. Its kernels and
  * write-backs completed, but maybe not without error (a queue failed while they ran, then the
  * device recovered):
- *   - kernels failed: the device pages lack the rows too, so the step is undone (the history
- *     goes back to where it began, the next step refills the window) and *lost is set: the
- *     pass may have returned OK (a prompt chunk that reads no logits), the caller must hear it;
+ *   - kernels failed: the device pages lack the rows too, so the step is undone (route_undo)
+ *     and *lost is set: the pass may have returned OK (a prompt chunk that reads no logits),
+ *     the caller must hear it;
  *   - write-backs failed: enqueued again from the device pages, which hold the rows, and
- *     waited for.
+ *     waited for; unless another context's step has taken one of those pages since (a
+ *     reclaim: it may have written its own rows there), and then the step is undone too.
  * A backend that cannot tell how they ended (CUDA after an error) leaves the check pending:
  * the next call tries again. (A step whose pass failed before its last write-back is the
  * caller's to truncate, route.h; a staged route's stage reports a failed write-back at
@@ -432,18 +461,11 @@ static akv_status route_settle(akv_route *r, bool *lost) {
     int failed = 0;
     akv_status st = akv_dev_event_outcome(r->dev, r->ev[n_layers - 1], &failed);
     if (st) return st;
-    if (failed) {
-        AKV_LOG_E("route: the step to %llu tokens failed on the device after its pass "
-                  "returned; the history is back to %llu tokens (feed them again)",
-                  (unsigned long long)r->n_tokens, (unsigned long long)r->step_first);
-        if ((st = akv_host_table_truncate(r->ht, r->step_first))) return st;
-        r->n_tokens = r->step_first;
-        r->refill = true;
-        r->wb_check = false;
-        *lost = true;
-        return AKV_OK;
-    }
+    if (failed) return route_undo(r, "failed on the device after its pass returned", lost);
     if ((st = akv_dev_event_outcome(r->dev, r->ev_wb, &failed))) return st;
+    if (failed && !route_holds_step(r))
+        return route_undo(r, "lost its write-back to a device failure, and another context "
+                             "has taken its device pages since", lost);
     if (failed) {
         AKV_LOG_W("route: the write-back of tokens %llu..%llu failed; writing it back again "
                   "from the device pages",
@@ -458,9 +480,8 @@ static akv_status route_settle(akv_route *r, bool *lost) {
 
 akv_status akv_route_begin_step(akv_route *r, uint64_t n_total) {
     if (!r) return AKV_EINVAL;
-    if (n_total <= r->n_tokens || n_total > r->max_tokens) {
-        AKV_LOG_E("route: a step to %llu tokens from %llu (the limit is %llu)",
-                  (unsigned long long)n_total, (unsigned long long)r->n_tokens,
+    if (n_total > r->max_tokens) {
+        AKV_LOG_E("route: a step to %llu tokens; the limit is %llu", (unsigned long long)n_total,
                   (unsigned long long)r->max_tokens);
         return AKV_EINVAL;
     }
@@ -473,6 +494,11 @@ akv_status akv_route_begin_step(akv_route *r, uint64_t n_total) {
     if (st || (st = route_wait(r)) || (st = route_settle(r, &lost))) return st;
     if (lost) return AKV_EDEVICE; /* logged: the caller's length is not the route's now */
     uint64_t n_old = r->n_tokens;
+    if (n_total <= n_old) { /* checked after the settle, which may shorten the history */
+        AKV_LOG_E("route: a step to %llu tokens from %llu does not grow the history",
+                  (unsigned long long)n_total, (unsigned long long)n_old);
+        return AKV_EINVAL;
+    }
     /* a prefetched lease serves only the one-token step it was made for (made at the end of
      * the step that left n_old tokens; a truncate since drops it) */
     if (n_total != n_old + 1 && (st = route_drop_prefetch(r, &quarantined))) return st;
@@ -741,7 +767,7 @@ akv_status akv_route_truncate(akv_route *r, uint64_t n_tokens) {
     if (n_tokens > r->n_tokens) {
         AKV_LOG_E("route: truncate to %llu tokens: the history holds %llu",
                   (unsigned long long)n_tokens, (unsigned long long)r->n_tokens);
-        return AKV_EINVAL;
+        return lost ? AKV_EDEVICE : AKV_EINVAL; /* lost: the sync just undid that step */
     }
     st = akv_host_table_truncate(r->ht, n_tokens);
     if (st == AKV_OK) r->n_tokens = n_tokens;
