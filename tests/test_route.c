@@ -44,6 +44,34 @@ static akv_status feed(akv_route *r, akv_forward *f, const int32_t *tokens, uint
     return fx_feed_route(r, f, NULL, n, tokens, n, logits);
 }
 
+/* Two queued resident routes with the device pass on the host backend (a: the one that fails,
+ * b: the clean reference), each fed the same first n tokens. 1 on success. */
+static int fx_pair_open(fx *a, fx *b, const akv_model *m, const int32_t *tokens, uint32_t n,
+                        float *logits) {
+    int ok = fx_open(a, akv_dev_host_backend(), m, P, 4 * P, 16, true);
+    ok = fx_open(b, akv_dev_host_backend(), m, P, 4 * P, 16, true) && ok;
+    return ok && CHECK(fx_feed(a, tokens, n, logits) == AKV_OK) &&
+           CHECK(fx_feed(b, tokens, n, logits) == AKV_OK);
+}
+
+/* The same n tokens into both: the logits must be bit-identical. */
+static void fx_pair_same_step(fx *a, fx *b, const int32_t *tokens, uint32_t n, float *la) {
+    float lb[64];
+    CHECK_OK(fx_feed(a, tokens, n, la));
+    CHECK_OK(fx_feed(b, tokens, n, lb));
+    CHECK_BYTES(la, lb, a->n_vocab * sizeof *la);
+}
+
+/* a's host copy equals its device pages after a sync; both closed. */
+static void fx_pair_close(fx *a, fx *b) {
+    if (a->r) {
+        CHECK_OK(akv_route_sync(a->r));
+        CHECK_OK(akv__route_check(a->r));
+    }
+    fx_close(a);
+    fx_close(b);
+}
+
 int main(void) {
     uint64_t rng = test_seed(5);
     const tm_shape shape = {.arch = "llama",
@@ -344,27 +372,15 @@ int main(void) {
          * after recovery the retry must upload the table again (accepted is not done) and give
          * the bits of a route that never failed (found by a randomized review) */
         fx a, b;
-        if (fx_open(&a, akv_dev_host_backend(), model, P, 4 * P, 16, true) &&
-            fx_open(&b, akv_dev_host_backend(), model, P, 4 * P, 16, true)) {
-            float lr[23];
-            CHECK_OK(fx_feed(&a, tokens, P - 1, logits));
-            CHECK_OK(fx_feed(&b, tokens, P - 1, lr));
+        if (fx_pair_open(&a, &b, model, tokens, P - 1, logits)) {
             CHECK_OK(akv_dev_inject_fault(a.dev, AKV_FAULT_COPY_EXEC, 1, 0));
             CHECK(fx_feed(&a, tokens + P - 1, 2, logits) != AKV_OK);
             CHECK_OK(akv_dev_clear_faults(a.dev));
             CHECK_OK(akv_route_truncate(a.r, P - 1));
-            CHECK_OK(fx_feed(&a, tokens + P - 1, 2, logits));
-            CHECK_OK(fx_feed(&b, tokens + P - 1, 2, lr));
-            CHECK_BYTES(logits, lr, sizeof lr);
-            CHECK_OK(fx_feed(&a, tokens + P + 1, 1, logits));
-            CHECK_OK(fx_feed(&b, tokens + P + 1, 1, lr));
-            CHECK_BYTES(logits, lr, sizeof lr);
-            CHECK_OK(akv_route_sync(a.r));
-            CHECK_OK(akv__route_check(a.r));
-            CHECK_OK(akv_route_sync(b.r));
+            fx_pair_same_step(&a, &b, tokens + P - 1, 2, logits);
+            fx_pair_same_step(&a, &b, tokens + P + 1, 1, logits);
         }
-        fx_close(&a);
-        fx_close(&b);
+        fx_pair_close(&a, &b);
     }
 
     TEST_CASE(queued_step_failing_while_it_runs_keeps_the_host_copy) {
@@ -440,10 +456,8 @@ int main(void) {
          * retry runs to a clean route's logits. */
         fx a, b;
         float clean[23];
-        if (fx_open(&a, akv_dev_host_backend(), model, P, 4 * P, 16, true) &&
-            fx_open(&b, akv_dev_host_backend(), model, P, 4 * P, 16, true)) {
-            CHECK_OK(fx_feed(&a, tokens, P - 1, logits));
-            CHECK_OK(fx_feed(&b, tokens, P, clean));
+        if (fx_pair_open(&a, &b, model, tokens, P - 1, logits)) {
+            CHECK_OK(fx_feed(&b, tokens + P - 1, 1, clean));
             CHECK_OK(akv_dev_inject_fault(a.dev, AKV_FAULT_OP_EXEC, 1, 0));
             CHECK(fx_feed(&a, tokens + P - 1, 1, logits) != AKV_OK);
             (void)akv_dev_sync(a.dev);
@@ -452,11 +466,88 @@ int main(void) {
             CHECK_EQ_U64(fx_route_len(a.r), P - 1);
             CHECK_OK(fx_feed(&a, tokens + P - 1, 1, logits));
             CHECK_BYTES(logits, clean, sizeof clean);
-            CHECK_OK(akv_route_sync(a.r));
-            CHECK_OK(akv__route_check(a.r));
         }
-        fx_close(&a);
-        fx_close(&b);
+        fx_pair_close(&a, &b);
+    }
+
+    TEST_CASE(queued_step_abandoned_before_its_last_layer_is_refilled) {
+        /* A queued step that places a new page uploads the whole table; that upload fails
+         * while it runs and the pass fails before any layer ends (an op refused). The device
+         * recovers, THEN the caller truncates (the queues are healthy by then, so no failed
+         * wait marks the device's tables stale). The retry must upload the table again:
+         * it kept the stale one and read another page (found by a randomized review) */
+        fx a, b;
+        if (fx_pair_open(&a, &b, model, tokens, P - 1, logits)) {
+            CHECK_OK(akv_dev_inject_fault(a.dev, AKV_FAULT_COPY_EXEC, 1, 0)); /* the table */
+            CHECK_OK(akv_dev_inject_fault(a.dev, AKV_FAULT_OP, 1, 0));       /* the pass */
+            CHECK_OK(akv_route_begin_step(a.r, P + 1));
+            akv_forward_kv kv = akv_route_forward_kv(a.r);
+            CHECK(akv_forward_dev_run(a.fd, tokens + P - 1, 2, P - 1, &kv, logits, false) != AKV_OK);
+            (void)akv_dev_sync(a.dev);
+            CHECK_OK(akv_dev_clear_faults(a.dev));
+            CHECK_OK(akv_route_truncate(a.r, P - 1));
+            fx_pair_same_step(&a, &b, tokens + P - 1, 2, logits);
+        }
+        fx_pair_close(&a, &b);
+    }
+
+    TEST_CASE(failed_fence_on_a_shared_stage_spares_other_routes_after_recovery) {
+        /* Staged queued routes S1 and S2 share a stage; R, resident, never touches it. S1's
+         * decode step has its k-th copy fail while it runs (for every k); the device
+         * recovers; S2 then steps, its lease taking the slot S1's lease held. The stage must
+         * not make the recovered device wait on S1's failed fence (a wait on a failed record
+         * faults the waiting queue: R then failed too, with no fault armed: a randomized
+         * review); it reports its own failure instead. R syncs and steps. */
+        for (uint64_t k = 1; k <= 8; k++) {
+            pools p;
+            if (!pools_open(&p, c, 64)) break;
+            akv_forward_params fdp = {.max_chunk = P};
+            akv_forward_dev *fd = NULL;
+            akv_stage_params sp = akv_stage_default_params();
+            sp.slot_pages = akv_route_slot_pages(&p.g, 4 * P, 2);
+            akv_stage *stg = NULL;
+            akv_route *s1 = NULL, *s2 = NULL, *r = NULL;
+            CHECK_OK(akv_forward_dev_create(p.dev, model, &fdp, &fd));
+            CHECK_OK(akv_stage_create(p.dev, p.hp, p.dp, &sp, &stg));
+            akv_route_params ps = {.kind = AKV_ROUTE_STAGED, .max_tokens = 4 * P, .queued = true,
+                                   .window_pages = 2, .stage = stg, .prefetch = -1};
+            akv_route_params pr = {.kind = AKV_ROUTE_RESIDENT, .max_tokens = 4 * P, .queued = true};
+            if (stg) CHECK_OK(akv_route_create(p.dev, p.hp, p.dp, &ps, &s1));
+            if (stg) CHECK_OK(akv_route_create(p.dev, p.hp, p.dp, &ps, &s2));
+            CHECK_OK(akv_route_create(p.dev, p.hp, p.dp, &pr, &r));
+            if (fd && s1 && s2 && r) {
+                CHECK_OK(fx_feed_route(s1, NULL, fd, P, tokens, 2 * P + 9, NULL));
+                CHECK_OK(fx_feed_route(s2, NULL, fd, P, tokens + 50, 2 * P + 9, NULL));
+                CHECK_OK(fx_feed_route(r, NULL, fd, P, tokens + 100, 5, NULL));
+                CHECK_OK(akv_route_sync(s1));
+                CHECK_OK(akv_route_sync(s2));
+                CHECK_OK(akv_route_sync(r));
+                CHECK_OK(akv_dev_inject_fault(p.dev, AKV_FAULT_COPY_EXEC, k, 0));
+                (void)fx_feed_route(s1, NULL, fd, P, tokens + 2 * P + 9, 1, logits);
+                (void)akv_dev_sync(p.dev);
+                CHECK_OK(akv_dev_clear_faults(p.dev));
+                (void)fx_feed_route(s2, NULL, fd, P, tokens + 60, 3, NULL);
+                (void)akv_dev_sync(p.dev);
+                akv_status rs = akv_route_sync(r);
+                TEST_CHECK_(rs == AKV_OK, "copy failing at pass %llu of S1's step: R's sync after "
+                            "recovery returned %s", (unsigned long long)k, akv_status_str(rs));
+                CHECK_OK(fx_feed_route(r, NULL, fd, P, tokens + 105, 1, logits));
+                CHECK_OK(akv_route_sync(r));
+                CHECK_OK(akv__route_check(r));
+            }
+            for (int i = 0; i < 2; i++) { /* the stage may have failed: release, then empty */
+                akv_route *x = i ? s2 : s1;
+                if (!x) continue;
+                (void)akv_route_sync(x);
+                (void)akv_route_sync(x);
+                CHECK_OK(akv_route_truncate(x, 0));
+                CHECK_OK(akv_route_destroy(x));
+            }
+            CHECK_OK(akv_route_destroy(r));
+            if (stg) CHECK_OK(akv_stage_destroy(stg));
+            akv_forward_dev_destroy(fd);
+            pools_close(&p);
+        }
     }
 
     TEST_CASE(failed_write_back_is_not_redone_from_reclaimed_pages) {

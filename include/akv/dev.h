@@ -183,7 +183,7 @@ akv_status akv_dev_event_query(akv_dev *dev, akv_event *ev, int *done);
  * covers failed while it ran (the host backend: a record that completed on a faulted queue;
  * it stays failed until recorded again), 0 when it completed without error. AKV_EDEVICE when
  * the backend cannot tell (CUDA after an error: the context's errors are sticky); AKV_ESTATE
- * if never recorded or not complete yet. */
+ * if never recorded (logged: misuse) or not complete yet (not logged). */
 akv_status akv_dev_event_outcome(akv_dev *dev, akv_event *ev, int *failed);
 /* Blocks until ev's current record completes. AKV_EDEVICE when the work it covers failed
  * (the error is returned, never ignored); AKV_ESTATE if never recorded. */

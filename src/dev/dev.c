@@ -457,10 +457,7 @@ akv_status akv_dev_event_outcome(akv_dev *dev, akv_event *ev, int *failed) {
     int d = 0;
     akv_status st = dev->backend->event_query(dev->state, ev->impl, &d);
     if (st) return st;
-    if (d == 0) {
-        AKV_LOG_E("dev: the outcome of an event's record that has not completed");
-        return AKV_ESTATE;
-    }
+    if (d == 0) return AKV_ESTATE; /* not complete yet: a normal answer, not logged */
     *failed = d < 0;
     return AKV_OK;
 }

@@ -39,6 +39,10 @@ struct akv_route {
                            window page that holds earlier tokens */
     bool wb_check;      /* resident, queued: the step's write-backs were all enqueued and
                            ev_wb recorded; route_settle has not checked how they ended */
+    bool step_open;     /* queued: the step begun last has not reached its last end_layer (its
+                           pass failed, or none ran): its fills and table upload may have been
+                           skipped on a queue that failed, which a wait after the device
+                           recovered no longer shows, so the next step refills */
     int32_t *tab_h;     /* pinned */
     akv_dptr tab_d;     /* device */
     akv_event **ev;     /* [n_layers]: the layer's attention enqueued (write-back waits on it) */
@@ -76,6 +80,7 @@ static akv_status route_wait(akv_route *r) {
     /* a queue failed: what it held may not have run, the tables and fills on the device
      * included (accepted is not done): the next step rewrites them all */
     if (st) r->refill = true; /* refill re-uploads the whole table too */
+    if (!st && r->step_open) r->refill = true, r->step_open = false;
     return st;
 }
 
@@ -576,6 +581,7 @@ akv_status akv_route_begin_step(akv_route *r, uint64_t n_total) {
         r->tab_dirty = false;
     }
     r->refill = false;
+    r->step_open = r->queued;
     r->step_first = n_old;
     r->n_tokens = n_total;
     r->stats.n_steps++;
@@ -727,7 +733,9 @@ static akv_status route_end_layer(void *user, uint32_t layer) {
     akv_route *r = user;
     akv_status st = route_layer_ok(r, layer, "end_layer");
     if (st) return st;
-    return r->stage ? route_seal_layer(r, layer) : route_writeback(r, layer);
+    st = r->stage ? route_seal_layer(r, layer) : route_writeback(r, layer);
+    if (st == AKV_OK && layer + 1 == r->geom.n_layers) r->step_open = false;
+    return st;
 }
 
 akv_forward_kv akv_route_forward_kv(akv_route *r) {
