@@ -106,9 +106,11 @@ typedef struct akv_route_params {
     uint32_t window_pages; /* window pages per layer kept on the device (>= 2: the sink and
                               the newest); 0 = AKV_ROUTE_WINDOW_PAGES */
     akv_stage *stage;      /* the transport, borrowed (several routes may share one; its slots
-                              must hold akv_route_slot_pages pages); NULL = the route creates
-                              its own with 2 slots from the device pool's staging reserve
-                              (akv_route_staging_pages of them) */
+                              must hold akv_route_slot_pages pages; a lease a failed pass left
+                              open blocks every other route's begin on it, AKV_ESTATE (stage
+                              I3), until that route truncates or syncs); NULL = the route
+                              creates its own with 2 slots from the device pool's staging
+                              reserve (akv_route_staging_pages of them) */
     int prefetch;          /* queued mode: stage layer 0 of the NEXT decode step as soon as this
                               step's last layer is sealed, so its copies cross the bus while the
                               output head, sampling and begin_step run (file comment). 0 = on
