@@ -34,15 +34,15 @@ struct akv_route {
      * points into tab_h) */
     bool queued;
     bool tab_dirty;     /* indices changed since the last upload */
-    bool refill;        /* a step failed after the device pool placed its window: the pool
-                           marks pages fresh for one step only, so the next step refills every
-                           window page that holds earlier tokens */
+    bool refill;        /* the device window is not trusted: a step failed after the device
+                           pool placed it (the pool marks pages fresh for one step only), a
+                           queue failed, or (queued) the step begun last has not reached its
+                           last end_layer (its fills and table upload may have been skipped
+                           on a queue that failed, which a wait after a recovery no longer
+                           shows). The next step refills every window page that holds earlier
+                           tokens and uploads the whole table */
     bool wb_check;      /* resident, queued: the step's write-backs were all enqueued and
                            ev_wb recorded; route_settle has not checked how they ended */
-    bool step_open;     /* queued: the step begun last has not reached its last end_layer (its
-                           pass failed, or none ran): its fills and table upload may have been
-                           skipped on a queue that failed, which a wait after the device
-                           recovered no longer shows, so the next step refills */
     int32_t *tab_h;     /* pinned */
     akv_dptr tab_d;     /* device */
     akv_event **ev;     /* [n_layers]: the layer's attention enqueued (write-back waits on it) */
@@ -80,7 +80,6 @@ static akv_status route_wait(akv_route *r) {
     /* a queue failed: what it held may not have run, the tables and fills on the device
      * included (accepted is not done): the next step rewrites them all */
     if (st) r->refill = true; /* refill re-uploads the whole table too */
-    if (!st && r->step_open) r->refill = true, r->step_open = false;
     return st;
 }
 
@@ -403,7 +402,7 @@ static akv_status route_copy_rows(akv_route *r, uint32_t layer) {
     return AKV_OK;
 }
 
-/* Before the step's first fresh page is filled or written: a page the device pool placed may
+/* Before a step fills or writes its fresh pages: a page the device pool placed may
  * have left another context's window (reclaimed) or this one's, and a write-back of another
  * route may still be reading it (docs/mem.md, "Fences"). Queued: the compute queue (fills,
  * the pass's kernels) waits for every write-back enqueued so far; direct: the host waits for
@@ -535,7 +534,10 @@ akv_status akv_route_begin_step(akv_route *r, uint64_t n_total) {
     /* 3. per layer: fill fresh window pages that hold earlier tokens, and the CSR table (the
      * staged pages' entries are written at begin_layer, from the slot the copy used) */
     uint32_t P = r->geom.page_tokens;
-    bool ordered = false;
+    if ((res.n_fresh || refill) && (st = route_order_fills(r))) {
+        akv_host_table_truncate(r->ht, n_old);
+        return st;
+    }
     r->n_staged = 0;
     for (uint32_t l = 0; l < r->geom.n_layers; l++) {
         for (uint32_t w = 0, next = 0; w < want; w++) {
@@ -544,13 +546,6 @@ akv_status akv_route_begin_step(akv_route *r, uint64_t n_total) {
             for (; l == 0 && next < s.logical; next++) /* the gap before it is staged */
                 r->staged[r->n_staged++] = next;
             next = s.logical + 1;
-            if ((s.fresh || refill) && !ordered) {
-                ordered = true;
-                if ((st = route_order_fills(r))) {
-                    akv_host_table_truncate(r->ht, n_old);
-                    return st;
-                }
-            }
             if ((s.fresh || refill) && (uint64_t)s.logical * P < n_old &&
                 (st = route_fill(r, l, s.logical, s.page_id))) {
                 akv_host_table_truncate(r->ht, n_old);
@@ -580,8 +575,7 @@ akv_status akv_route_begin_step(akv_route *r, uint64_t n_total) {
         }
         r->tab_dirty = false;
     }
-    r->refill = false;
-    r->step_open = r->queued;
+    r->refill = r->queued; /* until the step's last end_layer */
     r->step_first = n_old;
     r->n_tokens = n_total;
     r->stats.n_steps++;
@@ -734,7 +728,7 @@ static akv_status route_end_layer(void *user, uint32_t layer) {
     akv_status st = route_layer_ok(r, layer, "end_layer");
     if (st) return st;
     st = r->stage ? route_seal_layer(r, layer) : route_writeback(r, layer);
-    if (st == AKV_OK && layer + 1 == r->geom.n_layers) r->step_open = false;
+    if (st == AKV_OK && layer + 1 == r->geom.n_layers) r->refill = false;
     return st;
 }
 
