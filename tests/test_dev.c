@@ -48,6 +48,9 @@ static void exec_fault_cases(akv_dev *dev) {
         failed = 0; /* the failed record stays failed after recovery, until recorded again */
         CHECK_OK(akv_dev_event_outcome(dev, ev2, &failed));
         CHECK_EQ_INT(failed, 1);
+        /* ... but waiting on it no longer faults the recovered queue (old, finished work) */
+        CHECK_OK(akv_dev_queue_wait_event(dev, AKV_QUEUE_COMPUTE, ev2));
+        CHECK_OK(akv_dev_queue_sync(dev, AKV_QUEUE_COMPUTE));
         CHECK_OK(akv_dev_event_record(dev, ev, AKV_QUEUE_H2D));
         CHECK_OK(akv_dev_event_sync(dev, ev)); /* a new record after recovery succeeds */
         CHECK_OK(akv_dev_event_outcome(dev, ev, &failed));

@@ -20,7 +20,9 @@
  * Faults. A command that fails while it runs (an injected exec failure, an op returning an
  * error, a wait on a failed record) faults its queue: later commands on it are skipped, the
  * records on it complete as failed, and queue/device sync report AKV_EDEVICE until
- * clear_faults. Skipped records still complete, so no waiter ever hangs.
+ * clear_faults. Skipped records still complete, so no waiter ever hangs. A record that failed
+ * before a clear_faults stays failed (akv_dev_event_outcome) but no longer faults a queue that
+ * waits on it: the recovered device is not failed again by old work.
  *
  * Locks: each queue's `mu` guards its list and counters; the state's `mu` guards every event
  * and every queue's `faulted`. A worker never holds both.
@@ -50,6 +52,7 @@ typedef struct host_event {
     akv_queue last_q;                  /* queue of the latest record */
     uint64_t done[AKV_N_QUEUES];       /* highest completed record seq, per queue */
     uint64_t failed_seq[AKV_N_QUEUES]; /* highest record seq that completed failed, per queue */
+    uint64_t failed_epoch[AKV_N_QUEUES]; /* host_state.epoch when that record failed */
     uint64_t t_ns;                     /* completion time of the latest record */
 } host_event;
 
@@ -105,6 +108,7 @@ typedef struct host_state {
     pthread_cond_t ev_cv;  /* some record completed (or stop) */
     int stop;              /* guarded by mu: closing, waiters give up */
     int n_workers;         /* guarded by mu: worker threads alive; the last one frees the state */
+    uint64_t epoch;        /* guarded by mu: recoveries so far (clear_faults) */
     host_queue q[AKV_N_QUEUES];
 } host_state;
 
@@ -252,7 +256,8 @@ static void host_run(host_queue *q, host_cmd *c) {
         pthread_mutex_lock(&s->mu);
         host_event *ev = c->ev;
         if (c->seq > ev->done[q->id]) ev->done[q->id] = c->seq;
-        if (q->faulted && c->seq > ev->failed_seq[q->id]) ev->failed_seq[q->id] = c->seq;
+        if (q->faulted && c->seq > ev->failed_seq[q->id])
+            ev->failed_seq[q->id] = c->seq, ev->failed_epoch[q->id] = s->epoch;
         if (c->seq == ev->submitted) ev->t_ns = akv_clock_ns();
         pthread_cond_broadcast(&s->ev_cv);
         pthread_mutex_unlock(&s->mu);
@@ -262,7 +267,9 @@ static void host_run(host_queue *q, host_cmd *c) {
         pthread_mutex_lock(&s->mu);
         host_event *ev = c->ev;
         while (ev->done[c->ev_q] < c->seq && !s->stop) pthread_cond_wait(&s->ev_cv, &s->mu);
-        if (ev->failed_seq[c->ev_q] >= c->seq) {
+        /* a record that failed before the last recovery is finished work: waiting for it is
+         * satisfied, it does not fault the recovered queue (its outcome stays failed) */
+        if (ev->failed_seq[c->ev_q] >= c->seq && ev->failed_epoch[c->ev_q] == s->epoch) {
             char why[160];
             snprintf(why, sizeof why, "waited on an event whose record on queue %s failed",
                      akv_queue_name(c->ev_q));
@@ -700,6 +707,7 @@ static void host_clear_faults(void *state) {
     host_state *s = state;
     host_drain(s); /* work accepted before the recovery ends as it would have (skipped) */
     pthread_mutex_lock(&s->mu);
+    s->epoch++;
     for (int i = 0; i < AKV_N_QUEUES; i++) {
         s->q[i].faulted = 0;
         s->q[i].why[0] = 0;

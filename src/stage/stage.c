@@ -377,20 +377,6 @@ static akv_status rec_record(akv_stage *st, stage_rec *rec, int e, akv_queue q) 
     return s;
 }
 
-/* Makes the H2D queue wait for a fence's record, unless that record is already known to have
- * failed: a fence that failed before the device recovered would fault the recovered queues
- * (the host backend carries a failure through every wait on it; a route that never touched
- * this stage then failed too: a randomized review), so the stage reports its transport
- * failure itself. A record not complete yet is waited for on the device. */
-static akv_status h2d_wait_fence(akv_stage *st, akv_event *ev) {
-    int failed = 0;
-    if (akv_dev_event_outcome(st->dev, ev, &failed) == AKV_OK && failed) {
-        AKV_LOG_E("stage: a fence the H2D queue would wait for has failed (before a recovery)");
-        return AKV_EDEVICE;
-    }
-    return akv_dev_queue_wait_event(st->dev, AKV_QUEUE_H2D, ev);
-}
-
 /* Makes the H2D queue wait for every reader fence `prior` has recorded (before anything
  * touches the slot). Counts the waits. */
 static akv_status wait_readers(akv_stage *st, stage_rec *rec, const stage_rec *prior) {
@@ -398,7 +384,7 @@ static akv_status wait_readers(akv_stage *st, stage_rec *rec, const stage_rec *p
         int e = reader_events[i];
         if (!prior->recorded[e]) continue;
         rec->h2d_used = 1;
-        akv_status s = h2d_wait_fence(st, prior->ev[e]);
+        akv_status s = akv_dev_queue_wait_event(st->dev, AKV_QUEUE_H2D, prior->ev[e]);
         if (s != AKV_OK) return s;
         rec->rc.n_prior_waits++;
         st->stats.n_prior_waits++;
@@ -576,7 +562,7 @@ akv_status akv_stage_copy(akv_stage *st, akv_stage_lease l, const akv_host_page 
         lease_ref wr = rec_ref(w);
         if (already_waited(rec, wr)) continue;
         AKV_ASSERT(w->recorded[EV_WB_DONE]); /* only sealed or cancelled leases are writers */
-        ds = h2d_wait_fence(st, w->ev[EV_WB_DONE]);
+        ds = akv_dev_queue_wait_event(st->dev, AKV_QUEUE_H2D, w->ev[EV_WB_DONE]);
         if (ds == AKV_OK) {
             rec->waited[rec->n_waited++] = wr;
             rec->rc.n_prior_waits++;
