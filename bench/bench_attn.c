@@ -17,7 +17,10 @@
  * stdout and appended to $AKV_BENCH_OUT when set. AKV_BENCH_ATTN_VARIANTS=all (or "0,2")
  * prints one decode table per decode variant (akv/attn.h), each over the same page tables,
  * against one PyTorch run. AKV_BENCH_HOST=1 also prints, per decode row, the launcher's
- * host time per eager call (planning, checks, launch; no graph).
+ * host time per eager call (planning, checks, launch; no graph). Decode calls prefetch their
+ * history (akv_attn_decode.prefetch_history) unless AKV_BENCH_PREFETCH=0. AKV_BENCH_PAGES=order
+ * places each history on consecutive pages instead of scattering them; AKV_BENCH_PAGE_TOKENS=P0:P1
+ * sets the two geometries' page sizes (placement experiments).
  */
 #define _POSIX_C_SOURCE 200809L /* popen */
 #include <math.h>
@@ -46,7 +49,7 @@ typedef struct geom {
     uint32_t hq, hkv, d, page_tokens;
 } geom;
 
-static const geom GEOMS[2] = {{"32/8 d128", 32, 8, 128, 64}, {"9/3 d64", 9, 3, 64, 256}};
+static geom GEOMS[2] = {{"32/8 d128", 32, 8, 128, 64}, {"9/3 d64", 9, 3, 64, 256}};
 
 typedef struct torch_row {
     char kind;
@@ -137,10 +140,22 @@ static size_t page_bytes_of(const geom *g) {
     return 2ull * g->hkv * g->page_tokens * g->d * 2;
 }
 
-/* Random distinct page ids of the pool (a prefix of a shuffled permutation). */
+/* Whether decode calls prefetch their history (akv_attn_decode.prefetch_history), as the forward
+ * pass's do: AKV_BENCH_PREFETCH=0 turns it off. The kernel before each timed call is the previous
+ * call, which writes no page and no table, so the promise holds. */
+static bool bench_prefetch(void) {
+    const char *e = getenv("AKV_BENCH_PREFETCH");
+    return !(e && strcmp(e, "0") == 0);
+}
+
+/* Random distinct page ids of the pool (a prefix of a shuffled permutation); with
+ * AKV_BENCH_PAGES=order, consecutive ids instead (each sequence's history one contiguous run, as
+ * a dense tensor holds it: the placement's own cost, measured against the scattered default). */
 static int32_t *random_pages(uint32_t n_pool_pages, uint32_t n) {
     int32_t *perm = malloc((size_t)n_pool_pages * sizeof *perm);
     for (uint32_t i = 0; i < n_pool_pages; i++) perm[i] = (int32_t)i;
+    const char *order = getenv("AKV_BENCH_PAGES");
+    if (order && strcmp(order, "order") == 0) return perm;
     for (uint32_t i = 0; i < n && i < n_pool_pages; i++) {
         uint32_t j = i + (uint32_t)(rnd() % (n_pool_pages - i));
         int32_t t = perm[i];
@@ -241,6 +256,7 @@ static double bench_decode(const geom *g, uint32_t b, uint32_t n, uint32_t nq, a
                    .n_pages = n_pool_pages, .max_pages = np, .n_kv_heads = g->hkv, .head_dim = g->d,
                    .page_tokens = g->page_tokens, .dtype = AKV_DTYPE_BF16},
             .n_heads = g->hq, .n_query = nq, .q = q, .q_dtype = AKV_DTYPE_BF16, .o = o, .o_dtype = AKV_DTYPE_BF16,
+            .prefetch_history = bench_prefetch(),
         };
         w->p[s] = p;
     }
@@ -345,6 +361,17 @@ typedef struct dcfg {
 int main(void) {
     akv_dev_info info;
     dev = bench_cuda_or_skip(&info);
+    /* AKV_BENCH_PAGE_TOKENS = "P0:P1": other page sizes for the two geometries (powers of two) */
+    const char *pt = getenv("AKV_BENCH_PAGE_TOKENS");
+    unsigned p0 = 0, p1 = 0;
+    if (pt && *pt) {
+        if (sscanf(pt, "%u:%u", &p0, &p1) != 2 || !p0 || !p1 || (p0 & (p0 - 1)) || (p1 & (p1 - 1)) || p0 > 1024 ||
+            p1 > 1024) {
+            fprintf(stderr, "bench_attn: AKV_BENCH_PAGE_TOKENS=%s: want P0:P1, powers of two up to 1024\n", pt);
+            return 2;
+        }
+        GEOMS[0].page_tokens = p0, GEOMS[1].page_tokens = p1;
+    }
     dcfg dc[MAX_CFG];
     int n_dc = 0, n_pf_geoms = 2;
     const uint32_t b1_lens[5] = {1024, 4096, 8192, 32768, 131072}, bn_lens[4] = {4096, 8192, 16384, 32768};
@@ -402,8 +429,8 @@ int main(void) {
                "Device copy rate (1 GiB device-to-device, read + written): **%.0f GB/s**. "
                "PyTorch: `scaled_dot_product_attention(enable_gqa=True)`, default dispatch and the "
                "fastest backend that takes the shape; both timed as CUDA-graph replays with "
-               "inputs rotated past L2.\n\n",
-               copy_gbs);
+               "inputs rotated past L2. Decode history prefetch (akv/attn.h): %s.\n\n",
+               copy_gbs, bench_prefetch() ? "on" : "off");
     /* one decode table per variant (AKV_BENCH_ATTN_VARIANTS), the same page tables for each */
     uint32_t variants[AKV_ATTN_DECODE_VARIANTS];
     int n_var = bench_variants(variants);

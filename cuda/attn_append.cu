@@ -21,6 +21,12 @@ struct app_args {
 };
 
 __global__ void __launch_bounds__(256) attn_append_kernel(const app_args a) {
+    /* A programmatic dependent that lets its own dependent (the decode that reads these rows)
+     * be scheduled at once: that kernel waits for this one's completion before it reads q or
+     * the rows written here, and what it reads earlier its caller vouches nothing running
+     * writes (akv_attn_decode.prefetch_history). This kernel reads nothing before its wait. */
+    attn_grid_dep_launch();
+    attn_grid_dep_wait();
     const int s = blockIdx.y;
     int start, n;
     if (a.qo_indptr) start = a.qo_indptr[s], n = a.qo_indptr[s + 1] - start;
@@ -75,9 +81,7 @@ akv_status akv__attn_cuda_append_launch(const akv_attn_pages *kv, akv_dptr qo_in
         AKV_LOG_E("attn %s: %u new tokens per sequence are too many for one call", op, max_new);
         return AKV_EUNSUPPORTED;
     }
-    attn_append_kernel<<<dim3((unsigned)n_blocks, kv->n_seq), 256, 0, stream>>>(a);
-    AKV_CUDA_TRY(cudaGetLastError());
-    return AKV_OK;
+    return attn_launch_dependent(attn_append_kernel, dim3((unsigned)n_blocks, kv->n_seq), 256, 0, stream, a);
 }
 
 extern "C" akv_status akv_attn_cuda_append(const akv_attn_append *p, void *stream) {

@@ -112,6 +112,7 @@ struct dec_args {
     int n_heads, group, n_query, rows, n_row_tiles;
     int n_parts, part_tokens;
     float scale_log2; /* scale * log2(e) */
+    int prefetch;     /* akv_attn_decode.prefetch_history */
 };
 
 /* Issue the cp.async of keys t0..t0+63 (K and V) into one tile's slot; positions >= t_end
@@ -380,9 +381,13 @@ __global__ void __launch_bounds__(32 * NW, MINB) attn_decode_kernel(const dec_ar
     using C = dec_cfg<D, ST, NW>;
     constexpr int NT = C::NT;
     extern __shared__ __align__(128) unsigned char smem[];
-    /* launched as a programmatic dependent (attn_launch_dependent): wait until the kernels before it
-     * on the stream are complete and their writes visible, before any global access */
-    attn_grid_dep_wait();
+    /* Launched as a programmatic dependent (attn_launch_dependent): attn_grid_dep_wait returns
+     * once the kernel before it on the stream has completed and its writes are visible. It comes
+     * before any global access, unless the caller vouches (akv_attn_decode.prefetch_history)
+     * that nothing still running writes the page tables or the keys below the queries' own
+     * positions: then the table lookups and the first steps' loads of such keys go first (they
+     * overlap the previous kernel's tail), and q, the queries' own rows and the workspace after. */
+    if (!a.prefetch) attn_grid_dep_wait();
     dec_stamp(0);
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     /* group, warp and thread in it (one group: the block's own, with no arithmetic) */
@@ -404,11 +409,24 @@ __global__ void __launch_bounds__(32 * NW, MINB) attn_decode_kernel(const dec_ar
     unsigned char *sq = smem + C::STAGES * C::STAGE_BYTES;
     const uint32_t sq_u = attn_smem_addr(sq);
 
-    /* 1. the query rows into registers (their loads overlap the page-table lookups), the
-     *    first STAGES-1 steps in flight, then the rows into shared memory as bf16, swizzled;
-     *    padding rows are zero */
+    /* 1. the first STAGES-1 steps in flight (with prefetch_history, those below the queries'
+     *    rows before the wait), the query rows into registers and then into shared memory as
+     *    bf16, swizzled; padding rows are zero */
+    /* group g loads tile g of every step (keys t0 + 64g ..) */
+    const int gk = grp * C::TILE;
+    const uint32_t gslot = grp * C::TILE_BYTES;
+    int st = 0;
+    if (a.prefetch) { /* the steps whose tile lies below the queries' rows, then the wait */
+        for (; st < C::STAGES - 1 && st < n_steps; st++) {
+            const int t0 = k0 + st * C::STEP + gk;
+            if (min(t0 + C::TILE, k1) > len - a.n_query) break;
+            dec_load_tile<D>(a.kv, pb, h, t0, k1, ring + st * C::STAGE_BYTES + gslot, gtid, dec_tile_page(a.kv, pb, t0, k1));
+            attn_cp_commit();
+        }
+        attn_grid_dep_wait();
+    }
     constexpr int QCH = 16 * MT * (D / 8), QPT = (QCH + NT - 1) / NT; /* 16-byte chunks of q, per thread */
-    uint4 qv[QPT];
+    uint4 qv[QPT]; /* their loads overlap the lookups of the steps below */
 #pragma unroll
     for (int i = 0; i < QPT; i++) {
         const int idx = tid + i * NT, r = idx / (D / 8), c = idx % (D / 8), gr = row0 + r;
@@ -419,10 +437,7 @@ __global__ void __launch_bounds__(32 * NW, MINB) attn_decode_kernel(const dec_ar
             qv[i] = attn_load8_bf16(a.q, a.q_f32, off);
         }
     }
-    /* group g loads tile g of every step (keys t0 + 64g ..) */
-    const int gk = grp * C::TILE;
-    const uint32_t gslot = grp * C::TILE_BYTES;
-    for (int st = 0; st < C::STAGES - 1; st++) {
+    for (; st < C::STAGES - 1; st++) {
         if (st < n_steps) {
             const int t0 = k0 + st * C::STEP + gk;
             dec_load_tile<D>(a.kv, pb, h, t0, k1, ring + st * C::STAGE_BYTES + gslot, gtid, dec_tile_page(a.kv, pb, t0, k1));
@@ -820,6 +835,7 @@ extern "C" akv_status akv_attn_cuda_decode(const akv_attn_decode *p, akv_dptr wo
     a.n_parts = (int)sp.n_parts;
     a.part_tokens = (int)sp.part_tokens;
     a.scale_log2 = akv__attn_scale(p->scale, p->kv.head_dim) * ATTN_LOG2E;
+    a.prefetch = p->prefetch_history;
     /* the merge is fused: a cluster or the last block of each (sequence, head) does it */
     return attn_launch_dependent(pl.pick.kernel, pl.grid, pl.pick.threads, pl.pick.smem,
                                  static_cast<cudaStream_t>(stream), a, pl.pick.cluster);

@@ -9,7 +9,8 @@
  * 16-byte aligned go byte by byte. blockIdx.x: which slice of every span's words.
  *
  * Busy kernel. n_iters dependent FMAs per thread; n_blocks x n_threads threads; writes one
- * float to the sink only if the result is an impossible value (keeps the loop alive).
+ * float to the sink only if the result is an impossible value (keeps the loop alive). It lets
+ * a programmatic dependent launched after it start at once (which then waits for it).
  */
 #include <cuda_runtime.h>
 #include <stdint.h>
@@ -77,6 +78,11 @@ extern "C" cudaError_t akv__cuda_copy_kernel(const akv_dev_xfer *x, size_t n, in
 }
 
 __global__ void busy_kernel(uint64_t n_iters, float *sink) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    /* a programmatic dependent launched after it may be scheduled at once (it waits for this
+     * kernel's completion before it consumes anything: tests overlap such launches with it) */
+    asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+#endif
     float a = 1.0f + threadIdx.x * 1e-6f;
     const float b = 0.999999f, c = 1e-7f;
     for (uint64_t i = 0; i < n_iters; i++) a = fmaf(a, b, c);

@@ -68,6 +68,7 @@
 #ifndef AKV_ATTN_H
 #define AKV_ATTN_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -116,6 +117,13 @@ typedef struct akv_attn_decode {
     akv_dtype o_dtype; /* f32 or bf16 (also f16 in the ref) */
     akv_dptr lse;      /* f32 [n_seq][n_query][n_heads] (natural log); 0 = not wanted */
     float scale;       /* score scale; 0 = 1/sqrt(head_dim); else finite and > 0 */
+    /* CUDA (the ref ignores it): true when no kernel that may still be running as this one
+     * starts writes the page tables or the keys below the queries' own positions (< len -
+     * n_query; the queries' rows may still be landing, e.g. from akv_attn_cuda_append). The
+     * decode, a programmatic dependent of the stream's previous kernel, then looks up its
+     * pages and loads its first such keys while that kernel finishes; q, the queries' rows
+     * and the workspace always wait for it. false: every read waits. */
+    bool prefetch_history;
 } akv_attn_decode;
 
 /* Causal prefill of a chunk of new tokens per sequence over its history and itself. The
@@ -311,10 +319,14 @@ void akv_attn_merge_state(uint32_t head_dim, float *o_a, float *lse_a, const flo
  * call leaves at zero again, so a workspace is zeroed once, not per call (a workspace from
  * a failed launch must be zeroed again, and so must one used before by a decode of another
  * layout: another n_seq, split or n_query moves the counters onto bytes that held partial
- * states). One workspace must not be shared by calls in flight at the same time. The kernel is launched as a programmatic dependent of the
- * stream's previous kernel (its blocks may be scheduled while that kernel finishes; they
- * wait for its completion before touching memory) and lets the next one be scheduled once
- * its key loops are done; AKV_ATTN_PDL=0 in the environment launches it plainly (A/B). */
+ * states). One workspace must not be shared by calls in flight at the same time. The kernel
+ * is launched as a programmatic dependent of the stream's previous kernel (its blocks may be
+ * scheduled while that kernel finishes; they wait for its completion before touching memory,
+ * but for what p->prefetch_history allows them to read early) and lets the next one be
+ * scheduled once its key loops are done; AKV_ATTN_PDL=0 in the environment launches it
+ * plainly (A/B). akv_attn_cuda_append is launched the same way and lets its dependent start
+ * at once, so a decode right after the append of its queries' rows prefetches while the
+ * append waits for its own predecessor and writes. */
 akv_status akv_attn_cuda_decode(const akv_attn_decode *p, akv_dptr workspace,
                                 size_t workspace_bytes, void *stream);
 

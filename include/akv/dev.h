@@ -293,7 +293,9 @@ akv_status akv_dev_op_launch(akv_dev *dev, const akv_dev_op *op, const void *arg
 int akv_dev_op_supported(const akv_dev *dev, const akv_dev_op *op);
 
 /* Built-in op "busy": keeps the compute queue (and on CUDA the SMs) busy with a fixed amount
- * of arithmetic: benchmarks measure copies under compute, tests prove ordering with it. */
+ * of arithmetic: benchmarks measure copies under compute, tests prove ordering with it. On
+ * CUDA it lets a kernel launched after it as a programmatic dependent start at once (such a
+ * kernel waits for it before it consumes anything, akv/attn.h). */
 typedef struct akv_dev_busy_args {
     uint32_t n_blocks;  /* CUDA: thread blocks; 0 = enough to fill every SM */
     uint32_t n_threads; /* CUDA: threads per block; 0 = 512 */

@@ -420,7 +420,12 @@ static akv_status fdev_attend(akv_forward_dev *f, const akv_attn_pages *pg, uint
                                             .q_dtype = AKV_DTYPE_F32,
                                             .q_stride = f->qkv_dim,
                                             .o = f->att,
-                                            .o_dtype = AKV_DTYPE_BF16}};
+                                            .o_dtype = AKV_DTYPE_BF16,
+                                            /* what may still run as it starts: the append
+                                             * above (the queries' rows only) and the RoPE
+                                             * before it (the scratch); the tables and pages
+                                             * arrive by copies, which it never overlaps */
+                                            .prefetch_history = true}};
         if ((st = fdev_attn_ws(f, &d.p))) return st;
         d.workspace = f->attn_ws, d.workspace_bytes = f->attn_ws_bytes;
         return FDEV_LAUNCH(f, akv_fwd_op_attn_decode, d);

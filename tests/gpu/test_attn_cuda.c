@@ -9,6 +9,7 @@
 
 #include "akv/attn.h"
 #include "akv/dev.h"
+#include "akv/forward_ops.h"
 #include "akv/log.h"
 #include "attn_fixture.h"
 #ifdef AKV_HAVE_CUDA
@@ -79,12 +80,12 @@ static uint64_t expect_cluster(uint32_t n_parts) {
 
 /* One decode on the device: o (typed) and lse come back in host buffers; *info (when given)
  * says how it was launched. */
-static akv_status run_decode(const fx_table *f, const dtable *d, uint32_t nq, akv_dptr q, akv_dtype q_dtype,
-                             akv_dtype o_dtype, void *o_h, float *lse_h, run_info *info) {
+static akv_status run_decode_as(const fx_table *f, const dtable *d, uint32_t nq, akv_dptr q, akv_dtype q_dtype,
+                                akv_dtype o_dtype, void *o_h, float *lse_h, run_info *info, bool prefetch) {
     size_t n_rows = (size_t)f->n_seq * nq * f->g.n_heads, d_ = f->g.head_dim;
     akv_attn_decode p = {
         .kv = dt_pages(f, d), .n_heads = f->g.n_heads, .n_query = nq, .q = q, .q_dtype = q_dtype,
-        .o_dtype = o_dtype,
+        .o_dtype = o_dtype, .prefetch_history = prefetch,
     };
     p.o = poisoned(n_rows * d_ * akv_dtype_size(o_dtype));
     p.lse = poisoned(n_rows * 4);
@@ -106,6 +107,10 @@ static akv_status run_decode(const fx_table *f, const dtable *d, uint32_t nq, ak
     }
     dfree(ws), dfree(p.o), dfree(p.lse);
     return st;
+}
+static akv_status run_decode(const fx_table *f, const dtable *d, uint32_t nq, akv_dptr q, akv_dtype q_dtype,
+                             akv_dtype o_dtype, void *o_h, float *lse_h, run_info *info) {
+    return run_decode_as(f, d, nq, q, q_dtype, o_dtype, o_h, lse_h, info, false);
 }
 
 /* The largest difference between two decodes' outputs (o relative to its row's largest
@@ -149,8 +154,9 @@ static void check_merges_agree(const fx_table *f, const dtable *d, uint32_t nq, 
     free(o3), free(l3);
 }
 
-/* Decode on the device against the float64 reference, twice (bitwise equal); with one_seq,
- * check_merges_agree too. Returns whether it launched as a cluster. */
+/* Decode on the device against the float64 reference, twice (bitwise equal: the second run
+ * prefetches its history, which changes when loads are issued, never what they read); with
+ * one_seq, check_merges_agree too. Returns whether it launched as a cluster. */
 static int decode_case_at(const char *name, fx_geom g, uint32_t n_seq, const uint32_t *len, uint32_t nq,
                           uint32_t cap_slack, akv_dtype q_dtype, akv_dtype o_dtype, bool one_seq) {
     fx_table f;
@@ -174,7 +180,7 @@ static int decode_case_at(const char *name, fx_geom g, uint32_t n_seq, const uin
         if (one_seq) check_merges_agree(&f, &d, nq, q_d, q_dtype, o_dtype, o1, l1, &ri);
         printf("  %-44s worst row rel err %.2e, lse err %.2e (%u parts of %u keys%s)\n", name, fx_last_worst,
                fx_last_worst_lse, ri.sp.n_parts, ri.sp.part_tokens, ri.cluster > 1 ? ", cluster launch" : "");
-        CHECK_OK(run_decode(&f, &d, nq, q_d, q_dtype, o_dtype, o2, l2, NULL));
+        CHECK_OK(run_decode_as(&f, &d, nq, q_d, q_dtype, o_dtype, o2, l2, NULL, true));
         CHECK_BYTES(o1, o2, o_bytes);
         CHECK_BYTES(l1, l2, n_rows * 4);
     }
@@ -431,6 +437,86 @@ static void test_append(void) {
     fx_table_free(&f);
 }
 
+/* The prefetch promise kept by the forward pass's order (akv_attn_decode.prefetch_history):
+ * on the compute queue, a long busy kernel that lets dependents start at once, the append of
+ * the queries' rows (which waits for it before writing), then the decode that prefetches its
+ * history. The pool starts with the queries' rows NaN: a decode that read any of them before
+ * the append's writes landed would give NaN rows. While the busy kernel runs, the decode's
+ * blocks are resident and have issued their early loads (test_attn_cuda on an sm_90 device;
+ * on older ones no launch is early and the case holds trivially). Each round must match, bit
+ * for bit, a decode that ran after the append had finished. */
+static void test_prefetch_after_append(void) {
+    const fx_geom g = {32, 8, 128, 64, AKV_DTYPE_BF16};
+    enum { NS = 6, NQ = 2, ROUNDS = 4 };
+    const uint32_t len[NS] = {2, 37, 64, 65, 129, 1000};
+    fx_table f;
+    fx_table_make(&f, g, NS, len, 1, 0, &rng);
+    const size_t row = (size_t)g.n_kv_heads * g.head_dim, n_new = (size_t)NS * NQ;
+    float *kv = fx_random(AKV_DTYPE_F32, 2 * n_new * row, 1.0f, &rng), *nan_kv = malloc(2 * n_new * row * 4);
+    memset(nan_kv, 0xff, 2 * n_new * row * 4);
+    akv_attn_append hp = {.kv = fx_pages(&f), .n_per_seq = NQ, .n_tokens = (uint32_t)n_new, .max_new = NQ,
+                          .k = akv_attn_host_ptr(nan_kv), .v = akv_attn_host_ptr(nan_kv + n_new * row),
+                          .dtype = AKV_DTYPE_F32};
+    CHECK_OK(akv_attn_ref_append(&hp)); /* the queries' rows NaN: the pool each round starts from */
+    unsigned char *poison = malloc(f.pool_bytes);
+    memcpy(poison, f.pool, f.pool_bytes);
+    dtable d = dt_up(&f);
+    akv_dptr kv_d = up(kv, 2 * n_new * row * 4), sink = poisoned(64);
+    const size_t n_rows = n_new * g.n_heads, o_bytes = n_rows * g.head_dim * 2;
+    float *q = fx_random(AKV_DTYPE_F32, n_rows * g.head_dim, 2.0f, &rng);
+    akv_dptr q_d = up(q, n_rows * g.head_dim * 4);
+    akv_fwd_attn_append_args ap = {.p = {.kv = dt_pages(&f, &d), .n_per_seq = NQ, .n_tokens = (uint32_t)n_new,
+                                         .max_new = NQ, .k = kv_d, .v = akv_dptr_offset(kv_d, n_new * row * 4),
+                                         .dtype = AKV_DTYPE_F32}};
+    akv_fwd_attn_decode_args dp = {.p = {.kv = dt_pages(&f, &d), .n_heads = g.n_heads, .n_query = NQ, .q = q_d,
+                                         .q_dtype = AKV_DTYPE_F32, .o = poisoned(o_bytes), .o_dtype = AKV_DTYPE_BF16,
+                                         .lse = poisoned(n_rows * 4), .prefetch_history = true}};
+    akv_attn_split sp;
+    size_t ws_bytes = 0;
+    CHECK_OK(akv_attn_cuda_decode_split(&dp.p, &sp));
+    CHECK_OK(akv_attn_decode_workspace_bytes(&dp.p, &sp, &ws_bytes));
+    dp.workspace = up(NULL, ws_bytes), dp.workspace_bytes = ws_bytes;
+    CHECK_OK(akv_dev_memset_sync(dev, dp.workspace, 0, ws_bytes ? ws_bytes : 16));
+    /* the expected bits: the append, synchronised, then the decode */
+    void *o0 = malloc(o_bytes), *o1 = malloc(o_bytes);
+    float *l0 = malloc(n_rows * 4), *l1 = malloc(n_rows * 4);
+    CHECK_OK(akv_dev_op_launch(dev, &akv_fwd_op_attn_append, &ap, sizeof ap));
+    CHECK_OK(akv_dev_queue_sync(dev, AKV_QUEUE_COMPUTE));
+    CHECK_OK(akv_dev_op_launch(dev, &akv_fwd_op_attn_decode, &dp, sizeof dp));
+    CHECK_OK(akv_dev_queue_sync(dev, AKV_QUEUE_COMPUTE));
+    down(o0, dp.p.o, o_bytes);
+    down(l0, dp.p.lse, n_rows * 4);
+    /* ... which is right: the float64 reference over the pool with the real rows */
+    hp.k = akv_attn_host_ptr(kv), hp.v = akv_attn_host_ptr(kv + n_new * row);
+    CHECK_OK(akv_attn_ref_append(&hp));
+    double *o64 = malloc(n_rows * g.head_dim * 8), *l64 = malloc(n_rows * 8);
+    akv_attn_decode rp = {.kv = fx_pages(&f), .n_heads = g.n_heads, .n_query = NQ, .q = akv_attn_host_ptr(q),
+                          .q_dtype = AKV_DTYPE_F32};
+    CHECK_OK(akv_attn_ref_decode_f64(&rp, o64, l64));
+    FX_COMPARE("decode after append", o0, AKV_DTYPE_BF16, l0, o64, l64, n_rows, g.head_dim, REL_TOL, LSE_TOL);
+    free(o64), free(l64);
+    akv_dev_busy_args busy = {.n_blocks = 1, .n_threads = 32, .n_iters = 400000, .sink = sink};
+    int bad = 0;
+    for (int r = 0; r < ROUNDS; r++) {
+        CHECK_OK(akv_dev_copy_h2d_sync(dev, d.pool, poison, f.pool_bytes));
+        CHECK_OK(akv_dev_memset_sync(dev, dp.p.o, 0xff, o_bytes));
+        CHECK_OK(akv_dev_op_launch(dev, &akv_dev_op_busy, &busy, sizeof busy));
+        CHECK_OK(akv_dev_op_launch(dev, &akv_fwd_op_attn_append, &ap, sizeof ap));
+        CHECK_OK(akv_dev_op_launch(dev, &akv_fwd_op_attn_decode, &dp, sizeof dp));
+        CHECK_OK(akv_dev_queue_sync(dev, AKV_QUEUE_COMPUTE));
+        down(o1, dp.p.o, o_bytes);
+        down(l1, dp.p.lse, n_rows * 4);
+        bad += memcmp(o0, o1, o_bytes) != 0 || memcmp(l0, l1, n_rows * 4) != 0;
+    }
+    printf("  decode after a held append (%u partitions of %u keys): %d of %d rounds differ\n", sp.n_parts,
+           sp.part_tokens, bad, ROUNDS);
+    CHECK_EQ_INT(bad, 0);
+    free(kv), free(nan_kv), free(poison), free(q), free(o0), free(o1), free(l0), free(l1);
+    dfree(kv_d), dfree(sink), dfree(q_d), dfree(dp.p.o), dfree(dp.p.lse), dfree(dp.workspace);
+    dt_free(&d);
+    fx_table_free(&f);
+}
+
 static void test_merge(void) {
     enum { N = 37, D = 128 };
     float *oa = fx_random(AKV_DTYPE_F32, N * D, 1.0f, &rng), *ob = fx_random(AKV_DTYPE_F32, N * D, 1.0f, &rng);
@@ -521,6 +607,7 @@ int main(void) {
                 test_bitwise_cell();
                 test_bitwise_cell_one();
             }
+            TEST_CASE(prefetch_after_append) test_prefetch_after_append();
         }
     CHECK_OK(akv_attn_decode_variant_set(variant0));
     akv_attn_cuda_decode_cluster_set(cluster0);
