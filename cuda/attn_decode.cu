@@ -50,6 +50,7 @@
 /* The profiling build's stamps (akv_attn_cuda_decode_timeline; cmake -DAKV_ATTN_TIMELINE=ON):
  * thread 0 of each block writes %globaltimer and clock64 at point i into a device array. */
 #ifdef AKV_ATTN_TIMELINE
+#define DEC_TL_ON 1
 #define DEC_TL_MAX 16384
 __device__ unsigned long long dec_tl[DEC_TL_MAX][12];
 __device__ unsigned dec_tl_smid[DEC_TL_MAX];
@@ -72,6 +73,7 @@ static __device__ __forceinline__ void dec_stamp(int i) {
 }
 #else
 static __device__ __forceinline__ void dec_stamp(int) {}
+#define DEC_TL_ON 0
 #endif
 
 /* ST: the cp.async ring depth in steps, NW: warps per block (akv__attn_decode_stages and
@@ -386,8 +388,11 @@ __global__ void __launch_bounds__(32 * NW, MINB) attn_decode_kernel(const dec_ar
      * before any global access, unless the caller vouches (akv_attn_decode.prefetch_history)
      * that nothing still running writes the page tables or the keys below the queries' own
      * positions: then the table lookups and the first steps' loads of such keys go first (they
-     * overlap the previous kernel's tail), and q, the queries' own rows and the workspace after. */
-    if (!a.prefetch) attn_grid_dep_wait();
+     * overlap the previous kernel's tail), and q, the queries' own rows and the workspace after.
+     * The profiling build always waits first: its stamps (one array for every call) must not
+     * be written while the previous call still writes its own. */
+    const bool prefetch = a.prefetch && !DEC_TL_ON;
+    if (!prefetch) attn_grid_dep_wait();
     dec_stamp(0);
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     /* group, warp and thread in it (one group: the block's own, with no arithmetic) */
@@ -416,7 +421,7 @@ __global__ void __launch_bounds__(32 * NW, MINB) attn_decode_kernel(const dec_ar
     const int gk = grp * C::TILE;
     const uint32_t gslot = grp * C::TILE_BYTES;
     int st = 0;
-    if (a.prefetch) { /* the steps whose tile lies below the queries' rows, then the wait */
+    if (prefetch) { /* the steps whose tile lies below the queries' rows, then the wait */
         for (; st < C::STAGES - 1 && st < n_steps; st++) {
             const int t0 = k0 + st * C::STEP + gk;
             if (min(t0 + C::TILE, k1) > len - a.n_query) break;

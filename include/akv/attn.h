@@ -117,12 +117,15 @@ typedef struct akv_attn_decode {
     akv_dtype o_dtype; /* f32 or bf16 (also f16 in the ref) */
     akv_dptr lse;      /* f32 [n_seq][n_query][n_heads] (natural log); 0 = not wanted */
     float scale;       /* score scale; 0 = 1/sqrt(head_dim); else finite and > 0 */
-    /* CUDA (the ref ignores it): true when no kernel that may still be running as this one
-     * starts writes the page tables or the keys below the queries' own positions (< len -
-     * n_query; the queries' rows may still be landing, e.g. from akv_attn_cuda_append). The
-     * decode, a programmatic dependent of the stream's previous kernel, then looks up its
-     * pages and loads its first such keys while that kernel finishes; q, the queries' rows
-     * and the workspace always wait for it. false: every read waits. */
+    /* CUDA (the ref ignores it): true when no kernel enqueued on the stream since its last
+     * copy, memset or event wait writes the page tables or the keys below the queries' own
+     * positions (< len - n_query; the queries' rows may be written there, e.g. by
+     * akv_attn_cuda_append). Kernels in that span may still run, or have ended without their
+     * writes being visible yet, when this one starts: the decode, a programmatic dependent
+     * of the stream's previous kernel, looks up its pages and loads its first such keys
+     * before it waits for that kernel; q, the queries' rows and the workspace always wait.
+     * A copy, memset or event wait makes the next launch wait in full. false: every read
+     * waits. */
     bool prefetch_history;
 } akv_attn_decode;
 

@@ -421,10 +421,11 @@ static akv_status fdev_attend(akv_forward_dev *f, const akv_attn_pages *pg, uint
                                             .q_stride = f->qkv_dim,
                                             .o = f->att,
                                             .o_dtype = AKV_DTYPE_BF16,
-                                            /* what may still run as it starts: the append
-                                             * above (the queries' rows only) and the RoPE
-                                             * before it (the scratch); the tables and pages
-                                             * arrive by copies, which it never overlaps */
+                                            /* the kernels since the last copy, memset or
+                                             * event wait: RoPE (the scratch) and the append
+                                             * above (the queries' rows only); the tables and
+                                             * filled pages arrive by copies or behind event
+                                             * waits */
                                             .prefetch_history = true}};
         if ((st = fdev_attn_ws(f, &d.p))) return st;
         d.workspace = f->attn_ws, d.workspace_bytes = f->attn_ws_bytes;
