@@ -25,8 +25,8 @@ __global__ void __launch_bounds__(256) attn_append_kernel(const app_args a) {
      * be scheduled at once: that kernel waits for this one's completion before it reads q or
      * the rows written here, and what it reads earlier its caller vouches nothing running
      * writes (akv_attn_decode.prefetch_history). This kernel reads nothing before its wait. */
-    attn_grid_dep_launch();
-    attn_grid_dep_wait();
+    grid_dep_launch();
+    grid_dep_wait();
     const int s = blockIdx.y;
     int start, n;
     if (a.qo_indptr) start = a.qo_indptr[s], n = a.qo_indptr[s + 1] - start;

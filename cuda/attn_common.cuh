@@ -28,6 +28,7 @@ extern "C" {
 }
 #include "core/env.h"
 #include "core/log.h"
+#include "grid_dep.cuh"
 #include "cuda_check.h"
 
 #define ATTN_LN2 0.6931471805599453f
@@ -79,22 +80,6 @@ static __device__ __forceinline__ void attn_cp16(uint32_t dst, const void *src, 
 static __device__ __forceinline__ void attn_cp16_all(uint32_t dst, const void *src) {
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(src));
 }
-/* Programmatic dependent launch (sm_90+): a kernel launched by attn_launch_dependent may start
- * while the kernel before it on the stream is finishing; attn_grid_dep_wait blocks until that
- * kernel has completed and its memory is visible (a no-op when launched normally), and
- * attn_grid_dep_launch lets the next dependent kernel be scheduled once every block of this
- * grid has passed it. */
-static __device__ __forceinline__ void attn_grid_dep_wait() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    asm volatile("griddepcontrol.wait;\n" ::: "memory");
-#endif
-}
-static __device__ __forceinline__ void attn_grid_dep_launch() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
-#endif
-}
-
 /* Thread-block clusters (sm_90+). attn_cluster_sync: a barrier over every thread of the
  * cluster (exited threads do not hold it up) whose arrival releases, and whose wait acquires,
  * the threads' earlier shared-memory writes at cluster scope. attn_cluster_ld4/ld1: loads
@@ -134,15 +119,8 @@ static __device__ __forceinline__ float attn_cluster_ld1(uint32_t addr, int rank
     return v;
 }
 
-/* Whether launches use programmatic dependent launch: on unless AKV_ATTN_PDL=0 (an A/B switch
- * for benchmarks), read once. */
-static inline bool attn_pdl_enabled() {
-    static const int on = akv__env_int("AKV_ATTN_PDL", 0, 1, 1); /* read once */
-    return on != 0;
-}
-
 /* The launch of kernel<<<grid, block, smem, stream>>>(arg) as a programmatic dependent of the
- * stream's previous kernel (the kernel must call attn_grid_dep_wait before any global
+ * stream's previous kernel (the kernel must call grid_dep_wait before any global
  * access), in clusters of `cluster_x` x 1 x 1 blocks when cluster_x > 1. `attr` backs the
  * configuration's attributes. */
 static inline cudaLaunchConfig_t attn_launch_config(dim3 grid, int block, size_t smem, cudaStream_t stream, int cluster_x,
@@ -153,10 +131,7 @@ static inline cudaLaunchConfig_t attn_launch_config(dim3 grid, int block, size_t
     cfg.dynamicSmemBytes = smem;
     cfg.stream = stream;
     cfg.attrs = attr;
-    if (attn_pdl_enabled()) {
-        attr[cfg.numAttrs].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-        attr[cfg.numAttrs++].val.programmaticStreamSerializationAllowed = 1;
-    }
+    grid_dep_config(&cfg, attr);
     if (cluster_x > 1) {
         attr[cfg.numAttrs].id = cudaLaunchAttributeClusterDimension;
         attr[cfg.numAttrs].val.clusterDim.x = (unsigned)cluster_x;

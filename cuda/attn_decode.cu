@@ -383,7 +383,7 @@ __global__ void __launch_bounds__(32 * NW, MINB) attn_decode_kernel(const dec_ar
     using C = dec_cfg<D, ST, NW>;
     constexpr int NT = C::NT;
     extern __shared__ __align__(128) unsigned char smem[];
-    /* Launched as a programmatic dependent (attn_launch_dependent): attn_grid_dep_wait returns
+    /* Launched as a programmatic dependent (attn_launch_dependent): grid_dep_wait returns
      * once the kernel before it on the stream has completed and its writes are visible. It comes
      * before any global access, unless the caller vouches (akv_attn_decode.prefetch_history)
      * that nothing still running writes the page tables or the keys below the queries' own
@@ -392,7 +392,7 @@ __global__ void __launch_bounds__(32 * NW, MINB) attn_decode_kernel(const dec_ar
      * The profiling build always waits first: its stamps (one array for every call) must not
      * be written while the previous call still writes its own. */
     const bool prefetch = a.prefetch && !DEC_TL_ON;
-    if (!prefetch) attn_grid_dep_wait();
+    if (!prefetch) grid_dep_wait();
     dec_stamp(0);
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     /* group, warp and thread in it (one group: the block's own, with no arithmetic) */
@@ -428,7 +428,7 @@ __global__ void __launch_bounds__(32 * NW, MINB) attn_decode_kernel(const dec_ar
             dec_load_tile<D>(a.kv, pb, h, t0, k1, ring + st * C::STAGE_BYTES + gslot, gtid, dec_tile_page(a.kv, pb, t0, k1));
             attn_cp_commit();
         }
-        attn_grid_dep_wait();
+        grid_dep_wait();
     }
     constexpr int QCH = 16 * MT * (D / 8), QPT = (QCH + NT - 1) / NT; /* 16-byte chunks of q, per thread */
     uint4 qv[QPT]; /* their loads overlap the lookups of the steps below */
@@ -511,7 +511,7 @@ __global__ void __launch_bounds__(32 * NW, MINB) attn_decode_kernel(const dec_ar
     dec_stamp(2);
     /* the next kernel on the stream may be scheduled once every block is here (its blocks
      * take the multiprocessors this grid's tail leaves idle, and wait for its completion) */
-    attn_grid_dep_launch();
+    grid_dep_launch();
     /* Rows of the scratch are D + 8 floats apart: a warp's float2 stores cover 8 rows x 8
      * banks, which at a stride of D (a multiple of 32 banks) all hit the same 8 banks (8
      * wavefronts per store); 8 more floats put rows r and r+4 alone on their banks (2). */

@@ -8,12 +8,18 @@
  * x is small and stays in L1/L2. Each lane keeps one f32 sum per x row and the warp adds its
  * lanes with a fixed butterfly, so the result is deterministic (the same bits every run).
  * It needs k a multiple of 8 and 16-byte aligned x and W; otherwise the caller uses cuBLAS.
+ *
+ * Launched as a programmatic dependent (grid_dep.cuh): each warp loads its first pieces of W
+ * before it waits for the kernel before it, so they overlap that kernel's end (the forward's
+ * small kernels let their successor start at once). It does not let its own successor start
+ * early: with that trigger too, graph-replayed decode lost 4 % at 1K (docs/forward.md).
  */
 #include <cuda_bf16.h>
 #include <stdint.h>
 
 #include "cuda_check.h"
 #include "cuda_ops.h"
+#include "grid_dep.cuh"
 
 namespace {
 
@@ -51,10 +57,21 @@ __global__ void __launch_bounds__(kWarps * 32)
 #pragma unroll
     for (int r = 0; r < M; r++) acc[r] = 0.0f;
     uint32_t c = lane;
-    for (; c + 96 < k8; c += 128) { /* four pieces in flight per lane */
-        uint4 wv[4];
+    /* the first pieces of the weights load before the wait for the predecessor (whose
+     * outputs, x and y, are read after it): no kernel of a forward pass writes weights */
+    uint4 wv[4];
+    bool loaded = c + 96 < k8;
+    if (loaded) {
 #pragma unroll
         for (int u = 0; u < 4; u++) wv[u] = gemv_ld_stream(wr + c + 32 * u);
+    }
+    grid_dep_wait();
+    for (; c + 96 < k8; c += 128) { /* four pieces in flight per lane */
+        if (!loaded) {
+#pragma unroll
+            for (int u = 0; u < 4; u++) wv[u] = gemv_ld_stream(wr + c + 32 * u);
+        }
+        loaded = false;
 #pragma unroll
         for (int u = 0; u < 4; u++)
 #pragma unroll
@@ -86,16 +103,17 @@ extern "C" akv_status akv__cuda_gemv_bf16(uint64_t y, uint64_t x, uint64_t w, ui
     if (m == 0 || m > 4 || n == 0 || k == 0 || k % 8 != 0 || (x | w) % 16 != 0 || y % 4 != 0)
         return AKV_EUNSUPPORTED;
     const dim3 grid((n + kWarps - 1) / kWarps), block(kWarps * 32);
-    cudaStream_t s = static_cast<cudaStream_t>(stream);
     float *py = reinterpret_cast<float *>(static_cast<uintptr_t>(y));
     const uint4 *px = reinterpret_cast<const uint4 *>(static_cast<uintptr_t>(x));
     const uint4 *pw = reinterpret_cast<const uint4 *>(static_cast<uintptr_t>(w));
-    switch (m) {
-    case 1: gemv_kernel<1><<<grid, block, 0, s>>>(py, px, pw, n, k / 8, beta); break;
-    case 2: gemv_kernel<2><<<grid, block, 0, s>>>(py, px, pw, n, k / 8, beta); break;
-    case 3: gemv_kernel<3><<<grid, block, 0, s>>>(py, px, pw, n, k / 8, beta); break;
-    default: gemv_kernel<4><<<grid, block, 0, s>>>(py, px, pw, n, k / 8, beta); break;
-    }
-    AKV_CUDA_TRY(cudaGetLastError());
+    cudaLaunchConfig_t cfg = {};
+    cudaLaunchAttribute attr[1];
+    cfg.gridDim = grid;
+    cfg.blockDim = block;
+    cfg.stream = static_cast<cudaStream_t>(stream);
+    grid_dep_config(&cfg, attr); /* a programmatic dependent (grid_dep.cuh) */
+    void (*kern)(float *, const uint4 *, const uint4 *, uint32_t, uint32_t, int) =
+        m == 1 ? gemv_kernel<1> : m == 2 ? gemv_kernel<2> : m == 3 ? gemv_kernel<3> : gemv_kernel<4>;
+    AKV_CUDA_TRY(cudaLaunchKernelEx(&cfg, kern, py, px, pw, n, k / 8, beta));
     return AKV_OK;
 }

@@ -10,7 +10,9 @@
  * two). The fill is bit-exact with the host's.
  *
  * Launch shapes: elementwise kernels are grid-stride loops of 256 threads over at most
- * 8 blocks per SM; RMSNorm and embedding are one block per row.
+ * 8 blocks per SM; RMSNorm and embedding are one block per row. Every kernel is a
+ * programmatic dependent (grid_dep.cuh) that lets its successor be scheduled at once and
+ * then waits for its predecessor before reading anything.
  */
 #include <cuda_bf16.h>
 #include <math.h>
@@ -20,6 +22,7 @@
 #include "akv/forward_ops.h"
 #include "cuda_check.h"
 #include "cuda_ops.h"
+#include "grid_dep.cuh"
 
 namespace {
 
@@ -47,12 +50,26 @@ unsigned fwd_grid(const akv__cuda_launch *l, uint64_t n) {
     return (unsigned)(want < 1 ? 1 : want > cap ? cap : want);
 }
 
-/* Launches kernel k with `blocks` blocks of kThreads on the launch's stream, and checks it. */
+/* Launches kernel k with `blocks` blocks of kThreads on the launch's stream as a programmatic
+ * dependent (grid_dep.cuh: every kernel here lets its successor be scheduled at once and waits
+ * for its predecessor before it reads anything), and checks it. */
 template <typename... P, typename... A>
 akv_status fwd_launch(const akv__cuda_launch *l, unsigned blocks, void (*k)(P...), A... args) {
-    k<<<blocks, kThreads, 0, l->stream>>>(args...);
-    AKV_CUDA_TRY(cudaGetLastError());
+    cudaLaunchConfig_t cfg = {};
+    cudaLaunchAttribute attr[1];
+    cfg.gridDim = dim3(blocks);
+    cfg.blockDim = dim3(kThreads);
+    cfg.stream = l->stream;
+    grid_dep_config(&cfg, attr);
+    AKV_CUDA_TRY(cudaLaunchKernelEx(&cfg, k, static_cast<P>(args)...));
     return AKV_OK;
+}
+
+/* The first statement of every kernel here: the successor may be scheduled; then wait for the
+ * predecessor (its outputs are this kernel's inputs). */
+__device__ __forceinline__ void fwd_dep() {
+    grid_dep_launch();
+    grid_dep_wait();
 }
 
 bool fwd_dtype_ok(akv_dtype t) {
@@ -62,6 +79,7 @@ bool fwd_dtype_ok(akv_dtype t) {
 /* ---- embedding: blockIdx.x = token; y f32 [n][E], table [V][E] ---------------------------- */
 __global__ void embed_kernel(float *y, const void *table, bool bf16, const int32_t *ids,
                              uint32_t n_embd, uint32_t n_vocab) {
+    fwd_dep();
     const int32_t id = ids[blockIdx.x];
     const bool ok = id >= 0 && (uint32_t)id < n_vocab;
     float *yr = y + (size_t)blockIdx.x * n_embd;
@@ -72,6 +90,7 @@ __global__ void embed_kernel(float *y, const void *table, bool bf16, const int32
 /* ---- RMSNorm: blockIdx.x = row; x f32 [rows][n], w f32 [n], y [rows][n] ------------------- */
 __global__ void rmsnorm_kernel(void *y, bool y_bf16, const float *x, const float *w, uint32_t n,
                                float eps) {
+    fwd_dep();
     __shared__ double part[kThreads / 32];
     const float *xr = x + (size_t)blockIdx.x * n;
     double ss = 0;
@@ -97,6 +116,7 @@ __global__ void rmsnorm_kernel(void *y, bool y_bf16, const float *x, const float
 __global__ void rope_kernel(float *x, const int32_t *pos, const float *inv_freq, uint32_t n_tokens,
                             uint32_t n_heads, uint32_t head_dim, uint32_t n_pairs, size_t stride,
                             bool neox) {
+    fwd_dep();
     const uint64_t total = (uint64_t)n_tokens * n_heads * n_pairs;
     for (uint64_t g = blockIdx.x * (uint64_t)blockDim.x + threadIdx.x; g < total;
          g += (uint64_t)gridDim.x * blockDim.x) {
@@ -116,6 +136,7 @@ __global__ void rope_kernel(float *x, const int32_t *pos, const float *inv_freq,
 /* ---- SwiGLU: y [rows][n] = silu(gate) * up; gate/up f32 rows at in_stride ------------------ */
 __global__ void swiglu_kernel(void *y, bool y_bf16, const float *gate, const float *up,
                               uint32_t n_rows, uint32_t n, size_t in_stride) {
+    fwd_dep();
     const uint64_t total = (uint64_t)n_rows * n;
     for (uint64_t g = blockIdx.x * (uint64_t)blockDim.x + threadIdx.x; g < total;
          g += (uint64_t)gridDim.x * blockDim.x) {
@@ -128,6 +149,7 @@ __global__ void swiglu_kernel(void *y, bool y_bf16, const float *gate, const flo
 
 /* ---- add: y[r][i] += a[r][i] (a_stride 0: one row broadcast) ------------------------------ */
 __global__ void add_kernel(float *y, const float *a, uint32_t n_rows, uint32_t n, size_t a_stride) {
+    fwd_dep();
     const uint64_t total = (uint64_t)n_rows * n;
     for (uint64_t g = blockIdx.x * (uint64_t)blockDim.x + threadIdx.x; g < total;
          g += (uint64_t)gridDim.x * blockDim.x) {
@@ -138,6 +160,7 @@ __global__ void add_kernel(float *y, const float *a, uint32_t n_rows, uint32_t n
 
 /* ---- cast and fill -------------------------------------------------------------------------- */
 __global__ void cast_kernel(void *y, bool y_bf16, const void *x, bool x_bf16, uint64_t n) {
+    fwd_dep();
     for (uint64_t g = blockIdx.x * (uint64_t)blockDim.x + threadIdx.x; g < n;
          g += (uint64_t)gridDim.x * blockDim.x)
         fwd_store(y, y_bf16, g, fwd_load(x, x_bf16, g));
@@ -146,6 +169,7 @@ __global__ void cast_kernel(void *y, bool y_bf16, const void *x, bool x_bf16, ui
 /* akv_fwd_fill_value (forward_ops.h), operation for operation. */
 __global__ void fill_kernel(void *y, bool y_bf16, uint64_t n, uint64_t seed, float center,
                             float scale) {
+    fwd_dep();
     for (uint64_t g = blockIdx.x * (uint64_t)blockDim.x + threadIdx.x; g < n;
          g += (uint64_t)gridDim.x * blockDim.x) {
         uint64_t z = seed + (g + 1) * 0x9E3779B97F4A7C15ull;

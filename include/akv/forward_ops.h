@@ -125,7 +125,10 @@ typedef enum akv_fwd_matmul_algo {
     AKV_FWD_MATMUL_GEMV = 2,
 } akv_fwd_matmul_algo;
 
-/* y[m][n] = beta * y + x[m][k] · W[n][k]^T; bf16 inputs, f32 accumulation and output. */
+/* y[m][n] = beta * y + x[m][k] · W[n][k]^T; bf16 inputs, f32 accumulation and output. On
+ * CUDA the skinny kernel (m <= 4) reads its first pieces of W before it waits for the kernel
+ * before it on the stream (cuda/grid_dep.cuh): no kernel since the stream's last copy, memset
+ * or event wait may write W (weights never are). */
 typedef struct akv_fwd_matmul_args {
     akv_dptr y;           /* f32 [m][n] contiguous */
     akv_dptr x;           /* bf16 [m][k] */
