@@ -147,7 +147,7 @@ static akv_status attn_launch_dependent(void (*kernel)(Arg), dim3 grid, int bloc
                                         const Arg &arg, int cluster_x = 1) {
     cudaLaunchAttribute attr[2];
     const cudaLaunchConfig_t cfg = attn_launch_config(grid, block, smem, stream, cluster_x, attr);
-    AKV_CUDA_TRY(cudaLaunchKernelEx(&cfg, kernel, arg));
+    AKV_CUDA_LAUNCH_TRY(cudaLaunchKernelEx(&cfg, kernel, arg));
     return AKV_OK;
 }
 

@@ -18,6 +18,7 @@
 
 #include "cuda_check.h"
 #include "cuda_ops.h"
+#include "grid_dep.cuh"
 
 #define COPY_MAX_SPANS 64
 #define COPY_THREADS 512
@@ -78,11 +79,9 @@ extern "C" cudaError_t akv__cuda_copy_kernel(const akv_dev_xfer *x, size_t n, in
 }
 
 __global__ void busy_kernel(uint64_t n_iters, float *sink) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     /* a programmatic dependent launched after it may be scheduled at once (it waits for this
      * kernel's completion before it consumes anything: tests overlap such launches with it) */
-    asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
-#endif
+    grid_dep_launch();
     float a = 1.0f + threadIdx.x * 1e-6f;
     const float b = 0.999999f, c = 1e-7f;
     for (uint64_t i = 0; i < n_iters; i++) a = fmaf(a, b, c);

@@ -22,6 +22,15 @@
         }                                                                                          \
     } while (0)
 
+/* AKV_CUDA_TRY for a launch by cudaLaunchKernelEx: a failed launch also leaves the runtime's
+ * last error set (a <<<>>> launch's cudaGetLastError would have read and cleared it), so it is
+ * cleared here and not reported again by the next launcher's check. */
+static inline cudaError_t akv__cuda_launched(cudaError_t e) {
+    if (e != cudaSuccess) (void)cudaGetLastError();
+    return e;
+}
+#define AKV_CUDA_LAUNCH_TRY(expr) AKV_CUDA_TRY(akv__cuda_launched(expr))
+
 /* The same, for a value that must be logged but the caller continues (e.g. in a free path),
  * evaluating to the akv_status. */
 static inline akv_status akv__cuda_status(cudaError_t e, const char *what, const char *file,

@@ -5,8 +5,10 @@
  * Decode reads every weight once per token, so the product is a stream over W at the memory
  * rate. One warp per output row: the lanes read the row in 16-byte pieces (8 bf16), four
  * pieces in flight each, with loads that do not allocate in L1 (the weights are read once);
- * x is small and stays in L1/L2. Each lane keeps one f32 sum per x row and the warp adds its
- * lanes with a fixed butterfly, so the result is deterministic (the same bits every run).
+ * x is small and stays in L1/L2 (plain loads, not the read-only path: x is written by the
+ * kernel before, which may still be running when this one starts; see below). Each lane
+ * keeps one f32 sum per x row and the warp adds its lanes with a fixed butterfly, so the
+ * result is deterministic (the same bits every run).
  * It needs k a multiple of 8 and 16-byte aligned x and W; otherwise the caller uses cuBLAS.
  *
  * Launched as a programmatic dependent (grid_dep.cuh): each warp loads its first pieces of W
@@ -48,7 +50,7 @@ __device__ __forceinline__ float gemv_dot8(uint4 a, uint4 b, float acc) {
 
 template <int M>
 __global__ void __launch_bounds__(kWarps * 32)
-    gemv_kernel(float *__restrict__ y, const uint4 *__restrict__ x, const uint4 *__restrict__ w,
+    gemv_kernel(float *__restrict__ y, const uint4 *x, const uint4 *__restrict__ w,
                 uint32_t n, uint32_t k8, int beta) {
     const uint32_t lane = threadIdx.x % 32, row = blockIdx.x * kWarps + threadIdx.x / 32;
     if (row >= n) return;
@@ -114,6 +116,6 @@ extern "C" akv_status akv__cuda_gemv_bf16(uint64_t y, uint64_t x, uint64_t w, ui
     grid_dep_config(&cfg, attr); /* a programmatic dependent (grid_dep.cuh) */
     void (*kern)(float *, const uint4 *, const uint4 *, uint32_t, uint32_t, int) =
         m == 1 ? gemv_kernel<1> : m == 2 ? gemv_kernel<2> : m == 3 ? gemv_kernel<3> : gemv_kernel<4>;
-    AKV_CUDA_TRY(cudaLaunchKernelEx(&cfg, kern, py, px, pw, n, k / 8, beta));
+    AKV_CUDA_LAUNCH_TRY(cudaLaunchKernelEx(&cfg, kern, py, px, pw, n, k / 8, beta));
     return AKV_OK;
 }

@@ -61,7 +61,7 @@ akv_status fwd_launch(const akv__cuda_launch *l, unsigned blocks, void (*k)(P...
     cfg.blockDim = dim3(kThreads);
     cfg.stream = l->stream;
     grid_dep_config(&cfg, attr);
-    AKV_CUDA_TRY(cudaLaunchKernelEx(&cfg, k, static_cast<P>(args)...));
+    AKV_CUDA_LAUNCH_TRY(cudaLaunchKernelEx(&cfg, k, static_cast<P>(args)...));
     return AKV_OK;
 }
 

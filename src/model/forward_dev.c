@@ -421,9 +421,11 @@ static akv_status fdev_attend(akv_forward_dev *f, const akv_attn_pages *pg, uint
                                             .q_stride = f->qkv_dim,
                                             .o = f->att,
                                             .o_dtype = AKV_DTYPE_BF16,
-                                            /* the kernels since the last copy, memset or
-                                             * event wait: RoPE (the scratch) and the append
-                                             * above (the queries' rows only); the tables and
+                                            /* what may still run as it starts: the end of
+                                             * the layer's qkv product (it never lets its
+                                             * successor start early, so all before it has
+                                             * completed), the bias add, RoPE (the scratch)
+                                             * and the append (the queries' rows); tables and
                                              * filled pages arrive by copies or behind event
                                              * waits */
                                             .prefetch_history = true}};
