@@ -125,13 +125,7 @@ static __device__ __forceinline__ float attn_cluster_ld1(uint32_t addr, int rank
  * configuration's attributes. */
 static inline cudaLaunchConfig_t attn_launch_config(dim3 grid, int block, size_t smem, cudaStream_t stream, int cluster_x,
                                              cudaLaunchAttribute (&attr)[2]) {
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = grid;
-    cfg.blockDim = dim3(block);
-    cfg.dynamicSmemBytes = smem;
-    cfg.stream = stream;
-    cfg.attrs = attr;
-    grid_dep_config(&cfg, attr);
+    cudaLaunchConfig_t cfg = grid_dep_config(grid, dim3(block), smem, stream, attr);
     if (cluster_x > 1) {
         attr[cfg.numAttrs].id = cudaLaunchAttributeClusterDimension;
         attr[cfg.numAttrs].val.clusterDim.x = (unsigned)cluster_x;

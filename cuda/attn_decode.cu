@@ -420,12 +420,16 @@ __global__ void __launch_bounds__(32 * NW, MINB) attn_decode_kernel(const dec_ar
     /* group g loads tile g of every step (keys t0 + 64g ..) */
     const int gk = grp * C::TILE;
     const uint32_t gslot = grp * C::TILE_BYTES;
+    /* step st's tile into its ring slot (its page looked up here) */
+    auto load_step = [&](int st) {
+        const int t0 = k0 + st * C::STEP + gk;
+        dec_load_tile<D>(a.kv, pb, h, t0, k1, ring + st * C::STAGE_BYTES + gslot, gtid, dec_tile_page(a.kv, pb, t0, k1));
+    };
     int st = 0;
     if (prefetch) { /* the steps whose tile lies below the queries' rows, then the wait */
         for (; st < C::STAGES - 1 && st < n_steps; st++) {
-            const int t0 = k0 + st * C::STEP + gk;
-            if (min(t0 + C::TILE, k1) > len - a.n_query) break;
-            dec_load_tile<D>(a.kv, pb, h, t0, k1, ring + st * C::STAGE_BYTES + gslot, gtid, dec_tile_page(a.kv, pb, t0, k1));
+            if (min(k0 + st * C::STEP + gk + C::TILE, k1) > len - a.n_query) break;
+            load_step(st);
             attn_cp_commit();
         }
         grid_dep_wait();
@@ -443,10 +447,7 @@ __global__ void __launch_bounds__(32 * NW, MINB) attn_decode_kernel(const dec_ar
         }
     }
     for (; st < C::STAGES - 1; st++) {
-        if (st < n_steps) {
-            const int t0 = k0 + st * C::STEP + gk;
-            dec_load_tile<D>(a.kv, pb, h, t0, k1, ring + st * C::STAGE_BYTES + gslot, gtid, dec_tile_page(a.kv, pb, t0, k1));
-        }
+        if (st < n_steps) load_step(st);
         attn_cp_commit();
     }
     /* the page of this group's next tile to load, looked up a step ahead */

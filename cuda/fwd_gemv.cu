@@ -108,14 +108,8 @@ extern "C" akv_status akv__cuda_gemv_bf16(uint64_t y, uint64_t x, uint64_t w, ui
     float *py = reinterpret_cast<float *>(static_cast<uintptr_t>(y));
     const uint4 *px = reinterpret_cast<const uint4 *>(static_cast<uintptr_t>(x));
     const uint4 *pw = reinterpret_cast<const uint4 *>(static_cast<uintptr_t>(w));
-    cudaLaunchConfig_t cfg = {};
-    cudaLaunchAttribute attr[1];
-    cfg.gridDim = grid;
-    cfg.blockDim = block;
-    cfg.stream = static_cast<cudaStream_t>(stream);
-    grid_dep_config(&cfg, attr); /* a programmatic dependent (grid_dep.cuh) */
     void (*kern)(float *, const uint4 *, const uint4 *, uint32_t, uint32_t, int) =
         m == 1 ? gemv_kernel<1> : m == 2 ? gemv_kernel<2> : m == 3 ? gemv_kernel<3> : gemv_kernel<4>;
-    AKV_CUDA_LAUNCH_TRY(cudaLaunchKernelEx(&cfg, kern, py, px, pw, n, k / 8, beta));
-    return AKV_OK;
+    return grid_dep_launch_kernel(kern, grid, block, 0, static_cast<cudaStream_t>(stream), py, px, pw, n,
+                                  k / 8, beta); /* a programmatic dependent */
 }

@@ -55,14 +55,7 @@ unsigned fwd_grid(const akv__cuda_launch *l, uint64_t n) {
  * for its predecessor before it reads anything), and checks it. */
 template <typename... P, typename... A>
 akv_status fwd_launch(const akv__cuda_launch *l, unsigned blocks, void (*k)(P...), A... args) {
-    cudaLaunchConfig_t cfg = {};
-    cudaLaunchAttribute attr[1];
-    cfg.gridDim = dim3(blocks);
-    cfg.blockDim = dim3(kThreads);
-    cfg.stream = l->stream;
-    grid_dep_config(&cfg, attr);
-    AKV_CUDA_LAUNCH_TRY(cudaLaunchKernelEx(&cfg, k, static_cast<P>(args)...));
-    return AKV_OK;
+    return grid_dep_launch_kernel(k, dim3(blocks), dim3(kThreads), 0, l->stream, args...);
 }
 
 /* The first statement of every kernel here: the successor may be scheduled; then wait for the

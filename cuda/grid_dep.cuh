@@ -2,7 +2,7 @@
  * cuda/grid_dep.cuh — programmatic dependent launch (sm_90+), shared by the attention and
  * forward kernels.
  *
- * A kernel launched as a programmatic dependent (grid_dep_config) may be scheduled while the
+ * A kernel launched as a programmatic dependent (grid_dep_config, grid_dep_launch_kernel) may be scheduled while the
  * kernel before it on the stream is still running: once every block of that kernel has called
  * grid_dep_launch, or exited. grid_dep_wait then blocks until that kernel has completed and
  * its writes are visible; before it, a kernel may only read what no kernel since the stream's
@@ -15,6 +15,7 @@
 #include <cuda_runtime.h>
 
 #include "core/env.h"
+#include "cuda_check.h"
 
 static __device__ __forceinline__ void grid_dep_wait() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
@@ -34,12 +35,32 @@ static inline bool grid_dep_enabled() {
     return on != 0;
 }
 
-/* Adds the programmatic-dependent attribute to cfg (when enabled), at attr[cfg->numAttrs]. */
-static inline void grid_dep_config(cudaLaunchConfig_t *cfg, cudaLaunchAttribute *attr) {
-    if (!grid_dep_enabled()) return;
-    cfg->attrs = attr;
-    attr[cfg->numAttrs].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr[cfg->numAttrs++].val.programmaticStreamSerializationAllowed = 1;
+/* The configuration of kernel<<<grid, block, smem, stream>>> as a programmatic dependent (when
+ * enabled: its attribute at attr[0], cfg.numAttrs 1); a caller may add attributes after it. */
+static inline cudaLaunchConfig_t grid_dep_config(dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
+                                                 cudaLaunchAttribute *attr) {
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = grid;
+    cfg.blockDim = block;
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = stream;
+    cfg.attrs = attr;
+    if (grid_dep_enabled()) {
+        attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+        attr[0].val.programmaticStreamSerializationAllowed = 1;
+        cfg.numAttrs = 1;
+    }
+    return cfg;
+}
+
+/* Launches kernel<<<grid, block, smem, stream>>>(args...) as grid_dep_config describes. */
+template <typename... P, typename... A>
+static akv_status grid_dep_launch_kernel(void (*kernel)(P...), dim3 grid, dim3 block, size_t smem,
+                                         cudaStream_t stream, A... args) {
+    cudaLaunchAttribute attr[1];
+    const cudaLaunchConfig_t cfg = grid_dep_config(grid, block, smem, stream, attr);
+    AKV_CUDA_LAUNCH_TRY(cudaLaunchKernelEx(&cfg, kernel, static_cast<P>(args)...));
+    return AKV_OK;
 }
 
 #endif
