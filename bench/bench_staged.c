@@ -73,9 +73,9 @@ typedef struct trace {
     akv_event *ev[64];
 } trace;
 
-static akv_status trace_begin(void *user, uint32_t layer, akv_attn_pages *pg) {
+static akv_status trace_begin(void *user, uint32_t layer, akv_forward_parts *parts) {
     trace *t = user;
-    akv_status st = t->inner.begin_layer(t->inner.user, layer, pg);
+    akv_status st = t->inner.begin_layer(t->inner.user, layer, parts);
     if (st || !t->on || layer >= 64) return st;
     t->host_ns[layer] = akv_clock_ns();
     t->n = layer + 1;

@@ -80,12 +80,12 @@ __global__ void embed_kernel(float *y, const void *table, bool bf16, const int32
         yr[i] = ok ? fwd_load(table, bf16, (size_t)id * n_embd + i) : __int_as_float(0x7fc00000);
 }
 
-/* ---- RMSNorm: blockIdx.x = row; x f32 [rows][n], w f32 [n], y [rows][n] ------------------- */
-__global__ void rmsnorm_kernel(void *y, bool y_bf16, const float *x, const float *w, uint32_t n,
-                               float eps) {
+/* ---- RMSNorm: blockIdx.x = row of y; it normalises row rows[r] of x (rows NULL: row r) ------ */
+__global__ void rmsnorm_kernel(void *y, bool y_bf16, const float *x, const float *w,
+                               const int32_t *rows, uint32_t n, float eps) {
     fwd_dep();
     __shared__ double part[kThreads / 32];
-    const float *xr = x + (size_t)blockIdx.x * n;
+    const float *xr = x + (size_t)(rows ? rows[blockIdx.x] : (int32_t)blockIdx.x) * n;
     double ss = 0;
     for (uint32_t i = threadIdx.x; i < n; i += blockDim.x)
         ss += (double)xr[i] * (double)xr[i];
@@ -192,7 +192,8 @@ extern "C" akv_status akv__cuda_fwd_rmsnorm(const void *args, const akv__cuda_la
     if (!fwd_dtype_ok(a.y_dtype) || a.n == 0) return AKV_EINVAL;
     if (a.n_rows == 0) return AKV_OK;
     return fwd_launch(l, a.n_rows, rmsnorm_kernel, fwd_ptr<void>(a.y), a.y_dtype == AKV_DTYPE_BF16,
-                      fwd_ptr<const float>(a.x), fwd_ptr<const float>(a.w), a.n, a.eps);
+                      fwd_ptr<const float>(a.x), fwd_ptr<const float>(a.w),
+                      fwd_ptr<const int32_t>(a.rows), a.n, a.eps);
 }
 
 extern "C" akv_status akv__cuda_fwd_rope(const void *args, const akv__cuda_launch *l) {

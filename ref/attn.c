@@ -122,16 +122,16 @@ typedef struct attn_out {
     double *lse64;   /* may be NULL */
 } attn_out;
 
-/* Every new row of every sequence, every head. */
-static void attend_all(const kv_view *v, const rows_spec *r, uint32_t n_seq, uint32_t n_heads,
-                       const void *q, akv_dtype q_dtype, uint32_t q_stride, float scale,
-                       const attn_out *out) {
+/* Every new row of sequences s0..s1-1, every head. */
+static void attend_all(const kv_view *v, const rows_spec *r, uint32_t s0, uint32_t s1,
+                       uint32_t n_heads, const void *q, akv_dtype q_dtype, uint32_t q_stride,
+                       float scale, const attn_out *out) {
     uint32_t d = v->head_dim, group = n_heads / v->n_kv_heads;
     size_t q_elem = akv_dtype_size(q_dtype), o_elem = akv_dtype_size(out->o_dtype);
     if (q_stride == 0) q_stride = n_heads * d;
     float qf[AKV_ATTN_MAX_HEAD_DIM], of[AKV_ATTN_MAX_HEAD_DIM], lsef;
     double lse64;
-    for (uint32_t s = 0; s < n_seq; s++) {
+    for (uint32_t s = s0; s < s1; s++) {
         uint32_t len = seq_len(v, s), start, n;
         qo_range(r, s, &start, &n);
         for (uint32_t i = 0; i < n; i++) {
@@ -234,82 +234,73 @@ akv_status akv_attn_ref_append(const akv_attn_append *p) {
 /* Rows of scores computed at once: at most this many floats of S per block. */
 #define FAST_S_FLOATS (1u << 22)
 
-/* For each sequence and K/V head: its K and V rows widened to f32 once, the query rows of its
- * group (every chunk row x every head of the group) as a matrix, S = scale Q K^T by sgemm in
- * blocks of rows, a causal mask and a softmax per row (two passes: max, then exp and sum),
+/* One sequence s, for each K/V head: its K and V rows widened to f32 once, the query rows of
+ * its group (every chunk row x every head of the group) as a matrix, S = scale Q K^T by sgemm
+ * in blocks of rows, a causal mask and a softmax per row (two passes: max, then exp and sum),
  * O = P V by sgemm, each row divided by its sum. The FP32 path of attend_all, with a different
- * order of summation (the tests hold both to the float64 oracle). */
-static akv_status attend_fast(const kv_view *v, const rows_spec *r, uint32_t n_seq,
-                              uint32_t n_heads, const void *q, akv_dtype q_dtype,
-                              uint32_t q_stride, float scale, const attn_out *out) {
+ * order of summation (the tests hold both to the float64 oracle). Everything it decides (the
+ * row blocks, the scratch) follows from the sequence's own length and rows, so its results do
+ * not depend on the other sequences of the call. */
+static akv_status attend_fast(const kv_view *v, const rows_spec *r, uint32_t s, uint32_t n_heads,
+                              const void *q, akv_dtype q_dtype, uint32_t q_stride, float scale,
+                              const attn_out *out) {
     uint32_t d = v->head_dim, group = n_heads / v->n_kv_heads;
     size_t q_elem = akv_dtype_size(q_dtype), o_elem = akv_dtype_size(out->o_dtype);
     if (q_stride == 0) q_stride = n_heads * d;
-    uint32_t max_len = 0, max_rows = 0;
-    for (uint32_t s = 0; s < n_seq; s++) {
-        uint32_t start, n;
-        qo_range(r, s, &start, &n);
-        if (seq_len(v, s) > max_len) max_len = seq_len(v, s);
-        if (n * group > max_rows) max_rows = n * group;
-    }
-    if (max_len == 0 || max_rows == 0) return AKV_OK; /* fast_pays: never without keys */
-    uint32_t blk = FAST_S_FLOATS / max_len;
+    uint32_t len = seq_len(v, s), start, n;
+    qo_range(r, s, &start, &n);
+    uint32_t rows = n * group; /* row x = i * group + g: chunk row i, head h*group+g */
+    if (len == 0 || rows == 0) return AKV_OK; /* fast_pays: never without keys */
+    uint32_t blk = FAST_S_FLOATS / len;
     if (blk < 1) blk = 1;
-    if (blk > max_rows) blk = max_rows;
+    if (blk > rows) blk = rows;
     size_t kv_n, s_n;
-    if (!akv__size_mul((size_t)max_len, d, &kv_n) || !akv__size_mul(blk, max_len, &s_n))
+    if (!akv__size_mul((size_t)len, d, &kv_n) || !akv__size_mul(blk, len, &s_n))
         return AKV_EOVERFLOW;
     float *kf = akv__malloc(kv_n * sizeof *kf), *vf = akv__malloc(kv_n * sizeof *vf);
-    float *qm = akv__malloc((size_t)max_rows * d * sizeof *qm), *sm = akv__malloc(s_n * sizeof *sm);
+    float *qm = akv__malloc((size_t)rows * d * sizeof *qm), *sm = akv__malloc(s_n * sizeof *sm);
     float *om = akv__malloc((size_t)blk * d * sizeof *om), *sum = akv__malloc(blk * sizeof *sum);
     akv_status st = kf && vf && qm && sm && om && sum ? AKV_OK : AKV_ENOMEM;
-    for (uint32_t s = 0; s < n_seq && st == AKV_OK; s++) {
-        uint32_t len = seq_len(v, s), start, n;
-        qo_range(r, s, &start, &n);
-        for (uint32_t h = 0; h < v->n_kv_heads && n; h++) {
-            for (uint32_t t = 0; t < len; t++) {
-                row_to_f32(kv_row(v, s, 0, h, t), v->dtype, d, kf + (size_t)t * d);
-                row_to_f32(kv_row(v, s, 1, h, t), v->dtype, d, vf + (size_t)t * d);
+    for (uint32_t h = 0; h < v->n_kv_heads && st == AKV_OK; h++) {
+        for (uint32_t t = 0; t < len; t++) {
+            row_to_f32(kv_row(v, s, 0, h, t), v->dtype, d, kf + (size_t)t * d);
+            row_to_f32(kv_row(v, s, 1, h, t), v->dtype, d, vf + (size_t)t * d);
+        }
+        for (uint32_t x = 0; x < rows; x++) {
+            size_t tok = (size_t)start + x / group, j = (size_t)h * group + x % group;
+            row_to_f32((const unsigned char *)q + (tok * q_stride + j * d) * q_elem, q_dtype, d,
+                       qm + (size_t)x * d);
+        }
+        for (uint32_t x0 = 0; x0 < rows; x0 += blk) {
+            uint32_t nb = rows - x0 < blk ? rows - x0 : blk;
+            /* beta 0 must not read the scratch (0 * NaN): start from zeros */
+            memset(sm, 0, (size_t)nb * len * sizeof *sm);
+            memset(om, 0, (size_t)nb * d * sizeof *om);
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)nb, (int)len, (int)d, scale,
+                        qm + (size_t)x0 * d, (int)d, kf, (int)d, 0.0f, sm, (int)len);
+            for (uint32_t b = 0; b < nb; b++) {
+                uint32_t x = x0 + b, i = x / group;
+                /* the causal rule: row i of n sits at len - n + i and sees keys up to it */
+                int64_t n_keys = (int64_t)len - n + i + 1;
+                if (n_keys < 0) n_keys = 0;
+                float *row = sm + (size_t)b * len, m = -INFINITY, l = 0;
+                for (int64_t t = 0; t < n_keys; t++) m = row[t] > m ? row[t] : m;
+                for (int64_t t = 0; t < n_keys; t++) l += row[t] = expf(row[t] - m);
+                for (int64_t t = n_keys; t < len; t++) row[t] = 0;
+                size_t tok = (size_t)start + i, j = (size_t)h * group + x % group;
+                if (out->lse) out->lse[tok * n_heads + j] = l > 0 ? m + logf(l) : -INFINITY;
+                sum[b] = l;
             }
-            uint32_t rows = n * group; /* row x = i * group + g: chunk row i, head h*group+g */
-            for (uint32_t x = 0; x < rows; x++) {
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)nb, (int)d, (int)len, 1.0f,
+                        sm, (int)len, vf, (int)d, 0.0f, om, (int)d);
+            for (uint32_t b = 0; b < nb; b++) {
+                uint32_t x = x0 + b;
+                float l = sum[b];
                 size_t tok = (size_t)start + x / group, j = (size_t)h * group + x % group;
-                row_to_f32((const unsigned char *)q + (tok * q_stride + j * d) * q_elem, q_dtype, d,
-                           qm + (size_t)x * d);
-            }
-            for (uint32_t x0 = 0; x0 < rows; x0 += blk) {
-                uint32_t nb = rows - x0 < blk ? rows - x0 : blk;
-                /* beta 0 must not read the scratch (0 * NaN): start from zeros */
-                memset(sm, 0, (size_t)nb * len * sizeof *sm);
-                memset(om, 0, (size_t)nb * d * sizeof *om);
-                if (len)
-                    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)nb, (int)len, (int)d,
-                                scale, qm + (size_t)x0 * d, (int)d, kf, (int)d, 0.0f, sm, (int)len);
-                for (uint32_t b = 0; b < nb; b++) {
-                    uint32_t x = x0 + b, i = x / group;
-                    /* the causal rule: row i of n sits at len - n + i and sees keys up to it */
-                    int64_t n_keys = (int64_t)len - n + i + 1;
-                    if (n_keys < 0) n_keys = 0;
-                    float *row = sm + (size_t)b * len, m = -INFINITY, l = 0;
-                    for (int64_t t = 0; t < n_keys; t++) m = row[t] > m ? row[t] : m;
-                    for (int64_t t = 0; t < n_keys; t++) l += row[t] = expf(row[t] - m);
-                    for (int64_t t = n_keys; t < len; t++) row[t] = 0;
-                    size_t tok = (size_t)start + i, j = (size_t)h * group + x % group;
-                    if (out->lse) out->lse[tok * n_heads + j] = l > 0 ? m + logf(l) : -INFINITY;
-                    sum[b] = l;
-                }
-                if (len)
-                    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)nb, (int)d, (int)len,
-                                1.0f, sm, (int)len, vf, (int)d, 0.0f, om, (int)d);
-                for (uint32_t b = 0; b < nb; b++) {
-                    uint32_t x = x0 + b;
-                    float l = sum[b];
-                    size_t tok = (size_t)start + x / group, j = (size_t)h * group + x % group;
-                    float *orow = om + (size_t)b * d;
-                    for (uint32_t e = 0; e < d; e++) orow[e] = l > 0 ? orow[e] / l : 0.0f;
-                    row_from_f32((unsigned char *)out->o + (tok * n_heads + j) * d * o_elem,
-                                 out->o_dtype, d, orow);
-                }
+                float *orow = om + (size_t)b * d;
+                for (uint32_t e = 0; e < d; e++) orow[e] = l > 0 ? orow[e] / l : 0.0f;
+                row_from_f32((unsigned char *)out->o + (tok * n_heads + j) * d * o_elem,
+                             out->o_dtype, d, orow);
             }
         }
     }
@@ -317,19 +308,15 @@ static akv_status attend_fast(const kv_view *v, const rows_spec *r, uint32_t n_s
     return st;
 }
 
-/* Whether the blocked path pays: BLAS calls and the widening of K/V cost more than the plain
- * loops for a few query rows over a short history (measured on two cores with the default
- * model: decode at 30 keys 25 tokens/s blocked against 42 plain; at 300 keys, one thread,
- * 23.8 against 19.2; a 859-token prefill 527 against 72). Never without a key anywhere: the
- * plain loops write the empty states. */
-static bool fast_pays(const kv_view *v, const rows_spec *r, uint32_t n_seq, uint32_t n_heads) {
-    uint32_t group = n_heads / v->n_kv_heads;
-    for (uint32_t s = 0; s < n_seq; s++) {
-        uint32_t start, n;
-        qo_range(r, s, &start, &n);
-        if (seq_len(v, s) > 0 && (n * group >= 16 || seq_len(v, s) >= 256)) return true;
-    }
-    return false;
+/* Whether the blocked path pays for sequence s: BLAS calls and the widening of K/V cost more
+ * than the plain loops for a few query rows over a short history (measured on two cores with
+ * the default model: decode at 30 keys 25 tokens/s blocked against 42 plain; at 300 keys, one
+ * thread, 23.8 against 19.2; a 859-token prefill 527 against 72). Never without a key: the
+ * plain loops write the empty states. Decided per sequence, from its own length and rows. */
+static bool fast_pays(const kv_view *v, const rows_spec *r, uint32_t s, uint32_t n_heads) {
+    uint32_t group = n_heads / v->n_kv_heads, start, n;
+    qo_range(r, s, &start, &n);
+    return seq_len(v, s) > 0 && (n * group >= 16 || seq_len(v, s) >= 256);
 }
 
 /* One attention call, decode or prefill, after its own parameter check. */
@@ -358,11 +345,23 @@ static akv_status run_job(const attn_job *j, const char *op) {
     if (j->n_tokens == 0) return AKV_OK;
     if (j->k_new) append_rows(&v, &j->rows, j->kv->n_seq, j->k_new, j->v_new, j->kv_new_dtype, j->kv_stride);
     float scale = akv__attn_scale(j->scale, j->kv->head_dim);
-    if (j->fast && !j->out.o64 && fast_pays(&v, &j->rows, j->kv->n_seq, j->n_heads))
-        return attend_fast(&v, &j->rows, j->kv->n_seq, j->n_heads, j->q, j->q_dtype, j->q_stride,
-                           scale, &j->out);
-    attend_all(&v, &j->rows, j->kv->n_seq, j->n_heads, j->q, j->q_dtype, j->q_stride, scale,
-               &j->out);
+    if (!j->fast || j->out.o64) {
+        attend_all(&v, &j->rows, 0, j->kv->n_seq, j->n_heads, j->q, j->q_dtype, j->q_stride,
+                   scale, &j->out);
+        return AKV_OK;
+    }
+    /* sequence by sequence, so that each one's bits depend on itself alone (batch invariance
+     * of the host pass, docs/engine.md) */
+    for (uint32_t s = 0; s < j->kv->n_seq; s++) {
+        if (!fast_pays(&v, &j->rows, s, j->n_heads)) {
+            attend_all(&v, &j->rows, s, s + 1, j->n_heads, j->q, j->q_dtype, j->q_stride, scale,
+                       &j->out);
+            continue;
+        }
+        st = attend_fast(&v, &j->rows, s, j->n_heads, j->q, j->q_dtype, j->q_stride, scale,
+                         &j->out);
+        if (st != AKV_OK) return st;
+    }
     return AKV_OK;
 }
 

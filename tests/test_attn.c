@@ -421,7 +421,7 @@ static void test_table_check(void) {
         t.indptr = indptr, t.indices = indices, t.last = last;
         akv_attn_pages k2 = fx_pages(&t);
         switch (c) {
-        case 0: indptr[0] = 1; break;                        /* does not start at 0 */
+        case 0: indptr[0] = -1; break;                       /* starts below 0 */
         case 1: indptr[2] = 1; break;                        /* decreases */
         case 2: indices[1] = (int32_t)f.n_pages; break;      /* id out of the pool */
         case 3: indices[0] = -1; break;                      /* negative id */
@@ -434,6 +434,75 @@ static void test_table_check(void) {
     kv.max_pages = 1; /* sequence 0 owns 2 pages */
     CHECK_STATUS(akv_attn_table_check(&kv), AKV_EINVAL);
     quiet(0);
+    fx_table_free(&f);
+}
+
+/* A view (sequences k.. of a table: indptr + k, last + k) is a table, and the host path's
+ * result for a sequence is the same bits alone or in any batch: decode and prefill, every
+ * sequence of a mixed batch (some on the plain loops, some on the blocked path) run as its
+ * own view and compared with memcmp. */
+/* The view of sequence s of a fixture's table alone. */
+static akv_attn_pages view_one(const fx_table *f, akv_attn_pages all, uint32_t s) {
+    all.indptr = akv_attn_host_ptr(f->indptr + s);
+    all.last_page_len = akv_attn_host_ptr(f->last + s);
+    all.n_seq = 1;
+    return all;
+}
+
+static void test_views_batch_invariant(void) {
+    fx_geom g = {9, 3, 64, 16, AKV_DTYPE_BF16};
+    uint32_t len[6] = {3, 300, 17, 40, 513, 1};
+    const uint32_t n_seq = 6, d = g.head_dim, H = g.n_heads;
+    fx_table f;
+    fx_table_make(&f, g, n_seq, len, 2, 1, &rng);
+    akv_attn_pages all = fx_pages(&f);
+    /* decode, 2 queries per sequence */
+    size_t rows = (size_t)n_seq * 2 * H;
+    float *q = fx_random(AKV_DTYPE_F32, rows * d, 2.0f, &rng);
+    float *o = malloc(rows * d * sizeof *o), *o1 = malloc(rows * d * sizeof *o1);
+    float *lse = malloc(rows * sizeof *lse), *lse1 = malloc(rows * sizeof *lse1);
+    akv_attn_decode p = mk_decode(&f, 2, q, AKV_DTYPE_F32, o, AKV_DTYPE_F32, lse);
+    CHECK_OK(akv_attn_host_decode(&p));
+    for (uint32_t sq = 0; sq < n_seq; sq++) {
+        akv_attn_decode v = p;
+        v.kv = view_one(&f, all, sq);
+        size_t r0 = (size_t)sq * 2 * H;
+        v.q = akv_attn_host_ptr(q + r0 * d);
+        v.o = akv_attn_host_ptr(o1 + r0 * d);
+        v.lse = akv_attn_host_ptr(lse1 + r0);
+        CHECK_OK(akv_attn_table_check(&v.kv));
+        CHECK_OK(akv_attn_host_decode(&v));
+        TEST_CHECK_(!memcmp(o + r0 * d, o1 + r0 * d, 2 * H * d * sizeof *o) &&
+                        !memcmp(lse + r0, lse1 + r0, 2 * H * sizeof *lse),
+                    "decode: sequence %u (%u keys) alone differs from the batch", sq, len[sq]);
+    }
+    /* prefill: chunks of 1..len tokens, the view's qo_indptr rebased to 0 */
+    int32_t qo[7] = {0}, qo1[2];
+    const uint32_t chunk[6] = {3, 200, 1, 40, 100, 1};
+    for (uint32_t sq = 0; sq < n_seq; sq++) qo[sq + 1] = qo[sq] + (int32_t)chunk[sq];
+    size_t n_tok = (size_t)qo[n_seq];
+    float *qp = fx_random(AKV_DTYPE_F32, n_tok * H * d, 2.0f, &rng);
+    float *op = malloc(n_tok * H * d * sizeof *op), *op1 = malloc(n_tok * H * d * sizeof *op1);
+    akv_attn_prefill pf = {.kv = all, .n_heads = H, .qo_indptr = akv_attn_host_ptr(qo),
+                           .n_tokens = (uint32_t)n_tok, .max_chunk = 200,
+                           .q = akv_attn_host_ptr(qp), .q_dtype = AKV_DTYPE_F32,
+                           .o = akv_attn_host_ptr(op), .o_dtype = AKV_DTYPE_F32};
+    CHECK_OK(akv_attn_host_prefill(&pf));
+    for (uint32_t sq = 0; sq < n_seq; sq++) {
+        akv_attn_prefill v = pf;
+        v.kv = view_one(&f, all, sq);
+        qo1[0] = 0, qo1[1] = (int32_t)chunk[sq];
+        v.qo_indptr = akv_attn_host_ptr(qo1);
+        v.n_tokens = chunk[sq];
+        v.q = akv_attn_host_ptr(qp + (size_t)qo[sq] * H * d);
+        v.o = akv_attn_host_ptr(op1 + (size_t)qo[sq] * H * d);
+        CHECK_OK(akv_attn_host_prefill(&v));
+        TEST_CHECK_(!memcmp(op + (size_t)qo[sq] * H * d, op1 + (size_t)qo[sq] * H * d,
+                            chunk[sq] * H * d * sizeof *op),
+                    "prefill: sequence %u (chunk %u of %u keys) alone differs from the batch", sq,
+                    chunk[sq], len[sq]);
+    }
+    free(q), free(o), free(o1), free(lse), free(lse1), free(qp), free(op), free(op1);
     fx_table_free(&f);
 }
 
@@ -646,6 +715,7 @@ int main(void) {
     TEST_CASE(merge_associative_and_empty) test_merge();
     TEST_CASE(split_equals_whole) test_split_equals_whole();
     TEST_CASE(table_check) test_table_check();
+    TEST_CASE(views_and_batch_invariance_of_the_host_path) test_views_batch_invariant();
     TEST_CASE(validation) test_validation();
     TEST_CASE(split_plan) test_split_plan();
     return test_finish();

@@ -23,8 +23,10 @@ typedef struct test_kv {
     int bad_length; /* report one token more than the run has */
 } test_kv;
 
-static akv_status tkv_begin(void *user, uint32_t layer, akv_attn_pages *pg) {
+static akv_status tkv_begin(void *user, uint32_t layer, akv_forward_parts *parts) {
     test_kv *kv = user;
+    parts->n_parts = 1;
+    akv_attn_pages *pg = &parts->part[0].kv;
     if ((int)layer == kv->fail_layer) return AKV_EBUSY;
     uint32_t len = kv->n_tokens + (uint32_t)kv->bad_length;
     uint32_t np = (len + kv->P - 1) / kv->P;

@@ -27,6 +27,24 @@ static void pair_idx(akv_rope_mode mode, uint32_t n_rot, uint32_t i, uint32_t *a
     *b = mode == AKV_ROPE_NEOX ? i + n_rot / 2 : 2 * i + 1;
 }
 
+/* want[m][n] = x W^T + bias in float64, rounded; returns the absolute tolerance of a float32
+ * accumulation, ~k * eps * max sum |x w|. */
+static double product_f64(float *want, const float *x, const float *w, const float *bias,
+                          size_t m, size_t n, size_t k) {
+    double worst_scale = 0;
+    for (size_t r = 0; r < m; r++)
+        for (size_t j = 0; j < n; j++) {
+            double s = bias ? bias[j] : 0, mag = 0;
+            for (size_t i = 0; i < k; i++) {
+                s += (double)x[r * k + i] * w[j * k + i];
+                mag += fabs((double)x[r * k + i] * w[j * k + i]);
+            }
+            want[r * n + j] = (float)s;
+            worst_scale = fmax(worst_scale, mag);
+        }
+    return 1e-6 + 2e-7 * (double)k * worst_scale / 8;
+}
+
 int main(void) {
     uint64_t rng = test_seed(20261201);
 
@@ -236,20 +254,7 @@ int main(void) {
                         float *bias = with_bias ? rand_vec(&rng, n, 1) : NULL;
                         float *y = akv__malloc(m * n * 4), *yp = akv__malloc(m * n * 4),
                               *want = akv__malloc(m * n * 4);
-                        double worst_scale = 0;
-                        for (size_t r = 0; r < m; r++) {
-                            for (size_t j = 0; j < n; j++) {
-                                double s = bias ? bias[j] : 0, mag = 0;
-                                for (size_t i = 0; i < k; i++) {
-                                    s += (double)x[r * k + i] * w[j * k + i];
-                                    mag += fabs((double)x[r * k + i] * w[j * k + i]);
-                                }
-                                want[r * n + j] = (float)s;
-                                worst_scale = fmax(worst_scale, mag);
-                            }
-                        }
-                        /* float32 accumulation: error bounded by ~k * eps * sum |x w| */
-                        double atol = 1e-6 + 2e-7 * (double)k * worst_scale / 8;
+                        double atol = product_f64(want, x, w, bias, m, n, k);
                         poison(y, m * n), poison(yp, m * n);
                         akv_ops_ref_matmul(y, x, w, bias, m, n, k);
                         akv_ops_ref_matmul_plain(yp, x, w, bias, m, n, k);
@@ -274,6 +279,45 @@ int main(void) {
         akv_ops_ref_matmul(y1, x, w, NULL, m, n, k);
         CHECK_CLOSE_F32(y1, y2, m * n, 1e-4, 1e-5);
         akv__free(x), akv__free(w), akv__free(y1), akv__free(y2);
+    }
+
+    TEST_CASE(matmul_cols_batch_invariant_on_every_isa) {
+        /* awkward shapes: k around the 8-lane step, m around the 4-row tiles, n around the
+         * 8/4/3-column tiles and the W blocks; every element must be the same bits computed
+         * in the whole product, as its row alone, in a random column range, and on the
+         * portable path; and within float32 error of the float64 sum */
+        const size_t ms[] = {1, 2, 3, 4, 5, 13}, ns[] = {1, 7, 37, 100}, ks[] = {1, 5, 8, 77, 577};
+        const akv_ops_isa isa = akv_ops_isa_resolve(AKV_OPS_ISA_AUTO);
+        printf("  host products on %s\n", akv_ops_isa_name(isa));
+        for (size_t a = 0; a < AKV_ARRAY_LEN(ms); a++)
+            for (size_t b = 0; b < AKV_ARRAY_LEN(ns); b++)
+                for (size_t c = 0; c < AKV_ARRAY_LEN(ks); c++) {
+                    size_t m = ms[a], n = ns[b], k = ks[c];
+                    float *x = rand_vec(&rng, m * k, 2), *w = rand_vec(&rng, n * k, 1);
+                    float *bias = (a + b + c) % 2 ? rand_vec(&rng, n, 1) : NULL;
+                    float *y = akv__malloc(m * n * 4), *y1 = akv__malloc(m * n * 4),
+                          *yp = akv__malloc(m * n * 4), *want = akv__malloc(m * n * 4);
+                    poison(y, m * n), poison(y1, m * n), poison(yp, m * n);
+                    akv_ops_matmul_cols(y, x, w, bias, m, n, k, 0, n, isa);
+                    akv_ops_matmul_cols(yp, x, w, bias, m, n, k, 0, n, AKV_OPS_ISA_PORTABLE);
+                    for (size_t r = 0; r < m; r++) /* each row alone, in two column ranges */
+                    {
+                        size_t cut = (size_t)test_rand_below(&rng, n + 1);
+                        akv_ops_matmul_cols(y1 + r * n, x + r * k, w, bias, 1, n, k, 0, cut, isa);
+                        akv_ops_matmul_cols(y1 + r * n, x + r * k, w, bias, 1, n, k, cut, n, isa);
+                    }
+                    double atol = product_f64(want, x, w, bias, m, n, k);
+                    int ok = CHECK_CLOSE_F32(y, want, m * n, atol, 1e-6);
+                    ok &= TEST_CHECK_(!memcmp(y, y1, m * n * 4),
+                                      "m %zu n %zu k %zu: a row alone differs from the batch", m,
+                                      n, k);
+                    ok &= TEST_CHECK_(!memcmp(y, yp, m * n * 4),
+                                      "m %zu n %zu k %zu: %s differs from portable", m, n, k,
+                                      akv_ops_isa_name(isa));
+                    if (!ok) printf("  m %zu n %zu k %zu bias %d\n", m, n, k, bias != NULL);
+                    akv__free(x), akv__free(w), akv__free(bias), akv__free(y), akv__free(y1),
+                        akv__free(yp), akv__free(want);
+                }
     }
 
     CHECK_EQ_INT(akv__alloc_live(), 0);

@@ -240,7 +240,7 @@ int main(void) {
         {
             /* the forward hooks refuse a layer past the geometry's */
             akv_forward_kv kv = akv_route_forward_kv(r);
-            akv_attn_pages pg;
+            akv_forward_parts pg;
             CHECK_STATUS(kv.begin_layer(kv.user, c->n_layers, &pg), AKV_EINVAL);
             CHECK_STATUS(kv.end_layer(kv.user, c->n_layers), AKV_EINVAL);
             CHECK_OK(akv__route_check(r));
@@ -295,7 +295,7 @@ int main(void) {
         /* a pass that stops inside layer 0 (its lease open): truncate cancels and retires */
         CHECK_OK(akv_route_begin_step(r, 72));
         akv_forward_kv kv = akv_route_forward_kv(r);
-        akv_attn_pages pg;
+        akv_forward_parts pg;
         CHECK_OK(kv.begin_layer(kv.user, 0, &pg));
         CHECK_OK(akv_route_truncate(r, 71));
         CHECK_OK(akv_route_sync(r));

@@ -56,7 +56,8 @@ static const char run_usage[] =
     "      --chunk N            prefill chunk, tokens (default 256)\n"
     "      --no-graphs          GPU: launch every kernel of a decode step by itself instead of\n"
     "                           replaying the step as one CUDA graph (resident route)\n"
-    "      --threads N          threads of the matrix products (default: every core)\n"
+    "      --threads N          CPU threads of the matrix products and the attention (default:\n"
+    "                           every core)\n"
     "      --temp T             temperature; 0 = greedy (default 0.8)\n"
     "      --top-k K            (default 40; 0 = off)\n"
     "      --top-p P            (default 0.95; 1 = off)\n"
@@ -462,6 +463,7 @@ static int run_open_memory(run_state *s) {
     akv_forward_params fp = akv_forward_default_params();
     fp.max_chunk = (uint32_t)o->chunk;
     fp.no_graphs = o->no_graphs ? 1u : 0u;
+    fp.threads = (uint32_t)o->threads;
     if (!s->dev_info.is_host && !o->quiet)
         fprintf(stderr, "akv run: uploading the weights to the device as bf16\n");
     if ((st = s->dev_info.is_host ? akv_forward_create(s->model, &fp, &s->fwd)

@@ -15,9 +15,12 @@
  *               heads: page[2][n_kv_heads][P][head_dim], index 0 = K, 1 = V; element
  *               (kv, h, t, i) at ((kv*n_kv_heads + h)*P + t)*head_dim + i. Page id k of a
  *               pool lies at pool + k*page_bytes, page_bytes = 2*n_kv_heads*P*head_dim*elem.
- *   page table  CSR, one layer, n_seq sequences: indptr[n_seq+1], indices[indptr[n_seq]]
- *               (page ids, oldest first), last_page_len[n_seq] (1..P; 0 only for a sequence
- *               with no page). Sequence s holds len_s = (n_pages_s - 1)*P + last_page_len[s]
+ *   page table  CSR, one layer, n_seq sequences: indptr[n_seq+1], indices (sequence s's page
+ *               ids, oldest first, at indices[indptr[s]] .. indices[indptr[s+1]-1]),
+ *               last_page_len[n_seq] (1..P; 0 only for a sequence with no page). indptr[0]
+ *               need not be 0: sequences k..k+m-1 of a table are themselves a table (indptr
+ *               + k, last_page_len + k, n_seq = m, the same indices), a *view*: the forward
+ *               pass hands each attention call the view of its sequences. Sequence s holds len_s = (n_pages_s - 1)*P + last_page_len[s]
  *               tokens at positions 0..len_s-1.
  *   capacity    max_pages: the most pages any sequence of the table may own. It is the one
  *               input, with the device, of the split-KV partitioning (akv_attn_split_plan).
@@ -92,7 +95,7 @@ enum {
 /* A paged K/V history of one layer for a batch of n_seq sequences. */
 typedef struct akv_attn_pages {
     akv_dptr pool;          /* page pool base; page id k at pool + k*page_bytes */
-    akv_dptr indptr;        /* int32 [n_seq + 1], indptr[0] = 0, non-decreasing */
+    akv_dptr indptr;        /* int32 [n_seq + 1], indptr[0] >= 0, non-decreasing */
     akv_dptr indices;       /* int32 [indptr[n_seq]] page ids < n_pages, oldest first */
     akv_dptr last_page_len; /* int32 [n_seq], 1..page_tokens; 0 iff the sequence has no page */
     uint32_t n_seq;         /* sequences in the batch; 0 = nothing to do */
@@ -103,6 +106,8 @@ typedef struct akv_attn_pages {
                                appends), CUDA attention 64 or 128 */
     uint32_t page_tokens;   /* P, tokens per page: a power of two, 1..65536 */
     akv_dtype dtype;        /* element type of the pages: ref f32/f16/bf16; CUDA bf16 */
+    uint32_t reserved;      /* 0; fills what would be padding: the device pass compares
+                               argument structs byte for byte (graph records) */
 } akv_attn_pages;
 
 /* Decode: n_query (1..4) new queries per sequence, all already in the table. */

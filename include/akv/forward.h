@@ -2,30 +2,51 @@
  * akv/forward.h — the Llama-family forward pass on the host: tokens in, logits out, attention
  * through a paged K/V history that the caller places.
  *
- * One call runs a chunk of n new tokens of ONE sequence (a prefill chunk, or n = 1 for a
- * decode step) through every layer:
+ * One call (akv_forward_step) runs ONE batch step: n_seq sequences, each with its new tokens
+ * (a prefill chunk, or one token for a decode step), through every layer at once:
  *
- *   x = embed(tokens)                                           [n][n_embd]
+ *   x = embed(tokens)                                         [n][n_embd], n = sum of n_new
  *   per layer L:
  *     h = rmsnorm(x) ; q,k,v = h Wq^T (+bq), h Wk^T (+bk), h Wv^T (+bv) ; rope(q), rope(k)
- *     pages = kv->begin_layer(L)      the layer's page table, already sized for the n new
- *                                     tokens (they are its last n positions)
- *     n = 1: append k,v into their slots, then decode attention; else causal prefill
- *            attention that writes k,v into their slots first
+ *     parts = kv->begin_layer(L)      the layer's history: a list of parts, each a page table
+ *                                     over the batch (akv_attn_part), already sized for the
+ *                                     new tokens (each sequence's last n_new positions)
+ *     attention by groups of sequences (below): K/V of the new tokens into their slots, then
+ *     decode attention, or causal prefill attention that writes them first
  *     kv->end_layer(L)                the new rows are in the pages (write-back, sealing)
  *     x += attn Wo^T ; h = rmsnorm(x) ; x += (silu(h Wg^T) * (h Wu^T)) Wd^T
- *   logits = rmsnorm(x) Wout^T                                  the last token, or every one
+ *   logits = rmsnorm(x) Wout^T                                the rows asked for
  *
- * The K/V of token t of the sequence sits in page indices[t / P] at slot t % P (the page
- * layout of akv/attn.h). Position = index in the sequence: the chunk's tokens are at
- * positions pos0 .. pos0+n-1 and the table must hold exactly pos0+n tokens.
+ * Groups. The batch is ordered by new-token count (non-decreasing: the decodes first). The
+ * products run over every row of the batch at once; the attention runs per group of
+ * consecutive sequences, each group on its view of the table (akv/attn.h, "view"): one decode
+ * call for every run of equal counts up to the pass's decode limit (1 on the host, where the
+ * prefill path is as fast for a few rows; AKV_ATTN_MAX_QUERIES on a device), one prefill call
+ * for the rest.
+ *
+ * Batch invariance (host pass). A sequence's logits are the same bits whatever else is in
+ * its batch: the products compute every element by one fixed recipe (akv_ops_matmul_cols),
+ * norms, RoPE and SwiGLU are per row, and the host attention decides everything per sequence
+ * (akv_attn_host_*). So the same sequence fed the same tokens in the same chunks gives the
+ * same logits alone or among others (docs/engine.md).
+ *
+ * Parts. A part is a page table over the batch in one representation of the K/V (exact
+ * today). The pass takes one part per layer; a list of several (a compact older part beside
+ * the exact recent one, or a part the host attends) would be attended part by part and merged
+ * with the exact LSE merge of akv/attn.h, and is refused (AKV_EUNSUPPORTED) until a
+ * representation needs it.
+ *
+ * The K/V of token t of a sequence sits in page indices[indptr[s] + t / P] at slot t % P (the
+ * page layout of akv/attn.h). Position = index in the sequence: a sequence's new tokens are at
+ * positions pos0 .. pos0+n_new-1 and the table must hold exactly pos0+n_new tokens for it.
  *
  * Where the pages live and how they got there (resident in a device pool, staged from the
  * host pool, written back after the layer) is the caller's: the two hooks are where a route
  * plugs in. On the host backend device addresses are host addresses, so the page table and
  * pool of a route are plain host memory.
  *
- * Thread-safety: one akv_forward per thread; the model may be shared.
+ * Thread-safety: one akv_forward per thread; the model may be shared. The pass's own worker
+ * threads (params.threads) run its products.
  */
 #ifndef AKV_FORWARD_H
 #define AKV_FORWARD_H
@@ -44,50 +65,107 @@ extern "C" {
 
 typedef struct akv_forward akv_forward;
 
+/* How a part's pages hold the K/V. */
+typedef enum akv_kv_repr {
+    AKV_KV_EXACT = 0, /* the pages' own dtype (bf16 / f16 / f32), as the append wrote it */
+} akv_kv_repr;
+
+/* One part of a layer's history: a page table over the step's n_seq sequences, in batch
+ * order, in one representation. */
+typedef struct akv_attn_part {
+    akv_attn_pages kv;
+    akv_kv_repr repr;
+} akv_attn_part;
+
+enum { AKV_FORWARD_MAX_PARTS = 4 };
+
+/* The parts begin_layer hands the pass (the pass takes n_parts = 1 today: file comment). */
+typedef struct akv_forward_parts {
+    uint32_t n_parts;
+    akv_attn_part part[AKV_FORWARD_MAX_PARTS];
+} akv_forward_parts;
+
 /* Where a step's attention history is, layer by layer (see the file comment). */
 typedef struct akv_forward_kv {
     void *user;
-    /* Fills *pages for `layer`: a table of one sequence holding pos0+n tokens, whose last n
-     * slots receive the chunk's K/V. A status other than AKV_OK stops the pass. */
-    akv_status (*begin_layer)(void *user, uint32_t layer, akv_attn_pages *pages);
-    /* The chunk's K/V of `layer` is in its slots and the layer's attention has read the
-     * pages. NULL = nothing to do. */
+    /* Fills *parts for `layer`: tables of the step's sequences, in batch order, sequence s
+     * holding pos0[s]+n_new[s] tokens, whose last n_new[s] slots receive the step's K/V. A
+     * status other than AKV_OK stops the pass. */
+    akv_status (*begin_layer)(void *user, uint32_t layer, akv_forward_parts *parts);
+    /* The step's K/V of `layer` is in its slots and the layer's attention has read the pages.
+     * NULL = nothing to do. */
     akv_status (*end_layer)(void *user, uint32_t layer);
     /* 1 = begin_layer enqueues nothing (the tables are in place before the run) and hands the
-     * same table at every decode step, and end_layer may run after later layers' work is
-     * enqueued: the device pass may then replay a decode step as one graph and call every
-     * end_layer after it (akv/forward_dev.h). 0 = the hooks run in layer order between the
-     * launches (a staged route's copies and leases). The host pass ignores it. */
+     * same tables at every decode step of the same batch, and end_layer may run after later
+     * layers' work is enqueued: the device pass may then replay a decode step as one graph
+     * and call every end_layer after it (akv/forward_dev.h). 0 = the hooks run in layer order
+     * between the launches (a staged route's copies and leases). The host pass ignores it. */
     int replayable;
 } akv_forward_kv;
 
+/* Which logits of a sequence a step computes. */
+typedef enum akv_forward_logits {
+    AKV_FORWARD_LOGITS_NONE = 0, /* none (a prefill chunk that is not the prompt's last) */
+    AKV_FORWARD_LOGITS_LAST = 1, /* its last new token's */
+    AKV_FORWARD_LOGITS_ALL = 2,  /* every new token's */
+} akv_forward_logits;
+
+/* One batch step: n_seq sequences and their new tokens. */
+typedef struct akv_forward_batch {
+    uint32_t n_seq;          /* >= 1 */
+    const uint32_t *n_new;   /* [n_seq] new tokens of each, >= 1, non-decreasing */
+    const uint32_t *pos0;    /* [n_seq] position of each sequence's first new token */
+    const int32_t *tokens;   /* [sum n_new] the new tokens, sequence after sequence */
+    const uint8_t *logits;   /* [n_seq] akv_forward_logits of each; NULL = LAST for every one */
+} akv_forward_batch;
+
 typedef struct akv_forward_params {
-    uint32_t max_chunk; /* most tokens per call (scratch is sized for it); 0 = 256 */
-    uint32_t n_layers;  /* run only the first n layers (tests); 0 = every layer */
-    uint32_t no_graphs; /* device pass: 1 = launch every op of a decode step one by one; 0 =
-                           replay decode steps as graphs where the hooks allow (forward_dev.h) */
+    uint32_t max_chunk;  /* most tokens per step, every sequence's together (scratch is
+                            sized for it); 0 = 256 */
+    uint32_t max_logits; /* device pass: most logit rows per step; 0 = max_chunk */
+    uint32_t n_layers;   /* run only the first n layers (tests); 0 = every layer */
+    uint32_t no_graphs;  /* device pass: 1 = launch every op of a decode step one by one; 0 =
+                            replay decode steps as graphs where the hooks allow (forward_dev.h) */
+    uint32_t threads;    /* host pass: threads of the products, the caller's included; 0 =
+                            one per online core */
 } akv_forward_params;
 
-/* max_chunk 256, every layer. */
+/* max_chunk 256, every layer, a thread per core. */
 akv_forward_params akv_forward_default_params(void);
 
-/* Scratch for chunks of up to max_chunk tokens of `model` (which must outlive it).
- * AKV_EINVAL for n_layers above the model's; AKV_ENOMEM. */
+/* Scratch for steps of up to max_chunk tokens of `model` (which must outlive it), and the
+ * pass's threads. AKV_EINVAL for n_layers above the model's or more than 1024 threads;
+ * AKV_ENOMEM. */
 akv_status akv_forward_create(const akv_model *model, const akv_forward_params *params,
                               akv_forward **out);
 void akv_forward_destroy(akv_forward *f);
 
-/* Runs tokens[n] (1 <= n <= max_chunk) at positions pos0.. through the model (see the file
- * comment). logits receives [n_vocab] floats for the last token, or [n][n_vocab] when
- * all_logits; NULL = none wanted (a prefill chunk that is not the last). AKV_EINVAL (logged)
- * for a token outside the vocabulary, a bad n or a page table of the wrong length; a hook's
- * or the attention's status otherwise. On error the pages may hold part of the chunk's K/V:
- * the caller truncates its table back to pos0 tokens. */
+/* Runs one batch step (see the file comment). logits receives, in sequence order, the rows
+ * b->logits asks for ([n_vocab] floats each); NULL = none computed. AKV_EINVAL (logged) for
+ * a token outside the vocabulary, a bad batch (no sequence, a count of 0, counts that
+ * decrease, more than max_chunk tokens, a position past 2^31) or a page table of the wrong
+ * shape or length; AKV_EUNSUPPORTED for more than one part or a representation the pass does
+ * not read; a hook's or the attention's status otherwise. On error the pages may hold part of
+ * the step's K/V: the caller truncates each table back to its pos0 tokens. */
+akv_status akv_forward_step(akv_forward *f, const akv_forward_batch *b, const akv_forward_kv *kv,
+                            float *logits);
+
+/* The step of one sequence: tokens[n] (1 <= n <= max_chunk) at positions pos0..; logits of
+ * the last token, or of every one when all_logits; NULL = none. */
 akv_status akv_forward_run(akv_forward *f, const int32_t *tokens, uint32_t n, uint32_t pos0,
                            const akv_forward_kv *kv, float *logits, bool all_logits);
 
-/* The residual stream after the last run's final layer, before the output norm:
- * [n][n_embd] of that run; borrowed, valid until the next run (tests compare it). */
+/* Rows of logits a batch asks for (its sum over sequences: 1 for LAST, n_new for ALL). */
+uint32_t akv_forward_batch_logit_rows(const akv_forward_batch *b);
+
+/* Checks a batch against a pass's limits (the rules of akv_forward_step; logged naming what
+ * is wrong): AKV_OK or AKV_EINVAL. *n_tokens = its total new tokens. */
+akv_status akv_forward_batch_check(const akv_forward_batch *b, uint32_t max_chunk,
+                                   const char *who, uint32_t *n_tokens);
+
+/* The residual stream after the last step's final layer, before the output norm:
+ * [n][n_embd] of that step (every sequence's rows in order); borrowed, valid until the next
+ * step (tests compare it). */
 const float *akv_forward_hidden(const akv_forward *f);
 
 #ifdef __cplusplus

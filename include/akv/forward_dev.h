@@ -10,10 +10,10 @@
  *   device  embedding, RMSNorm, Q/K/V (one fused product), bias, RoPE, K/V append and
  *           attention over the hook's pages, output projection, SwiGLU feed-forward, the
  *           output head: everything, on AKV_QUEUE_COMPUTE, in submission order.
- *   host    validation of the token ids, the upload of ids and positions (one copy), the
- *           hooks (the route places pages and enqueues write-backs), and the wait for the
- *           logits (one queue sync per run that asks for logits; a run without logits
- *           returns without waiting).
+ *   host    validation of the batch and its token ids, the upload of ids, positions, the
+ *           prefill group's rows and the logit rows (one copy), the hooks (the route places
+ *           pages and enqueues write-backs), and the wait for the logits (one queue sync per
+ *           step that asks for logits; a step without logits returns without waiting).
  *
  * Precision: weights are bf16 on the device (rounded from the model's f32 copy at create),
  * norms' weights, the residual stream, Q/K/V before the K/V append, and logits are f32;
@@ -27,15 +27,19 @@
  * called after the layer's attention is enqueued (not complete): a hook that copies the new
  * rows must order itself after the compute queue with an event.
  *
- * Chunks of 1..AKV_ATTN_MAX_QUERIES tokens use K/V append + decode attention; longer chunks
- * the causal prefill kernel (which writes the chunk's K/V itself).
+ * Attention by groups (forward.h): each run of sequences with the same count of
+ * 1..AKV_ATTN_MAX_QUERIES new tokens is one K/V append + one decode call on its view of the
+ * table (each count with its own decode workspace); the sequences with longer chunks are one
+ * causal prefill call (which writes the chunk's K/V itself). The products and the row ops run
+ * over every row of the step at once; the output head over the rows whose logits are asked
+ * for, gathered by the output norm.
  *
- * Graph replay of decode steps (akv_dev_graph). A one-token step whose hooks are replayable
- * (akv_forward_kv.replayable: a resident route) first RECORDS its launches (embedding and
- * every layer; the hooks' begin_layer runs, nothing is launched), then compares the record
- * with the one the current graph was built from, byte for byte (ops and argument structs):
- * equal, the graph is launched; different (the first step, a new route or capacity), a new
- * graph is built from the record and launched. Everything that changes between steps (ids,
+ * Graph replay of decode steps (akv_dev_graph). A step of one token per sequence whose hooks
+ * are replayable (akv_forward_kv.replayable: a resident route) first RECORDS its launches
+ * (embedding and every layer; the hooks' begin_layer runs, nothing is launched), then
+ * compares the record with the one the current graph was built from, byte for byte (ops and
+ * argument structs): equal, the graph is launched; different (the first step, a new batch
+ * size, route or capacity), a new graph is built from the record and launched. Everything that changes between steps (ids,
  * positions, the page tables' contents) is device memory the kernels read, uploaded before
  * the launch, so a graph is only ever replayed with exactly the arguments it was built with.
  * Then every end_layer (the write-backs wait for the graph), then the output head, launched
@@ -82,9 +86,14 @@ akv_status akv_forward_dev_create_synthetic(akv_dev *dev, const akv_model_config
  * no-op. */
 void akv_forward_dev_destroy(akv_forward_dev *f);
 
-/* akv_forward_run's contract (forward.h) on the device. logits (if not NULL) are complete
- * when it returns. On error the queue may hold part of the chunk's work: the caller syncs
- * or discards the device (a failed op faults the compute queue). */
+/* akv_forward_step's contract (forward.h) on the device: one batch step. logits (if not NULL)
+ * are complete when it returns. AKV_EINVAL also for more logit rows than params.max_logits.
+ * On error the queue may hold part of the step's work: the caller syncs or discards the
+ * device (a failed op faults the compute queue). */
+akv_status akv_forward_dev_step(akv_forward_dev *f, const akv_forward_batch *b,
+                                const akv_forward_kv *kv, float *logits);
+
+/* The step of one sequence (akv_forward_run's form). */
 akv_status akv_forward_dev_run(akv_forward_dev *f, const int32_t *tokens, uint32_t n,
                                uint32_t pos0, const akv_forward_kv *kv, float *logits,
                                bool all_logits);

@@ -60,11 +60,13 @@ typedef struct akv_fwd_embed_args {
     akv_dtype table_dtype; /* f32 or bf16 */
 } akv_fwd_embed_args;
 
-/* y[r] = x[r] / sqrt(mean(x[r]^2) + eps) * w, for r < n_rows. */
+/* y[r] = x[i] / sqrt(mean(x[i]^2) + eps) * w, for r < n_rows, i = rows[r] (rows 0 = r). */
 typedef struct akv_fwd_rmsnorm_args {
     akv_dptr y;        /* [n_rows][n], y_dtype */
-    akv_dptr x;        /* f32 [n_rows][n] */
+    akv_dptr x;        /* f32 rows of n */
     akv_dptr w;        /* f32 [n] */
+    akv_dptr rows;     /* int32 [n_rows]: the row of x each row of y normalises (a gather: the
+                          output head's rows); 0 = row r */
     uint32_t n_rows, n;
     float eps;
     akv_dtype y_dtype; /* f32 or bf16 */

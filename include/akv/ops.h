@@ -22,7 +22,8 @@
  *                  A pair (a, b) at angle θ becomes (a cosθ - b sinθ, a sinθ + b cosθ).
  *
  * Numerics: sums of squares (RMSNorm) and softmax sums accumulate in double; matrix products
- * in float32 (OpenBLAS or the plain loop). Angles are formed in double from integer positions,
+ * in float32 (the batch-invariant akv_ops_matmul_cols of the host pass; OpenBLAS or the plain
+ * loop for the references). Angles are formed in double from integer positions,
  * so RoPE at position 10^6 is as accurate as at position 1.
  *
  * Thread-safety: every function is reentrant; akv_ops_ref_set_threads changes a process-wide
@@ -92,6 +93,28 @@ void akv_ops_ref_matmul(float *y, const float *x, const float *w, const float *b
  * the tests' oracle for the BLAS path. */
 void akv_ops_ref_matmul_plain(float *y, const float *x, const float *w, const float *bias, size_t m,
                               size_t n, size_t k);
+
+/* Instruction sets of the host products. AUTO: the best the CPU has. */
+typedef enum akv_ops_isa {
+    AKV_OPS_ISA_AUTO = 0,
+    AKV_OPS_ISA_PORTABLE = 1, /* plain C (fmaf) */
+    AKV_OPS_ISA_AVX2 = 2,     /* x86-64 AVX2 + FMA */
+} akv_ops_isa;
+
+/* The set a request runs on this CPU (AUTO, or AVX2 without it, resolve to what it has). */
+akv_ops_isa akv_ops_isa_resolve(akv_ops_isa isa);
+const char *akv_ops_isa_name(akv_ops_isa isa); /* "portable", "avx2+fma", "auto" */
+
+/* The host pass's matrix product, columns j0..j1-1 of y[m][n] = x[m][k] · W^T (+ bias[j]): a
+ * caller splits the columns over threads. BATCH-INVARIANT: every y[r][j] is the same float
+ * whatever m, the other rows of x, the column range and the thread are, because each element
+ * is computed by one fixed recipe: dot(x[r], W[j]) in 8 lanes (lane i accumulates k = i, i+8,
+ * ... in ascending order, one fused multiply-add each, the last partial step zero-padded), the
+ * lanes summed as ((l0+l4)+(l2+l6)) + ((l1+l5)+(l3+l7)), then + bias[j]. Every instruction
+ * set runs that recipe, so they agree bit for bit (the tests check it). y must not overlap x,
+ * W or bias; m, n, k >= 1; j0 <= j1 <= n. Asserts. */
+void akv_ops_matmul_cols(float *y, const float *x, const float *w, const float *bias, size_t m,
+                         size_t n, size_t k, size_t j0, size_t j1, akv_ops_isa isa);
 
 /* Threads OpenBLAS may use (>= 1; its default is every core). */
 void akv_ops_ref_set_threads(int n_threads);

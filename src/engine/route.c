@@ -695,8 +695,11 @@ static akv_status route_writeback(akv_route *r, uint32_t layer) {
     return st;
 }
 
-static akv_status route_begin_layer(void *user, uint32_t layer, akv_attn_pages *pg) {
+static akv_status route_begin_layer(void *user, uint32_t layer, akv_forward_parts *parts) {
     akv_route *r = user;
+    parts->n_parts = 1;
+    parts->part[0].repr = AKV_KV_EXACT;
+    akv_attn_pages *pg = &parts->part[0].kv;
     akv_status st = route_layer_ok(r, layer, "begin_layer");
     if (st) return st;
     st = r->stage ? route_stage_layer(r, layer) : AKV_OK;

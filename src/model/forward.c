@@ -1,5 +1,5 @@
-/* forward.c — the host forward pass of akv/forward.h: ref/ ops, OpenBLAS products, and the
- * reference paged attention. */
+/* forward.c — the host forward pass of akv/forward.h: ref/ ops, the batch-invariant products
+ * of akv_ops_matmul_cols on the pass's threads, and the host paged attention. */
 #include "akv/forward.h"
 
 #include <string.h>
@@ -7,12 +7,22 @@
 #include "akv/ops.h"
 #include "core/alloc.h"
 #include "core/log.h"
+#include "core/par.h"
+#include "model/forward_batch.h"
+
+enum {
+    FWD_HOST_DECODE = 1, /* the host pass decodes runs of one-token sequences; longer chunks
+                            take the prefill path (as fast for a few rows on the host) */
+    FWD_COL_ALIGN = 24,  /* product tasks cover multiples of the 8/4/3-column tiles */
+};
 
 struct akv_forward {
     const akv_model *model;
     akv_forward_params params;
-    uint32_t n_layers; /* layers a run goes through */
-    uint32_t n_last;   /* tokens of the last run (rows of x) */
+    uint32_t n_layers; /* layers a step goes through */
+    uint32_t n_last;   /* tokens of the last step (rows of x) */
+    akv_ops_isa isa;   /* the products' instruction set (resolved once) */
+    akv_par *par;      /* the products' threads */
     /* scratch, each sized for max_chunk tokens */
     float *x;             /* [T][n_embd] residual stream */
     float *h;             /* [T][n_embd] normed input of a sub-block */
@@ -23,6 +33,8 @@ struct akv_forward {
     float *gate, *up;     /* [T][n_ff] */
     float *cos_t, *sin_t; /* [T][n_rot/2] */
     int32_t *pos;         /* [T] */
+    int32_t *qo;          /* [T+1] a prefill group's rows, rebased to 0 */
+    akv__fwd_group *groups; /* [T] */
 };
 
 akv_forward_params akv_forward_default_params(void) {
@@ -44,6 +56,12 @@ akv_status akv_forward_create(const akv_model *model, const akv_forward_params *
     f->model = model;
     f->params = p;
     f->n_layers = p.n_layers ? p.n_layers : c->n_layers;
+    f->isa = akv_ops_isa_resolve(AKV_OPS_ISA_AUTO);
+    akv_status st = akv__par_create(p.threads, &f->par);
+    if (st) {
+        akv__free(f);
+        return st;
+    }
     size_t T = p.max_chunk, q_dim = (size_t)c->n_heads * c->head_dim,
            kv_dim = (size_t)c->n_kv_heads * c->head_dim;
     f->x = akv__calloc(T * c->n_embd, sizeof(float));
@@ -58,8 +76,10 @@ akv_status akv_forward_create(const akv_model *model, const akv_forward_params *
     f->cos_t = akv__calloc(T * (c->n_rot / 2), sizeof(float));
     f->sin_t = akv__calloc(T * (c->n_rot / 2), sizeof(float));
     f->pos = akv__calloc(T, sizeof(int32_t));
+    f->qo = akv__calloc(T + 1, sizeof(int32_t));
+    f->groups = akv__calloc(T, sizeof *f->groups);
     if (!f->x || !f->h || !f->tmp || !f->q || !f->k || !f->v || !f->att || !f->gate || !f->up ||
-        !f->cos_t || !f->sin_t || !f->pos) {
+        !f->cos_t || !f->sin_t || !f->pos || !f->qo || !f->groups) {
         akv_forward_destroy(f);
         return AKV_ENOMEM;
     }
@@ -69,131 +89,194 @@ akv_status akv_forward_create(const akv_model *model, const akv_forward_params *
 
 void akv_forward_destroy(akv_forward *f) {
     if (!f) return;
+    akv__par_destroy(f->par);
     akv__free(f->x), akv__free(f->h), akv__free(f->tmp), akv__free(f->q), akv__free(f->k);
     akv__free(f->v), akv__free(f->att), akv__free(f->gate), akv__free(f->up);
-    akv__free(f->cos_t), akv__free(f->sin_t), akv__free(f->pos);
+    akv__free(f->cos_t), akv__free(f->sin_t), akv__free(f->pos), akv__free(f->qo);
+    akv__free(f->groups);
     akv__free(f);
 }
 
-/* The hook's table must be one sequence of exactly n_tokens tokens with the model's K/V
- * shape (the attention validates the rest: ids, lengths, page counts). */
-static akv_status forward_check_pages(const akv_model_config *c, uint32_t layer,
-                                      const akv_attn_pages *pg, uint64_t n_tokens) {
+/* ---- products over the pass's threads ------------------------------------------------------ */
+
+typedef struct fwd_mm {
+    float *y;
+    const float *x, *w, *bias;
+    size_t m, n, k, per; /* per: columns of one task */
+    akv_ops_isa isa;
+} fwd_mm;
+
+static void fwd_mm_task(void *ctx, uint32_t t) {
+    const fwd_mm *a = ctx;
+    size_t j0 = (size_t)t * a->per, j1 = j0 + a->per < a->n ? j0 + a->per : a->n;
+    akv_ops_matmul_cols(a->y, a->x, a->w, a->bias, a->m, a->n, a->k, j0, j1, a->isa);
+}
+
+/* y[m][n] = x[m][k] W^T (+ bias), the columns cut into tasks (about four per thread, so that a
+ * slower thread does not hold the loop up). */
+static void fwd_matmul(akv_forward *f, float *y, const float *x, const float *w, const float *bias,
+                       size_t m, size_t n, size_t k) {
+    size_t want = (size_t)akv__par_n_threads(f->par) * 4;
+    size_t per = (n + want - 1) / want;
+    per = (per + FWD_COL_ALIGN - 1) / FWD_COL_ALIGN * FWD_COL_ALIGN;
+    fwd_mm a = {.y = y, .x = x, .w = w, .bias = bias, .m = m, .n = n, .k = k, .per = per,
+                .isa = f->isa};
+    akv__par_for(f->par, (uint32_t)((n + per - 1) / per), fwd_mm_task, &a);
+}
+
+/* ---- attention ----------------------------------------------------------------------------- */
+
+/* The one part of the layer, checked (akv__forward_parts_check), and each sequence holding
+ * exactly pos0[s] + n_new[s] tokens in it (the attention validates the rest: ids, page
+ * counts). */
+static akv_status forward_check_parts(const akv_model_config *c, uint32_t layer,
+                                      const akv_forward_parts *parts,
+                                      const akv_forward_batch *b) {
+    akv_status st = akv__forward_parts_check(c, "forward", layer, parts, b->n_seq);
+    if (st) return st;
+    const akv_attn_pages *pg = &parts->part[0].kv;
     const int32_t *indptr = (const int32_t *)(uintptr_t)pg->indptr.addr;
     const int32_t *last = (const int32_t *)(uintptr_t)pg->last_page_len.addr;
-    uint64_t len = 0;
-    if (pg->n_seq == 1 && indptr && last && indptr[1] > indptr[0])
-        len = (uint64_t)(indptr[1] - indptr[0] - 1) * pg->page_tokens + (uint64_t)last[0];
-    if (pg->n_seq != 1 || pg->n_kv_heads != c->n_kv_heads || pg->head_dim != c->head_dim ||
-        len != n_tokens) {
-        AKV_LOG_E("forward: layer %u: the page table holds %u sequence(s) of %llu tokens, %u K/V "
-                  "heads of %u; expected 1 sequence of %llu tokens, %u heads of %u",
-                  layer, pg->n_seq, (unsigned long long)len, pg->n_kv_heads, pg->head_dim,
-                  (unsigned long long)n_tokens, c->n_kv_heads, c->head_dim);
-        return AKV_EINVAL;
+    for (uint32_t s = 0; s < b->n_seq; s++) {
+        uint64_t len = 0, want = (uint64_t)b->pos0[s] + b->n_new[s];
+        if (indptr[s + 1] > indptr[s])
+            len = (uint64_t)(indptr[s + 1] - indptr[s] - 1) * pg->page_tokens + (uint64_t)last[s];
+        if (len != want) {
+            AKV_LOG_E("forward: layer %u: sequence %u of the step holds %llu tokens in its page "
+                      "table; expected %llu",
+                      layer, s, (unsigned long long)len, (unsigned long long)want);
+            return AKV_EINVAL;
+        }
     }
     return AKV_OK;
 }
 
-/* The attention of one layer for the chunk: K/V into the pages, then attend. */
-static akv_status forward_attend(akv_forward *f, const akv_attn_pages *pg, uint32_t n) {
+/* One group's attention: its new K/V into the pages, then attend. */
+static akv_status forward_attend_group(akv_forward *f, const akv_attn_pages *pg,
+                                       const akv_forward_batch *b, const akv__fwd_group *g) {
     const akv_model_config *c = akv_model_get_config(f->model);
+    const size_t q_dim = (size_t)c->n_heads * c->head_dim,
+                 kv_dim = (size_t)c->n_kv_heads * c->head_dim;
+    akv_attn_pages v = akv__forward_view(pg, g);
+    akv_dptr q = akv_attn_host_ptr(f->q + g->row0 * q_dim);
+    akv_dptr k = akv_attn_host_ptr(f->k + g->row0 * kv_dim);
+    akv_dptr vv = akv_attn_host_ptr(f->v + g->row0 * kv_dim);
+    akv_dptr o = akv_attn_host_ptr(f->att + g->row0 * q_dim);
     akv_status st;
-    if (n == 1) {
-        akv_attn_append ap = {.kv = *pg,
-                              .n_per_seq = 1,
-                              .n_tokens = 1,
-                              .max_new = 1,
-                              .k = akv_attn_host_ptr(f->k),
-                              .v = akv_attn_host_ptr(f->v),
+    if (g->decode) {
+        akv_attn_append ap = {.kv = v,
+                              .n_per_seq = g->n_new,
+                              .n_tokens = g->n_rows,
+                              .max_new = g->n_new,
+                              .k = k,
+                              .v = vv,
                               .dtype = AKV_DTYPE_F32};
         if ((st = akv_attn_ref_append(&ap))) return st;
-        akv_attn_decode d = {.kv = *pg,
+        akv_attn_decode d = {.kv = v,
                              .n_heads = c->n_heads,
-                             .n_query = 1,
-                             .q = akv_attn_host_ptr(f->q),
+                             .n_query = g->n_new,
+                             .q = q,
                              .q_dtype = AKV_DTYPE_F32,
-                             .o = akv_attn_host_ptr(f->att),
+                             .o = o,
                              .o_dtype = AKV_DTYPE_F32};
         return akv_attn_host_decode(&d);
     }
-    int32_t qo_indptr[2] = {0, (int32_t)n};
-    akv_attn_prefill pf = {.kv = *pg,
+    f->qo[0] = 0;
+    for (uint32_t s = g->s0; s < g->s1; s++)
+        f->qo[s - g->s0 + 1] = f->qo[s - g->s0] + (int32_t)b->n_new[s];
+    akv_attn_prefill pf = {.kv = v,
                            .n_heads = c->n_heads,
-                           .qo_indptr = akv_attn_host_ptr(qo_indptr),
-                           .n_tokens = n,
-                           .max_chunk = n,
-                           .q = akv_attn_host_ptr(f->q),
+                           .qo_indptr = akv_attn_host_ptr(f->qo),
+                           .n_tokens = g->n_rows,
+                           .max_chunk = g->n_new,
+                           .q = q,
                            .q_dtype = AKV_DTYPE_F32,
-                           .k_new = akv_attn_host_ptr(f->k),
-                           .v_new = akv_attn_host_ptr(f->v),
+                           .k_new = k,
+                           .v_new = vv,
                            .kv_new_dtype = AKV_DTYPE_F32,
-                           .o = akv_attn_host_ptr(f->att),
+                           .o = o,
                            .o_dtype = AKV_DTYPE_F32};
     return akv_attn_host_prefill(&pf);
 }
 
-akv_status akv_forward_run(akv_forward *f, const int32_t *tokens, uint32_t n, uint32_t pos0,
-                           const akv_forward_kv *kv, float *logits, bool all_logits) {
-    if (!f || !tokens || !kv || !kv->begin_layer) return AKV_EINVAL;
-    if (n == 0 || n > f->params.max_chunk || (uint64_t)pos0 + n > INT32_MAX) {
-        AKV_LOG_E("forward: a chunk of %u tokens at position %u (1..%u tokens, positions below "
-                  "2^31)",
-                  n, pos0, f->params.max_chunk);
-        return AKV_EINVAL;
-    }
+/* ---- the step ------------------------------------------------------------------------------ */
+
+akv_status akv_forward_step(akv_forward *f, const akv_forward_batch *b, const akv_forward_kv *kv,
+                            float *logits) {
+    if (!f || !kv || !kv->begin_layer) return AKV_EINVAL;
+    uint32_t n = 0;
+    akv_status st = akv_forward_batch_check(b, f->params.max_chunk, "forward", &n);
+    if (st) return st;
     const akv_model *m = f->model;
     const akv_model_config *c = akv_model_get_config(m);
     size_t E = c->n_embd, q_dim = (size_t)c->n_heads * c->head_dim,
            kv_dim = (size_t)c->n_kv_heads * c->head_dim;
-    akv_status st = akv_ops_ref_embed(f->x, akv_model_tok_embd(m), c->n_vocab, E, tokens, n);
-    if (st) return st;
+    if ((st = akv_ops_ref_embed(f->x, akv_model_tok_embd(m), c->n_vocab, E, b->tokens, n)))
+        return st;
     f->n_last = n;
+    const uint32_t n_groups = akv__forward_groups(b, FWD_HOST_DECODE, f->groups);
 
-    /* One cos/sin table for the chunk's positions serves every layer and head. */
-    for (uint32_t t = 0; t < n; t++)
-        f->pos[t] = (int32_t)(pos0 + t);
+    /* One cos/sin table for the step's positions serves every layer and head. */
+    for (uint32_t s = 0, t = 0; s < b->n_seq; s++)
+        for (uint32_t i = 0; i < b->n_new[s]; i++)
+            f->pos[t++] = (int32_t)(b->pos0[s] + i);
     akv_ops_ref_rope_table(f->pos, n, akv_model_rope_inv_freq(m), c->n_rot, f->cos_t, f->sin_t);
 
     for (uint32_t l = 0; l < f->n_layers; l++) {
         const akv_model_layer *L = akv_model_get_layer(m, l);
         /* attention block: norm, projections, rotation */
         akv_ops_ref_rmsnorm(f->h, f->x, L->attn_norm, n, E, c->rms_eps);
-        akv_ops_ref_matmul(f->q, f->h, L->wq, L->bq, n, q_dim, E);
-        akv_ops_ref_matmul(f->k, f->h, L->wk, L->bk, n, kv_dim, E);
-        akv_ops_ref_matmul(f->v, f->h, L->wv, L->bv, n, kv_dim, E);
+        fwd_matmul(f, f->q, f->h, L->wq, L->bq, n, q_dim, E);
+        fwd_matmul(f, f->k, f->h, L->wk, L->bk, n, kv_dim, E);
+        fwd_matmul(f, f->v, f->h, L->wv, L->bv, n, kv_dim, E);
         akv_ops_ref_rope(f->q, n, c->n_heads, c->head_dim, c->n_rot, c->rope_mode, f->cos_t,
                          f->sin_t);
         akv_ops_ref_rope(f->k, n, c->n_kv_heads, c->head_dim, c->n_rot, c->rope_mode, f->cos_t,
                          f->sin_t);
 
         /* the history: the route places the pages, the attention writes and reads them */
-        akv_attn_pages pg;
-        memset(&pg, 0, sizeof pg);
-        if ((st = kv->begin_layer(kv->user, l, &pg))) return st;
-        if ((st = forward_check_pages(c, l, &pg, (uint64_t)pos0 + n))) return st;
-        if ((st = forward_attend(f, &pg, n))) return st;
+        akv_forward_parts parts;
+        memset(&parts, 0, sizeof parts);
+        if ((st = kv->begin_layer(kv->user, l, &parts))) return st;
+        if ((st = forward_check_parts(c, l, &parts, b))) return st;
+        for (uint32_t gi = 0; gi < n_groups; gi++)
+            if ((st = forward_attend_group(f, &parts.part[0].kv, b, &f->groups[gi]))) return st;
         if (kv->end_layer && (st = kv->end_layer(kv->user, l))) return st;
 
-        akv_ops_ref_matmul(f->tmp, f->att, L->wo, NULL, n, E, q_dim);
+        fwd_matmul(f, f->tmp, f->att, L->wo, NULL, n, E, q_dim);
         akv_ops_ref_add(f->x, f->tmp, n * E);
 
         /* feed-forward block: SwiGLU */
         akv_ops_ref_rmsnorm(f->h, f->x, L->ffn_norm, n, E, c->rms_eps);
-        akv_ops_ref_matmul(f->gate, f->h, L->w_gate, NULL, n, c->n_ff, E);
-        akv_ops_ref_matmul(f->up, f->h, L->w_up, NULL, n, c->n_ff, E);
+        fwd_matmul(f, f->gate, f->h, L->w_gate, NULL, n, c->n_ff, E);
+        fwd_matmul(f, f->up, f->h, L->w_up, NULL, n, c->n_ff, E);
         akv_ops_ref_swiglu(f->gate, f->gate, f->up, (size_t)n * c->n_ff);
-        akv_ops_ref_matmul(f->tmp, f->gate, L->w_down, NULL, n, E, c->n_ff);
+        fwd_matmul(f, f->tmp, f->gate, L->w_down, NULL, n, E, c->n_ff);
         akv_ops_ref_add(f->x, f->tmp, n * E);
     }
 
     if (!logits) return AKV_OK;
-    /* output head: only the rows whose logits are wanted */
-    uint32_t first = all_logits ? 0 : n - 1, rows = n - first;
-    akv_ops_ref_rmsnorm(f->h, f->x + (size_t)first * E, akv_model_output_norm(m), rows, E,
-                        c->rms_eps);
-    akv_ops_ref_matmul(logits, f->h, akv_model_output(m), NULL, rows, c->n_vocab, E);
+    /* output head: only the rows whose logits are wanted, gathered in sequence order */
+    uint32_t rows = 0;
+    for (uint32_t s = 0, t = 0; s < b->n_seq; t += b->n_new[s], s++) {
+        uint8_t mode = b->logits ? b->logits[s] : AKV_FORWARD_LOGITS_LAST;
+        uint32_t first = mode == AKV_FORWARD_LOGITS_ALL ? t : t + b->n_new[s] - 1;
+        uint32_t k = mode == AKV_FORWARD_LOGITS_ALL ? b->n_new[s] : mode == AKV_FORWARD_LOGITS_LAST;
+        akv_ops_ref_rmsnorm(f->h + (size_t)rows * E, f->x + (size_t)first * E,
+                            akv_model_output_norm(m), k, E, c->rms_eps);
+        rows += k;
+    }
+    if (rows) fwd_matmul(f, logits, f->h, akv_model_output(m), NULL, rows, c->n_vocab, E);
     return AKV_OK;
+}
+
+akv_status akv_forward_run(akv_forward *f, const int32_t *tokens, uint32_t n, uint32_t pos0,
+                           const akv_forward_kv *kv, float *logits, bool all_logits) {
+    uint8_t mode = all_logits ? AKV_FORWARD_LOGITS_ALL : AKV_FORWARD_LOGITS_LAST;
+    akv_forward_batch b = {.n_seq = 1, .n_new = &n, .pos0 = &pos0, .tokens = tokens,
+                           .logits = &mode};
+    if (!tokens) return AKV_EINVAL;
+    return akv_forward_step(f, &b, kv, logits);
 }
 
 const float *akv_forward_hidden(const akv_forward *f) {

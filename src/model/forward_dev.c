@@ -12,6 +12,7 @@
 #include "core/assert.h"
 #include "core/half.h"
 #include "core/log.h"
+#include "model/forward_batch.h"
 
 enum {
     FDEV_ALIGN = 256,               /* every array of an allocation starts at this alignment */
@@ -68,15 +69,19 @@ struct akv_forward_dev {
     akv_dptr att;         /* bf16 [T][q_dim] attention output */
     akv_dptr gu;          /* f32 [T][2*n_ff] gate | up */
     akv_dptr act;         /* bf16 [T][n_ff] SwiGLU output */
-    akv_dptr logits;      /* f32 [T][n_vocab] */
-    akv_dptr io;          /* int32 [2T + 2]: ids [T], positions [T], qo_indptr [2] */
+    akv_dptr logits;      /* f32 [L][n_vocab], L = max_logits */
+    akv_dptr io;          /* int32 [FDEV_IO_INTS]: ids [T], positions [T], the prefill group's
+                             qo_indptr [T+1], the logit rows [L] (fdev_io_*) */
     akv_dptr blas_ws;     /* FDEV_CUBLAS_WS bytes, or 0 on the host backend */
-    akv_dptr attn_ws;     /* decode workspace (own allocation, grown on demand) */
-    size_t attn_ws_bytes;
-    uint32_t attn_ws_layout[3]; /* n_seq, n_parts, n_query of the decode that last used it */
+    /* decode workspaces, one per query count (own allocations, grown on demand): a step's
+     * decode groups of different counts never share counters */
+    akv_dptr attn_ws[AKV_ATTN_MAX_QUERIES];
+    size_t attn_ws_bytes[AKV_ATTN_MAX_QUERIES];
+    uint32_t attn_ws_layout[AKV_ATTN_MAX_QUERIES][3]; /* n_seq, n_parts, n_query last used */
+    akv__fwd_group *groups; /* [T] this step's attention groups */
     /* pinned host side */
-    int32_t *io_h;        /* [2T + 2], the source of the io upload */
-    float *logits_h;      /* [T][n_vocab] */
+    int32_t *io_h;        /* [FDEV_IO_INTS], the source of the io upload */
+    float *logits_h;      /* [L][n_vocab] */
     akv_event *io_ev;     /* recorded after the io upload: io_h may be rewritten once done */
     bool io_pending;
     /* graph replay of decode steps */
@@ -86,6 +91,20 @@ struct akv_forward_dev {
     akv_graph *graph;
     akv_forward_dev_stats stats;
 };
+
+/* The io upload's layout: ids [T] | positions [T] | prefill qo_indptr [T+1] | logit rows [L]. */
+static size_t fdev_io_ints(const akv_forward_dev *f) {
+    return 3 * (size_t)f->params.max_chunk + 1 + f->params.max_logits;
+}
+static size_t fdev_io_pos(const akv_forward_dev *f) {
+    return f->params.max_chunk;
+}
+static size_t fdev_io_qo(const akv_forward_dev *f) {
+    return 2 * (size_t)f->params.max_chunk;
+}
+static size_t fdev_io_rows(const akv_forward_dev *f) {
+    return 3 * (size_t)f->params.max_chunk + 1;
+}
 
 static void fdev_rec_free(fdev_rec *r) {
     akv__free(r->ops);
@@ -165,8 +184,8 @@ static size_t fdev_layout_scratch(akv_forward_dev *f, akv_dptr base) {
     f->att = fdev_take(base, &off, T * f->q_dim * 2);
     f->gu = fdev_take(base, &off, T * 2 * c->n_ff * 4);
     f->act = fdev_take(base, &off, T * c->n_ff * 2);
-    f->logits = fdev_take(base, &off, T * c->n_vocab * 4);
-    f->io = fdev_take(base, &off, (2 * T + 2) * 4);
+    f->logits = fdev_take(base, &off, (size_t)f->params.max_logits * c->n_vocab * 4);
+    f->io = fdev_take(base, &off, fdev_io_ints(f) * 4);
     f->blas_ws = f->is_host ? (akv_dptr){0} : fdev_take(base, &off, FDEV_CUBLAS_WS);
     return off;
 }
@@ -175,7 +194,8 @@ void akv_forward_dev_destroy(akv_forward_dev *f) {
     if (!f) return;
     /* akv_dev_mem_free and akv_dev_pinned_free wait for the device to be idle, so nothing
      * queued still uses what is freed. */
-    akv_dev_mem_free(f->dev, f->attn_ws);
+    for (int i = 0; i < AKV_ATTN_MAX_QUERIES; i++)
+        akv_dev_mem_free(f->dev, f->attn_ws[i]);
     akv_dev_mem_free(f->dev, f->smem_d);
     akv_dev_mem_free(f->dev, f->wmem);
     if (f->io_h) akv_dev_pinned_free(f->dev, f->io_h);
@@ -184,6 +204,7 @@ void akv_forward_dev_destroy(akv_forward_dev *f) {
     akv_dev_graph_destroy(f->dev, f->graph);
     fdev_rec_free(&f->rec);
     fdev_rec_free(&f->graph_rec);
+    akv__free(f->groups);
     akv__free(f->layers);
     akv__free(f);
 }
@@ -193,9 +214,11 @@ static akv_status fdev_create_common(akv_dev *dev, const akv_model_config *c,
                                      const akv_forward_params *params, akv_forward_dev **out) {
     akv_forward_params p = params ? *params : akv_forward_default_params();
     if (p.max_chunk == 0) p.max_chunk = 256;
-    if (p.n_layers > c->n_layers || p.max_chunk > (1u << 20)) {
-        AKV_LOG_E("forward_dev: n_layers %u (the model has %u) or max_chunk %u out of range",
-                  p.n_layers, c->n_layers, p.max_chunk);
+    if (p.max_logits == 0) p.max_logits = p.max_chunk;
+    if (p.n_layers > c->n_layers || p.max_chunk > (1u << 20) || p.max_logits > p.max_chunk) {
+        AKV_LOG_E("forward_dev: n_layers %u (the model has %u), max_chunk %u or max_logits %u "
+                  "out of range",
+                  p.n_layers, c->n_layers, p.max_chunk, p.max_logits);
         return AKV_EINVAL;
     }
     akv_dev_info info;
@@ -210,13 +233,13 @@ static akv_status fdev_create_common(akv_dev *dev, const akv_model_config *c,
     f->q_dim = c->n_heads * c->head_dim, f->kv_dim = c->n_kv_heads * c->head_dim;
     f->qkv_dim = f->q_dim + 2 * f->kv_dim;
     f->layers = akv__calloc(f->n_layers, sizeof *f->layers);
-    if (!f->layers) {
+    f->groups = akv__calloc(p.max_chunk, sizeof *f->groups);
+    if (!f->layers || !f->groups) {
         akv_forward_dev_destroy(f);
         return AKV_ENOMEM;
     }
     size_t wbytes = fdev_layout_weights(f, (akv_dptr){0});
     size_t sbytes = fdev_layout_scratch(f, (akv_dptr){0});
-    size_t T = p.max_chunk;
     if ((st = akv_dev_mem_alloc(dev, wbytes, &f->wmem)) ||
         (st = akv_dev_mem_alloc(dev, sbytes, &f->smem_d))) {
         AKV_LOG_E("forward_dev: %.2f GiB of weights and %.2f GiB of scratch (%u tokens a "
@@ -228,8 +251,9 @@ static akv_status fdev_create_common(akv_dev *dev, const akv_model_config *c,
     }
     fdev_layout_weights(f, f->wmem);
     fdev_layout_scratch(f, f->smem_d);
-    if ((st = akv_dev_pinned_alloc(dev, (2 * T + 2) * sizeof(int32_t), (void **)&f->io_h)) ||
-        (st = akv_dev_pinned_alloc(dev, T * c->n_vocab * sizeof(float), (void **)&f->logits_h)) ||
+    if ((st = akv_dev_pinned_alloc(dev, fdev_io_ints(f) * sizeof(int32_t), (void **)&f->io_h)) ||
+        (st = akv_dev_pinned_alloc(dev, (size_t)p.max_logits * c->n_vocab * sizeof(float),
+                                   (void **)&f->logits_h)) ||
         (st = akv_dev_event_create(dev, 0, &f->io_ev))) {
         akv_forward_dev_destroy(f);
         return st;
@@ -364,13 +388,17 @@ const akv_model_config *akv_forward_dev_config(const akv_forward_dev *f) {
     return &f->cfg;
 }
 
-/* The decode workspace for this table's split, grown when a longer capacity needs more. Its
- * layout (where the arrival counters lie) follows the batch, the split and the query count:
- * a decode with another layout than the last one's finds its counters where partial states
- * were, so the workspace is zeroed again (a chunk of 2-4 prompt tokens decoded, then
- * one-token steps; a capacity that changes the split). */
-static akv_status fdev_attn_ws(akv_forward_dev *f, const akv_attn_decode *d) {
+/* The decode workspace of query count n_query for this table's split, grown when a longer
+ * capacity needs more. Its layout (where the arrival counters lie) follows the batch, the
+ * split and the query count: a decode with another layout than the last one's finds its
+ * counters where partial states were, so the workspace is zeroed again (a group whose size
+ * changed; a capacity that changes the split). Each query count has its own workspace, so the
+ * groups of one step (one-token decodes beside a chunk of 3) do not re-zero each other's. */
+static akv_status fdev_attn_ws(akv_forward_dev *f, const akv_attn_decode *d, akv_dptr *ws,
+                               size_t *ws_bytes) {
+    *ws = (akv_dptr){0}, *ws_bytes = 0;
     if (f->is_host) return AKV_OK; /* the ref needs none */
+    const uint32_t qi = d->n_query - 1;
     akv_attn_split sp;
     size_t need = 0;
     akv_status st = akv_attn_split_plan((uint64_t)d->kv.max_pages * d->kv.page_tokens, d->kv.n_seq,
@@ -379,66 +407,73 @@ static akv_status fdev_attn_ws(akv_forward_dev *f, const akv_attn_decode *d) {
     if (st || (st = akv_attn_decode_workspace_bytes(d, &sp, &need))) return st;
     if (need == 0) return AKV_OK; /* one partition: the workspace is not touched */
     const uint32_t layout[3] = {d->kv.n_seq, sp.n_parts, d->n_query};
-    const bool same = memcmp(layout, f->attn_ws_layout, sizeof layout) == 0;
-    if (need > f->attn_ws_bytes) {
+    const bool same = memcmp(layout, f->attn_ws_layout[qi], sizeof layout) == 0;
+    if (need > f->attn_ws_bytes[qi]) {
         /* the free waits for the device to be idle: no decode in flight still uses the old one
          * (a failed allocation leaves 0 bytes: the next call grows again) */
-        if ((st = akv_dev_mem_free(f->dev, f->attn_ws))) return st;
-        f->attn_ws = (akv_dptr){0}, f->attn_ws_bytes = 0;
-        if ((st = akv_dev_mem_alloc(f->dev, need, &f->attn_ws))) return st;
-        f->attn_ws_bytes = need;
+        if ((st = akv_dev_mem_free(f->dev, f->attn_ws[qi]))) return st;
+        f->attn_ws[qi] = (akv_dptr){0}, f->attn_ws_bytes[qi] = 0;
+        if ((st = akv_dev_mem_alloc(f->dev, need, &f->attn_ws[qi]))) return st;
+        f->attn_ws_bytes[qi] = need;
     } else if (same) {
+        *ws = f->attn_ws[qi], *ws_bytes = f->attn_ws_bytes[qi];
         return AKV_OK;
     }
     /* the split's arrival counters start at zero (akv/attn.h); every completed decode leaves
      * them at zero. On the compute queue, so it is ordered before the decode. */
-    if ((st = akv_dev_memset_async(f->dev, AKV_QUEUE_COMPUTE, f->attn_ws, 0, need))) return st;
-    memcpy(f->attn_ws_layout, layout, sizeof layout);
+    if ((st = akv_dev_memset_async(f->dev, AKV_QUEUE_COMPUTE, f->attn_ws[qi], 0, need))) return st;
+    memcpy(f->attn_ws_layout[qi], layout, sizeof layout);
+    *ws = f->attn_ws[qi], *ws_bytes = f->attn_ws_bytes[qi];
     return AKV_OK;
 }
 
-/* The layer's attention: K/V into the pages, then attend (Q, K, V are the f32 qkv rows). */
-static akv_status fdev_attend(akv_forward_dev *f, const akv_attn_pages *pg, uint32_t n) {
+/* One group's attention: its K/V into the pages, then attend (Q, K, V are the f32 qkv rows
+ * from the group's first row on). The prefill group's qo_indptr is in the io upload. */
+static akv_status fdev_attend(akv_forward_dev *f, const akv_attn_pages *pg, const akv__fwd_group *g) {
     const akv_model_config *c = &f->cfg;
-    akv_dptr q = f->qkv, k = akv_dptr_offset(f->qkv, (size_t)f->q_dim * 4),
-             v = akv_dptr_offset(f->qkv, (size_t)(f->q_dim + f->kv_dim) * 4);
+    const size_t row = (size_t)g->row0 * f->qkv_dim * 4;
+    akv_dptr q = akv_dptr_offset(f->qkv, row),
+             k = akv_dptr_offset(f->qkv, row + (size_t)f->q_dim * 4),
+             v = akv_dptr_offset(f->qkv, row + (size_t)(f->q_dim + f->kv_dim) * 4),
+             o = akv_dptr_offset(f->att, (size_t)g->row0 * f->q_dim * 2);
+    akv_attn_pages view = akv__forward_view(pg, g);
     akv_status st;
-    if (n <= AKV_ATTN_MAX_QUERIES) {
-        akv_fwd_attn_append_args ap = {.p = {.kv = *pg,
-                                             .n_per_seq = n,
-                                             .n_tokens = n,
-                                             .max_new = n,
+    if (g->decode) {
+        akv_fwd_attn_append_args ap = {.p = {.kv = view,
+                                             .n_per_seq = g->n_new,
+                                             .n_tokens = g->n_rows,
+                                             .max_new = g->n_new,
                                              .k = k,
                                              .v = v,
                                              .dtype = AKV_DTYPE_F32,
                                              .stride = f->qkv_dim}};
         if ((st = FDEV_LAUNCH(f, akv_fwd_op_attn_append, ap))) return st;
-        akv_fwd_attn_decode_args d = {.p = {.kv = *pg,
+        akv_fwd_attn_decode_args d = {.p = {.kv = view,
                                             .n_heads = c->n_heads,
-                                            .n_query = n,
+                                            .n_query = g->n_new,
                                             .q = q,
                                             .q_dtype = AKV_DTYPE_F32,
                                             .q_stride = f->qkv_dim,
-                                            .o = f->att,
+                                            .o = o,
                                             .o_dtype = AKV_DTYPE_BF16,
                                             /* what may still run as it starts: the end of
                                              * the layer's qkv product (it never lets its
                                              * successor start early, so all before it has
-                                             * completed), the bias add, RoPE (the scratch)
-                                             * and the append (the queries' rows); tables and
-                                             * filled pages arrive by copies or behind event
-                                             * waits */
+                                             * completed), the bias add, RoPE (the scratch),
+                                             * the appends and an earlier group's decode of
+                                             * other sequences (their rows and outputs);
+                                             * tables and filled pages arrive by copies or
+                                             * behind event waits */
                                             .prefetch_history = true}};
-        if ((st = fdev_attn_ws(f, &d.p))) return st;
-        d.workspace = f->attn_ws, d.workspace_bytes = f->attn_ws_bytes;
+        if ((st = fdev_attn_ws(f, &d.p, &d.workspace, &d.workspace_bytes))) return st;
         return FDEV_LAUNCH(f, akv_fwd_op_attn_decode, d);
     }
     akv_fwd_attn_prefill_args pf = {
-        .p = {.kv = *pg,
+        .p = {.kv = view,
               .n_heads = c->n_heads,
-              .qo_indptr = akv_dptr_offset(f->io, 2 * (size_t)f->params.max_chunk * 4),
-              .n_tokens = n,
-              .max_chunk = n,
+              .qo_indptr = akv_dptr_offset(f->io, fdev_io_qo(f) * 4),
+              .n_tokens = g->n_rows,
+              .max_chunk = g->n_new,
               .q = q,
               .q_dtype = AKV_DTYPE_F32,
               .q_stride = f->qkv_dim,
@@ -446,7 +481,7 @@ static akv_status fdev_attend(akv_forward_dev *f, const akv_attn_pages *pg, uint
               .v_new = v,
               .kv_new_dtype = AKV_DTYPE_F32,
               .kv_stride = f->qkv_dim,
-              .o = f->att,
+              .o = o,
               .o_dtype = AKV_DTYPE_BF16}};
     return FDEV_LAUNCH(f, akv_fwd_op_attn_prefill, pf);
 }
@@ -466,11 +501,12 @@ static akv_status fdev_matmul(akv_forward_dev *f, akv_dptr y, akv_dptr x, akv_dp
     return FDEV_LAUNCH(f, akv_fwd_op_matmul, a);
 }
 
-static akv_status fdev_rmsnorm(akv_forward_dev *f, akv_dptr y, akv_dptr x, akv_dptr w,
-                               uint32_t n_rows) {
+static akv_status fdev_rmsnorm_rows(akv_forward_dev *f, akv_dptr y, akv_dptr x, akv_dptr w,
+                                    uint32_t n_rows, akv_dptr rows) {
     akv_fwd_rmsnorm_args a = {.y = y,
                               .x = x,
                               .w = w,
+                              .rows = rows,
                               .n_rows = n_rows,
                               .n = f->cfg.n_embd,
                               .eps = f->cfg.rms_eps,
@@ -478,23 +514,16 @@ static akv_status fdev_rmsnorm(akv_forward_dev *f, akv_dptr y, akv_dptr x, akv_d
     return FDEV_LAUNCH(f, akv_fwd_op_rmsnorm, a);
 }
 
-/* The table's shape against the model's (its contents are device memory the host cannot
- * read: the route that built it is trusted with the lengths). */
-static akv_status fdev_check_pages(const akv_forward_dev *f, uint32_t layer,
-                                   const akv_attn_pages *pg) {
-    const akv_model_config *c = &f->cfg;
-    if (pg->n_seq == 1 && pg->n_kv_heads == c->n_kv_heads && pg->head_dim == c->head_dim)
-        return AKV_OK;
-    AKV_LOG_E("forward_dev: layer %u: the page table has %u sequence(s), %u K/V heads of %u; "
-              "expected 1 sequence, %u heads of %u",
-              layer, pg->n_seq, pg->n_kv_heads, pg->head_dim, c->n_kv_heads, c->head_dim);
-    return AKV_EINVAL;
+static akv_status fdev_rmsnorm(akv_forward_dev *f, akv_dptr y, akv_dptr x, akv_dptr w,
+                               uint32_t n_rows) {
+    return fdev_rmsnorm_rows(f, y, x, w, n_rows, (akv_dptr){0});
 }
 
-/* One block: attention sub-block, then feed-forward, each added into the residual x. While
- * recording, end_layer is left to the caller (it runs after the graph). */
-static akv_status fdev_layer_run(akv_forward_dev *f, uint32_t l, uint32_t n,
-                                 const akv_forward_kv *kv) {
+/* One block over the step's n rows: attention sub-block (a call per group), then feed-forward,
+ * each added into the residual x. While recording, end_layer is left to the caller (it runs
+ * after the graph). */
+static akv_status fdev_layer_run(akv_forward_dev *f, uint32_t l, uint32_t n, uint32_t n_seq,
+                                 uint32_t n_groups, const akv_forward_kv *kv) {
     const akv_model_config *c = &f->cfg;
     const fdev_layer *L = &f->layers[l];
     akv_status st;
@@ -506,7 +535,7 @@ static akv_status fdev_layer_run(akv_forward_dev *f, uint32_t l, uint32_t n,
         if ((st = FDEV_LAUNCH(f, akv_fwd_op_add, b))) return st;
     }
     akv_fwd_rope_args rq = {.x = f->qkv,
-                            .pos = akv_dptr_offset(f->io, (size_t)f->params.max_chunk * 4),
+                            .pos = akv_dptr_offset(f->io, fdev_io_pos(f) * 4),
                             .inv_freq = f->inv_freq,
                             .n_tokens = n,
                             .n_heads = c->n_heads,
@@ -520,11 +549,13 @@ static akv_status fdev_layer_run(akv_forward_dev *f, uint32_t l, uint32_t n,
         return st;
 
     /* the history: the hook places the pages, the attention writes and reads them */
-    akv_attn_pages pg;
-    memset(&pg, 0, sizeof pg);
-    if ((st = kv->begin_layer(kv->user, l, &pg)) || (st = fdev_check_pages(f, l, &pg)) ||
-        (st = fdev_attend(f, &pg, n)))
+    akv_forward_parts parts;
+    memset(&parts, 0, sizeof parts);
+    if ((st = kv->begin_layer(kv->user, l, &parts)) ||
+        (st = akv__forward_parts_check(&f->cfg, "forward_dev", l, &parts, n_seq)))
         return st;
+    for (uint32_t gi = 0; gi < n_groups; gi++)
+        if ((st = fdev_attend(f, &parts.part[0].kv, &f->groups[gi]))) return st;
     if (!f->recording && kv->end_layer && (st = kv->end_layer(kv->user, l))) return st;
     if ((st = fdev_matmul(f, f->x, f->att, L->wo, n, c->n_embd, f->q_dim, 1))) return st;
 
@@ -543,16 +574,17 @@ static akv_status fdev_layer_run(akv_forward_dev *f, uint32_t l, uint32_t n,
     return fdev_matmul(f, f->x, f->act, L->wdown, n, c->n_embd, c->n_ff, 1);
 }
 
-/* A replayable one-token step: record the embedding and every layer, build a graph when the
- * record differs from the current graph's, launch it, then every end_layer. */
-static akv_status fdev_replay(akv_forward_dev *f, const akv_fwd_embed_args *e,
-                              const akv_forward_kv *kv) {
+/* A replayable decode step (one token per sequence): record the embedding and every layer,
+ * build a graph when the record differs from the current graph's, launch it, then every
+ * end_layer. */
+static akv_status fdev_replay(akv_forward_dev *f, const akv_fwd_embed_args *e, uint32_t n_seq,
+                              uint32_t n_groups, const akv_forward_kv *kv) {
     akv_status st;
     f->rec.n = f->rec.len = 0;
     f->recording = true;
     st = FDEV_LAUNCH(f, akv_fwd_op_embed, *e);
     for (uint32_t l = 0; l < f->n_layers && !st; l++)
-        st = fdev_layer_run(f, l, 1, kv);
+        st = fdev_layer_run(f, l, n_seq, n_seq, n_groups, kv);
     f->recording = false;
     if (st) return st;
     if (!f->graph || !fdev_rec_equal(&f->rec, &f->graph_rec)) {
@@ -579,14 +611,15 @@ static akv_status fdev_replay(akv_forward_dev *f, const akv_fwd_embed_args *e,
     return AKV_OK;
 }
 
-/* Steps 1-3 of a checked run (akv_forward_dev_run). */
-static akv_status fdev_step(akv_forward_dev *f, const int32_t *tokens, uint32_t n, uint32_t pos0,
-                            const akv_forward_kv *kv, float *logits, bool all_logits) {
+/* Steps 1-3 of a checked step (akv_forward_dev_step): n tokens in all. */
+static akv_status fdev_step(akv_forward_dev *f, const akv_forward_batch *b, uint32_t n,
+                            const akv_forward_kv *kv, float *logits) {
     const akv_model_config *c = &f->cfg;
-    const uint32_t T = f->params.max_chunk;
     akv_status st;
-    /* 1. ids, positions and the prefill's qo_indptr: one upload from pinned memory, after
-     * the previous one has left it */
+    const uint32_t n_groups = akv__forward_groups(b, AKV_ATTN_MAX_QUERIES, f->groups);
+    const uint32_t n_rows = logits ? akv_forward_batch_logit_rows(b) : 0;
+    /* 1. ids, positions, the prefill group's qo_indptr and the logit rows: one upload from
+     * pinned memory, after the previous one has left it */
     if (f->io_pending) {
         /* A record that completed on a faulted queue stays failed after the device recovers:
          * then only a device-wide sync that succeeds proves the old upload is over (a device
@@ -594,10 +627,23 @@ static akv_status fdev_step(akv_forward_dev *f, const int32_t *tokens, uint32_t 
         if ((st = akv_dev_event_sync(f->dev, f->io_ev)) && (st = akv_dev_sync(f->dev))) return st;
         f->io_pending = false;
     }
-    for (uint32_t t = 0; t < n; t++)
-        f->io_h[t] = tokens[t], f->io_h[T + t] = (int32_t)(pos0 + t);
-    f->io_h[2 * T] = 0, f->io_h[2 * T + 1] = (int32_t)n;
-    size_t io_bytes = (2 * (size_t)T + 2) * sizeof(int32_t);
+    int32_t *pos = f->io_h + fdev_io_pos(f), *qo = f->io_h + fdev_io_qo(f),
+            *rows = f->io_h + fdev_io_rows(f);
+    memcpy(f->io_h, b->tokens, (size_t)n * sizeof(int32_t));
+    const akv__fwd_group *pre = n_groups && !f->groups[n_groups - 1].decode
+                                    ? &f->groups[n_groups - 1] : NULL;
+    qo[0] = 0;
+    for (uint32_t s = 0, t = 0, r = 0; s < b->n_seq; s++) {
+        for (uint32_t i = 0; i < b->n_new[s]; i++)
+            pos[t + i] = (int32_t)(b->pos0[s] + i);
+        if (pre && s >= pre->s0) qo[s - pre->s0 + 1] = qo[s - pre->s0] + (int32_t)b->n_new[s];
+        uint8_t mode = b->logits ? b->logits[s] : AKV_FORWARD_LOGITS_LAST;
+        for (uint32_t i = 0; logits && i < b->n_new[s]; i++)
+            if (mode == AKV_FORWARD_LOGITS_ALL || (mode == AKV_FORWARD_LOGITS_LAST && i + 1 == b->n_new[s]))
+                rows[r++] = (int32_t)(t + i);
+        t += b->n_new[s];
+    }
+    size_t io_bytes = fdev_io_ints(f) * sizeof(int32_t);
     if ((st = akv_dev_copy_h2d_async(f->dev, AKV_QUEUE_COMPUTE, f->io, f->io_h, io_bytes)) ||
         (st = akv_dev_event_record(f->dev, f->io_ev, AKV_QUEUE_COMPUTE)))
         return st;
@@ -611,21 +657,22 @@ static akv_status fdev_step(akv_forward_dev *f, const int32_t *tokens, uint32_t 
                             .n_embd = c->n_embd,
                             .n_vocab = c->n_vocab,
                             .table_dtype = AKV_DTYPE_BF16};
-    if (n == 1 && kv->replayable && !f->params.no_graphs) {
-        st = fdev_replay(f, &e, kv);
+    if (n == b->n_seq && kv->replayable && !f->params.no_graphs) {
+        st = fdev_replay(f, &e, b->n_seq, n_groups, kv);
     } else {
         st = FDEV_LAUNCH(f, akv_fwd_op_embed, e);
-        for (uint32_t l = 0; !st && l < f->n_layers; l++) st = fdev_layer_run(f, l, n, kv);
+        for (uint32_t l = 0; !st && l < f->n_layers; l++)
+            st = fdev_layer_run(f, l, n, b->n_seq, n_groups, kv);
     }
     if (st) return st;
-    if (!logits) return AKV_OK;
+    if (!logits || n_rows == 0) return AKV_OK;
 
-    /* 3. output head over the rows whose logits are wanted, and the one wait of the run */
-    uint32_t first = all_logits ? 0 : n - 1, rows = n - first;
-    size_t lbytes = (size_t)rows * c->n_vocab * sizeof(float);
-    if ((st = fdev_rmsnorm(f, f->h, akv_dptr_offset(f->x, (size_t)first * c->n_embd * 4),
-                           f->output_norm, rows)) ||
-        (st = fdev_matmul(f, f->logits, f->h, f->output, rows, c->n_vocab, c->n_embd, 0)) ||
+    /* 3. output head over the rows whose logits are wanted (gathered by the norm), and the
+     * one wait of the step */
+    size_t lbytes = (size_t)n_rows * c->n_vocab * sizeof(float);
+    if ((st = fdev_rmsnorm_rows(f, f->h, f->x, f->output_norm, n_rows,
+                                akv_dptr_offset(f->io, fdev_io_rows(f) * 4))) ||
+        (st = fdev_matmul(f, f->logits, f->h, f->output, n_rows, c->n_vocab, c->n_embd, 0)) ||
         (st = akv_dev_copy_d2h_async(f->dev, AKV_QUEUE_COMPUTE, f->logits_h, f->logits, lbytes)) ||
         (st = akv_dev_queue_sync(f->dev, AKV_QUEUE_COMPUTE)))
         return st;
@@ -634,27 +681,39 @@ static akv_status fdev_step(akv_forward_dev *f, const int32_t *tokens, uint32_t 
     return AKV_OK;
 }
 
-akv_status akv_forward_dev_run(akv_forward_dev *f, const int32_t *tokens, uint32_t n,
-                               uint32_t pos0, const akv_forward_kv *kv, float *logits,
-                               bool all_logits) {
-    if (!f || !tokens || !kv || !kv->begin_layer) return AKV_EINVAL;
-    const uint32_t T = f->params.max_chunk;
-    if (n == 0 || n > T || (uint64_t)pos0 + n > INT32_MAX) {
-        AKV_LOG_E("forward_dev: a chunk of %u tokens at position %u (1..%u tokens, positions "
-                  "below 2^31)",
-                  n, pos0, T);
-        return AKV_EINVAL;
-    }
+akv_status akv_forward_dev_step(akv_forward_dev *f, const akv_forward_batch *b,
+                                const akv_forward_kv *kv, float *logits) {
+    if (!f || !kv || !kv->begin_layer) return AKV_EINVAL;
+    uint32_t n = 0;
+    akv_status st = akv_forward_batch_check(b, f->params.max_chunk, "forward_dev", &n);
+    if (st) return st;
     for (uint32_t t = 0; t < n; t++) {
-        if (tokens[t] < 0 || (uint32_t)tokens[t] >= f->cfg.n_vocab) {
-            AKV_LOG_E("forward_dev: token id %d at position %u is outside the vocabulary [0, %u)",
-                      tokens[t], t, f->cfg.n_vocab);
+        if (b->tokens[t] < 0 || (uint32_t)b->tokens[t] >= f->cfg.n_vocab) {
+            AKV_LOG_E("forward_dev: token id %d at row %u of the step is outside the vocabulary "
+                      "[0, %u)",
+                      b->tokens[t], t, f->cfg.n_vocab);
             return AKV_EINVAL;
         }
     }
-    akv_status st = fdev_step(f, tokens, n, pos0, kv, logits, all_logits);
+    if (logits && akv_forward_batch_logit_rows(b) > f->params.max_logits) {
+        AKV_LOG_E("forward_dev: a step asking for %u rows of logits; the pass holds %u "
+                  "(max_logits)",
+                  akv_forward_batch_logit_rows(b), f->params.max_logits);
+        return AKV_EINVAL;
+    }
+    st = fdev_step(f, b, n, kv, logits);
     /* A failed step may leave a decode's arrival counters half counted (a fault may show only
      * at a later wait): the next decode zeroes its workspace again (fdev_attn_ws). */
     if (st) memset(f->attn_ws_layout, 0, sizeof f->attn_ws_layout);
     return st;
+}
+
+akv_status akv_forward_dev_run(akv_forward_dev *f, const int32_t *tokens, uint32_t n,
+                               uint32_t pos0, const akv_forward_kv *kv, float *logits,
+                               bool all_logits) {
+    uint8_t mode = all_logits ? AKV_FORWARD_LOGITS_ALL : AKV_FORWARD_LOGITS_LAST;
+    akv_forward_batch b = {.n_seq = 1, .n_new = &n, .pos0 = &pos0, .tokens = tokens,
+                           .logits = &mode};
+    if (!tokens) return AKV_EINVAL;
+    return akv_forward_dev_step(f, &b, kv, logits);
 }

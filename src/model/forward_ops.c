@@ -60,13 +60,15 @@ static akv_status fops_rmsnorm(akv_dev *dev, const void *args) {
     akv_status st = fops_dtype_check(a->y_dtype, "fwd_rmsnorm");
     if (st) return st;
     const float *x = FOPS_PTR(a->x), *w = FOPS_PTR(a->w);
+    const int32_t *rows = a->rows.addr ? FOPS_PTR(a->rows) : NULL;
     void *y = FOPS_PTR(a->y);
     if (a->n == 0) return AKV_OK; /* empty rows: nothing to store */
     float *row = akv__malloc(a->n * sizeof *row);
     if (!row) return AKV_ENOMEM;
     for (uint32_t r = 0; r < a->n_rows; r++) {
         /* the reference's arithmetic, one row at a time, then stored in y's type */
-        akv_ops_ref_rmsnorm(row, x + (size_t)r * a->n, w, 1, a->n, a->eps);
+        size_t i = rows ? (size_t)rows[r] : r;
+        akv_ops_ref_rmsnorm(row, x + i * a->n, w, 1, a->n, a->eps);
         fops_store_row(y, a->y_dtype, (size_t)r * a->n, row, a->n);
     }
     akv__free(row);
@@ -141,8 +143,7 @@ static akv_status fops_fill(akv_dev *dev, const void *args) {
     return AKV_OK;
 }
 
-/* Widens bf16 x and W to f32 and runs the reference product (the oracle's arithmetic on the
- * values the device sees). */
+/* Widens bf16 x and W to f32 and runs the host product (on the values the device sees). */
 static akv_status fops_matmul(akv_dev *dev, const void *args) {
     const akv_fwd_matmul_args *a = args;
     size_t m = a->m, n = a->n, k = a->k;
@@ -156,7 +157,9 @@ static akv_status fops_matmul(akv_dev *dev, const void *args) {
     for (size_t i = 0; i < n * k; i++)
         wf[i] = akv_bf16_to_f32(w[i]);
     float *y = FOPS_PTR(a->y);
-    akv_ops_ref_matmul(a->beta ? tmp : y, xf, wf, NULL, m, n, k);
+    /* the host pass's batch-invariant product, so that a row's bits do not depend on the rest
+     * of the batch here either */
+    akv_ops_matmul_cols(a->beta ? tmp : y, xf, wf, NULL, m, n, k, 0, n, AKV_OPS_ISA_AUTO);
     if (a->beta) akv_ops_ref_add(y, tmp, m * n);
     akv__free(xf);
     return AKV_OK;

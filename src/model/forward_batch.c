@@ -1,0 +1,96 @@
+/* forward_batch.c — the batch rules both forward passes share (model/forward_batch.h). */
+#include "model/forward_batch.h"
+
+#include <stddef.h>
+
+#include "core/log.h"
+
+uint32_t akv_forward_batch_logit_rows(const akv_forward_batch *b) {
+    uint32_t rows = 0;
+    for (uint32_t s = 0; s < b->n_seq; s++) {
+        uint8_t mode = b->logits ? b->logits[s] : AKV_FORWARD_LOGITS_LAST;
+        rows += mode == AKV_FORWARD_LOGITS_ALL ? b->n_new[s] : mode == AKV_FORWARD_LOGITS_LAST;
+    }
+    return rows;
+}
+
+akv_status akv_forward_batch_check(const akv_forward_batch *b, uint32_t max_chunk,
+                                   const char *who, uint32_t *n_tokens) {
+    if (!b || b->n_seq == 0 || !b->n_new || !b->pos0 || !b->tokens) {
+        AKV_LOG_E("%s: a step with %s", who,
+                  !b ? "no batch" : b->n_seq == 0 ? "no sequence" : "a NULL array");
+        return AKV_EINVAL;
+    }
+    uint64_t n = 0;
+    for (uint32_t s = 0; s < b->n_seq; s++) {
+        const uint32_t k = b->n_new[s];
+        if (k == 0 || (s && k < b->n_new[s - 1])) {
+            AKV_LOG_E("%s: sequence %u of the step has %u new tokens (at least 1, and no fewer "
+                      "than the sequence before it: the batch is ordered by count)",
+                      who, s, k);
+            return AKV_EINVAL;
+        }
+        if ((uint64_t)b->pos0[s] + k > INT32_MAX) {
+            AKV_LOG_E("%s: sequence %u's tokens reach position %llu (positions below 2^31)", who,
+                      s, (unsigned long long)b->pos0[s] + k);
+            return AKV_EINVAL;
+        }
+        if (b->logits && b->logits[s] > AKV_FORWARD_LOGITS_ALL) {
+            AKV_LOG_E("%s: sequence %u asks for logits mode %u", who, s, b->logits[s]);
+            return AKV_EINVAL;
+        }
+        n += k;
+    }
+    if (n > max_chunk) {
+        AKV_LOG_E("%s: a step of %llu tokens; the pass takes at most %u (max_chunk)", who,
+                  (unsigned long long)n, max_chunk);
+        return AKV_EINVAL;
+    }
+    *n_tokens = (uint32_t)n;
+    return AKV_OK;
+}
+
+uint32_t akv__forward_groups(const akv_forward_batch *b, uint32_t max_decode, akv__fwd_group *out) {
+    uint32_t n_groups = 0, row = 0;
+    for (uint32_t s = 0; s < b->n_seq;) {
+        akv__fwd_group *g = &out[n_groups++];
+        g->s0 = s, g->row0 = row, g->n_rows = 0, g->n_new = 0;
+        g->decode = b->n_new[s] <= max_decode;
+        uint32_t e = s;
+        for (; e < b->n_seq && (!g->decode || b->n_new[e] == b->n_new[s]); e++) {
+            g->n_rows += b->n_new[e];
+            if (b->n_new[e] > g->n_new) g->n_new = b->n_new[e];
+        }
+        g->s1 = e;
+        row += g->n_rows;
+        s = e;
+    }
+    return n_groups;
+}
+
+akv_status akv__forward_parts_check(const akv_model_config *c, const char *who, uint32_t layer,
+                                    const akv_forward_parts *parts, uint32_t n_seq) {
+    if (parts->n_parts != 1 || parts->part[0].repr != AKV_KV_EXACT) {
+        AKV_LOG_E("%s: layer %u: %u part(s) of representation %d; the pass attends one exact "
+                  "part",
+                  who, layer, parts->n_parts, (int)parts->part[0].repr);
+        return AKV_EUNSUPPORTED;
+    }
+    const akv_attn_pages *pg = &parts->part[0].kv;
+    if (pg->n_seq == n_seq && pg->n_kv_heads == c->n_kv_heads && pg->head_dim == c->head_dim &&
+        pg->indptr.addr && pg->last_page_len.addr)
+        return AKV_OK;
+    AKV_LOG_E("%s: layer %u: the page table holds %u sequence(s), %u K/V heads of %u; expected "
+              "%u sequence(s), %u heads of %u",
+              who, layer, pg->n_seq, pg->n_kv_heads, pg->head_dim, n_seq, c->n_kv_heads,
+              c->head_dim);
+    return AKV_EINVAL;
+}
+
+akv_attn_pages akv__forward_view(const akv_attn_pages *pg, const akv__fwd_group *g) {
+    akv_attn_pages v = *pg;
+    v.indptr = akv_dptr_offset(pg->indptr, (size_t)g->s0 * sizeof(int32_t));
+    v.last_page_len = akv_dptr_offset(pg->last_page_len, (size_t)g->s0 * sizeof(int32_t));
+    v.n_seq = g->s1 - g->s0;
+    return v;
+}
