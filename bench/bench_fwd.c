@@ -113,11 +113,13 @@ static row bench_ctx(akv_dev *dev, akv_forward_dev *f, akv_forward_dev *fe, uint
     akv_host_pool *hp = NULL;
     akv_dev_pool *dp = NULL;
     akv_route *r = NULL;
+    akv_route_seq *seq = NULL;
     TRY(akv_host_pool_create(dev, &g, &hpp, &hp));
     TRY(akv_dev_pool_create(dev, &g, &dpp, &dp));
     akv_route_params rp = {
-        .kind = AKV_ROUTE_RESIDENT, .max_tokens = total, .tag = 1, .queued = true};
+        .kind = AKV_ROUTE_RESIDENT, .max_tokens = total, .queued = true};
     TRY(akv_route_create(dev, hp, dp, &rp, &r));
+    TRY(akv_route_seq_open(r, NULL, &seq));
     akv_forward_kv kv = akv_route_forward_kv(r);
     int32_t *tok = malloc(CHUNK * sizeof *tok);
     float *logits = malloc((size_t)c->n_vocab * sizeof *logits);
@@ -127,7 +129,7 @@ static row bench_ctx(akv_dev *dev, akv_forward_dev *f, akv_forward_dev *fe, uint
     double t0 = akv_clock_s();
     for (uint32_t pos = 0; pos < ctx;) {
         uint32_t n = ctx - pos < CHUNK ? ctx - pos : CHUNK;
-        TRY(akv_route_begin_step(r, pos + n));
+        TRY(akv_route_begin_step(r, &(akv_route_req){seq, pos + n}, 1));
         TRY(akv_forward_dev_run(f, tok, n, pos, &kv, pos + n == ctx ? logits : NULL, false));
         pos += n;
     }
@@ -142,7 +144,7 @@ static row bench_ctx(akv_dev *dev, akv_forward_dev *f, akv_forward_dev *fe, uint
         int n = b < 0 ? 1 : N_STEPS / 2;
         double tb = akv_clock_s();
         for (int i = 0; i < n; i++, pos++) {
-            TRY(akv_route_begin_step(r, pos + 1));
+            TRY(akv_route_begin_step(r, &(akv_route_req){seq, pos + 1}, 1));
             TRY(akv_forward_dev_run(p, tok + (pos % CHUNK), 1, pos, &kv, logits, false));
         }
         if (b >= 0) spent[b & 1] += akv_clock_s() - tb;
@@ -156,6 +158,7 @@ static row bench_ctx(akv_dev *dev, akv_forward_dev *f, akv_forward_dev *fe, uint
                .step_ms = spent[0] / N_STEPS * 1e3,
                .eager_ms = spent[1] / N_STEPS * 1e3,
                .kv_bytes = (double)ctx * n_layers * 2.0 * c->n_kv_heads * c->head_dim * 2};
+    if (seq) TRY(akv_route_seq_close(r, seq));
     TRY(akv_route_destroy(r));
     TRY(akv_dev_pool_destroy(dp));
     TRY(akv_host_pool_destroy(hp));

@@ -115,19 +115,21 @@ static row bench_ctx(akv_dev *dev, akv_forward_dev *f, akv_route_kind kind, uint
     hpp.limit_gib = (uint32_t)ceil(hist_gib) + 1;
     akv_dev_pool_params dpp = akv_dev_pool_default_params();
     dpp.device_gib = DEVICE_GIB;
-    if (kind == AKV_ROUTE_STAGED) dpp.staging_pages = akv_route_staging_pages(&g, total, WINDOW);
+    if (kind == AKV_ROUTE_STAGED) dpp.staging_pages = akv_route_staging_pages(&g, total, WINDOW, 1);
     akv_host_pool *hp = NULL;
     akv_dev_pool *dp = NULL;
     akv_route *r = NULL;
+    akv_route_seq *seq = NULL;
     TRY(akv_host_pool_create(dev, &g, &hpp, &hp));
     if (akv_dev_pool_create(dev, &g, &dpp, &dp) != AKV_OK) goto done;
     akv_route_params rp = {
-        .kind = kind, .max_tokens = total, .tag = 1, .queued = true, .window_pages = WINDOW};
+        .kind = kind, .max_tokens = total, .queued = true, .window_pages = WINDOW};
     if (akv_route_create(dev, hp, dp, &rp, &r) != AKV_OK) goto done;
+    TRY(akv_route_seq_open(r, NULL, &seq));
     out.fits = 1;
     /* the synthetic history: ctx tokens placed without a pass, every byte zero */
-    TRY(akv_route_begin_step(r, ctx));
-    const akv_host_table *ht = akv_route_host_table(r);
+    TRY(akv_route_begin_step(r, &(akv_route_req){seq, ctx}, 1));
+    const akv_host_table *ht = akv_route_seq_host_table(seq);
     for (uint32_t l = 0; l < c->n_layers; l++)
         for (uint32_t p = 0; p < akv_host_table_n_pages(ht); p++)
             memset(akv_host_pool_page_addr(hp, akv_host_table_page(ht, l, p)), 0,
@@ -153,7 +155,7 @@ static row bench_ctx(akv_dev *dev, akv_forward_dev *f, akv_route_kind kind, uint
         int32_t tok = (int32_t)((i * 7919u) % c->n_vocab);
         tr.on = i == n_steps;
         double tb = akv_clock_s();
-        TRY(akv_route_begin_step(r, (uint64_t)ctx + i + 1));
+        TRY(akv_route_begin_step(r, &(akv_route_req){seq, (uint64_t)ctx + i + 1}, 1));
         if (i) out.begin_ms += (akv_clock_s() - tb) * 1e3 / n_steps;
         TRY(akv_forward_dev_run(f, &tok, 1, ctx + (uint32_t)i, &kv, logits, false));
     }
@@ -168,6 +170,7 @@ static row bench_ctx(akv_dev *dev, akv_forward_dev *f, akv_route_kind kind, uint
     free(logits);
     TRY(akv_route_sync(r));
 done:
+    if (seq) TRY(akv_route_seq_close(r, seq));
     TRY(akv_route_destroy(r));
     TRY(akv_dev_pool_destroy(dp));
     TRY(akv_host_pool_destroy(hp));

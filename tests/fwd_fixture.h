@@ -1,14 +1,17 @@
 /*
- * tests/fwd_fixture.h — one sequence's forward pass over the memory layer, on either pass:
- * the host pass (akv/forward.h, direct route) or the pass on a device's queues
- * (akv/forward_dev.h, queued route), with the same pools and chunking, so tests can compare
- * their logits step by step.
+ * tests/fwd_fixture.h — forward passes over the memory layer, on either pass: the host pass
+ * (akv/forward.h, direct route) or the pass on a device's queues (akv/forward_dev.h, queued
+ * route), with the same pools and chunking, so tests can compare their logits step by step.
+ * Most cases run one sequence: r1 is a route with its one sequence, fx_feed_route feeds it;
+ * fx_feed_batch runs batch steps over several sequences of one route.
  */
 #ifndef AKV_TEST_FWD_FIXTURE_H
 #define AKV_TEST_FWD_FIXTURE_H
 
 #include <math.h>
 #include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "akv/dev_pool.h"
 #include "akv/forward.h"
@@ -20,12 +23,73 @@
 #include "model_build.h"
 #include "test.h"
 
+/* A route and its one sequence. */
+typedef struct r1 {
+    akv_route *r;
+    akv_route_seq *s;
+} r1;
+
+/* A route of one sequence over the pools (params as akv_route_create; the sequence with the
+ * route's defaults). */
+static inline akv_status r1_open(akv_dev *dev, akv_host_pool *hp, akv_dev_pool *dp,
+                                 const akv_route_params *rp, r1 *out) {
+    out->r = NULL, out->s = NULL;
+    akv_status st = akv_route_create(dev, hp, dp, rp, &out->r);
+    if (st) return st;
+    akv_route_seq_params sp = {.tag = 1};
+    if ((st = akv_route_seq_open(out->r, &sp, &out->s))) {
+        (void)akv_route_destroy(out->r);
+        out->r = NULL;
+    }
+    return st;
+}
+
+/* Closes the sequence (once) and destroys the route: AKV_EBUSY while leases are live (the
+ * sequence is then closed already; call again after a sync). */
+static inline akv_status r1_close(r1 *x) {
+    if (!x->r) return AKV_OK;
+    if (x->s) {
+        akv_status st = akv_route_seq_close(x->r, x->s);
+        if (st) return st;
+        x->s = NULL;
+    }
+    akv_status st = akv_route_destroy(x->r);
+    if (st == AKV_OK) x->r = NULL;
+    return st;
+}
+
+static inline akv_status r1_step(r1 *x, uint64_t n_total) {
+    akv_route_req q = {.seq = x->s, .n_tokens = n_total};
+    return akv_route_begin_step(x->r, &q, 1);
+}
+
+static inline akv_status r1_truncate(r1 *x, uint64_t n) {
+    return akv_route_seq_truncate(x->r, x->s, n);
+}
+
+static inline uint64_t r1_len(const r1 *x) {
+    return akv_route_seq_n_tokens(x->s);
+}
+
+/* The route's and the sequence's stats. */
+typedef struct r1_stats {
+    akv_route_stats r;
+    akv_route_seq_stats s;
+} r1_stats;
+
+static inline r1_stats r1_get_stats(const r1 *x) {
+    r1_stats st;
+    akv_route_get_stats(x->r, &st.r);
+    akv_route_seq_get_stats(x->s, &st.s);
+    return st;
+}
+
 typedef struct fx {
     akv_dev *dev;
     akv_geom g;
     akv_host_pool *hp;
     akv_dev_pool *dp;
-    akv_route *r;
+    r1 q;
     akv_forward *fh;     /* host pass (on_device false) */
     akv_forward_dev *fd; /* device pass (on_device true) */
     uint32_t n_vocab, max_chunk;
@@ -71,7 +135,7 @@ static inline int fx_open_pass(fx *x, const akv_dev_backend *be, const akv_model
     akv_route_params rp = {.kind = AKV_ROUTE_RESIDENT, .max_tokens = max_tokens, .queued = on_device};
     akv_forward_params fp = {.max_chunk = max_chunk, .no_graphs = no_graphs};
     if (!fx_pools_open(be, c, P, 0, &x->dev, &x->g, &x->hp, &x->dp) ||
-        !CHECK(akv_route_create(x->dev, x->hp, x->dp, &rp, &x->r) == AKV_OK))
+        !CHECK(r1_open(x->dev, x->hp, x->dp, &rp, &x->q) == AKV_OK))
         return 0;
     if (on_device) return CHECK(akv_forward_dev_create(x->dev, m, &fp, &x->fd) == AKV_OK);
     return CHECK(akv_forward_create(m, &fp, &x->fh) == AKV_OK);
@@ -85,37 +149,30 @@ static inline int fx_open(fx *x, const akv_dev_backend *be, const akv_model *m, 
 static inline void fx_close(fx *x) {
     akv_forward_destroy(x->fh);
     akv_forward_dev_destroy(x->fd);
-    if (x->r) CHECK_OK(akv_route_destroy(x->r));
+    if (x->q.r) CHECK_OK(r1_close(&x->q));
     if (x->dp) CHECK_OK(akv_dev_pool_destroy(x->dp));
     if (x->hp) CHECK_OK(akv_host_pool_destroy(x->hp));
     if (x->dev) CHECK_OK(akv_dev_destroy(x->dev));
     memset(x, 0, sizeof *x);
 }
 
-/* The length of route r's history. */
-static inline uint64_t fx_route_len(akv_route *r) {
-    akv_route_stats rs;
-    akv_route_get_stats(r, &rs);
-    return rs.n_tokens;
-}
-
-/* Feeds n tokens at the end of route r's history in chunks of max_chunk, through the device
- * pass fd or else the host pass fh; logits of the last token (NULL = none). A failed chunk
- * is truncated away. */
-static inline akv_status fx_feed_route(akv_route *r, akv_forward *fh, akv_forward_dev *fd,
+/* Feeds n tokens at the end of the sequence's history in chunks of max_chunk, through the
+ * device pass fd or else the host pass fh; logits of the last token (NULL = none). A failed
+ * chunk is undone (akv_route_abort_step). */
+static inline akv_status fx_feed_route(r1 *q, akv_forward *fh, akv_forward_dev *fd,
                                        uint32_t max_chunk, const int32_t *tokens, uint32_t n,
                                        float *logits) {
-    akv_forward_kv kv = akv_route_forward_kv(r);
+    akv_forward_kv kv = akv_route_forward_kv(q->r);
     for (uint32_t done = 0; done < n;) {
         uint32_t k = n - done < max_chunk ? n - done : max_chunk;
         float *want = done + k == n ? logits : NULL;
-        uint32_t pos0 = (uint32_t)fx_route_len(r);
-        akv_status st = akv_route_begin_step(r, pos0 + k);
+        uint32_t pos0 = (uint32_t)r1_len(q);
+        akv_status st = r1_step(q, pos0 + k);
         if (st) return st;
         st = fd ? akv_forward_dev_run(fd, tokens + done, k, pos0, &kv, want, false)
                 : akv_forward_run(fh, tokens + done, k, pos0, &kv, want, false);
         if (st) {
-            akv_route_truncate(r, pos0);
+            akv_route_abort_step(q->r);
             return st;
         }
         done += k;
@@ -125,7 +182,61 @@ static inline akv_status fx_feed_route(akv_route *r, akv_forward *fh, akv_forwar
 
 /* fx_feed_route on the fixture's route and pass. */
 static inline akv_status fx_feed(fx *x, const int32_t *tokens, uint32_t n, float *logits) {
-    return fx_feed_route(x->r, x->fh, x->fd, x->max_chunk, tokens, n, logits);
+    return fx_feed_route(&x->q, x->fh, x->fd, x->max_chunk, tokens, n, logits);
+}
+
+enum { FX_MAX_BATCH = 16 };
+
+/* One batch step of route r: sequences seqs[n] (n <= FX_MAX_BATCH) each fed counts[i] >= 1
+ * tokens (tokens[i]), ordered for the pass by count (a stable sort: the pass takes the batch
+ * in non-decreasing counts); logits[i] (NULL = none wanted) gets sequence i's last token's
+ * logits. A failed step is undone. */
+static inline akv_status fx_batch_step(akv_route *r, akv_route_seq *const *seqs,
+                                       const int32_t *const *tokens, const uint32_t *counts,
+                                       uint32_t n, akv_forward *fh, akv_forward_dev *fd,
+                                       uint32_t n_vocab, float *const *logits) {
+    uint32_t order[FX_MAX_BATCH], n_new[FX_MAX_BATCH], pos0[FX_MAX_BATCH], total = 0, rows = 0;
+    uint8_t mode[FX_MAX_BATCH];
+    akv_route_req reqs[FX_MAX_BATCH];
+    if (n == 0 || n > FX_MAX_BATCH) return AKV_EINVAL;
+    for (uint32_t i = 0; i < n; i++) order[i] = i;
+    for (uint32_t i = 1; i < n; i++) /* insertion sort: stable */
+        for (uint32_t j = i; j > 0 && counts[order[j - 1]] > counts[order[j]]; j--) {
+            uint32_t t = order[j];
+            order[j] = order[j - 1], order[j - 1] = t;
+        }
+    for (uint32_t k = 0; k < n; k++) total += counts[order[k]];
+    int32_t *tok = malloc(total * sizeof *tok);
+    float *lg = malloc((size_t)n * n_vocab * sizeof *lg);
+    if (!tok || !lg) {
+        free(tok), free(lg);
+        return AKV_ENOMEM;
+    }
+    for (uint32_t k = 0, t = 0; k < n; k++) {
+        uint32_t i = order[k];
+        n_new[k] = counts[i];
+        pos0[k] = (uint32_t)akv_route_seq_n_tokens(seqs[i]);
+        mode[k] = logits[i] ? AKV_FORWARD_LOGITS_LAST : AKV_FORWARD_LOGITS_NONE;
+        rows += logits[i] != NULL;
+        reqs[k] = (akv_route_req){.seq = seqs[i], .n_tokens = pos0[k] + counts[i]};
+        memcpy(tok + t, tokens[i], counts[i] * sizeof *tok);
+        t += counts[i];
+    }
+    akv_forward_batch b = {.n_seq = n, .n_new = n_new, .pos0 = pos0, .tokens = tok, .logits = mode};
+    akv_forward_kv kv = akv_route_forward_kv(r);
+    akv_status st = akv_route_begin_step(r, reqs, n);
+    if (st == AKV_OK) {
+        float *out = rows ? lg : NULL;
+        st = fd ? akv_forward_dev_step(fd, &b, &kv, out) : akv_forward_step(fh, &b, &kv, out);
+        if (st) akv_route_abort_step(r);
+    }
+    for (uint32_t k = 0, row = 0; st == AKV_OK && k < n; k++) {
+        if (!mode[k]) continue;
+        memcpy(logits[order[k]], lg + (size_t)row * n_vocab, n_vocab * sizeof *lg);
+        row++;
+    }
+    free(tok), free(lg);
+    return st;
 }
 
 /* max |got - want| / max(1, max |want|); NaN or Inf in got counts as infinite. */
@@ -190,7 +301,7 @@ static inline int fx_graph_vs_eager(const akv_dev_backend *be, const akv_model *
         if (ok && memcmp(lg, le, c->n_vocab * sizeof *lg) && bad_step == UINT32_MAX)
             bad_step = pos;
         if (ok && be == akv_dev_host_backend()) /* the write-backs after the graph landed */
-            ok = CHECK(akv_route_sync(gr.r) == AKV_OK) && CHECK(akv__route_check(gr.r) == AKV_OK);
+            ok = CHECK(akv_route_sync(gr.q.r) == AKV_OK) && CHECK(akv__route_check(gr.q.r) == AKV_OK);
         pos += n;
         if (pos < n_total) tok[pos] = fx_argmax(le, c->n_vocab, NULL);
         n = 1;

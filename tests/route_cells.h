@@ -1,17 +1,20 @@
 /*
- * tests/route_cells.h — THE BITWISE CELLS (DESIGN.md, route 2): the staged route against the
- * resident route, logits bit-identical at every step of a greedy run, for a set of prompt
- * lengths and sequence counts, on any backend and either pass:
+ * tests/route_cells.h — THE BITWISE CELLS (docs/design.md, route 2): the staged route against
+ * the resident route, logits bit-identical at every step of a greedy run, for a set of prompt
+ * lengths, sequence counts and batch shapes, on any backend and either pass:
  *   host pass     akv/forward.h over direct routes (host backend only);
  *   device pass   akv/forward_dev.h over queued routes (host backend or CUDA).
  *
- * One cell = (prompt length L, sequences S). Both route sets run in lockstep on the same
- * device and the same pass object, each over its own pools: the resident set in a roomy
- * device pool, the staged set with a window of rc.window pages per layer and ONE stage shared
- * by its S routes (slots sized by akv_route_slot_pages, poisoned whenever they change hands,
- * so an attention that ran before its copies read poison). Each sequence has its own prompt
- * (random tokens), prefilled in chunks of the pass's max_chunk; then n_gen greedy steps,
- * round-robin over the sequences, each step resident first, then staged. Checked:
+ * One cell = (prompt length L, sequences S, batched or not). Both sets run in lockstep on the
+ * same device and the same pass object, each ONE route of S sequences over its own pools: the
+ * resident set in a roomy device pool, the staged set with a window of rc.window pages per
+ * layer and a stage of its own (slots sized by akv_route_slot_pages, poisoned whenever they
+ * change hands, so an attention that ran before its copies read poison; prefetch on: the route
+ * is the stage's only user). Each sequence has its own prompt (random tokens). Not batched: each
+ * sequence is prefilled in chunks of the pass's max_chunk and stepped alone, round-robin (the
+ * others idle). Batched: every step is ONE batch step of all S sequences, the prompts in
+ * chunks of max_chunk / S each, then every decode step all S at once. Then n_gen greedy steps.
+ * Checked:
  *   - the logits of every prefill's last token and every decode step: bit-identical;
  *   - the greedy tokens therefore agree (each route follows its own argmax);
  *   - after akv_route_sync, every used row of every host page of every layer: byte-identical
@@ -59,15 +62,15 @@ typedef struct rc_set {
     akv_host_pool *hp;
     akv_dev_pool *dp;
     akv_stage *stage; /* staged set only */
-    akv_route *r[RC_MAX_SEQ];
+    akv_route *r;
+    akv_route_seq *s[RC_MAX_SEQ];
 } rc_set;
 
 static inline void rc_set_close(rc_set *s, uint32_t n_seq) {
+    if (s->r) CHECK_OK(akv_route_sync(s->r));
     for (uint32_t i = 0; i < n_seq; i++)
-        if (s->r[i]) {
-            CHECK_OK(akv_route_sync(s->r[i]));
-            CHECK_OK(akv_route_destroy(s->r[i]));
-        }
+        if (s->s[i]) CHECK_OK(akv_route_seq_close(s->r, s->s[i]));
+    if (s->r) CHECK_OK(akv_route_destroy(s->r));
     if (s->stage) CHECK_OK(akv_stage_destroy(s->stage));
     if (s->dp) CHECK_OK(akv_dev_pool_destroy(s->dp));
     if (s->hp) CHECK_OK(akv_host_pool_destroy(s->hp));
@@ -82,7 +85,7 @@ static inline int rc_set_open(rc_set *s, const rc_params *p, const akv_geom *g, 
     hpp.arena_bytes = 64 * akv_geom_page_bytes(g);
     akv_dev_pool_params dpp = akv_dev_pool_default_params();
     dpp.device_gib = p->device_gib;
-    uint32_t slot = akv_route_slot_pages(g, max_tokens, p->window);
+    uint32_t slot = akv_route_slot_pages(g, max_tokens, p->window, n_seq);
     if (staged) dpp.staging_pages = 2 * slot;
     if (!CHECK(akv_host_pool_create(p->dev, g, &hpp, &s->hp) == AKV_OK) ||
         !CHECK(akv_dev_pool_create(p->dev, g, &dpp, &s->dp) == AKV_OK))
@@ -95,23 +98,38 @@ static inline int rc_set_open(rc_set *s, const rc_params *p, const akv_geom *g, 
     }
     akv_route_params rp = {.kind = staged ? AKV_ROUTE_STAGED : AKV_ROUTE_RESIDENT,
                            .max_tokens = max_tokens,
+                           .max_seqs = n_seq,
                            .queued = p->fd != NULL,
                            .window_pages = p->window,
                            .stage = s->stage,
-                           /* one sequence: it alone uses the stage, so it may prefetch the
-                            * next step's layer 0 (route.h); several share it: off */
-                           .prefetch = n_seq == 1 ? 1 : -1};
+                           .prefetch = 1}; /* the stage's only user (route.h) */
+    if (!CHECK(akv_route_create(p->dev, s->hp, s->dp, &rp, &s->r) == AKV_OK)) return 0;
     for (uint32_t i = 0; i < n_seq; i++) {
-        rp.tag = i + 1;
-        if (!CHECK(akv_route_create(p->dev, s->hp, s->dp, &rp, &s->r[i]) == AKV_OK)) return 0;
+        akv_route_seq_params sq = {.tag = i + 1};
+        if (!CHECK(akv_route_seq_open(s->r, &sq, &s->s[i]) == AKV_OK)) return 0;
     }
     return 1;
 }
 
-/* Runs tokens[n] at the end of sequence i's history, in chunks; logits of the last one. */
+/* Runs tokens[n] at the end of sequence i's history alone, in chunks; logits of the last one. */
 static inline akv_status rc_feed(const rc_params *p, rc_set *s, uint32_t i, const int32_t *tok,
                                  uint32_t n, float *logits) {
-    return fx_feed_route(s->r[i], p->fh, p->fd, p->max_chunk, tok, n, logits);
+    r1 q = {.r = s->r, .s = s->s[i]};
+    return fx_feed_route(&q, p->fh, p->fd, p->max_chunk, tok, n, logits);
+}
+
+/* One batch step of every sequence: seq i fed n[i] tokens from tok[i] (n[i] = 0: not in the
+ * step); logits[i] (NULL: none) of its last one. */
+static inline akv_status rc_batch(const rc_params *p, rc_set *s, uint32_t n_seq,
+                                  const int32_t *const *tok, const uint32_t *n,
+                                  float *const *logits) {
+    akv_route_seq *seqs[RC_MAX_SEQ];
+    const int32_t *t[RC_MAX_SEQ];
+    uint32_t cnt[RC_MAX_SEQ], k = 0;
+    float *lg[RC_MAX_SEQ];
+    for (uint32_t i = 0; i < n_seq; i++)
+        if (n[i]) seqs[k] = s->s[i], t[k] = tok[i], cnt[k] = n[i], lg[k++] = logits[i];
+    return fx_batch_step(s->r, seqs, t, cnt, k, p->fh, p->fd, p->n_vocab, lg);
 }
 
 /* Used rows of every host page of two host copies of the same length: rows that differ. */
@@ -136,70 +154,107 @@ static inline uint64_t rc_host_diff(const akv_geom *g, akv_host_pool *ha, const 
     return bad;
 }
 
+/* The first index where two logit rows differ (NaNs equal). */
+static inline uint32_t rc_first_diff(const float *a, const float *b) {
+    uint32_t at = 0;
+    while (a[at] == b[at] || (isnan(a[at]) && isnan(b[at])))
+        at++;
+    return at;
+}
+
 /* One cell; 1 when it held (every check above). */
-static inline int rc_cell(const rc_params *p, uint32_t prompt, uint32_t n_seq) {
+static inline int rc_cell(const rc_params *p, uint32_t prompt, uint32_t n_seq, bool batched) {
     akv_geom g;
     if (!CHECK(akv_geom_init(&g, p->n_layers, p->n_kv_heads, p->head_dim, p->dtype,
                              p->page_tokens) == AKV_OK))
         return 0;
     uint64_t max_tokens = (uint64_t)prompt + p->n_gen;
     rc_set res, stg;
-    float *lr = malloc((size_t)p->n_vocab * sizeof(float));
-    float *ls = malloc((size_t)p->n_vocab * sizeof(float));
+    float *lr = malloc((size_t)p->n_vocab * RC_MAX_SEQ * sizeof(float));
+    float *ls = malloc((size_t)p->n_vocab * RC_MAX_SEQ * sizeof(float));
     int32_t *tok = malloc((size_t)prompt * n_seq * sizeof(int32_t));
     int ok = lr && ls && tok;
     ok = ok && rc_set_open(&res, p, &g, false, n_seq, max_tokens) &&
          rc_set_open(&stg, p, &g, true, n_seq, max_tokens);
-    uint64_t rng = p->seed ^ ((uint64_t)prompt << 20) ^ n_seq;
+    uint64_t rng = p->seed ^ ((uint64_t)prompt << 20) ^ n_seq ^ ((uint64_t)batched << 40);
     for (size_t i = 0; ok && i < (size_t)prompt * n_seq; i++)
         tok[i] = (int32_t)test_rand_below(&rng, p->n_vocab);
     uint32_t bad_step = UINT32_MAX, n_steps = 0;
     int32_t next[RC_MAX_SEQ][2];
     double t0 = akv_clock_s();
-    /* prefill each sequence, then n_gen greedy steps round-robin; step 0 is the prefill */
+    /* prefill each sequence, then n_gen greedy steps; step 0 is the prefill */
     for (uint32_t step = 0; ok && step < p->n_gen && bad_step == UINT32_MAX; step++) {
-        for (uint32_t i = 0; ok && i < n_seq; i++) {
-            const int32_t *in_r = step ? &next[i][0] : tok + (size_t)i * prompt;
-            const int32_t *in_s = step ? &next[i][1] : tok + (size_t)i * prompt;
-            uint32_t n = step ? 1 : prompt;
-            ok &= CHECK(rc_feed(p, &res, i, in_r, n, lr) == AKV_OK);
-            ok &= CHECK(rc_feed(p, &stg, i, in_s, n, ls) == AKV_OK);
-            if (!ok) break;
+        if (batched) {
+            /* ONE batch step of every sequence per round: the prompts in chunks of
+             * max_chunk / n_seq each (the last chunk of each asks for its logits), then the
+             * decode tokens all at once */
+            uint32_t quota = p->max_chunk / n_seq ? p->max_chunk / n_seq : 1;
+            uint32_t done = 0;
+            do {
+                const int32_t *tr[RC_MAX_SEQ], *ts[RC_MAX_SEQ];
+                uint32_t cnt[RC_MAX_SEQ];
+                float *wr[RC_MAX_SEQ], *ws[RC_MAX_SEQ];
+                for (uint32_t i = 0; i < n_seq; i++) {
+                    uint32_t left = step ? 1 : prompt - done;
+                    cnt[i] = left < quota || step ? left : quota;
+                    tr[i] = step ? &next[i][0] : tok + (size_t)i * prompt + done;
+                    ts[i] = step ? &next[i][1] : tok + (size_t)i * prompt + done;
+                    bool last = step || done + cnt[i] == prompt;
+                    wr[i] = last ? lr + (size_t)i * p->n_vocab : NULL;
+                    ws[i] = last ? ls + (size_t)i * p->n_vocab : NULL;
+                }
+                ok &= CHECK(rc_batch(p, &res, n_seq, tr, cnt, wr) == AKV_OK);
+                ok &= CHECK(rc_batch(p, &stg, n_seq, ts, cnt, ws) == AKV_OK);
+                done += cnt[0];
+            } while (ok && step == 0 && done < prompt);
             n_steps++;
-            if (memcmp(lr, ls, (size_t)p->n_vocab * sizeof(float)) != 0 && bad_step == UINT32_MAX) {
-                uint32_t at = 0;
-                while (lr[at] == ls[at] || (isnan(lr[at]) && isnan(ls[at])))
-                    at++;
-                printf("    cell L=%u S=%u: sequence %u step %u: logits differ first at [%u] "
+        } else {
+            for (uint32_t i = 0; ok && i < n_seq; i++) {
+                const int32_t *in_r = step ? &next[i][0] : tok + (size_t)i * prompt;
+                const int32_t *in_s = step ? &next[i][1] : tok + (size_t)i * prompt;
+                uint32_t n = step ? 1 : prompt;
+                ok &= CHECK(rc_feed(p, &res, i, in_r, n, lr + (size_t)i * p->n_vocab) == AKV_OK);
+                ok &= CHECK(rc_feed(p, &stg, i, in_s, n, ls + (size_t)i * p->n_vocab) == AKV_OK);
+                n_steps++;
+            }
+        }
+        for (uint32_t i = 0; ok && i < n_seq; i++) {
+            const float *a = lr + (size_t)i * p->n_vocab, *b = ls + (size_t)i * p->n_vocab;
+            if (memcmp(a, b, (size_t)p->n_vocab * sizeof(float)) != 0 && bad_step == UINT32_MAX) {
+                uint32_t at = rc_first_diff(a, b);
+                printf("    cell L=%u S=%u%s: sequence %u step %u: logits differ first at [%u] "
                        "(resident %.9g, staged %.9g)\n",
-                       prompt, n_seq, i, step, at, (double)lr[at], (double)ls[at]);
+                       prompt, n_seq, batched ? " batched" : "", i, step, at, (double)a[at],
+                       (double)b[at]);
                 bad_step = step;
             }
-            next[i][0] = fx_argmax(lr, p->n_vocab, NULL);
-            next[i][1] = fx_argmax(ls, p->n_vocab, NULL);
+            next[i][0] = fx_argmax(a, p->n_vocab, NULL);
+            next[i][1] = fx_argmax(b, p->n_vocab, NULL);
         }
     }
     uint64_t host_bad = 0, staged = 0, prefetched = 0;
-    for (uint32_t i = 0; ok && i < n_seq; i++) {
-        ok &= CHECK(akv_route_sync(res.r[i]) == AKV_OK && akv_route_sync(stg.r[i]) == AKV_OK);
-        host_bad += rc_host_diff(&g, res.hp, akv_route_host_table(res.r[i]), stg.hp,
-                                 akv_route_host_table(stg.r[i]));
+    ok &= CHECK(akv_route_sync(res.r) == AKV_OK && akv_route_sync(stg.r) == AKV_OK);
+    for (uint32_t i = 0; ok && i < n_seq; i++)
+        host_bad += rc_host_diff(&g, res.hp, akv_route_seq_host_table(res.s[i]), stg.hp,
+                                 akv_route_seq_host_table(stg.s[i]));
+    if (ok) {
         akv_route_stats rs;
-        akv_route_get_stats(stg.r[i], &rs);
-        staged += rs.staged_bytes;
-        prefetched += rs.n_prefetched;
+        akv_route_get_stats(stg.r, &rs);
+        staged = rs.staged_bytes;
+        prefetched = rs.n_prefetched;
     }
-    /* queued, one sequence: a decode step that stages pages and stays inside its page is
-     * prefetched at the end of the step before it; the run has such steps once its history
-     * outgrows the window by two tokens */
-    const bool want_pf =
-        p->fd && n_seq == 1 && (uint64_t)prompt + p->n_gen >= (uint64_t)p->window * p->page_tokens + 3;
+    /* queued, one sequence or a batch: a decode step that stages pages and stays inside its
+     * pages is prefetched at the end of the step before it; the run has such steps once its
+     * histories outgrow the window by two tokens */
+    const bool want_pf = p->fd && (n_seq == 1 || batched) &&
+                         (uint64_t)prompt + p->n_gen >= (uint64_t)p->window * p->page_tokens + 3;
     int held = ok && bad_step == UINT32_MAX && host_bad == 0 && staged > 0 && (!want_pf || prefetched > 0);
-    printf("  cell L=%u S=%u: %s (%u runs compared, %.1f MiB staged, %llu steps prefetched, "
+    printf("  cell L=%u S=%u%s: %s (%u steps compared, %.1f MiB staged, %llu steps prefetched, "
            "%llu host rows differ, %.1f s)\n",
-           prompt, n_seq, held ? "bit-identical" : "FAILED", n_steps, (double)staged / (1 << 20),
-           (unsigned long long)prefetched, (unsigned long long)host_bad, akv_clock_s() - t0);
-    if (want_pf) TEST_CHECK_(prefetched > 0, "L=%u S=1: no step was prefetched", prompt);
+           prompt, n_seq, batched ? " batched" : "", held ? "bit-identical" : "FAILED", n_steps,
+           (double)staged / (1 << 20), (unsigned long long)prefetched,
+           (unsigned long long)host_bad, akv_clock_s() - t0);
+    if (want_pf) TEST_CHECK_(prefetched > 0, "L=%u S=%u: no step was prefetched", prompt, n_seq);
     TEST_CHECK_(bad_step == UINT32_MAX, "L=%u S=%u: staged logits differ at step %u", prompt, n_seq,
                 bad_step);
     TEST_CHECK_(host_bad == 0, "L=%u S=%u: %llu host rows differ", prompt, n_seq,
@@ -212,16 +267,18 @@ static inline int rc_cell(const rc_params *p, uint32_t prompt, uint32_t n_seq) {
     return held;
 }
 
-/* Every cell of the issue: prompts 1, P-1, P, P+1, 3P+5 and `long_prompt`, with 1 and with
- * RC_MAX_SEQ sequences. Prints and returns "k of k cells". */
+/* Every cell: prompts 1, P-1, P, P+1, 3P+5 and `long_prompt`, with 1 sequence, with
+ * RC_MAX_SEQ stepped one at a time, and with RC_MAX_SEQ in batch steps. Prints and returns
+ * "k of k cells". */
 static inline int rc_cells(const rc_params *p, uint32_t long_prompt, const char *what) {
     uint32_t P = p->page_tokens;
     uint32_t prompts[6] = {1, P - 1, P, P + 1, 3 * P + 5, long_prompt};
-    uint32_t seqs[2] = {1, RC_MAX_SEQ};
+    const struct { uint32_t n_seq; bool batched; } shapes[3] = {{1, false}, {RC_MAX_SEQ, false},
+                                                                {RC_MAX_SEQ, true}};
     int k = 0, n = 0;
-    for (int s = 0; s < 2; s++)
+    for (int s = 0; s < 3; s++)
         for (int i = 0; i < 6; i++, n++)
-            k += rc_cell(p, prompts[i], seqs[s]);
+            k += rc_cell(p, prompts[i], shapes[s].n_seq, shapes[s].batched);
     printf("%s: %d of %d cells bit-identical (staged vs resident, %u greedy steps, P = %u, "
            "window %u pages)\n",
            what, k, n, p->n_gen, P, p->window);

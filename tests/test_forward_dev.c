@@ -46,16 +46,14 @@ static void compare_passes(const akv_model *m, uint32_t max_chunk, uint32_t n_pr
             printf("  %s, after %u tokens (chunks of %u)\n", c->arch_name, pos, max_chunk);
             break;
         }
-        CHECK_OK(akv_route_sync(d.r));
-        CHECK_OK(akv__route_check(d.r));
+        CHECK_OK(akv_route_sync(d.q.r));
+        CHECK_OK(akv__route_check(d.q.r));
         if (pos < n_total) tokens[pos] = fx_argmax(lh, c->n_vocab, NULL);
         n = 1;
     }
-    akv_route_stats sh, sd;
-    akv_route_get_stats(h.r, &sh);
-    akv_route_get_stats(d.r, &sd);
-    CHECK_EQ_U64(sd.d2h_bytes, sh.d2h_bytes); /* the same rows written back */
-    CHECK_EQ_U64(sd.n_tokens, sh.n_tokens);
+    r1_stats sh = r1_get_stats(&h.q), sd = r1_get_stats(&d.q);
+    CHECK_EQ_U64(sd.r.d2h_bytes, sh.r.d2h_bytes); /* the same rows written back */
+    CHECK_EQ_U64(sd.s.n_tokens, sh.s.n_tokens);
     akv__free(tokens), akv__free(lh), akv__free(ld);
     fx_close(&h), fx_close(&d);
 }
@@ -67,8 +65,8 @@ static int fault_fx_open(fx *x, const akv_model *m, bool graphs) {
 
 /* The end of a recovered case: the host copy equals the device pages, then close. */
 static void fault_case_close(fx *x) {
-    CHECK_OK(akv_route_sync(x->r));
-    CHECK_OK(akv__route_check(x->r));
+    CHECK_OK(akv_route_sync(x->q.r));
+    CHECK_OK(akv__route_check(x->q.r));
     fx_close(x);
 }
 
@@ -109,7 +107,7 @@ static int fault_recovery(const akv_model *m, bool graphs) {
                 fx_close(&x);
                 goto out;
             }
-            uint64_t n_before = fx_route_len(x.r);
+            uint64_t n_before = r1_len(&x.q);
             CHECK_OK(akv_dev_inject_fault(x.dev, (akv_dev_fault)f, k, 0));
             /* the step may fail or not (a wait point may fail after the step's work was all
              * submitted, or the fault may land in work the step does not wait for, a
@@ -118,7 +116,7 @@ static int fault_recovery(const akv_model *m, bool graphs) {
             (void)fx_feed(&x, tok + PROMPT + STEPS, 1, got);
             (void)akv_dev_sync(x.dev);
             CHECK_OK(akv_dev_clear_faults(x.dev));
-            CHECK_OK(akv_route_truncate(x.r, n_before));
+            CHECK_OK(r1_truncate(&x.q, n_before));
             akv_status again = fx_feed(&x, tok + PROMPT + STEPS, 1, got);
             failed += again != AKV_OK;
             TEST_CHECK_(again == AKV_OK, "%s, fault '%s' at pass %llu: the step after recovery "
@@ -173,7 +171,7 @@ static int alloc_recovery(const akv_model *m, bool graphs) {
             fx_close(&x);
             break;
         }
-        uint64_t n_before = fx_route_len(x.r);
+        uint64_t n_before = r1_len(&x.q);
         akv__alloc_fail_nth(k);
         akv_status st = fx_feed(&x, tok + PROMPT, 1, got);
         akv__alloc_fail_nth(0);
@@ -183,7 +181,7 @@ static int alloc_recovery(const akv_model *m, bool graphs) {
         if (akv_dev_sync(x.dev) != AKV_OK) CHECK_OK(akv_dev_clear_faults(x.dev));
         CHECK_OK(akv_dev_sync(x.dev));
         if (st != AKV_OK) {
-            CHECK_OK(akv_route_truncate(x.r, n_before));
+            CHECK_OK(r1_truncate(&x.q, n_before));
             st = fx_feed(&x, tok + PROMPT, 1, got);
         }
         bool same = st == AKV_OK && !memcmp(got, want, c->n_vocab * sizeof *got);
@@ -309,12 +307,10 @@ int main(void) {
             float logits[37];
             int32_t bad[2] = {1, 37};
             CHECK_STATUS(fx_feed(&d, bad, 2, logits), AKV_EINVAL); /* outside the vocabulary */
-            akv_route_stats rs;
-            akv_route_get_stats(d.r, &rs);
-            CHECK_EQ_U64(rs.n_tokens, 0);
+            CHECK_EQ_U64(r1_len(&d.q), 0);
             int32_t ok[3] = {1, 2, 3};
             CHECK_OK(fx_feed(&d, ok, 3, logits));
-            akv_forward_kv kv = akv_route_forward_kv(d.r);
+            akv_forward_kv kv = akv_route_forward_kv(d.q.r);
             CHECK_STATUS(akv_forward_dev_run(d.fd, ok, 9, 3, &kv, logits, false), AKV_EINVAL);
             CHECK_STATUS(akv_forward_dev_run(d.fd, ok, 0, 3, &kv, logits, false), AKV_EINVAL);
             CHECK(akv_forward_dev_weight_bytes(d.fd) > 0);

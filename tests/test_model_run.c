@@ -6,6 +6,7 @@
 #include "model_ref64.h"
 #include "test.h"
 #include "model_path.h"
+#include "fwd_fixture.h" /* r1: a route of one sequence */
 
 
 #include "akv/chat.h"
@@ -26,7 +27,7 @@ typedef struct session {
     akv_dev *dev;
     akv_host_pool *hp;
     akv_dev_pool *dp;
-    akv_route *route;
+    r1 route;
     akv_forward *fwd;
 } session;
 
@@ -45,13 +46,13 @@ static int session_open(session *s, const akv_model *m, akv_dtype dtype, uint32_
                  akv_geom_init(&g, c->n_layers, c->n_kv_heads, c->head_dim, dtype, 0) == AKV_OK &&
                  akv_host_pool_create(s->dev, &g, &hpp, &s->hp) == AKV_OK &&
                  akv_dev_pool_create(s->dev, &g, &dpp, &s->dp) == AKV_OK &&
-                 akv_route_create(s->dev, s->hp, s->dp, &rp, &s->route) == AKV_OK &&
+                 r1_open(s->dev, s->hp, s->dp, &rp, &s->route) == AKV_OK &&
                  akv_forward_create(m, &fp, &s->fwd) == AKV_OK);
 }
 
 static void session_close(session *s) {
     akv_forward_destroy(s->fwd);
-    CHECK_OK(akv_route_destroy(s->route));
+    CHECK_OK(r1_close(&s->route));
     CHECK_OK(akv_dev_pool_destroy(s->dp));
     CHECK_OK(akv_host_pool_destroy(s->hp));
     CHECK_OK(akv_dev_destroy(s->dev));
@@ -60,19 +61,18 @@ static void session_close(session *s) {
 /* Runs n tokens at the end of the history in chunks of `chunk`; logits of the last. */
 static akv_status session_feed(session *s, const int32_t *ids, size_t n, uint32_t chunk,
                                float *logits) {
-    akv_forward_kv kv = akv_route_forward_kv(s->route);
+    akv_forward_kv kv = akv_route_forward_kv(s->route.r);
     for (size_t done = 0; done < n;) {
         uint32_t k = (uint32_t)(n - done < chunk ? n - done : chunk);
-        akv_route_stats rs;
-        akv_route_get_stats(s->route, &rs);
-        akv_status st = akv_route_begin_step(s->route, rs.n_tokens + k);
+        uint64_t len = r1_len(&s->route);
+        akv_status st = r1_step(&s->route, len + k);
         if (st == AKV_OK)
-            st = akv_forward_run(s->fwd, ids + done, k, (uint32_t)rs.n_tokens, &kv,
+            st = akv_forward_run(s->fwd, ids + done, k, (uint32_t)len, &kv,
                                  done + k == n ? logits : NULL, false);
         if (st) return st;
         done += k;
     }
-    return akv__route_check(s->route);
+    return akv__route_check(s->route.r);
 }
 
 /* Greedy generation of up to n_gen tokens after the prompt; every step's logits appended to

@@ -1,8 +1,10 @@
 /* test_route.c — the resident route on the host backend: the forward pass over device-pool
  * pages with the host copy authoritative (walker after every step), write-back of exactly the
  * new rows, pages reclaimed by another context refilled from the host copy with bit-identical
- * logits, and bad requests refused. The staged route: its window, leases and refusals, and
- * THE BITWISE CELLS (route_cells.h) with both passes on the host backend. */
+ * logits, and bad requests refused. Batches: sequences of one route stepped together give the
+ * bits they give alone (host pass), close frees pages only after their fences, a reused
+ * sequence takes new limits. The staged route: its window, leases and refusals, and THE
+ * BITWISE CELLS (route_cells.h) with both passes on the host backend. */
 #include "model_build.h"
 
 #include "alloc_settled.h"
@@ -38,9 +40,8 @@ static void pools_close(pools *p) {
     CHECK_OK(akv_dev_destroy(p->dev));
 }
 
-/* One step: grow the route by n tokens (n >= 1) and run them; logits of the last one. */
-static akv_status feed(akv_route *r, akv_forward *f, const int32_t *tokens, uint32_t n,
-                       float *logits) {
+/* One step: grow the sequence by n tokens (n >= 1) and run them; logits of the last one. */
+static akv_status feed(r1 *r, akv_forward *f, const int32_t *tokens, uint32_t n, float *logits) {
     return fx_feed_route(r, f, NULL, n, tokens, n, logits);
 }
 
@@ -64,9 +65,9 @@ static void fx_pair_same_step(fx *a, fx *b, const int32_t *tokens, uint32_t n, f
 
 /* a's host copy equals its device pages after a sync; both closed. */
 static void fx_pair_close(fx *a, fx *b) {
-    if (a->r) {
-        CHECK_OK(akv_route_sync(a->r));
-        CHECK_OK(akv__route_check(a->r));
+    if (a->q.r) {
+        CHECK_OK(akv_route_sync(a->q.r));
+        CHECK_OK(akv__route_check(a->q.r));
     }
     fx_close(a);
     fx_close(b);
@@ -96,17 +97,17 @@ int main(void) {
     TEST_CASE(resident_matches_oracle_host_copy_authoritative) {
         pools p;
         if (!pools_open(&p, c, 0)) break;
-        akv_route *r = NULL;
+        r1 r;
         akv_route_params rp = {.kind = AKV_ROUTE_RESIDENT, .max_tokens = 64};
-        CHECK_OK(akv_route_create(p.dev, p.hp, p.dp, &rp, &r));
-        if (!r) break;
+        CHECK_OK(r1_open(p.dev, p.hp, p.dp, &rp, &r));
+        if (!r.r) break;
         /* prefill 37 tokens in chunks of P (16, 16, 5), then 6 decode steps */
         uint32_t pos = 0;
         while (pos < 43) {
             uint32_t n = pos < 37 ? (37 - pos < P ? 37 - pos : P) : 1;
-            if (!CHECK(feed(r, f, tokens + pos, n, logits) == AKV_OK)) break;
+            if (!CHECK(feed(&r, f, tokens + pos, n, logits) == AKV_OK)) break;
             pos += n;
-            CHECK_OK(akv__route_check(r));
+            CHECK_OK(akv__route_check(r.r));
             if (pos < 37) continue;
             ref64_forward(model, tokens, pos, c->n_layers, NULL, want);
             double worst = 0;
@@ -114,15 +115,16 @@ int main(void) {
                 worst = fmax(worst, fabs(logits[i] - want[i]));
             TEST_CHECK_(worst < 0.1, "after %u tokens the logits are off by %g", pos, worst);
         }
-        akv_route_stats rs;
-        akv_route_get_stats(r, &rs);
-        CHECK_EQ_U64(rs.n_tokens, 43);
-        CHECK_EQ_U64(rs.n_steps, 3 + 6);
-        CHECK_EQ_U64(rs.h2d_bytes, 0); /* nothing was ever dropped from the device */
-        CHECK_EQ_U64(rs.d2h_bytes, 43 * c->n_layers * akv_geom_token_bytes(&p.g));
-        CHECK_EQ_INT(rs.window_pages, 3);
-        CHECK_EQ_INT(rs.host_pages, 3);
-        CHECK_OK(akv_route_destroy(r));
+        r1_stats rs = r1_get_stats(&r);
+        CHECK_EQ_U64(rs.s.n_tokens, 43);
+        CHECK_EQ_U64(rs.r.n_steps, 3 + 6);
+        CHECK_EQ_U64(rs.s.n_steps, 3 + 6);
+        CHECK_EQ_U64(rs.r.h2d_bytes, 0); /* nothing was ever dropped from the device */
+        CHECK_EQ_U64(rs.r.d2h_bytes, 43 * c->n_layers * akv_geom_token_bytes(&p.g));
+        CHECK_EQ_U64(rs.s.d2h_bytes, rs.r.d2h_bytes);
+        CHECK_EQ_INT(rs.s.window_pages, 3);
+        CHECK_EQ_INT(rs.s.host_pages, 3);
+        CHECK_OK(r1_close(&r));
         pools_close(&p);
     }
 
@@ -134,12 +136,12 @@ int main(void) {
         pools tight, roomy;
         if (!pools_open(&tight, c, 8) || !pools_open(&roomy, c, 0)) break;
         akv_route_params rp = {.kind = AKV_ROUTE_RESIDENT, .max_tokens = 5 * P};
-        akv_route *a = NULL, *b = NULL, *a_ref = NULL, *b_ref = NULL;
-        CHECK_OK(akv_route_create(tight.dev, tight.hp, tight.dp, &rp, &a));
-        CHECK_OK(akv_route_create(tight.dev, tight.hp, tight.dp, &rp, &b));
-        CHECK_OK(akv_route_create(roomy.dev, roomy.hp, roomy.dp, &rp, &a_ref));
-        CHECK_OK(akv_route_create(roomy.dev, roomy.hp, roomy.dp, &rp, &b_ref));
-        if (!a || !b || !a_ref || !b_ref) break;
+        r1 a, b, a_ref, b_ref;
+        CHECK_OK(r1_open(tight.dev, tight.hp, tight.dp, &rp, &a));
+        CHECK_OK(r1_open(tight.dev, tight.hp, tight.dp, &rp, &b));
+        CHECK_OK(r1_open(roomy.dev, roomy.hp, roomy.dp, &rp, &a_ref));
+        CHECK_OK(r1_open(roomy.dev, roomy.hp, roomy.dp, &rp, &b_ref));
+        if (!a.r || !b.r || !a_ref.r || !b_ref.r) break;
         const int32_t *ta = tokens, *tb = tokens + 64;
         float la[23], lb[23];
         uint32_t na = 0, nb = 0;
@@ -148,21 +150,21 @@ int main(void) {
         while (ok && (na < 60 || nb < 70)) {
             if (na < 60) {
                 uint32_t n = 60 - na < P ? 60 - na : P;
-                ok &= CHECK(feed(a, f, ta + na, n, la) == AKV_OK);
-                ok &= CHECK(feed(a_ref, f, ta + na, n, logits) == AKV_OK);
+                ok &= CHECK(feed(&a, f, ta + na, n, la) == AKV_OK);
+                ok &= CHECK(feed(&a_ref, f, ta + na, n, logits) == AKV_OK);
                 ok &= CHECK_BYTES(la, logits, sizeof la);
                 na += n;
             } else {
                 uint32_t n = 70 - nb < P ? 70 - nb : P;
-                ok &= CHECK(feed(b, f, tb + nb, n, lb) == AKV_OK);
-                ok &= CHECK(feed(b_ref, f, tb + nb, n, logits) == AKV_OK);
+                ok &= CHECK(feed(&b, f, tb + nb, n, lb) == AKV_OK);
+                ok &= CHECK(feed(&b_ref, f, tb + nb, n, logits) == AKV_OK);
                 ok &= CHECK_BYTES(lb, logits, sizeof lb);
                 nb += n;
             }
-            ok &= CHECK(akv__route_check(a) == AKV_OK && akv__route_check(b) == AKV_OK);
+            ok &= CHECK(akv__route_check(a.r) == AKV_OK && akv__route_check(b.r) == AKV_OK);
         }
         for (int step = 0; ok && step < 6; step++) {
-            akv_route *r = step % 2 ? b : a, *ref = step % 2 ? b_ref : a_ref;
+            r1 *r = step % 2 ? &b : &a, *ref = step % 2 ? &b_ref : &a_ref;
             const int32_t *t = step % 2 ? tb + nb++ : ta + na++;
             if (step == 2) {
                 /* a refill that fails (a transient device error): the step fails; its retry
@@ -174,21 +176,18 @@ int main(void) {
             ok &= CHECK(feed(r, f, t, 1, la) == AKV_OK);
             ok &= CHECK(feed(ref, f, t, 1, logits) == AKV_OK);
             if (!CHECK_BYTES(la, logits, sizeof la)) printf("  decode step %d\n", step);
-            ok &= CHECK(akv__route_check(a) == AKV_OK && akv__route_check(b) == AKV_OK);
+            ok &= CHECK(akv__route_check(a.r) == AKV_OK && akv__route_check(b.r) == AKV_OK);
         }
-        akv_route_stats sa, sb, sref;
-        akv_route_get_stats(a, &sa);
-        akv_route_get_stats(b, &sb);
-        akv_route_get_stats(a_ref, &sref);
-        CHECK(sa.h2d_bytes > 0 && sb.h2d_bytes > 0); /* both were refilled */
-        CHECK_EQ_U64(sref.h2d_bytes, 0);
+        r1_stats sa = r1_get_stats(&a), sb = r1_get_stats(&b), sref = r1_get_stats(&a_ref);
+        CHECK(sa.s.h2d_bytes > 0 && sb.s.h2d_bytes > 0); /* both were refilled */
+        CHECK_EQ_U64(sref.r.h2d_bytes, 0);
         akv_dev_pool_stats ps;
         akv_dev_pool_get_stats(tight.dp, &ps);
         CHECK(ps.counts.n_pages[AKV_DEV_POOL_RECLAIM_IDLE] > 0);
-        CHECK_OK(akv_route_destroy(a));
-        CHECK_OK(akv_route_destroy(b));
-        CHECK_OK(akv_route_destroy(a_ref));
-        CHECK_OK(akv_route_destroy(b_ref));
+        CHECK_OK(r1_close(&a));
+        CHECK_OK(r1_close(&b));
+        CHECK_OK(r1_close(&a_ref));
+        CHECK_OK(r1_close(&b_ref));
         pools_close(&tight);
         pools_close(&roomy);
     }
@@ -208,11 +207,16 @@ int main(void) {
         CHECK_STATUS(akv_route_create(p.dev, p.hp, p.dp, &rp, &r), AKV_EINVAL);
         rp.max_tokens = 0;
         CHECK_STATUS(akv_route_create(p.dev, p.hp, p.dp, &rp, &r), AKV_EINVAL);
+        rp.max_tokens = 2 * P, rp.max_seqs = AKV_ROUTE_MAX_SEQS + 1;
+        CHECK_STATUS(akv_route_create(p.dev, p.hp, p.dp, &rp, &r), AKV_EINVAL);
+        rp.max_seqs = 0;
         /* slot and reserve sizes saturate instead of wrapping to a small count */
-        CHECK_EQ_U64(akv_route_slot_pages(&p.g, (uint64_t)P * ((1ull << 32) + 5), 4), UINT32_MAX);
-        CHECK_EQ_U64(akv_route_staging_pages(&p.g, (uint64_t)P * ((1ull << 31) + 4), 4), UINT32_MAX);
-        CHECK_EQ_U64(akv_route_slot_pages(&p.g, 10 * P, 4), 6);
-        CHECK_EQ_U64(akv_route_staging_pages(&p.g, 10 * P, 4), 12);
+        CHECK_EQ_U64(akv_route_slot_pages(&p.g, (uint64_t)P * ((1ull << 32) + 5), 4, 1), UINT32_MAX);
+        CHECK_EQ_U64(akv_route_staging_pages(&p.g, (uint64_t)P * ((1ull << 31) + 4), 4, 1), UINT32_MAX);
+        CHECK_EQ_U64(akv_route_slot_pages(&p.g, (uint64_t)P * ((1ull << 29) + 4), 4, 9), UINT32_MAX);
+        CHECK_EQ_U64(akv_route_slot_pages(&p.g, 10 * P, 4, 1), 6);
+        CHECK_EQ_U64(akv_route_slot_pages(&p.g, 10 * P, 4, 3), 18);
+        CHECK_EQ_U64(akv_route_staging_pages(&p.g, 10 * P, 4, 1), 12);
         {
             /* a borrowed stage over another device pool (its copies would land where the
              * route's tables do not point) */
@@ -231,35 +235,78 @@ int main(void) {
             CHECK_OK(akv_stage_destroy(st2));
             CHECK_OK(akv_dev_pool_destroy(dp2));
         }
-        rp.max_tokens = 2 * P;
-        CHECK_OK(akv_route_create(p.dev, p.hp, p.dp, &rp, &r));
-        if (!r) break;
-        CHECK_STATUS(akv_route_begin_step(r, 2 * P + 1), AKV_EINVAL); /* past max_tokens */
-        CHECK_OK(feed(r, f, tokens, 10, logits));
-        CHECK_STATUS(akv_route_begin_step(r, 10), AKV_EINVAL); /* does not grow */
+        rp.max_tokens = 2 * P, rp.max_seqs = 2;
+        r1 x;
+        CHECK_OK(r1_open(p.dev, p.hp, p.dp, &rp, &x));
+        if (!x.r) break;
+        /* a sequence's own limit: above the route's is refused; below it, binding */
+        akv_route_seq *y = NULL, *z = NULL;
+        akv_route_seq_params yp = {.max_tokens = 2 * P + 1, .tag = 2};
+        CHECK_STATUS(akv_route_seq_open(x.r, &yp, &y), AKV_EINVAL);
+        yp.max_tokens = P;
+        CHECK_OK(akv_route_seq_open(x.r, &yp, &y));
+        CHECK_STATUS(r1_step(&x, 2 * P + 1), AKV_EINVAL); /* past max_tokens */
+        CHECK_OK(feed(&x, f, tokens, 10, logits));
+        CHECK_STATUS(r1_step(&x, 10), AKV_EINVAL); /* does not grow */
+        {
+            akv_route_req two[2] = {{x.s, 11}, {y, P + 1}}; /* y past its own limit */
+            CHECK_STATUS(akv_route_begin_step(x.r, two, 2), AKV_EINVAL);
+            two[1] = (akv_route_req){x.s, 12}; /* the same sequence twice */
+            CHECK_STATUS(akv_route_begin_step(x.r, two, 2), AKV_EINVAL);
+            akv_route_req three[3] = {{x.s, 11}, {y, 1}, {y, 2}}; /* more than max_seqs */
+            CHECK_STATUS(akv_route_begin_step(x.r, three, 3), AKV_EINVAL);
+            CHECK_STATUS(akv_route_begin_step(x.r, three, 0), AKV_EINVAL);
+            /* a sequence of another route */
+            r1 other;
+            rp.max_seqs = 1;
+            CHECK_OK(r1_open(p.dev, p.hp, p.dp, &rp, &other));
+            akv_route_req foreign = {other.s, 1};
+            CHECK_STATUS(akv_route_begin_step(x.r, &foreign, 1), AKV_EINVAL);
+            CHECK_STATUS(akv_route_seq_close(x.r, other.s), AKV_EINVAL);
+            CHECK_OK(r1_close(&other));
+        }
         {
             /* the forward hooks refuse a layer past the geometry's */
-            akv_forward_kv kv = akv_route_forward_kv(r);
+            akv_forward_kv kv = akv_route_forward_kv(x.r);
             akv_forward_parts pg;
             CHECK_STATUS(kv.begin_layer(kv.user, c->n_layers, &pg), AKV_EINVAL);
             CHECK_STATUS(kv.end_layer(kv.user, c->n_layers), AKV_EINVAL);
-            CHECK_OK(akv__route_check(r));
+            CHECK_OK(akv__route_check(x.r));
         }
-        /* a step begun and abandoned (a failed pass) is undone by truncate */
-        CHECK_OK(akv_route_begin_step(r, 20));
-        CHECK_OK(akv_route_truncate(r, 10));
-        CHECK_OK(akv__route_check(r));
-        CHECK_STATUS(akv_route_truncate(r, 11), AKV_EINVAL);
+        /* a step begun and abandoned (a failed pass) is undone by abort; a sequence closed
+         * inside it waits for the sync to be freed, one outside any step is freed at once */
+        akv_route_req two[2] = {{x.s, 20}, {y, 3}};
+        CHECK_OK(akv_route_begin_step(x.r, two, 2));
+        yp.tag = 3;
+        CHECK_OK(akv_route_seq_open(x.r, &yp, &z));
+        CHECK_OK(akv_route_seq_close(x.r, y));
+        akv_route_stats rst;
+        akv_route_get_stats(x.r, &rst);
+        CHECK_EQ_INT(rst.n_closing, 1);
+        CHECK_EQ_INT(rst.n_open, 2);
+        CHECK_OK(akv_route_abort_step(x.r));
+        akv_route_get_stats(x.r, &rst);
+        CHECK_EQ_INT(rst.n_closing, 0);
+        CHECK_EQ_U64(r1_len(&x), 10);
+        CHECK_OK(akv__route_check(x.r));
+        CHECK_STATUS(r1_truncate(&x, 11), AKV_EINVAL);
+        CHECK_OK(akv_route_seq_close(x.r, z));
+        akv_route_get_stats(x.r, &rst);
+        CHECK_EQ_INT(rst.n_closing, 0);
+        /* new limits for a reused sequence: not below its history */
+        yp.max_tokens = 2 * P;
+        CHECK_OK(akv_route_seq_set_params(x.r, x.s, &yp));
+        yp.max_tokens = 5;
+        CHECK_STATUS(akv_route_seq_set_params(x.r, x.s, &yp), AKV_EINVAL);
         /* a forward pass that fails (token outside the vocabulary) leaves the route as before */
         int32_t bad[2] = {1, 23};
-        CHECK_STATUS(feed(r, f, bad, 2, logits), AKV_EINVAL);
-        akv_route_stats rs;
-        akv_route_get_stats(r, &rs);
-        CHECK_EQ_U64(rs.n_tokens, 10);
-        CHECK_OK(akv__route_check(r));
-        CHECK_OK(feed(r, f, tokens + 10, 6, logits));
-        CHECK_OK(akv__route_check(r));
-        CHECK_OK(akv_route_destroy(r));
+        CHECK_STATUS(feed(&x, f, bad, 2, logits), AKV_EINVAL);
+        CHECK_EQ_U64(r1_len(&x), 10);
+        CHECK_OK(akv__route_check(x.r));
+        CHECK_OK(feed(&x, f, tokens + 10, 6, logits));
+        CHECK_OK(akv__route_check(x.r));
+        CHECK_STATUS(akv_route_destroy(x.r), AKV_EBUSY); /* a sequence is open */
+        CHECK_OK(r1_close(&x));
         pools_close(&p);
     }
 
@@ -269,41 +316,49 @@ int main(void) {
          * leases retire, a pass abandoned inside a layer undone by truncate */
         pools p;
         if (!pools_open(&p, c, 0)) break;
-        akv_route *r = NULL;
+        r1 r;
         akv_route_params rp = {.kind = AKV_ROUTE_STAGED, .max_tokens = 5 * P, .window_pages = 2};
-        CHECK_STATUS(akv_route_create(p.dev, p.hp, p.dp, &rp, &r), AKV_EFULL); /* no reserve */
+        CHECK_STATUS(r1_open(p.dev, p.hp, p.dp, &rp, &r), AKV_EFULL); /* no reserve */
         pools_close(&p);
         if (!pools_open(&p, c, 64)) break;
-        CHECK_OK(akv_route_create(p.dev, p.hp, p.dp, &rp, &r));
-        if (!r) break;
+        CHECK_OK(r1_open(p.dev, p.hp, p.dp, &rp, &r));
+        if (!r.r) break;
         uint32_t pos = 0, n_steps = 0;
         while (pos < 70) {
             uint32_t n = pos < 40 ? P : 1;
-            if (!CHECK(feed(r, f, tokens + pos, n, logits) == AKV_OK)) break;
+            if (!CHECK(feed(&r, f, tokens + pos, n, logits) == AKV_OK)) break;
             pos += n, n_steps++;
-            CHECK_OK(akv_route_sync(r));
-            CHECK_OK(akv__route_check(r));
+            CHECK_OK(akv_route_sync(r.r));
+            CHECK_OK(akv__route_check(r.r));
         }
-        akv_route_stats rs;
-        akv_route_get_stats(r, &rs);
-        CHECK_EQ_U64(rs.n_leases, (uint64_t)n_steps * c->n_layers);
-        CHECK_EQ_INT(rs.window_pages, 2);
-        CHECK(rs.staged_bytes > 0);
-        CHECK_EQ_U64(rs.d2h_bytes, 70 * c->n_layers * akv_geom_token_bytes(&p.g));
-        CHECK_OK(feed(r, f, tokens + pos, 1, logits));
-        CHECK_STATUS(akv_route_destroy(r), AKV_EBUSY); /* the step's leases are live */
-        /* a pass that stops inside layer 0 (its lease open): truncate cancels and retires */
-        CHECK_OK(akv_route_begin_step(r, 72));
-        akv_forward_kv kv = akv_route_forward_kv(r);
+        r1_stats rs = r1_get_stats(&r);
+        CHECK_EQ_U64(rs.r.n_leases, (uint64_t)n_steps * c->n_layers);
+        CHECK_EQ_INT(rs.s.window_pages, 2);
+        CHECK(rs.r.staged_bytes > 0 && rs.s.staged_bytes == rs.r.staged_bytes);
+        CHECK_EQ_U64(rs.r.d2h_bytes, 70 * c->n_layers * akv_geom_token_bytes(&p.g));
+        /* a pass that stops inside layer 0 (its lease open): abort cancels and retires */
+        CHECK_OK(r1_step(&r, 71));
+        akv_forward_kv kv = akv_route_forward_kv(r.r);
         akv_forward_parts pg;
         CHECK_OK(kv.begin_layer(kv.user, 0, &pg));
-        CHECK_OK(akv_route_truncate(r, 71));
-        CHECK_OK(akv_route_sync(r));
-        CHECK_OK(akv__route_check(r));
-        CHECK_OK(feed(r, f, tokens + 71, 1, logits));
-        CHECK_OK(akv_route_sync(r));
-        CHECK_OK(akv__route_check(r));
-        CHECK_OK(akv_route_destroy(r));
+        CHECK_OK(akv_route_abort_step(r.r));
+        CHECK_EQ_U64(r1_len(&r), 70);
+        CHECK_OK(akv_route_sync(r.r));
+        CHECK_OK(akv__route_check(r.r));
+        CHECK_OK(feed(&r, f, tokens + 70, 1, logits));
+        CHECK_OK(akv_route_sync(r.r));
+        CHECK_OK(akv__route_check(r.r));
+        CHECK_OK(feed(&r, f, tokens + 71, 1, logits));
+        /* destroy waits for the step's leases: the sequence closes (its pages wait), the route
+         * refuses until a sync retires them */
+        CHECK_STATUS(r1_close(&r), AKV_EBUSY);
+        rs = (r1_stats){0};
+        akv_route_get_stats(r.r, &rs.r);
+        CHECK_EQ_INT(rs.r.n_closing, 1);
+        CHECK_OK(akv_route_sync(r.r));
+        akv_route_get_stats(r.r, &rs.r);
+        CHECK_EQ_INT(rs.r.n_closing, 0);
+        CHECK_OK(r1_close(&r));
         pools_close(&p);
     }
 
@@ -316,26 +371,26 @@ int main(void) {
          * next sync establishes completion, and destroy frees everything */
         pools p;
         if (!pools_open(&p, c, 64)) break;
-        akv_route *r = NULL;
+        r1 r;
         akv_route_params rp = {.kind = AKV_ROUTE_STAGED, .max_tokens = 5 * P, .window_pages = 2};
-        CHECK_OK(akv_route_create(p.dev, p.hp, p.dp, &rp, &r));
-        if (!r) break;
+        CHECK_OK(r1_open(p.dev, p.hp, p.dp, &rp, &r));
+        if (!r.r) break;
         for (uint32_t pos = 0; pos < 3 * P; pos += P)
-            CHECK_OK(feed(r, f, tokens + pos, P, logits));
-        CHECK_OK(akv_route_sync(r));
+            CHECK_OK(feed(&r, f, tokens + pos, P, logits));
+        CHECK_OK(akv_route_sync(r.r));
         CHECK_OK(akv_dev_inject_fault(p.dev, AKV_FAULT_COPY_EXEC, nth, 0));
-        CHECK((feed(r, f, tokens + 3 * P, 1, logits) != AKV_OK) == (nth == 1));
-        CHECK(akv_route_sync(r) != AKV_OK); /* the queue is still faulted */
+        CHECK((feed(&r, f, tokens + 3 * P, 1, logits) != AKV_OK) == (nth == 1));
+        CHECK(akv_route_sync(r.r) != AKV_OK); /* the queue is still faulted */
         akv_route_stats q0, q1;
-        akv_route_get_stats(r, &q0);
+        akv_route_get_stats(r.r, &q0);
         CHECK(q0.n_quarantines >= 1);
-        CHECK(akv_route_sync(r) != AKV_OK); /* every live lease refused: one quarantine */
-        akv_route_get_stats(r, &q1);
+        CHECK(akv_route_sync(r.r) != AKV_OK); /* every live lease refused: one quarantine */
+        akv_route_get_stats(r.r, &q1);
         CHECK_EQ_U64(q1.n_quarantines - q0.n_quarantines, 1);
-        CHECK_STATUS(akv_route_destroy(r), AKV_EBUSY); /* the retained leases */
+        CHECK_STATUS(r1_close(&r), AKV_EBUSY); /* the retained leases */
         CHECK_OK(akv_dev_clear_faults(p.dev));
-        CHECK_STATUS(akv_route_sync(r), AKV_EFAILED); /* the stage stays failed */
-        CHECK_OK(akv_route_destroy(r));
+        CHECK_STATUS(akv_route_sync(r.r), AKV_EFAILED); /* the stage stays failed */
+        CHECK_OK(r1_close(&r));
         pools_close(&p);
     }
 
@@ -347,20 +402,20 @@ int main(void) {
         pools p;
         if (!pools_open(&p, c, 64)) break;
         akv_stage_params sp = akv_stage_default_params();
-        sp.slot_pages = akv_route_slot_pages(&p.g, 4 * P, 2);
+        sp.slot_pages = akv_route_slot_pages(&p.g, 4 * P, 2, 1);
         sp.poison_byte = 0xA5;
         akv_stage *st = NULL;
         CHECK_OK(akv_stage_create(p.dev, p.hp, p.dp, &sp, &st));
-        akv_route *r = NULL;
+        r1 r = {0};
         akv_route_params rp = {.kind = AKV_ROUTE_STAGED, .max_tokens = 4 * P, .window_pages = 2, .stage = st};
-        if (st) CHECK_OK(akv_route_create(p.dev, p.hp, p.dp, &rp, &r));
-        if (r) {
+        if (st) CHECK_OK(r1_open(p.dev, p.hp, p.dp, &rp, &r));
+        if (r.r) {
             CHECK_OK(akv_dev_inject_fault(p.dev, AKV_FAULT_COPY, 1, 0));
-            CHECK(feed(r, f, tokens, 7, logits) != AKV_OK);
+            CHECK(feed(&r, f, tokens, 7, logits) != AKV_OK);
             CHECK_OK(akv_dev_clear_faults(p.dev));
-            (void)akv_route_sync(r); /* the stage stays failed; its leases are released */
-            CHECK_OK(akv_route_truncate(r, 0));
-            CHECK_OK(akv_route_destroy(r));
+            (void)akv_route_sync(r.r); /* the stage stays failed; its leases are released */
+            CHECK_OK(r1_truncate(&r, 0));
+            CHECK_OK(r1_close(&r));
         }
         CHECK_OK(akv_stage_destroy(st));
         pools_close(&p);
@@ -376,7 +431,7 @@ int main(void) {
             CHECK_OK(akv_dev_inject_fault(a.dev, AKV_FAULT_COPY_EXEC, 1, 0));
             CHECK(fx_feed(&a, tokens + P - 1, 2, logits) != AKV_OK);
             CHECK_OK(akv_dev_clear_faults(a.dev));
-            CHECK_OK(akv_route_truncate(a.r, P - 1));
+            CHECK_OK(r1_truncate(&a.q, P - 1));
             fx_pair_same_step(&a, &b, tokens + P - 1, 2, logits);
             fx_pair_same_step(&a, &b, tokens + P + 1, 1, logits);
         }
@@ -405,7 +460,7 @@ int main(void) {
             CHECK_OK(fx_feed(&b, tokens + P - 1, 1, clean));
             for (int i = 0; i < 2; i++)
                 passes[kinds[i]] = akv_dev_fault_passes(b.dev, kinds[i]) - passes[kinds[i]];
-            CHECK_OK(akv_route_sync(b.r));
+            CHECK_OK(akv_route_sync(b.q.r));
             int kept = 0, undone = 0;
             for (int i = 0; i < 2; i++) {
                 for (uint64_t k = 1; k <= passes[kinds[i]]; k++) {
@@ -420,24 +475,24 @@ int main(void) {
                     bool fed = fx_feed(&a, tokens + P - 1, 1, logits) == AKV_OK;
                     (void)akv_dev_sync(a.dev);
                     CHECK_OK(akv_dev_clear_faults(a.dev));
-                    if (akv_route_sync(a.r) != AKV_OK) /* once, for a step undone */
-                        CHECK_OK(akv_route_sync(a.r));
-                    if (fx_route_len(a.r) == P - 1) {
+                    if (akv_route_sync(a.q.r) != AKV_OK) /* once, for a step undone */
+                        CHECK_OK(akv_route_sync(a.q.r));
+                    if (r1_len(&a.q) == P - 1) {
                         undone++;
                         fed = CHECK(fx_feed(&a, tokens + P - 1, 1, logits) == AKV_OK);
                     } else {
                         kept++;
                     }
                     if (fed) CHECK_BYTES(logits, clean, sizeof clean);
-                    CHECK_OK(akv_route_sync(a.r));
-                    CHECK_EQ_U64(fx_route_len(a.r), P);
-                    uint64_t bad = rc_host_diff(&a.g, a.hp, akv_route_host_table(a.r), b.hp,
-                                                akv_route_host_table(b.r));
+                    CHECK_OK(akv_route_sync(a.q.r));
+                    CHECK_EQ_U64(r1_len(&a.q), P);
+                    uint64_t bad = rc_host_diff(&a.g, a.hp, akv_route_seq_host_table(a.q.s), b.hp,
+                                                akv_route_seq_host_table(b.q.s));
                     TEST_CHECK_(bad == 0, "%s, fault '%s' at pass %llu: %llu rows of the host "
                                 "copy differ from a clean route's",
                                 eager ? "op by op" : "graphs", akv_dev_fault_name(kinds[i]),
                                 (unsigned long long)k, (unsigned long long)bad);
-                    CHECK_OK(akv__route_check(a.r));
+                    CHECK_OK(akv__route_check(a.q.r));
                     fx_close(&a);
                 }
             }
@@ -462,8 +517,8 @@ int main(void) {
             CHECK(fx_feed(&a, tokens + P - 1, 1, logits) != AKV_OK);
             (void)akv_dev_sync(a.dev);
             CHECK_OK(akv_dev_clear_faults(a.dev));
-            CHECK_STATUS(akv_route_begin_step(a.r, P), AKV_EDEVICE); /* the undo, said once */
-            CHECK_EQ_U64(fx_route_len(a.r), P - 1);
+            CHECK_STATUS(r1_step(&a.q, P), AKV_EDEVICE); /* the undo, said once */
+            CHECK_EQ_U64(r1_len(&a.q), P - 1);
             CHECK_OK(fx_feed(&a, tokens + P - 1, 1, logits));
             CHECK_BYTES(logits, clean, sizeof clean);
         }
@@ -480,12 +535,12 @@ int main(void) {
         if (fx_pair_open(&a, &b, model, tokens, P - 1, logits)) {
             CHECK_OK(akv_dev_inject_fault(a.dev, AKV_FAULT_COPY_EXEC, 1, 0)); /* the table */
             CHECK_OK(akv_dev_inject_fault(a.dev, AKV_FAULT_OP, 1, 0));       /* the pass */
-            CHECK_OK(akv_route_begin_step(a.r, P + 1));
-            akv_forward_kv kv = akv_route_forward_kv(a.r);
+            CHECK_OK(r1_step(&a.q, P + 1));
+            akv_forward_kv kv = akv_route_forward_kv(a.q.r);
             CHECK(akv_forward_dev_run(a.fd, tokens + P - 1, 2, P - 1, &kv, logits, false) != AKV_OK);
             (void)akv_dev_sync(a.dev);
             CHECK_OK(akv_dev_clear_faults(a.dev));
-            CHECK_OK(akv_route_truncate(a.r, P - 1));
+            CHECK_OK(akv_route_abort_step(a.q.r));
             fx_pair_same_step(&a, &b, tokens + P - 1, 2, logits);
         }
         fx_pair_close(&a, &b);
@@ -504,46 +559,46 @@ int main(void) {
             akv_forward_params fdp = {.max_chunk = P};
             akv_forward_dev *fd = NULL;
             akv_stage_params sp = akv_stage_default_params();
-            sp.slot_pages = akv_route_slot_pages(&p.g, 4 * P, 2);
+            sp.slot_pages = akv_route_slot_pages(&p.g, 4 * P, 2, 1);
             akv_stage *stg = NULL;
-            akv_route *s1 = NULL, *s2 = NULL, *r = NULL;
+            r1 s1 = {0}, s2 = {0}, r = {0};
             CHECK_OK(akv_forward_dev_create(p.dev, model, &fdp, &fd));
             CHECK_OK(akv_stage_create(p.dev, p.hp, p.dp, &sp, &stg));
             akv_route_params ps = {.kind = AKV_ROUTE_STAGED, .max_tokens = 4 * P, .queued = true,
                                    .window_pages = 2, .stage = stg, .prefetch = -1};
             akv_route_params pr = {.kind = AKV_ROUTE_RESIDENT, .max_tokens = 4 * P, .queued = true};
-            if (stg) CHECK_OK(akv_route_create(p.dev, p.hp, p.dp, &ps, &s1));
-            if (stg) CHECK_OK(akv_route_create(p.dev, p.hp, p.dp, &ps, &s2));
-            CHECK_OK(akv_route_create(p.dev, p.hp, p.dp, &pr, &r));
-            if (fd && s1 && s2 && r) {
-                CHECK_OK(fx_feed_route(s1, NULL, fd, P, tokens, 2 * P + 9, NULL));
-                CHECK_OK(fx_feed_route(s2, NULL, fd, P, tokens + 50, 2 * P + 9, NULL));
-                CHECK_OK(fx_feed_route(r, NULL, fd, P, tokens + 100, 5, NULL));
-                CHECK_OK(akv_route_sync(s1));
-                CHECK_OK(akv_route_sync(s2));
-                CHECK_OK(akv_route_sync(r));
+            if (stg) CHECK_OK(r1_open(p.dev, p.hp, p.dp, &ps, &s1));
+            if (stg) CHECK_OK(r1_open(p.dev, p.hp, p.dp, &ps, &s2));
+            CHECK_OK(r1_open(p.dev, p.hp, p.dp, &pr, &r));
+            if (fd && s1.r && s2.r && r.r) {
+                CHECK_OK(fx_feed_route(&s1, NULL, fd, P, tokens, 2 * P + 9, NULL));
+                CHECK_OK(fx_feed_route(&s2, NULL, fd, P, tokens + 50, 2 * P + 9, NULL));
+                CHECK_OK(fx_feed_route(&r, NULL, fd, P, tokens + 100, 5, NULL));
+                CHECK_OK(akv_route_sync(s1.r));
+                CHECK_OK(akv_route_sync(s2.r));
+                CHECK_OK(akv_route_sync(r.r));
                 CHECK_OK(akv_dev_inject_fault(p.dev, AKV_FAULT_COPY_EXEC, k, 0));
-                (void)fx_feed_route(s1, NULL, fd, P, tokens + 2 * P + 9, 1, logits);
+                (void)fx_feed_route(&s1, NULL, fd, P, tokens + 2 * P + 9, 1, logits);
                 (void)akv_dev_sync(p.dev);
                 CHECK_OK(akv_dev_clear_faults(p.dev));
-                (void)fx_feed_route(s2, NULL, fd, P, tokens + 60, 3, NULL);
+                (void)fx_feed_route(&s2, NULL, fd, P, tokens + 60, 3, NULL);
                 (void)akv_dev_sync(p.dev);
-                akv_status rs = akv_route_sync(r);
+                akv_status rs = akv_route_sync(r.r);
                 TEST_CHECK_(rs == AKV_OK, "copy failing at pass %llu of S1's step: R's sync after "
                             "recovery returned %s", (unsigned long long)k, akv_status_str(rs));
-                CHECK_OK(fx_feed_route(r, NULL, fd, P, tokens + 105, 1, logits));
-                CHECK_OK(akv_route_sync(r));
-                CHECK_OK(akv__route_check(r));
+                CHECK_OK(fx_feed_route(&r, NULL, fd, P, tokens + 105, 1, logits));
+                CHECK_OK(akv_route_sync(r.r));
+                CHECK_OK(akv__route_check(r.r));
             }
             for (int i = 0; i < 2; i++) { /* the stage may have failed: release, then empty */
-                akv_route *x = i ? s2 : s1;
-                if (!x) continue;
-                (void)akv_route_sync(x);
-                (void)akv_route_sync(x);
-                CHECK_OK(akv_route_truncate(x, 0));
-                CHECK_OK(akv_route_destroy(x));
+                r1 *x = i ? &s2 : &s1;
+                if (!x->r) continue;
+                (void)akv_route_sync(x->r);
+                (void)akv_route_sync(x->r);
+                CHECK_OK(r1_truncate(x, 0));
+                CHECK_OK(r1_close(x));
             }
-            CHECK_OK(akv_route_destroy(r));
+            CHECK_OK(r1_close(&r));
             if (stg) CHECK_OK(akv_stage_destroy(stg));
             akv_forward_dev_destroy(fd);
             pools_close(&p);
@@ -565,46 +620,46 @@ int main(void) {
             fx_close(&ref);
             break;
         }
-        CHECK_OK(akv_route_sync(ref.r));
+        CHECK_OK(akv_route_sync(ref.q.r));
         int kept = 0, undone = 0, reclaimed = 0;
         for (uint64_t k = 1; k <= 8; k++) {
             pools p;
             akv_forward_dev *fd = NULL;
-            akv_route *a = NULL, *b = NULL;
+            r1 a = {0}, b = {0};
             akv_forward_params fdp = {.max_chunk = P};
             akv_route_params rp = {.kind = AKV_ROUTE_RESIDENT, .max_tokens = 4 * P, .queued = true};
             if (!pools_open(&p, c, 4)) break;
             CHECK_OK(akv_forward_dev_create(p.dev, model, &fdp, &fd));
-            CHECK_OK(akv_route_create(p.dev, p.hp, p.dp, &rp, &a));
-            CHECK_OK(akv_route_create(p.dev, p.hp, p.dp, &rp, &b));
-            if (fd && a && b) {
+            CHECK_OK(r1_open(p.dev, p.hp, p.dp, &rp, &a));
+            CHECK_OK(r1_open(p.dev, p.hp, p.dp, &rp, &b));
+            if (fd && a.r && b.r) {
                 CHECK_OK(akv_dev_inject_fault(p.dev, AKV_FAULT_COPY_EXEC, k, 0));
-                (void)fx_feed_route(a, NULL, fd, P, tokens, 5, NULL); /* no logits read */
+                (void)fx_feed_route(&a, NULL, fd, P, tokens, 5, NULL); /* no logits read */
                 (void)akv_dev_sync(p.dev);
                 CHECK_OK(akv_dev_clear_faults(p.dev));
                 for (uint32_t n = 0; n < 4 * P; n += P)
-                    CHECK_OK(fx_feed_route(b, NULL, fd, P, tokens + 100 + n, P, NULL));
-                CHECK_OK(akv_route_sync(b));
+                    CHECK_OK(fx_feed_route(&b, NULL, fd, P, tokens + 100 + n, P, NULL));
+                CHECK_OK(akv_route_sync(b.r));
                 akv_dev_pool_stats ps;
                 akv_dev_pool_get_stats(p.dp, &ps);
                 reclaimed += ps.counts.n_pages[AKV_DEV_POOL_RECLAIM_IDLE] > 0;
-                akv_status st = akv_route_sync(a);
-                if (st != AKV_OK) CHECK_OK(akv_route_sync(a)); /* once, for a step undone */
-                if (fx_route_len(a) == 5) {
+                akv_status st = akv_route_sync(a.r);
+                if (st != AKV_OK) CHECK_OK(akv_route_sync(a.r)); /* once, for a step undone */
+                if (r1_len(&a) == 5) {
                     kept++;
-                    uint64_t bad = rc_host_diff(&p.g, p.hp, akv_route_host_table(a), ref.hp,
-                                                akv_route_host_table(ref.r));
+                    uint64_t bad = rc_host_diff(&p.g, p.hp, akv_route_seq_host_table(a.s), ref.hp,
+                                                akv_route_seq_host_table(ref.q.s));
                     TEST_CHECK_(bad == 0, "copy failing at pass %llu: A kept its step and %llu "
                                 "rows of its host copy are not its own",
                                 (unsigned long long)k, (unsigned long long)bad);
                 } else {
                     undone++;
-                    CHECK_EQ_U64(fx_route_len(a), 0);
+                    CHECK_EQ_U64(r1_len(&a), 0);
                     CHECK_STATUS(st, AKV_EDEVICE);
                 }
             }
-            CHECK_OK(akv_route_destroy(a));
-            CHECK_OK(akv_route_destroy(b));
+            CHECK_OK(r1_close(&a));
+            CHECK_OK(r1_close(&b));
             akv_forward_dev_destroy(fd);
             pools_close(&p);
         }
@@ -624,43 +679,194 @@ int main(void) {
         pools p, q;
         bool open = pools_open(&p, c, 4);
         open = pools_open(&q, c, 0) && open;
-        akv_route *x = NULL, *y = NULL, *xr = NULL;
+        r1 x = {0}, y = {0}, xr = {0};
         akv_route_params px = {.kind = AKV_ROUTE_STAGED, .max_tokens = 4 * P, .window_pages = 2};
         akv_route_params py = {.kind = AKV_ROUTE_RESIDENT, .max_tokens = 4 * P};
         akv_route_params pr = {.kind = AKV_ROUTE_RESIDENT, .max_tokens = 4 * P};
         if (open) {
-            CHECK_OK(akv_route_create(p.dev, p.hp, p.dp, &px, &x));
-            CHECK_OK(akv_route_create(p.dev, p.hp, p.dp, &py, &y));
-            CHECK_OK(akv_route_create(q.dev, q.hp, q.dp, &pr, &xr));
+            CHECK_OK(r1_open(p.dev, p.hp, p.dp, &px, &x));
+            CHECK_OK(r1_open(p.dev, p.hp, p.dp, &py, &y));
+            CHECK_OK(r1_open(q.dev, q.hp, q.dp, &pr, &xr));
         }
-        if (x && y && xr) {
+        if (x.r && y.r && xr.r) {
             float lr[23];
             CHECK_OK(akv_dev_inject_delays(p.dev, 7, 20000, 1));
             for (uint32_t n = 0; n < 2 * P + 9; n += n + P <= 2 * P + 9 ? P : 9) {
                 uint32_t k = n + P <= 2 * P + 9 ? P : 9;
-                CHECK_OK(feed(x, f, tokens + n, k, logits));
-                CHECK_OK(feed(xr, f, tokens + n, k, lr));
+                CHECK_OK(feed(&x, f, tokens + n, k, logits));
+                CHECK_OK(feed(&xr, f, tokens + n, k, lr));
             }
-            for (uint32_t n = 0; n < 4 * P; n += P) CHECK_OK(feed(y, f, tokens + 100 + n, P, logits));
-            CHECK_OK(akv_route_sync(x));
+            for (uint32_t n = 0; n < 4 * P; n += P) CHECK_OK(feed(&y, f, tokens + 100 + n, P, logits));
+            CHECK_OK(akv_route_sync(x.r));
             CHECK_OK(akv_dev_inject_delays(p.dev, 7, 0, 1));
-            CHECK_OK(akv_route_sync(xr));
+            CHECK_OK(akv_route_sync(xr.r));
             akv_dev_pool_stats ps;
             akv_dev_pool_get_stats(p.dp, &ps);
             CHECK(ps.counts.n_pages[AKV_DEV_POOL_RECLAIM_IDLE] > 0);
-            CHECK_EQ_U64(rc_host_diff(&p.g, p.hp, akv_route_host_table(x), q.hp,
-                                      akv_route_host_table(xr)),
+            CHECK_EQ_U64(rc_host_diff(&p.g, p.hp, akv_route_seq_host_table(x.s), q.hp,
+                                      akv_route_seq_host_table(xr.s)),
                          0);
-            CHECK_OK(feed(x, f, tokens + 2 * P + 9, 1, logits));
-            CHECK_OK(feed(xr, f, tokens + 2 * P + 9, 1, lr));
+            CHECK_OK(feed(&x, f, tokens + 2 * P + 9, 1, logits));
+            CHECK_OK(feed(&xr, f, tokens + 2 * P + 9, 1, lr));
             CHECK_BYTES(logits, lr, sizeof lr);
-            CHECK_OK(akv_route_sync(x));
+            CHECK_OK(akv_route_sync(x.r));
         }
-        CHECK_OK(akv_route_destroy(x));
-        CHECK_OK(akv_route_destroy(y));
-        CHECK_OK(akv_route_destroy(xr));
+        CHECK_OK(r1_close(&x));
+        CHECK_OK(r1_close(&y));
+        CHECK_OK(r1_close(&xr));
         if (open) pools_close(&p), pools_close(&q);
     }
+
+    akv_forward_params fbp = {.max_chunk = 4 * P};
+    akv_forward *fb = NULL;
+    CHECK_OK(akv_forward_create(model, &fbp, &fb));
+    TEST_CASE(batch_steps_give_each_sequence_its_bits_alone_host_pass) {
+        /* Four sequences of one route fed in batch steps (mixed: prefill chunks of different
+         * lengths beside one-token decodes), each in the same chunks it gets alone: the host
+         * pass's logits of every sequence are bit-identical to its own run on a route of one
+         * (batch invariance of the host pass, forward.h) */
+        enum { NS = 4 };
+        pools p;
+        if (!pools_open(&p, c, 0)) break;
+        akv_route *r = NULL;
+        akv_route_seq *seqs[NS] = {0};
+        r1 alone[NS] = {{0}};
+        akv_route_params rp = {.kind = AKV_ROUTE_RESIDENT, .max_tokens = 8 * P, .max_seqs = NS};
+        akv_route_params rp1 = rp;
+        rp1.max_seqs = 1;
+        CHECK_OK(akv_route_create(p.dev, p.hp, p.dp, &rp, &r));
+        for (int i = 0; r && i < NS; i++) {
+            akv_route_seq_params sq = {.tag = (uint64_t)i + 1};
+            CHECK_OK(akv_route_seq_open(r, &sq, &seqs[i]));
+            CHECK_OK(r1_open(p.dev, p.hp, p.dp, &rp1, &alone[i]));
+        }
+        /* prompts of 1, 5, 23 and 40 tokens, fed in chunks of up to P; sequences join the
+         * batch at different steps and decode beside the others' prefill */
+        const uint32_t prompt[NS] = {1, 5, 23, 40}, start[NS] = {0, 1, 0, 2};
+        uint32_t fed[NS] = {0};
+        int32_t next[NS];
+        float lb[NS][23], la[23];
+        int ok = r != NULL, bad = 0, steps = 0;
+        for (int step = 0; ok && step < 12; step++) {
+            akv_route_seq *sel[NS];
+            const int32_t *tk[NS];
+            uint32_t cnt[NS], k = 0, who[NS];
+            float *lg[NS];
+            for (int i = 0; i < NS; i++) {
+                if ((uint32_t)step < start[i]) continue;
+                bool decoding = fed[i] >= prompt[i];
+                uint32_t left = prompt[i] - (decoding ? prompt[i] : fed[i]);
+                cnt[k] = decoding ? 1 : left < P ? left : P;
+                tk[k] = decoding ? &next[i] : tokens + 64 * i + fed[i];
+                lg[k] = decoding || fed[i] + cnt[k] == prompt[i] ? lb[i] : NULL;
+                sel[k] = seqs[i], who[k++] = (uint32_t)i;
+            }
+            ok &= CHECK(fx_batch_step(r, sel, tk, cnt, k, fb, NULL, c->n_vocab, lg) == AKV_OK);
+            for (uint32_t j = 0; ok && j < k; j++) {
+                uint32_t i = who[j];
+                ok &= CHECK(feed(&alone[i], fb, tk[j], cnt[j], la) == AKV_OK);
+                fed[i] += cnt[j];
+                if (!lg[j]) continue;
+                steps++;
+                if (memcmp(la, lb[i], sizeof la)) {
+                    bad++;
+                    printf("  step %d: sequence %u (%u tokens in) differs from its run alone\n",
+                           step, i, fed[i]);
+                }
+                next[i] = fx_argmax(la, c->n_vocab, NULL);
+            }
+            ok &= CHECK(akv__route_check(r) == AKV_OK);
+        }
+        printf("  %d logit rows compared: %d differ\n", steps, bad);
+        CHECK(steps > 20);
+        CHECK_EQ_INT(bad, 0);
+        for (int i = 0; i < NS; i++) {
+            if (seqs[i]) CHECK_OK(akv_route_seq_close(r, seqs[i]));
+            CHECK_OK(r1_close(&alone[i]));
+        }
+        CHECK_OK(akv_route_destroy(r));
+        pools_close(&p);
+    }
+
+    TEST_CASE(staged_batch_with_bursts_matches_resident) {
+        /* Three staged sequences with target 2 and burst 3 in a window part of 10 pages, in
+         * batch steps: they borrow while pages are free and lose borrowed pages to each
+         * other's targets as they grow; every step's logits bit-identical to the same batch on
+         * a resident route, the walker after every step */
+        enum { NS = 3 };
+        pools ps, pr;
+        bool open = pools_open(&ps, c, 10);
+        open = pools_open(&pr, c, 0) && open;
+        akv_route *rs = NULL, *rr = NULL;
+        akv_route_seq *ss[NS] = {0}, *sr[NS] = {0};
+        akv_route_params pst = {.kind = AKV_ROUTE_STAGED, .max_tokens = 8 * P, .max_seqs = NS,
+                                .window_pages = 2};
+        akv_route_params pre = {.kind = AKV_ROUTE_RESIDENT, .max_tokens = 8 * P, .max_seqs = NS};
+        if (open) {
+            CHECK_OK(akv_route_create(ps.dev, ps.hp, ps.dp, &pst, &rs));
+            CHECK_OK(akv_route_create(pr.dev, pr.hp, pr.dp, &pre, &rr));
+        }
+        for (int i = 0; rs && rr && i < NS; i++) {
+            akv_route_seq_params sq = {.target = 2, .burst = 3, .tag = (uint64_t)i + 1};
+            CHECK_OK(akv_route_seq_open(rs, &sq, &ss[i]));
+            CHECK_OK(akv_route_seq_open(rr, &sq, &sr[i]));
+        }
+        /* sequences 0 and 1 first (their bursts take every free page), sequence 2 joins once
+         * the pool is full: its target reclaims borrowed pages */
+        int ok = rs && rr, bad = 0;
+        const int start[NS] = {0, 0, 5};
+        const uint32_t prompt[NS] = {5 * P, 5 * P, 3 * P};
+        uint32_t fed[NS] = {0};
+        int32_t nxt[NS][2];
+        float ls[NS][23], lr[NS][23];
+        for (int step = 0; ok && step < 16; step++) {
+            akv_route_seq *bs[NS], *br[NS];
+            const int32_t *ts[NS], *tr[NS];
+            uint32_t cnt[NS], k = 0, who[NS];
+            float *ws[NS], *wr[NS];
+            for (int i = 0; i < NS; i++) {
+                if (step < start[i]) continue;
+                uint32_t n = fed[i] < prompt[i] ? P : 1;
+                cnt[k] = n;
+                ts[k] = n > 1 ? tokens + 16 * i + fed[i] : &nxt[i][0];
+                tr[k] = n > 1 ? tokens + 16 * i + fed[i] : &nxt[i][1];
+                ws[k] = ls[i], wr[k] = lr[i];
+                bs[k] = ss[i], br[k] = sr[i], who[k++] = (uint32_t)i;
+            }
+            ok &= CHECK(fx_batch_step(rs, bs, ts, cnt, k, fb, NULL, c->n_vocab, ws) == AKV_OK);
+            ok &= CHECK(fx_batch_step(rr, br, tr, cnt, k, fb, NULL, c->n_vocab, wr) == AKV_OK);
+            for (uint32_t j = 0; ok && j < k; j++) {
+                uint32_t i = who[j];
+                bad += memcmp(ls[i], lr[i], sizeof ls[i]) != 0;
+                nxt[i][0] = fx_argmax(ls[i], c->n_vocab, NULL);
+                nxt[i][1] = fx_argmax(lr[i], c->n_vocab, NULL);
+                fed[i] += cnt[j];
+            }
+            ok &= CHECK(akv_route_sync(rs) == AKV_OK && akv__route_check(rs) == AKV_OK);
+        }
+        CHECK_EQ_INT(bad, 0);
+        if (ok) {
+            akv_dev_pool_stats dps;
+            akv_dev_pool_get_stats(ps.dp, &dps);
+            printf("  borrowed %llu pages, reclaimed %llu borrowed pages\n",
+                   (unsigned long long)dps.counts.n_pages[AKV_DEV_POOL_FROM_FREE],
+                   (unsigned long long)dps.counts.n_pages[AKV_DEV_POOL_RECLAIM_BORROWED]);
+            CHECK(dps.counts.n_pages[AKV_DEV_POOL_RECLAIM_BORROWED] > 0);
+            akv_route_stats st;
+            akv_route_get_stats(rs, &st);
+            CHECK(st.staged_bytes > 0);
+        }
+        for (int i = 0; i < NS; i++) {
+            if (ss[i]) CHECK_OK(akv_route_seq_close(rs, ss[i]));
+            if (sr[i]) CHECK_OK(akv_route_seq_close(rr, sr[i]));
+        }
+        if (rs) CHECK_OK(akv_route_sync(rs));
+        CHECK_OK(akv_route_destroy(rs));
+        CHECK_OK(akv_route_destroy(rr));
+        if (open) pools_close(&ps), pools_close(&pr);
+    }
+
+    akv_forward_destroy(fb);
 
     /* THE BITWISE CELLS on the host backend, both passes */
     const rc_params cells = {.n_layers = c->n_layers,

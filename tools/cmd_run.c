@@ -93,6 +93,7 @@ typedef struct run_state {
     akv_host_pool *hp;
     akv_dev_pool *dp;
     akv_route *route;
+    akv_route_seq *seq;
     akv_forward *fwd;         /* --device cpu: the host pass */
     akv_forward_dev *fwd_dev; /* a device backend: the pass on its queues */
     akv_sampler *sampler;
@@ -350,6 +351,8 @@ static void run_free(run_state *s) {
     /* the staged route's last leases retire here (destroy never waits) */
     if (s->route && akv_route_sync(s->route) != AKV_OK)
         fprintf(stderr, "akv run: the route's last step did not complete\n");
+    if (s->seq && akv_route_seq_close(s->route, s->seq) != AKV_OK)
+        fprintf(stderr, "akv run: the sequence could not be closed\n");
     if (akv_route_destroy(s->route) != AKV_OK)
         fprintf(stderr, "akv run: the route could not be released\n");
     if (akv_dev_pool_destroy(s->dp) != AKV_OK)
@@ -414,7 +417,7 @@ static int run_open_memory(run_state *s) {
     if (o->route == AKV_ROUTE_STAGED) {
         /* the staged route's own stage: 2 slots of (max pages - window) pages, from the pool */
         uint32_t win = (uint32_t)o->window_pages;
-        dpp.staging_pages = akv_route_staging_pages(&g, s->n_ctx, win);
+        dpp.staging_pages = akv_route_staging_pages(&g, s->n_ctx, win, 1);
         akv_dev_pool_stats lay;
         st = akv_dev_pool_layout(&g, &dpp, &lay);
         if (st || lay.window_capacity < win) {
@@ -452,10 +455,11 @@ static int run_open_memory(run_state *s) {
     /* on a device the pass runs on the queues: the route keeps its tables there too */
     akv_route_params rp = {.kind = o->route,
                            .max_tokens = s->n_ctx,
-                           .tag = 1,
                            .queued = !s->dev_info.is_host,
                            .window_pages = (uint32_t)o->window_pages};
-    if ((st = akv_route_create(s->dev, s->hp, s->dp, &rp, &s->route))) {
+    akv_route_seq_params sqp = {.tag = 1};
+    if ((st = akv_route_create(s->dev, s->hp, s->dp, &rp, &s->route)) ||
+        (st = akv_route_seq_open(s->route, &sqp, &s->seq))) {
         fprintf(stderr, "akv run: route %s: %s\n", akv_route_kind_name(o->route),
                 akv_status_str(st));
         return st == AKV_EINVAL ? AKV_EXIT_REFUSED : AKV_EXIT_FAIL;
@@ -494,18 +498,17 @@ static int run_open_memory(run_state *s) {
  * s->logits (and the dump file). Prefill progress on stderr for long inputs. */
 static akv_status run_feed(run_state *s, const int32_t *ids, size_t n) {
     akv_forward_kv kv = akv_route_forward_kv(s->route);
-    akv_route_stats rs;
     akv_status st = AKV_OK;
     for (size_t done = 0; done < n && st == AKV_OK;) {
         uint32_t chunk = (uint32_t)(n - done < s->o.chunk ? n - done : s->o.chunk);
-        akv_route_get_stats(s->route, &rs);
-        uint64_t pos0 = rs.n_tokens;
+        uint64_t pos0 = akv_route_seq_n_tokens(s->seq);
         if (pos0 + chunk > s->n_ctx) {
             fprintf(stderr, "\nakv run: the context is full (%llu tokens; --max-context)\n",
                     (unsigned long long)s->n_ctx);
             return AKV_EFULL;
         }
-        if ((st = akv_route_begin_step(s->route, pos0 + chunk))) break;
+        akv_route_req rq = {.seq = s->seq, .n_tokens = pos0 + chunk};
+        if ((st = akv_route_begin_step(s->route, &rq, 1))) break;
         bool last = done + chunk == n;
         float *want = last ? s->logits : NULL;
         st = s->fwd_dev ? akv_forward_dev_run(s->fwd_dev, ids + done, chunk, (uint32_t)pos0, &kv,
@@ -513,7 +516,7 @@ static akv_status run_feed(run_state *s, const int32_t *ids, size_t n) {
                         : akv_forward_run(s->fwd, ids + done, chunk, (uint32_t)pos0, &kv, want,
                                           false);
         if (st) {
-            akv_route_truncate(s->route, pos0);
+            akv_route_abort_step(s->route);
             break;
         }
         done += chunk;
@@ -663,7 +666,7 @@ static void run_report(const run_state *s) {
             ps.window_used, ps.window_capacity,
             (double)ps.window_used * s->cfg->n_layers * (double)ps.page_bytes * mib,
             (double)ps.n_pages * (double)ps.page_bytes * mib, (unsigned long long)hs.n_used,
-            (double)hs.pinned_bytes * mib, (unsigned long long)rs.n_tokens);
+            (double)hs.pinned_bytes * mib, (unsigned long long)akv_route_seq_n_tokens(s->seq));
     if (s->fwd_dev) {
         akv_forward_dev_stats fs = akv_forward_dev_get_stats(s->fwd_dev);
         fprintf(stderr, "decode steps replayed as graphs: %llu (%llu graph(s) built)\n",

@@ -1,71 +1,87 @@
 /*
- * akv/route.h — how one sequence's attention history reaches the forward pass: its host
- * pages (the authoritative copy), its device pages, and the page tables the attention reads.
+ * akv/route.h — how a batch of sequences' attention history reaches the forward pass: each
+ * sequence's host pages (the authoritative copy) and device pages, and the page table over
+ * the batch that the attention reads, one batch step at a time.
  *
  * Glossary
- *   route      the policy that places the history for a step (DESIGN.md, "Routes"):
- *              RESIDENT  every page of the history is in the device pool (the baseline);
- *              STAGED    the window (sink + newest pages, window_pages of them) stays in the
- *                        device pool between steps; every other page is staged each step,
- *                        per layer, under a lease of the staging layer (akv/stage.h).
- *   host copy  the sequence's akv_host_table: every layer's pages in the host pool. After each
- *              layer of each step the new tokens' rows are written back to it, so it always
- *              holds the whole history (invariant 1 of DESIGN.md).
+ *   route      the policy that places the history for a step (docs/routes.md), one kind per
+ *              route object:
+ *              RESIDENT  every page of a sequence's history is in the device pool (the
+ *                        baseline);
+ *              STAGED    a sequence's window (sink + newest pages, its target and what it
+ *                        may borrow) stays in the device pool between steps; every other page
+ *                        is staged each step, per layer, under ONE lease of the staging layer
+ *                        (akv/stage.h) for the whole batch.
+ *   sequence   one conversation's history in the route (akv_route_seq): its host table, its
+ *              device-pool context, its length. Open sequences that are not in a step are
+ *              idle: the device pool may reclaim their window, their host copy stays whole.
+ *   step       ONE batch step: akv_route_begin_step over a list of sequences (the batch, in
+ *              the order the forward pass runs them) and their new lengths; then the forward
+ *              pass with akv_route_forward_kv(r) as its hooks: begin_layer hands it the
+ *              layer's table over the batch, end_layer writes every sequence's new rows of
+ *              the layer back to its host copy.
+ *   host copy  a sequence's akv_host_table: after each layer of each step the new tokens'
+ *              rows are written back to it, so it always holds the whole history (invariant 1
+ *              of docs/design.md).
  *   fresh page a device page the device pool placed this step; if its logical page already
  *              holds tokens from earlier steps, it is filled from the host copy before the
  *              attention reads it (a page the window dropped and took back, or a reclaimed
  *              one): nothing is ever read from a device page the host copy did not fill.
+ *   capacity   every table of a route has the same max_pages (from params.max_tokens), so the
+ *              attention's split-KV partitioning (akv/attn.h: capacity, n_seq, device) depends
+ *              on the batch size only, never on the lengths or the placement.
  *
- * A step: akv_route_begin_step(r, n_total) grows the history to n_total tokens (host pages
- * for the new tokens, the device window placed and filled, one CSR table per layer), then the
- * forward pass runs with akv_route_forward_kv(r) as its hooks: begin_layer hands it the
- * layer's table, end_layer writes the new rows of the layer back to the host copy. A failed
- * step is undone with akv_route_truncate(r, n_before).
+ * A step: akv_route_begin_step(r, reqs, n) grows each sequence's host copy (all or nothing),
+ * runs ONE device-pool step over the batch (akv/dev_pool.h: floors, targets, bursts,
+ * reclamation of idle contexts), fills the fresh pages, and writes the CSR table of the batch
+ * (packed in batch order, one row of page ids per layer). A failed step is undone with
+ * akv_route_abort_step(r).
  *
- * The staged route, per layer of a step (docs/routes.md):
- *   begin_layer  stage begin (owners = the host pages that receive the step's new rows),
- *                stage copy of the non-window host pages into a slot, the layer's CSR table in
- *                logical order (window page ids and the slot page ids the copy returned),
- *                stage ready: the compute queue waits for the copies before the attention the
- *                forward pass launches next.
- *   end_layer    stage attended (the attention event, after the attention the pass launched),
- *                write-back of only the new rows from the device page(s) holding them (window
- *                tail or slot page) to the owner host page(s), seal.
- *   Prefetch (queued mode, params.prefetch): a step's copies gate its layers one after another,
- *   so without more the bus idles from the last layer's copy to the next step's first one
- *   (the last layer, the output head, the logits, sampling, begin_step). When the last layer
- *   is sealed and the next one-token step stays inside the current last page (the window
- *   does not move, so the next step stages exactly the same pages), end_layer of the last
- *   layer begins the next step's layer-0 lease and enqueues its copies at once; begin_layer 0
- *   of that step then only makes the compute queue wait for them. Any other next call (a
- *   chunk, a truncate, a sync, destroy) cancels the prefetched lease, which then retires like
- *   any other (its fences waited on). The bits are unchanged: the same pages, the same slots
- *   round-robin, the same tables.
+ * The staged kind, per layer of a step (docs/routes.md):
+ *   begin_layer  stage begin (owners = the host pages of every sequence that receive the
+ *                step's new rows), ONE stage copy of every sequence's non-window host pages
+ *                into a slot, the layer's table row (window page ids and the slot ids the copy
+ *                returned), stage ready: the compute queue waits for the copies before the
+ *                attention the forward pass launches next.
+ *   end_layer    stage attended (the attention event), write-back of only the new rows of each
+ *                sequence from the device page(s) holding them (window tail or slot page) to
+ *                its owner host page(s), seal.
+ *   Prefetch (queued mode, params.prefetch): a step's copies gate its layers one after
+ *   another, so without more the bus idles from the last layer's copy to the next step's first
+ *   one (the last layer, the output head, sampling, begin_step). When the last layer is sealed
+ *   and the next step can be foreseen — the same batch, one token each, every new token inside
+ *   its sequence's current last page — end_layer of the last layer begins the next step's
+ *   layer-0 lease and enqueues its copies at once. begin_layer 0 of that step then only makes
+ *   the compute queue wait for them, if the step is that one and its staged pages are those
+ *   (the device pool may have moved a window); any other next call cancels the prefetched
+ *   lease, which then retires like any other (its fences waited on). The bits are unchanged:
+ *   the same pages, the same slots round-robin, the same tables.
  *   The leases of a step are retired (fences waited on, receipts checked) at the route's next
- *   begin_step, akv_route_sync or akv_route_truncate; destroy refuses (AKV_EBUSY) while any
- *   is live. The table has the same max_pages as the resident route's, so the attention's
- *   partitioning (akv/attn.h: capacity, n_seq, device) and hence its bits are the same: only
- *   the physical page ids differ.
+ *   begin_step, akv_route_sync, truncate or abort; destroy and close wait for that.
  *
  * Two modes, by the forward pass the route feeds:
- *   direct  (akv/forward.h, the host forward pass) the page tables are host arrays, fills and
+ *   direct  (akv/forward.h, the host forward pass) the tables are host arrays, fills and
  *           write-backs are synchronous copies; host backend only (the ref attention reads
  *           device addresses as host addresses).
  *   queued  (akv/forward_dev.h, the pass on the device's queues; params.queued) the tables
  *           live in device memory, uploaded with the fills on AKV_QUEUE_COMPUTE from pinned
  *           memory at begin_step; end_layer records an event on the compute queue and
- *           enqueues the write-back of the layer's new rows on AKV_QUEUE_D2H behind it (one
+ *           enqueues the write-backs of the layer's new rows on AKV_QUEUE_D2H behind it (one
  *           2D copy per page touched: 2*n_kv_heads rows). begin_step, truncate and
- *           akv_route_sync first wait for both queues, so the host copy is complete and no
+ *           akv_route_sync first wait for both queues, so the host copies are complete and no
  *           copy still reads a table or a page the step changes. Required off the host
  *           backend; works on both.
- * Fresh pages: the device pool may hand a step a page another route's write-back is still
+ * Fresh pages: the device pool may hand a step a page another context's write-back is still
  * reading (a reclaimed page); the step's fills and kernels wait for every write-back enqueued
  * so far before they touch a fresh page (queued: on the device; direct: the host waits).
  * Failures while work runs (resident, queued): once the queues are idle again, a write-back
- * that failed is enqueued again from the device pages, which still hold the rows; a step
- * whose kernels failed is undone (the history goes back to where it began) and the call
- * that finds it returns AKV_EDEVICE once, logged.
+ * that failed is enqueued again from the device pages, which still hold the rows; a sequence
+ * whose page another context has taken since, or a step whose kernels failed, is undone (its
+ * history goes back to where the step began) and the call that finds it returns AKV_EDEVICE
+ * once, logged.
+ * Closing: akv_route_seq_close revokes a sequence at once (no later step may name it); its
+ * pages are freed once no copy or kernel may still touch them (at once between settled steps,
+ * else at the next call that waits: begin_step, sync, truncate, abort).
  *
  * Thread-safety: none; the thread that owns the pools owns the route.
  */
@@ -91,25 +107,30 @@ typedef enum akv_route_kind {
 } akv_route_kind;
 
 typedef struct akv_route akv_route;
+typedef struct akv_route_seq akv_route_seq;
 typedef struct akv_stage akv_stage; /* akv/stage.h */
+struct akv_host_table;
 
-/* The staged route's window when params.window_pages is 0: the sink and three newest pages. */
+/* The staged window when a sequence's target is 0: the sink and three newest pages. */
 #define AKV_ROUTE_WINDOW_PAGES 4u
+/* The most sequences one step takes (params.max_seqs). */
+#define AKV_ROUTE_MAX_SEQS 4096u
 
 typedef struct akv_route_params {
     akv_route_kind kind;
-    uint64_t max_tokens; /* the longest history the sequence may reach (>= 1) */
-    uint64_t tag;        /* the caller's id, for the device pool's explanations */
-    bool queued;         /* tables in device memory, copies on the queues (file comment);
-                            false = direct (host backend only) */
+    uint64_t max_tokens;   /* the longest history any sequence may reach (>= 1): the tables'
+                              capacity (file comment) */
+    uint32_t max_seqs;     /* sequences one step may take; 0 = 1 */
+    bool queued;           /* tables in device memory, copies on the queues (file comment);
+                              false = direct (host backend only) */
     /* staged only */
-    uint32_t window_pages; /* window pages per layer kept on the device (>= 2: the sink and
-                              the newest); 0 = AKV_ROUTE_WINDOW_PAGES */
+    uint32_t window_pages; /* a sequence's window pages by right when its own target is 0
+                              (>= 2: the sink and the newest); 0 = AKV_ROUTE_WINDOW_PAGES */
     akv_stage *stage;      /* the transport, borrowed (several routes may share one; its slots
                               must hold akv_route_slot_pages pages; a lease a failed pass left
                               open blocks every other route's begin on it, AKV_ESTATE (stage
-                              I3), until that route truncates or syncs); NULL = the route
-                              creates its own with 2 slots from the device pool's staging
+                              I3), until that route aborts, truncates or syncs); NULL = the
+                              route creates its own with 2 slots from the device pool's staging
                               reserve (akv_route_staging_pages of them) */
     int prefetch;          /* queued mode: stage layer 0 of the NEXT decode step as soon as this
                               step's last layer is sealed, so its copies cross the bus while the
@@ -119,55 +140,103 @@ typedef struct akv_route_params {
                               steps); -1 = off */
 } akv_route_params;
 
+/* One sequence of a route. */
+typedef struct akv_route_seq_params {
+    uint64_t max_tokens; /* its longest history (<= the route's); 0 = the route's */
+    uint32_t target;     /* staged: window pages held by right (>= the route's window_pages);
+                            0 = window_pages. Resident: ignored (the whole history, sized by
+                            max_tokens, is its target) */
+    uint32_t burst;      /* staged: window pages it may borrow above the target while the
+                            device pool has free pages (akv/dev_pool.h); resident: ignored */
+    uint64_t tag;        /* the caller's id, for the device pool's explanations */
+} akv_route_seq_params;
+
+/* One request of a step: a sequence and its length after the step. */
+typedef struct akv_route_req {
+    akv_route_seq *seq;
+    uint64_t n_tokens; /* > its length now, <= its max_tokens */
+} akv_route_req;
+
 typedef struct akv_route_stats {
     uint64_t n_steps;      /* begin_step calls that succeeded */
-    uint64_t n_tokens;     /* history length now */
     uint64_t h2d_bytes;    /* host -> device: fills of fresh pages and staged copies */
     uint64_t staged_bytes; /* of them, the staged copies (non-window pages) */
     uint64_t n_leases;     /* staged: leases retired (receipts checked) */
     uint64_t n_prefetched; /* staged: steps whose layer 0 was staged during the previous step */
     uint64_t n_prefetch_dropped; /* staged: prefetches cancelled (the next step was not the
-                                    one-token step they were made for, or a sync came first) */
+                                    one they were made for, or a sync came first) */
     uint64_t d2h_bytes;    /* device -> host: write-back of new rows */
     uint64_t n_quarantines; /* staged: its stage's quarantines (akv_stage_stats); the route
                                asks for at most one per call that retires leases */
-    uint32_t window_pages; /* device window pages per layer now */
-    uint32_t host_pages;   /* host pages per layer now */
+    uint32_t n_open;       /* sequences open now */
+    uint32_t n_closing;    /* closed sequences whose pages wait for their fences */
 } akv_route_stats;
 
-/* Device pages one staging slot of the staged route needs: the logical pages of a
- * max_tokens history outside a window of window_pages (0 = the default), at least 1. */
-uint32_t akv_route_slot_pages(const akv_geom *g, uint64_t max_tokens, uint32_t window_pages);
+typedef struct akv_route_seq_stats {
+    uint64_t tag;
+    uint64_t n_tokens;     /* history length now */
+    uint64_t n_steps;      /* steps it was in */
+    uint64_t h2d_bytes;    /* its fills and staged copies */
+    uint64_t staged_bytes; /* of them, the staged copies */
+    uint64_t d2h_bytes;    /* its write-backs */
+    uint32_t window_pages; /* device window pages per layer now */
+    uint32_t host_pages;   /* host pages per layer now */
+} akv_route_seq_stats;
+
+/* Device pages one staging slot of a staged route needs: the logical pages of max_seqs
+ * histories of max_tokens outside their windows of window_pages (0 = the default), at least
+ * 1 (max_seqs 0 = 1). */
+uint32_t akv_route_slot_pages(const akv_geom *g, uint64_t max_tokens, uint32_t window_pages,
+                              uint32_t max_seqs);
 
 /* Staging reserve (device pages) a staged route that creates its own stage takes from the
  * device pool: 2 slots of akv_route_slot_pages. */
-uint32_t akv_route_staging_pages(const akv_geom *g, uint64_t max_tokens, uint32_t window_pages);
+uint32_t akv_route_staging_pages(const akv_geom *g, uint64_t max_tokens, uint32_t window_pages,
+                                 uint32_t max_seqs);
 /* (Both saturate at UINT32_MAX, more pages than any device pool holds, which it refuses.) */
 
-/* A route for one sequence over the pools (which must outlive it and share one geometry).
- * AKV_EUNSUPPORTED (logged) for the direct mode off the host backend;
- * AKV_EINVAL for a zero max_tokens, pools of different geometries, a resident history
- * longer than the device pool's window capacity (logged with the GiB it would need), a staged
- * window above that capacity or below 2, or a stage whose slots are too small (logged, naming
- * --device-gib / --max-context); AKV_EFULL when the staging reserve cannot lend the route's
- * own stage its slots (logged); AKV_ENOMEM. */
+/* A route over the pools (which must outlive it and share one geometry), with no sequence.
+ * AKV_EUNSUPPORTED (logged) for the direct mode off the host backend; AKV_EINVAL for a zero
+ * max_tokens, more than AKV_ROUTE_MAX_SEQS sequences, pools of different geometries, a
+ * resident history longer than the device pool's window capacity (logged with the GiB it
+ * would need), a staged window above that capacity or below 2, or a stage whose slots are too
+ * small (logged, naming the params field); AKV_EFULL when the staging reserve cannot lend the
+ * route's own stage its slots (logged); AKV_ENOMEM. */
 akv_status akv_route_create(akv_dev *dev, akv_host_pool *host_pool, akv_dev_pool *dev_pool,
                             const akv_route_params *p, akv_route **out);
 
-/* Frees the host pages and the device window (and the route's own stage). NULL is a no-op.
- * AKV_EBUSY (nothing changed) while a host page is leased or a staged lease is unretired
- * (akv_route_sync first: destroy never retires). Queued mode: waits for the queues first (a copy may still
- * touch the pages); if that fails, AKV_EDEVICE and nothing is freed (retained, never reused
- * on an uncertain fence). */
+/* Frees the route (and its own stage), and closed sequences whose pages waited for their
+ * fences. NULL is a no-op. AKV_EBUSY (nothing changed) while a sequence is open or a staged
+ * lease is unretired (akv_route_sync first: destroy never retires). Queued mode: waits for
+ * the queues first (a copy may still touch the pages); if that fails, AKV_EDEVICE and nothing
+ * is freed (retained, never reused on an uncertain fence). */
 akv_status akv_route_destroy(akv_route *r);
 
-/* Grows the history to n_total tokens (> the current length, <= max_tokens) and places it
- * for the next forward run (see the file comment). AKV_EFULL when the host pool is at its
- * limit or the device pool refuses the window (logged, naming --host-gib / --device-gib);
- * AKV_EINVAL for a bad length; AKV_EDEVICE when a queue failed, or (logged) when the previous
- * step's kernels turn out to have failed and that step was undone: read the length again.
- * All-or-nothing for the host copy. */
-akv_status akv_route_begin_step(akv_route *r, uint64_t n_total);
+/* Opens a sequence with no history (NULL params = defaults). AKV_EINVAL (logged, naming the
+ * field) for a max_tokens above the route's, a staged target below the route's window_pages
+ * or a target + burst above the device pool's window capacity, a resident history the window
+ * capacity cannot hold; AKV_ENOMEM. */
+akv_status akv_route_seq_open(akv_route *r, const akv_route_seq_params *p, akv_route_seq **out);
+
+/* Changes an open sequence's params (as at open) from its next step on: a reused
+ * conversation's new length limit and window. AKV_EINVAL (nothing changed) as at open, or
+ * for a max_tokens below its length. */
+akv_status akv_route_seq_set_params(akv_route *r, akv_route_seq *s, const akv_route_seq_params *p);
+
+/* Closes a sequence: revoked at once (the handle is invalid afterwards; a step begun with it
+ * may still run its pass, whose pages stay until the sync), its host pages and device window
+ * freed now or, while a copy or kernel of a step may still touch them, at the next call that
+ * waits (file comment). NULL is a no-op; AKV_EINVAL for a sequence not open in r. */
+akv_status akv_route_seq_close(akv_route *r, akv_route_seq *s);
+
+/* Begins one batch step: reqs[n] (1 <= n <= max_seqs, distinct open sequences, in the order
+ * the forward pass runs them) each grow to their n_tokens, and the step is placed for the next
+ * forward run (see the file comment). AKV_EFULL when the host pool is at its limit, the device
+ * pool refuses a window, or a staged layer would stage more pages than a slot holds (logged,
+ * naming the setting); AKV_EINVAL for a bad batch (logged); AKV_EDEVICE when a queue failed,
+ * or (logged) when the previous step's kernels turn out to have failed and that step was
+ * undone: read the lengths again. All-or-nothing for the host copies. */
+akv_status akv_route_begin_step(akv_route *r, const akv_route_req *reqs, uint32_t n);
 
 /* The forward pass's hooks for the step begun last (valid until the route is destroyed). A
  * resident route in queued mode is replayable (akv_forward_kv.replayable): its tables live at
@@ -175,26 +244,37 @@ akv_status akv_route_begin_step(akv_route *r, uint64_t n_total);
  * as graphs; a staged route is not (its begin_layer stages copies under a lease). */
 akv_forward_kv akv_route_forward_kv(akv_route *r);
 
-/* Queued mode: waits until every write-back enqueued so far has landed in the host copy
+/* Queued mode: waits until every write-back enqueued so far has landed in the host copies
  * (and the compute queue is idle); resident: a write-back that failed while it ran is
  * written again (file comment). Direct mode: nothing to wait for. Staged: retires the
- * leases of the last step (both modes). AKV_EDEVICE when a queue failed, or once (logged)
- * when the last step was undone because its kernels failed; AKV_EFAILED (the
- * stage failed) or AKV_ESTATE (a receipt did not match what was submitted) from a lease.
- * A lease a failed stage retained (completion unknown) is quarantined again here: once the
- * device has recovered it is released, and destroy can proceed. */
+ * leases of the last step (both modes). Then frees the pages of closed sequences. AKV_EDEVICE
+ * when a queue failed, or once (logged) when a step was undone because its kernels failed;
+ * AKV_EFAILED (the stage failed) or AKV_ESTATE (a receipt did not match what was submitted)
+ * from a lease. A lease a failed stage retained (completion unknown) is quarantined again
+ * here: once the device has recovered it is released, and destroy can proceed. */
 akv_status akv_route_sync(akv_route *r);
 
-/* Shortens the history to n_tokens (after a failed step), after what akv_route_sync does (a
- * step it undoes is not an error here: the length is checked after it). Staged: cancels the
- * lease a failed pass left open and retires every lease first. */
-akv_status akv_route_truncate(akv_route *r, uint64_t n_tokens);
+/* Undoes the step begun last (after a failed pass): what akv_route_sync does, then every
+ * sequence of the step goes back to its length before the step. A step the sync already
+ * undid is not an error here. Staged: cancels the lease a failed pass left open first. */
+akv_status akv_route_abort_step(akv_route *r);
+
+/* Shortens one sequence's history to n_tokens, after what akv_route_sync does (a step it
+ * undoes is not an error here: the length is checked after it). */
+akv_status akv_route_seq_truncate(akv_route *r, akv_route_seq *s, uint64_t n_tokens);
 
 void akv_route_get_stats(const akv_route *r, akv_route_stats *out);
+void akv_route_seq_get_stats(const akv_route_seq *s, akv_route_seq_stats *out);
 
-/* The authoritative host copy (borrowed, valid until destroy; complete between steps once
- * akv_route_sync returned). */
-const struct akv_host_table *akv_route_host_table(const akv_route *r);
+/* A sequence's history length. */
+uint64_t akv_route_seq_n_tokens(const akv_route_seq *s);
+
+/* A sequence's authoritative host copy (borrowed, valid until it is closed; complete between
+ * steps once akv_route_sync returned). */
+const struct akv_host_table *akv_route_seq_host_table(const akv_route_seq *s);
+
+/* The route's kind and params as resolved (max_seqs, window_pages). */
+akv_route_params akv_route_get_params(const akv_route *r);
 
 /* "resident", "staged". */
 const char *akv_route_kind_name(akv_route_kind kind);

@@ -309,12 +309,10 @@ static run_stats compare_cuda(const akv_model *m, uint32_t max_chunk, uint32_t n
     }
     if (rs.ok) {
         /* the host copies hold the same rows: the CUDA route wrote back what the host did */
-        CHECK_OK(akv_route_sync(g1.r));
-        akv_route_stats sh, sg;
-        akv_route_get_stats(h.r, &sh);
-        akv_route_get_stats(g1.r, &sg);
-        CHECK_EQ_U64(sg.d2h_bytes, sh.d2h_bytes);
-        CHECK_EQ_U64(sg.n_tokens, sh.n_tokens);
+        CHECK_OK(akv_route_sync(g1.q.r));
+        r1_stats sh = r1_get_stats(&h.q), sg = r1_get_stats(&g1.q);
+        CHECK_EQ_U64(sg.r.d2h_bytes, sh.r.d2h_bytes);
+        CHECK_EQ_U64(sg.s.n_tokens, sh.s.n_tokens);
     }
     printf("  %s (chunks of %u, %u + %u tokens): worst relative error %.4g vs host pass, "
            "%.4g vs host queue pass\n",

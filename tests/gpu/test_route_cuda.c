@@ -1,7 +1,8 @@
 /* test_route_cuda.c (gpu) — THE BITWISE CELLS on CUDA (tests/route_cells.h): the staged route
  * against the resident route on the device pass, logits bit-identical at every step of a
- * 64-token greedy run, for prompts 1, P-1, P, P+1, 3P+5 and 2000, with 1 and with 4
- * concurrent sequences (sharing one stage), each set in its own 1 GiB device pool.
+ * 64-token greedy run, for prompts 1, P-1, P, P+1, 3P+5 and 2000, with 1 sequence and with 4
+ * (stepped one at a time, and in batch steps of all 4), each set one route in its own 1 GiB
+ * device pool.
  *
  * Models
  *   synthetic Llama-3-8B shape (n_embd 4096, n_ff 14336, 32 query / 8 K/V heads of 128,
@@ -15,7 +16,7 @@
  * a P where 64 steps stay inside the window (P >= 32), 2P + 1 steps: even the 1-token prompt
  * then outgrows the window. The attention's partitioning depends only on (max_pages * P,
  * n_seq, device), identical for both routes.
- * Prints "k of k cells" per model. Exit 77 without CUDA or a device. */
+ * Prints "k of k cells" per model (18 each). Exit 77 without CUDA or a device. */
 #include "model_build.h" /* first: it sets _POSIX_C_SOURCE (route_cells.h includes it) */
 
 #include "test.h"

@@ -1,0 +1,147 @@
+/*
+ * engine/route_impl.h — the route's insides (akv/route.h), shared by the history core
+ * (route.c: sequences, placement, tables, fills, resident write-back, settle) and the staged
+ * transport (route_staged.c: one lease per layer for the whole batch, prefetch).
+ *
+ * The kind is an interface: akv__route_ops is what a kind adds to the core. Resident adds the
+ * write-back of the new rows at end_layer; staged adds the lease of each layer (copies at
+ * begin_layer, write-back and seal at end_layer, retirement at the next step boundary).
+ *
+ * Tables (tab_h, and its device copy tab_d in the queued mode), one layout for every step:
+ *   [indptr max_seqs+1][last_page_len max_seqs][pad to 4] [indices n_layers x cap]
+ *   cap = max_seqs * max_pages; the step's sequence i owns indices[l * cap + indptr[i] + p]
+ *   for its logical page p of layer l (CSR over the step, packed in batch order). The window
+ *   is uniform over layers, so indptr and last_page_len serve every layer. Addresses never
+ *   move, so a resident decode batch replays as a graph.
+ */
+#ifndef AKV_ENGINE_ROUTE_IMPL_H
+#define AKV_ENGINE_ROUTE_IMPL_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "akv/host_table.h"
+#include "akv/route.h"
+#include "akv/stage.h"
+
+struct akv_route_seq {
+    akv_route *r;
+    akv_host_table *ht;     /* the authoritative copy */
+    akv_dev_pool_ctx *ctx;  /* the device window */
+    akv_route_seq_params p; /* resolved: max_tokens, target, burst, tag */
+    uint64_t n_tokens;      /* history length (host table length) */
+    uint64_t step_first;    /* its length before the step begun last that held it */
+    int32_t slot;           /* its index in the step begun last; -1 when not in it */
+    bool refill;            /* the device window is not trusted: a step failed after the device
+                               pool placed it (the pool marks pages fresh for one step only), a
+                               queue failed, or (queued) the step begun last has not reached
+                               its last end_layer. Its next step refills every window page that
+                               holds earlier tokens */
+    bool closing;           /* closed: freed once nothing may touch its pages */
+    akv_route_seq_stats stats;
+    /* staged, the step begun last: its logical pages outside the window (ascending; the same
+     * in every layer), where they sit in the layer's copy list, and its owner pages */
+    uint32_t *staged;       /* [max_pages] */
+    uint32_t n_staged;
+    uint32_t stage_off;     /* first of its pages in the copy list / slot ids */
+    uint32_t owner_off;     /* first of its owner pages in the lease's owner list */
+    akv_route_seq *next, *prev; /* the open list, or the closing list */
+};
+
+typedef struct akv__route_ops {
+    /* staged: the stage (borrowed or made from the staging reserve); NULL = nothing */
+    akv_status (*open)(akv_route *r, const akv_route_params *p);
+    /* the transport of the last step retired (fences waited on), and a prefetched lease with
+     * it unless keep_prefetch (begin_step keeps it for the step it was made for);
+     * *quarantined: once per call */
+    akv_status (*retire)(akv_route *r, bool keep_prefetch, bool *quarantined);
+    /* after begin_step placed the batch: drop a prefetch made for another step */
+    akv_status (*placed)(akv_route *r);
+    akv_status (*begin_layer)(akv_route *r, uint32_t layer);
+    akv_status (*end_layer)(akv_route *r, uint32_t layer);
+    /* leases live (destroy and close wait for them) */
+    bool (*live)(const akv_route *r);
+} akv__route_ops;
+
+enum { AKV__ROUTE_HEAD_ALIGN = 4 }; /* int32s: the indices start 16-byte aligned */
+
+struct akv_route {
+    akv_dev *dev;
+    akv_host_pool *hp;
+    akv_dev_pool *dp;
+    akv_geom geom;
+    akv_route_kind kind;
+    const akv__route_ops *ops;
+    bool queued;
+    uint64_t max_tokens;   /* the longest history of any sequence */
+    uint32_t max_pages;    /* logical pages per layer at max_tokens: the attention's capacity */
+    uint32_t max_seqs;     /* sequences per step */
+    uint32_t window_pages; /* staged: a sequence's default target */
+    /* sequences */
+    akv_route_seq *open_list, *closing_list;
+    uint32_t n_open;
+    /* the step begun last */
+    akv_route_seq **step;  /* [max_seqs] in batch order; NULL where a closed one was freed */
+    uint32_t n_step;
+    uint32_t n_idx;        /* indptr[n_step]: pages of a layer over the step */
+    bool pending;          /* a step begun that no sync has settled since (its work may still
+                              run, its leases be live): closing sequences wait for it (pages
+                              a live prefetch still reads are leased: their free is deferred) */
+    /* tables (the layout in the file comment) */
+    int32_t *tab_h;        /* pinned (queued) or heap (direct) */
+    akv_dptr tab_d;        /* queued: the device copy */
+    size_t head_ints;      /* ints before the indices */
+    size_t cap;            /* indices per layer */
+    int32_t *indptr, *last, *indices; /* into tab_h */
+    bool tab_dirty;        /* indices changed since the last upload */
+    akv_event **ev;        /* [n_layers]: the layer's attention enqueued (write-back waits) */
+    akv_event *ev_wb;      /* resident: recorded on D2H after the step's last write-back */
+    akv_event *ev_fill;    /* recorded on D2H before fills: fresh pages wait for their readers */
+    bool wb_check;         /* resident, queued: the step's write-backs were all enqueued and
+                              ev_wb recorded; route_settle has not checked how they ended */
+    akv_route_stats stats;
+    /* staged (route_staged.c) */
+    akv_stage *stage;
+    bool own_stage;
+    uint32_t slot_pages;       /* the stage's slot: the most pages one layer stages */
+    uint32_t n_staged;         /* pages of a layer staged this step, every sequence's */
+    akv_host_page *hpages;     /* scratch: a layer's copy list or its owners (grown on demand) */
+    size_t hpages_cap;
+    uint32_t *slot_ids;        /* [slot_pages] where the last copy landed (a prefetch's stays
+                                  there, untouched, until the next step's layer 0 reads it) */
+    akv_stage_lease *lease;    /* [n_layers] this step's leases */
+    uint8_t *lease_live;       /* [n_layers] begun and not yet retired */
+    int32_t open_layer;        /* the layer whose lease is begun but not sealed; -1 = none */
+    bool prefetch;             /* prefetch on for this route */
+    bool pf_live;              /* begun (not yet used or retired) */
+    bool pf_cancelled;         /* cancelled: retire it, never use it */
+    akv_stage_lease pf;
+    akv_host_page *pf_pages;   /* [slot_pages] the host pages it copied (layer 0), to compare */
+    uint32_t pf_n;             /* of them */
+    akv_route_seq **pf_seqs;   /* [max_seqs] the batch it was made for, in order */
+    uint64_t *pf_len;          /* [max_seqs] and their lengths after that step */
+    uint32_t pf_n_seq;
+};
+
+/* The resident and staged kinds. */
+extern const akv__route_ops akv__route_resident_ops;
+extern const akv__route_ops akv__route_staged_ops;
+
+/* The rows [t0, t1) of logical page p that the step wrote into seq (page-relative). */
+static inline void akv__route_page_rows(const akv_route *r, const akv_route_seq *s, uint64_t p,
+                                        uint64_t *t0, uint64_t *t1) {
+    uint64_t P = r->geom.page_tokens, lo = p * P, hi = lo + P;
+    *t0 = (s->step_first > lo ? s->step_first : lo) - lo;
+    *t1 = (s->n_tokens < hi ? s->n_tokens : hi) - lo;
+}
+
+/* The device page of seq's logical page p in layer l in the step's table. */
+static inline uint32_t akv__route_page_id(const akv_route *r, const akv_route_seq *s, uint32_t l,
+                                          uint64_t p) {
+    return (uint32_t)r->indices[(size_t)l * r->cap + (size_t)r->indptr[s->slot] + p];
+}
+
+/* Queued mode: waits for the compute and D2H queues (route.c). */
+akv_status akv__route_wait(akv_route *r);
+
+#endif
