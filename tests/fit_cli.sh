@@ -20,14 +20,14 @@ smol="--layers 30 --kv-heads 3 --head-dim 64 --max-context 128K"
 llama="--layers 32 --kv-heads 8 --head-dim 128 --dtype bf16 --max-context 128K"
 expect 0 "histories = floor(174762 / 15360) = 11" $smol --host-gib 32 --device-gib 4 --concurrency 8
 expect 3 "raise --host-gib to at least 128" $llama --host-gib 64 --device-gib 16 --concurrency 8
-expect 0 "fits after shrinking: concurrency 8 -> 4" $llama --host-gib 64 --device-gib 16 --concurrency 8 --mode shrink
+expect 0 "fits after shrinking: --concurrency 8 -> 4" $llama --host-gib 64 --device-gib 16 --concurrency 8 --mode shrink
 expect 3 "not even one" $llama --host-gib 8 --device-gib 16 --mode shrink
 expect 3 "raise --device-gib" $llama --host-gib 2048 --device-gib 1 --concurrency 100
 expect 2 "--host-gib is required" $llama --device-gib 16
 expect 2 "--mode: 'maybe'" $llama --host-gib 64 --device-gib 16 --mode maybe
 expect 2 "--layers: 0 is out of range" --layers 0 --kv-heads 8 --head-dim 128 --max-context 1K --host-gib 1 --device-gib 1
 expect 2 "page_tokens = 3" $llama --host-gib 64 --device-gib 16 --page-tokens 3
-expect 2 "device_gib = 5000" $llama --host-gib 64 --device-gib 5000
+expect 2 "--device-gib = 5000" $llama --host-gib 64 --device-gib 5000
 expect 0 "usage: akv fit" --help
 # -m FILE: the geometry and the default context from a GGUF's metadata (a small synthetic one)
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT

@@ -49,7 +49,7 @@ static void test_examples(void) {
         size_t n = akv_fit_format(&f, text, sizeof text);
         CHECK(n < sizeof text && strlen(text) == n);
         CHECK(strstr(text, "histories = floor(174762 / 15360) = 11") != NULL);
-        CHECK(strstr(text, "effective = min(--concurrency 8, histories 11, floors 364) = 8") != NULL);
+        CHECK(strstr(text, "effective = min(concurrency 8, histories 11, floors 364) = 8") != NULL);
         printf("%s", text);
     }
 
@@ -64,10 +64,10 @@ static void test_examples(void) {
         CHECK_EQ_U64(f.histories, 4);
         CHECK_EQ_INT(f.concurrency, 4);
         CHECK_STATUS(f.status, AKV_EFULL);
-        CHECK_STR(f.setting, "--host-gib");
+        CHECK_STR(f.setting, "host_gib");
         CHECK_EQ_INT(f.min_host_gib, 128);
-        CHECK(strstr(f.verdict, "raise --host-gib to at least 128") != NULL);
-        CHECK(strstr(f.verdict, "lower --concurrency to 4") != NULL);
+        CHECK(strstr(f.verdict, "raise host_gib to at least 128") != NULL);
+        CHECK(strstr(f.verdict, "lower concurrency to 4") != NULL);
         char text[4096];
         akv_fit_format(&f, text, sizeof text);
         printf("%s", text);
@@ -100,7 +100,7 @@ static void test_refusals(void) {
             CHECK_STATUS(f.status, AKV_EFULL);
             CHECK_EQ_U64(f.histories, 0);
             CHECK_EQ_INT(f.concurrency, 0);
-            CHECK_STR(f.setting, "--host-gib");
+            CHECK_STR(f.setting, "host_gib");
             CHECK(strstr(f.verdict, "not even one") != NULL);
             CHECK(strstr(f.verdict, "at least 16") != NULL);
         }
@@ -114,7 +114,7 @@ static void test_refusals(void) {
         CHECK_EQ_U64(f.window_capacity, 128);
         CHECK_EQ_INT(f.max_floors, 64);
         CHECK_STATUS(f.status, AKV_EFULL);
-        CHECK_STR(f.setting, "--device-gib");
+        CHECK_STR(f.setting, "device_gib");
         CHECK_EQ_INT(f.min_device_gib, 2); /* 100 * 2 * 32 pages of 256 KiB = 1.56 GiB */
         p.device_gib = 2;
         CHECK_OK(akv_admit_fit(&p, &f));
@@ -131,7 +131,7 @@ static void test_refusals(void) {
         CHECK_OK(akv_admit_fit(&p, &f));
         CHECK_EQ_U64(f.window_capacity, 1);
         CHECK_STATUS(f.status, AKV_EFULL);
-        CHECK_STR(f.setting, "--device-gib");
+        CHECK_STR(f.setting, "device_gib");
     }
 
     TEST_CASE(bad_configurations) {

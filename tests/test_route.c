@@ -717,6 +717,71 @@ int main(void) {
         if (open) pools_close(&p), pools_close(&q);
     }
 
+    TEST_CASE(closed_sequences_wait_for_their_step_and_its_fences) {
+        /* A sequence closed after a sync that came between begin_step and the pass stays until
+         * the pass is over (it crashed: a review); one closed while its step's write-backs are
+         * queued (device pass, delays on the queues) waits for the sync; an abort after a
+         * truncate below the step's start undoes the rest of the step */
+        for (int queued = 0; queued < 2; queued++) {
+            pools p;
+            if (!pools_open(&p, c, 0)) break;
+            akv_forward_params qp = {.max_chunk = 4 * P};
+            akv_forward_dev *fd = NULL;
+            if (queued) CHECK_OK(akv_forward_dev_create(p.dev, model, &qp, &fd));
+            akv_route *r = NULL;
+            akv_route_seq *a = NULL, *b = NULL;
+            akv_route_params rp = {.kind = AKV_ROUTE_RESIDENT, .max_tokens = 4 * P,
+                                   .max_seqs = 2, .queued = queued != 0};
+            CHECK_OK(akv_route_create(p.dev, p.hp, p.dp, &rp, &r));
+            if (r) CHECK_OK(akv_route_seq_open(r, NULL, &a));
+            if (r) CHECK_OK(akv_route_seq_open(r, NULL, &b));
+            if (a && b && (fd || !queued)) {
+                akv_route_seq *seqs[2] = {a, b};
+                const int32_t *tk[2] = {tokens, tokens + 40};
+                uint32_t cnt[2] = {5, 7};
+                float *lg[2] = {logits, NULL};
+                CHECK_OK(fx_batch_step(r, seqs, tk, cnt, 2, f, fd, c->n_vocab, lg));
+                /* begin, sync, close a, then the pass */
+                akv_route_req rq[2] = {{a, 6}, {b, 8}};
+                CHECK_OK(akv_route_begin_step(r, rq, 2));
+                CHECK_OK(akv_route_sync(r));
+                CHECK_OK(akv_route_seq_close(r, a));
+                akv_route_stats rs;
+                akv_route_get_stats(r, &rs);
+                CHECK_EQ_INT(rs.n_closing, 1);
+                uint32_t n_new[2] = {1, 1}, pos0[2] = {5, 7};
+                int32_t two[2] = {tokens[5], tokens[47]};
+                akv_forward_batch fb1 = {.n_seq = 2, .n_new = n_new, .pos0 = pos0, .tokens = two};
+                akv_forward_kv kv = akv_route_forward_kv(r);
+                float lg2[2 * 23];
+                CHECK_OK(fd ? akv_forward_dev_step(fd, &fb1, &kv, lg2) : akv_forward_step(f, &fb1, &kv, lg2));
+                if (queued) CHECK_OK(akv_dev_inject_delays(p.dev, 3, 20000, 1));
+                /* b alone: a goes at this step's start; b closes while its rows are queued */
+                CHECK_OK(fx_batch_step(r, &b, tk + 1, cnt, 1, f, fd, c->n_vocab, lg));
+                akv_route_get_stats(r, &rs);
+                CHECK_EQ_INT(rs.n_closing, 0);
+                CHECK_EQ_U64(akv_route_seq_n_tokens(b), 13);
+                /* a step of b, a truncate below its start, an abort: nothing left to undo */
+                akv_route_req rb = {b, 14};
+                CHECK_OK(akv_route_begin_step(r, &rb, 1));
+                CHECK_OK(akv_route_seq_truncate(r, b, 10));
+                CHECK_OK(akv_route_abort_step(r));
+                CHECK_EQ_U64(akv_route_seq_n_tokens(b), 10);
+                CHECK_OK(fx_batch_step(r, &b, tk + 1, cnt, 1, f, fd, c->n_vocab, lg));
+                CHECK_OK(akv_route_seq_close(r, b));
+                akv_route_get_stats(r, &rs);
+                CHECK_EQ_INT(rs.n_closing, 1); /* the step enqueued work: the sync frees it */
+                CHECK_OK(akv_route_sync(r));
+                akv_route_get_stats(r, &rs);
+                CHECK_EQ_INT(rs.n_closing, 0);
+                if (queued) CHECK_OK(akv_dev_inject_delays(p.dev, 3, 0, 1));
+            }
+            CHECK_OK(akv_route_destroy(r));
+            akv_forward_dev_destroy(fd);
+            pools_close(&p);
+        }
+    }
+
     akv_forward_params fbp = {.max_chunk = 4 * P};
     akv_forward *fb = NULL;
     CHECK_OK(akv_forward_create(model, &fbp, &fb));

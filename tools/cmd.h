@@ -51,6 +51,20 @@ int akv_tool_same_file(const char *a, const char *b);
  * installed (a path too long to keep, or a guard already in): the command proceeds. */
 int akv_tool_partial_guard(const char *path);
 
+/* A front end's name for a library params field ("host_gib" -> "--host-gib"). The library
+ * names settings by field (docs/design.md); each front end says them its own way. */
+typedef struct akv_tool_name {
+    const char *field, *flag;
+} akv_tool_name;
+
+/* text with every whole-word occurrence of a field of names[] (ended by a {NULL, NULL}
+ * entry) replaced by its flag, into buf (NUL-terminated, truncated to cap). */
+void akv_tool_rename(const char *text, const akv_tool_name *names, char *buf, size_t cap);
+
+/* Library messages at `threshold` and above to stderr ("akv error: ...", as the default
+ * hook), their field names said as the command's flags (names stays valid while it is set). */
+void akv_tool_log_names(const akv_tool_name *names, int threshold);
+
 /* Opens the device named by `--device` ("cpu"/"host", "cuda", "cuda:N", or "auto": CUDA when
  * built with it and a device answers, else the host). Prints an error and returns a status. */
 akv_status akv_tool_open_device(const char *spec, akv_dev **out);

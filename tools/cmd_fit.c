@@ -18,6 +18,13 @@
 #include "akv/model.h"
 #include "cmd.h"
 
+/* The admission's field names, said as this command's flags. */
+static const akv_tool_name fit_names[] = {
+    {"max_context", "--max-context"}, {"host_gib", "--host-gib"},
+    {"device_gib", "--device-gib"},   {"staging_pages", "--staging-pages"},
+    {"concurrency", "--concurrency"}, {"arena_bytes", "--arena-mib"},
+    {NULL, NULL}};
+
 static const char fit_usage[] =
     "usage: akv fit (-m MODEL.gguf | --layers N --kv-heads N --head-dim N --max-context TOKENS)\n"
     "               --host-gib N --device-gib N [--concurrency N] [--mode refuse|shrink]\n"
@@ -151,8 +158,8 @@ int akv_cmd_fit(int argc, char **argv) {
             return AKV_EXIT_USAGE;
         }
     }
-    /* the library's own errors name the setting; show them on stderr */
-    akv_log_set(NULL, NULL, AKV_LOG_ERROR);
+    /* the library's own errors name the setting (by field: said here as the flags) */
+    akv_tool_log_names(fit_names, AKV_LOG_ERROR);
     akv_admit_params p = {.max_context = ctx,
                           .host_gib = (uint32_t)host,
                           .arena_bytes = (size_t)arena_mib << 20,
@@ -171,11 +178,13 @@ int akv_cmd_fit(int argc, char **argv) {
         fprintf(stderr, "akv fit: %s (see the message above)\n", akv_status_str(st));
         return st == AKV_EINVAL || st == AKV_EOVERFLOW ? AKV_EXIT_USAGE : AKV_EXIT_FAIL;
     }
-    char text[4096];
+    char text[4096], said[4096];
     akv_fit_format(&f, text, sizeof text);
-    fputs(text, stdout);
+    akv_tool_rename(text, fit_names, said, sizeof said);
+    fputs(said, stdout);
     if (f.status != AKV_OK) {
-        fprintf(stderr, "akv fit: %s\n", f.verdict);
+        akv_tool_rename(f.verdict, fit_names, said, sizeof said);
+        fprintf(stderr, "akv fit: %s\n", said);
         return AKV_EXIT_REFUSED;
     }
     return AKV_EXIT_OK;

@@ -21,8 +21,9 @@
  * serving layer queues the rest. In both modes, not even one full-length history (or one
  * floor) fitting is a refusal.
  *
- * Settings are named by the command-line flags that set them (--host-gib, --device-gib,
- * --concurrency, --max-context, --staging-pages), the same for `akv fit` and the engine.
+ * Settings are named by the akv_admit_params fields that set them (host_gib, device_gib,
+ * concurrency, max_context, staging_pages), in `setting`, in the verdict and in the logs; each
+ * front end maps them to its own names (akv fit to its flags, the engine to its params).
  *
  * Thread-safety: pure functions.
  */
@@ -46,12 +47,12 @@ typedef enum akv_admit_mode {
 
 typedef struct akv_admit_params {
     akv_geom geom;          /* from akv_geom_init */
-    uint64_t max_context;   /* tokens of a full-length history (--max-context); >= 1 */
-    uint32_t host_gib;      /* host pool limit, whole GiB (--host-gib) */
-    size_t arena_bytes;     /* host pool arena size; 0 = 256 MiB (--arena-mib) */
-    uint32_t device_gib;    /* device pool size, whole GiB (--device-gib) */
-    uint32_t staging_pages; /* device pages reserved for staging (--staging-pages) */
-    uint32_t concurrency;   /* configured limit of contexts served at once (--concurrency) */
+    uint64_t max_context;   /* tokens of a full-length history; >= 1 */
+    uint32_t host_gib;      /* host pool limit, whole GiB */
+    size_t arena_bytes;     /* host pool arena size; 0 = 256 MiB */
+    uint32_t device_gib;    /* device pool size, whole GiB */
+    uint32_t staging_pages; /* device pages reserved for staging */
+    uint32_t concurrency;   /* configured limit of contexts served at once */
     akv_admit_mode mode;
 } akv_admit_params;
 
@@ -70,22 +71,22 @@ typedef struct akv_fit {
     uint32_t n_arenas;          /* arenas the limit allows (the last may be shorter) */
     uint64_t host_pages;        /* floor(host_limit_bytes / page_bytes) */
     uint64_t histories;         /* floor(host_pages / pages_per_history) */
-    uint32_t min_host_gib;      /* smallest --host-gib holding the configured concurrency */
+    uint32_t min_host_gib;      /* smallest host_gib holding the configured concurrency */
     /* device */
     uint64_t device_pages;      /* floor(device_gib GiB / page_bytes) */
     uint32_t staging_pages;     /* reserved for staging (the pool adds the odd pages) */
     uint64_t window_capacity;   /* window pages (per layer) */
     uint32_t floor, target, burst; /* per context, window pages */
     uint32_t max_floors;        /* floor(window_capacity / floor): contexts whose floors fit */
-    uint32_t min_device_gib;    /* smallest --device-gib holding the configured floors */
+    uint32_t min_device_gib;    /* smallest device_gib holding the configured floors */
     /* verdict */
     uint32_t concurrency;       /* effective: min(configured, histories, floors), what is
                                    served at once when it fits; when refused (status), what
-                                   would fit (the verdict's "lower --concurrency to"), 0 when
+                                   would fit (the verdict's "lower concurrency to"), 0 when
                                    not even one context fits */
     int shrunk;                 /* 1: shrink mode lowered the configured concurrency */
     akv_status status;          /* AKV_OK: it fits; AKV_EFULL: refused */
-    const char *setting;        /* flag to change when refused ("--host-gib", ...); else NULL */
+    const char *setting;        /* field to change when refused ("host_gib", ...); else NULL */
     char verdict[320];          /* one line: why it fits, was shrunk, or is refused */
 } akv_fit;
 

@@ -95,21 +95,23 @@ static akv_status seq_free(akv_route *r, akv_route_seq *s) {
     if (st) return st;
     if (s->ctx) akv_dev_pool_ctx_close(r->dp, s->ctx);
     if (s->slot >= 0) r->step[s->slot] = NULL; /* the last step keeps its positions */
+    for (uint32_t i = 0; r->pf_seqs && i < r->pf_n_seq; i++) /* a prefetch for it cannot serve */
+        if (r->pf_seqs[i] == s) r->pf_seqs[i] = NULL;
     akv__free(s->staged);
     akv__free(s);
     return AKV_OK;
 }
 
-/* Closed sequences whose fences are all behind us. */
+/* Closed sequences whose fences are all behind us: nothing enqueued that no sync has seen
+ * complete, and not in a step whose pass may still run (a step ends at its last end_layer, at
+ * an abort, or when the next step begins). */
 static void route_finish_closes(akv_route *r) {
     if (r->pending) return;
-    while (r->closing_list) {
-        akv_route_seq *s = r->closing_list;
+    for (akv_route_seq *s = r->closing_list, *next; s; s = next) {
+        next = s->next;
+        if (s->slot >= 0 && !r->step_done) continue;
         seq_list_remove(&r->closing_list, s);
-        if (seq_free(r, s) != AKV_OK) { /* cannot happen (the table is never leased here) */
-            seq_list_push(&r->closing_list, s);
-            return;
-        }
+        if (seq_free(r, s) != AKV_OK) seq_list_push(&r->closing_list, s); /* cannot happen */
     }
 }
 
@@ -211,6 +213,8 @@ akv_status akv_route_seq_close(akv_route *r, akv_route_seq *s) {
 
 /* ---- create / destroy ----------------------------------------------------------------------- */
 
+static akv_status route_free(akv_route *r);
+
 akv_status akv_route_create(akv_dev *dev, akv_host_pool *host_pool, akv_dev_pool *dev_pool,
                             const akv_route_params *p, akv_route **out) {
     if (!dev || !host_pool || !dev_pool || !p || !out) {
@@ -304,26 +308,16 @@ akv_status akv_route_create(akv_dev *dev, akv_host_pool *host_pool, akv_dev_pool
     }
     if (!st && r->ops->open) st = r->ops->open(r, p);
     if (st) {
-        akv_route_destroy(r);
+        (void)route_free(r); /* nothing was enqueued: no wait */
         return st;
     }
     *out = r;
     return AKV_OK;
 }
 
-akv_status akv_route_destroy(akv_route *r) {
-    if (!r) return AKV_OK;
-    if (r->n_open || (r->ops->live && r->ops->live(r))) {
-        AKV_LOG_E("route: destroy refused: %s (close the sequences and akv_route_sync first)",
-                  r->n_open ? "sequences are open" : "staged leases are not retired");
-        return AKV_EBUSY;
-    }
-    /* queued: no copy may still touch a table or a closed sequence's page that is about to be
-     * freed (a step it was in is not settled: it goes away with the route) */
-    akv_status st = akv__route_wait(r);
-    if (st) return st;
-    r->pending = false;
-    route_finish_closes(r);
+/* Frees what the route holds (nothing may touch it any more). */
+static akv_status route_free(akv_route *r) {
+    akv_status st;
     if (r->own_stage && (st = akv_stage_destroy(r->stage))) return st;
     r->own_stage = false;
     akv__free(r->hpages);
@@ -347,6 +341,22 @@ akv_status akv_route_destroy(akv_route *r) {
     }
     akv__free(r);
     return AKV_OK;
+}
+
+akv_status akv_route_destroy(akv_route *r) {
+    if (!r) return AKV_OK;
+    if (r->n_open || (r->ops->live && r->ops->live(r))) {
+        AKV_LOG_E("route: destroy refused: %s (close the sequences and akv_route_sync first)",
+                  r->n_open ? "sequences are open" : "staged leases are not retired");
+        return AKV_EBUSY;
+    }
+    /* queued: no copy may still touch a table or a closed sequence's page that is about to be
+     * freed (a step it was in is not settled: it goes away with the route) */
+    akv_status st = akv__route_wait(r);
+    if (st) return st;
+    r->pending = false, r->step_done = true;
+    route_finish_closes(r);
+    return route_free(r);
 }
 
 /* ---- fills, write-back, settle -------------------------------------------------------------- */
@@ -467,9 +477,9 @@ static akv_status route_settle(akv_route *r, bool *lost) {
     if (st) return st;
     if (failed) {
         for (uint32_t i = 0; i < r->n_step && !st; i++)
-            if (r->step[i])
+            if (r->step[i] && r->step[i]->n_tokens > r->step[i]->step_first)
                 st = seq_undo(r, r->step[i], "failed on the device after its pass returned", lost);
-        r->wb_check = false;
+        if (st == AKV_OK) r->wb_check = false; /* else the next call tries again */
         return st;
     }
     if ((st = akv_dev_event_outcome(r->dev, r->ev_wb, &failed))) return st;
@@ -530,10 +540,13 @@ akv_status akv_route_abort_step(akv_route *r) {
     if (st) return st;
     for (uint32_t i = 0; i < r->n_step; i++) {
         akv_route_seq *s = r->step[i];
-        if (!s || s->closing || s->n_tokens == s->step_first) continue;
+        /* (a sequence truncated below the step's start since has nothing of it left) */
+        if (!s || s->closing || s->n_tokens <= s->step_first) continue;
         if ((st = akv_host_table_truncate(s->ht, s->step_first))) return st;
         s->n_tokens = s->step_first;
     }
+    r->step_done = true; /* the step is over: closed sequences of it may go */
+    route_finish_closes(r);
     return AKV_OK;
 }
 
@@ -675,6 +688,8 @@ akv_status akv_route_begin_step(akv_route *r, const akv_route_req *reqs, uint32_
     for (uint32_t i = 0; i < r->n_step; i++)
         if (r->step[i]) r->step[i]->slot = -1;
     r->n_step = 0;
+    r->step_done = true; /* the previous step is over */
+    route_finish_closes(r);
     /* 1. the host copies grow first: they are where the rows land for good */
     for (uint32_t i = 0; i < n; i++) {
         st = akv_host_table_grow(reqs[i].seq->ht, reqs[i].n_tokens);
@@ -731,6 +746,8 @@ akv_status akv_route_begin_step(akv_route *r, const akv_route_req *reqs, uint32_
     }
     /* 4. the tables to the device, in compute-queue order */
     if ((st = route_upload(r, n))) goto fail;
+    /* 5. the kind's part: a prefetch made for another step is dropped */
+    if (r->ops->placed && (st = r->ops->placed(r, reqs, n))) goto fail;
     akv__free(preq), akv__free(pres), akv__free(refill);
     for (uint32_t i = 0; i < n; i++) {
         akv_route_seq *s = reqs[i].seq;
@@ -743,9 +760,9 @@ akv_status akv_route_begin_step(akv_route *r, const akv_route_req *reqs, uint32_
     }
     r->n_step = n;
     r->pending = true;
+    r->step_done = false;
     r->stats.n_steps++;
-    /* 5. the kind's part: a prefetch made for another step is dropped */
-    return r->ops->placed ? r->ops->placed(r) : AKV_OK;
+    return AKV_OK;
 fail:
     akv__free(preq), akv__free(pres), akv__free(refill);
     route_ungrow(r, reqs, n);
@@ -754,17 +771,28 @@ fail:
 
 /* ---- the forward hooks ---------------------------------------------------------------------- */
 
-/* A forward hook's layer: one of the geometry's. */
+/* A forward hook's layer: one of the geometry's, of a step still whole. */
 static akv_status route_layer_ok(const akv_route *r, uint32_t layer, const char *hook) {
-    if (layer < r->geom.n_layers) return AKV_OK;
-    AKV_LOG_E("route: %s of layer %u; the history has %u layers", hook, layer, r->geom.n_layers);
-    return AKV_EINVAL;
+    if (layer >= r->geom.n_layers) {
+        AKV_LOG_E("route: %s of layer %u; the history has %u layers", hook, layer,
+                  r->geom.n_layers);
+        return AKV_EINVAL;
+    }
+    for (uint32_t i = 0; i < r->n_step; i++)
+        if (!r->step[i]) {
+            AKV_LOG_E("route: %s of a step whose sequence %u was closed and freed (abort or "
+                      "begin the next step)",
+                      hook, i);
+            return AKV_ESTATE;
+        }
+    return AKV_OK;
 }
 
 static akv_status route_begin_layer(void *user, uint32_t layer, akv_forward_parts *parts) {
     akv_route *r = user;
     akv_status st = route_layer_ok(r, layer, "begin_layer");
     if (st) return st;
+    r->pending = true; /* the pass enqueues work (a sync may have come between) */
     if (r->ops->begin_layer && (st = r->ops->begin_layer(r, layer))) return st;
     /* queued: the device copy of the tables (tab_d, laid out as tab_h); direct: host arrays */
     const size_t at_idx = (r->head_ints + (size_t)layer * r->cap) * sizeof(int32_t),
@@ -793,6 +821,7 @@ static akv_status route_end_layer(void *user, uint32_t layer) {
     if (st || (st = r->ops->end_layer(r, layer))) return st;
     if (layer + 1 == r->geom.n_layers) {
         for (uint32_t i = 0; i < r->n_step; i++) r->step[i]->refill = false;
+        r->step_done = true;
     }
     return AKV_OK;
 }

@@ -55,8 +55,9 @@ typedef struct akv__route_ops {
      * it unless keep_prefetch (begin_step keeps it for the step it was made for);
      * *quarantined: once per call */
     akv_status (*retire)(akv_route *r, bool keep_prefetch, bool *quarantined);
-    /* after begin_step placed the batch: drop a prefetch made for another step */
-    akv_status (*placed)(akv_route *r);
+    /* after begin_step placed the batch reqs[n] (not yet committed): drop a prefetch made for
+     * another step */
+    akv_status (*placed)(akv_route *r, const akv_route_req *reqs, uint32_t n);
     akv_status (*begin_layer)(akv_route *r, uint32_t layer);
     akv_status (*end_layer)(akv_route *r, uint32_t layer);
     /* leases live (destroy and close wait for them) */
@@ -84,9 +85,11 @@ struct akv_route {
     akv_route_seq **step;  /* [max_seqs] in batch order; NULL where a closed one was freed */
     uint32_t n_step;
     uint32_t n_idx;        /* indptr[n_step]: pages of a layer over the step */
-    bool pending;          /* a step begun that no sync has settled since (its work may still
-                              run, its leases be live): closing sequences wait for it (pages
-                              a live prefetch still reads are leased: their free is deferred) */
+    bool pending;          /* work enqueued that no sync has settled since (a step begun, a
+                              pass's hooks): closing sequences wait for it (pages a live
+                              prefetch still reads are leased: their free is deferred) */
+    bool step_done;        /* the step begun last is over (its last end_layer, an abort, or the
+                              next begin_step): a closed sequence of it may be freed */
     /* tables (the layout in the file comment) */
     int32_t *tab_h;        /* pinned (queued) or heap (direct) */
     akv_dptr tab_d;        /* queued: the device copy */

@@ -200,6 +200,7 @@ static akv_status staged_begin_layer(akv_route *r, uint32_t layer) {
          * other): begun, copies enqueued, their slots in r->slot_ids */
         *l = r->pf;
         r->pf_live = false;
+        r->lease_live[layer] = 1, r->open_layer = (int32_t)layer; /* held before anything fails */
         r->stats.n_prefetched++;
         uint32_t n_owners;
         if ((st = staged_owner_list(r, layer, &n_owners))) return st; /* the owner offsets */
@@ -244,7 +245,8 @@ static akv_status staged_prefetch(akv_route *r) {
     if (r->pf_live || r->n_staged == 0) return AKV_OK;
     for (uint32_t i = 0; i < r->n_step; i++) {
         const akv_route_seq *s = r->step[i];
-        if (s->n_tokens % P == 0 || s->n_tokens + 1 > s->p.max_tokens) return AKV_OK;
+        if (s->closing || s->n_tokens % P == 0 || s->n_tokens + 1 > s->p.max_tokens)
+            return AKV_OK;
     }
     akv_status st = akv__array_reserve((void **)&r->hpages, &r->hpages_cap, r->n_step,
                                        sizeof *r->hpages);
@@ -296,18 +298,24 @@ static akv_status staged_end_layer(akv_route *r, uint32_t layer) {
     return layer + 1 == g->n_layers && r->prefetch ? staged_prefetch(r) : AKV_OK;
 }
 
-/* After begin_step placed the batch: a prefetch serves only the step it was made for — the
- * same sequences in the same order, each one token longer, staging the same host pages (the
- * device pool may have moved a window: a reclaim, a borrowed page) — else it is dropped. */
-static akv_status staged_placed(akv_route *r) {
+/* After begin_step placed the batch reqs[n] (its staged lists written, not yet committed): a
+ * prefetch serves only the step it was made for — the same sequences in the same order, each
+ * one token longer, staging the same host pages (the device pool may have moved a window: a
+ * reclaim, a borrowed page) — else it is dropped. */
+static akv_status staged_placed(akv_route *r, const akv_route_req *reqs, uint32_t n) {
     if (!r->pf_live || r->pf_cancelled) return AKV_OK;
-    bool same = r->pf_n_seq == r->n_step;
-    for (uint32_t i = 0; same && i < r->n_step; i++)
-        same = r->step[i] == r->pf_seqs[i] && r->step[i]->n_tokens == r->pf_len[i];
-    if (same) {
-        uint32_t n = staged_copy_list(r, 0);
-        same = n == r->pf_n && !memcmp(r->hpages, r->pf_pages, (size_t)n * sizeof *r->hpages);
+    bool same = r->pf_n_seq == n;
+    for (uint32_t i = 0; same && i < n; i++)
+        same = reqs[i].seq == r->pf_seqs[i] && reqs[i].n_tokens == r->pf_len[i];
+    uint32_t k = 0;
+    for (uint32_t i = 0; same && i < n; i++) {
+        const akv_route_seq *s = reqs[i].seq;
+        for (uint32_t j = 0; same && j < s->n_staged; j++, k++) {
+            akv_host_page h = akv_host_table_page(s->ht, 0, s->staged[j]);
+            same = k < r->pf_n && h.id == r->pf_pages[k].id && h.gen == r->pf_pages[k].gen;
+        }
     }
+    same = same && k == r->pf_n;
     if (same) return AKV_OK;
     bool quarantined = false;
     return staged_drop_prefetch(r, &quarantined);

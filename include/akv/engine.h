@@ -1,0 +1,312 @@
+/*
+ * akv/engine.h — the serving engine: many conversations at once over the memory layer.
+ *
+ * One engine owns the device, the model (and its tokenizer), the host and device pools, the
+ * route (and its stage), the forward pass and the scheduler. Requests are sequences inside
+ * it. Every engine step is ONE batch step: one device-pool step over every running sequence,
+ * one page table per layer over the batch, one stage lease per layer for the whole batch, one
+ * forward pass with mixed query counts (decodes and prefill chunks together).
+ *
+ * Glossary
+ *   plan       the one memory plan the engine is made from (akv_engine_plan): the page
+ *              layout, the pools' sizes, the staging reserve, each context's floor / target /
+ *              burst, the effective concurrency and the admission formula (akv/admit.h).
+ *              Computed once, checked once, at create.
+ *   request    one generation: a prompt (token ids), its own sampling parameters and seed,
+ *              its stop conditions (max_tokens, end-of-generation tokens, stop strings), and a
+ *              callback through which its tokens leave (akv_token_event). States:
+ *              queued -> prefill -> decode -> done (finish stop / length / cancelled / error).
+ *   admission  on arrival, by arithmetic on prompt + max_tokens: the tokens fit max_context,
+ *              the host pages of every running reservation plus this one fit the host pool,
+ *              (resident) the device windows of every running reservation fit the device
+ *              pool, and fewer than max_seqs run. So a running request never needs preemption
+ *              or recompute (preemptions: always 0). What fits runs at the next step; what
+ *              could fit later waits in a bounded FIFO (max_queue; full = refused); what can
+ *              never fit is refused at once, naming the reason and the params field to change.
+ *   step       akv_engine_step: cancelled requests have left already (akv_engine_cancel acts
+ *              at once, between steps); queued requests are admitted in arrival order; the
+ *              batch is every decoding request (one token each) and then prompt chunks in
+ *              arrival order while the token budget (step_tokens) lasts; one route step and
+ *              one forward pass; then every sequence whose logits were computed samples its
+ *              next token, streams it, and may finish.
+ *   chunk      a prompt is fed in pieces that end at multiples of `chunk` tokens from where
+ *              its prefill began (or at its end), whatever else is in the batch: a long prompt
+ *              holds the running conversations up for at most one chunk per step, and a
+ *              sequence's chunks are the same alone or among others.
+ *   idle       a finished (or cancelled) request's sequence stays open, holding its K/V, as an
+ *              idle context: the device pool may reclaim its window (burst pages first, then
+ *              pages above target, then whole idle contexts: akv/dev_pool.h, counted and
+ *              explained), and a later request whose prompt starts with its tokens reuses it
+ *              (its shared prefix is not computed again). Idle contexts are closed, least
+ *              recently used first, when their host pages are needed or more than max_idle
+ *              are kept.
+ *
+ * Determinism. A request's tokens follow from its prompt, its sampling parameters (seed
+ * included) and the logits. On the host (CPU) pass a sequence's logits are bit-identical
+ * whatever else is in its batch (akv/forward.h, batch invariance), as long as its prompt is
+ * fed from the same start (a reused prefix starts its prefill where the reuse ends). On CUDA
+ * the staged route is bit-identical to the resident route for the same batch composition;
+ * the decode's split depends on the number of sequences in the batch, so a sequence's bits
+ * there depend on how many run beside it (docs/engine.md).
+ *
+ * Thread-safety: none. One thread owns the engine and calls everything, callbacks included
+ * (they run inside akv_engine_step, akv_engine_submit and akv_engine_cancel).
+ */
+#ifndef AKV_ENGINE_H
+#define AKV_ENGINE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "akv/admit.h"
+#include "akv/dev.h"
+#include "akv/dtype.h"
+#include "akv/model.h"
+#include "akv/route.h"
+#include "akv/sample.h"
+#include "akv/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct akv_engine akv_engine;
+typedef struct akv_request akv_request;
+typedef struct akv_tok akv_tok; /* akv/tok.h */
+
+/* Which forward pass runs the steps. */
+typedef enum akv_engine_pass {
+    AKV_ENGINE_PASS_AUTO = 0,   /* the host pass on the host backend, else the device pass */
+    AKV_ENGINE_PASS_DEVICE = 1, /* the device pass, also on the host backend (tests) */
+} akv_engine_pass;
+
+/* Progress of the load: `what` ("loading", "uploading"), done of total. */
+typedef void (*akv_engine_progress_fn)(void *user, const char *what, uint64_t done,
+                                       uint64_t total);
+
+typedef struct akv_engine_params {
+    akv_dev *dev;                    /* the device; the engine owns it from create on (it is
+                                        destroyed with the engine, or by a failed create) */
+    /* the model: exactly one of */
+    const char *model_path;          /* a GGUF file, loaded (and its tokenizer) */
+    const akv_model *model;          /* a loaded model, borrowed (outlives the engine) */
+    const akv_model_config *synthetic; /* a configuration whose weights are filled on the
+                                        device from synthetic_seed (benchmarks; device pass
+                                        only, no tokenizer) */
+    uint64_t synthetic_seed;
+    akv_engine_progress_fn progress; /* NULL = no reports */
+    void *progress_user;
+    /* memory (the plan) */
+    uint32_t host_gib;               /* host pool limit, whole GiB; 0 = 1 */
+    uint32_t device_gib;             /* device pool, whole GiB; 0 = 1 */
+    akv_dtype kv_dtype;              /* K/V page type (the device pass reads bf16 only) */
+    uint32_t page_tokens;            /* tokens per page; 0 = from the K/V row size */
+    akv_route_kind route;            /* resident or staged */
+    uint32_t window_pages;           /* staged: a context's window pages at least (the plan
+                                        may give more); 0 = AKV_ROUTE_WINDOW_PAGES */
+    uint64_t max_context;            /* the longest history of a request, prompt + new
+                                        tokens; 0 = the model's training context */
+    uint32_t max_seqs;               /* sequences one step runs (concurrency); 0 = 1 */
+    akv_admit_mode admit_mode;       /* the plan: refuse a configuration that does not fit,
+                                        or shrink max_seqs to what fits (akv/admit.h) */
+    uint32_t max_queue;              /* requests that may wait for room; 0 = none: a request
+                                        that does not fit now is refused at once */
+    uint32_t max_idle;               /* finished conversations kept for reuse; 0 = max_seqs;
+                                        UINT32_MAX = as many as the host pool holds */
+    bool no_reuse;                   /* never reuse an idle context's prefix (each request
+                                        computes its whole prompt) */
+    /* scheduling */
+    uint32_t chunk;                  /* prompt chunk, tokens; 0 = 256 */
+    uint32_t step_tokens;            /* most tokens one step runs, decodes and chunks
+                                        together; >= max_seqs - 1 + chunk (every running decode
+                                        and one chunk); 0 = max(512, that) */
+    /* the pass */
+    akv_engine_pass pass;
+    uint32_t threads;                /* host pass threads; 0 = one per core */
+    bool no_graphs;                  /* device pass: launch decode steps op by op */
+} akv_engine_params;
+
+/* The plan (see the glossary). Every term of the formula is a field, so front ends can print
+ * it; akv_engine_plan_format writes it as text. */
+typedef struct akv_engine_plan {
+    akv_geom geom;             /* the page layout */
+    akv_fit fit;               /* the admission arithmetic (akv/admit.h), concurrency max_seqs */
+    akv_route_kind route;
+    uint64_t max_context;
+    uint32_t max_seqs;         /* effective: what runs at once */
+    uint32_t staging_pages;    /* staged: the reserve for the stage's two slots */
+    uint32_t window_pages;     /* staged: the route's smallest window */
+    uint32_t target, burst;    /* staged: each context's window pages by right / borrowable */
+    uint64_t host_pages;       /* pages the host pool holds */
+    uint32_t window_capacity;  /* device window pages per layer */
+    uint32_t chunk, step_tokens, max_queue, max_idle;
+} akv_engine_plan;
+
+/* Why a request was refused (akv_engine_submit). */
+typedef enum akv_refusal_reason {
+    AKV_REFUSE_NONE = 0,
+    AKV_REFUSE_CONTEXT,   /* prompt + max_tokens exceeds max_context */
+    AKV_REFUSE_HOST,      /* its host pages exceed the whole host pool */
+    AKV_REFUSE_DEVICE,    /* resident: its device window exceeds the whole device pool */
+    AKV_REFUSE_BUSY,      /* no room now and no queue (max_queue 0) */
+    AKV_REFUSE_QUEUE,     /* no room now and the queue is full */
+    AKV_REFUSE_INVALID,   /* a bad request (no prompt, a token outside the vocabulary, ...) */
+    AKV_REFUSE_FAILED,    /* the engine has failed (a device that did not recover) */
+    AKV_REFUSE_REASON_COUNT
+} akv_refusal_reason;
+
+typedef struct akv_refusal {
+    akv_refusal_reason reason;
+    const char *field;    /* the params field (engine or request) to change; NULL if none */
+    char message[320];    /* one line: what was asked, what fits, what to change */
+} akv_refusal;
+
+/* How a request ended. */
+typedef enum akv_finish {
+    AKV_FINISH_NONE = 0,   /* still running */
+    AKV_FINISH_STOP,       /* an end-of-generation token or a stop string */
+    AKV_FINISH_LENGTH,     /* max_tokens generated */
+    AKV_FINISH_CANCELLED,  /* akv_engine_cancel */
+    AKV_FINISH_ERROR,      /* a step failed on it and was not recovered (info.error) */
+} akv_finish;
+
+/* One event of a request: a token, its text, and whether the request ended. */
+typedef struct akv_token_event {
+    int32_t token;         /* the sampled token; -1 when the event carries none (the end) */
+    const char *text;      /* text that became final with it (a stop string and what might
+                              begin one are held back; an end-of-generation token has none);
+                              NULL without a tokenizer. Valid during the call */
+    size_t n_text;
+    const float *logits;   /* want_logits: [n_vocab] the logits the token was sampled from */
+    akv_finish finish;     /* not NONE: the request has ended; its last event */
+} akv_token_event;
+
+typedef void (*akv_token_fn)(void *user, akv_request *rq, const akv_token_event *ev);
+
+typedef struct akv_request_params {
+    const int32_t *prompt;   /* [n_prompt] token ids (copied), >= 1 */
+    uint32_t n_prompt;
+    uint32_t max_tokens;     /* new tokens at most, >= 1 */
+    akv_sample_params sample;
+    bool ignore_eog;         /* go on past end-of-generation tokens (they are emitted) */
+    const char *const *stop; /* [n_stop] stop strings (copied); generation ends where the
+                                text contains one, which is not emitted */
+    uint32_t n_stop;
+    akv_token_fn on_token;   /* NULL = no events (poll akv_request_get_info) */
+    void *user;
+    bool want_logits;        /* events carry the logits */
+    uint64_t id;             /* the caller's tag (device pool explanations, logs) */
+} akv_request_params;
+
+typedef enum akv_request_state {
+    AKV_REQUEST_QUEUED = 0,
+    AKV_REQUEST_PREFILL,
+    AKV_REQUEST_DECODE,
+    AKV_REQUEST_DONE,
+} akv_request_state;
+
+typedef struct akv_request_info {
+    uint64_t id;
+    akv_request_state state;
+    akv_finish finish;
+    akv_status error;        /* finish ERROR: the step's status */
+    uint32_t n_prompt;       /* prompt tokens */
+    uint32_t n_cached;       /* of them, reused from an idle context (not computed) */
+    uint32_t n_gen;          /* tokens generated (emitted or not) */
+    uint32_t n_retries;      /* steps that failed on it and were redone */
+    double t_submit, t_admit, t_first, t_done; /* seconds (core clock); 0 = not yet */
+    uint64_t h2d_bytes, staged_bytes, d2h_bytes; /* its sequence's traffic while it ran */
+} akv_request_info;
+
+typedef struct akv_engine_stats {
+    uint64_t n_steps;            /* steps that ran a forward pass */
+    uint64_t n_step_failures;    /* steps undone after a failure */
+    uint64_t n_submitted;
+    uint64_t n_refused[AKV_REFUSE_REASON_COUNT];
+    uint64_t n_finished[AKV_FINISH_ERROR + 1];
+    uint64_t n_preemptions;      /* always 0: admission reserves a request's whole need */
+    uint64_t prompt_tokens;      /* prompt tokens computed */
+    uint64_t cached_tokens;      /* prompt tokens reused from idle contexts */
+    uint64_t gen_tokens;         /* tokens sampled */
+    uint64_t n_idle_closed;      /* idle contexts closed to make room or beyond max_idle */
+    uint32_t n_running, n_queued, n_idle;
+    uint64_t host_pages_reserved; /* by the running requests */
+    double step_s;               /* time inside akv_engine_step */
+} akv_engine_stats;
+
+/* Defaults: 1 GiB pools, bf16 K/V, resident, one sequence, refuse mode, no queue, chunk 256,
+ * auto pass. */
+akv_engine_params akv_engine_default_params(void);
+
+/* Loads the model (or takes it), computes and checks the plan, creates the pools, the route
+ * and the pass. The engine owns p->dev either way. AKV_EINVAL (logged, naming the params
+ * field) for bad params; AKV_EFULL (logged with the plan's verdict and the field to change)
+ * when the plan refuses the configuration; what loading or allocating returned otherwise. */
+akv_status akv_engine_create(const akv_engine_params *p, akv_engine **out);
+
+/* Cancels what still runs (no more events), waits for the device, frees everything.
+ * NULL is a no-op. Unreleased requests are freed with it. */
+void akv_engine_destroy(akv_engine *e);
+
+/* Submits a request. AKV_OK: *out is queued (or runs from the next step); AKV_EFULL: refused
+ * (*refusal says why and which field to change; *out NULL, no event); AKV_EINVAL: a bad
+ * request (refused the same way). refusal may be NULL. */
+akv_status akv_engine_submit(akv_engine *e, const akv_request_params *p, akv_request **out,
+                             akv_refusal *refusal);
+
+/* Cancels a request at once: no token event follows; its last event (finish CANCELLED) is
+ * delivered now; it leaves the batch (its pages are reused only after their fences: the route
+ * defers the free). A finished request is left as it is. */
+void akv_engine_cancel(akv_engine *e, akv_request *rq);
+
+/* Forgets a request: a running one is cancelled first; no event follows. The handle is
+ * invalid afterwards. NULL is a no-op. */
+void akv_engine_release(akv_engine *e, akv_request *rq);
+
+/* Runs one step (see the glossary). *did_work (may be NULL): whether a forward pass ran.
+ * AKV_OK also when there was nothing to do. A failed step is undone and the step redone at
+ * the next call (a request on which steps keep failing finishes with ERROR); the status is
+ * the failure's. AKV_EDEVICE when the device did not recover: every request has finished
+ * with ERROR and the engine refuses new ones. */
+akv_status akv_engine_step(akv_engine *e, bool *did_work);
+
+/* Whether a request is queued or running. */
+bool akv_engine_busy(const akv_engine *e);
+
+void akv_request_get_info(const akv_request *rq, akv_request_info *out);
+void akv_engine_get_stats(const akv_engine *e, akv_engine_stats *out);
+
+/* The plan (borrowed, the engine's lifetime). */
+const akv_engine_plan *akv_engine_get_plan(const akv_engine *e);
+
+/* Writes the plan's formula and verdict as text lines (snprintf's contract). */
+size_t akv_engine_plan_format(const akv_engine_plan *plan, char *buf, size_t cap);
+
+/* The model's configuration, tokenizer (NULL without one), model (NULL for a synthetic
+ * one), device, pools and route (borrowed, the engine's lifetime; for reports and checks). */
+const akv_model_config *akv_engine_config(const akv_engine *e);
+const akv_tok *akv_engine_tok(const akv_engine *e);
+const akv_model *akv_engine_model(const akv_engine *e);
+akv_dev *akv_engine_dev(const akv_engine *e);
+akv_host_pool *akv_engine_host_pool(const akv_engine *e);
+akv_dev_pool *akv_engine_dev_pool(const akv_engine *e);
+akv_route *akv_engine_route(const akv_engine *e);
+
+/* Bytes of weights one decode step reads (the device pass's; the host pass's f32 weights);
+ * the numerator of the weight-bandwidth limit. */
+uint64_t akv_engine_weight_bytes(const akv_engine *e);
+
+/* The validity walker (tests): every memory-layer structure (host pool, device pool, route)
+ * and the engine's own accounting (reservations = what running requests hold, every sequence
+ * owned by exactly one request or the idle list). AKV_ESTATE (logged) on a violation. Host
+ * backend for the route's page contents. */
+akv_status akv__engine_check(const akv_engine *e);
+
+const char *akv_finish_name(akv_finish f);                 /* "stop", "length", ... */
+const char *akv_refusal_reason_name(akv_refusal_reason r); /* "context", "host", ... */
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* AKV_ENGINE_H */
