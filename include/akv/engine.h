@@ -266,13 +266,17 @@ void akv_engine_release(akv_engine *e, akv_request *rq);
 
 /* Runs one step (see the glossary). *did_work (may be NULL): whether a forward pass ran.
  * AKV_OK also when there was nothing to do. A failed step is undone and the step redone at
- * the next call (a request on which steps keep failing finishes with ERROR); the status is
- * the failure's. AKV_EDEVICE when the device did not recover: every request has finished
- * with ERROR and the engine refuses new ones. */
+ * the next call (a request on which 3 steps in a row fail finishes with ERROR); the status is
+ * the failure's. When the undo itself fails (the device has not recovered) the next call
+ * tries it again; after 8 such calls in a row the engine gives up on the device: every
+ * request finishes with ERROR, new ones are refused, and this returns AKV_EDEVICE. */
 akv_status akv_engine_step(akv_engine *e, bool *did_work);
 
 /* Whether a request is queued or running. */
 bool akv_engine_busy(const akv_engine *e);
+
+/* Whether the engine gave up on its device (akv_engine_step). */
+bool akv_engine_failed(const akv_engine *e);
 
 void akv_request_get_info(const akv_request *rq, akv_request_info *out);
 void akv_engine_get_stats(const akv_engine *e, akv_engine_stats *out);
@@ -297,11 +301,12 @@ akv_route *akv_engine_route(const akv_engine *e);
  * the numerator of the weight-bandwidth limit. */
 uint64_t akv_engine_weight_bytes(const akv_engine *e);
 
-/* The validity walker (tests): every memory-layer structure (host pool, device pool, route)
- * and the engine's own accounting (reservations = what running requests hold, every sequence
- * owned by exactly one request or the idle list). AKV_ESTATE (logged) on a violation. Host
- * backend for the route's page contents. */
-akv_status akv__engine_check(const akv_engine *e);
+/* The validity walker (tests): syncs the route (the host copies complete), then every
+ * memory-layer structure (host pool, device pool, route) and the engine's own accounting
+ * (reservations = what running requests hold, every sequence owned by exactly one request
+ * or the idle list). AKV_ESTATE (logged) on a violation; the sync's status if it failed.
+ * Host backend for the route's page contents. */
+akv_status akv__engine_check(akv_engine *e);
 
 const char *akv_finish_name(akv_finish f);                 /* "stop", "length", ... */
 const char *akv_refusal_reason_name(akv_refusal_reason r); /* "context", "host", ... */

@@ -318,7 +318,7 @@ akv_status akv_route_create(akv_dev *dev, akv_host_pool *host_pool, akv_dev_pool
 /* Frees what the route holds (nothing may touch it any more). */
 static akv_status route_free(akv_route *r) {
     akv_status st;
-    if (r->own_stage && (st = akv_stage_destroy(r->stage))) return st;
+    if (r->own_stage && r->stage && (st = akv_stage_destroy(r->stage))) return st;
     r->own_stage = false;
     akv__free(r->hpages);
     akv__free(r->slot_ids);
@@ -519,6 +519,17 @@ static akv_status route_sync(akv_route *r, bool keep_prefetch, bool *lost) {
     if (first && r->ops->live && r->ops->live(r)) return first;
     akv_status st;
     if ((st = akv__route_wait(r)) || (st = route_settle(r, lost))) return st;
+    if (r->transport_lost) {
+        /* staged: a lease of the last step failed; its write-backs may be missing from the
+         * host copies (and its slots are gone with the stage): the step is undone, and every
+         * window refilled */
+        for (uint32_t i = 0; i < r->n_step && !st; i++)
+            if (r->step[i] && r->step[i]->n_tokens > r->step[i]->step_first)
+                st = seq_undo(r, r->step[i], "lost its staging to a device failure", lost);
+        if (st) return st;
+        route_distrust_all(r);
+        r->transport_lost = false;
+    }
     r->pending = false;
     route_finish_closes(r);
     return first;

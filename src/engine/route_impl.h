@@ -115,6 +115,9 @@ struct akv_route {
     akv_stage_lease *lease;    /* [n_layers] this step's leases */
     uint8_t *lease_live;       /* [n_layers] begun and not yet retired */
     int32_t open_layer;        /* the layer whose lease is begun but not sealed; -1 = none */
+    bool transport_lost;       /* a lease of the last step was released after a transport
+                                  failure: its copies and write-backs cannot be trusted, the
+                                  step is undone at the sync (route.c) */
     bool prefetch;             /* prefetch on for this route */
     bool pf_live;              /* begun (not yet used or retired) */
     bool pf_cancelled;         /* cancelled: retire it, never use it */

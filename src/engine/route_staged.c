@@ -122,6 +122,7 @@ static akv_status staged_retire(akv_route *r, bool keep_prefetch, bool *quaranti
         /* released: retired, or failed with completion established (a receipt came back);
          * otherwise it stays live (retained, or not sealed: a bug) */
         if (released) r->lease_live[l] = 0;
+        if (released && s != AKV_OK) r->transport_lost = true;
         if (s != AKV_OK) {
             if (first == AKV_OK) first = s;
             continue;
@@ -137,6 +138,17 @@ static akv_status staged_retire(akv_route *r, bool keep_prefetch, bool *quaranti
     if (!keep_prefetch) {
         akv_status s = staged_drop_prefetch(r, quarantined);
         if (first == AKV_OK) first = s;
+    }
+    /* a stage of the route's own that failed is replaced once every lease is released (the
+     * quarantine established their completion, so the slots are free): the route goes on
+     * after a device failure it recovered from. A borrowed stage is its owner's to replace. */
+    if (r->own_stage && !staged_live(r) && (!r->stage || akv_stage_status(r->stage) != AKV_OK)) {
+        akv_stage_params sp = akv_stage_default_params();
+        sp.n_slots = 2, sp.slot_pages = r->slot_pages;
+        if (r->stage && akv_stage_destroy(r->stage) == AKV_OK) r->stage = NULL;
+        akv_status s = r->stage ? AKV_EBUSY : akv_stage_create(r->dev, r->hp, r->dp, &sp, &r->stage);
+        if (s == AKV_OK) AKV_LOG_W("route: the failed stage was replaced by a new one");
+        else if (first == AKV_OK) first = s; /* tried again at the next retirement */
     }
     return first;
 }
@@ -192,6 +204,10 @@ static akv_status staged_owner_list(akv_route *r, uint32_t layer, uint32_t *n_ou
 /* begin_layer: the lease (owners = the host pages of the step's new rows), the copies of the
  * non-window pages, their slot ids into the layer's table row, the compute queue's wait. */
 static akv_status staged_begin_layer(akv_route *r, uint32_t layer) {
+    if (!r->stage) {
+        AKV_LOG_E("route: the staged route has no stage (a failed one could not be replaced)");
+        return AKV_EFAILED;
+    }
     akv_stage_lease *l = &r->lease[layer];
     akv_status st = AKV_OK;
     const bool prefetched = layer == 0 && r->pf_live && !r->pf_cancelled;

@@ -1,0 +1,961 @@
+/* engine.c — the serving engine of akv/engine.h: the object (model, pools, route, pass), the
+ * one memory plan, admission by arithmetic, idle contexts and prefix reuse, and the batch step
+ * (continuous batching under a token budget). A request's own sampling and text: request.c. */
+#include "akv/engine.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "akv/dev_pool.h"
+#include "akv/forward.h"
+#include "akv/forward_dev.h"
+#include "akv/geom.h"
+#include "akv/host_pool.h"
+#include "akv/tok.h"
+#include "core/alloc.h"
+#include "core/clock.h"
+#include "core/log.h"
+#include "engine/engine_impl.h"
+#include "engine/route_check.h"
+#include "mem/mem_check.h"
+
+/* ---- names ---------------------------------------------------------------------------------- */
+
+const char *akv_finish_name(akv_finish f) {
+    switch (f) {
+    case AKV_FINISH_NONE: return "none";
+    case AKV_FINISH_STOP: return "stop";
+    case AKV_FINISH_LENGTH: return "length";
+    case AKV_FINISH_CANCELLED: return "cancelled";
+    case AKV_FINISH_ERROR: return "error";
+    }
+    return "?";
+}
+
+const char *akv_refusal_reason_name(akv_refusal_reason r) {
+    static const char *const names[AKV_REFUSE_REASON_COUNT] = {
+        "none", "context", "host", "device", "busy", "queue", "invalid", "failed"};
+    return (unsigned)r < AKV_REFUSE_REASON_COUNT ? names[r] : "?";
+}
+
+akv_engine_params akv_engine_default_params(void) {
+    return (akv_engine_params){.host_gib = 1,
+                               .device_gib = 1,
+                               .kv_dtype = AKV_DTYPE_BF16,
+                               .route = AKV_ROUTE_RESIDENT,
+                               .max_seqs = 1,
+                               .admit_mode = AKV_ADMIT_REFUSE,
+                               .chunk = 256};
+}
+
+/* ---- the plan ------------------------------------------------------------------------------- */
+
+/* The admission's field names said as the engine's (akv/admit.h names its own params). */
+static void engine_rename(const char *in, char *out, size_t cap) {
+    static const char *const from[] = {"concurrency", NULL};
+    static const char *const to[] = {"max_seqs", NULL};
+    size_t o = 0;
+    for (const char *t = in; *t && o + 1 < cap;) {
+        bool hit = false;
+        for (int i = 0; from[i] && !hit; i++) {
+            size_t k = strlen(from[i]);
+            if (!strncmp(t, from[i], k)) {
+                for (const char *q = to[i]; *q && o + 1 < cap; q++) out[o++] = *q;
+                t += k, hit = true;
+            }
+        }
+        if (!hit) out[o++] = *t++;
+    }
+    out[o] = 0;
+}
+
+/* The one memory plan (akv/engine.h): geometry, fit, staging, per-context windows. Logs and
+ * returns AKV_EFULL when the configuration does not fit, naming the field to change. */
+static akv_status engine_plan(akv_engine *e) {
+    const akv_engine_params *p = &e->p;
+    akv_engine_plan *pl = &e->plan;
+    const akv_model_config *c = &e->cfg;
+    memset(pl, 0, sizeof *pl);
+    akv_status st = akv_geom_init(&pl->geom, c->n_layers, c->n_kv_heads, c->head_dim,
+                                  p->kv_dtype, p->page_tokens);
+    if (st) {
+        AKV_LOG_E("engine: the K/V geometry of the model with kv_dtype %s and page_tokens %u is "
+                  "not valid",
+                  akv_dtype_name(p->kv_dtype), p->page_tokens);
+        return AKV_EINVAL;
+    }
+    pl->route = p->route;
+    pl->max_context = p->max_context ? p->max_context : c->n_ctx_train;
+    pl->window_pages = p->window_pages ? p->window_pages : AKV_ROUTE_WINDOW_PAGES;
+    pl->chunk = p->chunk ? p->chunk : 256;
+    uint32_t seqs = p->max_seqs ? p->max_seqs : 1;
+    /* the staging reserve follows the concurrency, which a shrink lowers: fit twice */
+    for (int pass = 0; pass < 2; pass++) {
+        pl->staging_pages = p->route == AKV_ROUTE_STAGED
+                                ? akv_route_staging_pages(&pl->geom, pl->max_context,
+                                                          pl->window_pages, seqs)
+                                : 0;
+        akv_admit_params ap = {.geom = pl->geom,
+                               .max_context = pl->max_context,
+                               .host_gib = p->host_gib,
+                               .device_gib = p->device_gib,
+                               .staging_pages = pl->staging_pages,
+                               .concurrency = seqs,
+                               .mode = p->admit_mode};
+        if ((st = akv_admit_fit(&ap, &pl->fit))) return st; /* logged */
+        if (pl->fit.status != AKV_OK || pl->fit.concurrency == seqs) break;
+        seqs = pl->fit.concurrency;
+    }
+    char said[sizeof pl->fit.verdict];
+    engine_rename(pl->fit.verdict, said, sizeof said);
+    if (pl->fit.status != AKV_OK) {
+        AKV_LOG_E("engine: the memory plan does not fit: %s", said);
+        return AKV_EFULL;
+    }
+    if (pl->fit.shrunk) AKV_LOG_W("engine: %s", said);
+    pl->max_seqs = pl->fit.concurrency;
+    pl->host_pages = pl->fit.host_pages;
+    pl->window_capacity = (uint32_t)pl->fit.window_capacity;
+    const uint64_t ppl = pl->fit.pages_per_layer;
+    if (p->route == AKV_ROUTE_RESIDENT && (ppl < 2 ? 2 : ppl) > pl->window_capacity) {
+        AKV_LOG_E("engine: a resident history of max_context %llu tokens needs %llu window pages "
+                  "per layer; the device pool holds %u: raise device_gib, lower max_context, or "
+                  "use the staged route",
+                  (unsigned long long)pl->max_context, (unsigned long long)(ppl < 2 ? 2 : ppl),
+                  pl->window_capacity);
+        return AKV_EFULL;
+    }
+    if (p->route == AKV_ROUTE_STAGED) {
+        /* each context's window by right: the plan's share, at least the route's window */
+        pl->target = pl->fit.target > pl->window_pages ? pl->fit.target : pl->window_pages;
+        if ((uint64_t)pl->target * pl->max_seqs > pl->window_capacity) {
+            AKV_LOG_E("engine: %u staged contexts of window_pages %u need %llu window pages per "
+                      "layer; the device pool holds %u beside its staging reserve: raise "
+                      "device_gib or lower max_seqs or window_pages",
+                      pl->max_seqs, pl->window_pages,
+                      (unsigned long long)pl->target * pl->max_seqs, pl->window_capacity);
+            return AKV_EFULL;
+        }
+        pl->burst = pl->target + pl->fit.burst <= pl->window_capacity
+                        ? pl->fit.burst
+                        : pl->window_capacity - pl->target;
+    }
+    const uint32_t need = pl->max_seqs - 1 + pl->chunk;
+    pl->step_tokens = p->step_tokens ? p->step_tokens : need > 512 ? need : 512;
+    if (pl->step_tokens < need) {
+        AKV_LOG_E("engine: step_tokens %u is below max_seqs - 1 + chunk = %u (every running "
+                  "decode and one prompt chunk must fit in a step)",
+                  pl->step_tokens, need);
+        return AKV_EINVAL;
+    }
+    pl->max_queue = p->max_queue;
+    pl->max_idle = p->max_idle ? p->max_idle : pl->max_seqs;
+    return AKV_OK;
+}
+
+size_t akv_engine_plan_format(const akv_engine_plan *pl, char *buf, size_t cap) {
+    char fit[4096], said[4096];
+    akv_fit_format(&pl->fit, fit, sizeof fit);
+    engine_rename(fit, said, sizeof said);
+    size_t n = (size_t)snprintf(buf, cap, "%s", said);
+    const char *route = akv_route_kind_name(pl->route);
+    int k = pl->route == AKV_ROUTE_STAGED
+                ? snprintf(buf + (n < cap ? n : cap), n < cap ? cap - n : 0,
+                           "route:       %s: %u sequences at once, each with a window of %u "
+                           "pages by right + %u borrowable (window_pages %u), staging reserve %u "
+                           "pages (2 slots)\n",
+                           route, pl->max_seqs, pl->target, pl->burst, pl->window_pages,
+                           pl->staging_pages)
+                : snprintf(buf + (n < cap ? n : cap), n < cap ? cap - n : 0,
+                           "route:       %s: %u sequences at once, each reserving its whole "
+                           "history (prompt + max_tokens) of the %u window pages per layer\n",
+                           route, pl->max_seqs, pl->window_capacity);
+    n += k > 0 ? (size_t)k : 0;
+    k = snprintf(buf + (n < cap ? n : cap), n < cap ? cap - n : 0,
+                 "steps:       chunk %u tokens, step_tokens %u, max_queue %u, max_idle %u\n",
+                 pl->chunk, pl->step_tokens, pl->max_queue, pl->max_idle);
+    return n + (k > 0 ? (size_t)k : 0);
+}
+
+/* ---- create / destroy ----------------------------------------------------------------------- */
+
+static void engine_progress(void *user, uint64_t done, uint64_t total) {
+    const akv_engine *e = user;
+    e->p.progress(e->p.progress_user, "loading", done, total);
+}
+
+/* The model, its tokenizer and the pass. */
+static akv_status engine_open_model(akv_engine *e) {
+    const akv_engine_params *p = &e->p;
+    int sources = (p->model_path != NULL) + (p->model != NULL) + (p->synthetic != NULL);
+    if (sources != 1) {
+        AKV_LOG_E("engine: give exactly one of model_path, model and synthetic (%d given)",
+                  sources);
+        return AKV_EINVAL;
+    }
+    akv_status st;
+    const bool host_pass = e->info.is_host && p->pass == AKV_ENGINE_PASS_AUTO;
+    if (p->synthetic && host_pass) {
+        AKV_LOG_E("engine: a synthetic model runs on the device pass (pass, dev)");
+        return AKV_EINVAL;
+    }
+    if (p->model_path) {
+        akv_model_load_params lp = {.progress = p->progress ? engine_progress : NULL,
+                                    .progress_user = e};
+        if ((st = akv_model_load(p->model_path, &lp, &e->own_model))) return st;
+        e->model = e->own_model;
+    } else if (p->model) {
+        e->model = p->model;
+    }
+    e->cfg = e->model ? *akv_model_get_config(e->model) : *p->synthetic;
+    if (e->model && akv_tok_create_from_gguf(akv_model_gguf(e->model), NULL, &e->tok) != AKV_OK)
+        e->tok = NULL; /* a model without a (usable) tokenizer: tokens in, tokens out */
+    if (!host_pass && p->kv_dtype != AKV_DTYPE_BF16 && !e->info.is_host) {
+        AKV_LOG_E("engine: kv_dtype %s: the CUDA attention reads bf16 K/V pages only",
+                  akv_dtype_name(p->kv_dtype));
+        return AKV_EINVAL;
+    }
+    return AKV_OK;
+}
+
+static akv_status engine_open_pass(akv_engine *e) {
+    const akv_engine_params *p = &e->p;
+    akv_forward_params fp = akv_forward_default_params();
+    fp.max_chunk = e->plan.step_tokens;
+    fp.max_logits = e->plan.max_seqs;
+    fp.no_graphs = p->no_graphs;
+    fp.threads = p->threads;
+    const bool host_pass = e->info.is_host && p->pass == AKV_ENGINE_PASS_AUTO;
+    if (p->progress) p->progress(p->progress_user, "uploading", 0, 1);
+    akv_status st = host_pass        ? akv_forward_create(e->model, &fp, &e->fh)
+                    : p->synthetic   ? akv_forward_dev_create_synthetic(e->dev, p->synthetic,
+                                                                      p->synthetic_seed, &fp, &e->fd)
+                                     : akv_forward_dev_create(e->dev, e->model, &fp, &e->fd);
+    if (p->progress && !st) p->progress(p->progress_user, "uploading", 1, 1);
+    return st;
+}
+
+static akv_status engine_open_memory(akv_engine *e) {
+    const akv_engine_plan *pl = &e->plan;
+    akv_host_pool_params hpp = akv_host_pool_default_params();
+    hpp.limit_gib = e->p.host_gib ? e->p.host_gib : 1;
+    akv_dev_pool_params dpp = akv_dev_pool_default_params();
+    dpp.device_gib = e->p.device_gib ? e->p.device_gib : 1;
+    dpp.staging_pages = pl->staging_pages;
+    akv_route_params rp = {.kind = pl->route,
+                           .max_tokens = pl->max_context,
+                           .max_seqs = pl->max_seqs,
+                           .queued = e->fd != NULL,
+                           .window_pages = pl->window_pages};
+    akv_status st;
+    if ((st = akv_host_pool_create(e->dev, &pl->geom, &hpp, &e->hp)) ||
+        (st = akv_dev_pool_create(e->dev, &pl->geom, &dpp, &e->dp)) ||
+        (st = akv_route_create(e->dev, e->hp, e->dp, &rp, &e->route)))
+        return st;
+    const uint32_t S = pl->max_seqs, T = pl->step_tokens;
+    e->run = akv__calloc(S, sizeof *e->run);
+    e->reqs = akv__calloc(S, sizeof *e->reqs);
+    e->batch = akv__calloc(S, sizeof *e->batch);
+    e->n_new = akv__calloc(S, sizeof *e->n_new);
+    e->pos0 = akv__calloc(S, sizeof *e->pos0);
+    e->order = akv__calloc(S, sizeof *e->order);
+    e->lmode = akv__calloc(S, sizeof *e->lmode);
+    e->tokens = akv__calloc(T, sizeof *e->tokens);
+    e->logits = akv__calloc((size_t)S * e->cfg.n_vocab, sizeof *e->logits);
+    return e->run && e->reqs && e->batch && e->n_new && e->pos0 && e->order && e->lmode &&
+                   e->tokens && e->logits
+               ? AKV_OK
+               : AKV_ENOMEM;
+}
+
+akv_status akv_engine_create(const akv_engine_params *p, akv_engine **out) {
+    if (!p || !out) return AKV_EINVAL;
+    if (!p->dev) {
+        AKV_LOG_E("engine: create without a device (dev)");
+        return AKV_EINVAL;
+    }
+    akv_engine *e = akv__calloc(1, sizeof *e);
+    if (!e) {
+        (void)akv_dev_destroy(p->dev);
+        return AKV_ENOMEM;
+    }
+    e->p = *p;
+    e->dev = p->dev;
+    akv_status st = akv_dev_get_info(e->dev, &e->info);
+    if (!st) st = engine_open_model(e);
+    if (!st) st = engine_plan(e);
+    if (!st) st = engine_open_pass(e);
+    if (!st) st = engine_open_memory(e);
+    if (st) {
+        akv_engine_destroy(e);
+        return st;
+    }
+    *out = e;
+    return AKV_OK;
+}
+
+/* ---- contexts and reservations ---------------------------------------------------------------- */
+
+static uint64_t engine_pages(const akv_engine *e, uint64_t n_tokens) {
+    return akv_geom_pages_for_tokens(&e->plan.geom, n_tokens);
+}
+
+/* Host pages a context of n tokens holds (every layer). */
+static uint64_t engine_host_pages(const akv_engine *e, uint64_t n_tokens) {
+    return engine_pages(e, n_tokens) * e->plan.geom.n_layers;
+}
+
+static void idle_remove(akv_engine *e, akv__ctx *c) {
+    if (c->prev) c->prev->next = c->next;
+    else e->idle_head = c->next;
+    if (c->next) c->next->prev = c->prev;
+    else e->idle_tail = c->prev;
+    c->next = c->prev = NULL;
+    e->n_idle--;
+    e->host_idle -= engine_host_pages(e, c->n_tokens);
+}
+
+static void idle_push(akv_engine *e, akv__ctx *c) {
+    c->prev = e->idle_tail, c->next = NULL;
+    if (e->idle_tail) e->idle_tail->next = c;
+    else e->idle_head = c;
+    e->idle_tail = c;
+    e->n_idle++;
+    e->host_idle += engine_host_pages(e, c->n_tokens);
+    c->last_used = e->clock;
+}
+
+/* Closes a context (its pages are freed after their fences: akv_route_seq_close). */
+static void ctx_close(akv_engine *e, akv__ctx *c) {
+    if (!c) return;
+    if (c->seq && akv_route_seq_close(e->route, c->seq) != AKV_OK)
+        AKV_LOG_E("engine: a context could not be closed"); /* cannot happen: it is open */
+    akv__free(c->tokens);
+    akv__free(c);
+}
+
+/* Idle contexts closed, least recently used first, until at most max_idle remain and the
+ * host pages of the reservations and the idle contexts fit the pool. */
+static void engine_trim_idle(akv_engine *e) {
+    while (e->idle_head && (e->n_idle > e->plan.max_idle ||
+                            e->host_reserved + e->host_idle > e->plan.host_pages)) {
+        akv__ctx *c = e->idle_head;
+        idle_remove(e, c);
+        ctx_close(e, c);
+        e->stats.n_idle_closed++;
+    }
+}
+
+static akv_status ctx_append(akv__ctx *c, const int32_t *tok, uint32_t n) {
+    size_t cap = c->cap;
+    akv_status st = akv__array_reserve((void **)&c->tokens, &cap, (size_t)c->n_tokens + n,
+                                       sizeof *c->tokens);
+    if (st) return st;
+    c->cap = (uint32_t)cap;
+    memcpy(c->tokens + c->n_tokens, tok, (size_t)n * sizeof *tok);
+    c->n_tokens += n;
+    return AKV_OK;
+}
+
+/* The idle context sharing the longest prefix with the prompt (NULL: none shares a token). */
+static akv__ctx *engine_find_prefix(akv_engine *e, const akv_request *rq, uint32_t *lcp) {
+    akv__ctx *best = NULL;
+    *lcp = 0;
+    if (e->p.no_reuse) return NULL;
+    for (akv__ctx *c = e->idle_head; c; c = c->next) {
+        uint32_t k = 0, n = c->n_tokens < rq->p.n_prompt ? c->n_tokens : rq->p.n_prompt;
+        while (k < n && c->tokens[k] == rq->prompt[k]) k++;
+        if (k > *lcp) *lcp = k, best = c;
+    }
+    return best;
+}
+
+/* Its reservation, by arithmetic on prompt + max_tokens. */
+static void request_need(const akv_engine *e, const akv_request *rq, uint64_t *host, uint32_t *dev) {
+    uint64_t n = (uint64_t)rq->p.n_prompt + rq->p.max_tokens, pages = engine_pages(e, n);
+    *host = pages * e->plan.geom.n_layers;
+    *dev = e->plan.route == AKV_ROUTE_RESIDENT ? (pages < 2 ? 2 : (uint32_t)pages) : 0;
+}
+
+/* Whether it fits now, beside what is admitted (idle contexts make room when closed). */
+static bool engine_fits_now(const akv_engine *e, const akv_request *rq) {
+    uint64_t h;
+    uint32_t d;
+    request_need(e, rq, &h, &d);
+    return e->n_run < e->plan.max_seqs && e->host_reserved + h <= e->plan.host_pages &&
+           e->dev_reserved + d <= e->plan.window_capacity;
+}
+
+/* Admits a request that fits now: its reservation and its place among the running (its
+ * context is found or made at its first step, akv_engine_step: that may touch the device). */
+static void engine_admit(akv_engine *e, akv_request *rq) {
+    request_need(e, rq, &rq->host_pages, &rq->dev_pages);
+    rq->admitted = true;
+    e->host_reserved += rq->host_pages, e->dev_reserved += rq->dev_pages;
+    e->run[e->n_run++] = rq;
+    rq->info.state = AKV_REQUEST_PREFILL;
+    rq->info.t_admit = akv_clock_s();
+}
+
+/* An admitted request's context: an idle one sharing its prefix (truncated to it), or a new
+ * sequence; idle contexts closed while the host pages would not fit. */
+static akv_status engine_start(akv_engine *e, akv_request *rq) {
+    uint32_t lcp = 0;
+    akv__ctx *c = engine_find_prefix(e, rq, &lcp);
+    /* the last prompt token is always fed again: its logits start the generation */
+    uint32_t cached = lcp < rq->p.n_prompt ? lcp : rq->p.n_prompt - 1;
+    akv_route_seq_params sp = {.max_tokens = (uint64_t)rq->p.n_prompt + rq->p.max_tokens,
+                               .target = e->plan.target,
+                               .burst = e->plan.burst,
+                               .tag = rq->p.id};
+    akv_status st;
+    if (c && cached > 0) {
+        if ((st = akv_route_seq_truncate(e->route, c->seq, cached)) ||
+            (st = akv_route_seq_set_params(e->route, c->seq, &sp)))
+            return st; /* it stays idle (as long as it was: a truncate that failed changed
+                          nothing), the step fails and is tried again */
+        idle_remove(e, c);
+        c->n_tokens = cached;
+    } else {
+        cached = 0;
+        c = akv__calloc(1, sizeof *c);
+        if (!c) return AKV_ENOMEM;
+        if ((st = akv_route_seq_open(e->route, &sp, &c->seq))) {
+            akv__free(c);
+            return st;
+        }
+    }
+    c->owner = rq;
+    rq->ctx = c;
+    rq->prefill0 = cached;
+    rq->info.n_cached = cached;
+    e->stats.cached_tokens += cached;
+    akv_route_seq_get_stats(c->seq, &rq->seq0);
+    engine_trim_idle(e);
+    return AKV_OK;
+}
+
+/* A request that ended: its traffic, its place and reservation given back, its context idle
+ * (kept for reuse) or closed. */
+static void engine_retire(akv_engine *e, akv_request *rq) {
+    akv__ctx *c = rq->ctx;
+    if (c) {
+        akv_route_seq_stats s;
+        akv_route_seq_get_stats(c->seq, &s);
+        rq->info.h2d_bytes = s.h2d_bytes - rq->seq0.h2d_bytes;
+        rq->info.staged_bytes = s.staged_bytes - rq->seq0.staged_bytes;
+        rq->info.d2h_bytes = s.d2h_bytes - rq->seq0.d2h_bytes;
+        c->owner = NULL;
+        rq->ctx = NULL;
+        if (rq->info.finish == AKV_FINISH_ERROR || e->p.no_reuse || c->n_tokens == 0)
+            ctx_close(e, c);
+        else
+            idle_push(e, c);
+    }
+    if (rq->admitted) {
+        e->host_reserved -= rq->host_pages, e->dev_reserved -= rq->dev_pages;
+        rq->admitted = false;
+        uint32_t k = 0;
+        for (uint32_t i = 0; i < e->n_run; i++)
+            if (e->run[i] != rq) e->run[k++] = e->run[i];
+        e->n_run = k;
+    }
+    e->stats.n_finished[rq->info.finish]++;
+    engine_trim_idle(e);
+}
+
+static void wait_remove(akv_engine *e, akv_request *rq) {
+    if (rq->prev_q) rq->prev_q->next_q = rq->next_q;
+    else e->wait_head = rq->next_q;
+    if (rq->next_q) rq->next_q->prev_q = rq->prev_q;
+    else e->wait_tail = rq->prev_q;
+    rq->next_q = rq->prev_q = NULL;
+    e->n_wait--;
+}
+
+static void all_remove(akv_engine *e, akv_request *rq) {
+    if (rq->prev_all) rq->prev_all->next_all = rq->next_all;
+    else e->all = rq->next_all;
+    if (rq->next_all) rq->next_all->prev_all = rq->prev_all;
+}
+
+/* A request that has ended and been released is freed. */
+static void engine_maybe_free(akv_engine *e, akv_request *rq) {
+    if (!rq->released || rq->info.state != AKV_REQUEST_DONE) return;
+    all_remove(e, rq);
+    akv__request_free(rq);
+}
+
+/* Waiting requests admitted in arrival order while the head fits. */
+static void engine_admit_waiting(akv_engine *e) {
+    while (e->wait_head && engine_fits_now(e, e->wait_head)) {
+        akv_request *rq = e->wait_head;
+        wait_remove(e, rq);
+        engine_admit(e, rq);
+    }
+}
+
+void akv_engine_destroy(akv_engine *e) {
+    if (!e) return;
+    /* requests: no events any more; contexts closed */
+    while (e->all) {
+        akv_request *rq = e->all;
+        rq->released = true;
+        if (rq->info.state != AKV_REQUEST_DONE) {
+            if (rq->next_q || rq->prev_q || e->wait_head == rq) wait_remove(e, rq);
+            rq->info.state = AKV_REQUEST_DONE, rq->info.finish = AKV_FINISH_CANCELLED;
+            engine_retire(e, rq);
+        }
+        all_remove(e, rq);
+        akv__request_free(rq);
+    }
+    e->plan.max_idle = 0;
+    engine_trim_idle(e); /* every idle context */
+    if (e->route) {
+        if (akv_route_sync(e->route) != AKV_OK) (void)akv_route_sync(e->route);
+        if (akv_route_destroy(e->route) != AKV_OK)
+            AKV_LOG_E("engine: the route could not be released (its device work did not end)");
+    }
+    akv_forward_destroy(e->fh);
+    akv_forward_dev_destroy(e->fd);
+    if (akv_dev_pool_destroy(e->dp) != AKV_OK) AKV_LOG_E("engine: the device pool is still held");
+    if (akv_host_pool_destroy(e->hp) != AKV_OK) AKV_LOG_E("engine: the host pool is still held");
+    akv_tok_destroy(e->tok);
+    akv_model_destroy(e->own_model);
+    if (akv_dev_destroy(e->dev) != AKV_OK) AKV_LOG_E("engine: the device is still busy");
+    akv__free(e->run), akv__free(e->reqs), akv__free(e->batch), akv__free(e->n_new);
+    akv__free(e->pos0), akv__free(e->order), akv__free(e->lmode), akv__free(e->tokens);
+    akv__free(e->logits);
+    akv__free(e);
+}
+
+/* ---- submit, cancel, release ---------------------------------------------------------------- */
+
+static akv_status engine_refuse(akv_engine *e, akv_refusal *rf, akv_refusal_reason why,
+                                const char *field, akv_status st, const char *fmt, ...)
+    AKV_PRINTF(6, 7);
+static akv_status engine_refuse(akv_engine *e, akv_refusal *rf, akv_refusal_reason why,
+                                const char *field, akv_status st, const char *fmt, ...) {
+    akv_refusal r = {.reason = why, .field = field};
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(r.message, sizeof r.message, fmt, ap);
+    va_end(ap);
+    e->stats.n_refused[why]++;
+    AKV_LOG_I("engine: request refused (%s): %s", akv_refusal_reason_name(why), r.message);
+    if (rf) *rf = r;
+    return st;
+}
+
+akv_status akv_engine_submit(akv_engine *e, const akv_request_params *p, akv_request **out,
+                             akv_refusal *rf) {
+    if (out) *out = NULL;
+    if (rf) memset(rf, 0, sizeof *rf);
+    if (!e || !p || !out) return AKV_EINVAL;
+    e->stats.n_submitted++;
+    if (e->failed)
+        return engine_refuse(e, rf, AKV_REFUSE_FAILED, NULL, AKV_EDEVICE,
+                             "the engine's device failed and did not recover");
+    if (!p->prompt || p->n_prompt == 0)
+        return engine_refuse(e, rf, AKV_REFUSE_INVALID, "prompt", AKV_EINVAL,
+                             "the prompt is empty (at least one token)");
+    if (p->max_tokens == 0)
+        return engine_refuse(e, rf, AKV_REFUSE_INVALID, "max_tokens", AKV_EINVAL,
+                             "max_tokens is 0 (at least one new token)");
+    for (uint32_t i = 0; i < p->n_prompt; i++)
+        if (p->prompt[i] < 0 || (uint32_t)p->prompt[i] >= e->cfg.n_vocab)
+            return engine_refuse(e, rf, AKV_REFUSE_INVALID, "prompt", AKV_EINVAL,
+                                 "prompt token %u is %d, outside the vocabulary [0, %u)", i,
+                                 p->prompt[i], e->cfg.n_vocab);
+    for (uint32_t i = 0; i < p->n_stop; i++)
+        if (!p->stop || !p->stop[i])
+            return engine_refuse(e, rf, AKV_REFUSE_INVALID, "stop", AKV_EINVAL,
+                                 "stop string %u is NULL", i);
+    const uint64_t total = (uint64_t)p->n_prompt + p->max_tokens;
+    if (total > e->plan.max_context)
+        return engine_refuse(e, rf, AKV_REFUSE_CONTEXT, "max_context", AKV_EFULL,
+                             "the prompt (%u tokens) plus max_tokens %u is %llu tokens; "
+                             "max_context is %llu: lower max_tokens or raise max_context",
+                             p->n_prompt, p->max_tokens, (unsigned long long)total,
+                             (unsigned long long)e->plan.max_context);
+    akv_request *rq = akv__calloc(1, sizeof *rq);
+    if (!rq) return AKV_ENOMEM;
+    akv_status st = akv__request_init(e, rq, p);
+    if (st) {
+        akv__request_free(rq);
+        return engine_refuse(e, rf, AKV_REFUSE_INVALID, "sample", st,
+                             "the request could not be set up: %s", akv_status_str(st));
+    }
+    uint64_t h;
+    uint32_t d;
+    request_need(e, rq, &h, &d);
+    if (h > e->plan.host_pages || d > e->plan.window_capacity) {
+        akv__request_free(rq);
+        if (h > e->plan.host_pages)
+            return engine_refuse(e, rf, AKV_REFUSE_HOST, "host_gib", AKV_EFULL,
+                                 "prompt + max_tokens = %llu tokens need %llu host pages; the "
+                                 "host pool holds %llu: raise host_gib or lower max_tokens",
+                                 (unsigned long long)total, (unsigned long long)h,
+                                 (unsigned long long)e->plan.host_pages);
+        return engine_refuse(e, rf, AKV_REFUSE_DEVICE, "device_gib", AKV_EFULL,
+                             "prompt + max_tokens = %llu tokens need %u resident window pages "
+                             "per layer; the device pool holds %u: raise device_gib, lower "
+                             "max_tokens, or use the staged route",
+                             (unsigned long long)total, d, e->plan.window_capacity);
+    }
+    rq->info.t_submit = akv_clock_s();
+    rq->info.state = AKV_REQUEST_QUEUED;
+    if (!e->wait_head && engine_fits_now(e, rq)) {
+        engine_admit(e, rq);
+    } else if (e->n_wait < e->plan.max_queue) {
+        rq->prev_q = e->wait_tail;
+        if (e->wait_tail) e->wait_tail->next_q = rq;
+        else e->wait_head = rq;
+        e->wait_tail = rq;
+        e->n_wait++;
+    } else {
+        akv__request_free(rq);
+        if (e->plan.max_queue == 0)
+            return engine_refuse(e, rf, AKV_REFUSE_BUSY, "max_seqs", AKV_EFULL,
+                                 "%u of max_seqs %u sequences run and %llu of %llu host pages "
+                                 "are reserved; nothing waits (max_queue 0): retry later, or "
+                                 "raise max_seqs, host_gib or max_queue",
+                                 e->n_run, e->plan.max_seqs,
+                                 (unsigned long long)e->host_reserved,
+                                 (unsigned long long)e->plan.host_pages);
+        return engine_refuse(e, rf, AKV_REFUSE_QUEUE, "max_queue", AKV_EFULL,
+                             "the wait queue is full (max_queue %u): retry later, or raise "
+                             "max_queue or max_seqs",
+                             e->plan.max_queue);
+    }
+    rq->next_all = e->all;
+    if (e->all) e->all->prev_all = rq;
+    e->all = rq;
+    *out = rq;
+    return AKV_OK;
+}
+
+void akv_engine_cancel(akv_engine *e, akv_request *rq) {
+    if (!e || !rq || rq->info.state == AKV_REQUEST_DONE) return;
+    if (!rq->admitted) wait_remove(e, rq);
+    akv__request_end(rq, AKV_FINISH_CANCELLED);
+    engine_retire(e, rq);
+    engine_maybe_free(e, rq);
+}
+
+void akv_engine_release(akv_engine *e, akv_request *rq) {
+    if (!e || !rq) return;
+    rq->released = true; /* no event from here on */
+    if (rq->info.state != AKV_REQUEST_DONE) akv_engine_cancel(e, rq); /* frees it */
+    else engine_maybe_free(e, rq);
+}
+
+bool akv_engine_busy(const akv_engine *e) {
+    return e->n_run || e->n_wait;
+}
+
+bool akv_engine_failed(const akv_engine *e) {
+    return e->failed;
+}
+
+/* ---- the step ------------------------------------------------------------------------------- */
+
+/* The next piece of a request's stream (engine_impl.h): a prompt chunk ending at a multiple
+ * of chunk from where its prefill began, or at the prompt's end; decoding, everything up to its
+ * last sampled token (one token, or more after a step was lost). */
+static uint32_t engine_piece(const akv_engine *e, const akv_request *rq) {
+    const uint32_t have = rq->ctx->n_tokens;
+    if (rq->info.state == AKV_REQUEST_DECODE) return rq->p.n_prompt + rq->info.n_gen - have;
+    uint32_t chunk = e->plan.chunk, left = rq->p.n_prompt - have;
+    uint32_t piece = chunk - (have - rq->prefill0) % chunk;
+    return piece < left ? piece : left;
+}
+
+/* The batch: every decoding request, then prompt chunks in arrival order while the budget
+ * lasts, ordered by count for the pass (stable). Returns its size. */
+static uint32_t engine_batch(akv_engine *e) {
+    uint32_t n = 0, total = 0;
+    for (int pass = 0; pass < 2; pass++)
+        for (uint32_t i = 0; i < e->n_run; i++) {
+            akv_request *rq = e->run[i];
+            if ((rq->info.state == AKV_REQUEST_DECODE) != (pass == 0) || !rq->ctx) continue;
+            uint32_t piece = engine_piece(e, rq);
+            if (pass == 1 && total + piece > e->plan.step_tokens) break; /* no overtaking */
+            e->batch[n] = rq, e->n_new[n++] = piece;
+            total += piece;
+        }
+    /* stable order by count (insertion sort of at most max_seqs) */
+    for (uint32_t i = 1; i < n; i++)
+        for (uint32_t j = i; j > 0 && e->n_new[j - 1] > e->n_new[j]; j--) {
+            akv_request *t = e->batch[j];
+            uint32_t k = e->n_new[j];
+            e->batch[j] = e->batch[j - 1], e->n_new[j] = e->n_new[j - 1];
+            e->batch[j - 1] = t, e->n_new[j - 1] = k;
+        }
+    return n;
+}
+
+/* A step failed on batch[0..n): each request counts it; one on which AKV__ENGINE_MAX_RETRIES
+ * steps in a row failed ends with ERROR. */
+static void engine_step_failed(akv_engine *e, uint32_t n, akv_status st) {
+    e->stats.n_step_failures++;
+    for (uint32_t k = 0; k < n; k++) {
+        akv_request *rq = e->batch[k];
+        rq->info.n_retries++;
+        if (++rq->n_fail < AKV__ENGINE_MAX_RETRIES) continue;
+        AKV_LOG_E("engine: request %llu: %u steps in a row failed (%s); it ends with an error",
+                  (unsigned long long)rq->p.id, rq->n_fail, akv_status_str(st));
+        rq->info.error = st;
+        akv__request_end(rq, AKV_FINISH_ERROR);
+        engine_retire(e, rq);
+        engine_maybe_free(e, rq);
+    }
+}
+
+/* Every context's length is the route's: a call that settled a failed step may have undone
+ * it (akv/route.h). A running request then feeds its stream on from what remains. */
+static void engine_resync(akv_engine *e) {
+    for (uint32_t i = 0; i < e->n_run; i++) {
+        akv__ctx *c = e->run[i]->ctx;
+        if (c) c->n_tokens = (uint32_t)akv_route_seq_n_tokens(c->seq);
+    }
+    for (akv__ctx *c = e->idle_head; c; c = c->next) {
+        uint32_t len = (uint32_t)akv_route_seq_n_tokens(c->seq);
+        if (len < c->n_tokens) {
+            e->host_idle -= engine_host_pages(e, c->n_tokens) - engine_host_pages(e, len);
+            c->n_tokens = len;
+        }
+    }
+}
+
+/* The device did not recover: every request ends with ERROR; new ones are refused. */
+static akv_status engine_fail(akv_engine *e, akv_status st) {
+    AKV_LOG_E("engine: the device did not recover (%s); every request ends with an error",
+              akv_status_str(st));
+    e->failed = true;
+    while (e->wait_head) {
+        akv_request *rq = e->wait_head;
+        wait_remove(e, rq);
+        rq->info.error = st;
+        akv__request_end(rq, AKV_FINISH_ERROR);
+        e->stats.n_finished[AKV_FINISH_ERROR]++;
+        engine_maybe_free(e, rq);
+    }
+    while (e->n_run) {
+        akv_request *rq = e->run[0];
+        rq->info.error = st;
+        akv__request_end(rq, AKV_FINISH_ERROR);
+        engine_retire(e, rq);
+        engine_maybe_free(e, rq);
+    }
+    return AKV_EDEVICE;
+}
+
+/* A step's pass failed: the route undoes it (abort); if even that fails (the device has not
+ * recovered), the next step tries again, and after AKV__ENGINE_MAX_RECOVERIES tries in a row
+ * the engine gives up on the device. */
+static akv_status engine_abort(akv_engine *e) {
+    akv_status st = akv_route_abort_step(e->route);
+    if (st == AKV_OK) {
+        e->need_abort = false, e->n_abort_fail = 0;
+        return AKV_OK;
+    }
+    e->need_abort = true;
+    if (++e->n_abort_fail >= AKV__ENGINE_MAX_RECOVERIES) return engine_fail(e, st);
+    return st;
+}
+
+akv_status akv_engine_step(akv_engine *e, bool *did_work) {
+    if (did_work) *did_work = false;
+    if (!e) return AKV_EINVAL;
+    if (e->failed) return AKV_EDEVICE;
+    const double t0 = akv_clock_s();
+    akv_status st = AKV_OK;
+    if (e->need_abort) st = engine_abort(e);
+    engine_resync(e);
+    if (st) goto out;
+    engine_admit_waiting(e);
+    /* the admitted requests' first step: their contexts */
+    for (uint32_t i = 0; i < e->n_run && !st; i++)
+        if (!e->run[i]->ctx) st = engine_start(e, e->run[i]);
+    if (st) {
+        engine_resync(e);
+        goto out;
+    }
+    const uint32_t n = engine_batch(e);
+    if (n == 0) goto out;
+    uint32_t n_tok = 0, n_rows = 0;
+    for (uint32_t k = 0; k < n; k++) {
+        akv_request *rq = e->batch[k];
+        akv__ctx *c = rq->ctx;
+        e->pos0[k] = c->n_tokens;
+        e->reqs[k] = (akv_route_req){.seq = c->seq, .n_tokens = (uint64_t)c->n_tokens + e->n_new[k]};
+        const bool wants = c->n_tokens + e->n_new[k] == rq->p.n_prompt + rq->info.n_gen;
+        e->lmode[k] = wants ? AKV_FORWARD_LOGITS_LAST : AKV_FORWARD_LOGITS_NONE;
+        n_rows += wants;
+        for (uint32_t j = 0; j < e->n_new[k]; j++)
+            e->tokens[n_tok + j] = akv__request_stream(rq, c->n_tokens + j);
+        n_tok += e->n_new[k];
+    }
+    if ((st = akv_route_begin_step(e->route, e->reqs, n))) {
+        engine_resync(e); /* AKV_EDEVICE: the settle of the last step may have undone it */
+        engine_step_failed(e, n, st);
+        goto out;
+    }
+    akv_forward_batch b = {.n_seq = n, .n_new = e->n_new, .pos0 = e->pos0, .tokens = e->tokens,
+                           .logits = e->lmode};
+    akv_forward_kv kv = akv_route_forward_kv(e->route);
+    float *lg = n_rows ? e->logits : NULL;
+    st = e->fd ? akv_forward_dev_step(e->fd, &b, &kv, lg) : akv_forward_step(e->fh, &b, &kv, lg);
+    if (st) {
+        akv_status ab = engine_abort(e);
+        engine_resync(e);
+        if (e->failed) st = ab;
+        else engine_step_failed(e, n, st);
+        goto out;
+    }
+    /* the step's tokens are in the contexts; then every row of logits samples */
+    e->stats.n_steps++;
+    for (uint32_t k = 0, at = 0, row = 0; k < n; at += e->n_new[k], k++) {
+        akv_request *rq = e->batch[k];
+        const float *lk = e->logits + (size_t)row * e->cfg.n_vocab;
+        row += e->lmode[k] == AKV_FORWARD_LOGITS_LAST;
+        rq->n_fail = 0;
+        if (rq->info.state == AKV_REQUEST_PREFILL) e->stats.prompt_tokens += e->n_new[k];
+        if (ctx_append(rq->ctx, e->tokens + at, e->n_new[k]) != AKV_OK) {
+            /* the context no longer says what its K/V holds: it cannot go on or be reused */
+            rq->info.error = AKV_ENOMEM;
+            akv__request_end(rq, AKV_FINISH_ERROR);
+        } else if (e->lmode[k] == AKV_FORWARD_LOGITS_LAST) {
+            (void)akv__request_on_logits(rq, lk);
+        }
+        if (rq->info.state == AKV_REQUEST_DONE) {
+            engine_retire(e, rq);
+            engine_maybe_free(e, rq);
+        }
+    }
+    e->clock++;
+    if (did_work) *did_work = true;
+out:
+    e->stats.step_s += akv_clock_s() - t0;
+    return st;
+}
+
+/* ---- reports and the walker ----------------------------------------------------------------- */
+
+void akv_request_get_info(const akv_request *rq, akv_request_info *out) {
+    *out = rq->info;
+    if (rq->ctx) { /* running: its traffic so far */
+        akv_route_seq_stats s;
+        akv_route_seq_get_stats(rq->ctx->seq, &s);
+        out->h2d_bytes = s.h2d_bytes - rq->seq0.h2d_bytes;
+        out->staged_bytes = s.staged_bytes - rq->seq0.staged_bytes;
+        out->d2h_bytes = s.d2h_bytes - rq->seq0.d2h_bytes;
+    }
+}
+
+void akv_engine_get_stats(const akv_engine *e, akv_engine_stats *out) {
+    *out = e->stats;
+    out->n_running = e->n_run, out->n_queued = e->n_wait, out->n_idle = e->n_idle;
+    out->host_pages_reserved = e->host_reserved;
+}
+
+const akv_engine_plan *akv_engine_get_plan(const akv_engine *e) {
+    return &e->plan;
+}
+const akv_model_config *akv_engine_config(const akv_engine *e) {
+    return &e->cfg;
+}
+const akv_tok *akv_engine_tok(const akv_engine *e) {
+    return e->tok;
+}
+const akv_model *akv_engine_model(const akv_engine *e) {
+    return e->model;
+}
+akv_dev *akv_engine_dev(const akv_engine *e) {
+    return e->dev;
+}
+akv_host_pool *akv_engine_host_pool(const akv_engine *e) {
+    return e->hp;
+}
+akv_dev_pool *akv_engine_dev_pool(const akv_engine *e) {
+    return e->dp;
+}
+akv_route *akv_engine_route(const akv_engine *e) {
+    return e->route;
+}
+
+uint64_t akv_engine_weight_bytes(const akv_engine *e) {
+    return e->fd ? akv_forward_dev_weight_bytes(e->fd) : akv_model_weight_bytes(e->model);
+}
+
+#define ENGINE_BAD(...)                                                                            \
+    do {                                                                                           \
+        AKV_LOG_E("engine check: " __VA_ARGS__);                                                   \
+        return AKV_ESTATE;                                                                         \
+    } while (0)
+
+akv_status akv__engine_check(akv_engine *e) {
+    akv_status st;
+    /* the host copies are complete once the queues are idle (akv/route.h); a step the sync
+     * undoes is what the next step would resync to: so does the check */
+    for (int i = 0; i < 3 && (st = akv_route_sync(e->route)); i++)
+        engine_resync(e); /* a failure it reports once (an undone step, a replaced stage) */
+    if (st) return st;
+    if ((st = akv__host_pool_check(e->hp)) || (st = akv__dev_pool_check(e->dp))) return st;
+    uint64_t host = 0, dev = 0, idle = 0;
+    uint32_t n_ctx = 0;
+    for (uint32_t i = 0; i < e->n_run; i++) {
+        const akv_request *rq = e->run[i];
+        if (!rq->admitted || rq->info.state == AKV_REQUEST_DONE || (rq->ctx && rq->ctx->owner != rq))
+            ENGINE_BAD("running request %llu is not admitted, or its context is another's",
+                       (unsigned long long)rq->p.id);
+        host += rq->host_pages, dev += rq->dev_pages;
+        if (!rq->ctx) continue; /* not started yet */
+        if (akv_route_seq_n_tokens(rq->ctx->seq) != rq->ctx->n_tokens)
+            ENGINE_BAD("request %llu's context says %u tokens; its sequence holds %llu",
+                       (unsigned long long)rq->p.id, rq->ctx->n_tokens,
+                       (unsigned long long)akv_route_seq_n_tokens(rq->ctx->seq));
+        for (uint32_t j = 0; j < rq->ctx->n_tokens; j++)
+            if (rq->ctx->tokens[j] != akv__request_stream(rq, j))
+                ENGINE_BAD("request %llu's context holds token %d at %u; its stream says %d",
+                           (unsigned long long)rq->p.id, rq->ctx->tokens[j], j,
+                           akv__request_stream(rq, j));
+        if (engine_host_pages(e, rq->ctx->n_tokens) > rq->host_pages)
+            ENGINE_BAD("request %llu holds more host pages than it reserved",
+                       (unsigned long long)rq->p.id);
+        n_ctx++;
+    }
+    uint32_t n_idle = 0;
+    for (const akv__ctx *c = e->idle_head; c; c = c->next, n_idle++) {
+        if (c->owner) ENGINE_BAD("an idle context has an owner");
+        if (akv_route_seq_n_tokens(c->seq) != c->n_tokens)
+            ENGINE_BAD("an idle context says %u tokens; its sequence holds %llu", c->n_tokens,
+                       (unsigned long long)akv_route_seq_n_tokens(c->seq));
+        idle += engine_host_pages(e, c->n_tokens);
+        n_ctx++;
+    }
+    if (host != e->host_reserved || dev != e->dev_reserved || idle != e->host_idle ||
+        n_idle != e->n_idle)
+        ENGINE_BAD("accounting: host %llu/%llu reserved, %llu/%llu idle, device %llu/%llu, %u/%u "
+                   "idle contexts",
+                   (unsigned long long)host, (unsigned long long)e->host_reserved,
+                   (unsigned long long)idle, (unsigned long long)e->host_idle,
+                   (unsigned long long)dev, (unsigned long long)e->dev_reserved, n_idle, e->n_idle);
+    if (e->n_run > e->plan.max_seqs || e->host_reserved > e->plan.host_pages ||
+        e->dev_reserved > e->plan.window_capacity)
+        ENGINE_BAD("over the plan: %u running of %u, %llu host pages of %llu",
+                   e->n_run, e->plan.max_seqs, (unsigned long long)e->host_reserved,
+                   (unsigned long long)e->plan.host_pages);
+    akv_route_stats rs;
+    akv_route_get_stats(e->route, &rs);
+    if (rs.n_open != n_ctx)
+        ENGINE_BAD("the route has %u open sequences; the engine knows %u", rs.n_open, n_ctx);
+    uint32_t n_wait = 0;
+    for (const akv_request *rq = e->wait_head; rq; rq = rq->next_q, n_wait++)
+        if (rq->admitted || rq->ctx) ENGINE_BAD("a waiting request holds a reservation");
+    if (n_wait != e->n_wait) ENGINE_BAD("%u waiting; the count says %u", n_wait, e->n_wait);
+    if (e->info.is_host) return akv__route_check(e->route);
+    return AKV_OK;
+}

@@ -1,0 +1,114 @@
+/*
+ * engine/engine_impl.h — the engine's insides (akv/engine.h), shared by engine.c (the object,
+ * the plan, admission, the step) and request.c (a request's sampling, text and events).
+ */
+#ifndef AKV_ENGINE_ENGINE_IMPL_H
+#define AKV_ENGINE_ENGINE_IMPL_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "akv/engine.h"
+#include "akv/forward.h"
+#include "akv/forward_dev.h"
+#include "akv/tok.h"
+
+enum {
+    AKV__ENGINE_MAX_RETRIES = 3,    /* failed steps in a row before a request fails */
+    AKV__ENGINE_MAX_RECOVERIES = 8, /* step calls in a row whose undo failed (the device did
+                                       not recover) before the engine gives up on it */
+};
+
+/* A context: a route sequence and the tokens its K/V holds (what a later prompt may share). */
+typedef struct akv__ctx {
+    akv_route_seq *seq;
+    int32_t *tokens;       /* [n_tokens] = the sequence's history, in order */
+    uint32_t n_tokens, cap;
+    akv_request *owner;    /* the request running on it; NULL: idle */
+    uint64_t last_used;    /* the engine step it was last released at (LRU) */
+    struct akv__ctx *next, *prev; /* the idle list, least recently used first */
+} akv__ctx;
+
+struct akv_request {
+    akv_engine *e;
+    akv_request_params p;  /* prompt and stop point at the copies below */
+    int32_t *prompt;       /* [n_prompt] */
+    char **stop;           /* [n_stop] NUL-terminated */
+    size_t *stop_len;      /* [n_stop] */
+    akv_request_info info;
+    bool admitted;         /* its reservation is held (running or about to) */
+    bool released;         /* the caller forgot it: no events; freed when it ends */
+    akv_sampler *sampler;
+    akv_tok_stream stream; /* bytes of a UTF-8 sequence a token split */
+    akv_tok_text held;     /* decoded text not yet emitted (a stop string may begin in it) */
+    akv_tok_text piece;    /* scratch: one token's text */
+    akv__ctx *ctx;         /* while admitted and started (NULL until its first step) */
+    int32_t *gen;          /* [n_gen] the tokens it sampled, in order */
+    uint32_t gen_cap;
+    uint32_t prefill0;     /* where its prefill began: chunks end at prefill0 + k * chunk */
+    uint32_t n_fail;       /* failed steps in a row */
+    uint64_t host_pages;   /* its reservation: host pages at its longest */
+    uint32_t dev_pages;    /* resident: window pages per layer at its longest */
+    akv_route_seq_stats seq0; /* its sequence's counters when it was admitted */
+    struct akv_request *next_q, *prev_q; /* the wait queue, or the all-requests list */
+    struct akv_request *next_all, *prev_all;
+};
+
+struct akv_engine {
+    akv_engine_params p;
+    akv_engine_plan plan;
+    akv_dev *dev;
+    akv_dev_info info;
+    akv_model *own_model;
+    const akv_model *model; /* NULL for a synthetic configuration */
+    akv_model_config cfg;
+    akv_tok *tok;           /* NULL without one */
+    akv_host_pool *hp;
+    akv_dev_pool *dp;
+    akv_route *route;
+    akv_forward *fh;        /* host pass */
+    akv_forward_dev *fd;    /* device pass */
+    /* requests */
+    akv_request *all;                 /* every unreleased or unfinished request */
+    akv_request *wait_head, *wait_tail; /* arrival order */
+    uint32_t n_wait;
+    akv_request **run;                /* [max_seqs] admitted, in arrival order */
+    uint32_t n_run;
+    akv__ctx *idle_head, *idle_tail;  /* least recently used first */
+    uint32_t n_idle;
+    uint64_t host_reserved;           /* host pages the admitted requests reserve */
+    uint64_t host_idle;               /* host pages the idle contexts hold */
+    uint64_t dev_reserved;            /* resident: window pages per layer reserved */
+    uint64_t clock;                   /* steps run (the idle list's LRU clock) */
+    bool failed;                      /* the device did not recover */
+    bool need_abort;                  /* the last step's abort failed: retry it first */
+    uint32_t n_abort_fail;
+    /* step scratch, [step_tokens] or [max_seqs] */
+    akv_route_req *reqs;
+    akv_request **batch;
+    uint32_t *n_new, *pos0, *order;
+    uint8_t *lmode;
+    int32_t *tokens;
+    float *logits;          /* [max_seqs][n_vocab] */
+    akv_engine_stats stats;
+};
+
+/* request.c: a request's life after admission. */
+akv_status akv__request_init(akv_engine *e, akv_request *rq, const akv_request_params *p);
+void akv__request_free(akv_request *rq);
+/* Its stream: the prompt, then the tokens it sampled. Its context holds the stream's first
+ * ctx->n_tokens; each step feeds it on from there (a prompt chunk; or, decoding, everything
+ * up to and including its last sampled token: one token, or more after a lost step). */
+static inline int32_t akv__request_stream(const akv_request *rq, uint32_t i) {
+    return i < rq->p.n_prompt ? rq->prompt[i] : rq->gen[i - rq->p.n_prompt];
+}
+
+/* Samples from the logits of its stream's last token, streams the token, and ends it when a
+ * stop condition holds; returns true when it ended (finish set, its last event delivered). */
+bool akv__request_on_logits(akv_request *rq, const float *logits);
+/* Delivers the last event of a request ending for `finish` with no token (cancelled, error). */
+void akv__request_end(akv_request *rq, akv_finish finish);
+/* Whether the token ends generation (end of sequence or turn, a control token). */
+bool akv__request_is_eog(const akv_engine *e, int32_t token);
+
+#endif

@@ -1,0 +1,175 @@
+/* request.c — one request of the engine (akv/engine.h): its copies of the prompt and stop
+ * strings, its sampler, and what happens to each token it samples: the end-of-generation
+ * check, the streamed text with stop strings held back, the event, the end. */
+#include <string.h>
+
+#include "akv/tok.h"
+#include "core/alloc.h"
+#include "core/clock.h"
+#include "core/log.h"
+#include "engine/engine_impl.h"
+
+akv_status akv__request_init(akv_engine *e, akv_request *rq, const akv_request_params *p) {
+    rq->e = e;
+    rq->p = *p;
+    rq->info.id = p->id;
+    rq->info.n_prompt = p->n_prompt;
+    rq->prompt = akv__malloc((size_t)p->n_prompt * sizeof *rq->prompt);
+    if (!rq->prompt) return AKV_ENOMEM;
+    memcpy(rq->prompt, p->prompt, (size_t)p->n_prompt * sizeof *rq->prompt);
+    rq->p.prompt = rq->prompt;
+    if (p->n_stop) {
+        rq->stop = akv__calloc(p->n_stop, sizeof *rq->stop);
+        rq->stop_len = akv__calloc(p->n_stop, sizeof *rq->stop_len);
+        if (!rq->stop || !rq->stop_len) return AKV_ENOMEM;
+        for (uint32_t i = 0; i < p->n_stop; i++) {
+            if (!(rq->stop[i] = akv__strdup(p->stop[i]))) return AKV_ENOMEM;
+            rq->stop_len[i] = strlen(p->stop[i]);
+        }
+    }
+    rq->p.stop = (const char *const *)rq->stop;
+    akv_status st = akv_sampler_create(&p->sample, (int32_t)e->cfg.n_vocab, &rq->sampler);
+    for (uint32_t i = 0; i < p->n_prompt && !st; i++) st = akv_sampler_accept(rq->sampler, p->prompt[i]);
+    return st;
+}
+
+void akv__request_free(akv_request *rq) {
+    if (!rq) return;
+    akv__free(rq->prompt);
+    akv__free(rq->gen);
+    for (uint32_t i = 0; rq->stop && i < rq->p.n_stop; i++) akv__free(rq->stop[i]);
+    akv__free(rq->stop);
+    akv__free(rq->stop_len);
+    akv_sampler_destroy(rq->sampler);
+    akv_tok_text_free(&rq->held);
+    akv_tok_text_free(&rq->piece);
+    akv__free(rq);
+}
+
+bool akv__request_is_eog(const akv_engine *e, int32_t token) {
+    if (!e->tok) return false;
+    akv_tok_specials sp = akv_tok_get_specials(e->tok);
+    return token == sp.eos_id || token == sp.eot_id ||
+           akv_tok_token_type(e->tok, token) == AKV_TOK_TYPE_CONTROL;
+}
+
+/* Delivers an event (none after a release). */
+static void request_emit(akv_request *rq, int32_t token, const char *text, size_t n_text,
+                         const float *logits, akv_finish finish) {
+    if (rq->released || !rq->p.on_token) return;
+    akv_token_event ev = {.token = token,
+                          .text = text,
+                          .n_text = n_text,
+                          .logits = rq->p.want_logits ? logits : NULL,
+                          .finish = finish};
+    rq->p.on_token(rq->p.user, rq, &ev);
+}
+
+/* The request has ended: its state and counters (the engine releases its context). */
+static void request_finish(akv_request *rq, akv_finish finish) {
+    rq->info.state = AKV_REQUEST_DONE;
+    rq->info.finish = finish;
+    rq->info.t_done = akv_clock_s();
+}
+
+void akv__request_end(akv_request *rq, akv_finish finish) {
+    request_finish(rq, finish);
+    request_emit(rq, -1, NULL, 0, NULL, finish);
+}
+
+/* Where the earliest stop string begins in held (SIZE_MAX: none). */
+static size_t request_find_stop(const akv_request *rq) {
+    size_t best = SIZE_MAX;
+    for (uint32_t i = 0; i < rq->p.n_stop; i++) {
+        size_t k = rq->stop_len[i];
+        if (k == 0 || k > rq->held.n_bytes) continue;
+        for (size_t at = 0; at + k <= rq->held.n_bytes && at < best; at++)
+            if (!memcmp(rq->held.bytes + at, rq->stop[i], k)) best = at;
+    }
+    return best;
+}
+
+/* Bytes at the end of held that could begin a stop string (they wait for the next token). */
+static size_t request_hold_back(const akv_request *rq) {
+    size_t keep = 0;
+    for (uint32_t i = 0; i < rq->p.n_stop; i++) {
+        size_t k = rq->stop_len[i] - (rq->stop_len[i] > 0);
+        if (k > rq->held.n_bytes) k = rq->held.n_bytes;
+        for (; k > keep; k--)
+            if (!memcmp(rq->held.bytes + rq->held.n_bytes - k, rq->stop[i], k)) {
+                keep = k;
+                break;
+            }
+    }
+    return keep;
+}
+
+/* Removes the first n bytes of held. */
+static void request_drop_held(akv_request *rq, size_t n) {
+    memmove(rq->held.bytes, rq->held.bytes + n, rq->held.n_bytes - n);
+    rq->held.n_bytes -= n;
+    if (rq->held.bytes) rq->held.bytes[rq->held.n_bytes] = 0;
+}
+
+bool akv__request_on_logits(akv_request *rq, const float *logits) {
+    akv_engine *e = rq->e;
+    int32_t token;
+    akv_status st = akv_sampler_sample(rq->sampler, logits, &token);
+    if (st) {
+        rq->info.error = st;
+        akv__request_end(rq, AKV_FINISH_ERROR);
+        return true;
+    }
+    size_t cap = rq->gen_cap;
+    if ((st = akv__array_reserve((void **)&rq->gen, &cap, (size_t)rq->info.n_gen + 1, sizeof *rq->gen))) {
+        rq->info.error = st;
+        akv__request_end(rq, AKV_FINISH_ERROR);
+        return true;
+    }
+    rq->gen_cap = (uint32_t)cap;
+    rq->gen[rq->info.n_gen] = token;
+    if (rq->info.n_gen == 0) rq->info.t_first = akv_clock_s();
+    rq->info.n_gen++;
+    e->stats.gen_tokens++;
+    if (!rq->p.ignore_eog && akv__request_is_eog(e, token)) {
+        /* an end of generation: the text so far is final (stop strings could not complete) */
+        akv_tok_text_free(&rq->piece);
+        if (akv_tok_stream_flush(&rq->stream, &rq->held) != AKV_OK) rq->held.n_bytes = 0;
+        request_finish(rq, AKV_FINISH_STOP);
+        request_emit(rq, token, e->tok ? (rq->held.bytes ? rq->held.bytes : "") : NULL,
+                     rq->held.n_bytes, logits, AKV_FINISH_STOP);
+        return true;
+    }
+    (void)akv_sampler_accept(rq->sampler, token);
+    const bool last = rq->info.n_gen >= rq->p.max_tokens;
+    if (e->tok) {
+        rq->piece.n_bytes = 0;
+        if ((st = akv_tok_stream_push(e->tok, &rq->stream, token, 0, &rq->held)) ||
+            (last && (st = akv_tok_stream_flush(&rq->stream, &rq->held)))) {
+            rq->info.error = st;
+            akv__request_end(rq, AKV_FINISH_ERROR);
+            return true;
+        }
+        size_t at = request_find_stop(rq);
+        if (at != SIZE_MAX) {
+            request_finish(rq, AKV_FINISH_STOP);
+            request_emit(rq, token, rq->held.bytes ? rq->held.bytes : "", at, logits,
+                         AKV_FINISH_STOP);
+            return true;
+        }
+        size_t out = last ? rq->held.n_bytes : rq->held.n_bytes - request_hold_back(rq);
+        /* the event's text: the bytes that are now final, NUL-terminated in piece */
+        if (akv_tok_text_append(&rq->piece, rq->held.bytes ? rq->held.bytes : "", out) != AKV_OK) {
+            rq->info.error = AKV_ENOMEM;
+            akv__request_end(rq, AKV_FINISH_ERROR);
+            return true;
+        }
+        request_drop_held(rq, out);
+    }
+    if (last) request_finish(rq, AKV_FINISH_LENGTH);
+    const char *text = !e->tok ? NULL : rq->piece.bytes ? rq->piece.bytes : "";
+    request_emit(rq, token, text, e->tok ? rq->piece.n_bytes : 0, logits,
+                 last ? AKV_FINISH_LENGTH : AKV_FINISH_NONE);
+    if (!last) rq->info.state = AKV_REQUEST_DECODE; /* the token is fed at the next step */
+    return last;
+}

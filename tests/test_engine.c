@@ -1,0 +1,484 @@
+/* test_engine.c — the engine (akv/engine.h) on the host backend with a tiny synthetic model:
+ * batch invariance of the host pass (requests run together give each one its bits alone),
+ * join and leave at step boundaries, the token budget (a long prompt never stalls a running
+ * decode), refusal and queueing by the plan, cancellation mid-prefill and mid-decode with the
+ * pages freed only after their fences (device faults injected), idle contexts reused by prefix
+ * and reclaimed in the device pool's order, and a randomized run of 10^5 operations with the
+ * memory-layer walkers after every step. */
+#include "model_build.h"
+
+#include "alloc_settled.h"
+#include "fwd_fixture.h"
+
+#include "akv/dev_pool.h"
+#include "akv/engine.h"
+#include "akv/log.h"
+#include "core/alloc.h"
+
+enum { P = 16, NV = 37 };
+
+static const tm_shape shape = {.arch = "llama",
+                               .n_layers = 2,
+                               .n_embd = 32,
+                               .n_ff = 48,
+                               .n_heads = 4,
+                               .n_kv_heads = 2,
+                               .n_vocab = NV};
+
+/* What a request's events said. */
+typedef struct seen {
+    int32_t tok[512];
+    float logits[64][NV];
+    uint32_t n, n_logits;
+    akv_finish finish;
+    uint32_t n_final; /* events with a finish (must end up 1) */
+    uint32_t after_final; /* events after the final one (must stay 0) */
+} seen;
+
+static void on_token(void *user, akv_request *rq, const akv_token_event *ev) {
+    (void)rq;
+    seen *s = user;
+    if (s->n_final) s->after_final++;
+    if (ev->token >= 0 && s->n < 512) s->tok[s->n++] = ev->token;
+    if (ev->logits && s->n_logits < 64) memcpy(s->logits[s->n_logits++], ev->logits, sizeof s->logits[0]);
+    if (ev->finish != AKV_FINISH_NONE) s->finish = ev->finish, s->n_final++;
+}
+
+/* An engine over the model on a fresh host-backend device. */
+static akv_engine *engine_open(const akv_model *m, akv_engine_params *over) {
+    akv_engine_params p = over ? *over : akv_engine_default_params();
+    if (!CHECK(akv_dev_create(akv_dev_host_backend(), NULL, &p.dev) == AKV_OK)) return NULL;
+    p.model = m;
+    if (!p.page_tokens) p.page_tokens = P;
+    if (!p.max_context) p.max_context = 256;
+    if (p.chunk == akv_engine_default_params().chunk) p.chunk = 16; /* prompts span chunks */
+    akv_engine *e = NULL;
+    if (!CHECK(akv_engine_create(&p, &e) == AKV_OK)) return NULL;
+    return e;
+}
+
+/* Greedy request params over tokens[n]. */
+static akv_request_params greedy(const int32_t *tokens, uint32_t n, uint32_t max_tokens, seen *s) {
+    akv_request_params rp = {.prompt = tokens, .n_prompt = n, .max_tokens = max_tokens,
+                             .sample = akv_sample_default_params(), .on_token = on_token,
+                             .user = s, .want_logits = true};
+    rp.sample.temp = 0;
+    return rp;
+}
+
+/* Steps until nothing runs (at most `limit` steps); checks the engine after every step. */
+static int run_all(akv_engine *e, int limit) {
+    int steps = 0;
+    while (akv_engine_busy(e) && steps < limit) {
+        bool did;
+        if (!CHECK(akv_engine_step(e, &did) == AKV_OK)) return -1;
+        steps += did;
+        if (!CHECK(akv__engine_check(e) == AKV_OK)) return -1;
+    }
+    return steps;
+}
+
+int main(void) {
+    uint64_t rng = test_seed(23);
+    akv_model *model = tm_load(&shape, rng);
+    if (!CHECK(model != NULL)) return test_finish();
+    int32_t tokens[1024];
+    for (int i = 0; i < 1024; i++) tokens[i] = (int32_t)test_rand_below(&rng, NV);
+    akv_log_set(NULL, NULL, getenv("AKV_TEST_VERBOSE") ? AKV_LOG_INFO : AKV_LOG_OFF); /* refusals and faults are expected */
+
+    TEST_CASE(batch_invariance_host_pass) {
+        /* four prompts of different lengths run together (max_seqs 4): each one's tokens and
+         * every step's logits byte-identical to the same prompt run alone */
+        const uint32_t len[4] = {1, 17, 40, 75}, start[4] = {0, 100, 200, 300};
+        static seen alone[4], together[4];
+        memset(alone, 0, sizeof alone), memset(together, 0, sizeof together);
+        for (int i = 0; i < 4; i++) {
+            akv_engine *e = engine_open(model, NULL);
+            if (!e) break;
+            akv_request_params rp = greedy(tokens + start[i], len[i], 24, &alone[i]);
+            akv_request *rq = NULL;
+            CHECK_OK(akv_engine_submit(e, &rp, &rq, NULL));
+            CHECK(run_all(e, 1000) > 0);
+            akv_engine_release(e, rq);
+            akv_engine_destroy(e);
+        }
+        akv_engine_params ep = akv_engine_default_params();
+        ep.max_seqs = 4;
+        akv_engine *e = engine_open(model, &ep);
+        if (!e) break;
+        akv_request *rq[4];
+        for (int i = 0; i < 4; i++) {
+            akv_request_params rp = greedy(tokens + start[i], len[i], 24, &together[i]);
+            CHECK_OK(akv_engine_submit(e, &rp, &rq[i], NULL));
+        }
+        int steps = run_all(e, 1000);
+        for (int i = 0; i < 4; i++) {
+            CHECK_EQ_U64(together[i].n, alone[i].n);
+            CHECK_EQ_U64(together[i].n_logits, alone[i].n_logits);
+            CHECK_BYTES(together[i].tok, alone[i].tok, alone[i].n * sizeof(int32_t));
+            CHECK_BYTES(together[i].logits, alone[i].logits, alone[i].n_logits * sizeof alone[i].logits[0]);
+            CHECK(together[i].finish == AKV_FINISH_LENGTH && together[i].n_final == 1);
+            akv_engine_release(e, rq[i]);
+        }
+        akv_engine_stats st;
+        akv_engine_get_stats(e, &st);
+        printf("  4 requests together in %d steps; alone they took %u decode steps each\n", steps, 23);
+        CHECK(steps < 4 * 24); /* they shared steps */
+        CHECK_EQ_U64(st.n_preemptions, 0);
+        akv_engine_destroy(e);
+    }
+
+    TEST_CASE(join_leave_and_the_token_budget) {
+        /* A decodes; B arrives with a prompt of 5 chunks: every step while B prefills also
+         * advances A by one token (B's prompt holds A up for one chunk a step, never more);
+         * C joins late; they leave as they finish */
+        akv_engine_params ep = akv_engine_default_params();
+        ep.max_seqs = 3;
+        ep.step_tokens = 3 - 1 + 16;
+        akv_engine *e = engine_open(model, &ep);
+        if (!e) break;
+        static seen a, b, c;
+        memset(&a, 0, sizeof a), memset(&b, 0, sizeof b), memset(&c, 0, sizeof c);
+        akv_request *ra, *rb, *rc;
+        akv_request_params pa = greedy(tokens, 3, 40, &a);
+        CHECK_OK(akv_engine_submit(e, &pa, &ra, NULL));
+        for (int i = 0; i < 3; i++) CHECK_OK(akv_engine_step(e, NULL));
+        uint32_t a0 = a.n;
+        akv_request_params pb = greedy(tokens + 10, 5 * 16, 8, &b);
+        CHECK_OK(akv_engine_submit(e, &pb, &rb, NULL));
+        akv_request_info ib;
+        int prefill_steps = 0;
+        for (;;) {
+            CHECK_OK(akv_engine_step(e, NULL));
+            CHECK_OK(akv__engine_check(e));
+            akv_request_get_info(rb, &ib);
+            prefill_steps++;
+            if (ib.state != AKV_REQUEST_PREFILL || prefill_steps > 10) break;
+        }
+        CHECK_EQ_INT(prefill_steps, 5);
+        CHECK_EQ_U64(a.n - a0, 5); /* one token of A per step of B's prefill */
+        akv_request_params pc = greedy(tokens + 200, 20, 5, &c);
+        CHECK_OK(akv_engine_submit(e, &pc, &rc, NULL));
+        CHECK(run_all(e, 200) > 0);
+        CHECK(a.finish == AKV_FINISH_LENGTH && b.finish == AKV_FINISH_LENGTH &&
+              c.finish == AKV_FINISH_LENGTH);
+        CHECK(a.n == 40 && b.n == 8 && c.n == 5);
+        CHECK(!a.after_final && !b.after_final && !c.after_final);
+        akv_engine_release(e, ra), akv_engine_release(e, rb), akv_engine_release(e, rc);
+        akv_engine_destroy(e);
+    }
+
+    TEST_CASE(refusal_and_queueing_by_the_plan) {
+        akv_engine_params ep = akv_engine_default_params();
+        ep.max_context = 64;
+        akv_engine *e = engine_open(model, &ep);
+        if (!e) break;
+        seen s = {0};
+        akv_request *ra = NULL, *rb = NULL;
+        akv_refusal rf;
+        akv_request_params pa = greedy(tokens, 8, 8, &s);
+        CHECK_OK(akv_engine_submit(e, &pa, &ra, &rf));
+        /* refuse mode (no queue): a second request while the one sequence runs */
+        CHECK_STATUS(akv_engine_submit(e, &pa, &rb, &rf), AKV_EFULL);
+        CHECK(rb == NULL && rf.reason == AKV_REFUSE_BUSY && !strcmp(rf.field, "max_seqs"));
+        /* never fits: past max_context, an empty prompt, a token outside the vocabulary */
+        akv_request_params big = greedy(tokens, 60, 8, &s);
+        CHECK_STATUS(akv_engine_submit(e, &big, &rb, &rf), AKV_EFULL);
+        CHECK(rf.reason == AKV_REFUSE_CONTEXT && !strcmp(rf.field, "max_context"));
+        printf("  refused: %s\n", rf.message);
+        akv_request_params empty = greedy(tokens, 0, 8, &s);
+        CHECK_STATUS(akv_engine_submit(e, &empty, &rb, &rf), AKV_EINVAL);
+        CHECK(rf.reason == AKV_REFUSE_INVALID);
+        int32_t bad[2] = {1, NV};
+        akv_request_params pbad = greedy(bad, 2, 8, &s);
+        CHECK_STATUS(akv_engine_submit(e, &pbad, &rb, &rf), AKV_EINVAL);
+        CHECK(run_all(e, 100) > 0);
+        akv_engine_release(e, ra);
+        akv_engine_destroy(e);
+
+        /* queue mode: one waits, the next is refused (the queue is full); the waiting one
+         * starts when the first leaves */
+        ep.max_queue = 1;
+        e = engine_open(model, &ep);
+        if (!e) break;
+        seen s1 = {0}, s2 = {0};
+        akv_request_params p1 = greedy(tokens, 8, 8, &s1), p2 = greedy(tokens + 50, 8, 8, &s2);
+        akv_request *q1, *q2, *q3 = NULL;
+        CHECK_OK(akv_engine_submit(e, &p1, &q1, NULL));
+        CHECK_OK(akv_engine_submit(e, &p2, &q2, NULL));
+        CHECK_STATUS(akv_engine_submit(e, &p2, &q3, &rf), AKV_EFULL);
+        CHECK(rf.reason == AKV_REFUSE_QUEUE && !strcmp(rf.field, "max_queue"));
+        akv_request_info i2;
+        akv_request_get_info(q2, &i2);
+        CHECK(i2.state == AKV_REQUEST_QUEUED);
+        CHECK(run_all(e, 100) > 0);
+        CHECK(s1.n == 8 && s2.n == 8);
+        akv_request_get_info(q2, &i2);
+        akv_request_info i1;
+        akv_request_get_info(q1, &i1);
+        CHECK(i2.t_admit >= i1.t_done); /* it waited for the first to leave */
+        akv_engine_stats st;
+        akv_engine_get_stats(e, &st);
+        CHECK_EQ_U64(st.n_refused[AKV_REFUSE_QUEUE], 1);
+        akv_engine_release(e, q1), akv_engine_release(e, q2);
+        akv_engine_destroy(e);
+
+        /* a plan that does not fit: refused at create, naming the field */
+        akv_engine_params huge = akv_engine_default_params();
+        huge.max_context = 1u << 30, huge.max_seqs = 64, huge.page_tokens = P, huge.model = model;
+        CHECK_OK(akv_dev_create(akv_dev_host_backend(), NULL, &huge.dev));
+        akv_engine *none = NULL;
+        CHECK_STATUS(akv_engine_create(&huge, &none), AKV_EFULL);
+        CHECK(none == NULL);
+        huge = akv_engine_default_params(); /* a step budget below one chunk + the decodes */
+        huge.max_context = 128, huge.page_tokens = P, huge.model = model, huge.max_seqs = 8;
+        huge.chunk = 64, huge.step_tokens = 32;
+        CHECK_OK(akv_dev_create(akv_dev_host_backend(), NULL, &huge.dev));
+        CHECK_STATUS(akv_engine_create(&huge, &none), AKV_EINVAL);
+    }
+
+    TEST_CASE(cancel_mid_prefill_and_mid_decode_with_faults) {
+        /* the device pass on the host backend (queued routes, faults can be injected):
+         * cancels at once (one last event, then none), the sequence's pages freed only after
+         * the step's fences; a step that fails on an injected fault is redone */
+        for (int staged = 0; staged < 2; staged++) {
+            akv_engine_params ep = akv_engine_default_params();
+            ep.max_seqs = 2, ep.pass = AKV_ENGINE_PASS_DEVICE;
+            ep.route = staged ? AKV_ROUTE_STAGED : AKV_ROUTE_RESIDENT, ep.window_pages = 2;
+            akv_engine *e = engine_open(model, &ep);
+            if (!e) break;
+            akv_dev *dev = akv_engine_dev(e);
+            seen a = {0}, b = {0};
+            akv_request *ra, *rb;
+            akv_request_params pa = greedy(tokens, 70, 30, &a), pb = greedy(tokens + 100, 5, 30, &b);
+            CHECK_OK(akv_engine_submit(e, &pa, &ra, NULL));
+            CHECK_OK(akv_engine_submit(e, &pb, &rb, NULL));
+            CHECK_OK(akv_engine_step(e, NULL));
+            CHECK_OK(akv_engine_step(e, NULL));
+            CHECK_OK(akv_dev_inject_delays(dev, 5, 5000, 1));
+            /* a is in its prefill (70 tokens in chunks of 16), b decodes */
+            akv_request_info ia;
+            akv_request_get_info(ra, &ia);
+            CHECK(ia.state == AKV_REQUEST_PREFILL);
+            akv_engine_cancel(e, ra);
+            CHECK(a.finish == AKV_FINISH_CANCELLED && a.n_final == 1);
+            CHECK_OK(akv__engine_check(e));
+            /* b fails a step on a transient fault, and goes on */
+            CHECK_OK(akv_dev_inject_fault(dev, AKV_FAULT_OP, 2, 0));
+            akv_status st = akv_engine_step(e, NULL);
+            CHECK(st != AKV_OK);
+            CHECK_OK(akv_dev_clear_faults(dev));
+            for (int i = 0; i < 5; i++) CHECK_OK(akv_engine_step(e, NULL));
+            CHECK_OK(akv__engine_check(e));
+            akv_request_info ib;
+            akv_request_get_info(rb, &ib);
+            CHECK(ib.state == AKV_REQUEST_DECODE && ib.n_retries == 1);
+            akv_engine_cancel(e, rb); /* mid-decode */
+            CHECK(b.finish == AKV_FINISH_CANCELLED && b.n_final == 1);
+            uint32_t nb = b.n;
+            for (int i = 0; i < 3; i++) CHECK_OK(akv_engine_step(e, NULL));
+            CHECK_EQ_U64(b.n, nb); /* nothing after the cancel */
+            CHECK(!a.after_final && !b.after_final);
+            CHECK_OK(akv_dev_inject_delays(dev, 5, 0, 1));
+            CHECK_OK(akv_route_sync(akv_engine_route(e)));
+            CHECK_OK(akv__engine_check(e));
+            akv_engine_release(e, ra), akv_engine_release(e, rb);
+            akv_engine_destroy(e);
+        }
+    }
+
+    TEST_CASE(idle_context_reused_by_prefix) {
+        /* A finishes; B's prompt is A's prompt + A's reply + more: B reuses A's context (its
+         * shared prefix is not computed again) and its logits stay within float error of a
+         * fresh run's */
+        akv_engine_params ep = akv_engine_default_params();
+        ep.max_seqs = 2, ep.max_idle = 4;
+        akv_engine *e = engine_open(model, &ep);
+        if (!e) break;
+        seen a = {0}, b = {0}, f = {0};
+        akv_request *ra, *rb, *rf;
+        akv_request_params pa = greedy(tokens, 30, 10, &a);
+        CHECK_OK(akv_engine_submit(e, &pa, &ra, NULL));
+        CHECK(run_all(e, 100) > 0);
+        int32_t pb_tok[64];
+        memcpy(pb_tok, tokens, 30 * sizeof *pb_tok);
+        memcpy(pb_tok + 30, a.tok, a.n * sizeof *pb_tok);
+        memcpy(pb_tok + 30 + a.n, tokens + 500, 12 * sizeof *pb_tok);
+        uint32_t nb = 30 + a.n + 12;
+        akv_request_params pb = greedy(pb_tok, nb, 6, &b);
+        CHECK_OK(akv_engine_submit(e, &pb, &rb, NULL));
+        CHECK(run_all(e, 100) > 0);
+        akv_request_info ib;
+        akv_request_get_info(rb, &ib);
+        /* A's context holds its prompt and the tokens it fed (its last sampled one was not) */
+        CHECK_EQ_U64(ib.n_cached, 30 + a.n - 1);
+        akv_engine_destroy(e);
+        ep.no_reuse = true;
+        e = engine_open(model, &ep);
+        if (!e) break;
+        akv_request_params pf = greedy(pb_tok, nb, 6, &f);
+        CHECK_OK(akv_engine_submit(e, &pf, &rf, NULL));
+        CHECK(run_all(e, 100) > 0);
+        size_t at;
+        CHECK(fx_rel_err(b.logits[0], f.logits[0], NV, &at) < 1e-4);
+        akv_engine_destroy(e);
+    }
+
+    TEST_CASE(idle_contexts_closed_least_recently_used_first) {
+        /* max_idle 3: five finished conversations leave the three most recent idle; a prompt
+         * sharing the first's prefix computes it again, one sharing the fifth's reuses it */
+        akv_engine_params ep = akv_engine_default_params();
+        ep.max_idle = 3;
+        akv_engine *e = engine_open(model, &ep);
+        if (!e) break;
+        seen s[7];
+        memset(s, 0, sizeof s);
+        for (int i = 0; i < 5; i++) {
+            akv_request *rq;
+            akv_request_params rp = greedy(tokens + 50 * i, 20, 4, &s[i]);
+            CHECK_OK(akv_engine_submit(e, &rp, &rq, NULL));
+            CHECK(run_all(e, 100) > 0);
+            akv_engine_release(e, rq);
+        }
+        akv_engine_stats st;
+        akv_engine_get_stats(e, &st);
+        CHECK_EQ_U64(st.n_idle, 3);
+        CHECK_EQ_U64(st.n_idle_closed, 2);
+        akv_request *r0, *r4;
+        akv_request_params p0 = greedy(tokens, 20, 2, &s[5]), p4 = greedy(tokens + 200, 20, 2, &s[6]);
+        CHECK_OK(akv_engine_submit(e, &p0, &r0, NULL));
+        CHECK(run_all(e, 100) > 0);
+        CHECK_OK(akv_engine_submit(e, &p4, &r4, NULL));
+        CHECK(run_all(e, 100) > 0);
+        akv_request_info i0, i4;
+        akv_request_get_info(r0, &i0), akv_request_get_info(r4, &i4);
+        CHECK_EQ_U64(i0.n_cached, 0);
+        CHECK_EQ_U64(i4.n_cached, 19);
+        CHECK_BYTES(s[6].tok, s[4].tok, 2 * sizeof(int32_t)); /* the same greedy start */
+        akv_engine_release(e, r0), akv_engine_release(e, r4);
+        CHECK_OK(akv__engine_check(e));
+        akv_engine_destroy(e);
+    }
+
+    TEST_CASE(randomized_operations_with_faults) {
+        /* 10^5 operations: arrivals (random prompts, some sharing prefixes, random lengths and
+         * limits), cancels, releases, steps, injected device faults (a submission refused, a
+         * copy or an op failing while it runs) and their clearing; on the device pass over
+         * resident and staged routes; the walkers after every step: no leak, no page owned
+         * twice, nothing lost */
+        /* wider K/V rows (f32, 4 heads of 16: 8 KiB pages) keep the device pool's walker, which
+         * visits every page of its 1 GiB, at a fraction of a millisecond */
+        const tm_shape wide = {.arch = "llama", .n_layers = 2, .n_embd = 64, .n_ff = 64,
+                               .n_heads = 4, .n_kv_heads = 4, .n_vocab = NV};
+        akv_model *wm = tm_load(&wide, rng);
+        if (!CHECK(wm != NULL)) break;
+        const uint64_t n_ops = 100000;
+        uint64_t ops = 0, steps = 0, faults = 0, arrivals = 0, cancels = 0, finished = 0;
+        uint64_t gave_up = 0;
+        for (int variant = 0; variant < 2; variant++) {
+            akv_engine_params ep = akv_engine_default_params();
+            ep.max_seqs = 4, ep.max_queue = 6, ep.max_idle = 5, ep.max_context = 96;
+            ep.pass = AKV_ENGINE_PASS_DEVICE, ep.chunk = 16;
+            ep.route = variant ? AKV_ROUTE_STAGED : AKV_ROUTE_RESIDENT, ep.window_pages = 2;
+            ep.kv_dtype = AKV_DTYPE_F32;
+            akv_engine *e = engine_open(wm, &ep);
+            if (!e) break;
+            akv_dev *dev = akv_engine_dev(e);
+            enum { LIVE = 24 };
+            akv_request *live[LIVE] = {0};
+            static seen sn[LIVE];
+            memset(sn, 0, sizeof sn);
+            bool faulted = false;
+            int ok = 1;
+            for (uint64_t i = 0; ok && i < n_ops / 2; i++, ops++) {
+                uint32_t what = (uint32_t)test_rand_below(&rng, 100);
+                uint32_t slot = (uint32_t)test_rand_below(&rng, LIVE);
+                if (what < 20 && !live[slot]) {
+                    /* an arrival: half of them share a prefix with an earlier prompt */
+                    uint32_t n = 1 + (uint32_t)test_rand_below(&rng, 60);
+                    uint32_t at = test_rand_below(&rng, 2) ? 0 : (uint32_t)test_rand_below(&rng, 900);
+                    memset(&sn[slot], 0, sizeof sn[slot]);
+                    akv_request_params rp = greedy(tokens + at, n, 1 + (uint32_t)test_rand_below(&rng, 30), &sn[slot]);
+                    rp.want_logits = false;
+                    rp.sample.temp = test_rand_below(&rng, 2) ? 0.0f : 0.9f;
+                    rp.sample.seed = i;
+                    akv_status st = akv_engine_submit(e, &rp, &live[slot], NULL);
+                    ok &= CHECK(st == AKV_OK || st == AKV_EFULL);
+                    arrivals += st == AKV_OK;
+                } else if (what < 26 && live[slot]) {
+                    akv_request_info ri;
+                    akv_request_get_info(live[slot], &ri);
+                    cancels += ri.state != AKV_REQUEST_DONE;
+                    akv_engine_cancel(e, live[slot]);
+                } else if (what < 30 && live[slot]) {
+                    akv_request_info ri;
+                    akv_request_get_info(live[slot], &ri);
+                    finished += ri.state == AKV_REQUEST_DONE;
+                    akv_engine_release(e, live[slot]);
+                    live[slot] = NULL;
+                } else if (what < 33 && !faulted) {
+                    const akv_dev_fault kinds[3] = {AKV_FAULT_COPY, AKV_FAULT_COPY_EXEC, AKV_FAULT_OP_EXEC};
+                    ok &= CHECK(akv_dev_inject_fault(dev, kinds[test_rand_below(&rng, 3)],
+                                                     1 + test_rand_below(&rng, 40), 0) == AKV_OK);
+                    faulted = true, faults++;
+                } else if (what < 40 && faulted) {
+                    (void)akv_dev_sync(dev);
+                    ok &= CHECK(akv_dev_clear_faults(dev) == AKV_OK);
+                    faulted = false;
+                } else {
+                    bool did = false;
+                    akv_status st = akv_engine_step(e, &did);
+                    steps += did;
+                    if (st != AKV_OK && test_rand_below(&rng, 2)) { /* the device recovers */
+                        (void)akv_dev_sync(dev);
+                        ok &= CHECK(akv_dev_clear_faults(dev) == AKV_OK);
+                        faulted = false;
+                    }
+                    if (akv_engine_failed(e)) {
+                        /* it gave up on the device: everything ended cleanly; a new engine */
+                        for (int k = 0; k < LIVE; k++) {
+                            if (live[k]) {
+                                akv_request_info ri;
+                                akv_request_get_info(live[k], &ri);
+                                ok &= CHECK(ri.state == AKV_REQUEST_DONE);
+                            }
+                            akv_engine_release(e, live[k]);
+                            live[k] = NULL;
+                        }
+                        akv_engine_destroy(e);
+                        gave_up++;
+                        if (!(e = engine_open(wm, &ep))) break;
+                        dev = akv_engine_dev(e);
+                        faulted = false;
+                    } else if (!faulted && st == AKV_OK) {
+                        ok &= CHECK(akv__engine_check(e) == AKV_OK);
+                    }
+                }
+                for (int k = 0; k < LIVE; k++) ok &= CHECK(sn[k].after_final == 0 && sn[k].n_final <= 1);
+            }
+            if (!e) break;
+            (void)akv_dev_sync(dev);
+            CHECK_OK(akv_dev_clear_faults(dev));
+            for (int guard = 0; akv_engine_busy(e) && guard < 10000; guard++) {
+                akv_status st = akv_engine_step(e, NULL);
+                if (st) (void)akv_dev_clear_faults(dev);
+            }
+            CHECK(!akv_engine_busy(e));
+            CHECK_OK(akv_route_sync(akv_engine_route(e)));
+            CHECK_OK(akv__engine_check(e));
+            for (int k = 0; k < LIVE; k++) akv_engine_release(e, live[k]);
+            akv_engine_destroy(e);
+        }
+        printf("  %llu operations: %llu arrivals admitted, %llu cancels, %llu steps, %llu faults "
+               "injected, %llu finished, %llu engines given up on their device\n",
+               (unsigned long long)ops, (unsigned long long)arrivals, (unsigned long long)cancels,
+               (unsigned long long)steps, (unsigned long long)faults, (unsigned long long)finished,
+               (unsigned long long)gave_up);
+        CHECK(ops >= n_ops && steps > 1000 && faults > 100);
+        akv_model_destroy(wm);
+    }
+
+    akv_model_destroy(model);
+    CHECK_EQ_INT(test_alloc_live_settled(), 0);
+    return test_finish();
+}
