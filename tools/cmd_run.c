@@ -1,5 +1,6 @@
-/* cmd_run.c — `akv run`: generate text from a GGUF model, its K/V history in the memory layer's
- * pages (host copy authoritative, device window through a route). */
+/* cmd_run.c — `akv run`: generate text from a GGUF model through the engine (akv/engine.h):
+ * one prompt, a conversation (--chat), or many prompts at once (--prompts, --parallel), each
+ * streamed as it is produced, with a report per request and for the whole run. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <getopt.h>
@@ -7,14 +8,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
-#include "akv/admit.h"
 #include "akv/chat.h"
 #include "akv/dev_pool.h"
-#include "akv/forward.h"
-#include "akv/forward_dev.h"
-#include "akv/geom.h"
+#include "akv/engine.h"
 #include "akv/host_pool.h"
+#include "akv/log.h"
 #include "akv/model.h"
 #include "akv/ops.h"
 #include "akv/route.h"
@@ -24,36 +24,54 @@
 #include "core/clock.h"
 
 #define RUN_DEFAULT_MODEL "models/SmolLM2-135M-Instruct.Q4_1.gguf"
-enum { RUN_MAX_TURNS = 1024 }; /* user turns a --chat conversation holds */
+enum {
+    RUN_MAX_TURNS = 1024,            /* user turns a --chat conversation holds */
+    RUN_MAX_PROMPTS = 65536,         /* lines of --prompts */
+};
+#define RUN_DEFAULT_INPUT_LIMIT (64ull << 20) /* bytes of a prompt file or a chat line */
 
 static const char run_usage[] =
-    "usage: akv run [-m MODEL.gguf] [-p PROMPT | --chat] [options]\n"
+    "usage: akv run [-m MODEL.gguf] (-p PROMPT | -f FILE | --prompts FILE | --chat) [options]\n"
     "\n"
-    "Generates text, streaming it to standard output as it is produced. The attention history\n"
-    "lives in the memory layer: host pages (the authoritative copy, --host-gib) and a device\n"
-    "pool (--device-gib) that the route fills. Progress and the final report go to stderr.\n"
+    "Generates text, streaming it as it is produced. The attention history lives in the memory\n"
+    "layer: host pages (the authoritative copy, --host-gib) and a device pool (--device-gib)\n"
+    "that the route fills. Progress and the reports go to stderr.\n"
     "\n"
-    "options:\n"
-    "  -m, --model PATH         GGUF model (default " RUN_DEFAULT_MODEL ")\n"
+    "input (one of):\n"
     "  -p, --prompt TEXT        the prompt; with --chat, the first user message\n"
+    "  -f, --file FILE          the prompt read from FILE (all of it)\n"
+    "      --prompts FILE       one prompt per line of FILE, run concurrently (--parallel);\n"
+    "                           each streamed to its own file (--out-dir) or, without it,\n"
+    "                           printed in order when all are done\n"
     "      --chat               render messages with the model's chat template; without -p,\n"
     "                           read user messages from standard input, one per line (a\n"
     "                           conversation holds up to 1024 turns)\n"
-    "      --system TEXT        with --chat: a system message (else the template's default)\n"
+    "options:\n"
+    "  -m, --model PATH         GGUF model (default " RUN_DEFAULT_MODEL ")\n"
+    "      --system TEXT        with --chat: a system message (else the template's default)\n";
+static const char run_usage2[] =
+    "      --chat-template T    with --chat: the template family (chatml, llama3) or a file of\n"
+    "                           Jinja source to recognise (default: the model's)\n"
     "  -n, --n-predict N        tokens to generate per reply (default 128)\n"
-    "      --max-context N      the longest history, tokens (default: prompt + n, or the\n"
-    "                           model's context length with --chat from standard input)\n"
+    "      --max-context N      the longest history, tokens (default: the longest prompt + n,\n"
+    "                           or the model's context length with --chat); a reply that\n"
+    "                           reaches it stops there (finish length)\n"
+    "      --parallel N         sequences run at once (default 1; with --prompts, up to 4)\n"
+    "      --out-dir DIR        with --prompts: prompt i's text (the prompt and its reply) to\n"
+    "                           DIR/i.txt (i from 1)\n"
     "      --device D           where the forward pass runs: auto (default: the GPU when one\n"
     "                           answers, else the CPU), cpu, cuda or cuda:N\n"
     "      --route resident|staged  how the history reaches the attention (default resident):\n"
     "                           resident keeps every page in the device pool; staged keeps\n"
-    "                           the window there and stages the rest each step\n"
-    "      --window-pages N     staged: window pages per layer, the sink + the newest\n"
+    "                           each sequence's window there and stages the rest each step\n"
+    "      --window-pages N     staged: window pages per layer at least, the sink + the newest\n"
     "                           (default 4, at least 2)\n"
     "      --host-gib G         host pool limit, whole GiB (default 1)\n"
     "      --device-gib G       device pool size, whole GiB (default 1)\n"
     "      --kv-dtype T         K/V page element type: bf16 (default), f16 or f32\n"
-    "      --chunk N            prefill chunk, tokens (default 256)\n"
+    "      --chunk N            prompt chunk, tokens (default 256)\n"
+    "      --step-tokens N      most tokens a step runs, decodes and chunks together (default:\n"
+    "                           512, or --parallel - 1 + --chunk if larger)\n"
     "      --no-graphs          GPU: launch every kernel of a decode step by itself instead of\n"
     "                           replaying the step as one CUDA graph (resident route)\n"
     "      --threads N          CPU threads of the matrix products and the attention (default:\n"
@@ -64,51 +82,56 @@ static const char run_usage[] =
     "      --min-p P            (default 0.05; 0 = off)\n"
     "      --repeat-penalty R   (default 1 = off)\n"
     "      --repeat-last-n N    tokens the penalty looks back over (default 64)\n"
-    "      --seed S             sampler seed (default 0)\n"
-    "      --dump-logits FILE   write every step's logits as raw float32 (n_vocab per step)\n"
+    "      --seed S             sampler seed (default 0; with --prompts, prompt i uses S + i - 1)\n"
+    "      --stop TEXT          stop where the reply contains TEXT (not printed); repeatable\n"
+    "      --dump-logits PATH   write every sampled token's logits as raw float32 (n_vocab\n"
+    "                           each); with --prompts, prompt i's to PATH.i\n"
+    "      --max-input-bytes N  the most bytes a prompt file or a chat line may hold (default\n"
+    "                           64M)\n"
     "  -q, --quiet              no progress and no report on stderr\n"
     "  -h, --help               this text\n"
     "\n"
-    "Generation stops after N tokens, at an end-of-sequence or end-of-turn token, or at any\n"
-    "control token (a chat model opening a new turn).\n";
+    "A reply stops after N tokens, at the --max-context limit, at an end-of-sequence or\n"
+    "end-of-turn token, at any control token (a chat model opening a new turn), or at a --stop\n"
+    "text.\n";
+
+/* The engine's and the admission's field names, said as this command's flags. */
+static const akv_tool_name run_names[] = {
+    {"max_context", "--max-context"}, {"host_gib", "--host-gib"},
+    {"device_gib", "--device-gib"},   {"max_seqs", "--parallel"},
+    {"concurrency", "--parallel"},    {"window_pages", "--window-pages"},
+    {"chunk", "--chunk"},             {"step_tokens", "--step-tokens"},
+    {"max_tokens", "-n"},             {"kv_dtype", "--kv-dtype"},
+    {NULL, NULL}};
+
+enum { RUN_MAX_STOPS = 16 };
 
 typedef struct run_opts {
-    const char *model, *prompt, *system, *device, *dump;
+    const char *model, *prompt, *file, *prompts, *out_dir, *system, *device, *dump, *tmpl;
     int chat, quiet, no_graphs;
-    unsigned long long n_predict, ctx, host_gib, device_gib, chunk, threads, repeat_last_n, seed;
-    unsigned long long window_pages;
+    unsigned long long n_predict, ctx, host_gib, device_gib, chunk, threads, seed, parallel;
+    unsigned long long window_pages, step_tokens, max_input;
     akv_route_kind route;
     akv_dtype kv_dtype;
     akv_sample_params sp;
+    const char *stop[RUN_MAX_STOPS];
+    uint32_t n_stop;
 } run_opts;
 
-/* Everything one run holds, torn down by run_free. */
-typedef struct run_state {
-    run_opts o;
-    akv_model *model;
-    const akv_model_config *cfg;
-    akv_tok *tok;
-    akv_chat *chat;
-    akv_dev *dev;
-    akv_host_pool *hp;
-    akv_dev_pool *dp;
-    akv_route *route;
-    akv_route_seq *seq;
-    akv_forward *fwd;         /* --device cpu: the host pass */
-    akv_forward_dev *fwd_dev; /* a device backend: the pass on its queues */
-    akv_sampler *sampler;
-    FILE *dump;
-    float *logits;
-    uint64_t n_ctx;
-    akv_dev_info dev_info; /* is_host = 0: akv_forward_dev and the queued route */
-    /* measurements */
-    uint64_t n_prompt, n_gen, n_dec; /* prompt tokens, tokens shown, decode steps run */
-    double t_prompt, t_gen, t_first; /* seconds: prefill, decode, start -> first token */
-    akv_tok_text fed;                /* chat: the text the context holds so far */
-    int32_t unfed;                   /* chat: a reply's last token, in fed but not yet run */
-    bool has_unfed;                  /*   through the model (the reply stopped at -n) */
-    int load_pct;                    /* last percentage the load progress showed */
-} run_state;
+/* One prompt of the run and its output. */
+typedef struct run_job {
+    akv_tok_ids ids;
+    akv_request *rq;
+    FILE *out;      /* where its text goes (stdout, its --out-dir file) or NULL: buffered */
+    akv_tok_text buf; /* --prompts without --out-dir: its text until the end */
+    FILE *dump;     /* its logits, or NULL */
+    char *path;     /* its output file's path (for messages) */
+    akv_tok_ids gen; /* its reply's tokens (chat: they join the conversation) */
+    akv_finish finish;
+    uint32_t n_vocab;
+    int keep;       /* chat: the reply is also kept in buf (it joins the conversation) */
+    int write_failed, dump_failed;
+} run_job;
 
 /* Bounds in double: a bound like 0.999999 given as a float would be below the same text parsed. */
 static int run_parse_float(const char *flag, const char *s, double lo, double hi, float *out) {
@@ -134,30 +157,18 @@ static int run_parse_i32(const char *flag, const char *s, int32_t *out) {
 /* Returns -1 to go on, else an exit code. */
 static int run_parse(int argc, char **argv, run_opts *o) {
     enum {
-        O_CHAT = 256,
-        O_SYSTEM,
-        O_CTX,
-        O_DEVICE,
-        O_ROUTE,
-        O_HOST,
-        O_DEVGIB,
-        O_KV,
-        O_CHUNK,
-        O_THREADS,
-        O_TEMP,
-        O_TOPK,
-        O_TOPP,
-        O_MINP,
-        O_RP,
-        O_RLN,
-        O_SEED,
-        O_DUMP,
-        O_WINDOW,
-        O_NOGRAPHS
+        O_CHAT = 256, O_SYSTEM, O_CTX, O_DEVICE, O_ROUTE, O_HOST, O_DEVGIB, O_KV, O_CHUNK,
+        O_THREADS, O_TEMP, O_TOPK, O_TOPP, O_MINP, O_RP, O_RLN, O_SEED, O_DUMP, O_WINDOW,
+        O_NOGRAPHS, O_PROMPTS, O_OUTDIR, O_PARALLEL, O_STEP, O_STOP, O_TMPL, O_MAXIN
     };
     static const struct option opts[] = {{"model", required_argument, 0, 'm'},
                                          {"prompt", required_argument, 0, 'p'},
+                                         {"file", required_argument, 0, 'f'},
+                                         {"prompts", required_argument, 0, O_PROMPTS},
+                                         {"out-dir", required_argument, 0, O_OUTDIR},
+                                         {"parallel", required_argument, 0, O_PARALLEL},
                                          {"chat", no_argument, 0, O_CHAT},
+                                         {"chat-template", required_argument, 0, O_TMPL},
                                          {"no-graphs", no_argument, 0, O_NOGRAPHS},
                                          {"system", required_argument, 0, O_SYSTEM},
                                          {"n-predict", required_argument, 0, 'n'},
@@ -169,6 +180,7 @@ static int run_parse(int argc, char **argv, run_opts *o) {
                                          {"device-gib", required_argument, 0, O_DEVGIB},
                                          {"kv-dtype", required_argument, 0, O_KV},
                                          {"chunk", required_argument, 0, O_CHUNK},
+                                         {"step-tokens", required_argument, 0, O_STEP},
                                          {"threads", required_argument, 0, O_THREADS},
                                          {"temp", required_argument, 0, O_TEMP},
                                          {"top-k", required_argument, 0, O_TOPK},
@@ -177,45 +189,44 @@ static int run_parse(int argc, char **argv, run_opts *o) {
                                          {"repeat-penalty", required_argument, 0, O_RP},
                                          {"repeat-last-n", required_argument, 0, O_RLN},
                                          {"seed", required_argument, 0, O_SEED},
+                                         {"stop", required_argument, 0, O_STOP},
                                          {"dump-logits", required_argument, 0, O_DUMP},
+                                         {"max-input-bytes", required_argument, 0, O_MAXIN},
                                          {"quiet", no_argument, 0, 'q'},
                                          {"help", no_argument, 0, 'h'},
                                          {0, 0, 0, 0}};
     memset(o, 0, sizeof *o);
     o->model = RUN_DEFAULT_MODEL, o->device = "auto", o->n_predict = 128, o->host_gib = 1;
-    o->device_gib = 1, o->chunk = 256, o->repeat_last_n = 64, o->kv_dtype = AKV_DTYPE_BF16;
-    o->window_pages = AKV_ROUTE_WINDOW_PAGES;
+    o->device_gib = 1, o->chunk = 256, o->kv_dtype = AKV_DTYPE_BF16;
+    o->window_pages = AKV_ROUTE_WINDOW_PAGES, o->max_input = RUN_DEFAULT_INPUT_LIMIT;
     o->route = AKV_ROUTE_RESIDENT;
     o->sp = akv_sample_default_params();
     unsigned long long v;
     int c;
     optind = 1;
-    while ((c = getopt_long(argc, argv, "m:p:n:qh", opts, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, "m:p:f:n:qh", opts, NULL)) != -1) {
         switch (c) {
-        case 'm':
-            o->model = optarg;
-            break;
-        case 'p':
-            o->prompt = optarg;
-            break;
-        case O_CHAT:
-            o->chat = 1;
-            break;
-        case O_NOGRAPHS:
-            o->no_graphs = 1;
-            break;
-        case O_SYSTEM:
-            o->system = optarg;
-            break;
+        case 'm': o->model = optarg; break;
+        case 'p': o->prompt = optarg; break;
+        case 'f': o->file = optarg; break;
+        case O_PROMPTS: o->prompts = optarg; break;
+        case O_OUTDIR: o->out_dir = optarg; break;
+        case O_CHAT: o->chat = 1; break;
+        case O_TMPL: o->tmpl = optarg; break;
+        case O_NOGRAPHS: o->no_graphs = 1; break;
+        case O_SYSTEM: o->system = optarg; break;
+        case O_DEVICE: o->device = optarg; break;
+        case O_DUMP: o->dump = optarg; break;
+        case 'q': o->quiet = 1; break;
         case 'n':
-            if (!akv_tool_parse_u64("run", "n-predict", optarg, &o->n_predict))
-                return AKV_EXIT_USAGE;
+            if (!akv_tool_parse_u64("run", "n-predict", optarg, &o->n_predict)) return AKV_EXIT_USAGE;
             break;
         case O_CTX:
             if (!akv_tool_parse_u64("run", "max-context", optarg, &o->ctx)) return AKV_EXIT_USAGE;
             break;
-        case O_DEVICE:
-            o->device = optarg;
+        case O_PARALLEL:
+            if (!akv_tool_parse_max("run", "parallel", optarg, AKV_ROUTE_MAX_SEQS, &o->parallel))
+                return AKV_EXIT_USAGE;
             break;
         case O_ROUTE:
             if (!strcmp(optarg, "resident"))
@@ -253,8 +264,16 @@ static int run_parse(int argc, char **argv, run_opts *o) {
         case O_CHUNK:
             if (!akv_tool_parse_u64("run", "chunk", optarg, &o->chunk)) return AKV_EXIT_USAGE;
             break;
+        case O_STEP:
+            if (!akv_tool_parse_max("run", "step-tokens", optarg, 1u << 20, &o->step_tokens))
+                return AKV_EXIT_USAGE;
+            break;
         case O_THREADS:
             if (!akv_tool_parse_u64("run", "threads", optarg, &o->threads)) return AKV_EXIT_USAGE;
+            break;
+        case O_MAXIN:
+            if (!akv_tool_parse_u64("run", "max-input-bytes", optarg, &o->max_input))
+                return AKV_EXIT_USAGE;
             break;
         case O_TEMP:
             if (!run_parse_float("temp", optarg, 0, 1e6, &o->sp.temp)) return AKV_EXIT_USAGE;
@@ -280,17 +299,19 @@ static int run_parse(int argc, char **argv, run_opts *o) {
             if (!akv_tool_parse_u64("run", "seed", optarg, &v)) return AKV_EXIT_USAGE;
             o->sp.seed = v;
             break;
-        case O_DUMP:
-            o->dump = optarg;
-            break;
-        case 'q':
-            o->quiet = 1;
+        case O_STOP:
+            if (o->n_stop == RUN_MAX_STOPS || !*optarg) {
+                fprintf(stderr, "akv run: --stop: %s\n",
+                        *optarg ? "at most 16 stop texts" : "an empty stop text");
+                return AKV_EXIT_USAGE;
+            }
+            o->stop[o->n_stop++] = optarg;
             break;
         case 'h':
-            printf("%s", run_usage);
+            printf("%s%s", run_usage, run_usage2);
             return AKV_EXIT_OK;
         default:
-            fprintf(stderr, "%s", run_usage);
+            fprintf(stderr, "%s%s", run_usage, run_usage2);
             return AKV_EXIT_USAGE;
         }
     }
@@ -299,18 +320,29 @@ static int run_parse(int argc, char **argv, run_opts *o) {
                 argv[optind]);
         return AKV_EXIT_USAGE;
     }
-    if (!o->prompt && !o->chat) {
-        fprintf(stderr, "akv run: give a prompt (-p TEXT) or --chat\n");
+    int n_inputs = (o->prompt != NULL) + (o->file != NULL) + (o->prompts != NULL);
+    if (n_inputs > 1 || (o->chat && (o->file || o->prompts))) {
+        fprintf(stderr, "akv run: give one of -p, -f and --prompts (--chat takes -p or standard "
+                        "input)\n");
         return AKV_EXIT_USAGE;
     }
-    if (o->system && !o->chat) {
-        fprintf(stderr, "akv run: --system needs --chat\n");
+    if (n_inputs == 0 && !o->chat) {
+        fprintf(stderr, "akv run: give a prompt (-p TEXT, -f FILE, --prompts FILE) or --chat\n");
         return AKV_EXIT_USAGE;
     }
-    const char *bad = o->n_predict == 0 || o->n_predict > (1ull << 32)
-                          ? "-n/--n-predict must be 1..4294967296"
+    if ((o->system || o->tmpl) && !o->chat) {
+        fprintf(stderr, "akv run: %s needs --chat\n", o->system ? "--system" : "--chat-template");
+        return AKV_EXIT_USAGE;
+    }
+    if (o->out_dir && !o->prompts) {
+        fprintf(stderr, "akv run: --out-dir needs --prompts\n");
+        return AKV_EXIT_USAGE;
+    }
+    const char *bad = o->n_predict == 0 || o->n_predict > (1ull << 32) - 1
+                          ? "-n/--n-predict must be 1..4294967295"
                       : o->chunk == 0 || o->chunk > 65536 ? "--chunk must be 1..65536"
                       : o->threads > 1024                 ? "--threads must be at most 1024"
+                      : o->max_input == 0                 ? "--max-input-bytes must be at least 1"
                                                           : NULL;
     if (bad) {
         fprintf(stderr, "akv run: %s\n", bad);
@@ -325,8 +357,8 @@ static int run_parse(int argc, char **argv, run_opts *o) {
         return AKV_EXIT_USAGE;
     }
     if (o->window_pages < 2 || o->window_pages > UINT32_MAX) {
-        fprintf(stderr, "akv run: --window-pages %llu must be in [2, %u]\n", (unsigned long long)o->window_pages,
-                UINT32_MAX);
+        fprintf(stderr, "akv run: --window-pages %llu must be in [2, %u]\n",
+                (unsigned long long)o->window_pages, UINT32_MAX);
         return AKV_EXIT_USAGE;
     }
     if (o->dump && akv_tool_same_file(o->dump, o->model)) {
@@ -335,6 +367,30 @@ static int run_parse(int argc, char **argv, run_opts *o) {
     }
     return -1;
 }
+
+/* ---- the run's state ------------------------------------------------------------------------ */
+
+typedef struct run_state {
+    run_opts o;
+    akv_model *model;
+    const akv_model_config *cfg;
+    akv_tok *tok;
+    akv_chat *chat;
+    akv_engine *engine;
+    run_job *jobs;
+    size_t n_jobs;
+    uint64_t n_ctx;
+    int load_pct;
+    double t_start;
+    /* chat: the conversation so far */
+    akv_tok_text fed;  /* its text */
+    akv_tok_ids conv;  /* its tokens: every prompt token and reply token (the context holds
+                          them all but the reply's last, which the next turn feeds) */
+    /* totals over the run's requests (the report) */
+    uint64_t n_prompt, n_cached, n_dec, n_gen;
+    double t_prompt, t_dec, t_first;
+    uint64_t h2d, staged, d2h;
+} run_state;
 
 static void run_progress(void *user, uint64_t done, uint64_t total) {
     run_state *s = user;
@@ -345,247 +401,65 @@ static void run_progress(void *user, uint64_t done, uint64_t total) {
     if (done == total) fputc('\n', stderr);
 }
 
+static void run_engine_progress(void *user, const char *what, uint64_t done, uint64_t total) {
+    const run_state *s = user;
+    if (!s->o.quiet && !strcmp(what, "uploading") && done == 0)
+        fprintf(stderr, "akv run: uploading the weights to the device as bf16\n");
+    (void)total;
+}
+
+static void run_job_free(run_job *j) {
+    akv_tok_ids_free(&j->ids);
+    akv_tok_ids_free(&j->gen);
+    akv_tok_text_free(&j->buf);
+    if (j->out && j->out != stdout && fclose(j->out) != 0)
+        fprintf(stderr, "akv run: '%s': the output could not be completed: %s\n", j->path,
+                strerror(errno));
+    if (j->dump && fclose(j->dump) != 0)
+        fprintf(stderr, "akv run: --dump-logits: the file could not be completed: %s\n",
+                strerror(errno));
+    free(j->path);
+}
+
 static void run_free(run_state *s) {
-    akv_forward_destroy(s->fwd);
-    akv_forward_dev_destroy(s->fwd_dev);
-    /* the staged route's last leases retire here (destroy never waits) */
-    if (s->route && akv_route_sync(s->route) != AKV_OK)
-        fprintf(stderr, "akv run: the route's last step did not complete\n");
-    if (s->seq && akv_route_seq_close(s->route, s->seq) != AKV_OK)
-        fprintf(stderr, "akv run: the sequence could not be closed\n");
-    if (akv_route_destroy(s->route) != AKV_OK)
-        fprintf(stderr, "akv run: the route could not be released\n");
-    if (akv_dev_pool_destroy(s->dp) != AKV_OK)
-        fprintf(stderr, "akv run: the device pool could not be released\n");
-    if (akv_host_pool_destroy(s->hp) != AKV_OK)
-        fprintf(stderr, "akv run: the host pool could not be released\n");
-    if (akv_dev_destroy(s->dev) != AKV_OK) fprintf(stderr, "akv run: the device is still busy\n");
-    akv_sampler_destroy(s->sampler);
+    for (size_t i = 0; i < s->n_jobs; i++) {
+        if (s->engine && s->jobs[i].rq) akv_engine_release(s->engine, s->jobs[i].rq);
+        run_job_free(&s->jobs[i]);
+    }
+    free(s->jobs);
+    akv_engine_destroy(s->engine); /* frees the device too */
     akv_chat_destroy(s->chat);
     akv_tok_destroy(s->tok);
     akv_model_destroy(s->model);
-    if (s->dump && fclose(s->dump) != 0)
-        fprintf(stderr, "akv run: --dump-logits: the file could not be completed: %s\n", strerror(errno));
-    free(s->logits);
     akv_tok_text_free(&s->fed);
+    akv_tok_ids_free(&s->conv);
 }
 
-/* Model, tokenizer, device, pools, route, forward pass, sampler. Prints what failed. */
-static int run_open(run_state *s) {
-    const run_opts *o = &s->o;
-    akv_status st = akv_tool_open_device(o->device, &s->dev);
-    if (st) return st == AKV_EINVAL ? AKV_EXIT_USAGE : AKV_EXIT_FAIL; /* a bad --device is a usage error */
-    if ((st = akv_dev_get_info(s->dev, &s->dev_info))) {
-        fprintf(stderr, "akv run: --device %s: %s\n", o->device, akv_status_str(st));
-        return AKV_EXIT_FAIL;
+/* Reads all of a file, at most max bytes (a larger input is refused, naming the flag). */
+static int run_read_file(const char *path, unsigned long long max, akv_tok_text *out) {
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        fprintf(stderr, "akv run: '%s': %s\n", path, strerror(errno));
+        return 0;
     }
-    if (!s->dev_info.is_host && o->kv_dtype != AKV_DTYPE_BF16) {
-        fprintf(stderr, "akv run: --device %s: the CUDA attention reads bf16 K/V pages only\n",
-                o->device);
-        return AKV_EXIT_FAIL;
-    }
-    if (o->threads) akv_ops_ref_set_threads((int)o->threads);
-    akv_model_load_params lp = {.progress = run_progress, .progress_user = s};
-    if ((st = akv_model_load(o->model, &lp, &s->model))) {
-        fprintf(stderr, "akv run: cannot load '%s': %s%s\n", o->model, akv_status_str(st),
-                st == AKV_EIO ? " (bash scripts/fetch-model fetches the default model)" : "");
-        return AKV_EXIT_FAIL;
-    }
-    s->cfg = akv_model_get_config(s->model);
-    if ((st = akv_tok_create_from_gguf(akv_model_gguf(s->model), NULL, &s->tok))) {
-        fprintf(stderr, "akv run: the model's tokenizer: %s\n", akv_status_str(st));
-        return AKV_EXIT_FAIL;
-    }
-    if (o->chat && (st = akv_chat_create_from_gguf(akv_model_gguf(s->model), NULL, &s->chat))) {
-        fprintf(stderr, "akv run: the model's chat template: %s\n", akv_status_str(st));
-        return AKV_EXIT_FAIL;
-    }
-    return -1;
-}
-
-/* The memory layer and the pass, sized for n_ctx tokens. */
-static int run_open_memory(run_state *s) {
-    const run_opts *o = &s->o;
-    const akv_model_config *c = s->cfg;
-    akv_geom g;
-    akv_status st = akv_geom_init(&g, c->n_layers, c->n_kv_heads, c->head_dim, o->kv_dtype, 0);
-    if (st) return AKV_EXIT_FAIL;
-    akv_host_pool_params hpp = akv_host_pool_default_params();
-    hpp.limit_gib = (uint32_t)o->host_gib;
-    akv_dev_pool_params dpp = akv_dev_pool_default_params();
-    dpp.device_gib = (uint32_t)o->device_gib;
-    if (o->route == AKV_ROUTE_STAGED) {
-        /* the staged route's own stage: 2 slots of (max pages - window) pages, from the pool */
-        uint32_t win = (uint32_t)o->window_pages;
-        dpp.staging_pages = akv_route_staging_pages(&g, s->n_ctx, win, 1);
-        akv_dev_pool_stats lay;
-        st = akv_dev_pool_layout(&g, &dpp, &lay);
-        if (st || lay.window_capacity < win) {
-            double mib = (double)dpp.staging_pages * akv_geom_page_bytes(&g) / (1 << 20);
-            fprintf(stderr,
-                    "akv run: the staged route needs %.0f MiB of staging (2 slots x %u pages "
-                    "of %zu KiB for --max-context %llu) plus a window of %u pages x %u layers; "
-                    "--device-gib %llu does not hold them: raise --device-gib or lower "
-                    "--max-context (or --window-pages)\n",
-                    mib, dpp.staging_pages / 2, akv_geom_page_bytes(&g) >> 10,
-                    (unsigned long long)s->n_ctx, win, c->n_layers, o->device_gib);
-            return AKV_EXIT_REFUSED;
+    char buf[65536];
+    size_t n;
+    int ok = 1;
+    while (ok && (n = fread(buf, 1, sizeof buf, f)) > 0) {
+        if (out->n_bytes + n > max) {
+            fprintf(stderr, "akv run: '%s' holds more than %llu bytes (--max-input-bytes)\n", path,
+                    max);
+            ok = 0;
+        } else if (akv_tok_text_append(out, buf, n) != AKV_OK) {
+            ok = 0;
         }
     }
-    /* admission: the memory layer's arithmetic for one full-length history */
-    akv_admit_params ap = {.geom = g,
-                           .max_context = s->n_ctx,
-                           .host_gib = hpp.limit_gib,
-                           .device_gib = dpp.device_gib,
-                           .staging_pages = dpp.staging_pages,
-                           .concurrency = 1,
-                           .mode = AKV_ADMIT_REFUSE};
-    akv_fit fit;
-    /* a configuration the arithmetic refuses (logged naming the setting) is a usage error */
-    if ((st = akv_admit_fit(&ap, &fit))) return st == AKV_EINVAL || st == AKV_EOVERFLOW ? AKV_EXIT_USAGE : AKV_EXIT_FAIL;
-    if (fit.status != AKV_OK) {
-        fprintf(stderr, "akv run: %s\n", fit.verdict);
-        return AKV_EXIT_REFUSED;
+    if (ok && ferror(f)) {
+        fprintf(stderr, "akv run: '%s': %s\n", path, strerror(errno));
+        ok = 0;
     }
-    if ((st = akv_host_pool_create(s->dev, &g, &hpp, &s->hp)) ||
-        (st = akv_dev_pool_create(s->dev, &g, &dpp, &s->dp))) {
-        fprintf(stderr, "akv run: the memory pools: %s\n", akv_status_str(st));
-        return AKV_EXIT_FAIL;
-    }
-    /* on a device the pass runs on the queues: the route keeps its tables there too */
-    akv_route_params rp = {.kind = o->route,
-                           .max_tokens = s->n_ctx,
-                           .queued = !s->dev_info.is_host,
-                           .window_pages = (uint32_t)o->window_pages};
-    akv_route_seq_params sqp = {.tag = 1};
-    if ((st = akv_route_create(s->dev, s->hp, s->dp, &rp, &s->route)) ||
-        (st = akv_route_seq_open(s->route, &sqp, &s->seq))) {
-        fprintf(stderr, "akv run: route %s: %s\n", akv_route_kind_name(o->route),
-                akv_status_str(st));
-        return st == AKV_EINVAL ? AKV_EXIT_REFUSED : AKV_EXIT_FAIL;
-    }
-    akv_forward_params fp = akv_forward_default_params();
-    fp.max_chunk = (uint32_t)o->chunk;
-    fp.no_graphs = o->no_graphs ? 1u : 0u;
-    fp.threads = (uint32_t)o->threads;
-    if (!s->dev_info.is_host && !o->quiet)
-        fprintf(stderr, "akv run: uploading the weights to the device as bf16\n");
-    if ((st = s->dev_info.is_host ? akv_forward_create(s->model, &fp, &s->fwd)
-                                  : akv_forward_dev_create(s->dev, s->model, &fp, &s->fwd_dev)) ||
-        (st = akv_sampler_create(&o->sp, (int32_t)c->n_vocab, &s->sampler))) {
-        fprintf(stderr, "akv run: %s\n", akv_status_str(st));
-        return AKV_EXIT_FAIL;
-    }
-    s->logits = malloc((size_t)c->n_vocab * sizeof(float));
-    if (!s->logits) return AKV_EXIT_FAIL;
-    if (o->dump && !(s->dump = fopen(o->dump, "wb"))) {
-        fprintf(stderr, "akv run: --dump-logits '%s': %s\n", o->dump, strerror(errno));
-        return AKV_EXIT_FAIL;
-    }
-    if (!o->quiet)
-        fprintf(stderr,
-                "akv run: on %s (%s); %s, %u layers, K/V %s in pages of %u tokens (%zu KiB); "
-                "host pool %llu GiB, device pool %llu GiB, route %s, context %llu\n",
-                s->dev_info.is_host ? "the CPU" : "the GPU", s->dev_info.name, c->arch_name,
-                c->n_layers,
-                akv_dtype_name(g.dtype), g.page_tokens,
-                akv_geom_page_bytes(&g) >> 10, o->host_gib, o->device_gib,
-                akv_route_kind_name(o->route), (unsigned long long)s->n_ctx);
-    return -1;
-}
-
-/* Runs tokens through the model at the end of the history; logits of the last one in
- * s->logits (and the dump file). Prefill progress on stderr for long inputs. */
-static akv_status run_feed(run_state *s, const int32_t *ids, size_t n) {
-    akv_forward_kv kv = akv_route_forward_kv(s->route);
-    akv_status st = AKV_OK;
-    for (size_t done = 0; done < n && st == AKV_OK;) {
-        uint32_t chunk = (uint32_t)(n - done < s->o.chunk ? n - done : s->o.chunk);
-        uint64_t pos0 = akv_route_seq_n_tokens(s->seq);
-        if (pos0 + chunk > s->n_ctx) {
-            fprintf(stderr, "\nakv run: the context is full (%llu tokens; --max-context)\n",
-                    (unsigned long long)s->n_ctx);
-            return AKV_EFULL;
-        }
-        akv_route_req rq = {.seq = s->seq, .n_tokens = pos0 + chunk};
-        if ((st = akv_route_begin_step(s->route, &rq, 1))) break;
-        bool last = done + chunk == n;
-        float *want = last ? s->logits : NULL;
-        st = s->fwd_dev ? akv_forward_dev_run(s->fwd_dev, ids + done, chunk, (uint32_t)pos0, &kv,
-                                              want, false)
-                        : akv_forward_run(s->fwd, ids + done, chunk, (uint32_t)pos0, &kv, want,
-                                          false);
-        if (st) {
-            akv_route_abort_step(s->route);
-            break;
-        }
-        done += chunk;
-        if (n > s->o.chunk && !s->o.quiet)
-            fprintf(stderr, "\rprefill %zu/%zu tokens%s", done, n, done == n ? "\n" : "");
-    }
-    if (st) {
-        fprintf(stderr, "akv run: the forward pass failed: %s\n", akv_status_str(st));
-        return st;
-    }
-    if (s->dump && fwrite(s->logits, sizeof(float), s->cfg->n_vocab, s->dump) != s->cfg->n_vocab) {
-        fprintf(stderr, "akv run: --dump-logits: write failed\n");
-        return AKV_EIO;
-    }
-    return AKV_OK;
-}
-
-/* One generated token through the model (a decode step), timed and counted. */
-static akv_status run_decode_one(run_state *s, int32_t id) {
-    double ts = akv_clock_s();
-    akv_status st = run_feed(s, &id, 1);
-    if (st == AKV_OK) s->t_gen += akv_clock_s() - ts, s->n_dec++;
-    return st;
-}
-
-/* Whether generation stops at token id. */
-static bool run_is_stop(const run_state *s, int32_t id) {
-    akv_tok_specials sp = akv_tok_get_specials(s->tok);
-    return id == sp.eos_id || id == sp.eot_id ||
-           akv_tok_token_type(s->tok, id) == AKV_TOK_TYPE_CONTROL;
-}
-
-/* Prefills the prompt ids, then samples and streams up to n_predict tokens. The generated
- * text is appended to *reply when it is not NULL. */
-static akv_status run_generate(run_state *s, const akv_tok_ids *prompt, akv_tok_text *reply) {
-    double t0 = akv_clock_s();
-    for (size_t i = 0; i < prompt->n_ids; i++)
-        akv_sampler_accept(s->sampler, prompt->ids[i]);
-    akv_status st = run_feed(s, prompt->ids, prompt->n_ids);
-    if (st) return st;
-    double t1 = akv_clock_s();
-    s->t_prompt += t1 - t0;
-    s->n_prompt += prompt->n_ids;
-    akv_tok_stream stream = {0};
-    akv_tok_text out = {0};
-    for (uint64_t i = 0; i < s->o.n_predict; i++) {
-        int32_t id;
-        if ((st = akv_sampler_sample(s->sampler, s->logits, &id))) break;
-        if (s->n_gen == 0 && s->t_first == 0) s->t_first = akv_clock_s() - t0;
-        if (run_is_stop(s, id)) break;
-        akv_sampler_accept(s->sampler, id);
-        size_t before = out.n_bytes;
-        if ((st = akv_tok_stream_push(s->tok, &stream, id, 0, &out))) break;
-        fwrite(out.bytes + before, 1, out.n_bytes - before, stdout);
-        fflush(stdout);
-        s->n_gen++;
-        if (i + 1 == s->o.n_predict) { /* the last token needs no forward pass now */
-            s->unfed = id, s->has_unfed = true; /* a next chat turn runs it first */
-            break;
-        }
-        if ((st = run_decode_one(s, id))) break;
-    }
-    size_t before = out.n_bytes;
-    if (st == AKV_OK) st = akv_tok_stream_flush(&stream, &out);
-    fwrite(out.bytes + before, 1, out.n_bytes - before, stdout);
-    fflush(stdout);
-    if (st == AKV_OK && reply) st = akv_tok_text_append(reply, out.bytes, out.n_bytes);
-    akv_tok_text_free(&out);
-    return st;
+    fclose(f);
+    return ok;
 }
 
 /* Encodes text (parse_special for chat renderings) into *ids. */
@@ -597,175 +471,544 @@ static akv_status run_encode(run_state *s, const char *text, size_t n, bool chat
     return st;
 }
 
-/* Chat: renders the conversation so far and feeds the part the context does not hold yet
- * (the whole rendering shares its start with what was fed: the previous rendering plus the
- * reply's text). */
-static akv_status run_chat_turn(run_state *s, akv_chat_msg *msgs, size_t n_msgs) {
+/* Model, tokenizer, chat template. Prints what failed. */
+static int run_open_model(run_state *s) {
+    const run_opts *o = &s->o;
+    akv_model_load_params lp = {.progress = run_progress, .progress_user = s};
+    akv_status st = akv_model_load(o->model, &lp, &s->model);
+    if (st) {
+        fprintf(stderr, "akv run: cannot load '%s': %s%s\n", o->model, akv_status_str(st),
+                st == AKV_EIO ? " (bash scripts/fetch-model fetches the default model)" : "");
+        return AKV_EXIT_FAIL;
+    }
+    s->cfg = akv_model_get_config(s->model);
+    if ((st = akv_tok_create_from_gguf(akv_model_gguf(s->model), NULL, &s->tok))) {
+        fprintf(stderr, "akv run: the model's tokenizer: %s\n", akv_status_str(st));
+        return AKV_EXIT_FAIL;
+    }
+    if (!o->chat) return -1;
+    struct stat sb;
+    if (o->tmpl && stat(o->tmpl, &sb) == 0) { /* a file of Jinja source */
+        akv_tok_text src = {0};
+        if (!run_read_file(o->tmpl, 1u << 20, &src)) return AKV_EXIT_USAGE;
+        akv_chat_params cp = {.template_text = src.bytes ? src.bytes : "",
+                              .template_bytes = src.n_bytes};
+        st = akv_chat_create(&cp, &s->chat);
+        akv_tok_text_free(&src);
+    } else {
+        st = akv_chat_create_from_gguf(akv_model_gguf(s->model), o->tmpl, &s->chat);
+    }
+    if (st) {
+        fprintf(stderr, "akv run: %s: %s; name the family with --chat-template chatml|llama3\n",
+                o->tmpl ? "--chat-template" : "the model's chat template", akv_status_str(st));
+        return st == AKV_EINVAL ? AKV_EXIT_USAGE : AKV_EXIT_FAIL;
+    }
+    return -1;
+}
+
+/* The prompts of a one-shot run (-p, -f, --prompts) as jobs. */
+static int run_load_prompts(run_state *s) {
+    const run_opts *o = &s->o;
+    akv_tok_text text = {0};
+    int rc = -1;
+    if (o->file || o->prompts) {
+        if (!run_read_file(o->file ? o->file : o->prompts, o->max_input, &text)) return AKV_EXIT_FAIL;
+    } else if (akv_tok_text_append(&text, o->prompt, strlen(o->prompt)) != AKV_OK) {
+        return AKV_EXIT_FAIL;
+    }
+    /* --prompts: one job per line (a last line without a newline counts) */
+    size_t n = 1;
+    if (o->prompts) {
+        n = 0;
+        for (size_t i = 0; i < text.n_bytes; i++) n += text.bytes[i] == '\n';
+        n += text.n_bytes && text.bytes[text.n_bytes - 1] != '\n';
+        if (n == 0 || n > RUN_MAX_PROMPTS) {
+            fprintf(stderr, "akv run: --prompts '%s' holds %zu lines (1..%d)\n", o->prompts, n,
+                    RUN_MAX_PROMPTS);
+            akv_tok_text_free(&text);
+            return AKV_EXIT_USAGE;
+        }
+    }
+    s->jobs = calloc(n, sizeof *s->jobs);
+    if (!s->jobs) {
+        akv_tok_text_free(&text);
+        return AKV_EXIT_FAIL;
+    }
+    s->n_jobs = n;
+    const char *at = text.bytes ? text.bytes : "";
+    for (size_t i = 0; i < n && rc < 0; i++) {
+        size_t len = o->prompts ? strcspn(at, "\n") : text.n_bytes;
+        if (run_encode(s, at, len, false, &s->jobs[i].ids)) rc = AKV_EXIT_FAIL;
+        else if (s->jobs[i].ids.n_ids == 0) {
+            /* no token, no logits: the first sample would read what no pass wrote */
+            if (o->prompts)
+                fprintf(stderr, "akv run: --prompts line %zu is empty (it encodes to no tokens)\n", i + 1);
+            else
+                fprintf(stderr, "akv run: the prompt is empty (it encodes to no tokens)\n");
+            rc = AKV_EXIT_USAGE;
+        }
+        at += len + (at[len] == '\n');
+    }
+    akv_tok_text_free(&text);
+    return rc;
+}
+
+/* The engine: the plan from the flags, the longest history the run needs. */
+static int run_open_engine(run_state *s, uint32_t max_seqs) {
+    const run_opts *o = &s->o;
+    akv_engine_params ep = akv_engine_default_params();
+    akv_status st = akv_tool_open_device(o->device, &ep.dev);
+    if (st) return st == AKV_EINVAL ? AKV_EXIT_USAGE : AKV_EXIT_FAIL; /* printed */
+    akv_dev_info info;
+    if ((st = akv_dev_get_info(ep.dev, &info))) {
+        fprintf(stderr, "akv run: --device %s: %s\n", o->device, akv_status_str(st));
+        akv_dev_destroy(ep.dev);
+        return AKV_EXIT_FAIL;
+    }
+    if (!info.is_host && o->kv_dtype != AKV_DTYPE_BF16) {
+        fprintf(stderr, "akv run: --device %s: the CUDA attention reads bf16 K/V pages only\n",
+                o->device);
+        akv_dev_destroy(ep.dev);
+        return AKV_EXIT_FAIL;
+    }
+    if (o->threads) akv_ops_ref_set_threads((int)o->threads);
+    ep.model = s->model;
+    ep.progress = run_engine_progress, ep.progress_user = s;
+    ep.host_gib = (uint32_t)o->host_gib, ep.device_gib = (uint32_t)o->device_gib;
+    ep.kv_dtype = o->kv_dtype;
+    ep.route = o->route, ep.window_pages = (uint32_t)o->window_pages;
+    ep.max_context = s->n_ctx;
+    ep.max_seqs = max_seqs;
+    ep.max_queue = s->n_jobs > max_seqs ? (uint32_t)s->n_jobs : 0; /* every prompt waits its turn */
+    ep.max_idle = 1;   /* a conversation's last context, for its next turn */
+    ep.chunk = (uint32_t)o->chunk, ep.step_tokens = (uint32_t)o->step_tokens;
+    ep.threads = (uint32_t)o->threads, ep.no_graphs = o->no_graphs != 0;
+    st = akv_engine_create(&ep, &s->engine);
+    if (st) { /* logged with the setting (said as our flags) */
+        fprintf(stderr, "akv run: %s\n",
+                st == AKV_EFULL ? "the configuration does not fit (see above)"
+                                : akv_status_str(st));
+        return st == AKV_EFULL ? AKV_EXIT_REFUSED : st == AKV_EINVAL ? AKV_EXIT_USAGE : AKV_EXIT_FAIL;
+    }
+    if (!o->quiet) {
+        const akv_engine_plan *pl = akv_engine_get_plan(s->engine);
+        fprintf(stderr,
+                "akv run: on %s (%s); %s, %u layers, K/V %s in pages of %u tokens (%zu KiB); "
+                "host pool %llu GiB, device pool %llu GiB, route %s, context %llu, %u at once\n",
+                info.is_host ? "the CPU" : "the GPU", info.name, s->cfg->arch_name,
+                s->cfg->n_layers, akv_dtype_name(pl->geom.dtype), pl->geom.page_tokens,
+                akv_geom_page_bytes(&pl->geom) >> 10, o->host_gib, o->device_gib,
+                akv_route_kind_name(o->route), (unsigned long long)s->n_ctx, pl->max_seqs);
+    }
+    return -1;
+}
+
+/* ---- generation ----------------------------------------------------------------------------- */
+
+static int run_push_id(akv_tok_ids *ids, int32_t id) {
+    if (ids->n_ids == ids->cap) {
+        size_t cap = ids->cap ? 2 * ids->cap : 64;
+        int32_t *p = realloc(ids->ids, cap * sizeof *p);
+        if (!p) return 0;
+        ids->ids = p, ids->cap = cap;
+    }
+    ids->ids[ids->n_ids++] = id;
+    return 1;
+}
+
+static void run_write(run_job *j, const char *text, size_t n) {
+    if (!n) return;
+    if ((!j->out || j->keep) && akv_tok_text_append(&j->buf, text, n) != AKV_OK) j->write_failed = 1;
+    if (!j->out) return;
+    if (fwrite(text, 1, n, j->out) != n) j->write_failed = 1;
+    fflush(j->out);
+}
+
+static void run_on_token(void *user, akv_request *rq, const akv_token_event *ev) {
+    (void)rq;
+    run_job *j = user;
+    if (ev->text) run_write(j, ev->text, ev->n_text);
+    /* the reply's tokens: not the one that stopped it (an end of turn, a stop text's) */
+    if (ev->token >= 0 && ev->finish != AKV_FINISH_STOP && !run_push_id(&j->gen, ev->token))
+        j->write_failed = 1;
+    if (ev->logits && j->dump &&
+        fwrite(ev->logits, sizeof(float), j->n_vocab, j->dump) != j->n_vocab)
+        j->dump_failed = 1;
+    if (ev->finish != AKV_FINISH_NONE) j->finish = ev->finish;
+}
+
+/* Submits job j: its prompt (max_tokens capped by the context), its sampling. Prints a
+ * refusal (with the flag to change) and returns 0 then. */
+static int run_submit(run_state *s, run_job *j, uint64_t seed) {
+    const run_opts *o = &s->o;
+    uint64_t room = s->n_ctx > j->ids.n_ids ? s->n_ctx - j->ids.n_ids : 0;
+    akv_request_params rp = {.prompt = j->ids.ids,
+                             .n_prompt = (uint32_t)j->ids.n_ids,
+                             .max_tokens = (uint32_t)(o->n_predict < room ? o->n_predict : room),
+                             .sample = o->sp,
+                             .stop = o->stop,
+                             .n_stop = o->n_stop,
+                             .on_token = run_on_token,
+                             .user = j,
+                             .want_logits = j->dump != NULL,
+                             .id = (uint64_t)(j - s->jobs) + 1};
+    rp.sample.seed = seed;
+    j->n_vocab = s->cfg->n_vocab;
+    j->finish = AKV_FINISH_NONE;
+    if (rp.max_tokens == 0) {
+        fprintf(stderr, "akv run: the prompt (%zu tokens) does not fit --max-context %llu\n",
+                j->ids.n_ids, (unsigned long long)s->n_ctx);
+        return 0;
+    }
+    akv_refusal rf;
+    akv_status st = akv_engine_submit(s->engine, &rp, &j->rq, &rf);
+    if (st) {
+        char said[512];
+        akv_tool_rename(rf.message, run_names, said, sizeof said);
+        fprintf(stderr, "akv run: refused (%s): %s\n", akv_refusal_reason_name(rf.reason), said);
+        return 0;
+    }
+    return 1;
+}
+
+/* Steps until every request has ended. */
+static akv_status run_until_done(run_state *s) {
+    akv_status st = AKV_OK;
+    while (akv_engine_busy(s->engine)) {
+        st = akv_engine_step(s->engine, NULL);
+        if (st && akv_engine_failed(s->engine)) break; /* every request ended with an error */
+    }
+    return akv_engine_failed(s->engine) ? AKV_EDEVICE : AKV_OK;
+}
+
+/* A finished job's numbers join the run's totals. */
+static void run_account(run_state *s, const run_job *j) {
+    akv_request_info ri;
+    akv_request_get_info(j->rq, &ri);
+    s->n_prompt += ri.n_prompt - ri.n_cached;
+    s->n_cached += ri.n_cached;
+    s->n_gen += ri.n_gen;
+    s->n_dec += ri.n_gen > 1 ? ri.n_gen - 1 : 0;
+    if (ri.t_first > 0) {
+        s->t_prompt += ri.t_first - ri.t_admit;
+        s->t_dec += ri.t_done - ri.t_first;
+        if (s->t_first == 0) s->t_first = ri.t_first - ri.t_submit;
+    }
+    s->h2d += ri.h2d_bytes, s->staged += ri.staged_bytes, s->d2h += ri.d2h_bytes;
+}
+
+/* One request's report line (--prompts). */
+static void run_report_job(const run_state *s, size_t i) {
+    akv_request_info ri;
+    akv_request_get_info(s->jobs[i].rq, &ri);
+    double dec = ri.t_done - ri.t_first;
+    uint32_t n_dec = ri.n_gen > 1 ? ri.n_gen - 1 : 0;
+    fprintf(stderr,
+            "prompt %zu: %u prompt tokens (%u reused), %u generated; time to first token %.3f s, "
+            "decode %.1f tok/s; finish %s; %.0f bytes staged per token\n",
+            i + 1, ri.n_prompt, ri.n_cached, ri.n_gen,
+            ri.t_first > 0 ? ri.t_first - ri.t_submit : 0, dec > 0 ? n_dec / dec : 0,
+            akv_finish_name(ri.finish),
+            ri.n_prompt + n_dec ? (double)ri.staged_bytes / (ri.n_prompt - ri.n_cached + n_dec) : 0);
+}
+
+static void run_report(const run_state *s) {
+    if (s->o.quiet) return;
+    akv_engine_stats es;
+    akv_engine_get_stats(s->engine, &es);
+    akv_dev_pool_stats ps;
+    akv_host_pool_stats hs;
+    akv_dev_pool_get_stats(akv_engine_dev_pool(s->engine), &ps);
+    akv_host_pool_get_stats(akv_engine_host_pool(s->engine), &hs);
+    if (s->n_jobs > 1) {
+        fputc('\n', stderr);
+        for (size_t i = 0; i < s->n_jobs; i++)
+            if (s->jobs[i].rq) run_report_job(s, i);
+    }
+    double wall = akv_clock_s() - s->t_start;
+    fprintf(stderr, "\n%sprompt: %llu tokens in %.3f s (%.1f tok/s)", s->n_jobs > 1 ? "all: " : "\n",
+            (unsigned long long)s->n_prompt, s->t_prompt,
+            s->t_prompt > 0 ? (double)s->n_prompt / s->t_prompt : 0);
+    if (s->n_cached)
+        fprintf(stderr, "; %llu more reused from earlier turns, not computed",
+                (unsigned long long)s->n_cached);
+    fprintf(stderr, "\ndecode: %llu tokens in %.3f s (%.1f tok/s)\n", (unsigned long long)s->n_dec,
+            s->t_dec, s->t_dec > 0 ? (double)s->n_dec / s->t_dec : 0);
+    if (s->n_jobs > 1)
+        fprintf(stderr, "together: %llu tokens generated in %.3f s (%.1f tok/s), %llu steps of "
+                "%.1f ms\n",
+                (unsigned long long)s->n_gen, wall, wall > 0 ? (double)s->n_gen / wall : 0,
+                (unsigned long long)es.n_steps, es.n_steps ? es.step_s * 1e3 / es.n_steps : 0);
+    fprintf(stderr, "time to first token: %.3f s\n", s->t_first);
+    uint64_t n_tok = s->n_prompt + s->n_dec;
+    fprintf(stderr,
+            "bytes staged per token: %.0f host->device (%.0f of it non-window pages), %.0f "
+            "written back device->host (route %s)\n",
+            n_tok ? (double)s->h2d / (double)n_tok : 0, n_tok ? (double)s->staged / (double)n_tok : 0,
+            n_tok ? (double)s->d2h / (double)n_tok : 0, akv_route_kind_name(s->o.route));
+    double mib = 1.0 / (1 << 20);
+    fprintf(stderr,
+            "device pool: %u of %u pages per layer in use (%.1f of %.0f MiB); host pool: "
+            "%llu pages, %.1f MiB pinned; preemptions %llu\n",
+            ps.window_used, ps.window_capacity,
+            (double)ps.window_used * s->cfg->n_layers * (double)ps.page_bytes * mib,
+            (double)ps.n_pages * (double)ps.page_bytes * mib, (unsigned long long)hs.n_used,
+            (double)hs.pinned_bytes * mib, (unsigned long long)es.n_preemptions);
+    if (es.graph_builds || es.graph_launches)
+        fprintf(stderr, "decode steps replayed as graphs: %llu (%llu graph(s) built)\n",
+                (unsigned long long)es.graph_launches, (unsigned long long)es.graph_builds);
+}
+
+/* Opens job i's outputs for --prompts: DIR/i.txt (or a buffer), PATH.i for the logits. */
+static int run_open_job_outputs(run_state *s, size_t i) {
+    run_job *j = &s->jobs[i];
+    const run_opts *o = &s->o;
+    if (!o->prompts) {
+        j->out = stdout;
+    } else if (o->out_dir) {
+        if (asprintf(&j->path, "%s/%zu.txt", o->out_dir, i + 1) < 0) return 0;
+        if (!(j->out = fopen(j->path, "w"))) {
+            fprintf(stderr, "akv run: --out-dir: '%s': %s\n", j->path, strerror(errno));
+            return 0;
+        }
+    }
+    if (o->dump) {
+        char *dp = NULL;
+        if (o->prompts && asprintf(&dp, "%s.%zu", o->dump, i + 1) < 0) return 0;
+        const char *path = dp ? dp : o->dump;
+        if (akv_tool_same_file(path, o->model) || !(j->dump = fopen(path, "wb"))) {
+            fprintf(stderr, "akv run: --dump-logits '%s': %s\n", path,
+                    j->dump ? "is the model" : strerror(errno));
+            free(dp);
+            return 0;
+        }
+        free(dp);
+    }
+    return 1;
+}
+
+/* -p, -f, --prompts: every prompt submitted at once (they wait their turn), each echoed and
+ * streamed to its output. */
+static int run_oneshot(run_state *s) {
+    const run_opts *o = &s->o;
+    const char *echo_at = NULL;
+    akv_tok_text all = {0};
+    for (size_t i = 0; i < s->n_jobs; i++) {
+        if (!run_open_job_outputs(s, i)) return AKV_EXIT_FAIL;
+        /* the prompt's text first, as it was given */
+        if (!o->prompts) {
+            if (o->prompt) echo_at = o->prompt;
+            else if (run_read_file(o->file, o->max_input, &all)) echo_at = all.bytes ? all.bytes : "";
+            if (echo_at) run_write(&s->jobs[i], echo_at, strlen(echo_at));
+        }
+    }
+    akv_tok_text_free(&all);
+    if (o->prompts) { /* each prompt's own text at the start of its output */
+        akv_tok_text text = {0};
+        if (!run_read_file(o->prompts, o->max_input, &text)) return AKV_EXIT_FAIL;
+        const char *at = text.bytes ? text.bytes : "";
+        for (size_t i = 0; i < s->n_jobs; i++) {
+            size_t len = strcspn(at, "\n");
+            run_write(&s->jobs[i], at, len);
+            at += len + (at[len] == '\n');
+        }
+        akv_tok_text_free(&text);
+    }
+    s->t_start = akv_clock_s(); /* the run's own time: from the first request on */
+    for (size_t i = 0; i < s->n_jobs; i++)
+        if (!run_submit(s, &s->jobs[i], o->sp.seed + i)) return AKV_EXIT_REFUSED;
+    if (run_until_done(s) != AKV_OK) {
+        fprintf(stderr, "akv run: the device failed and did not recover\n");
+        return AKV_EXIT_FAIL;
+    }
+    int rc = AKV_EXIT_OK;
+    for (size_t i = 0; i < s->n_jobs; i++) {
+        run_job *j = &s->jobs[i];
+        run_write(j, "\n", 1);
+        if (!j->out) { /* buffered: printed in order now */
+            if (s->n_jobs > 1) printf("== prompt %zu ==\n", i + 1);
+            if (j->buf.n_bytes && fwrite(j->buf.bytes, 1, j->buf.n_bytes, stdout) != j->buf.n_bytes)
+                j->write_failed = 1;
+        }
+        run_account(s, j);
+        if (j->finish == AKV_FINISH_ERROR) {
+            fprintf(stderr, "akv run: prompt %zu failed on the device\n", i + 1);
+            rc = AKV_EXIT_FAIL;
+        }
+        if (j->dump_failed) {
+            fprintf(stderr, "akv run: --dump-logits: write failed\n");
+            rc = AKV_EXIT_FAIL;
+        }
+    }
+    return rc;
+}
+
+/* One chat turn: the conversation rendered, its new text encoded after the tokens the context
+ * holds, the reply generated and streamed. A turn that cannot fit the context is refused with
+ * a message and the conversation kept (*refused). */
+static int run_chat_turn(run_state *s, akv_chat_msg *msgs, size_t n_msgs, bool *refused) {
+    *refused = false;
     akv_tok_text r = {0};
     akv_status st = akv_chat_render(s->chat, msgs, n_msgs, true, &r);
-    if (st) return st;
+    if (st) return AKV_EXIT_FAIL;
     size_t skip = s->fed.n_bytes;
     if (skip > r.n_bytes || (skip && memcmp(r.bytes, s->fed.bytes, skip))) {
         /* e.g. a template that trims the reply: the context would no longer be the text */
         fprintf(stderr, "akv run: the conversation no longer renders as the context holds it; "
                         "start a new one\n");
         akv_tok_text_free(&r);
-        return AKV_EUNSUPPORTED;
+        return AKV_EXIT_FAIL;
     }
-    akv_tok_ids ids = {0};
-    if ((st = run_encode(s, r.bytes + skip, r.n_bytes - skip, true, &ids)) == AKV_OK) {
+    run_job *j = &s->jobs[0];
+    akv_tok_ids_free(&j->ids);
+    akv_tok_ids_free(&j->gen);
+    int rc = -1;
+    for (size_t i = 0; i < s->conv.n_ids && rc < 0; i++)
+        if (!run_push_id(&j->ids, s->conv.ids[i])) rc = AKV_EXIT_FAIL;
+    if (rc < 0 && run_encode(s, r.bytes + skip, r.n_bytes - skip, true, &j->ids)) rc = AKV_EXIT_FAIL;
+    if (rc < 0 && j->ids.n_ids + 1 > s->n_ctx) {
+        fprintf(stderr, "akv run: this turn (%zu tokens with the conversation) does not fit "
+                        "--max-context %llu; it was not sent, the conversation is kept\n",
+                j->ids.n_ids, (unsigned long long)s->n_ctx);
+        *refused = true;
+        akv_tok_text_free(&r);
+        return -1;
+    }
+    if (j->rq) akv_engine_release(s->engine, j->rq), j->rq = NULL;
+    if (rc < 0 && !run_submit(s, j, s->o.sp.seed)) rc = AKV_EXIT_REFUSED;
+    if (rc < 0 && run_until_done(s) != AKV_OK) rc = AKV_EXIT_FAIL;
+    if (rc < 0) {
+        run_account(s, j);
+        if (j->finish == AKV_FINISH_ERROR) rc = AKV_EXIT_FAIL;
+    }
+    if (rc < 0) {
+        /* the conversation goes on from the prompt and the reply (its text and its tokens) */
+        akv_tok_ids_free(&s->conv);
+        for (size_t i = 0; i < j->ids.n_ids && rc < 0; i++)
+            if (!run_push_id(&s->conv, j->ids.ids[i])) rc = AKV_EXIT_FAIL;
+        for (size_t i = 0; i < j->gen.n_ids && rc < 0; i++)
+            if (!run_push_id(&s->conv, j->gen.ids[i])) rc = AKV_EXIT_FAIL;
         akv_tok_text_free(&s->fed);
-        st = akv_tok_text_append(&s->fed, r.bytes, r.n_bytes);
-        akv_tok_text reply = {0};
-        if (st == AKV_OK && s->has_unfed) {
-            /* fed holds the previous reply's last token: the context must too */
-            if ((st = run_decode_one(s, s->unfed)) == AKV_OK) s->has_unfed = false;
-        }
-        if (st == AKV_OK) st = run_generate(s, &ids, &reply);
-        if (st == AKV_OK) st = akv_tok_text_append(&s->fed, reply.bytes, reply.n_bytes);
+        if (akv_tok_text_append(&s->fed, r.bytes, r.n_bytes) ||
+            akv_tok_text_append(&s->fed, j->buf.bytes ? j->buf.bytes : "", j->buf.n_bytes))
+            rc = AKV_EXIT_FAIL;
         /* the reply becomes the assistant's message of the conversation */
-        if (st == AKV_OK) {
-            msgs[n_msgs].role = "assistant";
-            msgs[n_msgs].content = strdup(reply.bytes ? reply.bytes : "");
-            if (!msgs[n_msgs].content) st = AKV_ENOMEM;
-        }
-        akv_tok_text_free(&reply);
+        msgs[n_msgs].role = "assistant";
+        msgs[n_msgs].content = strdup(j->buf.bytes ? j->buf.bytes : "");
+        if (!msgs[n_msgs].content) rc = AKV_EXIT_FAIL;
     }
-    akv_tok_ids_free(&ids);
+    j->buf.n_bytes = 0;
     akv_tok_text_free(&r);
-    return st;
+    return rc;
 }
 
-static void run_report(const run_state *s) {
-    if (s->o.quiet) return;
-    akv_route_stats rs;
-    akv_dev_pool_stats ps;
-    akv_host_pool_stats hs;
-    akv_route_get_stats(s->route, &rs);
-    akv_dev_pool_get_stats(s->dp, &ps);
-    akv_host_pool_get_stats(s->hp, &hs);
-    uint64_t n_dec = s->n_dec;
-    fprintf(stderr, "\n\nprompt: %llu tokens in %.3f s (%.1f tok/s)\n",
-            (unsigned long long)s->n_prompt, s->t_prompt,
-            s->t_prompt > 0 ? (double)s->n_prompt / s->t_prompt : 0);
-    fprintf(stderr, "decode: %llu tokens in %.3f s (%.1f tok/s)\n", (unsigned long long)n_dec,
-            s->t_gen, s->t_gen > 0 ? (double)n_dec / s->t_gen : 0);
-    fprintf(stderr, "time to first token: %.3f s\n", s->t_first);
-    uint64_t n_steps_tokens = s->n_prompt + n_dec;
-    fprintf(stderr,
-            "bytes staged per token: %.0f host->device (%.0f of it non-window pages), %.0f "
-            "written back device->host (route %s)\n",
-            n_steps_tokens ? (double)rs.h2d_bytes / (double)n_steps_tokens : 0,
-            n_steps_tokens ? (double)rs.staged_bytes / (double)n_steps_tokens : 0,
-            n_steps_tokens ? (double)rs.d2h_bytes / (double)n_steps_tokens : 0,
-            akv_route_kind_name(s->o.route));
-    double mib = 1.0 / (1 << 20);
-    fprintf(stderr,
-            "device pool: %u of %u pages per layer in use (%.1f of %.0f MiB); host pool: "
-            "%llu pages, %.1f MiB pinned; history %llu tokens\n",
-            ps.window_used, ps.window_capacity,
-            (double)ps.window_used * s->cfg->n_layers * (double)ps.page_bytes * mib,
-            (double)ps.n_pages * (double)ps.page_bytes * mib, (unsigned long long)hs.n_used,
-            (double)hs.pinned_bytes * mib, (unsigned long long)akv_route_seq_n_tokens(s->seq));
-    if (s->fwd_dev) {
-        akv_forward_dev_stats fs = akv_forward_dev_get_stats(s->fwd_dev);
-        fprintf(stderr, "decode steps replayed as graphs: %llu (%llu graph(s) built)\n",
-                (unsigned long long)fs.graph_launches, (unsigned long long)fs.graph_builds);
+/* --chat: a conversation of -p or of the lines of standard input. */
+static int run_chat(run_state *s) {
+    const run_opts *o = &s->o;
+    s->jobs = calloc(1, sizeof *s->jobs);
+    if (!s->jobs) return AKV_EXIT_FAIL;
+    s->n_jobs = 1;
+    if (o->dump && !run_open_job_outputs(s, 0)) return AKV_EXIT_FAIL;
+    s->jobs[0].out = stdout, s->jobs[0].keep = 1; /* streamed, and kept for the conversation */
+    bool interactive = !o->prompt;
+    akv_chat_msg *msgs = calloc(2 * RUN_MAX_TURNS + 2, sizeof *msgs);
+    size_t n_msgs = 0;
+    int rc = msgs ? -1 : AKV_EXIT_FAIL;
+    if (rc < 0 && o->system) {
+        msgs[n_msgs] = (akv_chat_msg){"system", strdup(o->system)};
+        if (!msgs[n_msgs++].content) rc = AKV_EXIT_FAIL;
     }
+    char *line = NULL;
+    size_t cap = 0;
+    while (rc < 0) {
+        const char *user = o->prompt;
+        if (interactive) {
+            if (!o->quiet) fprintf(stderr, "\n> ");
+            ssize_t n = getline(&line, &cap, stdin);
+            if (n <= 0) break;
+            if ((unsigned long long)n > o->max_input) {
+                fprintf(stderr, "akv run --chat: a line of %zd bytes; --max-input-bytes is %llu: "
+                                "the line was not sent\n", n, o->max_input);
+                continue;
+            }
+            if (line[n - 1] == '\n') line[n - 1] = 0;
+            user = line;
+        }
+        if (n_msgs + 2 > 2 * RUN_MAX_TURNS + 1) {
+            /* the conversation's turns are full: say so, and do not read (and drop) more */
+            fprintf(stderr, "\nakv run --chat: the conversation reached its limit of %d turns; "
+                            "input after this turn was not read (exit 1)\n", RUN_MAX_TURNS);
+            rc = AKV_EXIT_FAIL;
+            break;
+        }
+        msgs[n_msgs] = (akv_chat_msg){"user", strdup(user)};
+        if (!msgs[n_msgs].content) {
+            rc = AKV_EXIT_FAIL;
+            break;
+        }
+        bool refused;
+        rc = run_chat_turn(s, msgs, n_msgs + 1, &refused);
+        if (refused) { /* the turn is dropped; the conversation stays as it was */
+            free((void *)msgs[n_msgs].content);
+            msgs[n_msgs].content = NULL;
+            rc = interactive ? -1 : AKV_EXIT_REFUSED;
+        } else if (rc < 0) {
+            n_msgs += 2;
+        }
+        if (!interactive) break;
+        if (rc < 0) fputc('\n', stdout);
+    }
+    free(line);
+    for (size_t i = 0; msgs && i < 2 * RUN_MAX_TURNS + 2; i++) free((void *)msgs[i].content);
+    free(msgs);
+    return rc < 0 ? AKV_EXIT_OK : rc;
 }
 
 int akv_cmd_run(int argc, char **argv) {
     run_state s;
     memset(&s, 0, sizeof s);
+    s.load_pct = -1;
     int rc = run_parse(argc, argv, &s.o);
     if (rc >= 0) return rc;
-    akv_tok_ids ids = {0};
-    akv_chat_msg *msgs = NULL;
-    size_t n_msgs = 0;
-    if ((rc = run_open(&s)) >= 0) goto done;
-    rc = AKV_EXIT_FAIL;
-
-    /* the prompt's tokens decide the default context */
-    bool interactive = s.o.chat && !s.o.prompt;
-    if (!s.o.chat && run_encode(&s, s.o.prompt, strlen(s.o.prompt), false, &ids)) goto done;
-    if (!s.o.chat && ids.n_ids == 0) {
-        /* no token, no logits: the first sample would read what no pass wrote */
-        fprintf(stderr, "akv run: the prompt is empty (it encodes to no tokens)\n");
-        rc = AKV_EXIT_USAGE;
-        goto done;
+    const run_opts *o = &s.o;
+    s.t_start = akv_clock_s();
+    akv_tool_log_names(run_names, AKV_LOG_WARN); /* the library's messages, said as our flags */
+    if ((rc = run_open_model(&s)) >= 0) goto done;
+    uint32_t parallel = (uint32_t)o->parallel;
+    if (!o->chat) {
+        if ((rc = run_load_prompts(&s)) >= 0) goto done;
+        uint64_t longest = 0;
+        for (size_t i = 0; i < s.n_jobs; i++)
+            if (s.jobs[i].ids.n_ids > longest) longest = s.jobs[i].ids.n_ids;
+        s.n_ctx = o->ctx ? o->ctx : longest + o->n_predict;
+        if (!parallel) parallel = s.n_jobs < 4 ? (uint32_t)s.n_jobs : 4;
+    } else {
+        s.n_ctx = o->ctx ? o->ctx : s.cfg->n_ctx_train;
+        if (!parallel) parallel = 1;
     }
-    if (s.o.chat && s.o.prompt) {
-        akv_chat_msg m[2] = {{"system", s.o.system ? s.o.system : ""}, {"user", s.o.prompt}};
-        akv_tok_text r = {0};
-        akv_status st =
-            akv_chat_render(s.chat, s.o.system ? m : m + 1, s.o.system ? 2 : 1, true, &r);
-        if (st == AKV_OK) st = run_encode(&s, r.bytes, r.n_bytes, true, &ids);
-        akv_tok_text_free(&r);
-        if (st) goto done;
-    }
-    s.n_ctx = s.o.ctx ? s.o.ctx : interactive ? s.cfg->n_ctx_train : ids.n_ids + s.o.n_predict;
-    if (s.n_ctx > s.cfg->n_ctx_train && !s.o.quiet)
+    if (s.n_ctx > s.cfg->n_ctx_train && !o->quiet)
         fprintf(stderr,
                 "akv run: warning: --max-context %llu is beyond the model's training context "
                 "%u\n",
                 (unsigned long long)s.n_ctx, s.cfg->n_ctx_train);
-    if (ids.n_ids + (interactive ? 0 : 1) > s.n_ctx) {
-        fprintf(stderr, "akv run: the prompt (%zu tokens) does not fit --max-context %llu\n",
-                ids.n_ids, (unsigned long long)s.n_ctx);
-        rc = AKV_EXIT_REFUSED;
-        goto done;
-    }
-    if ((rc = run_open_memory(&s)) >= 0) goto done;
-    rc = AKV_EXIT_FAIL;
-
-    if (!s.o.chat) {
-        fputs(s.o.prompt, stdout);
-        if (run_generate(&s, &ids, NULL)) goto done;
-    } else {
-        /* a conversation: [system] (user assistant)* — up to RUN_MAX_TURNS turns */
-        msgs = calloc(2 * RUN_MAX_TURNS + 1, sizeof *msgs);
-        if (!msgs) goto done;
-        if (s.o.system) {
-            msgs[n_msgs] = (akv_chat_msg){"system", strdup(s.o.system)};
-            if (!msgs[n_msgs++].content) goto done;
+    for (size_t i = 0; i < s.n_jobs; i++)
+        if (s.jobs[i].ids.n_ids + 1 > s.n_ctx) {
+            fprintf(stderr, "akv run: the prompt%s (%zu tokens) does not fit --max-context %llu\n",
+                    s.n_jobs > 1 ? " of a line" : "", s.jobs[i].ids.n_ids,
+                    (unsigned long long)s.n_ctx);
+            rc = AKV_EXIT_REFUSED;
+            goto done;
         }
-        char *line = NULL;
-        size_t cap = 0;
-        for (;;) {
-            const char *user = s.o.prompt;
-            if (interactive) {
-                fprintf(stderr, "\n> ");
-                ssize_t n = getline(&line, &cap, stdin);
-                if (n <= 0) break;
-                if (line[n - 1] == '\n') line[n - 1] = 0;
-                user = line;
-            }
-            msgs[n_msgs] = (akv_chat_msg){"user", strdup(user)};
-            if (!msgs[n_msgs++].content || run_chat_turn(&s, msgs, n_msgs)) {
-                free(line);
-                goto done;
-            }
-            n_msgs++;
-            if (!interactive) break;
-            if (n_msgs + 2 > 2 * RUN_MAX_TURNS + 1) {
-                /* the conversation's turns are full: say so, and do not read (and drop) more */
-                fprintf(stderr, "\nakv run --chat: the conversation reached its limit of %d turns; "
-                                "input after this turn was not read (exit 1)\n", RUN_MAX_TURNS);
-                free(line);
-                goto done;
-            }
-            fputc('\n', stdout);
-        }
-        free(line);
+    if ((rc = run_open_engine(&s, parallel)) >= 0) goto done;
+    rc = o->chat ? run_chat(&s) : run_oneshot(&s);
+    if (rc == AKV_EXIT_OK) run_report(&s);
+    for (size_t i = 0; i < s.n_jobs; i++)
+        if (s.jobs[i].write_failed) rc = AKV_EXIT_FAIL;
+    if (fflush(stdout) != 0 || ferror(stdout)) {
+        fprintf(stderr, "akv run: writing the output failed: %s\n", strerror(errno));
+        rc = AKV_EXIT_FAIL;
     }
-    fputc('\n', stdout);
-    run_report(&s);
-    rc = AKV_EXIT_OK;
 done:
-    for (size_t i = 0; i < n_msgs; i++)
-        free((void *)msgs[i].content);
-    free(msgs);
-    akv_tok_ids_free(&ids);
     run_free(&s);
     return rc;
 }

@@ -68,7 +68,7 @@ int akv_tool_parse_max(const char *cmd, const char *flag, const char *s, unsigne
 int akv_tool_parse_u64(const char *cmd, const char *flag, const char *s, unsigned long long *out) {
     char *end = NULL;
     errno = 0;
-    if (!s || !*s || *s == '-') goto bad;
+    if (!s || *s < '0' || *s > '9') goto bad; /* digits only: no sign, no blank */
     unsigned long long v = strtoull(s, &end, 10);
     if (errno || end == s) goto bad;
     unsigned long long mul = 1;

@@ -232,6 +232,7 @@ typedef struct akv_engine_stats {
     uint64_t n_idle_closed;      /* idle contexts closed to make room or beyond max_idle */
     uint32_t n_running, n_queued, n_idle;
     uint64_t host_pages_reserved; /* by the running requests */
+    uint64_t graph_builds, graph_launches; /* device pass: decode steps replayed as graphs */
     double step_s;               /* time inside akv_engine_step */
 } akv_engine_stats;
 

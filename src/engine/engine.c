@@ -859,6 +859,10 @@ void akv_engine_get_stats(const akv_engine *e, akv_engine_stats *out) {
     *out = e->stats;
     out->n_running = e->n_run, out->n_queued = e->n_wait, out->n_idle = e->n_idle;
     out->host_pages_reserved = e->host_reserved;
+    if (e->fd) {
+        akv_forward_dev_stats fs = akv_forward_dev_get_stats(e->fd);
+        out->graph_builds = fs.graph_builds, out->graph_launches = fs.graph_launches;
+    }
 }
 
 const akv_engine_plan *akv_engine_get_plan(const akv_engine *e) {
