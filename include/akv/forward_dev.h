@@ -98,6 +98,11 @@ akv_status akv_forward_dev_run(akv_forward_dev *f, const int32_t *tokens, uint32
                                uint32_t pos0, const akv_forward_kv *kv, float *logits,
                                bool all_logits);
 
+/* The pass's own pinned buffer of logits ([max_logits][n_vocab], valid until destroy): a step
+ * given it as its logits leaves them where the device copied them (no host copy of
+ * rows x n_vocab floats); they are overwritten by the next step that asks for logits. */
+float *akv_forward_dev_logits_buffer(akv_forward_dev *f);
+
 /* Bytes of weights one decode step reads (every matrix once, the output head once, the
  * embedding row not counted): the numerator of the weight-bandwidth limit. */
 uint64_t akv_forward_dev_weight_bytes(const akv_forward_dev *f);

@@ -262,9 +262,9 @@ static akv_status engine_open_memory(akv_engine *e) {
     e->order = akv__calloc(S, sizeof *e->order);
     e->lmode = akv__calloc(S, sizeof *e->lmode);
     e->tokens = akv__calloc(T, sizeof *e->tokens);
-    e->logits = akv__calloc((size_t)S * e->cfg.n_vocab, sizeof *e->logits);
+    if (e->fh) e->logits = akv__calloc((size_t)S * e->cfg.n_vocab, sizeof *e->logits);
     return e->run && e->reqs && e->batch && e->n_new && e->pos0 && e->order && e->lmode &&
-                   e->tokens && e->logits
+                   e->tokens && (e->logits || !e->fh)
                ? AKV_OK
                : AKV_ENOMEM;
 }
@@ -806,7 +806,9 @@ akv_status akv_engine_step(akv_engine *e, bool *did_work) {
     akv_forward_batch b = {.n_seq = n, .n_new = e->n_new, .pos0 = e->pos0, .tokens = e->tokens,
                            .logits = e->lmode};
     akv_forward_kv kv = akv_route_forward_kv(e->route);
-    float *lg = n_rows ? e->logits : NULL;
+    /* the device pass's logits are read where its copy left them (pinned) */
+    float *logits = e->fd ? akv_forward_dev_logits_buffer(e->fd) : e->logits;
+    float *lg = n_rows ? logits : NULL;
     st = e->fd ? akv_forward_dev_step(e->fd, &b, &kv, lg) : akv_forward_step(e->fh, &b, &kv, lg);
     if (st) {
         akv_status ab = engine_abort(e);
@@ -819,7 +821,7 @@ akv_status akv_engine_step(akv_engine *e, bool *did_work) {
     e->stats.n_steps++;
     for (uint32_t k = 0, at = 0, row = 0; k < n; at += e->n_new[k], k++) {
         akv_request *rq = e->batch[k];
-        const float *lk = e->logits + (size_t)row * e->cfg.n_vocab;
+        const float *lk = logits + (size_t)row * e->cfg.n_vocab;
         row += e->lmode[k] == AKV_FORWARD_LOGITS_LAST;
         rq->n_fail = 0;
         if (rq->info.state == AKV_REQUEST_PREFILL) e->stats.prompt_tokens += e->n_new[k];

@@ -380,6 +380,10 @@ uint64_t akv_forward_dev_weight_bytes(const akv_forward_dev *f) {
     return f->weight_bytes;
 }
 
+float *akv_forward_dev_logits_buffer(akv_forward_dev *f) {
+    return f->logits_h;
+}
+
 akv_forward_dev_stats akv_forward_dev_get_stats(const akv_forward_dev *f) {
     return f->stats;
 }
@@ -677,7 +681,7 @@ static akv_status fdev_step(akv_forward_dev *f, const akv_forward_batch *b, uint
         (st = akv_dev_queue_sync(f->dev, AKV_QUEUE_COMPUTE)))
         return st;
     f->io_pending = false; /* the sync covered the upload too */
-    memcpy(logits, f->logits_h, lbytes);
+    if (logits != f->logits_h) memcpy(logits, f->logits_h, lbytes);
     return AKV_OK;
 }
 

@@ -1,0 +1,391 @@
+/* bench_engine.c (bench) — the engine's batch step on the synthetic Llama-3-8B shape (bf16,
+ * generated on the device), in three parts.
+ *
+ * A. Resident batches: B sequences of C tokens of history decoding together (B = 1, 4, 8, 16,
+ *    32 at C = 4K; 1, 4, 8, 16 at 32K). One step = akv_route_begin_step over the batch + one
+ *    akv_forward_dev_step with every sequence's logits back on the host (the engine's step
+ *    without its sampling, which runs on the host between steps). Aggregate decode tokens/s,
+ *    and step time / the physics floor: every weight byte plus every history byte read once,
+ *    at the device copy rate measured in the same run (1 GiB d2d, bytes read + written / s).
+ *    Goal: at most 1.15.
+ * B. Capacity: 16 conversations of 32K tokens (64 GiB of history) on an 8 GiB device pool,
+ *    staged, all decoding at once: step time / (bytes staged per step / the large-copy bus rate
+ *    measured in the same run), goal at most 1.05; and every sequence's logits at every step
+ *    bit-identical to the same batch on the resident route with a pool that holds it all
+ *    (part A's 32K x 16 row).
+ * C. 4 conversations of 32K on a pool that holds one, through the engine (akv/engine.h) with
+ *    real prompts (random tokens, prefilled in chunks of 1024) and 16 new tokens each: served
+ *    one after another (resident, max_seqs 1: the others wait in the queue) against served
+ *    together (staged, max_seqs 4, the same pool): each request's wait and time to its last
+ *    token, and the aggregate decode rate.
+ *
+ * Histories in A and B are synthetic: one begin_step to C tokens without a pass, the host pages
+ * filled from a fixed pseudo-random bf16 pattern (the same bytes for both routes; the first
+ * decode step refills every device window page from them), then one untimed step and N timed
+ * ones. Decode speed does not depend on the values; the bitwise check in B needs them to be
+ * the same, not meaningful. AKV_BENCH_LAYERS=N (1..32) for fewer layers; AKV_BENCH_PARTS=ABC
+ * picks the parts. Appends markdown to $AKV_BENCH_OUT. */
+#define _POSIX_C_SOURCE 200809L
+#include <math.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "akv/dev.h"
+#include "akv/dev_pool.h"
+#include "akv/engine.h"
+#include "akv/forward_dev.h"
+#include "akv/host_pool.h"
+#include "akv/host_table.h"
+#include "akv/route.h"
+#include "core/clock.h"
+#include "core/half.h"
+#include "core/par.h"
+#include "llama3_shape.h"
+
+#define AKV_BENCH_NAME "bench_engine"
+#include "bench_try.h"
+#include "bench_copy_rate.h"
+
+enum { MAX_B = 32, PATTERN_FLOATS = 8u << 20 };
+
+/* Large-copy host->device rate, bytes/s: 256 MiB from pinned memory, best of 5. */
+static double h2d_rate(akv_dev *dev) {
+    size_t n = (size_t)256 << 20;
+    void *h = NULL;
+    akv_dptr d;
+    TRY(akv_dev_pinned_alloc(dev, n, &h));
+    TRY(akv_dev_mem_alloc(dev, n, &d));
+    memset(h, 1, n);
+    double best = INFINITY;
+    for (int i = 0; i < 6; i++) {
+        double t0 = akv_clock_s();
+        TRY(akv_dev_copy_h2d_sync(dev, d, h, n));
+        double t = akv_clock_s() - t0;
+        if (i && t < best) best = t;
+    }
+    TRY(akv_dev_mem_free(dev, d));
+    akv_dev_pinned_free(dev, h);
+    return (double)n / best;
+}
+
+/* ---- synthetic histories -------------------------------------------------------------------- */
+
+static uint16_t *pattern; /* [PATTERN_FLOATS] bf16 in [-1, 1) */
+
+typedef struct fill_job {
+    akv_host_pool *hp;
+    const akv_host_table *const *ht;
+    uint32_t n_seq, n_layers, n_pages;
+    size_t page_bytes;
+} fill_job;
+
+/* Task t = (sequence, layer): every page from the pattern at an offset of its own. */
+static void fill_task(void *ctx, uint32_t t) {
+    const fill_job *j = ctx;
+    uint32_t s = t / j->n_layers, l = t % j->n_layers;
+    size_t span = (size_t)PATTERN_FLOATS * 2 - j->page_bytes;
+    for (uint32_t p = 0; p < j->n_pages; p++) {
+        uint64_t h = ((uint64_t)s * 1000003u + l) * 1000033u + p;
+        h = (h ^ (h >> 29)) * 0xBF58476D1CE4E5B9ull;
+        size_t off = (size_t)(h % span) & ~(size_t)1;
+        memcpy(akv_host_pool_page_addr(j->hp, akv_host_table_page(j->ht[s], l, p)),
+               (const char *)pattern + off, j->page_bytes);
+    }
+}
+
+/* A route of B sequences of ctx tokens each, ready to decode. */
+typedef struct bset {
+    akv_host_pool *hp;
+    akv_dev_pool *dp;
+    akv_route *r;
+    akv_route_seq *s[MAX_B];
+    uint32_t B, ctx;
+    double staged_per_step; /* bytes, measured */
+    double step_ms;
+    double begin_ms;        /* of it, akv_route_begin_step (the wait for the last step's
+                               write-backs, the table) */
+    double one_row_ms;      /* the same steps asking for the first sequence's logits only */
+} bset;
+
+static int bset_open(bset *b, akv_dev *dev, const akv_model_config *c, akv_route_kind kind,
+                     uint32_t B, uint32_t ctx, uint32_t n_steps, uint32_t device_gib, akv_par *par) {
+    memset(b, 0, sizeof *b);
+    b->B = B, b->ctx = ctx;
+    akv_geom g;
+    TRY(akv_geom_init(&g, c->n_layers, c->n_kv_heads, c->head_dim, AKV_DTYPE_BF16, 0));
+    uint64_t total = (uint64_t)ctx + n_steps + 2;
+    akv_host_pool_params hpp = akv_host_pool_default_params();
+    hpp.limit_gib = (uint32_t)ceil(bench_history_gib(&g, total) * B) + 1;
+    akv_dev_pool_params dpp = akv_dev_pool_default_params();
+    dpp.device_gib = device_gib ? device_gib : (uint32_t)ceil(bench_history_gib(&g, total) * B * 1.02) + 1;
+    if (kind == AKV_ROUTE_STAGED)
+        dpp.staging_pages = akv_route_staging_pages(&g, total, AKV_ROUTE_WINDOW_PAGES, B);
+    TRY(akv_host_pool_create(dev, &g, &hpp, &b->hp));
+    if (akv_dev_pool_create(dev, &g, &dpp, &b->dp) != AKV_OK) return 0;
+    akv_dev_pool_stats ps;
+    akv_dev_pool_get_stats(b->dp, &ps);
+    akv_route_params rp = {.kind = kind, .max_tokens = total, .max_seqs = B, .queued = true};
+    if (akv_route_create(dev, b->hp, b->dp, &rp, &b->r) != AKV_OK) return 0;
+    akv_route_req reqs[MAX_B];
+    const akv_host_table *ht[MAX_B];
+    /* staged: the window part shared out, as the engine's plan does */
+    uint32_t target = kind == AKV_ROUTE_STAGED ? ps.window_capacity / B : 0;
+    if (kind == AKV_ROUTE_STAGED && target < AKV_ROUTE_WINDOW_PAGES) return 0;
+    for (uint32_t i = 0; i < B; i++) {
+        akv_route_seq_params sp = {.target = target, .tag = i + 1};
+        TRY(akv_route_seq_open(b->r, &sp, &b->s[i]));
+        reqs[i] = (akv_route_req){b->s[i], ctx};
+    }
+    TRY(akv_route_begin_step(b->r, reqs, B)); /* the history placed, no pass */
+    for (uint32_t i = 0; i < B; i++) ht[i] = akv_route_seq_host_table(b->s[i]);
+    fill_job fj = {.hp = b->hp, .ht = ht, .n_seq = B, .n_layers = g.n_layers,
+                   .n_pages = akv_host_table_n_pages(ht[0]), .page_bytes = akv_geom_page_bytes(&g)};
+    akv__par_for(par, B * g.n_layers, fill_task, &fj);
+    return 1;
+}
+
+static void bset_close(bset *b) {
+    if (b->r) {
+        TRY(akv_route_sync(b->r));
+        for (uint32_t i = 0; i < b->B; i++)
+            if (b->s[i]) TRY(akv_route_seq_close(b->r, b->s[i]));
+        TRY(akv_route_destroy(b->r));
+    }
+    if (b->dp) TRY(akv_dev_pool_destroy(b->dp));
+    if (b->hp) TRY(akv_host_pool_destroy(b->hp));
+    memset(b, 0, sizeof *b);
+}
+
+/* One untimed step and n timed ones of every sequence; each step's logits (B rows) into
+ * keep[step] when keep is not NULL. */
+static void bset_run(bset *b, akv_forward_dev *f, uint32_t n, float **keep) {
+    const akv_model_config *c = akv_forward_dev_config(f);
+    float *lg = akv_forward_dev_logits_buffer(f); /* the engine's way: no host copy */
+    uint32_t n_new[MAX_B], pos0[MAX_B];
+    int32_t tok[MAX_B];
+    akv_route_req reqs[MAX_B];
+    akv_forward_kv kv = akv_route_forward_kv(b->r);
+    akv_route_stats s0, s1;
+    double t0 = 0;
+    for (uint32_t step = 0; step <= n; step++) {
+        if (step == 1) {
+            akv_route_get_stats(b->r, &s0);
+            t0 = akv_clock_s();
+        }
+        for (uint32_t i = 0; i < b->B; i++) {
+            n_new[i] = 1, pos0[i] = b->ctx + step;
+            tok[i] = (int32_t)((step * 7919u + i * 104729u) % c->n_vocab);
+            reqs[i] = (akv_route_req){b->s[i], (uint64_t)b->ctx + step + 1};
+        }
+        akv_forward_batch fb = {.n_seq = b->B, .n_new = n_new, .pos0 = pos0, .tokens = tok};
+        double tb = akv_clock_s();
+        TRY(akv_route_begin_step(b->r, reqs, b->B));
+        if (step >= 1) b->begin_ms += (akv_clock_s() - tb) * 1e3 / n;
+        TRY(akv_forward_dev_step(f, &fb, &kv, lg));
+        if (keep && step >= 1) memcpy(keep[step - 1], lg, (size_t)b->B * c->n_vocab * sizeof *lg);
+    }
+    b->step_ms = (akv_clock_s() - t0) / n * 1e3;
+    akv_route_get_stats(b->r, &s1);
+    if (!keep) { /* what the logits cost: the same steps with one row back */
+        uint8_t mode[MAX_B];
+        for (uint32_t i = 0; i < b->B; i++) mode[i] = i ? AKV_FORWARD_LOGITS_NONE : AKV_FORWARD_LOGITS_LAST;
+        double t1 = akv_clock_s();
+        for (uint32_t step = n + 1; step <= 2 * n; step++) {
+            for (uint32_t i = 0; i < b->B; i++) {
+                n_new[i] = 1, pos0[i] = b->ctx + step;
+                tok[i] = (int32_t)((step * 7919u + i * 104729u) % c->n_vocab);
+                reqs[i] = (akv_route_req){b->s[i], (uint64_t)b->ctx + step + 1};
+            }
+            akv_forward_batch fb = {.n_seq = b->B, .n_new = n_new, .pos0 = pos0, .tokens = tok,
+                                    .logits = mode};
+            TRY(akv_route_begin_step(b->r, reqs, b->B));
+            TRY(akv_forward_dev_step(f, &fb, &kv, lg));
+        }
+        b->one_row_ms = (akv_clock_s() - t1) / n * 1e3;
+    }
+    b->staged_per_step = (double)(s1.staged_bytes - s0.staged_bytes) / n;
+}
+
+/* ---- part C: the engine, a queue against a batch ------------------------------------------- */
+
+typedef struct creq {
+    akv_request *rq;
+    akv_request_info info;
+} creq;
+
+typedef struct crun {
+    double wall_s, agg_decode;
+    creq r[4];
+} crun;
+
+static crun part_c_run(const akv_model_config *c, akv_route_kind kind, uint32_t max_seqs,
+                       uint32_t ctx, uint32_t n_new, uint32_t device_gib) {
+    crun out;
+    memset(&out, 0, sizeof out);
+    akv_engine_params ep = akv_engine_default_params();
+    TRY(akv_dev_create(akv_dev_cuda_backend(), NULL, &ep.dev));
+    ep.synthetic = c, ep.synthetic_seed = 7;
+    ep.route = kind, ep.max_seqs = max_seqs, ep.max_queue = 4, ep.max_context = ctx + n_new;
+    ep.device_gib = device_gib, ep.host_gib = 4 * 5 + 2;
+    ep.chunk = 1024;
+    akv_engine *e = NULL;
+    TRY(akv_engine_create(&ep, &e));
+    int32_t *prompt = malloc((size_t)ctx * sizeof *prompt);
+    double t0 = akv_clock_s();
+    for (int i = 0; i < 4; i++) {
+        for (uint32_t t = 0; t < ctx; t++)
+            prompt[t] = (int32_t)((t * 2654435761u + (uint32_t)i * 40503u) % c->n_vocab);
+        akv_request_params rp = {.prompt = prompt, .n_prompt = ctx, .max_tokens = n_new,
+                                 .sample = akv_sample_default_params(), .id = (uint64_t)i + 1};
+        rp.sample.temp = 0;
+        TRY(akv_engine_submit(e, &rp, &out.r[i].rq, NULL));
+    }
+    while (akv_engine_busy(e)) TRY(akv_engine_step(e, NULL));
+    out.wall_s = akv_clock_s() - t0;
+    double first = INFINITY, last = 0;
+    uint32_t n_dec = 0;
+    for (int i = 0; i < 4; i++) {
+        akv_request_get_info(out.r[i].rq, &out.r[i].info);
+        const akv_request_info *ri = &out.r[i].info;
+        first = fmin(first, ri->t_first), last = fmax(last, ri->t_done);
+        n_dec += ri->n_gen;
+        akv_engine_release(e, out.r[i].rq);
+    }
+    out.agg_decode = n_dec / (last - first);
+    free(prompt);
+    akv_engine_destroy(e);
+    return out;
+}
+
+int main(void) {
+    akv_dev_info info;
+    akv_dev *dev = bench_cuda_or_skip(&info);
+    const char *parts = getenv("AKV_BENCH_PARTS") ? getenv("AKV_BENCH_PARTS") : "ABC";
+    akv_model_config c = llama3_8b_shape((uint32_t)akv__env_int("AKV_BENCH_LAYERS", 1, 32, 32));
+    akv_forward_params fp = {.max_chunk = MAX_B, .max_logits = MAX_B};
+    akv_forward_dev *f = NULL;
+    TRY(akv_forward_dev_create_synthetic(dev, &c, 7, &fp, &f));
+    const double wb = (double)akv_forward_dev_weight_bytes(f);
+    const double copy_bps = bench_copy_rate_bps(dev, (size_t)1 << 30);
+    const double bus_bps = h2d_rate(dev);
+    const double token_bytes = 2.0 * c.n_kv_heads * c.head_dim * 2 * c.n_layers;
+    akv_par *par = NULL;
+    TRY(akv__par_create(0, &par));
+    pattern = malloc((size_t)PATTERN_FLOATS * 2);
+    uint64_t rs = 99;
+    for (uint32_t i = 0; i < PATTERN_FLOATS; i++) {
+        rs = rs * 6364136223846793005ull + 1442695040888963407ull;
+        pattern[i] = akv_f32_to_bf16((float)((rs >> 40) * (1.0 / 16777216.0)) * 2.0f - 1.0f);
+    }
+    printf("bench_engine: %u layers, %.2f GB of weights on %s; device copy rate %.0f GB/s, "
+           "host->device %.1f GB/s\n",
+           c.n_layers, wb / 1e9, info.name, copy_bps / 1e9, bus_bps / 1e9);
+    FILE *out = bench_out_open();
+
+    /* A, and B's resident reference */
+    const uint32_t nB = 16, n_b_steps = 4;
+    float **ref = NULL, **stg = NULL;
+    if (strchr(parts, 'A') || strchr(parts, 'B')) {
+        ref = calloc(n_b_steps, sizeof *ref), stg = calloc(n_b_steps, sizeof *stg);
+        for (uint32_t i = 0; i < n_b_steps; i++) {
+            ref[i] = malloc((size_t)nB * c.n_vocab * sizeof(float));
+            stg[i] = malloc((size_t)nB * c.n_vocab * sizeof(float));
+        }
+    }
+    if (strchr(parts, 'A')) {
+        const struct { uint32_t ctx, B; } rows[] = {{4096, 1},  {4096, 4},  {4096, 8},
+                                                    {4096, 16}, {4096, 32}, {32768, 1},
+                                                    {32768, 4}, {32768, 8}, {32768, 16}};
+        bench_emit(out,
+                   "\n### Engine batch step, resident (%s): synthetic Llama-3-8B shape, bf16, %u "
+                   "layers\n\nB sequences decoding together, one route step + one forward step "
+                   "each (logits back). Device copy rate (1 GiB d2d, read + written, same run): "
+                   "**%.0f GB/s**. Floor = (weights %.2f GB + every history byte) / copy rate; "
+                   "ratio = step / floor (goal <= 1.15).\n\n"
+                   "| context | B | step ms | of it begin_step ms | step, one row of logits ms | "
+                   "tokens/s (all) | floor ms | ratio |\n|---|---|---|---|---|---|---|---|\n",
+                   info.name, c.n_layers, copy_bps / 1e9, wb / 1e9);
+        for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
+            bset b;
+            uint32_t steps = rows[i].ctx >= 32768 ? 8 : 16;
+            if (!bset_open(&b, dev, &c, AKV_ROUTE_RESIDENT, rows[i].B, rows[i].ctx, 40, 0, par)) {
+                bench_emit(out, "| %u | %u | does not fit | | | | | |\n", rows[i].ctx, rows[i].B);
+                bset_close(&b);
+                continue;
+            }
+            bool keep = rows[i].ctx == 32768 && rows[i].B == nB && strchr(parts, 'B');
+            bset_run(&b, f, keep ? n_b_steps : steps, keep ? ref : NULL);
+            double floor_ms = (wb + token_bytes * rows[i].B * (rows[i].ctx + 1)) / copy_bps * 1e3;
+            bench_emit(out, "| %u | %u | %.3f | %.3f | %.3f | %.1f | %.3f | %.3f |\n",
+                       rows[i].ctx, rows[i].B, b.step_ms, b.begin_ms, b.one_row_ms,
+                       rows[i].B * 1e3 / b.step_ms, floor_ms, b.step_ms / floor_ms);
+            bset_close(&b);
+        }
+    }
+    if (strchr(parts, 'B')) {
+        bset b;
+        if (!bset_open(&b, dev, &c, AKV_ROUTE_STAGED, nB, 32768, 16, 8, par)) {
+            bench_emit(out, "\n(capacity: 16 x 32K does not fit an 8 GiB staged pool)\n");
+        } else {
+            akv_dev_pool_stats ps;
+            akv_dev_pool_get_stats(b.dp, &ps);
+            bset_run(&b, f, n_b_steps, stg);
+            double bus_ms = b.staged_per_step / bus_bps * 1e3;
+            uint32_t same = 0, n_cmp = 0;
+            for (uint32_t s = 0; s < n_b_steps && strchr(parts, 'A'); s++)
+                for (uint32_t i = 0; i < nB; i++, n_cmp++)
+                    same += !memcmp(ref[s] + (size_t)i * c.n_vocab, stg[s] + (size_t)i * c.n_vocab,
+                                    c.n_vocab * sizeof(float));
+            bench_emit(out,
+                       "\n### Capacity: 16 conversations of 32K (%.1f GiB of history) on an 8 GiB "
+                       "device pool, staged (%s)\n\nWindow part %u pages per layer (%u each, by "
+                       "right), staging reserve %u pages. Host->device large-copy rate (256 MiB "
+                       "pinned, same run): **%.1f GB/s**; bus time = bytes staged per step / that "
+                       "rate; ratio = step / bus time (goal <= 1.05). Bitwise: every sequence's "
+                       "logits at every step against the same batch on the resident route (64 GiB "
+                       "pool).\n\n| staged GiB/step | bus ms | step ms | ratio | tokens/s (all) | "
+                       "bit-identical |\n|---|---|---|---|---|---|\n"
+                       "| %.2f | %.1f | %.1f | %.3f | %.2f | %u of %u |\n",
+                       16 * 32768 * token_bytes / (1u << 30), info.name, ps.window_capacity,
+                       ps.window_capacity / nB, ps.staging_reserve, bus_bps / 1e9,
+                       b.staged_per_step / (1u << 30), bus_ms, b.step_ms, b.step_ms / bus_ms,
+                       nB * 1e3 / b.step_ms, same, n_cmp);
+        }
+        bset_close(&b);
+    }
+    if (strchr(parts, 'C')) {
+        const uint32_t ctx = 32768, n_new = 16, gib = 5;
+        /* the weights and the two pools must fit beside each other once: the model of part A
+         * is freed first */
+        akv_forward_dev_destroy(f);
+        f = NULL;
+        crun q = part_c_run(&c, AKV_ROUTE_RESIDENT, 1, ctx, n_new, gib);
+        crun t = part_c_run(&c, AKV_ROUTE_STAGED, 4, ctx, n_new, gib);
+        bench_emit(out,
+                   "\n### 4 conversations of 32K on a pool that holds one (%u GiB device pool, "
+                   "%s)\n\nThrough the engine: prompts of %u random tokens (prefilled in chunks "
+                   "of 1024), %u new tokens each, submitted at once. Queue = resident route, one "
+                   "at a time (the others wait); together = staged route, all four in every "
+                   "step. Wait = submit to first token; done = submit to last token.\n\n"
+                   "| request | queue: wait s | queue: done s | together: wait s | together: "
+                   "done s |\n|---|---|---|---|---|\n",
+                   gib, info.name, ctx, n_new);
+        for (int i = 0; i < 4; i++)
+            bench_emit(out, "| %d | %.2f | %.2f | %.2f | %.2f |\n", i + 1,
+                       q.r[i].info.t_first - q.r[i].info.t_submit,
+                       q.r[i].info.t_done - q.r[i].info.t_submit,
+                       t.r[i].info.t_first - t.r[i].info.t_submit,
+                       t.r[i].info.t_done - t.r[i].info.t_submit);
+        bench_emit(out, "| all | wall %.2f s | decode %.1f tok/s | wall %.2f s | decode %.1f tok/s |\n",
+                   q.wall_s, q.agg_decode, t.wall_s, t.agg_decode);
+    }
+    if (out) fclose(out);
+    for (uint32_t i = 0; ref && i < n_b_steps; i++) free(ref[i]), free(stg[i]);
+    free(ref), free(stg), free(pattern);
+    akv__par_destroy(par);
+    akv_forward_dev_destroy(f);
+    TRY(akv_dev_destroy(dev));
+    return 0;
+}
