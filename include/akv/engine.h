@@ -81,7 +81,8 @@ typedef enum akv_engine_pass {
     AKV_ENGINE_PASS_DEVICE = 1, /* the device pass, also on the host backend (tests) */
 } akv_engine_pass;
 
-/* Progress of the load: `what` ("loading", "uploading"), done of total. */
+/* Progress of the load: `what` ("loading": the file; "uploading": the weights to the device
+ * pass, not reported for the host pass), done of total. */
 typedef void (*akv_engine_progress_fn)(void *user, const char *what, uint64_t done,
                                        uint64_t total);
 

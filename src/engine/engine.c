@@ -227,12 +227,13 @@ static akv_status engine_open_pass(akv_engine *e) {
     fp.no_graphs = p->no_graphs;
     fp.threads = p->threads;
     const bool host_pass = e->info.is_host && p->pass == AKV_ENGINE_PASS_AUTO;
-    if (p->progress) p->progress(p->progress_user, "uploading", 0, 1);
+    const bool report = p->progress && !host_pass; /* the host pass reads the model in place */
+    if (report) p->progress(p->progress_user, "uploading", 0, 1);
     akv_status st = host_pass        ? akv_forward_create(e->model, &fp, &e->fh)
                     : p->synthetic   ? akv_forward_dev_create_synthetic(e->dev, p->synthetic,
                                                                       p->synthetic_seed, &fp, &e->fd)
                                      : akv_forward_dev_create(e->dev, e->model, &fp, &e->fd);
-    if (p->progress && !st) p->progress(p->progress_user, "uploading", 1, 1);
+    if (report && !st) p->progress(p->progress_user, "uploading", 1, 1);
     return st;
 }
 
