@@ -7,10 +7,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "akv/log.h"
 #include "cmd.h"
 #ifdef AKV_HAVE_CUDA
 #include "akv/dev_cuda.h"
-#include "akv/log.h"
 #endif
 
 static char partial_path[4096]; /* "<path>.partial", set before the handlers go in */
