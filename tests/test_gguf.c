@@ -5,6 +5,7 @@
 #include "test.h"
 
 #include <stddef.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "akv/gguf.h"
@@ -38,6 +39,65 @@ static akv_status open_image(const uint8_t *p, size_t n) {
         CHECK(g == NULL);
     }
     return st;
+}
+
+/* Writes p[n] as the whole of the file at fd. */
+static bool write_whole(int fd, const uint8_t *p, size_t n) {
+    return ftruncate(fd, 0) == 0 && pwrite(fd, p, n, 0) == (ssize_t)n;
+}
+
+/* msg with every occurrence of `from` replaced by `to` (into out). */
+static void replace_all(const char *msg, const char *from, const char *to, char *out, size_t cap_) {
+    size_t k = 0, lf = strlen(from), lt = strlen(to);
+    while (*msg && k + 1 < cap_) {
+        if (!strncmp(msg, from, lf) && k + lt + 1 < cap_) {
+            memcpy(out + k, to, lt), k += lt, msg += lf;
+        } else {
+            out[k++] = *msg++;
+        }
+    }
+    out[k] = '\0';
+}
+
+/* Opens the sample (from memory, or from `path` when not NULL) failing the nth allocation for
+ * every n until the open no longer allocates that many: each failure must be AKV_ENOMEM with
+ * nothing left allocated. Returns how many failures fired. */
+static int open_failing_each_allocation(const gb *b, const char *path) {
+    int64_t live0 = akv__alloc_live();
+    int n_fired = 0;
+    for (uint64_t nth = 1; nth < 256; nth++) {
+        akv__alloc_fail_nth(nth);
+        akv_gguf *g = NULL;
+        akv_status st = path ? akv_gguf_open(path, &g) : akv_gguf_open_memory(b->p, b->n, &g);
+        bool fired = akv__alloc_failure_fired();
+        akv__alloc_fail_nth(0);
+        if (!fired) {
+            CHECK_OK(st);
+            akv_gguf_close(g);
+            break;
+        }
+        n_fired++;
+        CHECK_STATUS(st, AKV_ENOMEM);
+        CHECK(g == NULL);
+        CHECK_EQ_INT(akv__alloc_live(), live0);
+    }
+    CHECK_EQ_INT(akv__alloc_live(), live0);
+    return n_fired;
+}
+
+/* The sample image (alignment `align`, 0 = none) in *b and in a new temporary file: its
+ * descriptor (path filled), or -1. */
+static int sample_file(gb *b, uint32_t align, char path[32]) {
+    gguf_sample_pos pos;
+    gguf_sample(b, 3, align, &pos);
+    snprintf(path, 32, "/tmp/akv_test_gguf_XXXXXX");
+    int fd = mkstemp(path);
+    if (fd >= 0 && !write_whole(fd, b->p, b->n)) {
+        close(fd);
+        unlink(path);
+        fd = -1;
+    }
+    return fd;
 }
 
 /* One corruption: up to two little-endian writes at (field of gguf_sample_pos + delta). */
@@ -396,37 +456,15 @@ int main(void) {
         gb b = {0};
         gguf_sample_pos pos;
         gguf_sample(&b, 3, 0, &pos);
-        int64_t live0 = akv__alloc_live();
-        int n_fired = 0;
-        for (uint64_t nth = 1; nth < 64; nth++) {
-            akv__alloc_fail_nth(nth);
-            akv_gguf *g = NULL;
-            akv_status st = akv_gguf_open_memory(b.p, b.n, &g);
-            bool fired = akv__alloc_failure_fired();
-            akv__alloc_fail_nth(0);
-            if (!fired) {
-                CHECK_OK(st);
-                akv_gguf_close(g);
-                break;
-            }
-            n_fired++;
-            CHECK_STATUS(st, AKV_ENOMEM);
-            CHECK(g == NULL);
-            CHECK_EQ_INT(akv__alloc_live(), live0);
-        }
-        CHECK(n_fired >= 5);
-        CHECK_EQ_INT(akv__alloc_live(), live0);
+        CHECK(open_failing_each_allocation(&b, NULL) >= 5);
         gb_free(&b);
     }
 
     TEST_CASE(files_on_disk) {
         gb b = {0};
-        gguf_sample_pos pos;
-        gguf_sample(&b, 3, 0, &pos);
-        char path[] = "/tmp/akv_test_gguf_XXXXXX";
-        int fd = mkstemp(path);
+        char path[32];
+        int fd = sample_file(&b, 0, path);
         if (!CHECK(fd >= 0)) break;
-        CHECK_EQ_INT(write(fd, b.p, b.n), (long long)b.n);
         akv_gguf *g = NULL;
         CHECK_OK(akv_gguf_open(path, &g));
         if (g) check_sample(g, 3, 32);
@@ -448,6 +486,130 @@ int main(void) {
         CHECK(strstr(cap.last, path) != NULL);
         CHECK_STATUS(akv_gguf_open("/tmp", &g), AKV_EIO);
         CHECK(g == NULL);
+        gb_free(&b);
+    }
+
+    TEST_CASE(file_opens_agree_with_memory_opens_at_every_truncation) {
+        /* A file's metadata is read in growing prefixes and parsed again until it is all
+         * held: with the first read at 24 bytes (every parse of the sample starts over
+         * several times), at 100, and at the default, a file cut at every offset must give
+         * the memory open's status and its one message, the path in place of "(memory)" */
+        gb b = {0};
+        char path[32];
+        int fd = sample_file(&b, 64, path);
+        if (!CHECK(fd >= 0)) break;
+        const uint64_t firsts[3] = {24, 100, akv__gguf_meta_first_read};
+        const uint64_t saved = akv__gguf_meta_first_read;
+        size_t n_bad = 0;
+        for (int fi = 0; fi < 3; fi++) {
+            akv__gguf_meta_first_read = firsts[fi];
+            for (size_t cut = 24; cut <= b.n; cut++) {
+                if (!CHECK(write_whole(fd, b.p, cut))) break;
+                uint8_t *copy = malloc(cut);
+                memcpy(copy, b.p, cut);
+                cap.n = 0;
+                akv_status sm = open_image(copy, cut);
+                char want[1024];
+                replace_all(cap.last, "(memory)", path, want, sizeof want);
+                int n_mem = cap.n;
+                cap.n = 0, cap.last[0] = '\0';
+                akv_gguf *g = NULL;
+                akv_status sf = akv_gguf_open(path, &g);
+                bool same = sf == sm && cap.n == n_mem && (sm == AKV_OK || !strcmp(cap.last, want));
+                if (sf == AKV_OK) {
+                    CHECK(akv__gguf_check(g));
+                    if (cut == b.n) check_sample(g, 3, 64);
+                    akv_gguf_close(g);
+                }
+                if (!same && n_bad++ < 3)
+                    printf("  first read %llu, cut %zu: file %s (%d lines) '%s', memory %s '%s'\n",
+                           (unsigned long long)firsts[fi], cut, akv_status_name(sf), cap.n,
+                           cap.last, akv_status_name(sm), want);
+                free(copy);
+            }
+        }
+        akv__gguf_meta_first_read = saved;
+        TEST_CHECK_(n_bad == 0, "%zu file opens differ from the memory open", n_bad);
+        close(fd);
+        unlink(path);
+        gb_free(&b);
+    }
+
+    TEST_CASE(file_open_allocation_failures_leave_nothing) {
+        gb b = {0};
+        char path[32];
+        int fd = sample_file(&b, 0, path);
+        if (!CHECK(fd >= 0)) break;
+        const uint64_t saved = akv__gguf_meta_first_read;
+        akv__gguf_meta_first_read = 64; /* the retries' allocations fail too */
+        CHECK(open_failing_each_allocation(&b, path) >= 10);
+        akv__gguf_meta_first_read = saved;
+        close(fd);
+        unlink(path);
+        gb_free(&b);
+    }
+
+    TEST_CASE(a_fifo_is_refused_without_blocking) {
+        /* open(2) of a FIFO without a writer blocks; the reader must refuse it at once (an
+         * alarm turns a hang into a failure) */
+        char dir[] = "/tmp/akv_test_fifo_XXXXXX";
+        if (!CHECK(mkdtemp(dir) != NULL)) break;
+        char path[64];
+        snprintf(path, sizeof path, "%s/model.gguf", dir);
+        if (!CHECK(mkfifo(path, 0600) == 0)) break;
+        alarm(10);
+        akv_gguf *g = NULL;
+        cap.n = 0;
+        CHECK_STATUS(akv_gguf_open(path, &g), AKV_EIO);
+        alarm(0);
+        CHECK(g == NULL);
+        CHECK(strstr(cap.last, path) && strstr(cap.last, "not a regular file"));
+        unlink(path);
+        rmdir(dir);
+    }
+
+    TEST_CASE(tensor_reads_after_the_file_shrinks_fail_cleanly) {
+        /* the file is cut under an open reader (an in-place copy over a model in use):
+         * reads through akv_gguf_tensor_read end in AKV_EIO naming the tensor, not SIGBUS */
+        gb b = {0};
+        char path[32];
+        int fd = sample_file(&b, 0, path);
+        if (!CHECK(fd >= 0)) break;
+        akv_gguf *g = NULL, *gm = NULL;
+        CHECK_OK(akv_gguf_open(path, &g));
+        CHECK_OK(akv_gguf_open_memory(b.p, b.n, &gm));
+        if (!g || !gm) break;
+        const akv_gguf_tensor *t = NULL;
+        for (size_t i = 0; i < akv_gguf_n_tensors(g); i++) {
+            const akv_gguf_tensor *u = akv_gguf_tensor_at(g, i);
+            if (!t || u->n_bytes > t->n_bytes) t = u;
+        }
+        const akv_gguf_tensor *tm = NULL;
+        CHECK_OK(akv_gguf_find_tensor(gm, t->name, &tm));
+        uint8_t *x = malloc(t->n_bytes), *y = malloc(t->n_bytes);
+        CHECK_OK(akv_gguf_tensor_read(g, t, 0, x, t->n_bytes));
+        CHECK_OK(akv_gguf_tensor_read(gm, tm, 0, y, t->n_bytes));
+        CHECK(!memcmp(x, y, t->n_bytes) && !memcmp(x, t->data, t->n_bytes));
+        CHECK_OK(akv_gguf_tensor_read(g, t, 3, x, t->n_bytes - 3));
+        CHECK(!memcmp(x, y + 3, t->n_bytes - 3));
+        CHECK_STATUS(akv_gguf_tensor_read(g, t, 1, x, t->n_bytes), AKV_EINVAL);
+        CHECK_STATUS(akv_gguf_tensor_read(g, t, t->n_bytes + 1, x, 0), AKV_EINVAL);
+        CHECK_EQ_INT(ftruncate(fd, (off_t)t->offset + 1), 0);
+        cap.n = 0;
+        CHECK_STATUS(akv_gguf_tensor_read(g, t, 0, x, t->n_bytes), AKV_EIO);
+        CHECK_EQ_INT(cap.n, 1);
+        CHECK(strstr(cap.last, path) && strstr(cap.last, t->name) &&
+              strstr(cap.last, "changed after it was opened"));
+        /* the metadata was read at open: still whole (the mapped data is not read here) */
+        CHECK(akv__gguf_check(g));
+        akv_gguf_str arch;
+        CHECK_OK(akv_gguf_get_str(g, "general.architecture", &arch));
+        CHECK(arch.len == 5 && !memcmp(arch.ptr, "llama", 5));
+        free(x), free(y);
+        akv_gguf_close(g);
+        akv_gguf_close(gm);
+        close(fd);
+        unlink(path);
         gb_free(&b);
     }
 

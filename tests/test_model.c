@@ -3,7 +3,11 @@
 #include "model_build.h"
 
 #include <math.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
 
+#include "akv/log.h"
 #include "akv/model.h"
 #include "core/alloc.h"
 #include "core/assert.h"
@@ -28,6 +32,33 @@ static akv_status load_tm(const tm_model *m, akv_model **out) {
     else
         akv_model_destroy(model);
     return st;
+}
+
+/* The last error logged, for tests that check a message. */
+static int cap_n;
+static char cap_last[1024];
+static void capture_log(akv_log_level level, const char *msg, void *user) {
+    (void)level, (void)user;
+    cap_n++;
+    snprintf(cap_last, sizeof cap_last, "%s", msg);
+}
+static void capture_begin(void) {
+    cap_n = 0, cap_last[0] = '\0';
+    akv_log_set(capture_log, NULL, AKV_LOG_ERROR);
+}
+static void capture_end(void) {
+    akv_log_set(NULL, NULL, AKV_LOG_WARN);
+}
+
+/* A load's progress hook that cuts the file to its first 4 KiB after the first tensor. */
+struct cut_state {
+    const char *path;
+    bool cut;
+};
+static void cut_after_first(void *user, uint64_t done, uint64_t total) {
+    struct cut_state *c = user;
+    (void)done, (void)total;
+    if (!c->cut) c->cut = truncate(c->path, 4096) == 0;
 }
 
 typedef struct progress_log {
@@ -226,6 +257,16 @@ int main(void) {
         CHECK_STATUS(load_tm(&m, NULL), AKV_EUNSUPPORTED);
         tm_free(&m);
 
+        /* a head dimension the attention does not take, refused when the file is opened */
+        tm_init(&m, &llama_shape, seed);
+        tm_u32(&m, "attention.key_length", 512);
+        tm_u32(&m, "attention.value_length", 512);
+        capture_begin();
+        CHECK_STATUS(load_tm(&m, NULL), AKV_EUNSUPPORTED);
+        capture_end();
+        TEST_CHECK_(strstr(cap_last, "512") && strstr(cap_last, "1..256"), "message: %s", cap_last);
+        tm_free(&m);
+
         /* a type the dequantiser lacks: Q5_0 (32 elements in 22 bytes) */
         tm_init(&m, &llama_shape, seed);
         tm_tensor *t = tm_find(&m, "output_norm.weight");
@@ -270,6 +311,45 @@ int main(void) {
             CHECK_STATUS(st, AKV_EFORMAT);
             tm_free(&m);
         }
+    }
+
+    TEST_CASE(non_finite_weights_are_refused_naming_the_tensor) {
+        const float bad[2] = {NAN, -INFINITY};
+        for (int b = 0; b < 2; b++) {
+            tm_model m;
+            tm_init(&m, &llama_shape, seed);
+            tm_tensor *t = tm_find(&m, "blk.1.ffn_up.weight");
+            AKV_ASSERT(t);
+            t->data[37] = bad[b];
+            capture_begin();
+            CHECK_STATUS(load_tm(&m, NULL), AKV_EFORMAT);
+            capture_end();
+            TEST_CHECK_(strstr(cap_last, "blk.1.ffn_up.weight") && strstr(cap_last, "element 37") &&
+                            strstr(cap_last, b ? "infinity" : "NaN"),
+                        "message: %s", cap_last);
+            tm_free(&m);
+        }
+    }
+
+    TEST_CASE(a_file_cut_while_it_loads_fails_cleanly) {
+        /* the file is truncated in place after the first tensor is dequantised (an in-place
+         * copy over a model in use): the load ends in AKV_EIO naming a tensor, not SIGBUS */
+        tm_model m;
+        tm_init(&m, &llama_shape, seed);
+        char path[64];
+        tm_write(&m, path);
+        struct cut_state st_cut = {.path = path};
+        akv_model_load_params lp = {.progress = cut_after_first, .progress_user = &st_cut};
+        akv_model *model = NULL;
+        capture_begin();
+        int64_t live = akv__alloc_live();
+        CHECK_STATUS(akv_model_load(path, &lp, &model), AKV_EIO);
+        capture_end();
+        CHECK(model == NULL && st_cut.cut);
+        CHECK_EQ_INT(akv__alloc_live(), live);
+        TEST_CHECK_(strstr(cap_last, "cannot be read") != NULL, "last message: %s", cap_last);
+        unlink(path);
+        tm_free(&m);
     }
 
     TEST_CASE(allocation_failures_are_clean) {

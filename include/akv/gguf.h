@@ -40,8 +40,11 @@
  *
  * Ownership: every pointer a getter returns (keys, names, akv_gguf_str bytes, array data,
  * tensor data, tensor records) is borrowed from the akv_gguf and valid until
- * akv_gguf_close(). Metadata bytes and tensor data point into the mapped file: read-only,
- * unaligned, little-endian.
+ * akv_gguf_close(). Read-only, unaligned, little-endian. A file's metadata is read into
+ * memory at open; its tensor data is mapped (`data`), so a file that shrinks while it is
+ * open faults (SIGBUS) at a read of `data` past its new end: akv_gguf_tensor_read reads
+ * through the file instead and turns that into AKV_EIO naming the tensor (the model loader
+ * uses it).
  *
  * Thread-safety: an open akv_gguf is immutable; every getter may be called from any
  * number of threads at once. Open and close are not thread-safe for the same object.
@@ -139,10 +142,12 @@ const char *akv_gguf_vtype_name(uint32_t vtype);
 
 /* ---- opening ------------------------------------------------------------------------------ */
 
-/* Maps the file at `path` read-only and validates all of it (header, every kv, the
- * tensor index, every tensor's byte range); tensor data is not read. Returns
- * AKV_EIO if the file cannot be opened or mapped (logged with errno), AKV_EFORMAT if it is
- * malformed, AKV_EUNSUPPORTED for a nested array, AKV_ENOMEM. *out is set only on success. */
+/* Reads the metadata of the file at `path` into memory, validates all of it (header, every
+ * kv, the tensor index, every tensor's byte range) and maps the file read-only for tensor
+ * data, which is not read. Returns AKV_EIO if it is not a regular file (a FIFO is refused
+ * without blocking) or cannot be opened, read or mapped (logged with errno), AKV_EFORMAT if
+ * it is malformed, AKV_EUNSUPPORTED for a nested array, AKV_ENOMEM. *out is set only on
+ * success. */
 akv_status akv_gguf_open(const char *path, akv_gguf **out);
 
 /* The same over `n_bytes` bytes at `data`, which the caller keeps alive and unchanged
@@ -251,6 +256,13 @@ akv_status akv_gguf_find_tensor(const akv_gguf *g, const char *name, const akv_g
 
 /* Bytes of one row (ne[0] elements) of tensor t. */
 uint64_t akv_gguf_tensor_row_bytes(const akv_gguf_tensor *t);
+
+/* Copies bytes [off, off + n) of tensor t's data into dst: from the file with pread (a file
+ * opened by path), so a file that changed since it was opened gives AKV_EIO (logged, naming
+ * the tensor and the file's size now) instead of a fault; from memory for a memory image.
+ * AKV_EINVAL for a range outside the tensor. Safe from any number of threads. */
+akv_status akv_gguf_tensor_read(const akv_gguf *g, const akv_gguf_tensor *t, uint64_t off,
+                                void *dst, size_t n);
 
 #ifdef __cplusplus
 }

@@ -39,6 +39,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "akv/gguf.h"
 #include "akv/status.h"
 
 #ifdef __cplusplus
@@ -56,6 +57,12 @@ bool akv_gguf_can_quantize(uint32_t type);
  * (BF16 sources are copied bit for bit). */
 akv_status akv_gguf_dequant_f32(uint32_t type, const void *src, size_t n_elems, float *dst);
 akv_status akv_gguf_dequant_bf16(uint32_t type, const void *src, size_t n_elems, uint16_t *dst);
+
+/* Every element of tensor t of g as f32 into dst[t->n_elems]: a memory image's data decoded
+ * in place; a file's read through akv_gguf_tensor_read in pieces of whole blocks, so a file
+ * that changed since it was opened gives AKV_EIO (logged) instead of a fault. Errors as
+ * akv_gguf_dequant_f32, and AKV_ENOMEM (the read buffer). */
+akv_status akv_gguf_tensor_f32(const akv_gguf *g, const akv_gguf_tensor *t, float *dst);
 
 /* Encodes src[n_elems] (a multiple of the block size) as `type` into dst, which holds
  * akv_gguf_type_bytes(type, n_elems) bytes. AKV_EUNSUPPORTED / AKV_EINVAL as above.

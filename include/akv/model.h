@@ -127,6 +127,11 @@ akv_status akv_model_config_read(const akv_gguf *g, akv_model_config *out);
  * AKV_EUNSUPPORTED / AKV_ENOMEM, logged once with the detail; *out is set only on success. */
 akv_status akv_model_load(const char *path, const akv_model_load_params *params, akv_model **out);
 
+/* The same over a GGUF image of n_bytes at `data`, which the caller keeps alive and unchanged
+ * until akv_model_destroy (tests and fuzzing). */
+akv_status akv_model_load_memory(const void *data, size_t n_bytes,
+                                 const akv_model_load_params *params, akv_model **out);
+
 /* Frees the weights and closes the file. NULL is a no-op. */
 void akv_model_destroy(akv_model *m);
 

@@ -111,7 +111,9 @@ size_t akv__gguf_vtype_size(uint32_t vtype) {
 
 typedef struct gguf_rd {
     const uint8_t *p;
-    uint64_t n;       /* image bytes */
+    uint64_t n;       /* bytes of the file held at p: all of it, or a prefix (akv_gguf_open) */
+    uint64_t file_n;  /* bytes of the file */
+    bool more;        /* a read ran past a prefix: the caller reads more and parses again */
     uint64_t pos;     /* next byte to read */
     const char *src;  /* the file's path, or "(memory)", for messages */
     char what[112];   /* the item being read, for messages: "kv 3 'general.name'" */
@@ -135,9 +137,15 @@ static uint64_t rd_left(const gguf_rd *r) {
     return r->n - r->pos;
 }
 
-static akv_status rd_need(const gguf_rd *r, uint64_t n_bytes, const char *field) {
+/* What a read past the bytes held means: with only a prefix held, that the caller must read
+ * more (quietly: r->more); with the whole file, that the file is truncated (`fmt` says how). */
+#define RD_PAST_END(r, at, field, ...)                                                         \
+    ((r)->n < (r)->file_n ? ((r)->more = true, AKV_EFORMAT)                                    \
+                          : rd_fail((r), AKV_EFORMAT, (at), (field), __VA_ARGS__))
+
+static akv_status rd_need(gguf_rd *r, uint64_t n_bytes, const char *field) {
     if (n_bytes <= rd_left(r)) return AKV_OK;
-    return rd_fail(r, AKV_EFORMAT, r->pos, field,
+    return RD_PAST_END(r, r->pos, field,
                    "truncated: needs %llu bytes, %llu left in the %llu-byte file",
                    (unsigned long long)n_bytes, (unsigned long long)rd_left(r),
                    (unsigned long long)r->n);
@@ -169,7 +177,7 @@ static akv_status rd_str(gguf_rd *r, const char *field, uint64_t max_len, uint64
         return rd_fail(r, AKV_EFORMAT, at, field, "length %llu exceeds the limit of %llu",
                        (unsigned long long)len, (unsigned long long)max_len);
     if (len > rd_left(r))
-        return rd_fail(r, AKV_EFORMAT, at, field,
+        return RD_PAST_END(r, at, field,
                        "length %llu runs past the end (%llu bytes left)", (unsigned long long)len,
                        (unsigned long long)rd_left(r));
     *out_pos = r->pos;
@@ -200,7 +208,7 @@ static akv_status parse_header(akv_gguf *g, gguf_rd *r, uint64_t *n_kv, uint64_t
     g->version = version;
     rd_u64(r, "tensor count", n_tensors);
     rd_u64(r, "kv count", n_kv);
-    uint64_t left = rd_left(r);
+    uint64_t left = r->file_n - r->pos; /* the file's, not a prefix's: a bound, not a read */
     if (*n_kv > left / GGUF_MIN_KV_BYTES)
         return rd_fail(r, AKV_EFORMAT, 16, "kv count",
                        "%llu pairs cannot fit in the %llu bytes left (each needs >= %d)",
@@ -253,7 +261,7 @@ static akv_status parse_value(akv_gguf *g, gguf_rd *r, gguf_kv *kv) {
     if (elem != AKV_GGUF_VTYPE_STRING) {
         size_t size = akv__gguf_vtype_size(elem);
         if (kv->n > rd_left(r) / size)
-            return rd_fail(r, AKV_EFORMAT, at, "array length",
+            return RD_PAST_END(r, at, "array length",
                            "%llu elements of %zu bytes run past the end (%llu bytes left)",
                            (unsigned long long)kv->n, size, (unsigned long long)rd_left(r));
         if (elem == AKV_GGUF_VTYPE_BOOL && (st = check_bools(r, r->pos, kv->n, "array element")))
@@ -263,7 +271,7 @@ static akv_status parse_value(akv_gguf *g, gguf_rd *r, gguf_kv *kv) {
     }
     /* Strings: every element is at least its 8-byte length, which bounds the table. */
     if (kv->n > rd_left(r) / 8)
-        return rd_fail(r, AKV_EFORMAT, at, "array length",
+        return RD_PAST_END(r, at, "array length",
                        "%llu strings cannot fit in the %llu bytes left",
                        (unsigned long long)kv->n, (unsigned long long)rd_left(r));
     if (akv__array_reserve((void **)&g->str_pos, &g->cap_str, g->n_str + (size_t)kv->n,
@@ -385,11 +393,11 @@ static akv_status place_tensors(akv_gguf *g, gguf_rd *r) {
     uint64_t pad = (g->alignment - r->pos % g->alignment) % g->alignment;
     g->data_offset = r->pos + pad;
     if (g->n_tensors == 0) return AKV_OK;
-    if (pad > rd_left(r))
+    if (pad > r->file_n - r->pos)
         return rd_fail(r, AKV_EFORMAT, r->pos, "padding",
                        "the data section would start at %llu, past the end of the %llu-byte file",
-                       (unsigned long long)g->data_offset, (unsigned long long)r->n);
-    uint64_t data_bytes = r->n - g->data_offset;
+                       (unsigned long long)g->data_offset, (unsigned long long)r->file_n);
+    uint64_t data_bytes = r->file_n - g->data_offset;
     for (size_t i = 0; i < g->n_tensors; i++) {
         akv_gguf_tensor *t = &g->tensors[i].pub;
         snprintf(r->what, sizeof r->what, "tensor %zu '%.*s'", i, (int)g->tensors[i].name_len,
@@ -400,7 +408,7 @@ static akv_status place_tensors(akv_gguf *g, gguf_rd *r) {
                            (unsigned long long)t->offset, (unsigned long long)t->n_bytes,
                            (unsigned long long)data_bytes);
         t->offset += g->data_offset;
-        t->data = g->base + t->offset;
+        t->data = g->base ? g->base + t->offset : NULL; /* a file's: set once it is mapped */
     }
     gguf_tensor **order = akv__calloc(g->n_tensors, sizeof *order);
     if (!order) return AKV_ENOMEM;
@@ -437,13 +445,13 @@ static akv_status build_names(akv_gguf *g) {
     if (!g->names) return AKV_ENOMEM;
     char *p = g->names;
     for (size_t i = 0; i < g->n_kv; i++) {
-        memcpy(p, g->base + g->kvs[i].key_pos, g->kvs[i].key_len);
+        memcpy(p, g->meta + g->kvs[i].key_pos, g->kvs[i].key_len);
         g->kvs[i].key = p;
         p += g->kvs[i].key_len;
         *p++ = '\0';
     }
     for (size_t i = 0; i < g->n_tensors; i++) {
-        memcpy(p, g->base + g->tensors[i].name_pos, g->tensors[i].name_len);
+        memcpy(p, g->meta + g->tensors[i].name_pos, g->tensors[i].name_len);
         g->tensors[i].pub.name = p;
         p += g->tensors[i].name_len;
         *p++ = '\0';
@@ -495,38 +503,47 @@ static akv_status hash_build(akv_gguf *g, bool tensors, const char *src) {
 
 /* ---- open / close ---------------------------------------------------------------------------- */
 
-static akv_status gguf_parse(akv_gguf *g, const char *src) {
-    gguf_rd r = {.p = g->base, .n = g->n_bytes, .pos = 0, .src = src};
+static akv_status gguf_parse_rd(akv_gguf *g, gguf_rd *r, const char *src) {
     uint64_t n_kv, n_tensors;
-    akv_status st = parse_header(g, &r, &n_kv, &n_tensors);
+    akv_status st = parse_header(g, r, &n_kv, &n_tensors);
     if (st) return st;
     g->alignment = AKV_GGUF_DEFAULT_ALIGNMENT;
     /* Both counts are bounded by the file size (parse_header), so these are too. */
     if (n_kv && !(g->kvs = akv__calloc((size_t)n_kv, sizeof *g->kvs))) return AKV_ENOMEM;
     g->n_kv = (size_t)n_kv;
     for (size_t i = 0; i < g->n_kv; i++)
-        if ((st = parse_kv(g, &r, i))) return st;
+        if ((st = parse_kv(g, r, i))) return st;
     if (n_tensors && !(g->tensors = akv__calloc((size_t)n_tensors, sizeof *g->tensors)))
         return AKV_ENOMEM;
     g->n_tensors = (size_t)n_tensors;
     for (size_t i = 0; i < g->n_tensors; i++)
-        if ((st = parse_tensor_info(g, &r, i))) return st;
-    if ((st = place_tensors(g, &r))) return st;
+        if ((st = parse_tensor_info(g, r, i))) return st;
+    if ((st = place_tensors(g, r))) return st;
     if ((st = build_names(g))) return st;
     if ((st = hash_build(g, false, src))) return st;
     return hash_build(g, true, src);
 }
 
-static akv_status gguf_open_image(const uint8_t *base, uint64_t n_bytes, bool mapped,
-                                  const char *src, akv_gguf **out) {
+/* Parses the metadata held at g->meta (g->n_meta bytes of the g->n_bytes-byte file). *more:
+ * the metadata runs past what is held (nothing logged; read more and parse again). */
+static akv_status gguf_parse(akv_gguf *g, const char *src, bool *more) {
+    gguf_rd r = {.p = g->meta, .n = g->n_meta, .file_n = g->n_bytes, .pos = 0, .src = src};
+    akv_status st = gguf_parse_rd(g, &r, src);
+    *more = st && r.more;
+    return st;
+}
+
+/* A new index over a metadata image (meta, n_meta bytes of an n_bytes-byte file) and the
+ * tensor image `base` (NULL until mapped: tensor data pointers are set by gguf_set_data). */
+static akv_status gguf_new(const uint8_t *meta, uint64_t n_meta, uint64_t n_bytes,
+                           const uint8_t *base, const char *src, bool *more, akv_gguf **out) {
+    *more = false;
     akv_gguf *g = akv__calloc(1, sizeof *g);
     if (!g) return AKV_ENOMEM;
-    g->base = base;
-    g->n_bytes = n_bytes;
-    akv_status st = gguf_parse(g, src);
-    g->mapped = mapped; /* set after parsing: a failed open leaves the unmapping to the caller */
+    g->meta = meta, g->n_meta = n_meta, g->n_bytes = n_bytes, g->base = base, g->fd = -1;
+    akv_status st = gguf_parse(g, src, more);
     if (st) {
-        g->mapped = false;
+        g->meta_owned = false; /* the caller's on failure */
         akv_gguf_close(g);
         return st;
     }
@@ -536,12 +553,44 @@ static akv_status gguf_open_image(const uint8_t *base, uint64_t n_bytes, bool ma
 
 akv_status akv_gguf_open_memory(const void *data, size_t n_bytes, akv_gguf **out) {
     if ((!data && n_bytes) || !out) return AKV_EINVAL;
-    return gguf_open_image(data, n_bytes, false, "(memory)", out);
+    bool more;
+    return gguf_new(data, n_bytes, n_bytes, data, "(memory)", &more, out);
 }
+
+/* Reads n bytes at file offset `at` into dst; AKV_EIO (logged) on an error or an early end
+ * of the file (*short_read then true). */
+static akv_status gguf_pread(int fd, const char *path, void *dst, uint64_t n, uint64_t at,
+                             const char *what, bool *short_read) {
+    uint8_t *p = dst;
+    *short_read = false;
+    while (n) {
+        ssize_t k = pread(fd, p, n > (1u << 30) ? (1u << 30) : (size_t)n, (off_t)at);
+        if (k < 0 && errno == EINTR) continue;
+        if (k < 0) {
+            AKV_LOG_E("gguf: %s: cannot read %s at offset %llu: %s", path, what,
+                      (unsigned long long)at, strerror(errno));
+            return AKV_EIO;
+        }
+        if (k == 0) {
+            struct stat sb;
+            long long now = fstat(fd, &sb) == 0 ? (long long)sb.st_size : -1;
+            AKV_LOG_E("gguf: %s: the file ends at %lld bytes, before %s at offset %llu (+%llu "
+                      "bytes): it changed after it was opened",
+                      path, now, what, (unsigned long long)at, (unsigned long long)n);
+            *short_read = true;
+            return AKV_EIO;
+        }
+        p += k, at += (uint64_t)k, n -= (uint64_t)k;
+    }
+    return AKV_OK;
+}
+
+uint64_t akv__gguf_meta_first_read = 1u << 20;
 
 akv_status akv_gguf_open(const char *path, akv_gguf **out) {
     if (!path || !out) return AKV_EINVAL;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    /* O_NONBLOCK: a FIFO without a writer would block the open itself; it is refused below */
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     if (fd < 0) {
         AKV_LOG_E("gguf: cannot open '%s': %s", path, strerror(errno));
         return AKV_EIO;
@@ -558,22 +607,73 @@ akv_status akv_gguf_open(const char *path, akv_gguf **out) {
         close(fd);
         return AKV_EFORMAT;
     }
-    void *base = mmap(NULL, (size_t)sb.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
-    int map_errno = errno;
-    close(fd);
+    const uint64_t size = (uint64_t)sb.st_size;
+    size_t path_len = strlen(path);
+    char *path_copy = akv__malloc(path_len + 1);
+    if (!path_copy) {
+        close(fd);
+        return AKV_ENOMEM;
+    }
+    memcpy(path_copy, path, path_len + 1);
+    /* The metadata is read into memory (a prefix, grown until the parse holds all of it), so
+     * no metadata access can fault if the file changes later; only tensor data is mapped. */
+    akv_gguf *g = NULL;
+    akv_status st;
+    bool more = true;
+    uint64_t first = akv__gguf_meta_first_read ? akv__gguf_meta_first_read : 1;
+    for (uint64_t n = size < first ? size : first; more;
+         n = n > size / 4 ? size : n * 4) {
+        uint8_t *meta = akv__malloc((size_t)n);
+        if (!meta) {
+            st = AKV_ENOMEM;
+            break;
+        }
+        bool short_read;
+        st = gguf_pread(fd, path, meta, n, 0, "the metadata", &short_read);
+        if (!st) st = gguf_new(meta, n, size, NULL, path, &more, &g);
+        else more = false;
+        if (st) akv__free(meta);
+        else g->meta_owned = true;
+    }
+    if (st) {
+        akv__free(path_copy);
+        close(fd);
+        return st;
+    }
+    g->fd = fd, g->path = path_copy;
+    void *base = mmap(NULL, (size_t)size, PROT_READ, MAP_PRIVATE, fd, 0);
     if (base == MAP_FAILED) {
-        AKV_LOG_E("gguf: cannot map '%s' (%lld bytes): %s", path, (long long)sb.st_size,
-                  strerror(map_errno));
+        AKV_LOG_E("gguf: cannot map '%s' (%llu bytes): %s", path, (unsigned long long)size,
+                  strerror(errno));
+        akv_gguf_close(g);
         return AKV_EIO;
     }
-    akv_status st = gguf_open_image(base, (uint64_t)sb.st_size, true, path, out);
-    if (st) munmap(base, (size_t)sb.st_size);
-    return st;
+    g->base = base, g->mapped = true;
+    for (size_t i = 0; i < g->n_tensors; i++)
+        g->tensors[i].pub.data = g->base + g->tensors[i].pub.offset;
+    *out = g;
+    return AKV_OK;
+}
+
+akv_status akv_gguf_tensor_read(const akv_gguf *g, const akv_gguf_tensor *t, uint64_t off,
+                                void *dst, size_t n) {
+    if (!g || !t || (!dst && n) || off > t->n_bytes || n > t->n_bytes - off) return AKV_EINVAL;
+    if (g->fd < 0) {
+        if (n) memcpy(dst, t->data + off, n);
+        return AKV_OK;
+    }
+    char what[AKV_GGUF_MAX_NAME + 32];
+    snprintf(what, sizeof what, "tensor '%s'", t->name);
+    bool short_read;
+    return gguf_pread(g->fd, g->path, dst, n, t->offset + off, what, &short_read);
 }
 
 void akv_gguf_close(akv_gguf *g) {
     if (!g) return;
     if (g->mapped) munmap((void *)g->base, (size_t)g->n_bytes);
+    if (g->meta_owned) akv__free((void *)g->meta);
+    if (g->fd >= 0) close(g->fd);
+    akv__free(g->path);
     akv__free(g->kvs);
     akv__free(g->tensors);
     akv__free(g->str_pos);

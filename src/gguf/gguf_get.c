@@ -73,15 +73,15 @@ akv_gguf_value akv_gguf_kv_value(const akv_gguf *g, size_t idx) {
     memset(&v, 0, sizeof v);
     v.type = kv->type;
     if (kv->type == AKV_GGUF_VTYPE_STRING) {
-        v.as.str.ptr = (const char *)g->base + kv->data_pos;
+        v.as.str.ptr = (const char *)g->meta + kv->data_pos;
         v.as.str.len = (size_t)kv->n;
     } else if (kv->type == AKV_GGUF_VTYPE_ARRAY) {
         v.as.arr.type = kv->elem;
         v.as.arr.n = kv->n;
-        v.as.arr.data = g->base + kv->data_pos;
+        v.as.arr.data = g->meta + kv->data_pos;
         v.as.arr.kv_idx = idx;
     } else {
-        load_scalar(kv->type, g->base + kv->data_pos, &v);
+        load_scalar(kv->type, g->meta + kv->data_pos, &v);
     }
     return v;
 }
@@ -201,7 +201,7 @@ akv_gguf_str akv_gguf_arr_str(const akv_gguf *g, const akv_gguf_arr *a, uint64_t
     const gguf_kv *kv = &g->kvs[a->kv_idx];
     AKV_ASSERT(kv->type == AKV_GGUF_VTYPE_ARRAY && kv->elem == AKV_GGUF_VTYPE_STRING);
     uint64_t pos = g->str_pos[kv->first_str + (size_t)i];
-    akv_gguf_str s = {(const char *)g->base + pos + 8, (size_t)akv__gguf_ld64(g->base + pos)};
+    akv_gguf_str s = {(const char *)g->meta + pos + 8, (size_t)akv__gguf_ld64(g->meta + pos)};
     return s;
 }
 
@@ -228,7 +228,7 @@ double akv_gguf_arr_float(const akv_gguf_arr *a, uint64_t i) {
 
 void akv__gguf_kv_span(const akv_gguf *g, size_t idx, const uint8_t **out_p, size_t *out_n) {
     AKV_ASSERT(idx < g->n_kv);
-    *out_p = g->base + g->kvs[idx].pos;
+    *out_p = g->meta + g->kvs[idx].pos;
     *out_n = (size_t)(g->kvs[idx].end - g->kvs[idx].pos);
 }
 
@@ -273,9 +273,10 @@ bool akv__gguf_check(const akv_gguf *g) {
                   g->alignment);
     CHECK_OR_FAIL(g->data_offset % g->alignment == 0, "data offset %llu misaligned",
                   (unsigned long long)g->data_offset);
+    CHECK_OR_FAIL(g->n_meta <= g->n_bytes && (g->meta || !g->n_meta), "metadata image");
     for (size_t i = 0; i < g->n_kv; i++) {
         const gguf_kv *kv = &g->kvs[i];
-        CHECK_OR_FAIL(kv->pos < kv->end && kv->end <= g->n_bytes, "kv %zu span", i);
+        CHECK_OR_FAIL(kv->pos < kv->end && kv->end <= g->n_meta, "kv %zu span", i);
         CHECK_OR_FAIL(strlen(kv->key) == kv->key_len && kv->key_len > 0, "kv %zu key", i);
         size_t found;
         CHECK_OR_FAIL(akv_gguf_find_kv(g, kv->key, &found) == AKV_OK && found == i,
@@ -285,7 +286,7 @@ bool akv__gguf_check(const akv_gguf *g) {
     }
     for (size_t i = 0; i < g->n_str; i++) {
         uint64_t pos = g->str_pos[i];
-        CHECK_OR_FAIL(pos + 8 <= g->n_bytes && akv__gguf_ld64(g->base + pos) <= g->n_bytes - pos - 8,
+        CHECK_OR_FAIL(pos + 8 <= g->n_meta && akv__gguf_ld64(g->meta + pos) <= g->n_meta - pos - 8,
                       "string element %zu", i);
     }
     for (size_t i = 0; i < g->n_tensors; i++) {

@@ -36,7 +36,11 @@ static inline void akv__gguf_st64(uint8_t *p, uint64_t v) {
     for (int i = 0; i < 8; i++) p[i] = (uint8_t)(v >> (8 * i));
 }
 
-/* The parsed index. Offsets are file offsets; the image is never written. */
+/* Bytes of a file's metadata akv_gguf_open reads first (1 MiB); a parse that needs more reads
+ * four times as much and starts again. Tests lower it to make every file take that path. */
+extern uint64_t akv__gguf_meta_first_read;
+
+/* The parsed index. Offsets are file offsets; neither image is ever written. */
 typedef struct gguf_kv {
     const char *key;         /* in the names arena */
     uint64_t pos;            /* file offset of the kv (its key length field) */
@@ -59,9 +63,16 @@ typedef struct gguf_tensor {
 } gguf_tensor;
 
 struct akv_gguf {
-    const uint8_t *base; /* the image: a private read-only mapping, or the caller's bytes */
-    uint64_t n_bytes;
+    const uint8_t *meta; /* the metadata image: the file's first n_meta bytes, read into
+                            memory (a file), or the caller's bytes (a memory image) */
+    uint64_t n_meta;     /* >= every metadata byte's offset + 1; n_bytes for a memory image */
+    bool meta_owned;     /* meta was allocated by us (freed at close) */
+    const uint8_t *base; /* the tensor image: a private read-only mapping, or the caller's
+                            bytes; tensor data pointers point into it */
+    uint64_t n_bytes;    /* of the file (or the memory image) */
     bool mapped;         /* base was mmap'ed by us (munmap at close) */
+    int fd;              /* a file: kept open for akv_gguf_tensor_read; -1 for memory */
+    char *path;          /* a file's path, for messages; NULL for memory */
     uint32_t version;
     size_t alignment;
     uint64_t data_offset;

@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "akv/gguf.h"
+#include "core/alloc.h"
 #include "core/half.h"
 #include "gguf/gguf_impl.h"
 
@@ -151,6 +152,29 @@ akv_status akv_gguf_dequant_f32(uint32_t type, const void *src, size_t n_elems, 
     }
     for (size_t i = 0; i < n_elems; i += blk, b += blk_bytes) dec(b, dst + i);
     return AKV_OK;
+}
+
+enum { GGUF_READ_PIECE = 4u << 20 }; /* bytes read from a file per piece (whole blocks) */
+
+akv_status akv_gguf_tensor_f32(const akv_gguf *g, const akv_gguf_tensor *t, float *dst) {
+    if (!g || !t || !dst) return AKV_EINVAL;
+    if (g->fd < 0) return akv_gguf_dequant_f32(t->type, t->data, (size_t)t->n_elems, dst);
+    const size_t blk = akv_gguf_type_block_elems(t->type);
+    const size_t blk_bytes = akv_gguf_type_block_bytes(t->type);
+    if (!blk || !blk_bytes) return AKV_EUNSUPPORTED; /* not reached: the reader refuses them */
+    const uint64_t n_blocks = t->n_elems / blk;
+    size_t per = GGUF_READ_PIECE / blk_bytes ? GGUF_READ_PIECE / blk_bytes : 1;
+    if (per > n_blocks) per = n_blocks ? (size_t)n_blocks : 1;
+    uint8_t *buf = akv__malloc(per * blk_bytes);
+    if (!buf) return AKV_ENOMEM;
+    akv_status st = AKV_OK;
+    for (uint64_t b = 0; b < n_blocks && !st; b += per) {
+        size_t k = n_blocks - b < per ? (size_t)(n_blocks - b) : per;
+        st = akv_gguf_tensor_read(g, t, b * blk_bytes, buf, k * blk_bytes);
+        if (!st) st = akv_gguf_dequant_f32(t->type, buf, k * blk, dst + b * blk);
+    }
+    akv__free(buf);
+    return st;
 }
 
 akv_status akv_gguf_dequant_bf16(uint32_t type, const void *src, size_t n_elems, uint16_t *dst) {

@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "akv/gguf_writer.h"
+#include "core/alloc.h"
 #include "core/log.h"
 
 /* The block index of a tensor named "blk.<i>.<rest>", or -1 for any other name. */
@@ -52,11 +53,19 @@ akv_status akv_gguf_write_layer_slice(const akv_gguf *src, uint32_t n_layers, co
         if (slice_block_of(t->name) >= (long)n_layers) continue;
         st = akv_gguf_writer_add_tensor(w, t->name, t->type, t->n_dims, t->ne);
     }
+    enum { PIECE = 4u << 20 }; /* bytes copied at a time, read through the file */
+    uint8_t *buf = st ? NULL : akv__malloc(PIECE);
+    if (!st && !buf) st = AKV_ENOMEM;
     for (size_t i = 0; i < n_t && !st; i++) {
         const akv_gguf_tensor *t = akv_gguf_tensor_at(src, i);
         if (slice_block_of(t->name) >= (long)n_layers) continue;
-        st = akv_gguf_writer_write(w, t->data, t->n_bytes);
+        for (uint64_t off = 0; off < t->n_bytes && !st; off += PIECE) {
+            size_t n = t->n_bytes - off < PIECE ? (size_t)(t->n_bytes - off) : PIECE;
+            st = akv_gguf_tensor_read(src, t, off, buf, n);
+            if (!st) st = akv_gguf_writer_write(w, buf, n);
+        }
     }
+    akv__free(buf);
     if (!st) st = akv_gguf_writer_finish(w);
     akv_gguf_writer_destroy(w);
     return st;

@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "akv/attn.h"
 #include "akv/geom.h"
 #include "core/log.h"
 
@@ -139,6 +140,12 @@ akv_status akv_model_config_read(const akv_gguf *g, akv_model_config *out) {
         AKV_LOG_E("model: keys '%s.attention.key_length' = %u and '.value_length' = %u differ: "
                   "not supported",
                   arch, key_len, value_len);
+        return AKV_EUNSUPPORTED;
+    }
+    if (key_len > AKV_ATTN_MAX_HEAD_DIM) {
+        AKV_LOG_E("model: the head dimension %s.attention.key_length = %u is not supported: the "
+                  "attention takes 1..%d (64 or 128 on CUDA)",
+                  arch, key_len, AKV_ATTN_MAX_HEAD_DIM);
         return AKV_EUNSUPPORTED;
     }
     c.head_dim = key_len;

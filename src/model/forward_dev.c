@@ -224,6 +224,12 @@ static akv_status fdev_create_common(akv_dev *dev, const akv_model_config *c,
     akv_dev_info info;
     akv_status st = akv_dev_get_info(dev, &info);
     if (st) return st;
+    if (!info.is_host && c->head_dim != 64 && c->head_dim != 128) {
+        AKV_LOG_E("forward_dev: the model's head dimension %u is not supported by the %s "
+                  "attention kernels (64 or 128); run it on the CPU",
+                  c->head_dim, info.name);
+        return AKV_EUNSUPPORTED;
+    }
     akv_forward_dev *f = akv__calloc(1, sizeof *f);
     if (!f) return AKV_ENOMEM;
     f->dev = dev, f->cfg = *c, f->params = p;

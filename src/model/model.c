@@ -2,6 +2,7 @@
  * f32 (akv/model.h). */
 #include "akv/model.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -155,7 +156,7 @@ static akv_status model_rope(akv_model *m) {
         if ((st = model_check_shape(&b))) return st;
         factors = akv__calloc(n_pairs, sizeof *factors);
         if (!factors) return AKV_ENOMEM;
-        st = akv_gguf_dequant_f32(t->type, t->data, n_pairs, factors);
+        st = akv_gguf_tensor_f32(m->gguf, t, factors);
         if (st) {
             AKV_LOG_E("model: tensor 'rope_freqs.weight' cannot be dequantised");
             akv__free(factors);
@@ -171,14 +172,38 @@ static akv_status model_rope(akv_model *m) {
     return AKV_OK;
 }
 
-akv_status akv_model_load(const char *path, const akv_model_load_params *params, akv_model **out) {
-    if (!path || !out) return AKV_EINVAL;
+/* Every weight of a tensor finite, else AKV_EFORMAT naming the tensor, the first bad element
+ * and its block: a NaN or infinity in the file would otherwise surface as a sampler that
+ * finds no finite logit, pointing nowhere near the model. */
+static akv_status model_check_finite(const akv_gguf_tensor *t, const float *w) {
+    bool finite = true;
+    for (uint64_t i = 0; i < t->n_elems; i++) /* no early exit: the loop vectorises */
+        finite &= isfinite(w[i]) != 0;
+    if (finite) return AKV_OK;
+    for (uint64_t i = 0; i < t->n_elems; i++)
+        if (!isfinite(w[i])) {
+            size_t blk = akv_gguf_type_block_elems(t->type);
+            AKV_LOG_E("model: tensor '%s' (%s) holds a non-finite weight (%s) at element %llu, in "
+                      "block %llu at file offset %llu: the file is damaged",
+                      t->name, akv_gguf_type_name(t->type), isnan(w[i]) ? "NaN" : "infinity",
+                      (unsigned long long)i, (unsigned long long)(i / blk),
+                      (unsigned long long)(t->offset + i / blk * akv_gguf_type_block_bytes(t->type)));
+            return AKV_EFORMAT;
+        }
+    return AKV_OK;
+}
+
+/* The model of an open GGUF, which it takes (closed by akv_model_destroy, or here on failure). */
+static akv_status model_load(akv_gguf *g, const akv_model_load_params *params, akv_model **out) {
     akv_model_load_params p = params ? *params : (akv_model_load_params){0};
     akv_model *m = akv__calloc(1, sizeof *m);
     model_bind *binds = NULL;
     akv_status st = AKV_ENOMEM;
-    if (!m) return AKV_ENOMEM;
-    if ((st = akv_gguf_open(path, &m->gguf))) goto fail;
+    if (!m) {
+        akv_gguf_close(g);
+        return AKV_ENOMEM;
+    }
+    m->gguf = g;
     if ((st = akv_model_config_read(m->gguf, &m->cfg))) goto fail;
     const akv_model_config *c = &m->cfg;
 
@@ -219,10 +244,12 @@ akv_status akv_model_load(const char *path, const akv_model_load_params *params,
     for (size_t i = 0; i < n_binds; i++) {
         const akv_gguf_tensor *t = binds[i].t;
         float *dst = m->arena + binds[i].offset;
-        if ((st = akv_gguf_dequant_f32(t->type, t->data, (size_t)t->n_elems, dst))) {
-            AKV_LOG_E("model: tensor '%s' cannot be dequantised", binds[i].name);
+        if ((st = akv_gguf_tensor_f32(m->gguf, t, dst))) {
+            AKV_LOG_E("model: tensor '%s' cannot be %s: %s", binds[i].name,
+                      st == AKV_EIO ? "read" : "dequantised", akv_status_str(st));
             goto fail;
         }
+        if ((st = model_check_finite(t, dst))) goto fail;
         *binds[i].dst = dst;
         done += t->n_elems * sizeof(float);
         if (p.progress) p.progress(p.progress_user, done, m->arena_bytes);
@@ -235,6 +262,21 @@ fail:
     akv__free(binds);
     akv_model_destroy(m);
     return st;
+}
+
+akv_status akv_model_load(const char *path, const akv_model_load_params *params, akv_model **out) {
+    if (!path || !out) return AKV_EINVAL;
+    akv_gguf *g = NULL;
+    akv_status st = akv_gguf_open(path, &g);
+    return st ? st : model_load(g, params, out);
+}
+
+akv_status akv_model_load_memory(const void *data, size_t n_bytes,
+                                 const akv_model_load_params *params, akv_model **out) {
+    if ((!data && n_bytes) || !out) return AKV_EINVAL;
+    akv_gguf *g = NULL;
+    akv_status st = akv_gguf_open_memory(data, n_bytes, &g);
+    return st ? st : model_load(g, params, out);
 }
 
 void akv_model_destroy(akv_model *m) {
