@@ -43,6 +43,41 @@ if [ "$rc" != 2 ] || [ ! -p "$tmp/fifo" ] || ! printf '%s\n' "$out" | grep -q "n
     bad "akv gguf slice -o FIFO: exit $rc (want 2, 'not a regular file', the FIFO left alone)"
 else echo "ok   akv gguf slice -o FIFO -> $rc"; fi
 
+# A model path that is a FIFO with no writer: every command refuses it at once (it blocked
+# in open(2) before), naming it; `timeout` turns a hang into a failure.
+for cmd in "run -m $tmp/fifo -p hi -n 1" "fit -m $tmp/fifo" "tok $tmp/fifo hi" "gguf info $tmp/fifo"; do
+    # shellcheck disable=SC2086
+    out=$(timeout 20 "$akv" $cmd 2>&1 >/dev/null); rc=$?
+    if [ "$rc" = 124 ] || [ "$rc" = 0 ] || ! printf '%s\n' "$out" | grep -q "not a regular file"; then
+        bad "akv $cmd (a FIFO): exit $rc (want a refusal naming 'not a regular file', no hang)"
+    else echo "ok   akv $cmd (a FIFO) -> $rc"; fi
+done
+
+# Unbounded inputs are capped: an endless file is refused past the limit, naming the flag.
+for cmd in "tok $tmp/s.gguf -f /dev/zero --max-input-bytes 1M" \
+           "run -m $tmp/s.gguf -f /dev/zero -n 1 --max-input-bytes 1M" \
+           "run -m $tmp/s.gguf --prompts /dev/zero -n 1 --max-input-bytes 1M"; do
+    # shellcheck disable=SC2086
+    out=$(timeout 60 "$akv" $cmd 2>&1 >/dev/null); rc=$?
+    if [ "$rc" != 1 ] || ! printf '%s\n' "$out" | grep -q "holds more than 1048576 bytes (raise the limit with --max-input-bytes)"; then
+        bad "akv $cmd: exit $rc (want 1, the limit and its flag named)"
+    else echo "ok   akv $cmd -> $rc"; fi
+done
+out=$(printf 'hello' | "$akv" tok "$tmp/s.gguf" -f - --ids 2>&1); rc=$?
+if [ "$rc" != 0 ]; then bad "akv tok -f - (standard input): exit $rc"; else echo "ok   akv tok -f - -> 0"; fi
+out=$(printf 'hello' | "$akv" run -m "$tmp/s.gguf" -f - -n 1 -q --temp 0 2>&1); rc=$?
+if [ "$rc" != 0 ] || ! printf '%s\n' "$out" | grep -q "^hello"; then
+    bad "akv run -f - (standard input): exit $rc (want 0, the prompt echoed)"
+else echo "ok   akv run -f - -> 0"; fi
+
+# A head dimension the attention cannot take is refused when the model is opened.
+"$akv" gguf synth --layers 1 --hidden 32 --heads 1 --head-dim 512 --ffn 32 --vocab 64 --type q4_0 \
+    -o "$tmp/hd512.gguf" >/dev/null 2>&1 || bad "akv gguf synth (head dim 512)"
+out=$("$akv" run -m "$tmp/hd512.gguf" -p hi -n 1 2>&1 >/dev/null); rc=$?
+if [ "$rc" != 1 ] || ! printf '%s\n' "$out" | grep -q "head dimension.*512.*1\.\.256"; then
+    bad "akv run, head dim 512: exit $rc (want 1, the dimension and the range named)"
+else echo "ok   akv run, head dim 512 -> $rc"; fi
+
 # Usage errors are exit 2 and name what is wrong (a review of the CLI found these at 0 or 1).
 for case in "run -m $tmp/s.gguf -p hi --device cuda:abc|not a device index" \
             "run -m $tmp/s.gguf -p hi --top-k 3000000000|is more than" \

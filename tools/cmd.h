@@ -15,6 +15,7 @@
 #include <stdio.h>
 
 #include "akv/dev.h"
+#include "akv/tok.h"
 
 enum { AKV_EXIT_OK = 0, AKV_EXIT_FAIL = 1, AKV_EXIT_USAGE = 2, AKV_EXIT_REFUSED = 3 };
 
@@ -64,6 +65,15 @@ void akv_tool_rename(const char *text, const akv_tool_name *names, char *buf, si
 /* Library messages at `threshold` and above to stderr ("akv error: ...", as the default
  * hook), their field names said as the command's flags (names stays valid while it is set). */
 void akv_tool_log_names(const akv_tool_name *names, int threshold);
+
+/* The most bytes an input file may hold unless a command's flag raises it. */
+#define AKV_TOOL_INPUT_LIMIT (64ull << 20)
+
+/* Reads all of the file at `path` ("-" = standard input) into *out, appending at most `max`
+ * bytes: a larger input is refused, naming `flag` (the one that raises the limit; NULL: a
+ * fixed limit), before more than max + 64 KiB is held. Prints "akv <cmd>: ..." and returns 0 on failure. */
+int akv_tool_read_input(const char *cmd, const char *path, unsigned long long max,
+                        const char *flag, akv_tok_text *out);
 
 /* Opens the device named by `--device` ("cpu"/"host", "cuda", "cuda:N", or "auto": CUDA when
  * built with it and a device answers, else the host). Prints an error and returns a status. */

@@ -28,7 +28,6 @@ enum {
     RUN_MAX_TURNS = 1024,            /* user turns a --chat conversation holds */
     RUN_MAX_PROMPTS = 65536,         /* lines of --prompts */
 };
-#define RUN_DEFAULT_INPUT_LIMIT (64ull << 20) /* bytes of a prompt file or a chat line */
 
 static const char run_usage[] =
     "usage: akv run [-m MODEL.gguf] (-p PROMPT | -f FILE | --prompts FILE | --chat) [options]\n"
@@ -198,7 +197,7 @@ static int run_parse(int argc, char **argv, run_opts *o) {
     memset(o, 0, sizeof *o);
     o->model = RUN_DEFAULT_MODEL, o->device = "auto", o->n_predict = 128, o->host_gib = 1;
     o->device_gib = 1, o->chunk = 256, o->kv_dtype = AKV_DTYPE_BF16;
-    o->window_pages = AKV_ROUTE_WINDOW_PAGES, o->max_input = RUN_DEFAULT_INPUT_LIMIT;
+    o->window_pages = AKV_ROUTE_WINDOW_PAGES, o->max_input = AKV_TOOL_INPUT_LIMIT;
     o->route = AKV_ROUTE_RESIDENT;
     o->sp = akv_sample_default_params();
     unsigned long long v;
@@ -377,6 +376,7 @@ typedef struct run_state {
     akv_tok *tok;
     akv_chat *chat;
     akv_engine *engine;
+    akv_tok_text input; /* -f / --prompts: the file, read once before the model loads */
     run_job *jobs;
     size_t n_jobs;
     uint64_t n_ctx;
@@ -433,33 +433,7 @@ static void run_free(run_state *s) {
     akv_model_destroy(s->model);
     akv_tok_text_free(&s->fed);
     akv_tok_ids_free(&s->conv);
-}
-
-/* Reads all of a file, at most max bytes (a larger input is refused, naming the flag). */
-static int run_read_file(const char *path, unsigned long long max, akv_tok_text *out) {
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        fprintf(stderr, "akv run: '%s': %s\n", path, strerror(errno));
-        return 0;
-    }
-    char buf[65536];
-    size_t n;
-    int ok = 1;
-    while (ok && (n = fread(buf, 1, sizeof buf, f)) > 0) {
-        if (out->n_bytes + n > max) {
-            fprintf(stderr, "akv run: '%s' holds more than %llu bytes (--max-input-bytes)\n", path,
-                    max);
-            ok = 0;
-        } else if (akv_tok_text_append(out, buf, n) != AKV_OK) {
-            ok = 0;
-        }
-    }
-    if (ok && ferror(f)) {
-        fprintf(stderr, "akv run: '%s': %s\n", path, strerror(errno));
-        ok = 0;
-    }
-    fclose(f);
-    return ok;
+    akv_tok_text_free(&s->input);
 }
 
 /* Encodes text (parse_special for chat renderings) into *ids. */
@@ -490,7 +464,10 @@ static int run_open_model(run_state *s) {
     struct stat sb;
     if (o->tmpl && stat(o->tmpl, &sb) == 0) { /* a file of Jinja source */
         akv_tok_text src = {0};
-        if (!run_read_file(o->tmpl, 1u << 20, &src)) return AKV_EXIT_USAGE;
+        if (!akv_tool_read_input("run", o->tmpl, 1u << 20, NULL, &src)) {
+            akv_tok_text_free(&src);
+            return AKV_EXIT_USAGE;
+        }
         akv_chat_params cp = {.template_text = src.bytes ? src.bytes : "",
                               .template_bytes = src.n_bytes};
         st = akv_chat_create(&cp, &s->chat);
@@ -511,11 +488,9 @@ static int run_load_prompts(run_state *s) {
     const run_opts *o = &s->o;
     akv_tok_text text = {0};
     int rc = -1;
-    if (o->file || o->prompts) {
-        if (!run_read_file(o->file ? o->file : o->prompts, o->max_input, &text)) return AKV_EXIT_FAIL;
-    } else if (akv_tok_text_append(&text, o->prompt, strlen(o->prompt)) != AKV_OK) {
-        return AKV_EXIT_FAIL;
-    }
+    const char *src = o->file || o->prompts ? s->input.bytes : o->prompt;
+    size_t src_n = o->file || o->prompts ? s->input.n_bytes : strlen(o->prompt);
+    if (akv_tok_text_append(&text, src ? src : "", src_n) != AKV_OK) return AKV_EXIT_FAIL;
     /* --prompts: one job per line (a last line without a newline counts) */
     size_t n = 1;
     if (o->prompts) {
@@ -791,28 +766,20 @@ static int run_open_job_outputs(run_state *s, size_t i) {
  * streamed to its output. */
 static int run_oneshot(run_state *s) {
     const run_opts *o = &s->o;
-    const char *echo_at = NULL;
-    akv_tok_text all = {0};
-    for (size_t i = 0; i < s->n_jobs; i++) {
+    for (size_t i = 0; i < s->n_jobs; i++)
         if (!run_open_job_outputs(s, i)) return AKV_EXIT_FAIL;
-        /* the prompt's text first, as it was given */
-        if (!o->prompts) {
-            if (o->prompt) echo_at = o->prompt;
-            else if (run_read_file(o->file, o->max_input, &all)) echo_at = all.bytes ? all.bytes : "";
-            if (echo_at) run_write(&s->jobs[i], echo_at, strlen(echo_at));
-        }
-    }
-    akv_tok_text_free(&all);
-    if (o->prompts) { /* each prompt's own text at the start of its output */
-        akv_tok_text text = {0};
-        if (!run_read_file(o->prompts, o->max_input, &text)) return AKV_EXIT_FAIL;
-        const char *at = text.bytes ? text.bytes : "";
+    /* each prompt's text first, as it was given */
+    if (o->prompt) {
+        run_write(&s->jobs[0], o->prompt, strlen(o->prompt));
+    } else if (o->file) {
+        run_write(&s->jobs[0], s->input.bytes ? s->input.bytes : "", s->input.n_bytes);
+    } else {
+        const char *at = s->input.bytes ? s->input.bytes : "";
         for (size_t i = 0; i < s->n_jobs; i++) {
             size_t len = strcspn(at, "\n");
             run_write(&s->jobs[i], at, len);
             at += len + (at[len] == '\n');
         }
-        akv_tok_text_free(&text);
     }
     s->t_start = akv_clock_s(); /* the run's own time: from the first request on */
     for (size_t i = 0; i < s->n_jobs; i++)
@@ -973,6 +940,12 @@ int akv_cmd_run(int argc, char **argv) {
     const run_opts *o = &s.o;
     s.t_start = akv_clock_s();
     akv_tool_log_names(run_names, AKV_LOG_WARN); /* the library's messages, said as our flags */
+    if (!o->chat && (o->file || o->prompts) && /* a bad input fails before the model loads */
+        !akv_tool_read_input("run", o->file ? o->file : o->prompts, o->max_input,
+                             "max-input-bytes", &s.input)) {
+        rc = AKV_EXIT_FAIL;
+        goto done;
+    }
     if ((rc = run_open_model(&s)) >= 0) goto done;
     uint32_t parallel = (uint32_t)o->parallel;
     if (!o->chat) {

@@ -21,6 +21,7 @@ static const char tok_usage[] =
     "\n"
     "options:\n"
     "  -f, --file PATH      encode the contents of PATH instead ('-' = standard input)\n"
+    "      --max-input-bytes N  the most bytes --file may hold (default 64M)\n"
     "      --no-special     do not match control-token texts such as <|im_start|> in the text\n"
     "      --no-bos         do not add BOS/EOS even where the model asks for them\n"
     "      --ids            print only the ids, on one line\n"
@@ -64,26 +65,6 @@ static void tok_print_escaped(FILE *f, const uint8_t *p, size_t n) {
             }
         }
     }
-}
-
-/* Reads all of a file (or stdin for "-") into *out. */
-static int tok_read_file(const char *path, akv_tok_text *out) {
-    FILE *f = strcmp(path, "-") ? fopen(path, "rb") : stdin;
-    if (!f) {
-        fprintf(stderr, "akv tok: cannot open '%s': %s\n", path, strerror(errno));
-        return 0;
-    }
-    char buf[1 << 16];
-    size_t n;
-    int ok = 1;
-    while (ok && (n = fread(buf, 1, sizeof buf, f)) > 0)
-        ok = akv_tok_text_append(out, buf, n) == AKV_OK;
-    if (!ok || ferror(f)) {
-        fprintf(stderr, "akv tok: cannot read '%s'%s\n", path, ok ? "" : ": out of memory");
-        ok = 0;
-    }
-    if (f != stdin) fclose(f);
-    return ok;
 }
 
 /* Joins argv[from..argc) with spaces into *out. */
@@ -227,7 +208,8 @@ int akv_cmd_tok(int argc, char **argv) {
         O_TEMPLATE,
         O_STATS,
         O_REPEAT,
-        O_PRE
+        O_PRE,
+        O_MAXIN
     };
     static const struct option opts[] = {{"file", required_argument, 0, 'f'},
                                          {"no-special", no_argument, 0, O_NO_SPECIAL},
@@ -239,12 +221,13 @@ int akv_cmd_tok(int argc, char **argv) {
                                          {"stats", no_argument, 0, O_STATS},
                                          {"repeat", required_argument, 0, O_REPEAT},
                                          {"pre", required_argument, 0, O_PRE},
+                                         {"max-input-bytes", required_argument, 0, O_MAXIN},
                                          {"help", no_argument, 0, 'h'},
                                          {0, 0, 0, 0}};
     const char *file = NULL, *template_name = NULL, *pre = NULL;
     bool parse_special = true, add_special = true, ids_only = false, decode = false, chat = false,
          stats = false;
-    unsigned long long repeat = 3;
+    unsigned long long repeat = 3, max_input = AKV_TOOL_INPUT_LIMIT;
     int c;
     optind = 1;
     while ((c = getopt_long(argc, argv, "f:h", opts, NULL)) != -1) {
@@ -275,6 +258,14 @@ int akv_cmd_tok(int argc, char **argv) {
             break;
         case O_STATS:
             stats = true;
+            break;
+        case O_MAXIN:
+            if (!akv_tool_parse_u64("tok", "max-input-bytes", optarg, &max_input))
+                return AKV_EXIT_USAGE;
+            if (max_input == 0) {
+                fprintf(stderr, "akv tok: --max-input-bytes must be at least 1\n");
+                return AKV_EXIT_USAGE;
+            }
             break;
         case O_REPEAT:
             if (!akv_tool_parse_u64("tok", "repeat", optarg, &repeat)) return AKV_EXIT_USAGE;
@@ -334,7 +325,7 @@ int akv_cmd_tok(int argc, char **argv) {
         if ((rc = tok_render_chat(g, template_name, argc, argv, optind, &text)) != AKV_EXIT_OK) goto done;
         add_special = false; /* the template wrote BOS where the model wants it */
         parse_special = true;
-    } else if (file ? !tok_read_file(file, &text) : !tok_join_args(argc, argv, optind, &text)) {
+    } else if (file ? !akv_tool_read_input("tok", file, max_input, "max-input-bytes", &text) : !tok_join_args(argc, argv, optind, &text)) {
         rc = AKV_EXIT_FAIL;
         goto done;
     }

@@ -156,3 +156,34 @@ static void tool_log_renamed(akv_log_level level, const char *msg, void *user) {
 void akv_tool_log_names(const akv_tool_name *names, int threshold) {
     akv_log_set(tool_log_renamed, (void *)names, (akv_log_level)threshold);
 }
+
+int akv_tool_read_input(const char *cmd, const char *path, unsigned long long max,
+                        const char *flag, akv_tok_text *out) {
+    const bool is_stdin = !strcmp(path, "-");
+    FILE *f = is_stdin ? stdin : fopen(path, "rb");
+    if (!f) {
+        fprintf(stderr, "akv %s: cannot open '%s': %s\n", cmd, path, strerror(errno));
+        return 0;
+    }
+    char buf[65536];
+    size_t n;
+    int ok = 1;
+    while (ok && (n = fread(buf, 1, sizeof buf, f)) > 0) {
+        if (out->n_bytes + n > max) {
+            fprintf(stderr, "akv %s: '%s' holds more than %llu bytes%s%s%s\n", cmd,
+                    is_stdin ? "standard input" : path, max,
+                    flag ? " (raise the limit with --" : ", the most it may hold", flag ? flag : "",
+                    flag ? ")" : "");
+            ok = 0;
+        } else if (akv_tok_text_append(out, buf, n) != AKV_OK) {
+            fprintf(stderr, "akv %s: '%s': out of memory\n", cmd, path);
+            ok = 0;
+        }
+    }
+    if (ok && ferror(f)) {
+        fprintf(stderr, "akv %s: cannot read '%s': %s\n", cmd, path, strerror(errno));
+        ok = 0;
+    }
+    if (!is_stdin) fclose(f);
+    return ok;
+}
