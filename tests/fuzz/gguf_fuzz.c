@@ -1,17 +1,23 @@
 /*
- * gguf_fuzz.c — libFuzzer target for the GGUF reader: any byte string is opened from
- * memory; when it is accepted, the validity walker must pass and every getter is exercised
- * (each kv, every array element, every tensor by name, a row of each decodable tensor).
- * Built only with -DAKV_FUZZ=ON and clang (tests/fuzz/CMakeLists.txt); docs/gguf.md has the
- * command and the recorded runs.
+ * gguf_fuzz.c — libFuzzer target for everything that reads a GGUF file: any byte string is
+ * opened from memory; when it is accepted, the validity walker must pass and every getter is
+ * exercised (each kv, every array element, every tensor by name, a row of each decodable
+ * tensor); then the model loader, the tokenizer and the chat template are made from it (each
+ * may refuse it, with a status, never a crash or a leak), and an accepted tokenizer encodes
+ * and decodes a fixed text. Built with -DAKV_FUZZ=ON and clang (tests/fuzz/CMakeLists.txt);
+ * every build also replays the corpus through it (fuzz_replay_gguf, tests/fuzz/replay.c);
+ * docs/gguf.md has the commands and the recorded runs.
  */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "akv/chat.h"
 #include "akv/gguf.h"
 #include "akv/gguf_quant.h"
 #include "akv/log.h"
+#include "akv/model.h"
+#include "akv/tok.h"
 #include "gguf/gguf_impl.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
@@ -58,7 +64,38 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
                 abort();
         }
         (void)sink;
+        /* what reads a GGUF after the reader: each refuses with a status or holds */
+        akv_tok *tok = NULL;
+        if (akv_tok_create_from_gguf(g, NULL, &tok) == AKV_OK) {
+            static const char text[] = "Hello, world! 123 <|im_start|>user\n\xc3\xa9t\xc3\xa9";
+            akv_tok_ids ids = {0};
+            akv_tok_text back = {0};
+            if (akv_tok_encode(tok, text, sizeof text - 1, AKV_TOK_PARSE_SPECIAL, &ids) == AKV_OK) {
+                for (size_t i = 0; i < ids.n_ids; i++)
+                    if (ids.ids[i] < 0 || (size_t)ids.ids[i] >= akv_tok_n_tokens(tok)) abort();
+                akv_tok_decode(tok, ids.ids, ids.n_ids, AKV_TOK_DECODE_SPECIAL, &back);
+            }
+            akv_tok_ids_free(&ids);
+            akv_tok_text_free(&back);
+            akv_tok_destroy(tok);
+        }
+        akv_chat *chat = NULL;
+        if (akv_chat_create_from_gguf(g, NULL, &chat) == AKV_OK) {
+            akv_tok_text out = {0};
+            akv_chat_msg m[2] = {{"system", "be brief"}, {"user", "hi"}};
+            akv_chat_render(chat, m, 2, true, &out);
+            akv_tok_text_free(&out);
+            akv_chat_destroy(chat);
+        }
         akv_gguf_close(g);
+        akv_model *model = NULL;
+        if (akv_model_load_memory(copy, size, NULL, &model) == AKV_OK) {
+            const akv_model_config *c = akv_model_get_config(model);
+            if (!c->n_layers || !akv_model_tok_embd(model) || !akv_model_output(model)) abort();
+        } else if (model) {
+            abort();
+        }
+        akv_model_destroy(model);
     } else if (g) {
         abort(); /* a refused open must not hand out an object */
     }
