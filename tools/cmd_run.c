@@ -21,9 +21,9 @@
 #include "akv/sample.h"
 #include "akv/tok.h"
 #include "cmd.h"
+#include "engine_opts.h"
 #include "core/clock.h"
 
-#define RUN_DEFAULT_MODEL "models/SmolLM2-135M-Instruct.Q4_1.gguf"
 enum {
     RUN_MAX_TURNS = 1024,            /* user turns a --chat conversation holds */
     RUN_MAX_PROMPTS = 65536,         /* lines of --prompts */
@@ -46,41 +46,17 @@ static const char run_usage[] =
     "                           read user messages from standard input, one per line (a\n"
     "                           conversation holds up to 1024 turns)\n"
     "options:\n"
-    "  -m, --model PATH         GGUF model (default " RUN_DEFAULT_MODEL ")\n"
+    "  -m, --model PATH         GGUF model (default " AKV_TOOL_DEFAULT_MODEL ")\n"
     "      --system TEXT        with --chat: a system message (else the template's default)\n";
 static const char run_usage2[] =
-    "      --chat-template T    with --chat: the template family (chatml, llama3) or a file of\n"
-    "                           Jinja source to recognise (default: the model's)\n"
     "  -n, --n-predict N        tokens to generate per reply (default 128)\n"
     "      --max-context N      the longest history, tokens (default: the longest prompt + n,\n"
     "                           or the model's context length with --chat); a reply that\n"
     "                           reaches it stops there (finish length)\n"
     "      --parallel N         sequences run at once (default 1; with --prompts, up to 4)\n"
     "      --out-dir DIR        with --prompts: prompt i's text (the prompt and its reply) to\n"
-    "                           DIR/i.txt (i from 1)\n"
-    "      --device D           where the forward pass runs: auto (default: the GPU when one\n"
-    "                           answers, else the CPU), cpu, cuda or cuda:N\n"
-    "      --route resident|staged  how the history reaches the attention (default resident):\n"
-    "                           resident keeps every page in the device pool; staged keeps\n"
-    "                           each sequence's window there and stages the rest each step\n"
-    "      --window-pages N     staged: window pages per layer at least, the sink + the newest\n"
-    "                           (default 4, at least 2)\n"
-    "      --host-gib G         host pool limit, whole GiB (default 1)\n"
-    "      --device-gib G       device pool size, whole GiB (default 1)\n"
-    "      --kv-dtype T         K/V page element type: bf16 (default), f16 or f32\n"
-    "      --chunk N            prompt chunk, tokens (default 256)\n"
-    "      --step-tokens N      most tokens a step runs, decodes and chunks together (default:\n"
-    "                           512, or --parallel - 1 + --chunk if larger)\n"
-    "      --no-graphs          GPU: launch every kernel of a decode step by itself instead of\n"
-    "                           replaying the step as one CUDA graph (resident route)\n"
-    "      --threads N          CPU threads of the matrix products and the attention (default:\n"
-    "                           every core)\n"
-    "      --temp T             temperature; 0 = greedy (default 0.8)\n"
-    "      --top-k K            (default 40; 0 = off)\n"
-    "      --top-p P            (default 0.95; 1 = off)\n"
-    "      --min-p P            (default 0.05; 0 = off)\n"
-    "      --repeat-penalty R   (default 1 = off)\n"
-    "      --repeat-last-n N    tokens the penalty looks back over (default 64)\n"
+    "                           DIR/i.txt (i from 1)\n";
+static const char run_usage3[] =
     "      --seed S             sampler seed (default 0; with --prompts, prompt i uses S + i - 1)\n"
     "      --stop TEXT          stop where the reply contains TEXT (not printed); repeatable\n"
     "      --dump-logits PATH   write every sampled token's logits as raw float32 (n_vocab\n"
@@ -95,24 +71,15 @@ static const char run_usage2[] =
     "text.\n";
 
 /* The engine's and the admission's field names, said as this command's flags. */
-static const akv_tool_name run_names[] = {
-    {"max_context", "--max-context"}, {"host_gib", "--host-gib"},
-    {"device_gib", "--device-gib"},   {"max_seqs", "--parallel"},
-    {"concurrency", "--parallel"},    {"window_pages", "--window-pages"},
-    {"chunk", "--chunk"},             {"step_tokens", "--step-tokens"},
-    {"max_tokens", "-n"},             {"kv_dtype", "--kv-dtype"},
-    {NULL, NULL}};
+static const akv_tool_name run_names[] = {AKV_TOOL_ENGINE_NAMES, {"max_tokens", "-n"}, {NULL, NULL}};
 
 enum { RUN_MAX_STOPS = 16 };
 
 typedef struct run_opts {
-    const char *model, *prompt, *file, *prompts, *out_dir, *system, *device, *dump, *tmpl;
-    int chat, quiet, no_graphs;
-    unsigned long long n_predict, ctx, host_gib, device_gib, chunk, threads, seed, parallel;
-    unsigned long long window_pages, step_tokens, max_input;
-    akv_route_kind route;
-    akv_dtype kv_dtype;
-    akv_sample_params sp;
+    akv_tool_eopts e; /* the engine's options and the sampling */
+    const char *prompt, *file, *prompts, *out_dir, *system, *dump;
+    int chat, quiet;
+    unsigned long long n_predict, max_input;
     const char *stop[RUN_MAX_STOPS];
     uint32_t n_stop;
 } run_opts;
@@ -132,62 +99,17 @@ typedef struct run_job {
     int write_failed, dump_failed;
 } run_job;
 
-/* Bounds in double: a bound like 0.999999 given as a float would be below the same text parsed. */
-static int run_parse_float(const char *flag, const char *s, double lo, double hi, float *out) {
-    char *end = NULL;
-    errno = 0;
-    double v = s ? strtod(s, &end) : NAN;
-    if (!s || errno || end == s || *end || !(v >= lo && v <= hi)) {
-        fprintf(stderr, "akv run: --%s: '%s' is not a number in [%g, %g]\n", flag, s ? s : "", lo, hi);
-        return 0;
-    }
-    *out = (float)v;
-    return 1;
-}
-
-/* A count that the sampler holds in an int32. */
-static int run_parse_i32(const char *flag, const char *s, int32_t *out) {
-    unsigned long long v;
-    if (!akv_tool_parse_max("run", flag, s, INT32_MAX, &v)) return 0;
-    *out = (int32_t)v;
-    return 1;
-}
-
 /* Returns -1 to go on, else an exit code. */
 static int run_parse(int argc, char **argv, run_opts *o) {
-    enum {
-        O_CHAT = 256, O_SYSTEM, O_CTX, O_DEVICE, O_ROUTE, O_HOST, O_DEVGIB, O_KV, O_CHUNK,
-        O_THREADS, O_TEMP, O_TOPK, O_TOPP, O_MINP, O_RP, O_RLN, O_SEED, O_DUMP, O_WINDOW,
-        O_NOGRAPHS, O_PROMPTS, O_OUTDIR, O_PARALLEL, O_STEP, O_STOP, O_TMPL, O_MAXIN
-    };
-    static const struct option opts[] = {{"model", required_argument, 0, 'm'},
+    enum { O_CHAT = 256, O_SYSTEM, O_DUMP, O_PROMPTS, O_OUTDIR, O_STOP, O_MAXIN };
+    static const struct option opts[] = {AKV_TOOL_ENGINE_OPTIONS,
                                          {"prompt", required_argument, 0, 'p'},
                                          {"file", required_argument, 0, 'f'},
                                          {"prompts", required_argument, 0, O_PROMPTS},
                                          {"out-dir", required_argument, 0, O_OUTDIR},
-                                         {"parallel", required_argument, 0, O_PARALLEL},
                                          {"chat", no_argument, 0, O_CHAT},
-                                         {"chat-template", required_argument, 0, O_TMPL},
-                                         {"no-graphs", no_argument, 0, O_NOGRAPHS},
                                          {"system", required_argument, 0, O_SYSTEM},
                                          {"n-predict", required_argument, 0, 'n'},
-                                         {"max-context", required_argument, 0, O_CTX},
-                                         {"device", required_argument, 0, O_DEVICE},
-                                         {"route", required_argument, 0, O_ROUTE},
-                                         {"window-pages", required_argument, 0, O_WINDOW},
-                                         {"host-gib", required_argument, 0, O_HOST},
-                                         {"device-gib", required_argument, 0, O_DEVGIB},
-                                         {"kv-dtype", required_argument, 0, O_KV},
-                                         {"chunk", required_argument, 0, O_CHUNK},
-                                         {"step-tokens", required_argument, 0, O_STEP},
-                                         {"threads", required_argument, 0, O_THREADS},
-                                         {"temp", required_argument, 0, O_TEMP},
-                                         {"top-k", required_argument, 0, O_TOPK},
-                                         {"top-p", required_argument, 0, O_TOPP},
-                                         {"min-p", required_argument, 0, O_MINP},
-                                         {"repeat-penalty", required_argument, 0, O_RP},
-                                         {"repeat-last-n", required_argument, 0, O_RLN},
-                                         {"seed", required_argument, 0, O_SEED},
                                          {"stop", required_argument, 0, O_STOP},
                                          {"dump-logits", required_argument, 0, O_DUMP},
                                          {"max-input-bytes", required_argument, 0, O_MAXIN},
@@ -195,108 +117,28 @@ static int run_parse(int argc, char **argv, run_opts *o) {
                                          {"help", no_argument, 0, 'h'},
                                          {0, 0, 0, 0}};
     memset(o, 0, sizeof *o);
-    o->model = RUN_DEFAULT_MODEL, o->device = "auto", o->n_predict = 128, o->host_gib = 1;
-    o->device_gib = 1, o->chunk = 256, o->kv_dtype = AKV_DTYPE_BF16;
-    o->window_pages = AKV_ROUTE_WINDOW_PAGES, o->max_input = AKV_TOOL_INPUT_LIMIT;
-    o->route = AKV_ROUTE_RESIDENT;
-    o->sp = akv_sample_default_params();
-    unsigned long long v;
-    int c;
+    akv_tool_eopts_defaults(&o->e);
+    o->n_predict = 128, o->max_input = AKV_TOOL_INPUT_LIMIT;
+    int c, r;
     optind = 1;
     while ((c = getopt_long(argc, argv, "m:p:f:n:qh", opts, NULL)) != -1) {
+        if ((r = akv_tool_eopts_parse("run", c, optarg, &o->e)) < 0) return AKV_EXIT_USAGE;
+        if (r) continue;
         switch (c) {
-        case 'm': o->model = optarg; break;
         case 'p': o->prompt = optarg; break;
         case 'f': o->file = optarg; break;
         case O_PROMPTS: o->prompts = optarg; break;
         case O_OUTDIR: o->out_dir = optarg; break;
         case O_CHAT: o->chat = 1; break;
-        case O_TMPL: o->tmpl = optarg; break;
-        case O_NOGRAPHS: o->no_graphs = 1; break;
         case O_SYSTEM: o->system = optarg; break;
-        case O_DEVICE: o->device = optarg; break;
         case O_DUMP: o->dump = optarg; break;
         case 'q': o->quiet = 1; break;
         case 'n':
             if (!akv_tool_parse_u64("run", "n-predict", optarg, &o->n_predict)) return AKV_EXIT_USAGE;
             break;
-        case O_CTX:
-            if (!akv_tool_parse_u64("run", "max-context", optarg, &o->ctx)) return AKV_EXIT_USAGE;
-            break;
-        case O_PARALLEL:
-            if (!akv_tool_parse_max("run", "parallel", optarg, AKV_ROUTE_MAX_SEQS, &o->parallel))
-                return AKV_EXIT_USAGE;
-            break;
-        case O_ROUTE:
-            if (!strcmp(optarg, "resident"))
-                o->route = AKV_ROUTE_RESIDENT;
-            else if (!strcmp(optarg, "staged"))
-                o->route = AKV_ROUTE_STAGED;
-            else {
-                fprintf(stderr, "akv run: --route '%s': expected resident or staged\n", optarg);
-                return AKV_EXIT_USAGE;
-            }
-            break;
-        case O_WINDOW:
-            if (!akv_tool_parse_u64("run", "window-pages", optarg, &o->window_pages))
-                return AKV_EXIT_USAGE;
-            break;
-        case O_HOST:
-            if (!akv_tool_parse_u64("run", "host-gib", optarg, &o->host_gib)) return AKV_EXIT_USAGE;
-            break;
-        case O_DEVGIB:
-            if (!akv_tool_parse_u64("run", "device-gib", optarg, &o->device_gib))
-                return AKV_EXIT_USAGE;
-            break;
-        case O_KV:
-            if (!strcmp(optarg, "bf16"))
-                o->kv_dtype = AKV_DTYPE_BF16;
-            else if (!strcmp(optarg, "f16"))
-                o->kv_dtype = AKV_DTYPE_F16;
-            else if (!strcmp(optarg, "f32"))
-                o->kv_dtype = AKV_DTYPE_F32;
-            else {
-                fprintf(stderr, "akv run: --kv-dtype '%s': expected bf16, f16 or f32\n", optarg);
-                return AKV_EXIT_USAGE;
-            }
-            break;
-        case O_CHUNK:
-            if (!akv_tool_parse_u64("run", "chunk", optarg, &o->chunk)) return AKV_EXIT_USAGE;
-            break;
-        case O_STEP:
-            if (!akv_tool_parse_max("run", "step-tokens", optarg, 1u << 20, &o->step_tokens))
-                return AKV_EXIT_USAGE;
-            break;
-        case O_THREADS:
-            if (!akv_tool_parse_u64("run", "threads", optarg, &o->threads)) return AKV_EXIT_USAGE;
-            break;
         case O_MAXIN:
             if (!akv_tool_parse_u64("run", "max-input-bytes", optarg, &o->max_input))
                 return AKV_EXIT_USAGE;
-            break;
-        case O_TEMP:
-            if (!run_parse_float("temp", optarg, 0, 1e6, &o->sp.temp)) return AKV_EXIT_USAGE;
-            break;
-        case O_TOPK:
-            if (!run_parse_i32("top-k", optarg, &o->sp.top_k)) return AKV_EXIT_USAGE;
-            break;
-        case O_TOPP:
-            if (!run_parse_float("top-p", optarg, 1e-9, 1, &o->sp.top_p)) return AKV_EXIT_USAGE;
-            break;
-        case O_MINP:
-            if (!run_parse_float("min-p", optarg, 0, 0.999999, &o->sp.min_p))
-                return AKV_EXIT_USAGE;
-            break;
-        case O_RP:
-            if (!run_parse_float("repeat-penalty", optarg, 1e-6, 1e6, &o->sp.repeat_penalty))
-                return AKV_EXIT_USAGE;
-            break;
-        case O_RLN:
-            if (!run_parse_i32("repeat-last-n", optarg, &o->sp.repeat_last_n)) return AKV_EXIT_USAGE;
-            break;
-        case O_SEED:
-            if (!akv_tool_parse_u64("run", "seed", optarg, &v)) return AKV_EXIT_USAGE;
-            o->sp.seed = v;
             break;
         case O_STOP:
             if (o->n_stop == RUN_MAX_STOPS || !*optarg) {
@@ -307,10 +149,10 @@ static int run_parse(int argc, char **argv, run_opts *o) {
             o->stop[o->n_stop++] = optarg;
             break;
         case 'h':
-            printf("%s%s", run_usage, run_usage2);
+            printf("%s%s%s%s", run_usage, run_usage2, akv_tool_eopts_help, run_usage3);
             return AKV_EXIT_OK;
         default:
-            fprintf(stderr, "%s%s", run_usage, run_usage2);
+            fprintf(stderr, "%s%s%s%s", run_usage, run_usage2, akv_tool_eopts_help, run_usage3);
             return AKV_EXIT_USAGE;
         }
     }
@@ -329,7 +171,7 @@ static int run_parse(int argc, char **argv, run_opts *o) {
         fprintf(stderr, "akv run: give a prompt (-p TEXT, -f FILE, --prompts FILE) or --chat\n");
         return AKV_EXIT_USAGE;
     }
-    if ((o->system || o->tmpl) && !o->chat) {
+    if ((o->system || o->e.tmpl) && !o->chat) {
         fprintf(stderr, "akv run: %s needs --chat\n", o->system ? "--system" : "--chat-template");
         return AKV_EXIT_USAGE;
     }
@@ -339,28 +181,14 @@ static int run_parse(int argc, char **argv, run_opts *o) {
     }
     const char *bad = o->n_predict == 0 || o->n_predict > (1ull << 32) - 1
                           ? "-n/--n-predict must be 1..4294967295"
-                      : o->chunk == 0 || o->chunk > 65536 ? "--chunk must be 1..65536"
-                      : o->threads > 1024                 ? "--threads must be at most 1024"
-                      : o->max_input == 0                 ? "--max-input-bytes must be at least 1"
-                                                          : NULL;
+                      : o->max_input == 0 ? "--max-input-bytes must be at least 1"
+                                          : NULL;
     if (bad) {
         fprintf(stderr, "akv run: %s\n", bad);
         return AKV_EXIT_USAGE;
     }
-    if (o->host_gib == 0 || o->host_gib > AKV_HOST_POOL_MAX_GIB) {
-        fprintf(stderr, "akv run: --host-gib must be 1..%u\n", AKV_HOST_POOL_MAX_GIB);
-        return AKV_EXIT_USAGE;
-    }
-    if (o->device_gib == 0 || o->device_gib > AKV_DEV_POOL_MAX_GIB) {
-        fprintf(stderr, "akv run: --device-gib must be 1..%u\n", AKV_DEV_POOL_MAX_GIB);
-        return AKV_EXIT_USAGE;
-    }
-    if (o->window_pages < 2 || o->window_pages > UINT32_MAX) {
-        fprintf(stderr, "akv run: --window-pages %llu must be in [2, %u]\n",
-                (unsigned long long)o->window_pages, UINT32_MAX);
-        return AKV_EXIT_USAGE;
-    }
-    if (o->dump && akv_tool_same_file(o->dump, o->model)) {
+    if ((r = akv_tool_eopts_check("run", &o->e)) >= 0) return r;
+    if (o->dump && akv_tool_same_file(o->dump, o->e.model)) {
         fprintf(stderr, "akv run: --dump-logits '%s' is the model file; write the logits elsewhere\n", o->dump);
         return AKV_EXIT_USAGE;
     }
@@ -397,7 +225,7 @@ static void run_progress(void *user, uint64_t done, uint64_t total) {
     int pct = (int)(100.0 * (double)done / (double)total);
     if (s->o.quiet || (pct == s->load_pct && done != total)) return;
     s->load_pct = pct;
-    fprintf(stderr, "\rloading %s: %3d%%", s->o.model, pct);
+    fprintf(stderr, "\rloading %s: %3d%%", s->o.e.model, pct);
     if (done == total) fputc('\n', stderr);
 }
 
@@ -449,9 +277,9 @@ static akv_status run_encode(run_state *s, const char *text, size_t n, bool chat
 static int run_open_model(run_state *s) {
     const run_opts *o = &s->o;
     akv_model_load_params lp = {.progress = run_progress, .progress_user = s};
-    akv_status st = akv_model_load(o->model, &lp, &s->model);
+    akv_status st = akv_model_load(o->e.model, &lp, &s->model);
     if (st) {
-        fprintf(stderr, "akv run: cannot load '%s': %s%s\n", o->model, akv_status_str(st),
+        fprintf(stderr, "akv run: cannot load '%s': %s%s\n", o->e.model, akv_status_str(st),
                 st == AKV_EIO ? " (bash scripts/fetch-model fetches the default model)" : "");
         return AKV_EXIT_FAIL;
     }
@@ -462,9 +290,9 @@ static int run_open_model(run_state *s) {
     }
     if (!o->chat) return -1;
     struct stat sb;
-    if (o->tmpl && stat(o->tmpl, &sb) == 0) { /* a file of Jinja source */
+    if (o->e.tmpl && stat(o->e.tmpl, &sb) == 0) { /* a file of Jinja source */
         akv_tok_text src = {0};
-        if (!akv_tool_read_input("run", o->tmpl, 1u << 20, NULL, &src)) {
+        if (!akv_tool_read_input("run", o->e.tmpl, 1u << 20, NULL, &src)) {
             akv_tok_text_free(&src);
             return AKV_EXIT_USAGE;
         }
@@ -473,11 +301,11 @@ static int run_open_model(run_state *s) {
         st = akv_chat_create(&cp, &s->chat);
         akv_tok_text_free(&src);
     } else {
-        st = akv_chat_create_from_gguf(akv_model_gguf(s->model), o->tmpl, &s->chat);
+        st = akv_chat_create_from_gguf(akv_model_gguf(s->model), o->e.tmpl, &s->chat);
     }
     if (st) {
         fprintf(stderr, "akv run: %s: %s; name the family with --chat-template chatml|llama3\n",
-                o->tmpl ? "--chat-template" : "the model's chat template", akv_status_str(st));
+                o->e.tmpl ? "--chat-template" : "the model's chat template", akv_status_str(st));
         return st == AKV_EINVAL ? AKV_EXIT_USAGE : AKV_EXIT_FAIL;
     }
     return -1;
@@ -532,32 +360,28 @@ static int run_load_prompts(run_state *s) {
 static int run_open_engine(run_state *s, uint32_t max_seqs) {
     const run_opts *o = &s->o;
     akv_engine_params ep = akv_engine_default_params();
-    akv_status st = akv_tool_open_device(o->device, &ep.dev);
+    akv_status st = akv_tool_open_device(o->e.device, &ep.dev);
     if (st) return st == AKV_EINVAL ? AKV_EXIT_USAGE : AKV_EXIT_FAIL; /* printed */
     akv_dev_info info;
     if ((st = akv_dev_get_info(ep.dev, &info))) {
-        fprintf(stderr, "akv run: --device %s: %s\n", o->device, akv_status_str(st));
+        fprintf(stderr, "akv run: --device %s: %s\n", o->e.device, akv_status_str(st));
         akv_dev_destroy(ep.dev);
         return AKV_EXIT_FAIL;
     }
-    if (!info.is_host && o->kv_dtype != AKV_DTYPE_BF16) {
+    if (!info.is_host && o->e.kv_dtype != AKV_DTYPE_BF16) {
         fprintf(stderr, "akv run: --device %s: the CUDA attention reads bf16 K/V pages only\n",
-                o->device);
+                o->e.device);
         akv_dev_destroy(ep.dev);
         return AKV_EXIT_FAIL;
     }
-    if (o->threads) akv_ops_ref_set_threads((int)o->threads);
+    if (o->e.threads) akv_ops_ref_set_threads((int)o->e.threads);
     ep.model = s->model;
     ep.progress = run_engine_progress, ep.progress_user = s;
-    ep.host_gib = (uint32_t)o->host_gib, ep.device_gib = (uint32_t)o->device_gib;
-    ep.kv_dtype = o->kv_dtype;
-    ep.route = o->route, ep.window_pages = (uint32_t)o->window_pages;
+    akv_tool_eopts_apply(&o->e, &ep);
     ep.max_context = s->n_ctx;
     ep.max_seqs = max_seqs;
     ep.max_queue = s->n_jobs > max_seqs ? (uint32_t)s->n_jobs : 0; /* every prompt waits its turn */
     ep.max_idle = 1;   /* a conversation's last context, for its next turn */
-    ep.chunk = (uint32_t)o->chunk, ep.step_tokens = (uint32_t)o->step_tokens;
-    ep.threads = (uint32_t)o->threads, ep.no_graphs = o->no_graphs != 0;
     st = akv_engine_create(&ep, &s->engine);
     if (st) { /* logged with the setting (said as our flags) */
         fprintf(stderr, "akv run: %s\n",
@@ -572,8 +396,8 @@ static int run_open_engine(run_state *s, uint32_t max_seqs) {
                 "host pool %llu GiB, device pool %llu GiB, route %s, context %llu, %u at once\n",
                 info.is_host ? "the CPU" : "the GPU", info.name, s->cfg->arch_name,
                 s->cfg->n_layers, akv_dtype_name(pl->geom.dtype), pl->geom.page_tokens,
-                akv_geom_page_bytes(&pl->geom) >> 10, o->host_gib, o->device_gib,
-                akv_route_kind_name(o->route), (unsigned long long)s->n_ctx, pl->max_seqs);
+                akv_geom_page_bytes(&pl->geom) >> 10, o->e.host_gib, o->e.device_gib,
+                akv_route_kind_name(o->e.route), (unsigned long long)s->n_ctx, pl->max_seqs);
     }
     return -1;
 }
@@ -620,7 +444,7 @@ static int run_submit(run_state *s, run_job *j, uint64_t seed) {
     akv_request_params rp = {.prompt = j->ids.ids,
                              .n_prompt = (uint32_t)j->ids.n_ids,
                              .max_tokens = (uint32_t)(o->n_predict < room ? o->n_predict : room),
-                             .sample = o->sp,
+                             .sample = o->e.sp,
                              .stop = o->stop,
                              .n_stop = o->n_stop,
                              .on_token = run_on_token,
@@ -720,7 +544,7 @@ static void run_report(const run_state *s) {
             "bytes staged per token: %.0f host->device (%.0f of it non-window pages), %.0f "
             "written back device->host (route %s)\n",
             n_tok ? (double)s->h2d / (double)n_tok : 0, n_tok ? (double)s->staged / (double)n_tok : 0,
-            n_tok ? (double)s->d2h / (double)n_tok : 0, akv_route_kind_name(s->o.route));
+            n_tok ? (double)s->d2h / (double)n_tok : 0, akv_route_kind_name(s->o.e.route));
     double mib = 1.0 / (1 << 20);
     fprintf(stderr,
             "device pool: %u of %u pages per layer in use (%.1f of %.0f MiB); host pool: "
@@ -751,7 +575,7 @@ static int run_open_job_outputs(run_state *s, size_t i) {
         char *dp = NULL;
         if (o->prompts && asprintf(&dp, "%s.%zu", o->dump, i + 1) < 0) return 0;
         const char *path = dp ? dp : o->dump;
-        if (akv_tool_same_file(path, o->model) || !(j->dump = fopen(path, "wb"))) {
+        if (akv_tool_same_file(path, o->e.model) || !(j->dump = fopen(path, "wb"))) {
             fprintf(stderr, "akv run: --dump-logits '%s': %s\n", path,
                     j->dump ? "is the model" : strerror(errno));
             free(dp);
@@ -783,7 +607,7 @@ static int run_oneshot(run_state *s) {
     }
     s->t_start = akv_clock_s(); /* the run's own time: from the first request on */
     for (size_t i = 0; i < s->n_jobs; i++)
-        if (!run_submit(s, &s->jobs[i], o->sp.seed + i)) return AKV_EXIT_REFUSED;
+        if (!run_submit(s, &s->jobs[i], o->e.sp.seed + i)) return AKV_EXIT_REFUSED;
     if (run_until_done(s) != AKV_OK) {
         fprintf(stderr, "akv run: the device failed and did not recover\n");
         return AKV_EXIT_FAIL;
@@ -842,7 +666,7 @@ static int run_chat_turn(run_state *s, akv_chat_msg *msgs, size_t n_msgs, bool *
         return -1;
     }
     if (j->rq) akv_engine_release(s->engine, j->rq), j->rq = NULL;
-    if (rc < 0 && !run_submit(s, j, s->o.sp.seed)) rc = AKV_EXIT_REFUSED;
+    if (rc < 0 && !run_submit(s, j, s->o.e.sp.seed)) rc = AKV_EXIT_REFUSED;
     if (rc < 0 && run_until_done(s) != AKV_OK) rc = AKV_EXIT_FAIL;
     if (rc < 0) {
         run_account(s, j);
@@ -947,16 +771,16 @@ int akv_cmd_run(int argc, char **argv) {
         goto done;
     }
     if ((rc = run_open_model(&s)) >= 0) goto done;
-    uint32_t parallel = (uint32_t)o->parallel;
+    uint32_t parallel = (uint32_t)o->e.parallel;
     if (!o->chat) {
         if ((rc = run_load_prompts(&s)) >= 0) goto done;
         uint64_t longest = 0;
         for (size_t i = 0; i < s.n_jobs; i++)
             if (s.jobs[i].ids.n_ids > longest) longest = s.jobs[i].ids.n_ids;
-        s.n_ctx = o->ctx ? o->ctx : longest + o->n_predict;
+        s.n_ctx = o->e.ctx ? o->e.ctx : longest + o->n_predict;
         if (!parallel) parallel = s.n_jobs < 4 ? (uint32_t)s.n_jobs : 4;
     } else {
-        s.n_ctx = o->ctx ? o->ctx : s.cfg->n_ctx_train;
+        s.n_ctx = o->e.ctx ? o->e.ctx : s.cfg->n_ctx_train;
         if (!parallel) parallel = 1;
     }
     if (s.n_ctx > s.cfg->n_ctx_train && !o->quiet)
