@@ -37,6 +37,8 @@ const char akv_tool_eopts_help[] =
     "      --top-p P            (default 0.95; 1 = off)\n"
     "      --min-p P            (default 0.05; 0 = off)\n"
     "      --repeat-penalty R   (default 1 = off)\n"
+    "      --presence-penalty P subtracted once from each token seen (default 0; -2..2)\n"
+    "      --frequency-penalty F subtracted per time a token was seen (default 0; -2..2)\n"
     "      --repeat-last-n N    tokens the penalties look back over (default 64)\n";
 
 void akv_tool_eopts_defaults(akv_tool_eopts *o) {
@@ -114,6 +116,12 @@ int akv_tool_eopts_parse(const char *cmd, int c, const char *arg, akv_tool_eopts
         break;
     case AKV_OPT_RP:
         ok = akv_tool_parse_float(cmd, "repeat-penalty", arg, 1e-6, 1e6, &o->sp.repeat_penalty);
+        break;
+    case AKV_OPT_PRES:
+        ok = akv_tool_parse_float(cmd, "presence-penalty", arg, -2, 2, &o->sp.presence_penalty);
+        break;
+    case AKV_OPT_FREQ:
+        ok = akv_tool_parse_float(cmd, "frequency-penalty", arg, -2, 2, &o->sp.frequency_penalty);
         break;
     case AKV_OPT_RLN: ok = eopts_i32(cmd, "repeat-last-n", arg, &o->sp.repeat_last_n); break;
     case AKV_OPT_SEED:

@@ -36,7 +36,7 @@ enum {
     AKV_OPT_CTX = 1024, AKV_OPT_DEVICE, AKV_OPT_ROUTE, AKV_OPT_WINDOW, AKV_OPT_HOST,
     AKV_OPT_DEVGIB, AKV_OPT_KV, AKV_OPT_CHUNK, AKV_OPT_STEP, AKV_OPT_THREADS, AKV_OPT_NOGRAPHS,
     AKV_OPT_PARALLEL, AKV_OPT_TMPL, AKV_OPT_TEMP, AKV_OPT_TOPK, AKV_OPT_TOPP, AKV_OPT_MINP,
-    AKV_OPT_RP, AKV_OPT_RLN, AKV_OPT_SEED,
+    AKV_OPT_RP, AKV_OPT_RLN, AKV_OPT_SEED, AKV_OPT_PRES, AKV_OPT_FREQ,
 };
 
 /* The entries of a getopt_long table ('m' for -m / --model). */
@@ -58,6 +58,8 @@ enum {
         {"top-p", required_argument, 0, AKV_OPT_TOPP}, {"min-p", required_argument, 0, AKV_OPT_MINP}, \
         {"repeat-penalty", required_argument, 0, AKV_OPT_RP},                                      \
         {"repeat-last-n", required_argument, 0, AKV_OPT_RLN},                                      \
+        {"presence-penalty", required_argument, 0, AKV_OPT_PRES},                                  \
+        {"frequency-penalty", required_argument, 0, AKV_OPT_FREQ},                                 \
         {"seed", required_argument, 0, AKV_OPT_SEED}
 
 /* The defaults: the default model, device auto, 1 GiB pools, bf16 K/V, resident, chunk 256,

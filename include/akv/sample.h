@@ -2,8 +2,11 @@
  * akv/sample.h — choosing the next token from a step's logits.
  *
  * The chain, in this order (each stage optional):
- *   1. repetition penalty over the last `repeat_last_n` accepted tokens: a positive logit is
- *      divided by the penalty, a negative one multiplied (CTRL-style, as llama.cpp does);
+ *   1. penalties over the last `repeat_last_n` accepted tokens (prompt and generated), each
+ *      distinct token t seen c times there: the repetition penalty divides a positive logit
+ *      and multiplies a negative one (CTRL-style, as llama.cpp does), then the logit loses
+ *      presence_penalty + c * frequency_penalty (OpenAI's penalties, as llama.cpp applies
+ *      them); a finite logit stays finite;
  *   2. temp == 0: greedy — the largest logit, ties to the smaller id; stop;
  *   3. top-k: keep the k largest logits;
  *   4. temperature: logits / temp, then softmax (in double, max subtracted);
@@ -32,7 +35,9 @@ typedef struct akv_sample_params {
     float top_p;            /* nucleus mass in (0, 1]; 1 = off */
     float min_p;            /* in [0, 1); 0 = off */
     float repeat_penalty;   /* >= 1 typical; 1 = off */
-    int32_t repeat_last_n;  /* tokens the penalty looks back over; 0 = off, -1 = all accepted */
+    float presence_penalty; /* subtracted once from each token seen; 0 = off (finite) */
+    float frequency_penalty; /* subtracted per time a token was seen; 0 = off (finite) */
+    int32_t repeat_last_n;  /* tokens the penalties look back over; 0 = off, -1 = all accepted */
     uint64_t seed;          /* generator seed */
 } akv_sample_params;
 
@@ -43,7 +48,8 @@ typedef struct akv_sampler akv_sampler;
 akv_sample_params akv_sample_default_params(void);
 
 /* AKV_EINVAL (logged, naming the field) for a negative temp, top_p outside (0,1], min_p
- * outside [0,1), repeat_penalty <= 0, top_k < 0, n_vocab < 1. */
+ * outside [0,1), repeat_penalty <= 0, a non-finite presence or frequency penalty, top_k < 0,
+ * n_vocab < 1. */
 akv_status akv_sampler_create(const akv_sample_params *params, int32_t n_vocab, akv_sampler **out);
 void akv_sampler_destroy(akv_sampler *s);
 

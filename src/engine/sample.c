@@ -25,6 +25,7 @@ struct akv_sampler {
     sample_cand *cand;       /* [n_vocab] scratch */
     float *penalised;        /* [n_vocab] scratch: logits after the penalty */
     uint32_t *stamp;         /* [n_vocab] last penalty pass that touched a token */
+    uint32_t *count;         /* [n_vocab] times a token is in the history (this pass) */
     uint32_t n_pass;         /* penalty passes so far (stamps are compared to it) */
 };
 
@@ -40,6 +41,8 @@ akv_status akv_sampler_create(const akv_sample_params *params, int32_t n_vocab, 
     else if (!(p.top_p > 0 && p.top_p <= 1)) bad = "top_p must be in (0, 1]";
     else if (!(p.min_p >= 0 && p.min_p < 1)) bad = "min_p must be in [0, 1)";
     else if (!(p.repeat_penalty > 0) || isinf(p.repeat_penalty)) bad = "repeat_penalty must be > 0";
+    else if (!isfinite(p.presence_penalty)) bad = "presence_penalty must be finite";
+    else if (!isfinite(p.frequency_penalty)) bad = "frequency_penalty must be finite";
     else if (p.top_k < 0) bad = "top_k must be >= 0";
     else if (p.repeat_last_n < -1) bad = "repeat_last_n must be >= -1";
     else if (n_vocab < 1) bad = "n_vocab must be >= 1";
@@ -56,8 +59,9 @@ akv_status akv_sampler_create(const akv_sample_params *params, int32_t n_vocab, 
     s->cand = akv__calloc((size_t)n_vocab, sizeof *s->cand);
     s->penalised = akv__calloc((size_t)n_vocab, sizeof *s->penalised);
     s->stamp = akv__calloc((size_t)n_vocab, sizeof *s->stamp);
+    s->count = akv__calloc((size_t)n_vocab, sizeof *s->count);
     if (s->n_hist_cap) s->history = akv__calloc(s->n_hist_cap, sizeof *s->history);
-    if (!s->cand || !s->penalised || !s->stamp || (s->n_hist_cap && !s->history)) {
+    if (!s->cand || !s->penalised || !s->stamp || !s->count || (s->n_hist_cap && !s->history)) {
         akv_sampler_destroy(s);
         return AKV_ENOMEM;
     }
@@ -71,6 +75,7 @@ void akv_sampler_destroy(akv_sampler *s) {
     akv__free(s->cand);
     akv__free(s->penalised);
     akv__free(s->stamp);
+    akv__free(s->count);
     akv__free(s);
 }
 
@@ -110,20 +115,30 @@ akv_status akv_sampler_sample(akv_sampler *s, const float *logits, int32_t *out_
     float *lg = s->penalised;
     memcpy(lg, logits, (size_t)s->n_vocab * sizeof *lg);
 
-    /* 1. repetition penalty: each distinct recent token once (stamped, so O(history)) */
-    if (p->repeat_penalty != 1.0f && s->n_hist) {
+    /* 1. penalties: each distinct recent token once, with its count (stamped, so O(history)) */
+    const bool additive = p->presence_penalty != 0.0f || p->frequency_penalty != 0.0f;
+    if ((p->repeat_penalty != 1.0f || additive) && s->n_hist) {
         if (++s->n_pass == 0) { /* stamp counter wrapped: forget every old stamp */
             memset(s->stamp, 0, (size_t)s->n_vocab * sizeof *s->stamp);
             s->n_pass = 1;
         }
         for (size_t i = 0; i < s->n_hist; i++) {
             int32_t t = s->history[i];
-            if (s->stamp[t] == s->n_pass) continue;
-            s->stamp[t] = s->n_pass;
-            const float v = lg[t] > 0 ? lg[t] / p->repeat_penalty : lg[t] * p->repeat_penalty;
+            if (s->stamp[t] != s->n_pass) s->stamp[t] = s->n_pass, s->count[t] = 0;
+            s->count[t]++;
+        }
+        for (size_t i = 0; i < s->n_hist; i++) {
+            int32_t t = s->history[i];
+            if (s->count[t] == 0) continue; /* penalised already */
+            float v = lg[t];
+            if (p->repeat_penalty != 1.0f) v = v > 0 ? v / p->repeat_penalty : v * p->repeat_penalty;
+            if (additive)
+                v = (float)((double)v - p->presence_penalty -
+                            (double)s->count[t] * p->frequency_penalty);
             /* a finite logit stays finite (a penalty below 1 on 3e38 would make +inf, one of
              * 1e38 on -4 would make -inf: another token class, not a penalty) */
             lg[t] = isinf(v) && isfinite(lg[t]) ? (v > 0 ? FLT_MAX : -FLT_MAX) : v;
+            s->count[t] = 0;
         }
     }
 
