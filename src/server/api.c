@@ -1,0 +1,430 @@
+/* api.c — OpenAI request bodies in, checked requests out; answers and chunks out as JSON. */
+#include "server/api.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cjson/cJSON.h>
+
+#include "tok/utf8.h"
+
+void akv_api_error_set(akv_api_error *err, int status, const char *type, const char *code,
+                       const char *param, const char *fmt, ...) {
+    err->status = status;
+    err->type = type;
+    err->code = code;
+    snprintf(err->param, sizeof err->param, "%s", param ? param : "");
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err->message, sizeof err->message, fmt, ap);
+    va_end(ap);
+}
+
+#define BAD(param, ...)                                                                          \
+    (akv_api_error_set(err, 400, "invalid_request_error", NULL, (param), __VA_ARGS__), AKV_EINVAL)
+
+void akv_api_request_free(akv_api_request *r) {
+    if (!r) return;
+    for (uint32_t i = 0; i < r->n_stop; i++) free(r->stop[i]);
+    for (size_t i = 0; i < r->n_msgs; i++) {
+        free((char *)r->msgs[i].role);
+        free((char *)r->msgs[i].content);
+    }
+    free(r->msgs);
+    free(r->prompt);
+    free(r->prompt_ids);
+    memset(r, 0, sizeof *r);
+}
+
+static char *dup_n(const char *s, size_t n) {
+    char *d = malloc(n + 1);
+    if (d) memcpy(d, s, n), d[n] = '\0';
+    return d;
+}
+
+/* A field that is absent or null. */
+static bool absent(const cJSON *v) {
+    return !v || cJSON_IsNull(v);
+}
+
+/* A number field in [lo, hi]: AKV_OK (absent leaves *out), else the error. */
+static akv_status get_num(const cJSON *o, const char *name, double lo, double hi, double *out,
+                          akv_api_error *err) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, name);
+    if (absent(v)) return AKV_OK;
+    if (!cJSON_IsNumber(v) || !isfinite(v->valuedouble))
+        return BAD(name, "'%s' must be a number", name);
+    if (!(v->valuedouble >= lo && v->valuedouble <= hi))
+        return BAD(name, "'%s' is %g; it must be in [%g, %g]", name, v->valuedouble, lo, hi);
+    *out = v->valuedouble;
+    return AKV_OK;
+}
+
+/* An integer field in [lo, hi] (a number with no fraction). */
+static akv_status get_int(const cJSON *o, const char *name, double lo, double hi, double *out,
+                          akv_api_error *err) {
+    double x = NAN;
+    akv_status st = get_num(o, name, lo, hi, &x, err);
+    if (st || isnan(x)) return st;
+    if (x != floor(x)) return BAD(name, "'%s' must be an integer (is %g)", name, x);
+    *out = x;
+    return AKV_OK;
+}
+
+static akv_status get_bool(const cJSON *o, const char *name, bool *out, akv_api_error *err) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, name);
+    if (absent(v)) return AKV_OK;
+    if (!cJSON_IsBool(v)) return BAD(name, "'%s' must be true or false", name);
+    *out = cJSON_IsTrue(v);
+    return AKV_OK;
+}
+
+/* A field this server does not implement: refused unless absent, null, false or empty. */
+static akv_status refuse_if_set(const cJSON *o, const char *name, const char *why,
+                                akv_api_error *err) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, name);
+    if (absent(v) || cJSON_IsFalse(v)) return AKV_OK;
+    if ((cJSON_IsArray(v) || cJSON_IsObject(v)) && !v->child) return AKV_OK;
+    if (cJSON_IsNumber(v) && v->valuedouble == 0) return AKV_OK; /* top_logprobs: 0 */
+    if (cJSON_IsString(v) && !strcmp(v->valuestring, "none")) return AKV_OK; /* tool_choice */
+    return BAD(name, "'%s' is not supported by this server (%s)", name, why);
+}
+
+static akv_status parse_stop(const cJSON *o, akv_api_request *r, akv_api_error *err) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, "stop");
+    if (absent(v)) return AKV_OK;
+    const cJSON *one = cJSON_IsString(v) ? v : NULL;
+    if (!one && !cJSON_IsArray(v)) return BAD("stop", "'stop' must be a string or an array of strings");
+    int n = one ? 1 : cJSON_GetArraySize(v);
+    if (n > AKV_API_MAX_STOP) return BAD("stop", "'stop' holds %d strings; at most %d", n, AKV_API_MAX_STOP);
+    for (int i = 0; i < n; i++) {
+        const cJSON *s = one ? one : cJSON_GetArrayItem(v, i);
+        if (!cJSON_IsString(s)) return BAD("stop", "'stop' must hold strings only");
+        if (!*s->valuestring) continue; /* an empty stop string stops nothing */
+        if (!(r->stop[r->n_stop] = dup_n(s->valuestring, strlen(s->valuestring)))) return AKV_ENOMEM;
+        r->n_stop++;
+    }
+    return AKV_OK;
+}
+
+/* A message's content: a string, or an array of parts of which only text is accepted. */
+static akv_status parse_content(const cJSON *m, size_t i, char **out, akv_api_error *err) {
+    char param[40];
+    snprintf(param, sizeof param, "messages[%zu].content", i);
+    const cJSON *c = cJSON_GetObjectItemCaseSensitive(m, "content");
+    if (absent(c)) { /* an assistant turn may have none (the caller checks the role) */
+        *out = dup_n("", 0);
+        return *out ? AKV_OK : AKV_ENOMEM;
+    }
+    if (cJSON_IsString(c)) {
+        *out = dup_n(c->valuestring, strlen(c->valuestring));
+        return *out ? AKV_OK : AKV_ENOMEM;
+    }
+    if (!cJSON_IsArray(c)) return BAD(param, "'%s' must be a string or an array of parts", param);
+    size_t len = 0;
+    const cJSON *part;
+    cJSON_ArrayForEach(part, c) {
+        const cJSON *type = cJSON_GetObjectItemCaseSensitive(part, "type");
+        const cJSON *text = cJSON_GetObjectItemCaseSensitive(part, "text");
+        if (!cJSON_IsString(type) || strcmp(type->valuestring, "text") || !cJSON_IsString(text))
+            return BAD(param, "'%s': only parts of type \"text\" with a string \"text\" are "
+                              "supported (this model reads text)", param);
+        len += strlen(text->valuestring);
+    }
+    char *s = malloc(len + 1), *p = s;
+    if (!s) return AKV_ENOMEM;
+    cJSON_ArrayForEach(part, c) {
+        const char *t = cJSON_GetObjectItemCaseSensitive(part, "text")->valuestring;
+        size_t n = strlen(t);
+        memcpy(p, t, n), p += n;
+    }
+    *p = '\0';
+    *out = s;
+    return AKV_OK;
+}
+
+static akv_status parse_messages(const cJSON *o, akv_api_request *r, akv_api_error *err) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, "messages");
+    if (absent(v)) return BAD("messages", "'messages' is required");
+    if (!cJSON_IsArray(v)) return BAD("messages", "'messages' must be an array");
+    int n = cJSON_GetArraySize(v);
+    if (n == 0) return BAD("messages", "'messages' is empty");
+    if (n > AKV_API_MAX_MESSAGES)
+        return BAD("messages", "'messages' holds %d messages; at most %d", n, AKV_API_MAX_MESSAGES);
+    if (!(r->msgs = calloc((size_t)n, sizeof *r->msgs))) return AKV_ENOMEM;
+    for (int i = 0; i < n; i++) {
+        const cJSON *m = cJSON_GetArrayItem(v, i);
+        char param[40];
+        snprintf(param, sizeof param, "messages[%d].role", i);
+        if (!cJSON_IsObject(m)) return BAD(param, "'messages[%d]' must be an object", i);
+        const cJSON *role = cJSON_GetObjectItemCaseSensitive(m, "role");
+        if (!cJSON_IsString(role))
+            return BAD(param, "'%s' must be a string", param);
+        const char *rname = role->valuestring;
+        if (!strcmp(rname, "developer")) rname = "system"; /* OpenAI's newer name for it */
+        const bool assistant = !strcmp(rname, "assistant");
+        if (!assistant && strcmp(rname, "system") && strcmp(rname, "user"))
+            return BAD(param, "'%s' is '%.32s'; this server takes system, developer, user and "
+                              "assistant (no tool calls)", param, role->valuestring);
+        if (!assistant && absent(cJSON_GetObjectItemCaseSensitive(m, "content"))) {
+            snprintf(param, sizeof param, "messages[%d].content", i);
+            return BAD(param, "'%s' is required for a %s message", param, rname);
+        }
+        char *content = NULL;
+        akv_status st = parse_content(m, (size_t)i, &content, err);
+        if (st) return st;
+        char *rs = dup_n(rname, strlen(rname));
+        r->msgs[i] = (akv_chat_msg){rs, content};
+        r->n_msgs = (size_t)i + 1;
+        if (!rs) return AKV_ENOMEM;
+    }
+    return AKV_OK;
+}
+
+/* [int, ...] into r->prompt_ids. */
+static akv_status parse_ids(const cJSON *a, const akv_api_limits *lim, akv_api_request *r,
+                            akv_api_error *err) {
+    int n = cJSON_GetArraySize(a);
+    if (n == 0) return BAD("prompt", "'prompt' is empty");
+    if (!(r->prompt_ids = malloc((size_t)n * sizeof *r->prompt_ids))) return AKV_ENOMEM;
+    const cJSON *t;
+    cJSON_ArrayForEach(t, a) {
+        if (!cJSON_IsNumber(t) || t->valuedouble != floor(t->valuedouble) || t->valuedouble < 0 ||
+            t->valuedouble >= lim->n_vocab)
+            return BAD("prompt", "'prompt' token ids must be integers in [0, %d)", lim->n_vocab);
+        r->prompt_ids[r->n_prompt_ids++] = (int32_t)t->valuedouble;
+    }
+    return AKV_OK;
+}
+
+static akv_status parse_prompt(const cJSON *o, const akv_api_limits *lim, akv_api_request *r,
+                               akv_api_error *err) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, "prompt");
+    if (absent(v)) return BAD("prompt", "'prompt' is required");
+    if (cJSON_IsArray(v) && cJSON_GetArraySize(v) == 1 &&
+        (cJSON_IsString(v->child) || cJSON_IsArray(v->child)))
+        v = v->child; /* [string] or [[ids]]: one prompt */
+    if (cJSON_IsString(v)) {
+        r->prompt_len = strlen(v->valuestring);
+        r->prompt = dup_n(v->valuestring, r->prompt_len);
+        return r->prompt ? AKV_OK : AKV_ENOMEM;
+    }
+    if (cJSON_IsArray(v) && (!v->child || cJSON_IsNumber(v->child))) return parse_ids(v, lim, r, err);
+    if (cJSON_IsArray(v))
+        return BAD("prompt", "'prompt' holds %d prompts; this server takes one per request",
+                   cJSON_GetArraySize(v));
+    return BAD("prompt", "'prompt' must be a string, an array of one string, or token ids");
+}
+
+static akv_status parse_sampling(const cJSON *o, const akv_api_limits *lim, akv_api_request *r,
+                                 akv_api_error *err) {
+    akv_sample_params *sp = &r->sample;
+    double x;
+    akv_status st;
+#define NUM(name, lo, hi, field)                                                                 \
+    x = NAN;                                                                                     \
+    if ((st = get_num(o, name, lo, hi, &x, err))) return st;                                     \
+    if (!isnan(x)) field = (float)x;
+    NUM("temperature", 0, 2, sp->temp);
+    NUM("top_p", 0, 1, sp->top_p);
+    if (sp->top_p == 0) sp->top_p = 1e-9f; /* keep only the most likely, as top_p -> 0 does */
+    NUM("min_p", 0, 0.999999, sp->min_p);
+    NUM("presence_penalty", -2, 2, sp->presence_penalty);
+    NUM("frequency_penalty", -2, 2, sp->frequency_penalty);
+    NUM("repeat_penalty", 1e-6, 1e6, sp->repeat_penalty);
+#undef NUM
+    x = NAN;
+    if ((st = get_int(o, "top_k", 0, INT32_MAX, &x, err))) return st;
+    if (!isnan(x)) sp->top_k = (int32_t)x;
+    x = NAN;
+    if ((st = get_int(o, "seed", -9007199254740992.0, 9007199254740992.0, &x, err))) return st;
+    if (!isnan(x)) sp->seed = (uint64_t)(int64_t)x;
+    (void)lim;
+    return AKV_OK;
+}
+
+akv_status akv_api_parse(akv_api_kind kind, const char *body, size_t n, const akv_api_limits *lim,
+                         akv_api_request *r, akv_api_error *err) {
+    memset(r, 0, sizeof *r);
+    r->kind = kind;
+    r->sample = lim->sample;
+    r->max_tokens = lim->max_tokens_default;
+    if (!akv__utf8_valid((const uint8_t *)body, n))
+        return BAD(NULL, "the body is not valid UTF-8 (JSON text must be)");
+    cJSON *o = cJSON_ParseWithLength(body, n);
+    if (!o) return BAD(NULL, "the body is not valid JSON");
+    akv_status st = AKV_OK;
+    if (!cJSON_IsObject(o)) {
+        st = BAD(NULL, "the body must be a JSON object");
+        goto done;
+    }
+    const cJSON *model = cJSON_GetObjectItemCaseSensitive(o, "model");
+    if (!absent(model) && !cJSON_IsString(model)) {
+        st = BAD("model", "'model' must be a string");
+        goto done;
+    }
+    if ((st = get_bool(o, "stream", &r->stream, err)) ||
+        (st = get_bool(o, "ignore_eos", &r->ignore_eos, err)))
+        goto done;
+    const cJSON *so = cJSON_GetObjectItemCaseSensitive(o, "stream_options");
+    if (!absent(so)) {
+        if (!cJSON_IsObject(so)) {
+            st = BAD("stream_options", "'stream_options' must be an object");
+            goto done;
+        }
+        if ((st = get_bool(so, "include_usage", &r->include_usage, err))) goto done;
+    }
+    double x = NAN, y = NAN;
+    if ((st = get_int(o, "max_tokens", 1, (double)lim->max_tokens_limit, &x, err)) ||
+        (st = get_int(o, "max_completion_tokens", 1, (double)lim->max_tokens_limit, &y, err)))
+        goto done;
+    if (!isnan(y)) r->max_tokens = (uint32_t)y;
+    else if (!isnan(x)) r->max_tokens = (uint32_t)x;
+    r->max_tokens_asked = !isnan(x) || !isnan(y);
+    x = NAN;
+    if ((st = get_int(o, "n", 1, 1e300, &x, err))) goto done;
+    if (!isnan(x) && x != 1) {
+        st = BAD("n", "'n' is %g; this server answers with one choice (n = 1)", x);
+        goto done;
+    }
+    x = NAN;
+    if ((st = get_int(o, "best_of", 1, 1e300, &x, err))) goto done;
+    if (!isnan(x) && x != 1) {
+        st = BAD("best_of", "'best_of' must be 1");
+        goto done;
+    }
+    if ((st = refuse_if_set(o, "logprobs", "no log probabilities", err)) ||
+        (st = refuse_if_set(o, "top_logprobs", "no log probabilities", err)) ||
+        (st = refuse_if_set(o, "logit_bias", "no logit bias", err)) ||
+        (st = refuse_if_set(o, "tools", "no tool calls", err)) ||
+        (st = refuse_if_set(o, "tool_choice", "no tool calls", err)) ||
+        (st = refuse_if_set(o, "functions", "no function calls", err)) ||
+        (st = refuse_if_set(o, "function_call", "no function calls", err)) ||
+        (st = refuse_if_set(o, "echo", "the prompt is not echoed", err)) ||
+        (st = refuse_if_set(o, "suffix", "no insertion", err)))
+        goto done;
+    const cJSON *rf = cJSON_GetObjectItemCaseSensitive(o, "response_format");
+    if (!absent(rf)) {
+        const cJSON *t = cJSON_IsObject(rf) ? cJSON_GetObjectItemCaseSensitive(rf, "type") : NULL;
+        if (!cJSON_IsString(t) || strcmp(t->valuestring, "text")) {
+            st = BAD("response_format", "'response_format': only {\"type\": \"text\"} is supported");
+            goto done;
+        }
+    }
+    if ((st = parse_sampling(o, lim, r, err)) || (st = parse_stop(o, r, err))) goto done;
+    st = kind == AKV_API_CHAT ? parse_messages(o, r, err) : parse_prompt(o, lim, r, err);
+done:
+    cJSON_Delete(o);
+    return st;
+}
+
+/* ---- responses ------------------------------------------------------------------------------ */
+
+/* cJSON strings are NUL-terminated: a text with a NUL byte is cut there (tokenizers never
+ * produce one from a prompt that had none). */
+static cJSON *str_n(const char *s, size_t n) {
+    char *t = dup_n(s ? s : "", s ? n : 0);
+    if (!t) return NULL;
+    cJSON *j = cJSON_CreateString(t);
+    free(t);
+    return j;
+}
+
+static char *print_del(cJSON *o) {
+    char *s = o ? cJSON_PrintUnformatted(o) : NULL;
+    cJSON_Delete(o);
+    return s;
+}
+
+char *akv_api_error_json(const akv_api_error *err) {
+    cJSON *o = cJSON_CreateObject(), *e = cJSON_AddObjectToObject(o, "error");
+    if (!e) return print_del(o);
+    cJSON_AddStringToObject(e, "message", err->message);
+    cJSON_AddStringToObject(e, "type", err->type ? err->type : "invalid_request_error");
+    if (err->param[0]) cJSON_AddStringToObject(e, "param", err->param);
+    else cJSON_AddNullToObject(e, "param");
+    if (err->code) cJSON_AddStringToObject(e, "code", err->code);
+    else cJSON_AddNullToObject(e, "code");
+    return print_del(o);
+}
+
+static void add_usage(cJSON *o, const akv_api_usage *u) {
+    cJSON *j = cJSON_AddObjectToObject(o, "usage");
+    if (!j) return;
+    cJSON_AddNumberToObject(j, "prompt_tokens", u->prompt_tokens);
+    cJSON_AddNumberToObject(j, "completion_tokens", u->completion_tokens);
+    cJSON_AddNumberToObject(j, "total_tokens", (double)u->prompt_tokens + u->completion_tokens);
+    cJSON *d = cJSON_AddObjectToObject(j, "prompt_tokens_details");
+    if (d) cJSON_AddNumberToObject(d, "cached_tokens", u->cached_tokens);
+}
+
+static cJSON *envelope(const char *object, const char *id, long long created, const char *model) {
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "id", id);
+    cJSON_AddStringToObject(o, "object", object);
+    cJSON_AddNumberToObject(o, "created", (double)created);
+    cJSON_AddStringToObject(o, "model", model);
+    return o;
+}
+
+char *akv_api_answer_json(akv_api_kind kind, const char *id, long long created,
+                          const char *model, const char *text, size_t n_text, const char *finish,
+                          const akv_api_usage *usage) {
+    const bool chat = kind == AKV_API_CHAT;
+    cJSON *o = envelope(chat ? "chat.completion" : "text_completion", id, created, model);
+    cJSON *choices = cJSON_AddArrayToObject(o, "choices"), *c = cJSON_CreateObject();
+    cJSON_AddItemToArray(choices, c);
+    cJSON_AddNumberToObject(c, "index", 0);
+    if (chat) {
+        cJSON *m = cJSON_AddObjectToObject(c, "message");
+        cJSON_AddStringToObject(m, "role", "assistant");
+        cJSON_AddItemToObject(m, "content", str_n(text, n_text));
+    } else {
+        cJSON_AddItemToObject(c, "text", str_n(text, n_text));
+    }
+    cJSON_AddNullToObject(c, "logprobs");
+    cJSON_AddStringToObject(c, "finish_reason", finish);
+    add_usage(o, usage);
+    return print_del(o);
+}
+
+char *akv_api_chunk_json(akv_api_kind kind, const char *id, long long created, const char *model,
+                         bool first, const char *text, size_t n_text, const char *finish,
+                         const akv_api_usage *usage) {
+    const bool chat = kind == AKV_API_CHAT;
+    cJSON *o = envelope(chat ? "chat.completion.chunk" : "text_completion", id, created, model);
+    cJSON *choices = cJSON_AddArrayToObject(o, "choices");
+    if (text || finish) {
+        cJSON *c = cJSON_CreateObject();
+        cJSON_AddItemToArray(choices, c);
+        cJSON_AddNumberToObject(c, "index", 0);
+        if (chat) {
+            cJSON *d = cJSON_AddObjectToObject(c, "delta");
+            if (first) cJSON_AddStringToObject(d, "role", "assistant");
+            if (text) cJSON_AddItemToObject(d, "content", str_n(text, n_text));
+        } else {
+            cJSON_AddItemToObject(c, "text", str_n(text ? text : "", text ? n_text : 0));
+        }
+        cJSON_AddNullToObject(c, "logprobs");
+        if (finish) cJSON_AddStringToObject(c, "finish_reason", finish);
+        else cJSON_AddNullToObject(c, "finish_reason");
+    }
+    if (usage) add_usage(o, usage);
+    return print_del(o);
+}
+
+char *akv_api_models_json(const char *model, long long created, uint64_t max_context) {
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "object", "list");
+    cJSON *data = cJSON_AddArrayToObject(o, "data"), *m = cJSON_CreateObject();
+    cJSON_AddItemToArray(data, m);
+    cJSON_AddStringToObject(m, "id", model);
+    cJSON_AddStringToObject(m, "object", "model");
+    cJSON_AddNumberToObject(m, "created", (double)created);
+    cJSON_AddStringToObject(m, "owned_by", "activekv");
+    cJSON_AddNumberToObject(m, "max_model_len", (double)max_context);
+    return print_del(o);
+}

@@ -1,0 +1,106 @@
+/*
+ * server/api.h — the OpenAI-compatible request and response bodies, with no HTTP and no
+ * engine: a body's bytes in, a checked request out (or an error naming the field); a
+ * request's outcome in, the response JSON out. Pure functions, so the request parser is
+ * fuzzed on its own (tests/fuzz/fuzz_api.c).
+ *
+ *   POST /v1/chat/completions  messages (rendered with the model's chat template)
+ *   POST /v1/completions       prompt: a string, [string], [token ids] or [[token ids]]
+ * Both take: model (ignored: one model is served), stream, stream_options.include_usage,
+ * max_tokens / max_completion_tokens, temperature, top_p, top_k, min_p, seed, stop (a string
+ * or up to 4), presence_penalty, frequency_penalty, repeat_penalty, ignore_eos, n (1 only),
+ * user (ignored). Refused with 400 naming the field: logprobs / top_logprobs, logit_bias,
+ * tools / tool_choice / functions / function_call, a response_format other than text, echo,
+ * suffix, best_of other than 1, n other than 1, a message part that is not text. Unknown
+ * fields are ignored, as llama-server does.
+ */
+#ifndef AKV_SERVER_API_H
+#define AKV_SERVER_API_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "akv/chat.h"
+#include "akv/sample.h"
+#include "akv/status.h"
+
+enum { AKV_API_MAX_STOP = 4, AKV_API_MAX_MESSAGES = 4096 };
+
+typedef enum akv_api_kind {
+    AKV_API_CHAT = 0,   /* /v1/chat/completions */
+    AKV_API_COMPLETION, /* /v1/completions */
+} akv_api_kind;
+
+/* What limits a request (the server's settings). */
+typedef struct akv_api_limits {
+    uint32_t max_tokens_default; /* max_tokens when the request does not say */
+    uint64_t max_tokens_limit;   /* the most max_tokens may ask */
+    int32_t n_vocab;             /* token ids of a prompt are below it */
+    akv_sample_params sample;    /* the sampling a request starts from */
+} akv_api_limits;
+
+/* A checked request. Every string is owned (akv_api_request_free). */
+typedef struct akv_api_request {
+    akv_api_kind kind;
+    bool stream, include_usage, ignore_eos;
+    uint32_t max_tokens;
+    bool max_tokens_asked;    /* max_tokens or max_completion_tokens was given */
+    akv_sample_params sample;
+    char *stop[AKV_API_MAX_STOP];
+    uint32_t n_stop;
+    /* chat */
+    akv_chat_msg *msgs; /* [n_msgs], role and content owned */
+    size_t n_msgs;
+    /* completion: text, or token ids */
+    char *prompt;
+    size_t prompt_len;
+    int32_t *prompt_ids;
+    uint32_t n_prompt_ids;
+} akv_api_request;
+
+/* Why a request is refused: the HTTP status, OpenAI's error type and the field. */
+typedef struct akv_api_error {
+    int status;             /* 400, ... */
+    const char *type;       /* "invalid_request_error", ... */
+    const char *code;       /* OpenAI's code or NULL ("context_length_exceeded", ...) */
+    char param[64];         /* the field ("" when none) */
+    char message[384];
+} akv_api_error;
+
+/* Parses and checks a body. AKV_OK: *out holds the request; AKV_EINVAL: *err says why (status
+ * 400); AKV_ENOMEM. *out needs akv_api_request_free either way. */
+akv_status akv_api_parse(akv_api_kind kind, const char *body, size_t n, const akv_api_limits *lim,
+                         akv_api_request *out, akv_api_error *err);
+void akv_api_request_free(akv_api_request *r);
+
+/* Fills *err (printf-style message). */
+void akv_api_error_set(akv_api_error *err, int status, const char *type, const char *code,
+                       const char *param, const char *fmt, ...)
+    __attribute__((format(printf, 6, 7)));
+
+/* ---- responses: JSON text (malloc'ed, NUL-terminated; NULL when out of memory) ---------- */
+
+/* {"error": {"message", "type", "param", "code"}} */
+char *akv_api_error_json(const akv_api_error *err);
+
+typedef struct akv_api_usage {
+    uint32_t prompt_tokens, completion_tokens, cached_tokens;
+} akv_api_usage;
+
+/* A whole answer: chat.completion or text_completion. finish: "stop" or "length". */
+char *akv_api_answer_json(akv_api_kind kind, const char *id, long long created,
+                          const char *model, const char *text, size_t n_text, const char *finish,
+                          const akv_api_usage *usage);
+
+/* One streamed chunk (chat.completion.chunk or text_completion): a delta of text (role
+ * "assistant" on the first chat chunk), or the finish (text NULL, finish set), or the usage
+ * chunk (text and finish NULL, usage set: choices empty). */
+char *akv_api_chunk_json(akv_api_kind kind, const char *id, long long created, const char *model,
+                         bool first, const char *text, size_t n_text, const char *finish,
+                         const akv_api_usage *usage);
+
+/* GET /v1/models: one model. */
+char *akv_api_models_json(const char *model, long long created, uint64_t max_context);
+
+#endif

@@ -1,0 +1,230 @@
+/* cmd_serve.c — `akv serve`: the OpenAI-compatible server (akv/server.h) from the command line:
+ * the engine's flags (tools/engine_opts.h), the HTTP ones, signals for a graceful stop. */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <getopt.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "akv/log.h"
+#include "akv/ops.h"
+#include "akv/server.h"
+#include "cmd.h"
+#include "engine_opts.h"
+
+static const char serve_usage[] =
+    "usage: akv serve [-m MODEL.gguf] [--host ADDR] [--port N] [--parallel N] [options]\n"
+    "\n"
+    "Serves the model over HTTP with OpenAI's API: POST /v1/chat/completions and\n"
+    "/v1/completions (streamed with \"stream\": true), GET /v1/models, /health and /metrics\n"
+    "(Prometheus). Requests run together in the engine's batch steps; what cannot be served\n"
+    "is refused with the reason (429 when the queue is full, 503 when it can never fit).\n"
+    "SIGINT or SIGTERM stops it: no new connections, requests in flight get --grace seconds.\n"
+    "\n"
+    "options:\n"
+    "  -m, --model PATH         GGUF model (default " AKV_TOOL_DEFAULT_MODEL ")\n"
+    "      --host ADDR          address to listen on (default 127.0.0.1: this machine only;\n"
+    "                           0.0.0.0 or :: for every interface)\n"
+    "      --port N             (default 8080; 0 = any free port, printed)\n"
+    "      --api-key KEY        require Authorization: Bearer KEY (every path but /health);\n"
+    "                           also read from AKV_API_KEY\n"
+    "      --alias NAME         the model's name in answers and /v1/models (default: the\n"
+    "                           file's name)\n"
+    "      --parallel N         sequences run at once (default 4)\n"
+    "      --max-queue N        requests that may wait for room (default 64; 0 = refuse at once)\n"
+    "      --max-context N      the longest history of a request, prompt + new tokens\n"
+    "                           (default: the model's context length)\n"
+    "  -n, --n-predict N        max_tokens when a request does not say (default 512)\n"
+    "      --max-prompt-tokens N  the longest prompt accepted (default: the context)\n"
+    "      --max-body-bytes N   the largest request body (default 16M)\n"
+    "      --timeout S          a request's limit in seconds, arrival to last token (default\n"
+    "                           600)\n"
+    "      --grace S            on SIGINT/SIGTERM, seconds requests in flight may finish in\n"
+    "                           (default 10)\n"
+    "      --max-connections N  (default 256)\n"
+    "      --seed S             the seed of requests that give none (default 0)\n"
+    "  -v, --verbose            a log line per request\n"
+    "  -h, --help               this text\n"
+    "Engine and default sampling (a request's own fields win):\n";
+
+/* The engine's field names said as our flags. */
+static const akv_tool_name serve_names[] = {AKV_TOOL_ENGINE_NAMES, {"max_queue", "--max-queue"},
+                                            {NULL, NULL}};
+
+static void serve_rename(const char *msg, char *buf, size_t cap) {
+    akv_tool_rename(msg, serve_names, buf, cap);
+}
+
+static int serve_pipe[2] = {-1, -1};
+
+static void serve_on_signal(int sig) {
+    char c = (char)sig;
+    ssize_t k = write(serve_pipe[1], &c, 1); /* async-signal-safe */
+    (void)k;
+}
+
+int akv_cmd_serve(int argc, char **argv) {
+    enum { O_HOST = 256, O_PORT, O_KEY, O_ALIAS, O_QUEUE, O_PROMPT, O_BODY, O_TIMEOUT, O_GRACE,
+           O_CONNS };
+    static const struct option opts[] = {AKV_TOOL_ENGINE_OPTIONS,
+                                         {"host", required_argument, 0, O_HOST},
+                                         {"port", required_argument, 0, O_PORT},
+                                         {"api-key", required_argument, 0, O_KEY},
+                                         {"alias", required_argument, 0, O_ALIAS},
+                                         {"max-queue", required_argument, 0, O_QUEUE},
+                                         {"n-predict", required_argument, 0, 'n'},
+                                         {"max-prompt-tokens", required_argument, 0, O_PROMPT},
+                                         {"max-body-bytes", required_argument, 0, O_BODY},
+                                         {"timeout", required_argument, 0, O_TIMEOUT},
+                                         {"grace", required_argument, 0, O_GRACE},
+                                         {"max-connections", required_argument, 0, O_CONNS},
+                                         {"verbose", no_argument, 0, 'v'},
+                                         {"help", no_argument, 0, 'h'},
+                                         {0, 0, 0, 0}};
+    akv_tool_eopts e;
+    akv_tool_eopts_defaults(&e);
+    akv_server_params p = akv_server_default_params();
+    const char *alias = NULL, *key = getenv("AKV_API_KEY");
+    unsigned long long port = 8080, queue = 64, n_predict = 512, max_prompt = 0;
+    unsigned long long body = 16u << 20, conns = 256;
+    float timeout = 600, grace = 10;
+    int c, r;
+    optind = 1;
+    while ((c = getopt_long(argc, argv, "m:n:vh", opts, NULL)) != -1) {
+        if ((r = akv_tool_eopts_parse("serve", c, optarg, &e)) < 0) return AKV_EXIT_USAGE;
+        if (r) continue;
+        int ok = 1;
+        switch (c) {
+        case O_HOST: p.host = optarg; break;
+        case O_PORT: ok = akv_tool_parse_max("serve", "port", optarg, 65535, &port); break;
+        case O_KEY: key = optarg; break;
+        case O_ALIAS: alias = optarg; break;
+        case O_QUEUE: ok = akv_tool_parse_max("serve", "max-queue", optarg, 1u << 20, &queue); break;
+        case 'n': ok = akv_tool_parse_max("serve", "n-predict", optarg, UINT32_MAX, &n_predict); break;
+        case O_PROMPT:
+            ok = akv_tool_parse_max("serve", "max-prompt-tokens", optarg, UINT32_MAX, &max_prompt);
+            break;
+        case O_BODY: ok = akv_tool_parse_max("serve", "max-body-bytes", optarg, 1ull << 32, &body); break;
+        case O_TIMEOUT: ok = akv_tool_parse_float("serve", "timeout", optarg, 1, 1e7, &timeout); break;
+        case O_GRACE: ok = akv_tool_parse_float("serve", "grace", optarg, 0, 1e6, &grace); break;
+        case O_CONNS: ok = akv_tool_parse_max("serve", "max-connections", optarg, 65536, &conns); break;
+        case 'v': p.verbose = 1; break;
+        case 'h': printf("%s%s", serve_usage, akv_tool_eopts_help); return AKV_EXIT_OK;
+        default: fprintf(stderr, "%s%s", serve_usage, akv_tool_eopts_help); return AKV_EXIT_USAGE;
+        }
+        if (!ok) return AKV_EXIT_USAGE;
+    }
+    if (optind < argc) {
+        fprintf(stderr, "akv serve: unexpected argument '%s'\n", argv[optind]);
+        return AKV_EXIT_USAGE;
+    }
+    if ((r = akv_tool_eopts_check("serve", &e)) >= 0) return r;
+    if (n_predict == 0 || body == 0 || conns == 0) {
+        fprintf(stderr, "akv serve: %s must be at least 1\n",
+                n_predict == 0 ? "--n-predict" : body == 0 ? "--max-body-bytes" : "--max-connections");
+        return AKV_EXIT_USAGE;
+    }
+    if (key && !*key) {
+        fprintf(stderr, "akv serve: --api-key is empty\n");
+        return AKV_EXIT_USAGE;
+    }
+    struct stat sb;
+    if (stat(e.model, &sb) != 0) {
+        fprintf(stderr, "akv serve: -m '%s': %s%s\n", e.model, strerror(errno),
+                strcmp(e.model, AKV_TOOL_DEFAULT_MODEL) ? "" : " (bash scripts/fetch-model)");
+        return AKV_EXIT_FAIL;
+    }
+    /* the template: a family name, or a file of Jinja source */
+    char *tmpl_text = NULL;
+    if (e.tmpl && stat(e.tmpl, &sb) == 0) {
+        akv_tok_text t = {0};
+        if (!akv_tool_read_input("serve", e.tmpl, 1u << 20, NULL, &t)) {
+            akv_tok_text_free(&t);
+            return AKV_EXIT_USAGE;
+        }
+        tmpl_text = strdup(t.bytes ? t.bytes : "");
+        akv_tok_text_free(&t);
+        p.chat_template_text = tmpl_text;
+    } else if (e.tmpl) {
+        p.chat_template_name = e.tmpl;
+    }
+    char name[256];
+    if (!alias) { /* the file's name without .gguf */
+        const char *b = strrchr(e.model, '/');
+        snprintf(name, sizeof name, "%s", b ? b + 1 : e.model);
+        size_t n = strlen(name);
+        if (n > 5 && !strcmp(name + n - 5, ".gguf")) name[n - 5] = '\0';
+        alias = name;
+    }
+    akv_tool_log_names(serve_names, AKV_LOG_INFO);
+    akv_status st = akv_tool_open_device(e.device, &p.engine.dev);
+    if (st) {
+        free(tmpl_text);
+        return st == AKV_EINVAL ? AKV_EXIT_USAGE : AKV_EXIT_FAIL;
+    }
+    if (e.threads) akv_ops_ref_set_threads((int)e.threads);
+    akv_tool_eopts_apply(&e, &p.engine);
+    p.engine.model_path = e.model;
+    p.engine.max_context = e.ctx;
+    p.engine.max_seqs = e.parallel ? (uint32_t)e.parallel : 4;
+    p.engine.max_queue = (uint32_t)queue;
+    p.port = (uint16_t)port, p.api_key = key, p.model_name = alias;
+    p.sample = e.sp;
+    p.max_tokens_default = (uint32_t)n_predict, p.max_prompt_tokens = (uint32_t)max_prompt;
+    p.max_body_bytes = (size_t)body, p.timeout_s = timeout, p.max_connections = (uint32_t)conns;
+    p.rename_settings = serve_rename;
+    if (pipe(serve_pipe) != 0) {
+        fprintf(stderr, "akv serve: pipe: %s\n", strerror(errno));
+        akv_dev_destroy(p.engine.dev);
+        free(tmpl_text);
+        return AKV_EXIT_FAIL;
+    }
+    struct sigaction sa = {.sa_handler = serve_on_signal};
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    signal(SIGPIPE, SIG_IGN); /* a client gone mid-write is an error on that socket only */
+    akv_server *s = NULL;
+    if ((st = akv_server_start(&p, &s))) {
+        fprintf(stderr, "akv serve: %s\n", akv_status_str(st));
+        free(tmpl_text);
+        return st == AKV_EINVAL ? AKV_EXIT_USAGE : AKV_EXIT_FAIL;
+    }
+    fprintf(stderr, "akv serve: listening on http://%s:%u (model %s loading)\n",
+            p.host ? p.host : "127.0.0.1", (unsigned)akv_server_port(s), alias);
+    int rc = AKV_EXIT_OK;
+    for (;;) { /* the load, then the signal */
+        st = akv_server_wait_ready(s, 0.2);
+        if (st != AKV_EBUSY) break;
+        struct pollfd pf = {.fd = serve_pipe[0], .events = POLLIN};
+        char ch;
+        if (poll(&pf, 1, 0) > 0 && read(serve_pipe[0], &ch, 1) == 1) goto stop; /* a signal */
+    }
+    if (st == AKV_OK) {
+        fprintf(stderr, "akv serve: ready: %s on http://%s:%u\n", alias, p.host ? p.host : "127.0.0.1",
+                (unsigned)akv_server_port(s));
+    } else {
+        fprintf(stderr, "akv serve: the model did not load (see above); /health says error\n");
+        rc = AKV_EXIT_FAIL;
+        goto stop;
+    }
+    for (;;) {
+        char ch;
+        ssize_t k = read(serve_pipe[0], &ch, 1);
+        if (k == 1) break;
+        if (k < 0 && errno == EINTR) continue;
+        if (k <= 0) break;
+    }
+stop:
+    fprintf(stderr, "akv serve: stopping (in-flight requests get %.0f s)\n", grace);
+    akv_server_stop(s, grace);
+    akv_server_destroy(s);
+    free(tmpl_text);
+    fprintf(stderr, "akv serve: stopped\n");
+    return rc;
+}
