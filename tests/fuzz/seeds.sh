@@ -1,0 +1,20 @@
+#!/bin/sh
+# seeds.sh TARGET DIR GGUF_SEEDS — writes a fuzz target's starting corpus into DIR: for gguf,
+# the images gguf_fuzz_seeds generates (GGUF_SEEDS, its executable); for tok, a few texts
+# (byte 0 picks the tokenizer and flags); for api, request bodies (byte 0 picks the endpoint,
+# bit 0 set = /v1/completions, and the limits). Used by replay.sh and scripts/fuzz.
+target=$1 dir=$2 seeds=$3
+mkdir -p "$dir" || exit 1
+case "$target" in
+gguf) "$seeds" "$dir" || { echo "seeds.sh: gguf_fuzz_seeds failed"; exit 1; } ;;
+tok) printf '\000hello world' >"$dir/a"; printf '\001<|im_start|>user\nhi<|im_end|>' >"$dir/b"
+     printf '\002 123 4567 89\t\r\n' >"$dir/c"; printf '\003\377\376 \303\251t\303\251' >"$dir/d" ;;
+api) printf '\006{"messages":[{"role":"user","content":"hi"}],"max_tokens":8}' >"$dir/chat"
+     printf '\006{"model":"m","messages":[{"role":"system","content":"be brief"},{"role":"user","content":[{"type":"text","text":"a"},{"type":"text","text":"b"}]},{"role":"assistant","content":null},{"role":"developer","content":"x"}],"stream":true,"stream_options":{"include_usage":true},"temperature":0.7,"top_p":0.9,"top_k":40,"min_p":0.05,"seed":42,"stop":["\\n","END"],"presence_penalty":0.5,"frequency_penalty":-0.5,"max_completion_tokens":100,"n":1,"user":"u"}' >"$dir/chat_full"
+     printf '\007{"prompt":"Once upon a time","max_tokens":16,"stop":"."}' >"$dir/cmpl"
+     printf '\007{"prompt":[1,2,3,4000],"ignore_eos":true,"repeat_penalty":1.1}' >"$dir/cmpl_ids"
+     printf '\007{"prompt":[[5,6]],"logprobs":null,"echo":false,"best_of":1}' >"$dir/cmpl_ids2"
+     printf '\007{"prompt":["caf\\u00e9 \\ud83d\\ude00"],"tool_choice":"none","top_logprobs":0}' >"$dir/cmpl_str"
+     printf '\000{"messages":[{"role":"user","content":"x"}],"response_format":{"type":"text"}}' >"$dir/chat_lim" ;;
+*) echo "seeds.sh: unknown target $target"; exit 2 ;;
+esac

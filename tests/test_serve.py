@@ -1,0 +1,648 @@
+#!/usr/bin/env python3
+"""test_serve.py AKV SOURCE_DIR [--case NAME] — `akv serve` end to end, through the official
+openai client and through raw sockets, on a free loopback port with the default model.
+
+Skips (77) without the default model or without the openai package (.ci/run installs it).
+Each case is a function named case_*; `--case NAME` runs one, `--list` names them all.
+"""
+import argparse
+import http.client
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+MODEL = "models/SmolLM2-135M-Instruct.Q4_1.gguf"
+PROMPTS = [
+    "The capital of France is",
+    "Write a haiku about the sea.",
+    "List three prime numbers:",
+    "Once upon a time, in a small village,",
+    "Explain what a hash table is in one sentence.",
+    "def fibonacci(n):",
+    "The quick brown fox",
+    "Translate 'good morning' into Spanish:",
+]
+
+
+class Server:
+    """One `akv serve` on a free loopback port, its log kept for failures."""
+
+    def __init__(self, akv, model, *flags):
+        self.log = []
+        self.key = flags[flags.index("--api-key") + 1] if "--api-key" in flags else None
+        self.proc = subprocess.Popen(
+            [akv, "serve", "-m", model, "--port", "0", "--threads", "2", *flags],
+            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        self.port = None
+        ready = threading.Event()
+
+        def drain():
+            for line in self.proc.stderr:
+                self.log.append(line.rstrip("\n"))
+                m = re.search(r"listening on http://[^:]+:(\d+)", line)
+                if m:
+                    self.port = int(m.group(1))
+                if "akv serve: ready" in line or "did not load" in line:
+                    ready.set()
+            ready.set()
+
+        self.thread = threading.Thread(target=drain, daemon=True)
+        self.thread.start()
+        if not ready.wait(120) or self.port is None or self.proc.poll() is not None:
+            self.stop()
+            raise AssertionError("the server did not start:\n" + "\n".join(self.log))
+        if not any("akv serve: ready" in l for l in self.log):
+            self.stop()
+            raise AssertionError("the model did not load:\n" + "\n".join(self.log))
+        self.base = f"http://127.0.0.1:{self.port}"
+
+    def client(self, key="none", **kw):
+        import openai
+        return openai.OpenAI(base_url=self.base + "/v1", api_key=key, max_retries=0, **kw)
+
+    def raw(self, method, path, body=None, headers=None, timeout=60):
+        """(status, parsed JSON or text) over http.client."""
+        c = http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout)
+        data = body if isinstance(body, (bytes, type(None))) else json.dumps(body).encode()
+        h = {"Content-Type": "application/json"}
+        if self.key and path == "/metrics":  # elsewhere the cases say whether they send it
+            h["Authorization"] = "Bearer " + self.key
+        h.update(headers or {})
+        c.request(method, path, body=data, headers=h)
+        r = c.getresponse()
+        text = r.read().decode("utf-8", "replace")
+        c.close()
+        try:
+            return r.status, json.loads(text)
+        except ValueError:
+            return r.status, text
+
+    def metrics(self):
+        status, text = self.raw("GET", "/metrics")
+        assert status == 200, status
+        out = {}
+        for line in text.splitlines():
+            if line and not line.startswith("#"):
+                name, value = line.rsplit(" ", 1)
+                out[name] = float(value)
+        return out
+
+    def metric(self, name, **labels):
+        want = ",".join(f'{k}="{v}"' for k, v in labels.items())
+        for key, value in self.metrics().items():
+            base, _, rest = key.partition("{")
+            if base == name and (not want or want in rest):
+                return value
+        raise AssertionError(f"no metric {name} {labels}")
+
+    def idle(self, timeout=10):
+        """Whether running and waiting reach 0 within timeout (the gauges follow engine steps)."""
+        return wait_for(lambda: self.metric("akv:num_requests_running") == 0 and
+                        self.metric("akv:num_requests_waiting") == 0, timeout)
+
+    def post_socket(self, path, obj):
+        """A raw socket that has sent POST path with obj as its body (the answer unread)."""
+        body = json.dumps(obj).encode()
+        sock = socket.create_connection(("127.0.0.1", self.port))
+        sock.sendall(b"POST %s HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                     b"Content-Length: %d\r\n\r\n" % (path.encode(), len(body)) + body)
+        return sock
+
+    def rss_kib(self):
+        with open(f"/proc/{self.proc.pid}/status") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1])
+        return 0
+
+    def stop(self, sig=signal.SIGTERM, timeout=30):
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+                raise AssertionError("the server did not stop in %d s" % timeout)
+        self.thread.join(5)
+        return self.proc.returncode
+
+
+def expect(cond, what, *detail):
+    if not cond:
+        raise AssertionError(what + ("".join("\n  " + str(d) for d in detail)))
+
+
+def wait_for(cond, timeout=10):
+    """Whether cond() holds within timeout seconds (polled)."""
+    t0 = time.time()
+    while time.time() - t0 < timeout:
+        if cond():
+            return True
+        time.sleep(0.02)
+    return False
+
+
+def expect_error(fn, status, param=None, word=None):
+    """fn raises the openai error of this status, naming param, its message holding word."""
+    import openai
+    try:
+        fn()
+    except openai.APIStatusError as e:
+        body = e.body if isinstance(e.body, dict) else {}
+        err = body.get("error", body)
+        expect(e.status_code == status, f"status {e.status_code}, want {status}", err)
+        if param is not None:
+            expect(err.get("param") == param, f"param {err.get('param')!r}, want {param!r}", err)
+        if word is not None:
+            expect(word in err.get("message", ""), f"message lacks {word!r}", err)
+        return err
+    raise AssertionError(f"no error (want {status})")
+
+
+def chat(cl, text, **kw):
+    kw.setdefault("max_tokens", 16)
+    kw.setdefault("temperature", 0)
+    return cl.chat.completions.create(model="any", messages=[{"role": "user", "content": text}], **kw)
+
+
+def chat_stream(cl, text, **kw):
+    """(text, finish_reason, usage or None, chunks)."""
+    kw.setdefault("max_tokens", 16)
+    kw.setdefault("temperature", 0)
+    parts, finish, usage, n = [], None, None, 0
+    for ch in cl.chat.completions.create(model="any", messages=[{"role": "user", "content": text}],
+                                         stream=True, **kw):
+        n += 1
+        if ch.usage:
+            usage = ch.usage
+        for c in ch.choices:
+            if c.delta and c.delta.content:
+                parts.append(c.delta.content)
+            if c.finish_reason:
+                finish = c.finish_reason
+    return "".join(parts), finish, usage, n
+
+
+# ---- cases on the main server (--parallel 8) -------------------------------------------------
+
+def case_health_models(env):
+    s = env.main
+    expect(s.raw("GET", "/health") == (200, {"status": "ok"}), "/health", s.raw("GET", "/health"))
+    models = s.client().models.list().data
+    expect(len(models) == 1 and models[0].id == "SmolLM2-135M-Instruct.Q4_1", "/v1/models", models)
+    expect(s.metric("akv:ready") == 1, "akv:ready")
+
+
+def case_chat_plain_stream(env):
+    cl = env.main.client()
+    r = chat(cl, PROMPTS[1], max_tokens=24)
+    text, finish, usage, n = chat_stream(cl, PROMPTS[1], max_tokens=24,
+                                         stream_options={"include_usage": True})
+    plain = r.choices[0].message.content
+    expect(r.object == "chat.completion" and r.choices[0].message.role == "assistant", "shape", r)
+    expect(len(plain) > 0, "an empty answer", r)
+    expect(text == plain, "streamed text differs from the plain answer", repr(text), repr(plain))
+    expect(finish == r.choices[0].finish_reason, "finish", finish, r.choices[0].finish_reason)
+    expect(usage is not None and usage.completion_tokens == r.usage.completion_tokens and
+           usage.prompt_tokens == r.usage.prompt_tokens, "usage chunk", usage, r.usage)
+    expect(r.usage.total_tokens == r.usage.prompt_tokens + r.usage.completion_tokens, "total", r.usage)
+    expect(r.usage.prompt_tokens > 8, "prompt tokens (the chat template adds its own)", r.usage)
+    expect(n >= 3, "too few chunks", n)
+    # without include_usage no usage chunk
+    _, _, usage2, _ = chat_stream(cl, PROMPTS[1], max_tokens=4)
+    expect(usage2 is None, "a usage chunk nobody asked for", usage2)
+
+
+def case_completions(env):
+    cl = env.main.client()
+    r = cl.completions.create(model="any", prompt=PROMPTS[0], max_tokens=12, temperature=0)
+    expect(r.object == "text_completion" and r.choices[0].text, "shape", r)
+    expect(r.usage.completion_tokens == 12 and r.choices[0].finish_reason == "length",
+           "max_tokens 12 gives 12 tokens and finish length", r)
+    parts = [c.choices[0].text for c in cl.completions.create(
+        model="any", prompt=PROMPTS[0], max_tokens=12, temperature=0, stream=True) if c.choices]
+    expect("".join(parts) == r.choices[0].text, "streamed completion differs", parts, r)
+    # the same prompt as token ids: the same answer
+    st, tok = env.main.raw("POST", "/v1/completions", {"prompt": PROMPTS[0], "max_tokens": 1,
+                                                      "temperature": 0})
+    expect(st == 200, "completion", tok)
+    n_prompt = r.usage.prompt_tokens
+    expect(n_prompt > 0, "prompt tokens", r.usage)
+    # max_completion_tokens is max_tokens' newer name
+    r2 = cl.chat.completions.create(model="any", messages=[{"role": "user", "content": "hi"}],
+                                    max_completion_tokens=3, temperature=0)
+    expect(r2.usage.completion_tokens <= 3, "max_completion_tokens", r2.usage)
+
+
+def case_token_prompt(env):
+    s = env.main
+    # a prompt of token ids answers like its text; ids of this tokenizer from an encode of the
+    # text (akv tok), so the two prompts are the same tokens
+    out = subprocess.run([env.akv, "tok", env.model, "--ids", PROMPTS[6]],
+                         capture_output=True, text=True)
+    ids = [int(x) for x in re.findall(r"-?\d+", out.stdout)] if out.returncode == 0 else None
+    if not ids:
+        raise AssertionError("akv tok --ids failed: " + out.stderr)
+    a = s.raw("POST", "/v1/completions", {"prompt": PROMPTS[6], "max_tokens": 8, "temperature": 0})
+    b = s.raw("POST", "/v1/completions", {"prompt": ids, "max_tokens": 8, "temperature": 0})
+    expect(a[0] == b[0] == 200, "status", a, b)
+    expect(a[1]["choices"][0]["text"] == b[1]["choices"][0]["text"], "ids answer unlike text", a, b)
+    expect(a[1]["usage"]["prompt_tokens"] == len(ids) == b[1]["usage"]["prompt_tokens"],
+           "prompt tokens", len(ids), a[1]["usage"], b[1]["usage"])
+
+
+def case_stop_strings(env):
+    cl = env.main.client()
+    full = cl.completions.create(model="any", prompt=PROMPTS[3], max_tokens=24, temperature=0)
+    text = full.choices[0].text
+    words = [w for w in re.findall(r"[A-Za-z]{3,}", text)]
+    expect(len(words) >= 3, "too little text to cut", text)
+    stop = words[2]
+    cut = text[:text.index(stop)]
+    for stream in (False, True):
+        if stream:
+            got = "".join(c.choices[0].text for c in cl.completions.create(
+                model="any", prompt=PROMPTS[3], max_tokens=24, temperature=0, stop=[stop, "zzqx"],
+                stream=True) if c.choices)
+            fin = None
+        else:
+            r = cl.completions.create(model="any", prompt=PROMPTS[3], max_tokens=24, temperature=0,
+                                      stop=stop)
+            got, fin = r.choices[0].text, r.choices[0].finish_reason
+            expect(fin == "stop", "finish on a stop string", r)
+        expect(got == cut, f"stop {stop!r} (stream {stream})", repr(got), repr(cut), repr(text))
+
+
+def case_seed(env):
+    cl = env.main.client()
+    kw = dict(max_tokens=16, temperature=1.0, top_p=0.95)
+    a = cl.completions.create(model="any", prompt=PROMPTS[3], seed=1234, **kw).choices[0].text
+    b = cl.completions.create(model="any", prompt=PROMPTS[3], seed=1234, **kw).choices[0].text
+    expect(a == b, "the same seed gives different text", a, b)
+    others = {cl.completions.create(model="any", prompt=PROMPTS[3], seed=s, **kw).choices[0].text
+              for s in (1, 2, 3)}
+    expect(len(others | {a}) > 1, "four seeds, one text: sampling ignores the seed", others)
+
+
+def case_errors_400(env):
+    s, cl = env.main, env.main.client()
+    expect_error(lambda: chat(cl, "hi", n=2), 400, "n")
+    expect_error(lambda: chat(cl, "hi", temperature=-1), 400, "temperature")
+    expect_error(lambda: chat(cl, "hi", max_tokens=10 ** 9), 400, "max_tokens")
+    expect_error(lambda: chat(cl, "hi", logprobs=True), 400, "logprobs")
+    expect_error(lambda: chat(cl, "hi", stop=["a", "b", "c", "d", "e"]), 400, "stop")
+    expect_error(lambda: cl.chat.completions.create(model="x", messages=[]), 400, "messages")
+    expect_error(lambda: cl.chat.completions.create(
+        model="x", messages=[{"role": "wizard", "content": "hi"}]), 400)
+    # the prompt alone longer than the context (2048 here): context_length_exceeded
+    err = expect_error(lambda: cl.completions.create(model="x", prompt="hello " * 3000,
+                                                     max_tokens=4), 400, "prompt")
+    expect(err.get("code") == "context_length_exceeded", "code", err)
+    # prompt + max_tokens over the context: admission's context refusal, naming the setting
+    err = expect_error(lambda: cl.completions.create(model="x", prompt="hello " * 1000,
+                                                     max_tokens=2000), 400, "max_tokens")
+    expect(err.get("code") == "context_length_exceeded" and "--max-context" in err["message"],
+           "the context refusal names --max-context", err)
+    expect(s.metric("akv:request_refused_total", reason="context") >= 1, "refusal counted")
+    expect(s.metric("akv:request_refused_total", reason="bad_request") >= 8, "bad requests counted")
+
+
+def case_batch_invariance(env):
+    """8 streams at once: each answer equals that prompt's answer alone (greedy)."""
+    cl = env.main.client()
+    alone = [chat(cl, p, max_tokens=20).choices[0].message.content for p in PROMPTS]
+    got = [None] * len(PROMPTS)
+    errors = []
+    start = threading.Barrier(len(PROMPTS))
+
+    def one(i):
+        try:
+            start.wait()
+            got[i] = chat_stream(cl, PROMPTS[i], max_tokens=20)[0]
+        except Exception as e:  # reported below
+            errors.append(repr(e))
+
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(len(PROMPTS))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(300)
+    expect(not errors, "a stream failed", *errors)
+    for i, p in enumerate(PROMPTS):
+        expect(got[i] == alone[i], f"prompt {i} in a batch of 8 differs from alone",
+               repr(got[i]), repr(alone[i]))
+    expect(env.main.idle(), "requests still running")
+
+
+def case_disconnect(env):
+    """A client gone mid-stream: cancelled (metric), others still served, nothing left running."""
+    s = env.main
+    aborts = lambda: s.metric("akv:request_success_total", finished_reason="abort")
+    before = aborts()
+    sock = s.post_socket("/v1/completions", {"prompt": PROMPTS[3], "max_tokens": 1500,
+                                             "temperature": 0, "stream": True, "ignore_eos": True})
+    got = b""
+    while got.count(b"data: ") < 3:
+        piece = sock.recv(4096)
+        expect(piece, "the stream ended early", got)
+        got += piece
+    sock.close()
+    t0 = time.time()
+    expect(wait_for(lambda: aborts() > before), "the disconnect was not counted as an abort")
+    waited = time.time() - t0
+    expect(aborts() == before + 1, "one disconnect, more than one abort")
+    expect(s.idle(), "the request still runs")
+    r = chat(s.client(), PROMPTS[0], max_tokens=4)
+    expect(r.choices[0].message.content, "the server stopped serving after a disconnect")
+    # a non-streamed request whose client goes away is cancelled too
+    before = aborts()
+    sock = s.post_socket("/v1/completions", {"prompt": PROMPTS[3], "max_tokens": 1500,
+                                             "temperature": 0, "ignore_eos": True})
+    wait_for(lambda: s.metric("akv:num_requests_running") > 0)
+    sock.close()
+    expect(wait_for(lambda: aborts() > before),
+           "a non-streamed request's disconnect was not counted as an abort")
+    print(f"     (stream abort noticed in {waited:.2f} s)")
+
+
+def case_hostile_http(env):
+    s = env.main
+    bad = [
+        (b"{", 400, None),
+        (b"[1, 2]", 400, None),
+        (b"", 400, None),
+        (b'{"prompt": "hi", "max_tokens": "ten"}', 400, "max_tokens"),
+        (b'{"prompt": "hi", "max_tokens": 1e300}', 400, "max_tokens"),
+        (b'{"prompt": "hi", "max_tokens": 3.5}', 400, "max_tokens"),
+        (b'{"prompt": "hi", "temperature": 1e999}', 400, "temperature"),
+        (b'{"prompt": "hi", "seed": 1e30}', 400, "seed"),
+        (b'{"prompt": "hi", "top_k": -5}', 400, "top_k"),
+        (b'{"prompt": [1, 2, 99999999]}', 400, "prompt"),
+        (b'{"prompt": [1, -2]}', 400, "prompt"),
+        (b'{"prompt": {"a": 1}}', 400, "prompt"),
+        (b'{"prompt": "caf\xc3"}', 400, None),
+        (b'{"prompt": "\xff\xfe"}', 400, None),
+        (b'{"prompt": "hi", "stop": 7}', 400, "stop"),
+        (b'{"prompt": "hi", "stream": "yes"}', 400, "stream"),
+        (b"[" * 100000 + b"]" * 100000, 400, None),
+        (b'{"prompt": "a\\ud800b"}', None, None),  # a lone surrogate: refused or replaced, never 500
+    ]
+    for body, status, param in bad:
+        st, js = s.raw("POST", "/v1/completions", body)
+        if status is None:
+            expect(st in (200, 400), f"body {body[:40]!r}: {st}", js)
+            continue
+        expect(st == status, f"body {body[:40]!r}: status {st}, want {status}", js)
+        err = js.get("error", {}) if isinstance(js, dict) else {}
+        expect(err.get("message"), f"body {body[:40]!r}: no error message", js)
+        if param:
+            expect(err.get("param") == param, f"body {body[:40]!r}: param {err.get('param')}", js)
+    chat_bad = [
+        (b'{"messages": "hi"}', "messages"),
+        (b'{"messages": [{"role": "user"}]}', "messages"),
+        (b'{"messages": [{"role": "user", "content": [{"type": "image_url"}]}]}', "messages"),
+        (b'{"messages": [{"role": 5, "content": "x"}]}', "messages"),
+    ]
+    for body, param in chat_bad:
+        st, js = s.raw("POST", "/v1/chat/completions", body)
+        expect(st == 400 and js["error"]["param"].startswith(param), f"chat {body!r}", st, js)
+    # 404, 405
+    expect(s.raw("GET", "/nope")[0] == 404, "404")
+    expect(s.raw("GET", "/v1/chat/completions")[0] == 405, "405 GET on a POST path")
+    expect(s.raw("POST", "/v1/models", b"{}")[0] == 405, "405 POST on a GET path")
+    # a body that stops half-way, then the client leaves; headers and no body at all
+    for sent in (b'{"prompt": "hel', b""):
+        sock = socket.create_connection(("127.0.0.1", s.port))
+        sock.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 400\r\n\r\n" + sent)
+        time.sleep(0.2)
+        sock.close()
+    # garbage instead of HTTP; a request line with no end (either may get no answer: the
+    # connection idles until the client or the server's connection timeout ends it)
+    for junk in (b"\x00\x01\x02 garbage\r\n\r\n", b"GET /" + b"a" * 20000):
+        sock = socket.create_connection(("127.0.0.1", s.port))
+        sock.sendall(junk)
+        sock.settimeout(0.5)
+        try:
+            sock.recv(1024)
+        except OSError:
+            pass
+        sock.close()
+    expect(s.raw("GET", "/health") == (200, {"status": "ok"}), "the server is not healthy after "
+           "hostile input")
+    r = chat(s.client(), PROMPTS[0], max_tokens=2)
+    expect(r.choices[0].message.content is not None, "no answer after hostile input")
+
+
+# ---- the strict server: --api-key, small limits, one sequence and no queue --------------------
+
+def case_strict(env):
+    s = env.strict
+    expect(s.raw("GET", "/health")[0] == 200, "/health needs no key")
+    expect_error(lambda: s.client(key="wrong").models.list(), 401)
+    expect_error(lambda: chat(s.client(key="wrong"), "hi"), 401)
+    st, js = s.raw("POST", "/v1/completions", {"prompt": "hi"})
+    expect(st == 401 and js["error"]["type"] == "authentication_error", "401 without a key", js)
+    cl = s.client(key="sekret")
+    expect(cl.models.list().data, "models with the key")
+    # 413: over --max-body-bytes (2048), said with Content-Length and without (chunked)
+    expect_error(lambda: cl.completions.create(model="x", prompt="word " * 1000, max_tokens=1), 413)
+    c = http.client.HTTPConnection("127.0.0.1", s.port, timeout=30)
+    c.putrequest("POST", "/v1/completions")
+    c.putheader("Authorization", "Bearer sekret")
+    c.putheader("Transfer-Encoding", "chunked")
+    c.endheaders()
+    piece = b'{"prompt": "' + b"a" * 1000
+    for _ in range(4):
+        c.send(b"%x\r\n%s\r\n" % (len(piece), piece))
+    c.send(b"0\r\n\r\n")
+    r = c.getresponse()
+    expect(r.status == 413, "413 for a chunked body over the limit", r.status, r.read())
+    c.close()
+    # --max-prompt-tokens 64
+    expect_error(lambda: cl.completions.create(model="x", prompt="one two " * 60, max_tokens=1), 400,
+                 "prompt")
+    # 429: one sequence runs, nothing may wait
+    hold = cl.completions.create(model="x", prompt=PROMPTS[3], max_tokens=400, temperature=0,
+                                 stream=True, extra_body={"ignore_eos": True})
+    first = next(iter(hold))
+    expect(first is not None, "the held stream")
+    err = expect_error(lambda: cl.completions.create(model="x", prompt="hi", max_tokens=2), 429,
+                       word="--parallel")
+    expect("busy" in err["message"], "the 429 names the reason", err)
+    hold.close()
+    # 504: --timeout 2 against a long answer
+    expect(s.idle(), "the held stream still runs after its client left")
+    t0 = time.time()
+    expect_error(lambda: cl.completions.create(model="x", prompt=PROMPTS[3], max_tokens=1000,
+                                               temperature=0, extra_body={"ignore_eos": True}), 504)
+    expect(time.time() - t0 < 10, "the timeout took %.1f s" % (time.time() - t0))
+    expect(s.metric("akv:request_success_total", finished_reason="timeout") == 1, "timeout counted")
+    expect(s.metric("akv:request_refused_total", reason="unauthorized") >= 3, "401s counted")
+    expect(s.metric("akv:request_refused_total", reason="too_large") >= 2, "413s counted")
+    expect(s.metric("akv:request_refused_total", reason="busy") >= 1, "429 counted")
+
+
+# ---- overload: 10x capacity ------------------------------------------------------------------
+
+def case_overload(env):
+    """--parallel 2 --max-queue 2: 40 at once. Accepted ones answer right; the rest 429 with a
+    reason; memory bounded; the server stays up."""
+    s = env.overload
+    want = s.raw("POST", "/v1/completions", {"prompt": PROMPTS[2], "max_tokens": 8,
+                                            "temperature": 0})[1]["choices"][0]["text"]
+    rss = []
+    for rnd in range(3):
+        results = []
+        lock = threading.Lock()
+
+        def one():
+            try:
+                st, js = s.raw("POST", "/v1/completions", {"prompt": PROMPTS[2], "max_tokens": 8,
+                                                          "temperature": 0}, timeout=120)
+            except Exception as e:
+                st, js = -1, repr(e)
+            with lock:
+                results.append((st, js))
+
+        threads = [threading.Thread(target=one) for _ in range(40)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(300)
+        codes = [st for st, _ in results]
+        ok = [js for st, js in results if st == 200]
+        refused = [js for st, js in results if st in (429, 503)]
+        expect(len(results) == 40 and len(ok) + len(refused) == 40, "every request answered",
+               sorted(set(codes)))
+        expect(len(ok) >= 4, "fewer than capacity accepted", codes)
+        for js in ok:
+            expect(js["choices"][0]["text"] == want, "an accepted answer is wrong", js, want)
+        for js in refused:
+            m = js["error"]["message"]
+            expect("queue" in m or "busy" in m, "a refusal without its reason", js)
+        rss.append(s.rss_kib())
+    expect(s.raw("GET", "/health")[0] == 200, "down after overload")
+    expect(rss[2] - rss[0] < 64 * 1024, "resident memory grew by %d KiB over rounds" %
+           (rss[2] - rss[0]), rss)
+    expect(s.idle(), "requests left over")
+    print(f"     (resident memory after each round: {rss} KiB)")
+
+
+# ---- graceful shutdown -------------------------------------------------------------------------
+
+def case_shutdown(env):
+    """SIGTERM with a stream in flight and --grace 1: a kept-alive connection gets 503, the stream
+    ends (cancelled after the grace), the process exits 0."""
+    s = Server(env.akv, env.model, "--max-context", "2048", "--grace", "1")
+    try:
+        keep = http.client.HTTPConnection("127.0.0.1", s.port, timeout=30)
+        keep.request("GET", "/health")
+        expect(keep.getresponse().read() == b'{"status":"ok"}', "health")
+        sock = s.post_socket("/v1/completions", {"prompt": PROMPTS[3], "max_tokens": 1500,
+                                                 "stream": True, "ignore_eos": True})
+        got = sock.recv(4096)
+        s.proc.send_signal(signal.SIGTERM)
+        time.sleep(0.3)
+        keep.request("POST", "/v1/completions", body=b'{"prompt": "hi"}')
+        r = keep.getresponse()
+        expect(r.status == 503, "a request during shutdown", r.status)
+        r.read()
+        sock.settimeout(30)
+        while True:
+            piece = sock.recv(65536)
+            if not piece:
+                break
+            got += piece
+        expect(b"shutting down" in got or b"[DONE]" in got, "the stream did not end cleanly",
+               got[-300:])
+        rc = s.proc.wait(30)
+        expect(rc == 0, "exit %s" % rc, *s.log[-5:])
+    finally:
+        s.stop(signal.SIGKILL)
+
+
+CASES = {name[5:]: fn for name, fn in globals().items() if name.startswith("case_")}
+
+
+class Env:
+    def __init__(self, akv, model):
+        self.akv, self.model = akv, model
+        self._servers = {}
+
+    def _get(self, name, *flags):
+        if name not in self._servers:
+            self._servers[name] = Server(self.akv, self.model, *flags)
+        return self._servers[name]
+
+    main = property(lambda self: self._get("main", "--parallel", "8", "--max-context", "2048"))
+    strict = property(lambda self: self._get(
+        "strict", "--api-key", "sekret", "--max-body-bytes", "2048", "--parallel", "1",
+        "--max-queue", "0", "--timeout", "2", "--max-prompt-tokens", "64", "--max-context", "2048"))
+    overload = property(lambda self: self._get("overload", "--parallel", "2", "--max-queue", "2",
+                                               "--max-context", "1024"))
+
+    def close(self):
+        bad = []
+        for name, s in self._servers.items():
+            rc = s.stop()
+            if rc != 0:
+                bad.append(f"server {name} exited {rc}:\n" + "\n".join(s.log[-20:]))
+        return bad
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("akv")
+    ap.add_argument("source")
+    ap.add_argument("--case", action="append")
+    ap.add_argument("--list", action="store_true")
+    a = ap.parse_args()
+    if a.list:
+        print("\n".join(CASES))
+        return 0
+    model = os.path.join(a.source, MODEL)
+    if not os.access(model, os.R_OK):
+        print("skip: no default model in models/ (run scripts/fetch-model)")
+        return 77
+    try:
+        import openai  # noqa: F401
+    except ImportError:
+        print("skip: no openai package (pip install openai)")
+        return 77
+    names = a.case or list(CASES)
+    for n in names:
+        if n not in CASES:
+            print(f"no case {n}; --list names them")
+            return 2
+    env = Env(a.akv, model)
+    failed = 0
+    try:
+        for n in names:
+            t0 = time.time()
+            try:
+                CASES[n](env)
+                print(f"ok   {n} ({time.time() - t0:.1f} s)", flush=True)
+            except Exception as e:
+                failed += 1
+                import traceback
+                where = traceback.extract_tb(e.__traceback__)[-2:]
+                at = "; ".join(f"line {f.lineno}: {f.line}" for f in where)
+                print(f"FAIL {n}: {type(e).__name__}: {e}\n     at {at}", flush=True)
+    finally:
+        for msg in env.close():
+            failed += 1
+            print("FAIL " + msg)
+    print(f"{len(names) - failed} of {len(names)} cases pass" if not failed else
+          f"{failed} failed")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
