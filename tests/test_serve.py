@@ -535,6 +535,55 @@ def case_overload(env):
     print(f"     (resident memory after each round: {rss} KiB)")
 
 
+# ---- the idle timeout: idle connections close, waiting requests do not ----------------------
+
+def case_idle_timeout(env):
+    """--idle-timeout 1, one sequence: requests queued behind a 3-second one (no byte moves for
+    longer than the idle limit) still complete; a connection that idles mid-headers is closed."""
+    s = env.slow
+    cl = s.client()
+    want = cl.completions.create(model="x", prompt=PROMPTS[0], max_tokens=8, temperature=0)
+    results, errors = {}, []
+
+    def run(name, fn):
+        try:
+            results[name] = fn()
+        except Exception as e:  # reported below
+            errors.append(f"{name}: {e!r}")
+
+    long_one = lambda: cl.completions.create(model="x", prompt=PROMPTS[3], max_tokens=150,
+                                             temperature=0, extra_body={"ignore_eos": True})
+    streamed = lambda: "".join(c.choices[0].text for c in cl.completions.create(
+        model="x", prompt=PROMPTS[0], max_tokens=8, temperature=0, stream=True) if c.choices)
+    plain = lambda: cl.completions.create(model="x", prompt=PROMPTS[0], max_tokens=8,
+                                          temperature=0).choices[0].text
+    t0 = time.time()
+    threads = [threading.Thread(target=run, args=("long", long_one))]
+    threads[0].start()
+    wait_for(lambda: s.metric("akv:num_requests_running") > 0)
+    for name, fn in (("streamed", streamed), ("plain", plain)):
+        threads.append(threading.Thread(target=run, args=(name, fn)))
+        threads[-1].start()
+    for t in threads:
+        t.join(120)
+    took = time.time() - t0
+    expect(not errors, "a request queued past the idle limit failed", *errors)
+    expect(took > 2, "the long request took %.1f s: too short to test the idle limit" % took)
+    expect(results["streamed"] == results["plain"] == want.choices[0].text, "queued answers",
+           results.get("streamed"), results.get("plain"), want.choices[0].text)
+    sock = socket.create_connection(("127.0.0.1", s.port))
+    sock.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\n")
+    sock.settimeout(10)
+    t0 = time.time()
+    try:
+        closed = sock.recv(1024) == b""
+    except OSError:
+        closed = True
+    sock.close()
+    expect(closed and time.time() - t0 < 5, "an idle connection was not closed in %.1f s" %
+           (time.time() - t0))
+
+
 # ---- graceful shutdown -------------------------------------------------------------------------
 
 def case_shutdown(env):
@@ -585,6 +634,8 @@ class Env:
     strict = property(lambda self: self._get(
         "strict", "--api-key", "sekret", "--max-body-bytes", "2048", "--parallel", "1",
         "--max-queue", "0", "--timeout", "2", "--max-prompt-tokens", "64", "--max-context", "2048"))
+    slow = property(lambda self: self._get("slow", "--idle-timeout", "1", "--parallel", "1",
+                                           "--max-queue", "4", "--max-context", "1024"))
     overload = property(lambda self: self._get("overload", "--parallel", "2", "--max-queue", "2",
                                                "--max-context", "1024"))
 

@@ -46,6 +46,8 @@ static const char serve_usage[] =
     "                           600)\n"
     "      --grace S            on SIGINT/SIGTERM, seconds requests in flight may finish in\n"
     "                           (default 10)\n"
+    "      --idle-timeout S     close a connection idle this long with no request in flight\n"
+    "                           (default 60)\n"
     "      --max-connections N  (default 256)\n"
     "      --seed S             the seed of requests that give none (default 0)\n"
     "  -v, --verbose            a log line per request\n"
@@ -70,7 +72,7 @@ static void serve_on_signal(int sig) {
 
 int akv_cmd_serve(int argc, char **argv) {
     enum { O_HOST = 256, O_PORT, O_KEY, O_ALIAS, O_QUEUE, O_PROMPT, O_BODY, O_TIMEOUT, O_GRACE,
-           O_CONNS };
+           O_CONNS, O_IDLE };
     static const struct option opts[] = {AKV_TOOL_ENGINE_OPTIONS,
                                          {"host", required_argument, 0, O_HOST},
                                          {"port", required_argument, 0, O_PORT},
@@ -83,6 +85,7 @@ int akv_cmd_serve(int argc, char **argv) {
                                          {"timeout", required_argument, 0, O_TIMEOUT},
                                          {"grace", required_argument, 0, O_GRACE},
                                          {"max-connections", required_argument, 0, O_CONNS},
+                                         {"idle-timeout", required_argument, 0, O_IDLE},
                                          {"verbose", no_argument, 0, 'v'},
                                          {"help", no_argument, 0, 'h'},
                                          {0, 0, 0, 0}};
@@ -92,7 +95,7 @@ int akv_cmd_serve(int argc, char **argv) {
     const char *alias = NULL, *key = getenv("AKV_API_KEY");
     unsigned long long port = 8080, queue = 64, n_predict = 512, max_prompt = 0;
     unsigned long long body = 16u << 20, conns = 256;
-    float timeout = 600, grace = 10;
+    float timeout = 600, grace = 10, idle = 60;
     int c, r;
     optind = 1;
     while ((c = getopt_long(argc, argv, "m:n:vh", opts, NULL)) != -1) {
@@ -111,6 +114,7 @@ int akv_cmd_serve(int argc, char **argv) {
             break;
         case O_BODY: ok = akv_tool_parse_max("serve", "max-body-bytes", optarg, 1ull << 32, &body); break;
         case O_TIMEOUT: ok = akv_tool_parse_float("serve", "timeout", optarg, 1, 1e7, &timeout); break;
+        case O_IDLE: ok = akv_tool_parse_float("serve", "idle-timeout", optarg, 1, 1e6, &idle); break;
         case O_GRACE: ok = akv_tool_parse_float("serve", "grace", optarg, 0, 1e6, &grace); break;
         case O_CONNS: ok = akv_tool_parse_max("serve", "max-connections", optarg, 65536, &conns); break;
         case 'v': p.verbose = 1; break;
@@ -178,6 +182,7 @@ int akv_cmd_serve(int argc, char **argv) {
     p.max_tokens_default = (uint32_t)n_predict, p.max_prompt_tokens = (uint32_t)max_prompt;
     p.max_body_bytes = (size_t)body, p.timeout_s = timeout, p.max_connections = (uint32_t)conns;
     p.rename_settings = serve_rename;
+    p.idle_timeout_s = idle;
     if (pipe(serve_pipe) != 0) {
         fprintf(stderr, "akv serve: pipe: %s\n", strerror(errno));
         akv_dev_destroy(p.engine.dev);

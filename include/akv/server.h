@@ -66,6 +66,9 @@ typedef struct akv_server_params {
     size_t max_body_bytes;         /* 0 = 16 MiB */
     uint32_t max_prompt_tokens;    /* 0 = the context */
     double timeout_s;              /* a request's limit, arrival to last token; 0 = 600 */
+    double idle_timeout_s;         /* a connection with no request in flight and no bytes
+                                      moving is closed after this; 0 = 60. While a request
+                                      runs, timeout_s governs instead */
     uint32_t max_connections;      /* 0 = 256 */
     int verbose;                   /* 1 = a log line per request */
     /* How the front end names settings: rewrites a library message that names params fields

@@ -765,6 +765,10 @@ static enum MHD_Result handle_generate(akv_server *s, struct MHD_Connection *c, 
         MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
     r->sock = ci ? ci->connect_fd : -1;
     if (r->efd < 0) return send_err(s, c, 503, "server_error", -1, "out of file descriptors");
+    /* the connection idles while the request runs (no bytes move before its first token, or
+     * before a whole answer): the request's own limit governs it until it completes */
+    MHD_set_connection_option(c, MHD_CONNECTION_OPTION_TIMEOUT,
+                              (unsigned)ceil(s->p.timeout_s) + 60u);
     post_cmd(s, CMD_SUBMIT, r); /* its reference becomes the engine's */
     const double deadline = r->t_arrival + s->p.timeout_s;
     for (;;) { /* admission */
@@ -892,14 +896,20 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
 }
 
 /* The connection's request is over (answered, or the client went away). */
+static unsigned idle_timeout_of(const akv_server *s) {
+    return (unsigned)ceil(s->p.idle_timeout_s);
+}
+
 static void completed(void *cls, struct MHD_Connection *c, void **con_cls,
                       enum MHD_RequestTerminationCode why) {
-    (void)cls, (void)c;
+    akv_server *s = cls;
     srv_conn *sc = *con_cls;
     if (!sc) return;
     if (sc->r) {
         if (why != MHD_REQUEST_TERMINATED_COMPLETED_OK) req_cancel(sc->r, AKV_END_ABORT);
         req_unref(sc->r);
+        if (why == MHD_REQUEST_TERMINATED_COMPLETED_OK) /* kept alive: idle again */
+            MHD_set_connection_option(c, MHD_CONNECTION_OPTION_TIMEOUT, idle_timeout_of(s));
     }
     free(sc->body);
     free(sc);
@@ -946,6 +956,7 @@ akv_status akv_server_start(const akv_server_params *p, akv_server **out) {
     if (!s->p.max_body_bytes) s->p.max_body_bytes = 16u << 20;
     if (!(s->p.timeout_s > 0)) s->p.timeout_s = 600;
     if (!s->p.max_connections) s->p.max_connections = 256;
+    if (!(s->p.idle_timeout_s > 0)) s->p.idle_timeout_s = 60;
     s->model_name = sanitised_name(s->p.model_name);
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->cv, NULL);
@@ -970,7 +981,7 @@ akv_status akv_server_start(const akv_server_params *p, akv_server **out) {
     if (ai->ai_family == AF_INET6) flags |= MHD_USE_IPv6;
     s->mhd = MHD_start_daemon(flags, s->p.port, NULL, NULL, handle, s, MHD_OPTION_SOCK_ADDR,
                               ai->ai_addr, MHD_OPTION_CONNECTION_LIMIT, s->p.max_connections,
-                              MHD_OPTION_CONNECTION_TIMEOUT, 120u, MHD_OPTION_NOTIFY_COMPLETED,
+                              MHD_OPTION_CONNECTION_TIMEOUT, idle_timeout_of(s), MHD_OPTION_NOTIFY_COMPLETED,
                               completed, s, MHD_OPTION_END);
     freeaddrinfo(ai);
     if (!s->mhd) {
