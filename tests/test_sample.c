@@ -2,6 +2,7 @@
 #include "test.h"
 
 #include <math.h>
+#include <stdlib.h>
 
 #include "akv/log.h"
 #include "akv/sample.h"
@@ -21,9 +22,68 @@ static void draw(akv_sampler *s, const float *lg, int n, int *hist) {
     }
 }
 
+/* The ids of the k first of lg[n] in the sampler's order (logit descending, then id), NaN and
+ * -inf left out; returns how many (fewer than k when fewer are finite). */
+static int first_k(const float *lg, int n, int k, int *out) {
+    int m = 0;
+    for (int i = 0; i < n; i++) {
+        if (isnan(lg[i]) || lg[i] == -INFINITY) continue;
+        int j = m++;
+        while (j > 0 && (lg[out[j - 1]] < lg[i])) out[j] = out[j - 1], j--; /* stable: ids rise */
+        out[j] = i;
+    }
+    return m < k ? m : k;
+}
+
 int main(void) {
     akv_log_set(NULL, NULL, AKV_LOG_OFF);
     const float lg[6] = {1.0f, 3.0f, 3.0f, -2.0f, 0.5f, 2.9f};
+
+    TEST_CASE(top_k_selects_as_a_full_sort_would) {
+        /* top-k on logits of awkward sizes, with ties, NaN and -inf, draws exactly what the
+         * unfiltered chain draws from the same logits with all but those k masked to -inf */
+        static const int sizes[] = {2, 3, 7, 64, 1000, 4099, 49152};
+        uint64_t x = 12345;
+        for (size_t si = 0; si < sizeof sizes / sizeof *sizes; si++) {
+            const int n = sizes[si];
+            float *v = malloc((size_t)n * sizeof *v), *masked = malloc((size_t)n * sizeof *v);
+            int *ids = malloc((size_t)n * sizeof *ids);
+            CHECK(v && masked && ids);
+            const int ks[] = {1, 2, 3, 40, n - 1};
+            for (size_t ki = 0; ki < sizeof ks / sizeof *ks; ki++) {
+                const int k = ks[ki];
+                if (k < 1 || k >= n) continue;
+                for (int i = 0; i < n; i++) {
+                    x = x * 6364136223846793005ull + 1442695040888963407ull;
+                    unsigned r = (unsigned)(x >> 33);
+                    v[i] = (float)(r % 13) * 0.5f - 3.0f; /* few values: many ties */
+                    if (r % 97 == 0) v[i] = NAN;
+                    if (r % 89 == 0) v[i] = -INFINITY;
+                }
+                int m = first_k(v, n, k, ids);
+                for (int i = 0; i < n; i++) masked[i] = -INFINITY;
+                for (int i = 0; i < m; i++) masked[ids[i]] = v[ids[i]];
+                akv_sample_params p = params_off();
+                p.temp = 0.8f, p.top_p = 0.9f, p.min_p = 0.02f, p.seed = (uint64_t)(n + k);
+                akv_sampler *a, *b;
+                p.top_k = k;
+                CHECK_OK(akv_sampler_create(&p, n, &a));
+                p.top_k = 0;
+                CHECK_OK(akv_sampler_create(&p, n, &b));
+                for (int d = 0; d < 64; d++) {
+                    int32_t ta = -1, tb = -2;
+                    CHECK_OK(akv_sampler_sample(a, v, &ta));
+                    CHECK_OK(akv_sampler_sample(b, masked, &tb));
+                    CHECK_EQ_INT(ta, tb);
+                }
+                akv_sampler_destroy(a);
+                akv_sampler_destroy(b);
+            }
+            free(v);
+            free(masked);
+            free(ids);
+        }
+    }
 
     TEST_CASE(greedy_ties_to_smaller_id) {
         akv_sample_params p = params_off();

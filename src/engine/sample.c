@@ -106,6 +106,34 @@ static int sample_cmp(const void *a, const void *b) {
     return (x->id > y->id) - (x->id < y->id);
 }
 
+static void cand_swap(sample_cand *a, sample_cand *b) {
+    sample_cand t = *a;
+    *a = *b, *b = t;
+}
+
+/* Rearranges c[0..n) so that c[0..k) holds the k first in sample_cmp's order (in any order):
+ * quickselect with a median-of-three pivot, 0 < k < n. */
+static void select_first(sample_cand *c, size_t n, size_t k) {
+    size_t lo = 0, hi = n - 1; /* the k-th lies in [lo, hi] */
+    while (hi > lo) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (sample_cmp(&c[mid], &c[lo]) < 0) cand_swap(&c[mid], &c[lo]);
+        if (sample_cmp(&c[hi], &c[lo]) < 0) cand_swap(&c[hi], &c[lo]);
+        if (sample_cmp(&c[hi], &c[mid]) < 0) cand_swap(&c[hi], &c[mid]);
+        const sample_cand pivot = c[mid]; /* lo <= pivot <= hi now */
+        size_t i = lo, j = hi;
+        for (;;) { /* Hoare partition: [lo, j] <= pivot <= [j + 1, hi] */
+            while (sample_cmp(&c[i], &pivot) < 0) i++;
+            while (sample_cmp(&pivot, &c[j]) < 0) j--;
+            if (i >= j) break;
+            cand_swap(&c[i], &c[j]);
+            i++, j--;
+        }
+        if (k - 1 <= j) hi = j;
+        else lo = j + 1;
+    }
+}
+
 akv_status akv_sampler_sample(akv_sampler *s, const float *logits, int32_t *out_token) {
     if (!s || !logits || !out_token) {
         AKV_LOG_E("sampler: sample with a NULL %s", !s ? "sampler" : !logits ? "logits array" : "output");
@@ -160,9 +188,13 @@ akv_status akv_sampler_sample(akv_sampler *s, const float *logits, int32_t *out_
         return AKV_OK;
     }
 
-    /* 3. top-k (sort is O(n log n); n is one vocabulary per token, a few ms at most) */
+    /* 3. top-k: the k first in sample_cmp's order (a total order, so the set is unique),
+     * selected in O(n) and then sorted; without top-k, the whole vocabulary sorted */
+    if (p->top_k > 0 && (size_t)p->top_k < n) {
+        select_first(s->cand, n, (size_t)p->top_k);
+        n = (size_t)p->top_k;
+    }
     qsort(s->cand, n, sizeof *s->cand, sample_cmp);
-    if (p->top_k > 0 && (size_t)p->top_k < n) n = (size_t)p->top_k;
 
     /* 4. temperature and softmax; +inf logits (the limit of softmax) share all the mass */
     double max = s->cand[0].logit, sum = 0;
