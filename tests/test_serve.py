@@ -289,6 +289,10 @@ def case_seed(env):
     others = {cl.completions.create(model="any", prompt=PROMPTS[3], seed=s, **kw).choices[0].text
               for s in (1, 2, 3)}
     expect(len(others | {a}) > 1, "four seeds, one text: sampling ignores the seed", others)
+    # without a seed each request gets a fresh one (the server runs without --seed)
+    unseeded = {cl.completions.create(model="any", prompt=PROMPTS[3], **kw).choices[0].text
+                for _ in range(3)}
+    expect(len(unseeded) > 1, "three unseeded requests, one text: the seed is fixed", unseeded)
 
 
 def case_errors_400(env):

@@ -49,7 +49,8 @@ static const char serve_usage[] =
     "      --idle-timeout S     close a connection idle this long with no request in flight\n"
     "                           (default 60)\n"
     "      --max-connections N  (default 256)\n"
-    "      --seed S             the seed of requests that give none (default 0)\n"
+    "      --seed S             the seed of requests that give none (default: a fresh one\n"
+    "                           per request)\n"
     "  -v, --verbose            a log line per request\n"
     "  -h, --help               this text\n"
     "Engine and default sampling (a request's own fields win):\n";
@@ -99,6 +100,7 @@ int akv_cmd_serve(int argc, char **argv) {
     int c, r;
     optind = 1;
     while ((c = getopt_long(argc, argv, "m:n:vh", opts, NULL)) != -1) {
+        if (c == AKV_OPT_SEED) p.fixed_seed = 1; /* else each request gets a fresh one */
         if ((r = akv_tool_eopts_parse("serve", c, optarg, &e)) < 0) return AKV_EXIT_USAGE;
         if (r) continue;
         int ok = 1;

@@ -61,6 +61,8 @@ typedef struct akv_server_params {
                                       model's own template, recognised */
     const char *chat_template_text; /* Jinja source to recognise instead of the model's */
     akv_sample_params sample;      /* a request's sampling where it says nothing */
+    int fixed_seed;                /* 1 = a request without a seed gets sample.seed; 0 = a
+                                      fresh one each (as OpenAI's API and llama-server do) */
     uint32_t max_tokens_default;   /* max_tokens where a request says nothing; 0 = 512 (less
                                       when the prompt leaves less room in the context) */
     size_t max_body_bytes;         /* 0 = 16 MiB */

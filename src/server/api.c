@@ -242,6 +242,7 @@ static akv_status parse_sampling(const cJSON *o, const akv_api_limits *lim, akv_
     x = NAN;
     if ((st = get_int(o, "seed", -9007199254740992.0, 9007199254740992.0, &x, err))) return st;
     if (!isnan(x)) sp->seed = (uint64_t)(int64_t)x;
+    r->seed_asked = !isnan(x);
     (void)lim;
     return AKV_OK;
 }

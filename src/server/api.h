@@ -46,6 +46,7 @@ typedef struct akv_api_request {
     bool stream, include_usage, ignore_eos;
     uint32_t max_tokens;
     bool max_tokens_asked;    /* max_tokens or max_completion_tokens was given */
+    bool seed_asked;          /* seed was given */
     akv_sample_params sample;
     char *stop[AKV_API_MAX_STOP];
     uint32_t n_stop;

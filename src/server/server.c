@@ -102,6 +102,7 @@ struct akv_server {
     uint64_t max_context;
     int32_t n_vocab;
     atomic_ullong next_id;
+    uint64_t seed_base;    /* fresh_seed's: the start time in ns and the process id */
     bool stopped;
 };
 
@@ -715,6 +716,15 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
     }
 }
 
+/* A seed for a request that gives none: the server's start time and the request's number,
+ * mixed (splitmix64), so no two requests of a run, or of two runs, share one by accident. */
+static uint64_t fresh_seed(const akv_server *s, uint64_t num) {
+    uint64_t z = s->seed_base + num * 0x9E3779B97F4A7C15ull;
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
 static enum MHD_Result handle_generate(akv_server *s, struct MHD_Connection *c, srv_conn *sc,
                                        akv_api_kind kind) {
     int state = get_state(s);
@@ -758,6 +768,7 @@ static enum MHD_Result handle_generate(akv_server *s, struct MHD_Connection *c, 
         return send_error(s, c, &err, AKV_MREFUSE_BAD_REQUEST);
     }
     /* a default max_tokens shrinks to the room the prompt leaves; an asked one is admission's */
+    if (!r->api.seed_asked && !s->p.fixed_seed) r->api.sample.seed = fresh_seed(s, r->num);
     if (!r->api.max_tokens_asked && n_prompt + r->api.max_tokens > s->max_context)
         r->api.max_tokens = (uint32_t)(s->max_context - n_prompt);
     r->efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
@@ -963,6 +974,10 @@ akv_status akv_server_start(const akv_server_params *p, akv_server **out) {
     pthread_cond_init(&s->state_cv, NULL);
     akv_metrics_init(&s->m);
     atomic_init(&s->next_id, 1);
+    struct timespec now;
+    clock_gettime(CLOCK_REALTIME, &now);
+    s->seed_base = (uint64_t)now.tv_sec * 1000000000ull + (uint64_t)now.tv_nsec +
+                   ((uint64_t)getpid() << 40);
     /* the address */
     char port[8];
     snprintf(port, sizeof port, "%u", (unsigned)s->p.port);
