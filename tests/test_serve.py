@@ -539,6 +539,32 @@ def case_overload(env):
     print(f"     (resident memory after each round: {rss} KiB)")
 
 
+def case_disconnect_queued(env):
+    """Clients that leave right after sending, while one long request holds the only sequence:
+    each is cancelled (counted as an abort) and never runs."""
+    s = env.slow
+    aborts = lambda: s.metric("akv:request_success_total", finished_reason="abort")
+    gen = lambda: s.metric("akv:generation_tokens_total")
+    before = aborts()
+    hold = s.post_socket("/v1/completions", {"prompt": PROMPTS[3], "max_tokens": 60,
+                                             "temperature": 0, "ignore_eos": True, "stream": True})
+    expect(wait_for(lambda: s.metric("akv:num_requests_running") > 0), "the long request runs")
+    for i in range(3):
+        sock = s.post_socket("/v1/completions", {"prompt": PROMPTS[i], "max_tokens": 200,
+                                                 "temperature": 0, "ignore_eos": True})
+        sock.close()
+    expect(wait_for(lambda: aborts() == before + 3), "3 clients left, %d aborts" %
+           (aborts() - before))
+    g0 = gen()
+    hold.settimeout(60)
+    while b"[DONE]" not in hold.recv(65536):
+        pass
+    hold.close()
+    expect(s.idle(), "requests left over")
+    expect(gen() - g0 <= 60, "a request whose client left ran: %d tokens generated after" %
+           (gen() - g0))
+
+
 # ---- the idle timeout: idle connections close, waiting requests do not ----------------------
 
 def case_idle_timeout(env):

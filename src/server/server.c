@@ -61,6 +61,7 @@ struct srv_req {
     size_t n_text, cap_text;
     akv_finish finish;
     akv_metrics_end end;   /* why it was cancelled, when it was (set by the canceller) */
+    bool cancelled;        /* a canceller set end */
     uint32_t n_prompt, n_cached, n_gen;
     int refs;              /* the HTTP side and the engine side */
     /* engine thread only */
@@ -93,7 +94,8 @@ struct akv_server {
     int state;
     bool stop_engine;      /* the engine thread: cancel what runs and leave */
     srv_cmd *cmd_head, *cmd_tail;
-    uint32_t n_inflight;   /* admitted requests not done */
+    uint32_t n_inflight;   /* submitted (queued or admitted) requests not ended */
+    uint32_t n_answering;  /* connections holding a request (until libmicrohttpd completes it) */
     akv_metrics m;
     /* set by the engine thread before READY, read-only after */
     akv_engine *engine;
@@ -169,6 +171,7 @@ static void post_cmd(akv_server *s, int kind, srv_req *r) {
         r->refs++;
         pthread_mutex_unlock(&r->mu);
         *c = (srv_cmd){kind, r, NULL};
+        if (kind == CMD_SUBMIT) s->n_inflight++; /* the grace period waits for it */
         if (s->cmd_tail) s->cmd_tail->next = c;
         else s->cmd_head = c;
         s->cmd_tail = c;
@@ -181,15 +184,25 @@ static void post_cmd(akv_server *s, int kind, srv_req *r) {
         req_refuse(r, 503, gone ? "the server is shutting down" : "out of memory");
 }
 
-/* The HTTP side cancels (the client went away, the request timed out). */
+/* Whether the request has ended (done or refused). */
+static bool req_ended(srv_req *r) {
+    pthread_mutex_lock(&r->mu);
+    bool ended = r->phase == PH_DONE || r->phase == PH_REFUSED;
+    pthread_mutex_unlock(&r->mu);
+    return ended;
+}
+
+/* The HTTP side cancels (the client went away, the request timed out), submitted or not yet
+ * answered: the command queue is FIFO, so a CANCEL always reaches the engine after its
+ * SUBMIT, and cancels whatever the submit made of it. */
 static void req_cancel(srv_req *r, akv_metrics_end why) {
     if (r->cancel_posted) return;
     r->cancel_posted = true;
     pthread_mutex_lock(&r->mu);
-    bool running = r->phase == PH_ADMITTED;
-    if (running) r->end = why;
+    bool live = r->phase == PH_PENDING || r->phase == PH_ADMITTED;
+    if (live) r->end = why, r->cancelled = true;
     pthread_mutex_unlock(&r->mu);
-    if (running) post_cmd(r->s, CMD_CANCEL, r);
+    if (live) post_cmd(r->s, CMD_CANCEL, r);
 }
 
 /* Waits for the channel of an admitted request. Past the deadline it is cancelled and its end
@@ -309,9 +322,7 @@ static void engine_submit(akv_server *s, srv_req *r) {
                              .user = r,
                              .id = r->num};
     akv_refusal rf;
-    pthread_mutex_lock(&s->mu);
-    s->n_inflight++; /* before the submit: its events may end it inside the call */
-    pthread_mutex_unlock(&s->mu);
+    memset(&rf, 0, sizeof rf);
     akv_status st = akv_engine_submit(s->engine, &rp, &r->rq, &rf);
     if (st == AKV_OK) {
         pthread_mutex_lock(&r->mu);
@@ -320,13 +331,18 @@ static void engine_submit(akv_server *s, srv_req *r) {
         req_wake(r);
         return;
     }
+    const bool reasoned = rf.reason != AKV_REFUSE_NONE;
     pthread_mutex_lock(&s->mu);
     s->n_inflight--;
-    s->m.refused[rf.reason]++;
+    if (reasoned) s->m.refused[rf.reason]++;
     pthread_cond_broadcast(&s->state_cv);
     pthread_mutex_unlock(&s->mu);
     pthread_mutex_lock(&r->mu);
-    refusal_to_error(&rf, s->p.rename_settings, &r->refusal);
+    if (reasoned)
+        refusal_to_error(&rf, s->p.rename_settings, &r->refusal);
+    else /* out of memory, or a failure without a reason: not the client's doing */
+        akv_api_error_set(&r->refusal, 503, "server_error", NULL, NULL,
+                          "the request could not be submitted: %s", akv_status_str(st));
     r->phase = PH_REFUSED;
     pthread_mutex_unlock(&r->mu);
     req_wake(r); /* engine_reap drops the engine's reference */
@@ -395,6 +411,16 @@ static void engine_open_chat(akv_server *s) {
                   akv_status_str(st));
 }
 
+/* A queued submit the engine thread cannot take: refused, its command's reference dropped. */
+static void submit_refused(akv_server *s, srv_req *r, const char *why) {
+    pthread_mutex_lock(&s->mu);
+    s->n_inflight--;
+    pthread_cond_broadcast(&s->state_cv);
+    pthread_mutex_unlock(&s->mu);
+    req_refuse(r, 503, why);
+    req_unref(r);
+}
+
 static void *engine_main(void *arg) {
     akv_server *s = arg;
     akv_status st = akv_engine_create(&s->p.engine, &s->engine);
@@ -432,16 +458,14 @@ static void *engine_main(void *arg) {
                 continue;
             }
             if (!s->engine) { /* a submit raced a failed load */
-                req_refuse(r, 503, "the model failed to load");
-                req_unref(r);
+                submit_refused(s, r, "the model failed to load");
                 continue;
             }
             if (n_live == cap_live) {
                 size_t cap = cap_live ? 2 * cap_live : 64;
                 srv_req **g = realloc(live, cap * sizeof *g);
                 if (!g) {
-                    req_refuse(r, 503, "out of memory");
-                    req_unref(r);
+                    submit_refused(s, r, "out of memory");
                     continue;
                 }
                 live = g, cap_live = cap;
@@ -452,7 +476,8 @@ static void *engine_main(void *arg) {
         if (stop) {
             for (size_t i = 0; i < n_live; i++) {
                 pthread_mutex_lock(&live[i]->mu);
-                if (live[i]->phase == PH_ADMITTED) live[i]->end = AKV_END_SHUTDOWN;
+                if (live[i]->phase == PH_ADMITTED && !live[i]->cancelled)
+                    live[i]->end = AKV_END_SHUTDOWN; /* else its canceller's reason stands */
                 pthread_mutex_unlock(&live[i]->mu);
                 if (live[i]->rq) akv_engine_cancel(s->engine, live[i]->rq);
             }
@@ -473,11 +498,7 @@ static void *engine_main(void *arg) {
         busy = s->engine && akv_engine_busy(s->engine);
     }
     free(live);
-    akv_chat_destroy(s->chat);
-    s->chat = NULL;
-    akv_engine_destroy(s->engine); /* the device with it */
-    s->engine = NULL;
-    return NULL;
+    return NULL; /* the engine outlives the HTTP threads that borrow its tokenizer: stop frees it */
 }
 
 /* ---- HTTP ---------------------------------------------------------------------------------- */
@@ -738,6 +759,9 @@ static enum MHD_Result handle_generate(akv_server *s, struct MHD_Connection *c, 
     r->s = s, r->refs = 1, r->efd = -1, r->sock = -1;
     pthread_mutex_init(&r->mu, NULL);
     sc->r = r;
+    pthread_mutex_lock(&s->mu);
+    s->n_answering++;
+    pthread_mutex_unlock(&s->mu);
     r->t_arrival = akv_clock_s();
     r->created = (long long)time(NULL);
     r->num = (uint64_t)atomic_fetch_add(&s->next_id, 1);
@@ -789,17 +813,14 @@ static enum MHD_Result handle_generate(akv_server *s, struct MHD_Connection *c, 
         if (phase == PH_REFUSED) return send_error(s, c, &r->refusal, -1);
         if (phase != PH_PENDING) break;
         int w = req_wait(r, deadline);
-        if (w < 0) { /* gone before admission: cancelled once it is in */
-            pthread_mutex_lock(&r->mu);
-            phase = r->phase;
-            pthread_mutex_unlock(&r->mu);
-            if (phase == PH_PENDING) { /* let the engine answer the submit first */
-                req_wait(r, akv_clock_s() + 5);
-            }
+        if (w < 0) { /* gone before admission: the cancel follows the submit */
             req_cancel(r, AKV_END_ABORT);
             return MHD_NO;
         }
-        if (w == 0) return send_err(s, c, 504, "timeout", -1, "no answer from the engine in time");
+        if (w == 0) {
+            req_cancel(r, AKV_END_TIMEOUT);
+            return send_err(s, c, 504, "timeout", -1, "no answer from the engine in time");
+        }
     }
     if (r->api.stream) {
         struct MHD_Response *resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16384,
@@ -917,10 +938,16 @@ static void completed(void *cls, struct MHD_Connection *c, void **con_cls,
     srv_conn *sc = *con_cls;
     if (!sc) return;
     if (sc->r) {
-        if (why != MHD_REQUEST_TERMINATED_COMPLETED_OK) req_cancel(sc->r, AKV_END_ABORT);
+        if (!req_ended(sc->r)) /* the answer was cut, or never started */
+            req_cancel(sc->r, why == MHD_REQUEST_TERMINATED_COMPLETED_OK ? AKV_END_TIMEOUT
+                                                                        : AKV_END_ABORT);
         req_unref(sc->r);
         if (why == MHD_REQUEST_TERMINATED_COMPLETED_OK) /* kept alive: idle again */
             MHD_set_connection_option(c, MHD_CONNECTION_OPTION_TIMEOUT, idle_timeout_of(s));
+        pthread_mutex_lock(&s->mu);
+        s->n_answering--;
+        pthread_cond_broadcast(&s->state_cv);
+        pthread_mutex_unlock(&s->mu);
     }
     free(sc->body);
     free(sc);
@@ -1039,7 +1066,8 @@ void akv_server_stop(akv_server *s, double grace_s) {
     if (!s || s->stopped) return;
     s->stopped = true;
     set_state(s, SRV_STOPPING);
-    if (s->mhd) MHD_quiesce_daemon(s->mhd); /* no new connections */
+    /* no new connections; the listening socket is ours to close once the daemon stops */
+    const int listen_fd = s->mhd ? MHD_quiesce_daemon(s->mhd) : -1;
     const double until = akv_clock_s() + (grace_s > 0 ? grace_s : 0);
     pthread_mutex_lock(&s->mu);
     while (s->n_inflight && akv_clock_s() < until) {
@@ -1052,8 +1080,24 @@ void akv_server_stop(akv_server *s, double grace_s) {
     pthread_mutex_unlock(&s->mu);
     if (s->thread_started) pthread_join(s->engine_thread, NULL);
     s->thread_started = false;
+    /* every request has ended now: give their connections a moment to send the last bytes (a
+     * stream's error event and [DONE]) before the daemon closes them */
+    pthread_mutex_lock(&s->mu);
+    const double flush_until = akv_clock_s() + 2;
+    while (s->n_answering && akv_clock_s() < flush_until) {
+        pthread_mutex_unlock(&s->mu);
+        usleep(5000);
+        pthread_mutex_lock(&s->mu);
+    }
+    pthread_mutex_unlock(&s->mu);
     if (s->mhd) MHD_stop_daemon(s->mhd); /* waits for every connection's thread */
     s->mhd = NULL;
+    if (listen_fd >= 0) close(listen_fd);
+    /* no HTTP thread is left to borrow the tokenizer or the template */
+    akv_chat_destroy(s->chat);
+    s->chat = NULL;
+    akv_engine_destroy(s->engine); /* the device with it */
+    s->engine = NULL;
     /* commands posted after the engine left (cancels of ended requests) */
     for (srv_cmd *c = s->cmd_head, *n; c; c = n) {
         n = c->next;
