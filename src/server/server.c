@@ -8,6 +8,7 @@
 #include <netdb.h>
 #include <poll.h>
 #include <pthread.h>
+#include <stdarg.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -969,6 +970,18 @@ uint16_t akv_server_port(const akv_server *s) {
     return s->port;
 }
 
+/* libmicrohttpd's own messages (a connection closed because its client left, a malformed
+ * request line): through the log hook, at info with --verbose and at debug otherwise, since
+ * each is one client's event, answered or counted already. */
+static void mhd_log(void *cls, const char *fmt, va_list ap) {
+    const akv_server *s = cls;
+    char line[512];
+    vsnprintf(line, sizeof line, fmt, ap);
+    size_t n = strlen(line);
+    while (n && (line[n - 1] == '\n' || line[n - 1] == ' ')) line[--n] = '\0';
+    akv__log(s->p.verbose ? AKV_LOG_INFO : AKV_LOG_DEBUG, "server: libmicrohttpd: %s", line);
+}
+
 static char *sanitised_name(const char *name) {
     char *n = strdup(name);
     for (char *p = n; p && *p; p++)
@@ -1024,7 +1037,8 @@ akv_status akv_server_start(const akv_server_params *p, akv_server **out) {
     s->mhd = MHD_start_daemon(flags, s->p.port, NULL, NULL, handle, s, MHD_OPTION_SOCK_ADDR,
                               ai->ai_addr, MHD_OPTION_CONNECTION_LIMIT, s->p.max_connections,
                               MHD_OPTION_CONNECTION_TIMEOUT, idle_timeout_of(s), MHD_OPTION_NOTIFY_COMPLETED,
-                              completed, s, MHD_OPTION_END);
+                              completed, s, MHD_OPTION_EXTERNAL_LOGGER, mhd_log, s,
+                              MHD_OPTION_END);
     freeaddrinfo(ai);
     if (!s->mhd) {
         AKV_LOG_E("server: cannot listen on %s:%u (in use, or not an address of this host)",
