@@ -40,7 +40,7 @@ akv_status akv__cuda_gemv_bf16(uint64_t y, uint64_t x, uint64_t w, uint32_t m, u
                                uint32_t k, int beta, void *stream);
 akv_status akv__cuda_busy_launch(const void *args, const akv__cuda_launch *l); /* copy_kernels.cu */
 
-/* The staging tests' probe (akv/stage_probe.h): stage_probe.cu. */
+/* The staging tests' probe (akv/testing/stage_probe.h): stage_probe.cu. */
 akv_status akv__cuda_stage_probe_launch(const void *args, const akv__cuda_launch *l);
 
 /* The forward pass's ops (akv/forward_ops.h). Elementwise and row kernels: fwd_kernels.cu;

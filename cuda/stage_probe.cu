@@ -1,5 +1,5 @@
 /*
- * stage_probe.cu — the CUDA implementation of the "stage_probe" op (akv/stage_probe.h).
+ * stage_probe.cu — the CUDA implementation of the "stage_probe" op (akv/testing/stage_probe.h).
  *
  * One block per sequence (blockIdx.x = sequence). Phase 1: the block writes the new tokens'
  * rows. __syncthreads makes them visible to the whole block. Phase 2: every thread sums
@@ -13,7 +13,7 @@
 #include <string.h>
 
 #define AKV_STAGE_PROBE_FN static inline __host__ __device__
-#include "akv/stage_probe.h"
+#include "akv/testing/stage_probe.h"
 #include "cuda_check.h"
 #include "cuda_ops.h"
 

@@ -9,6 +9,7 @@
 #include "test.h"
 
 #include "akv/dev.h"
+#include "akv/testing/dev_faults.h"
 #include "akv/forward_ops.h" /* fill and add: ops both backends implement, with exact results */
 
 /* Fills n bytes with a pattern from `seed`. */

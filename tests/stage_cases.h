@@ -21,11 +21,12 @@
 #include "test.h"
 
 #include "akv/host_table.h"
+#include "akv/testing/dev_faults.h"
 #include "core/assert.h"
 #include "core/clock.h"
 #include "akv/log.h"
 #include "akv/stage.h"
-#include "akv/stage_probe.h"
+#include "akv/testing/stage_probe.h"
 #include "mem/mem_check.h"
 #include "stage/stage_check.h"
 

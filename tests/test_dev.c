@@ -3,6 +3,7 @@
 #include "test.h"
 
 #include "akv/dev.h"
+#include "akv/testing/dev_faults.h"
 #include "akv/log.h"
 #include "core/clock.h"
 #include "dev_cases.h"

@@ -8,6 +8,7 @@
 #include "test.h"
 
 #include "akv/dev.h"
+#include "akv/testing/dev_faults.h"
 #include "akv/dev_pool.h"
 #include "akv/log.h"
 #include "core/alloc.h"

@@ -8,6 +8,7 @@
 #include "model_build.h"
 
 #include "alloc_settled.h"
+#include "akv/testing/dev_faults.h"
 #include "fwd_fixture.h"
 
 #include "akv/dev_pool.h"

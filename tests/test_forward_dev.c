@@ -6,6 +6,7 @@
 #include "model_build.h"
 
 #include "alloc_settled.h"
+#include "akv/testing/dev_faults.h"
 
 #include "fwd_fixture.h"
 

@@ -6,6 +6,7 @@
 #include "test.h"
 
 #include "akv/dev.h"
+#include "akv/testing/dev_faults.h"
 #include "akv/host_table.h"
 #include "akv/log.h"
 #include "core/alloc.h"

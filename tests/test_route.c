@@ -8,6 +8,7 @@
 #include "model_build.h"
 
 #include "alloc_settled.h"
+#include "akv/testing/dev_faults.h"
 #include "model_ref64.h"
 #include "route_cells.h"
 

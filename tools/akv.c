@@ -109,7 +109,7 @@ int akv_cmd_devices(int argc, char **argv) {
 
 /* The command's exit code, or a failure when its standard output could not be written (a
  * full disk, a closed pipe): output that was lost is never a success. */
-static int akv_finish(int rc) {
+static int exit_code(int rc) {
     errno = 0;
     if (fflush(stdout) != 0 || ferror(stdout)) {
         fprintf(stderr, "akv: writing the output failed%s%s\n", errno ? ": " : "", errno ? strerror(errno) : "");
@@ -130,7 +130,7 @@ int main(int argc, char **argv) {
     }
     if (!strcmp(name, "--version")) name = "version";
     for (size_t i = 0; i < sizeof akv_cmds / sizeof akv_cmds[0]; i++)
-        if (!strcmp(name, akv_cmds[i].name)) return akv_finish(akv_cmds[i].fn(argc - 1, argv + 1));
+        if (!strcmp(name, akv_cmds[i].name)) return exit_code(akv_cmds[i].fn(argc - 1, argv + 1));
     fprintf(stderr, "akv: unknown command '%s'\n\n", name);
     akv_usage(stderr);
     return AKV_EXIT_USAGE;

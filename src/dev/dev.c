@@ -5,6 +5,8 @@
  */
 #include "dev/dev_impl.h"
 
+#include "akv/testing/dev_faults.h"
+
 #include <pthread.h>
 #include <string.h>
 

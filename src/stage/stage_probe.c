@@ -1,9 +1,9 @@
 /*
- * stage_probe.c — the host implementation of the "stage_probe" op (akv/stage_probe.h); the
+ * stage_probe.c — the host implementation of the "stage_probe" op (akv/testing/stage_probe.h); the
  * CUDA one is cuda/stage_probe.cu. Both write the new rows, then sum every row the sequence
  * should see, in the same order-free way, and count mismatches in device memory.
  */
-#include "akv/stage_probe.h"
+#include "akv/testing/stage_probe.h"
 
 #include <string.h>
 

@@ -5,6 +5,7 @@
 #include "dev_cases.h"
 
 #include "akv/dev.h"
+#include "akv/testing/dev_faults.h"
 #include "akv/log.h"
 #ifdef AKV_HAVE_CUDA
 #include "akv/dev_cuda.h"

@@ -1,5 +1,5 @@
 /*
- * akv/stage_probe.h — the "stage_probe" op: an attention stand-in that proves what a staged
+ * akv/testing/stage_probe.h — the "stage_probe" op: an attention stand-in that proves what a staged
  * attention saw.
  *
  * For each sequence it first writes the new tokens' K/V rows (as a decode step's K/V append
