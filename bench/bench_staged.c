@@ -12,7 +12,7 @@
  * row says so. For the staged route: bytes staged per step (non-window pages, every layer),
  * the large-copy host->device rate measured in the same run (256 MiB pinned, best of 5), and
  * ratio = step time / (staged bytes / that rate): 1.0 = the step costs only the bus time of
- * its copies (DESIGN.md's goal: <= 1.05). Appends markdown to $AKV_BENCH_OUT. */
+ * its copies (the staged route's goal: <= 1.05). Appends markdown to $AKV_BENCH_OUT. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>

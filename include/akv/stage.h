@@ -50,7 +50,7 @@
  *       If the previous occupant of its slot is sealed but not retired, that lease's readers
  *       (attention and write-back events) become the new lease's prior readers: the H2D queue
  *       waits for them before anything touches the slot. (With n_slots = 1 the slot's previous
- *       occupant IS the previous lease: the rule of DESIGN.md invariant 3 word for word.)
+ *       occupant IS the previous lease: invariant 3 of docs/design.md word for word.)
  *   I4  A write-back goes only to the owner the lease began with (same page id and generation);
  *       any other host page is AKV_EINVAL. Seal requires the current tail and the very event
  *       attend (or attended) returned, not re-recorded since (a substituted event is

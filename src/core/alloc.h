@@ -2,7 +2,7 @@
  * core/alloc.h — every host allocation of the library goes through here.
  *
  * Why: tests must be able to fail the Nth allocation and prove that each failure leaves
- * a clean error and unchanged state (STYLE.md, "Ownership"). Pinned and device memory are
+ * a clean error and unchanged state (docs/style.md, "Ownership"). Pinned and device memory are
  * not here: they go through dev.h.
  *
  * Fault injection: akv__alloc_fail_nth(n) makes the n-th allocation from now (1-based)

@@ -11,6 +11,7 @@
 #define AKV_DEV_IMPL_H
 
 #include "akv/dev.h"
+#include "dev/dev_op.h" /* the parts other modules see */
 
 typedef enum akv_dev_copy_kind {
     AKV_COPY_H2D = 0, /* dst: device address, src: host address */
@@ -95,16 +96,5 @@ struct akv_dev_backend {
 /* The backend state of a device (for backend-specific extensions). */
 void *akv__dev_state(const akv_dev *dev);
 const akv_dev_backend *akv__dev_backend(const akv_dev *dev);
-
-/* The checks every op launch passes before anything is submitted (akv_dev_op_launch, each
- * launch of akv_dev_graph_create, a stage's attend): an op with a name, args_bytes equal to
- * op->args_bytes and arguments when it has any (AKV_EINVAL), and an implementation on dev's
- * backend (AKV_EUNSUPPORTED). Logs the problem, naming the op. */
-akv_status akv__dev_op_check(const akv_dev *dev, const akv_dev_op *op, const void *args,
-                             size_t args_bytes);
-
-/* Host backend only: the host address behind a device address (asserts the backend). Op host
- * implementations use it to reach their buffers. */
-void *akv__dev_host_addr(const akv_dev *dev, akv_dptr p);
 
 #endif

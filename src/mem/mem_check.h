@@ -1,6 +1,6 @@
 /*
  * mem/mem_check.h — validity walkers of the memory layer (tests call them after every
- * operation; STYLE.md "Errors": invariants made executable).
+ * operation; docs/style.md "Errors": invariants made executable).
  *
  * Each walks the whole structure, checks every invariant its public header states, logs the
  * first violation (AKV_LOG_E, naming the page/slot/context) and returns AKV_ESTATE; AKV_OK

@@ -10,7 +10,7 @@
 #include "core/alloc.h"
 #include "core/half.h"
 #include "core/log.h"
-#include "dev/dev_impl.h"
+#include "dev/dev_op.h"
 
 /* The host address of a device pointer of the host backend (`dev` is the op's device). */
 #define FOPS_PTR(d) akv__dev_host_addr(dev, (d))

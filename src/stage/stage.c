@@ -30,7 +30,7 @@
 #include "core/alloc.h"
 #include "core/clock.h"
 #include "core/log.h"
-#include "dev/dev_impl.h"
+#include "dev/dev_op.h"
 
 enum { EV_H2D_START, EV_H2D_DONE, EV_ATTN_START, EV_ATTN, EV_WB_START, EV_WB_DONE, N_EV };
 

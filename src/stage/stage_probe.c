@@ -7,7 +7,7 @@
 
 #include <string.h>
 
-#include "dev/dev_impl.h"
+#include "dev/dev_op.h"
 
 static akv_status probe_host(akv_dev *dev, const void *args) {
     const akv_stage_probe_args *a = args;
