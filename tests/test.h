@@ -3,10 +3,14 @@
  * that prints the worst element, and an explicit skip.
  *
  * Use:
- *     int main(void) {
+ *     int main(int argc, char **argv) {
+ *         test_args(argc, argv);
  *         TEST_CASE(pool_grows) { ... CHECK_EQ_INT(a, b); ... }
  *         return test_finish();
  *     }
+ * `test_x --case NAME` (repeatable) runs only the cases named, `--list` prints every case's
+ * name without running any. A case must not rely on an earlier case having run (shared set-up
+ * goes before the cases, outside them).
  * A failed CHECK prints file:line, the expression and both values, and marks the case
  * failed; the case goes on (checks are loud, not fatal): guard what would crash with an
  * `if (!CHECK(...)) break;` inside the case block.
@@ -28,6 +32,24 @@ static int test_n_cases;
 static int test_n_failed_cases;
 static int test_case_failed;
 static const char *test_case_name = "(none)";
+enum { TEST_MAX_PICKED = 64 };
+static const char *test_picked[TEST_MAX_PICKED]; /* --case names; none = every case */
+static int test_n_picked, test_picked_ran[TEST_MAX_PICKED], test_listing;
+
+/* Reads --case NAME and --list; leaves arguments without a leading "--" to the test (e.g.
+ * test_stage's "stress"); any other option exits 2. */
+static inline void test_args(int argc, char **argv) {
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--case") && i + 1 < argc && test_n_picked < TEST_MAX_PICKED) {
+            test_picked[test_n_picked++] = argv[++i];
+        } else if (!strcmp(argv[i], "--list")) {
+            test_listing = 1;
+        } else if (!strncmp(argv[i], "--", 2)) {
+            fprintf(stderr, "usage: %s [--case NAME]... [--list]\n", argv[0]);
+            exit(2);
+        }
+    }
+}
 
 static inline void test_case_end(void) {
     if (test_n_cases > 0) {
@@ -38,6 +60,17 @@ static inline void test_case_end(void) {
 }
 
 static inline int test_case_begin(const char *name) {
+    if (test_listing) {
+        printf("%s\n", name);
+        return 0;
+    }
+    if (test_n_picked) {
+        int hit = -1;
+        for (int i = 0; i < test_n_picked && hit < 0; i++)
+            if (!strcmp(test_picked[i], name)) hit = i;
+        if (hit < 0) return 0;
+        test_picked_ran[hit] = 1;
+    }
     test_case_end();
     test_n_cases++;
     test_case_failed = 0;
@@ -186,11 +219,18 @@ static inline float test_rand_f32(uint64_t *state) { /* uniform in [-1, 1) */
 
 /* Ends the run: prints "N passed, N failed" over cases and returns the exit code. */
 static inline int test_finish(void) {
+    if (test_listing) return 0;
+    int n_missing = 0;
+    for (int i = 0; i < test_n_picked; i++)
+        if (!test_picked_ran[i]) {
+            printf("FAIL no case named %s (--list names them)\n", test_picked[i]);
+            n_missing++;
+        }
     test_case_end();
     int n_passed = test_n_cases - test_n_failed_cases;
     printf("%d passed, %d failed (%d checks, %d failed)\n", n_passed, test_n_failed_cases,
            test_n_checks, test_n_failed_checks);
-    return test_n_failed_checks ? 1 : 0;
+    return test_n_failed_checks || n_missing ? 1 : 0;
 }
 
 #endif

@@ -237,7 +237,8 @@ static void test_truth(void) {
     }
 }
 
-int main(void) {
+int main(int argc, char **argv) {
+    test_args(argc, argv);
     akv_log_set(NULL, NULL, AKV_LOG_OFF); /* bad configurations log by design */
     test_examples();
     test_refusals();

@@ -703,7 +703,8 @@ static void test_split_plan(void) {
     quiet(0);
 }
 
-int main(void) {
+int main(int argc, char **argv) {
+    test_args(argc, argv);
     rng = test_seed(0x5eed0a77);
     TEST_CASE(decode_fp32_vs_float64) test_decode_vs_f64();
     TEST_CASE(hostile_batch_97) test_hostile_batch();

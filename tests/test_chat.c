@@ -79,7 +79,8 @@ static void check_renders(const char *tmpl, const char *name, akv_chat_kind kind
     akv_chat_destroy(chat);
 }
 
-int main(void) {
+int main(int argc, char **argv) {
+    test_args(argc, argv);
     TEST_CASE(smollm2_chatml_with_its_default_system) {
         check_renders(SMOLLM2, NULL, AKV_CHAT_CHATML, want_smollm2);
         akv_chat_params p = {.template_text = SMOLLM2};

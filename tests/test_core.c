@@ -21,7 +21,8 @@ static void capture_hook(akv_log_level level, const char *msg, void *user) {
     snprintf(c->last, sizeof c->last, "%s", msg);
 }
 
-int main(void) {
+int main(int argc, char **argv) {
+    test_args(argc, argv);
     TEST_CASE(status_names) {
         CHECK_STR(akv_status_str(AKV_OK), "ok");
         CHECK_STR(akv_status_name(AKV_EFULL), "AKV_EFULL");

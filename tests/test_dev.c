@@ -103,7 +103,8 @@ static akv_status failing_op_host(akv_dev *dev, const void *args) {
 }
 static const akv_dev_op failing_op = {.name = "test_failing", .args_bytes = 0, .host = failing_op_host};
 
-int main(void) {
+int main(int argc, char **argv) {
+    test_args(argc, argv);
     akv_log_set(NULL, NULL, AKV_LOG_OFF); /* the misuse cases log errors by design */
     akv_dev *dev = NULL;
     TEST_CASE(create_host) {

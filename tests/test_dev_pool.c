@@ -638,7 +638,8 @@ static void test_randomized(void) {
     }
 }
 
-int main(void) {
+int main(int argc, char **argv) {
+    test_args(argc, argv);
     akv_log_set(NULL, NULL, AKV_LOG_OFF); /* misuse cases log by design */
     if (akv_dev_create(akv_dev_host_backend(), NULL, &dev) != AKV_OK) return 1;
     test_config();

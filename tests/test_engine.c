@@ -79,7 +79,8 @@ static int run_all(akv_engine *e, int limit) {
     return steps;
 }
 
-int main(void) {
+int main(int argc, char **argv) {
+    test_args(argc, argv);
     uint64_t rng = test_seed(23);
     akv_model *model = tm_load(&shape, rng);
     if (!CHECK(model != NULL)) return test_finish();

@@ -136,7 +136,8 @@ static void run_and_check(const akv_model *model, uint32_t P, akv_dtype dtype, u
     tkv_free(&kv);
 }
 
-int main(void) {
+int main(int argc, char **argv) {
+    test_args(argc, argv);
     uint64_t rng = test_seed(11);
     const tm_shape llama = {.arch = "llama",
                             .n_layers = 2,

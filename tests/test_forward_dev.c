@@ -202,7 +202,8 @@ out:
     return cases;
 }
 
-int main(void) {
+int main(int argc, char **argv) {
+    test_args(argc, argv);
     uint64_t rng = test_seed(17);
     const tm_shape llama = {.arch = "llama",
                             .n_layers = 2,

@@ -21,7 +21,8 @@ static uint32_t ref_auto(size_t token_bytes) {
     return best;
 }
 
-int main(void) {
+int main(int argc, char **argv) {
+    test_args(argc, argv);
     akv_log_set(NULL, NULL, AKV_LOG_OFF); /* bad-input cases log by design */
 
     TEST_CASE(known_models) {

@@ -315,7 +315,8 @@ static void check_sample(const akv_gguf *g, uint32_t version, size_t alignment) 
     CHECK(akv__gguf_check(g));
 }
 
-int main(void) {
+int main(int argc, char **argv) {
+    test_args(argc, argv);
     uint64_t seed = test_seed(20261129);
     akv_log_set(capture_hook, NULL, AKV_LOG_DEBUG);
 

@@ -14,7 +14,8 @@
 #include "akv/gguf_synth.h"
 #include "gguf/gguf_impl.h"
 
-int main(void) {
+int main(int argc, char **argv) {
+    test_args(argc, argv);
     char path[4096];
     if (!test_model_path(path, sizeof path, 0))
         test_skip("no default model in models/ (run scripts/fetch-model)");

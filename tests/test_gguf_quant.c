@@ -79,7 +79,8 @@ static double f16_err(double v) {
     return fabs(v) * 0x1p-11 + 0x1p-25;
 }
 
-int main(void) {
+int main(int argc, char **argv) {
+    test_args(argc, argv);
     uint64_t seed = test_seed(7);
     uint64_t rng = seed;
 

@@ -118,7 +118,8 @@ static void build_vocab_image(gb *b) {
     gb_str(b, "a b");
 }
 
-int main(void) {
+int main(int argc, char **argv) {
+    test_args(argc, argv);
     char dir[] = "/tmp/akv_test_gguf_synth_XXXXXX";
     if (!mkdtemp(dir)) test_skip("cannot create a temporary directory");
     char path[128], path2[128];

@@ -168,7 +168,8 @@ static void check_read_back(const char *path, size_t alignment, uint64_t want_by
     akv_gguf_close(g);
 }
 
-int main(void) {
+int main(int argc, char **argv) {
+    test_args(argc, argv);
     snprintf(dir, sizeof dir, "/tmp/akv_test_gguf_writer_XXXXXX");
     if (!mkdtemp(dir)) test_skip("cannot create a temporary directory");
     gb sample = {0};

@@ -478,7 +478,8 @@ static void random_run(const char *name, uint64_t *rng, uint32_t page_tokens, si
     free(stale);
 }
 
-int main(void) {
+int main(int argc, char **argv) {
+    test_args(argc, argv);
     akv_log_set(NULL, NULL, AKV_LOG_OFF); /* misuse cases log by design */
     if (akv_dev_create(akv_dev_host_backend(), NULL, &dev) != AKV_OK) {
         printf("cannot create the host device\n");

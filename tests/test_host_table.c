@@ -30,7 +30,8 @@ static akv_host_pool *make_pool(uint32_t n_layers, uint32_t page_tokens, size_t 
     return pool;
 }
 
-int main(void) {
+int main(int argc, char **argv) {
+    test_args(argc, argv);
     akv_log_set(NULL, NULL, AKV_LOG_OFF);
     if (akv_dev_create(akv_dev_host_backend(), NULL, &dev) != AKV_OK) return 1;
 

@@ -73,7 +73,8 @@ static void on_progress(void *user, uint64_t done, uint64_t total) {
     p->n_calls++, p->last_done = done, p->total = total;
 }
 
-int main(void) {
+int main(int argc, char **argv) {
+    test_args(argc, argv);
     uint64_t seed = test_seed(7);
 
     TEST_CASE(config_from_file) {

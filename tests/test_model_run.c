@@ -119,7 +119,8 @@ static long file_bytes(const char *path, void *buf, size_t cap) {
     return n;
 }
 
-int main(void) {
+int main(int argc, char **argv) {
+    test_args(argc, argv);
     if (!test_model_path(model_path, sizeof model_path, 0))
         test_skip("no default model in models/ (scripts/fetch-model)");
     akv_model *m = NULL;

@@ -45,7 +45,8 @@ static double product_f64(float *want, const float *x, const float *w, const flo
     return 1e-6 + 2e-7 * (double)k * worst_scale / 8;
 }
 
-int main(void) {
+int main(int argc, char **argv) {
+    test_args(argc, argv);
     uint64_t rng = test_seed(20261201);
 
     TEST_CASE(rmsnorm_matches_f64) {

@@ -74,7 +74,8 @@ static void fx_pair_close(fx *a, fx *b) {
     fx_close(b);
 }
 
-int main(void) {
+int main(int argc, char **argv) {
+    test_args(argc, argv);
     uint64_t rng = test_seed(5);
     const tm_shape shape = {.arch = "llama",
                             .n_layers = 2,

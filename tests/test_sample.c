@@ -35,7 +35,8 @@ static int first_k(const float *lg, int n, int k, int *out) {
     return m < k ? m : k;
 }
 
-int main(void) {
+int main(int argc, char **argv) {
+    test_args(argc, argv);
     akv_log_set(NULL, NULL, AKV_LOG_OFF);
     const float lg[6] = {1.0f, 3.0f, 3.0f, -2.0f, 0.5f, 2.9f};
 

@@ -25,6 +25,7 @@ static sc_params host_params(uint32_t head_dim, uint32_t n_slots) {
 }
 
 int main(int argc, char **argv) {
+    test_args(argc, argv);
     uint64_t seed = test_seed(20261129);
     if (argc > 1 && !strcmp(argv[1], "stress")) {
         const char *env = getenv("AKV_STAGE_OPS");

@@ -312,7 +312,8 @@ static size_t random_utf8(uint64_t *rng, uint8_t *out, size_t n) {
     return o;
 }
 
-int main(void) {
+int main(int argc, char **argv) {
+    test_args(argc, argv);
     tiny t;
 
     TEST_CASE(byte_alphabet) {

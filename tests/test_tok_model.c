@@ -136,7 +136,8 @@ static void check_round_trip(const akv_tok *tok, const char *s, size_t n, uint32
     akv_tok_text_free(&back);
 }
 
-int main(void) {
+int main(int argc, char **argv) {
+    test_args(argc, argv);
     char path[4096];
     if (!test_model_path(path, sizeof path, 0))
         test_skip("no default model in models/ (run scripts/fetch-model)");

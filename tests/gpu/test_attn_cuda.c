@@ -591,7 +591,8 @@ static void test_refusals(void) {
 }
 #endif
 
-int main(void) {
+int main(int argc, char **argv) {
+    test_args(argc, argv);
 #ifndef AKV_HAVE_CUDA
     test_skip("built without the CUDA backend");
 #else

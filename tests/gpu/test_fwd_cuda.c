@@ -366,7 +366,8 @@ static void greedy(const akv_model *m, uint32_t n_prompt, uint32_t n_gen, double
     fx_close(&h), fx_close(&g);
 }
 
-int main(void) {
+int main(int argc, char **argv) {
+    test_args(argc, argv);
     const akv_dev_backend *cuda = test_cuda_backend_or_skip();
     rng = test_seed(23);
     if (akv_dev_create(akv_dev_host_backend(), NULL, &devs[0]) != AKV_OK ||

@@ -14,7 +14,8 @@
 #include "akv/dev_cuda.h"
 #endif
 
-int main(void) {
+int main(int argc, char **argv) {
+    test_args(argc, argv);
 #ifndef AKV_HAVE_CUDA
     test_skip("built without the CUDA backend");
 #else

@@ -50,7 +50,8 @@ static int cells_on(akv_dev *dev, akv_forward_dev *fd, const char *what) {
     return rc_cells(&rc, 2000, what);
 }
 
-int main(void) {
+int main(int argc, char **argv) {
+    test_args(argc, argv);
     const akv_dev_backend *be = test_cuda_backend_or_skip();
     akv_dev *dev = NULL;
     if (!REQUIRE_OK(akv_dev_create(be, NULL, &dev))) return test_finish();

@@ -10,7 +10,8 @@
 #include "gpu/gpu_skip.h"
 #include "stage_cases.h"
 
-int main(void) {
+int main(int argc, char **argv) {
+    test_args(argc, argv);
     const akv_dev_backend *cuda = test_cuda_backend_or_skip();
     uint64_t seed = test_seed(20261129);
     const char *env = getenv("AKV_STAGE_OPS");
