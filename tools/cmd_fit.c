@@ -22,7 +22,8 @@
 static const akv_tool_name fit_names[] = {
     {"max_context", "--max-context"}, {"host_gib", "--host-gib"},
     {"device_gib", "--device-gib"},   {"staging_pages", "--staging-pages"},
-    {"concurrency", "--concurrency"}, {"arena_bytes", "--arena-mib"},
+    {"concurrency", "--concurrency"}, {"arena_bytes", "--arena-mib (in bytes)"},
+    {"limit_gib", "--host-gib"},
     {NULL, NULL}};
 
 static const char fit_usage[] =

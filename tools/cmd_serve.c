@@ -57,6 +57,7 @@ static const char serve_usage[] =
 
 /* The engine's field names said as our flags. */
 static const akv_tool_name serve_names[] = {AKV_TOOL_ENGINE_NAMES, {"max_queue", "--max-queue"},
+                                            {"chat_template_name", "--chat-template"},
                                             {NULL, NULL}};
 
 static void serve_rename(const char *msg, char *buf, size_t cap) {

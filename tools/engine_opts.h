@@ -83,7 +83,7 @@ extern const char akv_tool_eopts_help[];
     {"max_context", "--max-context"}, {"host_gib", "--host-gib"},                                  \
         {"device_gib", "--device-gib"}, {"max_seqs", "--parallel"},                                \
         {"concurrency", "--parallel"}, {"window_pages", "--window-pages"}, {"chunk", "--chunk"},   \
-        {"step_tokens", "--step-tokens"}, {"kv_dtype", "--kv-dtype"}
+        {"step_tokens", "--step-tokens"}, {"kv_dtype", "--kv-dtype"}, {"limit_gib", "--host-gib"}
 
 /* The memory, scheduling and pass fields of ep from o (device, model, max_context, max_seqs,
  * queue and idle limits are the command's). */

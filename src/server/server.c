@@ -619,9 +619,13 @@ static bool build_prompt(akv_server *s, srv_req *r, akv_api_error *err) {
     uint32_t flags = AKV_TOK_ADD_SPECIAL;
     if (a->kind == AKV_API_CHAT) {
         if (!s->chat) {
+            char how[128];
+            const char *msg = "start the server with chat_template_name";
+            if (s->p.rename_settings) s->p.rename_settings(msg, how, sizeof how);
+            else snprintf(how, sizeof how, "%s", msg);
             akv_api_error_set(err, 400, "invalid_request_error", NULL, "messages",
                               "the model has no chat template this server recognises; use "
-                              "/v1/completions, or start it with --chat-template");
+                              "/v1/completions, or %s", how);
             return false;
         }
         if (akv_chat_render(s->chat, a->msgs, a->n_msgs, true, &text)) goto oom;
@@ -1025,7 +1029,7 @@ akv_status akv_server_start(const akv_server_params *p, akv_server **out) {
                              .ai_flags = AI_PASSIVE | AI_NUMERICSERV}, *ai = NULL;
     int gai = getaddrinfo(s->p.host, port, &hints, &ai);
     if (gai || !ai) {
-        AKV_LOG_E("server: --host '%s': %s", s->p.host, gai_strerror(gai));
+        AKV_LOG_E("server: the address '%s' (host): %s", s->p.host, gai_strerror(gai));
         akv_dev_destroy(s->p.engine.dev);
         s->p.engine.dev = NULL;
         akv_server_destroy(s);
