@@ -24,7 +24,7 @@
 #include <stdint.h>
 
 extern "C" {
-#include "attn_impl.h"
+#include "ref/attn_impl.h"
 }
 #include "core/env.h"
 #include "core/log.h"

@@ -2,7 +2,7 @@
  * fwd_kernels.cu — the elementwise and row kernels of the forward pass (akv/forward_ops.h):
  * embedding lookup, RMSNorm, RoPE, SwiGLU, add (residual or bias), f32<->bf16 cast, fill.
  *
- * Numerics mirror the host implementations (src/model/forward_ops.c over ref/ops.c): every
+ * Numerics mirror the host implementations (ref/forward_ops.c over ref/ops.c): every
  * float operation that the host does as separate multiply and add is written with the _rn
  * intrinsics so nvcc cannot contract it into an FMA; RMSNorm's sum of squares and RoPE's
  * angles are in double as on the host. What still differs: the order of RMSNorm's double

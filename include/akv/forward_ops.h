@@ -3,7 +3,7 @@
  * (akv/forward_dev.h): argument structs and op descriptors (akv_dev_op, dev.h).
  *
  * Each op is a named kernel launched on the compute queue with akv_dev_op_launch. The
- * descriptor (defined in src/model/forward_ops.c) carries the host backend's implementation,
+ * descriptor (defined in ref/forward_ops.c) carries the host backend's implementation,
  * built on ref/ (the oracle); the CUDA backend registers a launcher under the same name in
  * cuda/cuda_ops.c (kernels in cuda/fwd_kernels.cu, matrix products through cuBLAS in
  * cuda/fwd_gemm.c, attention through the launchers of akv/attn.h).
