@@ -49,6 +49,10 @@ typedef struct geom {
     uint32_t hq, hkv, d, page_tokens;
 } geom;
 
+/* The decode's tuning (bench_attn_tuning: the environment's A/B settings); each variant
+ * measured sets its .variant. */
+static akv_attn_tuning bench_tune;
+
 static geom GEOMS[2] = {{"32/8 d128", 32, 8, 128, 64}, {"9/3 d64", 9, 3, 64, 256}};
 
 typedef struct torch_row {
@@ -257,6 +261,7 @@ static double bench_decode(const geom *g, uint32_t b, uint32_t n, uint32_t nq, a
                    .page_tokens = g->page_tokens, .dtype = AKV_DTYPE_BF16},
             .n_heads = g->hq, .n_query = nq, .q = q, .q_dtype = AKV_DTYPE_BF16, .o = o, .o_dtype = AKV_DTYPE_BF16,
             .prefetch_history = bench_prefetch(),
+            .tuning = bench_tune,
         };
         w->p[s] = p;
     }
@@ -334,22 +339,23 @@ static double bench_prefill(const geom *g, uint32_t n) {
 
 /* ---- main -------------------------------------------------------------------------------- */
 
-/* The decode variants to measure: AKV_BENCH_ATTN_VARIANTS = "all" or a list of digits
- * ("0,2"); unset or empty: the process's variant (akv_attn_decode_variant). */
+/* The decode variants to measure, as akv_attn_tuning.variant values: AKV_BENCH_ATTN_VARIANTS
+ * = "all" or a list of digits ("0,2"); unset or empty: the tuning's (AUTO unless
+ * AKV_ATTN_DECODE_VARIANT forces one). */
 static int bench_variants(uint32_t out[AKV_ATTN_DECODE_VARIANTS]) {
     const char *e = getenv("AKV_BENCH_ATTN_VARIANTS");
     int n = 0;
     if (e && strcmp(e, "all") == 0) {
-        for (uint32_t v = 0; v < AKV_ATTN_DECODE_VARIANTS; v++) out[n++] = v;
+        for (uint32_t v = 0; v < AKV_ATTN_DECODE_VARIANTS; v++) out[n++] = AKV_ATTN_VARIANT(v);
         return n;
     }
     for (; e && *e && n < AKV_ATTN_DECODE_VARIANTS; e++) {
         uint32_t v = (uint32_t)(*e - '0');
         bool seen = false;
-        for (int i = 0; i < n; i++) seen |= out[i] == v;
-        if (*e >= '0' && v < AKV_ATTN_DECODE_VARIANTS && !seen) out[n++] = v;
+        for (int i = 0; i < n; i++) seen |= out[i] == AKV_ATTN_VARIANT(v);
+        if (*e >= '0' && v < AKV_ATTN_DECODE_VARIANTS && !seen) out[n++] = AKV_ATTN_VARIANT(v);
     }
-    if (n == 0) out[n++] = akv_attn_decode_variant(); /* AUTO unless the environment chose */
+    if (n == 0) out[n++] = bench_tune.variant;
     return n;
 }
 
@@ -361,6 +367,7 @@ typedef struct dcfg {
 int main(void) {
     akv_dev_info info;
     dev = bench_cuda_or_skip(&info);
+    bench_tune = bench_attn_tuning();
     /* AKV_BENCH_PAGE_TOKENS = "P0:P1": other page sizes for the two geometries (powers of two) */
     const char *pt = getenv("AKV_BENCH_PAGE_TOKENS");
     unsigned p0 = 0, p1 = 0;
@@ -436,13 +443,13 @@ int main(void) {
     int n_var = bench_variants(variants);
     const uint64_t rng_decode = rng_state;
     for (int vi = 0; vi < n_var; vi++) {
-        TRY(akv_attn_decode_variant_set(variants[vi]));
+        bench_tune.variant = variants[vi];
         rng_state = rng_decode;
-        if (variants[vi] == AKV_ATTN_DECODE_AUTO)
+        if (variants[vi] == AKV_ATTN_VARIANT_AUTO)
             bench_emit(
                 f, "\nDecode variant: auto (0 for one sequence, 2 for a batch; akv/attn.h):\n\n");
         else
-            bench_emit(f, "\nDecode variant %u (akv/attn.h):\n\n", variants[vi]);
+            bench_emit(f, "\nDecode variant %u (akv/attn.h):\n\n", variants[vi] - 1);
         bench_emit(f, "| geometry | batch | keys | queries | split (parts x keys; cl: cluster merge) | µs | GB/s | / "
                       "copy rate | torch default µs "
                       "| torch best µs (backend) | speed-up vs best |\n");

@@ -226,6 +226,7 @@ static crun part_c_run(const akv_model_config *c, akv_route_kind kind, uint32_t 
     crun out;
     memset(&out, 0, sizeof out);
     akv_engine_params ep = akv_engine_default_params();
+    ep.attn = bench_attn_tuning();
     TRY(akv_dev_create(akv_dev_cuda_backend(), NULL, &ep.dev));
     ep.synthetic = c, ep.synthetic_seed = 7;
     ep.route = kind, ep.max_seqs = max_seqs, ep.max_queue = 4, ep.max_context = ctx + n_new;
@@ -264,8 +265,8 @@ int main(void) {
     akv_dev_info info;
     akv_dev *dev = bench_cuda_or_skip(&info);
     const char *parts = getenv("AKV_BENCH_PARTS") ? getenv("AKV_BENCH_PARTS") : "ABC";
-    akv_model_config c = llama3_8b_shape((uint32_t)akv__env_int("AKV_BENCH_LAYERS", 1, 32, 32));
-    akv_forward_params fp = {.max_chunk = MAX_B, .max_logits = MAX_B};
+    akv_model_config c = llama3_8b_shape((uint32_t)akv_test_env_int("AKV_BENCH_LAYERS", 1, 32, 32));
+    akv_forward_params fp = {.max_chunk = MAX_B, .max_logits = MAX_B, .attn = bench_attn_tuning()};
     akv_forward_dev *f = NULL;
     TRY(akv_forward_dev_create_synthetic(dev, &c, 7, &fp, &f));
     const double wb = (double)akv_forward_dev_weight_bytes(f);

@@ -173,8 +173,8 @@ static row bench_ctx(akv_dev *dev, akv_forward_dev *f, akv_forward_dev *fe, uint
 int main(void) {
     akv_dev_info info;
     akv_dev *dev = bench_cuda_or_skip(&info);
-    akv_model_config c = llama3_8b_shape((uint32_t)akv__env_int("AKV_BENCH_LAYERS", 1, 32, 32));
-    akv_forward_params fp = {.max_chunk = CHUNK};
+    akv_model_config c = llama3_8b_shape((uint32_t)akv_test_env_int("AKV_BENCH_LAYERS", 1, 32, 32));
+    akv_forward_params fp = {.max_chunk = CHUNK, .attn = bench_attn_tuning()};
     akv_forward_dev *f = NULL;
     double tc = akv_clock_s();
     TRY(akv_forward_dev_create_synthetic(dev, &c, 7, &fp, &f));

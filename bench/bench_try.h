@@ -11,12 +11,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "akv/attn.h"
 #include "akv/dev.h"
 #include "akv/dev_cuda.h"
 #include "akv/geom.h"
 #include "akv/status.h"
 #include "core/assert.h"
-#include "core/env.h"
+#include "env.h"
 
 #define TRY(expr)                                                                                  \
     do {                                                                                           \
@@ -27,6 +28,20 @@
             exit(1);                                                                               \
         }                                                                                          \
     } while (0)
+
+/* The decode's tuning for an A/B run, from the environment (the library reads none):
+ * AKV_ATTN_DECODE_VARIANT = 0..2 forces a variant (unset: AUTO), AKV_ATTN_WAVES = 1..16 the
+ * batch split's waves, AKV_ATTN_PARTS = 1..1024 caps the partitions, AKV_ATTN_CLUSTER = 0
+ * turns the cluster merge off (akv/attn.h, akv_attn_tuning). Unset: the default. */
+static inline akv_attn_tuning bench_attn_tuning(void) {
+    akv_attn_tuning t = {0};
+    const int v = akv_test_env_int("AKV_ATTN_DECODE_VARIANT", 0, AKV_ATTN_DECODE_VARIANTS - 1, -1);
+    if (v >= 0) t.variant = AKV_ATTN_VARIANT(v);
+    t.waves = (uint32_t)akv_test_env_int("AKV_ATTN_WAVES", 1, 16, 0);
+    t.max_parts = (uint32_t)akv_test_env_int("AKV_ATTN_PARTS", 1, AKV_ATTN_MAX_PARTS, 0);
+    t.no_cluster = akv_test_env_int("AKV_ATTN_CLUSTER", 0, 1, 1) == 0;
+    return t;
+}
 
 /* The CUDA device and its info; without one, prints SKIP and exits 77 (ctest's skip). */
 static inline akv_dev *bench_cuda_or_skip(akv_dev_info *info) {

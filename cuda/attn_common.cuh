@@ -26,7 +26,6 @@
 extern "C" {
 #include "ref/attn_impl.h"
 }
-#include "core/env.h"
 #include "core/log.h"
 #include "grid_dep.cuh"
 #include "cuda_check.h"

@@ -607,19 +607,6 @@ __global__ void __launch_bounds__(32 * NW, MINB) attn_decode_kernel(const dec_ar
     }
 }
 
-/* The process's cluster-merge setting: -1 until first read (AKV_ATTN_CLUSTER=0 turns it
- * off, else on) or set. */
-static int dec_cluster_setting = -1;
-
-extern "C" int akv_attn_cuda_decode_cluster(void) {
-    if (dec_cluster_setting < 0) dec_cluster_setting = akv__env_int("AKV_ATTN_CLUSTER", 0, 1, 1);
-    return dec_cluster_setting;
-}
-
-extern "C" void akv_attn_cuda_decode_cluster_set(int on) {
-    dec_cluster_setting = on != 0;
-}
-
 /* Max active clusters + 1 of one kernel per device and cluster size; 0 = not asked yet. */
 typedef int dec_cluster_cache[16][ATTN_CLUSTER_MAX + 1];
 
@@ -705,10 +692,12 @@ static akv_status dec_split(const akv_attn_decode *p, uint32_t *variant, akv_att
     size_t smem;
     akv_status st = attn_cuda_device(&n_sm, &smem);
     if (st != AKV_OK) return st;
-    *variant = akv_attn_decode_variant_fit(p->kv.n_seq ? p->kv.n_seq : 1, p->kv.head_dim, smem);
+    if ((st = akv_attn_tuning_check(&p->tuning)) != AKV_OK) return st;
+    *variant = akv_attn_decode_variant_fit(&p->tuning, p->kv.n_seq ? p->kv.n_seq : 1,
+                                           p->kv.head_dim, smem);
     return akv_attn_split_plan_variant((uint64_t)p->kv.max_pages * p->kv.page_tokens,
                                        p->kv.n_seq ? p->kv.n_seq : 1, p->kv.n_kv_heads,
-                                       p->kv.head_dim, n_sm, smem, *variant, out);
+                                       p->kv.head_dim, n_sm, smem, &p->tuning, *variant, out);
 }
 
 extern "C" akv_status akv_attn_cuda_decode_timeline(akv_attn_timeline_block *out, uint32_t max,
@@ -776,7 +765,7 @@ static akv_status dec_prepare(const akv_attn_decode *p, const char *op, dec_plan
     /* a lone sequence's partitions of each (head, row tile) as one cluster, where they are
      * few (its merge is on the call's critical path; batches measured no better with them:
      * docs/attention.md) */
-    const int cl = akv_attn_cuda_decode_cluster() && p->kv.n_seq == 1 && sp.n_parts >= 2 &&
+    const int cl = !p->tuning.no_cluster && p->kv.n_seq == 1 && sp.n_parts >= 2 &&
                            sp.n_parts <= ATTN_CLUSTER_MAX
                        ? (int)sp.n_parts : 1;
     dec_pick *k = &out->pick;

@@ -8,7 +8,6 @@
 #include <math.h>
 
 #include "core/alloc.h"
-#include "core/env.h"
 #include "core/log.h"
 
 /* Smallest partition: two key tiles (128 keys). A decode block puts its first STAGES-1 >= 2
@@ -47,34 +46,32 @@ size_t akv_attn_decode_smem_bytes_variant(uint32_t head_dim, uint32_t variant) {
     return stages * (akv__attn_decode_warps(variant) / 4) * AKV_ATTN_TILE_TOKENS * head_dim * 2 * 2 + 32u * head_dim * 2;
 }
 
-/* The process's decode setting: -1 until first read (AKV_ATTN_DECODE_VARIANT, else AUTO) or
- * set. Racing first reads store the same value. */
-static int decode_variant = -1;
+static const akv_attn_tuning tuning_default; /* zero: every field its default */
 
-uint32_t akv_attn_decode_variant(void) {
-    if (decode_variant < 0)
-        decode_variant = akv__env_int("AKV_ATTN_DECODE_VARIANT", 0, AKV_ATTN_DECODE_VARIANTS - 1,
-                                      AKV_ATTN_DECODE_AUTO);
-    return (uint32_t)decode_variant;
+akv_status akv_attn_tuning_check(const akv_attn_tuning *t) {
+    if (!t) return AKV_OK;
+    if (t->variant > AKV_ATTN_DECODE_VARIANTS)
+        BAD("attn tuning: variant %u is neither AUTO (0) nor a variant + 1 (1..%d)", t->variant,
+            AKV_ATTN_DECODE_VARIANTS);
+    if (t->waves > 16) BAD("attn tuning: waves %u is not 0..16", t->waves);
+    if (t->max_parts > AKV_ATTN_MAX_PARTS)
+        BAD("attn tuning: max_parts %u is not 0..%d", t->max_parts, AKV_ATTN_MAX_PARTS);
+    return AKV_OK;
 }
 
-uint32_t akv_attn_decode_variant_for(uint32_t n_seq) {
-    uint32_t v = akv_attn_decode_variant();
-    return v != AKV_ATTN_DECODE_AUTO ? v : n_seq > 1 ? 2u : 0u;
+uint32_t akv_attn_decode_variant_for(const akv_attn_tuning *t, uint32_t n_seq) {
+    if (!t) t = &tuning_default;
+    return t->variant != AKV_ATTN_VARIANT_AUTO ? t->variant - 1 : n_seq > 1 ? 2u : 0u;
 }
 
-uint32_t akv_attn_decode_variant_fit(uint32_t n_seq, uint32_t head_dim, size_t smem_per_block) {
-    uint32_t v = akv_attn_decode_variant_for(n_seq);
-    if (akv_attn_decode_variant() == AKV_ATTN_DECODE_AUTO && akv_attn_decode_smem_bytes_variant(head_dim, v) > smem_per_block)
+uint32_t akv_attn_decode_variant_fit(const akv_attn_tuning *t, uint32_t n_seq, uint32_t head_dim,
+                                     size_t smem_per_block) {
+    if (!t) t = &tuning_default;
+    uint32_t v = akv_attn_decode_variant_for(t, n_seq);
+    if (t->variant == AKV_ATTN_VARIANT_AUTO &&
+        akv_attn_decode_smem_bytes_variant(head_dim, v) > smem_per_block)
         v = 2; /* the smallest block */
     return v;
-}
-
-akv_status akv_attn_decode_variant_set(uint32_t variant) {
-    if (variant >= AKV_ATTN_DECODE_VARIANTS && variant != AKV_ATTN_DECODE_AUTO)
-        BAD("attn decode variant %u is not 0..%d or AUTO", variant, AKV_ATTN_DECODE_VARIANTS - 1);
-    decode_variant = (int)variant;
-    return AKV_OK;
 }
 
 static bool is_pow2(uint32_t x) {
@@ -253,22 +250,6 @@ static uint64_t ceil_div(uint64_t a, uint64_t b) {
     return a / b + (a % b != 0); /* no overflow near 2^64 */
 }
 
-/* Waves of blocks a batch's split aims at: 1 (measured: docs/attention.md), or AKV_ATTN_WAVES
- * (1..16) from the environment, a tuning override for benchmarks, read once. */
-static uint64_t split_waves(void) {
-    static int waves; /* 0: not read yet; racing first reads store the same value */
-    if (waves == 0) waves = akv__env_int("AKV_ATTN_WAVES", 1, 16, 1);
-    return (uint64_t)waves;
-}
-
-/* AKV_ATTN_PARTS (1..AKV_ATTN_MAX_PARTS): a cap on the partition count, a tuning override
- * for benchmarks, read once; 0 = none. */
-static uint64_t split_parts_cap(void) {
-    static int cap = -1; /* -1: not read yet; racing first reads store the same value */
-    if (cap < 0) cap = akv__env_int("AKV_ATTN_PARTS", 1, AKV_ATTN_MAX_PARTS, 0);
-    return (uint64_t)cap;
-}
-
 /* Variant 2's rule for a batch: the number of partitions such that the blocks fill whole
  * rounds of `slots` resident blocks. n0 partitions (at most `waves` rounds) make
  * ceil(n0*per_part/slots) rounds; a last round under half full is dropped (its blocks would
@@ -284,11 +265,17 @@ static uint64_t split_whole_rounds(uint64_t n0, uint64_t per_part, uint64_t slot
 
 akv_status akv_attn_split_plan_variant(uint64_t capacity_tokens, uint32_t n_seq, uint32_t n_kv_heads,
                                        uint32_t head_dim, uint32_t n_sm, size_t smem_per_block,
-                                       uint32_t variant, akv_attn_split *out) {
+                                       const akv_attn_tuning *t, uint32_t variant,
+                                       akv_attn_split *out) {
     if (capacity_tokens == 0 || n_seq == 0 || n_kv_heads == 0 || n_sm == 0 || !out)
         BAD("attn split: capacity %llu, n_seq %u, n_kv_heads %u and n_sm %u must be positive",
             (unsigned long long)capacity_tokens, n_seq, n_kv_heads, n_sm);
     if (variant >= AKV_ATTN_DECODE_VARIANTS) BAD("attn split: variant %u is not 0..%d", variant, AKV_ATTN_DECODE_VARIANTS - 1);
+    akv_status tst = akv_attn_tuning_check(t);
+    if (tst) return tst;
+    if (!t) t = &tuning_default;
+    /* waves of blocks a batch aims at: 1, measured (docs/attention.md), unless tuned */
+    const uint64_t waves = t->waves ? t->waves : 1, parts_cap = t->max_parts;
     /* at most AKV_ATTN_MAX_PARTS partitions of at most 2^31 - 1 keys */
     if (capacity_tokens > (uint64_t)INT32_MAX * AKV_ATTN_MAX_PARTS)
         BAD("attn split: capacity %llu tokens is too large", (unsigned long long)capacity_tokens);
@@ -312,18 +299,18 @@ akv_status akv_attn_split_plan_variant(uint64_t capacity_tokens, uint32_t n_seq,
         fill = slots >= n_kv_heads ? slots / n_kv_heads : 1;
     } else if (variant < 2) {
         /* `waves` over the batch, at most one wave per head */
-        uint64_t fill_batch = ceil_div(split_waves() * slots, per_part);
+        uint64_t fill_batch = ceil_div(waves * slots, per_part);
         fill = ceil_div(slots, n_kv_heads);
         if (fill_batch < fill) fill = fill_batch;
     } else {
         /* the same waves rounded down (no round of blocks is started for a few of them);
          * whole rounds below */
-        fill = split_waves() * slots / per_part;
+        fill = waves * slots / per_part;
     }
     if (fill > AKV_ATTN_MAX_PARTS) fill = AKV_ATTN_MAX_PARTS;
     if (n_parts > fill) n_parts = fill;
     if (variant == 2 && n_seq > 1 && n_parts > 1) n_parts = split_whole_rounds(n_parts, per_part, slots);
-    if (split_parts_cap() && n_parts > split_parts_cap()) n_parts = split_parts_cap();
+    if (parts_cap && n_parts > parts_cap) n_parts = parts_cap;
     if (n_parts < 1) n_parts = 1;
     uint64_t part = ceil_div(ceil_div(capacity_tokens, n_parts), step) * step;
     /* kernels hold positions in int: a partition is at most the largest whole number of
@@ -339,9 +326,11 @@ akv_status akv_attn_split_plan_variant(uint64_t capacity_tokens, uint32_t n_seq,
 
 akv_status akv_attn_split_plan(uint64_t capacity_tokens, uint32_t n_seq, uint32_t n_kv_heads,
                                uint32_t head_dim, uint32_t n_sm, size_t smem_per_block,
-                               akv_attn_split *out) {
+                               const akv_attn_tuning *t, akv_attn_split *out) {
+    akv_status tst = akv_attn_tuning_check(t);
+    if (tst) return tst;
     return akv_attn_split_plan_variant(capacity_tokens, n_seq, n_kv_heads, head_dim, n_sm, smem_per_block,
-                                       akv_attn_decode_variant_fit(n_seq, head_dim, smem_per_block), out);
+                                       t, akv_attn_decode_variant_fit(t, n_seq, head_dim, smem_per_block), out);
 }
 
 akv_status akv__attn_decode_workspace_layout(const akv_attn_decode *p, const akv_attn_split *split,

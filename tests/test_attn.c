@@ -562,76 +562,97 @@ static void test_validation(void) {
 static void test_split_plan(void) {
     const size_t h200_smem = 227 * 1024;
     akv_attn_split sp;
-    CHECK_OK(akv_attn_split_plan(1024, 1, 8, 128, 132, h200_smem, &sp));
+    CHECK_OK(akv_attn_split_plan(1024, 1, 8, 128, 132, h200_smem, NULL, &sp));
     CHECK_EQ_INT(sp.n_parts, 8); /* 128 keys (two tiles) at least */
     CHECK_EQ_INT(sp.part_tokens, 128);
-    CHECK_OK(akv_attn_split_plan(4096, 1, 3, 64, 132, h200_smem, &sp));
+    CHECK_OK(akv_attn_split_plan(4096, 1, 3, 64, 132, h200_smem, NULL, &sp));
     CHECK_EQ_INT(sp.n_parts, 32); /* the same 128 keys at d=64 */
     CHECK_EQ_INT(sp.part_tokens, 128);
-    CHECK_OK(akv_attn_split_plan(32768, 1, 3, 64, 132, h200_smem, &sp));
+    CHECK_OK(akv_attn_split_plan(32768, 1, 3, 64, 132, h200_smem, NULL, &sp));
     /* one 8-warp block per SM, one wave: floor(132 / 3) = 44 -> 745 keys, rounded to whole
      * steps of 128 -> 768 keys, 43 parts */
     CHECK_EQ_INT(sp.n_parts, 43);
     CHECK_EQ_INT(sp.part_tokens, 768);
-    CHECK_OK(akv_attn_split_plan(131072, 1, 8, 128, 132, h200_smem, &sp));
+    CHECK_OK(akv_attn_split_plan(131072, 1, 8, 128, 132, h200_smem, NULL, &sp));
     CHECK_EQ_INT(sp.n_parts, 16); /* floor(132 / 8) */
     CHECK_EQ_INT(sp.part_tokens, 8192);
     /* variant 0 over a batch shares one wave: 8 sequences x 8 heads, ceil(132 / 64) = 3
      * parts of 1366 keys, rounded to 1408 */
-    CHECK_OK(akv_attn_split_plan_variant(4096, 8, 8, 128, 132, h200_smem, 0, &sp));
+    CHECK_OK(akv_attn_split_plan_variant(4096, 8, 8, 128, 132, h200_smem, NULL, 0, &sp));
     CHECK_EQ_INT(sp.n_parts, 3);
     CHECK_EQ_INT(sp.part_tokens, 1408);
-    CHECK_OK(akv_attn_split_plan_variant(32768, 32, 8, 128, 132, h200_smem, 0, &sp));
+    CHECK_OK(akv_attn_split_plan_variant(32768, 32, 8, 128, 132, h200_smem, NULL, 0, &sp));
     CHECK_EQ_INT(sp.n_parts, 1); /* ceil(132 / 256) */
-    CHECK_OK(akv_attn_split_plan_variant(131072, 2, 8, 128, 132, h200_smem, 0, &sp));
+    CHECK_OK(akv_attn_split_plan_variant(131072, 2, 8, 128, 132, h200_smem, NULL, 0, &sp));
     CHECK_EQ_INT(sp.n_parts, 9); /* ceil(132 / 16) */
-    CHECK_OK(akv_attn_split_plan_variant(32768, 200, 8, 128, 132, h200_smem, 0, &sp));
+    CHECK_OK(akv_attn_split_plan_variant(32768, 200, 8, 128, 132, h200_smem, NULL, 0, &sp));
     CHECK_EQ_INT(sp.n_parts, 1); /* more sequences than a wave: one partition each */
     /* AUTO (the default): variant 0 for one sequence, 2 for a batch (6 x 704 at 8 x 4K: three
      * blocks per SM, 396 / 64 = 6, one round of 384 blocks, as the H200 run measured it) */
-    if (akv_attn_decode_variant() == AKV_ATTN_DECODE_AUTO) {
-        CHECK_EQ_INT(akv_attn_decode_variant_for(1), 0);
-        CHECK_EQ_INT(akv_attn_decode_variant_for(8), 2);
-        CHECK_OK(akv_attn_split_plan(4096, 8, 8, 128, 132, h200_smem, &sp));
+    { /* the default tuning: AUTO */
+        CHECK_EQ_INT(akv_attn_decode_variant_for(NULL, 1), 0);
+        CHECK_EQ_INT(akv_attn_decode_variant_for(NULL, 8), 2);
+        CHECK_OK(akv_attn_split_plan(4096, 8, 8, 128, 132, h200_smem, NULL, &sp));
         CHECK_EQ_INT(sp.n_parts, 6);
         CHECK_EQ_INT(sp.part_tokens, 704);
         akv_attn_split sv;
-        CHECK_OK(akv_attn_split_plan_variant(131072, 1, 8, 128, 132, h200_smem, 0, &sv));
-        CHECK_OK(akv_attn_split_plan(131072, 1, 8, 128, 132, h200_smem, &sp));
+        CHECK_OK(akv_attn_split_plan_variant(131072, 1, 8, 128, 132, h200_smem, NULL, 0, &sv));
+        CHECK_OK(akv_attn_split_plan(131072, 1, 8, 128, 132, h200_smem, NULL, &sp));
         CHECK_EQ_INT(sp.n_parts, sv.n_parts);
         /* a device whose blocks take less shared memory (an A100's 163 KiB): variant 0's
          * 200 KiB block does not fit, AUTO plans variant 2 instead */
-        CHECK_EQ_INT(akv_attn_decode_variant_fit(1, 128, h200_smem), 0);
-        CHECK_EQ_INT(akv_attn_decode_variant_fit(1, 128, 163 * 1024), 2);
-        CHECK_EQ_INT(akv_attn_decode_variant_fit(1, 64, 163 * 1024), 0); /* 132 KiB fits */
-        CHECK_OK(akv_attn_split_plan(32768, 1, 8, 128, 132, 163 * 1024, &sp));
-        CHECK_OK(akv_attn_split_plan_variant(32768, 1, 8, 128, 132, 163 * 1024, 2, &sv));
+        CHECK_EQ_INT(akv_attn_decode_variant_fit(NULL, 1, 128, h200_smem), 0);
+        CHECK_EQ_INT(akv_attn_decode_variant_fit(NULL, 1, 128, 163 * 1024), 2);
+        CHECK_EQ_INT(akv_attn_decode_variant_fit(NULL, 1, 64, 163 * 1024), 0); /* 132 KiB fits */
+        CHECK_OK(akv_attn_split_plan(32768, 1, 8, 128, 132, 163 * 1024, NULL, &sp));
+        CHECK_OK(akv_attn_split_plan_variant(32768, 1, 8, 128, 132, 163 * 1024, NULL, 2, &sv));
         CHECK_EQ_INT(sp.n_parts, sv.n_parts);
         CHECK_EQ_INT(sp.part_tokens, sv.part_tokens);
     }
-    CHECK_STATUS(akv_attn_decode_variant_set(7), AKV_EINVAL);
-    CHECK_STATUS(akv_attn_split_plan(1024, 0, 8, 128, 132, h200_smem, &sp), AKV_EINVAL);
-    CHECK_OK(akv_attn_split_plan(64, 1, 8, 128, 132, h200_smem, &sp));
+    { /* tuning: a forced variant, waves and a cap on partitions; out of range refused */
+        akv_attn_tuning t = {.variant = AKV_ATTN_VARIANT(1)};
+        CHECK_EQ_INT(akv_attn_decode_variant_for(&t, 8), 1);
+        CHECK_EQ_INT(akv_attn_decode_variant_fit(&t, 1, 128, 163 * 1024), 1); /* forced: kept */
+        t = (akv_attn_tuning){.max_parts = 4};
+        CHECK_OK(akv_attn_split_plan(131072, 1, 8, 128, 132, h200_smem, &t, &sp));
+        CHECK_EQ_INT(sp.n_parts, 4);
+        akv_attn_split s1, s3;
+        t = (akv_attn_tuning){.waves = 1};
+        CHECK_OK(akv_attn_split_plan_variant(32768, 8, 8, 128, 132, h200_smem, &t, 1, &s1));
+        t.waves = 3;
+        CHECK_OK(akv_attn_split_plan_variant(32768, 8, 8, 128, 132, h200_smem, &t, 1, &s3));
+        CHECK(s3.n_parts > s1.n_parts); /* more waves, more partitions over a batch */
+        t = (akv_attn_tuning){.variant = AKV_ATTN_DECODE_VARIANTS + 1};
+        CHECK_STATUS(akv_attn_tuning_check(&t), AKV_EINVAL);
+        CHECK_STATUS(akv_attn_split_plan(1024, 1, 8, 128, 132, h200_smem, &t, &sp), AKV_EINVAL);
+        t = (akv_attn_tuning){.waves = 17};
+        CHECK_STATUS(akv_attn_tuning_check(&t), AKV_EINVAL);
+        t = (akv_attn_tuning){.max_parts = AKV_ATTN_MAX_PARTS + 1};
+        CHECK_STATUS(akv_attn_tuning_check(&t), AKV_EINVAL);
+        CHECK_OK(akv_attn_tuning_check(NULL));
+    }
+    CHECK_STATUS(akv_attn_split_plan(1024, 0, 8, 128, 132, h200_smem, NULL, &sp), AKV_EINVAL);
+    CHECK_OK(akv_attn_split_plan(64, 1, 8, 128, 132, h200_smem, NULL, &sp));
     CHECK_EQ_INT(sp.n_parts, 1);
     /* a partition holds positions in an int: rounding one partition up to whole steps past
      * 2^31 - 1 takes a second one instead (2^31 - 64 keys, one partition for 256 K/V heads) */
-    CHECK_OK(akv_attn_split_plan_variant(2147483584ull, 1, 256, 128, 132, h200_smem, 0, &sp));
+    CHECK_OK(akv_attn_split_plan_variant(2147483584ull, 1, 256, 128, 132, h200_smem, NULL, 0, &sp));
     CHECK(sp.part_tokens <= INT32_MAX && sp.part_tokens % 128 == 0);
     CHECK_EQ_INT(sp.n_parts, 2);
     /* no key limit: 2^31 keys still plan */
-    CHECK_OK(akv_attn_split_plan((uint64_t)1 << 31, 1, 3, 64, 132, h200_smem, &sp));
+    CHECK_OK(akv_attn_split_plan((uint64_t)1 << 31, 1, 3, 64, 132, h200_smem, NULL, &sp));
     CHECK((uint64_t)sp.n_parts * sp.part_tokens >= (uint64_t)1 << 31);
     /* capacities past 1024 partitions of 2^31 - 1 keys, up to 2^64 - 1, are refused (the
      * rounding once overflowed into a division by zero) */
-    CHECK_STATUS(akv_attn_split_plan(UINT64_MAX, 1, 1, 128, 132, h200_smem, &sp), AKV_EINVAL);
-    CHECK_STATUS(akv_attn_split_plan(UINT64_MAX - 100, 1, 8, 64, 132, h200_smem, &sp), AKV_EINVAL);
-    CHECK_STATUS(akv_attn_split_plan((uint64_t)INT32_MAX * AKV_ATTN_MAX_PARTS + 1, 1, 8, 128, 132, h200_smem, &sp),
+    CHECK_STATUS(akv_attn_split_plan(UINT64_MAX, 1, 1, 128, 132, h200_smem, NULL, &sp), AKV_EINVAL);
+    CHECK_STATUS(akv_attn_split_plan(UINT64_MAX - 100, 1, 8, 64, 132, h200_smem, NULL, &sp), AKV_EINVAL);
+    CHECK_STATUS(akv_attn_split_plan((uint64_t)INT32_MAX * AKV_ATTN_MAX_PARTS + 1, 1, 8, 128, 132, h200_smem, NULL, &sp),
                  AKV_EINVAL);
     for (int i = 0; i < 2000; i++) {
         uint64_t cap = 1 + test_rand_below(&rng, 1u << 22);
         uint32_t n_kv = 1 + (uint32_t)test_rand_below(&rng, 16), d = i % 2 ? 64 : 128;
         uint32_t n_sm = 1 + (uint32_t)test_rand_below(&rng, 200);
-        akv_status st = akv_attn_split_plan(cap, 1, n_kv, d, n_sm, h200_smem, &sp);
+        akv_status st = akv_attn_split_plan(cap, 1, n_kv, d, n_sm, h200_smem, NULL, &sp);
         if (st != AKV_OK) {
             CHECK_OK(st);
             break;
@@ -650,35 +671,34 @@ static void test_split_plan(void) {
     CHECK_EQ_U64(akv_attn_decode_smem_bytes_variant(128, 1), 2 * 32768 + 8192);
     CHECK_EQ_U64(akv_attn_decode_smem_bytes_variant(64, 2), 3 * 16384 + 4096);
     CHECK_EQ_U64(akv_attn_decode_smem_bytes_variant(128, AKV_ATTN_DECODE_VARIANTS), 0);
-    CHECK_OK(akv_attn_split_plan_variant(32768, 1, 8, 128, 132, h200_smem, 1, &sp));
+    CHECK_OK(akv_attn_split_plan_variant(32768, 1, 8, 128, 132, h200_smem, NULL, 1, &sp));
     CHECK_EQ_INT(sp.n_parts, 47); /* three blocks per SM: floor(396 / 8) = 49 -> 704 keys each */
     CHECK_EQ_INT(sp.part_tokens, 704);
-    CHECK_OK(akv_attn_split_plan_variant(32768, 8, 8, 128, 132, h200_smem, 1, &sp));
+    CHECK_OK(akv_attn_split_plan_variant(32768, 8, 8, 128, 132, h200_smem, NULL, 1, &sp));
     CHECK_EQ_INT(sp.n_parts, 7); /* ceil(396 / 64) */
-    CHECK_OK(akv_attn_split_plan_variant(32768, 8, 8, 128, 132, h200_smem, 2, &sp));
+    CHECK_OK(akv_attn_split_plan_variant(32768, 8, 8, 128, 132, h200_smem, NULL, 2, &sp));
     CHECK_EQ_INT(sp.n_parts, 6); /* floor(396 / 64): 384 blocks, 0.97 of a round */
-    CHECK_OK(akv_attn_split_plan_variant(4096, 8, 3, 64, 132, h200_smem, 2, &sp));
+    CHECK_OK(akv_attn_split_plan_variant(4096, 8, 3, 64, 132, h200_smem, NULL, 2, &sp));
     CHECK_EQ_INT(sp.n_parts, 22); /* 32 parts = 768 blocks = 1.45 rounds of 528: one round */
     CHECK_EQ_INT(sp.part_tokens, 192);
-    CHECK_OK(akv_attn_split_plan_variant(32768, 1, 3, 64, 132, h200_smem, 2, &sp));
+    CHECK_OK(akv_attn_split_plan_variant(32768, 1, 3, 64, 132, h200_smem, NULL, 2, &sp));
     CHECK_EQ_INT(sp.n_parts, 171); /* floor(528 / 3) = 176 -> 192 keys each */
     for (uint32_t v = 0; v < AKV_ATTN_DECODE_VARIANTS; v++)
         for (int i = 0; i < 500; i++) {
             uint64_t cap = 1 + test_rand_below(&rng, 1u << 22);
             uint32_t n_seq = 1 + (uint32_t)test_rand_below(&rng, 64), n_kv = 1 + (uint32_t)test_rand_below(&rng, 16);
-            CHECK_OK(akv_attn_split_plan_variant(cap, n_seq, n_kv, i % 2 ? 64 : 128, 132, h200_smem, v, &sp));
+            CHECK_OK(akv_attn_split_plan_variant(cap, n_seq, n_kv, i % 2 ? 64 : 128, 132, h200_smem, NULL, v, &sp));
             CHECK(sp.part_tokens % (v == 0 ? 2 * AKV_ATTN_TILE_TOKENS : AKV_ATTN_TILE_TOKENS) == 0); /* whole steps */
             CHECK((uint64_t)sp.n_parts * sp.part_tokens >= cap);
             CHECK((uint64_t)(sp.n_parts - 1) * sp.part_tokens < cap);
             CHECK(sp.n_parts >= 1 && sp.n_parts <= AKV_ATTN_MAX_PARTS);
         }
     quiet(1);
-    CHECK_STATUS(akv_attn_split_plan_variant(1024, 1, 8, 128, 132, h200_smem, AKV_ATTN_DECODE_VARIANTS, &sp),
+    CHECK_STATUS(akv_attn_split_plan_variant(1024, 1, 8, 128, 132, h200_smem, NULL, AKV_ATTN_DECODE_VARIANTS, &sp),
                  AKV_EINVAL);
-    CHECK_STATUS(akv_attn_decode_variant_set(AKV_ATTN_DECODE_VARIANTS), AKV_EINVAL);
-    CHECK_STATUS(akv_attn_split_plan(1024, 1, 8, 96, 132, h200_smem, &sp), AKV_EINVAL);
-    CHECK_STATUS(akv_attn_split_plan(0, 1, 8, 128, 132, h200_smem, &sp), AKV_EINVAL);
-    CHECK_STATUS(akv_attn_split_plan(1024, 1, 8, 128, 132, 48 * 1024, &sp), AKV_EUNSUPPORTED);
+    CHECK_STATUS(akv_attn_split_plan(1024, 1, 8, 96, 132, h200_smem, NULL, &sp), AKV_EINVAL);
+    CHECK_STATUS(akv_attn_split_plan(0, 1, 8, 128, 132, h200_smem, NULL, &sp), AKV_EINVAL);
+    CHECK_STATUS(akv_attn_split_plan(1024, 1, 8, 128, 132, 48 * 1024, NULL, &sp), AKV_EUNSUPPORTED);
     quiet(0);
     /* workspace: none for one partition; partial outputs, LSEs and one counter per (sequence,
      * head, 16 rows), each part at a 256-byte boundary; overflow is caught */

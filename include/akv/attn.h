@@ -88,8 +88,7 @@ enum {
     AKV_ATTN_MAX_HEAD_DIM = 256,   /* ref; the CUDA kernels take 64 and 128 */
     AKV_ATTN_TILE_TOKENS = 64,     /* keys per CUDA tile; partitions are multiples of it */
     AKV_ATTN_MAX_PARTS = 1024,     /* most split-KV partitions per (sequence, K/V head) */
-    AKV_ATTN_DECODE_VARIANTS = 3,  /* decode configurations (akv_attn_decode_variant) */
-    AKV_ATTN_DECODE_AUTO = 255,    /* the variant chosen per call by the batch size */
+    AKV_ATTN_DECODE_VARIANTS = 3,  /* decode configurations (akv_attn_tuning.variant) */
 };
 
 /* A paged K/V history of one layer for a batch of n_seq sequences. */
@@ -109,6 +108,23 @@ typedef struct akv_attn_pages {
     uint32_t reserved;      /* 0; fills what would be padding: the device pass compares
                                argument structs byte for byte (graph records) */
 } akv_attn_pages;
+
+/* The decode's tuning: how the split-KV decode plans and launches, for A/B measurement.
+ * Zero is the default, the configuration measured best on the H200 (docs/attention.md); the
+ * engine takes one in its params (engine.attn) and the device pass puts it in every decode's
+ * arguments, so nothing process-wide chooses it. */
+typedef struct akv_attn_tuning {
+    uint32_t variant;    /* AKV_ATTN_VARIANT_AUTO (0): by batch size (akv_attn_decode_variant_for);
+                            AKV_ATTN_VARIANT(v): variant v (0..AKV_ATTN_DECODE_VARIANTS-1) */
+    uint32_t waves;      /* waves of blocks a batch's split aims at, 1..16; 0 = 1 */
+    uint32_t max_parts;  /* a cap on the partition count, 1..AKV_ATTN_MAX_PARTS; 0 = none */
+    uint32_t no_cluster; /* CUDA: 1 = never merge in thread-block clusters; 0 = where they fit */
+} akv_attn_tuning;
+#define AKV_ATTN_VARIANT_AUTO 0u
+#define AKV_ATTN_VARIANT(v) ((uint32_t)(v) + 1u)
+
+/* AKV_EINVAL (logged) for a variant, waves or max_parts out of range. NULL is the default. */
+akv_status akv_attn_tuning_check(const akv_attn_tuning *t);
 
 /* Decode: n_query (1..4) new queries per sequence, all already in the table. */
 typedef struct akv_attn_decode {
@@ -132,6 +148,7 @@ typedef struct akv_attn_decode {
      * A copy, memset or event wait makes the next launch wait in full. false: every read
      * waits. */
     bool prefetch_history;
+    akv_attn_tuning tuning; /* how the CUDA decode plans and launches (zero: the default) */
 } akv_attn_decode;
 
 /* Causal prefill of a chunk of new tokens per sequence over its history and itself. The
@@ -208,9 +225,8 @@ static inline akv_dptr akv_attn_host_ptr(const void *p) {
  *                   work on its critical path); over a batch
  *                   min(ceil(blocks_per_sm * n_sm / n_kv_heads),
  *                       ceil(waves * blocks_per_sm * n_sm / (n_kv_heads * n_seq))),
- *                   `waves` = 1 (the environment variable AKV_ATTN_WAVES = 1..16 overrides
- *                   it, and AKV_ATTN_PARTS = 1..1024 caps n_parts, for tuning); chosen by
- *                   measurement, docs/attention.md
+ *                   `waves` = 1 (t->waves overrides it, and t->max_parts caps n_parts,
+ *                   for tuning); chosen by measurement, docs/attention.md
  *   min_part      = 128 keys (two tiles: what a block puts in flight before its first wait)
  *   n_parts       = clamp(ceil(capacity / min_part), 1, min(fill, AKV_ATTN_MAX_PARTS))
  *   step          = 64 keys x warps/4 (a step of the variant's block: 128 for variant 0)
@@ -220,18 +236,19 @@ static inline akv_dptr akv_attn_host_ptr(const void *p) {
  * device's shared memory cannot hold one decode block. */
 akv_status akv_attn_split_plan(uint64_t capacity_tokens, uint32_t n_seq, uint32_t n_kv_heads,
                                uint32_t head_dim, uint32_t n_sm, size_t smem_per_block,
-                               akv_attn_split *out);
+                               const akv_attn_tuning *t, akv_attn_split *out);
 
 /* The same plan for an explicit decode variant (akv_attn_split_plan uses
- * akv_attn_decode_variant_fit(n_seq, head_dim, smem_per_block)): a function of its
- * arguments and of the tuning overrides AKV_ATTN_WAVES and AKV_ATTN_PARTS (read once). Variants 0 and 1 follow the rule above with their own blocks_per_sm and step;
+ * akv_attn_decode_variant_fit(t, n_seq, head_dim, smem_per_block)): a function of its
+ * arguments only (t: its waves and max_parts; NULL = the default). Variants 0 and 1 follow the rule above with their own blocks_per_sm and step;
  * variant 2 takes floor instead of ceil in `fill` over a batch too and, drops a last round of blocks that would be under half full:
  *   rounds = ceil(n_parts * n_kv_heads * n_seq / (blocks_per_sm * n_sm)); if the last round
  *   holds fewer than half the slots, n_parts = floor((rounds-1) * slots / (n_kv_heads * n_seq)).
  * AKV_EINVAL also for a variant >= AKV_ATTN_DECODE_VARIANTS. */
 akv_status akv_attn_split_plan_variant(uint64_t capacity_tokens, uint32_t n_seq, uint32_t n_kv_heads,
                                        uint32_t head_dim, uint32_t n_sm, size_t smem_per_block,
-                                       uint32_t variant, akv_attn_split *out);
+                                       const akv_attn_tuning *t, uint32_t variant,
+                                       akv_attn_split *out);
 
 /* Shared memory one CUDA decode block of a variant uses for head dim 64 or 128 (0 for others
  * and for a variant out of range). */
@@ -247,25 +264,23 @@ size_t akv_attn_decode_smem_bytes_variant(uint32_t head_dim, uint32_t variant);
  * Every variant gives results within the same tolerance of the float64 reference, bitwise
  * reproducible and independent of page placement; variants differ from each other in the
  * last bits (another split, another merge order).
- * The process's setting is AKV_ATTN_DECODE_AUTO unless AKV_ATTN_DECODE_VARIANT (0..2) is in
- * the environment at first use or akv_attn_decode_variant_set chose one. AUTO picks per call
+ * A decode's tuning (akv_attn_tuning.variant) forces one or leaves AUTO, which picks per call
  * (akv_attn_decode_variant_for): variant 0 for a single sequence, 2 for a batch, as measured
  * on the H200 (docs/attention.md: a lone sequence's time after its key loop is the merge of
  * its partitions, which 8-warp blocks halve at the same streaming rate; at batch 8 variant 2
  * is up to 17 % faster at d=128 than 4-warp blocks with 3 tiles). The choice depends on the batch
  * size only, never on page placement, so resident and staged runs of one batch agree
- * bitwise. Set it only while no decode is being planned or launched (a process-wide
- * setting, not synchronised), and re-plan, re-size and re-zero decode workspaces after
- * changing it. AKV_EINVAL for a value that is neither a variant nor AUTO. */
-uint32_t akv_attn_decode_variant(void);
-akv_status akv_attn_decode_variant_set(uint32_t variant);
-/* The variant a decode of n_seq sequences runs: the process's, or AUTO's choice. */
-uint32_t akv_attn_decode_variant_for(uint32_t n_seq);
+ * bitwise. A plan, a workspace size and its zeroing hold for one tuning: re-plan, re-size
+ * and re-zero after changing it. */
+/* The variant a decode of n_seq sequences runs under t (NULL = the default): the forced one,
+ * or AUTO's choice. t must pass akv_attn_tuning_check. */
+uint32_t akv_attn_decode_variant_for(const akv_attn_tuning *t, uint32_t n_seq);
 /* The same on a device whose blocks may opt into smem_per_block bytes of shared memory: under
  * AUTO, variant 2 (the smallest block) where the choice's block does not fit (variant 0 takes
  * 200 KiB at d=128: H100/H200 hold it, an A100's 163 KiB does not). akv_attn_split_plan and
  * the CUDA decode plan and launch with it. */
-uint32_t akv_attn_decode_variant_fit(uint32_t n_seq, uint32_t head_dim, size_t smem_per_block);
+uint32_t akv_attn_decode_variant_fit(const akv_attn_tuning *t, uint32_t n_seq, uint32_t head_dim,
+                                     size_t smem_per_block);
 
 /* Device workspace a CUDA decode with these parameters and this split needs (partial
  * outputs and LSEs of every partition, and one arrival counter per sequence, K/V head and
@@ -331,8 +346,7 @@ void akv_attn_merge_state(uint32_t head_dim, float *o_a, float *lse_a, const flo
  * is launched as a programmatic dependent of the stream's previous kernel (its blocks may be
  * scheduled while that kernel finishes; they wait for its completion before touching memory,
  * but for what p->prefetch_history allows them to read early) and lets the next one be
- * scheduled once its key loops are done; AKV_ATTN_PDL=0 in the environment launches it
- * plainly (A/B). akv_attn_cuda_append is launched the same way and lets its dependent start
+ * scheduled once its key loops are done. akv_attn_cuda_append is launched the same way and lets its dependent start
  * at once, so a decode right after the append of its queries' rows prefetches while the
  * append waits for its own predecessor and writes. */
 akv_status akv_attn_cuda_decode(const akv_attn_decode *p, akv_dptr workspace,
@@ -343,17 +357,14 @@ akv_status akv_attn_cuda_decode(const akv_attn_decode *p, akv_dptr workspace,
  * for it) holds all its clusters at once, the partitions of each K/V head run as one
  * thread-block cluster and merge through their shared memory, not the workspace (which such
  * a call leaves untouched, though it is still sized and required as for any split: the
- * other merge uses it). On by default; AKV_ATTN_CLUSTER=0 in the environment at first use,
- * or akv_attn_cuda_decode_cluster_set(0), turns it off (A/B, tests). The choice depends on
+ * other merge uses it). On by default; p->tuning.no_cluster turns it off (A/B, tests). The
+ * choice depends on
  * the split, batch, geometry and device, never on page placement; the two merges agree to
  * rounding, not bitwise. "Device" includes how many clusters it holds, which depends on
  * how its multiprocessors are grouped: two units of one model may differ there and so
- * choose differently near the limit (ranks that must agree bitwise turn it off). Set it only
- * while no decode is being launched (a process-wide setting, not synchronised). */
-int akv_attn_cuda_decode_cluster(void);
-void akv_attn_cuda_decode_cluster_set(int on);
-/* The cluster size a CUDA decode with these parameters launches with on the current device
- * under the current setting: its partition count when it merges in clusters, else 1. */
+ * choose differently near the limit (ranks that must agree bitwise turn it off). */
+/* The cluster size a CUDA decode with these parameters launches with on the current device:
+ * its partition count when it merges in clusters, else 1. */
 akv_status akv_attn_cuda_decode_cluster_size(const akv_attn_decode *p, uint32_t *out);
 
 /* The split a CUDA decode with these parameters uses on the current device. */

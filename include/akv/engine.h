@@ -60,6 +60,7 @@
 #include <stdint.h>
 
 #include "akv/admit.h"
+#include "akv/attn.h"
 #include "akv/dev.h"
 #include "akv/dtype.h"
 #include "akv/model.h"
@@ -126,6 +127,8 @@ typedef struct akv_engine_params {
     akv_engine_pass pass;
     uint32_t threads;                /* host pass threads; 0 = one per core */
     bool no_graphs;                  /* device pass: launch decode steps op by op */
+    akv_attn_tuning attn;            /* device pass: the decode's tuning, for A/B measurement
+                                        (akv/attn.h; zero: the measured default) */
 } akv_engine_params;
 
 /* The plan (see the glossary). Every term of the formula is a field, so front ends can print

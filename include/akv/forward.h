@@ -128,6 +128,7 @@ typedef struct akv_forward_params {
                             replay decode steps as graphs where the hooks allow (forward_dev.h) */
     uint32_t threads;    /* host pass: threads of the products, the caller's included; 0 =
                             one per online core */
+    akv_attn_tuning attn; /* device pass: every decode's tuning (zero: the default) */
 } akv_forward_params;
 
 /* max_chunk 256, every layer, a thread per core. */

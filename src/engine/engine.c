@@ -225,6 +225,7 @@ static akv_status engine_open_pass(akv_engine *e) {
     fp.max_chunk = e->plan.step_tokens;
     fp.max_logits = e->plan.max_seqs;
     fp.no_graphs = p->no_graphs;
+    fp.attn = p->attn;
     fp.threads = p->threads;
     const bool host_pass = e->info.is_host && p->pass == AKV_ENGINE_PASS_AUTO;
     const bool report = p->progress && !host_pass; /* the host pass reads the model in place */

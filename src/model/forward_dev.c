@@ -222,8 +222,8 @@ static akv_status fdev_create_common(akv_dev *dev, const akv_model_config *c,
         return AKV_EINVAL;
     }
     akv_dev_info info;
-    akv_status st = akv_dev_get_info(dev, &info);
-    if (st) return st;
+    akv_status st = akv_attn_tuning_check(&p.attn); /* logs the field */
+    if (st || (st = akv_dev_get_info(dev, &info))) return st;
     if (!info.is_host && c->head_dim != 64 && c->head_dim != 128) {
         AKV_LOG_E("forward_dev: the model's head dimension %u is not supported by the %s "
                   "attention kernels (64 or 128); run it on the CPU",
@@ -413,7 +413,7 @@ static akv_status fdev_attn_ws(akv_forward_dev *f, const akv_attn_decode *d, akv
     size_t need = 0;
     akv_status st = akv_attn_split_plan((uint64_t)d->kv.max_pages * d->kv.page_tokens, d->kv.n_seq,
                                         d->kv.n_kv_heads, d->kv.head_dim, f->n_sm,
-                                        f->smem_per_block, &sp);
+                                        f->smem_per_block, &d->tuning, &sp);
     if (st || (st = akv_attn_decode_workspace_bytes(d, &sp, &need))) return st;
     if (need == 0) return AKV_OK; /* one partition: the workspace is not touched */
     const uint32_t layout[3] = {d->kv.n_seq, sp.n_parts, d->n_query};
@@ -474,7 +474,8 @@ static akv_status fdev_attend(akv_forward_dev *f, const akv_attn_pages *pg, cons
                                              * other sequences (their rows and outputs);
                                              * tables and filled pages arrive by copies or
                                              * behind event waits */
-                                            .prefetch_history = true}};
+                                            .prefetch_history = true,
+                                            .tuning = f->params.attn}};
         if ((st = fdev_attn_ws(f, &d.p, &d.workspace, &d.workspace_bytes))) return st;
         return FDEV_LAUNCH(f, akv_fwd_op_attn_decode, d);
     }

@@ -71,11 +71,12 @@ typedef struct run_info {
 } run_info;
 
 static int dev_cc_major; /* the device's compute capability */
+static akv_attn_tuning tuning; /* every decode's here: the variant and cluster merge under test */
 
 /* The cluster size a decode of n_parts partitions that can merge in a cluster (one sequence,
  * 2..8 partitions, 16 rows) launches with under the current setting on this device. */
 static uint64_t expect_cluster(uint32_t n_parts) {
-    return akv_attn_cuda_decode_cluster() && dev_cc_major >= 9 ? n_parts : 1;
+    return !tuning.no_cluster && dev_cc_major >= 9 ? n_parts : 1;
 }
 
 /* One decode on the device: o (typed) and lse come back in host buffers; *info (when given)
@@ -85,7 +86,7 @@ static akv_status run_decode_as(const fx_table *f, const dtable *d, uint32_t nq,
     size_t n_rows = (size_t)f->n_seq * nq * f->g.n_heads, d_ = f->g.head_dim;
     akv_attn_decode p = {
         .kv = dt_pages(f, d), .n_heads = f->g.n_heads, .n_query = nq, .q = q, .q_dtype = q_dtype,
-        .o_dtype = o_dtype, .prefetch_history = prefetch,
+        .o_dtype = o_dtype, .prefetch_history = prefetch, .tuning = tuning,
     };
     p.o = poisoned(n_rows * d_ * akv_dtype_size(o_dtype));
     p.lse = poisoned(n_rows * 4);
@@ -138,14 +139,14 @@ static void check_merges_agree(const fx_table *f, const dtable *d, uint32_t nq, 
     const size_t n_rows = (size_t)nq * f->g.n_heads, D = f->g.head_dim;
     CHECK(ri->sp.n_parts >= 2 && ri->sp.n_parts <= 8);
     CHECK_EQ_U64(ri->cluster, expect_cluster(ri->sp.n_parts));
-    const int setting = akv_attn_cuda_decode_cluster();
-    akv_attn_cuda_decode_cluster_set(!setting);
+    const akv_attn_tuning setting = tuning;
+    tuning.no_cluster = !setting.no_cluster;
     void *o3 = malloc(n_rows * D * akv_dtype_size(o_dtype));
     float *l3 = malloc(n_rows * 4);
     run_info r3;
     CHECK_OK(run_decode(f, d, nq, q, q_dtype, o_dtype, o3, l3, &r3));
     CHECK_EQ_U64(r3.cluster, expect_cluster(ri->sp.n_parts));
-    akv_attn_cuda_decode_cluster_set(setting);
+    tuning = setting;
     double oe, le;
     merge_diff(o1, o3, o_dtype, l1, l3, n_rows, D, &oe, &le);
     printf("  %-44s cluster vs workspace merge: o %.1e, lse %.1e\n", "", oe, le);
@@ -468,7 +469,8 @@ static void prefetch_case(fx_geom g, uint32_t NS, const uint32_t *len, uint32_t 
                                          .dtype = AKV_DTYPE_F32}};
     akv_fwd_attn_decode_args dp = {.p = {.kv = dt_pages(&f, &d), .n_heads = g.n_heads, .n_query = NQ, .q = q_d,
                                          .q_dtype = AKV_DTYPE_F32, .o = poisoned(o_bytes), .o_dtype = AKV_DTYPE_BF16,
-                                         .lse = poisoned(n_rows * 4), .prefetch_history = true}};
+                                         .lse = poisoned(n_rows * 4), .prefetch_history = true,
+                                         .tuning = tuning}};
     akv_attn_split sp;
     size_t ws_bytes = 0;
     uint32_t cluster = 1;
@@ -520,9 +522,8 @@ static void prefetch_case(fx_geom g, uint32_t NS, const uint32_t *len, uint32_t 
 }
 
 static void test_prefetch_after_append(void) {
-    const char *pdl = getenv("AKV_ATTN_PDL");
-    if (dev_cc_major < 9 || (pdl && strcmp(pdl, "0") == 0))
-        printf("  (no launch is early on this device or with AKV_ATTN_PDL=0: these cases hold trivially)\n");
+    if (dev_cc_major < 9)
+        printf("  (no launch is early on this device: these cases hold trivially)\n");
     /* Llama-3-8B's shape over a batch; GQA 8 at d=64 with pages smaller than a tile and 32
      * rows (4 queries); one sequence of 1000 keys (8 partitions: a cluster where it applies) */
     const uint32_t batch[6] = {2, 37, 64, 65, 129, 1000}, small[5] = {4, 17, 40, 100, 300}, one[1] = {1000};
@@ -603,12 +604,9 @@ int main(int argc, char **argv) {
     dev_cc_major = info.cc_major;
     /* every decode variant (akv/attn.h), selected through the API, each with the cluster
      * merge and with the workspace merge only, then the defaults back */
-    const uint32_t variant0 = akv_attn_decode_variant();
-    const int cluster0 = akv_attn_cuda_decode_cluster();
     for (uint32_t v = 0; v < AKV_ATTN_DECODE_VARIANTS; v++)
         for (int cl = 1; cl >= 0; cl--) {
-            CHECK_OK(akv_attn_decode_variant_set(v));
-            akv_attn_cuda_decode_cluster_set(cl);
+            tuning = (akv_attn_tuning){.variant = AKV_ATTN_VARIANT(v), .no_cluster = !cl};
             printf("decode variant %u, cluster merge %s\n", v, cl ? "where it applies" : "off");
             TEST_CASE(decode_vs_float64) {
                 const int n_cluster_cases = test_decode();
@@ -624,8 +622,7 @@ int main(int argc, char **argv) {
             }
             TEST_CASE(prefetch_after_append) test_prefetch_after_append();
         }
-    CHECK_OK(akv_attn_decode_variant_set(variant0));
-    akv_attn_cuda_decode_cluster_set(cluster0);
+    tuning = (akv_attn_tuning){0};
     TEST_CASE(prefill_vs_float64_and_pages) test_prefill();
     TEST_CASE(append_bit_exact) test_append();
     TEST_CASE(merge) test_merge();

@@ -24,7 +24,7 @@
 
 #include <stdlib.h>
 
-#include "core/env.h"
+#include "env.h"
 #include "gpu_skip.h"
 #include "llama3_shape.h"
 #include "route_cells.h"
@@ -33,7 +33,7 @@
 
 static int cells_on(akv_dev *dev, akv_forward_dev *fd, const char *what) {
     const akv_model_config *c = akv_forward_dev_config(fd);
-    uint32_t P = (uint32_t)akv__env_int("AKV_TEST_PAGE_TOKENS", 4, 1024, 16);
+    uint32_t P = (uint32_t)akv_test_env_int("AKV_TEST_PAGE_TOKENS", 4, 1024, 16);
     rc_params rc = {.dev = dev,
                     .fd = fd,
                     .n_layers = c->n_layers,
@@ -58,7 +58,7 @@ int main(int argc, char **argv) {
     akv_forward_params fp = {.max_chunk = 256};
 
     TEST_CASE(bitwise_cells_synthetic_llama3_8b_shape) {
-        akv_model_config c = llama3_8b_shape((uint32_t)akv__env_int("AKV_TEST_LAYERS", 1, 32, 2));
+        akv_model_config c = llama3_8b_shape((uint32_t)akv_test_env_int("AKV_TEST_LAYERS", 1, 32, 2));
         akv_forward_dev *fd = NULL;
         if (!CHECK(akv_forward_dev_create_synthetic(dev, &c, 7, &fp, &fd) == AKV_OK)) break;
         char what[128];
