@@ -6,7 +6,7 @@
  *   test_stage stress     1,000,000 randomized lease operations (label `stress`) */
 #include "test.h"
 
-#include "stage_cases.h"
+#include "stage_cases/faults.h" /* with stage_cases/fixture.h, misuse.h and cancel.h */
 
 static sc_params host_params(uint32_t head_dim, uint32_t n_slots) {
     return (sc_params){.backend = akv_dev_host_backend(),

@@ -8,7 +8,7 @@
 #include "test.h"
 
 #include "gpu/gpu_skip.h"
-#include "stage_cases.h"
+#include "stage_cases/faults.h" /* with stage_cases/fixture.h, misuse.h and cancel.h */
 
 int main(int argc, char **argv) {
     test_args(argc, argv);
