@@ -24,7 +24,7 @@
 #include <stdint.h>
 
 extern "C" {
-#include "ref/attn_impl.h"
+#include "attn/attn_impl.h"
 }
 #include "core/log.h"
 #include "grid_dep.cuh"

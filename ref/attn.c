@@ -8,7 +8,7 @@
  * uniform n = n_query per sequence. Inputs are widened to float first, so FP32 and float64
  * see the same operands and differ only in accumulation.
  */
-#include "attn_impl.h"
+#include "attn/attn_impl.h"
 
 #include <math.h>
 #include <stdbool.h>

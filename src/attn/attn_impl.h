@@ -1,10 +1,12 @@
 /*
- * ref/attn_impl.h — what the reference and the CUDA launchers share: validation of the
- * host-visible parameters (each logs the first bad field, naming the op and the field, and
- * returns AKV_EINVAL) and small helpers. Internal to akv_ref and akv_cuda.
+ * attn/attn_impl.h — the attention's shared contract, which the reference (ref/attn.c) and the
+ * CUDA launchers (cuda/) both implement against: validation of the host-visible parameters
+ * (each logs the first bad field, naming the op and the field, and returns AKV_EINVAL), the
+ * decode blocks' geometry and small helpers. The plans themselves (split, variants, tuning,
+ * workspace) are public in akv/attn.h and live in attn_plan.c.
  */
-#ifndef AKV_REF_ATTN_IMPL_H
-#define AKV_REF_ATTN_IMPL_H
+#ifndef AKV_ATTN_IMPL_H
+#define AKV_ATTN_IMPL_H
 
 #include <stdbool.h>
 #include <stddef.h>

@@ -3,7 +3,7 @@
  * and the decode workspace size: the plain-C part that the reference and the CUDA launchers
  * share (akv/attn.h documents each public function).
  */
-#include "attn_impl.h"
+#include "attn/attn_impl.h"
 
 #include <math.h>
 
