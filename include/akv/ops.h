@@ -116,6 +116,41 @@ const char *akv_ops_isa_name(akv_ops_isa isa); /* "portable", "avx2+fma", "auto"
 void akv_ops_matmul_cols(float *y, const float *x, const float *w, const float *bias, size_t m,
                          size_t n, size_t k, size_t j0, size_t j1, akv_ops_isa isa);
 
+/* ---- products over weights in their block formats ---------------------------------------
+ * W keeps its GGUF block encoding (rows of k / 32 blocks, row j at j * (k / 32) *
+ * akv_ops_qblock_bytes(t)); the activations are quantized per block of 32 to int8 with one
+ * f32 scale (amax / 127, round to nearest), and each output element is one fixed recipe (the
+ * exact integer dot of each block's quants, then one fused multiply-add per block in block
+ * order: ref/qmatmul.c). So, as with akv_ops_matmul_cols, every y[r][j] is the same float
+ * whatever m, the other rows, the column range, the thread and the instruction set. */
+enum { AKV_OPS_QBLOCK = 32 };
+typedef enum akv_ops_wtype {
+    AKV_OPS_W_Q8_0 = 1, /* f16 scale + 32 int8 */
+    AKV_OPS_W_Q4_0 = 2, /* f16 scale + 32 nibbles, value (q - 8) * scale */
+    AKV_OPS_W_Q4_1 = 3, /* f16 scale, f16 min + 32 nibbles, value q * scale + min */
+} akv_ops_wtype;
+
+/* Bytes of one block of 32 weights; 0 for an unknown type. */
+size_t akv_ops_qblock_bytes(akv_ops_wtype t);
+
+/* Activations quantized per block (caller's storage): q [m][k] int8, d / s / sum [m][k / 32]:
+ * the scale, scale * sum(q) and sum(q). */
+typedef struct akv_ops_q8 {
+    int8_t *q;
+    float *d, *s;
+    int32_t *sum;
+} akv_ops_q8;
+
+/* Quantizes x[m][k] (k a multiple of 32) into out. Asserts. */
+void akv_ops_quantize_rows_q8(const float *x, size_t m, size_t k, akv_ops_q8 *out);
+
+/* Columns j0..j1-1 of y[m][n] = x[m][k] · W^T (+ bias[j]) with x quantized by
+ * akv_ops_quantize_rows_q8 and W in format t. m, n >= 1; k a positive multiple of 32; j0 <=
+ * j1 <= n. Asserts. */
+void akv_ops_qmatmul_cols(float *y, const akv_ops_q8 *x, size_t m, const void *w,
+                          akv_ops_wtype t, const float *bias, size_t n, size_t k, size_t j0,
+                          size_t j1, akv_ops_isa isa);
+
 /* Threads OpenBLAS may use (>= 1; its default is every core). */
 void akv_ops_ref_set_threads(int n_threads);
 
