@@ -107,10 +107,72 @@ static QM_AVX2 int32_t isum_avx2(akv_ops_wtype t, const uint8_t *blk, const int8
 }
 #endif
 
+#if defined(__x86_64__) && defined(__GNUC__)
+#define QM_AVX2F __attribute__((target("avx2,fma,f16c")))
+
+/* The integer dot of one block of column c's weights with the activations, as 8 partial int32
+ * sums (their total is the exact isum of isum_portable, before Q4_0's minus 8). */
+static QM_AVX2F inline __m256i qm_partial(akv_ops_wtype t, const uint8_t *blk, __m256i qv) {
+    __m256i p;
+    if (t == AKV_OPS_W_Q8_0) {
+        const __m256i wv = _mm256_loadu_si256((const __m256i *)(blk + 2));
+        p = _mm256_maddubs_epi16(_mm256_sign_epi8(wv, wv), _mm256_sign_epi8(qv, wv));
+    } else {
+        const __m128i nb = _mm_loadu_si128((const __m128i *)(blk + (t == AKV_OPS_W_Q4_1 ? 4 : 2)));
+        const __m128i lo = _mm_and_si128(nb, _mm_set1_epi8(15));
+        const __m128i hi = _mm_and_si128(_mm_srli_epi16(nb, 4), _mm_set1_epi8(15));
+        p = _mm256_maddubs_epi16(_mm256_set_m128i(hi, lo), qv);
+    }
+    return _mm256_madd_epi16(p, _mm256_set1_epi16(1));
+}
+
+/* 8 f16 values at p, p + stride, ... as floats (exact, as ld_f16). */
+static QM_AVX2F inline __m256 qm_f16x8(const uint8_t *p, size_t stride) {
+    uint16_t h[8];
+    for (int c = 0; c < 8; c++) h[c] = (uint16_t)(p[c * stride] | (uint16_t)p[c * stride + 1] << 8);
+    return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)h));
+}
+
+/* Columns j..j+7 for every row: lane c of each vector is column j + c, running exactly the
+ * recipe's operations (the same products, conversions and fused multiply-adds, in block
+ * order), so the bits equal the one-column path's. */
+static QM_AVX2F void qm_cols8_avx2(float *y, const akv_ops_q8 *x, size_t m, const uint8_t *w,
+                                  akv_ops_wtype t, const float *bias, size_t n, size_t k, size_t j) {
+    const size_t nb = k / QB, bb = akv_ops_qblock_bytes(t), row_bytes = nb * bb;
+    const uint8_t *w0 = w + j * row_bytes;
+    for (size_t r = 0; r < m; r++) {
+        const int8_t *qx = x->q + r * k;
+        const float *dx = x->d + r * nb, *sx = x->s + r * nb;
+        const int32_t *sumx = x->sum + r * nb;
+        __m256 acc = _mm256_setzero_ps();
+        for (size_t b = 0; b < nb; b++) {
+            const uint8_t *blk = w0 + b * bb;
+            const __m256i qv = _mm256_loadu_si256((const __m256i *)(qx + b * QB));
+            __m256i p[8];
+            for (int c = 0; c < 8; c++) p[c] = qm_partial(t, blk + c * row_bytes, qv);
+            const __m256i s01 = _mm256_hadd_epi32(p[0], p[1]), s23 = _mm256_hadd_epi32(p[2], p[3]);
+            const __m256i s45 = _mm256_hadd_epi32(p[4], p[5]), s67 = _mm256_hadd_epi32(p[6], p[7]);
+            const __m256i a = _mm256_hadd_epi32(s01, s23), c4 = _mm256_hadd_epi32(s45, s67);
+            __m256i is = _mm256_add_epi32(_mm256_permute2x128_si256(a, c4, 0x20),
+                                          _mm256_permute2x128_si256(a, c4, 0x31));
+            if (t == AKV_OPS_W_Q4_0) is = _mm256_sub_epi32(is, _mm256_set1_epi32(8 * sumx[b]));
+            const __m256 dw = qm_f16x8(blk, row_bytes);
+            acc = _mm256_fmadd_ps(_mm256_mul_ps(dw, _mm256_set1_ps(dx[b])), _mm256_cvtepi32_ps(is), acc);
+            if (t == AKV_OPS_W_Q4_1) acc = _mm256_fmadd_ps(qm_f16x8(blk + 2, row_bytes), _mm256_set1_ps(sx[b]), acc);
+        }
+        if (bias) acc = _mm256_add_ps(acc, _mm256_loadu_ps(bias + j));
+        _mm256_storeu_ps(y + r * n + j, acc);
+    }
+}
+#endif
+
 static void qm_cols(float *y, const akv_ops_q8 *x, size_t m, const void *w, akv_ops_wtype t,
                     const float *bias, size_t n, size_t k, size_t j0, size_t j1, bool avx2) {
     const size_t nb = k / QB, bb = akv_ops_qblock_bytes(t), row_bytes = nb * bb;
-    (void)avx2;
+#if defined(__x86_64__) && defined(__GNUC__)
+    if (avx2)
+        for (; j0 + 8 <= j1; j0 += 8) qm_cols8_avx2(y, x, m, (const uint8_t *)w, t, bias, n, k, j0);
+#endif
     for (size_t j = j0; j < j1; j++) {
         const uint8_t *wr = (const uint8_t *)w + j * row_bytes;
         for (size_t r = 0; r < m; r++) {
