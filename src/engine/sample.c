@@ -140,12 +140,15 @@ akv_status akv_sampler_sample(akv_sampler *s, const float *logits, int32_t *out_
         return AKV_EINVAL;
     }
     const akv_sample_params *p = &s->params;
-    float *lg = s->penalised;
-    memcpy(lg, logits, (size_t)s->n_vocab * sizeof *lg);
+    const float *lg = logits; /* read in place unless a penalty changes it */
 
-    /* 1. penalties: each distinct recent token once, with its count (stamped, so O(history)) */
+    /* 1. penalties: each distinct recent token once, with its count (stamped, so O(history)),
+     * on a copy of the logits */
     const bool additive = p->presence_penalty != 0.0f || p->frequency_penalty != 0.0f;
     if ((p->repeat_penalty != 1.0f || additive) && s->n_hist) {
+        float *pl = s->penalised;
+        memcpy(pl, logits, (size_t)s->n_vocab * sizeof *pl);
+        lg = pl;
         if (++s->n_pass == 0) { /* stamp counter wrapped: forget every old stamp */
             memset(s->stamp, 0, (size_t)s->n_vocab * sizeof *s->stamp);
             s->n_pass = 1;
@@ -165,9 +168,25 @@ akv_status akv_sampler_sample(akv_sampler *s, const float *logits, int32_t *out_
                             (double)s->count[t] * p->frequency_penalty);
             /* a finite logit stays finite (a penalty below 1 on 3e38 would make +inf, one of
              * 1e38 on -4 would make -inf: another token class, not a penalty) */
-            lg[t] = isinf(v) && isfinite(lg[t]) ? (v > 0 ? FLT_MAX : -FLT_MAX) : v;
+            pl[t] = isinf(v) && isfinite(pl[t]) ? (v > 0 ? FLT_MAX : -FLT_MAX) : v;
             s->count[t] = 0;
         }
+    }
+
+    /* 2. greedy: the first of sample_cmp's order (the largest logit, ties to the smaller id),
+     * read from the logits in one pass; NaN and -inf are never chosen */
+    if (p->temp == 0.0f) {
+        int32_t best = -1;
+        for (int32_t i = 0; i < s->n_vocab; i++) {
+            const float v = lg[i];
+            if (!isnan(v) && v != -INFINITY && (best < 0 || v > lg[best])) best = i;
+        }
+        if (best < 0) {
+            AKV_LOG_E("sampler: every logit is NaN or -inf");
+            return AKV_EINVAL;
+        }
+        *out_token = best;
+        return AKV_OK;
     }
 
     /* candidates: finite logits only (NaN and -inf can never be chosen) */
@@ -177,15 +196,6 @@ akv_status akv_sampler_sample(akv_sampler *s, const float *logits, int32_t *out_
     if (n == 0) {
         AKV_LOG_E("sampler: every logit is NaN or -inf");
         return AKV_EINVAL;
-    }
-
-    /* 2. greedy */
-    if (p->temp == 0.0f) {
-        size_t best = 0;
-        for (size_t i = 1; i < n; i++)
-            if (sample_cmp(&s->cand[i], &s->cand[best]) < 0) best = i;
-        *out_token = s->cand[best].id;
-        return AKV_OK;
     }
 
     /* 3. top-k: the k first in sample_cmp's order (a total order, so the set is unique),
