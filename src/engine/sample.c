@@ -106,32 +106,31 @@ static int sample_cmp(const void *a, const void *b) {
     return (x->id > y->id) - (x->id < y->id);
 }
 
-static void cand_swap(sample_cand *a, sample_cand *b) {
-    sample_cand t = *a;
-    *a = *b, *b = t;
-}
-
-/* Rearranges c[0..n) so that c[0..k) holds the k first in sample_cmp's order (in any order):
- * quickselect with a median-of-three pivot, 0 < k < n. */
-static void select_first(sample_cand *c, size_t n, size_t k) {
-    size_t lo = 0, hi = n - 1; /* the k-th lies in [lo, hi] */
-    while (hi > lo) {
-        size_t mid = lo + (hi - lo) / 2;
-        if (sample_cmp(&c[mid], &c[lo]) < 0) cand_swap(&c[mid], &c[lo]);
-        if (sample_cmp(&c[hi], &c[lo]) < 0) cand_swap(&c[hi], &c[lo]);
-        if (sample_cmp(&c[hi], &c[mid]) < 0) cand_swap(&c[hi], &c[mid]);
-        const sample_cand pivot = c[mid]; /* lo <= pivot <= hi now */
-        size_t i = lo, j = hi;
-        for (;;) { /* Hoare partition: [lo, j] <= pivot <= [j + 1, hi] */
-            while (sample_cmp(&c[i], &pivot) < 0) i++;
-            while (sample_cmp(&pivot, &c[j]) < 0) j--;
-            if (i >= j) break;
-            cand_swap(&c[i], &c[j]);
-            i++, j--;
+/* Keeps the k first candidates in sample_cmp's order in heap[0..*n), a heap whose root is
+ * the last of them: v at id joins when fewer than k are kept or when it comes before the root.
+ * Ids arrive ascending, so an equal logit never displaces the root (its id is larger). */
+static void heap_offer(sample_cand *heap, size_t *n, size_t k, float v, int32_t id) {
+    size_t i;
+    if (*n < k) { /* sift up from the new leaf */
+        i = (*n)++;
+        while (i > 0 && sample_cmp(&heap[(i - 1) / 2], &(sample_cand){v, id, 0}) < 0) {
+            heap[i] = heap[(i - 1) / 2];
+            i = (i - 1) / 2;
         }
-        if (k - 1 <= j) hi = j;
-        else lo = j + 1;
+        heap[i] = (sample_cand){v, id, 0};
+        return;
     }
+    if (!(v > heap[0].logit)) return; /* not before the root */
+    i = 0; /* sift down from the root */
+    for (;;) {
+        size_t c = 2 * i + 1;
+        if (c >= *n) break;
+        if (c + 1 < *n && sample_cmp(&heap[c + 1], &heap[c]) > 0) c++; /* the later child */
+        if (sample_cmp(&heap[c], &(sample_cand){v, id, 0}) <= 0) break;
+        heap[i] = heap[c];
+        i = c;
+    }
+    heap[i] = (sample_cand){v, id, 0};
 }
 
 akv_status akv_sampler_sample(akv_sampler *s, const float *logits, int32_t *out_token) {
@@ -176,33 +175,34 @@ akv_status akv_sampler_sample(akv_sampler *s, const float *logits, int32_t *out_
     /* 2. greedy: the first of sample_cmp's order (the largest logit, ties to the smaller id),
      * read from the logits in one pass; NaN and -inf are never chosen */
     if (p->temp == 0.0f) {
-        int32_t best = -1;
-        for (int32_t i = 0; i < s->n_vocab; i++) {
-            const float v = lg[i];
-            if (!isnan(v) && v != -INFINITY && (best < 0 || v > lg[best])) best = i;
-        }
-        if (best < 0) {
+        /* two branch-free passes (a max the compiler vectorises: a NaN compares false and is
+         * passed over), then the first index holding it */
+        float mx = -INFINITY;
+        for (int32_t i = 0; i < s->n_vocab; i++) mx = lg[i] > mx ? lg[i] : mx;
+        if (mx == -INFINITY) {
             AKV_LOG_E("sampler: every logit is NaN or -inf");
             return AKV_EINVAL;
         }
+        int32_t best = 0;
+        while (!(lg[best] == mx)) best++;
         *out_token = best;
         return AKV_OK;
     }
 
-    /* candidates: finite logits only (NaN and -inf can never be chosen) */
+    /* candidates, finite logits only (NaN and -inf can never be chosen); 3. with top-k, only
+     * the k first in sample_cmp's order (a total order, so the set is unique), kept in a heap
+     * in one pass; then sorted */
     size_t n = 0;
-    for (int32_t i = 0; i < s->n_vocab; i++)
-        if (!isnan(lg[i]) && lg[i] != -INFINITY) s->cand[n++] = (sample_cand){lg[i], i, 0};
+    if (p->top_k > 0) {
+        for (int32_t i = 0; i < s->n_vocab; i++)
+            if (!isnan(lg[i]) && lg[i] != -INFINITY) heap_offer(s->cand, &n, (size_t)p->top_k, lg[i], i);
+    } else {
+        for (int32_t i = 0; i < s->n_vocab; i++)
+            if (!isnan(lg[i]) && lg[i] != -INFINITY) s->cand[n++] = (sample_cand){lg[i], i, 0};
+    }
     if (n == 0) {
         AKV_LOG_E("sampler: every logit is NaN or -inf");
         return AKV_EINVAL;
-    }
-
-    /* 3. top-k: the k first in sample_cmp's order (a total order, so the set is unique),
-     * selected in O(n) and then sorted; without top-k, the whole vocabulary sorted */
-    if (p->top_k > 0 && (size_t)p->top_k < n) {
-        select_first(s->cand, n, (size_t)p->top_k);
-        n = (size_t)p->top_k;
     }
     qsort(s->cand, n, sizeof *s->cand, sample_cmp);
 
