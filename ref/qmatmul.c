@@ -29,7 +29,7 @@ static float ld_f16(const uint8_t *p) {
 }
 
 void akv_ops_quantize_rows_q8(const float *x, size_t m, size_t k, akv_ops_q8 *out) {
-    AKV_ASSERT(k % QB == 0 && out && out->q && out->d && out->s);
+    AKV_ASSERT(k % QB == 0 && out && out->q && out->d && out->s && out->lsum8);
     const size_t nb = k / QB;
     for (size_t r = 0; r < m; r++)
         for (size_t b = 0; b < nb; b++) {
@@ -38,160 +38,122 @@ void akv_ops_quantize_rows_q8(const float *x, size_t m, size_t k, akv_ops_q8 *ou
             for (int i = 0; i < QB; i++) amax = fmaxf(amax, fabsf(v[i]));
             const float d = amax / 127.0f, id = d > 0 ? 1.0f / d : 0.0f;
             int8_t *q = out->q + r * k + b * QB;
+            int32_t *l8 = out->lsum8 + (r * nb + b) * 8;
             int sum = 0;
             for (int i = 0; i < QB; i++) {
                 q[i] = (int8_t)roundf(v[i] * id); /* |v id| <= 127 */
                 sum += q[i];
             }
+            for (int l = 0; l < 8; l++) l8[l] = 8 * (q[4 * l] + q[4 * l + 1] + q[4 * l + 2] + q[4 * l + 3]);
             out->d[r * nb + b] = d;
             out->s[r * nb + b] = d * (float)sum;
-            out->sum[r * nb + b] = sum;
         }
 }
 
 /* ---- the recipe ----------------------------------------------------------------------------
- * y[r][j] = sum over blocks b, in ascending order, of
- *   Q8_0, Q4_0:  acc = fmaf(dw_b * dx_b, (float)isum_b, acc)
- *   Q4_1:        acc = fmaf(dw_b * dx_b, (float)isum_b, acc); acc = fmaf(mw_b, sx_b, acc)
- * from acc = 0, then + bias[j]; isum_b is the exact integer dot of the block's quants (Q4_0:
- * nibbles minus 8; Q4_1: nibbles) with the activations' int8 quants, sx_b = dx_b * sum(qx).
- * The integer part is exact in any order, so every instruction set and every batch shape
- * gives the same bits. */
+ * y[r][j] = hsum8(acc) + macc (+ bias[j]), over blocks b in ascending order, from zeros:
+ *   lane l (0..7) of block b: v = the exact integer sum over its 4 elements e = 4l..4l+3 of
+ *     w_e * qx_e (w_e: the int8 of Q8_0, the nibble of Q4_1, the nibble minus 8 of Q4_0);
+ *     acc[l] = fmaf((float)v, dw_b * dx_b, acc[l])
+ *   Q4_1 also: macc = fmaf(mw_b, sx_b, macc)
+ *   hsum8 = ((acc0 + acc4) + (acc2 + acc6)) + ((acc1 + acc5) + (acc3 + acc7))
+ * Element e of a block is its e-th weight (Q4: e < 16 the low nibble of byte e, else the high
+ * nibble of byte e - 16). The lanes are what an AVX2 maddubs + madd pair yields, so the vector
+ * path runs these operations exactly, and every instruction set and batch shape gives the
+ * same bits. */
 
-static int32_t isum_portable(akv_ops_wtype t, const uint8_t *blk, const int8_t *q) {
-    int32_t s = 0;
-    if (t == AKV_OPS_W_Q8_0) {
-        const int8_t *w = (const int8_t *)(blk + 2);
-        for (int i = 0; i < QB; i++) s += (int32_t)w[i] * q[i];
-        return s;
-    }
+enum { QM_LANES = 8 };
+
+static inline float qm_hsum8(const float l[QM_LANES]) {
+    return ((l[0] + l[4]) + (l[2] + l[6])) + ((l[1] + l[5]) + (l[3] + l[7]));
+}
+
+/* The weight of element e of a block, as an integer. */
+static inline int32_t qm_weight(akv_ops_wtype t, const uint8_t *blk, int e) {
+    if (t == AKV_OPS_W_Q8_0) return (int8_t)blk[2 + e];
     const uint8_t *n = blk + (t == AKV_OPS_W_Q4_1 ? 4 : 2);
-    const int off = t == AKV_OPS_W_Q4_0 ? 8 : 0;
-    for (int i = 0; i < QB / 2; i++) {
-        s += ((int32_t)(n[i] & 15) - off) * q[i];
-        s += ((int32_t)(n[i] >> 4) - off) * q[i + QB / 2];
+    const int32_t v = e < QB / 2 ? n[e] & 15 : n[e - QB / 2] >> 4;
+    return t == AKV_OPS_W_Q4_0 ? v - 8 : v;
+}
+
+static float qm_dot_portable(akv_ops_wtype t, const uint8_t *wr, size_t bb, const int8_t *qx,
+                             const float *dx, const float *sx, size_t nb) {
+    float acc[QM_LANES] = {0}, macc = 0.0f;
+    for (size_t b = 0; b < nb; b++) {
+        const uint8_t *blk = wr + b * bb;
+        const float sc = ld_f16(blk) * dx[b];
+        for (int l = 0; l < QM_LANES; l++) {
+            int32_t v = 0;
+            for (int e = 4 * l; e < 4 * l + 4; e++) v += qm_weight(t, blk, e) * qx[b * QB + e];
+            acc[l] = fmaf((float)v, sc, acc[l]);
+        }
+        if (t == AKV_OPS_W_Q4_1) macc = fmaf(ld_f16(blk + 2), sx[b], macc);
     }
-    return s;
+    return qm_hsum8(acc) + macc;
 }
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
-#define QM_AVX2 __attribute__((target("avx2,fma")))
+#define QM_AVX2 __attribute__((target("avx2,fma,f16c")))
 
-static QM_AVX2 inline int32_t qm_hsum_epi32(__m256i v) {
-    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
-    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, _MM_SHUFFLE(1, 0, 3, 2)));
-    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, _MM_SHUFFLE(2, 3, 0, 1)));
-    return _mm_cvtsi128_si32(s);
+static QM_AVX2 inline float qm_hsum_avx2(__m256 v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1)); /* l_i+l_{i+4} */
+    __m128 u = _mm_add_ps(s, _mm_movehl_ps(s, s));                                 /* s0+s2, s1+s3 */
+    return _mm_cvtss_f32(_mm_add_ss(u, _mm_shuffle_ps(u, u, 1)));
 }
 
-/* The same integer dot: unsigned x signed bytes in pairs (maddubs: exact, |sum| <= 2 * 255 *
- * 128 < 2^15 for nibbles, and for Q8 with |w| <= 127 after the sign move), then pairs of
- * 16-bit sums into 32 bits. Q4_0's minus 8 is taken out as 8 * sum(qx). */
-static QM_AVX2 int32_t isum_avx2(akv_ops_wtype t, const uint8_t *blk, const int8_t *q, int32_t qsum) {
-    const __m256i qv = _mm256_loadu_si256((const __m256i *)q);
-    const __m256i ones = _mm256_set1_epi16(1);
-    __m256i p;
-    if (t == AKV_OPS_W_Q8_0) {
-        const __m256i wv = _mm256_loadu_si256((const __m256i *)(blk + 2));
-        /* |w| * (q with w's sign): the unsigned side must be non-negative */
-        p = _mm256_maddubs_epi16(_mm256_sign_epi8(wv, wv), _mm256_sign_epi8(qv, wv));
-    } else {
-        const __m128i nb = _mm_loadu_si128((const __m128i *)(blk + (t == AKV_OPS_W_Q4_1 ? 4 : 2)));
-        const __m128i lo = _mm_and_si128(nb, _mm_set1_epi8(15));
-        const __m128i hi = _mm_and_si128(_mm_srli_epi16(nb, 4), _mm_set1_epi8(15));
-        p = _mm256_maddubs_epi16(_mm256_set_m128i(hi, lo), qv);
-    }
-    int32_t s = qm_hsum_epi32(_mm256_madd_epi16(p, ones));
-    return t == AKV_OPS_W_Q4_0 ? s - 8 * qsum : s;
-}
-#endif
-
-#if defined(__x86_64__) && defined(__GNUC__)
-#define QM_AVX2F __attribute__((target("avx2,fma,f16c")))
-
-/* The integer dot of one block of column c's weights with the activations, as 8 partial int32
- * sums (their total is the exact isum of isum_portable, before Q4_0's minus 8). */
-static QM_AVX2F inline __m256i qm_partial(akv_ops_wtype t, const uint8_t *blk, __m256i qv) {
-    __m256i p;
-    if (t == AKV_OPS_W_Q8_0) {
-        const __m256i wv = _mm256_loadu_si256((const __m256i *)(blk + 2));
-        p = _mm256_maddubs_epi16(_mm256_sign_epi8(wv, wv), _mm256_sign_epi8(qv, wv));
-    } else {
-        const __m128i nb = _mm_loadu_si128((const __m128i *)(blk + (t == AKV_OPS_W_Q4_1 ? 4 : 2)));
-        const __m128i lo = _mm_and_si128(nb, _mm_set1_epi8(15));
-        const __m128i hi = _mm_and_si128(_mm_srli_epi16(nb, 4), _mm_set1_epi8(15));
-        p = _mm256_maddubs_epi16(_mm256_set_m128i(hi, lo), qv);
-    }
-    return _mm256_madd_epi16(p, _mm256_set1_epi16(1));
+static QM_AVX2 inline float qm_f16(const uint8_t *p) {
+    return _cvtsh_ss((unsigned short)(p[0] | (unsigned)p[1] << 8));
 }
 
-/* 8 f16 values at p, p + stride, ... as floats (exact, as ld_f16). */
-static QM_AVX2F inline __m256 qm_f16x8(const uint8_t *p, size_t stride) {
-    uint16_t h[8];
-    for (int c = 0; c < 8; c++) h[c] = (uint16_t)(p[c * stride] | (uint16_t)p[c * stride + 1] << 8);
-    return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)h));
-}
-
-/* Columns j..j+7 for every row: lane c of each vector is column j + c, running exactly the
- * recipe's operations (the same products, conversions and fused multiply-adds, in block
- * order), so the bits equal the one-column path's. */
-static QM_AVX2F void qm_cols8_avx2(float *y, const akv_ops_q8 *x, size_t m, const uint8_t *w,
-                                  akv_ops_wtype t, const float *bias, size_t n, size_t k, size_t j) {
-    const size_t nb = k / QB, bb = akv_ops_qblock_bytes(t), row_bytes = nb * bb;
-    const uint8_t *w0 = w + j * row_bytes;
-    for (size_t r = 0; r < m; r++) {
-        const int8_t *qx = x->q + r * k;
-        const float *dx = x->d + r * nb, *sx = x->s + r * nb;
-        const int32_t *sumx = x->sum + r * nb;
-        __m256 acc = _mm256_setzero_ps();
-        for (size_t b = 0; b < nb; b++) {
-            const uint8_t *blk = w0 + b * bb;
-            const __m256i qv = _mm256_loadu_si256((const __m256i *)(qx + b * QB));
-            __m256i p[8];
-            for (int c = 0; c < 8; c++) p[c] = qm_partial(t, blk + c * row_bytes, qv);
-            const __m256i s01 = _mm256_hadd_epi32(p[0], p[1]), s23 = _mm256_hadd_epi32(p[2], p[3]);
-            const __m256i s45 = _mm256_hadd_epi32(p[4], p[5]), s67 = _mm256_hadd_epi32(p[6], p[7]);
-            const __m256i a = _mm256_hadd_epi32(s01, s23), c4 = _mm256_hadd_epi32(s45, s67);
-            __m256i is = _mm256_add_epi32(_mm256_permute2x128_si256(a, c4, 0x20),
-                                          _mm256_permute2x128_si256(a, c4, 0x31));
-            if (t == AKV_OPS_W_Q4_0) is = _mm256_sub_epi32(is, _mm256_set1_epi32(8 * sumx[b]));
-            const __m256 dw = qm_f16x8(blk, row_bytes);
-            acc = _mm256_fmadd_ps(_mm256_mul_ps(dw, _mm256_set1_ps(dx[b])), _mm256_cvtepi32_ps(is), acc);
-            if (t == AKV_OPS_W_Q4_1) acc = _mm256_fmadd_ps(qm_f16x8(blk + 2, row_bytes), _mm256_set1_ps(sx[b]), acc);
+/* One element by the recipe: maddubs pairs unsigned by signed bytes (exact: |pair| <= 2 * 255
+ * * 127 < 2^15 for nibbles and, after moving Q8_0's sign, 2 * 128 * 127), madd sums pairs into
+ * the 8 lanes of 4 elements; Q4_0's minus 8 comes off each lane as 8 * (its qx sum). */
+static QM_AVX2 float qm_dot_avx2(akv_ops_wtype t, const uint8_t *wr, size_t bb, const int8_t *qx,
+                                 const int32_t *lsum8, const float *dx, const float *sx,
+                                 size_t nb) {
+    const __m256i ones = _mm256_set1_epi16(1), m4 = _mm256_set1_epi8(15);
+    __m256 acc = _mm256_setzero_ps();
+    float macc = 0.0f;
+    for (size_t b = 0; b < nb; b++) {
+        const uint8_t *blk = wr + b * bb;
+        const __m256i qv = _mm256_loadu_si256((const __m256i *)(qx + b * QB));
+        __m256i p;
+        if (t == AKV_OPS_W_Q8_0) {
+            const __m256i wv = _mm256_loadu_si256((const __m256i *)(blk + 2));
+            p = _mm256_maddubs_epi16(_mm256_sign_epi8(wv, wv), _mm256_sign_epi8(qv, wv));
+        } else {
+            const __m128i nb16 = _mm_loadu_si128((const __m128i *)(blk + (t == AKV_OPS_W_Q4_1 ? 4 : 2)));
+            const __m256i nib = _mm256_and_si256(
+                _mm256_set_m128i(_mm_srli_epi16(nb16, 4), nb16), m4);
+            p = _mm256_maddubs_epi16(nib, qv);
         }
-        if (bias) acc = _mm256_add_ps(acc, _mm256_loadu_ps(bias + j));
-        _mm256_storeu_ps(y + r * n + j, acc);
+        __m256i v = _mm256_madd_epi16(p, ones);
+        if (t == AKV_OPS_W_Q4_0)
+            v = _mm256_sub_epi32(v, _mm256_loadu_si256((const __m256i *)(lsum8 + b * QM_LANES)));
+        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(v), _mm256_set1_ps(qm_f16(blk) * dx[b]), acc);
+        if (t == AKV_OPS_W_Q4_1) macc = fmaf(qm_f16(blk + 2), sx[b], macc);
     }
+    return qm_hsum_avx2(acc) + macc;
 }
 #endif
 
 static void qm_cols(float *y, const akv_ops_q8 *x, size_t m, const void *w, akv_ops_wtype t,
                     const float *bias, size_t n, size_t k, size_t j0, size_t j1, bool avx2) {
     const size_t nb = k / QB, bb = akv_ops_qblock_bytes(t), row_bytes = nb * bb;
-#if defined(__x86_64__) && defined(__GNUC__)
-    if (avx2)
-        for (; j0 + 8 <= j1; j0 += 8) qm_cols8_avx2(y, x, m, (const uint8_t *)w, t, bias, n, k, j0);
-#endif
+    (void)avx2;
     for (size_t j = j0; j < j1; j++) {
         const uint8_t *wr = (const uint8_t *)w + j * row_bytes;
         for (size_t r = 0; r < m; r++) {
             const int8_t *qx = x->q + r * k;
             const float *dx = x->d + r * nb, *sx = x->s + r * nb;
-            const int32_t *sumx = x->sum + r * nb;
-            float acc = 0.0f;
-            for (size_t b = 0; b < nb; b++) {
-                const uint8_t *blk = wr + b * bb;
-                int32_t is;
+            float v;
 #if defined(__x86_64__) && defined(__GNUC__)
-                if (avx2) is = isum_avx2(t, blk, qx + b * QB, sumx[b]);
-                else
+            if (avx2) v = qm_dot_avx2(t, wr, bb, qx, x->lsum8 + r * nb * QM_LANES, dx, sx, nb);
+            else
 #endif
-                    is = isum_portable(t, blk, qx + b * QB);
-                acc = fmaf(ld_f16(blk) * dx[b], (float)is, acc);
-                if (t == AKV_OPS_W_Q4_1) acc = fmaf(ld_f16(blk + 2), sx[b], acc);
-            }
-            y[r * n + j] = bias ? acc + bias[j] : acc;
+                v = qm_dot_portable(t, wr, bb, qx, dx, sx, nb);
+            y[r * n + j] = bias ? v + bias[j] : v;
         }
     }
 }
@@ -200,6 +162,6 @@ void akv_ops_qmatmul_cols(float *y, const akv_ops_q8 *x, size_t m, const void *w
                           akv_ops_wtype t, const float *bias, size_t n, size_t k, size_t j0,
                           size_t j1, akv_ops_isa isa) {
     AKV_ASSERT(m >= 1 && n >= 1 && k >= QB && k % QB == 0 && j0 <= j1 && j1 <= n);
-    AKV_ASSERT(akv_ops_qblock_bytes(t) != 0 && x && x->q && x->d && x->s && x->sum);
+    AKV_ASSERT(akv_ops_qblock_bytes(t) != 0 && x && x->q && x->d && x->s && x->lsum8);
     qm_cols(y, x, m, w, t, bias, n, k, j0, j1, akv_ops_isa_resolve(isa) == AKV_OPS_ISA_AVX2);
 }

@@ -360,7 +360,7 @@ int main(int argc, char **argv) {
                     }
                 float *x = rand_vec(&rng, m * k, 3);
                 akv_ops_q8 xq = {akv__malloc(m * k), akv__malloc(m * nb * 4), akv__malloc(m * nb * 4),
-                                 akv__malloc(m * nb * 4)};
+                                 akv__malloc(m * nb * 32)};
                 akv_ops_quantize_rows_q8(x, m, k, &xq);
                 float *yp = akv__malloc(m * n * 4), *ya = akv__malloc(m * n * 4), *y1 = akv__malloc(n * 4);
                 akv_ops_qmatmul_cols(yp, &xq, m, w, t, NULL, n, k, 0, n, AKV_OPS_ISA_PORTABLE);
@@ -371,7 +371,7 @@ int main(int argc, char **argv) {
                 int bad = 0;
                 for (size_t r = 0; r < m; r++) {
                     /* the last row alone: a batch of one */
-                    akv_ops_q8 x1 = {xq.q + r * k, xq.d + r * nb, xq.s + r * nb, xq.sum + r * nb};
+                    akv_ops_q8 x1 = {xq.q + r * k, xq.d + r * nb, xq.s + r * nb, xq.lsum8 + r * nb * 8};
                     akv_ops_qmatmul_cols(y1, &x1, 1, w, t, NULL, n, k, 0, n, AKV_OPS_ISA_AUTO);
                     CHECK_BYTES(y1, yp + r * n, n * 4);
                     for (size_t j = 0; j < n; j++) {
@@ -392,7 +392,7 @@ int main(int argc, char **argv) {
                 }
                 CHECK_EQ_INT(bad, 0);
                 akv__free(w), akv__free(w64), akv__free(x), akv__free(yp), akv__free(ya), akv__free(y1);
-                akv__free(xq.q), akv__free(xq.d), akv__free(xq.s), akv__free(xq.sum);
+                akv__free(xq.q), akv__free(xq.d), akv__free(xq.s), akv__free(xq.lsum8);
             }
         CHECK_EQ_U64(akv_ops_qblock_bytes(AKV_OPS_W_Q8_0), 34);
         CHECK_EQ_U64(akv_ops_qblock_bytes(AKV_OPS_W_Q4_0), 18);

@@ -119,9 +119,9 @@ void akv_ops_matmul_cols(float *y, const float *x, const float *w, const float *
 /* ---- products over weights in their block formats ---------------------------------------
  * W keeps its GGUF block encoding (rows of k / 32 blocks, row j at j * (k / 32) *
  * akv_ops_qblock_bytes(t)); the activations are quantized per block of 32 to int8 with one
- * f32 scale (amax / 127, round to nearest), and each output element is one fixed recipe (the
- * exact integer dot of each block's quants, then one fused multiply-add per block in block
- * order: ref/qmatmul.c). So, as with akv_ops_matmul_cols, every y[r][j] is the same float
+ * f32 scale (amax / 127, round to nearest), and each output element is one fixed recipe (per
+ * block, 8 exact integer dots of 4 elements each, one fused multiply-add per lane, the lanes
+ * summed in a fixed order: ref/qmatmul.c). So, as with akv_ops_matmul_cols, every y[r][j] is the same float
  * whatever m, the other rows, the column range, the thread and the instruction set. */
 enum { AKV_OPS_QBLOCK = 32 };
 typedef enum akv_ops_wtype {
@@ -133,12 +133,12 @@ typedef enum akv_ops_wtype {
 /* Bytes of one block of 32 weights; 0 for an unknown type. */
 size_t akv_ops_qblock_bytes(akv_ops_wtype t);
 
-/* Activations quantized per block (caller's storage): q [m][k] int8, d / s / sum [m][k / 32]:
- * the scale, scale * sum(q) and sum(q). */
+/* Activations quantized per block (caller's storage): q [m][k] int8; d, s [m][k / 32]: the
+ * scale and scale * sum(q); lsum8 [m][k / 32][8]: 8 * the sum of q over each group of 4. */
 typedef struct akv_ops_q8 {
     int8_t *q;
     float *d, *s;
-    int32_t *sum;
+    int32_t *lsum8;
 } akv_ops_q8;
 
 /* Quantizes x[m][k] (k a multiple of 32) into out. Asserts. */
