@@ -7,6 +7,7 @@
 
 #include <cblas.h>
 
+#include "lanes.h"
 #include "core/assert.h"
 
 /* OpenBLAS's own entry point (not in every cblas.h). */
@@ -63,14 +64,10 @@ void akv_ops_ref_set_threads(int n_threads) {
  * multiply-add, as vfmadd is), so they agree bit for bit too. */
 
 enum {
-    MM_LANES = 8,
+    MM_LANES = AKV_LANES,
     MM_BLOCK_BYTES = 192 << 10, /* W rows kept hot while every row group passes over them */
 };
 
-/* The lane sum of the recipe. */
-static inline float mm_hsum8(const float l[MM_LANES]) {
-    return ((l[0] + l[4]) + (l[2] + l[6])) + ((l[1] + l[5]) + (l[3] + l[7]));
-}
 
 /* One element by the recipe, in portable C. */
 static float mm_dot_portable(const float *x, const float *w, size_t k) {
@@ -80,7 +77,7 @@ static float mm_dot_portable(const float *x, const float *w, size_t k) {
             float a = i + e < k ? x[i + e] : 0.0f, b = i + e < k ? w[i + e] : 0.0f;
             l[e] = fmaf(a, b, l[e]);
         }
-    return mm_hsum8(l);
+    return akv__lanes_sum(l);
 }
 
 static void mm_cols_portable(float *y, const float *x, const float *w, const float *bias, size_t m,
@@ -98,11 +95,6 @@ static void mm_cols_portable(float *y, const float *x, const float *w, const flo
 #define MM_INLINE inline __attribute__((always_inline))
 #define MM_UNROLL _Pragma("GCC unroll 8")
 
-static MM_AVX2 MM_INLINE float mm_hsum_avx2(__m256 v) {
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1)); /* l_i+l_{i+4} */
-    __m128 t = _mm_add_ps(s, _mm_movehl_ps(s, s));      /* (s0+s2, s1+s3) */
-    return _mm_cvtss_f32(_mm_add_ss(t, _mm_shuffle_ps(t, t, 1)));
-}
 
 /* One step of 8 k-values of an R x C tile: acc[r][c] += x[r][i..i+8) * w[c][i..i+8) lane by
  * lane. part: the partial last step (masked lanes load 0, and fma(0, 0, a) = a). The side with
@@ -166,7 +158,7 @@ static MM_AVX2 MM_INLINE void mm_tile_avx2(int R, int C, const float *x, const f
     for (int r = 0; r < R; r++)
         MM_UNROLL
         for (int c = 0; c < C; c++) {
-            float s = mm_hsum_avx2(acc[r][c]);
+            float s = akv__lanes_sum_avx2(acc[r][c]);
             y[r * ldy + c] = bias ? s + bias[c] : s;
         }
 }

@@ -9,6 +9,7 @@
 
 #include "core/assert.h"
 #include "core/half.h"
+#include "lanes.h"
 
 enum { QB = AKV_OPS_QBLOCK };
 
@@ -62,11 +63,7 @@ void akv_ops_quantize_rows_q8(const float *x, size_t m, size_t k, akv_ops_q8 *ou
  * path runs these operations exactly, and every instruction set and batch shape gives the
  * same bits. */
 
-enum { QM_LANES = 8 };
-
-static inline float qm_hsum8(const float l[QM_LANES]) {
-    return ((l[0] + l[4]) + (l[2] + l[6])) + ((l[1] + l[5]) + (l[3] + l[7]));
-}
+enum { QM_LANES = AKV_LANES };
 
 /* The weight of element e of a block, as an integer. */
 static inline int32_t qm_weight(akv_ops_wtype t, const uint8_t *blk, int e) {
@@ -89,18 +86,12 @@ static float qm_dot_portable(akv_ops_wtype t, const uint8_t *wr, size_t bb, cons
         }
         if (t == AKV_OPS_W_Q4_1) macc = fmaf(ld_f16(blk + 2), sx[b], macc);
     }
-    return qm_hsum8(acc) + macc;
+    return akv__lanes_sum(acc) + macc;
 }
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
 #define QM_AVX2 __attribute__((target("avx2,fma,f16c")))
-
-static QM_AVX2 inline float qm_hsum_avx2(__m256 v) {
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1)); /* l_i+l_{i+4} */
-    __m128 u = _mm_add_ps(s, _mm_movehl_ps(s, s));                                 /* s0+s2, s1+s3 */
-    return _mm_cvtss_f32(_mm_add_ss(u, _mm_shuffle_ps(u, u, 1)));
-}
 
 static QM_AVX2 inline float qm_f16(const uint8_t *p) {
     return _cvtsh_ss((unsigned short)(p[0] | (unsigned)p[1] << 8));
@@ -134,7 +125,7 @@ static QM_AVX2 float qm_dot_avx2(akv_ops_wtype t, const uint8_t *wr, size_t bb, 
         acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(v), _mm256_set1_ps(qm_f16(blk) * dx[b]), acc);
         if (t == AKV_OPS_W_Q4_1) macc = fmaf(qm_f16(blk + 2), sx[b], macc);
     }
-    return qm_hsum_avx2(acc) + macc;
+    return akv__lanes_sum_avx2(acc) + macc;
 }
 #endif
 

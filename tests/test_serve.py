@@ -229,7 +229,7 @@ def case_completions(env):
     parts = [c.choices[0].text for c in cl.completions.create(
         model="any", prompt=PROMPTS[0], max_tokens=12, temperature=0, stream=True) if c.choices]
     expect("".join(parts) == r.choices[0].text, "streamed completion differs", parts, r)
-    # the same prompt as token ids: the same answer
+    # a one-token completion through the raw endpoint (token-id prompts: case token_prompt)
     st, tok = env.main.raw("POST", "/v1/completions", {"prompt": PROMPTS[0], "max_tokens": 1,
                                                       "temperature": 0})
     expect(st == 200, "completion", tok)

@@ -1066,11 +1066,18 @@ akv_status akv_server_start(const akv_server_params *p, akv_server **out) {
     return AKV_OK;
 }
 
-akv_status akv_server_wait_ready(akv_server *s, double timeout_s) {
+/* The absolute time timeout_s from now, for waits on state_cv (which every change of the
+ * state, n_inflight and n_answering broadcasts). */
+static struct timespec state_deadline(double timeout_s) {
     struct timespec until;
     clock_gettime(CLOCK_REALTIME, &until);
-    double t = until.tv_sec + until.tv_nsec * 1e-9 + timeout_s;
+    double t = until.tv_sec + until.tv_nsec * 1e-9 + (timeout_s > 0 ? timeout_s : 0);
     until.tv_sec = (time_t)t, until.tv_nsec = (long)((t - floor(t)) * 1e9);
+    return until;
+}
+
+akv_status akv_server_wait_ready(akv_server *s, double timeout_s) {
+    const struct timespec until = state_deadline(timeout_s);
     pthread_mutex_lock(&s->mu);
     while (s->state == SRV_LOADING &&
            pthread_cond_timedwait(&s->state_cv, &s->mu, &until) != ETIMEDOUT) {
@@ -1086,12 +1093,9 @@ void akv_server_stop(akv_server *s, double grace_s) {
     set_state(s, SRV_STOPPING);
     /* no new connections; the listening socket is ours to close once the daemon stops */
     const int listen_fd = s->mhd ? MHD_quiesce_daemon(s->mhd) : -1;
-    const double until = akv_clock_s() + (grace_s > 0 ? grace_s : 0);
+    const struct timespec grace_until = state_deadline(grace_s);
     pthread_mutex_lock(&s->mu);
-    while (s->n_inflight && akv_clock_s() < until) {
-        pthread_mutex_unlock(&s->mu);
-        usleep(20000);
-        pthread_mutex_lock(&s->mu);
+    while (s->n_inflight && pthread_cond_timedwait(&s->state_cv, &s->mu, &grace_until) != ETIMEDOUT) {
     }
     s->stop_engine = true; /* cancels the rest; their streams end with an error event */
     pthread_cond_signal(&s->cv);
@@ -1100,12 +1104,9 @@ void akv_server_stop(akv_server *s, double grace_s) {
     s->thread_started = false;
     /* every request has ended now: give their connections a moment to send the last bytes (a
      * stream's error event and [DONE]) before the daemon closes them */
+    const struct timespec flush_until = state_deadline(2);
     pthread_mutex_lock(&s->mu);
-    const double flush_until = akv_clock_s() + 2;
-    while (s->n_answering && akv_clock_s() < flush_until) {
-        pthread_mutex_unlock(&s->mu);
-        usleep(5000);
-        pthread_mutex_lock(&s->mu);
+    while (s->n_answering && pthread_cond_timedwait(&s->state_cv, &s->mu, &flush_until) != ETIMEDOUT) {
     }
     pthread_mutex_unlock(&s->mu);
     if (s->mhd) MHD_stop_daemon(s->mhd); /* waits for every connection's thread */
