@@ -115,12 +115,12 @@ int main(void) {
     for (int i = 0; i < QK; i++) x[i] = (float)((i * 37) % 101) / 50.0f - 1.0f;
     for (size_t i = 0; i < (size_t)QN * QK; i++) wf[i] = (float)((i * 53) % 97) / 48.0f - 1.0f;
     const size_t nb = QK / AKV_OPS_QBLOCK;
-    uint8_t *wq = malloc((size_t)QN * nb * akv_ops_qblock_bytes(AKV_OPS_W_Q8_0));
-    for (size_t i = 0; i < (size_t)QN * nb * akv_ops_qblock_bytes(AKV_OPS_W_Q8_0); i++)
+    uint8_t *wq = malloc((size_t)QN * akv_ops_wrow_bytes(AKV_OPS_W_Q8_0, QK));
+    for (size_t i = 0; i < (size_t)QN * akv_ops_wrow_bytes(AKV_OPS_W_Q8_0, QK); i++)
         wq[i] = (uint8_t)(i * 131 % 251);
     j.wq = wq;
-    j.xq = (akv_ops_q8){malloc(QK), malloc(nb * sizeof(float)), malloc(nb * sizeof(float)),
-                        malloc(nb * 8 * sizeof(int32_t))};
+    void *xmem = malloc(akv_ops_q8_bytes(1, QK));
+    akv_ops_q8_bind(xmem, 1, QK, &j.xq);
     const double f32_us = best_us(run_f32, &j);
     bench_emit(f, "\n### Host: block-format products, one row, n = %d, k = %d (weights in cache)\n\n",
                QN, QK);
@@ -137,7 +137,7 @@ int main(void) {
             if (akv_ops_isa_resolve((akv_ops_isa)isa) != (akv_ops_isa)isa) continue;
             j.t = fmts[fi].t, j.isa = (akv_ops_isa)isa;
             /* the format's scales (and Q4_1's minimums) small and normal; quants as they fell */
-            const size_t bb = akv_ops_qblock_bytes(j.t);
+            const size_t bb = akv_ops_wrow_bytes(j.t, QK) / nb;
             const uint16_t h = akv_f32_to_f16(0.01f);
             for (size_t b = 0; b < (size_t)QN * nb; b++) {
                 uint8_t *blk = wq + b * bb;
@@ -145,12 +145,12 @@ int main(void) {
                 if (j.t == AKV_OPS_W_Q4_1) blk[2] = (uint8_t)h, blk[3] = (uint8_t)(h >> 8);
             }
             const double us = best_us(run_q, &j);
-            const double bytes = (double)QN * nb * akv_ops_qblock_bytes(j.t);
+            const double bytes = (double)QN * akv_ops_wrow_bytes(j.t, QK);
             bench_emit(f, "| %s | %s | %.1f | %.1f | %.2f |\n", fmts[fi].name,
                        akv_ops_isa_name((akv_ops_isa)isa), us, bytes / us / 1e3, us / f32_us);
         }
     if (f) fclose(f);
     free(logits), free(x), free(wf), free(wq), free(j.y);
-    free(j.xq.q), free(j.xq.d), free(j.xq.s), free(j.xq.lsum8);
+    free(xmem);
     return 0;
 }

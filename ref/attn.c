@@ -13,7 +13,7 @@
 #include <math.h>
 #include <stdbool.h>
 
-#include <cblas.h>
+#include "akv/ops.h"
 #include <string.h>
 
 #include "core/alloc.h"
@@ -229,18 +229,33 @@ akv_status akv_attn_ref_append(const akv_attn_append *p) {
     return AKV_OK;
 }
 
-/* ---- the host backend's attention: the same contract, blocked through BLAS ------------------ */
+/* ---- the host backend's attention: the same contract, blocked, row-invariant ---------------- */
 
 /* Rows of scores computed at once: at most this many floats of S per block. */
 #define FAST_S_FLOATS (1u << 22)
 
+/* o[e] += p[t] * v[t][e] over t < n ascending, a multiply then an add each (no fused
+ * multiply-add: every instruction set gives the same bits); cloned for AVX2 where the CPU
+ * has it. */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+__attribute__((target_clones("avx2", "default")))
+#endif
+static void fast_pv(float *o, const float *p, const float *v, size_t n, uint32_t d) {
+    for (size_t t = 0; t < n; t++) {
+        const float pt = p[t], *vr = v + t * d;
+        for (uint32_t e = 0; e < d; e++) o[e] += pt * vr[e];
+    }
+}
+
 /* One sequence s, for each K/V head: its K and V rows widened to f32 once, the query rows of
- * its group (every chunk row x every head of the group) as a matrix, S = scale Q K^T by sgemm
- * in blocks of rows, a causal mask and a softmax per row (two passes: max, then exp and sum),
- * O = P V by sgemm, each row divided by its sum. The FP32 path of attend_all, with a different
- * order of summation (the tests hold both to the float64 oracle). Everything it decides (the
- * row blocks, the scratch) follows from the sequence's own length and rows, so its results do
- * not depend on the other sequences of the call. */
+ * its group (every chunk row x every head of the group) scaled and gathered as a matrix, S =
+ * Q K^T by the row-invariant product (akv_ops_matmul_cols) in blocks of rows, a causal mask
+ * and a softmax per row (two passes over the keys a row sees: max, then exp and sum), O = P V
+ * accumulated key by key in ascending order over the keys the row sees, each row divided by
+ * its sum. The FP32 path of attend_all, with a different order of summation (the tests hold
+ * both to the float64 oracle). Every output row is one fixed recipe over its own query and
+ * the keys it sees: the same bits whether its chunk has one row (a decode) or many (a
+ * prefill), and whatever the other sequences of the call. */
 static akv_status attend_fast(const kv_view *v, const rows_spec *r, uint32_t s, uint32_t n_heads,
                               const void *q, akv_dtype q_dtype, uint32_t q_stride, float scale,
                               const attn_out *out) {
@@ -268,16 +283,25 @@ static akv_status attend_fast(const kv_view *v, const rows_spec *r, uint32_t s, 
         }
         for (uint32_t x = 0; x < rows; x++) {
             size_t tok = (size_t)start + x / group, j = (size_t)h * group + x % group;
-            row_to_f32((const unsigned char *)q + (tok * q_stride + j * d) * q_elem, q_dtype, d,
-                       qm + (size_t)x * d);
+            float *qx = qm + (size_t)x * d;
+            row_to_f32((const unsigned char *)q + (tok * q_stride + j * d) * q_elem, q_dtype, d, qx);
+            for (uint32_t e = 0; e < d; e++) qx[e] *= scale;
         }
         for (uint32_t x0 = 0; x0 < rows; x0 += blk) {
             uint32_t nb = rows - x0 < blk ? rows - x0 : blk;
-            /* beta 0 must not read the scratch (0 * NaN): start from zeros */
-            memset(sm, 0, (size_t)nb * len * sizeof *sm);
+            /* the scores a row sees, a token's group of rows at a time (they see the same
+             * keys); the rest of S is never read */
+            for (uint32_t b = 0; b < nb;) {
+                const uint32_t x = x0 + b, i = x / group, run = group - x % group < nb - b
+                                                                     ? group - x % group
+                                                                     : nb - b;
+                const int64_t n_keys = (int64_t)len - n + i + 1;
+                if (n_keys > 0)
+                    akv_ops_matmul_cols(sm + (size_t)b * len, qm + (size_t)x * d, kf, NULL, run,
+                                        len, d, 0, (size_t)n_keys, AKV_OPS_ISA_AUTO);
+                b += run;
+            }
             memset(om, 0, (size_t)nb * d * sizeof *om);
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)nb, (int)len, (int)d, scale,
-                        qm + (size_t)x0 * d, (int)d, kf, (int)d, 0.0f, sm, (int)len);
             for (uint32_t b = 0; b < nb; b++) {
                 uint32_t x = x0 + b, i = x / group;
                 /* the causal rule: row i of n sits at len - n + i and sees keys up to it */
@@ -286,13 +310,11 @@ static akv_status attend_fast(const kv_view *v, const rows_spec *r, uint32_t s, 
                 float *row = sm + (size_t)b * len, m = -INFINITY, l = 0;
                 for (int64_t t = 0; t < n_keys; t++) m = row[t] > m ? row[t] : m;
                 for (int64_t t = 0; t < n_keys; t++) l += row[t] = expf(row[t] - m);
-                for (int64_t t = n_keys; t < len; t++) row[t] = 0;
+                fast_pv(om + (size_t)b * d, row, vf, (size_t)n_keys, d);
                 size_t tok = (size_t)start + i, j = (size_t)h * group + x % group;
                 if (out->lse) out->lse[tok * n_heads + j] = l > 0 ? m + logf(l) : -INFINITY;
                 sum[b] = l;
             }
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)nb, (int)d, (int)len, 1.0f,
-                        sm, (int)len, vf, (int)d, 0.0f, om, (int)d);
             for (uint32_t b = 0; b < nb; b++) {
                 uint32_t x = x0 + b;
                 float l = sum[b];
@@ -308,15 +330,12 @@ static akv_status attend_fast(const kv_view *v, const rows_spec *r, uint32_t s, 
     return st;
 }
 
-/* Whether the blocked path pays for sequence s: BLAS calls and the widening of K/V cost more
- * than the plain loops for a few query rows over a short history (measured on two cores with
- * the default model: decode at 30 keys 25 tokens/s blocked against 42 plain; at 300 keys, one
- * thread, 23.8 against 19.2; a 859-token prefill 527 against 72). Never without a key: the
- * plain loops write the empty states. Decided per sequence, from its own length and rows. */
+/* Whether sequence s takes the blocked path: whenever it has a key, so that every row of the
+ * host pass, decode or prefill, is the same recipe (attend_fast); the plain loops write the
+ * empty states. */
 static bool fast_pays(const kv_view *v, const rows_spec *r, uint32_t s, uint32_t n_heads) {
-    uint32_t group = n_heads / v->n_kv_heads, start, n;
-    qo_range(r, s, &start, &n);
-    return seq_len(v, s) > 0 && (n * group >= 16 || seq_len(v, s) >= 256);
+    (void)r, (void)n_heads;
+    return seq_len(v, s) > 0;
 }
 
 /* One attention call, decode or prefill, after its own parameter check. */

@@ -1,6 +1,6 @@
 /* qmatmul.c — the host products over weights kept in their block formats (akv/ops.h,
  * akv_ops_qmatmul_cols): activations quantized per 32-element block to 8 bits, one integer
- * dot product per weight block, one fixed float recipe per output element. */
+ * dot product per 32 weights, one fixed float recipe per output element. */
 #include "akv/ops.h"
 
 #include <math.h>
@@ -11,26 +11,73 @@
 #include "core/half.h"
 #include "lanes.h"
 
-enum { QB = AKV_OPS_QBLOCK };
+enum { QB = AKV_OPS_QBLOCK, QK = 256, QM_LANES = AKV_LANES };
 
-/* The bytes of one block of each format: Q8_0 = f16 d + 32 int8; Q4_0 = f16 d + 16 bytes of
- * nibbles (value (q - 8) d); Q4_1 = f16 d, f16 m + 16 bytes (value q d + m). Element i < 16 of a
- * Q4 block is the low nibble of byte i, element i + 16 its high nibble (GGUF's layout). */
-size_t akv_ops_qblock_bytes(akv_ops_wtype t) {
+/* Elements and bytes of one block of each format (GGUF's). */
+static size_t qm_block(akv_ops_wtype t, size_t *bytes) {
+    size_t e = 0, b = 0;
     switch (t) {
-    case AKV_OPS_W_Q8_0: return 2 + QB;
-    case AKV_OPS_W_Q4_0: return 2 + QB / 2;
-    case AKV_OPS_W_Q4_1: return 4 + QB / 2;
+    case AKV_OPS_W_F32: e = 1, b = 4; break;
+    case AKV_OPS_W_Q8_0: e = QB, b = 2 + QB; break;
+    case AKV_OPS_W_Q4_0: e = QB, b = 2 + QB / 2; break;
+    case AKV_OPS_W_Q4_1: e = QB, b = 4 + QB / 2; break;
+    case AKV_OPS_W_Q4_K: e = QK, b = 4 + 12 + QK / 2; break;
+    case AKV_OPS_W_Q5_K: e = QK, b = 4 + 12 + QK / 8 + QK / 2; break;
+    case AKV_OPS_W_Q6_K: e = QK, b = QK / 2 + QK / 4 + QK / 16 + 2; break;
     }
-    return 0;
+    if (bytes) *bytes = b;
+    return e;
+}
+
+size_t akv_ops_wblock_elems(akv_ops_wtype t) {
+    return qm_block(t, NULL);
+}
+
+size_t akv_ops_wrow_bytes(akv_ops_wtype t, size_t k) {
+    size_t bytes, e = qm_block(t, &bytes);
+    return e && k && k % e == 0 ? k / e * bytes : 0;
+}
+
+const char *akv_ops_wtype_name(akv_ops_wtype t) {
+    switch (t) {
+    case AKV_OPS_W_F32: return "f32";
+    case AKV_OPS_W_Q8_0: return "q8_0";
+    case AKV_OPS_W_Q4_0: return "q4_0";
+    case AKV_OPS_W_Q4_1: return "q4_1";
+    case AKV_OPS_W_Q4_K: return "q4_K";
+    case AKV_OPS_W_Q5_K: return "q5_K";
+    case AKV_OPS_W_Q6_K: return "q6_K";
+    }
+    return "?";
 }
 
 static float ld_f16(const uint8_t *p) {
     return akv_f16_to_f32((uint16_t)(p[0] | (uint16_t)p[1] << 8));
 }
 
+/* ---- activations ---------------------------------------------------------------------------- */
+
+size_t akv_ops_q8_bytes(size_t m, size_t k) {
+    const size_t nb = k / QB;
+    return m * nb * (2 * sizeof(float) + QM_LANES * sizeof(int32_t)) + m * k;
+}
+
+void akv_ops_q8_bind(void *mem, size_t m, size_t k, akv_ops_q8 *out) {
+    const size_t nb = k / QB;
+    out->d = mem;
+    out->s = out->d + m * nb;
+    out->lsum = (int32_t *)(out->s + m * nb);
+    out->q = (int8_t *)(out->lsum + m * nb * QM_LANES);
+}
+
+akv_ops_q8 akv_ops_q8_row(const akv_ops_q8 *x, size_t k, size_t r) {
+    const size_t nb = k / QB;
+    return (akv_ops_q8){.q = x->q + r * k, .d = x->d + r * nb, .s = x->s + r * nb,
+                        .lsum = x->lsum + r * nb * QM_LANES};
+}
+
 void akv_ops_quantize_rows_q8(const float *x, size_t m, size_t k, akv_ops_q8 *out) {
-    AKV_ASSERT(k % QB == 0 && out && out->q && out->d && out->s && out->lsum8);
+    AKV_ASSERT(k % QB == 0 && out && out->q && out->d && out->s && out->lsum);
     const size_t nb = k / QB;
     for (size_t r = 0; r < m; r++)
         for (size_t b = 0; b < nb; b++) {
@@ -39,52 +86,113 @@ void akv_ops_quantize_rows_q8(const float *x, size_t m, size_t k, akv_ops_q8 *ou
             for (int i = 0; i < QB; i++) amax = fmaxf(amax, fabsf(v[i]));
             const float d = amax / 127.0f, id = d > 0 ? 1.0f / d : 0.0f;
             int8_t *q = out->q + r * k + b * QB;
-            int32_t *l8 = out->lsum8 + (r * nb + b) * 8;
+            int32_t *ls = out->lsum + (r * nb + b) * QM_LANES;
             int sum = 0;
             for (int i = 0; i < QB; i++) {
                 q[i] = (int8_t)roundf(v[i] * id); /* |v id| <= 127 */
                 sum += q[i];
             }
-            for (int l = 0; l < 8; l++) l8[l] = 8 * (q[4 * l] + q[4 * l + 1] + q[4 * l + 2] + q[4 * l + 3]);
+            for (int l = 0; l < QM_LANES; l++) ls[l] = q[4 * l] + q[4 * l + 1] + q[4 * l + 2] + q[4 * l + 3];
             out->d[r * nb + b] = d;
             out->s[r * nb + b] = d * (float)sum;
         }
 }
 
 /* ---- the recipe ----------------------------------------------------------------------------
- * y[r][j] = hsum8(acc) + macc (+ bias[j]), over blocks b in ascending order, from zeros:
- *   lane l (0..7) of block b: v = the exact integer sum over its 4 elements e = 4l..4l+3 of
- *     w_e * qx_e (w_e: the int8 of Q8_0, the nibble of Q4_1, the nibble minus 8 of Q4_0);
- *     acc[l] = fmaf((float)v, dw_b * dx_b, acc[l])
- *   Q4_1 also: macc = fmaf(mw_b, sx_b, macc)
+ * y[r][j] = hsum8(acc) + macc (+ bias[j]), over the row's 32-element sub-blocks b in ascending
+ * order, from zeros. Each sub-block gives 32 integer weights u_e, 8 lane scales ws_l, an
+ * integer offset o and (some formats) a minimum mw:
+ *   v_l = sum over e = 4l..4l+3 of u_e * qx_e, minus o * lsum_l   (exact integers)
+ *   acc[l] = fmaf((float)v_l, ws_l * dx_b, acc[l])
+ *   macc = fmaf(mw, sx_b, macc)                        (Q4_1, Q4_K, Q5_K only)
  *   hsum8 = ((acc0 + acc4) + (acc2 + acc6)) + ((acc1 + acc5) + (acc3 + acc7))
- * Element e of a block is its e-th weight (Q4: e < 16 the low nibble of byte e, else the high
- * nibble of byte e - 16). The lanes are what an AVX2 maddubs + madd pair yields, so the vector
- * path runs these operations exactly, and every instruction set and batch shape gives the
- * same bits. */
+ * per format (w = the weight's value):
+ *   Q8_0  u = q (signed), ws = d, o = 0          Q4_K  u = q, ws = d * sc, o = 0, mw = -(dmin * mn)
+ *   Q4_0  u = q, ws = d, o = 8                   Q5_K  as Q4_K with 5-bit q
+ *   Q4_1  u = q, ws = d, o = 0, mw = m           Q6_K  u = q, ws = d * sc (lanes 0-3 the first
+ *                                                      16 elements' sc, 4-7 the second's), o = 32
+ * The lanes are what an AVX2 maddubs + madd pair yields, so the vector path runs these
+ * operations exactly, and every instruction set and batch shape gives the same bits. */
 
-enum { QM_LANES = AKV_LANES };
+typedef struct qm_sub {
+    int32_t u[QB];
+    float ws[QM_LANES];
+    int32_t o;
+    bool has_min;
+    float mw;
+} qm_sub;
 
-/* The weight of element e of a block, as an integer. */
-static inline int32_t qm_weight(akv_ops_wtype t, const uint8_t *blk, int e) {
-    if (t == AKV_OPS_W_Q8_0) return (int8_t)blk[2 + e];
-    const uint8_t *n = blk + (t == AKV_OPS_W_Q4_1 ? 4 : 2);
-    const int32_t v = e < QB / 2 ? n[e] & 15 : n[e - QB / 2] >> 4;
-    return t == AKV_OPS_W_Q4_0 ? v - 8 : v;
+/* The 6-bit scale and min of K-format sub-block j from the 12 packed bytes. */
+static void qm_k_scale_min(const uint8_t *s, int j, int *sc, int *mn) {
+    if (j < 4) {
+        *sc = s[j] & 63, *mn = s[j + 4] & 63;
+    } else {
+        *sc = (s[j + 4] & 15) | ((s[j - 4] >> 6) << 4);
+        *mn = (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
+    }
 }
 
-static float qm_dot_portable(akv_ops_wtype t, const uint8_t *wr, size_t bb, const int8_t *qx,
-                             const float *dx, const float *sx, size_t nb) {
+/* Sub-block j of the block at blk (j < 8 for the K formats, 0 otherwise). */
+static void qm_unpack(akv_ops_wtype t, const uint8_t *blk, int j, qm_sub *s) {
+    s->o = 0, s->has_min = false, s->mw = 0.0f;
+    float ws = 0.0f;
+    switch (t) {
+    case AKV_OPS_W_Q8_0:
+        ws = ld_f16(blk);
+        for (int e = 0; e < QB; e++) s->u[e] = (int8_t)blk[2 + e];
+        break;
+    case AKV_OPS_W_Q4_0:
+    case AKV_OPS_W_Q4_1: {
+        const uint8_t *n = blk + (t == AKV_OPS_W_Q4_1 ? 4 : 2);
+        ws = ld_f16(blk);
+        for (int e = 0; e < QB; e++) s->u[e] = e < QB / 2 ? n[e] & 15 : n[e - QB / 2] >> 4;
+        if (t == AKV_OPS_W_Q4_0) s->o = 8;
+        else s->has_min = true, s->mw = ld_f16(blk + 2);
+        break;
+    }
+    case AKV_OPS_W_Q4_K:
+    case AKV_OPS_W_Q5_K: {
+        int sc, mn;
+        qm_k_scale_min(blk + 4, j, &sc, &mn);
+        ws = ld_f16(blk) * (float)sc;
+        s->has_min = true, s->mw = -(ld_f16(blk + 2) * (float)mn);
+        const uint8_t *qh = blk + 16, *qs = blk + 16 + (t == AKV_OPS_W_Q5_K ? QK / 8 : 0);
+        for (int e = 0; e < QB; e++) {
+            s->u[e] = (qs[32 * (j / 2) + e] >> (4 * (j & 1))) & 15;
+            if (t == AKV_OPS_W_Q5_K) s->u[e] |= ((qh[e] >> j) & 1) << 4;
+        }
+        break;
+    }
+    case AKV_OPS_W_Q6_K: {
+        const int h = j / 4, q = j % 4;
+        const uint8_t *ql = blk + 64 * h + 32 * (q & 1), *qh = blk + QK / 2 + 32 * h;
+        const int8_t *sc = (const int8_t *)(blk + QK / 2 + QK / 4) + 8 * h + 2 * q;
+        const float d = ld_f16(blk + QK / 2 + QK / 4 + QK / 16);
+        for (int e = 0; e < QB; e++)
+            s->u[e] = ((q < 2 ? ql[e] & 15 : ql[e] >> 4) | ((qh[e] >> (2 * q)) & 3) << 4);
+        for (int l = 0; l < QM_LANES; l++) s->ws[l] = d * (float)sc[l / 4];
+        s->o = 32;
+        return;
+    }
+    case AKV_OPS_W_F32: AKV_ASSERT(!"F32 weights take akv_ops_matmul_cols");
+    }
+    for (int l = 0; l < QM_LANES; l++) s->ws[l] = ws;
+}
+
+static float qm_dot_portable(akv_ops_wtype t, const uint8_t *wr, size_t sub_per_blk, size_t bb,
+                             const int8_t *qx, const int32_t *lsum, const float *dx,
+                             const float *sx, size_t nb) {
     float acc[QM_LANES] = {0}, macc = 0.0f;
+    qm_sub s;
     for (size_t b = 0; b < nb; b++) {
-        const uint8_t *blk = wr + b * bb;
-        const float sc = ld_f16(blk) * dx[b];
+        qm_unpack(t, wr + b / sub_per_blk * bb, (int)(b % sub_per_blk), &s);
         for (int l = 0; l < QM_LANES; l++) {
             int32_t v = 0;
-            for (int e = 4 * l; e < 4 * l + 4; e++) v += qm_weight(t, blk, e) * qx[b * QB + e];
-            acc[l] = fmaf((float)v, sc, acc[l]);
+            for (int e = 4 * l; e < 4 * l + 4; e++) v += s.u[e] * qx[b * QB + e];
+            v -= s.o * lsum[b * QM_LANES + l];
+            acc[l] = fmaf((float)v, s.ws[l] * dx[b], acc[l]);
         }
-        if (t == AKV_OPS_W_Q4_1) macc = fmaf(ld_f16(blk + 2), sx[b], macc);
+        if (s.has_min) macc = fmaf(s.mw, sx[b], macc);
     }
     return akv__lanes_sum(acc) + macc;
 }
@@ -97,62 +205,116 @@ static QM_AVX2 inline float qm_f16(const uint8_t *p) {
     return _cvtsh_ss((unsigned short)(p[0] | (unsigned)p[1] << 8));
 }
 
-/* One element by the recipe: maddubs pairs unsigned by signed bytes (exact: |pair| <= 2 * 255
- * * 127 < 2^15 for nibbles and, after moving Q8_0's sign, 2 * 128 * 127), madd sums pairs into
- * the 8 lanes of 4 elements; Q4_0's minus 8 comes off each lane as 8 * (its qx sum). */
-static QM_AVX2 float qm_dot_avx2(akv_ops_wtype t, const uint8_t *wr, size_t bb, const int8_t *qx,
-                                 const int32_t *lsum8, const float *dx, const float *sx,
-                                 size_t nb) {
-    const __m256i ones = _mm256_set1_epi16(1), m4 = _mm256_set1_epi8(15);
+/* Sub-block j's weights as unsigned bytes (Q8_0: its signed bytes), its lane scales, offset
+ * and minimum, by qm_unpack's rules. */
+static QM_AVX2 inline __m256i qm_unpack_avx2(akv_ops_wtype t, const uint8_t *blk, int j,
+                                             __m256 *ws, int *o, float *mw) {
+    const __m256i m4 = _mm256_set1_epi8(15);
+    *o = 0, *mw = 0.0f;
+    switch (t) {
+    case AKV_OPS_W_Q8_0:
+        *ws = _mm256_set1_ps(qm_f16(blk));
+        return _mm256_loadu_si256((const __m256i *)(blk + 2));
+    case AKV_OPS_W_Q4_0:
+    case AKV_OPS_W_Q4_1: {
+        const __m128i n = _mm_loadu_si128((const __m128i *)(blk + (t == AKV_OPS_W_Q4_1 ? 4 : 2)));
+        *ws = _mm256_set1_ps(qm_f16(blk));
+        if (t == AKV_OPS_W_Q4_0) *o = 8;
+        else *mw = qm_f16(blk + 2);
+        return _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(n, 4), n), m4);
+    }
+    case AKV_OPS_W_Q4_K:
+    case AKV_OPS_W_Q5_K: {
+        int sc, mn;
+        qm_k_scale_min(blk + 4, j, &sc, &mn);
+        *ws = _mm256_set1_ps(qm_f16(blk) * (float)sc);
+        *mw = -(qm_f16(blk + 2) * (float)mn);
+        const uint8_t *qh = blk + 16, *qs = blk + 16 + (t == AKV_OPS_W_Q5_K ? QK / 8 : 0);
+        const __m256i b = _mm256_loadu_si256((const __m256i *)(qs + 32 * (j / 2)));
+        __m256i u = _mm256_and_si256(j & 1 ? _mm256_srli_epi16(b, 4) : b, m4);
+        if (t == AKV_OPS_W_Q5_K) {
+            const __m256i hb = _mm256_and_si256(
+                _mm256_srl_epi16(_mm256_loadu_si256((const __m256i *)qh), _mm_cvtsi32_si128(j)),
+                _mm256_set1_epi8(1));
+            u = _mm256_or_si256(u, _mm256_slli_epi16(hb, 4));
+        }
+        return u;
+    }
+    case AKV_OPS_W_Q6_K: {
+        const int h = j / 4, q = j % 4;
+        const uint8_t *ql = blk + 64 * h + 32 * (q & 1), *qh = blk + QK / 2 + 32 * h;
+        const int8_t *sc = (const int8_t *)(blk + QK / 2 + QK / 4) + 8 * h + 2 * q;
+        const float d = qm_f16(blk + QK / 2 + QK / 4 + QK / 16);
+        *ws = _mm256_set_m128(_mm_set1_ps(d * (float)sc[1]), _mm_set1_ps(d * (float)sc[0]));
+        *o = 32;
+        const __m256i lo = _mm256_loadu_si256((const __m256i *)ql);
+        const __m256i nib = _mm256_and_si256(q < 2 ? lo : _mm256_srli_epi16(lo, 4), m4);
+        const __m256i hb = _mm256_and_si256(
+            _mm256_srl_epi16(_mm256_loadu_si256((const __m256i *)qh), _mm_cvtsi32_si128(2 * q)),
+            _mm256_set1_epi8(3));
+        return _mm256_or_si256(nib, _mm256_slli_epi16(hb, 4));
+    }
+    case AKV_OPS_W_F32: break;
+    }
+    AKV_ASSERT(!"F32 weights take akv_ops_matmul_cols");
+    return _mm256_setzero_si256();
+}
+
+/* One element by the recipe: maddubs pairs unsigned by signed bytes (exact: |pair| <= 2 * 63 *
+ * 128 for the K formats and nibbles and, after moving Q8_0's sign, 2 * 128 * 127), madd sums
+ * pairs into the 8 lanes of 4 elements, and the offset comes off each lane as o * its qx sum. */
+static QM_AVX2 float qm_dot_avx2(akv_ops_wtype t, const uint8_t *wr, size_t sub_per_blk,
+                                 size_t bb, const int8_t *qx, const int32_t *lsum,
+                                 const float *dx, const float *sx, size_t nb) {
+    const __m256i ones = _mm256_set1_epi16(1);
+    const bool has_min = t == AKV_OPS_W_Q4_1 || t == AKV_OPS_W_Q4_K || t == AKV_OPS_W_Q5_K;
     __m256 acc = _mm256_setzero_ps();
     float macc = 0.0f;
     for (size_t b = 0; b < nb; b++) {
-        const uint8_t *blk = wr + b * bb;
+        __m256 ws;
+        int o;
+        float mw;
+        const __m256i u = qm_unpack_avx2(t, wr + b / sub_per_blk * bb, (int)(b % sub_per_blk),
+                                         &ws, &o, &mw);
         const __m256i qv = _mm256_loadu_si256((const __m256i *)(qx + b * QB));
-        __m256i p;
-        if (t == AKV_OPS_W_Q8_0) {
-            const __m256i wv = _mm256_loadu_si256((const __m256i *)(blk + 2));
-            p = _mm256_maddubs_epi16(_mm256_sign_epi8(wv, wv), _mm256_sign_epi8(qv, wv));
-        } else {
-            const __m128i nb16 = _mm_loadu_si128((const __m128i *)(blk + (t == AKV_OPS_W_Q4_1 ? 4 : 2)));
-            const __m256i nib = _mm256_and_si256(
-                _mm256_set_m128i(_mm_srli_epi16(nb16, 4), nb16), m4);
-            p = _mm256_maddubs_epi16(nib, qv);
-        }
+        const __m256i p = t == AKV_OPS_W_Q8_0
+                              ? _mm256_maddubs_epi16(_mm256_sign_epi8(u, u), _mm256_sign_epi8(qv, u))
+                              : _mm256_maddubs_epi16(u, qv);
         __m256i v = _mm256_madd_epi16(p, ones);
-        if (t == AKV_OPS_W_Q4_0)
-            v = _mm256_sub_epi32(v, _mm256_loadu_si256((const __m256i *)(lsum8 + b * QM_LANES)));
-        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(v), _mm256_set1_ps(qm_f16(blk) * dx[b]), acc);
-        if (t == AKV_OPS_W_Q4_1) macc = fmaf(qm_f16(blk + 2), sx[b], macc);
+        if (o)
+            v = _mm256_sub_epi32(v, _mm256_sll_epi32(_mm256_loadu_si256((const __m256i *)(lsum + b * QM_LANES)),
+                                                     _mm_cvtsi32_si128(o == 8 ? 3 : 5)));
+        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(v), _mm256_mul_ps(ws, _mm256_set1_ps(dx[b])), acc);
+        if (has_min) macc = fmaf(mw, sx[b], macc);
     }
     return akv__lanes_sum_avx2(acc) + macc;
 }
 #endif
 
-static void qm_cols(float *y, const akv_ops_q8 *x, size_t m, const void *w, akv_ops_wtype t,
-                    const float *bias, size_t n, size_t k, size_t j0, size_t j1, bool avx2) {
-    const size_t nb = k / QB, bb = akv_ops_qblock_bytes(t), row_bytes = nb * bb;
+void akv_ops_qmatmul_cols(float *y, const akv_ops_q8 *x, size_t m, const void *w,
+                          akv_ops_wtype t, const float *bias, size_t n, size_t k, size_t j0,
+                          size_t j1, akv_ops_isa isa) {
+    size_t bb;
+    const size_t be = qm_block(t, &bb);
+    AKV_ASSERT(t != AKV_OPS_W_F32 && be && m >= 1 && n >= 1 && k >= be && k % be == 0 &&
+               j0 <= j1 && j1 <= n);
+    AKV_ASSERT(x && x->q && x->d && x->s && x->lsum);
+    const size_t nb = k / QB, sub = be / QB, row_bytes = k / be * bb;
+    const bool avx2 = akv_ops_isa_resolve(isa) == AKV_OPS_ISA_AVX2;
     (void)avx2;
     for (size_t j = j0; j < j1; j++) {
         const uint8_t *wr = (const uint8_t *)w + j * row_bytes;
         for (size_t r = 0; r < m; r++) {
             const int8_t *qx = x->q + r * k;
+            const int32_t *ls = x->lsum + r * nb * QM_LANES;
             const float *dx = x->d + r * nb, *sx = x->s + r * nb;
             float v;
 #if defined(__x86_64__) && defined(__GNUC__)
-            if (avx2) v = qm_dot_avx2(t, wr, bb, qx, x->lsum8 + r * nb * QM_LANES, dx, sx, nb);
+            if (avx2) v = qm_dot_avx2(t, wr, sub, bb, qx, ls, dx, sx, nb);
             else
 #endif
-                v = qm_dot_portable(t, wr, bb, qx, dx, sx, nb);
+                v = qm_dot_portable(t, wr, sub, bb, qx, ls, dx, sx, nb);
             y[r * n + j] = bias ? v + bias[j] : v;
         }
     }
-}
-
-void akv_ops_qmatmul_cols(float *y, const akv_ops_q8 *x, size_t m, const void *w,
-                          akv_ops_wtype t, const float *bias, size_t n, size_t k, size_t j0,
-                          size_t j1, akv_ops_isa isa) {
-    AKV_ASSERT(m >= 1 && n >= 1 && k >= QB && k % QB == 0 && j0 <= j1 && j1 <= n);
-    AKV_ASSERT(akv_ops_qblock_bytes(t) != 0 && x && x->q && x->d && x->s && x->lsum8);
-    qm_cols(y, x, m, w, t, bias, n, k, j0, j1, akv_ops_isa_resolve(isa) == AKV_OPS_ISA_AVX2);
 }

@@ -1,6 +1,7 @@
 /*
  * tests/model_ref64.h — the forward pass in float64, written out plainly from the model's
- * f32 weights: the oracle of the forward-pass tests. Recomputes a whole sequence from scratch
+ * weights (each row as akv_model_mat_row_f32 decodes it): the oracle of the forward-pass
+ * tests. Recomputes a whole sequence from scratch
  * (no K/V cache), so it shares nothing with the paged path but the weights.
  *
  * ref64_forward(model, tokens, n, n_layers, hidden, logits): runs tokens[0..n) through the
@@ -26,14 +27,17 @@ static inline void ref64_rmsnorm(double *y, const double *x, const float *w, siz
 }
 
 /* y[rows] = W[rows][cols] x (+ b) */
-static inline void ref64_matvec(double *y, const float *w, const float *b, const double *x,
+static inline void ref64_matvec(double *y, const akv_model_mat *w, const float *b, const double *x,
                                 size_t rows, size_t cols) {
+    float *row = malloc(cols * sizeof *row);
     for (size_t r = 0; r < rows; r++) {
         double s = b ? b[r] : 0;
+        if (akv_model_mat_row_f32(w, (uint32_t)r, row) != AKV_OK) abort();
         for (size_t c = 0; c < cols; c++)
-            s += (double)w[r * cols + c] * x[c];
+            s += (double)row[c] * x[c];
         y[r] = s;
     }
+    free(row);
 }
 
 static inline void ref64_rope(double *v, const akv_model_config *c, const float *inv_freq,
@@ -59,16 +63,20 @@ static inline void ref64_forward(const akv_model *m, const int32_t *tokens, size
     double *x = calloc(n * E, 8), *h = calloc(E, 8), *q = calloc(n * qd, 8), *k = calloc(n * kd, 8),
            *v = calloc(n * kd, 8), *att = calloc(qd, 8), *o = calloc(E, 8), *g = calloc(F, 8),
            *u = calloc(F, 8), *sc = calloc(n, 8);
-    for (size_t t = 0; t < n; t++)
+    float *erow = malloc(E * sizeof *erow);
+    for (size_t t = 0; t < n; t++) {
+        if (akv_model_mat_row_f32(akv_model_tok_embd(m), (uint32_t)tokens[t], erow) != AKV_OK) abort();
         for (size_t i = 0; i < E; i++)
-            x[t * E + i] = akv_model_tok_embd(m)[(size_t)tokens[t] * E + i];
+            x[t * E + i] = erow[i];
+    }
+    free(erow);
     for (uint32_t l = 0; l < n_layers; l++) {
         const akv_model_layer *L = akv_model_get_layer(m, l);
         for (size_t t = 0; t < n; t++) {
             ref64_rmsnorm(h, x + t * E, L->attn_norm, E, c->rms_eps);
-            ref64_matvec(q + t * qd, L->wq, L->bq, h, qd, E);
-            ref64_matvec(k + t * kd, L->wk, L->bk, h, kd, E);
-            ref64_matvec(v + t * kd, L->wv, L->bv, h, kd, E);
+            ref64_matvec(q + t * qd, &L->wq, L->bq, h, qd, E);
+            ref64_matvec(k + t * kd, &L->wk, L->bk, h, kd, E);
+            ref64_matvec(v + t * kd, &L->wv, L->bv, h, kd, E);
             ref64_rope(q + t * qd, c, inv, H, t);
             ref64_rope(k + t * kd, c, inv, KV, t);
         }
@@ -93,15 +101,15 @@ static inline void ref64_forward(const akv_model *m, const int32_t *tokens, size
                     att[j * hd + i] = a / sum;
                 }
             }
-            ref64_matvec(o, L->wo, NULL, att, E, qd);
+            ref64_matvec(o, &L->wo, NULL, att, E, qd);
             for (size_t i = 0; i < E; i++)
                 x[t * E + i] += o[i];
             ref64_rmsnorm(h, x + t * E, L->ffn_norm, E, c->rms_eps);
-            ref64_matvec(g, L->w_gate, NULL, h, F, E);
-            ref64_matvec(u, L->w_up, NULL, h, F, E);
+            ref64_matvec(g, &L->w_gate, NULL, h, F, E);
+            ref64_matvec(u, &L->w_up, NULL, h, F, E);
             for (size_t i = 0; i < F; i++)
                 g[i] = g[i] / (1 + exp(-g[i])) * u[i];
-            ref64_matvec(o, L->w_down, NULL, g, E, F);
+            ref64_matvec(o, &L->w_down, NULL, g, E, F);
             for (size_t i = 0; i < E; i++)
                 x[t * E + i] += o[i];
         }

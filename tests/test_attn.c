@@ -219,6 +219,34 @@ static void test_prefill_is_decode(void) {
     fx_table_free(&f);
 }
 
+/* The host path's rows are chunk-invariant: the last row of a prefill chunk and the same query
+ * decoded alone over the same keys give the same bits (a prompt's last token recomputed after
+ * its prefix was reused, or a chunk cut at another place, changes nothing), at lengths on
+ * both sides of where the blocked path once began. */
+static void test_host_rows_chunk_invariant(void) {
+    fx_geom g = {12, 4, 32, 16, AKV_DTYPE_BF16};
+    const uint32_t lens[3] = {5, 40, 300}, d = 32;
+    for (int li = 0; li < 3; li++) {
+        uint32_t len[1] = {lens[li]}, nq = lens[li] < 24 ? lens[li] : 24;
+        fx_table f;
+        fx_table_make(&f, g, 1, len, 0, 0, &rng);
+        const size_t row = (size_t)g.n_heads * d;
+        float *q = fx_random(AKV_DTYPE_F32, nq * row, 1.0f, &rng);
+        float *o1 = malloc(nq * row * 4), *l1 = malloc(nq * g.n_heads * 4);
+        float *o2 = malloc(row * 4), *l2 = malloc(g.n_heads * 4);
+        int32_t qo[2] = {0, (int32_t)nq};
+        akv_attn_prefill pp = mk_prefill(&f, qo, nq, nq, q, o1, l1);
+        akv_attn_decode dp = mk_decode(&f, 1, q + (nq - 1) * row, AKV_DTYPE_F32, o2, AKV_DTYPE_F32, l2);
+        CHECK_OK(akv_attn_host_prefill(&pp));
+        CHECK_OK(akv_attn_host_decode(&dp));
+        if (memcmp(o1 + (nq - 1) * row, o2, row * 4)) printf("  length %u: the rows differ\n", len[0]);
+        CHECK_BYTES(o1 + (nq - 1) * row, o2, row * 4);
+        CHECK_BYTES(l1 + (nq - 1) * g.n_heads, l2, g.n_heads * 4);
+        free(q), free(o1), free(o2), free(l1), free(l2);
+        fx_table_free(&f);
+    }
+}
+
 /* Prefill with the chunk's K/V given: it lands in the right slots (and nowhere else), then
  * FP32 agrees with float64 over history + chunk. Chunks of 0, 1, 17 and 40 tokens over
  * histories of 0, P-1, P+1 and 3 tokens. */
@@ -732,6 +760,7 @@ int main(int argc, char **argv) {
     TEST_CASE(causal_rule_of_new_queries) test_causal_rule();
     TEST_CASE(prefill_is_decode_for_short_chunks) test_prefill_is_decode();
     TEST_CASE(prefill_appends_and_attends) test_prefill();
+    TEST_CASE(host_rows_are_chunk_invariant) test_host_rows_chunk_invariant();
     TEST_CASE(append) test_append();
     TEST_CASE(merge_associative_and_empty) test_merge();
     TEST_CASE(split_equals_whole) test_split_equals_whole();

@@ -204,7 +204,7 @@ int main(int argc, char **argv) {
         uint8_t b[512] = {0};
         float y[256];
         uint16_t y16[256];
-        CHECK_STATUS(akv_gguf_dequant_f32(AKV_GGUF_TYPE_Q5_K, b, 256, y), AKV_EUNSUPPORTED);
+        CHECK_STATUS(akv_gguf_dequant_f32(AKV_GGUF_TYPE_Q3_K, b, 256, y), AKV_EUNSUPPORTED);
         CHECK_STATUS(akv_gguf_dequant_f32(1000, b, 1, y), AKV_EUNSUPPORTED);
         CHECK_STATUS(akv_gguf_dequant_f32(AKV_GGUF_TYPE_Q4_K, b, 255, y), AKV_EINVAL);
         CHECK_STATUS(akv_gguf_dequant_bf16(AKV_GGUF_TYPE_Q8_0, b, 31, y16), AKV_EINVAL);

@@ -147,15 +147,17 @@ int main(int argc, char **argv) {
         unlink(path);
         if (!model) break;
         const akv_model_config *c = akv_model_get_config(model);
-        CHECK_BYTES(akv_model_tok_embd(model), tm_find(&m, "token_embd.weight")->data,
+        CHECK_BYTES(akv_model_tok_embd(model)->data, tm_find(&m, "token_embd.weight")->data,
                     (size_t)c->n_embd * c->n_vocab * 4);
-        CHECK_BYTES(akv_model_output(model), tm_find(&m, "output.weight")->data,
+        CHECK_BYTES(akv_model_output(model)->data, tm_find(&m, "output.weight")->data,
                     (size_t)c->n_embd * c->n_vocab * 4);
         CHECK_BYTES(akv_model_output_norm(model), tm_find(&m, "output_norm.weight")->data,
                     (size_t)c->n_embd * 4);
         const akv_model_layer *L = akv_model_get_layer(model, 1);
-        CHECK_BYTES(L->wk, tm_find(&m, "blk.1.attn_k.weight")->data, 16 * 32 * 4);
-        CHECK_BYTES(L->w_down, tm_find(&m, "blk.1.ffn_down.weight")->data, 48 * 32 * 4);
+        CHECK_BYTES(L->wk.data, tm_find(&m, "blk.1.attn_k.weight")->data, 16 * 32 * 4);
+        CHECK_BYTES(L->w_down.data, tm_find(&m, "blk.1.ffn_down.weight")->data, 48 * 32 * 4);
+        CHECK(L->wk.type == AKV_OPS_W_F32 && L->wk.rows == 16 && L->wk.cols == 32 &&
+              L->wk.row_bytes == 32 * 4);
         CHECK_BYTES(L->ffn_norm, tm_find(&m, "blk.1.ffn_norm.weight")->data, 32 * 4);
         CHECK(L->bq == NULL && L->bk == NULL && L->bv == NULL);
         CHECK_EQ_INT(pl.n_calls, 3 + 2 * 9);

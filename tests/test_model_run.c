@@ -1,7 +1,10 @@
-/* test_model_run.c — the default model (SmolLM2-135M-Instruct, Q4_1) on the host backend: its
+/* test_model_run.c — the default model (SmolLM2-135M-Instruct, Q4_1) on the host backend, with
+ * its weights in their blocks (the default, 8-bit activations) and widened to f32: its
  * configuration as the file states it, the first layers and the logits against the float64
- * oracle, greedy generation deterministic and sensible, the chat template as the GGUF says,
- * and `akv run` end to end. Skips (77) without models/ (scripts/fetch-model). */
+ * oracle (f32 storage: float rounding only; native: within what 8-bit activations allow, and
+ * close to the f32 storage), greedy generation deterministic and sensible on both, the chat
+ * template as the GGUF says, and `akv run` end to end. Skips (77) without models/
+ * (scripts/fetch-model). */
 #define _POSIX_C_SOURCE 200809L
 #include "model_ref64.h"
 #include "test.h"
@@ -123,9 +126,11 @@ int main(int argc, char **argv) {
     test_args(argc, argv);
     if (!test_model_path(model_path, sizeof model_path, 0))
         test_skip("no default model in models/ (scripts/fetch-model)");
-    akv_model *m = NULL;
+    akv_model *m = NULL, *mf = NULL; /* native storage (the default); f32 */
     akv_tok *tok = NULL;
+    const akv_model_load_params f32 = {.weights = AKV_WEIGHTS_F32};
     if (!CHECK(akv_model_load(model_path, NULL, &m) == AKV_OK) ||
+        !CHECK(akv_model_load(model_path, &f32, &mf) == AKV_OK) ||
         !CHECK(akv_tok_create_from_gguf(akv_model_gguf(m), NULL, &tok) == AKV_OK))
         return test_finish();
     const akv_model_config *c = akv_model_get_config(m);
@@ -164,47 +169,72 @@ int main(int argc, char **argv) {
     }
 
     TEST_CASE(first_layers_match_f64) {
-        /* two layers of a 12-token prompt in chunks of 5, f32 pages: the residual stream */
+        /* two layers of a 12-token prompt in chunks of 5, f32 pages: the residual stream. f32
+         * storage: float rounding only. Native: the relative RMS error 8-bit activations
+         * leave (measured 0.0095 here; the bound holds twice it, and a product that lost a
+         * block's scale or minimum is off by far more) */
         const char *text = "Paris is the capital of France, and Rome is the capital of";
         akv_tok_ids p = {0};
         CHECK_OK(akv_tok_encode(tok, text, strlen(text), 0, &p));
-        session s;
-        if (!session_open(&s, m, AKV_DTYPE_F32, 5, 2)) break;
-        CHECK_OK(session_feed(&s, p.ids, p.n_ids, 5, NULL));
-        /* the stream of the last chunk's rows is what the pass keeps */
-        size_t n_last = p.n_ids % 5 ? p.n_ids % 5 : 5, E = c->n_embd;
+        const size_t n_last = p.n_ids % 5 ? p.n_ids % 5 : 5, E = c->n_embd;
         double *hid = akv__malloc(p.n_ids * E * sizeof(double));
         float *want_f = akv__malloc(n_last * E * sizeof(float));
-        ref64_forward(m, p.ids, p.n_ids, 2, hid, NULL);
+        ref64_forward(mf, p.ids, p.n_ids, 2, hid, NULL); /* the same weight values as m's */
         for (size_t i = 0; i < n_last * E; i++)
             want_f[i] = (float)hid[(p.n_ids - n_last) * E + i];
-        CHECK_CLOSE_F32(akv_forward_hidden(s.fwd), want_f, n_last * E, 1e-4, 1e-4);
+        for (int native = 0; native < 2; native++) {
+            session s;
+            if (!session_open(&s, native ? m : mf, AKV_DTYPE_F32, 5, 2)) break;
+            CHECK_OK(session_feed(&s, p.ids, p.n_ids, 5, NULL));
+            /* the stream of the last chunk's rows is what the pass keeps */
+            const float *got = akv_forward_hidden(s.fwd);
+            if (!native) CHECK_CLOSE_F32(got, want_f, n_last * E, 1e-4, 1e-4);
+            double num = 0, den = 0;
+            for (size_t i = 0; i < n_last * E; i++)
+                num += (got[i] - want_f[i]) * (double)(got[i] - want_f[i]), den += (double)want_f[i] * want_f[i];
+            printf("  %s storage: relative RMS error of the stream after 2 layers %.3g\n",
+                   native ? "native" : "f32", sqrt(num / den));
+            if (native) TEST_CHECK_(sqrt(num / den) < 0.02, "native: %g", sqrt(num / den));
+            session_close(&s);
+        }
         akv__free(hid), akv__free(want_f);
         akv_tok_ids_free(&p);
-        session_close(&s);
     }
 
     TEST_CASE(logits_match_f64_and_continue_with_paris) {
-        ref64_forward(m, ids.ids, ids.n_ids, c->n_layers, NULL, want);
+        ref64_forward(mf, ids.ids, ids.n_ids, c->n_layers, NULL, want);
         int32_t paris = akv_tok_find(tok, "\xc4\xa0Paris", 7); /* byte-level " Paris" */
         CHECK(paris >= 0);
-        for (int dt = 0; dt < 2; dt++) {
-            akv_dtype dtype = dt ? AKV_DTYPE_BF16 : AKV_DTYPE_F32;
+        for (int cell = 0; cell < 3; cell++) {
+            /* f32 storage, f32 pages: float32 rounding only; bf16 pages: the K/V rounding too;
+             * native storage, bf16 pages: the 8-bit activations too, which move every logit
+             * by about the same amount (a shift the softmax ignores: -0.50 measured) plus a
+             * spread (relative RMS of the centred logits 0.045, worst logit 1.25 off; the
+             * bounds hold twice those) */
+            const bool native = cell == 2;
+            const akv_dtype dtype = cell ? AKV_DTYPE_BF16 : AKV_DTYPE_F32;
             session s;
-            if (!session_open(&s, m, dtype, 3, 0)) break;
+            if (!session_open(&s, native ? m : mf, dtype, 3, 0)) break;
             CHECK_OK(session_feed(&s, ids.ids, ids.n_ids, 3, logits));
             session_close(&s);
             size_t best = 0, best_ref = 0;
-            double worst = 0;
+            double worst = 0, num = 0, den = 0, shift = 0, mw = 0;
+            for (size_t i = 0; i < c->n_vocab; i++) shift += logits[i] - want[i], mw += want[i];
+            shift /= c->n_vocab, mw /= c->n_vocab;
             for (size_t i = 0; i < c->n_vocab; i++) {
                 if (logits[i] > logits[best]) best = i;
                 if (want[i] > want[best_ref]) best_ref = i;
                 worst = fmax(worst, fabs(logits[i] - want[i]));
+                const double dd = logits[i] - want[i] - shift;
+                num += dd * dd, den += (want[i] - mw) * (want[i] - mw);
             }
-            /* f32 pages: float32 rounding only; bf16 pages: the K/V rounding too */
-            double tol = dt ? 0.5 : 1e-3;
-            TEST_CHECK_(worst <= tol, "%s pages: logits off by %g (tolerance %g)",
-                        akv_dtype_name(dtype), worst, tol);
+            const double tol = cell == 0 ? 1e-3 : cell == 1 ? 0.5 : 2.5;
+            printf("  %s storage, %s pages: worst logit off by %.3g, shift %.3g, relative RMS "
+                   "of the centred logits %.3g\n",
+                   native ? "native" : "f32", akv_dtype_name(dtype), worst, shift, sqrt(num / den));
+            TEST_CHECK_(worst <= tol, "%s storage, %s pages: logits off by %g (tolerance %g)",
+                        native ? "native" : "f32", akv_dtype_name(dtype), worst, tol);
+            if (native) TEST_CHECK_(sqrt(num / den) < 0.09, "native: relative RMS %g", sqrt(num / den));
             CHECK_EQ_INT(best, best_ref);
             CHECK_EQ_INT(best, paris);
         }
@@ -215,19 +245,28 @@ int main(int argc, char **argv) {
         int32_t a[N], b[N], d[N];
         float *la = akv__malloc((size_t)N * c->n_vocab * 4),
               *lb = akv__malloc((size_t)N * c->n_vocab * 4);
+        int32_t e[N];
         size_t na = greedy(m, AKV_DTYPE_BF16, 256, &ids, N, -1, a, la);
         size_t nb = greedy(m, AKV_DTYPE_BF16, 256, &ids, N, -1, b, lb);
         size_t nd = greedy(m, AKV_DTYPE_BF16, 2, &ids, N, -1, d, NULL);
+        size_t ne = greedy(mf, AKV_DTYPE_BF16, 256, &ids, N, -1, e, NULL);
         CHECK_EQ_INT(na, N);
         CHECK_EQ_INT(nb, N);
         CHECK_EQ_INT(nd, N);
+        CHECK_EQ_INT(ne, N);
         CHECK_BYTES(a, b, sizeof a);
         CHECK_BYTES(la, lb, (size_t)N * c->n_vocab * 4); /* every step's logits, bit for bit */
         CHECK_BYTES(a, d, sizeof a);
-        akv_tok_text t = {0};
-        CHECK_OK(akv_tok_decode(tok, a, na, 0, &t));
-        printf("  greedy: \"%s%s\"\n", prompt, t.bytes ? t.bytes : "");
-        akv_tok_text_free(&t);
+        /* native against f32 storage: the same first 5 tokens (" Paris.", two newlines,
+         * "The"); greedy text may part later, where two candidates are close */
+        CHECK_BYTES(a, e, 5 * sizeof *a);
+        for (int st = 0; st < 2; st++) {
+            akv_tok_text t = {0};
+            CHECK_OK(akv_tok_decode(tok, st ? e : a, N, 0, &t));
+            printf("  greedy, %s storage: \"%s%s\"\n", st ? "f32" : "native", prompt,
+                   t.bytes ? t.bytes : "");
+            akv_tok_text_free(&t);
+        }
         akv__free(la), akv__free(lb);
     }
 
@@ -258,9 +297,12 @@ int main(int argc, char **argv) {
         for (size_t i = 0; i < cids.n_ids; i++)
             n_start += cids.ids[i] == im_start;
         CHECK_EQ_INT(n_start, 3); /* system, user, and the generation prompt */
-        /* the reply is English that ends with <|im_end|> (the model's eos) */
+        /* the reply is English that ends with <|im_end|> (the model's eos). On f32 storage:
+         * this model's first reply token is a near tie ("The" 0.12 above "L", whose reply
+         * goes on in French), which the native storage's 8-bit activations tip the other
+         * way */
         int32_t out[48];
-        size_t n = greedy(m, AKV_DTYPE_BF16, 256, &cids, 48, im_end, out, NULL);
+        size_t n = greedy(mf, AKV_DTYPE_BF16, 256, &cids, 48, im_end, out, NULL);
         CHECK(n > 0 && n < 48);
         CHECK_EQ_INT(akv_tok_get_specials(tok).eos_id, im_end);
         akv_tok_text reply = {0};
@@ -335,6 +377,6 @@ int main(int argc, char **argv) {
     akv_tok_ids_free(&ids);
     akv__free(logits), akv__free(want);
     akv_tok_destroy(tok);
-    akv_model_destroy(m);
+    akv_model_destroy(m), akv_model_destroy(mf);
     return test_finish();
 }

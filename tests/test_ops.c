@@ -1,6 +1,7 @@
 /* test_ops.c — the dense ops of akv/ops.h against float64 references, on awkward sizes. */
 #include <math.h>
 
+#include "akv/gguf_quant.h"
 #include "akv/ops.h"
 #include "core/alloc.h"
 #include "core/assert.h"
@@ -324,54 +325,57 @@ int main(int argc, char **argv) {
 
     TEST_CASE(qmatmul_every_format_vs_f64_bitwise_across_isa_and_batch) {
         /* random blocks (scales of mixed sign and size, every quant value) of awkward shapes,
-         * against the float64 product of the dequantized weights with the exact activations,
+         * against the float64 product of the weights as GGUF's decoders read them
+         * (akv/gguf_quant.h, written apart from the product) with the exact activations,
          * within the bound the activations' quantization allows; every instruction set, every
          * batch size and every column split gives the same bits */
-        static const akv_ops_wtype types[3] = {AKV_OPS_W_Q8_0, AKV_OPS_W_Q4_0, AKV_OPS_W_Q4_1};
-        static const size_t shapes[][3] = {{1, 1, 32}, {3, 7, 96}, {17, 33, 160}, {2, 65, 576}};
-        for (int ti = 0; ti < 3; ti++)
+        static const struct { akv_ops_wtype t; uint32_t gguf; } types[] = {
+            {AKV_OPS_W_Q8_0, AKV_GGUF_TYPE_Q8_0}, {AKV_OPS_W_Q4_0, AKV_GGUF_TYPE_Q4_0},
+            {AKV_OPS_W_Q4_1, AKV_GGUF_TYPE_Q4_1}, {AKV_OPS_W_Q4_K, AKV_GGUF_TYPE_Q4_K},
+            {AKV_OPS_W_Q5_K, AKV_GGUF_TYPE_Q5_K}, {AKV_OPS_W_Q6_K, AKV_GGUF_TYPE_Q6_K}};
+        static const size_t shapes[][3] = {{1, 1, 1}, {3, 7, 3}, {17, 33, 5}, {2, 65, 18}};
+        for (size_t ti = 0; ti < sizeof types / sizeof *types; ti++)
             for (size_t si = 0; si < sizeof shapes / sizeof *shapes; si++) {
-                const akv_ops_wtype t = types[ti];
-                const size_t m = shapes[si][0], n = shapes[si][1], k = shapes[si][2], nb = k / 32;
-                const size_t bb = akv_ops_qblock_bytes(t);
-                uint8_t *w = akv__malloc(n * nb * bb);
+                const akv_ops_wtype t = types[ti].t;
+                const size_t be = akv_ops_wblock_elems(t);
+                /* k: the shape's count of blocks of this format */
+                const size_t m = shapes[si][0], n = shapes[si][1], k = shapes[si][2] * be, nb = k / 32;
+                const size_t rb = akv_ops_wrow_bytes(t, k), bb = rb / (k / be);
+                uint8_t *w = akv__malloc(n * rb);
                 double *w64 = akv__malloc(n * k * sizeof *w64);
-                for (size_t j = 0; j < n; j++)
-                    for (size_t b = 0; b < nb; b++) {
-                        uint8_t *blk = w + (j * nb + b) * bb;
-                        for (size_t i = 0; i < bb; i++) blk[i] = (uint8_t)test_rand(&rng);
-                        float d = test_rand_f32(&rng) * (b % 3 ? 0.02f : 2.0f);
-                        uint16_t dh = akv_f32_to_f16(d), mh = akv_f32_to_f16(test_rand_f32(&rng));
-                        blk[0] = (uint8_t)dh, blk[1] = (uint8_t)(dh >> 8);
-                        if (t == AKV_OPS_W_Q4_1) blk[2] = (uint8_t)mh, blk[3] = (uint8_t)(mh >> 8);
-                        if (t == AKV_OPS_W_Q8_0)
-                            for (size_t i = 0; i < 32; i++)
-                                if (blk[2 + i] == 0x80) blk[2 + i] = 0x81; /* -128 is not a Q8_0 value */
-                        const double dd = akv_f16_to_f32(dh), mm = akv_f16_to_f32(mh);
-                        double *o = w64 + j * k + b * 32;
-                        for (size_t i = 0; i < 32; i++) {
-                            if (t == AKV_OPS_W_Q8_0) o[i] = dd * (int8_t)blk[2 + i];
-                            else {
-                                const uint8_t *q = blk + (t == AKV_OPS_W_Q4_1 ? 4 : 2);
-                                int v = i < 16 ? q[i] & 15 : q[i - 16] >> 4;
-                                o[i] = t == AKV_OPS_W_Q4_0 ? dd * (v - 8) : dd * v + mm;
-                            }
-                        }
+                float *wrow = akv__malloc(k * sizeof *wrow);
+                for (size_t i = 0; i < n * rb; i++) w[i] = (uint8_t)test_rand(&rng);
+                for (size_t b = 0; b < n * (k / be); b++) {
+                    /* the f16 fields: d (and m, dmin) finite, of mixed sign and size */
+                    uint8_t *blk = w + b * bb;
+                    const size_t at = t == AKV_OPS_W_Q6_K ? 208 : 0;
+                    const int n16 = t == AKV_OPS_W_Q4_1 || t == AKV_OPS_W_Q4_K || t == AKV_OPS_W_Q5_K ? 2 : 1;
+                    for (int f = 0; f < n16; f++) {
+                        const float v = test_rand_f32(&rng) * (b % 3 ? 0.02f : 2.0f);
+                        const uint16_t h = akv_f32_to_f16(v);
+                        blk[at + 2 * f] = (uint8_t)h, blk[at + 2 * f + 1] = (uint8_t)(h >> 8);
                     }
+                }
+                for (size_t j = 0; j < n; j++) {
+                    if (!CHECK(akv_gguf_dequant_f32(types[ti].gguf, w + j * rb, k, wrow) == AKV_OK)) break;
+                    for (size_t i = 0; i < k; i++) w64[j * k + i] = wrow[i];
+                }
                 float *x = rand_vec(&rng, m * k, 3);
-                akv_ops_q8 xq = {akv__malloc(m * k), akv__malloc(m * nb * 4), akv__malloc(m * nb * 4),
-                                 akv__malloc(m * nb * 32)};
+                void *xmem = akv__malloc(akv_ops_q8_bytes(m, k));
+                akv_ops_q8 xq;
+                akv_ops_q8_bind(xmem, m, k, &xq);
                 akv_ops_quantize_rows_q8(x, m, k, &xq);
                 float *yp = akv__malloc(m * n * 4), *ya = akv__malloc(m * n * 4), *y1 = akv__malloc(n * 4);
                 akv_ops_qmatmul_cols(yp, &xq, m, w, t, NULL, n, k, 0, n, AKV_OPS_ISA_PORTABLE);
                 /* in two column ranges, on the best instruction set */
                 akv_ops_qmatmul_cols(ya, &xq, m, w, t, NULL, n, k, 0, n / 2, AKV_OPS_ISA_AUTO);
                 akv_ops_qmatmul_cols(ya, &xq, m, w, t, NULL, n, k, n / 2, n, AKV_OPS_ISA_AUTO);
+                if (memcmp(yp, ya, m * n * 4)) printf("  %s m %zu n %zu k %zu\n", akv_ops_wtype_name(t), m, n, k);
                 CHECK_BYTES(yp, ya, m * n * 4);
                 int bad = 0;
                 for (size_t r = 0; r < m; r++) {
-                    /* the last row alone: a batch of one */
-                    akv_ops_q8 x1 = {xq.q + r * k, xq.d + r * nb, xq.s + r * nb, xq.lsum8 + r * nb * 8};
+                    /* the row alone: a batch of one */
+                    const akv_ops_q8 x1 = akv_ops_q8_row(&xq, k, r);
                     akv_ops_qmatmul_cols(y1, &x1, 1, w, t, NULL, n, k, 0, n, AKV_OPS_ISA_AUTO);
                     CHECK_BYTES(y1, yp + r * n, n * 4);
                     for (size_t j = 0; j < n; j++) {
@@ -386,18 +390,23 @@ int main(int argc, char **argv) {
                         }
                         const double err = fabs(yp[r * n + j] - ref);
                         if (!(err <= bound * 1.001 + 1e-6 * (double)nb * (mag + bound) + 1e-30) && bad++ < 3)
-                            printf("  type %d m %zu n %zu k %zu y[%zu][%zu] = %.9g, f64 %.9g, bound %.3g\n",
-                                   (int)t, m, n, k, r, j, yp[r * n + j], ref, bound);
+                            printf("  %s m %zu n %zu k %zu y[%zu][%zu] = %.9g, f64 %.9g, bound %.3g\n",
+                                   akv_ops_wtype_name(t), m, n, k, r, j, yp[r * n + j], ref, bound);
                     }
                 }
                 CHECK_EQ_INT(bad, 0);
-                akv__free(w), akv__free(w64), akv__free(x), akv__free(yp), akv__free(ya), akv__free(y1);
-                akv__free(xq.q), akv__free(xq.d), akv__free(xq.s), akv__free(xq.lsum8);
+                akv__free(w), akv__free(w64), akv__free(wrow), akv__free(x), akv__free(yp);
+                akv__free(ya), akv__free(y1), akv__free(xmem);
             }
-        CHECK_EQ_U64(akv_ops_qblock_bytes(AKV_OPS_W_Q8_0), 34);
-        CHECK_EQ_U64(akv_ops_qblock_bytes(AKV_OPS_W_Q4_0), 18);
-        CHECK_EQ_U64(akv_ops_qblock_bytes(AKV_OPS_W_Q4_1), 20);
-        CHECK_EQ_U64(akv_ops_qblock_bytes((akv_ops_wtype)9), 0);
+        CHECK_EQ_U64(akv_ops_wrow_bytes(AKV_OPS_W_Q8_0, 64), 68);
+        CHECK_EQ_U64(akv_ops_wrow_bytes(AKV_OPS_W_Q4_0, 32), 18);
+        CHECK_EQ_U64(akv_ops_wrow_bytes(AKV_OPS_W_Q4_1, 32), 20);
+        CHECK_EQ_U64(akv_ops_wrow_bytes(AKV_OPS_W_Q4_K, 512), 288);
+        CHECK_EQ_U64(akv_ops_wrow_bytes(AKV_OPS_W_Q5_K, 256), 176);
+        CHECK_EQ_U64(akv_ops_wrow_bytes(AKV_OPS_W_Q6_K, 256), 210);
+        CHECK_EQ_U64(akv_ops_wrow_bytes(AKV_OPS_W_F32, 3), 12);
+        CHECK_EQ_U64(akv_ops_wrow_bytes(AKV_OPS_W_Q4_K, 32), 0); /* not a whole super-block */
+        CHECK_EQ_U64(akv_ops_wrow_bytes((akv_ops_wtype)99, 32), 0);
     }
 
     CHECK_EQ_INT(akv__alloc_live(), 0);

@@ -568,7 +568,7 @@ def case_disconnect_queued(env):
 # ---- the idle timeout: idle connections close, waiting requests do not ----------------------
 
 def case_idle_timeout(env):
-    """--idle-timeout 1, one sequence: requests queued behind a 3-second one (no byte moves for
+    """--idle-timeout 1, one sequence: requests queued behind a longer one (500 tokens, 4-5 s) (no byte moves for
     longer than the idle limit) still complete; a connection that idles mid-headers is closed."""
     s = env.slow
     cl = s.client()
@@ -581,7 +581,7 @@ def case_idle_timeout(env):
         except Exception as e:  # reported below
             errors.append(f"{name}: {e!r}")
 
-    long_one = lambda: cl.completions.create(model="x", prompt=PROMPTS[3], max_tokens=150,
+    long_one = lambda: cl.completions.create(model="x", prompt=PROMPTS[3], max_tokens=500,
                                              temperature=0, extra_body={"ignore_eos": True})
     streamed = lambda: "".join(c.choices[0].text for c in cl.completions.create(
         model="x", prompt=PROMPTS[0], max_tokens=8, temperature=0, stream=True) if c.choices)

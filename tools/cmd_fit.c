@@ -74,6 +74,12 @@ static int fit_from_model(const char *path, unsigned long long *layers, unsigned
     akv_status st = akv_gguf_open(path, &g);
     akv_model_config cfg;
     if (st == AKV_OK) st = akv_model_config_read(g, &cfg);
+    /* the weights' bytes as the file stores them (what native storage keeps) and widened */
+    uint64_t file_bytes = 0, n_elems = 0;
+    for (size_t i = 0; st == AKV_OK && i < akv_gguf_n_tensors(g); i++) {
+        const akv_gguf_tensor *t = akv_gguf_tensor_at(g, i);
+        file_bytes += t->n_bytes, n_elems += t->n_elems;
+    }
     akv_gguf_close(g);
     if (st != AKV_OK) {
         fprintf(stderr, "akv fit: -m %s: %s (see the message above)\n", path, akv_status_str(st));
@@ -85,6 +91,10 @@ static int fit_from_model(const char *path, unsigned long long *layers, unsigned
     if (!*ctx) *ctx = cfg.n_ctx_train;
     printf("model %s: %s, %u layers, %u K/V heads, head dim %u, trained context %u\n", path,
            cfg.arch_name, cfg.n_layers, cfg.n_kv_heads, cfg.head_dim, cfg.n_ctx_train);
+    printf("weights: %.1f MiB as the file stores them (--weights native), %.1f MiB widened to "
+           "bf16, %.1f MiB to f32; not part of the pools below\n",
+           (double)file_bytes / (1 << 20), (double)n_elems * 2 / (1 << 20),
+           (double)n_elems * 4 / (1 << 20));
     return 1;
 }
 

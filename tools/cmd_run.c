@@ -276,7 +276,11 @@ static akv_status run_encode(run_state *s, const char *text, size_t n, bool chat
 /* Model, tokenizer, chat template. Prints what failed. */
 static int run_open_model(run_state *s) {
     const run_opts *o = &s->o;
-    akv_model_load_params lp = {.progress = run_progress, .progress_user = s};
+    /* f32 widens on the host; native and bf16 keep the host copy native (the engine refuses
+     * a storage its pass lacks: --weights f32 on the GPU, bf16 on the CPU) */
+    akv_model_load_params lp = {.progress = run_progress, .progress_user = s,
+                                .weights = o->e.weights == AKV_WEIGHTS_F32 ? AKV_WEIGHTS_F32
+                                                                           : AKV_WEIGHTS_NATIVE};
     akv_status st = akv_model_load(o->e.model, &lp, &s->model);
     if (st) {
         fprintf(stderr, "akv run: cannot load '%s': %s%s\n", o->e.model, akv_status_str(st),
@@ -392,10 +396,13 @@ static int run_open_engine(run_state *s, uint32_t max_seqs) {
     if (!o->quiet) {
         const akv_engine_plan *pl = akv_engine_get_plan(s->engine);
         fprintf(stderr,
-                "akv run: on %s (%s); %s, %u layers, K/V %s in pages of %u tokens (%zu KiB); "
-                "host pool %llu GiB, device pool %llu GiB, route %s, context %llu, %u at once\n",
+                "akv run: on %s (%s); %s, %u layers, weights %s (%.1f MiB); K/V %s in pages of "
+                "%u tokens (%zu KiB); host pool %llu GiB, device pool %llu GiB, route %s, "
+                "context %llu, %u at once\n",
                 info.is_host ? "the CPU" : "the GPU", info.name, s->cfg->arch_name,
-                s->cfg->n_layers, akv_dtype_name(pl->geom.dtype), pl->geom.page_tokens,
+                s->cfg->n_layers, info.is_host ? akv_weights_name(o->e.weights) : "bf16",
+                (double)akv_engine_weight_bytes(s->engine) / (1 << 20),
+                akv_dtype_name(pl->geom.dtype), pl->geom.page_tokens,
                 akv_geom_page_bytes(&pl->geom) >> 10, o->e.host_gib, o->e.device_gib,
                 akv_route_kind_name(o->e.route), (unsigned long long)s->n_ctx, pl->max_seqs);
     }

@@ -25,6 +25,10 @@ const char akv_tool_eopts_help[] =
     "      --host-gib G         host pool limit, whole GiB (default 1)\n"
     "      --device-gib G       device pool size, whole GiB (default 1)\n"
     "      --kv-dtype T         K/V page element type: bf16 (default), f16 or f32\n"
+    "      --weights W          how the weight matrices are kept: native (default: in the\n"
+    "                           file's block formats, e.g. Q4_1, where the pass has a product\n"
+    "                           for the format), f32 (CPU: widened, for comparison) or bf16\n"
+    "                           (GPU: widened)\n"
     "      --chunk N            prompt chunk, tokens (default 256)\n"
     "      --step-tokens N      most tokens a step runs, decodes and chunks together (default:\n"
     "                           512, or --parallel - 1 + --chunk if larger)\n"
@@ -103,6 +107,15 @@ int akv_tool_eopts_parse(const char *cmd, int c, const char *arg, akv_tool_eopts
             ok = 0;
         }
         break;
+    case AKV_OPT_WEIGHTS:
+        if (!strcmp(arg, "native")) o->weights = AKV_WEIGHTS_NATIVE;
+        else if (!strcmp(arg, "bf16")) o->weights = AKV_WEIGHTS_BF16;
+        else if (!strcmp(arg, "f32")) o->weights = AKV_WEIGHTS_F32;
+        else {
+            fprintf(stderr, "akv %s: --weights '%s': expected native, bf16 or f32\n", cmd, arg);
+            ok = 0;
+        }
+        break;
     case AKV_OPT_CHUNK: ok = akv_tool_parse_u64(cmd, "chunk", arg, &o->chunk); break;
     case AKV_OPT_STEP:
         ok = akv_tool_parse_max(cmd, "step-tokens", arg, 1u << 20, &o->step_tokens);
@@ -159,7 +172,7 @@ int akv_tool_eopts_check(const char *cmd, const akv_tool_eopts *o) {
 
 void akv_tool_eopts_apply(const akv_tool_eopts *o, akv_engine_params *ep) {
     ep->host_gib = (uint32_t)o->host_gib, ep->device_gib = (uint32_t)o->device_gib;
-    ep->kv_dtype = o->kv_dtype;
+    ep->kv_dtype = o->kv_dtype, ep->weights = o->weights;
     ep->route = o->route, ep->window_pages = (uint32_t)o->window_pages;
     ep->chunk = (uint32_t)o->chunk, ep->step_tokens = (uint32_t)o->step_tokens;
     ep->threads = (uint32_t)o->threads, ep->no_graphs = o->no_graphs != 0;

@@ -28,6 +28,7 @@ typedef struct akv_tool_eopts {
     unsigned long long step_tokens;
     akv_route_kind route;
     akv_dtype kv_dtype;
+    akv_weights weights;    /* --weights */
     akv_sample_params sp;   /* the default sampling (a request may override it) */
 } akv_tool_eopts;
 
@@ -36,7 +37,7 @@ enum {
     AKV_OPT_CTX = 1024, AKV_OPT_DEVICE, AKV_OPT_ROUTE, AKV_OPT_WINDOW, AKV_OPT_HOST,
     AKV_OPT_DEVGIB, AKV_OPT_KV, AKV_OPT_CHUNK, AKV_OPT_STEP, AKV_OPT_THREADS, AKV_OPT_NOGRAPHS,
     AKV_OPT_PARALLEL, AKV_OPT_TMPL, AKV_OPT_TEMP, AKV_OPT_TOPK, AKV_OPT_TOPP, AKV_OPT_MINP,
-    AKV_OPT_RP, AKV_OPT_RLN, AKV_OPT_SEED, AKV_OPT_PRES, AKV_OPT_FREQ,
+    AKV_OPT_RP, AKV_OPT_RLN, AKV_OPT_SEED, AKV_OPT_PRES, AKV_OPT_FREQ, AKV_OPT_WEIGHTS,
 };
 
 /* The entries of a getopt_long table ('m' for -m / --model). */
@@ -48,6 +49,7 @@ enum {
         {"host-gib", required_argument, 0, AKV_OPT_HOST},                                          \
         {"device-gib", required_argument, 0, AKV_OPT_DEVGIB},                                      \
         {"kv-dtype", required_argument, 0, AKV_OPT_KV},                                            \
+        {"weights", required_argument, 0, AKV_OPT_WEIGHTS},                                        \
         {"chunk", required_argument, 0, AKV_OPT_CHUNK},                                            \
         {"step-tokens", required_argument, 0, AKV_OPT_STEP},                                       \
         {"threads", required_argument, 0, AKV_OPT_THREADS},                                        \
@@ -83,7 +85,8 @@ extern const char akv_tool_eopts_help[];
     {"max_context", "--max-context"}, {"host_gib", "--host-gib"},                                  \
         {"device_gib", "--device-gib"}, {"max_seqs", "--parallel"},                                \
         {"concurrency", "--parallel"}, {"window_pages", "--window-pages"}, {"chunk", "--chunk"},   \
-        {"step_tokens", "--step-tokens"}, {"kv_dtype", "--kv-dtype"}, {"limit_gib", "--host-gib"}
+        {"step_tokens", "--step-tokens"}, {"kv_dtype", "--kv-dtype"}, {"limit_gib", "--host-gib"},  \
+        {"weights", "--weights"}
 
 /* The memory, scheduling and pass fields of ep from o (device, model, max_context, max_seqs,
  * queue and idle limits are the command's). */

@@ -97,6 +97,9 @@ typedef struct akv_engine_params {
                                         device from synthetic_seed (benchmarks; device pass
                                         only, no tokenizer) */
     uint64_t synthetic_seed;
+    akv_weights weights;             /* how the pass stores the weight matrices (akv/model.h):
+                                        the host pass NATIVE or F32, the device pass NATIVE or
+                                        BF16; 0 = NATIVE */
     akv_engine_progress_fn progress; /* NULL = no reports */
     void *progress_user;
     /* memory (the plan) */

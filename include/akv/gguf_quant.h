@@ -18,6 +18,9 @@
  *                      scales[j + 4] with 2 more bits from the top of scales[j - 4] / scales[j];
  *                      q4(i): 64-element chunk c = i / 64 uses qs[32c .. 32c + 31], low
  *                      nibbles for its first 32 elements, high nibbles for the next 32.
+ *   Q5_K  256  176     d:f16, dmin:f16, scales:u8[12],  d * sc[j] * q5(i) - dmin * mn[j],
+ *                      qh:u8[32], qs:u8[128]            sc, mn as Q4_K; q5(i) = q4(i) | bit j
+ *                                                       of qh[i % 32], as bit 4 (j = i / 32).
  *   Q6_K  256  210     ql:u8[128], qh:u8[64],           d * scales[i / 16] * (q6(i) - 32)
  *                      scales:int8[16], d:f16           q6(i): 128-element half h, quarter
  *                      u = (i % 128) / 32, l = i % 32: low 4 bits from ql[64h + l + 32(u & 1)]

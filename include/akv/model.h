@@ -25,7 +25,7 @@
  * Llama 3's RoPE scaling travels as the tensor rope_freqs.weight ([n_rot/2] divisors of each
  * pair's frequency, as llama.cpp applies them); its presence sets has_rope_factors.
  *
- * Weights (tensor names; shapes as [rows][cols] = GGUF ne {cols, rows}; dequantised to f32):
+ * Weights (tensor names; shapes as [rows][cols] = GGUF ne {cols, rows}):
  *   token_embd.weight        [n_vocab][n_embd]
  *   output_norm.weight       [n_embd]
  *   output.weight            [n_vocab][n_embd]     absent = tied to token_embd (tied_output)
@@ -41,12 +41,18 @@
  *   blk.L.ffn_down.weight    [n_embd][n_ff]
  * Every required tensor must exist with exactly its shape (AKV_EFORMAT naming the tensor, the
  * shape found and the shape expected); a tensor of a type this build cannot dequantise is
- * AKV_EUNSUPPORTED naming both.
+ * AKV_EUNSUPPORTED naming both; a non-finite weight (or block scale) is AKV_EFORMAT naming
+ * the tensor and the block.
  *
- * Ownership: akv_model_load copies (dequantises) every weight into memory the model owns; the
- * GGUF file stays open (mapped) for the model's lifetime because the tokenizer and chat
- * template read its metadata (akv_model_gguf). Pointers from getters are borrowed and valid
- * until akv_model_destroy.
+ * Storage (akv_model_load_params.weights). NATIVE (the default): a matrix whose format has a
+ * block product (akv/ops.h: Q8_0, Q4_0, Q4_1, Q4_K, Q5_K, Q6_K) stays in its blocks, read in
+ * place from the mapped file; F32 matrices are copied; other formats (F16, BF16, Q5_0, ...)
+ * are widened to f32 and say so in the log. F32: every matrix widened to f32 (the comparison
+ * point). Vectors (norms, biases) are always f32.
+ *
+ * Ownership: the model owns its f32 copies; block matrices point into the GGUF mapping, which
+ * stays open for the model's lifetime (the tokenizer and chat template read its metadata too:
+ * akv_model_gguf). Pointers from getters are borrowed and valid until akv_model_destroy.
  *
  * Thread-safety: a loaded model is immutable; any number of forward passes may read it.
  */
@@ -91,26 +97,49 @@ typedef struct akv_model_config {
     bool has_qkv_bias;       /* Q, K, V carry a bias (qwen2) */
 } akv_model_config;
 
-/* The weights of one block, f32, shapes as in the file comment. Bias pointers are NULL when
- * the architecture has none. */
+/* A weight matrix [rows][cols] in its storage format: row r is row_bytes bytes at data + r *
+ * row_bytes (akv_ops_wrow_bytes(type, cols)); F32 rows are floats. */
+typedef struct akv_model_mat {
+    const void *data;
+    akv_ops_wtype type;
+    uint32_t rows, cols;
+    size_t row_bytes;
+} akv_model_mat;
+
+/* How weight matrices are stored. NATIVE: in their block formats where the pass has a
+ * product for the format, widened otherwise; BF16, F32: every matrix widened. The host model
+ * (this header, "Storage") takes NATIVE or F32, the device pass (akv/forward_dev.h) NATIVE or
+ * BF16, the engine (akv/engine.h) any, mapping it to both. */
+typedef enum akv_weights {
+    AKV_WEIGHTS_NATIVE = 0,
+    AKV_WEIGHTS_BF16 = 1,
+    AKV_WEIGHTS_F32 = 2,
+} akv_weights;
+
+/* "native", "bf16", "f32"; "?" otherwise. */
+const char *akv_weights_name(akv_weights w);
+
+/* The weights of one block, shapes as in the file comment. Bias pointers are NULL when the
+ * architecture has none. */
 typedef struct akv_model_layer {
-    const float *attn_norm;     /* [n_embd] */
-    const float *wq, *wk, *wv;  /* [n_heads*head_dim][n_embd], [n_kv_heads*head_dim][n_embd] x2 */
-    const float *bq, *bk, *bv;  /* [n_heads*head_dim], [n_kv_heads*head_dim] x2, or NULL */
-    const float *wo;            /* [n_embd][n_heads*head_dim] */
-    const float *ffn_norm;      /* [n_embd] */
-    const float *w_gate, *w_up; /* [n_ff][n_embd] */
-    const float *w_down;        /* [n_embd][n_ff] */
+    const float *attn_norm;       /* [n_embd] */
+    akv_model_mat wq, wk, wv;     /* [n_heads*head_dim][n_embd], [n_kv_heads*head_dim][n_embd] x2 */
+    const float *bq, *bk, *bv;    /* [n_heads*head_dim], [n_kv_heads*head_dim] x2, or NULL */
+    akv_model_mat wo;             /* [n_embd][n_heads*head_dim] */
+    const float *ffn_norm;        /* [n_embd] */
+    akv_model_mat w_gate, w_up;   /* [n_ff][n_embd] */
+    akv_model_mat w_down;         /* [n_embd][n_ff] */
 } akv_model_layer;
 
 typedef struct akv_model akv_model;
 
-/* Progress of a load: `done` of `total` bytes of weights dequantised so far. */
+/* Progress of a load: `done` of `total` bytes of weights read so far. */
 typedef void (*akv_model_progress_fn)(void *user, uint64_t done, uint64_t total);
 
 typedef struct akv_model_load_params {
     akv_model_progress_fn progress; /* NULL = no reports; else called after every tensor */
     void *progress_user;
+    akv_weights weights;            /* NATIVE (0) or F32 */
 } akv_model_load_params;
 
 /* Fills *out from the metadata of an open GGUF (the table in the file comment), checking
@@ -122,8 +151,8 @@ typedef struct akv_model_load_params {
  * or out of range. All-or-nothing. */
 akv_status akv_model_config_read(const akv_gguf *g, akv_model_config *out);
 
-/* Opens the GGUF at `path`, reads its configuration and dequantises every weight to f32
- * (see the file comment for the checks). `params` may be NULL. AKV_EIO / AKV_EFORMAT /
+/* Opens the GGUF at `path`, reads its configuration and binds every weight (the file
+ * comment: the checks, the storage). `params` may be NULL. AKV_EIO / AKV_EFORMAT /
  * AKV_EUNSUPPORTED / AKV_ENOMEM, logged once with the detail; *out is set only on success. */
 akv_status akv_model_load(const char *path, const akv_model_load_params *params, akv_model **out);
 
@@ -140,9 +169,13 @@ const akv_model_config *akv_model_get_config(const akv_model *m);
 /* Block `layer` (< n_layers; else assertion). */
 const akv_model_layer *akv_model_get_layer(const akv_model *m, uint32_t layer);
 
-const float *akv_model_tok_embd(const akv_model *m);    /* [n_vocab][n_embd] */
-const float *akv_model_output_norm(const akv_model *m); /* [n_embd] */
-const float *akv_model_output(const akv_model *m);      /* [n_vocab][n_embd]; = tok_embd if tied */
+const akv_model_mat *akv_model_tok_embd(const akv_model *m); /* [n_vocab][n_embd] */
+const float *akv_model_output_norm(const akv_model *m);      /* [n_embd] */
+const akv_model_mat *akv_model_output(const akv_model *m);   /* [n_vocab][n_embd]; = tok_embd if tied */
+
+/* Row `row` of w as n = w->cols floats (a block row decoded by GGUF's decoders, an F32 row
+ * copied). AKV_EINVAL for a row out of range. */
+akv_status akv_model_mat_row_f32(const akv_model_mat *w, uint32_t row, float *out);
 
 /* The RoPE angle per position of each pair: [n_rot/2] radians (base, linear scale and Llama 3
  * factors folded in; akv_ops_ref_rope_freqs). */
@@ -151,8 +184,14 @@ const float *akv_model_rope_inv_freq(const akv_model *m);
 /* The open file (metadata for the tokenizer and the chat template). */
 const akv_gguf *akv_model_gguf(const akv_model *m);
 
-/* Bytes of f32 weights the model holds (tied output counted once). */
+/* Bytes of weights the model holds, as stored (block matrices at their block size; the tied
+ * output counted once). */
 size_t akv_model_weight_bytes(const akv_model *m);
+
+/* Bytes of weights one decode step reads: every matrix but the embedding table (of which a
+ * step reads one row), the output head included (so a tied table counts once, as the
+ * head), and the f32 vectors. */
+size_t akv_model_step_weight_bytes(const akv_model *m);
 
 #ifdef __cplusplus
 }

@@ -117,36 +117,71 @@ void akv_ops_matmul_cols(float *y, const float *x, const float *w, const float *
                          size_t n, size_t k, size_t j0, size_t j1, akv_ops_isa isa);
 
 /* ---- products over weights in their block formats ---------------------------------------
- * W keeps its GGUF block encoding (rows of k / 32 blocks, row j at j * (k / 32) *
- * akv_ops_qblock_bytes(t)); the activations are quantized per block of 32 to int8 with one
- * f32 scale (amax / 127, round to nearest), and each output element is one fixed recipe (per
- * block, 8 exact integer dots of 4 elements each, one fused multiply-add per lane, the lanes
- * summed in a fixed order: ref/qmatmul.c). So, as with akv_ops_matmul_cols, every y[r][j] is the same float
- * whatever m, the other rows, the column range, the thread and the instruction set. */
+ * W keeps its GGUF block encoding: each row of k weights is k / B blocks of B elements (B = 32
+ * for Q8_0, Q4_0, Q4_1; 256 for the K formats, each a super-block of 8 sub-blocks of 32), row j
+ * at j * akv_ops_wrow_bytes(t, k). The activations are quantized per 32 elements to int8 with
+ * one f32 scale (amax / 127, round to nearest), and each output element is one fixed recipe
+ * over the row's 32-element sub-blocks (ref/qmatmul.c: 8 exact integer dots of 4 elements
+ * each, one fused multiply-add per lane, the lanes summed in a fixed order). So, as with
+ * akv_ops_matmul_cols, every y[r][j] is the same float whatever m, the other rows, the column
+ * range, the thread and the instruction set.
+ *
+ * Formats (GGUF's layouts; d, dmin, m are f16 unless said):
+ *   Q8_0  34 B / 32:  d, 32 int8 q                      w = d q
+ *   Q4_0  18 B / 32:  d, 16 bytes of nibbles            w = d (q - 8)
+ *   Q4_1  20 B / 32:  d, m, 16 bytes of nibbles         w = d q + m
+ *   Q4_K 144 B / 256: d, dmin, 12 bytes of 6-bit scale and min per sub-block, 128 bytes of
+ *                     nibbles                           w = d sc q - dmin mn
+ *   Q5_K 176 B / 256: as Q4_K plus 32 bytes of fifth bits   (q of 5 bits)
+ *   Q6_K 210 B / 256: 128 bytes of low nibbles, 64 of high 2-bit pairs, 16 int8 scales (one per
+ *                     16 elements), d last             w = d sc (q - 32)
+ * A 32-element block's element e < 16 is the low nibble of byte e, e + 16 its high nibble (Q4_0,
+ * Q4_1); the K formats' orders are those of GGUF (ref/qmatmul.c, qm_unpack). */
 enum { AKV_OPS_QBLOCK = 32 };
 typedef enum akv_ops_wtype {
-    AKV_OPS_W_Q8_0 = 1, /* f16 scale + 32 int8 */
-    AKV_OPS_W_Q4_0 = 2, /* f16 scale + 32 nibbles, value (q - 8) * scale */
-    AKV_OPS_W_Q4_1 = 3, /* f16 scale, f16 min + 32 nibbles, value q * scale + min */
+    AKV_OPS_W_F32 = 1,  /* plain f32 rows: akv_ops_matmul_cols, not the block product */
+    AKV_OPS_W_Q8_0 = 2,
+    AKV_OPS_W_Q4_0 = 3,
+    AKV_OPS_W_Q4_1 = 4,
+    AKV_OPS_W_Q4_K = 5,
+    AKV_OPS_W_Q5_K = 6,
+    AKV_OPS_W_Q6_K = 7,
 } akv_ops_wtype;
 
-/* Bytes of one block of 32 weights; 0 for an unknown type. */
-size_t akv_ops_qblock_bytes(akv_ops_wtype t);
+/* Elements of one block of t (1 for F32, 32, or 256); 0 for an unknown type. */
+size_t akv_ops_wblock_elems(akv_ops_wtype t);
 
-/* Activations quantized per block (caller's storage): q [m][k] int8; d, s [m][k / 32]: the
- * scale and scale * sum(q); lsum8 [m][k / 32][8]: 8 * the sum of q over each group of 4. */
+/* Bytes of one row of k weights of t; 0 for an unknown type or a k that is not a positive
+ * multiple of the block. */
+size_t akv_ops_wrow_bytes(akv_ops_wtype t, size_t k);
+
+/* "f32", "q8_0", "q4_0", "q4_1", "q4_K", "q5_K", "q6_K" (GGUF's names); "?" otherwise. */
+const char *akv_ops_wtype_name(akv_ops_wtype t);
+
+/* Activations quantized per 32 elements (storage from akv_ops_q8_bind): q [m][k] int8; d, s
+ * [m][k / 32]: the scale and scale * sum(q); lsum [m][k / 32][8]: the sum of q over each
+ * group of 4. */
 typedef struct akv_ops_q8 {
     int8_t *q;
     float *d, *s;
-    int32_t *lsum8;
+    int32_t *lsum;
 } akv_ops_q8;
+
+/* Bytes akv_ops_q8_bind needs for m rows of k (k a multiple of 32). */
+size_t akv_ops_q8_bytes(size_t m, size_t k);
+
+/* Points out's arrays into mem (akv_ops_q8_bytes(m, k) bytes, 4-byte aligned). */
+void akv_ops_q8_bind(void *mem, size_t m, size_t k, akv_ops_q8 *out);
+
+/* Row r of x as a batch of one (the arrays of q offset to row r). */
+akv_ops_q8 akv_ops_q8_row(const akv_ops_q8 *x, size_t k, size_t r);
 
 /* Quantizes x[m][k] (k a multiple of 32) into out. Asserts. */
 void akv_ops_quantize_rows_q8(const float *x, size_t m, size_t k, akv_ops_q8 *out);
 
 /* Columns j0..j1-1 of y[m][n] = x[m][k] · W^T (+ bias[j]) with x quantized by
- * akv_ops_quantize_rows_q8 and W in format t. m, n >= 1; k a positive multiple of 32; j0 <=
- * j1 <= n. Asserts. */
+ * akv_ops_quantize_rows_q8 and W in block format t (not F32). m, n >= 1; k a positive
+ * multiple of t's block; j0 <= j1 <= n. Asserts. */
 void akv_ops_qmatmul_cols(float *y, const akv_ops_q8 *x, size_t m, const void *w,
                           akv_ops_wtype t, const float *bias, size_t n, size_t k, size_t j0,
                           size_t j1, akv_ops_isa isa);

@@ -200,9 +200,15 @@ static akv_status engine_open_model(akv_engine *e) {
         AKV_LOG_E("engine: a synthetic model runs on the device pass (pass, dev)");
         return AKV_EINVAL;
     }
+    if (host_pass ? p->weights == AKV_WEIGHTS_BF16 : p->weights == AKV_WEIGHTS_F32) {
+        AKV_LOG_E("engine: weights %s: the %s pass stores its matrices %s", akv_weights_name(p->weights),
+                  host_pass ? "host" : "device", host_pass ? "native or f32" : "native or bf16");
+        return AKV_EINVAL;
+    }
     if (p->model_path) {
         akv_model_load_params lp = {.progress = p->progress ? engine_progress : NULL,
-                                    .progress_user = e};
+                                    .progress_user = e,
+                                    .weights = host_pass ? p->weights : AKV_WEIGHTS_NATIVE};
         if ((st = akv_model_load(p->model_path, &lp, &e->own_model))) return st;
         e->model = e->own_model;
     } else if (p->model) {

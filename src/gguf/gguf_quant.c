@@ -1,5 +1,5 @@
 /*
- * gguf_quant.c — block decoders (F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q4_K, Q6_K) and
+ * gguf_quant.c — block decoders (F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q4_K, Q5_K, Q6_K) and
  * encoders (F32, F16, BF16, Q8_0, Q4_0, Q4_1). akv/gguf_quant.h has the block layouts.
  *
  * Every decoder turns one block at `b` (any alignment) into block_elems floats; the row
@@ -69,9 +69,11 @@ static void q4_k_scale_min(const uint8_t *s, int j, int *sc, int *mn) {
     }
 }
 
-static void dec_q4_k(const uint8_t *b, float *y) {
+/* Q4_K (qh NULL) and Q5_K, whose element l of sub-block j takes bit j of qh[l] as its fifth
+ * bit. */
+static void dec_k_4_5(const uint8_t *b, const uint8_t *qh, const uint8_t *qs, float *y) {
     float d = ld_f16(b), dmin = ld_f16(b + 2);
-    const uint8_t *scales = b + 4, *qs = b + 16;
+    const uint8_t *scales = b + 4;
     /* Four chunks of 64 elements; chunk c holds sub-blocks 2c (low nibbles of 32 bytes)
      * and 2c + 1 (high nibbles of the same bytes). */
     for (int c = 0; c < 4; c++) {
@@ -82,10 +84,20 @@ static void dec_q4_k(const uint8_t *b, float *y) {
         float d1 = d * (float)sc1, m1 = dmin * (float)mn1;
         const uint8_t *q = qs + 32 * c;
         for (int l = 0; l < 32; l++) {
-            y[64 * c + l] = d0 * (float)(q[l] & 15) - m0;
-            y[64 * c + 32 + l] = d1 * (float)(q[l] >> 4) - m1;
+            int lo = q[l] & 15, hi = q[l] >> 4;
+            if (qh) lo |= ((qh[l] >> (2 * c)) & 1) << 4, hi |= ((qh[l] >> (2 * c + 1)) & 1) << 4;
+            y[64 * c + l] = d0 * (float)lo - m0;
+            y[64 * c + 32 + l] = d1 * (float)hi - m1;
         }
     }
+}
+
+static void dec_q4_k(const uint8_t *b, float *y) {
+    dec_k_4_5(b, NULL, b + 16, y);
+}
+
+static void dec_q5_k(const uint8_t *b, float *y) {
+    dec_k_4_5(b, b + 16, b + 48, y);
 }
 
 static void dec_q6_k(const uint8_t *b, float *y) {
@@ -120,6 +132,7 @@ static dec_fn decoder(uint32_t type) {
     case AKV_GGUF_TYPE_Q4_0: return dec_q4_0;
     case AKV_GGUF_TYPE_Q4_1: return dec_q4_1;
     case AKV_GGUF_TYPE_Q4_K: return dec_q4_k;
+    case AKV_GGUF_TYPE_Q5_K: return dec_q5_k;
     case AKV_GGUF_TYPE_Q6_K: return dec_q6_k;
     default: return NULL;
     }

@@ -6,6 +6,7 @@
 
 #include "akv/ops.h"
 #include "core/alloc.h"
+#include "core/assert.h"
 #include "core/log.h"
 #include "core/par.h"
 #include "model/forward_batch.h"
@@ -35,6 +36,8 @@ struct akv_forward {
     int32_t *pos;         /* [T] */
     int32_t *qo;          /* [T+1] a prefill group's rows, rebased to 0 */
     akv__fwd_group *groups; /* [T] */
+    void *xq_mem;         /* an input's 8-bit blocks for the block products: T rows of the
+                             widest input (akv_ops_q8_bytes) */
 };
 
 akv_forward_params akv_forward_default_params(void) {
@@ -78,7 +81,11 @@ akv_status akv_forward_create(const akv_model *model, const akv_forward_params *
     f->pos = akv__calloc(T, sizeof(int32_t));
     f->qo = akv__calloc(T + 1, sizeof(int32_t));
     f->groups = akv__calloc(T, sizeof *f->groups);
-    if (!f->x || !f->h || !f->tmp || !f->q || !f->k || !f->v || !f->att || !f->gate || !f->up ||
+    size_t k_max = c->n_embd > q_dim ? c->n_embd : q_dim;
+    k_max = c->n_ff > k_max ? c->n_ff : k_max;
+    f->xq_mem = akv__malloc(akv_ops_q8_bytes(T, (k_max + AKV_OPS_QBLOCK - 1) / AKV_OPS_QBLOCK *
+                                                   AKV_OPS_QBLOCK));
+    if (!f->xq_mem || !f->x || !f->h || !f->tmp || !f->q || !f->k || !f->v || !f->att || !f->gate || !f->up ||
         !f->cos_t || !f->sin_t || !f->pos || !f->qo || !f->groups) {
         akv_forward_destroy(f);
         return AKV_ENOMEM;
@@ -93,34 +100,58 @@ void akv_forward_destroy(akv_forward *f) {
     akv__free(f->x), akv__free(f->h), akv__free(f->tmp), akv__free(f->q), akv__free(f->k);
     akv__free(f->v), akv__free(f->att), akv__free(f->gate), akv__free(f->up);
     akv__free(f->cos_t), akv__free(f->sin_t), akv__free(f->pos), akv__free(f->qo);
-    akv__free(f->groups);
+    akv__free(f->groups), akv__free(f->xq_mem);
     akv__free(f);
 }
 
 /* ---- products over the pass's threads ------------------------------------------------------ */
 
+/* The input of one or more products: x itself for f32 weights, its 8-bit blocks (quantized
+ * once, by fwd_in_make, for every block product that reads it). */
+typedef struct fwd_in {
+    const float *x;
+    size_t m, k;
+    akv_ops_q8 q; /* valid when k is a multiple of 32 */
+} fwd_in;
+
+static fwd_in fwd_in_make(akv_forward *f, const float *x, size_t m, size_t k) {
+    fwd_in in = {.x = x, .m = m, .k = k};
+    if (k % AKV_OPS_QBLOCK == 0) {
+        akv_ops_q8_bind(f->xq_mem, m, k, &in.q);
+        akv_ops_quantize_rows_q8(x, m, k, &in.q);
+    }
+    return in;
+}
+
 typedef struct fwd_mm {
     float *y;
-    const float *x, *w, *bias;
-    size_t m, n, k, per; /* per: columns of one task */
+    const fwd_in *in;
+    const akv_model_mat *w;
+    const float *bias;
+    size_t per; /* columns of one task */
     akv_ops_isa isa;
 } fwd_mm;
 
 static void fwd_mm_task(void *ctx, uint32_t t) {
     const fwd_mm *a = ctx;
-    size_t j0 = (size_t)t * a->per, j1 = j0 + a->per < a->n ? j0 + a->per : a->n;
-    akv_ops_matmul_cols(a->y, a->x, a->w, a->bias, a->m, a->n, a->k, j0, j1, a->isa);
+    const size_t n = a->w->rows, j0 = (size_t)t * a->per, j1 = j0 + a->per < n ? j0 + a->per : n;
+    if (a->w->type == AKV_OPS_W_F32)
+        akv_ops_matmul_cols(a->y, a->in->x, a->w->data, a->bias, a->in->m, n, a->in->k, j0, j1,
+                            a->isa);
+    else
+        akv_ops_qmatmul_cols(a->y, &a->in->q, a->in->m, a->w->data, a->w->type, a->bias, n,
+                             a->in->k, j0, j1, a->isa);
 }
 
 /* y[m][n] = x[m][k] W^T (+ bias), the columns cut into tasks (about four per thread, so that a
  * slower thread does not hold the loop up). */
-static void fwd_matmul(akv_forward *f, float *y, const float *x, const float *w, const float *bias,
-                       size_t m, size_t n, size_t k) {
-    size_t want = (size_t)akv__par_n_threads(f->par) * 4;
+static void fwd_matmul(akv_forward *f, float *y, const fwd_in *in, const akv_model_mat *w,
+                       const float *bias) {
+    AKV_ASSERT(w->cols == in->k && (w->type == AKV_OPS_W_F32 || in->k % AKV_OPS_QBLOCK == 0));
+    const size_t n = w->rows, want = (size_t)akv__par_n_threads(f->par) * 4;
     size_t per = (n + want - 1) / want;
     per = (per + FWD_COL_ALIGN - 1) / FWD_COL_ALIGN * FWD_COL_ALIGN;
-    fwd_mm a = {.y = y, .x = x, .w = w, .bias = bias, .m = m, .n = n, .k = k, .per = per,
-                .isa = f->isa};
+    fwd_mm a = {.y = y, .in = in, .w = w, .bias = bias, .per = per, .isa = f->isa};
     akv__par_for(f->par, (uint32_t)((n + per - 1) / per), fwd_mm_task, &a);
 }
 
@@ -209,10 +240,17 @@ akv_status akv_forward_step(akv_forward *f, const akv_forward_batch *b, const ak
     if (st) return st;
     const akv_model *m = f->model;
     const akv_model_config *c = akv_model_get_config(m);
-    size_t E = c->n_embd, q_dim = (size_t)c->n_heads * c->head_dim,
-           kv_dim = (size_t)c->n_kv_heads * c->head_dim;
-    if ((st = akv_ops_ref_embed(f->x, akv_model_tok_embd(m), c->n_vocab, E, b->tokens, n)))
-        return st;
+    size_t E = c->n_embd, q_dim = (size_t)c->n_heads * c->head_dim;
+    for (uint32_t t = 0; t < n; t++) {
+        if (b->tokens[t] < 0 || (uint32_t)b->tokens[t] >= c->n_vocab) {
+            AKV_LOG_E("forward: token id %d at position %u is outside the vocabulary [0, %u)",
+                      b->tokens[t], t, c->n_vocab);
+            return AKV_EINVAL;
+        }
+        if ((st = akv_model_mat_row_f32(akv_model_tok_embd(m), (uint32_t)b->tokens[t],
+                                        f->x + (size_t)t * E)))
+            return st;
+    }
     f->n_last = n;
     const uint32_t n_groups = akv__forward_groups(b, FWD_HOST_DECODE, f->groups);
 
@@ -226,9 +264,10 @@ akv_status akv_forward_step(akv_forward *f, const akv_forward_batch *b, const ak
         const akv_model_layer *L = akv_model_get_layer(m, l);
         /* attention block: norm, projections, rotation */
         akv_ops_ref_rmsnorm(f->h, f->x, L->attn_norm, n, E, c->rms_eps);
-        fwd_matmul(f, f->q, f->h, L->wq, L->bq, n, q_dim, E);
-        fwd_matmul(f, f->k, f->h, L->wk, L->bk, n, kv_dim, E);
-        fwd_matmul(f, f->v, f->h, L->wv, L->bv, n, kv_dim, E);
+        fwd_in in = fwd_in_make(f, f->h, n, E);
+        fwd_matmul(f, f->q, &in, &L->wq, L->bq);
+        fwd_matmul(f, f->k, &in, &L->wk, L->bk);
+        fwd_matmul(f, f->v, &in, &L->wv, L->bv);
         akv_ops_ref_rope(f->q, n, c->n_heads, c->head_dim, c->n_rot, c->rope_mode, f->cos_t,
                          f->sin_t);
         akv_ops_ref_rope(f->k, n, c->n_kv_heads, c->head_dim, c->n_rot, c->rope_mode, f->cos_t,
@@ -243,15 +282,18 @@ akv_status akv_forward_step(akv_forward *f, const akv_forward_batch *b, const ak
             if ((st = forward_attend_group(f, &parts.part[0].kv, b, &f->groups[gi]))) return st;
         if (kv->end_layer && (st = kv->end_layer(kv->user, l))) return st;
 
-        fwd_matmul(f, f->tmp, f->att, L->wo, NULL, n, E, q_dim);
+        in = fwd_in_make(f, f->att, n, q_dim);
+        fwd_matmul(f, f->tmp, &in, &L->wo, NULL);
         akv_ops_ref_add(f->x, f->tmp, n * E);
 
         /* feed-forward block: SwiGLU */
         akv_ops_ref_rmsnorm(f->h, f->x, L->ffn_norm, n, E, c->rms_eps);
-        fwd_matmul(f, f->gate, f->h, L->w_gate, NULL, n, c->n_ff, E);
-        fwd_matmul(f, f->up, f->h, L->w_up, NULL, n, c->n_ff, E);
+        in = fwd_in_make(f, f->h, n, E);
+        fwd_matmul(f, f->gate, &in, &L->w_gate, NULL);
+        fwd_matmul(f, f->up, &in, &L->w_up, NULL);
         akv_ops_ref_swiglu(f->gate, f->gate, f->up, (size_t)n * c->n_ff);
-        fwd_matmul(f, f->tmp, f->gate, L->w_down, NULL, n, E, c->n_ff);
+        in = fwd_in_make(f, f->gate, n, c->n_ff);
+        fwd_matmul(f, f->tmp, &in, &L->w_down, NULL);
         akv_ops_ref_add(f->x, f->tmp, n * E);
     }
 
@@ -266,7 +308,10 @@ akv_status akv_forward_step(akv_forward *f, const akv_forward_batch *b, const ak
                             akv_model_output_norm(m), k, E, c->rms_eps);
         rows += k;
     }
-    if (rows) fwd_matmul(f, logits, f->h, akv_model_output(m), NULL, rows, c->n_vocab, E);
+    if (rows) {
+        const fwd_in in = fwd_in_make(f, f->h, rows, E);
+        fwd_matmul(f, logits, &in, akv_model_output(m), NULL);
+    }
     return AKV_OK;
 }
 

@@ -282,15 +282,38 @@ static akv_status fdev_put(akv_forward_dev *f, akv_dptr dst, const float *src, s
     return AKV_OK;
 }
 
+/* Copies matrix w to dst as bf16, rows decoded (akv_model_mat_row_f32) and rounded in chunks
+ * of whole rows through tmp (FDEV_UPLOAD_CHUNK elements) and row (w->cols floats). */
+static akv_status fdev_put_mat(akv_forward_dev *f, akv_dptr dst, const akv_model_mat *w,
+                               uint16_t *tmp, float *row) {
+    const size_t k = w->cols, per = FDEV_UPLOAD_CHUNK / k ? FDEV_UPLOAD_CHUNK / k : 1;
+    AKV_ASSERT(k <= FDEV_UPLOAD_CHUNK);
+    for (size_t r0 = 0; r0 < w->rows; r0 += per) {
+        const size_t nr = w->rows - r0 < per ? w->rows - r0 : per;
+        for (size_t r = 0; r < nr; r++) {
+            akv_status st = akv_model_mat_row_f32(w, (uint32_t)(r0 + r), row);
+            if (st) return st;
+            for (size_t i = 0; i < k; i++) tmp[r * k + i] = akv_f32_to_bf16(row[i]);
+        }
+        akv_status st = akv_dev_copy_h2d_sync(f->dev, akv_dptr_offset(dst, r0 * k * 2), tmp, nr * k * 2);
+        if (st) return st;
+    }
+    return AKV_OK;
+}
+
 static akv_status fdev_upload(akv_forward_dev *f, const akv_model *m) {
     const akv_model_config *c = &f->cfg;
     size_t E = c->n_embd, bf = 2, f4 = 4;
     uint16_t *tmp = akv__malloc(FDEV_UPLOAD_CHUNK * sizeof *tmp);
-    if (!tmp) return AKV_ENOMEM;
-    const akv_dtype B = AKV_DTYPE_BF16, F = AKV_DTYPE_F32;
-    akv_status st = fdev_put(f, f->tok_embd, akv_model_tok_embd(m), (size_t)c->n_vocab * E, B, tmp);
-    if (!st && !c->tied_output)
-        st = fdev_put(f, f->output, akv_model_output(m), (size_t)c->n_vocab * E, B, tmp);
+    float *row = akv__malloc((c->n_ff > c->n_embd ? c->n_ff : c->n_embd) * sizeof *row +
+                             (size_t)f->q_dim * sizeof *row);
+    if (!tmp || !row) {
+        akv__free(tmp), akv__free(row);
+        return AKV_ENOMEM;
+    }
+    const akv_dtype F = AKV_DTYPE_F32;
+    akv_status st = fdev_put_mat(f, f->tok_embd, akv_model_tok_embd(m), tmp, row);
+    if (!st && !c->tied_output) st = fdev_put_mat(f, f->output, akv_model_output(m), tmp, row);
     if (!st) st = fdev_put(f, f->output_norm, akv_model_output_norm(m), E, F, tmp);
     if (!st) st = fdev_put(f, f->inv_freq, akv_model_rope_inv_freq(m), c->n_rot / 2, F, tmp);
     for (uint32_t l = 0; l < f->n_layers && !st; l++) {
@@ -298,9 +321,9 @@ static akv_status fdev_upload(akv_forward_dev *f, const akv_model *m) {
         const fdev_layer *L = &f->layers[l];
         size_t qE = (size_t)f->q_dim * E, kvE = (size_t)f->kv_dim * E, ffE = (size_t)c->n_ff * E;
         if (!st) st = fdev_put(f, L->attn_norm, W->attn_norm, E, F, tmp);
-        if (!st) st = fdev_put(f, L->wqkv, W->wq, qE, B, tmp);
-        if (!st) st = fdev_put(f, akv_dptr_offset(L->wqkv, qE * bf), W->wk, kvE, B, tmp);
-        if (!st) st = fdev_put(f, akv_dptr_offset(L->wqkv, (qE + kvE) * bf), W->wv, kvE, B, tmp);
+        if (!st) st = fdev_put_mat(f, L->wqkv, &W->wq, tmp, row);
+        if (!st) st = fdev_put_mat(f, akv_dptr_offset(L->wqkv, qE * bf), &W->wk, tmp, row);
+        if (!st) st = fdev_put_mat(f, akv_dptr_offset(L->wqkv, (qE + kvE) * bf), &W->wv, tmp, row);
         if (!st && c->has_qkv_bias) {
             st = fdev_put(f, L->bqkv, W->bq, f->q_dim, F, tmp);
             if (!st) st = fdev_put(f, akv_dptr_offset(L->bqkv, f->q_dim * f4), W->bk, f->kv_dim, F, tmp);
@@ -308,13 +331,13 @@ static akv_status fdev_upload(akv_forward_dev *f, const akv_model *m) {
                 st = fdev_put(f, akv_dptr_offset(L->bqkv, (f->q_dim + f->kv_dim) * f4), W->bv,
                               f->kv_dim, F, tmp);
         }
-        if (!st) st = fdev_put(f, L->wo, W->wo, E * f->q_dim, B, tmp);
+        if (!st) st = fdev_put_mat(f, L->wo, &W->wo, tmp, row);
         if (!st) st = fdev_put(f, L->ffn_norm, W->ffn_norm, E, F, tmp);
-        if (!st) st = fdev_put(f, L->wgu, W->w_gate, ffE, B, tmp);
-        if (!st) st = fdev_put(f, akv_dptr_offset(L->wgu, ffE * bf), W->w_up, ffE, B, tmp);
-        if (!st) st = fdev_put(f, L->wdown, W->w_down, ffE, B, tmp);
+        if (!st) st = fdev_put_mat(f, L->wgu, &W->w_gate, tmp, row);
+        if (!st) st = fdev_put_mat(f, akv_dptr_offset(L->wgu, ffE * bf), &W->w_up, tmp, row);
+        if (!st) st = fdev_put_mat(f, L->wdown, &W->w_down, tmp, row);
     }
-    akv__free(tmp);
+    akv__free(tmp), akv__free(row);
     return st; /* synchronous copies: every byte has landed (dev.h) */
 }
 

@@ -1,5 +1,5 @@
-/* model.c — loading a model: weight binding by tensor name, shape checks, dequantisation to
- * f32 (akv/model.h). */
+/* model.c — loading a model: weight binding by tensor name, shape checks, each weight stored
+ * in its block format or widened to f32 (akv/model.h). */
 #include "akv/model.h"
 
 #include <math.h>
@@ -12,11 +12,13 @@
 
 struct akv_model {
     akv_model_config cfg;
-    akv_gguf *gguf; /* open for the model's lifetime (tokenizer metadata) */
-    float *arena;   /* every dequantised weight, one allocation */
+    akv_gguf *gguf;   /* open for the model's lifetime (tokenizer metadata) */
+    uint8_t *arena;   /* every weight, one allocation */
     size_t arena_bytes;
+    size_t step_bytes; /* akv_model_step_weight_bytes */
     akv_model_layer *layers; /* [n_layers] pointers into the arena */
-    const float *tok_embd, *output_norm, *output;
+    akv_model_mat tok_embd, output;
+    const float *output_norm;
     float *inv_freq; /* [n_rot/2] */
 };
 
@@ -24,13 +26,41 @@ struct akv_model {
 typedef struct model_bind {
     char name[AKV_GGUF_MAX_NAME + 1];
     uint64_t cols, rows; /* expected ne[0], ne[1]; rows = 0 for a vector */
-    const float **dst;   /* receives the f32 copy */
+    const float **vec;   /* a vector: receives its f32 copy */
+    akv_model_mat *mat;  /* a matrix: receives its storage */
     const akv_gguf_tensor *t;
-    size_t offset; /* in the arena, floats */
+    akv_ops_wtype as;    /* how it is stored */
+    size_t offset, bytes; /* in the arena */
 } model_bind;
 
-/* Aligns every tensor in the arena to 64 bytes (16 floats) for vector loads. */
-#define MODEL_ALIGN_FLOATS 16u
+/* Every tensor starts at a multiple of 64 bytes from the arena's start (a cache line). */
+#define MODEL_ALIGN 64u
+
+/* The block format of the host products that a GGUF type is, or 0. */
+static akv_ops_wtype model_block_type(uint32_t gguf_type) {
+    switch (gguf_type) {
+    case AKV_GGUF_TYPE_Q8_0: return AKV_OPS_W_Q8_0;
+    case AKV_GGUF_TYPE_Q4_0: return AKV_OPS_W_Q4_0;
+    case AKV_GGUF_TYPE_Q4_1: return AKV_OPS_W_Q4_1;
+    case AKV_GGUF_TYPE_Q4_K: return AKV_OPS_W_Q4_K;
+    case AKV_GGUF_TYPE_Q5_K: return AKV_OPS_W_Q5_K;
+    case AKV_GGUF_TYPE_Q6_K: return AKV_OPS_W_Q6_K;
+    default: return (akv_ops_wtype)0;
+    }
+}
+
+static uint32_t model_gguf_type(akv_ops_wtype t) {
+    switch (t) {
+    case AKV_OPS_W_F32: return AKV_GGUF_TYPE_F32;
+    case AKV_OPS_W_Q8_0: return AKV_GGUF_TYPE_Q8_0;
+    case AKV_OPS_W_Q4_0: return AKV_GGUF_TYPE_Q4_0;
+    case AKV_OPS_W_Q4_1: return AKV_GGUF_TYPE_Q4_1;
+    case AKV_OPS_W_Q4_K: return AKV_GGUF_TYPE_Q4_K;
+    case AKV_OPS_W_Q5_K: return AKV_GGUF_TYPE_Q5_K;
+    case AKV_OPS_W_Q6_K: return AKV_GGUF_TYPE_Q6_K;
+    }
+    return UINT32_MAX;
+}
 
 static akv_status model_check_shape(const model_bind *b) {
     const akv_gguf_tensor *t = b->t;
@@ -52,14 +82,17 @@ static akv_status model_check_shape(const model_bind *b) {
     return AKV_EFORMAT;
 }
 
-/* Adds a binding; a missing tensor is AKV_EFORMAT when required, else leaves *dst NULL. */
+/* Adds a binding of a vector (vec) or a matrix (mat); a missing tensor is AKV_EFORMAT when
+ * required, else leaves the destination empty. */
 static akv_status model_add(const akv_gguf *g, model_bind *binds, size_t *n, const char *name,
-                            uint64_t cols, uint64_t rows, const float **dst, bool required) {
+                            uint64_t cols, uint64_t rows, const float **vec, akv_model_mat *mat,
+                            bool required) {
     model_bind *b = &binds[*n];
     memset(b, 0, sizeof *b);
     snprintf(b->name, sizeof b->name, "%s", name);
-    b->cols = cols, b->rows = rows, b->dst = dst;
-    *dst = NULL;
+    b->cols = cols, b->rows = rows, b->vec = vec, b->mat = mat;
+    if (vec) *vec = NULL;
+    if (mat) memset(mat, 0, sizeof *mat);
     if (akv_gguf_find_tensor(g, name, &b->t) != AKV_OK) {
         if (!required) return AKV_OK;
         AKV_LOG_E("model: tensor '%s' is missing", name);
@@ -84,40 +117,43 @@ static akv_status model_bind_all(akv_model *m, model_bind *binds, size_t *n_bind
     uint64_t q = (uint64_t)c->n_heads * c->head_dim, kv = (uint64_t)c->n_kv_heads * c->head_dim;
     size_t n = 0;
     akv_status st;
-    if ((st = model_add(g, binds, &n, "token_embd.weight", c->n_embd, c->n_vocab, &m->tok_embd,
+    if ((st = model_add(g, binds, &n, "token_embd.weight", c->n_embd, c->n_vocab, NULL,
+                        &m->tok_embd, true)) ||
+        (st = model_add(g, binds, &n, "output_norm.weight", c->n_embd, 0, &m->output_norm, NULL,
                         true)) ||
-        (st = model_add(g, binds, &n, "output_norm.weight", c->n_embd, 0, &m->output_norm, true)) ||
-        (st = model_add(g, binds, &n, "output.weight", c->n_embd, c->n_vocab, &m->output, false)))
+        (st = model_add(g, binds, &n, "output.weight", c->n_embd, c->n_vocab, NULL, &m->output,
+                        false)))
         return st;
     for (uint32_t l = 0; l < c->n_layers; l++) {
         akv_model_layer *L = &m->layers[l];
         const struct {
             const char *suffix;
             uint64_t cols, rows;
-            const float **dst;
+            const float **vec;
+            akv_model_mat *mat;
             bool required;
         } ts[] = {
-            {"attn_norm.weight", c->n_embd, 0, &L->attn_norm, true},
-            {"attn_q.weight", c->n_embd, q, &L->wq, true},
-            {"attn_k.weight", c->n_embd, kv, &L->wk, true},
-            {"attn_v.weight", c->n_embd, kv, &L->wv, true},
-            {"attn_q.bias", q, 0, &L->bq, c->has_qkv_bias},
-            {"attn_k.bias", kv, 0, &L->bk, c->has_qkv_bias},
-            {"attn_v.bias", kv, 0, &L->bv, c->has_qkv_bias},
-            {"attn_output.weight", q, c->n_embd, &L->wo, true},
-            {"ffn_norm.weight", c->n_embd, 0, &L->ffn_norm, true},
-            {"ffn_gate.weight", c->n_embd, c->n_ff, &L->w_gate, true},
-            {"ffn_up.weight", c->n_embd, c->n_ff, &L->w_up, true},
-            {"ffn_down.weight", c->n_ff, c->n_embd, &L->w_down, true},
+            {"attn_norm.weight", c->n_embd, 0, &L->attn_norm, NULL, true},
+            {"attn_q.weight", c->n_embd, q, NULL, &L->wq, true},
+            {"attn_k.weight", c->n_embd, kv, NULL, &L->wk, true},
+            {"attn_v.weight", c->n_embd, kv, NULL, &L->wv, true},
+            {"attn_q.bias", q, 0, &L->bq, NULL, c->has_qkv_bias},
+            {"attn_k.bias", kv, 0, &L->bk, NULL, c->has_qkv_bias},
+            {"attn_v.bias", kv, 0, &L->bv, NULL, c->has_qkv_bias},
+            {"attn_output.weight", q, c->n_embd, NULL, &L->wo, true},
+            {"ffn_norm.weight", c->n_embd, 0, &L->ffn_norm, NULL, true},
+            {"ffn_gate.weight", c->n_embd, c->n_ff, NULL, &L->w_gate, true},
+            {"ffn_up.weight", c->n_embd, c->n_ff, NULL, &L->w_up, true},
+            {"ffn_down.weight", c->n_ff, c->n_embd, NULL, &L->w_down, true},
         };
         for (size_t i = 0; i < sizeof ts / sizeof ts[0]; i++) {
             if (!c->has_qkv_bias && ts[i].rows == 0 && strstr(ts[i].suffix, ".bias")) {
-                *ts[i].dst = NULL; /* llama: no bias, and a stray one would be ignored */
+                *ts[i].vec = NULL; /* llama: no bias, and a stray one would be ignored */
                 continue;
             }
             char name[AKV_GGUF_MAX_NAME + 1];
             snprintf(name, sizeof name, "blk.%u.%s", l, ts[i].suffix);
-            if ((st = model_add(g, binds, &n, name, ts[i].cols, ts[i].rows, ts[i].dst,
+            if ((st = model_add(g, binds, &n, name, ts[i].cols, ts[i].rows, ts[i].vec, ts[i].mat,
                                 ts[i].required)))
                 return st;
         }
@@ -172,25 +208,80 @@ static akv_status model_rope(akv_model *m) {
     return AKV_OK;
 }
 
-/* Every weight of a tensor finite, else AKV_EFORMAT naming the tensor, the first bad element
- * and its block: a NaN or infinity in the file would otherwise surface as a sampler that
- * finds no finite logit, pointing nowhere near the model. */
-static akv_status model_check_finite(const akv_gguf_tensor *t, const float *w) {
+/* Elements [e0, e0 + n) of tensor t, as floats at w, all finite, else AKV_EFORMAT naming the
+ * tensor, the first bad element and its block: a NaN or infinity in the file would otherwise
+ * surface as a sampler that finds no finite logit, pointing nowhere near the model. */
+static akv_status model_check_finite(const akv_gguf_tensor *t, const float *w, uint64_t e0,
+                                     size_t n) {
     bool finite = true;
-    for (uint64_t i = 0; i < t->n_elems; i++) /* no early exit: the loop vectorises */
+    for (size_t i = 0; i < n; i++) /* no early exit: the loop vectorises */
         finite &= isfinite(w[i]) != 0;
     if (finite) return AKV_OK;
-    for (uint64_t i = 0; i < t->n_elems; i++)
+    for (size_t i = 0; i < n; i++)
         if (!isfinite(w[i])) {
-            size_t blk = akv_gguf_type_block_elems(t->type);
+            const uint64_t e = e0 + i, blk = akv_gguf_type_block_elems(t->type);
             AKV_LOG_E("model: tensor '%s' (%s) holds a non-finite weight (%s) at element %llu, in "
                       "block %llu at file offset %llu: the file is damaged",
                       t->name, akv_gguf_type_name(t->type), isnan(w[i]) ? "NaN" : "infinity",
-                      (unsigned long long)i, (unsigned long long)(i / blk),
-                      (unsigned long long)(t->offset + i / blk * akv_gguf_type_block_bytes(t->type)));
+                      (unsigned long long)e, (unsigned long long)(e / blk),
+                      (unsigned long long)(t->offset + e / blk * akv_gguf_type_block_bytes(t->type)));
             return AKV_EFORMAT;
         }
     return AKV_OK;
+}
+
+/* How binding b is stored under `weights` (akv/model.h, "Storage"). */
+static akv_ops_wtype model_storage(const model_bind *b, akv_weights weights) {
+    const akv_ops_wtype blk = model_block_type(b->t->type);
+    if (b->mat && weights == AKV_WEIGHTS_NATIVE && blk && akv_ops_wrow_bytes(blk, b->cols))
+        return blk;
+    return AKV_OPS_W_F32;
+}
+
+/* Binding b's data into the arena at dst, checked finite (a block matrix through its rows
+ * decoded into `row`, n_cols floats). */
+static akv_status model_store(akv_model *m, const model_bind *b, uint8_t *dst, float *row) {
+    const akv_gguf_tensor *t = b->t;
+    akv_status st;
+    if (b->as == AKV_OPS_W_F32) {
+        st = akv_gguf_tensor_f32(m->gguf, t, (float *)(void *)dst);
+        if (!st) return model_check_finite(t, (const float *)(const void *)dst, 0, (size_t)t->n_elems);
+    } else {
+        st = akv_gguf_tensor_read(m->gguf, t, 0, dst, (size_t)t->n_bytes);
+        for (uint64_t r = 0; r < b->rows && !st; r++) {
+            st = akv_gguf_dequant_f32(t->type, dst + r * t->n_bytes / b->rows, (size_t)b->cols, row);
+            if (!st) st = model_check_finite(t, row, r * b->cols, (size_t)b->cols);
+            if (st == AKV_EFORMAT) return st;
+        }
+        if (!st) return AKV_OK;
+    }
+    if (st != AKV_EFORMAT)
+        AKV_LOG_E("model: tensor '%s' cannot be %s: %s", b->name,
+                  st == AKV_EIO ? "read" : "dequantised", akv_status_str(st));
+    return st;
+}
+
+/* Bytes of binding b as stored. */
+static bool model_bytes(const model_bind *b, size_t *out) {
+    if (b->as != AKV_OPS_W_F32) return (*out = (size_t)b->t->n_bytes), true;
+    return akv__size_mul((size_t)b->t->n_elems, sizeof(float), out);
+}
+
+/* Says which matrices of a format without a host product were widened. */
+static void model_log_widened(const model_bind *binds, size_t n_binds) {
+    for (size_t i = 0; i < n_binds; i++) {
+        const model_bind *b = &binds[i];
+        if (!b->mat || b->as != AKV_OPS_W_F32 || b->t->type == AKV_GGUF_TYPE_F32) continue;
+        size_t same = 0;
+        bool first = true;
+        for (size_t j = 0; j < n_binds; j++)
+            if (binds[j].mat && binds[j].as == AKV_OPS_W_F32 && binds[j].t->type == b->t->type) {
+                first &= j >= i, same++;
+            }
+        if (first)
+            AKV_LOG_I("model: %zu matri%s of type %s widened to f32 (e.g. '%s')", same,
+                      same == 1 ? "x" : "ces", akv_gguf_type_name(b->t->type), b->name);
+    }
 }
 
 /* The model of an open GGUF, which it takes (closed by akv_model_destroy, or here on failure). */
@@ -198,67 +289,83 @@ static akv_status model_load(akv_gguf *g, const akv_model_load_params *params, a
     akv_model_load_params p = params ? *params : (akv_model_load_params){0};
     akv_model *m = akv__calloc(1, sizeof *m);
     model_bind *binds = NULL;
+    float *row = NULL;
     akv_status st = AKV_ENOMEM;
     if (!m) {
         akv_gguf_close(g);
         return AKV_ENOMEM;
     }
     m->gguf = g;
+    if (p.weights != AKV_WEIGHTS_NATIVE && p.weights != AKV_WEIGHTS_F32) {
+        AKV_LOG_E("model: weights %s: the host model stores its matrices native or f32",
+                  akv_weights_name(p.weights));
+        st = AKV_EINVAL;
+        goto fail;
+    }
     if ((st = akv_model_config_read(m->gguf, &m->cfg))) goto fail;
     const akv_model_config *c = &m->cfg;
 
     st = AKV_ENOMEM;
     m->layers = akv__calloc(c->n_layers, sizeof *m->layers);
     binds = akv__calloc(3 + (size_t)c->n_layers * 12, sizeof *binds);
-    if (!m->layers || !binds) goto fail;
+    row = akv__calloc(c->n_ff > c->n_embd ? c->n_ff : c->n_embd, sizeof *row);
+    if (!m->layers || !binds || !row) goto fail;
     size_t n_binds = 0;
     if ((st = model_bind_all(m, binds, &n_binds))) goto fail;
     if ((st = model_rope(m))) goto fail;
     model_warn_unused(m, binds, n_binds);
 
-    /* Lay the f32 copies out in one arena, each 64-byte aligned; n_elems of a bound tensor
-     * is at most 2^32 * 2^32 (shape-checked), so the products below are checked anyway. */
-    size_t n_floats = 0;
+    /* Lay the tensors out in one arena, each at a multiple of 64 bytes; n_elems of a bound tensor is at
+     * most 2^32 * 2^32 (shape-checked), so the sums below are checked anyway. */
+    size_t n_bytes = 0;
     for (size_t i = 0; i < n_binds; i++) {
         size_t sz;
-        binds[i].offset = n_floats;
-        if (!akv__size_add((size_t)binds[i].t->n_elems, MODEL_ALIGN_FLOATS - 1, &sz) ||
-            !akv__size_add(n_floats, sz / MODEL_ALIGN_FLOATS * MODEL_ALIGN_FLOATS, &n_floats)) {
+        binds[i].as = model_storage(&binds[i], p.weights);
+        binds[i].offset = n_bytes;
+        if (!model_bytes(&binds[i], &binds[i].bytes) ||
+            !akv__size_add(binds[i].bytes, MODEL_ALIGN - 1, &sz) ||
+            !akv__size_add(n_bytes, sz / MODEL_ALIGN * MODEL_ALIGN, &n_bytes)) {
             st = AKV_EOVERFLOW;
             goto fail;
         }
     }
-    if (!akv__size_mul(n_floats, sizeof(float), &m->arena_bytes)) {
-        st = AKV_EOVERFLOW;
-        goto fail;
-    }
-    m->arena = akv__malloc(m->arena_bytes);
+    model_log_widened(binds, n_binds);
+    m->arena_bytes = n_bytes;
+    m->arena = akv__malloc(n_bytes);
     if (!m->arena) {
-        AKV_LOG_E("model: cannot allocate %.1f MiB for the f32 weights",
-                  (double)m->arena_bytes / (1 << 20));
+        AKV_LOG_E("model: cannot allocate %.1f MiB for the weights", (double)n_bytes / (1 << 20));
         st = AKV_ENOMEM;
         goto fail;
     }
 
     uint64_t done = 0;
     for (size_t i = 0; i < n_binds; i++) {
-        const akv_gguf_tensor *t = binds[i].t;
-        float *dst = m->arena + binds[i].offset;
-        if ((st = akv_gguf_tensor_f32(m->gguf, t, dst))) {
-            AKV_LOG_E("model: tensor '%s' cannot be %s: %s", binds[i].name,
-                      st == AKV_EIO ? "read" : "dequantised", akv_status_str(st));
-            goto fail;
-        }
-        if ((st = model_check_finite(t, dst))) goto fail;
-        *binds[i].dst = dst;
-        done += t->n_elems * sizeof(float);
+        model_bind *b = &binds[i];
+        uint8_t *dst = m->arena + b->offset;
+        if ((st = model_store(m, b, dst, row))) goto fail;
+        if (b->vec) *b->vec = (const float *)(const void *)dst;
+        if (b->mat)
+            *b->mat = (akv_model_mat){.data = dst,
+                                      .type = b->as,
+                                      .rows = (uint32_t)b->rows,
+                                      .cols = (uint32_t)b->cols,
+                                      .row_bytes = akv_ops_wrow_bytes(b->as, (size_t)b->cols)};
+        /* a step reads every tensor but the embedding table (one row of it), and reads a
+         * tied table as the output head */
+        if (i != 0) m->step_bytes += b->bytes; /* binds[0]: token_embd */
+        done += b->bytes;
         if (p.progress) p.progress(p.progress_user, done, m->arena_bytes);
     }
-    if (!m->output) m->output = m->tok_embd;
+    if (!m->output.data) {
+        m->output = m->tok_embd;
+        m->step_bytes += binds[0].bytes;
+    }
+    akv__free(row);
     akv__free(binds);
     *out = m;
     return AKV_OK;
 fail:
+    akv__free(row);
     akv__free(binds);
     akv_model_destroy(m);
     return st;
@@ -288,6 +395,15 @@ void akv_model_destroy(akv_model *m) {
     akv__free(m);
 }
 
+const char *akv_weights_name(akv_weights w) {
+    switch (w) {
+    case AKV_WEIGHTS_NATIVE: return "native";
+    case AKV_WEIGHTS_BF16: return "bf16";
+    case AKV_WEIGHTS_F32: return "f32";
+    }
+    return "?";
+}
+
 const akv_model_config *akv_model_get_config(const akv_model *m) {
     return &m->cfg;
 }
@@ -297,14 +413,24 @@ const akv_model_layer *akv_model_get_layer(const akv_model *m, uint32_t layer) {
     return &m->layers[layer];
 }
 
-const float *akv_model_tok_embd(const akv_model *m) {
-    return m->tok_embd;
+const akv_model_mat *akv_model_tok_embd(const akv_model *m) {
+    return &m->tok_embd;
 }
 const float *akv_model_output_norm(const akv_model *m) {
     return m->output_norm;
 }
-const float *akv_model_output(const akv_model *m) {
-    return m->output;
+const akv_model_mat *akv_model_output(const akv_model *m) {
+    return m->cfg.tied_output ? &m->tok_embd : &m->output;
+}
+
+akv_status akv_model_mat_row_f32(const akv_model_mat *w, uint32_t row, float *out) {
+    if (!w || !out || row >= w->rows) return AKV_EINVAL;
+    const uint8_t *src = (const uint8_t *)w->data + (size_t)row * w->row_bytes;
+    if (w->type == AKV_OPS_W_F32) {
+        memcpy(out, src, (size_t)w->cols * sizeof(float));
+        return AKV_OK;
+    }
+    return akv_gguf_dequant_f32(model_gguf_type(w->type), src, w->cols, out);
 }
 const float *akv_model_rope_inv_freq(const akv_model *m) {
     return m->inv_freq;
@@ -314,4 +440,7 @@ const akv_gguf *akv_model_gguf(const akv_model *m) {
 }
 size_t akv_model_weight_bytes(const akv_model *m) {
     return m->arena_bytes;
+}
+size_t akv_model_step_weight_bytes(const akv_model *m) {
+    return m->step_bytes;
 }

@@ -91,7 +91,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         akv_model *model = NULL;
         if (akv_model_load_memory(copy, size, NULL, &model) == AKV_OK) {
             const akv_model_config *c = akv_model_get_config(model);
-            if (!c->n_layers || !akv_model_tok_embd(model) || !akv_model_output(model)) abort();
+            if (!c->n_layers || !akv_model_tok_embd(model)->data || !akv_model_output(model)->data) abort();
         } else if (model) {
             abort();
         }
