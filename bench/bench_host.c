@@ -4,8 +4,8 @@
  *   A. The sampler per token over a 49,152-entry vocabulary (SmolLM2's), greedy and with the
  *      default chain (temperature 0.8, top-k 40, top-p 0.95, min-p 0.05), as a ratio of one
  *      plain pass that reads the same logits (a sum), timed in the same run.
- *   B. The block-format products (akv_ops_qmatmul_cols: Q8_0, Q4_0, Q4_1; activations
- *      quantized in the timing) at one row of SmolLM2's FFN shape (n = 1536, k = 576), each
+ *   B. The block-format products (akv_ops_qmatmul_cols: Q8_0, Q4_0, Q4_1, the default
+ *      model's formats; activations quantized in the timing) at one row of SmolLM2's FFN shape (n = 1536, k = 576), each
  *      instruction set, as a ratio of the f32 row-invariant product (akv_ops_matmul_cols, AVX2
  *      where the CPU has it) of the same shape in the same run. Weights stay in cache: this
  *      compares the products' arithmetic, not the memory's rate.

@@ -207,7 +207,7 @@ static QM_AVX2 inline float qm_f16(const uint8_t *p) {
 
 /* Sub-block j's weights as unsigned bytes (Q8_0: its signed bytes), its lane scales, offset
  * and minimum, by qm_unpack's rules. */
-static QM_AVX2 inline __m256i qm_unpack_avx2(akv_ops_wtype t, const uint8_t *blk, int j,
+static QM_AVX2 inline __attribute__((always_inline)) __m256i qm_unpack_avx2(akv_ops_wtype t, const uint8_t *blk, int j,
                                              __m256 *ws, int *o, float *mw) {
     const __m256i m4 = _mm256_set1_epi8(15);
     *o = 0, *mw = 0.0f;
@@ -262,20 +262,23 @@ static QM_AVX2 inline __m256i qm_unpack_avx2(akv_ops_wtype t, const uint8_t *blk
 
 /* One element by the recipe: maddubs pairs unsigned by signed bytes (exact: |pair| <= 2 * 63 *
  * 128 for the K formats and nibbles and, after moving Q8_0's sign, 2 * 128 * 127), madd sums
- * pairs into the 8 lanes of 4 elements, and the offset comes off each lane as o * its qx sum. */
-static QM_AVX2 float qm_dot_avx2(akv_ops_wtype t, const uint8_t *wr, size_t sub_per_blk,
-                                 size_t bb, const int8_t *qx, const int32_t *lsum,
-                                 const float *dx, const float *sx, size_t nb) {
+ * pairs into the 8 lanes of 4 elements, and the offset comes off each lane as o * its qx sum.
+ * Inlined once per format (qm_dot_avx2), so the format's branches and its sub-blocks per
+ * block (1 or 8) are constants of the loop. */
+static QM_AVX2 inline __attribute__((always_inline)) float
+qm_dot_avx2_t(const akv_ops_wtype t, const uint8_t *wr, size_t bb, const int8_t *qx,
+              const int32_t *lsum, const float *dx, const float *sx, size_t nb) {
     const __m256i ones = _mm256_set1_epi16(1);
     const bool has_min = t == AKV_OPS_W_Q4_1 || t == AKV_OPS_W_Q4_K || t == AKV_OPS_W_Q5_K;
+    const unsigned sub_shift = t == AKV_OPS_W_Q4_K || t == AKV_OPS_W_Q5_K || t == AKV_OPS_W_Q6_K ? 3 : 0;
     __m256 acc = _mm256_setzero_ps();
     float macc = 0.0f;
     for (size_t b = 0; b < nb; b++) {
         __m256 ws;
         int o;
         float mw;
-        const __m256i u = qm_unpack_avx2(t, wr + b / sub_per_blk * bb, (int)(b % sub_per_blk),
-                                         &ws, &o, &mw);
+        const __m256i u = qm_unpack_avx2(t, wr + (b >> sub_shift) * bb,
+                                         (int)(b & ((1u << sub_shift) - 1)), &ws, &o, &mw);
         const __m256i qv = _mm256_loadu_si256((const __m256i *)(qx + b * QB));
         const __m256i p = t == AKV_OPS_W_Q8_0
                               ? _mm256_maddubs_epi16(_mm256_sign_epi8(u, u), _mm256_sign_epi8(qv, u))
@@ -288,6 +291,24 @@ static QM_AVX2 float qm_dot_avx2(akv_ops_wtype t, const uint8_t *wr, size_t sub_
         if (has_min) macc = fmaf(mw, sx[b], macc);
     }
     return akv__lanes_sum_avx2(acc) + macc;
+}
+
+static QM_AVX2 float qm_dot_avx2(akv_ops_wtype t, const uint8_t *wr, size_t bb, const int8_t *qx,
+                                 const int32_t *lsum, const float *dx, const float *sx, size_t nb) {
+    switch (t) {
+#define QM_CASE(T) \
+    case T: return qm_dot_avx2_t(T, wr, bb, qx, lsum, dx, sx, nb);
+        QM_CASE(AKV_OPS_W_Q8_0)
+        QM_CASE(AKV_OPS_W_Q4_0)
+        QM_CASE(AKV_OPS_W_Q4_1)
+        QM_CASE(AKV_OPS_W_Q4_K)
+        QM_CASE(AKV_OPS_W_Q5_K)
+        QM_CASE(AKV_OPS_W_Q6_K)
+#undef QM_CASE
+    case AKV_OPS_W_F32: break;
+    }
+    AKV_ASSERT(!"F32 weights take akv_ops_matmul_cols");
+    return 0.0f;
 }
 #endif
 
@@ -310,7 +331,7 @@ void akv_ops_qmatmul_cols(float *y, const akv_ops_q8 *x, size_t m, const void *w
             const float *dx = x->d + r * nb, *sx = x->s + r * nb;
             float v;
 #if defined(__x86_64__) && defined(__GNUC__)
-            if (avx2) v = qm_dot_avx2(t, wr, sub, bb, qx, ls, dx, sx, nb);
+            if (avx2) v = qm_dot_avx2(t, wr, bb, qx, ls, dx, sx, nb);
             else
 #endif
                 v = qm_dot_portable(t, wr, sub, bb, qx, ls, dx, sx, nb);
