@@ -1,4 +1,5 @@
-/* bench_fwd.c (bench) — batch-1 decode of a synthetic Llama-3-8B-shape bf16 model on CUDA
+/* bench_fwd.c (bench) — batch-1 decode of a synthetic Llama-3-8B-shape model on CUDA (bf16
+ * weights, or a block format with AKV_BENCH_WTYPE=q8_0, q4_K, ...)
  * through akv_forward_dev and the queued resident route, at several context lengths, as a
  * ratio of the weight-bandwidth limit measured in the same run.
  *
@@ -175,6 +176,17 @@ int main(void) {
     akv_dev *dev = bench_cuda_or_skip(&info);
     akv_model_config c = llama3_8b_shape((uint32_t)akv_test_env_int("AKV_BENCH_LAYERS", 1, 32, 32));
     akv_forward_params fp = {.max_chunk = CHUNK, .attn = bench_attn_tuning()};
+    /* AKV_BENCH_WTYPE: the matrices' format (bf16, the default, or a block format: q8_0, q4_K,
+     * ...), the output head included */
+    const char *wt = getenv("AKV_BENCH_WTYPE");
+    for (int t = AKV_OPS_W_Q8_0; wt && t <= AKV_OPS_W_Q6_K; t++)
+        if (!strcmp(wt, akv_ops_wtype_name((akv_ops_wtype)t))) fp.synthetic_type = (akv_ops_wtype)t;
+    if (wt && strcmp(wt, "bf16") && !fp.synthetic_type) {
+        fprintf(stderr, "bench_fwd: AKV_BENCH_WTYPE '%s': expected bf16, q8_0, q4_0, q4_1, q4_K, "
+                        "q5_K or q6_K\n", wt);
+        return 1;
+    }
+    const char *wname = fp.synthetic_type ? akv_ops_wtype_name(fp.synthetic_type) : "bf16";
     akv_forward_dev *f = NULL;
     double tc = akv_clock_s();
     TRY(akv_forward_dev_create_synthetic(dev, &c, 7, &fp, &f));
@@ -210,7 +222,7 @@ int main(void) {
     FILE *out = bench_out_open();
     bench_emit(out,
                "\n### Forward pass, batch-1 decode (%s, %d SMs): synthetic Llama-3-8B shape, "
-               "bf16, %u layers, resident route\n\n"
+               "%s weights, %u layers, resident route\n\n"
                "Weights read per token: %.2f GB; device copy rate (1 GiB d2d, read + written): "
                "**%.0f GB/s**. Limit = bytes / copy rate; ratio = limit / measured step. Decode "
                "steps replayed as one CUDA graph (the default); `op by op` = the same steps "
@@ -218,7 +230,7 @@ int main(void) {
                "| context | prefill s | decode tokens/s | step ms | op by op ms | graph "
                "speed-up | limit (weights) ms | ratio | limit (+K/V) ms | ratio |\n"
                "|---|---|---|---|---|---|---|---|---|---|\n",
-               info.name, info.n_sm, c.n_layers, wb / 1e9, copy_bps / 1e9);
+               info.name, info.n_sm, wname, c.n_layers, wb / 1e9, copy_bps / 1e9);
     for (int i = 0; i < n_ctx; i++) {
         double lw = wb / copy_bps * 1e3, lkv = (wb + rows[i].kv_bytes) / copy_bps * 1e3;
         bench_emit(out, "| %u | %.2f | %.1f | %.3f | %.3f | %.2fx | %.3f | %.2f | %.3f | %.2f |\n",

@@ -22,6 +22,7 @@
 #include "akv/forward_ops.h"
 #include "cuda_check.h"
 #include "cuda_ops.h"
+#include "core/half.h"
 #include "grid_dep.cuh"
 
 namespace {
@@ -241,6 +242,14 @@ extern "C" akv_status akv__cuda_fwd_cast(const void *args, const akv__cuda_launc
 extern "C" akv_status akv__cuda_fwd_fill(const void *args, const akv__cuda_launch *l) {
     akv_fwd_fill_args a;
     memcpy(&a, args, sizeof a);
+    if (a.w_type) {
+        akv_status st = akv__cuda_fill_blocks(a.y.addr, a.n, a.seed, a.w_type,
+                                              akv_f32_to_f16(a.scale), akv_f32_to_f16(a.center),
+                                              l->n_sm, l->stream);
+        if (st == AKV_EINVAL) AKV_LOG_E("cuda fill: %llu bytes are not whole blocks of type %u",
+                                        (unsigned long long)a.n, a.w_type);
+        return st;
+    }
     if (!fwd_dtype_ok(a.y_dtype)) return AKV_EINVAL;
     if (a.n == 0) return AKV_OK;
     return fwd_launch(l, fwd_grid(l, a.n), fill_kernel, fwd_ptr<void>(a.y),

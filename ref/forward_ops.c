@@ -133,8 +133,29 @@ static akv_status fops_cast(akv_dev *dev, const void *args) {
     return AKV_OK;
 }
 
+/* A block fill: hash bytes, the scale fields set (akv_fwd_fill_args). */
+static akv_status fops_fill_blocks(akv_dev *dev, const akv_fwd_fill_args *a) {
+    size_t bb = akv_ops_wrow_bytes((akv_ops_wtype)a->w_type, akv_ops_wblock_elems((akv_ops_wtype)a->w_type));
+    if (!akv_ops_wtype_is_block((akv_ops_wtype)a->w_type) || a->n % bb) {
+        AKV_LOG_E("fwd_fill: %llu bytes are not whole blocks of type %u", (unsigned long long)a->n,
+                  a->w_type);
+        return AKV_EINVAL;
+    }
+    uint8_t *y = FOPS_PTR(a->y);
+    const uint16_t h0 = akv_f32_to_f16(a->scale), h1 = akv_f32_to_f16(a->center);
+    int fa, fb;
+    akv_fwd_block_scales(a->w_type, &fa, &fb);
+    for (uint64_t i = 0; i < a->n; i++) {
+        const int o = (int)(i % bb);
+        y[i] = o == fa ? (uint8_t)h0 : o == fa + 1 ? (uint8_t)(h0 >> 8)
+             : o == fb ? (uint8_t)h1 : o == fb + 1 ? (uint8_t)(h1 >> 8) : akv_fwd_fill_byte(a->seed, i);
+    }
+    return AKV_OK;
+}
+
 static akv_status fops_fill(akv_dev *dev, const void *args) {
     const akv_fwd_fill_args *a = args;
+    if (a->w_type) return fops_fill_blocks(dev, a);
     akv_status st = fops_dtype_check(a->y_dtype, "fwd_fill");
     if (st) return st;
     void *y = FOPS_PTR(a->y);
@@ -143,7 +164,8 @@ static akv_status fops_fill(akv_dev *dev, const void *args) {
     return AKV_OK;
 }
 
-/* Widens bf16 x and W to f32 and runs the host product (on the values the device sees). */
+/* Widens bf16 x and W (bf16, or decoded from its blocks) to f32 and runs the host product (on
+ * the values the device sees). */
 static akv_status fops_matmul(akv_dev *dev, const void *args) {
     const akv_fwd_matmul_args *a = args;
     size_t m = a->m, n = a->n, k = a->k;
@@ -154,8 +176,20 @@ static akv_status fops_matmul(akv_dev *dev, const void *args) {
     const uint16_t *x = FOPS_PTR(a->x), *w = FOPS_PTR(a->w);
     for (size_t i = 0; i < m * k; i++)
         xf[i] = akv_bf16_to_f32(x[i]);
-    for (size_t i = 0; i < n * k; i++)
-        wf[i] = akv_bf16_to_f32(w[i]);
+    const akv_ops_wtype wt = (akv_ops_wtype)a->w_type;
+    if (wt && wt != AKV_OPS_W_BF16) {
+        const size_t rb = akv_ops_wrow_bytes(wt, k);
+        if (!akv_ops_wtype_is_block(wt) || !rb) {
+            AKV_LOG_E("fwd_matmul: weights of type %u cannot take k = %zu", a->w_type, k);
+            akv__free(xf);
+            return AKV_EINVAL;
+        }
+        for (size_t j = 0; j < n; j++)
+            akv_ops_wrow_to_f32(wt, (const uint8_t *)(const void *)w + j * rb, k, wf + j * k);
+    } else {
+        for (size_t i = 0; i < n * k; i++)
+            wf[i] = akv_bf16_to_f32(w[i]);
+    }
     float *y = FOPS_PTR(a->y);
     /* the host pass's batch-invariant product, so that a row's bits do not depend on the rest
      * of the batch here either */

@@ -18,6 +18,7 @@ static size_t qm_block(akv_ops_wtype t, size_t *bytes) {
     size_t e = 0, b = 0;
     switch (t) {
     case AKV_OPS_W_F32: e = 1, b = 4; break;
+    case AKV_OPS_W_BF16: e = 1, b = 2; break;
     case AKV_OPS_W_Q8_0: e = QB, b = 2 + QB; break;
     case AKV_OPS_W_Q4_0: e = QB, b = 2 + QB / 2; break;
     case AKV_OPS_W_Q4_1: e = QB, b = 4 + QB / 2; break;
@@ -41,6 +42,7 @@ size_t akv_ops_wrow_bytes(akv_ops_wtype t, size_t k) {
 const char *akv_ops_wtype_name(akv_ops_wtype t) {
     switch (t) {
     case AKV_OPS_W_F32: return "f32";
+    case AKV_OPS_W_BF16: return "bf16";
     case AKV_OPS_W_Q8_0: return "q8_0";
     case AKV_OPS_W_Q4_0: return "q4_0";
     case AKV_OPS_W_Q4_1: return "q4_1";
@@ -174,9 +176,25 @@ static void qm_unpack(akv_ops_wtype t, const uint8_t *blk, int j, qm_sub *s) {
         s->o = 32;
         return;
     }
-    case AKV_OPS_W_F32: AKV_ASSERT(!"F32 weights take akv_ops_matmul_cols");
+    case AKV_OPS_W_F32:
+    case AKV_OPS_W_BF16: AKV_ASSERT(!"plain rows are no block format");
     }
     for (int l = 0; l < QM_LANES; l++) s->ws[l] = ws;
+}
+
+void akv_ops_wrow_to_f32(akv_ops_wtype t, const void *row, size_t k, float *out) {
+    size_t bb;
+    const size_t be = qm_block(t, &bb);
+    AKV_ASSERT(akv_ops_wtype_is_block(t) && k >= be && k % be == 0);
+    const size_t sub = be / QB;
+    qm_sub s;
+    for (size_t b = 0; b < k / QB; b++) {
+        qm_unpack(t, (const uint8_t *)row + b / sub * bb, (int)(b % sub), &s);
+        for (int e = 0; e < QB; e++) {
+            const float v = s.ws[e / 4] * (float)(s.u[e] - s.o);
+            out[b * QB + e] = s.has_min ? v + s.mw : v;
+        }
+    }
 }
 
 static float qm_dot_portable(akv_ops_wtype t, const uint8_t *wr, size_t sub_per_blk, size_t bb,
@@ -254,9 +272,10 @@ static QM_AVX2 inline __attribute__((always_inline)) __m256i qm_unpack_avx2(akv_
             _mm256_set1_epi8(3));
         return _mm256_or_si256(nib, _mm256_slli_epi16(hb, 4));
     }
-    case AKV_OPS_W_F32: break;
+    case AKV_OPS_W_F32:
+    case AKV_OPS_W_BF16: break;
     }
-    AKV_ASSERT(!"F32 weights take akv_ops_matmul_cols");
+    AKV_ASSERT(!"plain rows are no block format");
     return _mm256_setzero_si256();
 }
 
@@ -305,9 +324,10 @@ static QM_AVX2 float qm_dot_avx2(akv_ops_wtype t, const uint8_t *wr, size_t bb, 
         QM_CASE(AKV_OPS_W_Q5_K)
         QM_CASE(AKV_OPS_W_Q6_K)
 #undef QM_CASE
-    case AKV_OPS_W_F32: break;
+    case AKV_OPS_W_F32:
+    case AKV_OPS_W_BF16: break;
     }
-    AKV_ASSERT(!"F32 weights take akv_ops_matmul_cols");
+    AKV_ASSERT(!"plain rows are no block format");
     return 0.0f;
 }
 #endif
@@ -317,7 +337,7 @@ void akv_ops_qmatmul_cols(float *y, const akv_ops_q8 *x, size_t m, const void *w
                           size_t j1, akv_ops_isa isa) {
     size_t bb;
     const size_t be = qm_block(t, &bb);
-    AKV_ASSERT(t != AKV_OPS_W_F32 && be && m >= 1 && n >= 1 && k >= be && k % be == 0 &&
+    AKV_ASSERT(akv_ops_wtype_is_block(t) && be && m >= 1 && n >= 1 && k >= be && k % be == 0 &&
                j0 <= j1 && j1 <= n);
     AKV_ASSERT(x && x->q && x->d && x->s && x->lsum);
     const size_t nb = k / QB, sub = be / QB, row_bytes = k / be * bb;

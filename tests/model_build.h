@@ -212,6 +212,17 @@ static inline void tm_write(const tm_model *m, char path[64]) {
     gb_free(&b);
 }
 
+/* Writes m, loads it (native storage), removes the file and frees m; NULL if the load fails. */
+static inline akv_model *tm_write_load(tm_model *m) {
+    char path[64];
+    tm_write(m, path);
+    akv_model *model = NULL;
+    akv_status st = akv_model_load(path, NULL, &model);
+    unlink(path);
+    tm_free(m);
+    return st == AKV_OK ? model : NULL;
+}
+
 /* Writes a model of shape s (seeded), loads it and removes the file; NULL if it fails.
  * tm_load_rounded: every weight rounded by `round` first (NULL = as drawn). */
 static inline akv_model *tm_load_rounded(const tm_shape *s, uint64_t seed, float (*round)(float)) {
@@ -220,13 +231,7 @@ static inline akv_model *tm_load_rounded(const tm_shape *s, uint64_t seed, float
     for (int i = 0; round && i < m.n_t; i++)
         for (size_t j = 0; j < (size_t)(m.t[i].ne[0] * m.t[i].ne[1]); j++)
             m.t[i].data[j] = round(m.t[i].data[j]);
-    char path[64];
-    tm_write(&m, path);
-    akv_model *model = NULL;
-    akv_status st = akv_model_load(path, NULL, &model);
-    unlink(path);
-    tm_free(&m);
-    return st == AKV_OK ? model : NULL;
+    return tm_write_load(&m);
 }
 
 static inline akv_model *tm_load(const tm_shape *s, uint64_t seed) {

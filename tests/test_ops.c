@@ -343,7 +343,7 @@ int main(int argc, char **argv) {
                 const size_t rb = akv_ops_wrow_bytes(t, k), bb = rb / (k / be);
                 uint8_t *w = akv__malloc(n * rb);
                 double *w64 = akv__malloc(n * k * sizeof *w64);
-                float *wrow = akv__malloc(k * sizeof *wrow);
+                float *wrow = akv__malloc(k * sizeof *wrow), *y1dec = akv__malloc(k * sizeof *wrow);
                 for (size_t i = 0; i < n * rb; i++) w[i] = (uint8_t)test_rand(&rng);
                 for (size_t b = 0; b < n * (k / be); b++) {
                     /* the f16 fields: d (and m, dmin) finite, of mixed sign and size */
@@ -359,6 +359,9 @@ int main(int argc, char **argv) {
                 for (size_t j = 0; j < n; j++) {
                     if (!CHECK(akv_gguf_dequant_f32(types[ti].gguf, w + j * rb, k, wrow) == AKV_OK)) break;
                     for (size_t i = 0; i < k; i++) w64[j * k + i] = wrow[i];
+                    /* the recipe's own decoding gives GGUF's values, bit for bit */
+                    akv_ops_wrow_to_f32(t, w + j * rb, k, y1dec);
+                    CHECK_BYTES(y1dec, wrow, k * sizeof *wrow);
                 }
                 float *x = rand_vec(&rng, m * k, 3);
                 void *xmem = akv__malloc(akv_ops_q8_bytes(m, k));
@@ -395,7 +398,7 @@ int main(int argc, char **argv) {
                     }
                 }
                 CHECK_EQ_INT(bad, 0);
-                akv__free(w), akv__free(w64), akv__free(wrow), akv__free(x), akv__free(yp);
+                akv__free(w), akv__free(w64), akv__free(wrow), akv__free(y1dec), akv__free(x), akv__free(yp);
                 akv__free(ya), akv__free(y1), akv__free(xmem);
             }
         CHECK_EQ_U64(akv_ops_wrow_bytes(AKV_OPS_W_Q8_0, 64), 68);

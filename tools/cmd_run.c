@@ -232,7 +232,7 @@ static void run_progress(void *user, uint64_t done, uint64_t total) {
 static void run_engine_progress(void *user, const char *what, uint64_t done, uint64_t total) {
     const run_state *s = user;
     if (!s->o.quiet && !strcmp(what, "uploading") && done == 0)
-        fprintf(stderr, "akv run: uploading the weights to the device as bf16\n");
+        fprintf(stderr, "akv run: uploading the weights to the device\n");
     (void)total;
 }
 
@@ -400,7 +400,7 @@ static int run_open_engine(run_state *s, uint32_t max_seqs) {
                 "%u tokens (%zu KiB); host pool %llu GiB, device pool %llu GiB, route %s, "
                 "context %llu, %u at once\n",
                 info.is_host ? "the CPU" : "the GPU", info.name, s->cfg->arch_name,
-                s->cfg->n_layers, info.is_host ? akv_weights_name(o->e.weights) : "bf16",
+                s->cfg->n_layers, akv_weights_name(o->e.weights),
                 (double)akv_engine_weight_bytes(s->engine) / (1 << 20),
                 akv_dtype_name(pl->geom.dtype), pl->geom.page_tokens,
                 akv_geom_page_bytes(&pl->geom) >> 10, o->e.host_gib, o->e.device_gib,

@@ -97,6 +97,8 @@ typedef struct akv_engine_params {
                                         device from synthetic_seed (benchmarks; device pass
                                         only, no tokenizer) */
     uint64_t synthetic_seed;
+    akv_ops_wtype synthetic_type;    /* the synthetic matrices' format (a block format of
+                                        akv/ops.h); 0 = bf16 */
     akv_weights weights;             /* how the pass stores the weight matrices (akv/model.h):
                                         the host pass NATIVE or F32, the device pass NATIVE or
                                         BF16; 0 = NATIVE */

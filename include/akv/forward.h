@@ -129,6 +129,12 @@ typedef struct akv_forward_params {
     uint32_t threads;    /* host pass: threads of the products, the caller's included; 0 =
                             one per online core */
     akv_attn_tuning attn; /* device pass: every decode's tuning (zero: the default) */
+    akv_weights weights;  /* device pass: NATIVE (0) keeps a matrix in its block format where
+                             the device has a product for it (akv/forward_ops.h: every block
+                             format of akv/ops.h), BF16 widens every matrix; the host pass
+                             stores what its model stores */
+    akv_ops_wtype synthetic_type; /* device pass, synthetic weights: the matrices' format (a
+                             block format of akv/ops.h); 0 = bf16 */
 } akv_forward_params;
 
 /* max_chunk 256, every layer, a thread per core. */

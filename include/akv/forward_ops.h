@@ -108,13 +108,17 @@ typedef struct akv_fwd_cast_args {
 } akv_fwd_cast_args;
 
 /* y[i] = center + scale * u(seed, i), u uniform in [-1, 1) from a hash of (seed, i): the same
- * values on every backend (synthetic weights for benchmarks). */
+ * values on every backend (synthetic weights for benchmarks). With w_type a block format
+ * (akv/ops.h) y is instead n bytes of blocks of that format: byte i is akv_fwd_fill_byte
+ * (seed, i) except the blocks' f16 scale fields, which hold `scale` (and `center` where the
+ * format has a second one: Q4_1's minimum, the K formats' dmin) rounded to f16. */
 typedef struct akv_fwd_fill_args {
     akv_dptr y;
     uint64_t n;
     uint64_t seed;
     float center, scale;
-    akv_dtype y_dtype; /* f32 or bf16 */
+    akv_dtype y_dtype; /* f32 or bf16 (w_type 0) */
+    uint32_t w_type;   /* 0, or the block format (akv_ops_wtype) of the bytes */
 } akv_fwd_fill_args;
 
 /* How the CUDA backend computes a product (the host ignores it). AUTO: the skinny kernel
@@ -127,10 +131,14 @@ typedef enum akv_fwd_matmul_algo {
     AKV_FWD_MATMUL_GEMV = 2,
 } akv_fwd_matmul_algo;
 
-/* y[m][n] = beta * y + x[m][k] · W[n][k]^T; bf16 inputs, f32 accumulation and output. On
- * CUDA the skinny kernel (m <= 4) reads its first pieces of W before it waits for the kernel
- * before it on the stream (cuda/grid_dep.cuh): no kernel since the stream's last copy, memset
- * or event wait may write W (weights never are). */
+/* y[m][n] = beta * y + x[m][k] · W[n][k]^T; bf16 x, f32 accumulation and output. W is bf16
+ * rows (w_type 0 or AKV_OPS_W_BF16) or rows of a block format (w_type, akv/ops.h: k a multiple
+ * of its block). On CUDA the skinny kernel (m <= 4) reads its first pieces of W before it
+ * waits for the kernel before it on the stream (cuda/grid_dep.cuh): no kernel since the
+ * stream's last copy, memset or event wait may write W (weights never are). Block W: m <=
+ * AKV_FWD_QGEMV_MAX_ROWS rows go through a kernel that decodes the blocks in registers; more
+ * rows widen W into `dequant` (n * k bf16) and take the bf16 product. The host decodes W
+ * with akv_ops_wrow_to_f32 and runs its f32 product. */
 typedef struct akv_fwd_matmul_args {
     akv_dptr y;           /* f32 [m][n] contiguous */
     akv_dptr x;           /* bf16 [m][k] */
@@ -140,7 +148,12 @@ typedef struct akv_fwd_matmul_args {
     akv_dptr workspace;   /* CUDA: cuBLAS workspace (0 = the library's own); host: unused */
     uint64_t workspace_bytes;
     uint32_t algo;        /* akv_fwd_matmul_algo; 0 = AUTO */
+    uint32_t w_type;      /* akv_ops_wtype of W; 0 = bf16 */
+    akv_dptr dequant;     /* CUDA, block W, m > AKV_FWD_QGEMV_MAX_ROWS: n * k * 2 bytes */
+    uint64_t dequant_bytes;
 } akv_fwd_matmul_args;
+
+enum { AKV_FWD_QGEMV_MAX_ROWS = 4 };
 
 /* Attention through akv/attn.h (the CUDA launchers, or the ref on the host backend). */
 typedef struct akv_fwd_attn_append_args {
@@ -178,6 +191,23 @@ static inline float akv_fwd_fill_value(uint64_t seed, uint64_t i, float center, 
     z ^= z >> 31;
     float u = (float)(z >> 40) * (1.0f / 8388608.0f) - 1.0f; /* 24 bits -> [-1, 1) */
     return center + scale * u;
+}
+
+/* Byte i of a block fill (seed), before its scale fields are set: the top byte of the fill's
+ * hash. */
+static inline uint8_t akv_fwd_fill_byte(uint64_t seed, uint64_t i) {
+    uint64_t z = seed + (i + 1) * 0x9E3779B97F4A7C15ull; /* splitmix64 */
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    z ^= z >> 31;
+    return (uint8_t)(z >> 56);
+}
+
+/* Where format t's f16 scale fields lie in a block: the first at *a, the second (or -1) at
+ * *b, byte offsets. */
+static inline void akv_fwd_block_scales(uint32_t t, int *a, int *b) {
+    *a = t == AKV_OPS_W_Q6_K ? 208 : 0;
+    *b = t == AKV_OPS_W_Q4_1 || t == AKV_OPS_W_Q4_K || t == AKV_OPS_W_Q5_K ? 2 : -1;
 }
 
 #ifdef __cplusplus

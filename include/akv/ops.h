@@ -146,17 +146,28 @@ typedef enum akv_ops_wtype {
     AKV_OPS_W_Q4_K = 5,
     AKV_OPS_W_Q5_K = 6,
     AKV_OPS_W_Q6_K = 7,
+    AKV_OPS_W_BF16 = 8, /* plain bf16 rows: the device products' format (no host product) */
 } akv_ops_wtype;
 
-/* Elements of one block of t (1 for F32, 32, or 256); 0 for an unknown type. */
+/* Whether t is one of the block formats (Q8_0 .. Q6_K). */
+static inline int akv_ops_wtype_is_block(akv_ops_wtype t) {
+    return t >= AKV_OPS_W_Q8_0 && t <= AKV_OPS_W_Q6_K;
+}
+
+/* Elements of one block of t (1 for F32 and BF16, 32, or 256); 0 for an unknown type. */
 size_t akv_ops_wblock_elems(akv_ops_wtype t);
 
 /* Bytes of one row of k weights of t; 0 for an unknown type or a k that is not a positive
  * multiple of the block. */
 size_t akv_ops_wrow_bytes(akv_ops_wtype t, size_t k);
 
-/* "f32", "q8_0", "q4_0", "q4_1", "q4_K", "q5_K", "q6_K" (GGUF's names); "?" otherwise. */
+/* "f32", "bf16", "q8_0", "q4_0", "q4_1", "q4_K", "q5_K", "q6_K" (GGUF's names); "?" otherwise. */
 const char *akv_ops_wtype_name(akv_ops_wtype t);
+
+/* A row of k weights of block format t decoded to floats by the recipe's terms: w = ws * (q -
+ * o) (+ mw for the formats with a minimum), the values GGUF's decoders give. k a positive
+ * multiple of t's block. Asserts. */
+void akv_ops_wrow_to_f32(akv_ops_wtype t, const void *row, size_t k, float *out);
 
 /* Activations quantized per 32 elements (storage from akv_ops_q8_bind): q [m][k] int8; d, s
  * [m][k / 32]: the scale and scale * sum(q); lsum [m][k / 32][8]: the sum of q over each

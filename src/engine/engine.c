@@ -234,6 +234,8 @@ static akv_status engine_open_pass(akv_engine *e) {
     fp.attn = p->attn;
     fp.threads = p->threads;
     const bool host_pass = e->info.is_host && p->pass == AKV_ENGINE_PASS_AUTO;
+    fp.weights = host_pass ? AKV_WEIGHTS_NATIVE : p->weights;
+    fp.synthetic_type = p->synthetic_type;
     const bool report = p->progress && !host_pass; /* the host pass reads the model in place */
     if (report) p->progress(p->progress_user, "uploading", 0, 1);
     akv_status st = host_pass        ? akv_forward_create(e->model, &fp, &e->fh)

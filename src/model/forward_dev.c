@@ -1,5 +1,5 @@
-/* forward_dev.c — the forward pass on a device's queues (akv/forward_dev.h): weights as bf16 in
- * one device allocation, scratch for max_chunk tokens in another, every step an op of
+/* forward_dev.c — the forward pass on a device's queues (akv/forward_dev.h): weights as bf16
+ * or in their block formats in one device allocation, scratch for max_chunk tokens in another, every step an op of
  * akv/forward_ops.h on the compute queue; a replayable decode step recorded and launched as
  * one graph when its record equals the last graph's. */
 #include "akv/forward_dev.h"
@@ -33,15 +33,22 @@ static size_t fdev_rec_next(size_t end) {
     return (end + 15) / 16 * 16;
 }
 
-/* One block's device weights. */
+/* A device matrix: rows of bf16 (type 0) or of a block format (akv_ops_wtype). */
+typedef struct fdev_w {
+    akv_dptr w;
+    uint32_t type;
+} fdev_w;
+
+/* One block's device weights. A fused matrix (Q|K|V, gate|up) is in a block format only when
+ * its parts all are, in the same one; else it is bf16. */
 typedef struct fdev_layer {
     akv_dptr attn_norm; /* f32 [n_embd] */
-    akv_dptr wqkv;      /* bf16 [q_dim + 2*kv_dim][n_embd]: Wq rows, then Wk, then Wv */
+    fdev_w wqkv;        /* [q_dim + 2*kv_dim][n_embd]: Wq rows, then Wk, then Wv */
     akv_dptr bqkv;      /* f32 [q_dim + 2*kv_dim], or 0 without bias */
-    akv_dptr wo;        /* bf16 [n_embd][q_dim] */
+    fdev_w wo;          /* [n_embd][q_dim] */
     akv_dptr ffn_norm;  /* f32 [n_embd] */
-    akv_dptr wgu;       /* bf16 [2*n_ff][n_embd]: W_gate rows, then W_up */
-    akv_dptr wdown;     /* bf16 [n_embd][n_ff] */
+    fdev_w wgu;         /* [2*n_ff][n_embd]: W_gate rows, then W_up */
+    fdev_w wdown;       /* [n_embd][n_ff] */
 } fdev_layer;
 
 struct akv_forward_dev {
@@ -56,7 +63,7 @@ struct akv_forward_dev {
     /* weights (one allocation) */
     akv_dptr wmem;
     akv_dptr tok_embd;    /* bf16 [n_vocab][n_embd] */
-    akv_dptr output;      /* bf16 [n_vocab][n_embd]; = tok_embd when tied */
+    fdev_w output;        /* [n_vocab][n_embd]; = tok_embd when tied and bf16 */
     akv_dptr output_norm; /* f32 [n_embd] */
     akv_dptr inv_freq;    /* f32 [n_rot/2] */
     fdev_layer *layers;   /* [n_layers] */
@@ -69,6 +76,9 @@ struct akv_forward_dev {
     akv_dptr att;         /* bf16 [T][q_dim] attention output */
     akv_dptr gu;          /* f32 [T][2*n_ff] gate | up */
     akv_dptr act;         /* bf16 [T][n_ff] SwiGLU output */
+    akv_dptr dequant;     /* bf16, the largest block matrix widened (products of more than
+                             AKV_FWD_QGEMV_MAX_ROWS rows over block weights); 0 if none */
+    size_t dequant_bytes;
     akv_dptr logits;      /* f32 [L][n_vocab], L = max_logits */
     akv_dptr io;          /* int32 [FDEV_IO_INTS]: ids [T], positions [T], the prefill group's
                              qo_indptr [T+1], the logit rows [L] (fdev_io_*) */
@@ -149,28 +159,41 @@ static akv_dptr fdev_take(akv_dptr base, size_t *off, size_t bytes) {
     return akv_dptr_offset(base, at);
 }
 
-/* Places every weight at `base`; returns the bytes needed. */
+/* Bytes of a [rows][k] matrix of type t (0 = bf16). */
+static size_t fdev_w_bytes(uint32_t t, size_t rows, size_t k) {
+    return rows * (t ? akv_ops_wrow_bytes((akv_ops_wtype)t, k) : k * 2);
+}
+
+/* Places every weight at `base` (the matrices' types already chosen); returns the bytes
+ * needed. */
 static size_t fdev_layout_weights(akv_forward_dev *f, akv_dptr base) {
     const akv_model_config *c = &f->cfg;
-    size_t off = 0, E = c->n_embd, bf = 2, f4 = 4;
-    f->weight_bytes = 0;
+    size_t off = 0, E = c->n_embd, bf = 2, f4 = 4, big = 0;
     f->tok_embd = fdev_take(base, &off, (size_t)c->n_vocab * E * bf);
-    f->output = c->tied_output ? f->tok_embd : fdev_take(base, &off, (size_t)c->n_vocab * E * bf);
+    const size_t out_bytes = fdev_w_bytes(f->output.type, c->n_vocab, E);
+    f->output.w = c->tied_output && !f->output.type ? f->tok_embd : fdev_take(base, &off, out_bytes);
     f->output_norm = fdev_take(base, &off, E * f4);
     f->inv_freq = fdev_take(base, &off, (size_t)(c->n_rot / 2) * f4);
-    f->weight_bytes += (size_t)c->n_vocab * E * bf + E * f4;
+    f->weight_bytes = out_bytes + E * f4;
+    if (f->output.type) big = (size_t)c->n_vocab * E;
     for (uint32_t l = 0; l < f->n_layers; l++) {
         fdev_layer *L = &f->layers[l];
-        size_t n_mat = (size_t)f->qkv_dim * E + E * f->q_dim + 3 * (size_t)c->n_ff * E;
+        const struct { fdev_w *w; size_t rows, k; } ms[4] = {
+            {&L->wqkv, f->qkv_dim, E}, {&L->wo, E, f->q_dim}, {&L->wgu, 2 * (size_t)c->n_ff, E},
+            {&L->wdown, E, c->n_ff}};
         L->attn_norm = fdev_take(base, &off, E * f4);
-        L->wqkv = fdev_take(base, &off, (size_t)f->qkv_dim * E * bf);
         L->bqkv = c->has_qkv_bias ? fdev_take(base, &off, (size_t)f->qkv_dim * f4) : (akv_dptr){0};
-        L->wo = fdev_take(base, &off, E * f->q_dim * bf);
         L->ffn_norm = fdev_take(base, &off, E * f4);
-        L->wgu = fdev_take(base, &off, 2 * (size_t)c->n_ff * E * bf);
-        L->wdown = fdev_take(base, &off, E * c->n_ff * bf);
-        f->weight_bytes += n_mat * bf + 2 * E * f4 + (c->has_qkv_bias ? f->qkv_dim * f4 : 0);
+        f->weight_bytes += 2 * E * f4 + (c->has_qkv_bias ? f->qkv_dim * f4 : 0);
+        for (int i = 0; i < 4; i++) {
+            const size_t b = fdev_w_bytes(ms[i].w->type, ms[i].rows, ms[i].k);
+            ms[i].w->w = fdev_take(base, &off, b);
+            f->weight_bytes += b;
+            if (ms[i].w->type && ms[i].rows * ms[i].k > big) big = ms[i].rows * ms[i].k;
+        }
     }
+    /* a product of more rows than the block kernel takes widens its matrix here first */
+    f->dequant_bytes = !f->is_host && f->params.max_chunk > AKV_FWD_QGEMV_MAX_ROWS ? big * bf : 0;
     return off;
 }
 
@@ -184,6 +207,7 @@ static size_t fdev_layout_scratch(akv_forward_dev *f, akv_dptr base) {
     f->att = fdev_take(base, &off, T * f->q_dim * 2);
     f->gu = fdev_take(base, &off, T * 2 * c->n_ff * 4);
     f->act = fdev_take(base, &off, T * c->n_ff * 2);
+    f->dequant = f->dequant_bytes ? fdev_take(base, &off, f->dequant_bytes) : (akv_dptr){0};
     f->logits = fdev_take(base, &off, (size_t)f->params.max_logits * c->n_vocab * 4);
     f->io = fdev_take(base, &off, fdev_io_ints(f) * 4);
     f->blas_ws = f->is_host ? (akv_dptr){0} : fdev_take(base, &off, FDEV_CUBLAS_WS);
@@ -209,8 +233,58 @@ void akv_forward_dev_destroy(akv_forward_dev *f) {
     akv__free(f);
 }
 
-/* Everything but the weights' values: checks, layout, allocations. */
-static akv_status fdev_create_common(akv_dev *dev, const akv_model_config *c,
+/* The block format the device keeps the matrices ms[0..n) in, fused: their common block type
+ * when they share one, else 0 (bf16). */
+static uint32_t fdev_common_type(const akv_model_mat *const *ms, int n) {
+    for (int i = 0; i < n; i++)
+        if (!akv_ops_wtype_is_block(ms[i]->type) || ms[i]->type != ms[0]->type) return 0;
+    return ms[0]->type;
+}
+
+/* Each matrix's device type: the model's block formats (weights NATIVE), or the synthetic
+ * type; bf16 otherwise. */
+static akv_status fdev_choose_types(akv_forward_dev *f, const akv_model *m) {
+    const akv_forward_params *p = &f->params;
+    const akv_model_config *c = &f->cfg;
+    if (p->weights != AKV_WEIGHTS_NATIVE && p->weights != AKV_WEIGHTS_BF16) {
+        AKV_LOG_E("forward_dev: weights %s: the device pass stores its matrices native or bf16",
+                  akv_weights_name(p->weights));
+        return AKV_EINVAL;
+    }
+    if (!m) {
+        const uint32_t t = p->synthetic_type;
+        if (t && (!akv_ops_wtype_is_block((akv_ops_wtype)t) ||
+                  !akv_ops_wrow_bytes((akv_ops_wtype)t, c->n_embd) ||
+                  !akv_ops_wrow_bytes((akv_ops_wtype)t, f->q_dim) ||
+                  !akv_ops_wrow_bytes((akv_ops_wtype)t, c->n_ff))) {
+            AKV_LOG_E("forward_dev: synthetic_type %s cannot hold rows of %u, %u and %u weights",
+                      akv_ops_wtype_name((akv_ops_wtype)t), c->n_embd, f->q_dim, c->n_ff);
+            return AKV_EINVAL;
+        }
+        f->output.type = t;
+        for (uint32_t l = 0; l < f->n_layers; l++)
+            f->layers[l].wqkv.type = f->layers[l].wo.type = f->layers[l].wgu.type =
+                f->layers[l].wdown.type = t;
+        return AKV_OK;
+    }
+    if (p->weights == AKV_WEIGHTS_BF16) return AKV_OK;
+    const akv_model_mat *out = akv_model_output(m);
+    f->output.type = fdev_common_type(&out, 1);
+    for (uint32_t l = 0; l < f->n_layers; l++) {
+        const akv_model_layer *W = akv_model_get_layer(m, l);
+        const akv_model_mat *qkv[3] = {&W->wq, &W->wk, &W->wv}, *gu[2] = {&W->w_gate, &W->w_up};
+        const akv_model_mat *wo = &W->wo, *wd = &W->w_down;
+        f->layers[l].wqkv.type = fdev_common_type(qkv, 3);
+        f->layers[l].wo.type = fdev_common_type(&wo, 1);
+        f->layers[l].wgu.type = fdev_common_type(gu, 2);
+        f->layers[l].wdown.type = fdev_common_type(&wd, 1);
+    }
+    return AKV_OK;
+}
+
+/* Everything but the weights' values: checks, types, layout, allocations. m: the model whose
+ * matrices' formats the device keeps (NULL: synthetic). */
+static akv_status fdev_create_common(akv_dev *dev, const akv_model_config *c, const akv_model *m,
                                      const akv_forward_params *params, akv_forward_dev **out) {
     akv_forward_params p = params ? *params : akv_forward_default_params();
     if (p.max_chunk == 0) p.max_chunk = 256;
@@ -243,6 +317,10 @@ static akv_status fdev_create_common(akv_dev *dev, const akv_model_config *c,
     if (!f->layers || !f->groups) {
         akv_forward_dev_destroy(f);
         return AKV_ENOMEM;
+    }
+    if ((st = fdev_choose_types(f, m))) {
+        akv_forward_dev_destroy(f);
+        return st;
     }
     size_t wbytes = fdev_layout_weights(f, (akv_dptr){0});
     size_t sbytes = fdev_layout_scratch(f, (akv_dptr){0});
@@ -301,9 +379,30 @@ static akv_status fdev_put_mat(akv_forward_dev *f, akv_dptr dst, const akv_model
     return AKV_OK;
 }
 
+/* The fused matrix dst from its parts (rows one after another): their blocks as they are, or
+ * widened to bf16. */
+static akv_status fdev_put_w(akv_forward_dev *f, fdev_w dst, const akv_model_mat *const *parts,
+                             int n_parts, uint16_t *tmp, float *row) {
+    size_t off = 0;
+    for (int i = 0; i < n_parts; i++) {
+        const akv_model_mat *w = parts[i];
+        akv_status st;
+        if (dst.type) {
+            const size_t b = (size_t)w->rows * w->row_bytes;
+            st = akv_dev_copy_h2d_sync(f->dev, akv_dptr_offset(dst.w, off), w->data, b);
+            off += b;
+        } else {
+            st = fdev_put_mat(f, akv_dptr_offset(dst.w, off), w, tmp, row);
+            off += (size_t)w->rows * w->cols * 2;
+        }
+        if (st) return st;
+    }
+    return AKV_OK;
+}
+
 static akv_status fdev_upload(akv_forward_dev *f, const akv_model *m) {
     const akv_model_config *c = &f->cfg;
-    size_t E = c->n_embd, bf = 2, f4 = 4;
+    size_t E = c->n_embd, f4 = 4;
     uint16_t *tmp = akv__malloc(FDEV_UPLOAD_CHUNK * sizeof *tmp);
     float *row = akv__malloc((c->n_ff > c->n_embd ? c->n_ff : c->n_embd) * sizeof *row +
                              (size_t)f->q_dim * sizeof *row);
@@ -312,18 +411,18 @@ static akv_status fdev_upload(akv_forward_dev *f, const akv_model *m) {
         return AKV_ENOMEM;
     }
     const akv_dtype F = AKV_DTYPE_F32;
+    const akv_model_mat *out = akv_model_output(m);
     akv_status st = fdev_put_mat(f, f->tok_embd, akv_model_tok_embd(m), tmp, row);
-    if (!st && !c->tied_output) st = fdev_put_mat(f, f->output, akv_model_output(m), tmp, row);
+    if (!st && (!c->tied_output || f->output.type)) st = fdev_put_w(f, f->output, &out, 1, tmp, row);
     if (!st) st = fdev_put(f, f->output_norm, akv_model_output_norm(m), E, F, tmp);
     if (!st) st = fdev_put(f, f->inv_freq, akv_model_rope_inv_freq(m), c->n_rot / 2, F, tmp);
     for (uint32_t l = 0; l < f->n_layers && !st; l++) {
         const akv_model_layer *W = akv_model_get_layer(m, l);
         const fdev_layer *L = &f->layers[l];
-        size_t qE = (size_t)f->q_dim * E, kvE = (size_t)f->kv_dim * E, ffE = (size_t)c->n_ff * E;
         if (!st) st = fdev_put(f, L->attn_norm, W->attn_norm, E, F, tmp);
-        if (!st) st = fdev_put_mat(f, L->wqkv, &W->wq, tmp, row);
-        if (!st) st = fdev_put_mat(f, akv_dptr_offset(L->wqkv, qE * bf), &W->wk, tmp, row);
-        if (!st) st = fdev_put_mat(f, akv_dptr_offset(L->wqkv, (qE + kvE) * bf), &W->wv, tmp, row);
+        const akv_model_mat *qkv[3] = {&W->wq, &W->wk, &W->wv}, *gu[2] = {&W->w_gate, &W->w_up};
+        const akv_model_mat *wo = &W->wo, *wd = &W->w_down;
+        if (!st) st = fdev_put_w(f, L->wqkv, qkv, 3, tmp, row);
         if (!st && c->has_qkv_bias) {
             st = fdev_put(f, L->bqkv, W->bq, f->q_dim, F, tmp);
             if (!st) st = fdev_put(f, akv_dptr_offset(L->bqkv, f->q_dim * f4), W->bk, f->kv_dim, F, tmp);
@@ -331,11 +430,10 @@ static akv_status fdev_upload(akv_forward_dev *f, const akv_model *m) {
                 st = fdev_put(f, akv_dptr_offset(L->bqkv, (f->q_dim + f->kv_dim) * f4), W->bv,
                               f->kv_dim, F, tmp);
         }
-        if (!st) st = fdev_put_mat(f, L->wo, &W->wo, tmp, row);
+        if (!st) st = fdev_put_w(f, L->wo, &wo, 1, tmp, row);
         if (!st) st = fdev_put(f, L->ffn_norm, W->ffn_norm, E, F, tmp);
-        if (!st) st = fdev_put_mat(f, L->wgu, &W->w_gate, tmp, row);
-        if (!st) st = fdev_put_mat(f, akv_dptr_offset(L->wgu, ffE * bf), &W->w_up, tmp, row);
-        if (!st) st = fdev_put_mat(f, L->wdown, &W->w_down, tmp, row);
+        if (!st) st = fdev_put_w(f, L->wgu, gu, 2, tmp, row);
+        if (!st) st = fdev_put_w(f, L->wdown, &wd, 1, tmp, row);
     }
     akv__free(tmp), akv__free(row);
     return st; /* synchronous copies: every byte has landed (dev.h) */
@@ -345,7 +443,7 @@ akv_status akv_forward_dev_create(akv_dev *dev, const akv_model *model,
                                   const akv_forward_params *params, akv_forward_dev **out) {
     if (!dev || !model || !out) return AKV_EINVAL;
     akv_forward_dev *f = NULL;
-    akv_status st = fdev_create_common(dev, akv_model_get_config(model), params, &f);
+    akv_status st = fdev_create_common(dev, akv_model_get_config(model), model, params, &f);
     if (st) return st;
     if ((st = fdev_upload(f, model))) {
         akv_forward_dev_destroy(f);
@@ -353,6 +451,30 @@ akv_status akv_forward_dev_create(akv_dev *dev, const akv_model *model,
     }
     *out = f;
     return AKV_OK;
+}
+
+/* A synthetic matrix [rows][k] of weights about +-amp: fill values, or blocks whose scales
+ * bound their values by about amp (the quants are random bytes). */
+static akv_status fdev_fill_w(akv_forward_dev *f, fdev_w w, size_t rows, size_t k, uint64_t seed,
+                              float amp) {
+    if (!w.type) {
+        akv_fwd_fill_args a = {.y = w.w, .n = rows * k, .seed = seed, .scale = amp,
+                               .y_dtype = AKV_DTYPE_BF16};
+        return FDEV_LAUNCH(f, akv_fwd_op_fill, a);
+    }
+    /* the first scale field and the second (Q4_1's minimum, the K formats' dmin) */
+    float d = amp / 127, d2 = 0;
+    switch (w.type) {
+    case AKV_OPS_W_Q4_0: d = amp / 8; break;
+    case AKV_OPS_W_Q4_1: d = amp / 8, d2 = -amp; break;
+    case AKV_OPS_W_Q4_K: d = 2 * amp / (63 * 15), d2 = amp / 63; break;
+    case AKV_OPS_W_Q5_K: d = 2 * amp / (63 * 31), d2 = amp / 63; break;
+    case AKV_OPS_W_Q6_K: d = amp / (128 * 32); break;
+    default: break;
+    }
+    akv_fwd_fill_args a = {.y = w.w, .n = fdev_w_bytes(w.type, rows, k), .seed = seed,
+                           .scale = d, .center = d2, .w_type = w.type};
+    return FDEV_LAUNCH(f, akv_fwd_op_fill, a);
 }
 
 /* One fill of n elements (see akv_fwd_fill_args). */
@@ -371,7 +493,7 @@ akv_status akv_forward_dev_create_synthetic(akv_dev *dev, const akv_model_config
     if (!inv) return AKV_ENOMEM;
     akv_status st = akv_ops_ref_rope_freqs(c->rope_base, c->n_rot, c->rope_freq_scale, NULL, inv);
     akv_forward_dev *f = NULL;
-    if (!st) st = fdev_create_common(dev, c, params, &f);
+    if (!st) st = fdev_create_common(dev, c, NULL, params, &f);
     if (st) {
         akv__free(inv);
         return st;
@@ -382,18 +504,19 @@ akv_status akv_forward_dev_create_synthetic(akv_dev *dev, const akv_model_config
           sf = 1.0f / sqrtf((float)c->n_ff);
     uint64_t s = seed * 1000003u;
     st = fdev_fill(f, f->tok_embd, (size_t)c->n_vocab * E, B, s++, 0, 1);
-    if (!st && !c->tied_output) st = fdev_fill(f, f->output, (size_t)c->n_vocab * E, B, s++, 0, se);
+    if (!st && (!c->tied_output || f->output.type))
+        st = fdev_fill_w(f, f->output, c->n_vocab, E, s++, se);
     if (!st) st = fdev_fill(f, f->output_norm, E, F, s++, 1, 0.1f);
     if (!st) st = akv_dev_copy_h2d_sync(dev, f->inv_freq, inv, c->n_rot / 2 * sizeof(float));
     for (uint32_t l = 0; l < f->n_layers && !st; l++) {
         const fdev_layer *L = &f->layers[l];
         if (!st) st = fdev_fill(f, L->attn_norm, E, F, s++, 1, 0.1f);
-        if (!st) st = fdev_fill(f, L->wqkv, (size_t)f->qkv_dim * E, B, s++, 0, se);
+        if (!st) st = fdev_fill_w(f, L->wqkv, f->qkv_dim, E, s++, se);
         if (!st && c->has_qkv_bias) st = fdev_fill(f, L->bqkv, f->qkv_dim, F, s++, 0, 0.1f);
-        if (!st) st = fdev_fill(f, L->wo, E * f->q_dim, B, s++, 0, sq);
+        if (!st) st = fdev_fill_w(f, L->wo, E, f->q_dim, s++, sq);
         if (!st) st = fdev_fill(f, L->ffn_norm, E, F, s++, 1, 0.1f);
-        if (!st) st = fdev_fill(f, L->wgu, 2 * (size_t)c->n_ff * E, B, s++, 0, se);
-        if (!st) st = fdev_fill(f, L->wdown, E * c->n_ff, B, s++, 0, sf);
+        if (!st) st = fdev_fill_w(f, L->wgu, 2 * (size_t)c->n_ff, E, s++, se);
+        if (!st) st = fdev_fill_w(f, L->wdown, E, c->n_ff, s++, sf);
     }
     akv__free(inv);
     if (!st) st = akv_dev_sync(dev);
@@ -521,11 +644,14 @@ static akv_status fdev_attend(akv_forward_dev *f, const akv_attn_pages *pg, cons
 }
 
 /* y[m][n] (+)= x W^T */
-static akv_status fdev_matmul(akv_forward_dev *f, akv_dptr y, akv_dptr x, akv_dptr w, uint32_t m,
+static akv_status fdev_matmul(akv_forward_dev *f, akv_dptr y, akv_dptr x, fdev_w w, uint32_t m,
                               uint32_t n, uint32_t k, uint32_t beta) {
     akv_fwd_matmul_args a = {.y = y,
                              .x = x,
-                             .w = w,
+                             .w = w.w,
+                             .w_type = w.type,
+                             .dequant = f->dequant,
+                             .dequant_bytes = f->dequant_bytes,
                              .m = m,
                              .n = n,
                              .k = k,

@@ -52,6 +52,7 @@ static akv_ops_wtype model_block_type(uint32_t gguf_type) {
 static uint32_t model_gguf_type(akv_ops_wtype t) {
     switch (t) {
     case AKV_OPS_W_F32: return AKV_GGUF_TYPE_F32;
+    case AKV_OPS_W_BF16: return AKV_GGUF_TYPE_BF16;
     case AKV_OPS_W_Q8_0: return AKV_GGUF_TYPE_Q8_0;
     case AKV_OPS_W_Q4_0: return AKV_GGUF_TYPE_Q4_0;
     case AKV_OPS_W_Q4_1: return AKV_GGUF_TYPE_Q4_1;

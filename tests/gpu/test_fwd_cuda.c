@@ -255,6 +255,48 @@ static void ops_case(uint32_t rows, uint32_t n) {
     akv__free(x), akv__free(b), akv__free(w), akv__free(gu), akv__free(q);
 }
 
+/* Block weights: the fill gives the same bytes on both devices, and the product over them
+ * (decoded in registers for m <= AKV_FWD_QGEMV_MAX_ROWS, widened to bf16 first above) agrees
+ * with the host's f32 product over the decoded weights, for every format, with beta 0 and 1. */
+static void blocks_case(akv_ops_wtype t) {
+    char what[128];
+    const uint32_t n = 37, ks[2] = {512, 96}, ms[6] = {1, 2, 3, 4, 5, 17};
+    for (int kk = 0; kk < 2; kk++) {
+        const uint32_t k = ks[kk];
+        const size_t rb = akv_ops_wrow_bytes(t, k);
+        if (!rb) continue; /* 96 is no whole K super-block */
+        pair pw = pput(NULL, n * rb);
+        LAUNCH2(akv_fwd_op_fill, akv_fwd_fill_args a = {.y = pw.d[s], .n = n * rb, .seed = 77 + k,
+                                                         .scale = 0.01f, .center = -0.02f,
+                                                         .w_type = t});
+        void *raw[2] = {akv__malloc(n * rb), akv__malloc(n * rb)};
+        pget(pw, raw);
+        snprintf(what, sizeof what, "fill %s n=%u k=%u", akv_ops_wtype_name(t), n, k);
+        TEST_CHECK_(!memcmp(raw[0], raw[1], n * rb), "%s: CUDA bytes differ from the host's", what);
+        akv__free(raw[0]), akv__free(raw[1]);
+        pair pdq = pput(NULL, (size_t)n * k * 2);
+        for (int mi = 0; mi < 6; mi++) {
+            const uint32_t m = ms[mi];
+            float *mx = rand_f32((size_t)m * k, 1);
+            uint16_t *bx = to_bf16(mx, (size_t)m * k);
+            pair px = pput(bx, (size_t)m * k * 2), y = pput(NULL, (size_t)m * n * 4);
+            for (uint32_t beta = 0; beta < 2; beta++) {
+                LAUNCH2(akv_fwd_op_matmul,
+                        akv_fwd_matmul_args a = {.y = y.d[s], .x = px.d[s], .w = pw.d[s], .m = m,
+                                                 .n = n, .k = k, .beta = beta, .w_type = t,
+                                                 .dequant = pdq.d[s],
+                                                 .dequant_bytes = (uint64_t)n * k * 2});
+                snprintf(what, sizeof what, "matmul %s m=%u n=%u k=%u beta=%u",
+                         akv_ops_wtype_name(t), m, n, k, beta);
+                pcheck(y, (size_t)m * n, AKV_DTYPE_F32, m <= AKV_FWD_QGEMV_MAX_ROWS ? 1e-4 : 1e-2, what);
+            }
+            pfree(px), pfree(y);
+            akv__free(mx), akv__free(bx);
+        }
+        pfree(pw), pfree(pdq);
+    }
+}
+
 /* ---- whole passes ----------------------------------------------------------------------- */
 
 typedef struct run_stats {
@@ -379,6 +421,9 @@ int main(int argc, char **argv) {
         for (int i = 0; i < 4; i++)
             for (int j = 0; j < 4; j++)
                 ops_case(sizes[i], sizes[j]);
+    }
+    TEST_CASE(block_products_match_host) {
+        for (int t = AKV_OPS_W_Q8_0; t <= AKV_OPS_W_Q6_K; t++) blocks_case((akv_ops_wtype)t);
     }
     akv_dev_destroy(devs[0]);
     akv_dev_destroy(devs[1]);

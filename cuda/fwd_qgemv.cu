@@ -1,0 +1,300 @@
+/*
+ * fwd_qgemv.cu — matrix products over weights in their GGUF block formats (akv/ops.h: Q8_0,
+ * Q4_0, Q4_1, Q4_K, Q5_K, Q6_K): the skinny product of decode, y[m][n] (+)= x[m][k] · W^T for
+ * m <= AKV_FWD_QGEMV_MAX_ROWS with bf16 x, the blocks decoded in registers; the widening of W
+ * to bf16 for products of more rows (which then take cuBLAS); and the synthetic block fill.
+ *
+ * Decode reads every weight byte once per token, so the product is a stream over W. One warp
+ * per output row; lane l takes the row's 32-element sub-blocks l, l + 32, ... (a warp covers
+ * 32 consecutive sub-blocks: a contiguous stretch of the row). A sub-block's weights are
+ * decoded to floats by the recipe's terms, w = ws * (q - o) + mw (ref/qmatmul.c,
+ * akv_ops_wrow_to_f32: the same values), as sum_e (q_e - o) x_e in f32 per half of 16 (Q6_K
+ * has a scale per 16), scaled once, plus mw * sum_e x_e. Each lane keeps one f32 sum per x row
+ * and the warp adds its lanes with a fixed butterfly: the same bits every run.
+ *
+ * Loads: Q4_K and Q5_K blocks are 16-byte multiples (144, 176 bytes) and read in 16-byte
+ * pieces; Q4_1 (20) in 4-byte pieces; Q8_0, Q4_0 and Q6_K (34, 18, 210) in 2-byte pieces. x
+ * (16-byte aligned, k a multiple of 32) is read in 16-byte pieces through L1.
+ */
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <stdint.h>
+
+#include "akv/forward_ops.h"
+#include "cuda_check.h"
+#include "cuda_ops.h"
+#include "grid_dep.cuh"
+
+namespace {
+
+constexpr int kWarps = 8; /* rows per block */
+
+struct qsub {
+    uint32_t q[8];   /* the 32 quant values, one byte each (Q8_0: int8) */
+    float ws0, ws1;  /* scale of elements 0-15, 16-31 */
+    float mw;        /* minimum term (0 without) */
+    int o;           /* offset subtracted from q */
+};
+
+__device__ __forceinline__ uint32_t ld16(const uint8_t *p) { /* 2-byte aligned */
+    return __ldg(reinterpret_cast<const unsigned short *>(p));
+}
+__device__ __forceinline__ uint32_t ld32(const uint8_t *p) { /* 4-byte aligned */
+    return __ldg(reinterpret_cast<const unsigned int *>(p));
+}
+__device__ __forceinline__ uint4 ld128(const uint8_t *p) { /* 16-byte aligned */
+    return __ldg(reinterpret_cast<const uint4 *>(p));
+}
+__device__ __forceinline__ float f16(uint32_t h) {
+    return __half2float(__ushort_as_half((unsigned short)h));
+}
+/* 16 bytes from 2-byte aligned p into 4 words */
+__device__ __forceinline__ void ld16x8(const uint8_t *p, uint32_t *w) {
+#pragma unroll
+    for (int i = 0; i < 4; i++) w[i] = ld16(p + 4 * i) | ld16(p + 4 * i + 2) << 16;
+}
+
+/* The 6-bit scale and min of K-format sub-block j from the 12 packed bytes s[3]. */
+__device__ __forceinline__ void k_scale_min(const uint32_t s[3], int j, int *sc, int *mn) {
+    const auto b = [&](int i) { return (int)((s[i / 4] >> (8 * (i % 4))) & 255); };
+    if (j < 4) {
+        *sc = b(j) & 63, *mn = b(j + 4) & 63;
+    } else {
+        *sc = (b(j + 4) & 15) | ((b(j - 4) >> 6) << 4);
+        *mn = (b(j + 4) >> 4) | ((b(j) >> 6) << 4);
+    }
+}
+
+/* Sub-block j of the block at blk (j < 8 for the K formats, 0 otherwise). */
+template <int T> __device__ __forceinline__ void unpack(const uint8_t *blk, int j, qsub &s) {
+    s.mw = 0.0f, s.o = 0;
+    if constexpr (T == AKV_OPS_W_Q8_0) {
+        s.ws0 = s.ws1 = f16(ld16(blk));
+        ld16x8(blk + 2, s.q), ld16x8(blk + 18, s.q + 4);
+    } else if constexpr (T == AKV_OPS_W_Q4_0 || T == AKV_OPS_W_Q4_1) {
+        uint32_t n[4];
+        if constexpr (T == AKV_OPS_W_Q4_1) {
+            const uint32_t dm = ld32(blk);
+            s.ws0 = s.ws1 = f16(dm & 0xffff), s.mw = f16(dm >> 16);
+#pragma unroll
+            for (int i = 0; i < 4; i++) n[i] = ld32(blk + 4 + 4 * i);
+        } else {
+            s.ws0 = s.ws1 = f16(ld16(blk)), s.o = 8;
+            ld16x8(blk + 2, n);
+        }
+#pragma unroll
+        for (int i = 0; i < 4; i++) s.q[i] = n[i] & 0x0F0F0F0Fu, s.q[i + 4] = (n[i] >> 4) & 0x0F0F0F0Fu;
+    } else if constexpr (T == AKV_OPS_W_Q4_K || T == AKV_OPS_W_Q5_K) {
+        const uint32_t dm = ld32(blk), sc3[3] = {ld32(blk + 4), ld32(blk + 8), ld32(blk + 12)};
+        int sc, mn;
+        k_scale_min(sc3, j, &sc, &mn);
+        s.ws0 = s.ws1 = f16(dm & 0xffff) * (float)sc;
+        s.mw = -(f16(dm >> 16) * (float)mn);
+        const uint8_t *qs = blk + 16 + (T == AKV_OPS_W_Q5_K ? 32 : 0) + 32 * (j / 2);
+        const uint4 a = ld128(qs), b = ld128(qs + 16);
+        const uint32_t v[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+        const int sh = 4 * (j & 1);
+#pragma unroll
+        for (int i = 0; i < 8; i++) s.q[i] = (v[i] >> sh) & 0x0F0F0F0Fu;
+        if constexpr (T == AKV_OPS_W_Q5_K) {
+            const uint4 c = ld128(blk + 16), d = ld128(blk + 32);
+            const uint32_t h[8] = {c.x, c.y, c.z, c.w, d.x, d.y, d.z, d.w};
+#pragma unroll
+            for (int i = 0; i < 8; i++) s.q[i] |= ((h[i] >> j) & 0x01010101u) << 4;
+        }
+    } else { /* Q6_K */
+        const int h = j / 4, u = j % 4;
+        const uint8_t *ql = blk + 64 * h + 32 * (u & 1), *qh = blk + 128 + 32 * h;
+        const uint32_t scw = ld16(blk + 192 + 8 * h + 2 * u);
+        const float d = f16(ld16(blk + 208));
+        s.ws0 = d * (float)(int8_t)(scw & 255), s.ws1 = d * (float)(int8_t)(scw >> 8), s.o = 32;
+        uint32_t l[8], hh[8];
+        ld16x8(ql, l), ld16x8(ql + 16, l + 4), ld16x8(qh, hh), ld16x8(qh + 16, hh + 4);
+#pragma unroll
+        for (int i = 0; i < 8; i++)
+            s.q[i] = ((l[i] >> (u >= 2 ? 4 : 0)) & 0x0F0F0F0Fu) | (((hh[i] >> (2 * u)) & 0x03030303u) << 4);
+    }
+}
+
+/* Byte i of word w as a float: unsigned, or signed for Q8_0. */
+template <int T> __device__ __forceinline__ float qf(uint32_t w, int i) {
+    if constexpr (T == AKV_OPS_W_Q8_0) return (float)(int8_t)(w >> (8 * i));
+    else return __uint2float_rn((w >> (8 * i)) & 255u);
+}
+
+template <int T, int M>
+__global__ void __launch_bounds__(kWarps * 32)
+    qgemv_kernel(float *__restrict__ y, const uint4 *x, const uint8_t *__restrict__ w, uint32_t n,
+                 uint32_t k, size_t row_bytes, uint32_t blk_bytes, int beta) {
+    constexpr int sub = (T == AKV_OPS_W_Q4_K || T == AKV_OPS_W_Q5_K || T == AKV_OPS_W_Q6_K) ? 8 : 1;
+    const uint32_t lane = threadIdx.x % 32, row = blockIdx.x * kWarps + threadIdx.x / 32;
+    grid_dep_wait();
+    if (row >= n) return;
+    const uint8_t *wr = w + (size_t)row * row_bytes;
+    const uint32_t nb = k / 32, k8 = k / 8;
+    float acc[M];
+#pragma unroll
+    for (int r = 0; r < M; r++) acc[r] = 0.0f;
+    for (uint32_t b = lane; b < nb; b += 32) {
+        qsub s;
+        unpack<T>(wr + (size_t)(b / sub) * blk_bytes, (int)(b % sub), s);
+        const float off = (float)s.o;
+#pragma unroll
+        for (int r = 0; r < M; r++) {
+            const uint4 *xr = x + (size_t)r * k8 + (size_t)b * 4;
+            float p0 = 0.0f, p1 = 0.0f, sx = 0.0f;
+#pragma unroll
+            for (int piece = 0; piece < 4; piece++) { /* 8 elements each */
+                const uint4 xv = xr[piece];
+                const uint32_t xw[4] = {xv.x, xv.y, xv.z, xv.w};
+#pragma unroll
+                for (int e = 0; e < 8; e++) {
+                    const int el = piece * 8 + e;
+                    const float xf = __uint_as_float(e & 1 ? xw[e / 2] & 0xffff0000u : xw[e / 2] << 16);
+                    const float q = qf<T>(s.q[el / 4], el % 4) - off;
+                    if (el < 16) p0 = fmaf(q, xf, p0);
+                    else p1 = fmaf(q, xf, p1);
+                    sx += xf;
+                }
+            }
+            acc[r] = fmaf(s.ws0, p0, acc[r]);
+            acc[r] = fmaf(s.ws1, p1, acc[r]);
+            if (T == AKV_OPS_W_Q4_1 || T == AKV_OPS_W_Q4_K || T == AKV_OPS_W_Q5_K)
+                acc[r] = fmaf(s.mw, sx, acc[r]);
+        }
+    }
+#pragma unroll
+    for (int r = 0; r < M; r++) {
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) acc[r] += __shfl_xor_sync(0xffffffffu, acc[r], o);
+    }
+    if (lane == 0) {
+#pragma unroll
+        for (int r = 0; r < M; r++) {
+            float *out = y + (size_t)r * n + row;
+            *out = beta ? *out + acc[r] : acc[r];
+        }
+    }
+}
+
+/* W widened to bf16: one thread per 32-element sub-block. */
+template <int T>
+__global__ void dequant_kernel(__nv_bfloat16 *__restrict__ dst, const uint8_t *__restrict__ w,
+                               uint32_t n, uint32_t k, size_t row_bytes, uint32_t blk_bytes) {
+    constexpr int sub = (T == AKV_OPS_W_Q4_K || T == AKV_OPS_W_Q5_K || T == AKV_OPS_W_Q6_K) ? 8 : 1;
+    grid_dep_wait();
+    const uint32_t nb = k / 32;
+    for (uint64_t g = blockIdx.x * (uint64_t)blockDim.x + threadIdx.x; g < (uint64_t)n * nb;
+         g += (uint64_t)gridDim.x * blockDim.x) {
+        const uint32_t row = (uint32_t)(g / nb), b = (uint32_t)(g % nb);
+        qsub s;
+        unpack<T>(w + (size_t)row * row_bytes + (size_t)(b / sub) * blk_bytes, (int)(b % sub), s);
+        __nv_bfloat16 *o = dst + (size_t)row * k + (size_t)b * 32;
+#pragma unroll
+        for (int e = 0; e < 32; e++) {
+            const float v = (e < 16 ? s.ws0 : s.ws1) * (qf<T>(s.q[e / 4], e % 4) - (float)s.o);
+            o[e] = __float2bfloat16_rn(T == AKV_OPS_W_Q4_1 || T == AKV_OPS_W_Q4_K || T == AKV_OPS_W_Q5_K
+                                           ? v + s.mw : v);
+        }
+    }
+}
+
+/* akv_fwd_fill_byte (forward_ops.h), operation for operation. */
+__device__ __forceinline__ uint8_t fill_byte(uint64_t seed, uint64_t i) {
+    uint64_t z = seed + (i + 1) * 0x9E3779B97F4A7C15ull;
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    z ^= z >> 31;
+    return (uint8_t)(z >> 56);
+}
+
+__global__ void fill_blocks_kernel(uint8_t *y, uint64_t n, uint64_t seed, uint32_t bb, int fa,
+                                   int fb, uint32_t h0, uint32_t h1) {
+    grid_dep_wait();
+    for (uint64_t i = blockIdx.x * (uint64_t)blockDim.x + threadIdx.x; i < n;
+         i += (uint64_t)gridDim.x * blockDim.x) {
+        const int o = (int)(i % bb);
+        y[i] = o == fa ? (uint8_t)h0 : o == fa + 1 ? (uint8_t)(h0 >> 8)
+             : o == fb ? (uint8_t)h1 : o == fb + 1 ? (uint8_t)(h1 >> 8) : fill_byte(seed, i);
+    }
+}
+
+template <int T>
+akv_status qgemv_launch(uint64_t y, uint64_t x, uint64_t w, uint32_t m, uint32_t n, uint32_t k,
+                        size_t row_bytes, uint32_t bb, int beta, cudaStream_t stream) {
+    const dim3 grid((n + kWarps - 1) / kWarps), block(kWarps * 32);
+    float *py = reinterpret_cast<float *>(static_cast<uintptr_t>(y));
+    const uint4 *px = reinterpret_cast<const uint4 *>(static_cast<uintptr_t>(x));
+    const uint8_t *pw = reinterpret_cast<const uint8_t *>(static_cast<uintptr_t>(w));
+    void (*kern)(float *, const uint4 *, const uint8_t *, uint32_t, uint32_t, size_t, uint32_t, int) =
+        m == 1 ? qgemv_kernel<T, 1> : m == 2 ? qgemv_kernel<T, 2> : m == 3 ? qgemv_kernel<T, 3>
+                                                                      : qgemv_kernel<T, 4>;
+    return grid_dep_launch_kernel(kern, grid, block, 0, stream, py, px, pw, n, k, row_bytes, bb, beta);
+}
+
+template <int T>
+akv_status dequant_launch(uint64_t dst, uint64_t w, uint32_t n, uint32_t k, size_t row_bytes,
+                          uint32_t bb, int n_sm, cudaStream_t stream) {
+    const uint64_t subs = (uint64_t)n * (k / 32);
+    const unsigned blocks = (unsigned)((subs + 255) / 256 < (uint64_t)n_sm * 16 ? (subs + 255) / 256
+                                                                                : (uint64_t)n_sm * 16);
+    return grid_dep_launch_kernel(dequant_kernel<T>, dim3(blocks), dim3(256), 0, stream,
+                                  reinterpret_cast<__nv_bfloat16 *>(static_cast<uintptr_t>(dst)),
+                                  reinterpret_cast<const uint8_t *>(static_cast<uintptr_t>(w)), n, k,
+                                  row_bytes, bb);
+}
+
+} // namespace
+
+#define QG_SWITCH(t, CALL)                                                                         \
+    switch (t) {                                                                                   \
+    case AKV_OPS_W_Q8_0: return CALL(AKV_OPS_W_Q8_0);                                              \
+    case AKV_OPS_W_Q4_0: return CALL(AKV_OPS_W_Q4_0);                                              \
+    case AKV_OPS_W_Q4_1: return CALL(AKV_OPS_W_Q4_1);                                              \
+    case AKV_OPS_W_Q4_K: return CALL(AKV_OPS_W_Q4_K);                                              \
+    case AKV_OPS_W_Q5_K: return CALL(AKV_OPS_W_Q5_K);                                              \
+    case AKV_OPS_W_Q6_K: return CALL(AKV_OPS_W_Q6_K);                                              \
+    default: return AKV_EINVAL;                                                                    \
+    }
+
+extern "C" akv_status akv__cuda_qgemv(uint64_t y, uint64_t x, uint64_t w, uint32_t w_type,
+                                      uint32_t m, uint32_t n, uint32_t k, int beta, void *stream) {
+    const size_t rb = akv_ops_wrow_bytes((akv_ops_wtype)w_type, k);
+    const uint32_t bb = (uint32_t)akv_ops_wrow_bytes((akv_ops_wtype)w_type,
+                                                     akv_ops_wblock_elems((akv_ops_wtype)w_type));
+    if (m == 0 || m > AKV_FWD_QGEMV_MAX_ROWS || n == 0 || !rb || k % 32 || x % 16 || y % 4 ||
+        w % 16)
+        return AKV_EINVAL;
+    cudaStream_t s = static_cast<cudaStream_t>(stream);
+#define QG_GEMV(T) qgemv_launch<T>(y, x, w, m, n, k, rb, bb, beta, s)
+    QG_SWITCH(w_type, QG_GEMV)
+#undef QG_GEMV
+}
+
+extern "C" akv_status akv__cuda_dequant_bf16(uint64_t dst, uint64_t w, uint32_t w_type, uint32_t n,
+                                             uint32_t k, int n_sm, void *stream) {
+    const size_t rb = akv_ops_wrow_bytes((akv_ops_wtype)w_type, k);
+    const uint32_t bb = (uint32_t)akv_ops_wrow_bytes((akv_ops_wtype)w_type,
+                                                     akv_ops_wblock_elems((akv_ops_wtype)w_type));
+    if (n == 0 || !rb || k % 32 || w % 16) return AKV_EINVAL;
+    cudaStream_t s = static_cast<cudaStream_t>(stream);
+#define QG_DQ(T) dequant_launch<T>(dst, w, n, k, rb, bb, n_sm, s)
+    QG_SWITCH(w_type, QG_DQ)
+#undef QG_DQ
+}
+
+extern "C" akv_status akv__cuda_fill_blocks(uint64_t y, uint64_t n, uint64_t seed, uint32_t w_type,
+                                            uint32_t h0, uint32_t h1, int n_sm, void *stream) {
+    const uint32_t bb = (uint32_t)akv_ops_wrow_bytes((akv_ops_wtype)w_type,
+                                                     akv_ops_wblock_elems((akv_ops_wtype)w_type));
+    if (!akv_ops_wtype_is_block((akv_ops_wtype)w_type) || !bb || n % bb) return AKV_EINVAL;
+    if (n == 0) return AKV_OK;
+    int fa, fb;
+    akv_fwd_block_scales(w_type, &fa, &fb);
+    const unsigned blocks = (unsigned)((n + 255) / 256 < (uint64_t)n_sm * 16 ? (n + 255) / 256
+                                                                           : (uint64_t)n_sm * 16);
+    return grid_dep_launch_kernel(fill_blocks_kernel, dim3(blocks), dim3(256), 0,
+                                  static_cast<cudaStream_t>(stream),
+                                  reinterpret_cast<uint8_t *>(static_cast<uintptr_t>(y)), n, seed, bb,
+                                  fa, fb, h0, h1);
+}
