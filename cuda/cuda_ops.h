@@ -38,11 +38,13 @@ akv_cuda_op_fn akv__cuda_op_find(const char *name, int *needs_blas);
  * for a shape or alignment it does not take. */
 akv_status akv__cuda_gemv_bf16(uint64_t y, uint64_t x, uint64_t w, uint32_t m, uint32_t n,
                                uint32_t k, int beta, void *stream);
-/* fwd_qgemv.cu: the same over W in a block format (akv/ops.h) for m <= AKV_FWD_QGEMV_MAX_ROWS;
- * W widened to bf16 rows at dst (n * k); a block fill (akv_fwd_fill_args with w_type). Each
- * AKV_EINVAL for a type, shape or alignment it does not take. */
+/* fwd_qgemv.cu: the same over W in a block format (akv/ops.h) for m <= AKV_FWD_QGEMV_MAX_ROWS,
+ * x quantized into scratch first (akv_fwd_qgemv_scratch_bytes); W widened to bf16 rows at dst
+ * (n * k); a block fill (akv_fwd_fill_args with w_type). Each AKV_EINVAL for a type, shape,
+ * alignment or scratch it does not take. */
 akv_status akv__cuda_qgemv(uint64_t y, uint64_t x, uint64_t w, uint32_t w_type, uint32_t m,
-                           uint32_t n, uint32_t k, int beta, void *stream);
+                           uint32_t n, uint32_t k, int beta, uint64_t scratch,
+                           uint64_t scratch_bytes, int n_sm, void *stream);
 akv_status akv__cuda_dequant_bf16(uint64_t dst, uint64_t w, uint32_t w_type, uint32_t n,
                                   uint32_t k, int n_sm, void *stream);
 akv_status akv__cuda_fill_blocks(uint64_t y, uint64_t n, uint64_t seed, uint32_t w_type,

@@ -1,20 +1,24 @@
 /*
  * fwd_qgemv.cu — matrix products over weights in their GGUF block formats (akv/ops.h: Q8_0,
  * Q4_0, Q4_1, Q4_K, Q5_K, Q6_K): the skinny product of decode, y[m][n] (+)= x[m][k] · W^T for
- * m <= AKV_FWD_QGEMV_MAX_ROWS with bf16 x, the blocks decoded in registers; the widening of W
- * to bf16 for products of more rows (which then take cuBLAS); and the synthetic block fill.
+ * m <= AKV_FWD_QGEMV_MAX_ROWS; the widening of W to bf16 for products of more rows (which then
+ * take cuBLAS); and the synthetic block fill.
  *
- * Decode reads every weight byte once per token, so the product is a stream over W. One warp
- * per output row; lane l takes the row's 32-element sub-blocks l, l + 32, ... (a warp covers
- * 32 consecutive sub-blocks: a contiguous stretch of the row). A sub-block's weights are
- * decoded to floats by the recipe's terms, w = ws * (q - o) + mw (ref/qmatmul.c,
- * akv_ops_wrow_to_f32: the same values), as sum_e (q_e - o) x_e in f32 per half of 16 (Q6_K
- * has a scale per 16), scaled once, plus mw * sum_e x_e. Each lane keeps one f32 sum per x row
- * and the warp adds its lanes with a fixed butterfly: the same bits every run.
+ * The skinny product is the host pass's 8-bit recipe (ref/qmatmul.c) on the GPU: a first
+ * kernel quantizes x per 32 elements to int8 (amax / 127, one warp per block), then one warp
+ * per output row, lane l taking the row's 32-element sub-blocks l, l + 32, ... (a warp covers a
+ * contiguous stretch of the row). A sub-block's quants, unpacked to bytes with the format's
+ * offset taken off, meet x's quants in two exact integer dot products of 16 (dp4a; Q6_K has a
+ * scale per 16), scaled by the sub-block's scales and x's scale, plus the minimum times x's
+ * scaled sum. Each lane keeps one f32 sum per x row and the warp adds its lanes with a fixed
+ * butterfly: the same bits every run. (Decoding to floats and multiplying by bf16 x instead ran
+ * at the bf16 product's speed on the H200: 32 conversions and multiply-adds per sub-block,
+ * where the integer dots take 8 instructions. Quantizing x inside each block of the product
+ * instead of in a kernel of its own halved the speed again: the blocks of 32 rows it needs
+ * leave the 4096-row products with fewer blocks than the GPU has multiprocessors.)
  *
  * Loads: Q4_K and Q5_K blocks are 16-byte multiples (144, 176 bytes) and read in 16-byte
- * pieces; Q4_1 (20) in 4-byte pieces; Q8_0, Q4_0 and Q6_K (34, 18, 210) in 2-byte pieces. x
- * (16-byte aligned, k a multiple of 32) is read in 16-byte pieces through L1.
+ * pieces; Q4_1 (20) in 4-byte pieces; Q8_0, Q4_0 and Q6_K (34, 18, 210) in 2-byte pieces.
  */
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -56,7 +60,11 @@ __device__ __forceinline__ void ld16x8(const uint8_t *p, uint32_t *w) {
 
 /* The 6-bit scale and min of K-format sub-block j from the 12 packed bytes s[3]. */
 __device__ __forceinline__ void k_scale_min(const uint32_t s[3], int j, int *sc, int *mn) {
-    const auto b = [&](int i) { return (int)((s[i / 4] >> (8 * (i % 4))) & 255); };
+    /* byte i of the 12, chosen by selects (a runtime index into s would put it in local memory) */
+    const auto b = [&](int i) {
+        const uint32_t wd = i < 4 ? s[0] : i < 8 ? s[1] : s[2];
+        return (int)((wd >> (8 * (i & 3))) & 255);
+    };
     if (j < 4) {
         *sc = b(j) & 63, *mn = b(j + 4) & 63;
     } else {
@@ -116,51 +124,89 @@ template <int T> __device__ __forceinline__ void unpack(const uint8_t *blk, int 
     }
 }
 
-/* Byte i of word w as a float: unsigned, or signed for Q8_0. */
-template <int T> __device__ __forceinline__ float qf(uint32_t w, int i) {
-    if constexpr (T == AKV_OPS_W_Q8_0) return (float)(int8_t)(w >> (8 * i));
-    else return __uint2float_rn((w >> (8 * i)) & 255u);
+/* Byte i of word w minus the offset, as a float, without an integer conversion: the byte
+ * placed under the exponent of 2^23 (one byte permute) and 2^23 + o subtracted (one add), exact
+ * for every byte. Q8_0's signed bytes come with their sign bit flipped (unpack_dot), so they
+ * read as q + 128. */
+template <int T> __device__ __forceinline__ float qf(uint32_t w, int i, float base) {
+    return __int_as_float((int)__byte_perm(w, 0x4B000000u, 0x7440u | (unsigned)i)) - base;
 }
 
+/* 2^23 + the format's offset (+ 128 for Q8_0's flipped sign bit). */
+template <int T> __device__ __forceinline__ float qbase(const qsub &s) {
+    return 8388608.0f + (float)s.o + (T == AKV_OPS_W_Q8_0 ? 128.0f : 0.0f);
+}
+
+/* x quantized for the block products: row r's 32-element block b as int8 at q[r * k + 32 b],
+ * with its scale d and d * (the sum of its quants) at [r * (k / 32) + b] (the host recipe's
+ * quantization: amax / 127, round to nearest). One warp per block. */
+__global__ void quantize_x_kernel(const __nv_bfloat16 *__restrict__ x, int8_t *__restrict__ q,
+                                  float *__restrict__ d, float *__restrict__ s, uint32_t n_blocks) {
+    grid_dep_wait();
+    const uint32_t lane = threadIdx.x % 32;
+    for (uint32_t g = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32; g < n_blocks;
+         g += gridDim.x * (blockDim.x / 32)) {
+        const float v = __bfloat162float(x[(size_t)g * 32 + lane]);
+        float amax = fabsf(v);
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+        const float dd = amax / 127.0f, id = dd > 0 ? 1.0f / dd : 0.0f;
+        const int qi = __float2int_rn(v * id);
+        int sum = qi;
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+        q[(size_t)g * 32 + lane] = (int8_t)qi;
+        if (lane == 0) d[g] = dd, s[g] = dd * (float)sum;
+    }
+}
+
+/* The quants of a sub-block as signed bytes: the offset taken off each byte (Q4_0: 8, Q6_K:
+ * 32; the others' quants are below 128 or signed already). */
+template <int T> __device__ __forceinline__ uint32_t qsigned(uint32_t w, int o) {
+    return T == AKV_OPS_W_Q4_0 || T == AKV_OPS_W_Q6_K ? __vsub4(w, 0x01010101u * (uint32_t)o) : w;
+}
+
+/* One output element per warp by the 8-bit recipe: per sub-block, two integer dot products
+ * of 16 quants with 16 quantized x (dp4a, exact), scaled by the sub-block's two scales and
+ * x's scale, plus the minimum term with x's scaled sum. */
 template <int T, int M>
 __global__ void __launch_bounds__(kWarps * 32)
-    qgemv_kernel(float *__restrict__ y, const uint4 *x, const uint8_t *__restrict__ w, uint32_t n,
-                 uint32_t k, size_t row_bytes, uint32_t blk_bytes, int beta) {
+    qgemv_kernel(float *__restrict__ y, const int8_t *__restrict__ xq, const float *__restrict__ xd,
+                 const float *__restrict__ xs, const uint8_t *__restrict__ w, uint32_t n, uint32_t k,
+                 size_t row_bytes, uint32_t blk_bytes, int beta) {
     constexpr int sub = (T == AKV_OPS_W_Q4_K || T == AKV_OPS_W_Q5_K || T == AKV_OPS_W_Q6_K) ? 8 : 1;
+    constexpr bool has_min = T == AKV_OPS_W_Q4_1 || T == AKV_OPS_W_Q4_K || T == AKV_OPS_W_Q5_K;
     const uint32_t lane = threadIdx.x % 32, row = blockIdx.x * kWarps + threadIdx.x / 32;
     grid_dep_wait();
     if (row >= n) return;
     const uint8_t *wr = w + (size_t)row * row_bytes;
-    const uint32_t nb = k / 32, k8 = k / 8;
+    const uint32_t nb = k / 32;
     float acc[M];
 #pragma unroll
     for (int r = 0; r < M; r++) acc[r] = 0.0f;
+#pragma unroll 2
     for (uint32_t b = lane; b < nb; b += 32) {
-        qsub s;
-        unpack<T>(wr + (size_t)(b / sub) * blk_bytes, (int)(b % sub), s);
-        const float off = (float)s.o;
+        qsub sb;
+        unpack<T>(wr + (size_t)(b / sub) * blk_bytes, (int)(b % sub), sb);
+        uint32_t qw[8];
+#pragma unroll
+        for (int i = 0; i < 8; i++) qw[i] = qsigned<T>(sb.q[i], sb.o);
 #pragma unroll
         for (int r = 0; r < M; r++) {
-            const uint4 *xr = x + (size_t)r * k8 + (size_t)b * 4;
-            float p0 = 0.0f, p1 = 0.0f, sx = 0.0f;
+            const uint4 *xv = reinterpret_cast<const uint4 *>(xq + (size_t)r * k + (size_t)b * 32);
+            const uint4 x0 = __ldg(xv), x1 = __ldg(xv + 1);
+            const int xw[8] = {(int)x0.x, (int)x0.y, (int)x0.z, (int)x0.w,
+                               (int)x1.x, (int)x1.y, (int)x1.z, (int)x1.w};
+            int v0 = 0, v1 = 0;
 #pragma unroll
-            for (int piece = 0; piece < 4; piece++) { /* 8 elements each */
-                const uint4 xv = xr[piece];
-                const uint32_t xw[4] = {xv.x, xv.y, xv.z, xv.w};
+            for (int i = 0; i < 4; i++) v0 = __dp4a((int)qw[i], xw[i], v0);
 #pragma unroll
-                for (int e = 0; e < 8; e++) {
-                    const int el = piece * 8 + e;
-                    const float xf = __uint_as_float(e & 1 ? xw[e / 2] & 0xffff0000u : xw[e / 2] << 16);
-                    const float q = qf<T>(s.q[el / 4], el % 4) - off;
-                    if (el < 16) p0 = fmaf(q, xf, p0);
-                    else p1 = fmaf(q, xf, p1);
-                    sx += xf;
-                }
-            }
-            acc[r] = fmaf(s.ws0, p0, acc[r]);
-            acc[r] = fmaf(s.ws1, p1, acc[r]);
-            if (T == AKV_OPS_W_Q4_1 || T == AKV_OPS_W_Q4_K || T == AKV_OPS_W_Q5_K)
-                acc[r] = fmaf(s.mw, sx, acc[r]);
+            for (int i = 4; i < 8; i++) v1 = __dp4a((int)qw[i], xw[i], v1);
+            const size_t bi = (size_t)r * nb + b;
+            const float dx = __ldg(xd + bi);
+            acc[r] = fmaf((float)v0, sb.ws0 * dx, acc[r]);
+            acc[r] = fmaf((float)v1, sb.ws1 * dx, acc[r]);
+            if (has_min) acc[r] = fmaf(sb.mw, __ldg(xs + bi), acc[r]);
         }
     }
 #pragma unroll
@@ -177,6 +223,13 @@ __global__ void __launch_bounds__(kWarps * 32)
     }
 }
 
+template <int T> __device__ __forceinline__ void unpack_dot(const uint8_t *blk, int j, qsub &s) {
+    unpack<T>(blk, j, s);
+    if (T == AKV_OPS_W_Q8_0)
+#pragma unroll
+        for (int i = 0; i < 8; i++) s.q[i] ^= 0x80808080u;
+}
+
 /* W widened to bf16: one thread per 32-element sub-block. */
 template <int T>
 __global__ void dequant_kernel(__nv_bfloat16 *__restrict__ dst, const uint8_t *__restrict__ w,
@@ -188,11 +241,12 @@ __global__ void dequant_kernel(__nv_bfloat16 *__restrict__ dst, const uint8_t *_
          g += (uint64_t)gridDim.x * blockDim.x) {
         const uint32_t row = (uint32_t)(g / nb), b = (uint32_t)(g % nb);
         qsub s;
-        unpack<T>(w + (size_t)row * row_bytes + (size_t)(b / sub) * blk_bytes, (int)(b % sub), s);
+        unpack_dot<T>(w + (size_t)row * row_bytes + (size_t)(b / sub) * blk_bytes, (int)(b % sub), s);
         __nv_bfloat16 *o = dst + (size_t)row * k + (size_t)b * 32;
+        const float base = qbase<T>(s);
 #pragma unroll
         for (int e = 0; e < 32; e++) {
-            const float v = (e < 16 ? s.ws0 : s.ws1) * (qf<T>(s.q[e / 4], e % 4) - (float)s.o);
+            const float v = (e < 16 ? s.ws0 : s.ws1) * qf<T>(s.q[e / 4], e % 4, base);
             o[e] = __float2bfloat16_rn(T == AKV_OPS_W_Q4_1 || T == AKV_OPS_W_Q4_K || T == AKV_OPS_W_Q5_K
                                            ? v + s.mw : v);
         }
@@ -221,15 +275,25 @@ __global__ void fill_blocks_kernel(uint8_t *y, uint64_t n, uint64_t seed, uint32
 
 template <int T>
 akv_status qgemv_launch(uint64_t y, uint64_t x, uint64_t w, uint32_t m, uint32_t n, uint32_t k,
-                        size_t row_bytes, uint32_t bb, int beta, cudaStream_t stream) {
+                        size_t row_bytes, uint32_t bb, int beta, uint64_t scratch, int n_sm,
+                        cudaStream_t stream) {
+    int8_t *xq = reinterpret_cast<int8_t *>(static_cast<uintptr_t>(scratch));
+    float *xd = reinterpret_cast<float *>(xq + (size_t)m * k), *xs = xd + (size_t)m * (k / 32);
+    const uint32_t n_blocks = m * (k / 32);
+    const unsigned qblocks = (n_blocks + 7) / 8 < (unsigned)n_sm * 8 ? (n_blocks + 7) / 8 : (unsigned)n_sm * 8;
+    akv_status st = grid_dep_launch_kernel(
+        quantize_x_kernel, dim3(qblocks), dim3(256), 0, stream,
+        reinterpret_cast<const __nv_bfloat16 *>(static_cast<uintptr_t>(x)), xq, xd, xs, n_blocks);
+    if (st) return st;
     const dim3 grid((n + kWarps - 1) / kWarps), block(kWarps * 32);
     float *py = reinterpret_cast<float *>(static_cast<uintptr_t>(y));
-    const uint4 *px = reinterpret_cast<const uint4 *>(static_cast<uintptr_t>(x));
     const uint8_t *pw = reinterpret_cast<const uint8_t *>(static_cast<uintptr_t>(w));
-    void (*kern)(float *, const uint4 *, const uint8_t *, uint32_t, uint32_t, size_t, uint32_t, int) =
+    void (*kern)(float *, const int8_t *, const float *, const float *, const uint8_t *, uint32_t,
+                 uint32_t, size_t, uint32_t, int) =
         m == 1 ? qgemv_kernel<T, 1> : m == 2 ? qgemv_kernel<T, 2> : m == 3 ? qgemv_kernel<T, 3>
                                                                       : qgemv_kernel<T, 4>;
-    return grid_dep_launch_kernel(kern, grid, block, 0, stream, py, px, pw, n, k, row_bytes, bb, beta);
+    return grid_dep_launch_kernel(kern, grid, block, 0, stream, py, (const int8_t *)xq,
+                                  (const float *)xd, (const float *)xs, pw, n, k, row_bytes, bb, beta);
 }
 
 template <int T>
@@ -258,15 +322,17 @@ akv_status dequant_launch(uint64_t dst, uint64_t w, uint32_t n, uint32_t k, size
     }
 
 extern "C" akv_status akv__cuda_qgemv(uint64_t y, uint64_t x, uint64_t w, uint32_t w_type,
-                                      uint32_t m, uint32_t n, uint32_t k, int beta, void *stream) {
+                                      uint32_t m, uint32_t n, uint32_t k, int beta,
+                                      uint64_t scratch, uint64_t scratch_bytes, int n_sm,
+                                      void *stream) {
     const size_t rb = akv_ops_wrow_bytes((akv_ops_wtype)w_type, k);
     const uint32_t bb = (uint32_t)akv_ops_wrow_bytes((akv_ops_wtype)w_type,
                                                      akv_ops_wblock_elems((akv_ops_wtype)w_type));
     if (m == 0 || m > AKV_FWD_QGEMV_MAX_ROWS || n == 0 || !rb || k % 32 || x % 16 || y % 4 ||
-        w % 16)
+        w % 16 || scratch % 16 || scratch_bytes < akv_fwd_qgemv_scratch_bytes(m, k))
         return AKV_EINVAL;
     cudaStream_t s = static_cast<cudaStream_t>(stream);
-#define QG_GEMV(T) qgemv_launch<T>(y, x, w, m, n, k, rb, bb, beta, s)
+#define QG_GEMV(T) qgemv_launch<T>(y, x, w, m, n, k, rb, bb, beta, scratch, n_sm, s)
     QG_SWITCH(w_type, QG_GEMV)
 #undef QG_GEMV
 }

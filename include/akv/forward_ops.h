@@ -135,10 +135,12 @@ typedef enum akv_fwd_matmul_algo {
  * rows (w_type 0 or AKV_OPS_W_BF16) or rows of a block format (w_type, akv/ops.h: k a multiple
  * of its block). On CUDA the skinny kernel (m <= 4) reads its first pieces of W before it
  * waits for the kernel before it on the stream (cuda/grid_dep.cuh): no kernel since the
- * stream's last copy, memset or event wait may write W (weights never are). Block W: m <=
- * AKV_FWD_QGEMV_MAX_ROWS rows go through a kernel that decodes the blocks in registers; more
- * rows widen W into `dequant` (n * k bf16) and take the bf16 product. The host decodes W
- * with akv_ops_wrow_to_f32 and runs its f32 product. */
+ * stream's last copy, memset or event wait may write W (weights never are). Block W on CUDA:
+ * m <= AKV_FWD_QGEMV_MAX_ROWS rows quantize x to 8 bits per 32 elements into `scratch`
+ * (akv_fwd_qgemv_scratch_bytes) and take integer dot products with the blocks decoded in
+ * registers (the host pass's recipe of akv/ops.h, summed in another order); more rows widen W
+ * into `scratch` (n * k bf16) and take the bf16 product. The host backend decodes W with
+ * akv_ops_wrow_to_f32 and runs its f32 product over bf16 x (no 8-bit x). */
 typedef struct akv_fwd_matmul_args {
     akv_dptr y;           /* f32 [m][n] contiguous */
     akv_dptr x;           /* bf16 [m][k] */
@@ -149,11 +151,18 @@ typedef struct akv_fwd_matmul_args {
     uint64_t workspace_bytes;
     uint32_t algo;        /* akv_fwd_matmul_algo; 0 = AUTO */
     uint32_t w_type;      /* akv_ops_wtype of W; 0 = bf16 */
-    akv_dptr dequant;     /* CUDA, block W, m > AKV_FWD_QGEMV_MAX_ROWS: n * k * 2 bytes */
-    uint64_t dequant_bytes;
+    akv_dptr scratch;     /* CUDA, block W: akv_fwd_qgemv_scratch_bytes(m, k) for m <=
+                             AKV_FWD_QGEMV_MAX_ROWS, n * k * 2 above; 16-byte aligned */
+    uint64_t scratch_bytes;
 } akv_fwd_matmul_args;
 
 enum { AKV_FWD_QGEMV_MAX_ROWS = 4 };
+
+/* Bytes of x quantized for a block product of m rows of k: int8 quants, then a scale and a
+ * scaled sum per 32 elements. */
+static inline uint64_t akv_fwd_qgemv_scratch_bytes(uint32_t m, uint32_t k) {
+    return (uint64_t)m * k + 2ull * m * (k / 32) * sizeof(float);
+}
 
 /* Attention through akv/attn.h (the CUDA launchers, or the ref on the host backend). */
 typedef struct akv_fwd_attn_append_args {

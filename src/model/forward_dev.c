@@ -76,9 +76,9 @@ struct akv_forward_dev {
     akv_dptr att;         /* bf16 [T][q_dim] attention output */
     akv_dptr gu;          /* f32 [T][2*n_ff] gate | up */
     akv_dptr act;         /* bf16 [T][n_ff] SwiGLU output */
-    akv_dptr dequant;     /* bf16, the largest block matrix widened (products of more than
-                             AKV_FWD_QGEMV_MAX_ROWS rows over block weights); 0 if none */
-    size_t dequant_bytes;
+    akv_dptr wscratch;    /* the block products' scratch (akv_fwd_matmul_args.scratch): the
+                             largest block matrix widened to bf16, or x quantized; 0 if none */
+    size_t wscratch_bytes;
     akv_dptr logits;      /* f32 [L][n_vocab], L = max_logits */
     akv_dptr io;          /* int32 [FDEV_IO_INTS]: ids [T], positions [T], the prefill group's
                              qo_indptr [T+1], the logit rows [L] (fdev_io_*) */
@@ -192,8 +192,13 @@ static size_t fdev_layout_weights(akv_forward_dev *f, akv_dptr base) {
             if (ms[i].w->type && ms[i].rows * ms[i].k > big) big = ms[i].rows * ms[i].k;
         }
     }
-    /* a product of more rows than the block kernel takes widens its matrix here first */
-    f->dequant_bytes = !f->is_host && f->params.max_chunk > AKV_FWD_QGEMV_MAX_ROWS ? big * bf : 0;
+    /* a product of more rows than the block kernel takes widens its matrix here first; a
+     * product of fewer quantizes x here */
+    size_t k_max = c->n_ff > E ? c->n_ff : E;
+    k_max = f->q_dim > k_max ? f->q_dim : k_max;
+    const size_t xq = (size_t)akv_fwd_qgemv_scratch_bytes(AKV_FWD_QGEMV_MAX_ROWS, (uint32_t)k_max);
+    f->wscratch_bytes = f->is_host || !big ? 0
+                        : f->params.max_chunk > AKV_FWD_QGEMV_MAX_ROWS && big * bf > xq ? big * bf : xq;
     return off;
 }
 
@@ -207,7 +212,7 @@ static size_t fdev_layout_scratch(akv_forward_dev *f, akv_dptr base) {
     f->att = fdev_take(base, &off, T * f->q_dim * 2);
     f->gu = fdev_take(base, &off, T * 2 * c->n_ff * 4);
     f->act = fdev_take(base, &off, T * c->n_ff * 2);
-    f->dequant = f->dequant_bytes ? fdev_take(base, &off, f->dequant_bytes) : (akv_dptr){0};
+    f->wscratch = f->wscratch_bytes ? fdev_take(base, &off, f->wscratch_bytes) : (akv_dptr){0};
     f->logits = fdev_take(base, &off, (size_t)f->params.max_logits * c->n_vocab * 4);
     f->io = fdev_take(base, &off, fdev_io_ints(f) * 4);
     f->blas_ws = f->is_host ? (akv_dptr){0} : fdev_take(base, &off, FDEV_CUBLAS_WS);
@@ -650,8 +655,8 @@ static akv_status fdev_matmul(akv_forward_dev *f, akv_dptr y, akv_dptr x, fdev_w
                              .x = x,
                              .w = w.w,
                              .w_type = w.type,
-                             .dequant = f->dequant,
-                             .dequant_bytes = f->dequant_bytes,
+                             .scratch = f->wscratch,
+                             .scratch_bytes = f->wscratch_bytes,
                              .m = m,
                              .n = n,
                              .k = k,

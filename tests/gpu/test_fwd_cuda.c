@@ -256,8 +256,9 @@ static void ops_case(uint32_t rows, uint32_t n) {
 }
 
 /* Block weights: the fill gives the same bytes on both devices, and the product over them
- * (decoded in registers for m <= AKV_FWD_QGEMV_MAX_ROWS, widened to bf16 first above) agrees
- * with the host's f32 product over the decoded weights, for every format, with beta 0 and 1. */
+ * (8-bit x and integer dots for m <= AKV_FWD_QGEMV_MAX_ROWS, W widened to bf16 above) agrees
+ * with the host's f32 product over the decoded weights within what those roundings allow,
+ * for every format, with beta 0 and 1. */
 static void blocks_case(akv_ops_wtype t) {
     char what[128];
     const uint32_t n = 37, ks[2] = {512, 96}, ms[6] = {1, 2, 3, 4, 5, 17};
@@ -284,11 +285,12 @@ static void blocks_case(akv_ops_wtype t) {
                 LAUNCH2(akv_fwd_op_matmul,
                         akv_fwd_matmul_args a = {.y = y.d[s], .x = px.d[s], .w = pw.d[s], .m = m,
                                                  .n = n, .k = k, .beta = beta, .w_type = t,
-                                                 .dequant = pdq.d[s],
-                                                 .dequant_bytes = (uint64_t)n * k * 2});
+                                                 .scratch = pdq.d[s],
+                                                 .scratch_bytes = (uint64_t)n * k * 2});
                 snprintf(what, sizeof what, "matmul %s m=%u n=%u k=%u beta=%u",
                          akv_ops_wtype_name(t), m, n, k, beta);
-                pcheck(y, (size_t)m * n, AKV_DTYPE_F32, m <= AKV_FWD_QGEMV_MAX_ROWS ? 1e-4 : 1e-2, what);
+                /* up to 4 rows: 8-bit x (the host product has f32 x); more: bf16 W */
+                pcheck(y, (size_t)m * n, AKV_DTYPE_F32, 2e-2, what);
             }
             pfree(px), pfree(y);
             akv__free(mx), akv__free(bx);
