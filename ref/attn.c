@@ -235,16 +235,28 @@ akv_status akv_attn_ref_append(const akv_attn_append *p) {
 #define FAST_S_FLOATS (1u << 22)
 
 /* o[e] += p[t] * v[t][e] over t < n ascending, a multiply then an add each (no fused
- * multiply-add: every instruction set gives the same bits); cloned for AVX2 where the CPU
- * has it. */
+ * multiply-add: every instruction set gives the same bits); the sums held in a local row
+ * (registers when D is a constant: fast_pv instantiates 64 and 128) and stored once. Cloned
+ * for AVX2 where the CPU has it. */
+static inline __attribute__((always_inline)) void fast_pv_d(float *restrict o, const float *restrict p,
+                                                             const float *restrict v, size_t n,
+                                                             const uint32_t D) {
+    float acc[AKV_ATTN_MAX_HEAD_DIM];
+    for (uint32_t e = 0; e < D; e++) acc[e] = o[e];
+    for (size_t t = 0; t < n; t++) {
+        const float pt = p[t], *vr = v + t * D;
+        for (uint32_t e = 0; e < D; e++) acc[e] += pt * vr[e];
+    }
+    for (uint32_t e = 0; e < D; e++) o[e] = acc[e];
+}
+
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
 __attribute__((target_clones("avx2", "default")))
 #endif
 static void fast_pv(float *o, const float *p, const float *v, size_t n, uint32_t d) {
-    for (size_t t = 0; t < n; t++) {
-        const float pt = p[t], *vr = v + t * d;
-        for (uint32_t e = 0; e < d; e++) o[e] += pt * vr[e];
-    }
+    if (d == 64) fast_pv_d(o, p, v, n, 64);
+    else if (d == 128) fast_pv_d(o, p, v, n, 128);
+    else fast_pv_d(o, p, v, n, d);
 }
 
 /* One sequence s, for each K/V head: its K and V rows widened to f32 once, the query rows of

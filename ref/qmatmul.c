@@ -284,51 +284,57 @@ static QM_AVX2 inline __attribute__((always_inline)) __m256i qm_unpack_avx2(akv_
  * pairs into the 8 lanes of 4 elements, and the offset comes off each lane as o * its qx sum.
  * Inlined once per format (qm_dot_avx2), so the format's branches and its sub-blocks per
  * block (1 or 8) are constants of the loop. */
-static QM_AVX2 inline __attribute__((always_inline)) float
-qm_dot_avx2_t(const akv_ops_wtype t, const uint8_t *wr, size_t bb, const int8_t *qx,
-              const int32_t *lsum, const float *dx, const float *sx, size_t nb) {
+static QM_AVX2 inline __attribute__((always_inline)) void
+qm_dot_avx2_t(const akv_ops_wtype t, const int R, const uint8_t *wr, size_t bb, const akv_ops_q8 *x,
+              size_t k, size_t r0, size_t nb, float *out) {
     const __m256i ones = _mm256_set1_epi16(1);
     const bool has_min = t == AKV_OPS_W_Q4_1 || t == AKV_OPS_W_Q4_K || t == AKV_OPS_W_Q5_K;
     const unsigned sub_shift = t == AKV_OPS_W_Q4_K || t == AKV_OPS_W_Q5_K || t == AKV_OPS_W_Q6_K ? 3 : 0;
-    __m256 acc = _mm256_setzero_ps();
-    float macc = 0.0f;
+    __m256 acc[4];
+    float macc[4];
+    for (int r = 0; r < R; r++) acc[r] = _mm256_setzero_ps(), macc[r] = 0.0f;
     for (size_t b = 0; b < nb; b++) {
         __m256 ws;
         int o;
         float mw;
         const __m256i u = qm_unpack_avx2(t, wr + (b >> sub_shift) * bb,
                                          (int)(b & ((1u << sub_shift) - 1)), &ws, &o, &mw);
-        const __m256i qv = _mm256_loadu_si256((const __m256i *)(qx + b * QB));
-        const __m256i p = t == AKV_OPS_W_Q8_0
-                              ? _mm256_maddubs_epi16(_mm256_sign_epi8(u, u), _mm256_sign_epi8(qv, u))
-                              : _mm256_maddubs_epi16(u, qv);
-        __m256i v = _mm256_madd_epi16(p, ones);
-        if (o)
-            v = _mm256_sub_epi32(v, _mm256_sll_epi32(_mm256_loadu_si256((const __m256i *)(lsum + b * QM_LANES)),
-                                                     _mm_cvtsi32_si128(o == 8 ? 3 : 5)));
-        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(v), _mm256_mul_ps(ws, _mm256_set1_ps(dx[b])), acc);
-        if (has_min) macc = fmaf(mw, sx[b], macc);
+        const __m256i us = t == AKV_OPS_W_Q8_0 ? _mm256_sign_epi8(u, u) : u;
+        for (int r = 0; r < R; r++) { /* the sub-block's weights, unpacked once, for R rows */
+            const size_t row = r0 + (size_t)r;
+            const __m256i qv = _mm256_loadu_si256((const __m256i *)(x->q + row * k + b * QB));
+            const __m256i p = _mm256_maddubs_epi16(us, t == AKV_OPS_W_Q8_0 ? _mm256_sign_epi8(qv, u) : qv);
+            __m256i v = _mm256_madd_epi16(p, ones);
+            if (o)
+                v = _mm256_sub_epi32(
+                    v, _mm256_sll_epi32(_mm256_loadu_si256((const __m256i *)(x->lsum + (row * nb + b) * QM_LANES)),
+                                        _mm_cvtsi32_si128(o == 8 ? 3 : 5)));
+            acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(v),
+                                     _mm256_mul_ps(ws, _mm256_set1_ps(x->d[row * nb + b])), acc[r]);
+            if (has_min) macc[r] = fmaf(mw, x->s[row * nb + b], macc[r]);
+        }
     }
-    return akv__lanes_sum_avx2(acc) + macc;
+    for (int r = 0; r < R; r++) out[r] = akv__lanes_sum_avx2(acc[r]) + macc[r];
 }
 
-static QM_AVX2 float qm_dot_avx2(akv_ops_wtype t, const uint8_t *wr, size_t bb, const int8_t *qx,
-                                 const int32_t *lsum, const float *dx, const float *sx, size_t nb) {
-    switch (t) {
-#define QM_CASE(T) \
-    case T: return qm_dot_avx2_t(T, wr, bb, qx, lsum, dx, sx, nb);
-        QM_CASE(AKV_OPS_W_Q8_0)
-        QM_CASE(AKV_OPS_W_Q4_0)
-        QM_CASE(AKV_OPS_W_Q4_1)
-        QM_CASE(AKV_OPS_W_Q4_K)
-        QM_CASE(AKV_OPS_W_Q5_K)
-        QM_CASE(AKV_OPS_W_Q6_K)
+/* y for rows r0..r0+R-1 (R <= 4) of one weight row wr: each row by the recipe, the weights
+ * unpacked once for all of them (a row's bits do not depend on R). */
+static QM_AVX2 void qm_dot_avx2(akv_ops_wtype t, int R, const uint8_t *wr, size_t bb,
+                                const akv_ops_q8 *x, size_t k, size_t r0, size_t nb, float *out) {
+    switch (t * 4 + (R - 1)) {
+#define QM_CASE(T, RR) \
+    case T * 4 + RR - 1: qm_dot_avx2_t(T, RR, wr, bb, x, k, r0, nb, out); return;
+#define QM_CASES(T) QM_CASE(T, 1) QM_CASE(T, 2) QM_CASE(T, 3) QM_CASE(T, 4)
+        QM_CASES(AKV_OPS_W_Q8_0)
+        QM_CASES(AKV_OPS_W_Q4_0)
+        QM_CASES(AKV_OPS_W_Q4_1)
+        QM_CASES(AKV_OPS_W_Q4_K)
+        QM_CASES(AKV_OPS_W_Q5_K)
+        QM_CASES(AKV_OPS_W_Q6_K)
+#undef QM_CASES
 #undef QM_CASE
-    case AKV_OPS_W_F32:
-    case AKV_OPS_W_BF16: break;
     }
-    AKV_ASSERT(!"plain rows are no block format");
-    return 0.0f;
+    AKV_ASSERT(!"a block format and 1..4 rows");
 }
 #endif
 
@@ -345,16 +351,22 @@ void akv_ops_qmatmul_cols(float *y, const akv_ops_q8 *x, size_t m, const void *w
     (void)avx2;
     for (size_t j = j0; j < j1; j++) {
         const uint8_t *wr = (const uint8_t *)w + j * row_bytes;
+#if defined(__x86_64__) && defined(__GNUC__)
+        if (avx2) {
+            for (size_t r = 0; r < m; r += 4) {
+                const int R = m - r < 4 ? (int)(m - r) : 4;
+                float v[4];
+                qm_dot_avx2(t, R, wr, bb, x, k, r, nb, v);
+                for (int i = 0; i < R; i++) y[(r + i) * n + j] = bias ? v[i] + bias[j] : v[i];
+            }
+            continue;
+        }
+#endif
         for (size_t r = 0; r < m; r++) {
             const int8_t *qx = x->q + r * k;
             const int32_t *ls = x->lsum + r * nb * QM_LANES;
             const float *dx = x->d + r * nb, *sx = x->s + r * nb;
-            float v;
-#if defined(__x86_64__) && defined(__GNUC__)
-            if (avx2) v = qm_dot_avx2(t, wr, bb, qx, ls, dx, sx, nb);
-            else
-#endif
-                v = qm_dot_portable(t, wr, sub, bb, qx, ls, dx, sx, nb);
+            const float v = qm_dot_portable(t, wr, sub, bb, qx, ls, dx, sx, nb);
             y[r * n + j] = bias ? v + bias[j] : v;
         }
     }
