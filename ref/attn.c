@@ -124,8 +124,8 @@ typedef struct attn_out {
 
 /* Every new row of sequences s0..s1-1, every head. */
 static void attend_all(const kv_view *v, const rows_spec *r, uint32_t s0, uint32_t s1,
-                       uint32_t n_heads, const void *q, akv_dtype q_dtype, uint32_t q_stride,
-                       float scale, const attn_out *out) {
+                       uint32_t h0, uint32_t h1, uint32_t n_heads, const void *q,
+                       akv_dtype q_dtype, uint32_t q_stride, float scale, const attn_out *out) {
     uint32_t d = v->head_dim, group = n_heads / v->n_kv_heads;
     size_t q_elem = akv_dtype_size(q_dtype), o_elem = akv_dtype_size(out->o_dtype);
     if (q_stride == 0) q_stride = n_heads * d;
@@ -139,7 +139,7 @@ static void attend_all(const kv_view *v, const rows_spec *r, uint32_t s0, uint32
             int64_t n_keys = (int64_t)len - n + i + 1;
             if (n_keys < 0) n_keys = 0;
             size_t tok = (size_t)start + i;
-            for (uint32_t j = 0; j < n_heads; j++) {
+            for (uint32_t j = h0 * group; j < h1 * group; j++) { /* query heads of K/V heads h0..h1-1 */
                 const unsigned char *qrow = (const unsigned char *)q + (tok * q_stride + (size_t)j * d) * q_elem;
                 size_t orow = (tok * n_heads + j) * d;
                 row_to_f32(qrow, q_dtype, d, qf);
@@ -268,9 +268,9 @@ static void fast_pv(float *o, const float *p, const float *v, size_t n, uint32_t
  * both to the float64 oracle). Every output row is one fixed recipe over its own query and
  * the keys it sees: the same bits whether its chunk has one row (a decode) or many (a
  * prefill), and whatever the other sequences of the call. */
-static akv_status attend_fast(const kv_view *v, const rows_spec *r, uint32_t s, uint32_t n_heads,
-                              const void *q, akv_dtype q_dtype, uint32_t q_stride, float scale,
-                              const attn_out *out) {
+static akv_status attend_fast(const kv_view *v, const rows_spec *r, uint32_t s, uint32_t h0,
+                              uint32_t h1, uint32_t n_heads, const void *q, akv_dtype q_dtype,
+                              uint32_t q_stride, float scale, const attn_out *out) {
     uint32_t d = v->head_dim, group = n_heads / v->n_kv_heads;
     size_t q_elem = akv_dtype_size(q_dtype), o_elem = akv_dtype_size(out->o_dtype);
     if (q_stride == 0) q_stride = n_heads * d;
@@ -288,7 +288,7 @@ static akv_status attend_fast(const kv_view *v, const rows_spec *r, uint32_t s, 
     float *qm = akv__malloc((size_t)rows * d * sizeof *qm), *sm = akv__malloc(s_n * sizeof *sm);
     float *om = akv__malloc((size_t)blk * d * sizeof *om), *sum = akv__malloc(blk * sizeof *sum);
     akv_status st = kf && vf && qm && sm && om && sum ? AKV_OK : AKV_ENOMEM;
-    for (uint32_t h = 0; h < v->n_kv_heads && st == AKV_OK; h++) {
+    for (uint32_t h = h0; h < h1 && st == AKV_OK; h++) {
         for (uint32_t t = 0; t < len; t++) {
             row_to_f32(kv_row(v, s, 0, h, t), v->dtype, d, kf + (size_t)t * d);
             row_to_f32(kv_row(v, s, 1, h, t), v->dtype, d, vf + (size_t)t * d);
@@ -363,7 +363,8 @@ typedef struct attn_job {
     uint32_t kv_stride;
     float scale;
     attn_out out;
-    bool fast; /* the BLAS-blocked FP32 path (akv_attn_host_*) */
+    bool fast; /* the blocked FP32 path (akv_attn_host_*) */
+    uint32_t h0, h1; /* the K/V heads computed; h1 0 = every head */
 } attn_job;
 
 static akv_status run_job(const attn_job *j, const char *op) {
@@ -376,27 +377,29 @@ static akv_status run_job(const attn_job *j, const char *op) {
     if (j->n_tokens == 0) return AKV_OK;
     if (j->k_new) append_rows(&v, &j->rows, j->kv->n_seq, j->k_new, j->v_new, j->kv_new_dtype, j->kv_stride);
     float scale = akv__attn_scale(j->scale, j->kv->head_dim);
+    const uint32_t h0 = j->h0, h1 = j->h1 ? j->h1 : j->kv->n_kv_heads;
     if (!j->fast || j->out.o64) {
-        attend_all(&v, &j->rows, 0, j->kv->n_seq, j->n_heads, j->q, j->q_dtype, j->q_stride,
-                   scale, &j->out);
+        attend_all(&v, &j->rows, 0, j->kv->n_seq, h0, h1, j->n_heads, j->q, j->q_dtype,
+                   j->q_stride, scale, &j->out);
         return AKV_OK;
     }
     /* sequence by sequence, so that each one's bits depend on itself alone (batch invariance
      * of the host pass, docs/engine.md) */
     for (uint32_t s = 0; s < j->kv->n_seq; s++) {
         if (!fast_pays(&v, &j->rows, s, j->n_heads)) {
-            attend_all(&v, &j->rows, s, s + 1, j->n_heads, j->q, j->q_dtype, j->q_stride, scale,
-                       &j->out);
+            attend_all(&v, &j->rows, s, s + 1, h0, h1, j->n_heads, j->q, j->q_dtype, j->q_stride,
+                       scale, &j->out);
             continue;
         }
-        st = attend_fast(&v, &j->rows, s, j->n_heads, j->q, j->q_dtype, j->q_stride, scale,
+        st = attend_fast(&v, &j->rows, s, h0, h1, j->n_heads, j->q, j->q_dtype, j->q_stride, scale,
                          &j->out);
         if (st != AKV_OK) return st;
     }
     return AKV_OK;
 }
 
-static akv_status decode(const akv_attn_decode *p, double *o64, double *lse64, bool fast) {
+static akv_status decode(const akv_attn_decode *p, double *o64, double *lse64, bool fast,
+                         uint32_t h0, uint32_t h1) {
     const char *op = o64 ? "ref decode f64" : "ref decode";
     akv_status st = akv__attn_decode_check(p, op);
     if (st != AKV_OK || p->kv.n_seq == 0) return st;
@@ -405,12 +408,13 @@ static akv_status decode(const akv_attn_decode *p, double *o64, double *lse64, b
         .max_rows = p->n_query, .n_heads = p->n_heads, .q = host(p->q), .q_dtype = p->q_dtype,
         .q_stride = p->q_stride, .scale = p->scale,
         .out = {host(p->o), p->o_dtype, host(p->lse), o64, lse64},
-        .fast = fast,
+        .fast = fast, .h0 = h0, .h1 = h1,
     };
     return run_job(&j, op);
 }
 
-static akv_status prefill(const akv_attn_prefill *p, double *o64, double *lse64, bool fast) {
+static akv_status prefill(const akv_attn_prefill *p, double *o64, double *lse64, bool fast,
+                          uint32_t h0, uint32_t h1) {
     const char *op = o64 ? "ref prefill f64" : "ref prefill";
     akv_status st = akv__attn_prefill_check(p, op);
     if (st != AKV_OK || p->kv.n_seq == 0) return st;
@@ -420,7 +424,7 @@ static akv_status prefill(const akv_attn_prefill *p, double *o64, double *lse64,
         .q_stride = p->q_stride, .k_new = host(p->k_new), .v_new = host(p->v_new),
         .kv_new_dtype = p->kv_new_dtype, .kv_stride = p->kv_stride, .scale = p->scale,
         .out = {host(p->o), p->o_dtype, host(p->lse), o64, lse64},
-        .fast = fast,
+        .fast = fast, .h0 = h0, .h1 = h1,
     };
     return run_job(&j, op);
 }
@@ -434,33 +438,56 @@ static bool f64_args(const void *p, const double *o, const char *op) {
 }
 
 akv_status akv_attn_ref_decode(const akv_attn_decode *p) {
-    return decode(p, NULL, NULL, false);
+    return decode(p, NULL, NULL, false, 0, 0);
 }
 
 akv_status akv_attn_host_decode(const akv_attn_decode *p) {
-    return decode(p, NULL, NULL, true);
+    return decode(p, NULL, NULL, true, 0, 0);
+}
+
+/* A K/V head range: within the table's heads, non-empty. */
+static bool heads_ok(const akv_attn_pages *kv, uint32_t h0, uint32_t h1, const char *op) {
+    if (h0 < h1 && h1 <= kv->n_kv_heads) return true;
+    AKV_LOG_E("%s: K/V heads [%u, %u) are not a range of the table's %u", op, h0, h1, kv->n_kv_heads);
+    return false;
+}
+
+akv_status akv_attn_host_decode_heads(const akv_attn_decode *p, uint32_t kv_head0,
+                                      uint32_t kv_head1) {
+    if (p && !heads_ok(&p->kv, kv_head0, kv_head1, "host decode")) return AKV_EINVAL;
+    return decode(p, NULL, NULL, true, kv_head0, kv_head1);
+}
+
+akv_status akv_attn_host_prefill_heads(const akv_attn_prefill *p, uint32_t kv_head0,
+                                       uint32_t kv_head1) {
+    if (p && !heads_ok(&p->kv, kv_head0, kv_head1, "host prefill")) return AKV_EINVAL;
+    if (p && (p->k_new.addr || p->v_new.addr)) {
+        AKV_LOG_E("host prefill: a range of heads takes no k_new/v_new (append them first)");
+        return AKV_EINVAL;
+    }
+    return prefill(p, NULL, NULL, true, kv_head0, kv_head1);
 }
 
 akv_status akv_attn_ref_decode_f64(const akv_attn_decode *p, double *o, double *lse) {
     if (!f64_args(p, o, "ref decode f64")) return AKV_EINVAL;
     akv_attn_decode q = *p;
     q.o = akv_attn_host_ptr(o), q.o_dtype = AKV_DTYPE_F32;
-    return decode(&q, o, lse, false);
+    return decode(&q, o, lse, false, 0, 0);
 }
 
 akv_status akv_attn_ref_prefill(const akv_attn_prefill *p) {
-    return prefill(p, NULL, NULL, false);
+    return prefill(p, NULL, NULL, false, 0, 0);
 }
 
 akv_status akv_attn_host_prefill(const akv_attn_prefill *p) {
-    return prefill(p, NULL, NULL, true);
+    return prefill(p, NULL, NULL, true, 0, 0);
 }
 
 akv_status akv_attn_ref_prefill_f64(const akv_attn_prefill *p, double *o, double *lse) {
     if (!f64_args(p, o, "ref prefill f64")) return AKV_EINVAL;
     akv_attn_prefill q = *p;
     q.o = akv_attn_host_ptr(o), q.o_dtype = AKV_DTYPE_F32;
-    return prefill(&q, o, lse, false);
+    return prefill(&q, o, lse, false, 0, 0);
 }
 
 void akv_attn_merge_state(uint32_t head_dim, float *o_a, float *lse_a, const float *o_b,

@@ -313,14 +313,24 @@ akv_status akv_attn_ref_prefill_f64(const akv_attn_prefill *p, double *o, double
 akv_status akv_attn_ref_append(const akv_attn_append *p);
 
 /* The host backend's production attention: the same contract, checks and outputs as the ref
- * decode/prefill, computed per (sequence, K/V head) with K/V widened once and the scores and
- * outputs as BLAS products (the plain-C ref re-reads every key for every query row). Not
- * bit-identical to the ref (another order of summation); deterministic for a given thread
- * count. For a few query rows over a short history (fewer than 16 rows per K/V head and
- * under 256 keys) it runs the ref's loops, which are faster there. AKV_ENOMEM when its
- * scratch (2 x len x head_dim floats plus a block of scores) cannot be had. */
+ * decode/prefill, computed per (sequence, K/V head) with K/V widened once, the scores by the
+ * row-invariant product (akv_ops_matmul_cols) and the outputs summed key by key (the plain-C
+ * ref re-reads every key for every query row). Not bit-identical to the ref (another order of
+ * summation), but every output row is one recipe over its own query and the keys it sees: a
+ * decode row and the same row inside a prefill chunk give the same bits, whatever the other
+ * sequences and rows of the call. AKV_ENOMEM when its scratch (2 x len x head_dim floats plus
+ * a block of scores) cannot be had. */
 akv_status akv_attn_host_decode(const akv_attn_decode *p);
 akv_status akv_attn_host_prefill(const akv_attn_prefill *p);
+
+/* The same over K/V heads [kv_head0, kv_head1) only (and every query head of their groups):
+ * those heads' outputs bit for bit as the whole call gives them, so ranges may run on several
+ * threads at once. A prefill range takes no k_new/v_new (append first, akv_attn_ref_append:
+ * no range writes pages another reads). AKV_EINVAL for an empty or out-of-table range. */
+akv_status akv_attn_host_decode_heads(const akv_attn_decode *p, uint32_t kv_head0,
+                                      uint32_t kv_head1);
+akv_status akv_attn_host_prefill_heads(const akv_attn_prefill *p, uint32_t kv_head0,
+                                       uint32_t kv_head1);
 
 akv_status akv_attn_ref_merge(const akv_attn_merge *p);
 

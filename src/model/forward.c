@@ -15,6 +15,8 @@ enum {
     FWD_HOST_DECODE = 1, /* the host pass decodes runs of one-token sequences; longer chunks
                             take the prefill path (as fast for a few rows on the host) */
     FWD_COL_ALIGN = 24,  /* product tasks cover multiples of the 8/4/3-column tiles */
+    FWD_MAX_HEAD_TASKS = 64, /* K/V heads the attention spreads over threads; more
+                                         run in one call */
 };
 
 struct akv_forward {
@@ -182,7 +184,32 @@ static akv_status forward_check_parts(const akv_model_config *c, uint32_t layer,
     return AKV_OK;
 }
 
-/* One group's attention: its new K/V into the pages, then attend. */
+/* One attention call over a range of K/V heads, a task of the pass's threads. */
+typedef struct fwd_attn_task {
+    const akv_attn_decode *d;   /* a decode group's call, or */
+    const akv_attn_prefill *pf; /* a prefill group's (its K/V already appended) */
+    akv_status st[FWD_MAX_HEAD_TASKS];
+} fwd_attn_task;
+
+static void fwd_attn_run(void *ctx, uint32_t h) {
+    fwd_attn_task *a = ctx;
+    a->st[h] = a->d ? akv_attn_host_decode_heads(a->d, h, h + 1)
+                    : akv_attn_host_prefill_heads(a->pf, h, h + 1);
+}
+
+/* Every K/V head of the call, one task each over the pass's threads (each head's outputs are
+ * the same bits whichever thread computes them). */
+static akv_status fwd_attn_heads(akv_forward *f, uint32_t n_kv_heads, fwd_attn_task *a) {
+    if (n_kv_heads > FWD_MAX_HEAD_TASKS || akv__par_n_threads(f->par) < 2)
+        return a->d ? akv_attn_host_decode(a->d) : akv_attn_host_prefill(a->pf);
+    akv__par_for(f->par, n_kv_heads, fwd_attn_run, a);
+    for (uint32_t h = 0; h < n_kv_heads; h++)
+        if (a->st[h]) return a->st[h];
+    return AKV_OK;
+}
+
+/* One group's attention: its new K/V into the pages, then attend, the K/V heads spread over
+ * the pass's threads. */
 static akv_status forward_attend_group(akv_forward *f, const akv_attn_pages *pg,
                                        const akv_forward_batch *b, const akv__fwd_group *g) {
     const akv_model_config *c = akv_model_get_config(f->model);
@@ -194,6 +221,7 @@ static akv_status forward_attend_group(akv_forward *f, const akv_attn_pages *pg,
     akv_dptr vv = akv_attn_host_ptr(f->v + g->row0 * kv_dim);
     akv_dptr o = akv_attn_host_ptr(f->att + g->row0 * q_dim);
     akv_status st;
+    fwd_attn_task t = {0};
     if (g->decode) {
         akv_attn_append ap = {.kv = v,
                               .n_per_seq = g->n_new,
@@ -210,11 +238,20 @@ static akv_status forward_attend_group(akv_forward *f, const akv_attn_pages *pg,
                              .q_dtype = AKV_DTYPE_F32,
                              .o = o,
                              .o_dtype = AKV_DTYPE_F32};
-        return akv_attn_host_decode(&d);
+        t.d = &d;
+        return fwd_attn_heads(f, c->n_kv_heads, &t);
     }
     f->qo[0] = 0;
     for (uint32_t s = g->s0; s < g->s1; s++)
         f->qo[s - g->s0 + 1] = f->qo[s - g->s0] + (int32_t)b->n_new[s];
+    akv_attn_append ap = {.kv = v,
+                          .qo_indptr = akv_attn_host_ptr(f->qo),
+                          .n_tokens = g->n_rows,
+                          .max_new = g->n_new,
+                          .k = k,
+                          .v = vv,
+                          .dtype = AKV_DTYPE_F32};
+    if ((st = akv_attn_ref_append(&ap))) return st;
     akv_attn_prefill pf = {.kv = v,
                            .n_heads = c->n_heads,
                            .qo_indptr = akv_attn_host_ptr(f->qo),
@@ -222,12 +259,10 @@ static akv_status forward_attend_group(akv_forward *f, const akv_attn_pages *pg,
                            .max_chunk = g->n_new,
                            .q = q,
                            .q_dtype = AKV_DTYPE_F32,
-                           .k_new = k,
-                           .v_new = vv,
-                           .kv_new_dtype = AKV_DTYPE_F32,
                            .o = o,
                            .o_dtype = AKV_DTYPE_F32};
-    return akv_attn_host_prefill(&pf);
+    t.pf = &pf;
+    return fwd_attn_heads(f, c->n_kv_heads, &t);
 }
 
 /* ---- the step ------------------------------------------------------------------------------ */
