@@ -247,6 +247,37 @@ static void test_host_rows_chunk_invariant(void) {
     }
 }
 
+/* A range of K/V heads computes those heads' outputs bit for bit as the whole call does (the
+ * host pass runs the ranges on several threads); bad ranges and a range given K/V to append
+ * are refused. */
+static void test_host_head_ranges(void) {
+    fx_geom g = {12, 4, 32, 16, AKV_DTYPE_BF16};
+    uint32_t len[2] = {40, 300}, nq = 3, d = 32;
+    fx_table f;
+    fx_table_make(&f, g, 2, len, 0, 0, &rng);
+    const size_t n_rows = 2 * nq * g.n_heads;
+    float *q = fx_random(AKV_DTYPE_F32, n_rows * d, 1.0f, &rng);
+    float *o1 = malloc(n_rows * d * 4), *o2 = malloc(n_rows * d * 4), *l1 = malloc(n_rows * 4),
+          *l2 = malloc(n_rows * 4);
+    memset(o2, 0, n_rows * d * 4), memset(l2, 0, n_rows * 4);
+    akv_attn_decode whole = mk_decode(&f, nq, q, AKV_DTYPE_F32, o1, AKV_DTYPE_F32, l1);
+    akv_attn_decode part = mk_decode(&f, nq, q, AKV_DTYPE_F32, o2, AKV_DTYPE_F32, l2);
+    CHECK_OK(akv_attn_host_decode(&whole));
+    CHECK_OK(akv_attn_host_decode_heads(&part, 2, 4));
+    CHECK_OK(akv_attn_host_decode_heads(&part, 0, 1));
+    CHECK_OK(akv_attn_host_decode_heads(&part, 1, 2));
+    CHECK_BYTES(o1, o2, n_rows * d * 4);
+    CHECK_BYTES(l1, l2, n_rows * 4);
+    CHECK_STATUS(akv_attn_host_decode_heads(&part, 2, 2), AKV_EINVAL);
+    CHECK_STATUS(akv_attn_host_decode_heads(&part, 3, 5), AKV_EINVAL);
+    int32_t qo[3] = {0, (int32_t)nq, 2 * (int32_t)nq};
+    akv_attn_prefill pp = mk_prefill(&f, qo, 2 * nq, nq, q, o2, l2);
+    pp.k_new = akv_attn_host_ptr(q), pp.v_new = akv_attn_host_ptr(q);
+    CHECK_STATUS(akv_attn_host_prefill_heads(&pp, 0, 1), AKV_EINVAL);
+    free(q), free(o1), free(o2), free(l1), free(l2);
+    fx_table_free(&f);
+}
+
 /* Prefill with the chunk's K/V given: it lands in the right slots (and nowhere else), then
  * FP32 agrees with float64 over history + chunk. Chunks of 0, 1, 17 and 40 tokens over
  * histories of 0, P-1, P+1 and 3 tokens. */
@@ -761,6 +792,7 @@ int main(int argc, char **argv) {
     TEST_CASE(prefill_is_decode_for_short_chunks) test_prefill_is_decode();
     TEST_CASE(prefill_appends_and_attends) test_prefill();
     TEST_CASE(host_rows_are_chunk_invariant) test_host_rows_chunk_invariant();
+    TEST_CASE(host_head_ranges_are_the_whole_call) test_host_head_ranges();
     TEST_CASE(append) test_append();
     TEST_CASE(merge_associative_and_empty) test_merge();
     TEST_CASE(split_equals_whole) test_split_equals_whole();
