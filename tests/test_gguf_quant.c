@@ -196,7 +196,7 @@ int main(int argc, char **argv) {
             at += n_bytes + 4ull * n_elems;
             n_types++;
         }
-        CHECK_EQ_INT(n_types, 7);
+        CHECK_EQ_INT(n_types, 8); /* F16, BF16, Q8_0, Q4_0, Q4_1, Q4_K, Q6_K, Q5_K */
         free(p);
     }
 

@@ -307,8 +307,8 @@ akv_host_pool *akv_engine_host_pool(const akv_engine *e);
 akv_dev_pool *akv_engine_dev_pool(const akv_engine *e);
 akv_route *akv_engine_route(const akv_engine *e);
 
-/* Bytes of weights one decode step reads (the device pass's; the host pass's f32 weights);
- * the numerator of the weight-bandwidth limit. */
+/* Bytes of weights the pass holds, as stored (the device pass's; the host model's: block
+ * matrices at their block size); the numerator of the weight-bandwidth limit. */
 uint64_t akv_engine_weight_bytes(const akv_engine *e);
 
 /* The validity walker (tests): syncs the route (the host copies complete), then every

@@ -15,8 +15,9 @@
  *           pages and enqueues write-backs), and the wait for the logits (one queue sync per
  *           step that asks for logits; a step without logits returns without waiting).
  *
- * Precision: weights are bf16 on the device (rounded from the model's f32 copy at create),
- * norms' weights, the residual stream, Q/K/V before the K/V append, and logits are f32;
+ * Precision: weight matrices are bf16 on the device (rounded from the model's values at
+ * create), or their GGUF blocks with params weights NATIVE where the format has a device
+ * product (the block products take x at 8 bits: akv/forward_ops.h); norms' weights, the residual stream, Q/K/V before the K/V append, and logits are f32;
  * the inputs of the matrix products (normed activations, attention output, SwiGLU output)
  * are bf16; every product and reduction accumulates in f32 (RMSNorm's sum of squares in
  * double). K/V pages hold the route's dtype (bf16 on CUDA).
@@ -66,7 +67,8 @@ extern "C" {
 
 typedef struct akv_forward_dev akv_forward_dev;
 
-/* Uploads `model`'s weights to `dev` as bf16 (norms and biases f32) and allocates scratch for
+/* Uploads `model`'s weights to `dev` (matrices as bf16 or, params weights NATIVE, in their
+ * block formats; norms and biases f32) and allocates scratch for
  * chunks of params->max_chunk tokens (params as akv_forward_create; NULL = defaults). The
  * model must outlive the pass only for its config (the device holds the weights).
  * AKV_EDEVMEM when the device cannot hold weights + scratch (logged with the bytes);

@@ -31,7 +31,7 @@ def random_blocks(qtype, n_blocks):
         o = b * size
         if qtype in (T.Q8_0, T.Q4_0):
             raw[o:o + 2] = f16_bytes(rng.uniform(-0.1, 0.1))
-        elif qtype in (T.Q4_1, T.Q4_K):
+        elif qtype in (T.Q4_1, T.Q4_K, T.Q5_K):
             raw[o:o + 4] = f16_bytes(rng.uniform(-0.1, 0.1, size=2))
         elif qtype == T.Q6_K:
             raw[o + 208:o + 210] = f16_bytes(rng.uniform(-0.01, 0.01))
@@ -40,7 +40,7 @@ def random_blocks(qtype, n_blocks):
 
 records = []
 for qtype, n_blocks in ((T.F16, 64), (T.BF16, 64), (T.Q8_0, 4), (T.Q4_0, 4), (T.Q4_1, 4),
-                        (T.Q4_K, 3), (T.Q6_K, 3)):
+                        (T.Q4_K, 3), (T.Q6_K, 3), (T.Q5_K, 3)):
     if qtype in (T.F16, T.BF16):
         vals = rng.standard_normal(n_blocks).astype(np.float32)
         raw = vals.astype(np.float16).tobytes() if qtype == T.F16 else \
