@@ -309,10 +309,16 @@ static akv_status model_load(akv_gguf *g, const akv_model_load_params *params, a
     st = AKV_ENOMEM;
     m->layers = akv__calloc(c->n_layers, sizeof *m->layers);
     binds = akv__calloc(3 + (size_t)c->n_layers * 12, sizeof *binds);
-    row = akv__calloc(c->n_ff > c->n_embd ? c->n_ff : c->n_embd, sizeof *row);
-    if (!m->layers || !binds || !row) goto fail;
+    if (!m->layers || !binds) goto fail;
     size_t n_binds = 0;
     if ((st = model_bind_all(m, binds, &n_binds))) goto fail;
+    /* a row of the widest matrix, for the finite check: sized after the binding, so the file's
+     * own tensors bound it, not a metadata value */
+    row = akv__calloc(c->n_ff > c->n_embd ? c->n_ff : c->n_embd, sizeof *row);
+    if (!row) {
+        st = AKV_ENOMEM;
+        goto fail;
+    }
     if ((st = model_rope(m))) goto fail;
     model_warn_unused(m, binds, n_binds);
 
