@@ -138,8 +138,10 @@ template <int T> __device__ __forceinline__ float qbase(const qsub &s) {
 }
 
 /* x quantized for the block products: row r's 32-element block b as int8 at q[r * k + 32 b],
- * with its scale d and d * (the sum of its quants) at [r * (k / 32) + b] (the host recipe's
- * quantization: amax / 127, round to nearest). One warp per block. */
+ * with its scale d and d * (the sum of its quants) at [r * (k / 32) + b]: the host recipe's
+ * scale (amax / 127) over bf16 x, rounded to nearest with ties to even (the host rounds ties
+ * away from zero, over f32 x), so the two backends' quants may differ by one. One warp per
+ * block. */
 __global__ void quantize_x_kernel(const __nv_bfloat16 *__restrict__ x, int8_t *__restrict__ q,
                                   float *__restrict__ d, float *__restrict__ s, uint32_t n_blocks) {
     grid_dep_wait();
@@ -269,7 +271,8 @@ __global__ void fill_blocks_kernel(uint8_t *y, uint64_t n, uint64_t seed, uint32
          i += (uint64_t)gridDim.x * blockDim.x) {
         const int o = (int)(i % bb);
         y[i] = o == fa ? (uint8_t)h0 : o == fa + 1 ? (uint8_t)(h0 >> 8)
-             : o == fb ? (uint8_t)h1 : o == fb + 1 ? (uint8_t)(h1 >> 8) : fill_byte(seed, i);
+             : fb >= 0 && o == fb ? (uint8_t)h1 : fb >= 0 && o == fb + 1 ? (uint8_t)(h1 >> 8)
+                                                                       : fill_byte(seed, i);
     }
 }
 

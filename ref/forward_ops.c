@@ -148,7 +148,8 @@ static akv_status fops_fill_blocks(akv_dev *dev, const akv_fwd_fill_args *a) {
     for (uint64_t i = 0; i < a->n; i++) {
         const int o = (int)(i % bb);
         y[i] = o == fa ? (uint8_t)h0 : o == fa + 1 ? (uint8_t)(h0 >> 8)
-             : o == fb ? (uint8_t)h1 : o == fb + 1 ? (uint8_t)(h1 >> 8) : akv_fwd_fill_byte(a->seed, i);
+             : fb >= 0 && o == fb ? (uint8_t)h1 : fb >= 0 && o == fb + 1 ? (uint8_t)(h1 >> 8)
+                                                                       : akv_fwd_fill_byte(a->seed, i);
     }
     return AKV_OK;
 }

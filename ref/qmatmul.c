@@ -3,6 +3,7 @@
  * dot product per 32 weights, one fixed float recipe per output element. */
 #include "akv/ops.h"
 
+#include <float.h>
 #include <math.h>
 #include <stdbool.h>
 #include <string.h>
@@ -53,12 +54,15 @@ void akv_ops_quantize_rows_q8(const float *x, size_t m, size_t k, akv_ops_q8 *ou
             const float *v = x + r * k + b * QB;
             float amax = 0;
             for (int i = 0; i < QB; i++) amax = fmaxf(amax, fabsf(v[i]));
-            const float d = amax / 127.0f, id = d > 0 ? 1.0f / d : 0.0f;
+            /* a scale below the normal range (1 / d would be infinite) quantizes to zeros;
+             * a non-finite element clamps (the conversion is then defined, the row garbage,
+             * as its input is) */
+            const float d = amax / 127.0f, id = d >= FLT_MIN ? 1.0f / d : 0.0f;
             int8_t *q = out->q + r * k + b * QB;
             int32_t *ls = out->lsum + (r * nb + b) * QM_LANES;
             int sum = 0;
             for (int i = 0; i < QB; i++) {
-                q[i] = (int8_t)roundf(v[i] * id); /* |v id| <= 127 */
+                q[i] = (int8_t)fmaxf(-127.0f, fminf(127.0f, roundf(v[i] * id))); /* |v id| <= 127 */
                 sum += q[i];
             }
             for (int l = 0; l < QM_LANES; l++) ls[l] = q[4 * l] + q[4 * l + 1] + q[4 * l + 2] + q[4 * l + 3];

@@ -46,6 +46,8 @@ typedef struct tm_shape {
     float rope_base;
     float weight_scale; /* matrices uniform in +-weight_scale; 0 = 0.5 (sharp: every layer
                            visibly changes the stream) */
+    uint32_t head_dim;  /* attention.key_length / value_length; 0 = n_embd / n_heads (keys
+                           not written) */
 } tm_shape;
 
 typedef struct tm_model {
@@ -121,7 +123,8 @@ static inline void tm_init(tm_model *m, const tm_shape *s, uint64_t seed) {
     uint64_t rng = seed;
     tm_kv *a = tm_kv_add(m, "general.architecture", 8);
     snprintf(a->s, sizeof a->s, "%s", s->arch);
-    uint32_t hd = s->n_embd / s->n_heads;
+    uint32_t hd = s->head_dim ? s->head_dim : s->n_embd / s->n_heads;
+    if (s->head_dim) tm_u32(m, "attention.key_length", hd), tm_u32(m, "attention.value_length", hd);
     tm_u32(m, "block_count", s->n_layers);
     tm_u32(m, "embedding_length", s->n_embd);
     tm_u32(m, "feed_forward_length", s->n_ff);

@@ -270,6 +270,16 @@ int main(int argc, char **argv) {
             compare_passes(m, 64, 1, 12, 0.04, &rng);
             akv_model_destroy(m);
         }
+        /* heads wider than the stream: the attention's output rows (n_heads * head_dim = 128)
+         * are the widest matrix rows of the file, longer than n_embd and n_ff (the load's
+         * row buffer once overflowed here: ASan) */
+        tm_shape w = b;
+        w.head_dim = 32;
+        akv_model *m = load_blocks(&w, rng, AKV_GGUF_TYPE_Q8_0);
+        if (!CHECK(m != NULL)) break;
+        CHECK_EQ_INT(akv_model_get_layer(m, 0)->wo.cols, 128);
+        compare_passes(m, 8, 21, 4, 0.04, &rng);
+        akv_model_destroy(m);
     }
 
     TEST_CASE(qwen2_bias_neox_tied_rope_factors) {

@@ -101,7 +101,8 @@ typedef struct akv_engine_params {
                                         akv/ops.h); 0 = bf16 */
     akv_weights weights;             /* how the pass stores the weight matrices (akv/model.h):
                                         the host pass NATIVE or F32, the device pass NATIVE or
-                                        BF16; 0 = NATIVE */
+                                        BF16; 0 = NATIVE. A borrowed model (model) keeps the
+                                        host storage it was loaded with */
     akv_engine_progress_fn progress; /* NULL = no reports */
     void *progress_user;
     /* memory (the plan) */
@@ -307,8 +308,10 @@ akv_host_pool *akv_engine_host_pool(const akv_engine *e);
 akv_dev_pool *akv_engine_dev_pool(const akv_engine *e);
 akv_route *akv_engine_route(const akv_engine *e);
 
-/* Bytes of weights the pass holds, as stored (the device pass's; the host model's: block
- * matrices at their block size); the numerator of the weight-bandwidth limit. */
+/* Bytes of weights one decode step reads, as stored (block matrices at their block size;
+ * every matrix but the embedding table, of which a step reads one row): the device pass's
+ * (akv_forward_dev_weight_bytes) or the host model's (akv_model_step_weight_bytes); the
+ * numerator of the weight-bandwidth limit. */
 uint64_t akv_engine_weight_bytes(const akv_engine *e);
 
 /* The validity walker (tests): syncs the route (the host copies complete), then every

@@ -45,14 +45,15 @@
  * the tensor and the block.
  *
  * Storage (akv_model_load_params.weights). NATIVE (the default): a matrix whose format has a
- * block product (akv/ops.h: Q8_0, Q4_0, Q4_1, Q4_K, Q5_K, Q6_K) stays in its blocks, read in
- * place from the mapped file; F32 matrices are copied; other formats (F16, BF16, Q5_0, ...)
+ * block product (akv/ops.h: Q8_0, Q4_0, Q4_1, Q4_K, Q5_K, Q6_K) stays in its blocks, copied
+ * from the file as they are; F32 matrices are copied; other formats (F16, BF16, Q5_0, ...)
  * are widened to f32 and say so in the log. F32: every matrix widened to f32 (the comparison
  * point). Vectors (norms, biases) are always f32.
  *
- * Ownership: the model owns its f32 copies; block matrices point into the GGUF mapping, which
- * stays open for the model's lifetime (the tokenizer and chat template read its metadata too:
- * akv_model_gguf). Pointers from getters are borrowed and valid until akv_model_destroy.
+ * Ownership: the model owns a copy of every weight (read with pread, so a file changed under
+ * it gives AKV_EIO, not a fault); the GGUF stays open for the model's lifetime because the
+ * tokenizer and chat template read its metadata (akv_model_gguf). Pointers from getters are
+ * borrowed and valid until akv_model_destroy.
  *
  * Thread-safety: a loaded model is immutable; any number of forward passes may read it.
  */

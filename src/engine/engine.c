@@ -903,7 +903,7 @@ akv_route *akv_engine_route(const akv_engine *e) {
 }
 
 uint64_t akv_engine_weight_bytes(const akv_engine *e) {
-    return e->fd ? akv_forward_dev_weight_bytes(e->fd) : akv_model_weight_bytes(e->model);
+    return e->fd ? akv_forward_dev_weight_bytes(e->fd) : akv_model_step_weight_bytes(e->model);
 }
 
 #define ENGINE_BAD(...)                                                                            \

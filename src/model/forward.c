@@ -40,6 +40,7 @@ struct akv_forward {
     akv__fwd_group *groups; /* [T] */
     void *xq_mem;         /* an input's 8-bit blocks for the block products: T rows of the
                              widest input (akv_ops_q8_bytes) */
+    bool has_blocks;      /* some matrix is in a block format (else no input is quantized) */
 };
 
 akv_forward_params akv_forward_default_params(void) {
@@ -62,6 +63,14 @@ akv_status akv_forward_create(const akv_model *model, const akv_forward_params *
     f->params = p;
     f->n_layers = p.n_layers ? p.n_layers : c->n_layers;
     f->isa = akv_ops_isa_resolve(AKV_OPS_ISA_AUTO);
+    f->has_blocks = akv_model_output(model)->type != AKV_OPS_W_F32;
+    for (uint32_t l = 0; l < c->n_layers && !f->has_blocks; l++) {
+        const akv_model_layer *L = akv_model_get_layer(model, l);
+        f->has_blocks = L->wq.type != AKV_OPS_W_F32 || L->wk.type != AKV_OPS_W_F32 ||
+                        L->wv.type != AKV_OPS_W_F32 || L->wo.type != AKV_OPS_W_F32 ||
+                        L->w_gate.type != AKV_OPS_W_F32 || L->w_up.type != AKV_OPS_W_F32 ||
+                        L->w_down.type != AKV_OPS_W_F32;
+    }
     akv_status st = akv__par_create(p.threads, &f->par);
     if (st) {
         akv__free(f);
@@ -118,7 +127,7 @@ typedef struct fwd_in {
 
 static fwd_in fwd_in_make(akv_forward *f, const float *x, size_t m, size_t k) {
     fwd_in in = {.x = x, .m = m, .k = k};
-    if (k % AKV_OPS_QBLOCK == 0) {
+    if (f->has_blocks && k % AKV_OPS_QBLOCK == 0) {
         akv_ops_q8_bind(f->xq_mem, m, k, &in.q);
         akv_ops_quantize_rows_q8(x, m, k, &in.q);
     }

@@ -370,7 +370,11 @@ static akv_status fdev_put(akv_forward_dev *f, akv_dptr dst, const float *src, s
 static akv_status fdev_put_mat(akv_forward_dev *f, akv_dptr dst, const akv_model_mat *w,
                                uint16_t *tmp, float *row) {
     const size_t k = w->cols, per = FDEV_UPLOAD_CHUNK / k ? FDEV_UPLOAD_CHUNK / k : 1;
-    AKV_ASSERT(k <= FDEV_UPLOAD_CHUNK);
+    if (k > FDEV_UPLOAD_CHUNK) {
+        AKV_LOG_E("forward_dev: rows of %zu weights are longer than the upload takes (%u)", k,
+                  (unsigned)FDEV_UPLOAD_CHUNK);
+        return AKV_EUNSUPPORTED;
+    }
     for (size_t r0 = 0; r0 < w->rows; r0 += per) {
         const size_t nr = w->rows - r0 < per ? w->rows - r0 : per;
         for (size_t r = 0; r < nr; r++) {

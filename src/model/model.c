@@ -250,7 +250,8 @@ static akv_status model_store(akv_model *m, const model_bind *b, uint8_t *dst, f
     } else {
         st = akv_gguf_tensor_read(m->gguf, t, 0, dst, (size_t)t->n_bytes);
         for (uint64_t r = 0; r < b->rows && !st; r++) {
-            st = akv_gguf_dequant_f32(t->type, dst + r * t->n_bytes / b->rows, (size_t)b->cols, row);
+            st = akv_gguf_dequant_f32(t->type, dst + r * akv_ops_wrow_bytes(b->as, (size_t)b->cols),
+                                      (size_t)b->cols, row);
             if (!st) st = model_check_finite(t, row, r * b->cols, (size_t)b->cols);
             if (st == AKV_EFORMAT) return st;
         }
@@ -312,9 +313,12 @@ static akv_status model_load(akv_gguf *g, const akv_model_load_params *params, a
     if (!m->layers || !binds) goto fail;
     size_t n_binds = 0;
     if ((st = model_bind_all(m, binds, &n_binds))) goto fail;
-    /* a row of the widest matrix, for the finite check: sized after the binding, so the file's
-     * own tensors bound it, not a metadata value */
-    row = akv__calloc(c->n_ff > c->n_embd ? c->n_ff : c->n_embd, sizeof *row);
+    /* a row of the widest bound matrix, for the finite check: sized after the binding, from
+     * the shapes the file's tensors were checked against */
+    size_t max_cols = 1;
+    for (size_t i = 0; i < n_binds; i++)
+        if (binds[i].mat && binds[i].cols > max_cols) max_cols = (size_t)binds[i].cols;
+    row = akv__calloc(max_cols, sizeof *row);
     if (!row) {
         st = AKV_ENOMEM;
         goto fail;
