@@ -64,19 +64,19 @@ akv_status akv__cuda_fwd_matmul(const void *args, const akv__cuda_launch *l) {
          * bf16 product below */
         akv_status st;
         if (a.m <= AKV_FWD_QGEMV_MAX_ROWS) {
-            st = akv__cuda_qgemv(a.y.addr, a.x.addr, a.w.addr, a.w_type, a.m, a.n, a.k,
-                                 (int)a.beta, a.scratch.addr, a.scratch_bytes, l->n_sm, l->stream);
+            st = akv__cuda_qgemv(a.y.addr, a.x.addr, a.w.addr, a.w_type, a.m, a.n, a.k, (int)a.beta,
+                                 a.scratch.addr, a.scratch_bytes, l->n_sm, l->stream);
             if (st == AKV_EINVAL)
                 AKV_LOG_E("cuda matmul: the block product does not take type %u, k %u, this "
-                          "alignment or %llu bytes of scratch (%llu needed)", a.w_type, a.k,
-                          (unsigned long long)a.scratch_bytes,
+                          "alignment or %llu bytes of scratch (%llu needed)",
+                          a.w_type, a.k, (unsigned long long)a.scratch_bytes,
                           (unsigned long long)akv_fwd_qgemv_scratch_bytes(a.m, a.k));
             return st;
         }
         if (!a.scratch.addr || a.scratch_bytes < (uint64_t)a.n * a.k * 2) {
             AKV_LOG_E("cuda matmul: %u rows over block weights need %llu bytes of scratch; "
-                      "%llu given", a.m, (unsigned long long)a.n * a.k * 2,
-                      (unsigned long long)a.scratch_bytes);
+                      "%llu given",
+                      a.m, (unsigned long long)a.n * a.k * 2, (unsigned long long)a.scratch_bytes);
             return AKV_EINVAL;
         }
         if ((st = akv__cuda_dequant_bf16(a.scratch.addr, a.w.addr, a.w_type, a.n, a.k, l->n_sm,

@@ -11,11 +11,11 @@
  * offset taken off, meet x's quants in two exact integer dot products of 16 (dp4a; Q6_K has a
  * scale per 16), scaled by the sub-block's scales and x's scale, plus the minimum times x's
  * scaled sum. Each lane keeps one f32 sum per x row and the warp adds its lanes with a fixed
- * butterfly: the same bits every run. (Decoding to floats and multiplying by bf16 x instead ran
- * at the bf16 product's speed on the H200: 32 conversions and multiply-adds per sub-block,
- * where the integer dots take 8 instructions. Quantizing x inside each block of the product
- * instead of in a kernel of its own halved the speed again: the blocks of 32 rows it needs
- * leave the 4096-row products with fewer blocks than the GPU has multiprocessors.)
+ * butterfly: the same bits every run. Integer dots because they take 8 instructions a
+ * sub-block where floats against bf16 x take 32 conversions and 32 multiply-adds; x quantized
+ * by a kernel of its own because quantizing it inside every block of the product needs blocks
+ * of many rows, too few for the GPU's multiprocessors on the 4096-row products (the
+ * measurements: docs/journal.md, 2026-12-02).
  *
  * Loads: Q4_K and Q5_K blocks are 16-byte multiples (144, 176 bytes) and read in 16-byte
  * pieces; Q4_1 (20) in 4-byte pieces; Q8_0, Q4_0 and Q6_K (34, 18, 210) in 2-byte pieces.
@@ -34,10 +34,10 @@ namespace {
 constexpr int kWarps = 8; /* rows per block */
 
 struct qsub {
-    uint32_t q[8];   /* the 32 quant values, one byte each (Q8_0: int8) */
-    float ws0, ws1;  /* scale of elements 0-15, 16-31 */
-    float mw;        /* minimum term (0 without) */
-    int o;           /* offset subtracted from q */
+    uint32_t q[8];  /* the 32 quant values, one byte each (Q8_0: int8) */
+    float ws0, ws1; /* scale of elements 0-15, 16-31 */
+    float mw;       /* minimum term (0 without) */
+    int o;          /* offset subtracted from q */
 };
 
 __device__ __forceinline__ uint32_t ld16(const uint8_t *p) { /* 2-byte aligned */
@@ -55,7 +55,8 @@ __device__ __forceinline__ float f16(uint32_t h) {
 /* 16 bytes from 2-byte aligned p into 4 words */
 __device__ __forceinline__ void ld16x8(const uint8_t *p, uint32_t *w) {
 #pragma unroll
-    for (int i = 0; i < 4; i++) w[i] = ld16(p + 4 * i) | ld16(p + 4 * i + 2) << 16;
+    for (int i = 0; i < 4; i++)
+        w[i] = ld16(p + 4 * i) | ld16(p + 4 * i + 2) << 16;
 }
 
 /* The 6-bit scale and min of K-format sub-block j from the 12 packed bytes s[3]. */
@@ -85,13 +86,15 @@ template <int T> __device__ __forceinline__ void unpack(const uint8_t *blk, int 
             const uint32_t dm = ld32(blk);
             s.ws0 = s.ws1 = f16(dm & 0xffff), s.mw = f16(dm >> 16);
 #pragma unroll
-            for (int i = 0; i < 4; i++) n[i] = ld32(blk + 4 + 4 * i);
+            for (int i = 0; i < 4; i++)
+                n[i] = ld32(blk + 4 + 4 * i);
         } else {
             s.ws0 = s.ws1 = f16(ld16(blk)), s.o = 8;
             ld16x8(blk + 2, n);
         }
 #pragma unroll
-        for (int i = 0; i < 4; i++) s.q[i] = n[i] & 0x0F0F0F0Fu, s.q[i + 4] = (n[i] >> 4) & 0x0F0F0F0Fu;
+        for (int i = 0; i < 4; i++)
+            s.q[i] = n[i] & 0x0F0F0F0Fu, s.q[i + 4] = (n[i] >> 4) & 0x0F0F0F0Fu;
     } else if constexpr (T == AKV_OPS_W_Q4_K || T == AKV_OPS_W_Q5_K) {
         const uint32_t dm = ld32(blk), sc3[3] = {ld32(blk + 4), ld32(blk + 8), ld32(blk + 12)};
         int sc, mn;
@@ -103,12 +106,14 @@ template <int T> __device__ __forceinline__ void unpack(const uint8_t *blk, int 
         const uint32_t v[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
         const int sh = 4 * (j & 1);
 #pragma unroll
-        for (int i = 0; i < 8; i++) s.q[i] = (v[i] >> sh) & 0x0F0F0F0Fu;
+        for (int i = 0; i < 8; i++)
+            s.q[i] = (v[i] >> sh) & 0x0F0F0F0Fu;
         if constexpr (T == AKV_OPS_W_Q5_K) {
             const uint4 c = ld128(blk + 16), d = ld128(blk + 32);
             const uint32_t h[8] = {c.x, c.y, c.z, c.w, d.x, d.y, d.z, d.w};
 #pragma unroll
-            for (int i = 0; i < 8; i++) s.q[i] |= ((h[i] >> j) & 0x01010101u) << 4;
+            for (int i = 0; i < 8; i++)
+                s.q[i] |= ((h[i] >> j) & 0x01010101u) << 4;
         }
     } else { /* Q6_K */
         const int h = j / 4, u = j % 4;
@@ -120,7 +125,8 @@ template <int T> __device__ __forceinline__ void unpack(const uint8_t *blk, int 
         ld16x8(ql, l), ld16x8(ql + 16, l + 4), ld16x8(qh, hh), ld16x8(qh + 16, hh + 4);
 #pragma unroll
         for (int i = 0; i < 8; i++)
-            s.q[i] = ((l[i] >> (u >= 2 ? 4 : 0)) & 0x0F0F0F0Fu) | (((hh[i] >> (2 * u)) & 0x03030303u) << 4);
+            s.q[i] = ((l[i] >> (u >= 2 ? 4 : 0)) & 0x0F0F0F0Fu) |
+                     (((hh[i] >> (2 * u)) & 0x03030303u) << 4);
     }
 }
 
@@ -151,12 +157,14 @@ __global__ void quantize_x_kernel(const __nv_bfloat16 *__restrict__ x, int8_t *_
         const float v = __bfloat162float(x[(size_t)g * 32 + lane]);
         float amax = fabsf(v);
 #pragma unroll
-        for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+        for (int o = 16; o > 0; o >>= 1)
+            amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
         const float dd = amax / 127.0f, id = dd > 0 ? 1.0f / dd : 0.0f;
         const int qi = __float2int_rn(v * id);
         int sum = qi;
 #pragma unroll
-        for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+        for (int o = 16; o > 0; o >>= 1)
+            sum += __shfl_xor_sync(0xffffffffu, sum, o);
         q[(size_t)g * 32 + lane] = (int8_t)qi;
         if (lane == 0) d[g] = dd, s[g] = dd * (float)sum;
     }
@@ -174,8 +182,8 @@ template <int T> __device__ __forceinline__ uint32_t qsigned(uint32_t w, int o) 
 template <int T, int M>
 __global__ void __launch_bounds__(kWarps * 32)
     qgemv_kernel(float *__restrict__ y, const int8_t *__restrict__ xq, const float *__restrict__ xd,
-                 const float *__restrict__ xs, const uint8_t *__restrict__ w, uint32_t n, uint32_t k,
-                 size_t row_bytes, uint32_t blk_bytes, int beta) {
+                 const float *__restrict__ xs, const uint8_t *__restrict__ w, uint32_t n,
+                 uint32_t k, size_t row_bytes, uint32_t blk_bytes, int beta) {
     constexpr int sub = (T == AKV_OPS_W_Q4_K || T == AKV_OPS_W_Q5_K || T == AKV_OPS_W_Q6_K) ? 8 : 1;
     constexpr bool has_min = T == AKV_OPS_W_Q4_1 || T == AKV_OPS_W_Q4_K || T == AKV_OPS_W_Q5_K;
     const uint32_t lane = threadIdx.x % 32, row = blockIdx.x * kWarps + threadIdx.x / 32;
@@ -185,14 +193,16 @@ __global__ void __launch_bounds__(kWarps * 32)
     const uint32_t nb = k / 32;
     float acc[M];
 #pragma unroll
-    for (int r = 0; r < M; r++) acc[r] = 0.0f;
+    for (int r = 0; r < M; r++)
+        acc[r] = 0.0f;
 #pragma unroll 2
     for (uint32_t b = lane; b < nb; b += 32) {
         qsub sb;
         unpack<T>(wr + (size_t)(b / sub) * blk_bytes, (int)(b % sub), sb);
         uint32_t qw[8];
 #pragma unroll
-        for (int i = 0; i < 8; i++) qw[i] = qsigned<T>(sb.q[i], sb.o);
+        for (int i = 0; i < 8; i++)
+            qw[i] = qsigned<T>(sb.q[i], sb.o);
 #pragma unroll
         for (int r = 0; r < M; r++) {
             const uint4 *xv = reinterpret_cast<const uint4 *>(xq + (size_t)r * k + (size_t)b * 32);
@@ -201,9 +211,11 @@ __global__ void __launch_bounds__(kWarps * 32)
                                (int)x1.x, (int)x1.y, (int)x1.z, (int)x1.w};
             int v0 = 0, v1 = 0;
 #pragma unroll
-            for (int i = 0; i < 4; i++) v0 = __dp4a((int)qw[i], xw[i], v0);
+            for (int i = 0; i < 4; i++)
+                v0 = __dp4a((int)qw[i], xw[i], v0);
 #pragma unroll
-            for (int i = 4; i < 8; i++) v1 = __dp4a((int)qw[i], xw[i], v1);
+            for (int i = 4; i < 8; i++)
+                v1 = __dp4a((int)qw[i], xw[i], v1);
             const size_t bi = (size_t)r * nb + b;
             const float dx = __ldg(xd + bi);
             acc[r] = fmaf((float)v0, sb.ws0 * dx, acc[r]);
@@ -214,7 +226,8 @@ __global__ void __launch_bounds__(kWarps * 32)
 #pragma unroll
     for (int r = 0; r < M; r++) {
 #pragma unroll
-        for (int o = 16; o > 0; o >>= 1) acc[r] += __shfl_xor_sync(0xffffffffu, acc[r], o);
+        for (int o = 16; o > 0; o >>= 1)
+            acc[r] += __shfl_xor_sync(0xffffffffu, acc[r], o);
     }
     if (lane == 0) {
 #pragma unroll
@@ -229,7 +242,8 @@ template <int T> __device__ __forceinline__ void unpack_dot(const uint8_t *blk, 
     unpack<T>(blk, j, s);
     if (T == AKV_OPS_W_Q8_0)
 #pragma unroll
-        for (int i = 0; i < 8; i++) s.q[i] ^= 0x80808080u;
+        for (int i = 0; i < 8; i++)
+            s.q[i] ^= 0x80808080u;
 }
 
 /* W widened to bf16: one thread per 32-element sub-block. */
@@ -243,14 +257,15 @@ __global__ void dequant_kernel(__nv_bfloat16 *__restrict__ dst, const uint8_t *_
          g += (uint64_t)gridDim.x * blockDim.x) {
         const uint32_t row = (uint32_t)(g / nb), b = (uint32_t)(g % nb);
         qsub s;
-        unpack_dot<T>(w + (size_t)row * row_bytes + (size_t)(b / sub) * blk_bytes, (int)(b % sub), s);
+        unpack_dot<T>(w + (size_t)row * row_bytes + (size_t)(b / sub) * blk_bytes, (int)(b % sub),
+                      s);
         __nv_bfloat16 *o = dst + (size_t)row * k + (size_t)b * 32;
         const float base = qbase<T>(s);
 #pragma unroll
         for (int e = 0; e < 32; e++) {
             const float v = (e < 16 ? s.ws0 : s.ws1) * qf<T>(s.q[e / 4], e % 4, base);
-            o[e] = __float2bfloat16_rn(T == AKV_OPS_W_Q4_1 || T == AKV_OPS_W_Q4_K || T == AKV_OPS_W_Q5_K
-                                           ? v + s.mw : v);
+            o[e] = __float2bfloat16_rn(
+                T == AKV_OPS_W_Q4_1 || T == AKV_OPS_W_Q4_K || T == AKV_OPS_W_Q5_K ? v + s.mw : v);
         }
     }
 }
@@ -270,9 +285,11 @@ __global__ void fill_blocks_kernel(uint8_t *y, uint64_t n, uint64_t seed, uint32
     for (uint64_t i = blockIdx.x * (uint64_t)blockDim.x + threadIdx.x; i < n;
          i += (uint64_t)gridDim.x * blockDim.x) {
         const int o = (int)(i % bb);
-        y[i] = o == fa ? (uint8_t)h0 : o == fa + 1 ? (uint8_t)(h0 >> 8)
-             : fb >= 0 && o == fb ? (uint8_t)h1 : fb >= 0 && o == fb + 1 ? (uint8_t)(h1 >> 8)
-                                                                       : fill_byte(seed, i);
+        y[i] = o == fa                  ? (uint8_t)h0
+               : o == fa + 1            ? (uint8_t)(h0 >> 8)
+               : fb >= 0 && o == fb     ? (uint8_t)h1
+               : fb >= 0 && o == fb + 1 ? (uint8_t)(h1 >> 8)
+                                        : fill_byte(seed, i);
     }
 }
 
@@ -283,7 +300,8 @@ akv_status qgemv_launch(uint64_t y, uint64_t x, uint64_t w, uint32_t m, uint32_t
     int8_t *xq = reinterpret_cast<int8_t *>(static_cast<uintptr_t>(scratch));
     float *xd = reinterpret_cast<float *>(xq + (size_t)m * k), *xs = xd + (size_t)m * (k / 32);
     const uint32_t n_blocks = m * (k / 32);
-    const unsigned qblocks = (n_blocks + 7) / 8 < (unsigned)n_sm * 8 ? (n_blocks + 7) / 8 : (unsigned)n_sm * 8;
+    const unsigned qblocks =
+        (n_blocks + 7) / 8 < (unsigned)n_sm * 8 ? (n_blocks + 7) / 8 : (unsigned)n_sm * 8;
     akv_status st = grid_dep_launch_kernel(
         quantize_x_kernel, dim3(qblocks), dim3(256), 0, stream,
         reinterpret_cast<const __nv_bfloat16 *>(static_cast<uintptr_t>(x)), xq, xd, xs, n_blocks);
@@ -292,27 +310,31 @@ akv_status qgemv_launch(uint64_t y, uint64_t x, uint64_t w, uint32_t m, uint32_t
     float *py = reinterpret_cast<float *>(static_cast<uintptr_t>(y));
     const uint8_t *pw = reinterpret_cast<const uint8_t *>(static_cast<uintptr_t>(w));
     void (*kern)(float *, const int8_t *, const float *, const float *, const uint8_t *, uint32_t,
-                 uint32_t, size_t, uint32_t, int) =
-        m == 1 ? qgemv_kernel<T, 1> : m == 2 ? qgemv_kernel<T, 2> : m == 3 ? qgemv_kernel<T, 3>
-                                                                      : qgemv_kernel<T, 4>;
+                 uint32_t, size_t, uint32_t, int) = m == 1   ? qgemv_kernel<T, 1>
+                                                    : m == 2 ? qgemv_kernel<T, 2>
+                                                    : m == 3 ? qgemv_kernel<T, 3>
+                                                             : qgemv_kernel<T, 4>;
     return grid_dep_launch_kernel(kern, grid, block, 0, stream, py, (const int8_t *)xq,
-                                  (const float *)xd, (const float *)xs, pw, n, k, row_bytes, bb, beta);
+                                  (const float *)xd, (const float *)xs, pw, n, k, row_bytes, bb,
+                                  beta);
 }
 
 template <int T>
 akv_status dequant_launch(uint64_t dst, uint64_t w, uint32_t n, uint32_t k, size_t row_bytes,
                           uint32_t bb, int n_sm, cudaStream_t stream) {
     const uint64_t subs = (uint64_t)n * (k / 32);
-    const unsigned blocks = (unsigned)((subs + 255) / 256 < (uint64_t)n_sm * 16 ? (subs + 255) / 256
-                                                                                : (uint64_t)n_sm * 16);
+    const unsigned blocks =
+        (unsigned)((subs + 255) / 256 < (uint64_t)n_sm * 16 ? (subs + 255) / 256
+                                                            : (uint64_t)n_sm * 16);
     return grid_dep_launch_kernel(dequant_kernel<T>, dim3(blocks), dim3(256), 0, stream,
                                   reinterpret_cast<__nv_bfloat16 *>(static_cast<uintptr_t>(dst)),
-                                  reinterpret_cast<const uint8_t *>(static_cast<uintptr_t>(w)), n, k,
-                                  row_bytes, bb);
+                                  reinterpret_cast<const uint8_t *>(static_cast<uintptr_t>(w)), n,
+                                  k, row_bytes, bb);
 }
 
 } // namespace
 
+// clang-format off
 #define QG_SWITCH(t, CALL)                                                                         \
     switch (t) {                                                                                   \
     case AKV_OPS_W_Q8_0: return CALL(AKV_OPS_W_Q8_0);                                              \
@@ -323,14 +345,14 @@ akv_status dequant_launch(uint64_t dst, uint64_t w, uint32_t n, uint32_t k, size
     case AKV_OPS_W_Q6_K: return CALL(AKV_OPS_W_Q6_K);                                              \
     default: return AKV_EINVAL;                                                                    \
     }
+// clang-format on
 
 extern "C" akv_status akv__cuda_qgemv(uint64_t y, uint64_t x, uint64_t w, uint32_t w_type,
                                       uint32_t m, uint32_t n, uint32_t k, int beta,
                                       uint64_t scratch, uint64_t scratch_bytes, int n_sm,
                                       void *stream) {
     const size_t rb = akv_ops_wrow_bytes((akv_ops_wtype)w_type, k);
-    const uint32_t bb = (uint32_t)akv_ops_wrow_bytes((akv_ops_wtype)w_type,
-                                                     akv_ops_wblock_elems((akv_ops_wtype)w_type));
+    const uint32_t bb = (uint32_t)akv_ops_wblock_bytes((akv_ops_wtype)w_type);
     if (m == 0 || m > AKV_FWD_QGEMV_MAX_ROWS || n == 0 || !rb || k % 32 || x % 16 || y % 4 ||
         w % 16 || scratch % 16 || scratch_bytes < akv_fwd_qgemv_scratch_bytes(m, k))
         return AKV_EINVAL;
@@ -343,8 +365,7 @@ extern "C" akv_status akv__cuda_qgemv(uint64_t y, uint64_t x, uint64_t w, uint32
 extern "C" akv_status akv__cuda_dequant_bf16(uint64_t dst, uint64_t w, uint32_t w_type, uint32_t n,
                                              uint32_t k, int n_sm, void *stream) {
     const size_t rb = akv_ops_wrow_bytes((akv_ops_wtype)w_type, k);
-    const uint32_t bb = (uint32_t)akv_ops_wrow_bytes((akv_ops_wtype)w_type,
-                                                     akv_ops_wblock_elems((akv_ops_wtype)w_type));
+    const uint32_t bb = (uint32_t)akv_ops_wblock_bytes((akv_ops_wtype)w_type);
     if (n == 0 || !rb || k % 32 || w % 16) return AKV_EINVAL;
     cudaStream_t s = static_cast<cudaStream_t>(stream);
 #define QG_DQ(T) dequant_launch<T>(dst, w, n, k, rb, bb, n_sm, s)
@@ -354,16 +375,14 @@ extern "C" akv_status akv__cuda_dequant_bf16(uint64_t dst, uint64_t w, uint32_t 
 
 extern "C" akv_status akv__cuda_fill_blocks(uint64_t y, uint64_t n, uint64_t seed, uint32_t w_type,
                                             uint32_t h0, uint32_t h1, int n_sm, void *stream) {
-    const uint32_t bb = (uint32_t)akv_ops_wrow_bytes((akv_ops_wtype)w_type,
-                                                     akv_ops_wblock_elems((akv_ops_wtype)w_type));
+    const uint32_t bb = (uint32_t)akv_ops_wblock_bytes((akv_ops_wtype)w_type);
     if (!akv_ops_wtype_is_block((akv_ops_wtype)w_type) || !bb || n % bb) return AKV_EINVAL;
     if (n == 0) return AKV_OK;
     int fa, fb;
     akv_fwd_block_scales(w_type, &fa, &fb);
-    const unsigned blocks = (unsigned)((n + 255) / 256 < (uint64_t)n_sm * 16 ? (n + 255) / 256
-                                                                           : (uint64_t)n_sm * 16);
-    return grid_dep_launch_kernel(fill_blocks_kernel, dim3(blocks), dim3(256), 0,
-                                  static_cast<cudaStream_t>(stream),
-                                  reinterpret_cast<uint8_t *>(static_cast<uintptr_t>(y)), n, seed, bb,
-                                  fa, fb, h0, h1);
+    const unsigned blocks =
+        (unsigned)((n + 255) / 256 < (uint64_t)n_sm * 16 ? (n + 255) / 256 : (uint64_t)n_sm * 16);
+    return grid_dep_launch_kernel(
+        fill_blocks_kernel, dim3(blocks), dim3(256), 0, static_cast<cudaStream_t>(stream),
+        reinterpret_cast<uint8_t *>(static_cast<uintptr_t>(y)), n, seed, bb, fa, fb, h0, h1);
 }

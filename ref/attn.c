@@ -123,9 +123,9 @@ typedef struct attn_out {
 } attn_out;
 
 /* Every new row of sequences s0..s1-1, every head. */
-static void attend_all(const kv_view *v, const rows_spec *r, uint32_t s0, uint32_t s1,
-                       uint32_t h0, uint32_t h1, uint32_t n_heads, const void *q,
-                       akv_dtype q_dtype, uint32_t q_stride, float scale, const attn_out *out) {
+static void attend_all(const kv_view *v, const rows_spec *r, uint32_t s0, uint32_t s1, uint32_t h0,
+                       uint32_t h1, uint32_t n_heads, const void *q, akv_dtype q_dtype,
+                       uint32_t q_stride, float scale, const attn_out *out) {
     uint32_t d = v->head_dim, group = n_heads / v->n_kv_heads;
     size_t q_elem = akv_dtype_size(q_dtype), o_elem = akv_dtype_size(out->o_dtype);
     if (q_stride == 0) q_stride = n_heads * d;
@@ -139,7 +139,8 @@ static void attend_all(const kv_view *v, const rows_spec *r, uint32_t s0, uint32
             int64_t n_keys = (int64_t)len - n + i + 1;
             if (n_keys < 0) n_keys = 0;
             size_t tok = (size_t)start + i;
-            for (uint32_t j = h0 * group; j < h1 * group; j++) { /* query heads of K/V heads h0..h1-1 */
+            for (uint32_t j = h0 * group; j < h1 * group;
+                 j++) { /* query heads of K/V heads h0..h1-1 */
                 const unsigned char *qrow = (const unsigned char *)q + (tok * q_stride + (size_t)j * d) * q_elem;
                 size_t orow = (tok * n_heads + j) * d;
                 row_to_f32(qrow, q_dtype, d, qf);
@@ -238,25 +239,33 @@ akv_status akv_attn_ref_append(const akv_attn_append *p) {
  * multiply-add: every instruction set gives the same bits); the sums held in a local row
  * (registers when D is a constant: fast_pv instantiates 64 and 128) and stored once. Cloned
  * for AVX2 where the CPU has it. */
-static inline __attribute__((always_inline)) void fast_pv_d(float *restrict o, const float *restrict p,
-                                                             const float *restrict v, size_t n,
-                                                             const uint32_t D) {
+static inline __attribute__((always_inline)) void fast_pv_d(float *restrict o,
+                                                            const float *restrict p,
+                                                            const float *restrict v, size_t n,
+                                                            const uint32_t D) {
     float acc[AKV_ATTN_MAX_HEAD_DIM];
-    for (uint32_t e = 0; e < D; e++) acc[e] = o[e];
+    for (uint32_t e = 0; e < D; e++)
+        acc[e] = o[e];
     for (size_t t = 0; t < n; t++) {
         const float pt = p[t], *vr = v + t * D;
-        for (uint32_t e = 0; e < D; e++) acc[e] += pt * vr[e];
+        for (uint32_t e = 0; e < D; e++)
+            acc[e] += pt * vr[e];
     }
-    for (uint32_t e = 0; e < D; e++) o[e] = acc[e];
+    for (uint32_t e = 0; e < D; e++)
+        o[e] = acc[e];
 }
 
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
 __attribute__((target_clones("avx2", "default")))
 #endif
-static void fast_pv(float *o, const float *p, const float *v, size_t n, uint32_t d) {
-    if (d == 64) fast_pv_d(o, p, v, n, 64);
-    else if (d == 128) fast_pv_d(o, p, v, n, 128);
-    else fast_pv_d(o, p, v, n, d);
+static void
+fast_pv(float *o, const float *p, const float *v, size_t n, uint32_t d) {
+    if (d == 64)
+        fast_pv_d(o, p, v, n, 64);
+    else if (d == 128)
+        fast_pv_d(o, p, v, n, 128);
+    else
+        fast_pv_d(o, p, v, n, d);
 }
 
 /* One sequence s, for each K/V head: its K and V rows widened to f32 once, the query rows of
@@ -277,7 +286,7 @@ static akv_status attend_fast(const kv_view *v, const rows_spec *r, uint32_t s, 
     uint32_t len = seq_len(v, s), start, n;
     qo_range(r, s, &start, &n);
     uint32_t rows = n * group; /* row x = i * group + g: chunk row i, head h*group+g */
-    if (len == 0 || rows == 0) return AKV_OK; /* fast_pays: never without keys */
+    if (len == 0 || rows == 0) return AKV_OK; /* run_job: never without keys */
     uint32_t blk = FAST_S_FLOATS / len;
     if (blk < 1) blk = 1;
     if (blk > rows) blk = rows;
@@ -296,17 +305,18 @@ static akv_status attend_fast(const kv_view *v, const rows_spec *r, uint32_t s, 
         for (uint32_t x = 0; x < rows; x++) {
             size_t tok = (size_t)start + x / group, j = (size_t)h * group + x % group;
             float *qx = qm + (size_t)x * d;
-            row_to_f32((const unsigned char *)q + (tok * q_stride + j * d) * q_elem, q_dtype, d, qx);
-            for (uint32_t e = 0; e < d; e++) qx[e] *= scale;
+            row_to_f32((const unsigned char *)q + (tok * q_stride + j * d) * q_elem, q_dtype, d,
+                       qx);
+            for (uint32_t e = 0; e < d; e++)
+                qx[e] *= scale;
         }
         for (uint32_t x0 = 0; x0 < rows; x0 += blk) {
             uint32_t nb = rows - x0 < blk ? rows - x0 : blk;
             /* the scores a row sees, a token's group of rows at a time (they see the same
              * keys); the rest of S is never read */
             for (uint32_t b = 0; b < nb;) {
-                const uint32_t x = x0 + b, i = x / group, run = group - x % group < nb - b
-                                                                     ? group - x % group
-                                                                     : nb - b;
+                const uint32_t x = x0 + b, i = x / group,
+                               run = group - x % group < nb - b ? group - x % group : nb - b;
                 const int64_t n_keys = (int64_t)len - n + i + 1;
                 if (n_keys > 0)
                     akv_ops_matmul_cols(sm + (size_t)b * len, qm + (size_t)x * d, kf, NULL, run,
@@ -342,14 +352,6 @@ static akv_status attend_fast(const kv_view *v, const rows_spec *r, uint32_t s, 
     return st;
 }
 
-/* Whether sequence s takes the blocked path: whenever it has a key, so that every row of the
- * host pass, decode or prefill, is the same recipe (attend_fast); the plain loops write the
- * empty states. */
-static bool fast_pays(const kv_view *v, const rows_spec *r, uint32_t s, uint32_t n_heads) {
-    (void)r, (void)n_heads;
-    return seq_len(v, s) > 0;
-}
-
 /* One attention call, decode or prefill, after its own parameter check. */
 typedef struct attn_job {
     const akv_attn_pages *kv;
@@ -363,7 +365,7 @@ typedef struct attn_job {
     uint32_t kv_stride;
     float scale;
     attn_out out;
-    bool fast; /* the blocked FP32 path (akv_attn_host_*) */
+    bool fast;       /* the blocked FP32 path (akv_attn_host_*) */
     uint32_t h0, h1; /* the K/V heads computed; h1 0 = every head */
 } attn_job;
 
@@ -379,14 +381,14 @@ static akv_status run_job(const attn_job *j, const char *op) {
     float scale = akv__attn_scale(j->scale, j->kv->head_dim);
     const uint32_t h0 = j->h0, h1 = j->h1 ? j->h1 : j->kv->n_kv_heads;
     if (!j->fast || j->out.o64) {
-        attend_all(&v, &j->rows, 0, j->kv->n_seq, h0, h1, j->n_heads, j->q, j->q_dtype,
-                   j->q_stride, scale, &j->out);
+        attend_all(&v, &j->rows, 0, j->kv->n_seq, h0, h1, j->n_heads, j->q, j->q_dtype, j->q_stride,
+                   scale, &j->out);
         return AKV_OK;
     }
     /* sequence by sequence, so that each one's bits depend on itself alone (batch invariance
      * of the host pass, docs/engine.md) */
     for (uint32_t s = 0; s < j->kv->n_seq; s++) {
-        if (!fast_pays(&v, &j->rows, s, j->n_heads)) {
+        if (seq_len(&v, s) == 0) { /* no key: the plain loops write the empty states */
             attend_all(&v, &j->rows, s, s + 1, h0, h1, j->n_heads, j->q, j->q_dtype, j->q_stride,
                        scale, &j->out);
             continue;
@@ -404,11 +406,19 @@ static akv_status decode(const akv_attn_decode *p, double *o64, double *lse64, b
     akv_status st = akv__attn_decode_check(p, op);
     if (st != AKV_OK || p->kv.n_seq == 0) return st;
     attn_job j = {
-        .kv = &p->kv, .rows = {NULL, p->n_query}, .n_tokens = p->kv.n_seq * p->n_query,
-        .max_rows = p->n_query, .n_heads = p->n_heads, .q = host(p->q), .q_dtype = p->q_dtype,
-        .q_stride = p->q_stride, .scale = p->scale,
+        .kv = &p->kv,
+        .rows = {NULL, p->n_query},
+        .n_tokens = p->kv.n_seq * p->n_query,
+        .max_rows = p->n_query,
+        .n_heads = p->n_heads,
+        .q = host(p->q),
+        .q_dtype = p->q_dtype,
+        .q_stride = p->q_stride,
+        .scale = p->scale,
         .out = {host(p->o), p->o_dtype, host(p->lse), o64, lse64},
-        .fast = fast, .h0 = h0, .h1 = h1,
+        .fast = fast,
+        .h0 = h0,
+        .h1 = h1,
     };
     return run_job(&j, op);
 }
@@ -419,12 +429,23 @@ static akv_status prefill(const akv_attn_prefill *p, double *o64, double *lse64,
     akv_status st = akv__attn_prefill_check(p, op);
     if (st != AKV_OK || p->kv.n_seq == 0) return st;
     attn_job j = {
-        .kv = &p->kv, .rows = {host(p->qo_indptr), 0}, .n_tokens = p->n_tokens,
-        .max_rows = p->max_chunk, .n_heads = p->n_heads, .q = host(p->q), .q_dtype = p->q_dtype,
-        .q_stride = p->q_stride, .k_new = host(p->k_new), .v_new = host(p->v_new),
-        .kv_new_dtype = p->kv_new_dtype, .kv_stride = p->kv_stride, .scale = p->scale,
+        .kv = &p->kv,
+        .rows = {host(p->qo_indptr), 0},
+        .n_tokens = p->n_tokens,
+        .max_rows = p->max_chunk,
+        .n_heads = p->n_heads,
+        .q = host(p->q),
+        .q_dtype = p->q_dtype,
+        .q_stride = p->q_stride,
+        .k_new = host(p->k_new),
+        .v_new = host(p->v_new),
+        .kv_new_dtype = p->kv_new_dtype,
+        .kv_stride = p->kv_stride,
+        .scale = p->scale,
         .out = {host(p->o), p->o_dtype, host(p->lse), o64, lse64},
-        .fast = fast, .h0 = h0, .h1 = h1,
+        .fast = fast,
+        .h0 = h0,
+        .h1 = h1,
     };
     return run_job(&j, op);
 }
@@ -448,7 +469,8 @@ akv_status akv_attn_host_decode(const akv_attn_decode *p) {
 /* A K/V head range: within the table's heads, non-empty. */
 static bool heads_ok(const akv_attn_pages *kv, uint32_t h0, uint32_t h1, const char *op) {
     if (h0 < h1 && h1 <= kv->n_kv_heads) return true;
-    AKV_LOG_E("%s: K/V heads [%u, %u) are not a range of the table's %u", op, h0, h1, kv->n_kv_heads);
+    AKV_LOG_E("%s: K/V heads [%u, %u) are not a range of the table's %u", op, h0, h1,
+              kv->n_kv_heads);
     return false;
 }
 

@@ -135,7 +135,7 @@ static akv_status fops_cast(akv_dev *dev, const void *args) {
 
 /* A block fill: hash bytes, the scale fields set (akv_fwd_fill_args). */
 static akv_status fops_fill_blocks(akv_dev *dev, const akv_fwd_fill_args *a) {
-    size_t bb = akv_ops_wrow_bytes((akv_ops_wtype)a->w_type, akv_ops_wblock_elems((akv_ops_wtype)a->w_type));
+    size_t bb = akv_ops_wblock_bytes((akv_ops_wtype)a->w_type);
     if (!akv_ops_wtype_is_block((akv_ops_wtype)a->w_type) || a->n % bb) {
         AKV_LOG_E("fwd_fill: %llu bytes are not whole blocks of type %u", (unsigned long long)a->n,
                   a->w_type);
@@ -147,9 +147,11 @@ static akv_status fops_fill_blocks(akv_dev *dev, const akv_fwd_fill_args *a) {
     akv_fwd_block_scales(a->w_type, &fa, &fb);
     for (uint64_t i = 0; i < a->n; i++) {
         const int o = (int)(i % bb);
-        y[i] = o == fa ? (uint8_t)h0 : o == fa + 1 ? (uint8_t)(h0 >> 8)
-             : fb >= 0 && o == fb ? (uint8_t)h1 : fb >= 0 && o == fb + 1 ? (uint8_t)(h1 >> 8)
-                                                                       : akv_fwd_fill_byte(a->seed, i);
+        y[i] = o == fa                  ? (uint8_t)h0
+               : o == fa + 1            ? (uint8_t)(h0 >> 8)
+               : fb >= 0 && o == fb     ? (uint8_t)h1
+               : fb >= 0 && o == fb + 1 ? (uint8_t)(h1 >> 8)
+                                        : akv_fwd_fill_byte(a->seed, i);
     }
     return AKV_OK;
 }

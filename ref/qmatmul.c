@@ -17,7 +17,7 @@ enum { QB = AKV_OPS_QBLOCK, QK = 256, QM_LANES = AKV_LANES };
 /* Elements and bytes of one block of t (ref/wtype.c's geometry). */
 static size_t qm_block(akv_ops_wtype t, size_t *bytes) {
     const size_t e = akv_ops_wblock_elems(t);
-    if (bytes) *bytes = e ? akv_ops_wrow_bytes(t, e) : 0;
+    if (bytes) *bytes = akv_ops_wblock_bytes(t);
     return e;
 }
 
@@ -42,7 +42,9 @@ void akv_ops_q8_bind(void *mem, size_t m, size_t k, akv_ops_q8 *out) {
 
 akv_ops_q8 akv_ops_q8_row(const akv_ops_q8 *x, size_t k, size_t r) {
     const size_t nb = k / QB;
-    return (akv_ops_q8){.q = x->q + r * k, .d = x->d + r * nb, .s = x->s + r * nb,
+    return (akv_ops_q8){.q = x->q + r * k,
+                        .d = x->d + r * nb,
+                        .s = x->s + r * nb,
                         .lsum = x->lsum + r * nb * QM_LANES};
 }
 
@@ -65,7 +67,8 @@ void akv_ops_quantize_rows_q8(const float *x, size_t m, size_t k, akv_ops_q8 *ou
                 q[i] = (int8_t)fmaxf(-127.0f, fminf(127.0f, roundf(v[i] * id))); /* |v id| <= 127 */
                 sum += q[i];
             }
-            for (int l = 0; l < QM_LANES; l++) ls[l] = q[4 * l] + q[4 * l + 1] + q[4 * l + 2] + q[4 * l + 3];
+            for (int l = 0; l < QM_LANES; l++)
+                ls[l] = q[4 * l] + q[4 * l + 1] + q[4 * l + 2] + q[4 * l + 3];
             out->d[r * nb + b] = d;
             out->s[r * nb + b] = d * (float)sum;
         }
@@ -112,15 +115,19 @@ static void qm_unpack(akv_ops_wtype t, const uint8_t *blk, int j, qm_sub *s) {
     switch (t) {
     case AKV_OPS_W_Q8_0:
         ws = ld_f16(blk);
-        for (int e = 0; e < QB; e++) s->u[e] = (int8_t)blk[2 + e];
+        for (int e = 0; e < QB; e++)
+            s->u[e] = (int8_t)blk[2 + e];
         break;
     case AKV_OPS_W_Q4_0:
     case AKV_OPS_W_Q4_1: {
         const uint8_t *n = blk + (t == AKV_OPS_W_Q4_1 ? 4 : 2);
         ws = ld_f16(blk);
-        for (int e = 0; e < QB; e++) s->u[e] = e < QB / 2 ? n[e] & 15 : n[e - QB / 2] >> 4;
-        if (t == AKV_OPS_W_Q4_0) s->o = 8;
-        else s->has_min = true, s->mw = ld_f16(blk + 2);
+        for (int e = 0; e < QB; e++)
+            s->u[e] = e < QB / 2 ? n[e] & 15 : n[e - QB / 2] >> 4;
+        if (t == AKV_OPS_W_Q4_0)
+            s->o = 8;
+        else
+            s->has_min = true, s->mw = ld_f16(blk + 2);
         break;
     }
     case AKV_OPS_W_Q4_K:
@@ -143,14 +150,17 @@ static void qm_unpack(akv_ops_wtype t, const uint8_t *blk, int j, qm_sub *s) {
         const float d = ld_f16(blk + QK / 2 + QK / 4 + QK / 16);
         for (int e = 0; e < QB; e++)
             s->u[e] = ((q < 2 ? ql[e] & 15 : ql[e] >> 4) | ((qh[e] >> (2 * q)) & 3) << 4);
-        for (int l = 0; l < QM_LANES; l++) s->ws[l] = d * (float)sc[l / 4];
+        for (int l = 0; l < QM_LANES; l++)
+            s->ws[l] = d * (float)sc[l / 4];
         s->o = 32;
         return;
     }
     case AKV_OPS_W_F32:
-    case AKV_OPS_W_BF16: AKV_ASSERT(!"plain rows are no block format");
+    case AKV_OPS_W_BF16:
+        AKV_ASSERT(!"plain rows are no block format");
     }
-    for (int l = 0; l < QM_LANES; l++) s->ws[l] = ws;
+    for (int l = 0; l < QM_LANES; l++)
+        s->ws[l] = ws;
 }
 
 void akv_ops_wrow_to_f32(akv_ops_wtype t, const void *row, size_t k, float *out) {
@@ -177,7 +187,8 @@ static float qm_dot_portable(akv_ops_wtype t, const uint8_t *wr, size_t sub_per_
         qm_unpack(t, wr + b / sub_per_blk * bb, (int)(b % sub_per_blk), &s);
         for (int l = 0; l < QM_LANES; l++) {
             int32_t v = 0;
-            for (int e = 4 * l; e < 4 * l + 4; e++) v += s.u[e] * qx[b * QB + e];
+            for (int e = 4 * l; e < 4 * l + 4; e++)
+                v += s.u[e] * qx[b * QB + e];
             v -= s.o * lsum[b * QM_LANES + l];
             acc[l] = fmaf((float)v, s.ws[l] * dx[b], acc[l]);
         }
@@ -196,8 +207,8 @@ static QM_AVX2 inline float qm_f16(const uint8_t *p) {
 
 /* Sub-block j's weights as unsigned bytes (Q8_0: its signed bytes), its lane scales, offset
  * and minimum, by qm_unpack's rules. */
-static QM_AVX2 inline __attribute__((always_inline)) __m256i qm_unpack_avx2(akv_ops_wtype t, const uint8_t *blk, int j,
-                                             __m256 *ws, int *o, float *mw) {
+static QM_AVX2 inline __attribute__((always_inline)) __m256i
+qm_unpack_avx2(akv_ops_wtype t, const uint8_t *blk, int j, __m256 *ws, int *o, float *mw) {
     const __m256i m4 = _mm256_set1_epi8(15);
     *o = 0, *mw = 0.0f;
     switch (t) {
@@ -208,8 +219,10 @@ static QM_AVX2 inline __attribute__((always_inline)) __m256i qm_unpack_avx2(akv_
     case AKV_OPS_W_Q4_1: {
         const __m128i n = _mm_loadu_si128((const __m128i *)(blk + (t == AKV_OPS_W_Q4_1 ? 4 : 2)));
         *ws = _mm256_set1_ps(qm_f16(blk));
-        if (t == AKV_OPS_W_Q4_0) *o = 8;
-        else *mw = qm_f16(blk + 2);
+        if (t == AKV_OPS_W_Q4_0)
+            *o = 8;
+        else
+            *mw = qm_f16(blk + 2);
         return _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(n, 4), n), m4);
     }
     case AKV_OPS_W_Q4_K:
@@ -244,7 +257,8 @@ static QM_AVX2 inline __attribute__((always_inline)) __m256i qm_unpack_avx2(akv_
         return _mm256_or_si256(nib, _mm256_slli_epi16(hb, 4));
     }
     case AKV_OPS_W_F32:
-    case AKV_OPS_W_BF16: break;
+    case AKV_OPS_W_BF16:
+        break;
     }
     AKV_ASSERT(!"plain rows are no block format");
     return _mm256_setzero_si256();
@@ -260,10 +274,12 @@ qm_dot_avx2_t(const akv_ops_wtype t, const int R, const uint8_t *wr, size_t bb, 
               size_t k, size_t r0, size_t nb, float *out) {
     const __m256i ones = _mm256_set1_epi16(1);
     const bool has_min = t == AKV_OPS_W_Q4_1 || t == AKV_OPS_W_Q4_K || t == AKV_OPS_W_Q5_K;
-    const unsigned sub_shift = t == AKV_OPS_W_Q4_K || t == AKV_OPS_W_Q5_K || t == AKV_OPS_W_Q6_K ? 3 : 0;
+    const unsigned sub_shift =
+        t == AKV_OPS_W_Q4_K || t == AKV_OPS_W_Q5_K || t == AKV_OPS_W_Q6_K ? 3 : 0;
     __m256 acc[4];
     float macc[4];
-    for (int r = 0; r < R; r++) acc[r] = _mm256_setzero_ps(), macc[r] = 0.0f;
+    for (int r = 0; r < R; r++)
+        acc[r] = _mm256_setzero_ps(), macc[r] = 0.0f;
     for (size_t b = 0; b < nb; b++) {
         __m256 ws;
         int o;
@@ -274,18 +290,21 @@ qm_dot_avx2_t(const akv_ops_wtype t, const int R, const uint8_t *wr, size_t bb, 
         for (int r = 0; r < R; r++) { /* the sub-block's weights, unpacked once, for R rows */
             const size_t row = r0 + (size_t)r;
             const __m256i qv = _mm256_loadu_si256((const __m256i *)(x->q + row * k + b * QB));
-            const __m256i p = _mm256_maddubs_epi16(us, t == AKV_OPS_W_Q8_0 ? _mm256_sign_epi8(qv, u) : qv);
+            const __m256i p =
+                _mm256_maddubs_epi16(us, t == AKV_OPS_W_Q8_0 ? _mm256_sign_epi8(qv, u) : qv);
             __m256i v = _mm256_madd_epi16(p, ones);
             if (o)
                 v = _mm256_sub_epi32(
-                    v, _mm256_sll_epi32(_mm256_loadu_si256((const __m256i *)(x->lsum + (row * nb + b) * QM_LANES)),
+                    v, _mm256_sll_epi32(_mm256_loadu_si256(
+                                            (const __m256i *)(x->lsum + (row * nb + b) * QM_LANES)),
                                         _mm_cvtsi32_si128(o == 8 ? 3 : 5)));
             acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(v),
                                      _mm256_mul_ps(ws, _mm256_set1_ps(x->d[row * nb + b])), acc[r]);
             if (has_min) macc[r] = fmaf(mw, x->s[row * nb + b], macc[r]);
         }
     }
-    for (int r = 0; r < R; r++) out[r] = akv__lanes_sum_avx2(acc[r]) + macc[r];
+    for (int r = 0; r < R; r++)
+        out[r] = akv__lanes_sum_avx2(acc[r]) + macc[r];
 }
 
 /* y for rows r0..r0+R-1 (R <= 4) of one weight row wr: each row by the recipe, the weights
@@ -293,8 +312,10 @@ qm_dot_avx2_t(const akv_ops_wtype t, const int R, const uint8_t *wr, size_t bb, 
 static QM_AVX2 void qm_dot_avx2(akv_ops_wtype t, int R, const uint8_t *wr, size_t bb,
                                 const akv_ops_q8 *x, size_t k, size_t r0, size_t nb, float *out) {
     switch (t * 4 + (R - 1)) {
-#define QM_CASE(T, RR) \
-    case T * 4 + RR - 1: qm_dot_avx2_t(T, RR, wr, bb, x, k, r0, nb, out); return;
+#define QM_CASE(T, RR)                                                                             \
+    case T * 4 + RR - 1:                                                                           \
+        qm_dot_avx2_t(T, RR, wr, bb, x, k, r0, nb, out);                                           \
+        return;
 #define QM_CASES(T) QM_CASE(T, 1) QM_CASE(T, 2) QM_CASE(T, 3) QM_CASE(T, 4)
         QM_CASES(AKV_OPS_W_Q8_0)
         QM_CASES(AKV_OPS_W_Q4_0)
@@ -309,9 +330,9 @@ static QM_AVX2 void qm_dot_avx2(akv_ops_wtype t, int R, const uint8_t *wr, size_
 }
 #endif
 
-void akv_ops_qmatmul_cols(float *y, const akv_ops_q8 *x, size_t m, const void *w,
-                          akv_ops_wtype t, const float *bias, size_t n, size_t k, size_t j0,
-                          size_t j1, akv_ops_isa isa) {
+void akv_ops_qmatmul_cols(float *y, const akv_ops_q8 *x, size_t m, const void *w, akv_ops_wtype t,
+                          const float *bias, size_t n, size_t k, size_t j0, size_t j1,
+                          akv_ops_isa isa) {
     size_t bb;
     const size_t be = qm_block(t, &bb);
     AKV_ASSERT(akv_ops_wtype_is_block(t) && be && m >= 1 && n >= 1 && k >= be && k % be == 0 &&
@@ -328,7 +349,8 @@ void akv_ops_qmatmul_cols(float *y, const akv_ops_q8 *x, size_t m, const void *w
                 const int R = m - r < 4 ? (int)(m - r) : 4;
                 float v[4];
                 qm_dot_avx2(t, R, wr, bb, x, k, r, nb, v);
-                for (int i = 0; i < R; i++) y[(r + i) * n + j] = bias ? v[i] + bias[j] : v[i];
+                for (int i = 0; i < R; i++)
+                    y[(r + i) * n + j] = bias ? v[i] + bias[j] : v[i];
             }
             continue;
         }

@@ -271,8 +271,8 @@ int main(int argc, char **argv) {
             akv_model_destroy(m);
         }
         /* heads wider than the stream: the attention's output rows (n_heads * head_dim = 128)
-         * are the widest matrix rows of the file, longer than n_embd and n_ff (the load's
-         * row buffer once overflowed here: ASan) */
+         * are the widest matrix rows of the file, longer than n_embd and n_ff (the load's row
+         * buffer must fit them: ASan checks it) */
         tm_shape w = b;
         w.head_dim = 32;
         akv_model *m = load_blocks(&w, rng, AKV_GGUF_TYPE_Q8_0);

@@ -75,7 +75,31 @@ static int eopts_i32(const char *cmd, const char *flag, const char *s, int32_t *
     return 1;
 }
 
+/* One of n named values: *out = the value named arg, else 0 printed as "expected a, b or c". */
+typedef struct eopts_name {
+    const char *name;
+    int value;
+} eopts_name;
+
+static int eopts_choice(const char *cmd, const char *flag, const char *arg, const eopts_name *t,
+                        size_t n, int *out) {
+    for (size_t i = 0; i < n; i++)
+        if (!strcmp(arg, t[i].name)) return (*out = t[i].value), 1;
+    fprintf(stderr, "akv %s: --%s '%s': expected ", cmd, flag, arg);
+    for (size_t i = 0; i < n; i++)
+        fprintf(stderr, "%s%s", i == 0 ? "" : i + 1 == n ? " or " : ", ", t[i].name);
+    fputc('\n', stderr);
+    return 0;
+}
+
 int akv_tool_eopts_parse(const char *cmd, int c, const char *arg, akv_tool_eopts *o) {
+    static const eopts_name routes[] = {{"resident", AKV_ROUTE_RESIDENT},
+                                        {"staged", AKV_ROUTE_STAGED}};
+    static const eopts_name dtypes[] = {
+        {"bf16", AKV_DTYPE_BF16}, {"f16", AKV_DTYPE_F16}, {"f32", AKV_DTYPE_F32}};
+    static const eopts_name weights[] = {
+        {"native", AKV_WEIGHTS_NATIVE}, {"bf16", AKV_WEIGHTS_BF16}, {"f32", AKV_WEIGHTS_F32}};
+    int choice = 0;
     unsigned long long v;
     int ok = 1;
     switch (c) {
@@ -88,33 +112,19 @@ int akv_tool_eopts_parse(const char *cmd, int c, const char *arg, akv_tool_eopts
         ok = akv_tool_parse_max(cmd, "parallel", arg, AKV_ROUTE_MAX_SEQS, &o->parallel);
         break;
     case AKV_OPT_ROUTE:
-        if (!strcmp(arg, "resident")) o->route = AKV_ROUTE_RESIDENT;
-        else if (!strcmp(arg, "staged")) o->route = AKV_ROUTE_STAGED;
-        else {
-            fprintf(stderr, "akv %s: --route '%s': expected resident or staged\n", cmd, arg);
-            ok = 0;
-        }
+        if ((ok = eopts_choice(cmd, "route", arg, routes, 2, &choice)))
+            o->route = (akv_route_kind)choice;
         break;
     case AKV_OPT_WINDOW: ok = akv_tool_parse_u64(cmd, "window-pages", arg, &o->window_pages); break;
     case AKV_OPT_HOST: ok = akv_tool_parse_u64(cmd, "host-gib", arg, &o->host_gib); break;
     case AKV_OPT_DEVGIB: ok = akv_tool_parse_u64(cmd, "device-gib", arg, &o->device_gib); break;
     case AKV_OPT_KV:
-        if (!strcmp(arg, "bf16")) o->kv_dtype = AKV_DTYPE_BF16;
-        else if (!strcmp(arg, "f16")) o->kv_dtype = AKV_DTYPE_F16;
-        else if (!strcmp(arg, "f32")) o->kv_dtype = AKV_DTYPE_F32;
-        else {
-            fprintf(stderr, "akv %s: --kv-dtype '%s': expected bf16, f16 or f32\n", cmd, arg);
-            ok = 0;
-        }
+        if ((ok = eopts_choice(cmd, "kv-dtype", arg, dtypes, 3, &choice)))
+            o->kv_dtype = (akv_dtype)choice;
         break;
     case AKV_OPT_WEIGHTS:
-        if (!strcmp(arg, "native")) o->weights = AKV_WEIGHTS_NATIVE;
-        else if (!strcmp(arg, "bf16")) o->weights = AKV_WEIGHTS_BF16;
-        else if (!strcmp(arg, "f32")) o->weights = AKV_WEIGHTS_F32;
-        else {
-            fprintf(stderr, "akv %s: --weights '%s': expected native, bf16 or f32\n", cmd, arg);
-            ok = 0;
-        }
+        if ((ok = eopts_choice(cmd, "weights", arg, weights, 3, &choice)))
+            o->weights = (akv_weights)choice;
         break;
     case AKV_OPT_CHUNK: ok = akv_tool_parse_u64(cmd, "chunk", arg, &o->chunk); break;
     case AKV_OPT_STEP:

@@ -165,10 +165,11 @@ akv_status akv_forward_run(akv_forward *f, const int32_t *tokens, uint32_t n, ui
 /* Rows of logits a batch asks for (its sum over sequences: 1 for LAST, n_new for ALL). */
 uint32_t akv_forward_batch_logit_rows(const akv_forward_batch *b);
 
-/* Checks a batch against a pass's limits (the rules of akv_forward_step; logged naming what
- * is wrong): AKV_OK or AKV_EINVAL. *n_tokens = its total new tokens. */
+/* Checks a batch against a pass's limits (the rules of akv_forward_step, every token id in
+ * [0, n_vocab) among them; logged naming what is wrong): AKV_OK or AKV_EINVAL. *n_tokens =
+ * its total new tokens. */
 akv_status akv_forward_batch_check(const akv_forward_batch *b, uint32_t max_chunk,
-                                   const char *who, uint32_t *n_tokens);
+                                   uint32_t n_vocab, const char *who, uint32_t *n_tokens);
 
 /* The residual stream after the last step's final layer, before the output norm:
  * [n][n_embd] of that step (every sequence's rows in order); borrowed, valid until the next

@@ -17,7 +17,8 @@
  *
  * Precision: weight matrices are bf16 on the device (rounded from the model's values at
  * create), or their GGUF blocks with params weights NATIVE where the format has a device
- * product (the block products take x at 8 bits: akv/forward_ops.h); norms' weights, the residual stream, Q/K/V before the K/V append, and logits are f32;
+ * product (the block products take x at 8 bits: akv/forward_ops.h); norms' weights, the
+ * residual stream, Q/K/V before the K/V append, and logits are f32;
  * the inputs of the matrix products (normed activations, attention output, SwiGLU output)
  * are bf16; every product and reduction accumulates in f32 (RMSNorm's sum of squares in
  * double). K/V pages hold the route's dtype (bf16 on CUDA).

@@ -157,6 +157,9 @@ static inline int akv_ops_wtype_is_block(akv_ops_wtype t) {
 /* Elements of one block of t (1 for F32 and BF16, 32, or 256); 0 for an unknown type. */
 size_t akv_ops_wblock_elems(akv_ops_wtype t);
 
+/* Bytes of one block of t; 0 for an unknown type. */
+size_t akv_ops_wblock_bytes(akv_ops_wtype t);
+
 /* Bytes of one row of k weights of t; 0 for an unknown type or a k that is not a positive
  * multiple of the block. */
 size_t akv_ops_wrow_bytes(akv_ops_wtype t, size_t k);

@@ -12,9 +12,9 @@
 #include "model/forward_batch.h"
 
 enum {
-    FWD_HOST_DECODE = 1, /* the host pass decodes runs of one-token sequences; longer chunks
-                            take the prefill path (as fast for a few rows on the host) */
-    FWD_COL_ALIGN = 24,  /* product tasks cover multiples of the 8/4/3-column tiles */
+    FWD_HOST_DECODE = 1,     /* the host pass decodes runs of one-token sequences; longer chunks
+                                take the prefill path (as fast for a few rows on the host) */
+    FWD_COL_ALIGN = 24,      /* product tasks cover multiples of the 8/4/3-column tiles */
     FWD_MAX_HEAD_TASKS = 64, /* K/V heads the attention spreads over threads; more
                                          run in one call */
 };
@@ -38,9 +38,8 @@ struct akv_forward {
     int32_t *pos;         /* [T] */
     int32_t *qo;          /* [T+1] a prefill group's rows, rebased to 0 */
     akv__fwd_group *groups; /* [T] */
-    void *xq_mem;         /* an input's 8-bit blocks for the block products: T rows of the
-                             widest input (akv_ops_q8_bytes) */
-    bool has_blocks;      /* some matrix is in a block format (else no input is quantized) */
+    void *xq_mem;           /* an input's 8-bit blocks for the block products: T rows of the
+                               widest input (akv_ops_q8_bytes) */
 };
 
 akv_forward_params akv_forward_default_params(void) {
@@ -63,14 +62,6 @@ akv_status akv_forward_create(const akv_model *model, const akv_forward_params *
     f->params = p;
     f->n_layers = p.n_layers ? p.n_layers : c->n_layers;
     f->isa = akv_ops_isa_resolve(AKV_OPS_ISA_AUTO);
-    f->has_blocks = akv_model_output(model)->type != AKV_OPS_W_F32;
-    for (uint32_t l = 0; l < c->n_layers && !f->has_blocks; l++) {
-        const akv_model_layer *L = akv_model_get_layer(model, l);
-        f->has_blocks = L->wq.type != AKV_OPS_W_F32 || L->wk.type != AKV_OPS_W_F32 ||
-                        L->wv.type != AKV_OPS_W_F32 || L->wo.type != AKV_OPS_W_F32 ||
-                        L->w_gate.type != AKV_OPS_W_F32 || L->w_up.type != AKV_OPS_W_F32 ||
-                        L->w_down.type != AKV_OPS_W_F32;
-    }
     akv_status st = akv__par_create(p.threads, &f->par);
     if (st) {
         akv__free(f);
@@ -94,10 +85,10 @@ akv_status akv_forward_create(const akv_model *model, const akv_forward_params *
     f->groups = akv__calloc(T, sizeof *f->groups);
     size_t k_max = c->n_embd > q_dim ? c->n_embd : q_dim;
     k_max = c->n_ff > k_max ? c->n_ff : k_max;
-    f->xq_mem = akv__malloc(akv_ops_q8_bytes(T, (k_max + AKV_OPS_QBLOCK - 1) / AKV_OPS_QBLOCK *
-                                                   AKV_OPS_QBLOCK));
-    if (!f->xq_mem || !f->x || !f->h || !f->tmp || !f->q || !f->k || !f->v || !f->att || !f->gate || !f->up ||
-        !f->cos_t || !f->sin_t || !f->pos || !f->qo || !f->groups) {
+    f->xq_mem = akv__malloc(
+        akv_ops_q8_bytes(T, (k_max + AKV_OPS_QBLOCK - 1) / AKV_OPS_QBLOCK * AKV_OPS_QBLOCK));
+    if (!f->xq_mem || !f->x || !f->h || !f->tmp || !f->q || !f->k || !f->v || !f->att || !f->gate ||
+        !f->up || !f->cos_t || !f->sin_t || !f->pos || !f->qo || !f->groups) {
         akv_forward_destroy(f);
         return AKV_ENOMEM;
     }
@@ -117,21 +108,17 @@ void akv_forward_destroy(akv_forward *f) {
 
 /* ---- products over the pass's threads ------------------------------------------------------ */
 
-/* The input of one or more products: x itself for f32 weights, its 8-bit blocks (quantized
- * once, by fwd_in_make, for every block product that reads it). */
+/* The input of one or more products: x itself for f32 weights, its 8-bit blocks for block
+ * weights, quantized by the first block product that reads it and kept for the others. */
 typedef struct fwd_in {
     const float *x;
     size_t m, k;
-    akv_ops_q8 q; /* valid when k is a multiple of 32 */
+    bool quantized;
+    akv_ops_q8 q; /* when quantized */
 } fwd_in;
 
-static fwd_in fwd_in_make(akv_forward *f, const float *x, size_t m, size_t k) {
-    fwd_in in = {.x = x, .m = m, .k = k};
-    if (f->has_blocks && k % AKV_OPS_QBLOCK == 0) {
-        akv_ops_q8_bind(f->xq_mem, m, k, &in.q);
-        akv_ops_quantize_rows_q8(x, m, k, &in.q);
-    }
-    return in;
+static fwd_in fwd_in_make(const float *x, size_t m, size_t k) {
+    return (fwd_in){.x = x, .m = m, .k = k};
 }
 
 typedef struct fwd_mm {
@@ -156,9 +143,14 @@ static void fwd_mm_task(void *ctx, uint32_t t) {
 
 /* y[m][n] = x[m][k] W^T (+ bias), the columns cut into tasks (about four per thread, so that a
  * slower thread does not hold the loop up). */
-static void fwd_matmul(akv_forward *f, float *y, const fwd_in *in, const akv_model_mat *w,
+static void fwd_matmul(akv_forward *f, float *y, fwd_in *in, const akv_model_mat *w,
                        const float *bias) {
     AKV_ASSERT(w->cols == in->k && (w->type == AKV_OPS_W_F32 || in->k % AKV_OPS_QBLOCK == 0));
+    if (w->type != AKV_OPS_W_F32 && !in->quantized) {
+        akv_ops_q8_bind(f->xq_mem, in->m, in->k, &in->q);
+        akv_ops_quantize_rows_q8(in->x, in->m, in->k, &in->q);
+        in->quantized = true;
+    }
     const size_t n = w->rows, want = (size_t)akv__par_n_threads(f->par) * 4;
     size_t per = (n + want - 1) / want;
     per = (per + FWD_COL_ALIGN - 1) / FWD_COL_ALIGN * FWD_COL_ALIGN;
@@ -229,17 +221,24 @@ static akv_status forward_attend_group(akv_forward *f, const akv_attn_pages *pg,
     akv_dptr k = akv_attn_host_ptr(f->k + g->row0 * kv_dim);
     akv_dptr vv = akv_attn_host_ptr(f->v + g->row0 * kv_dim);
     akv_dptr o = akv_attn_host_ptr(f->att + g->row0 * q_dim);
-    akv_status st;
+    if (!g->decode) { /* a prefill group's rows per sequence, rebased to 0 */
+        f->qo[0] = 0;
+        for (uint32_t s = g->s0; s < g->s1; s++)
+            f->qo[s - g->s0 + 1] = f->qo[s - g->s0] + (int32_t)b->n_new[s];
+    }
+    /* a decode group's sequences all have n_new new tokens; a prefill group's, qo */
+    akv_attn_append ap = {.kv = v,
+                          .qo_indptr = g->decode ? (akv_dptr){0} : akv_attn_host_ptr(f->qo),
+                          .n_per_seq = g->decode ? g->n_new : 0,
+                          .n_tokens = g->n_rows,
+                          .max_new = g->n_new,
+                          .k = k,
+                          .v = vv,
+                          .dtype = AKV_DTYPE_F32};
+    akv_status st = akv_attn_ref_append(&ap);
+    if (st) return st;
     fwd_attn_task t = {0};
     if (g->decode) {
-        akv_attn_append ap = {.kv = v,
-                              .n_per_seq = g->n_new,
-                              .n_tokens = g->n_rows,
-                              .max_new = g->n_new,
-                              .k = k,
-                              .v = vv,
-                              .dtype = AKV_DTYPE_F32};
-        if ((st = akv_attn_ref_append(&ap))) return st;
         akv_attn_decode d = {.kv = v,
                              .n_heads = c->n_heads,
                              .n_query = g->n_new,
@@ -250,17 +249,6 @@ static akv_status forward_attend_group(akv_forward *f, const akv_attn_pages *pg,
         t.d = &d;
         return fwd_attn_heads(f, c->n_kv_heads, &t);
     }
-    f->qo[0] = 0;
-    for (uint32_t s = g->s0; s < g->s1; s++)
-        f->qo[s - g->s0 + 1] = f->qo[s - g->s0] + (int32_t)b->n_new[s];
-    akv_attn_append ap = {.kv = v,
-                          .qo_indptr = akv_attn_host_ptr(f->qo),
-                          .n_tokens = g->n_rows,
-                          .max_new = g->n_new,
-                          .k = k,
-                          .v = vv,
-                          .dtype = AKV_DTYPE_F32};
-    if ((st = akv_attn_ref_append(&ap))) return st;
     akv_attn_prefill pf = {.kv = v,
                            .n_heads = c->n_heads,
                            .qo_indptr = akv_attn_host_ptr(f->qo),
@@ -280,21 +268,15 @@ akv_status akv_forward_step(akv_forward *f, const akv_forward_batch *b, const ak
                             float *logits) {
     if (!f || !kv || !kv->begin_layer) return AKV_EINVAL;
     uint32_t n = 0;
-    akv_status st = akv_forward_batch_check(b, f->params.max_chunk, "forward", &n);
-    if (st) return st;
     const akv_model *m = f->model;
     const akv_model_config *c = akv_model_get_config(m);
+    akv_status st = akv_forward_batch_check(b, f->params.max_chunk, c->n_vocab, "forward", &n);
+    if (st) return st;
     size_t E = c->n_embd, q_dim = (size_t)c->n_heads * c->head_dim;
-    for (uint32_t t = 0; t < n; t++) {
-        if (b->tokens[t] < 0 || (uint32_t)b->tokens[t] >= c->n_vocab) {
-            AKV_LOG_E("forward: token id %d at position %u is outside the vocabulary [0, %u)",
-                      b->tokens[t], t, c->n_vocab);
-            return AKV_EINVAL;
-        }
+    for (uint32_t t = 0; t < n; t++)
         if ((st = akv_model_mat_row_f32(akv_model_tok_embd(m), (uint32_t)b->tokens[t],
                                         f->x + (size_t)t * E)))
             return st;
-    }
     f->n_last = n;
     const uint32_t n_groups = akv__forward_groups(b, FWD_HOST_DECODE, f->groups);
 
@@ -308,7 +290,7 @@ akv_status akv_forward_step(akv_forward *f, const akv_forward_batch *b, const ak
         const akv_model_layer *L = akv_model_get_layer(m, l);
         /* attention block: norm, projections, rotation */
         akv_ops_ref_rmsnorm(f->h, f->x, L->attn_norm, n, E, c->rms_eps);
-        fwd_in in = fwd_in_make(f, f->h, n, E);
+        fwd_in in = fwd_in_make(f->h, n, E);
         fwd_matmul(f, f->q, &in, &L->wq, L->bq);
         fwd_matmul(f, f->k, &in, &L->wk, L->bk);
         fwd_matmul(f, f->v, &in, &L->wv, L->bv);
@@ -326,17 +308,17 @@ akv_status akv_forward_step(akv_forward *f, const akv_forward_batch *b, const ak
             if ((st = forward_attend_group(f, &parts.part[0].kv, b, &f->groups[gi]))) return st;
         if (kv->end_layer && (st = kv->end_layer(kv->user, l))) return st;
 
-        in = fwd_in_make(f, f->att, n, q_dim);
+        in = fwd_in_make(f->att, n, q_dim);
         fwd_matmul(f, f->tmp, &in, &L->wo, NULL);
         akv_ops_ref_add(f->x, f->tmp, n * E);
 
         /* feed-forward block: SwiGLU */
         akv_ops_ref_rmsnorm(f->h, f->x, L->ffn_norm, n, E, c->rms_eps);
-        in = fwd_in_make(f, f->h, n, E);
+        in = fwd_in_make(f->h, n, E);
         fwd_matmul(f, f->gate, &in, &L->w_gate, NULL);
         fwd_matmul(f, f->up, &in, &L->w_up, NULL);
         akv_ops_ref_swiglu(f->gate, f->gate, f->up, (size_t)n * c->n_ff);
-        in = fwd_in_make(f, f->gate, n, c->n_ff);
+        in = fwd_in_make(f->gate, n, c->n_ff);
         fwd_matmul(f, f->tmp, &in, &L->w_down, NULL);
         akv_ops_ref_add(f->x, f->tmp, n * E);
     }
@@ -353,7 +335,7 @@ akv_status akv_forward_step(akv_forward *f, const akv_forward_batch *b, const ak
         rows += k;
     }
     if (rows) {
-        const fwd_in in = fwd_in_make(f, f->h, rows, E);
+        fwd_in in = fwd_in_make(f->h, rows, E);
         fwd_matmul(f, logits, &in, akv_model_output(m), NULL);
     }
     return AKV_OK;

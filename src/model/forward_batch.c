@@ -14,7 +14,7 @@ uint32_t akv_forward_batch_logit_rows(const akv_forward_batch *b) {
     return rows;
 }
 
-akv_status akv_forward_batch_check(const akv_forward_batch *b, uint32_t max_chunk,
+akv_status akv_forward_batch_check(const akv_forward_batch *b, uint32_t max_chunk, uint32_t n_vocab,
                                    const char *who, uint32_t *n_tokens) {
     if (!b || b->n_seq == 0 || !b->n_new || !b->pos0 || !b->tokens) {
         AKV_LOG_E("%s: a step with %s", who,
@@ -46,6 +46,12 @@ akv_status akv_forward_batch_check(const akv_forward_batch *b, uint32_t max_chun
                   (unsigned long long)n, max_chunk);
         return AKV_EINVAL;
     }
+    for (uint32_t t = 0; t < n; t++)
+        if (b->tokens[t] < 0 || (uint32_t)b->tokens[t] >= n_vocab) {
+            AKV_LOG_E("%s: token id %d at row %u of the step is outside the vocabulary [0, %u)",
+                      who, b->tokens[t], t, n_vocab);
+            return AKV_EINVAL;
+        }
     *n_tokens = (uint32_t)n;
     return AKV_OK;
 }

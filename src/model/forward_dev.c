@@ -1,7 +1,7 @@
 /* forward_dev.c — the forward pass on a device's queues (akv/forward_dev.h): weights as bf16
- * or in their block formats in one device allocation, scratch for max_chunk tokens in another, every step an op of
- * akv/forward_ops.h on the compute queue; a replayable decode step recorded and launched as
- * one graph when its record equals the last graph's. */
+ * or in their block formats in one device allocation, scratch for max_chunk tokens in another,
+ * every step an op of akv/forward_ops.h on the compute queue; a replayable decode step
+ * recorded and launched as one graph when its record equals the last graph's. */
 #include "akv/forward_dev.h"
 
 #include <math.h>
@@ -161,7 +161,7 @@ static akv_dptr fdev_take(akv_dptr base, size_t *off, size_t bytes) {
 
 /* Bytes of a [rows][k] matrix of type t (0 = bf16). */
 static size_t fdev_w_bytes(uint32_t t, size_t rows, size_t k) {
-    return rows * (t ? akv_ops_wrow_bytes((akv_ops_wtype)t, k) : k * 2);
+    return rows * akv_ops_wrow_bytes(t ? (akv_ops_wtype)t : AKV_OPS_W_BF16, k);
 }
 
 /* Places every weight at `base` (the matrices' types already chosen); returns the bytes
@@ -171,16 +171,21 @@ static size_t fdev_layout_weights(akv_forward_dev *f, akv_dptr base) {
     size_t off = 0, E = c->n_embd, bf = 2, f4 = 4, big = 0;
     f->tok_embd = fdev_take(base, &off, (size_t)c->n_vocab * E * bf);
     const size_t out_bytes = fdev_w_bytes(f->output.type, c->n_vocab, E);
-    f->output.w = c->tied_output && !f->output.type ? f->tok_embd : fdev_take(base, &off, out_bytes);
+    f->output.w =
+        c->tied_output && !f->output.type ? f->tok_embd : fdev_take(base, &off, out_bytes);
     f->output_norm = fdev_take(base, &off, E * f4);
     f->inv_freq = fdev_take(base, &off, (size_t)(c->n_rot / 2) * f4);
     f->weight_bytes = out_bytes + E * f4;
     if (f->output.type) big = (size_t)c->n_vocab * E;
     for (uint32_t l = 0; l < f->n_layers; l++) {
         fdev_layer *L = &f->layers[l];
-        const struct { fdev_w *w; size_t rows, k; } ms[4] = {
-            {&L->wqkv, f->qkv_dim, E}, {&L->wo, E, f->q_dim}, {&L->wgu, 2 * (size_t)c->n_ff, E},
-            {&L->wdown, E, c->n_ff}};
+        const struct {
+            fdev_w *w;
+            size_t rows, k;
+        } ms[4] = {{&L->wqkv, f->qkv_dim, E},
+                   {&L->wo, E, f->q_dim},
+                   {&L->wgu, 2 * (size_t)c->n_ff, E},
+                   {&L->wdown, E, c->n_ff}};
         L->attn_norm = fdev_take(base, &off, E * f4);
         L->bqkv = c->has_qkv_bias ? fdev_take(base, &off, (size_t)f->qkv_dim * f4) : (akv_dptr){0};
         L->ffn_norm = fdev_take(base, &off, E * f4);
@@ -197,8 +202,9 @@ static size_t fdev_layout_weights(akv_forward_dev *f, akv_dptr base) {
     size_t k_max = c->n_ff > E ? c->n_ff : E;
     k_max = f->q_dim > k_max ? f->q_dim : k_max;
     const size_t xq = (size_t)akv_fwd_qgemv_scratch_bytes(AKV_FWD_QGEMV_MAX_ROWS, (uint32_t)k_max);
-    f->wscratch_bytes = f->is_host || !big ? 0
-                        : f->params.max_chunk > AKV_FWD_QGEMV_MAX_ROWS && big * bf > xq ? big * bf : xq;
+    f->wscratch_bytes = f->is_host || !big                                              ? 0
+                        : f->params.max_chunk > AKV_FWD_QGEMV_MAX_ROWS && big * bf > xq ? big * bf
+                                                                                        : xq;
     return off;
 }
 
@@ -380,9 +386,11 @@ static akv_status fdev_put_mat(akv_forward_dev *f, akv_dptr dst, const akv_model
         for (size_t r = 0; r < nr; r++) {
             akv_status st = akv_model_mat_row_f32(w, (uint32_t)(r0 + r), row);
             if (st) return st;
-            for (size_t i = 0; i < k; i++) tmp[r * k + i] = akv_f32_to_bf16(row[i]);
+            for (size_t i = 0; i < k; i++)
+                tmp[r * k + i] = akv_f32_to_bf16(row[i]);
         }
-        akv_status st = akv_dev_copy_h2d_sync(f->dev, akv_dptr_offset(dst, r0 * k * 2), tmp, nr * k * 2);
+        akv_status st =
+            akv_dev_copy_h2d_sync(f->dev, akv_dptr_offset(dst, r0 * k * 2), tmp, nr * k * 2);
         if (st) return st;
     }
     return AKV_OK;
@@ -413,8 +421,9 @@ static akv_status fdev_upload(akv_forward_dev *f, const akv_model *m) {
     const akv_model_config *c = &f->cfg;
     size_t E = c->n_embd, f4 = 4;
     uint16_t *tmp = akv__malloc(FDEV_UPLOAD_CHUNK * sizeof *tmp);
-    float *row = akv__malloc((c->n_ff > c->n_embd ? c->n_ff : c->n_embd) * sizeof *row +
-                             (size_t)f->q_dim * sizeof *row);
+    size_t max_cols = c->n_ff > E ? c->n_ff : E; /* the widest matrix row */
+    max_cols = f->q_dim > max_cols ? f->q_dim : max_cols;
+    float *row = akv__malloc(max_cols * sizeof *row);
     if (!tmp || !row) {
         akv__free(tmp), akv__free(row);
         return AKV_ENOMEM;
@@ -422,7 +431,8 @@ static akv_status fdev_upload(akv_forward_dev *f, const akv_model *m) {
     const akv_dtype F = AKV_DTYPE_F32;
     const akv_model_mat *out = akv_model_output(m);
     akv_status st = fdev_put_mat(f, f->tok_embd, akv_model_tok_embd(m), tmp, row);
-    if (!st && (!c->tied_output || f->output.type)) st = fdev_put_w(f, f->output, &out, 1, tmp, row);
+    if (!st && (!c->tied_output || f->output.type))
+        st = fdev_put_w(f, f->output, &out, 1, tmp, row);
     if (!st) st = fdev_put(f, f->output_norm, akv_model_output_norm(m), E, F, tmp);
     if (!st) st = fdev_put(f, f->inv_freq, akv_model_rope_inv_freq(m), c->n_rot / 2, F, tmp);
     for (uint32_t l = 0; l < f->n_layers && !st; l++) {
@@ -467,22 +477,37 @@ akv_status akv_forward_dev_create(akv_dev *dev, const akv_model *model,
 static akv_status fdev_fill_w(akv_forward_dev *f, fdev_w w, size_t rows, size_t k, uint64_t seed,
                               float amp) {
     if (!w.type) {
-        akv_fwd_fill_args a = {.y = w.w, .n = rows * k, .seed = seed, .scale = amp,
-                               .y_dtype = AKV_DTYPE_BF16};
+        akv_fwd_fill_args a = {
+            .y = w.w, .n = rows * k, .seed = seed, .scale = amp, .y_dtype = AKV_DTYPE_BF16};
         return FDEV_LAUNCH(f, akv_fwd_op_fill, a);
     }
     /* the first scale field and the second (Q4_1's minimum, the K formats' dmin) */
     float d = amp / 127, d2 = 0;
     switch (w.type) {
-    case AKV_OPS_W_Q4_0: d = amp / 8; break;
-    case AKV_OPS_W_Q4_1: d = amp / 8, d2 = -amp; break;
-    case AKV_OPS_W_Q4_K: d = 2 * amp / (63 * 15), d2 = amp / 63; break;
-    case AKV_OPS_W_Q5_K: d = 2 * amp / (63 * 31), d2 = amp / 63; break;
-    case AKV_OPS_W_Q6_K: d = amp / (128 * 32); break;
-    default: break;
+    case AKV_OPS_W_Q4_0:
+        d = amp / 8;
+        break;
+    case AKV_OPS_W_Q4_1:
+        d = amp / 8, d2 = -amp;
+        break;
+    case AKV_OPS_W_Q4_K:
+        d = 2 * amp / (63 * 15), d2 = amp / 63;
+        break;
+    case AKV_OPS_W_Q5_K:
+        d = 2 * amp / (63 * 31), d2 = amp / 63;
+        break;
+    case AKV_OPS_W_Q6_K:
+        d = amp / (128 * 32);
+        break;
+    default:
+        break;
     }
-    akv_fwd_fill_args a = {.y = w.w, .n = fdev_w_bytes(w.type, rows, k), .seed = seed,
-                           .scale = d, .center = d2, .w_type = w.type};
+    akv_fwd_fill_args a = {.y = w.w,
+                           .n = fdev_w_bytes(w.type, rows, k),
+                           .seed = seed,
+                           .scale = d,
+                           .center = d2,
+                           .w_type = w.type};
     return FDEV_LAUNCH(f, akv_fwd_op_fill, a);
 }
 
@@ -854,16 +879,9 @@ akv_status akv_forward_dev_step(akv_forward_dev *f, const akv_forward_batch *b,
                                 const akv_forward_kv *kv, float *logits) {
     if (!f || !kv || !kv->begin_layer) return AKV_EINVAL;
     uint32_t n = 0;
-    akv_status st = akv_forward_batch_check(b, f->params.max_chunk, "forward_dev", &n);
+    akv_status st =
+        akv_forward_batch_check(b, f->params.max_chunk, f->cfg.n_vocab, "forward_dev", &n);
     if (st) return st;
-    for (uint32_t t = 0; t < n; t++) {
-        if (b->tokens[t] < 0 || (uint32_t)b->tokens[t] >= f->cfg.n_vocab) {
-            AKV_LOG_E("forward_dev: token id %d at row %u of the step is outside the vocabulary "
-                      "[0, %u)",
-                      b->tokens[t], t, f->cfg.n_vocab);
-            return AKV_EINVAL;
-        }
-    }
     if (logits && akv_forward_batch_logit_rows(b) > f->params.max_logits) {
         AKV_LOG_E("forward_dev: a step asking for %u rows of logits; the pass holds %u "
                   "(max_logits)",

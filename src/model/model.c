@@ -12,10 +12,10 @@
 
 struct akv_model {
     akv_model_config cfg;
-    akv_gguf *gguf;   /* open for the model's lifetime (tokenizer metadata) */
-    uint8_t *arena;   /* every weight, one allocation */
+    akv_gguf *gguf; /* open for the model's lifetime (tokenizer metadata) */
+    uint8_t *arena; /* every weight, one allocation */
     size_t arena_bytes;
-    size_t step_bytes; /* akv_model_step_weight_bytes */
+    size_t step_bytes;       /* akv_model_step_weight_bytes */
     akv_model_layer *layers; /* [n_layers] pointers into the arena */
     akv_model_mat tok_embd, output;
     const float *output_norm;
@@ -29,37 +29,35 @@ typedef struct model_bind {
     const float **vec;   /* a vector: receives its f32 copy */
     akv_model_mat *mat;  /* a matrix: receives its storage */
     const akv_gguf_tensor *t;
-    akv_ops_wtype as;    /* how it is stored */
+    akv_ops_wtype as;     /* how it is stored */
     size_t offset, bytes; /* in the arena */
 } model_bind;
 
 /* Every tensor starts at a multiple of 64 bytes from the arena's start (a cache line). */
 #define MODEL_ALIGN 64u
 
+/* The weight formats of akv/ops.h and the GGUF types they are. */
+static const struct {
+    akv_ops_wtype w;
+    uint32_t gguf;
+} model_types[] = {
+    {AKV_OPS_W_F32, AKV_GGUF_TYPE_F32},   {AKV_OPS_W_BF16, AKV_GGUF_TYPE_BF16},
+    {AKV_OPS_W_Q8_0, AKV_GGUF_TYPE_Q8_0}, {AKV_OPS_W_Q4_0, AKV_GGUF_TYPE_Q4_0},
+    {AKV_OPS_W_Q4_1, AKV_GGUF_TYPE_Q4_1}, {AKV_OPS_W_Q4_K, AKV_GGUF_TYPE_Q4_K},
+    {AKV_OPS_W_Q5_K, AKV_GGUF_TYPE_Q5_K}, {AKV_OPS_W_Q6_K, AKV_GGUF_TYPE_Q6_K},
+};
+
 /* The block format of the host products that a GGUF type is, or 0. */
 static akv_ops_wtype model_block_type(uint32_t gguf_type) {
-    switch (gguf_type) {
-    case AKV_GGUF_TYPE_Q8_0: return AKV_OPS_W_Q8_0;
-    case AKV_GGUF_TYPE_Q4_0: return AKV_OPS_W_Q4_0;
-    case AKV_GGUF_TYPE_Q4_1: return AKV_OPS_W_Q4_1;
-    case AKV_GGUF_TYPE_Q4_K: return AKV_OPS_W_Q4_K;
-    case AKV_GGUF_TYPE_Q5_K: return AKV_OPS_W_Q5_K;
-    case AKV_GGUF_TYPE_Q6_K: return AKV_OPS_W_Q6_K;
-    default: return (akv_ops_wtype)0;
-    }
+    for (size_t i = 0; i < sizeof model_types / sizeof *model_types; i++)
+        if (model_types[i].gguf == gguf_type && akv_ops_wtype_is_block(model_types[i].w))
+            return model_types[i].w;
+    return (akv_ops_wtype)0;
 }
 
 static uint32_t model_gguf_type(akv_ops_wtype t) {
-    switch (t) {
-    case AKV_OPS_W_F32: return AKV_GGUF_TYPE_F32;
-    case AKV_OPS_W_BF16: return AKV_GGUF_TYPE_BF16;
-    case AKV_OPS_W_Q8_0: return AKV_GGUF_TYPE_Q8_0;
-    case AKV_OPS_W_Q4_0: return AKV_GGUF_TYPE_Q4_0;
-    case AKV_OPS_W_Q4_1: return AKV_GGUF_TYPE_Q4_1;
-    case AKV_OPS_W_Q4_K: return AKV_GGUF_TYPE_Q4_K;
-    case AKV_OPS_W_Q5_K: return AKV_GGUF_TYPE_Q5_K;
-    case AKV_OPS_W_Q6_K: return AKV_GGUF_TYPE_Q6_K;
-    }
+    for (size_t i = 0; i < sizeof model_types / sizeof *model_types; i++)
+        if (model_types[i].w == t) return model_types[i].gguf;
     return UINT32_MAX;
 }
 
@@ -221,11 +219,12 @@ static akv_status model_check_finite(const akv_gguf_tensor *t, const float *w, u
     for (size_t i = 0; i < n; i++)
         if (!isfinite(w[i])) {
             const uint64_t e = e0 + i, blk = akv_gguf_type_block_elems(t->type);
-            AKV_LOG_E("model: tensor '%s' (%s) holds a non-finite weight (%s) at element %llu, in "
-                      "block %llu at file offset %llu: the file is damaged",
-                      t->name, akv_gguf_type_name(t->type), isnan(w[i]) ? "NaN" : "infinity",
-                      (unsigned long long)e, (unsigned long long)(e / blk),
-                      (unsigned long long)(t->offset + e / blk * akv_gguf_type_block_bytes(t->type)));
+            AKV_LOG_E(
+                "model: tensor '%s' (%s) holds a non-finite weight (%s) at element %llu, in "
+                "block %llu at file offset %llu: the file is damaged",
+                t->name, akv_gguf_type_name(t->type), isnan(w[i]) ? "NaN" : "infinity",
+                (unsigned long long)e, (unsigned long long)(e / blk),
+                (unsigned long long)(t->offset + e / blk * akv_gguf_type_block_bytes(t->type)));
             return AKV_EFORMAT;
         }
     return AKV_OK;
@@ -246,7 +245,8 @@ static akv_status model_store(akv_model *m, const model_bind *b, uint8_t *dst, f
     akv_status st;
     if (b->as == AKV_OPS_W_F32) {
         st = akv_gguf_tensor_f32(m->gguf, t, (float *)(void *)dst);
-        if (!st) return model_check_finite(t, (const float *)(const void *)dst, 0, (size_t)t->n_elems);
+        if (!st)
+            return model_check_finite(t, (const float *)(const void *)dst, 0, (size_t)t->n_elems);
     } else {
         st = akv_gguf_tensor_read(m->gguf, t, 0, dst, (size_t)t->n_bytes);
         for (uint64_t r = 0; r < b->rows && !st; r++) {
@@ -269,21 +269,21 @@ static bool model_bytes(const model_bind *b, size_t *out) {
     return akv__size_mul((size_t)b->t->n_elems, sizeof(float), out);
 }
 
-/* Says which matrices of a format without a host product were widened. */
+/* Says, per GGUF type, how many matrices of it were widened to f32 (and names the first). */
 static void model_log_widened(const model_bind *binds, size_t n_binds) {
+    enum {
+        TYPES = 64
+    }; /* above every GGUF type a bound tensor can have (the reader refuses others) */
+    size_t count[TYPES] = {0}, first[TYPES] = {0};
     for (size_t i = 0; i < n_binds; i++) {
-        const model_bind *b = &binds[i];
-        if (!b->mat || b->as != AKV_OPS_W_F32 || b->t->type == AKV_GGUF_TYPE_F32) continue;
-        size_t same = 0;
-        bool first = true;
-        for (size_t j = 0; j < n_binds; j++)
-            if (binds[j].mat && binds[j].as == AKV_OPS_W_F32 && binds[j].t->type == b->t->type) {
-                first &= j >= i, same++;
-            }
-        if (first)
-            AKV_LOG_I("model: %zu matri%s of type %s widened to f32 (e.g. '%s')", same,
-                      same == 1 ? "x" : "ces", akv_gguf_type_name(b->t->type), b->name);
+        const uint32_t t = binds[i].t->type;
+        if (binds[i].mat && binds[i].as == AKV_OPS_W_F32 && t != AKV_GGUF_TYPE_F32 && t < TYPES)
+            if (count[t]++ == 0) first[t] = i;
     }
+    for (uint32_t t = 0; t < TYPES; t++)
+        if (count[t])
+            AKV_LOG_I("model: %zu matri%s of type %s widened to f32 (e.g. '%s')", count[t],
+                      count[t] == 1 ? "x" : "ces", akv_gguf_type_name(t), binds[first[t]].name);
 }
 
 /* The model of an open GGUF, which it takes (closed by akv_model_destroy, or here on failure). */
@@ -326,8 +326,8 @@ static akv_status model_load(akv_gguf *g, const akv_model_load_params *params, a
     if ((st = model_rope(m))) goto fail;
     model_warn_unused(m, binds, n_binds);
 
-    /* Lay the tensors out in one arena, each at a multiple of 64 bytes; n_elems of a bound tensor is at
-     * most 2^32 * 2^32 (shape-checked), so the sums below are checked anyway. */
+    /* Lay the tensors out in one arena, each at a multiple of 64 bytes; n_elems of a bound tensor
+     * is at most 2^32 * 2^32 (shape-checked), so the sums below are checked anyway. */
     size_t n_bytes = 0;
     for (size_t i = 0; i < n_binds; i++) {
         size_t sz;
@@ -367,10 +367,7 @@ static akv_status model_load(akv_gguf *g, const akv_model_load_params *params, a
         done += b->bytes;
         if (p.progress) p.progress(p.progress_user, done, m->arena_bytes);
     }
-    if (!m->output.data) {
-        m->output = m->tok_embd;
-        m->step_bytes += binds[0].bytes;
-    }
+    if (c->tied_output) m->step_bytes += binds[0].bytes; /* the table, read as the head */
     akv__free(row);
     akv__free(binds);
     *out = m;
@@ -408,9 +405,12 @@ void akv_model_destroy(akv_model *m) {
 
 const char *akv_weights_name(akv_weights w) {
     switch (w) {
-    case AKV_WEIGHTS_NATIVE: return "native";
-    case AKV_WEIGHTS_BF16: return "bf16";
-    case AKV_WEIGHTS_F32: return "f32";
+    case AKV_WEIGHTS_NATIVE:
+        return "native";
+    case AKV_WEIGHTS_BF16:
+        return "bf16";
+    case AKV_WEIGHTS_F32:
+        return "f32";
     }
     return "?";
 }
