@@ -5,6 +5,7 @@
 
 #include <math.h>
 #include <stdbool.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "core/alloc.h"
@@ -227,7 +228,16 @@ FOPS_DEF(akv_fwd_op_swiglu, AKV_FWD_OP_SWIGLU, akv_fwd_swiglu_args, fops_swiglu)
 FOPS_DEF(akv_fwd_op_add, AKV_FWD_OP_ADD, akv_fwd_add_args, fops_add);
 FOPS_DEF(akv_fwd_op_cast, AKV_FWD_OP_CAST, akv_fwd_cast_args, fops_cast);
 FOPS_DEF(akv_fwd_op_fill, AKV_FWD_OP_FILL, akv_fwd_fill_args, fops_fill);
-FOPS_DEF(akv_fwd_op_matmul, AKV_FWD_OP_MATMUL, akv_fwd_matmul_args, fops_matmul);
+/* The op profile's key of a product: its shape and W's format. */
+static void fops_matmul_describe(const void *args, char *buf, size_t cap) {
+    const akv_fwd_matmul_args *a = args;
+    snprintf(buf, cap, "%u x %u x %u %s", a->m, a->n, a->k,
+             a->w_type ? akv_ops_wtype_name((akv_ops_wtype)a->w_type) : "bf16");
+}
+const akv_dev_op akv_fwd_op_matmul = {.name = AKV_FWD_OP_MATMUL,
+                                      .args_bytes = sizeof(akv_fwd_matmul_args),
+                                      .host = fops_matmul,
+                                      .describe = fops_matmul_describe};
 FOPS_DEF(akv_fwd_op_attn_append, AKV_FWD_OP_ATTN_APPEND, akv_fwd_attn_append_args,
          fops_attn_append);
 FOPS_DEF(akv_fwd_op_attn_decode, AKV_FWD_OP_ATTN_DECODE, akv_fwd_attn_decode_args,

@@ -1,5 +1,6 @@
 /* test_dev.c — the device front and the host backend: memory, accounting, misuse, queues,
  * events, async copies, ops, injected delays and faults (submission, wait and execution). */
+#define _POSIX_C_SOURCE 200809L
 #include "test.h"
 
 #include "akv/dev.h"
@@ -7,6 +8,10 @@
 #include "akv/log.h"
 #include "core/clock.h"
 #include "dev_cases.h"
+
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
 
 /* Execution faults (host backend only): an accepted copy fails on its queue; the queue is
  * faulted, its later records fail, a queue that waits on one of them faults too, and every
@@ -103,12 +108,93 @@ static akv_status failing_op_host(akv_dev *dev, const void *args) {
 }
 static const akv_dev_op failing_op = {.name = "test_failing", .args_bytes = 0, .host = failing_op_host};
 
+/* An op that sleeps for its argument's microseconds and says so in its description. */
+static akv_status sleep_op_host(akv_dev *dev, const void *args) {
+    (void)dev;
+    uint32_t us;
+    memcpy(&us, args, sizeof us);
+    struct timespec ts = {.tv_sec = us / 1000000, .tv_nsec = (long)(us % 1000000) * 1000};
+    nanosleep(&ts, NULL);
+    return AKV_OK;
+}
+static void sleep_op_describe(const void *args, char *buf, size_t cap) {
+    uint32_t us;
+    memcpy(&us, args, sizeof us);
+    snprintf(buf, cap, "%u us", us);
+}
+static const akv_dev_op sleep_op = {.name = "test_sleep",
+                                    .args_bytes = sizeof(uint32_t),
+                                    .host = sleep_op_host,
+                                    .describe = sleep_op_describe};
+
+/* The op profile: one row per name and description, device time at least what the ops
+ * slept, the gaps outside them, launches past the limit counted and not timed. */
+static void profile_cases(akv_dev *dev) {
+    TEST_CASE(profile_rows_by_key) {
+        akv_dev_profile_row rows[4];
+        akv_dev_profile_summary sum;
+        CHECK_STATUS(akv_dev_profile_stop(dev, rows, 4, &sum), AKV_ESTATE);
+        CHECK_STATUS(akv_dev_profile_start(dev, 0), AKV_EINVAL);
+        if (!REQUIRE_OK(akv_dev_profile_start(dev, 5))) break;
+        CHECK_STATUS(akv_dev_profile_start(dev, 5), AKV_ESTATE);
+        CHECK_STATUS(akv_dev_destroy(dev), AKV_EBUSY);
+        const uint32_t us[6] = {3000, 500, 3000, 500, 500, 500};
+        for (int i = 0; i < 4; i++)
+            CHECK_OK(akv_dev_op_launch(dev, &sleep_op, &us[i], sizeof us[i]));
+        /* 2 ms on the compute queue between two launches: a gap, not an op */
+        unsigned char *pin = NULL;
+        akv_dptr d = {0};
+        CHECK_OK(akv_dev_pinned_alloc(dev, 64, (void **)&pin));
+        CHECK_OK(akv_dev_mem_alloc(dev, 64, &d));
+        CHECK_OK(akv_dev_copy_h2d_async(dev, AKV_QUEUE_COMPUTE, d, pin, 64));
+        struct timespec ts = {0, 2000000};
+        CHECK_OK(akv_dev_queue_sync(dev, AKV_QUEUE_COMPUTE));
+        nanosleep(&ts, NULL); /* the queue idles: the host is late */
+        akv_dev_busy_args ba = {.n_iters = 64};
+        akv_dev_launch bl = {&akv_dev_op_busy, &ba};
+        akv_graph *g = NULL;
+        CHECK_OK(akv_dev_graph_create(dev, &bl, 1, &g));
+        CHECK_OK(akv_dev_graph_launch(dev, g));
+        CHECK_OK(akv_dev_op_launch(dev, &sleep_op, &us[5], sizeof us[5])); /* the 6th: untimed */
+        CHECK_OK(akv_dev_profile_stop(dev, rows, 2, &sum));
+        CHECK_EQ_INT(sum.launches, 5);
+        CHECK_EQ_INT(sum.untimed, 1);
+        CHECK_EQ_INT(sum.n_keys, 3);
+        CHECK_STR(rows[0].key, "test_sleep 3000 us");
+        CHECK_EQ_INT(rows[0].launches, 2);
+        CHECK_STR(rows[1].key, "test_sleep 500 us");
+        CHECK_EQ_INT(rows[1].launches, 2);
+        TEST_CHECK_(rows[0].ns >= 6000000 && rows[1].ns >= 1000000 && rows[0].ns > rows[1].ns,
+                    "op times %.3f and %.3f ms", rows[0].ns / 1e6, rows[1].ns / 1e6);
+        TEST_CHECK_(sum.ops_ns >= rows[0].ns + rows[1].ns && sum.ops_ns < 20000000, "ops %.3f ms",
+                    sum.ops_ns / 1e6);
+        TEST_CHECK_(sum.span_ns >= sum.ops_ns + 2000000, "span %.3f ms, ops %.3f ms",
+                    sum.span_ns / 1e6, sum.ops_ns / 1e6);
+        CHECK_STATUS(akv_dev_profile_stop(dev, rows, 2, &sum), AKV_ESTATE);
+        CHECK_OK(akv_dev_graph_destroy(dev, g));
+        CHECK_OK(akv_dev_mem_free(dev, d));
+        CHECK_OK(akv_dev_pinned_free(dev, pin));
+        /* a second profile starts clean; rows may be NULL with no room */
+        CHECK_OK(akv_dev_profile_start(dev, 1));
+        CHECK_OK(akv_dev_op_launch(dev, &sleep_op, &us[1], sizeof us[1]));
+        CHECK_OK(akv_dev_profile_stop(dev, NULL, 0, &sum));
+        CHECK_EQ_INT(sum.launches, 1);
+        CHECK_EQ_INT(sum.n_keys, 1);
+        CHECK_EQ_INT(sum.untimed, 0);
+    }
+}
+
 int main(int argc, char **argv) {
     test_args(argc, argv);
     akv_log_set(NULL, NULL, AKV_LOG_OFF); /* the misuse cases log errors by design */
-    akv_dev *dev = NULL;
+    /* the devices every case uses are set up before the cases, so --case runs any one alone */
+    akv_dev *dev = NULL, *other = NULL;
+    if (akv_dev_create(akv_dev_host_backend(), NULL, &dev) ||
+        akv_dev_create(akv_dev_host_backend(), NULL, &other)) {
+        fprintf(stderr, "test_dev: cannot create the host devices\n");
+        return 1;
+    }
     TEST_CASE(create_host) {
-        CHECK_OK(akv_dev_create(akv_dev_host_backend(), NULL, &dev));
         akv_dev_info info;
         CHECK_OK(akv_dev_get_info(dev, &info));
         CHECK_STR(info.name, "host");
@@ -117,8 +203,6 @@ int main(int argc, char **argv) {
         CHECK_EQ_INT(info.cc_minor, 0);
         CHECK_STR(akv_dev_backend_name(akv_dev_host_backend()), "host");
     }
-    if (!dev) return test_finish();
-
     TEST_CASE(bad_params) {
         akv_dev_params p = akv_dev_default_params();
         akv_dev *d2 = NULL;
@@ -197,10 +281,6 @@ int main(int argc, char **argv) {
         CHECK_EQ_U64(akv_dev_get_usage(dev).n_device, 0);
     }
 
-    akv_dev *other = NULL;
-    TEST_CASE(second_device) {
-        CHECK_OK(akv_dev_create(akv_dev_host_backend(), NULL, &other));
-    }
     dev_cases_misuse(dev, other);
     dev_cases_roundtrip(dev);
     dev_cases_2d(dev);
@@ -246,6 +326,8 @@ int main(int argc, char **argv) {
         uint64_t dt = akv_clock_ns() - t0;
         TEST_CHECK_(dt < 50 * 1000 * 1000, "destroy took %.1f ms", dt / 1e6);
     }
+
+    profile_cases(dev);
 
     TEST_CASE(destroy) {
         /* a live graph keeps the device: destroy refuses, nothing changes */

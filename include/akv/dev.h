@@ -279,6 +279,10 @@ typedef struct akv_dev_op {
      * Device addresses are host addresses there (akv__dev_host_addr). Returns a status: an
      * error faults the compute queue like a failed kernel. NULL = no host implementation. */
     akv_status (*host)(akv_dev *dev, const void *args);
+    /* Optional: writes a short description of the arguments that set the op's cost ("512 x
+     * 6144 x 4096 bf16" for a product) into buf (cap bytes, NUL-terminated). The op profile
+     * (below) keeps one row per name and description. NULL = the name alone. */
+    void (*describe)(const void *args, char *buf, size_t cap);
 } akv_dev_op;
 
 /* Launches `op` on the compute queue with a copy of `args` (args_bytes must equal
@@ -299,6 +303,36 @@ typedef struct akv_dev_busy_args {
     akv_dptr sink;      /* 8 bytes of device memory the result goes to (keeps the work alive) */
 } akv_dev_busy_args;
 extern const akv_dev_op akv_dev_op_busy;
+
+/* ---- op profile: device time per op ------------------------------------------------------- */
+
+/* While a profile runs, every op launch (and graph launch) is bracketed by two timing events
+ * on the compute queue, so its device time can be read back: the time between the events
+ * around a launch is the op's (a programmatic launch loses its overlap with the op before
+ * it); the time between one launch's end and the next one's start is what the queue did
+ * that was not an op (copies and waits submitted to it) or idled waiting for the host. For
+ * finding where time goes, not for production: each launch costs two event records. */
+typedef struct akv_dev_profile_row {
+    char key[64];      /* the op's name, then its description where the op has one */
+    uint64_t launches; /* timed launches with this key */
+    uint64_t ns;       /* their device time, summed */
+} akv_dev_profile_row;
+
+typedef struct akv_dev_profile_summary {
+    uint64_t launches; /* timed launches */
+    uint64_t untimed;  /* launches after max_launches were reached (not in the rows) */
+    uint64_t span_ns;  /* from the first timed launch's start to the last one's end */
+    uint64_t ops_ns;   /* the timed launches' device time, summed (rows' ns summed) */
+    size_t n_keys;     /* distinct keys; rows beyond the caller's capacity are not returned */
+} akv_dev_profile_summary;
+
+/* Starts a profile of up to max_launches launches (>= 1). AKV_ESTATE when one is running. */
+akv_status akv_dev_profile_start(akv_dev *dev, size_t max_launches);
+/* Ends the profile: waits for the compute queue, then fills up to cap rows (descending time)
+ * and the summary. The profile ends even when the wait fails (the status is returned).
+ * AKV_ESTATE when none is running. */
+akv_status akv_dev_profile_stop(akv_dev *dev, akv_dev_profile_row *rows, size_t cap,
+                                akv_dev_profile_summary *sum);
 
 /* ---- graphs: a fixed sequence of ops submitted with one call --------------------------------- */
 

@@ -8,6 +8,8 @@
 #include "akv/testing/dev_faults.h"
 
 #include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "core/alloc.h"
@@ -46,6 +48,7 @@ struct akv_dev {
     uint64_t fail_device_at, fail_pinned_at; /* injected failure countdowns; 0 = off */
     dev_fault faults[AKV_N_FAULTS];
     akv_copy_config copy_cfg; /* method never DEFAULT here: resolved at create / set */
+    struct dev_profile *profile; /* the running op profile, or NULL */
 };
 
 /* Adds delta (+1 or -1) to one of the device's live-object counters, under its lock. */
@@ -91,6 +94,10 @@ akv_status akv_dev_destroy(akv_dev *dev) {
     pthread_mutex_lock(&dev->mu);
     size_t n_live = dev->n_allocs, n_events = dev->n_events, n_graphs = dev->n_graphs;
     pthread_mutex_unlock(&dev->mu);
+    if (dev->profile) {
+        AKV_LOG_E("dev: destroy refused: a profile is running (akv_dev_profile_stop)");
+        return AKV_EBUSY;
+    }
     if (n_live || n_events || n_graphs) {
         AKV_LOG_E("dev: destroy refused: %zu allocation(s), %zu event(s) and %zu graph(s) still "
                   "live",
@@ -699,6 +706,113 @@ akv_status akv__dev_op_check(const akv_dev *dev, const akv_dev_op *op, const voi
     return AKV_OK;
 }
 
+/* ---- op profile ----------------------------------------------------------------------------- */
+
+/* Timing events come from the backend directly: they are the profile's, not the caller's (no
+ * live-event count, no injected record failures). */
+typedef struct dev_profile {
+    /* held from a launch's first record to its second: no other launch comes between */
+    pthread_mutex_t mu;
+    size_t cap, n; /* timed launches: room and used */
+    uint64_t untimed;
+    void **ev; /* 2 per slot (before, after), created when the slot is first used */
+    char (*key)[sizeof(((akv_dev_profile_row *)0)->key)];
+} dev_profile;
+
+akv_status akv_dev_profile_start(akv_dev *dev, size_t max_launches) {
+    if (!dev || max_launches == 0 || max_launches > SIZE_MAX / 4 / sizeof(void *))
+        return AKV_EINVAL;
+    if (dev->profile) {
+        AKV_LOG_E("dev: a profile is already running");
+        return AKV_ESTATE;
+    }
+    dev_profile *p = akv__calloc(1, sizeof *p);
+    if (!p) return AKV_ENOMEM;
+    p->ev = akv__calloc(2 * max_launches, sizeof *p->ev);
+    p->key = akv__calloc(max_launches, sizeof *p->key);
+    if (!p->ev || !p->key) {
+        akv__free(p->ev), akv__free(p->key), akv__free(p);
+        return AKV_ENOMEM;
+    }
+    p->cap = max_launches;
+    pthread_mutex_init(&p->mu, NULL);
+    dev->profile = p;
+    return AKV_OK;
+}
+
+/* Records the event before a launch and returns its slot (SIZE_MAX: untimed). Leaves the
+ * profile's lock held for prof_after. */
+static size_t prof_before(akv_dev *dev, const char *name, const akv_dev_op *op, const void *args) {
+    dev_profile *p = dev->profile;
+    pthread_mutex_lock(&p->mu);
+    if (p->n == p->cap) return SIZE_MAX;
+    size_t i = p->n;
+    const akv_dev_backend *b = dev->backend;
+    for (int j = 0; j < 2; j++)
+        if (!p->ev[2 * i + j] && b->event_create(dev->state, AKV_EVENT_TIMING, &p->ev[2 * i + j]))
+            return SIZE_MAX;
+    if (b->event_record(dev->state, p->ev[2 * i], AKV_QUEUE_COMPUTE)) return SIZE_MAX;
+    int n = snprintf(p->key[i], sizeof p->key[i], "%s", name);
+    if (op && op->describe && n > 0 && (size_t)n + 2 < sizeof p->key[i]) {
+        p->key[i][n] = ' ';
+        op->describe(args, p->key[i] + n + 1, sizeof p->key[i] - (size_t)n - 1);
+    }
+    return i;
+}
+
+static void prof_after(akv_dev *dev, size_t i, akv_status launched) {
+    dev_profile *p = dev->profile;
+    if (i != SIZE_MAX && launched == AKV_OK &&
+        dev->backend->event_record(dev->state, p->ev[2 * i + 1], AKV_QUEUE_COMPUTE) == AKV_OK)
+        p->n++;
+    else if (launched == AKV_OK)
+        p->untimed++;
+    pthread_mutex_unlock(&p->mu);
+}
+
+static int prof_row_cmp(const void *a, const void *b) {
+    uint64_t x = ((const akv_dev_profile_row *)a)->ns, y = ((const akv_dev_profile_row *)b)->ns;
+    return x < y ? 1 : x > y ? -1 : 0;
+}
+
+akv_status akv_dev_profile_stop(akv_dev *dev, akv_dev_profile_row *rows, size_t cap,
+                                akv_dev_profile_summary *sum) {
+    if (!dev || (cap && !rows) || !sum) return AKV_EINVAL;
+    dev_profile *p = dev->profile;
+    if (!p) {
+        AKV_LOG_E("dev: profile stop without a running profile");
+        return AKV_ESTATE;
+    }
+    dev->profile = NULL;
+    memset(sum, 0, sizeof *sum);
+    sum->launches = p->n, sum->untimed = p->untimed;
+    const akv_dev_backend *b = dev->backend;
+    akv_status st = b->queue_sync(dev->state, AKV_QUEUE_COMPUTE);
+    akv_dev_profile_row *all = p->n ? akv__calloc(p->n, sizeof *all) : NULL;
+    if (st == AKV_OK && p->n && !all) st = AKV_ENOMEM;
+    for (size_t i = 0; st == AKV_OK && i < p->n; i++) {
+        uint64_t ns = 0;
+        if ((st = b->event_elapsed_ns(dev->state, p->ev[2 * i], p->ev[2 * i + 1], &ns))) break;
+        size_t k = 0;
+        while (k < sum->n_keys && strcmp(all[k].key, p->key[i]))
+            k++;
+        if (k == sum->n_keys) memcpy(all[sum->n_keys++].key, p->key[i], sizeof all[k].key);
+        all[k].launches++, all[k].ns += ns;
+        sum->ops_ns += ns;
+    }
+    if (st == AKV_OK && p->n)
+        st = b->event_elapsed_ns(dev->state, p->ev[0], p->ev[2 * p->n - 1], &sum->span_ns);
+    if (st == AKV_OK) {
+        qsort(all, sum->n_keys, sizeof *all, prof_row_cmp);
+        memcpy(rows, all, (cap < sum->n_keys ? cap : sum->n_keys) * sizeof *rows);
+    }
+    for (size_t i = 0; i < 2 * p->cap && p->ev[i]; i++)
+        b->event_destroy(dev->state, p->ev[i]);
+    pthread_mutex_destroy(&p->mu);
+    akv__free(all), akv__free(p->ev), akv__free(p->key), akv__free(p);
+    return st;
+}
+
 akv_status akv_dev_op_launch(akv_dev *dev, const akv_dev_op *op, const void *args,
                              size_t args_bytes) {
     if (!dev) return AKV_EINVAL;
@@ -706,7 +820,11 @@ akv_status akv_dev_op_launch(akv_dev *dev, const akv_dev_op *op, const void *arg
     if (st != AKV_OK) return st;
     if (dev_fault_pass(dev, AKV_FAULT_OP)) return AKV_EDEVICE;
     unsigned flags = dev_fault_pass(dev, AKV_FAULT_OP_EXEC) ? AKV_SUBMIT_FAIL_EXEC : 0;
-    return dev->backend->op_launch(dev->state, dev, op, args, flags);
+    if (!dev->profile) return dev->backend->op_launch(dev->state, dev, op, args, flags);
+    size_t slot = prof_before(dev, op->name, op, args);
+    st = dev->backend->op_launch(dev->state, dev, op, args, flags);
+    prof_after(dev, slot, st);
+    return st;
 }
 
 /* ---- graphs --------------------------------------------------------------------------------------- */
@@ -741,7 +859,11 @@ akv_status akv_dev_graph_launch(akv_dev *dev, akv_graph *g) {
     if (!dev || !g || g->dev != dev) return AKV_EINVAL;
     if (dev_fault_pass(dev, AKV_FAULT_OP)) return AKV_EDEVICE;
     unsigned flags = dev_fault_pass(dev, AKV_FAULT_OP_EXEC) ? AKV_SUBMIT_FAIL_EXEC : 0;
-    return dev->backend->graph_launch(dev->state, g->impl, flags);
+    if (!dev->profile) return dev->backend->graph_launch(dev->state, g->impl, flags);
+    size_t slot = prof_before(dev, "graph", NULL, NULL);
+    akv_status st = dev->backend->graph_launch(dev->state, g->impl, flags);
+    prof_after(dev, slot, st);
+    return st;
 }
 
 akv_status akv_dev_graph_destroy(akv_dev *dev, akv_graph *g) {
