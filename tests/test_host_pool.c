@@ -181,6 +181,59 @@ static void test_basic(void) {
     }
 }
 
+/* keep_gib: the arenas covering it are pinned at create and stay when they empty; arenas
+ * above them still come and go. A kept arena that cannot be pinned fails the create and
+ * leaves nothing. */
+static void test_kept(void) {
+    TEST_CASE(kept_arenas_pinned_at_create_and_never_returned) {
+        akv_geom g = geom_p(1024); /* 64 KiB pages */
+        akv_host_pool_params p = {.limit_gib = 2, .arena_bytes = 384u << 20, .keep_gib = 1};
+        akv_host_pool *pool = NULL;
+        if (!REQUIRE_OK(akv_host_pool_create(dev, &g, &p, &pool))) break;
+        akv_host_pool_stats st;
+        akv_host_pool_get_stats(pool, &st);
+        CHECK_EQ_INT(st.n_arenas, 3); /* 1 GiB in arenas of 384 MiB: three */
+        CHECK_EQ_U64(st.n_used, 0);
+        CHECK_EQ_U64(st.n_arena_grows, 3);
+        pool_ok(pool);
+        const uint32_t per = st.pages_per_arena;
+        akv_host_page *pg = akv__calloc(3 * (size_t)per + 1, sizeof *pg);
+        if (!CHECK(pg != NULL)) break;
+        for (uint32_t i = 0; i < 3 * per + 1; i++)
+            CHECK_OK(akv_host_pool_page_alloc(pool, &pg[i]));
+        akv_host_pool_get_stats(pool, &st);
+        CHECK_EQ_INT(st.n_arenas, 4); /* the page past the kept ones grows a fourth */
+        CHECK_OK(akv_host_pool_page_free(pool, pg[3 * per])); /* and it goes back */
+        for (uint32_t i = 0; i < 3 * per; i++)
+            CHECK_OK(akv_host_pool_page_free(pool, pg[i]));
+        akv_host_pool_get_stats(pool, &st);
+        CHECK_EQ_INT(st.n_arenas, 3);
+        CHECK_EQ_U64(st.n_arena_returns, 1);
+        CHECK_EQ_U64(st.n_used, 0);
+        pool_ok(pool);
+        akv__free(pg);
+        CHECK_OK(akv_host_pool_destroy(pool));
+        CHECK_EQ_U64(akv_dev_get_usage(dev).n_pinned, 0);
+
+        p.keep_gib = 3; /* above the limit */
+        CHECK_STATUS(akv_host_pool_create(dev, &g, &p, &pool), AKV_EINVAL);
+        p.keep_gib = 2; /* all of it: every slot, the short last one included */
+        if (!REQUIRE_OK(akv_host_pool_create(dev, &g, &p, &pool))) break;
+        akv_host_pool_get_stats(pool, &st);
+        CHECK_EQ_INT(st.n_arenas, st.n_slots);
+        CHECK_EQ_U64(st.pinned_bytes, (size_t)2 << 30);
+        CHECK_OK(akv_host_pool_destroy(pool));
+        /* the second arena cannot be pinned: the create fails and frees the first */
+        p.keep_gib = 1;
+        CHECK_OK(akv_dev_inject_alloc_failure(dev, 0, 2));
+        pool = NULL;
+        CHECK_STATUS(akv_host_pool_create(dev, &g, &p, &pool), AKV_ENOMEM);
+        CHECK_OK(akv_dev_inject_alloc_failure(dev, 0, 0));
+        CHECK(pool == NULL);
+        CHECK_EQ_U64(akv_dev_get_usage(dev).n_pinned, 0);
+    }
+}
+
 static void test_leases(void) {
     TEST_CASE(leases_and_deferred_free) {
         akv_host_pool *pool = make_pool(16, 1, 4 * 1024);
@@ -487,6 +540,7 @@ int main(int argc, char **argv) {
     }
     test_bad_config();
     test_basic();
+    test_kept();
     test_leases();
     test_limit();
     test_alloc_failures();

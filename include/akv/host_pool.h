@@ -12,10 +12,14 @@
  *   lease       a pin on one page and its generation (a copy in flight reads or writes it):
  *               while leased the page cannot be freed, so its id cannot be recycled.
  *
- * Growth and return. The pool starts with no arena. An allocation takes a free page of the
- * lowest-numbered arena that has one (so high arenas drain and can be returned); when every
- * present arena is full it allocates one more arena (never moving or copying a page). When the
- * last used page of an arena is freed, the arena is returned to the device at once.
+ * Growth and return. The pool starts with its kept arenas (keep_gib: allocated at create,
+ * never returned; none by default). An allocation takes a free page of the lowest-numbered
+ * arena that has one (so high arenas drain and can be returned); when every present arena is
+ * full it allocates one more arena (never moving or copying a page). When the last used page
+ * of an arena that is not kept is freed, the arena is returned to the device at once.
+ * Pinning is slow (about 0.1 s per 256 MiB arena on the H200 machine, with the device idle if
+ * the pass waits for it): a pool that grows while a long prompt prefills stalls the prefill,
+ * which is why the engine keeps its whole limit pinned from the start.
  *
  * The limit. limit_gib is a hard ceiling on the pool's pinned bytes. The pool has
  * floor(limit / page_bytes) page ids: floor(limit / arena_bytes) full arenas and, if a whole
@@ -30,7 +34,8 @@
  * Invariants (checked by the validity walker, akv__host_pool_check in src/mem/mem_check.h)
  *   - every page id of a present arena is either free (on its arena's free stack exactly
  *     once) or used; used + free = pages of present arenas;
- *   - an arena with no used page is not present (it was returned);
+ *   - an arena with no used page is not present (it was returned), unless it is kept; a
+ *     kept arena is always present;
  *   - pinned bytes held = sum of present arena sizes <= limit, and equals what the pool
  *     reports in akv_host_pool_stats;
  *   - a leased page is used (or doomed), never free; a doomed page is leased;
@@ -69,6 +74,9 @@ typedef struct akv_host_pool_params {
                             operator must choose it (there is no automatic size) */
     size_t arena_bytes;  /* bytes per arena before cutting into whole pages; 0 = 256 MiB.
                             Must hold at least one page and not exceed the limit. */
+    uint32_t keep_gib;   /* pinned at create and kept until destroy: the whole arenas that
+                            cover this many GiB (<= limit_gib). 0 = none: every arena is
+                            allocated when first needed and returned when it empties */
 } akv_host_pool_params;
 
 typedef struct akv_host_pool_stats {
@@ -92,9 +100,10 @@ typedef struct akv_host_pool_stats {
 /* limit_gib = 0 (must be set), arena_bytes = 256 MiB. */
 akv_host_pool_params akv_host_pool_default_params(void);
 
-/* Creates an empty pool (no arena yet) for pages of geometry *g on `dev`, which must outlive
- * the pool. AKV_EINVAL, logged naming the setting, for a missing or absurd limit, an arena that
- * holds no page or exceeds the limit, or more page ids than int32 can index. */
+/* Creates a pool with no page in use (no arena but the kept ones) for pages of geometry *g on
+ * `dev`, which must outlive the pool. AKV_EINVAL, logged naming the setting, for a missing or absurd limit, an arena that
+ * holds no page or exceeds the limit, more page ids than int32 can index, or keep_gib above the
+ * limit; the device's status when the kept arenas cannot be pinned (nothing is left). */
 akv_status akv_host_pool_create(akv_dev *dev, const akv_geom *g, const akv_host_pool_params *p,
                                 akv_host_pool **out);
 

@@ -39,6 +39,7 @@ typedef struct hp_arena {
 typedef struct hp_layout {
     size_t page_bytes, limit_bytes;
     uint32_t pages_per_arena, n_slots;
+    uint32_t n_kept;   /* slots [0, n_kept) are allocated at create and never returned */
     uint64_t capacity; /* page ids */
 } hp_layout;
 
@@ -95,6 +96,14 @@ static akv_status hp_layout_of(const akv_geom *g, const akv_host_pool_params *p,
     }
     l.pages_per_arena = (uint32_t)ppa;
     l.n_slots = (uint32_t)n_slots;
+    if (p->keep_gib > p->limit_gib) {
+        AKV_LOG_E("host pool: keep_gib = %u exceeds limit_gib = %u", p->keep_gib, p->limit_gib);
+        return AKV_EINVAL;
+    }
+    /* whole arenas covering keep_gib: (keep + arena - 1) / arena, at most every slot */
+    const uint64_t arena_pinned = ppa * l.page_bytes, keep = (uint64_t)p->keep_gib << 30;
+    const uint64_t n_kept = (keep + arena_pinned - 1) / arena_pinned;
+    l.n_kept = (uint32_t)(n_kept < n_slots ? n_kept : n_slots);
     *out = l;
     return AKV_OK;
 }
@@ -124,6 +133,8 @@ static uint32_t hp_slot_pages(const hp_layout *l, uint32_t s) {
     return left < l->pages_per_arena ? (uint32_t)left : l->pages_per_arena;
 }
 
+static akv_status hp_arena_grow(akv_host_pool *pool, uint32_t s);
+
 akv_status akv_host_pool_create(akv_dev *dev, const akv_geom *g, const akv_host_pool_params *p,
                                 akv_host_pool **out) {
     if (!dev || !g || !out) {
@@ -146,6 +157,13 @@ akv_status akv_host_pool_create(akv_dev *dev, const akv_geom *g, const akv_host_
     pool->geom = *g;
     pool->lay = l;
     pool->st = hp_layout_stats(&l);
+    for (uint32_t k = 0; k < l.n_kept; k++) {
+        if ((st = hp_arena_grow(pool, k)) == AKV_OK) continue;
+        AKV_LOG_E("host pool: %u GiB to keep pinned could not be allocated (arena %u of %u)",
+                  prm.keep_gib, k + 1, l.n_kept);
+        akv_host_pool_destroy(pool);
+        return st;
+    }
     *out = pool;
     return AKV_OK;
 }
@@ -281,7 +299,7 @@ static void hp_free_now(akv_host_pool *pool, hp_arena *a, uint32_t i) {
     pool->st.n_free++;
     uint32_t s = (uint32_t)(a - pool->slots);
     if (s < pool->hint) pool->hint = s;
-    if (a->n_free == a->n_pages) hp_arena_return(pool, s);
+    if (a->n_free == a->n_pages && s >= pool->lay.n_kept) hp_arena_return(pool, s);
 }
 
 /* The record of a live page that is not doomed, for an operation named `op`; else logs why
@@ -402,13 +420,15 @@ akv_status akv__host_pool_check(akv_host_pool *pool) {
         if (s < pool->hint && (!a->base || a->n_free))
             HP_BAD("slot %u below the search hint %u is absent or has a free page", s, pool->hint);
         if (!a->base) {
+            if (s < l->n_kept) HP_BAD("kept slot %u is absent", s);
             if (a->pages || a->n_free) HP_BAD("absent slot %u keeps records", s);
             continue;
         }
         n_arenas++;
         pinned += (size_t)a->n_pages * l->page_bytes;
         if (a->n_free > a->n_pages) HP_BAD("slot %u: %u free of %u", s, a->n_free, a->n_pages);
-        if (a->n_free == a->n_pages) HP_BAD("slot %u is present with no used page", s);
+        if (a->n_free == a->n_pages && s >= l->n_kept)
+            HP_BAD("slot %u is present with no used page", s);
         /* every free page on the stack exactly once, and nothing else there: mark the stack
          * entries, check every record against its mark, clear the marks */
         int dup = 0;
