@@ -170,6 +170,72 @@ int main(int argc, char **argv) {
         akv_engine_destroy(e);
     }
 
+    TEST_CASE(a_prompt_alone_takes_whole_chunks_of_the_budget) {
+        /* nothing decodes: a prompt of 100 takes 48 (3 chunks of 16 in a budget of 50), 48,
+         * then 4; the same text as the same prompt beside a decoding request, which takes one
+         * chunk a step (join_leave_and_the_token_budget) */
+        akv_engine_params ep = akv_engine_default_params();
+        ep.max_seqs = 2, ep.step_tokens = 50, ep.no_reuse = true; /* c computes its prompt */
+        akv_engine *e = engine_open(model, &ep);
+        if (!e) break;
+        static seen a, b, c;
+        memset(&a, 0, sizeof a), memset(&b, 0, sizeof b), memset(&c, 0, sizeof c);
+        akv_request *ra, *rb, *rc;
+        akv_request_params pa = greedy(tokens, 100, 6, &a);
+        CHECK_OK(akv_engine_submit(e, &pa, &ra, NULL));
+        akv_request_info ia;
+        int steps = 0;
+        do {
+            CHECK_OK(akv_engine_step(e, NULL));
+            akv_request_get_info(ra, &ia);
+        } while (ia.state == AKV_REQUEST_PREFILL && ++steps < 10);
+        CHECK_EQ_INT(steps, 2); /* two steps still in prefill, the third ends it */
+        CHECK(run_all(e, 50) > 0);
+        /* b decodes while c prefills: c takes one chunk a step */
+        akv_request_params pb = greedy(tokens + 300, 3, 30, &b), pc = greedy(tokens, 100, 6, &c);
+        CHECK_OK(akv_engine_submit(e, &pb, &rb, NULL));
+        CHECK_OK(akv_engine_step(e, NULL));
+        CHECK_OK(akv_engine_submit(e, &pc, &rc, NULL));
+        akv_request_info ic;
+        steps = 0;
+        do {
+            CHECK_OK(akv_engine_step(e, NULL));
+            akv_request_get_info(rc, &ic);
+        } while (ic.state == AKV_REQUEST_PREFILL && ++steps < 20);
+        CHECK_EQ_INT(ic.n_cached, 0);
+        CHECK_EQ_INT(steps, 6); /* 16 x 6 in prefill, the seventh (4 tokens) ends it */
+        CHECK(run_all(e, 60) > 0);
+        CHECK(a.n == 6 && c.n == 6);
+        {
+            /* two prompts at once: the first prefills alone in whole budgets and decodes
+             * before the second's prompt is done */
+            static seen x[2];
+            memset(x, 0, sizeof x);
+            akv_request *rx[2];
+            for (int i = 0; i < 2; i++) {
+                akv_request_params px = greedy(tokens + 40 * i, 100, 4, &x[i]);
+                CHECK_OK(akv_engine_submit(e, &px, &rx[i], NULL));
+            }
+            int first_at[2] = {-1, -1};
+            for (int st = 0; st < 40 && first_at[1] < 0; st++) {
+                CHECK_OK(akv_engine_step(e, NULL));
+                for (int i = 0; i < 2; i++)
+                    if (first_at[i] < 0 && x[i].n > 0) first_at[i] = st;
+            }
+            /* the first: 48, 48, 4 (first token at step 2); the second waits, then takes what
+             * step 2 leaves in whole chunks (32), one chunk a step beside the first's decode
+             * (steps 3-5), and once that has ended its last 20 at once (step 6) */
+            TEST_CHECK_(first_at[0] == 2 && first_at[1] == 6, "first tokens at steps %d, %d",
+                        first_at[0], first_at[1]);
+            CHECK(run_all(e, 60) > 0);
+            for (int i = 0; i < 2; i++)
+                akv_engine_release(e, rx[i]);
+        }
+        CHECK(memcmp(a.tok, c.tok, sizeof a.tok[0] * 6) == 0);
+        akv_engine_release(e, ra), akv_engine_release(e, rb), akv_engine_release(e, rc);
+        akv_engine_destroy(e);
+    }
+
     TEST_CASE(refusal_and_queueing_by_the_plan) {
         akv_engine_params ep = akv_engine_default_params();
         ep.max_context = 64;
@@ -246,6 +312,8 @@ int main(int argc, char **argv) {
         for (int staged = 0; staged < 2; staged++) {
             akv_engine_params ep = akv_engine_default_params();
             ep.max_seqs = 2, ep.pass = AKV_ENGINE_PASS_DEVICE;
+            ep.step_tokens =
+                16 + 5; /* step 1: a's first chunk and b's prompt; then a chunk a step */
             ep.route = staged ? AKV_ROUTE_STAGED : AKV_ROUTE_RESIDENT, ep.window_pages = 2;
             akv_engine *e = engine_open(model, &ep);
             if (!e) break;

@@ -231,9 +231,12 @@ static void run_progress(void *user, uint64_t done, uint64_t total) {
 
 static void run_engine_progress(void *user, const char *what, uint64_t done, uint64_t total) {
     const run_state *s = user;
-    if (!s->o.quiet && !strcmp(what, "uploading") && done == 0)
+    if (s->o.quiet || done != 0) return;
+    if (!strcmp(what, "uploading"))
         fprintf(stderr, "akv run: uploading the weights to the device\n");
-    (void)total;
+    if (!strcmp(what, "pinning") && total >= 4) /* about 0.4 s a GiB: worth saying when long */
+        fprintf(stderr, "akv run: pinning %llu GiB of host memory for the history\n",
+                (unsigned long long)total);
 }
 
 static void run_job_free(run_job *j) {

@@ -83,9 +83,14 @@ typedef enum akv_engine_pass {
 } akv_engine_pass;
 
 /* Progress of the load: `what` ("loading": the file; "uploading": the weights to the device
- * pass, not reported for the host pass), done of total. */
+ * pass, not reported for the host pass; "pinning": the host pool's GiB, pinned at create),
+ * done of total. */
 typedef void (*akv_engine_progress_fn)(void *user, const char *what, uint64_t done,
                                        uint64_t total);
+
+/* The default step budget, tokens: a prompt prefilled while nothing decodes goes in pieces of
+ * this size (8B shape on the H200: docs/benchmarks.md, bench_prefill). */
+#define AKV_ENGINE_STEP_TOKENS 4096
 
 typedef struct akv_engine_params {
     akv_dev *dev;                    /* the device; the engine owns it from create on (it is
@@ -124,11 +129,13 @@ typedef struct akv_engine_params {
                                         UINT32_MAX = as many as the host pool holds */
     bool no_reuse;                   /* never reuse an idle context's prefix (each request
                                         computes its whole prompt) */
-    /* scheduling */
+    /* scheduling: beside running decodes a prompt takes one chunk a step (their next token
+       waits for at most that); in a step where nothing decodes, as many whole chunks as
+       step_tokens holds */
     uint32_t chunk;                  /* prompt chunk, tokens; 0 = 256 */
     uint32_t step_tokens;            /* most tokens one step runs, decodes and chunks
                                         together; >= max_seqs - 1 + chunk (every running decode
-                                        and one chunk); 0 = max(512, that) */
+                                        and one chunk); 0 = max(AKV_ENGINE_STEP_TOKENS, that) */
     /* the pass */
     akv_engine_pass pass;
     uint32_t threads;                /* host pass threads; 0 = one per core */

@@ -142,7 +142,8 @@ static akv_status engine_plan(akv_engine *e) {
                         : pl->window_capacity - pl->target;
     }
     const uint32_t need = pl->max_seqs - 1 + pl->chunk;
-    pl->step_tokens = p->step_tokens ? p->step_tokens : need > 512 ? need : 512;
+    const uint32_t dflt = need > AKV_ENGINE_STEP_TOKENS ? need : AKV_ENGINE_STEP_TOKENS;
+    pl->step_tokens = p->step_tokens ? p->step_tokens : dflt;
     if (pl->step_tokens < need) {
         AKV_LOG_E("engine: step_tokens %u is below max_seqs - 1 + chunk = %u (every running "
                   "decode and one prompt chunk must fit in a step)",
@@ -250,6 +251,9 @@ static akv_status engine_open_memory(akv_engine *e) {
     const akv_engine_plan *pl = &e->plan;
     akv_host_pool_params hpp = akv_host_pool_default_params();
     hpp.limit_gib = e->p.host_gib ? e->p.host_gib : 1;
+    /* the whole budget pinned now: growing the pool later stalls the pass that needs the
+     * pages (docs/mem.md), and what admission promises is then memory the pool holds */
+    hpp.keep_gib = hpp.limit_gib;
     akv_dev_pool_params dpp = akv_dev_pool_default_params();
     dpp.device_gib = e->p.device_gib ? e->p.device_gib : 1;
     dpp.staging_pages = pl->staging_pages;
@@ -259,8 +263,10 @@ static akv_status engine_open_memory(akv_engine *e) {
                            .queued = e->fd != NULL,
                            .window_pages = pl->window_pages};
     akv_status st;
-    if ((st = akv_host_pool_create(e->dev, &pl->geom, &hpp, &e->hp)) ||
-        (st = akv_dev_pool_create(e->dev, &pl->geom, &dpp, &e->dp)) ||
+    if (e->p.progress) e->p.progress(e->p.progress_user, "pinning", 0, hpp.keep_gib);
+    if ((st = akv_host_pool_create(e->dev, &pl->geom, &hpp, &e->hp))) return st;
+    if (e->p.progress) e->p.progress(e->p.progress_user, "pinning", hpp.keep_gib, hpp.keep_gib);
+    if ((st = akv_dev_pool_create(e->dev, &pl->geom, &dpp, &e->dp)) ||
         (st = akv_route_create(e->dev, e->hp, e->dp, &rp, &e->route)))
         return st;
     const uint32_t S = pl->max_seqs, T = pl->step_tokens;
@@ -671,30 +677,40 @@ bool akv_engine_failed(const akv_engine *e) {
 
 /* ---- the step ------------------------------------------------------------------------------- */
 
-/* The next piece of a request's stream (engine_impl.h): a prompt chunk ending at a multiple
- * of chunk from where its prefill began, or at the prompt's end; decoding, everything up to its
- * last sampled token (one token, or more after a step was lost). */
-static uint32_t engine_piece(const akv_engine *e, const akv_request *rq) {
+/* The next piece of a request's stream (engine_impl.h). Decoding: everything up to its last
+ * sampled token (one token, or more after a step was lost). A prompt: up to the next multiple
+ * of chunk from where its prefill began (or the prompt's end), then as many more whole chunks
+ * as `room` holds. */
+static uint32_t engine_piece(const akv_engine *e, const akv_request *rq, uint32_t room) {
     const uint32_t have = rq->ctx->n_tokens;
     if (rq->info.state == AKV_REQUEST_DECODE) return rq->p.n_prompt + rq->info.n_gen - have;
     uint32_t chunk = e->plan.chunk, left = rq->p.n_prompt - have;
     uint32_t piece = chunk - (have - rq->prefill0) % chunk;
+    if (room > piece) piece += (room - piece) / chunk * chunk;
     return piece < left ? piece : left;
 }
 
-/* The batch: every decoding request, then prompt chunks in arrival order while the budget
- * lasts, ordered by count for the pass (stable). Returns its size. */
+/* The batch: every decoding request, then prompt pieces in arrival order (no overtaking)
+ * while the prompts' room lasts: beside decodes one chunk in all (their next token waits for
+ * at most one chunk of prompt work), in a step where nothing decodes the whole step budget
+ * (larger products run faster). Ordered by count for the pass (stable). Returns its size. */
 static uint32_t engine_batch(akv_engine *e) {
-    uint32_t n = 0, total = 0;
-    for (int pass = 0; pass < 2; pass++)
+    uint32_t n = 0, total = 0, prompt_room = 0;
+    for (int pass = 0; pass < 2; pass++) {
+        if (pass == 1) {
+            prompt_room = total < e->plan.step_tokens ? e->plan.step_tokens - total : 0;
+            if (n && prompt_room > e->plan.chunk) prompt_room = e->plan.chunk;
+        }
         for (uint32_t i = 0; i < e->n_run; i++) {
             akv_request *rq = e->run[i];
             if ((rq->info.state == AKV_REQUEST_DECODE) != (pass == 0) || !rq->ctx) continue;
-            uint32_t piece = engine_piece(e, rq);
-            if (pass == 1 && total + piece > e->plan.step_tokens) break; /* no overtaking */
+            uint32_t piece = engine_piece(e, rq, prompt_room);
+            if (pass == 1 && piece > prompt_room) break; /* no overtaking */
+            if (pass == 1) prompt_room -= piece;
             e->batch[n] = rq, e->n_new[n++] = piece;
             total += piece;
         }
+    }
     /* stable order by count (insertion sort of at most max_seqs) */
     for (uint32_t i = 1; i < n; i++)
         for (uint32_t j = i; j > 0 && e->n_new[j - 1] > e->n_new[j]; j--) {
