@@ -38,6 +38,7 @@
 
 #define AKV_BENCH_NAME "bench_fwd"
 #include "bench_try.h"
+#include "bench_route.h"
 #include "bench_copy_rate.h"
 
 enum { CHUNK = 512, N_STEPS = 32 };
@@ -113,6 +114,7 @@ static row bench_ctx(akv_dev *dev, akv_forward_dev *f, akv_forward_dev *fe, uint
     double hist_gib = bench_history_gib(&g, total);
     akv_host_pool_params hpp = akv_host_pool_default_params();
     hpp.limit_gib = (uint32_t)ceil(hist_gib) + 1;
+    hpp.keep_gib = hpp.limit_gib; /* pinned before the prefill is timed, as the engine does */
     akv_dev_pool_params dpp = akv_dev_pool_default_params();
     dpp.device_gib = (uint32_t)ceil(hist_gib * 1.1) + 1;
     akv_host_pool *hp = NULL;
@@ -163,10 +165,7 @@ static row bench_ctx(akv_dev *dev, akv_forward_dev *f, akv_forward_dev *fe, uint
                .step_ms = spent[0] / N_STEPS * 1e3,
                .eager_ms = spent[1] / N_STEPS * 1e3,
                .kv_bytes = (double)ctx * n_layers * 2.0 * c->n_kv_heads * c->head_dim * 2};
-    if (seq) TRY(akv_route_seq_close(r, seq));
-    TRY(akv_route_destroy(r));
-    TRY(akv_dev_pool_destroy(dp));
-    TRY(akv_host_pool_destroy(hp));
+    bench_route_close(r, seq, dp, hp);
     free(tok), free(logits);
     return out;
 }

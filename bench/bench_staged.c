@@ -30,6 +30,7 @@
 
 #define AKV_BENCH_NAME "bench_staged"
 #include "bench_try.h"
+#include "bench_route.h"
 
 enum { DEVICE_GIB = 4, WINDOW = AKV_ROUTE_WINDOW_PAGES };
 
@@ -170,10 +171,7 @@ static row bench_ctx(akv_dev *dev, akv_forward_dev *f, akv_route_kind kind, uint
     free(logits);
     TRY(akv_route_sync(r));
 done:
-    if (seq) TRY(akv_route_seq_close(r, seq));
-    TRY(akv_route_destroy(r));
-    TRY(akv_dev_pool_destroy(dp));
-    TRY(akv_host_pool_destroy(hp));
+    bench_route_close(r, seq, dp, hp);
     return out;
 }
 
