@@ -133,7 +133,7 @@ int main(void) {
     static const struct { akv_ops_wtype t; const char *name; } fmts[] = {
         {AKV_OPS_W_Q8_0, "Q8_0"}, {AKV_OPS_W_Q4_0, "Q4_0"}, {AKV_OPS_W_Q4_1, "Q4_1"}};
     for (int fi = 0; fi < 3; fi++)
-        for (int isa = AKV_OPS_ISA_PORTABLE; isa <= AKV_OPS_ISA_AVX2; isa++) {
+        for (int isa = AKV_OPS_ISA_PORTABLE; isa <= AKV_OPS_ISA_AVX512_VNNI; isa++) {
             if (akv_ops_isa_resolve((akv_ops_isa)isa) != (akv_ops_isa)isa) continue;
             j.t = fmts[fi].t, j.isa = (akv_ops_isa)isa;
             /* the format's scales (and Q4_1's minimums) small and normal; quants as they fell */

@@ -207,16 +207,24 @@ static MM_AVX2 void mm_cols_avx2(float *y, const float *x, const float *w, const
 static bool mm_have_avx2(void) {
     return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
 }
+static bool mm_have_vnni(void) {
+    return mm_have_avx2() && __builtin_cpu_supports("avx512f") &&
+           __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni");
+}
 #else
 static bool mm_have_avx2(void) {
+    return false;
+}
+static bool mm_have_vnni(void) {
     return false;
 }
 #endif
 
 akv_ops_isa akv_ops_isa_resolve(akv_ops_isa isa) {
-    return isa == AKV_OPS_ISA_AUTO ? (mm_have_avx2() ? AKV_OPS_ISA_AVX2 : AKV_OPS_ISA_PORTABLE)
-           : isa == AKV_OPS_ISA_AVX2 && !mm_have_avx2() ? AKV_OPS_ISA_PORTABLE
-                                                        : isa;
+    if (isa == AKV_OPS_ISA_AUTO) isa = AKV_OPS_ISA_AVX512_VNNI;
+    if (isa == AKV_OPS_ISA_AVX512_VNNI && !mm_have_vnni()) isa = AKV_OPS_ISA_AVX2;
+    if (isa == AKV_OPS_ISA_AVX2 && !mm_have_avx2()) isa = AKV_OPS_ISA_PORTABLE;
+    return isa;
 }
 
 const char *akv_ops_isa_name(akv_ops_isa isa) {
@@ -224,6 +232,8 @@ const char *akv_ops_isa_name(akv_ops_isa isa) {
     case AKV_OPS_ISA_AUTO: return "auto";
     case AKV_OPS_ISA_PORTABLE: return "portable";
     case AKV_OPS_ISA_AVX2: return "avx2+fma";
+    case AKV_OPS_ISA_AVX512_VNNI:
+        return "avx2+fma+avx512vnni";
     }
     return "?";
 }
@@ -232,7 +242,7 @@ void akv_ops_matmul_cols(float *y, const float *x, const float *w, const float *
                          size_t n, size_t k, size_t j0, size_t j1, akv_ops_isa isa) {
     AKV_ASSERT(m >= 1 && n >= 1 && k >= 1 && j0 <= j1 && j1 <= n);
 #if defined(__x86_64__) && defined(__GNUC__)
-    if (akv_ops_isa_resolve(isa) == AKV_OPS_ISA_AVX2) {
+    if (akv_ops_isa_resolve(isa) >= AKV_OPS_ISA_AVX2) { /* VNNI: the f32 product is AVX2's */
         mm_cols_avx2(y, x, w, bias, m, n, k, j0, j1);
         return;
     }

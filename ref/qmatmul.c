@@ -264,70 +264,93 @@ qm_unpack_avx2(akv_ops_wtype t, const uint8_t *blk, int j, __m256 *ws, int *o, f
     return _mm256_setzero_si256();
 }
 
-/* One element by the recipe: maddubs pairs unsigned by signed bytes (exact: |pair| <= 2 * 63 *
- * 128 for the K formats and nibbles and, after moving Q8_0's sign, 2 * 128 * 127), madd sums
- * pairs into the 8 lanes of 4 elements, and the offset comes off each lane as o * its qx sum.
- * Inlined once per format (qm_dot_avx2), so the format's branches and its sub-blocks per
- * block (1 or 8) are constants of the loop. */
-static QM_AVX2 inline __attribute__((always_inline)) void
-qm_dot_avx2_t(const akv_ops_wtype t, const int R, const uint8_t *wr, size_t bb, const akv_ops_q8 *x,
-              size_t k, size_t r0, size_t nb, float *out) {
-    const __m256i ones = _mm256_set1_epi16(1);
-    const bool has_min = t == AKV_OPS_W_Q4_1 || t == AKV_OPS_W_Q4_K || t == AKV_OPS_W_Q5_K;
-    const unsigned sub_shift =
-        t == AKV_OPS_W_Q4_K || t == AKV_OPS_W_Q5_K || t == AKV_OPS_W_Q6_K ? 3 : 0;
-    __m256 acc[4];
-    float macc[4];
-    for (int r = 0; r < R; r++)
-        acc[r] = _mm256_setzero_ps(), macc[r] = 0.0f;
-    for (size_t b = 0; b < nb; b++) {
-        __m256 ws;
-        int o;
-        float mw;
-        const __m256i u = qm_unpack_avx2(t, wr + (b >> sub_shift) * bb,
-                                         (int)(b & ((1u << sub_shift) - 1)), &ws, &o, &mw);
-        const __m256i us = t == AKV_OPS_W_Q8_0 ? _mm256_sign_epi8(u, u) : u;
-        for (int r = 0; r < R; r++) { /* the sub-block's weights, unpacked once, for R rows */
-            const size_t row = r0 + (size_t)r;
-            const __m256i qv = _mm256_loadu_si256((const __m256i *)(x->q + row * k + b * QB));
-            const __m256i p =
-                _mm256_maddubs_epi16(us, t == AKV_OPS_W_Q8_0 ? _mm256_sign_epi8(qv, u) : qv);
-            __m256i v = _mm256_madd_epi16(p, ones);
-            if (o)
-                v = _mm256_sub_epi32(
-                    v, _mm256_sll_epi32(_mm256_loadu_si256(
-                                            (const __m256i *)(x->lsum + (row * nb + b) * QM_LANES)),
-                                        _mm_cvtsi32_si128(o == 8 ? 3 : 5)));
-            acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(v),
-                                     _mm256_mul_ps(ws, _mm256_set1_ps(x->d[row * nb + b])), acc[r]);
-            if (has_min) macc[r] = fmaf(mw, x->s[row * nb + b], macc[r]);
-        }
+/* One element by the recipe: the 8 lanes of 4 elements' integer dots of unsigned weight bytes
+ * and signed x bytes, and the offset off each lane as o * its qx sum. AVX2 takes maddubs
+ * (pairs, exact: |pair| <= 2 * 63 * 128 for the K formats and nibbles and, after moving Q8_0's
+ * sign, 2 * 128 * 127) and madd with ones; AVX-512 VNNI one dpbusd (the same 4-element lane
+ * sums, exact), so both give the same bits. The body is instantiated once per instruction set
+ * (QM_DOT_DEFINE: the target of a function fixes the instructions it may use) and inlined once
+ * per format (qm_dot_*), so the format's branches and its sub-blocks per block (1 or 8) are
+ * constants of the loop. */
+#define QM_DOT_DEFINE(NAME, TARGET, IDOT)                                                          \
+    static TARGET inline __attribute__((always_inline)) void NAME(                                 \
+        const akv_ops_wtype t, const int R, const uint8_t *wr, size_t bb, const akv_ops_q8 *x,     \
+        size_t k, size_t r0, size_t nb, float *out) {                                              \
+        const bool has_min = t == AKV_OPS_W_Q4_1 || t == AKV_OPS_W_Q4_K || t == AKV_OPS_W_Q5_K;    \
+        const unsigned sub_shift =                                                                 \
+            t == AKV_OPS_W_Q4_K || t == AKV_OPS_W_Q5_K || t == AKV_OPS_W_Q6_K ? 3 : 0;             \
+        __m256 acc[4];                                                                             \
+        float macc[4];                                                                             \
+        for (int r = 0; r < R; r++)                                                                \
+            acc[r] = _mm256_setzero_ps(), macc[r] = 0.0f;                                          \
+        for (size_t b = 0; b < nb; b++) {                                                          \
+            __m256 ws;                                                                             \
+            int o;                                                                                 \
+            float mw;                                                                              \
+            const __m256i u = qm_unpack_avx2(t, wr + (b >> sub_shift) * bb,                        \
+                                             (int)(b & ((1u << sub_shift) - 1)), &ws, &o, &mw);    \
+            const __m256i us = t == AKV_OPS_W_Q8_0 ? _mm256_sign_epi8(u, u) : u;                   \
+            for (int r = 0; r < R; r++) { /* the sub-block, unpacked once, for R rows */           \
+                const size_t row = r0 + (size_t)r;                                                 \
+                const __m256i qv = _mm256_loadu_si256((const __m256i *)(x->q + row * k + b * QB)); \
+                __m256i v = IDOT(us, t == AKV_OPS_W_Q8_0 ? _mm256_sign_epi8(qv, u) : qv);          \
+                if (o)                                                                             \
+                    v = _mm256_sub_epi32(                                                          \
+                        v, _mm256_sll_epi32(                                                       \
+                               _mm256_loadu_si256(                                                 \
+                                   (const __m256i *)(x->lsum + (row * nb + b) * QM_LANES)),        \
+                               _mm_cvtsi32_si128(o == 8 ? 3 : 5)));                                \
+                acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(v),                                    \
+                                         _mm256_mul_ps(ws, _mm256_set1_ps(x->d[row * nb + b])),    \
+                                         acc[r]);                                                  \
+                if (has_min) macc[r] = fmaf(mw, x->s[row * nb + b], macc[r]);                      \
+            }                                                                                      \
+        }                                                                                          \
+        for (int r = 0; r < R; r++)                                                                \
+            out[r] = akv__lanes_sum_avx2(acc[r]) + macc[r];                                        \
     }
-    for (int r = 0; r < R; r++)
-        out[r] = akv__lanes_sum_avx2(acc[r]) + macc[r];
+
+#define QM_VNNI __attribute__((target("avx2,fma,f16c,avx512f,avx512vl,avx512vnni")))
+
+static QM_AVX2 inline __attribute__((always_inline)) __m256i qm_idot_avx2(__m256i u, __m256i q) {
+    return _mm256_madd_epi16(_mm256_maddubs_epi16(u, q), _mm256_set1_epi16(1));
 }
+static QM_VNNI inline __attribute__((always_inline)) __m256i qm_idot_vnni(__m256i u, __m256i q) {
+    return _mm256_dpbusd_epi32(_mm256_setzero_si256(), u, q);
+}
+QM_DOT_DEFINE(qm_dot_avx2_t, QM_AVX2, qm_idot_avx2)
+QM_DOT_DEFINE(qm_dot_vnni_t, QM_VNNI, qm_idot_vnni)
 
 /* y for rows r0..r0+R-1 (R <= 4) of one weight row wr: each row by the recipe, the weights
  * unpacked once for all of them (a row's bits do not depend on R). */
+#define QM_SWITCH(T_FN)                                                                            \
+    switch (t * 4 + (R - 1)) {                                                                     \
+        QM_CASES(T_FN, AKV_OPS_W_Q8_0)                                                             \
+        QM_CASES(T_FN, AKV_OPS_W_Q4_0)                                                             \
+        QM_CASES(T_FN, AKV_OPS_W_Q4_1)                                                             \
+        QM_CASES(T_FN, AKV_OPS_W_Q4_K)                                                             \
+        QM_CASES(T_FN, AKV_OPS_W_Q5_K)                                                             \
+        QM_CASES(T_FN, AKV_OPS_W_Q6_K)                                                             \
+    }                                                                                              \
+    AKV_ASSERT(!"a block format and 1..4 rows")
+#define QM_CASE(T_FN, T, RR)                                                                       \
+    case T * 4 + RR - 1:                                                                           \
+        T_FN(T, RR, wr, bb, x, k, r0, nb, out);                                                    \
+        return;
+#define QM_CASES(T_FN, T)                                                                          \
+    QM_CASE(T_FN, T, 1) QM_CASE(T_FN, T, 2) QM_CASE(T_FN, T, 3) QM_CASE(T_FN, T, 4)
+
 static QM_AVX2 void qm_dot_avx2(akv_ops_wtype t, int R, const uint8_t *wr, size_t bb,
                                 const akv_ops_q8 *x, size_t k, size_t r0, size_t nb, float *out) {
-    switch (t * 4 + (R - 1)) {
-#define QM_CASE(T, RR)                                                                             \
-    case T * 4 + RR - 1:                                                                           \
-        qm_dot_avx2_t(T, RR, wr, bb, x, k, r0, nb, out);                                           \
-        return;
-#define QM_CASES(T) QM_CASE(T, 1) QM_CASE(T, 2) QM_CASE(T, 3) QM_CASE(T, 4)
-        QM_CASES(AKV_OPS_W_Q8_0)
-        QM_CASES(AKV_OPS_W_Q4_0)
-        QM_CASES(AKV_OPS_W_Q4_1)
-        QM_CASES(AKV_OPS_W_Q4_K)
-        QM_CASES(AKV_OPS_W_Q5_K)
-        QM_CASES(AKV_OPS_W_Q6_K)
+    QM_SWITCH(qm_dot_avx2_t);
+}
+static QM_VNNI void qm_dot_vnni(akv_ops_wtype t, int R, const uint8_t *wr, size_t bb,
+                                const akv_ops_q8 *x, size_t k, size_t r0, size_t nb, float *out) {
+    QM_SWITCH(qm_dot_vnni_t);
+}
 #undef QM_CASES
 #undef QM_CASE
-    }
-    AKV_ASSERT(!"a block format and 1..4 rows");
-}
+#undef QM_SWITCH
 #endif
 
 void akv_ops_qmatmul_cols(float *y, const akv_ops_q8 *x, size_t m, const void *w, akv_ops_wtype t,
@@ -339,7 +362,8 @@ void akv_ops_qmatmul_cols(float *y, const akv_ops_q8 *x, size_t m, const void *w
                j0 <= j1 && j1 <= n);
     AKV_ASSERT(x && x->q && x->d && x->s && x->lsum);
     const size_t nb = k / QB, sub = be / QB, row_bytes = k / be * bb;
-    const bool avx2 = akv_ops_isa_resolve(isa) == AKV_OPS_ISA_AVX2;
+    const akv_ops_isa use = akv_ops_isa_resolve(isa);
+    const bool avx2 = use == AKV_OPS_ISA_AVX2 || use == AKV_OPS_ISA_AVX512_VNNI;
     (void)avx2;
     for (size_t j = j0; j < j1; j++) {
         const uint8_t *wr = (const uint8_t *)w + j * row_bytes;
@@ -348,7 +372,10 @@ void akv_ops_qmatmul_cols(float *y, const akv_ops_q8 *x, size_t m, const void *w
             for (size_t r = 0; r < m; r += 4) {
                 const int R = m - r < 4 ? (int)(m - r) : 4;
                 float v[4];
-                qm_dot_avx2(t, R, wr, bb, x, k, r, nb, v);
+                if (use == AKV_OPS_ISA_AVX512_VNNI)
+                    qm_dot_vnni(t, R, wr, bb, x, k, r, nb, v);
+                else
+                    qm_dot_avx2(t, R, wr, bb, x, k, r, nb, v);
                 for (int i = 0; i < R; i++)
                     y[(r + i) * n + j] = bias ? v[i] + bias[j] : v[i];
             }

@@ -375,6 +375,13 @@ int main(int argc, char **argv) {
                 akv_ops_qmatmul_cols(ya, &xq, m, w, t, NULL, n, k, n / 2, n, AKV_OPS_ISA_AUTO);
                 if (memcmp(yp, ya, m * n * 4)) printf("  %s m %zu n %zu k %zu\n", akv_ops_wtype_name(t), m, n, k);
                 CHECK_BYTES(yp, ya, m * n * 4);
+                /* every other instruction set this CPU has gives the same bits (AVX2 where AUTO
+                 * is AVX-512 VNNI) */
+                for (int isa = AKV_OPS_ISA_AVX2; isa <= AKV_OPS_ISA_AVX512_VNNI; isa++) {
+                    if (akv_ops_isa_resolve((akv_ops_isa)isa) != (akv_ops_isa)isa) continue;
+                    akv_ops_qmatmul_cols(ya, &xq, m, w, t, NULL, n, k, 0, n, (akv_ops_isa)isa);
+                    CHECK_BYTES(yp, ya, m * n * 4);
+                }
                 int bad = 0;
                 for (size_t r = 0; r < m; r++) {
                     /* the row alone: a batch of one */

@@ -97,13 +97,17 @@ void akv_ops_ref_matmul_plain(float *y, const float *x, const float *w, const fl
 /* Instruction sets of the host products. AUTO: the best the CPU has. */
 typedef enum akv_ops_isa {
     AKV_OPS_ISA_AUTO = 0,
-    AKV_OPS_ISA_PORTABLE = 1, /* plain C (fmaf) */
-    AKV_OPS_ISA_AVX2 = 2,     /* x86-64 AVX2 + FMA */
+    AKV_OPS_ISA_PORTABLE = 1,    /* plain C (fmaf) */
+    AKV_OPS_ISA_AVX2 = 2,        /* x86-64 AVX2 + FMA */
+    AKV_OPS_ISA_AVX512_VNNI = 3, /* AVX2 + FMA, with AVX-512 VNNI (256-bit, VL) for the block
+                                    products' integer dots; the f32 product as AVX2. The same
+                                    bits as AVX2 and portable */
 } akv_ops_isa;
 
-/* The set a request runs on this CPU (AUTO, or AVX2 without it, resolve to what it has). */
+/* The set a request runs on this CPU: AUTO the best it has; a set it lacks, the best below it. */
 akv_ops_isa akv_ops_isa_resolve(akv_ops_isa isa);
-const char *akv_ops_isa_name(akv_ops_isa isa); /* "portable", "avx2+fma", "auto" */
+/* "portable", "avx2+fma", "avx2+fma+avx512vnni", "auto" */
+const char *akv_ops_isa_name(akv_ops_isa isa);
 
 /* The host pass's matrix product, columns j0..j1-1 of y[m][n] = x[m][k] · W^T (+ bias[j]): a
  * caller splits the columns over threads. BATCH-INVARIANT: every y[r][j] is the same float
