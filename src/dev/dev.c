@@ -802,10 +802,9 @@ akv_status akv_dev_profile_stop(akv_dev *dev, akv_dev_profile_row *rows, size_t 
     }
     if (st == AKV_OK && p->n)
         st = b->event_elapsed_ns(dev->state, p->ev[0], p->ev[2 * p->n - 1], &sum->span_ns);
-    if (st == AKV_OK) {
-        qsort(all, sum->n_keys, sizeof *all, prof_row_cmp);
-        memcpy(rows, all, (cap < sum->n_keys ? cap : sum->n_keys) * sizeof *rows);
-    }
+    const size_t n_out = cap < sum->n_keys ? cap : sum->n_keys;
+    if (st == AKV_OK && sum->n_keys) qsort(all, sum->n_keys, sizeof *all, prof_row_cmp);
+    if (st == AKV_OK && n_out) memcpy(rows, all, n_out * sizeof *rows);
     for (size_t i = 0; i < 2 * p->cap && p->ev[i]; i++)
         b->event_destroy(dev->state, p->ev[i]);
     pthread_mutex_destroy(&p->mu);
