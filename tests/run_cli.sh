@@ -81,6 +81,8 @@ else echo "ok   akv run, head dim 512 -> $rc"; fi
 # Usage errors are exit 2 and name what is wrong (a review of the CLI found these at 0 or 1).
 for case in "run -m $tmp/s.gguf -p hi --device cuda:abc|not a device index" \
             "run -m $tmp/s.gguf -p hi --top-k 3000000000|is more than" \
+            "run -m $tmp/s.gguf -p hi --device cuda --weights f32|runs on the host pass only" \
+            "run -m $tmp/s.gguf -p hi --device cpu --weights bf16|runs on the CUDA pass only" \
             "gguf synth --list --bogus|unrecognized option" \
             "gguf synth --sha smollm2-135m -o $tmp/x.gguf|spell the flag out" \
             "tok $tmp/s.gguf --chat nocolon|is not ROLE:CONTENT"; do

@@ -178,6 +178,20 @@ int akv_tool_eopts_check(const char *cmd, const akv_tool_eopts *o) {
                 UINT32_MAX);
         return AKV_EXIT_USAGE;
     }
+    /* said before the model is read (widening it to f32 first would take the load's time);
+     * with --device auto the pass is known only once the device is open: the engine says it */
+    if (o->device && !strncmp(o->device, "cuda", 4) && o->weights == AKV_WEIGHTS_F32) {
+        fprintf(stderr, "akv %s: --weights f32 runs on the host pass only; the CUDA pass keeps "
+                        "weights native or bf16 (--weights native|bf16, or --device cpu)\n",
+                cmd);
+        return AKV_EXIT_USAGE;
+    }
+    if (o->device && !strcmp(o->device, "cpu") && o->weights == AKV_WEIGHTS_BF16) {
+        fprintf(stderr, "akv %s: --weights bf16 runs on the CUDA pass only; the host pass keeps "
+                        "weights native or f32 (--weights native|f32, or --device cuda)\n",
+                cmd);
+        return AKV_EXIT_USAGE;
+    }
     return -1;
 }
 
