@@ -111,22 +111,10 @@ static row bench_ctx(akv_dev *dev, akv_forward_dev *f, akv_forward_dev *fe, uint
     akv_geom g;
     TRY(akv_geom_init(&g, n_layers, c->n_kv_heads, c->head_dim, AKV_DTYPE_BF16, 0));
     uint64_t total = (uint64_t)ctx + 2 * N_STEPS + 2;
-    double hist_gib = bench_history_gib(&g, total);
-    akv_host_pool_params hpp = akv_host_pool_default_params();
-    hpp.limit_gib = (uint32_t)ceil(hist_gib) + 1;
-    hpp.keep_gib = hpp.limit_gib; /* pinned before the prefill is timed, as the engine does */
-    akv_dev_pool_params dpp = akv_dev_pool_default_params();
-    dpp.device_gib = (uint32_t)ceil(hist_gib * 1.1) + 1;
-    akv_host_pool *hp = NULL;
-    akv_dev_pool *dp = NULL;
-    akv_route *r = NULL;
-    akv_route_seq *seq = NULL;
-    TRY(akv_host_pool_create(dev, &g, &hpp, &hp));
-    TRY(akv_dev_pool_create(dev, &g, &dpp, &dp));
-    akv_route_params rp = {
-        .kind = AKV_ROUTE_RESIDENT, .max_tokens = total, .queued = true};
-    TRY(akv_route_create(dev, hp, dp, &rp, &r));
-    TRY(akv_route_seq_open(r, NULL, &seq));
+    bench_route br;
+    TRY(bench_route_open(dev, &g, AKV_ROUTE_RESIDENT, total, 0, 0, &br));
+    akv_route *r = br.r;
+    akv_route_seq *seq = br.seq;
     akv_forward_kv kv = akv_route_forward_kv(r);
     int32_t *tok = malloc(CHUNK * sizeof *tok);
     float *logits = malloc((size_t)c->n_vocab * sizeof *logits);
@@ -165,7 +153,7 @@ static row bench_ctx(akv_dev *dev, akv_forward_dev *f, akv_forward_dev *fe, uint
                .step_ms = spent[0] / N_STEPS * 1e3,
                .eager_ms = spent[1] / N_STEPS * 1e3,
                .kv_bytes = (double)ctx * n_layers * 2.0 * c->n_kv_heads * c->head_dim * 2};
-    bench_route_close(r, seq, dp, hp);
+    bench_route_close(&br);
     free(tok), free(logits);
     return out;
 }

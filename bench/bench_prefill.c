@@ -127,30 +127,17 @@ static run prefill(akv_dev *dev, akv_forward_dev *f, akv_route_kind kind, uint32
     run out = {0};
     akv_geom g;
     TRY(akv_geom_init(&g, c->n_layers, c->n_kv_heads, c->head_dim, AKV_DTYPE_BF16, 0));
-    double hist_gib = bench_history_gib(&g, n);
-    akv_host_pool_params hpp = akv_host_pool_default_params();
-    hpp.limit_gib = (uint32_t)ceil(hist_gib) + 1;
-    hpp.keep_gib = hpp.limit_gib; /* pinned before the clock starts, as the engine does */
-    akv_dev_pool_params dpp = akv_dev_pool_default_params();
     uint32_t window = AKV_ROUTE_WINDOW_PAGES;
     if (kind == AKV_ROUTE_STAGED) {
         /* the window holds the sink, a chunk's pages and the page before them */
         window = (uint32_t)akv_geom_pages_for_tokens(&g, chunk) + 2;
         if (window < AKV_ROUTE_WINDOW_PAGES) window = AKV_ROUTE_WINDOW_PAGES;
-        dpp.device_gib = STAGED_GIB;
-        dpp.staging_pages = akv_route_staging_pages(&g, n, window, 1);
-    } else {
-        dpp.device_gib = (uint32_t)ceil(hist_gib * 1.1) + 1;
     }
-    akv_host_pool *hp = NULL;
-    akv_dev_pool *dp = NULL;
-    akv_route *r = NULL;
-    akv_route_seq *seq = NULL;
-    TRY(akv_host_pool_create(dev, &g, &hpp, &hp));
-    akv_route_params rp = {.kind = kind, .max_tokens = n, .queued = true, .window_pages = window};
-    if (akv_dev_pool_create(dev, &g, &dpp, &dp) || akv_route_create(dev, hp, dp, &rp, &r))
+    bench_route br;
+    if (bench_route_open(dev, &g, kind, n, kind == AKV_ROUTE_STAGED ? STAGED_GIB : 0, window, &br))
         goto done;
-    TRY(akv_route_seq_open(r, NULL, &seq));
+    akv_route *r = br.r;
+    akv_route_seq *seq = br.seq;
     int32_t *tok = malloc((size_t)chunk * sizeof *tok);
     float *logits = malloc((size_t)c->n_vocab * sizeof *logits);
     uint64_t rs = 12345;
@@ -181,7 +168,7 @@ static run prefill(akv_dev *dev, akv_forward_dev *f, akv_route_kind kind, uint32
     free(tok), free(logits);
     TRY(akv_route_sync(r));
 done:
-    bench_route_close(r, seq, dp, hp);
+    bench_route_close(&br);
     return out;
 }
 

@@ -1,21 +1,56 @@
 /*
- * bench/bench_route.h — the benchmarks' one-sequence route over fresh pools, torn down in one
- * call. Include after bench_try.h.
+ * bench/bench_route.h — the benchmarks' one sequence on a queued route over fresh pools, made
+ * and torn down in one call each. Include after bench_try.h.
  */
 #ifndef AKV_BENCH_ROUTE_H
 #define AKV_BENCH_ROUTE_H
+
+#include <math.h>
 
 #include "akv/dev_pool.h"
 #include "akv/host_pool.h"
 #include "akv/route.h"
 
-/* Closes seq (when open) and destroys the route and both pools (any may be NULL). */
-static inline void bench_route_close(akv_route *r, akv_route_seq *seq, akv_dev_pool *dp,
-                                     akv_host_pool *hp) {
-    if (seq) TRY(akv_route_seq_close(r, seq));
-    TRY(akv_route_destroy(r));
-    TRY(akv_dev_pool_destroy(dp));
-    TRY(akv_host_pool_destroy(hp));
+typedef struct bench_route {
+    akv_host_pool *hp;
+    akv_dev_pool *dp;
+    akv_route *r;
+    akv_route_seq *seq; /* open when the route is */
+} bench_route;
+
+/* A host pool for a history of max_tokens (and 1 GiB more), pinned at once as the engine does,
+ * a device pool of device_gib (0: that history and 10 %, for a resident route), a queued route
+ * of `kind` (window: its window_pages; a staged route's staging reserve follows them) and one
+ * sequence. The device pool's or the route's status when either cannot be made (b then holds
+ * what was made, for bench_route_close); any other failure ends the benchmark. */
+static inline akv_status bench_route_open(akv_dev *dev, const akv_geom *g, akv_route_kind kind,
+                                          uint64_t max_tokens, uint32_t device_gib, uint32_t window,
+                                          bench_route *b) {
+    *b = (bench_route){0};
+    const double hist_gib = bench_history_gib(g, max_tokens);
+    akv_host_pool_params hpp = akv_host_pool_default_params();
+    hpp.limit_gib = (uint32_t)ceil(hist_gib) + 1;
+    hpp.keep_gib = hpp.limit_gib;
+    akv_dev_pool_params dpp = akv_dev_pool_default_params();
+    dpp.device_gib = device_gib ? device_gib : (uint32_t)ceil(hist_gib * 1.1) + 1;
+    if (kind == AKV_ROUTE_STAGED)
+        dpp.staging_pages = akv_route_staging_pages(g, max_tokens, window, 1);
+    TRY(akv_host_pool_create(dev, g, &hpp, &b->hp));
+    akv_route_params rp = {
+        .kind = kind, .max_tokens = max_tokens, .queued = true, .window_pages = window};
+    akv_status st = akv_dev_pool_create(dev, g, &dpp, &b->dp);
+    if (st == AKV_OK) st = akv_route_create(dev, b->hp, b->dp, &rp, &b->r);
+    if (st == AKV_OK) TRY(akv_route_seq_open(b->r, NULL, &b->seq));
+    return st;
+}
+
+/* Closes the sequence (when open) and destroys the route and both pools (any may be NULL). */
+static inline void bench_route_close(bench_route *b) {
+    if (b->seq) TRY(akv_route_seq_close(b->r, b->seq));
+    TRY(akv_route_destroy(b->r));
+    TRY(akv_dev_pool_destroy(b->dp));
+    TRY(akv_host_pool_destroy(b->hp));
+    *b = (bench_route){0};
 }
 
 #endif

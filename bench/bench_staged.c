@@ -111,22 +111,12 @@ static row bench_ctx(akv_dev *dev, akv_forward_dev *f, akv_route_kind kind, uint
     akv_geom g;
     TRY(akv_geom_init(&g, c->n_layers, c->n_kv_heads, c->head_dim, AKV_DTYPE_BF16, 0));
     uint64_t total = (uint64_t)ctx + n_steps + 2;
-    double hist_gib = bench_history_gib(&g, total);
-    akv_host_pool_params hpp = akv_host_pool_default_params();
-    hpp.limit_gib = (uint32_t)ceil(hist_gib) + 1;
-    akv_dev_pool_params dpp = akv_dev_pool_default_params();
-    dpp.device_gib = DEVICE_GIB;
-    if (kind == AKV_ROUTE_STAGED) dpp.staging_pages = akv_route_staging_pages(&g, total, WINDOW, 1);
-    akv_host_pool *hp = NULL;
-    akv_dev_pool *dp = NULL;
-    akv_route *r = NULL;
-    akv_route_seq *seq = NULL;
-    TRY(akv_host_pool_create(dev, &g, &hpp, &hp));
-    if (akv_dev_pool_create(dev, &g, &dpp, &dp) != AKV_OK) goto done;
-    akv_route_params rp = {
-        .kind = kind, .max_tokens = total, .queued = true, .window_pages = WINDOW};
-    if (akv_route_create(dev, hp, dp, &rp, &r) != AKV_OK) goto done;
-    TRY(akv_route_seq_open(r, NULL, &seq));
+    bench_route br;
+    if (bench_route_open(dev, &g, kind, total, DEVICE_GIB, WINDOW, &br)) goto done;
+    akv_host_pool *hp = br.hp;
+    akv_dev_pool *dp = br.dp;
+    akv_route *r = br.r;
+    akv_route_seq *seq = br.seq;
     out.fits = 1;
     /* the synthetic history: ctx tokens placed without a pass, every byte zero */
     TRY(akv_route_begin_step(r, &(akv_route_req){seq, ctx}, 1));
@@ -171,7 +161,7 @@ static row bench_ctx(akv_dev *dev, akv_forward_dev *f, akv_route_kind kind, uint
     free(logits);
     TRY(akv_route_sync(r));
 done:
-    bench_route_close(r, seq, dp, hp);
+    bench_route_close(&br);
     return out;
 }
 

@@ -14,13 +14,6 @@
 
 enum { QB = AKV_OPS_QBLOCK, QK = 256, QM_LANES = AKV_LANES };
 
-/* Elements and bytes of one block of t (ref/wtype.c's geometry). */
-static size_t qm_block(akv_ops_wtype t, size_t *bytes) {
-    const size_t e = akv_ops_wblock_elems(t);
-    if (bytes) *bytes = akv_ops_wblock_bytes(t);
-    return e;
-}
-
 static float ld_f16(const uint8_t *p) {
     return akv_f16_to_f32((uint16_t)(p[0] | (uint16_t)p[1] << 8));
 }
@@ -164,8 +157,7 @@ static void qm_unpack(akv_ops_wtype t, const uint8_t *blk, int j, qm_sub *s) {
 }
 
 void akv_ops_wrow_to_f32(akv_ops_wtype t, const void *row, size_t k, float *out) {
-    size_t bb;
-    const size_t be = qm_block(t, &bb);
+    const size_t be = akv_ops_wblock_elems(t), bb = akv_ops_wblock_bytes(t);
     AKV_ASSERT(akv_ops_wtype_is_block(t) && k >= be && k % be == 0);
     const size_t sub = be / QB;
     qm_sub s;
@@ -356,8 +348,7 @@ static QM_VNNI void qm_dot_vnni(akv_ops_wtype t, int R, const uint8_t *wr, size_
 void akv_ops_qmatmul_cols(float *y, const akv_ops_q8 *x, size_t m, const void *w, akv_ops_wtype t,
                           const float *bias, size_t n, size_t k, size_t j0, size_t j1,
                           akv_ops_isa isa) {
-    size_t bb;
-    const size_t be = qm_block(t, &bb);
+    const size_t be = akv_ops_wblock_elems(t), bb = akv_ops_wblock_bytes(t);
     AKV_ASSERT(akv_ops_wtype_is_block(t) && be && m >= 1 && n >= 1 && k >= be && k % be == 0 &&
                j0 <= j1 && j1 <= n);
     AKV_ASSERT(x && x->q && x->d && x->s && x->lsum);

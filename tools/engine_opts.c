@@ -113,18 +113,20 @@ int akv_tool_eopts_parse(const char *cmd, int c, const char *arg, akv_tool_eopts
         ok = akv_tool_parse_max(cmd, "parallel", arg, AKV_ROUTE_MAX_SEQS, &o->parallel);
         break;
     case AKV_OPT_ROUTE:
-        if ((ok = eopts_choice(cmd, "route", arg, routes, 2, &choice)))
+        if ((ok = eopts_choice(cmd, "route", arg, routes, sizeof routes / sizeof *routes, &choice)))
             o->route = (akv_route_kind)choice;
         break;
     case AKV_OPT_WINDOW: ok = akv_tool_parse_u64(cmd, "window-pages", arg, &o->window_pages); break;
     case AKV_OPT_HOST: ok = akv_tool_parse_u64(cmd, "host-gib", arg, &o->host_gib); break;
     case AKV_OPT_DEVGIB: ok = akv_tool_parse_u64(cmd, "device-gib", arg, &o->device_gib); break;
     case AKV_OPT_KV:
-        if ((ok = eopts_choice(cmd, "kv-dtype", arg, dtypes, 3, &choice)))
+        if ((ok = eopts_choice(cmd, "kv-dtype", arg, dtypes, sizeof dtypes / sizeof *dtypes,
+                               &choice)))
             o->kv_dtype = (akv_dtype)choice;
         break;
     case AKV_OPT_WEIGHTS:
-        if ((ok = eopts_choice(cmd, "weights", arg, weights, 3, &choice)))
+        if ((ok = eopts_choice(cmd, "weights", arg, weights, sizeof weights / sizeof *weights,
+                               &choice)))
             o->weights = (akv_weights)choice;
         break;
     case AKV_OPT_CHUNK: ok = akv_tool_parse_u64(cmd, "chunk", arg, &o->chunk); break;

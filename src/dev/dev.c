@@ -740,9 +740,9 @@ akv_status akv_dev_profile_start(akv_dev *dev, size_t max_launches) {
     return AKV_OK;
 }
 
-/* Records the event before a launch and returns its slot (SIZE_MAX: untimed). Leaves the
- * profile's lock held for prof_after. */
-static size_t prof_before(akv_dev *dev, const char *name, const akv_dev_op *op, const void *args) {
+/* Records the event before a launch of op (NULL: a graph) and returns its slot (SIZE_MAX:
+ * untimed). Leaves the profile's lock held for prof_after. */
+static size_t prof_before(akv_dev *dev, const akv_dev_op *op, const void *args) {
     dev_profile *p = dev->profile;
     pthread_mutex_lock(&p->mu);
     if (p->n == p->cap) return SIZE_MAX;
@@ -752,7 +752,7 @@ static size_t prof_before(akv_dev *dev, const char *name, const akv_dev_op *op, 
         if (!p->ev[2 * i + j] && b->event_create(dev->state, AKV_EVENT_TIMING, &p->ev[2 * i + j]))
             return SIZE_MAX;
     if (b->event_record(dev->state, p->ev[2 * i], AKV_QUEUE_COMPUTE)) return SIZE_MAX;
-    int n = snprintf(p->key[i], sizeof p->key[i], "%s", name);
+    int n = snprintf(p->key[i], sizeof p->key[i], "%s", op ? op->name : "graph");
     if (op && op->describe && n > 0 && (size_t)n + 2 < sizeof p->key[i]) {
         p->key[i][n] = ' ';
         op->describe(args, p->key[i] + n + 1, sizeof p->key[i] - (size_t)n - 1);
@@ -820,7 +820,7 @@ akv_status akv_dev_op_launch(akv_dev *dev, const akv_dev_op *op, const void *arg
     if (dev_fault_pass(dev, AKV_FAULT_OP)) return AKV_EDEVICE;
     unsigned flags = dev_fault_pass(dev, AKV_FAULT_OP_EXEC) ? AKV_SUBMIT_FAIL_EXEC : 0;
     if (!dev->profile) return dev->backend->op_launch(dev->state, dev, op, args, flags);
-    size_t slot = prof_before(dev, op->name, op, args);
+    size_t slot = prof_before(dev, op, args);
     st = dev->backend->op_launch(dev->state, dev, op, args, flags);
     prof_after(dev, slot, st);
     return st;
@@ -859,7 +859,7 @@ akv_status akv_dev_graph_launch(akv_dev *dev, akv_graph *g) {
     if (dev_fault_pass(dev, AKV_FAULT_OP)) return AKV_EDEVICE;
     unsigned flags = dev_fault_pass(dev, AKV_FAULT_OP_EXEC) ? AKV_SUBMIT_FAIL_EXEC : 0;
     if (!dev->profile) return dev->backend->graph_launch(dev->state, g->impl, flags);
-    size_t slot = prof_before(dev, "graph", NULL, NULL);
+    size_t slot = prof_before(dev, NULL, NULL);
     akv_status st = dev->backend->graph_launch(dev->state, g->impl, flags);
     prof_after(dev, slot, st);
     return st;

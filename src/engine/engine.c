@@ -704,9 +704,11 @@ static uint32_t engine_batch(akv_engine *e) {
         for (uint32_t i = 0; i < e->n_run; i++) {
             akv_request *rq = e->run[i];
             if ((rq->info.state == AKV_REQUEST_DECODE) != (pass == 0) || !rq->ctx) continue;
-            uint32_t piece = engine_piece(e, rq, prompt_room);
-            if (pass == 1 && piece > prompt_room) break; /* no overtaking */
-            if (pass == 1) prompt_room -= piece;
+            const uint32_t piece = engine_piece(e, rq, prompt_room);
+            if (pass == 1) {
+                if (piece > prompt_room) break; /* no overtaking */
+                prompt_room -= piece;
+            }
             e->batch[n] = rq, e->n_new[n++] = piece;
             total += piece;
         }

@@ -15,8 +15,7 @@ enum {
     FWD_HOST_DECODE = 1,     /* the host pass decodes runs of one-token sequences; longer chunks
                                 take the prefill path (as fast for a few rows on the host) */
     FWD_COL_ALIGN = 24,      /* product tasks cover multiples of the 8/4/3-column tiles */
-    FWD_MAX_HEAD_TASKS = 64, /* K/V heads the attention spreads over threads; more
-                                         run in one call */
+    FWD_MAX_HEAD_TASKS = 64, /* head ranges the attention is split into (at most one a thread) */
 };
 
 struct akv_forward {
@@ -185,27 +184,32 @@ static akv_status forward_check_parts(const akv_model_config *c, uint32_t layer,
     return AKV_OK;
 }
 
-/* One attention call over a range of K/V heads, a task of the pass's threads. */
+/* One attention call, its K/V heads split into contiguous ranges, a task each. */
 typedef struct fwd_attn_task {
     const akv_attn_decode *d;   /* a decode group's call, or */
     const akv_attn_prefill *pf; /* a prefill group's (its K/V already appended) */
+    uint32_t n_heads, n_tasks;
     akv_status st[FWD_MAX_HEAD_TASKS];
 } fwd_attn_task;
 
-static void fwd_attn_run(void *ctx, uint32_t h) {
+static void fwd_attn_run(void *ctx, uint32_t t) {
     fwd_attn_task *a = ctx;
-    a->st[h] = a->d ? akv_attn_host_decode_heads(a->d, h, h + 1)
-                    : akv_attn_host_prefill_heads(a->pf, h, h + 1);
+    const uint32_t h0 = t * a->n_heads / a->n_tasks, h1 = (t + 1) * a->n_heads / a->n_tasks;
+    a->st[t] = a->d ? akv_attn_host_decode_heads(a->d, h0, h1)
+                    : akv_attn_host_prefill_heads(a->pf, h0, h1);
 }
 
-/* Every K/V head of the call, one task each over the pass's threads (each head's outputs are
- * the same bits whichever thread computes them). */
+/* Every K/V head of the call, in as many head ranges as the pass has threads (each head's
+ * outputs are the same bits whichever range and thread compute it). */
 static akv_status fwd_attn_heads(akv_forward *f, uint32_t n_kv_heads, fwd_attn_task *a) {
-    if (n_kv_heads > FWD_MAX_HEAD_TASKS || akv__par_n_threads(f->par) < 2)
-        return a->d ? akv_attn_host_decode(a->d) : akv_attn_host_prefill(a->pf);
-    akv__par_for(f->par, n_kv_heads, fwd_attn_run, a);
-    for (uint32_t h = 0; h < n_kv_heads; h++)
-        if (a->st[h]) return a->st[h];
+    uint32_t n = akv__par_n_threads(f->par);
+    if (n > n_kv_heads) n = n_kv_heads;
+    if (n > FWD_MAX_HEAD_TASKS) n = FWD_MAX_HEAD_TASKS;
+    if (n < 2) return a->d ? akv_attn_host_decode(a->d) : akv_attn_host_prefill(a->pf);
+    a->n_heads = n_kv_heads, a->n_tasks = n;
+    akv__par_for(f->par, n, fwd_attn_run, a);
+    for (uint32_t t = 0; t < n; t++)
+        if (a->st[t]) return a->st[t];
     return AKV_OK;
 }
 

@@ -271,16 +271,14 @@ static bool model_bytes(const model_bind *b, size_t *out) {
 
 /* Says, per GGUF type, how many matrices of it were widened to f32 (and names the first). */
 static void model_log_widened(const model_bind *binds, size_t n_binds) {
-    enum {
-        TYPES = 64
-    }; /* above every GGUF type a bound tensor can have (the reader refuses others) */
-    size_t count[TYPES] = {0}, first[TYPES] = {0};
+    size_t count[AKV_GGUF_TYPE_COUNT] = {0}, first[AKV_GGUF_TYPE_COUNT] = {0};
     for (size_t i = 0; i < n_binds; i++) {
         const uint32_t t = binds[i].t->type;
-        if (binds[i].mat && binds[i].as == AKV_OPS_W_F32 && t != AKV_GGUF_TYPE_F32 && t < TYPES)
+        if (binds[i].mat && binds[i].as == AKV_OPS_W_F32 && t != AKV_GGUF_TYPE_F32 &&
+            t < AKV_GGUF_TYPE_COUNT)
             if (count[t]++ == 0) first[t] = i;
     }
-    for (uint32_t t = 0; t < TYPES; t++)
+    for (uint32_t t = 0; t < AKV_GGUF_TYPE_COUNT; t++)
         if (count[t])
             AKV_LOG_I("model: %zu matri%s of type %s widened to f32 (e.g. '%s')", count[t],
                       count[t] == 1 ? "x" : "ces", akv_gguf_type_name(t), binds[first[t]].name);
