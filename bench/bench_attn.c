@@ -9,7 +9,9 @@
  * (real decode reads each layer's K/V once per step). Achieved bandwidth = K/V bytes read /
  * time, as a ratio of the device-copy rate (bytes read + written by a 1 GiB
  * device-to-device copy). Prefill: one sequence of 4K..32K tokens, causal, its K/V written
- * into the pages by the same call, against PyTorch's flash backend.
+ * into the pages by the same call, against PyTorch's flash backend; each prefill kernel
+ * (akv_attn_prefill.kernel: mma, and wgmma where it runs) in turn. AKV_BENCH_ATTN_PREFILL=1
+ * measures the prefill table only.
  *
  * Timing: each piece of work is captured n times into a CUDA graph and the graph replays
  * are timed with events (median); PyTorch is timed the same way by bench/attn_torch.py,
@@ -303,7 +305,7 @@ static akv_status pf_issue(void *arg, void *stream) {
     return akv_attn_cuda_prefill(arg, stream);
 }
 
-static double bench_prefill(const geom *g, uint32_t n) {
+static double bench_prefill(const geom *g, uint32_t n, akv_attn_prefill_kernel kernel) {
     size_t pb = page_bytes_of(g);
     uint32_t n_pool_pages = (uint32_t)(POOL_BYTES / pb), np = n / g->page_tokens;
     int32_t *ids = random_pages(n_pool_pages, np);
@@ -324,7 +326,7 @@ static double bench_prefill(const geom *g, uint32_t n) {
                .dtype = AKV_DTYPE_BF16},
         .n_heads = g->hq, .qo_indptr = akv_dptr_offset(tab_d, (3 + (size_t)np) * 4), .n_tokens = n, .max_chunk = n,
         .q = q, .q_dtype = AKV_DTYPE_BF16, .k_new = k, .v_new = v, .kv_new_dtype = AKV_DTYPE_BF16,
-        .o = o, .o_dtype = AKV_DTYPE_BF16,
+        .o = o, .o_dtype = AKV_DTYPE_BF16, .kernel = kernel,
     };
     double us = NAN;
     TRY(akv_dev_cuda_time_us(pf_issue, &p, 3, 7, &us));
@@ -335,6 +337,16 @@ static double bench_prefill(const geom *g, uint32_t n) {
     TRY(akv_dev_mem_free(dev, tab_d));
     free(tab), free(ids);
     return us;
+}
+
+/* Whether this build and device run the wgmma prefill kernel (akv/attn.h). */
+static bool bench_have_wgmma(const akv_dev_info *info) {
+#ifdef AKV_CUDA_WGMMA
+    return info->cc_major == 9;
+#else
+    (void)info;
+    return false;
+#endif
 }
 
 /* ---- main -------------------------------------------------------------------------------- */
@@ -407,6 +419,9 @@ int main(void) {
         n_dc = kept;
         n_pf_geoms = 0;
     }
+    /* AKV_BENCH_ATTN_PREFILL=1: the prefill table only (no decode rows) */
+    const char *pf_only = getenv("AKV_BENCH_ATTN_PREFILL");
+    if (pf_only && strcmp(pf_only, "1") == 0) n_dc = 0;
     /* PyTorch first, before this process takes its 5 GiB */
     char *cfgs[MAX_CFG * 2];
     int n_cfg = 0;
@@ -479,24 +494,30 @@ int main(void) {
         bench_emit(f, "\n### Attention kernels: causal prefill (one sequence, K/V written into "
                       "pages by the same call)\n\n");
         bench_emit(
-            f, "| geometry | tokens | µs | TFLOP/s | torch flash µs | speed vs torch flash |\n");
-        bench_emit(f, "| --- | ---: | ---: | ---: | ---: | ---: |\n");
+            f, "| geometry | tokens | kernel | µs | TFLOP/s | torch flash µs | speed vs torch flash |\n");
+        bench_emit(f, "| --- | ---: | --- | ---: | ---: | ---: | ---: |\n");
     }
+    /* both kernels where the wgmma one runs (head_dim 128 on an sm_90a build and device) */
+    const akv_attn_prefill_kernel pf_kernels[2] = {AKV_ATTN_PREFILL_MMA, AKV_ATTN_PREFILL_WGMMA};
+    const char *pf_kname[2] = {"mma", "wgmma"};
     for (int g = 0; g < n_pf_geoms; g++)
-        for (int i = 0; i < 4; i++) {
-            uint32_t n = pf_lens[i];
-            double us = bench_prefill(&GEOMS[g], n);
-            double flops = 4.0 * GEOMS[g].hq * GEOMS[g].d * (double)n * (n + 1) / 2.0;
-            const torch_row *t = torch_find('p', &GEOMS[g], 1, n);
-            char tt[48] = "-", sp[32] = "-";
-            if (t) {
-                snprintf(tt, sizeof tt, "%.1f (%s)", t->us, t->how);
-                snprintf(sp, sizeof sp, "%.2f", t->us / us);
+        for (int i = 0; i < 4; i++)
+            for (int kk = 0; kk < 2; kk++) {
+                uint32_t n = pf_lens[i];
+                if (pf_kernels[kk] == AKV_ATTN_PREFILL_WGMMA && (GEOMS[g].d != 128 || !bench_have_wgmma(&info)))
+                    continue;
+                double us = bench_prefill(&GEOMS[g], n, pf_kernels[kk]);
+                double flops = 4.0 * GEOMS[g].hq * GEOMS[g].d * (double)n * (n + 1) / 2.0;
+                const torch_row *t = torch_find('p', &GEOMS[g], 1, n);
+                char tt[48] = "-", sp[32] = "-";
+                if (t) {
+                    snprintf(tt, sizeof tt, "%.1f (%s)", t->us, t->how);
+                    snprintf(sp, sizeof sp, "%.2f", t->us / us);
+                }
+                bench_emit(f, "| %s | %u | %s | %.1f | %.1f | %s | %s |\n", GEOMS[g].name, n, pf_kname[kk], us,
+                           flops / us / 1e6, tt, sp);
+                fflush(stdout);
             }
-            bench_emit(f, "| %s | %u | %.1f | %.1f | %s | %s |\n", GEOMS[g].name, n, us,
-                       flops / us / 1e6, tt, sp);
-            fflush(stdout);
-        }
     if (f) fclose(f);
     TRY(akv_dev_mem_free(dev, pool));
     TRY(akv_dev_destroy(dev));

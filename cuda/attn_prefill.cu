@@ -15,8 +15,18 @@
  *
  * Numerics as in attn_decode.cu: f32 scores and accumulators, base-2 exponent with the
  * scale folded in, P rounded to bf16 for the tensor cores and summed as rounded.
+ *
+ * Two kernels. The mma.sync kernel above runs on every device and both head sizes. The wgmma
+ * kernel (head_dim 128, sm_90a builds on devices of compute capability 9) gives each block
+ * two warpgroups of 64 rows over the same 128 chunk rows, walks key tiles of 128 through two
+ * shared-memory stages (the tile after next loads while this one computes) and issues both
+ * products as warpgroup matrix products from shared memory (attn_wgmma.cuh): S = Q K^T with
+ * Q and K in their panels, O += P V with P in registers. The two warpgroups run their
+ * softmax while the other's products hold the tensor cores. A warpgroup whose rows all lie
+ * before a key tile skips it. akv_attn_prefill.kernel picks one (AUTO: wgmma where it can run).
  */
 #include "attn_common.cuh"
+#include "attn_wgmma.cuh"
 
 template <int D>
 struct pf_cfg {
@@ -191,12 +201,166 @@ __global__ void __launch_bounds__(128, 2) attn_prefill_kernel(const pf_args a) {
         }
 }
 
+/* ---- the wgmma kernel ------------------------------------------------------------------- */
+
+struct pw_cfg {
+    static constexpr int D = 128, BR = 128, BC = 128, THREADS = 256;
+    static constexpr int Q_BYTES = BR * D * 2, KV_BYTES = BC * D * 2, STAGE = 2 * KV_BYTES;
+    static constexpr int SMEM = Q_BYTES + 2 * STAGE + 1024; /* + the slack of a 1024-byte base */
+};
+
+/* cp.async of the K and V rows t0..t0+127 of head h into their swizzled panels; positions >=
+ * t_end are zero-filled. The V row of a slot is the K row's n_kv << log2_p rows on. */
+static __device__ __forceinline__ void pw_load_kv(const attn_kv &kv, int pb, int h, int t0,
+                                                  int t_end, uint32_t sk, uint32_t sv, int tid) {
+    using C = pw_cfg;
+    const int c = tid & 15;
+    const size_t v_off = ((size_t)kv.n_kv << kv.log2_p) * (C::D * 2);
+#pragma unroll
+    for (int i = 0; i < C::BC / 16; i++) {
+        const int r = (tid >> 4) + 16 * i, t = t0 + r;
+        const bool valid = t < t_end;
+        const unsigned char *src = valid ? attn_row<C::D>(kv, pb, 0, h, t) + c * 16 : kv.pool;
+        const uint32_t o = wg_swz(C::BC, r, c);
+        attn_cp16(sk + o, src, valid);
+        attn_cp16(sv + o, valid ? src + v_off : kv.pool, valid);
+    }
+}
+
+__global__ void __launch_bounds__(256, 1) attn_prefill_wg_kernel(const pf_args a) {
+    using C = pw_cfg;
+    extern __shared__ __align__(1024) unsigned char smem_raw[];
+    const uint32_t raw = attn_smem_addr(smem_raw), base = (raw + 1023u) & ~1023u;
+    unsigned char *gq = smem_raw + (base - raw); /* the Q panels, by generic pointer */
+    const uint32_t sq = base, sk0 = base + C::Q_BYTES;
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, wg = warp >> 2;
+    const int tile = a.n_q_tiles - 1 - (int)blockIdx.x;
+    const int head = blockIdx.y, s = blockIdx.z, h = head / a.group;
+    const int qs = a.qo_indptr[s], chunk = a.qo_indptr[s + 1] - qs;
+    const int m0 = tile * C::BR;
+    if (m0 >= chunk) return;
+    const int len = attn_seq_len(a.kv, s), pb = a.kv.indptr[s];
+    const int hist = len - chunk;
+    const int rows_here = min(C::BR, chunk - m0);
+    const int kv_end = hist + m0 + rows_here;
+    const int n_tiles = (kv_end + C::BC - 1) / C::BC;
+
+    pw_load_kv(a.kv, pb, h, 0, kv_end, sk0, sk0 + C::KV_BYTES, tid);
+    attn_cp_commit();
+    for (int idx = tid; idx < C::BR * (C::D / 8); idx += C::THREADS) {
+        const int r = idx >> 4, c = idx & 15;
+        uint4 val = make_uint4(0, 0, 0, 0);
+        if (r < rows_here)
+            val = attn_load8_bf16(a.q, a.q_f32,
+                                  (size_t)(qs + m0 + r) * a.q_stride + (size_t)head * C::D + c * 8);
+        *reinterpret_cast<uint4 *>(gq + wg_swz(C::BR, r, c)) = val;
+    }
+    const int wg_row = m0 + wg * 64;            /* chunk index of the warpgroup's first row */
+    const int w_row = wg_row + (warp & 3) * 16; /* ... and of this warp's */
+    const uint32_t sq_wg = sq + (uint32_t)wg * 64 * 128; /* its 64 rows of each Q panel */
+
+    float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f}, acc[16][4], sc[16][4];
+#pragma unroll
+    for (int n = 0; n < 16; n++)
+#pragma unroll
+        for (int e = 0; e < 4; e++)
+            acc[n][e] = sc[n][e] = 0.0f;
+
+    for (int j = 0; j < n_tiles; j++) {
+        const int t0 = j * C::BC;
+        const uint32_t sk = sk0 + (uint32_t)(j & 1) * C::STAGE, sv = sk + C::KV_BYTES;
+        attn_cp_wait<0>();
+        wg_fence_smem();
+        __syncthreads(); /* tile j (and Q) landed for all; every product of tile j-1 is done */
+        if (j + 1 < n_tiles) {
+            const uint32_t nk = sk0 + (uint32_t)((j + 1) & 1) * C::STAGE;
+            pw_load_kv(a.kv, pb, h, t0 + C::BC, kv_end, nk, nk + C::KV_BYTES, tid);
+            attn_cp_commit();
+        }
+        /* the causal mask hides this tile from every row of the warpgroup */
+        if (t0 > hist + wg_row + 63) continue;
+
+        /* S = Q K^T: [64 rows] x [128 keys] a warpgroup, 8 steps of 16 along the head */
+        wg_fence();
+#pragma unroll
+        for (int ks = 0; ks < C::D / 16; ks++) {
+            const uint32_t koff = (uint32_t)(ks & 3) * 32; /* within the panel */
+            wg_mma_ss(sc, wg_desc(sq_wg + (uint32_t)(ks >> 2) * C::BR * 128 + koff, 16, 1024),
+                      wg_desc(sk + (uint32_t)(ks >> 2) * C::BC * 128 + koff, 16, 1024), ks > 0);
+        }
+        wg_commit();
+        wg_wait<0>();
+        wg_pin(sc);
+        if (t0 + C::BC - 1 > hist + w_row) {
+#pragma unroll
+            for (int nt = 0; nt < 16; nt++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    const int t = t0 + nt * 8 + (lane & 3) * 2 + (e & 1);
+                    const int i = w_row + (lane >> 2) + (e >> 1) * 8;
+                    if (t > hist + i) sc[nt][e] = -INFINITY;
+                }
+        }
+        attn_softmax_step<16, 16>(sc, acc, m[0], l[0], 0, a.scale_log2);
+        attn_softmax_step<16, 16>(sc, acc, m[1], l[1], 1, a.scale_log2);
+        uint32_t pa[8][4];
+#pragma unroll
+        for (int kk = 0; kk < 8; kk++)
+            attn_pack_p(sc[2 * kk], sc[2 * kk + 1], pa[kk]);
+
+        /* O += P V: 8 steps of 16 keys; V read down its rows (MN-major) */
+        wg_fence();
+#pragma unroll
+        for (int kk = 0; kk < C::BC / 16; kk++)
+            wg_mma_rs_t(acc, pa[kk], wg_desc(sv + (uint32_t)kk * 16 * 128, C::BC * 128, 1024));
+        wg_commit();
+        wg_wait<0>();
+        wg_pin(acc);
+    }
+
+#pragma unroll
+    for (int hf = 0; hf < 2; hf++) {
+        const float lsum = attn_quad_sum(l[hf]);
+        const int r = wg * 64 + (warp & 3) * 16 + (lane >> 2) + hf * 8;
+        if (r >= rows_here) continue;
+        const bool empty = !(lsum > 0.0f);
+        const float inv = empty ? 0.0f : 1.0f / lsum;
+        const size_t orow = (size_t)(qs + m0 + r) * a.n_heads + head;
+#pragma unroll
+        for (int dn = 0; dn < 16; dn++)
+            attn_store2(a.o, a.o_f32, orow * C::D + dn * 8 + (lane & 3) * 2, acc[dn][2 * hf] * inv,
+                        acc[dn][2 * hf + 1] * inv);
+        if ((lane & 3) == 0 && a.lse)
+            a.lse[orow] = empty ? -INFINITY : (m[hf] + log2f(lsum)) * ATTN_LN2;
+    }
+}
+
 template <int D>
 static akv_status pf_launch(const pf_args &a, dim3 grid, cudaStream_t stream) {
     AKV_CUDA_TRY(cudaFuncSetAttribute(attn_prefill_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                       pf_cfg<D>::SMEM));
     attn_prefill_kernel<D><<<grid, 128, pf_cfg<D>::SMEM, stream>>>(a);
     AKV_CUDA_TRY(cudaGetLastError());
+    return AKV_OK;
+}
+
+static akv_status pw_launch(const pf_args &a, dim3 grid, cudaStream_t stream) {
+    AKV_CUDA_TRY(cudaFuncSetAttribute(attn_prefill_wg_kernel,
+                                      cudaFuncAttributeMaxDynamicSharedMemorySize, pw_cfg::SMEM));
+    attn_prefill_wg_kernel<<<grid, pw_cfg::THREADS, pw_cfg::SMEM, stream>>>(a);
+    AKV_CUDA_TRY(cudaGetLastError());
+    return AKV_OK;
+}
+
+/* Whether the wgmma kernel can run here: built for sm_90a, a compute capability 9 device. */
+static akv_status pw_available(bool *yes) {
+    *yes = false;
+#if defined(AKV_CUDA_WGMMA)
+    int dev = 0, major = 0;
+    AKV_CUDA_TRY(cudaGetDevice(&dev));
+    AKV_CUDA_TRY(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+    *yes = major == 9;
+#endif
     return AKV_OK;
 }
 
@@ -213,6 +377,16 @@ extern "C" akv_status akv_attn_cuda_prefill(const akv_attn_prefill *p, void *str
         return st;
     if (p->n_heads > 65535) {
         AKV_LOG_E("attn %s: %u query heads exceed a grid dimension", op, p->n_heads);
+        return AKV_EUNSUPPORTED;
+    }
+    bool wg = false;
+    if (p->kernel != AKV_ATTN_PREFILL_MMA && D == 128 && (st = pw_available(&wg)) != AKV_OK)
+        return st;
+    if (p->kernel == AKV_ATTN_PREFILL_WGMMA && !wg) {
+        AKV_LOG_E(
+            "attn %s: the wgmma kernel needs head_dim 128 (here %u), an sm_90a build and a compute "
+            "capability 9 device",
+            op, D);
         return AKV_EUNSUPPORTED;
     }
     cudaStream_t cs = static_cast<cudaStream_t>(stream);
@@ -232,8 +406,10 @@ extern "C" akv_status akv_attn_cuda_prefill(const akv_attn_prefill *p, void *str
     a.lse = reinterpret_cast<float *>(p->lse.addr);
     a.n_heads = (int)p->n_heads;
     a.group = (int)(p->n_heads / p->kv.n_kv_heads);
-    a.n_q_tiles = (int)((p->max_chunk + pf_cfg<128>::BR - 1) / pf_cfg<128>::BR);
+    const int br = wg ? pw_cfg::BR : pf_cfg<128>::BR;
+    a.n_q_tiles = (int)((p->max_chunk + br - 1) / br);
     a.scale_log2 = akv__attn_scale(p->scale, D) * ATTN_LOG2E;
     const dim3 grid(a.n_q_tiles, p->n_heads, p->kv.n_seq);
+    if (wg) return pw_launch(a, grid, cs);
     return D == 128 ? pf_launch<128>(a, grid, cs) : pf_launch<64>(a, grid, cs);
 }

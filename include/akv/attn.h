@@ -153,6 +153,16 @@ typedef struct akv_attn_decode {
 
 /* Causal prefill of a chunk of new tokens per sequence over its history and itself. The
  * table includes the chunk: the chunk's tokens are the last n_s positions of sequence s. */
+/* Which CUDA prefill kernel runs (akv_attn_prefill.kernel; docs/attention.md "Prefill"); the
+ * host and reference paths ignore it. */
+typedef enum akv_attn_prefill_kernel {
+    AKV_ATTN_PREFILL_AUTO = 0,  /* wgmma where it can run, else mma.sync */
+    AKV_ATTN_PREFILL_MMA = 1,   /* warp-level mma.sync: every device, head_dim 64 and 128 */
+    AKV_ATTN_PREFILL_WGMMA = 2, /* warpgroup products: an sm_90a build on a compute capability 9
+                                   device, head_dim 128; elsewhere AKV_EUNSUPPORTED */
+    AKV_ATTN_PREFILL_KERNELS = 3,
+} akv_attn_prefill_kernel;
+
 typedef struct akv_attn_prefill {
     akv_attn_pages kv;
     uint32_t n_heads;     /* query heads, a multiple of kv.n_kv_heads */
@@ -173,6 +183,7 @@ typedef struct akv_attn_prefill {
     akv_dtype o_dtype;
     akv_dptr lse;         /* f32 [n_tokens][n_heads]; 0 = not wanted */
     float scale;          /* 0 = 1/sqrt(head_dim) */
+    uint32_t kernel;      /* akv_attn_prefill_kernel (0 = AUTO) */
 } akv_attn_prefill;
 
 /* Write new tokens' K/V into their page slots (decode's tail write, a prefill chunk). The

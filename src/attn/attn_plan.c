@@ -187,6 +187,8 @@ akv_status akv__attn_prefill_check(const akv_attn_prefill *p, const char *op) {
         if ((st = check_stride(p->kv_stride, p->kv.n_kv_heads * p->kv.head_dim, "kv_stride", op)) != AKV_OK)
             return st;
     }
+    if (p->kernel >= AKV_ATTN_PREFILL_KERNELS)
+        BAD("attn %s: kernel %u is no akv_attn_prefill_kernel", op, p->kernel);
     return check_scale(p->scale, op);
 }
 

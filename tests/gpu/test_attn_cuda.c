@@ -248,7 +248,7 @@ static int test_decode(void) {
 /* Prefill with the chunk's K/V: attention against float64, and the pool bit-exact against the
  * reference's append (including the NaN of every slot nobody owns). */
 static void prefill_case(const char *name, fx_geom g, uint32_t n_seq, const uint32_t *hist, const uint32_t *chunk,
-                         akv_dtype q_dtype, akv_dtype kv_dtype, akv_dtype o_dtype) {
+                         akv_dtype q_dtype, akv_dtype kv_dtype, akv_dtype o_dtype, akv_attn_prefill_kernel kernel) {
     uint32_t len[8], max_chunk = 1;
     int32_t qo[9] = {0};
     for (uint32_t s = 0; s < n_seq; s++) {
@@ -269,7 +269,7 @@ static void prefill_case(const char *name, fx_geom g, uint32_t n_seq, const uint
     akv_attn_prefill p = {
         .kv = dt_pages(&f, &d), .n_heads = g.n_heads, .qo_indptr = qo_d, .n_tokens = n_tok, .max_chunk = max_chunk,
         .q = q_d, .q_dtype = q_dtype, .k_new = k_d, .v_new = v_d, .kv_new_dtype = kv_dtype,
-        .o = o_d, .o_dtype = o_dtype, .lse = l_d,
+        .o = o_d, .o_dtype = o_dtype, .lse = l_d, .kernel = kernel,
     };
     akv_attn_prefill hp = p;
     hp.kv = fx_pages(&f), hp.qo_indptr = akv_attn_host_ptr(qo), hp.q = akv_attn_host_ptr(q);
@@ -302,16 +302,62 @@ static void prefill_case(const char *name, fx_geom g, uint32_t n_seq, const uint
     fx_table_free(&f);
 }
 
+/* Whether the wgmma prefill kernel runs here: it must on a compute capability 9 device when
+ * the build has sm_90a (AKV_CUDA_WGMMA), and a forced call must refuse everywhere else. */
+static bool wgmma_here(void) {
+    akv_dev_info info;
+    CHECK_OK(akv_dev_get_info(dev, &info));
+    const int32_t qo[2] = {0, 1};
+    uint32_t len = 1;
+    fx_table f;
+    fx_table_make(&f, (fx_geom){2, 1, 128, 16, AKV_DTYPE_BF16}, 1, &len, 1, 1, &rng);
+    dtable d = dt_up(&f);
+    void *qh = fx_random(AKV_DTYPE_BF16, 256, 1.0f, &rng);
+    akv_dptr q = up(qh, 512), qo_d = up(qo, 8), o = poisoned(512);
+    akv_attn_prefill p = {.kv = dt_pages(&f, &d), .n_heads = 2, .qo_indptr = qo_d, .n_tokens = 1, .max_chunk = 1,
+                          .q = q, .q_dtype = AKV_DTYPE_BF16, .o = o, .o_dtype = AKV_DTYPE_BF16,
+                          .kernel = AKV_ATTN_PREFILL_WGMMA};
+    const akv_status st = akv_attn_cuda_prefill(&p, NULL);
+#ifdef AKV_CUDA_WGMMA
+    const akv_status want = info.cc_major == 9 ? AKV_OK : AKV_EUNSUPPORTED;
+#else
+    const akv_status want = AKV_EUNSUPPORTED;
+#endif
+    TEST_CHECK_(st == want, "forced wgmma prefill on compute capability %d: %s, want %s", info.cc_major,
+                akv_status_name(st), akv_status_name(want));
+    printf("  wgmma prefill kernel: %s (compute capability %d.%d)\n", st == AKV_OK ? "runs" : "refused",
+           info.cc_major, info.cc_minor);
+    free(qh);
+    dfree(q), dfree(qo_d), dfree(o);
+    dt_free(&d);
+    fx_table_free(&f);
+    return st == AKV_OK;
+}
+
 static void test_prefill(void) {
-    const uint32_t h1[5] = {0, 0, 63, 65, 600}, c1[5] = {1, 130, 64, 300, 129};
-    prefill_case("prefill 32/8 d128 P64", (fx_geom){32, 8, 128, 64, AKV_DTYPE_BF16}, 5, h1, c1, AKV_DTYPE_BF16,
-                 AKV_DTYPE_BF16, AKV_DTYPE_BF16);
+    const bool wg = wgmma_here();
+    const akv_attn_prefill_kernel kernels[2] = {AKV_ATTN_PREFILL_MMA, AKV_ATTN_PREFILL_WGMMA};
+    const char *kname[2] = {"mma", "wgmma"};
+    char name[96];
+    for (int k = 0; k < 2; k++) {
+        if (kernels[k] == AKV_ATTN_PREFILL_WGMMA && !wg) continue;
+        const uint32_t h1[5] = {0, 0, 63, 65, 600}, c1[5] = {1, 130, 64, 300, 129};
+        snprintf(name, sizeof name, "prefill 32/8 d128 P64 %s", kname[k]);
+        prefill_case(name, (fx_geom){32, 8, 128, 64, AKV_DTYPE_BF16}, 5, h1, c1, AKV_DTYPE_BF16, AKV_DTYPE_BF16,
+                     AKV_DTYPE_BF16, kernels[k]);
+        /* many key tiles of both sizes, a last tile cut short, a chunk past two row tiles */
+        const uint32_t h4[2] = {3001, 127}, c4[2] = {700, 257};
+        snprintf(name, sizeof name, "prefill 32/8 d128 P64 long %s", kname[k]);
+        prefill_case(name, (fx_geom){32, 8, 128, 64, AKV_DTYPE_BF16}, 2, h4, c4, AKV_DTYPE_BF16, AKV_DTYPE_BF16,
+                     AKV_DTYPE_F32, kernels[k]);
+        const uint32_t h3[3] = {17, 0, 3}, c3[3] = {200, 16, 5};
+        snprintf(name, sizeof name, "prefill 4/2 d128 P16 %s", kname[k]);
+        prefill_case(name, (fx_geom){4, 2, 128, 16, AKV_DTYPE_BF16}, 3, h3, c3, AKV_DTYPE_F32, AKV_DTYPE_BF16,
+                     AKV_DTYPE_F32, kernels[k]);
+    }
     const uint32_t h2[2] = {0, 255}, c2[2] = {777, 129};
     prefill_case("prefill 9/3 d64 P256", (fx_geom){9, 3, 64, 256, AKV_DTYPE_BF16}, 2, h2, c2, AKV_DTYPE_F32,
-                 AKV_DTYPE_F32, AKV_DTYPE_F32);
-    const uint32_t h3[3] = {17, 0, 3}, c3[3] = {200, 16, 5};
-    prefill_case("prefill 4/2 d128 P16", (fx_geom){4, 2, 128, 16, AKV_DTYPE_BF16}, 3, h3, c3, AKV_DTYPE_F32,
-                 AKV_DTYPE_BF16, AKV_DTYPE_F32);
+                 AKV_DTYPE_F32, AKV_DTYPE_F32, AKV_ATTN_PREFILL_AUTO);
 }
 
 /* Copies the pages of sequence src_seq of table src into the pages of sequence dst_seq of
