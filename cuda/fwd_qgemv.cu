@@ -20,6 +20,8 @@
  * Loads: Q4_K and Q5_K blocks are 16-byte multiples (144, 176 bytes) and read in 16-byte
  * pieces; Q4_1 (20) in 4-byte pieces; Q8_0, Q4_0 and Q6_K (34, 18, 210) in 2-byte pieces.
  */
+#include <float.h>
+
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <stdint.h>
@@ -159,8 +161,11 @@ __global__ void quantize_x_kernel(const __nv_bfloat16 *__restrict__ x, int8_t *_
 #pragma unroll
         for (int o = 16; o > 0; o >>= 1)
             amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
-        const float dd = amax / 127.0f, id = dd > 0 ? 1.0f / dd : 0.0f;
-        const int qi = __float2int_rn(v * id);
+        /* as the host's akv_ops_quantize_rows_q8: a scale below the normal range (its inverse
+         * would be infinite) quantizes to zeros, and every quant is rounded half away from
+         * zero and clamped to +-127 (a non-finite element then converts defined) */
+        const float dd = amax / 127.0f, id = dd >= FLT_MIN ? 1.0f / dd : 0.0f;
+        const int qi = (int)fmaxf(-127.0f, fminf(127.0f, roundf(v * id)));
         int sum = qi;
 #pragma unroll
         for (int o = 16; o > 0; o >>= 1)
