@@ -235,37 +235,60 @@ akv_status akv_attn_ref_append(const akv_attn_append *p) {
 /* Rows of scores computed at once: at most this many floats of S per block. */
 #define FAST_S_FLOATS (1u << 22)
 
-/* o[e] += p[t] * v[t][e] over t < n ascending, a multiply then an add each (no fused
- * multiply-add: every instruction set gives the same bits); the sums held in a local row
- * (registers when D is a constant: fast_pv instantiates 64 and 128) and stored once. Cloned
- * for AVX2 where the CPU has it. */
+/* For each of R rows r: o_r[e] += p_r[t] * v[t][e] over t < n ascending, a multiply then an
+ * add each (no fused multiply-add: every instruction set gives the same bits). Row r's p is
+ * p + r * p_stride and its o is o + r * D. The rows of a GQA group share their keys, so one
+ * pass over V serves them all: the columns go 32 at a time, the R rows' sums of those columns
+ * held in a local block (registers when D and R are constants) and stored once. Each row's
+ * sums are the same operations in the same order whatever R is. Cloned for AVX2 where the CPU
+ * has it. */
+#define FAST_PV_COLS 32u
+#define FAST_PV_MAX_ROWS 4u
 static inline __attribute__((always_inline)) void fast_pv_d(float *restrict o,
-                                                            const float *restrict p,
+                                                            const float *restrict p, size_t p_stride,
                                                             const float *restrict v, size_t n,
-                                                            const uint32_t D) {
-    float acc[AKV_ATTN_MAX_HEAD_DIM];
-    for (uint32_t e = 0; e < D; e++)
-        acc[e] = o[e];
-    for (size_t t = 0; t < n; t++) {
-        const float pt = p[t], *vr = v + t * D;
-        for (uint32_t e = 0; e < D; e++)
-            acc[e] += pt * vr[e];
+                                                            const uint32_t D, const uint32_t R) {
+    for (uint32_t e0 = 0; e0 < D; e0 += FAST_PV_COLS) {
+        const uint32_t w = D - e0 < FAST_PV_COLS ? D - e0 : FAST_PV_COLS;
+        float acc[FAST_PV_MAX_ROWS][FAST_PV_COLS];
+        for (uint32_t r = 0; r < R; r++)
+            for (uint32_t e = 0; e < w; e++)
+                acc[r][e] = o[(size_t)r * D + e0 + e];
+        for (size_t t = 0; t < n; t++) {
+            const float *vr = v + t * D + e0;
+            for (uint32_t r = 0; r < R; r++) {
+                const float pt = p[(size_t)r * p_stride + t];
+                for (uint32_t e = 0; e < w; e++)
+                    acc[r][e] += pt * vr[e];
+            }
+        }
+        for (uint32_t r = 0; r < R; r++)
+            for (uint32_t e = 0; e < w; e++)
+                o[(size_t)r * D + e0 + e] = acc[r][e];
     }
-    for (uint32_t e = 0; e < D; e++)
-        o[e] = acc[e];
 }
+
+#define FAST_PV_ROWS(D)                                                                            \
+    do {                                                                                           \
+        if (rows == 1) fast_pv_d(o, p, p_stride, v, n, D, 1);                                      \
+        else if (rows == 2) fast_pv_d(o, p, p_stride, v, n, D, 2);                                 \
+        else if (rows == 3) fast_pv_d(o, p, p_stride, v, n, D, 3);                                 \
+        else fast_pv_d(o, p, p_stride, v, n, D, 4);                                                \
+    } while (0)
 
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
 __attribute__((target_clones("avx2", "default")))
 #endif
 static void
-fast_pv(float *o, const float *p, const float *v, size_t n, uint32_t d) {
+fast_pv(float *o, const float *p, size_t p_stride, const float *v, size_t n, uint32_t d,
+        uint32_t rows) {
+    AKV_ASSERT(rows >= 1 && rows <= FAST_PV_MAX_ROWS);
     if (d == 64)
-        fast_pv_d(o, p, v, n, 64);
+        FAST_PV_ROWS(64);
     else if (d == 128)
-        fast_pv_d(o, p, v, n, 128);
+        FAST_PV_ROWS(128);
     else
-        fast_pv_d(o, p, v, n, d);
+        fast_pv_d(o, p, p_stride, v, n, d, rows);
 }
 
 /* One sequence s, for each K/V head: its K and V rows widened to f32 once, the query rows of
@@ -332,10 +355,19 @@ static akv_status attend_fast(const kv_view *v, const rows_spec *r, uint32_t s, 
                 float *row = sm + (size_t)b * len, m = -INFINITY, l = 0;
                 for (int64_t t = 0; t < n_keys; t++) m = row[t] > m ? row[t] : m;
                 for (int64_t t = 0; t < n_keys; t++) l += row[t] = expf(row[t] - m);
-                fast_pv(om + (size_t)b * d, row, vf, (size_t)n_keys, d);
                 size_t tok = (size_t)start + i, j = (size_t)h * group + x % group;
                 if (out->lse) out->lse[tok * n_heads + j] = l > 0 ? m + logf(l) : -INFINITY;
                 sum[b] = l;
+            }
+            /* O = P V, the rows of a token's group (they see the same keys) in one pass */
+            for (uint32_t b = 0; b < nb;) {
+                const uint32_t x = x0 + b, i = x / group;
+                uint32_t run = group - x % group < nb - b ? group - x % group : nb - b;
+                if (run > FAST_PV_MAX_ROWS) run = FAST_PV_MAX_ROWS;
+                const int64_t n_keys = (int64_t)len - n + i + 1;
+                if (n_keys > 0)
+                    fast_pv(om + (size_t)b * d, sm + (size_t)b * len, len, vf, (size_t)n_keys, d, run);
+                b += run;
             }
             for (uint32_t b = 0; b < nb; b++) {
                 uint32_t x = x0 + b;
