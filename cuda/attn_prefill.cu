@@ -65,20 +65,66 @@ static __device__ __forceinline__ void pf_load_kv(const attn_kv &kv, int pb, int
     }
 }
 
+/* Where a block works: chunk rows m0..m0+rows_here-1 of sequence blockIdx.z (row tiles of br,
+ * the last launched first), query head `head` over K/V head h, the hist keys before the
+ * chunk, and kv_end, the keys any of its rows sees. False for a tile past the chunk. */
+struct pf_block {
+    int head, h, qs, m0, pb, hist, rows_here, kv_end;
+};
+static __device__ __forceinline__ bool pf_block_of(const pf_args &a, int br, pf_block &b) {
+    const int tile = a.n_q_tiles - 1 - (int)blockIdx.x, s = blockIdx.z;
+    b.head = blockIdx.y, b.h = b.head / a.group;
+    b.qs = a.qo_indptr[s];
+    const int chunk = a.qo_indptr[s + 1] - b.qs;
+    b.m0 = tile * br;
+    if (b.m0 >= chunk) return false;
+    b.pb = a.kv.indptr[s];
+    b.hist = attn_seq_len(a.kv, s) - chunk;
+    b.rows_here = min(br, chunk - b.m0);
+    b.kv_end = b.hist + b.m0 + b.rows_here; /* keys past this are masked for every row */
+    return true;
+}
+
+/* The causal rule on the scores of an m16 tile whose first row is chunk row `row`, keys t0..:
+ * row i sees keys up to hist + i. */
+template <int NT>
+static __device__ __forceinline__ void pf_mask(float (&sc)[NT][4], int t0, int hist, int row, int lane) {
+#pragma unroll
+    for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            const int t = t0 + nt * 8 + (lane & 3) * 2 + (e & 1);
+            const int i = row + (lane >> 2) + (e >> 1) * 8;
+            if (t > hist + i) sc[nt][e] = -INFINITY;
+        }
+}
+
+/* Row half hf of an m16 tile, block row r: normalised and written, with its lse. All lanes
+ * call it (the row's sum is a quad reduction). */
+template <int DN>
+static __device__ __forceinline__ void pf_store(const pf_args &a, const pf_block &b, int r, const float (&acc)[DN][4],
+                                                float m, float l, int hf, int lane) {
+    const float lsum = attn_quad_sum(l);
+    if (r >= b.rows_here) return;
+    const bool empty = !(lsum > 0.0f);
+    const float inv = empty ? 0.0f : 1.0f / lsum;
+    const size_t orow = (size_t)(b.qs + b.m0 + r) * a.n_heads + b.head;
+#pragma unroll
+    for (int dn = 0; dn < DN; dn++)
+        attn_store2(a.o, a.o_f32, orow * (DN * 8) + dn * 8 + (lane & 3) * 2, acc[dn][2 * hf] * inv,
+                    acc[dn][2 * hf + 1] * inv);
+    if ((lane & 3) == 0 && a.lse) a.lse[orow] = empty ? -INFINITY : (m + log2f(lsum)) * ATTN_LN2;
+}
+
 template <int D>
 __global__ void __launch_bounds__(128, 2) attn_prefill_kernel(const pf_args a) {
     using C = pf_cfg<D>;
     extern __shared__ __align__(128) unsigned char smem[];
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-    const int tile = a.n_q_tiles - 1 - (int)blockIdx.x;
-    const int head = blockIdx.y, s = blockIdx.z, h = head / a.group;
-    const int qs = a.qo_indptr[s], chunk = a.qo_indptr[s + 1] - qs;
-    const int m0 = tile * C::BR;
-    if (m0 >= chunk) return;
-    const int len = attn_seq_len(a.kv, s), pb = a.kv.indptr[s];
-    const int hist = len - chunk;
-    const int rows_here = min(C::BR, chunk - m0);
-    const int kv_end = hist + m0 + rows_here; /* keys past this are masked for every row */
+    pf_block b;
+    if (!pf_block_of(a, C::BR, b)) return;
+    const int head = b.head, h = b.h, qs = b.qs, m0 = b.m0, pb = b.pb, hist = b.hist;
+    const int rows_here = b.rows_here, kv_end = b.kv_end;
     const int n_tiles = (kv_end + C::BC - 1) / C::BC;
     unsigned char *sq = smem;
     const uint32_t sq_u = attn_smem_addr(sq), sk = sq_u + C::Q_BYTES, sv = sk + C::KV_BYTES;
@@ -137,15 +183,7 @@ __global__ void __launch_bounds__(128, 2) attn_prefill_kernel(const pf_args a) {
         /* 3. the causal mask, on tiles that cross this warp's diagonal only */
         if (t0 + C::BC - 1 > hist + wrow) {
 #pragma unroll
-            for (int mt = 0; mt < 2; mt++)
-#pragma unroll
-                for (int nt = 0; nt < 8; nt++)
-#pragma unroll
-                    for (int e = 0; e < 4; e++) {
-                        const int t = t0 + nt * 8 + (lane & 3) * 2 + (e & 1);
-                        const int i = wrow + mt * 16 + (lane >> 2) + (e >> 1) * 8;
-                        if (t > hist + i) sc[mt][nt][e] = -INFINITY;
-                    }
+            for (int mt = 0; mt < 2; mt++) pf_mask<8>(sc[mt], t0, hist, wrow + mt * 16, lane);
         }
         /* 4. online softmax in the log2 domain (scores are scaled on the fly) */
 #pragma unroll
@@ -185,20 +223,9 @@ __global__ void __launch_bounds__(128, 2) attn_prefill_kernel(const pf_args a) {
 #pragma unroll
     for (int mt = 0; mt < 2; mt++)
 #pragma unroll
-        for (int hf = 0; hf < 2; hf++) {
-            const float lsum = attn_quad_sum(l[mt][hf]);
-            const int r = warp * 32 + mt * 16 + (lane >> 2) + hf * 8;
-            if (r >= rows_here) continue;
-            const bool empty = !(lsum > 0.0f);
-            const float inv = empty ? 0.0f : 1.0f / lsum;
-            const size_t orow = (size_t)(qs + m0 + r) * a.n_heads + head;
-#pragma unroll
-            for (int dn = 0; dn < D / 8; dn++)
-                attn_store2(a.o, a.o_f32, orow * D + dn * 8 + (lane & 3) * 2, acc[mt][dn][2 * hf] * inv,
-                            acc[mt][dn][2 * hf + 1] * inv);
-            if ((lane & 3) == 0 && a.lse)
-                a.lse[orow] = empty ? -INFINITY : (m[mt][hf] + log2f(lsum)) * ATTN_LN2;
-        }
+        for (int hf = 0; hf < 2; hf++)
+            pf_store<D / 8>(a, b, warp * 32 + mt * 16 + (lane >> 2) + hf * 8, acc[mt], m[mt][hf], l[mt][hf], hf,
+                            lane);
 }
 
 /* ---- the wgmma kernel ------------------------------------------------------------------- */
@@ -234,15 +261,10 @@ __global__ void __launch_bounds__(256, 1) attn_prefill_wg_kernel(const pf_args a
     unsigned char *gq = smem_raw + (base - raw); /* the Q panels, by generic pointer */
     const uint32_t sq = base, sk0 = base + C::Q_BYTES;
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, wg = warp >> 2;
-    const int tile = a.n_q_tiles - 1 - (int)blockIdx.x;
-    const int head = blockIdx.y, s = blockIdx.z, h = head / a.group;
-    const int qs = a.qo_indptr[s], chunk = a.qo_indptr[s + 1] - qs;
-    const int m0 = tile * C::BR;
-    if (m0 >= chunk) return;
-    const int len = attn_seq_len(a.kv, s), pb = a.kv.indptr[s];
-    const int hist = len - chunk;
-    const int rows_here = min(C::BR, chunk - m0);
-    const int kv_end = hist + m0 + rows_here;
+    pf_block b;
+    if (!pf_block_of(a, C::BR, b)) return;
+    const int head = b.head, h = b.h, qs = b.qs, m0 = b.m0, pb = b.pb, hist = b.hist;
+    const int rows_here = b.rows_here, kv_end = b.kv_end;
     const int n_tiles = (kv_end + C::BC - 1) / C::BC;
 
     pw_load_kv(a.kv, pb, h, 0, kv_end, sk0, sk0 + C::KV_BYTES, tid);
@@ -291,16 +313,7 @@ __global__ void __launch_bounds__(256, 1) attn_prefill_wg_kernel(const pf_args a
         wg_commit();
         wg_wait<0>();
         wg_pin(sc);
-        if (t0 + C::BC - 1 > hist + w_row) {
-#pragma unroll
-            for (int nt = 0; nt < 16; nt++)
-#pragma unroll
-                for (int e = 0; e < 4; e++) {
-                    const int t = t0 + nt * 8 + (lane & 3) * 2 + (e & 1);
-                    const int i = w_row + (lane >> 2) + (e >> 1) * 8;
-                    if (t > hist + i) sc[nt][e] = -INFINITY;
-                }
-        }
+        if (t0 + C::BC - 1 > hist + w_row) pf_mask<16>(sc, t0, hist, w_row, lane);
         attn_softmax_step<16, 16>(sc, acc, m[0], l[0], 0, a.scale_log2);
         attn_softmax_step<16, 16>(sc, acc, m[1], l[1], 1, a.scale_log2);
         uint32_t pa[8][4];
@@ -319,20 +332,8 @@ __global__ void __launch_bounds__(256, 1) attn_prefill_wg_kernel(const pf_args a
     }
 
 #pragma unroll
-    for (int hf = 0; hf < 2; hf++) {
-        const float lsum = attn_quad_sum(l[hf]);
-        const int r = wg * 64 + (warp & 3) * 16 + (lane >> 2) + hf * 8;
-        if (r >= rows_here) continue;
-        const bool empty = !(lsum > 0.0f);
-        const float inv = empty ? 0.0f : 1.0f / lsum;
-        const size_t orow = (size_t)(qs + m0 + r) * a.n_heads + head;
-#pragma unroll
-        for (int dn = 0; dn < 16; dn++)
-            attn_store2(a.o, a.o_f32, orow * C::D + dn * 8 + (lane & 3) * 2, acc[dn][2 * hf] * inv,
-                        acc[dn][2 * hf + 1] * inv);
-        if ((lane & 3) == 0 && a.lse)
-            a.lse[orow] = empty ? -INFINITY : (m[hf] + log2f(lsum)) * ATTN_LN2;
-    }
+    for (int hf = 0; hf < 2; hf++)
+        pf_store<16>(a, b, wg * 64 + (warp & 3) * 16 + (lane >> 2) + hf * 8, acc, m[hf], l[hf], hf, lane);
 }
 
 template <int D>

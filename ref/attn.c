@@ -291,6 +291,12 @@ fast_pv(float *o, const float *p, size_t p_stride, const float *v, size_t n, uin
         fast_pv_d(o, p, p_stride, v, n, d, rows);
 }
 
+/* The rows from x on that belong to x's token (row x = i * group + g), at most `left`: they see
+ * the same keys. */
+static uint32_t group_run(uint32_t x, uint32_t group, uint32_t left) {
+    return group - x % group < left ? group - x % group : left;
+}
+
 /* One sequence s, for each K/V head: its K and V rows widened to f32 once, the query rows of
  * its group (every chunk row x every head of the group) scaled and gathered as a matrix, S =
  * Q K^T by the row-invariant product (akv_ops_matmul_cols) in blocks of rows, a causal mask
@@ -338,8 +344,7 @@ static akv_status attend_fast(const kv_view *v, const rows_spec *r, uint32_t s, 
             /* the scores a row sees, a token's group of rows at a time (they see the same
              * keys); the rest of S is never read */
             for (uint32_t b = 0; b < nb;) {
-                const uint32_t x = x0 + b, i = x / group,
-                               run = group - x % group < nb - b ? group - x % group : nb - b;
+                const uint32_t x = x0 + b, i = x / group, run = group_run(x, group, nb - b);
                 const int64_t n_keys = (int64_t)len - n + i + 1;
                 if (n_keys > 0)
                     akv_ops_matmul_cols(sm + (size_t)b * len, qm + (size_t)x * d, kf, NULL, run,
@@ -362,7 +367,7 @@ static akv_status attend_fast(const kv_view *v, const rows_spec *r, uint32_t s, 
             /* O = P V, the rows of a token's group (they see the same keys) in one pass */
             for (uint32_t b = 0; b < nb;) {
                 const uint32_t x = x0 + b, i = x / group;
-                uint32_t run = group - x % group < nb - b ? group - x % group : nb - b;
+                uint32_t run = group_run(x, group, nb - b);
                 if (run > FAST_PV_MAX_ROWS) run = FAST_PV_MAX_ROWS;
                 const int64_t n_keys = (int64_t)len - n + i + 1;
                 if (n_keys > 0)
