@@ -22,6 +22,7 @@
  * Results go to stdout and are appended to $AKV_BENCH_OUT (markdown) when set. */
 #define _POSIX_C_SOURCE 200809L
 #include <math.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -48,40 +49,60 @@ typedef struct row {
     double prefill_s, step_ms, eager_ms, kv_bytes;
 } row;
 
-/* The decode products alone: y = x W^T for one row (and four for the output projection) at
- * the 8B shapes, by cuBLAS and by the skinny kernel, timed with events around 20 launches on
- * the compute queue; GB/s of weights read, as a ratio of the device copy rate. */
+/* The decode products alone: y = x W^T for one row (and more for the engine's batches) at the
+ * 8B shapes, by cuBLAS and by the skinny kernel over bf16 W, and, with a block format, over
+ * the blocks by each CUDA path (integer dots up to AKV_FWD_QGEMV_MAX_ROWS rows, W widened for
+ * cuBLAS), timed with events around 20 launches on the
+ * compute queue; GB/s of weights read (their own bytes), as a ratio of the device copy rate. */
+enum { MM_BF16_CUBLAS, MM_BF16_GEMV, MM_Q_DOT, MM_Q_WIDEN, MM_COLS };
 typedef struct mm_row {
     const char *name;
     uint32_t m, n, k;
-    double us[2]; /* cuBLAS, skinny */
+    double us[MM_COLS];
 } mm_row;
 
-static void bench_matmuls(akv_dev *dev, mm_row *rows, int n_rows) {
-    size_t max_w = 0;
-    for (int i = 0; i < n_rows; i++)
+static void bench_matmuls(akv_dev *dev, mm_row *rows, int n_rows, akv_ops_wtype wt) {
+    size_t max_w = 0, max_q = 0, max_k = 0;
+    for (int i = 0; i < n_rows; i++) {
         if ((size_t)rows[i].n * rows[i].k * 2 > max_w) max_w = (size_t)rows[i].n * rows[i].k * 2;
-    akv_dptr w, x, y, ws;
+        if (wt && rows[i].n * akv_ops_wrow_bytes(wt, rows[i].k) > max_q)
+            max_q = rows[i].n * akv_ops_wrow_bytes(wt, rows[i].k);
+        if (rows[i].k > max_k) max_k = rows[i].k;
+    }
+    const size_t scratch = max_w + akv_fwd_qgemv_scratch_bytes(AKV_FWD_QGEMV_MAX_ROWS, (uint32_t)max_k);
+    akv_dptr w, x, y, ws, wq = {0}, sc = {0};
     TRY(akv_dev_mem_alloc(dev, max_w, &w));
-    TRY(akv_dev_mem_alloc(dev, 32u * 14336 * 2, &x));
-    TRY(akv_dev_mem_alloc(dev, 32u * 128256 * 4, &y));
+    TRY(akv_dev_mem_alloc(dev, 64u * 14336 * 2, &x));
+    TRY(akv_dev_mem_alloc(dev, 64u * 128256 * 4, &y));
     TRY(akv_dev_mem_alloc(dev, 32u << 20, &ws));
     TRY(akv_dev_memset_sync(dev, w, 0x3c, max_w)); /* bf16 0x3c3c, about 0.0115 */
-    TRY(akv_dev_memset_sync(dev, x, 0x3c, 32u * 14336 * 2));
+    TRY(akv_dev_memset_sync(dev, x, 0x3c, 64u * 14336 * 2));
+    if (wt) {
+        TRY(akv_dev_mem_alloc(dev, max_q, &wq));
+        TRY(akv_dev_mem_alloc(dev, scratch, &sc));
+        akv_fwd_fill_args fa = {.y = wq, .n = max_q, .seed = 3, .scale = 0.01f, .w_type = wt};
+        TRY(akv_dev_op_launch(dev, &akv_fwd_op_fill, &fa, sizeof fa));
+        TRY(akv_dev_queue_sync(dev, AKV_QUEUE_COMPUTE));
+    }
     akv_event *e0, *e1;
     TRY(akv_dev_event_create(dev, AKV_EVENT_TIMING, &e0));
     TRY(akv_dev_event_create(dev, AKV_EVENT_TIMING, &e1));
     enum { N_LAUNCH = 20 };
+    static const uint32_t algo[MM_COLS] = {AKV_FWD_MATMUL_CUBLAS, AKV_FWD_MATMUL_GEMV,
+                                           AKV_FWD_MATMUL_GEMV, AKV_FWD_MATMUL_CUBLAS};
     for (int i = 0; i < n_rows; i++) {
-        for (int algo = 0; algo < 2; algo++) {
-            if (algo && rows[i].m > 4) { /* the skinny kernel takes up to 4 rows */
-                rows[i].us[algo] = NAN;
+        for (int col = 0; col < MM_COLS; col++) {
+            const bool block = col >= MM_Q_DOT;
+            /* the skinny kernels take up to 4 rows */
+            if ((block && !wt) || ((col == MM_BF16_GEMV || col == MM_Q_DOT) && rows[i].m > 4)) {
+                rows[i].us[col] = NAN;
                 continue;
             }
-            akv_fwd_matmul_args a = {.y = y, .x = x, .w = w, .m = rows[i].m, .n = rows[i].n,
-                                     .k = rows[i].k, .beta = 1, .workspace = ws,
-                                     .workspace_bytes = 32u << 20,
-                                     .algo = algo ? AKV_FWD_MATMUL_GEMV : AKV_FWD_MATMUL_CUBLAS};
+            akv_fwd_matmul_args a = {.y = y, .x = x, .w = block ? wq : w, .m = rows[i].m,
+                                     .n = rows[i].n, .k = rows[i].k, .beta = 1, .workspace = ws,
+                                     .workspace_bytes = 32u << 20, .algo = algo[col],
+                                     .w_type = block ? wt : 0, .scratch = block ? sc : (akv_dptr){0},
+                                     .scratch_bytes = block ? scratch : 0};
             double best = INFINITY;
             for (int rep = 0; rep < 3; rep++) {
                 TRY(akv_dev_event_record(dev, e0, AKV_QUEUE_COMPUTE));
@@ -93,7 +114,7 @@ static void bench_matmuls(akv_dev *dev, mm_row *rows, int n_rows) {
                 TRY(akv_dev_event_elapsed_ns(dev, e0, e1, &ns));
                 if (ns / 1e3 / N_LAUNCH < best) best = ns / 1e3 / N_LAUNCH;
             }
-            rows[i].us[algo] = best;
+            rows[i].us[col] = best;
         }
     }
     TRY(akv_dev_event_destroy(dev, e0));
@@ -102,6 +123,10 @@ static void bench_matmuls(akv_dev *dev, mm_row *rows, int n_rows) {
     TRY(akv_dev_mem_free(dev, x));
     TRY(akv_dev_mem_free(dev, y));
     TRY(akv_dev_mem_free(dev, ws));
+    if (wt) {
+        TRY(akv_dev_mem_free(dev, wq));
+        TRY(akv_dev_mem_free(dev, sc));
+    }
 }
 
 /* Prefill ctx tokens and time N_STEPS decode steps on fresh pools sized for the context. */
@@ -110,7 +135,7 @@ static row bench_ctx(akv_dev *dev, akv_forward_dev *f, akv_forward_dev *fe, uint
     uint32_t n_layers = c->n_layers;
     akv_geom g;
     TRY(akv_geom_init(&g, n_layers, c->n_kv_heads, c->head_dim, AKV_DTYPE_BF16, 0));
-    uint64_t total = (uint64_t)ctx + 2 * N_STEPS + 2;
+    uint64_t total = (uint64_t)ctx + 2 * N_STEPS + 6;
     bench_route br;
     TRY(bench_route_open(dev, &g, AKV_ROUTE_RESIDENT, total, 0, 0, &br));
     akv_route *r = br.r;
@@ -143,6 +168,19 @@ static row bench_ctx(akv_dev *dev, akv_forward_dev *f, akv_forward_dev *fe, uint
             TRY(akv_forward_dev_run(p, tok + (pos % CHUNK), 1, pos, &kv, logits, false));
         }
         if (b >= 0) spent[b & 1] += akv_clock_s() - tb;
+    }
+    /* AKV_BENCH_PROFILE=1: device time per op over 4 steps launched op by op at 1K (each
+     * launch between two timing events, so the steps are slower than the table's) */
+    if (getenv("AKV_BENCH_PROFILE") && ctx == 1024) {
+        TRY(akv_dev_profile_start(dev, 4u * (c->n_layers * 24 + 16)));
+        double tp = akv_clock_s();
+        for (int i = 0; i < 4; i++, pos++) {
+            TRY(akv_route_begin_step(r, &(akv_route_req){seq, pos + 1}, 1));
+            TRY(akv_forward_dev_run(fe, tok + (pos % CHUNK), 1, pos, &kv, logits, false));
+        }
+        FILE *md = bench_out_open();
+        bench_print_profile(dev, md, "Decode at 1K, 4 steps op by op", akv_clock_s() - tp, 16);
+        if (md) fclose(md);
     }
     int finite = 1;
     for (uint32_t i = 0; i < c->n_vocab; i++)
@@ -187,14 +225,18 @@ int main(void) {
     /* the device copy rate: 1 GiB device to device, bytes read + written */
     double copy_bps = bench_copy_rate_bps(dev, (size_t)1 << 30);
 
-    mm_row mms[] = {{"q|k|v", 1, 6144, 4096, {0, 0}},     {"o", 1, 4096, 4096, {0, 0}},
-                    {"gate|up", 1, 28672, 4096, {0, 0}},  {"down", 1, 4096, 14336, {0, 0}},
-                    {"output", 1, 128256, 4096, {0, 0}},  {"gate|up, 4 rows", 4, 28672, 4096, {0, 0}},
-                    {"gate|up, 8 rows", 8, 28672, 4096, {0, 0}},
-                    {"gate|up, 16 rows", 16, 28672, 4096, {0, 0}},
-                    {"gate|up, 32 rows", 32, 28672, 4096, {0, 0}}};
+    mm_row mms[] = {{"q|k|v", 1, 6144, 4096, {0}},     {"o", 1, 4096, 4096, {0}},
+                    {"gate|up", 1, 28672, 4096, {0}},  {"down", 1, 4096, 14336, {0}},
+                    {"output", 1, 128256, 4096, {0}},  {"gate|up, 2 rows", 2, 28672, 4096, {0}},
+                    {"gate|up, 4 rows", 4, 28672, 4096, {0}},
+                    {"gate|up, 8 rows", 8, 28672, 4096, {0}},
+                    {"gate|up, 16 rows", 16, 28672, 4096, {0}},
+                    {"gate|up, 32 rows", 32, 28672, 4096, {0}},
+                    {"gate|up, 64 rows", 64, 28672, 4096, {0}},
+                    {"o, 8 rows", 8, 4096, 4096, {0}},
+                    {"down, 8 rows", 8, 4096, 14336, {0}}};
     const int n_mm = (int)(sizeof mms / sizeof mms[0]);
-    bench_matmuls(dev, mms, n_mm);
+    bench_matmuls(dev, mms, n_mm, fp.synthetic_type);
 
     uint32_t ctxs[4] = {1024, 8192, 32768, 131072};
     int n_ctx = getenv("AKV_BENCH_LONG") ? 4 : 3;
@@ -226,14 +268,24 @@ int main(void) {
                    lkv, lkv / rows[i].step_ms);
     }
     bench_emit(out, "\n### Decode products alone (weights read once; ratio = weight bytes / time / "
-                    "copy rate)\n\n| product | m | n x k | cuBLAS us | ratio | skinny kernel us | "
-                    "ratio |\n|---|---|---|---|---|---|---|\n");
+                    "copy rate)\n\n| product | m | n x k | bf16 cuBLAS us | ratio | bf16 skinny us "
+                    "| ratio |");
+    if (fp.synthetic_type)
+        bench_emit(out, " %s dots us | ratio | %s widened + cuBLAS us | ratio |", wname, wname);
+    bench_emit(out, "\n|---|---|---|---|---|---|---|%s\n", fp.synthetic_type ? "---|---|---|---|" : "");
     for (int i = 0; i < n_mm; i++) {
-        double wbytes = (double)mms[i].n * mms[i].k * 2;
-        bench_emit(out, "| %s | %u | %u x %u | %.1f | %.2f | %.1f | %.2f |\n", mms[i].name,
-                   mms[i].m, mms[i].n, mms[i].k, mms[i].us[0],
-                   wbytes / (mms[i].us[0] * 1e-6) / copy_bps, mms[i].us[1],
-                   wbytes / (mms[i].us[1] * 1e-6) / copy_bps);
+        const double wbytes[MM_COLS] = {
+            [MM_BF16_CUBLAS] = (double)mms[i].n * mms[i].k * 2,
+            [MM_BF16_GEMV] = (double)mms[i].n * mms[i].k * 2,
+            [MM_Q_DOT] = fp.synthetic_type
+                             ? (double)mms[i].n * akv_ops_wrow_bytes(fp.synthetic_type, mms[i].k)
+                             : 0};
+        bench_emit(out, "| %s | %u | %u x %u |", mms[i].name, mms[i].m, mms[i].n, mms[i].k);
+        for (int col = 0; col < (fp.synthetic_type ? MM_COLS : MM_Q_DOT); col++) {
+            const double b = wbytes[col < MM_Q_DOT ? col : MM_Q_DOT];
+            bench_emit(out, " %.1f | %.2f |", mms[i].us[col], b / (mms[i].us[col] * 1e-6) / copy_bps);
+        }
+        bench_emit(out, "\n");
     }
     if (out) fclose(out);
     akv_forward_dev_destroy(f);

@@ -103,23 +103,6 @@ static double model_flops(const akv_model_config *c, uint64_t n) {
 
 static FILE *out_md; /* $AKV_BENCH_OUT */
 
-static void print_profile(akv_dev *dev, const char *what, double wall_s) {
-    akv_dev_profile_row rows[PROFILE_ROWS];
-    akv_dev_profile_summary s;
-    TRY(akv_dev_profile_stop(dev, rows, PROFILE_ROWS, &s));
-    const double span = s.span_ns / 1e9, ops = s.ops_ns / 1e9;
-    bench_emit(out_md,
-               "\n%s: wall %.3f s; device span %.3f s = ops %.3f s + outside ops %.3f s; host "
-               "outside the span %.3f s; %llu launches (%llu untimed), %zu keys.\n\n"
-               "| op | launches | ms | share of ops |\n|---|---:|---:|---:|\n",
-               what, wall_s, span, ops, span - ops, wall_s - span, (unsigned long long)s.launches,
-               (unsigned long long)s.untimed, s.n_keys);
-    for (size_t i = 0; i < s.n_keys && i < PROFILE_ROWS; i++)
-        bench_emit(out_md, "| %s | %llu | %.3f | %.1f %% |\n", rows[i].key,
-                   (unsigned long long)rows[i].launches, rows[i].ns / 1e6,
-                   100.0 * rows[i].ns / s.ops_ns);
-}
-
 /* One prefill of n tokens in chunks of `chunk` on a fresh route of this kind. */
 static run prefill(akv_dev *dev, akv_forward_dev *f, akv_route_kind kind, uint32_t n,
                    uint32_t chunk, const char *profile) {
@@ -157,7 +140,7 @@ static run prefill(akv_dev *dev, akv_forward_dev *f, akv_route_kind kind, uint32
         pos += m;
     }
     out.wall_s = akv_clock_s() - t0;
-    if (profile) print_profile(dev, profile, out.wall_s);
+    if (profile) bench_print_profile(dev, out_md, profile, out.wall_s, PROFILE_ROWS);
     akv_route_get_stats(r, &s1);
     out.staged_gb = (double)(s1.staged_bytes - s0.staged_bytes) / 1e9;
     int finite = 1;

@@ -85,4 +85,25 @@ static inline void bench_emit(FILE *f, const char *fmt, ...) {
     }
 }
 
+/* Ends the device's op profile (akv_dev_profile_start) and prints its table to stdout and f:
+ * device time per op (the top `cap` keys, at most 24), the span and what lies outside ops. */
+static inline void bench_print_profile(akv_dev *dev, FILE *f, const char *what, double wall_s,
+                                       size_t cap) {
+    akv_dev_profile_row rows[24];
+    akv_dev_profile_summary s;
+    if (cap > 24) cap = 24;
+    TRY(akv_dev_profile_stop(dev, rows, cap, &s));
+    const double span = s.span_ns / 1e9, ops = s.ops_ns / 1e9;
+    bench_emit(f,
+               "\n%s: wall %.3f s; device span %.3f s = ops %.3f s + outside ops %.3f s; host "
+               "outside the span %.3f s; %llu launches (%llu untimed), %zu keys.\n\n"
+               "| op | launches | ms | share of ops |\n|---|---:|---:|---:|\n",
+               what, wall_s, span, ops, span - ops, wall_s - span, (unsigned long long)s.launches,
+               (unsigned long long)s.untimed, s.n_keys);
+    for (size_t i = 0; i < s.n_keys && i < cap; i++)
+        bench_emit(f, "| %s | %llu | %.3f | %.1f %% |\n", rows[i].key,
+                   (unsigned long long)rows[i].launches, rows[i].ns / 1e6,
+                   100.0 * rows[i].ns / s.ops_ns);
+}
+
 #endif

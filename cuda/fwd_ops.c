@@ -7,7 +7,8 @@
  * ld k): cublasGemmEx(T, N, n, m, k) with bf16 A and B, f32 C and CUBLAS_COMPUTE_32F (tensor
  * cores, f32 accumulation). beta 0 or 1 (1 adds into the residual stream).
  *
- * Decode's skinny products (m <= 4) go to cuda/fwd_gemv.cu instead (akv_fwd_matmul_algo).
+ * Decode's skinny products (m <= 4) go to cuda/fwd_gemv.cu instead, and products over block
+ * weights of up to AKV_FWD_QGEMV_MAX_ROWS rows to cuda/fwd_qgemv.cu (akv_fwd_matmul_algo).
  *
  * Determinism: cuBLAS gives the same bits for the same call on the same GPU model and library
  * version when the stream and the workspace are the same; atomics stay off (the default). The
@@ -60,16 +61,17 @@ akv_status akv__cuda_fwd_matmul(const void *args, const akv__cuda_launch *l) {
         return AKV_EINVAL;
     }
     if (a.w_type && a.w_type != AKV_OPS_W_BF16) {
-        /* block W: decoded in registers for a few rows; else widened into `dequant`, then the
-         * bf16 product below */
+        /* block W: decoded in registers for up to AKV_FWD_QGEMV_MAX_ROWS rows; else widened
+         * into `scratch`, then the bf16 product below */
         akv_status st;
-        if (a.m <= AKV_FWD_QGEMV_MAX_ROWS) {
+        if (a.algo == AKV_FWD_MATMUL_GEMV ||
+            (a.algo == AKV_FWD_MATMUL_AUTO && a.m <= AKV_FWD_QGEMV_MAX_ROWS)) {
             st = akv__cuda_qgemv(a.y.addr, a.x.addr, a.w.addr, a.w_type, a.m, a.n, a.k, (int)a.beta,
                                  a.scratch.addr, a.scratch_bytes, l->n_sm, l->stream);
             if (st == AKV_EINVAL)
-                AKV_LOG_E("cuda matmul: the block product does not take type %u, k %u, this "
-                          "alignment or %llu bytes of scratch (%llu needed)",
-                          a.w_type, a.k, (unsigned long long)a.scratch_bytes,
+                AKV_LOG_E("cuda matmul: the block product (algo %u) does not take m %u, type %u, "
+                          "k %u, this alignment or %llu bytes of scratch (%llu needed)",
+                          a.algo, a.m, a.w_type, a.k, (unsigned long long)a.scratch_bytes,
                           (unsigned long long)akv_fwd_qgemv_scratch_bytes(a.m, a.k));
             return st;
         }

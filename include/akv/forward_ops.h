@@ -121,10 +121,12 @@ typedef struct akv_fwd_fill_args {
     uint32_t w_type;   /* 0, or the block format (akv_ops_wtype) of the bytes */
 } akv_fwd_fill_args;
 
-/* How the CUDA backend computes a product (the host ignores it). AUTO: the skinny kernel
- * (cuda/fwd_gemv.cu: one warp per output row, a stream over W) for m = 1 when k is a
- * multiple of 8 and x, W are 16-byte aligned, cuBLAS otherwise (GEMV takes m <= 4). The others force one (GEMV
- * refuses a shape it cannot take with AKV_EUNSUPPORTED); benchmarks compare them. */
+/* How the CUDA backend computes a product (the host ignores it). AUTO over bf16 W: the skinny
+ * kernel (cuda/fwd_gemv.cu: one warp per output row, a stream over W) for m = 1 when k is a
+ * multiple of 8 and x, W are 16-byte aligned, cuBLAS otherwise (GEMV takes m <= 4). AUTO over
+ * block W: integer dots (GEMV) up to AKV_FWD_QGEMV_MAX_ROWS rows, W widened to bf16 for cuBLAS
+ * (CUBLAS) above. The others force one (a shape it cannot take is refused: AKV_EUNSUPPORTED
+ * for bf16 W, AKV_EINVAL for block W); benchmarks compare them. */
 typedef enum akv_fwd_matmul_algo {
     AKV_FWD_MATMUL_AUTO = 0,
     AKV_FWD_MATMUL_CUBLAS = 1,

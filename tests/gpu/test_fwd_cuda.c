@@ -256,13 +256,16 @@ static void ops_case(uint32_t rows, uint32_t n) {
 }
 
 /* Block weights: the fill gives the same bytes on both devices, and the product over them
- * (8-bit x and integer dots for m <= AKV_FWD_QGEMV_MAX_ROWS, W widened to bf16 above) agrees
- * with the host's f32 product over the decoded weights within what those roundings allow,
- * for every format, with beta 0 and 1. */
+ * agrees with the host's f32 product over the decoded weights within what those roundings
+ * allow, for every format, with beta 0 and 1, on every CUDA path: 8-bit x and integer dots
+ * (GEMV, m <= AKV_FWD_QGEMV_MAX_ROWS), W widened to bf16 (CUBLAS: the widening's warps write
+ * 32 sub-blocks of output together, so shapes whose sub-block count is no multiple of 32 test
+ * its tail), and AUTO's pick. Shapes: n = 37, k of 3, 16 and 40 sub-blocks. */
 static void blocks_case(akv_ops_wtype t) {
-    char what[128];
-    const uint32_t n = 37, ks[2] = {512, 96}, ms[6] = {1, 2, 3, 4, 5, 17};
-    for (int kk = 0; kk < 2; kk++) {
+    char what[160];
+    const uint32_t n = 37, ks[3] = {512, 96, 1280},
+                   ms[6] = {1, 2, 3, AKV_FWD_QGEMV_MAX_ROWS, AKV_FWD_QGEMV_MAX_ROWS + 1, 17};
+    for (int kk = 0; kk < 3; kk++) {
         const uint32_t k = ks[kk];
         const size_t rb = akv_ops_wrow_bytes(t, k);
         if (!rb) continue; /* 96 is no whole K super-block */
@@ -275,22 +278,32 @@ static void blocks_case(akv_ops_wtype t) {
         snprintf(what, sizeof what, "fill %s n=%u k=%u", akv_ops_wtype_name(t), n, k);
         TEST_CHECK_(!memcmp(raw[0], raw[1], n * rb), "%s: CUDA bytes differ from the host's", what);
         akv__free(raw[0]), akv__free(raw[1]);
-        pair pdq = pput(NULL, (size_t)n * k * 2);
+        /* room for W widened and for x quantized at the most rows */
+        const uint64_t scratch =
+            (uint64_t)n * k * 2 + akv_fwd_qgemv_scratch_bytes(AKV_FWD_QGEMV_MAX_ROWS, k);
+        pair pdq = pput(NULL, scratch);
         for (int mi = 0; mi < 6; mi++) {
             const uint32_t m = ms[mi];
             float *mx = rand_f32((size_t)m * k, 1);
             uint16_t *bx = to_bf16(mx, (size_t)m * k);
             pair px = pput(bx, (size_t)m * k * 2), y = pput(NULL, (size_t)m * n * 4);
-            for (uint32_t beta = 0; beta < 2; beta++) {
-                LAUNCH2(akv_fwd_op_matmul,
-                        akv_fwd_matmul_args a = {.y = y.d[s], .x = px.d[s], .w = pw.d[s], .m = m,
-                                                 .n = n, .k = k, .beta = beta, .w_type = t,
-                                                 .scratch = pdq.d[s],
-                                                 .scratch_bytes = (uint64_t)n * k * 2});
-                snprintf(what, sizeof what, "matmul %s m=%u n=%u k=%u beta=%u",
-                         akv_ops_wtype_name(t), m, n, k, beta);
-                /* up to 4 rows: 8-bit x (the host product has f32 x); more: bf16 W */
-                pcheck(y, (size_t)m * n, AKV_DTYPE_F32, 2e-2, what);
+            static const uint32_t algos[3] = {AKV_FWD_MATMUL_AUTO, AKV_FWD_MATMUL_GEMV,
+                                              AKV_FWD_MATMUL_CUBLAS};
+            static const char *const names[3] = {"auto", "gemv", "cublas"};
+            for (int ai = 0; ai < 3; ai++) {
+                if (algos[ai] == AKV_FWD_MATMUL_GEMV && m > AKV_FWD_QGEMV_MAX_ROWS) continue;
+                for (uint32_t beta = 0; beta < 2; beta++) {
+                    LAUNCH2(akv_fwd_op_matmul,
+                            akv_fwd_matmul_args a = {.y = y.d[s], .x = px.d[s], .w = pw.d[s],
+                                                     .m = m, .n = n, .k = k, .beta = beta,
+                                                     .algo = algos[ai], .w_type = t,
+                                                     .scratch = pdq.d[s],
+                                                     .scratch_bytes = scratch});
+                    snprintf(what, sizeof what, "matmul %s %s m=%u n=%u k=%u beta=%u",
+                             akv_ops_wtype_name(t), names[ai], m, n, k, beta);
+                    /* 8-bit x by GEMV (the host product has f32 x); bf16 W by CUBLAS */
+                    pcheck(y, (size_t)m * n, AKV_DTYPE_F32, 2e-2, what);
+                }
             }
             pfree(px), pfree(y);
             akv__free(mx), akv__free(bx);
