@@ -728,19 +728,18 @@ static akv_status fdev_layer_run(akv_forward_dev *f, uint32_t l, uint32_t n, uin
         akv_fwd_add_args b = {.y = f->qkv, .a = L->bqkv, .n_rows = n, .n = f->qkv_dim};
         if ((st = FDEV_LAUNCH(f, akv_fwd_op_add, b))) return st;
     }
-    akv_fwd_rope_args rq = {.x = f->qkv,
-                            .pos = akv_dptr_offset(f->io, fdev_io_pos(f) * 4),
-                            .inv_freq = f->inv_freq,
-                            .n_tokens = n,
-                            .n_heads = c->n_heads,
-                            .head_dim = c->head_dim,
-                            .n_rot = c->n_rot,
-                            .stride = f->qkv_dim,
-                            .mode = c->rope_mode};
-    akv_fwd_rope_args rk = rq;
-    rk.x = akv_dptr_offset(f->qkv, (size_t)f->q_dim * 4), rk.n_heads = c->n_kv_heads;
-    if ((st = FDEV_LAUNCH(f, akv_fwd_op_rope, rq)) || (st = FDEV_LAUNCH(f, akv_fwd_op_rope, rk)))
-        return st;
+    /* RoPE over Q and K in one launch: a row's K heads follow its Q heads (the qkv layout),
+     * so they are heads n_heads .. n_heads + n_kv_heads - 1 of the same rows */
+    akv_fwd_rope_args rqk = {.x = f->qkv,
+                             .pos = akv_dptr_offset(f->io, fdev_io_pos(f) * 4),
+                             .inv_freq = f->inv_freq,
+                             .n_tokens = n,
+                             .n_heads = c->n_heads + c->n_kv_heads,
+                             .head_dim = c->head_dim,
+                             .n_rot = c->n_rot,
+                             .stride = f->qkv_dim,
+                             .mode = c->rope_mode};
+    if ((st = FDEV_LAUNCH(f, akv_fwd_op_rope, rqk))) return st;
 
     /* the history: the hook places the pages, the attention writes and reads them */
     akv_forward_parts parts;
