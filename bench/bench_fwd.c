@@ -19,6 +19,8 @@
  *                    (akv_dev_cuda_time_us), the rate a kernel can stream memory at;
  *   limit (+K/V)     the same with the K/V history read once per step added to the bytes.
  *   ratio            limit time / measured step time (1.0 = at the bandwidth limit).
+ * AKV_BENCH_PROFILE=1 adds the device's op profile (akv_dev_profile_start) of 4 decode steps
+ * at 1K launched op by op: device time per op name and product shape.
  * Results go to stdout and are appended to $AKV_BENCH_OUT (markdown) when set. */
 #define _POSIX_C_SOURCE 200809L
 #include <math.h>
