@@ -126,6 +126,25 @@ static int pcheck(pair y, size_t n, akv_dtype t, double tol, const char *what) {
         CHECK_OK(akv_dev_op_launch(devs[s], &(op), &a, sizeof a));                                 \
     }
 
+/* RMSNorm of rows x n f32 at px (both devices) to f32 and bf16 against the host. */
+static void norm_case(pair px, uint32_t rows, uint32_t n) {
+    char what[96];
+    float *w = rand_f32(n, 1);
+    pair pw = pput(w, n * 4);
+    for (int t = 0; t < 2; t++) {
+        akv_dtype dt = t ? AKV_DTYPE_BF16 : AKV_DTYPE_F32;
+        pair y = pput(NULL, (size_t)rows * n * akv_dtype_size(dt));
+        LAUNCH2(akv_fwd_op_rmsnorm,
+                akv_fwd_rmsnorm_args a = {.y = y.d[s], .x = px.d[s], .w = pw.d[s], .n_rows = rows,
+                                          .n = n, .eps = 1e-5f, .y_dtype = dt});
+        snprintf(what, sizeof what, "rmsnorm %s %ux%u", akv_dtype_name(dt), rows, n);
+        pcheck(y, (size_t)rows * n, dt, t ? 8e-3 : 1e-6, what);
+        pfree(y);
+    }
+    pfree(pw);
+    akv__free(w);
+}
+
 static void ops_case(uint32_t rows, uint32_t n) {
     char what[96];
     const akv_dtype B = AKV_DTYPE_BF16, F = AKV_DTYPE_F32;
@@ -176,19 +195,7 @@ static void ops_case(uint32_t rows, uint32_t n) {
     snprintf(what, sizeof what, "add %ux%u", rows, n);
     pcheck(xf2, rn, F, 0, what);
 
-    /* rmsnorm to f32 and bf16 */
-    float *w = rand_f32(n, 1);
-    pair pw = pput(w, n * 4);
-    for (int t = 0; t < 2; t++) {
-        akv_dtype dt = t ? B : F;
-        pair y = pput(NULL, rn * akv_dtype_size(dt));
-        LAUNCH2(akv_fwd_op_rmsnorm,
-                akv_fwd_rmsnorm_args a = {.y = y.d[s], .x = xf.d[s], .w = pw.d[s], .n_rows = rows,
-                                          .n = n, .eps = 1e-5f, .y_dtype = dt});
-        snprintf(what, sizeof what, "rmsnorm %s %ux%u", akv_dtype_name(dt), rows, n);
-        pcheck(y, rn, dt, t ? 8e-3 : 1e-6, what);
-        pfree(y);
-    }
+    norm_case(xf, rows, n);
 
     /* swiglu over interleaved gate|up rows */
     float *gu = rand_f32(2 * rn, 4);
@@ -251,8 +258,8 @@ static void ops_case(uint32_t rows, uint32_t n) {
         }
     }
     pfree(pp), pfree(pinv);
-    pfree(xf), pfree(xb), pfree(xf2), pfree(pid), pfree(pb), pfree(pw), pfree(pgu);
-    akv__free(x), akv__free(b), akv__free(w), akv__free(gu), akv__free(q);
+    pfree(xf), pfree(xb), pfree(xf2), pfree(pid), pfree(pb), pfree(pgu);
+    akv__free(x), akv__free(b), akv__free(gu), akv__free(q);
 }
 
 /* Block weights: the fill gives the same bytes on both devices, and the product over them
@@ -436,6 +443,17 @@ int main(int argc, char **argv) {
         for (int i = 0; i < 4; i++)
             for (int j = 0; j < 4; j++)
                 ops_case(sizes[i], sizes[j]);
+    }
+    /* the CUDA RMSNorm holds up to 8192 elements a row in registers, and loops above */
+    TEST_CASE(wide_rmsnorm_matches_host) {
+        const uint32_t ns[3] = {8192, 8193, 12000};
+        for (int i = 0; i < 3; i++) {
+            float *x = rand_f32(3u * ns[i], 1);
+            pair px = pput(x, 3u * ns[i] * 4);
+            norm_case(px, 3, ns[i]);
+            pfree(px);
+            akv__free(x);
+        }
     }
     TEST_CASE(block_products_match_host) {
         for (int t = AKV_OPS_W_Q8_0; t <= AKV_OPS_W_Q6_K; t++) blocks_case((akv_ops_wtype)t);
