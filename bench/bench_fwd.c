@@ -54,8 +54,8 @@ typedef struct row {
 /* The decode products alone: y = x W^T for one row (and more for the engine's batches) at the
  * 8B shapes, by cuBLAS and by the skinny kernel over bf16 W, and, with a block format, over
  * the blocks by each CUDA path (integer dots up to AKV_FWD_QGEMV_MAX_ROWS rows, W widened for
- * cuBLAS), timed with events around 20 launches on the
- * compute queue; GB/s of weights read (their own bytes), as a ratio of the device copy rate. */
+ * cuBLAS), timed with events around 20 launches on the compute queue; GB/s of weights read
+ * (their own bytes), as a ratio of the device copy rate. */
 enum { MM_BF16_CUBLAS, MM_BF16_GEMV, MM_Q_DOT, MM_Q_WIDEN, MM_COLS };
 typedef struct mm_row {
     const char *name;
@@ -137,6 +137,7 @@ static row bench_ctx(akv_dev *dev, akv_forward_dev *f, akv_forward_dev *fe, uint
     uint32_t n_layers = c->n_layers;
     akv_geom g;
     TRY(akv_geom_init(&g, n_layers, c->n_kv_heads, c->head_dim, AKV_DTYPE_BF16, 0));
+    /* the timed steps, an untimed one per pass and AKV_BENCH_PROFILE's 4 */
     uint64_t total = (uint64_t)ctx + 2 * N_STEPS + 6;
     bench_route br;
     TRY(bench_route_open(dev, &g, AKV_ROUTE_RESIDENT, total, 0, 0, &br));
@@ -276,15 +277,15 @@ int main(void) {
         bench_emit(out, " %s dots us | ratio | %s widened + cuBLAS us | ratio |", wname, wname);
     bench_emit(out, "\n|---|---|---|---|---|---|---|%s\n", fp.synthetic_type ? "---|---|---|---|" : "");
     for (int i = 0; i < n_mm; i++) {
-        const double wbytes[MM_COLS] = {
-            [MM_BF16_CUBLAS] = (double)mms[i].n * mms[i].k * 2,
-            [MM_BF16_GEMV] = (double)mms[i].n * mms[i].k * 2,
-            [MM_Q_DOT] = fp.synthetic_type
+        /* each column's ratio counts its own weights' bytes */
+        const double bf16_bytes = (double)mms[i].n * mms[i].k * 2,
+                     block_bytes =
+                         fp.synthetic_type
                              ? (double)mms[i].n * akv_ops_wrow_bytes(fp.synthetic_type, mms[i].k)
-                             : 0};
+                             : 0;
         bench_emit(out, "| %s | %u | %u x %u |", mms[i].name, mms[i].m, mms[i].n, mms[i].k);
         for (int col = 0; col < (fp.synthetic_type ? MM_COLS : MM_Q_DOT); col++) {
-            const double b = wbytes[col < MM_Q_DOT ? col : MM_Q_DOT];
+            const double b = col >= MM_Q_DOT ? block_bytes : bf16_bytes;
             bench_emit(out, " %.1f | %.2f |", mms[i].us[col], b / (mms[i].us[col] * 1e-6) / copy_bps);
         }
         bench_emit(out, "\n");

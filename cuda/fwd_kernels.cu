@@ -85,36 +85,33 @@ __global__ void embed_kernel(float *y, const void *table, bool bf16, const int32
 
 /* ---- RMSNorm: blockIdx.x = row of y; it normalises row rows[r] of x (rows NULL: row r) ------ */
 constexpr int kNormThreads = 1024; /* a 4096-wide row: 4 elements a thread */
-constexpr int kNormHeld = 8;       /* elements a thread holds between the passes (n <= 8192) */
+constexpr int kNormHeld = 8;       /* elements a thread holds between the passes (8192 a row) */
 
 __global__ void __launch_bounds__(kNormThreads)
     rmsnorm_kernel(void *y, bool y_bf16, const float *x, const float *w, const int32_t *rows,
                    uint32_t n, float eps) {
-    /* the weights first: no kernel writes them, so they may be read before the wait */
+    /* a thread's elements are threadIdx.x + j * kNormThreads: the first kNormHeld stay in
+     * registers, any beyond (rows wider than 8192) are read again for the scaling. The
+     * weights first: no kernel writes them, so they may be read before the wait. */
+    constexpr uint32_t held = kNormHeld * kNormThreads;
     float wv[kNormHeld], xv[kNormHeld];
-    const bool held = n <= kNormHeld * kNormThreads;
 #pragma unroll
     for (int j = 0; j < kNormHeld; j++) {
         const uint32_t i = threadIdx.x + j * kNormThreads;
-        wv[j] = held && i < n ? w[i] : 0.0f;
+        wv[j] = i < n ? w[i] : 0.0f;
     }
     fwd_dep();
     __shared__ double part[kNormThreads / 32];
     const float *xr = x + (size_t)(rows ? rows[blockIdx.x] : (int32_t)blockIdx.x) * n;
     double ss = 0;
-    if (held) {
 #pragma unroll
-        for (int j = 0; j < kNormHeld; j++) {
-            const uint32_t i = threadIdx.x + j * kNormThreads;
-            xv[j] = i < n ? xr[i] : 0.0f;
-        }
-#pragma unroll
-        for (int j = 0; j < kNormHeld; j++)
-            ss += (double)xv[j] * (double)xv[j];
-    } else {
-        for (uint32_t i = threadIdx.x; i < n; i += kNormThreads)
-            ss += (double)xr[i] * (double)xr[i];
+    for (int j = 0; j < kNormHeld; j++) {
+        const uint32_t i = threadIdx.x + j * kNormThreads;
+        xv[j] = i < n ? xr[i] : 0.0f;
+        ss += (double)xv[j] * (double)xv[j];
     }
+    for (uint32_t i = threadIdx.x + held; i < n; i += kNormThreads)
+        ss += (double)xr[i] * (double)xr[i];
     for (int o = 16; o > 0; o /= 2)
         ss += __shfl_down_sync(0xffffffffu, ss, o);
     if ((threadIdx.x & 31) == 0) part[threadIdx.x / 32] = ss;
@@ -128,16 +125,13 @@ __global__ void __launch_bounds__(kNormThreads)
     __syncthreads();
     const float scale = (float)(1.0 / sqrt(part[0] / (double)n + (double)eps));
     const size_t yr = (size_t)blockIdx.x * n;
-    if (held) {
 #pragma unroll
-        for (int j = 0; j < kNormHeld; j++) {
-            const uint32_t i = threadIdx.x + j * kNormThreads;
-            if (i < n) fwd_store(y, y_bf16, yr + i, __fmul_rn(__fmul_rn(xv[j], scale), wv[j]));
-        }
-    } else {
-        for (uint32_t i = threadIdx.x; i < n; i += kNormThreads)
-            fwd_store(y, y_bf16, yr + i, __fmul_rn(__fmul_rn(xr[i], scale), w[i]));
+    for (int j = 0; j < kNormHeld; j++) {
+        const uint32_t i = threadIdx.x + j * kNormThreads;
+        if (i < n) fwd_store(y, y_bf16, yr + i, __fmul_rn(__fmul_rn(xv[j], scale), wv[j]));
     }
+    for (uint32_t i = threadIdx.x + held; i < n; i += kNormThreads)
+        fwd_store(y, y_bf16, yr + i, __fmul_rn(__fmul_rn(xr[i], scale), w[i]));
 }
 
 /* ---- RoPE: one thread per (token, head, pair); x f32 rows at `stride` ---------------------- */

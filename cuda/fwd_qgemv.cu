@@ -61,6 +61,13 @@ __device__ __forceinline__ void ld16x8(const uint8_t *p, uint32_t *w) {
         w[i] = ld16(p + 4 * i) | ld16(p + 4 * i + 2) << 16;
 }
 
+/* 32-element sub-blocks per block (the K formats' 256-element super-blocks hold 8), and whether
+ * the format has a minimum term. */
+template <int T>
+constexpr int kSubs = T == AKV_OPS_W_Q4_K || T == AKV_OPS_W_Q5_K || T == AKV_OPS_W_Q6_K ? 8 : 1;
+template <int T>
+constexpr bool kHasMin = T == AKV_OPS_W_Q4_1 || T == AKV_OPS_W_Q4_K || T == AKV_OPS_W_Q5_K;
+
 /* The 6-bit scale and min of K-format sub-block j from the 12 packed bytes s[3]. */
 __device__ __forceinline__ void k_scale_min(const uint32_t s[3], int j, int *sc, int *mn) {
     /* byte i of the 12, chosen by selects (a runtime index into s would put it in local memory) */
@@ -189,8 +196,8 @@ __global__ void __launch_bounds__(kWarps * 32)
     qgemv_kernel(float *__restrict__ y, const int8_t *__restrict__ xq, const float *__restrict__ xd,
                  const float *__restrict__ xs, const uint8_t *__restrict__ w, uint32_t n,
                  uint32_t k, size_t row_bytes, uint32_t blk_bytes, int beta) {
-    constexpr int sub = (T == AKV_OPS_W_Q4_K || T == AKV_OPS_W_Q5_K || T == AKV_OPS_W_Q6_K) ? 8 : 1;
-    constexpr bool has_min = T == AKV_OPS_W_Q4_1 || T == AKV_OPS_W_Q4_K || T == AKV_OPS_W_Q5_K;
+    constexpr int sub = kSubs<T>;
+    constexpr bool has_min = kHasMin<T>;
     const uint32_t lane = threadIdx.x % 32, row = blockIdx.x * kWarps + threadIdx.x / 32;
     grid_dep_wait();
     if (row >= n) return;
@@ -262,8 +269,8 @@ template <int T>
 __global__ void __launch_bounds__(256)
     dequant_kernel(__nv_bfloat16 *__restrict__ dst, const uint8_t *__restrict__ w, uint32_t n,
                    uint32_t k, size_t row_bytes, uint32_t blk_bytes) {
-    constexpr int sub = (T == AKV_OPS_W_Q4_K || T == AKV_OPS_W_Q5_K || T == AKV_OPS_W_Q6_K) ? 8 : 1;
-    constexpr bool has_min = T == AKV_OPS_W_Q4_1 || T == AKV_OPS_W_Q4_K || T == AKV_OPS_W_Q5_K;
+    constexpr int sub = kSubs<T>;
+    constexpr bool has_min = kHasMin<T>;
     __shared__ uint4 stage[8][32 * 4];
     grid_dep_wait();
     const uint32_t nb = k / 32, lane = threadIdx.x % 32;
@@ -342,9 +349,9 @@ akv_status qgemv_launch(uint64_t y, uint64_t x, uint64_t w, uint32_t m, uint32_t
         quantize_x_kernel, dim3(qblocks), dim3(256), 0, stream,
         reinterpret_cast<const __nv_bfloat16 *>(static_cast<uintptr_t>(x)), xq, xd, xs, n_blocks);
     if (st) return st;
+    const dim3 grid((n + kWarps - 1) / kWarps), block(kWarps * 32);
     float *py = reinterpret_cast<float *>(static_cast<uintptr_t>(y));
     const uint8_t *pw = reinterpret_cast<const uint8_t *>(static_cast<uintptr_t>(w));
-    const dim3 grid((n + kWarps - 1) / kWarps), block(kWarps * 32);
     void (*kern)(float *, const int8_t *, const float *, const float *, const uint8_t *, uint32_t,
                  uint32_t, size_t, uint32_t, int) = m == 1   ? qgemv_kernel<T, 1>
                                                     : m == 2 ? qgemv_kernel<T, 2>
