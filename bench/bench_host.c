@@ -81,7 +81,7 @@ static void run_f32(void *arg) {
 
 static void run_q(void *arg) {
     prod_job *j = arg;
-    akv_ops_quantize_rows_q8(j->x, 1, QK, &j->xq);
+    akv_ops_quantize_rows_q8(j->x, 1, QK, &j->xq, AKV_OPS_ISA_AUTO);
     akv_ops_qmatmul_cols(j->y, &j->xq, 1, j->wq, j->t, NULL, QN, QK, 0, QN, j->isa);
 }
 

@@ -41,30 +41,23 @@ akv_ops_q8 akv_ops_q8_row(const akv_ops_q8 *x, size_t k, size_t r) {
                         .lsum = x->lsum + r * nb * QM_LANES};
 }
 
-void akv_ops_quantize_rows_q8(const float *x, size_t m, size_t k, akv_ops_q8 *out) {
-    AKV_ASSERT(k % QB == 0 && out && out->q && out->d && out->s && out->lsum);
-    const size_t nb = k / QB;
-    for (size_t r = 0; r < m; r++)
-        for (size_t b = 0; b < nb; b++) {
-            const float *v = x + r * k + b * QB;
-            float amax = 0;
-            for (int i = 0; i < QB; i++) amax = fmaxf(amax, fabsf(v[i]));
-            /* a scale below the normal range (1 / d would be infinite) quantizes to zeros;
-             * a non-finite element clamps (the conversion is then defined, the row garbage,
-             * as its input is) */
-            const float d = amax / 127.0f, id = d >= FLT_MIN ? 1.0f / d : 0.0f;
-            int8_t *q = out->q + r * k + b * QB;
-            int32_t *ls = out->lsum + (r * nb + b) * QM_LANES;
-            int sum = 0;
-            for (int i = 0; i < QB; i++) {
-                q[i] = (int8_t)fmaxf(-127.0f, fminf(127.0f, roundf(v[i] * id))); /* |v id| <= 127 */
-                sum += q[i];
-            }
-            for (int l = 0; l < QM_LANES; l++)
-                ls[l] = q[4 * l] + q[4 * l + 1] + q[4 * l + 2] + q[4 * l + 3];
-            out->d[r * nb + b] = d;
-            out->s[r * nb + b] = d * (float)sum;
-        }
+/* Block b of a row by the rule every instruction set follows: d = amax / 127; each quant
+ * v / d rounded half away from zero and clamped to +-127; a scale below the normal range (1 / d
+ * would be infinite) quantizes to zeros; a non-finite element clamps (the conversion is then
+ * defined, the row garbage, as its input is). */
+static void q8_block_portable(const float *v, int8_t *q, int32_t *ls, float *d_out, float *s_out) {
+    float amax = 0;
+    for (int i = 0; i < QB; i++)
+        amax = fmaxf(amax, fabsf(v[i]));
+    const float d = amax / 127.0f, id = d >= FLT_MIN ? 1.0f / d : 0.0f;
+    int sum = 0;
+    for (int i = 0; i < QB; i++) {
+        q[i] = (int8_t)fmaxf(-127.0f, fminf(127.0f, roundf(v[i] * id))); /* |v id| <= 127 */
+        sum += q[i];
+    }
+    for (int l = 0; l < QM_LANES; l++)
+        ls[l] = q[4 * l] + q[4 * l + 1] + q[4 * l + 2] + q[4 * l + 3];
+    *d_out = d, *s_out = d * (float)sum;
 }
 
 /* ---- the recipe ----------------------------------------------------------------------------
@@ -343,7 +336,79 @@ static QM_VNNI void qm_dot_vnni(akv_ops_wtype t, int R, const uint8_t *wr, size_
 #undef QM_CASES
 #undef QM_CASE
 #undef QM_SWITCH
+
+/* q8_block_portable's rule in vector steps, the same bits: the product v * id as the scalar
+ * one; rounding half away from zero as truncation plus one step of the sign where the exact
+ * remainder is at least a half; min(r, 127) before max(., -127), where a NaN takes 127 as
+ * fminf gives it (max_ps and min_ps return their second operand when either is a NaN). */
+static QM_AVX2 void q8_block_avx2(const float *v, int8_t *q, int32_t *ls, float *d_out,
+                                  float *s_out) {
+    const __m256 sign = _mm256_set1_ps(-0.0f), half = _mm256_set1_ps(0.5f);
+    __m256 x[4], amax = _mm256_setzero_ps();
+    for (int i = 0; i < 4; i++) {
+        x[i] = _mm256_loadu_ps(v + 8 * i);
+        amax = _mm256_max_ps(_mm256_andnot_ps(sign, x[i]), amax); /* a NaN: amax, as fmaxf */
+    }
+    __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(amax), _mm256_extractf128_ps(amax, 1));
+    m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+    m4 = _mm_max_ss(m4, _mm_shuffle_ps(m4, m4, 1));
+    const float am = _mm_cvtss_f32(m4), d = am / 127.0f, id = d >= FLT_MIN ? 1.0f / d : 0.0f;
+    const __m256 vid = _mm256_set1_ps(id);
+    __m256i qi[4];
+    for (int i = 0; i < 4; i++) {
+        const __m256 t = _mm256_mul_ps(x[i], vid),
+                     tr = _mm256_round_ps(t, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC),
+                     up = _mm256_cmp_ps(_mm256_andnot_ps(sign, _mm256_sub_ps(t, tr)), half,
+                                        _CMP_GE_OQ),
+                     step = _mm256_or_ps(_mm256_and_ps(t, sign), _mm256_set1_ps(1.0f));
+        const __m256 r = _mm256_add_ps(tr, _mm256_and_ps(up, step));
+        const __m256 c =
+            _mm256_max_ps(_mm256_min_ps(r, _mm256_set1_ps(127.0f)), _mm256_set1_ps(-127.0f));
+        qi[i] = _mm256_cvttps_epi32(c);
+    }
+    /* the quants as bytes in order: packs interleave the 128-bit halves, the permute undoes it */
+    const __m256i p16a = _mm256_packs_epi32(qi[0], qi[1]), p16b = _mm256_packs_epi32(qi[2], qi[3]);
+    const __m256i p8 = _mm256_permutevar8x32_epi32(_mm256_packs_epi16(p16a, p16b),
+                                                   _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+    _mm256_storeu_si256((__m256i *)q, p8);
+    /* the sums of each 4 in order: two horizontal adds leave them as
+     * [q0 0-3, q1 0-3, q2 0-3, q3 0-3 | q0 4-7, ...] */
+    const __m256i h =
+        _mm256_hadd_epi32(_mm256_hadd_epi32(qi[0], qi[1]), _mm256_hadd_epi32(qi[2], qi[3]));
+    const __m256i l = _mm256_permutevar8x32_epi32(h, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+    _mm256_storeu_si256((__m256i *)ls, l);
+    __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(l), _mm256_extracti128_si256(l, 1));
+    s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0x4e));
+    s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0xb1));
+    *d_out = d, *s_out = d * (float)_mm_cvtsi128_si32(s4);
+}
 #endif
+
+void akv_ops_quantize_rows_q8(const float *x, size_t m, size_t k, akv_ops_q8 *out,
+                              akv_ops_isa isa) {
+    AKV_ASSERT(k % QB == 0 && out && out->q && out->d && out->s && out->lsum);
+    const size_t nb = k / QB;
+#if defined(__x86_64__) && defined(__GNUC__)
+    const bool avx2 = akv_ops_isa_resolve(isa) >= AKV_OPS_ISA_AVX2;
+#else
+    const bool avx2 = false;
+    (void)isa;
+#endif
+    for (size_t r = 0; r < m; r++)
+        for (size_t b = 0; b < nb; b++) {
+            const size_t i = r * nb + b;
+            const float *v = x + r * k + b * QB;
+            int8_t *q = out->q + r * k + b * QB;
+            int32_t *ls = out->lsum + i * QM_LANES;
+#if defined(__x86_64__) && defined(__GNUC__)
+            if (avx2) {
+                q8_block_avx2(v, q, ls, out->d + i, out->s + i);
+                continue;
+            }
+#endif
+            q8_block_portable(v, q, ls, out->d + i, out->s + i);
+        }
+}
 
 void akv_ops_qmatmul_cols(float *y, const akv_ops_q8 *x, size_t m, const void *w, akv_ops_wtype t,
                           const float *bias, size_t n, size_t k, size_t j0, size_t j1,

@@ -1,5 +1,7 @@
 /* test_ops.c — the dense ops of akv/ops.h against float64 references, on awkward sizes. */
+#include <float.h>
 #include <math.h>
+#include <string.h>
 
 #include "akv/gguf_quant.h"
 #include "akv/ops.h"
@@ -323,6 +325,59 @@ int main(int argc, char **argv) {
                 }
     }
 
+    TEST_CASE(quantize_rows_q8_same_bytes_on_every_isa) {
+        /* blocks of random values at several scales, of ties (k + 1/2 times the step), of
+         * zeros, of values below the normal range, and with an infinity or a NaN in them:
+         * the portable rule (checked against its definition here) and every vector path this
+         * CPU has give the same bytes */
+        enum { NB = 40, K = NB * 32 };
+        float *x = rand_vec(&rng, K, 3.0f);
+        for (int i = 0; i < 32; i++) {
+            x[32 + i] = (float)(i - 16) + 0.5f;          /* amax 16.5: ties after scaling */
+            x[64 + i] = 127.0f / 2 * (float)(i % 5 - 2); /* step 1 (amax 127): exact ties */
+            x[96 + i] = 0.0f;
+            x[128 + i] = 1e-39f * (float)(i - 7);      /* d below the normal range */
+            x[160 + i] = x[160 + i] * 1e-30f;          /* tiny but normal */
+            x[192 + i] = i == 5 ? INFINITY : x[192 + i];
+            x[224 + i] = i == 9 ? NAN : x[224 + i];
+            x[256 + i] = i == 3 ? -INFINITY : i == 4 ? NAN : x[256 + i] * 1e20f;
+        }
+        for (int b = 9; b < NB; b++) /* a NaN at each of the positions 31 down to 1 */
+            x[32 * b + 31 - (b - 9)] = NAN;
+        void *mp = akv__malloc(akv_ops_q8_bytes(1, K)), *mv = akv__malloc(akv_ops_q8_bytes(1, K));
+        akv_ops_q8 qp, qv;
+        akv_ops_q8_bind(mp, 1, K, &qp), akv_ops_q8_bind(mv, 1, K, &qv);
+        akv_ops_quantize_rows_q8(x, 1, K, &qp, AKV_OPS_ISA_PORTABLE);
+        int bad = 0;
+        for (int b = 0; b < NB; b++) {
+            double amax = 0;
+            int nonfinite = 0;
+            for (int i = 0; i < 32; i++) {
+                const float v = x[32 * b + i];
+                nonfinite |= !isfinite(v);
+                if (!isnan(v) && fabs(v) > amax) amax = fabs(v);
+            }
+            const float d = (float)amax / 127.0f;
+            bad += qp.d[b] != d;
+            for (int i = 0; i < 32 && !nonfinite && d >= FLT_MIN; i++) {
+                /* the quant is the nearest integer to v / d, ties away from zero, within one
+                 * rounding of the product v * (1 / d) */
+                const double want = x[32 * b + i] / (double)d;
+                bad += fabs(qp.q[32 * b + i] - want) > 0.5 + 1e-4;
+            }
+            for (int i = 0; i < 32 && d < FLT_MIN; i++)
+                bad += qp.q[32 * b + i] != 0;
+        }
+        CHECK_EQ_INT(bad, 0);
+        for (int isa = AKV_OPS_ISA_AVX2; isa <= AKV_OPS_ISA_AVX512_VNNI; isa++) {
+            if (akv_ops_isa_resolve((akv_ops_isa)isa) != (akv_ops_isa)isa) continue;
+            memset(mv, 0x5a, akv_ops_q8_bytes(1, K));
+            akv_ops_quantize_rows_q8(x, 1, K, &qv, (akv_ops_isa)isa);
+            CHECK_BYTES(mv, mp, akv_ops_q8_bytes(1, K));
+        }
+        akv__free(x), akv__free(mp), akv__free(mv);
+    }
+
     TEST_CASE(qmatmul_every_format_vs_f64_bitwise_across_isa_and_batch) {
         /* random blocks (scales of mixed sign and size, every quant value) of awkward shapes,
          * against the float64 product of the weights as GGUF's decoders read them
@@ -367,7 +422,7 @@ int main(int argc, char **argv) {
                 void *xmem = akv__malloc(akv_ops_q8_bytes(m, k));
                 akv_ops_q8 xq;
                 akv_ops_q8_bind(xmem, m, k, &xq);
-                akv_ops_quantize_rows_q8(x, m, k, &xq);
+                akv_ops_quantize_rows_q8(x, m, k, &xq, AKV_OPS_ISA_AUTO);
                 float *yp = akv__malloc(m * n * 4), *ya = akv__malloc(m * n * 4), *y1 = akv__malloc(n * 4);
                 akv_ops_qmatmul_cols(yp, &xq, m, w, t, NULL, n, k, 0, n, AKV_OPS_ISA_PORTABLE);
                 /* in two column ranges, on the best instruction set */

@@ -194,8 +194,10 @@ void akv_ops_q8_bind(void *mem, size_t m, size_t k, akv_ops_q8 *out);
 /* Row r of x as a batch of one (the arrays of q offset to row r). */
 akv_ops_q8 akv_ops_q8_row(const akv_ops_q8 *x, size_t k, size_t r);
 
-/* Quantizes x[m][k] (k a multiple of 32) into out. Asserts. */
-void akv_ops_quantize_rows_q8(const float *x, size_t m, size_t k, akv_ops_q8 *out);
+/* Quantizes x[m][k] (k a multiple of 32) into out: per 32-element block, d = amax / 127 and
+ * each quant x / d rounded half away from zero, clamped to +-127 (a block whose d is below the
+ * normal range quantizes to zeros). Every instruction set gives the same bytes. Asserts. */
+void akv_ops_quantize_rows_q8(const float *x, size_t m, size_t k, akv_ops_q8 *out, akv_ops_isa isa);
 
 /* Columns j0..j1-1 of y[m][n] = x[m][k] · W^T (+ bias[j]) with x quantized by
  * akv_ops_quantize_rows_q8 and W in block format t (not F32). m, n >= 1; k a positive

@@ -147,7 +147,7 @@ static void fwd_matmul(akv_forward *f, float *y, fwd_in *in, const akv_model_mat
     AKV_ASSERT(w->cols == in->k && (w->type == AKV_OPS_W_F32 || in->k % AKV_OPS_QBLOCK == 0));
     if (w->type != AKV_OPS_W_F32 && !in->quantized) {
         akv_ops_q8_bind(f->xq_mem, in->m, in->k, &in->q);
-        akv_ops_quantize_rows_q8(in->x, in->m, in->k, &in->q);
+        akv_ops_quantize_rows_q8(in->x, in->m, in->k, &in->q, f->isa);
         in->quantized = true;
     }
     const size_t n = w->rows, want = (size_t)akv__par_n_threads(f->par) * 4;
