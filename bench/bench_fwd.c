@@ -8,7 +8,8 @@
  * RoPE base 500000 (no Llama 3 factors: they do not change the cost). AKV_BENCH_LAYERS=N runs
  * the first N layers only (the output head stays).
  *
- * Per context length C (1K, 8K, 32K; 128K with AKV_BENCH_LONG=1): prefill C tokens in chunks
+ * Per context length C (1K, 8K, 32K; 128K with AKV_BENCH_LONG=1; those up to
+ * AKV_BENCH_MAX_CTX only when it is set): prefill C tokens in chunks
  * of 512 (timed, no logits but the last), then decode steps, each one run of the pass with
  * logits back on the host (the step's one synchronisation), alternating blocks of 16 steps
  * replayed as a CUDA graph (the default) and 16 launched op by op (a second pass over the
@@ -241,8 +242,13 @@ int main(void) {
     const int n_mm = (int)(sizeof mms / sizeof mms[0]);
     bench_matmuls(dev, mms, n_mm, fp.synthetic_type);
 
-    uint32_t ctxs[4] = {1024, 8192, 32768, 131072};
-    int n_ctx = getenv("AKV_BENCH_LONG") ? 4 : 3;
+    /* contexts up to AKV_BENCH_MAX_CTX (32K by default, 128K with AKV_BENCH_LONG) */
+    const uint32_t ctxs[4] = {1024, 8192, 32768, 131072},
+                   max_ctx = (uint32_t)akv_test_env_int("AKV_BENCH_MAX_CTX", 1024, 131072,
+                                                        getenv("AKV_BENCH_LONG") ? 131072 : 32768);
+    int n_ctx = 0;
+    while (n_ctx < 4 && ctxs[n_ctx] <= max_ctx)
+        n_ctx++;
     row rows[4];
     for (int i = 0; i < n_ctx; i++) {
         rows[i] = bench_ctx(dev, f, fe, ctxs[i]);
