@@ -366,16 +366,16 @@ static QM_AVX2 void q8_block_avx2(const float *v, int8_t *q, int32_t *ls, float 
             _mm256_max_ps(_mm256_min_ps(r, _mm256_set1_ps(127.0f)), _mm256_set1_ps(-127.0f));
         qi[i] = _mm256_cvttps_epi32(c);
     }
-    /* the quants as bytes in order: packs interleave the 128-bit halves, the permute undoes it */
+    /* The packs below and the horizontal adds both leave each 4 quants' group (bytes, or
+     * their sum) in the order [0, 2, 4, 6 | 1, 3, 5, 7] (the 128-bit halves interleaved): one
+     * permute puts either back in order. */
+    const __m256i in_order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
     const __m256i p16a = _mm256_packs_epi32(qi[0], qi[1]), p16b = _mm256_packs_epi32(qi[2], qi[3]);
-    const __m256i p8 = _mm256_permutevar8x32_epi32(_mm256_packs_epi16(p16a, p16b),
-                                                   _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
-    _mm256_storeu_si256((__m256i *)q, p8);
-    /* the sums of each 4 in order: two horizontal adds leave them as
-     * [q0 0-3, q1 0-3, q2 0-3, q3 0-3 | q0 4-7, ...] */
+    _mm256_storeu_si256((__m256i *)q,
+                        _mm256_permutevar8x32_epi32(_mm256_packs_epi16(p16a, p16b), in_order));
     const __m256i h =
         _mm256_hadd_epi32(_mm256_hadd_epi32(qi[0], qi[1]), _mm256_hadd_epi32(qi[2], qi[3]));
-    const __m256i l = _mm256_permutevar8x32_epi32(h, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+    const __m256i l = _mm256_permutevar8x32_epi32(h, in_order);
     _mm256_storeu_si256((__m256i *)ls, l);
     __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(l), _mm256_extracti128_si256(l, 1));
     s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0x4e));
@@ -387,26 +387,17 @@ static QM_AVX2 void q8_block_avx2(const float *v, int8_t *q, int32_t *ls, float 
 void akv_ops_quantize_rows_q8(const float *x, size_t m, size_t k, akv_ops_q8 *out,
                               akv_ops_isa isa) {
     AKV_ASSERT(k % QB == 0 && out && out->q && out->d && out->s && out->lsum);
-    const size_t nb = k / QB;
+    void (*block)(const float *, int8_t *, int32_t *, float *, float *) = q8_block_portable;
 #if defined(__x86_64__) && defined(__GNUC__)
-    const bool avx2 = akv_ops_isa_resolve(isa) >= AKV_OPS_ISA_AVX2;
-#else
-    const bool avx2 = false;
-    (void)isa;
+    if (akv_ops_isa_resolve(isa) >= AKV_OPS_ISA_AVX2) block = q8_block_avx2;
 #endif
+    (void)isa;
+    const size_t nb = k / QB;
     for (size_t r = 0; r < m; r++)
         for (size_t b = 0; b < nb; b++) {
             const size_t i = r * nb + b;
-            const float *v = x + r * k + b * QB;
-            int8_t *q = out->q + r * k + b * QB;
-            int32_t *ls = out->lsum + i * QM_LANES;
-#if defined(__x86_64__) && defined(__GNUC__)
-            if (avx2) {
-                q8_block_avx2(v, q, ls, out->d + i, out->s + i);
-                continue;
-            }
-#endif
-            q8_block_portable(v, q, ls, out->d + i, out->s + i);
+            block(x + r * k + b * QB, out->q + r * k + b * QB, out->lsum + i * QM_LANES,
+                  out->d + i, out->s + i);
         }
 }
 
