@@ -52,12 +52,13 @@ typedef struct row {
     double prefill_s, step_ms, eager_ms, kv_bytes;
 } row;
 
-/* The decode products alone: y = x W^T for one row (and more for the engine's batches) at the
- * 8B shapes, by cuBLAS and by the skinny kernel over bf16 W, and, with a block format, over
- * the blocks by each CUDA path (integer dots up to AKV_FWD_QGEMV_MAX_ROWS rows, W widened for
- * cuBLAS), timed with events around 20 launches on the compute queue; GB/s of weights read
- * (their own bytes), as a ratio of the device copy rate. */
-enum { MM_BF16_CUBLAS, MM_BF16_GEMV, MM_Q_DOT, MM_Q_WIDEN, MM_COLS };
+/* The decode products alone: y = x W^T for one row (and more for the engine's batches and a
+ * prefill chunk) at the 8B shapes, by cuBLAS and by the skinny kernel over bf16 W, and, with a
+ * block format, over the blocks by each CUDA path (integer dots one warp per row up to
+ * AKV_FWD_QGEMV_MAX_ROWS rows, integer tensor-core tiles, W widened for cuBLAS), timed with
+ * events around 20 launches on the compute queue; GB/s of weights read (their own bytes), as a
+ * ratio of the device copy rate. */
+enum { MM_BF16_CUBLAS, MM_BF16_GEMV, MM_Q_DOT, MM_Q_TILES, MM_Q_WIDEN, MM_COLS };
 typedef struct mm_row {
     const char *name;
     uint32_t m, n, k;
@@ -65,21 +66,25 @@ typedef struct mm_row {
 } mm_row;
 
 static void bench_matmuls(akv_dev *dev, mm_row *rows, int n_rows, akv_ops_wtype wt) {
-    size_t max_w = 0, max_q = 0, max_k = 0;
+    size_t max_w = 0, max_q = 0, max_x = 0, max_y = 0, max_xq = 0;
     for (int i = 0; i < n_rows; i++) {
-        if ((size_t)rows[i].n * rows[i].k * 2 > max_w) max_w = (size_t)rows[i].n * rows[i].k * 2;
-        if (wt && rows[i].n * akv_ops_wrow_bytes(wt, rows[i].k) > max_q)
-            max_q = rows[i].n * akv_ops_wrow_bytes(wt, rows[i].k);
-        if (rows[i].k > max_k) max_k = rows[i].k;
+        const mm_row *r = &rows[i];
+        if ((size_t)r->n * r->k * 2 > max_w) max_w = (size_t)r->n * r->k * 2;
+        if (wt && r->n * akv_ops_wrow_bytes(wt, r->k) > max_q)
+            max_q = r->n * akv_ops_wrow_bytes(wt, r->k);
+        if ((size_t)r->m * r->k * 2 > max_x) max_x = (size_t)r->m * r->k * 2;
+        if ((size_t)r->m * r->n * 4 > max_y) max_y = (size_t)r->m * r->n * 4;
+        if (akv_fwd_qgemv_scratch_bytes(r->m, r->k) > max_xq)
+            max_xq = akv_fwd_qgemv_scratch_bytes(r->m, r->k);
     }
-    const size_t scratch = max_w + akv_fwd_qgemv_scratch_bytes(AKV_FWD_QGEMV_MAX_ROWS, (uint32_t)max_k);
+    const size_t scratch = max_w > max_xq ? max_w : max_xq;
     akv_dptr w, x, y, ws, wq = {0}, sc = {0};
     TRY(akv_dev_mem_alloc(dev, max_w, &w));
-    TRY(akv_dev_mem_alloc(dev, 64u * 14336 * 2, &x));
-    TRY(akv_dev_mem_alloc(dev, 64u * 128256 * 4, &y));
+    TRY(akv_dev_mem_alloc(dev, max_x, &x));
+    TRY(akv_dev_mem_alloc(dev, max_y, &y));
     TRY(akv_dev_mem_alloc(dev, 32u << 20, &ws));
     TRY(akv_dev_memset_sync(dev, w, 0x3c, max_w)); /* bf16 0x3c3c, about 0.0115 */
-    TRY(akv_dev_memset_sync(dev, x, 0x3c, 64u * 14336 * 2));
+    TRY(akv_dev_memset_sync(dev, x, 0x3c, max_x));
     if (wt) {
         TRY(akv_dev_mem_alloc(dev, max_q, &wq));
         TRY(akv_dev_mem_alloc(dev, scratch, &sc));
@@ -92,7 +97,8 @@ static void bench_matmuls(akv_dev *dev, mm_row *rows, int n_rows, akv_ops_wtype 
     TRY(akv_dev_event_create(dev, AKV_EVENT_TIMING, &e1));
     enum { N_LAUNCH = 20 };
     static const uint32_t algo[MM_COLS] = {AKV_FWD_MATMUL_CUBLAS, AKV_FWD_MATMUL_GEMV,
-                                           AKV_FWD_MATMUL_GEMV, AKV_FWD_MATMUL_CUBLAS};
+                                           AKV_FWD_MATMUL_GEMV, AKV_FWD_MATMUL_TILES,
+                                           AKV_FWD_MATMUL_CUBLAS};
     for (int i = 0; i < n_rows; i++) {
         for (int col = 0; col < MM_COLS; col++) {
             const bool block = col >= MM_Q_DOT;
@@ -238,7 +244,9 @@ int main(void) {
                     {"gate|up, 32 rows", 32, 28672, 4096, {0}},
                     {"gate|up, 64 rows", 64, 28672, 4096, {0}},
                     {"o, 8 rows", 8, 4096, 4096, {0}},
-                    {"down, 8 rows", 8, 4096, 14336, {0}}};
+                    {"down, 8 rows", 8, 4096, 14336, {0}},
+                    {"gate|up, prefill chunk", CHUNK, 28672, 4096, {0}},
+                    {"down, prefill chunk", CHUNK, 4096, 14336, {0}}};
     const int n_mm = (int)(sizeof mms / sizeof mms[0]);
     bench_matmuls(dev, mms, n_mm, fp.synthetic_type);
 
@@ -280,8 +288,12 @@ int main(void) {
                     "copy rate)\n\n| product | m | n x k | bf16 cuBLAS us | ratio | bf16 skinny us "
                     "| ratio |");
     if (fp.synthetic_type)
-        bench_emit(out, " %s dots us | ratio | %s widened + cuBLAS us | ratio |", wname, wname);
-    bench_emit(out, "\n|---|---|---|---|---|---|---|%s\n", fp.synthetic_type ? "---|---|---|---|" : "");
+        bench_emit(out,
+                   " %s dots us | ratio | %s tiles us | ratio | %s widened + cuBLAS us | "
+                   "ratio |",
+                   wname, wname, wname);
+    bench_emit(out, "\n|---|---|---|---|---|---|---|%s\n",
+               fp.synthetic_type ? "---|---|---|---|---|---|" : "");
     for (int i = 0; i < n_mm; i++) {
         /* each column's ratio counts its own weights' bytes */
         const double bf16_bytes = (double)mms[i].n * mms[i].k * 2,

@@ -45,6 +45,11 @@ akv_status akv__cuda_gemv_bf16(uint64_t y, uint64_t x, uint64_t w, uint32_t m, u
 akv_status akv__cuda_qgemv(uint64_t y, uint64_t x, uint64_t w, uint32_t w_type, uint32_t m,
                            uint32_t n, uint32_t k, int beta, uint64_t scratch,
                            uint64_t scratch_bytes, int n_sm, void *stream);
+/* fwd_qmma.cu: the same over W in a block format for any m, on the integer tensor cores, x
+ * quantized into scratch first (akv_fwd_qgemv_scratch_bytes(m, k)); AKV_EINVAL as above. */
+akv_status akv__cuda_qmma(uint64_t y, uint64_t x, uint64_t w, uint32_t w_type, uint32_t m,
+                          uint32_t n, uint32_t k, int beta, uint64_t scratch,
+                          uint64_t scratch_bytes, int n_sm, void *stream);
 akv_status akv__cuda_dequant_bf16(uint64_t dst, uint64_t w, uint32_t w_type, uint32_t n,
                                   uint32_t k, int n_sm, void *stream);
 akv_status akv__cuda_fill_blocks(uint64_t y, uint64_t n, uint64_t seed, uint32_t w_type,

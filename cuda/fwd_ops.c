@@ -8,13 +8,15 @@
  * cores, f32 accumulation). beta 0 or 1 (1 adds into the residual stream).
  *
  * Decode's skinny products (m <= 4) go to cuda/fwd_gemv.cu instead, and products over block
- * weights of up to AKV_FWD_QGEMV_MAX_ROWS rows to cuda/fwd_qgemv.cu (akv_fwd_matmul_algo).
+ * weights to cuda/fwd_qgemv.cu (up to AKV_FWD_QGEMV_MAX_ROWS rows) and cuda/fwd_qmma.cu (more)
+ * unless the caller asks for them widened (akv_fwd_matmul_algo).
  *
  * Determinism: cuBLAS gives the same bits for the same call on the same GPU model and library
  * version when the stream and the workspace are the same; atomics stay off (the default). The
  * workspace comes with the arguments (device memory the forward pass owns) and is set after
  * cublasSetStream, which resets it to the library's pool otherwise.
  */
+#include <stdbool.h>
 #include <string.h>
 
 #include <cublas_v2.h>
@@ -56,29 +58,41 @@ akv_status akv__cuda_fwd_matmul(const void *args, const akv__cuda_launch *l) {
         AKV_LOG_E("cuda matmul: bad arguments (m %u, n %u, k %u, beta %u)", a.m, a.n, a.k, a.beta);
         return AKV_EINVAL;
     }
-    if (a.algo > AKV_FWD_MATMUL_GEMV) {
+    if (a.algo > AKV_FWD_MATMUL_TILES) {
         AKV_LOG_E("cuda matmul: unknown algo %u", a.algo);
         return AKV_EINVAL;
     }
-    if (a.w_type && a.w_type != AKV_OPS_W_BF16) {
-        /* block W: decoded in registers for up to AKV_FWD_QGEMV_MAX_ROWS rows; else widened
-         * into `scratch`, then the bf16 product below */
+    const bool block = a.w_type && a.w_type != AKV_OPS_W_BF16;
+    if (!block && a.algo == AKV_FWD_MATMUL_TILES) {
+        AKV_LOG_E("cuda matmul: the tensor-core tiles take block weights only (type %u)", a.w_type);
+        return AKV_EINVAL;
+    }
+    if (block) {
+        /* block W: integer dots over the blocks decoded in registers, one warp per output row
+         * or tensor-core tiles; CUBLAS widens them into `scratch` first, then the bf16 product
+         * below */
         akv_status st;
-        if (a.algo == AKV_FWD_MATMUL_GEMV ||
-            (a.algo == AKV_FWD_MATMUL_AUTO && a.m <= AKV_FWD_QGEMV_MAX_ROWS)) {
-            st = akv__cuda_qgemv(a.y.addr, a.x.addr, a.w.addr, a.w_type, a.m, a.n, a.k, (int)a.beta,
-                                 a.scratch.addr, a.scratch_bytes, l->n_sm, l->stream);
+        const bool automatic = a.algo == AKV_FWD_MATMUL_AUTO;
+        const bool gemv = a.algo == AKV_FWD_MATMUL_GEMV ||
+                          (automatic && a.m <= AKV_FWD_QGEMV_MAX_ROWS);
+        if (gemv || a.algo == AKV_FWD_MATMUL_TILES ||
+            (automatic && a.m <= AKV_FWD_TILES_MAX_ROWS)) {
+            st = (gemv ? akv__cuda_qgemv : akv__cuda_qmma)(
+                a.y.addr, a.x.addr, a.w.addr, a.w_type, a.m, a.n, a.k, (int)a.beta, a.scratch.addr,
+                a.scratch_bytes, l->n_sm, l->stream);
             if (st == AKV_EINVAL)
-                AKV_LOG_E("cuda matmul: the block product (algo %u) does not take m %u, type %u, "
+                AKV_LOG_E("cuda matmul: the block product (%s) does not take m %u, n %u, type %u, "
                           "k %u, this alignment or %llu bytes of scratch (%llu needed)",
-                          a.algo, a.m, a.w_type, a.k, (unsigned long long)a.scratch_bytes,
+                          gemv ? "one warp per row" : "tiles", a.m, a.n, a.w_type, a.k,
+                          (unsigned long long)a.scratch_bytes,
                           (unsigned long long)akv_fwd_qgemv_scratch_bytes(a.m, a.k));
             return st;
         }
         if (!a.scratch.addr || a.scratch_bytes < (uint64_t)a.n * a.k * 2) {
-            AKV_LOG_E("cuda matmul: %u rows over block weights need %llu bytes of scratch; "
+            AKV_LOG_E("cuda matmul: widening %u x %u block weights needs %llu bytes of scratch; "
                       "%llu given",
-                      a.m, (unsigned long long)a.n * a.k * 2, (unsigned long long)a.scratch_bytes);
+                      a.n, a.k, (unsigned long long)a.n * a.k * 2,
+                      (unsigned long long)a.scratch_bytes);
             return AKV_EINVAL;
         }
         if ((st = akv__cuda_dequant_bf16(a.scratch.addr, a.w.addr, a.w_type, a.n, a.k, l->n_sm,

@@ -124,24 +124,27 @@ typedef struct akv_fwd_fill_args {
 /* How the CUDA backend computes a product (the host ignores it). AUTO over bf16 W: the skinny
  * kernel (cuda/fwd_gemv.cu: one warp per output row, a stream over W) for m = 1 when k is a
  * multiple of 8 and x, W are 16-byte aligned, cuBLAS otherwise (GEMV takes m <= 4). AUTO over
- * block W: integer dots (GEMV) up to AKV_FWD_QGEMV_MAX_ROWS rows, W widened to bf16 for cuBLAS
- * (CUBLAS) above. The others force one (a shape it cannot take is refused: AKV_EUNSUPPORTED
- * for bf16 W, AKV_EINVAL for block W); benchmarks compare them. */
+ * block W: integer dots one warp per output row (GEMV) up to AKV_FWD_QGEMV_MAX_ROWS rows,
+ * integer tensor-core tiles (TILES, any m) up to AKV_FWD_TILES_MAX_ROWS, W widened to bf16
+ * for cuBLAS (CUBLAS) above. The
+ * others force one (a shape it cannot take is refused: AKV_EUNSUPPORTED for bf16 W,
+ * AKV_EINVAL for block W and for TILES over bf16 W); benchmarks compare them. */
 typedef enum akv_fwd_matmul_algo {
     AKV_FWD_MATMUL_AUTO = 0,
     AKV_FWD_MATMUL_CUBLAS = 1,
     AKV_FWD_MATMUL_GEMV = 2,
+    AKV_FWD_MATMUL_TILES = 3,
 } akv_fwd_matmul_algo;
 
 /* y[m][n] = beta * y + x[m][k] · W[n][k]^T; bf16 x, f32 accumulation and output. W is bf16
  * rows (w_type 0 or AKV_OPS_W_BF16) or rows of a block format (w_type, akv/ops.h: k a multiple
  * of its block). On CUDA the skinny kernel (m <= 4) reads its first pieces of W before it
  * waits for the kernel before it on the stream (cuda/grid_dep.cuh): no kernel since the
- * stream's last copy, memset or event wait may write W (weights never are). Block W on CUDA:
- * m <= AKV_FWD_QGEMV_MAX_ROWS rows quantize x to 8 bits per 32 elements into `scratch`
- * (akv_fwd_qgemv_scratch_bytes) and take integer dot products with the blocks decoded in
- * registers (the host pass's recipe of akv/ops.h, summed in another order); more rows widen W
- * into `scratch` (n * k bf16) and take the bf16 product. The host backend decodes W with
+ * stream's last copy, memset or event wait may write W (weights never are). Block W on CUDA
+ * (GEMV, TILES) quantizes x to 8 bits per 32 elements into `scratch`
+ * (akv_fwd_qgemv_scratch_bytes) and takes integer dot products with the blocks decoded in
+ * registers (the host pass's recipe of akv/ops.h, summed in another order); CUBLAS widens W
+ * into `scratch` (n * k bf16) and takes the bf16 product. The host backend decodes W with
  * akv_ops_wrow_to_f32 and runs its f32 product over bf16 x (no 8-bit x). */
 typedef struct akv_fwd_matmul_args {
     akv_dptr y;           /* f32 [m][n] contiguous */
@@ -153,12 +156,15 @@ typedef struct akv_fwd_matmul_args {
     uint64_t workspace_bytes;
     uint32_t algo;        /* akv_fwd_matmul_algo; 0 = AUTO */
     uint32_t w_type;      /* akv_ops_wtype of W; 0 = bf16 */
-    akv_dptr scratch;     /* CUDA, block W: akv_fwd_qgemv_scratch_bytes(m, k) for m <=
-                             AKV_FWD_QGEMV_MAX_ROWS, n * k * 2 above; 16-byte aligned */
+    akv_dptr scratch;     /* CUDA, block W: akv_fwd_qgemv_scratch_bytes(m, k) for GEMV and
+                             TILES, n * k * 2 for CUBLAS; 16-byte aligned */
     uint64_t scratch_bytes;
 } akv_fwd_matmul_args;
 
-enum { AKV_FWD_QGEMV_MAX_ROWS = 4 };
+/* AUTO's picks over block W (measured on the H200, docs/benchmarks.md): one warp per output row
+ * up to AKV_FWD_QGEMV_MAX_ROWS rows, tensor-core tiles up to AKV_FWD_TILES_MAX_ROWS, W
+ * widened above. */
+enum { AKV_FWD_QGEMV_MAX_ROWS = 4, AKV_FWD_TILES_MAX_ROWS = 4 };
 
 /* Bytes of x quantized for a block product of m rows of k: int8 quants, then a scale and a
  * scaled sum per 32 elements. */

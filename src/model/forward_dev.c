@@ -168,7 +168,8 @@ static size_t fdev_w_bytes(uint32_t t, size_t rows, size_t k) {
  * needed. */
 static size_t fdev_layout_weights(akv_forward_dev *f, akv_dptr base) {
     const akv_model_config *c = &f->cfg;
-    size_t off = 0, E = c->n_embd, bf = 2, f4 = 4, big = 0;
+    size_t off = 0, E = c->n_embd, bf = 2, f4 = 4;
+    size_t big = f->output.type ? (size_t)c->n_vocab * E : 0; /* largest block matrix */
     f->tok_embd = fdev_take(base, &off, (size_t)c->n_vocab * E * bf);
     const size_t out_bytes = fdev_w_bytes(f->output.type, c->n_vocab, E);
     f->output.w =
@@ -176,7 +177,6 @@ static size_t fdev_layout_weights(akv_forward_dev *f, akv_dptr base) {
     f->output_norm = fdev_take(base, &off, E * f4);
     f->inv_freq = fdev_take(base, &off, (size_t)(c->n_rot / 2) * f4);
     f->weight_bytes = out_bytes + E * f4;
-    if (f->output.type) big = (size_t)c->n_vocab * E;
     for (uint32_t l = 0; l < f->n_layers; l++) {
         fdev_layer *L = &f->layers[l];
         const struct {
@@ -197,14 +197,15 @@ static size_t fdev_layout_weights(akv_forward_dev *f, akv_dptr base) {
             if (ms[i].w->type && ms[i].rows * ms[i].k > big) big = ms[i].rows * ms[i].k;
         }
     }
-    /* a product of more rows than the block kernel takes widens its matrix here first; a
-     * product of fewer quantizes x here */
+    /* the block products of up to AKV_FWD_TILES_MAX_ROWS rows quantize x here; a product of
+     * more rows (a prefill chunk) widens its matrix here first (akv_fwd_matmul_algo) */
     size_t k_max = c->n_ff > E ? c->n_ff : E;
     k_max = f->q_dim > k_max ? f->q_dim : k_max;
-    const size_t xq = (size_t)akv_fwd_qgemv_scratch_bytes(AKV_FWD_QGEMV_MAX_ROWS, (uint32_t)k_max);
-    f->wscratch_bytes = f->is_host || !big                                              ? 0
-                        : f->params.max_chunk > AKV_FWD_QGEMV_MAX_ROWS && big * bf > xq ? big * bf
-                                                                                        : xq;
+    const uint32_t T = f->params.max_chunk;
+    const size_t xq = (size_t)akv_fwd_qgemv_scratch_bytes(
+                     T < AKV_FWD_TILES_MAX_ROWS ? T : AKV_FWD_TILES_MAX_ROWS, (uint32_t)k_max),
+                 widen = T > AKV_FWD_TILES_MAX_ROWS ? big * bf : 0;
+    f->wscratch_bytes = f->is_host || !big ? 0 : widen > xq ? widen : xq;
     return off;
 }
 

@@ -264,14 +264,20 @@ static void ops_case(uint32_t rows, uint32_t n) {
 
 /* Block weights: the fill gives the same bytes on both devices, and the product over them
  * agrees with the host's f32 product over the decoded weights within what those roundings
- * allow, for every format, with beta 0 and 1, on every CUDA path: 8-bit x and integer dots
- * (GEMV, m <= AKV_FWD_QGEMV_MAX_ROWS), W widened to bf16 (CUBLAS: the widening's warps write
- * 32 sub-blocks of output together, so shapes whose sub-block count is no multiple of 32 test
- * its tail), and AUTO's pick. Shapes: n = 37, k of 3, 16 and 40 sub-blocks. */
+ * allow, for every format, with beta 0 and 1, on every CUDA path: 8-bit x and integer dots one
+ * warp per row (GEMV, m <= AKV_FWD_QGEMV_MAX_ROWS) and on tensor-core tiles (TILES: tiles of 8,
+ * 16, 32 and 64 rows of x, m = 67 two of 64, the second mostly past m; 16 rows of W, n = 37
+ * three tiles, the last past n; k split by pairs of sub-blocks among 8 warps, 3 sub-blocks one
+ * pair and a half, 40 sub-blocks 20 pairs, unevenly shared), W widened to bf16 (CUBLAS: the
+ * widening's warps write 32 sub-blocks of output together, so shapes whose sub-block count is
+ * no multiple of 32 test its tail), and AUTO's pick. Shapes: n = 37, k of 3, 16 and 40
+ * sub-blocks. */
 static void blocks_case(akv_ops_wtype t) {
     char what[160];
+    enum { N_M = 9 };
     const uint32_t n = 37, ks[3] = {512, 96, 1280},
-                   ms[6] = {1, 2, 3, AKV_FWD_QGEMV_MAX_ROWS, AKV_FWD_QGEMV_MAX_ROWS + 1, 17};
+                   ms[N_M] = {1, 2, 3, AKV_FWD_QGEMV_MAX_ROWS, AKV_FWD_QGEMV_MAX_ROWS + 1, 9, 17,
+                              40, 67};
     for (int kk = 0; kk < 3; kk++) {
         const uint32_t k = ks[kk];
         const size_t rb = akv_ops_wrow_bytes(t, k);
@@ -286,18 +292,17 @@ static void blocks_case(akv_ops_wtype t) {
         TEST_CHECK_(!memcmp(raw[0], raw[1], n * rb), "%s: CUDA bytes differ from the host's", what);
         akv__free(raw[0]), akv__free(raw[1]);
         /* room for W widened and for x quantized at the most rows */
-        const uint64_t scratch =
-            (uint64_t)n * k * 2 + akv_fwd_qgemv_scratch_bytes(AKV_FWD_QGEMV_MAX_ROWS, k);
+        const uint64_t scratch = (uint64_t)n * k * 2 + akv_fwd_qgemv_scratch_bytes(ms[N_M - 1], k);
         pair pdq = pput(NULL, scratch);
-        for (int mi = 0; mi < 6; mi++) {
+        for (int mi = 0; mi < N_M; mi++) {
             const uint32_t m = ms[mi];
             float *mx = rand_f32((size_t)m * k, 1);
             uint16_t *bx = to_bf16(mx, (size_t)m * k);
             pair px = pput(bx, (size_t)m * k * 2), y = pput(NULL, (size_t)m * n * 4);
-            static const uint32_t algos[3] = {AKV_FWD_MATMUL_AUTO, AKV_FWD_MATMUL_GEMV,
-                                              AKV_FWD_MATMUL_CUBLAS};
-            static const char *const names[3] = {"auto", "gemv", "cublas"};
-            for (int ai = 0; ai < 3; ai++) {
+            static const uint32_t algos[4] = {AKV_FWD_MATMUL_AUTO, AKV_FWD_MATMUL_GEMV,
+                                              AKV_FWD_MATMUL_TILES, AKV_FWD_MATMUL_CUBLAS};
+            static const char *const names[4] = {"auto", "gemv", "tiles", "cublas"};
+            for (int ai = 0; ai < 4; ai++) {
                 if (algos[ai] == AKV_FWD_MATMUL_GEMV && m > AKV_FWD_QGEMV_MAX_ROWS) continue;
                 for (uint32_t beta = 0; beta < 2; beta++) {
                     LAUNCH2(akv_fwd_op_matmul,
@@ -308,7 +313,8 @@ static void blocks_case(akv_ops_wtype t) {
                                                      .scratch_bytes = scratch});
                     snprintf(what, sizeof what, "matmul %s %s m=%u n=%u k=%u beta=%u",
                              akv_ops_wtype_name(t), names[ai], m, n, k, beta);
-                    /* 8-bit x by GEMV (the host product has f32 x); bf16 W by CUBLAS */
+                    /* 8-bit x by GEMV and TILES (the host product has f32 x); bf16 W by
+                     * CUBLAS */
                     pcheck(y, (size_t)m * n, AKV_DTYPE_F32, 2e-2, what);
                 }
             }
@@ -323,6 +329,7 @@ static void blocks_case(akv_ops_wtype t) {
 
 typedef struct run_stats {
     double worst_host, worst_queue; /* worst relative error against each host pass */
+    double worst_host_queue;        /* and of the host pass against the queue pass */
     int ok;
 } run_stats;
 
@@ -332,7 +339,7 @@ typedef struct run_stats {
 static run_stats compare_cuda(const akv_model *m, uint32_t max_chunk, uint32_t n_prompt,
                               uint32_t n_decode, double tol_f32, const char *name) {
     const akv_model_config *c = akv_model_get_config(m);
-    run_stats rs = {0, 0, 1};
+    run_stats rs = {0, 0, 0, 1};
     uint32_t n_total = n_prompt + n_decode;
     fx h = {0}, q = {0}, g1 = {0}, g2 = {0};
     if (!fx_open(&h, akv_dev_host_backend(), m, P, n_total, max_chunk, false) ||
@@ -361,6 +368,7 @@ static run_stats compare_cuda(const akv_model *m, uint32_t max_chunk, uint32_t n
         double eh = fx_rel_err(l[2], l[0], c->n_vocab, &at);
         double eq = fx_rel_err(l[2], l[1], c->n_vocab, &at);
         rs.worst_host = fmax(rs.worst_host, eh), rs.worst_queue = fmax(rs.worst_queue, eq);
+        rs.worst_host_queue = fmax(rs.worst_host_queue, fx_rel_err(l[0], l[1], c->n_vocab, &at));
         char what[128];
         snprintf(what, sizeof what, "%s: CUDA vs host pass after %u tokens", name, pos);
         rs.ok &= fx_close_to(l[2], l[0], c->n_vocab, tol_f32, what);
@@ -379,8 +387,9 @@ static run_stats compare_cuda(const akv_model *m, uint32_t max_chunk, uint32_t n
         CHECK_EQ_U64(sg.s.n_tokens, sh.s.n_tokens);
     }
     printf("  %s (chunks of %u, %u + %u tokens): worst relative error %.4g vs host pass, "
-           "%.4g vs host queue pass\n",
-           name, max_chunk, n_prompt, n_decode, rs.worst_host, rs.worst_queue);
+           "%.4g vs host queue pass (host pass vs queue pass %.4g)\n",
+           name, max_chunk, n_prompt, n_decode, rs.worst_host, rs.worst_queue,
+           rs.worst_host_queue);
     akv__free(tokens);
     for (int i = 0; i < 4; i++)
         akv__free(l[i]);
