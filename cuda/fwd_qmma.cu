@@ -21,6 +21,8 @@
  * A warp's load touches 8 rows of W (the fragment's layout), 8 cache lines for 128 bytes, and
  * each 16 rows of W read x again: what limits it (docs/forward.md).
  */
+#include <type_traits>
+
 #include "cuda_check.h"
 #include "cuda_ops.h"
 #include "grid_dep.cuh"
@@ -32,9 +34,15 @@ constexpr int kRows = 16; /* rows of W per block: the tensor-core tile's m */
 constexpr int kSplit = 8; /* warps per block, each a share of k */
 constexpr int kStep = 8;  /* sub-blocks a warp takes per step: a K super-block, 8 Q8_0 blocks */
 
-/* Two 2-byte aligned halves as one word. */
-__device__ __forceinline__ uint32_t ld16x2(const uint8_t *p) {
-    return ld16(p) | ld16(p + 2) << 16;
+/* Loads from the warp's stage (shared memory): 2 and 4 bytes, and two 2-byte halves as a word. */
+__device__ __forceinline__ uint32_t sh16(const uint8_t *p) {
+    return *reinterpret_cast<const uint16_t *>(p);
+}
+__device__ __forceinline__ uint32_t sh32(const uint8_t *p) {
+    return *reinterpret_cast<const uint32_t *>(p);
+}
+__device__ __forceinline__ uint32_t sh16x2(const uint8_t *p) {
+    return sh16(p) | sh16(p + 2) << 16;
 }
 
 /* Of sub-block j of the block at blk: the signed quants of elements 4 t .. 4 t + 3 (lo) and
@@ -46,48 +54,88 @@ __device__ __forceinline__ void qfrag(const uint8_t *blk, int j, uint32_t t, uin
                                       uint32_t &hi, float &ws0, float &ws1, float &mw) {
     mw = 0.0f;
     if constexpr (T == AKV_OPS_W_Q8_0) {
-        ws0 = ws1 = f16(ld16(blk));
-        lo = ld16x2(blk + 2 + 4 * t), hi = ld16x2(blk + 18 + 4 * t);
+        ws0 = ws1 = f16(sh16(blk));
+        lo = sh16x2(blk + 2 + 4 * t), hi = sh16x2(blk + 18 + 4 * t);
     } else if constexpr (T == AKV_OPS_W_Q4_0) {
-        ws0 = ws1 = f16(ld16(blk));
-        const uint32_t q = ld16x2(blk + 2 + 4 * t);
+        ws0 = ws1 = f16(sh16(blk));
+        const uint32_t q = sh16x2(blk + 2 + 4 * t);
         lo = __vsub4(q & 0x0F0F0F0Fu, 0x08080808u),
         hi = __vsub4((q >> 4) & 0x0F0F0F0Fu, 0x08080808u);
     } else if constexpr (T == AKV_OPS_W_Q4_1) {
-        const uint32_t dm = ld32(blk), q = ld32(blk + 4 + 4 * t);
+        const uint32_t dm = sh32(blk), q = sh32(blk + 4 + 4 * t);
         ws0 = ws1 = f16(dm & 0xffff), mw = f16(dm >> 16);
         lo = q & 0x0F0F0F0Fu, hi = (q >> 4) & 0x0F0F0F0Fu;
     } else if constexpr (T == AKV_OPS_W_Q4_K || T == AKV_OPS_W_Q5_K) {
-        const uint32_t dm = ld32(blk), sc3[3] = {ld32(blk + 4), ld32(blk + 8), ld32(blk + 12)};
+        const uint32_t dm = sh32(blk), sc3[3] = {sh32(blk + 4), sh32(blk + 8), sh32(blk + 12)};
         int sc, mn;
         k_scale_min(sc3, j, &sc, &mn);
         ws0 = ws1 = f16(dm & 0xffff) * (float)sc;
         mw = -(f16(dm >> 16) * (float)mn);
         const uint8_t *qs = blk + 16 + (T == AKV_OPS_W_Q5_K ? 32 : 0) + 32 * (j / 2);
         const int sh = 4 * (j & 1);
-        lo = (ld32(qs + 4 * t) >> sh) & 0x0F0F0F0Fu,
-        hi = (ld32(qs + 16 + 4 * t) >> sh) & 0x0F0F0F0Fu;
+        lo = (sh32(qs + 4 * t) >> sh) & 0x0F0F0F0Fu,
+        hi = (sh32(qs + 16 + 4 * t) >> sh) & 0x0F0F0F0Fu;
         if constexpr (T == AKV_OPS_W_Q5_K) {
-            lo |= ((ld32(blk + 16 + 4 * t) >> j) & 0x01010101u) << 4;
-            hi |= ((ld32(blk + 32 + 4 * t) >> j) & 0x01010101u) << 4;
+            lo |= ((sh32(blk + 16 + 4 * t) >> j) & 0x01010101u) << 4;
+            hi |= ((sh32(blk + 32 + 4 * t) >> j) & 0x01010101u) << 4;
         }
     } else { /* Q6_K */
         const int h = j / 4, u = j % 4;
         const uint8_t *ql = blk + 64 * h + 32 * (u & 1), *qh = blk + 128 + 32 * h;
-        const uint32_t scw = ld16(blk + 192 + 8 * h + 2 * u);
-        const float d = f16(ld16(blk + 208));
+        const uint32_t scw = sh16(blk + 192 + 8 * h + 2 * u);
+        const float d = f16(sh16(blk + 208));
         ws0 = d * (float)(int8_t)(scw & 255), ws1 = d * (float)(int8_t)(scw >> 8);
         const auto q6 = [&](int o) {
-            return __vsub4(((ld16x2(ql + o) >> (u >= 2 ? 4 : 0)) & 0x0F0F0F0Fu) |
-                               (((ld16x2(qh + o) >> (2 * u)) & 0x03030303u) << 4),
+            return __vsub4(((sh16x2(ql + o) >> (u >= 2 ? 4 : 0)) & 0x0F0F0F0Fu) |
+                               (((sh16x2(qh + o) >> (2 * u)) & 0x03030303u) << 4),
                            0x20202020u);
         };
         lo = q6(4 * (int)t), hi = q6(16 + 4 * (int)t);
     }
 }
 
-/* The shared memory of a block: the warps' sums, [warp][row of x][row of W]. */
-template <int NT> struct qmma_smem { float sum[kSplit][NT * 8][kRows + 1]; };
+/* Bytes of a format's block, and of the step of kStep sub-blocks a warp stages per row (a K
+ * super-block, 8 of the 32-element blocks). */
+template <int T>
+constexpr int kBlockBytes = T == AKV_OPS_W_Q8_0   ? 34
+                            : T == AKV_OPS_W_Q4_0 ? 18
+                            : T == AKV_OPS_W_Q4_1 ? 20
+                            : T == AKV_OPS_W_Q4_K ? 144
+                            : T == AKV_OPS_W_Q5_K ? 176
+                                                  : 210;
+template <int T> constexpr int kStepBytes = kSubs<T> == 8 ? kBlockBytes<T> : 8 * kBlockBytes<T>;
+/* A staged row's stride: the step's bytes rounded up to 16, and 16 more where that is an even
+ * number of 16-byte pieces, so that the 8 rows a fragment load touches (lanes 4 g + t read word
+ * t of row g) fall on 8 distinct groups of 4 banks. */
+template <int T>
+constexpr int kStagePitch = (kStepBytes<T> + 15) / 16 % 2 ? (kStepBytes<T> + 15) / 16 * 16
+                                                          : (kStepBytes<T> + 15) / 16 * 16 + 16;
+
+/* The shared memory of a block: each warp's step of 16 rows of W during the loop, the warps'
+ * sums ([warp][row of x][row of W]) after it. */
+template <int T, int NT> union qmma_smem {
+    uint8_t stage[kSplit][kRows][kStagePitch<T>];
+    float sum[kSplit][NT * 8][kRows + 1];
+};
+
+/* Stages `bytes` of each of the 16 rows at w + row * row_bytes + off (row0 + r, the last row
+ * standing in past n) into st, in pieces of P bytes (P divides row_bytes, off and bytes), the
+ * warp's lanes taking consecutive pieces: a warp load reads contiguous bytes of one or two
+ * rows. */
+template <int P>
+__device__ __forceinline__ void stage_rows(uint8_t *st, int pitch, const uint8_t *w, uint32_t row0,
+                                           uint32_t n, size_t row_bytes, size_t off, uint32_t bytes,
+                                           uint32_t lane) {
+    using piece = typename std::conditional<
+        P == 16, uint4, typename std::conditional<P == 4, uint32_t, uint16_t>::type>::type;
+    const uint32_t per_row = bytes / P;
+    for (uint32_t q = lane; q < kRows * per_row; q += 32) {
+        const uint32_t r = q / per_row, o = (q % per_row) * P;
+        const uint32_t row = row0 + r < n ? row0 + r : n - 1;
+        *reinterpret_cast<piece *>(st + r * pitch + o) =
+            __ldg(reinterpret_cast<const piece *>(w + (size_t)row * row_bytes + off + o));
+    }
+}
 
 __device__ __forceinline__ void mma_k32(int c[4], const uint32_t a[4], uint32_t b0, uint32_t b1) {
     asm("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
@@ -108,14 +156,14 @@ struct qmma_a {
     float w0, w8, v0, v8, m0, m8; /* scales of elements 0-15 (w) and 16-31 (v), minimum terms */
 };
 
-/* Sub-block bb of the rows at wa, wb into f. */
+/* Sub-block i of the step staged at sa (row g), sb (row g + 8) into f. */
 template <int T>
-__device__ __forceinline__ void qmma_load(const uint8_t *wa, const uint8_t *wb, uint32_t bb,
-                                          uint32_t blk_bytes, uint32_t t, qmma_a &f) {
+__device__ __forceinline__ void qmma_load(const uint8_t *sa, const uint8_t *sb, uint32_t i,
+                                          uint32_t t, qmma_a &f) {
     constexpr int sub = kSubs<T>;
-    const size_t o = (size_t)(bb / sub) * blk_bytes;
-    qfrag<T>(wa + o, (int)(bb % sub), t, f.a[0], f.a[2], f.w0, f.v0, f.m0);
-    qfrag<T>(wb + o, (int)(bb % sub), t, f.a[1], f.a[3], f.w8, f.v8, f.m8);
+    const uint32_t o = (i / sub) * kBlockBytes<T>;
+    qfrag<T>(sa + o, (int)(i % sub), t, f.a[0], f.a[2], f.w0, f.v0, f.m0);
+    qfrag<T>(sb + o, (int)(i % sub), t, f.a[1], f.a[3], f.w8, f.v8, f.m8);
 }
 
 /* The dots of sub-block bb of 16 rows of W (fragment f) with x's tiles, scaled into acc. */
@@ -159,18 +207,17 @@ qmma_dot(const qmma_a &f, const int8_t *__restrict__ xq, const float *__restrict
     }
 }
 
-template <int T, int NT>
+template <int T, int NT, int P>
 __global__ void __launch_bounds__(kSplit * 32)
     qmma_kernel(float *__restrict__ y, const int8_t *__restrict__ xq, const float *__restrict__ xd,
                 const float *__restrict__ xs, const uint8_t *__restrict__ w, uint32_t m, uint32_t n,
-                uint32_t k, size_t row_bytes, uint32_t blk_bytes, int beta) {
-    __shared__ qmma_smem<NT> sm;
+                uint32_t k, size_t row_bytes, int beta) {
+    constexpr int pitch = kStagePitch<T>, step = kStepBytes<T>;
+    __shared__ __align__(16) qmma_smem<T, NT> sm;
     const uint32_t warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
     const uint32_t row0 = blockIdx.y * kRows, x0 = blockIdx.x * NT * 8, nb = k / 32;
-    /* this lane's rows of W, g and g + 8 of the tile (the last row standing in past n; its sums
-     * are not written) */
-    const uint8_t *wa = w + (size_t)(row0 + g < n ? row0 + g : n - 1) * row_bytes,
-                  *wb = w + (size_t)(row0 + g + 8 < n ? row0 + g + 8 : n - 1) * row_bytes;
+    uint8_t *st = sm.stage[warp][0];
+    const uint8_t *sa = st + g * pitch, *sb = st + (g + 8) * pitch;
     /* this lane's rows of x: the B fragment's (8 j + g) and the sums' (8 j + 2 t, + 1), the
      * last row standing in past m */
     uint32_t xb[NT], xc[NT][2];
@@ -186,24 +233,31 @@ __global__ void __launch_bounds__(kSplit * 32)
     for (int j = 0; j < NT; j++)
         acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.0f;
     grid_dep_wait();
-    /* steps of kStep sub-blocks, every load of a step issued before its first dot */
-    for (uint32_t b0 = warp * kStep; b0 < nb; b0 += kSplit * kStep) {
-        if (b0 + kStep <= nb) {
-            qmma_a f[kStep];
+    /* steps of kStep sub-blocks: the warp stages its 16 rows' step, then takes the dots */
+    for (uint32_t s = warp; s * kStep < nb; s += kSplit) {
+        const uint32_t b0 = s * kStep, n_sub = nb - b0 < kStep ? nb - b0 : kStep;
+        if (n_sub == kStep) {
+            stage_rows<P>(st, pitch, w, row0, n, row_bytes, (size_t)s * step, step, lane);
+            __syncwarp();
 #pragma unroll
-            for (int i = 0; i < kStep; i++)
-                qmma_load<T>(wa, wb, b0 + i, blk_bytes, t, f[i]);
-#pragma unroll
-            for (int i = 0; i < kStep; i++)
-                qmma_dot<T, NT>(f[i], xq, xd, xs, xb, xc, k, nb, b0 + i, t, acc);
-        } else { /* the last sub-blocks of a row of 32-element blocks */
-            for (uint32_t bb = b0; bb < nb; bb++) {
+            for (int i = 0; i < kStep; i++) {
                 qmma_a f;
-                qmma_load<T>(wa, wb, bb, blk_bytes, t, f);
-                qmma_dot<T, NT>(f, xq, xd, xs, xb, xc, k, nb, bb, t, acc);
+                qmma_load<T>(sa, sb, i, t, f);
+                qmma_dot<T, NT>(f, xq, xd, xs, xb, xc, k, nb, b0 + i, t, acc);
+            }
+        } else { /* the last blocks of a row of 32-element blocks */
+            stage_rows<P>(st, pitch, w, row0, n, row_bytes, (size_t)s * step,
+                          n_sub * kBlockBytes<T>, lane);
+            __syncwarp();
+            for (uint32_t i = 0; i < n_sub; i++) {
+                qmma_a f;
+                qmma_load<T>(sa, sb, i, t, f);
+                qmma_dot<T, NT>(f, xq, xd, xs, xb, xc, k, nb, b0 + i, t, acc);
             }
         }
+        __syncwarp();
     }
+    __syncthreads(); /* every warp is past its stage: the sums take its room */
 #pragma unroll
     for (int j = 0; j < NT; j++) {
         sm.sum[warp][8 * j + 2 * t][g] = acc[j][0];
@@ -224,25 +278,40 @@ __global__ void __launch_bounds__(kSplit * 32)
     }
 }
 
+template <int T, int NT>
+akv_status qmma_launch_nt(dim3 grid, cudaStream_t stream, float *y, const qblock_x &xq,
+                          const uint8_t *w, uint32_t m, uint32_t n, uint32_t k, size_t row_bytes,
+                          int beta) {
+    /* the widest piece that every staged row's start and length allow (W is 16-byte aligned) */
+    constexpr uint32_t step = kStepBytes<T>, blk = kBlockBytes<T>;
+    const uint32_t tail = (k / 32) % kStep * blk; /* a last, shorter step's bytes */
+    const auto fits = [&](uint32_t p) {
+        return row_bytes % p == 0 && step % p == 0 && tail % p == 0;
+    };
+    void (*kern)(float *, const int8_t *, const float *, const float *, const uint8_t *, uint32_t,
+                 uint32_t, uint32_t, size_t, int) = fits(16)  ? qmma_kernel<T, NT, 16>
+                                                    : fits(4) ? qmma_kernel<T, NT, 4>
+                                                              : qmma_kernel<T, NT, 2>;
+    return grid_dep_launch_kernel(kern, grid, dim3(kSplit * 32), 0, stream, y, xq.q, xq.d, xq.s, w,
+                                  m, n, k, row_bytes, beta);
+}
+
 template <int T>
 akv_status qmma_launch(uint64_t y, uint64_t x, uint64_t w, uint32_t m, uint32_t n, uint32_t k,
-                       size_t row_bytes, uint32_t bb, int beta, uint64_t scratch, int n_sm,
+                       size_t row_bytes, int beta, uint64_t scratch, int n_sm,
                        cudaStream_t stream) {
     qblock_x xq;
     akv_status st = qblock_quantize_x(x, m, k, scratch, n_sm, stream, &xq);
     if (st) return st;
     /* x tiles of 8, 16, 32 or 64 rows: the smallest that holds m, 64 above */
     const int nt = m <= 8 ? 1 : m <= 16 ? 2 : m <= 32 ? 4 : 8;
-    const dim3 grid((m + 8 * nt - 1) / (8 * nt), (n + kRows - 1) / kRows), block(kSplit * 32);
-    void (*kern)(float *, const int8_t *, const float *, const float *, const uint8_t *, uint32_t,
-                 uint32_t, uint32_t, size_t, uint32_t, int) = nt == 1   ? qmma_kernel<T, 1>
-                                                              : nt == 2 ? qmma_kernel<T, 2>
-                                                              : nt == 4 ? qmma_kernel<T, 4>
-                                                                        : qmma_kernel<T, 8>;
-    return grid_dep_launch_kernel(
-        kern, grid, block, 0, stream, reinterpret_cast<float *>(static_cast<uintptr_t>(y)), xq.q,
-        xq.d, xq.s, reinterpret_cast<const uint8_t *>(static_cast<uintptr_t>(w)), m, n, k,
-        row_bytes, bb, beta);
+    const dim3 grid((m + 8 * nt - 1) / (8 * nt), (n + kRows - 1) / kRows);
+    float *py = reinterpret_cast<float *>(static_cast<uintptr_t>(y));
+    const uint8_t *pw = reinterpret_cast<const uint8_t *>(static_cast<uintptr_t>(w));
+    return nt == 1   ? qmma_launch_nt<T, 1>(grid, stream, py, xq, pw, m, n, k, row_bytes, beta)
+           : nt == 2 ? qmma_launch_nt<T, 2>(grid, stream, py, xq, pw, m, n, k, row_bytes, beta)
+           : nt == 4 ? qmma_launch_nt<T, 4>(grid, stream, py, xq, pw, m, n, k, row_bytes, beta)
+                     : qmma_launch_nt<T, 8>(grid, stream, py, xq, pw, m, n, k, row_bytes, beta);
 }
 
 } // namespace
@@ -251,12 +320,11 @@ extern "C" akv_status akv__cuda_qmma(uint64_t y, uint64_t x, uint64_t w, uint32_
                                      uint32_t m, uint32_t n, uint32_t k, int beta, uint64_t scratch,
                                      uint64_t scratch_bytes, int n_sm, void *stream) {
     const size_t rb = akv_ops_wrow_bytes((akv_ops_wtype)w_type, k);
-    const uint32_t bb = (uint32_t)akv_ops_wblock_bytes((akv_ops_wtype)w_type);
     if (m == 0 || n == 0 || (n + kRows - 1) / kRows > 65535 || !rb || k % 32 || x % 16 || y % 4 ||
         w % 16 || scratch % 16 || scratch_bytes < akv_fwd_qgemv_scratch_bytes(m, k))
         return AKV_EINVAL;
     cudaStream_t s = static_cast<cudaStream_t>(stream);
-#define QG_MMA(T) qmma_launch<T>(y, x, w, m, n, k, rb, bb, beta, scratch, n_sm, s)
+#define QG_MMA(T) qmma_launch<T>(y, x, w, m, n, k, rb, beta, scratch, n_sm, s)
     QG_SWITCH(w_type, QG_MMA)
 #undef QG_MMA
 }

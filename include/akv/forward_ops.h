@@ -124,9 +124,9 @@ typedef struct akv_fwd_fill_args {
 /* How the CUDA backend computes a product (the host ignores it). AUTO over bf16 W: the skinny
  * kernel (cuda/fwd_gemv.cu: one warp per output row, a stream over W) for m = 1 when k is a
  * multiple of 8 and x, W are 16-byte aligned, cuBLAS otherwise (GEMV takes m <= 4). AUTO over
- * block W: integer dots one warp per output row (GEMV) up to AKV_FWD_QGEMV_MAX_ROWS rows,
- * integer tensor-core tiles (TILES, any m) up to AKV_FWD_TILES_MAX_ROWS, W widened to bf16
- * for cuBLAS (CUBLAS) above. The
+ * block W: integer dots one warp per output row (GEMV, m <= AKV_FWD_QGEMV_MAX_ROWS) below
+ * AKV_FWD_TILES_MIN_ROWS rows, integer tensor-core tiles (TILES, any m) up to
+ * AKV_FWD_TILES_MAX_ROWS, W widened to bf16 for cuBLAS (CUBLAS) above. The
  * others force one (a shape it cannot take is refused: AKV_EUNSUPPORTED for bf16 W,
  * AKV_EINVAL for block W and for TILES over bf16 W); benchmarks compare them. */
 typedef enum akv_fwd_matmul_algo {
@@ -161,10 +161,11 @@ typedef struct akv_fwd_matmul_args {
     uint64_t scratch_bytes;
 } akv_fwd_matmul_args;
 
-/* AUTO's picks over block W (measured on the H200, docs/benchmarks.md): one warp per output row
- * up to AKV_FWD_QGEMV_MAX_ROWS rows, tensor-core tiles up to AKV_FWD_TILES_MAX_ROWS, W
- * widened above. */
-enum { AKV_FWD_QGEMV_MAX_ROWS = 4, AKV_FWD_TILES_MAX_ROWS = 4 };
+/* The most rows the one-warp-per-row block product takes, and AUTO's picks over block W
+ * (measured on the H200, docs/benchmarks.md): one warp per output row below
+ * AKV_FWD_TILES_MIN_ROWS rows, tensor-core tiles up to AKV_FWD_TILES_MAX_ROWS, W widened
+ * above. */
+enum { AKV_FWD_QGEMV_MAX_ROWS = 4, AKV_FWD_TILES_MIN_ROWS = 4, AKV_FWD_TILES_MAX_ROWS = 16 };
 
 /* Bytes of x quantized for a block product of m rows of k: int8 quants, then a scale and a
  * scaled sum per 32 elements. */
