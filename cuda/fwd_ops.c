@@ -73,8 +73,8 @@ akv_status akv__cuda_fwd_matmul(const void *args, const akv__cuda_launch *l) {
          * below */
         akv_status st;
         const bool automatic = a.algo == AKV_FWD_MATMUL_AUTO;
-        const bool gemv = a.algo == AKV_FWD_MATMUL_GEMV ||
-                          (automatic && a.m < AKV_FWD_TILES_MIN_ROWS);
+        const bool gemv =
+            a.algo == AKV_FWD_MATMUL_GEMV || (automatic && a.m < AKV_FWD_TILES_MIN_ROWS);
         if (gemv || a.algo == AKV_FWD_MATMUL_TILES ||
             (automatic && a.m <= AKV_FWD_TILES_MAX_ROWS)) {
             st = (gemv ? akv__cuda_qgemv : akv__cuda_qmma)(
