@@ -9,7 +9,7 @@
  * minimum times x's scaled sum. Here the dots of 16 rows of W with 8 rows of x at once are one
  * mma.sync (m16n8k32, s8 x s8 -> s32; Q6_K, with a scale per 16 elements, takes two m16n8k16).
  *
- * A block of 8 warps owns 16 rows of W and 8 NT rows of x (NT = 1, 2, 4 or 8 tiles of 8) and
+ * A block of 8 warps owns 16 rows of W and 8 NT rows of x (NT = 1 or 2 tiles of 8) and
  * splits k among its warps: warp w takes the steps of 8 sub-blocks w, w + 8, ... Each lane
  * loads the words of its fragment itself (rows g and g + 8 of the tile, elements 4 t .. 4 t + 3
  * and 16 + 4 t .. of each sub-block, for lane 4 g + t), every load of a step issued before
@@ -119,7 +119,7 @@ template <int T, int NT> union qmma_smem {
 };
 
 /* Stages `bytes` of each of the 16 rows at w + row * row_bytes + off (row0 + r, the last row
- * standing in past n) into st, in pieces of P bytes (P divides row_bytes, off and bytes), the
+ * standing in past n) into st, in pieces of P bytes (P divides the row's start and bytes), the
  * warp's lanes taking consecutive pieces: a warp load reads contiguous bytes of one or two
  * rows. */
 template <int P>
@@ -236,7 +236,7 @@ __global__ void __launch_bounds__(kSplit * 32)
     /* steps of kStep sub-blocks: the warp stages its 16 rows' step, then takes the dots */
     for (uint32_t s = warp; s * kStep < nb; s += kSplit) {
         const uint32_t b0 = s * kStep, n_sub = nb - b0 < kStep ? nb - b0 : kStep;
-        if (n_sub == kStep) {
+        if (kSubs<T> == 8 || n_sub == kStep) { /* the K formats' rows are whole steps */
             stage_rows<P>(st, pitch, w, row0, n, row_bytes, (size_t)s * step, step, lane);
             __syncwarp();
 #pragma unroll
@@ -245,10 +245,11 @@ __global__ void __launch_bounds__(kSplit * 32)
                 qmma_load<T>(sa, sb, i, t, f);
                 qmma_dot<T, NT>(f, xq, xd, xs, xb, xc, k, nb, b0 + i, t, acc);
             }
-        } else { /* the last blocks of a row of 32-element blocks */
-            stage_rows<P>(st, pitch, w, row0, n, row_bytes, (size_t)s * step,
+        } else if constexpr (kSubs<T> == 1) { /* the last blocks of a row of 32-element blocks */
+            stage_rows<2>(st, pitch, w, row0, n, row_bytes, (size_t)s * step,
                           n_sub * kBlockBytes<T>, lane);
             __syncwarp();
+#pragma unroll 1
             for (uint32_t i = 0; i < n_sub; i++) {
                 qmma_a f;
                 qmma_load<T>(sa, sb, i, t, f);
@@ -282,16 +283,17 @@ template <int T, int NT>
 akv_status qmma_launch_nt(dim3 grid, cudaStream_t stream, float *y, const qblock_x &xq,
                           const uint8_t *w, uint32_t m, uint32_t n, uint32_t k, size_t row_bytes,
                           int beta) {
-    /* the widest piece that every staged row's start and length allow (W is 16-byte aligned) */
-    constexpr uint32_t step = kStepBytes<T>, blk = kBlockBytes<T>;
-    const uint32_t tail = (k / 32) % kStep * blk; /* a last, shorter step's bytes */
-    const auto fits = [&](uint32_t p) {
-        return row_bytes % p == 0 && step % p == 0 && tail % p == 0;
-    };
+    /* the widest piece that every full step's start and length allow (W is 16-byte aligned; a
+     * row's last, shorter step of 32-element blocks is staged in 2-byte pieces) */
+    constexpr uint32_t step = kStepBytes<T>;
+    const auto fits = [&](uint32_t p) { return row_bytes % p == 0 && step % p == 0; };
+    /* (piece sizes the step's bytes rule out are not built) */
     void (*kern)(float *, const int8_t *, const float *, const float *, const uint8_t *, uint32_t,
-                 uint32_t, uint32_t, size_t, int) = fits(16)  ? qmma_kernel<T, NT, 16>
-                                                    : fits(4) ? qmma_kernel<T, NT, 4>
-                                                              : qmma_kernel<T, NT, 2>;
+                 uint32_t, uint32_t, size_t, int) = qmma_kernel<T, NT, 2>;
+    if constexpr (step % 4 == 0)
+        if (fits(4)) kern = qmma_kernel<T, NT, 4>;
+    if constexpr (step % 16 == 0)
+        if (fits(16)) kern = qmma_kernel<T, NT, 16>;
     return grid_dep_launch_kernel(kern, grid, dim3(kSplit * 32), 0, stream, y, xq.q, xq.d, xq.s, w,
                                   m, n, k, row_bytes, beta);
 }
@@ -303,15 +305,14 @@ akv_status qmma_launch(uint64_t y, uint64_t x, uint64_t w, uint32_t m, uint32_t 
     qblock_x xq;
     akv_status st = qblock_quantize_x(x, m, k, scratch, n_sm, stream, &xq);
     if (st) return st;
-    /* x tiles of 8, 16, 32 or 64 rows: the smallest that holds m, 64 above */
-    const int nt = m <= 8 ? 1 : m <= 16 ? 2 : m <= 32 ? 4 : 8;
+    /* x tiles of 8 rows for m <= 8, else of 16 (tiles of 32 and 64 rows measured no faster than
+     * as many tiles of 16: docs/journal.md, 2026-12-03) */
+    const int nt = m <= 8 ? 1 : 2;
     const dim3 grid((m + 8 * nt - 1) / (8 * nt), (n + kRows - 1) / kRows);
     float *py = reinterpret_cast<float *>(static_cast<uintptr_t>(y));
     const uint8_t *pw = reinterpret_cast<const uint8_t *>(static_cast<uintptr_t>(w));
-    return nt == 1   ? qmma_launch_nt<T, 1>(grid, stream, py, xq, pw, m, n, k, row_bytes, beta)
-           : nt == 2 ? qmma_launch_nt<T, 2>(grid, stream, py, xq, pw, m, n, k, row_bytes, beta)
-           : nt == 4 ? qmma_launch_nt<T, 4>(grid, stream, py, xq, pw, m, n, k, row_bytes, beta)
-                     : qmma_launch_nt<T, 8>(grid, stream, py, xq, pw, m, n, k, row_bytes, beta);
+    return nt == 1 ? qmma_launch_nt<T, 1>(grid, stream, py, xq, pw, m, n, k, row_bytes, beta)
+                   : qmma_launch_nt<T, 2>(grid, stream, py, xq, pw, m, n, k, row_bytes, beta);
 }
 
 } // namespace
