@@ -8,15 +8,14 @@
  * cores, f32 accumulation). beta 0 or 1 (1 adds into the residual stream).
  *
  * Decode's skinny products (m <= 4) go to cuda/fwd_gemv.cu instead, and products over block
- * weights to cuda/fwd_qgemv.cu (up to AKV_FWD_QGEMV_MAX_ROWS rows) and cuda/fwd_qmma.cu (more)
- * unless the caller asks for them widened (akv_fwd_matmul_algo).
+ * weights to cuda/fwd_qgemv.cu (one warp per output row) or cuda/fwd_qmma.cu (tensor-core
+ * tiles) unless they are widened first (akv_fwd_matmul_algo says which AUTO picks).
  *
  * Determinism: cuBLAS gives the same bits for the same call on the same GPU model and library
  * version when the stream and the workspace are the same; atomics stay off (the default). The
  * workspace comes with the arguments (device memory the forward pass owns) and is set after
  * cublasSetStream, which resets it to the library's pool otherwise.
  */
-#include <stdbool.h>
 #include <string.h>
 
 #include <cublas_v2.h>
@@ -72,11 +71,12 @@ akv_status akv__cuda_fwd_matmul(const void *args, const akv__cuda_launch *l) {
          * or tensor-core tiles; CUBLAS widens them into `scratch` first, then the bf16 product
          * below */
         akv_status st;
-        const bool automatic = a.algo == AKV_FWD_MATMUL_AUTO;
-        const bool gemv =
-            a.algo == AKV_FWD_MATMUL_GEMV || (automatic && a.m < AKV_FWD_TILES_MIN_ROWS);
-        if (gemv || a.algo == AKV_FWD_MATMUL_TILES ||
-            (automatic && a.m <= AKV_FWD_TILES_MAX_ROWS)) {
+        const uint32_t algo = a.algo != AKV_FWD_MATMUL_AUTO      ? a.algo
+                              : a.m < AKV_FWD_TILES_MIN_ROWS  ? AKV_FWD_MATMUL_GEMV
+                              : a.m <= AKV_FWD_TILES_MAX_ROWS ? AKV_FWD_MATMUL_TILES
+                                                              : AKV_FWD_MATMUL_CUBLAS;
+        if (algo != AKV_FWD_MATMUL_CUBLAS) {
+            const bool gemv = algo == AKV_FWD_MATMUL_GEMV;
             st = (gemv ? akv__cuda_qgemv : akv__cuda_qmma)(
                 a.y.addr, a.x.addr, a.w.addr, a.w_type, a.m, a.n, a.k, (int)a.beta, a.scratch.addr,
                 a.scratch_bytes, l->n_sm, l->stream);

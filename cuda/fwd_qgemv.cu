@@ -269,11 +269,9 @@ extern "C" akv_status akv__cuda_qgemv(uint64_t y, uint64_t x, uint64_t w, uint32
                                       uint32_t m, uint32_t n, uint32_t k, int beta,
                                       uint64_t scratch, uint64_t scratch_bytes, int n_sm,
                                       void *stream) {
-    const size_t rb = akv_ops_wrow_bytes((akv_ops_wtype)w_type, k);
+    const size_t rb = qblock_row_bytes(w_type, m, n, k, y, x, w, scratch, scratch_bytes);
     const uint32_t bb = (uint32_t)akv_ops_wblock_bytes((akv_ops_wtype)w_type);
-    if (m == 0 || m > AKV_FWD_QGEMV_MAX_ROWS || n == 0 || !rb || k % 32 || x % 16 || y % 4 ||
-        w % 16 || scratch % 16 || scratch_bytes < akv_fwd_qgemv_scratch_bytes(m, k))
-        return AKV_EINVAL;
+    if (!rb || m > AKV_FWD_QGEMV_MAX_ROWS) return AKV_EINVAL;
     cudaStream_t s = static_cast<cudaStream_t>(stream);
 #define QG_GEMV(T) qgemv_launch<T>(y, x, w, m, n, k, rb, bb, beta, scratch, n_sm, s)
     QG_SWITCH(w_type, QG_GEMV)

@@ -10,16 +10,20 @@
  * mma.sync (m16n8k32, s8 x s8 -> s32; Q6_K, with a scale per 16 elements, takes two m16n8k16).
  *
  * A block of 8 warps owns 16 rows of W and 8 NT rows of x (NT = 1 or 2 tiles of 8) and
- * splits k among its warps: warp w takes the steps of 8 sub-blocks w, w + 8, ... Each lane
- * loads the words of its fragment itself (rows g and g + 8 of the tile, elements 4 t .. 4 t + 3
- * and 16 + 4 t .. of each sub-block, for lane 4 g + t), every load of a step issued before
- * its first dot. Each lane keeps f32 sums for its fragment's four (row of W, row of x) pairs
- * per x tile; the 8 warps' sums meet in shared memory and are added in warp order: the same
- * bits every run. Blocks of the same W rows and different x tiles are neighbours in launch
+ * splits k among its warps: warp w takes the steps of 8 sub-blocks w, w + 8, ... (a K
+ * super-block, 8 of the 32-element blocks). Per step the warp copies its 16 rows' bytes into
+ * its part of shared memory with coalesced loads (16-byte pieces where the rows allow, else 4
+ * or 2), then each lane reads its fragment there (rows g and g + 8 of the tile, elements
+ * 4 t .. 4 t + 3 and 16 + 4 t .. of each sub-block, for lane 4 g + t; the row pitch puts the 8
+ * rows of a read on distinct banks). Each lane keeps f32 sums for its fragment's four (row of W,
+ * row of x) pairs per x tile; the 8 warps' sums meet in shared memory and are added in warp order:
+ * the same bits every run. Blocks of the same W rows and different x tiles are neighbours in launch
  * order (x tiles are grid.x), so W comes from DRAM once and from L2 after.
  *
- * A warp's load touches 8 rows of W (the fragment's layout), 8 cache lines for 128 bytes, and
- * each 16 rows of W read x again: what limits it (docs/forward.md).
+ * Why staged: the fragment layout puts 8 rows of W in every warp load, so lanes loading their
+ * fragments from global memory themselves touched 8 cache lines per 128 bytes and ran at the
+ * L1's limit. What limits it now: each 16 rows of W read x again, and a warp computes only
+ * after its stage lands (docs/forward.md).
  */
 #include <type_traits>
 
@@ -236,25 +240,25 @@ __global__ void __launch_bounds__(kSplit * 32)
     /* steps of kStep sub-blocks: the warp stages its 16 rows' step, then takes the dots */
     for (uint32_t s = warp; s * kStep < nb; s += kSplit) {
         const uint32_t b0 = s * kStep, n_sub = nb - b0 < kStep ? nb - b0 : kStep;
+        const auto dots = [&](uint32_t i) { /* sub-block i of the staged step */
+                                            qmma_a f;
+                                            qmma_load<T>(sa, sb, i, t, f);
+                                            qmma_dot<T, NT>(f, xq, xd, xs, xb, xc, k, nb, b0 + i, t,
+                                                            acc);
+        };
         if (kSubs<T> == 8 || n_sub == kStep) { /* the K formats' rows are whole steps */
             stage_rows<P>(st, pitch, w, row0, n, row_bytes, (size_t)s * step, step, lane);
             __syncwarp();
 #pragma unroll
-            for (int i = 0; i < kStep; i++) {
-                qmma_a f;
-                qmma_load<T>(sa, sb, i, t, f);
-                qmma_dot<T, NT>(f, xq, xd, xs, xb, xc, k, nb, b0 + i, t, acc);
-            }
+            for (int i = 0; i < kStep; i++)
+                dots(i);
         } else if constexpr (kSubs<T> == 1) { /* the last blocks of a row of 32-element blocks */
             stage_rows<2>(st, pitch, w, row0, n, row_bytes, (size_t)s * step,
                           n_sub * kBlockBytes<T>, lane);
             __syncwarp();
 #pragma unroll 1
-            for (uint32_t i = 0; i < n_sub; i++) {
-                qmma_a f;
-                qmma_load<T>(sa, sb, i, t, f);
-                qmma_dot<T, NT>(f, xq, xd, xs, xb, xc, k, nb, b0 + i, t, acc);
-            }
+            for (uint32_t i = 0; i < n_sub; i++)
+                dots(i);
         }
         __syncwarp();
     }
@@ -285,15 +289,14 @@ akv_status qmma_launch_nt(dim3 grid, cudaStream_t stream, float *y, const qblock
                           int beta) {
     /* the widest piece that every full step's start and length allow (W is 16-byte aligned; a
      * row's last, shorter step of 32-element blocks is staged in 2-byte pieces) */
-    constexpr uint32_t step = kStepBytes<T>;
-    const auto fits = [&](uint32_t p) { return row_bytes % p == 0 && step % p == 0; };
     /* (piece sizes the step's bytes rule out are not built) */
+    constexpr uint32_t step = kStepBytes<T>;
     void (*kern)(float *, const int8_t *, const float *, const float *, const uint8_t *, uint32_t,
                  uint32_t, uint32_t, size_t, int) = qmma_kernel<T, NT, 2>;
     if constexpr (step % 4 == 0)
-        if (fits(4)) kern = qmma_kernel<T, NT, 4>;
+        if (row_bytes % 4 == 0) kern = qmma_kernel<T, NT, 4>;
     if constexpr (step % 16 == 0)
-        if (fits(16)) kern = qmma_kernel<T, NT, 16>;
+        if (row_bytes % 16 == 0) kern = qmma_kernel<T, NT, 16>;
     return grid_dep_launch_kernel(kern, grid, dim3(kSplit * 32), 0, stream, y, xq.q, xq.d, xq.s, w,
                                   m, n, k, row_bytes, beta);
 }
@@ -320,10 +323,8 @@ akv_status qmma_launch(uint64_t y, uint64_t x, uint64_t w, uint32_t m, uint32_t 
 extern "C" akv_status akv__cuda_qmma(uint64_t y, uint64_t x, uint64_t w, uint32_t w_type,
                                      uint32_t m, uint32_t n, uint32_t k, int beta, uint64_t scratch,
                                      uint64_t scratch_bytes, int n_sm, void *stream) {
-    const size_t rb = akv_ops_wrow_bytes((akv_ops_wtype)w_type, k);
-    if (m == 0 || n == 0 || (n + kRows - 1) / kRows > 65535 || !rb || k % 32 || x % 16 || y % 4 ||
-        w % 16 || scratch % 16 || scratch_bytes < akv_fwd_qgemv_scratch_bytes(m, k))
-        return AKV_EINVAL;
+    const size_t rb = qblock_row_bytes(w_type, m, n, k, y, x, w, scratch, scratch_bytes);
+    if (!rb || (n + kRows - 1) / kRows > 65535) return AKV_EINVAL;
     cudaStream_t s = static_cast<cudaStream_t>(stream);
 #define QG_MMA(T) qmma_launch<T>(y, x, w, m, n, k, rb, beta, scratch, n_sm, s)
     QG_SWITCH(w_type, QG_MMA)

@@ -143,6 +143,19 @@ struct qblock_x {
 akv_status qblock_quantize_x(uint64_t x, uint32_t m, uint32_t k, uint64_t scratch, int n_sm,
                              cudaStream_t stream, qblock_x *out);
 
+/* The bytes of a row of W for a block product y[m][n] (+)= x[m][k] W^T, or 0 where the
+ * product cannot take its arguments: a k that is no whole number of the type's blocks, m or n
+ * of 0, x, W or scratch not 16-byte aligned, y not 4-byte aligned, or less scratch than x's
+ * quantization needs (QG_SWITCH refuses a type that is no block format). */
+static inline size_t qblock_row_bytes(uint32_t w_type, uint32_t m, uint32_t n, uint32_t k,
+                                      uint64_t y, uint64_t x, uint64_t w, uint64_t scratch,
+                                      uint64_t scratch_bytes) {
+    const size_t rb = akv_ops_wrow_bytes((akv_ops_wtype)w_type, k);
+    const bool ok = rb && m && n && k % 32 == 0 && x % 16 == 0 && y % 4 == 0 && w % 16 == 0 &&
+                    scratch % 16 == 0 && scratch_bytes >= akv_fwd_qgemv_scratch_bytes(m, k);
+    return ok ? rb : 0;
+}
+
 // clang-format off
 #define QG_SWITCH(t, CALL)                                                                         \
     switch (t) {                                                                                   \

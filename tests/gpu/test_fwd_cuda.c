@@ -265,10 +265,10 @@ static void ops_case(uint32_t rows, uint32_t n) {
 /* Block weights: the fill gives the same bytes on both devices, and the product over them
  * agrees with the host's f32 product over the decoded weights within what those roundings
  * allow, for every format, with beta 0 and 1, on every CUDA path: 8-bit x and integer dots one
- * warp per row (GEMV, m <= AKV_FWD_QGEMV_MAX_ROWS) and on tensor-core tiles (TILES: tiles of 8,
- * 16, 32 and 64 rows of x, m = 67 two of 64, the second mostly past m; 16 rows of W, n = 37
- * three tiles, the last past n; k split by pairs of sub-blocks among 8 warps, 3 sub-blocks one
- * pair and a half, 40 sub-blocks 20 pairs, unevenly shared), W widened to bf16 (CUBLAS: the
+ * warp per row (GEMV, m <= AKV_FWD_QGEMV_MAX_ROWS) and on tensor-core tiles (TILES: tiles of 8
+ * rows of x up to m = 8, of 16 above, m = 67 five of 16, the last mostly past m; 16 rows of W,
+ * n = 37 three tiles, the last past n; k in steps of 8 sub-blocks among 8 warps, 3 sub-blocks
+ * one short step, 40 five steps, unevenly shared), W widened to bf16 (CUBLAS: the
  * widening's warps write 32 sub-blocks of output together, so shapes whose sub-block count is
  * no multiple of 32 test its tail), and AUTO's pick. Shapes: n = 37, k of 3, 16 and 40
  * sub-blocks. */
