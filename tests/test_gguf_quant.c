@@ -210,12 +210,14 @@ int main(int argc, char **argv) {
         CHECK_STATUS(akv_gguf_dequant_bf16(AKV_GGUF_TYPE_Q8_0, b, 31, y16), AKV_EINVAL);
         CHECK_STATUS(akv_gguf_dequant_f32(AKV_GGUF_TYPE_Q8_0, NULL, 32, y), AKV_EINVAL);
         CHECK_OK(akv_gguf_dequant_f32(AKV_GGUF_TYPE_Q8_0, NULL, 0, NULL));
-        CHECK_STATUS(akv_gguf_quantize(AKV_GGUF_TYPE_Q4_K, y, 256, b), AKV_EUNSUPPORTED);
+        CHECK_STATUS(akv_gguf_quantize(AKV_GGUF_TYPE_Q3_K, y, 256, b), AKV_EUNSUPPORTED);
+        CHECK_STATUS(akv_gguf_quantize(AKV_GGUF_TYPE_Q4_K, y, 128, b), AKV_EINVAL);
         CHECK_STATUS(akv_gguf_quantize(AKV_GGUF_TYPE_Q4_0, y, 48, b), AKV_EINVAL);
         CHECK(akv_gguf_can_dequant(AKV_GGUF_TYPE_Q6_K));
         CHECK(!akv_gguf_can_dequant(AKV_GGUF_TYPE_Q5_0));
         CHECK(akv_gguf_can_quantize(AKV_GGUF_TYPE_Q4_1));
-        CHECK(!akv_gguf_can_quantize(AKV_GGUF_TYPE_Q6_K));
+        CHECK(akv_gguf_can_quantize(AKV_GGUF_TYPE_Q6_K));
+        CHECK(!akv_gguf_can_quantize(AKV_GGUF_TYPE_Q5_0));
     }
 
     TEST_CASE(quantize_round_trips_within_bounds) {
@@ -280,6 +282,90 @@ int main(int argc, char **argv) {
         CHECK_NEAR(y[7], 40.0, 0);
     }
 
+    TEST_CASE(quantize_k_types_round_trip_within_bounds) {
+        /* Super-blocks whose 32-element sub-blocks are of the kinds above, in a different mix
+         * per block (gaussian-ish, zero, constant, an outlier, tiny, one-sided positive,
+         * one-sided negative, and wide), each element within the bound the encoders promise
+         * (gguf_quant.c): half the sub-block's step for Q4_K and Q5_K, the step is at most
+         * (range with 0 + dmin) / levels + d; Q6_K a whole step of its 16 values at the far
+         * end, the step at most amax / 32 + d. d and dmin are the block's largest over 63
+         * (Q6_K: 127), up to f16 rounding. */
+        enum { NB = 12, N = 256 * NB };
+        static float x[N], y[N];
+        static uint8_t q[N];
+        for (int i = 0; i < N; i++) {
+            const int kind = (i / 32 + i / 256) % 8;
+            const float r = test_rand_f32(&rng) + test_rand_f32(&rng);
+            x[i] = kind == 0   ? r * 0.05f
+                   : kind == 1 ? 0.0f
+                   : kind == 2 ? 0.75f
+                   : kind == 3 ? (i % 32 == 7 ? 40.0f : r)
+                   : kind == 4 ? r * 1e-6f
+                   : kind == 5 ? fabsf(r) + 3.0f
+                   : kind == 6 ? -fabsf(r) - 3.0f
+                               : r * 30.0f;
+        }
+        const struct {
+            uint32_t type;
+            int levels;
+        } types[] = {{AKV_GGUF_TYPE_Q4_K, 15}, {AKV_GGUF_TYPE_Q5_K, 31}, {AKV_GGUF_TYPE_Q6_K, 0}};
+        const double f16 = 1 + 0x1p-10; /* f16 rounding of a scale, relative */
+        for (size_t t = 0; t < sizeof types / sizeof types[0]; t++) {
+            const uint32_t type = types[t].type;
+            CHECK_OK(akv_gguf_quantize(type, x, N, q));
+            CHECK_OK(akv_gguf_dequant_f32(type, q, N, y));
+            int n_bad = 0;
+            double worst = 0;
+            for (int b0 = 0; b0 < N; b0 += 256) {
+                double bound[256];
+                if (types[t].levels) {
+                    const int L = types[t].levels;
+                    double lo[8], hi[8], mmax = 0, smax = 0;
+                    for (int j = 0; j < 8; j++) {
+                        lo[j] = hi[j] = 0;
+                        for (int i = b0 + 32 * j; i < b0 + 32 * j + 32; i++)
+                            lo[j] = fmin(lo[j], x[i]), hi[j] = fmax(hi[j], x[i]);
+                        mmax = fmax(mmax, -lo[j]);
+                    }
+                    const double dmin = mmax / 63 * f16;
+                    for (int j = 0; j < 8; j++)
+                        smax = fmax(smax, (hi[j] - lo[j] + dmin) / L);
+                    const double d = smax / 63 * f16;
+                    for (int j = 0; j < 8; j++)
+                        for (int i = 0; i < 32; i++)
+                            bound[32 * j + i] =
+                                ((hi[j] - lo[j] + dmin) / L + d) / 2 + dmin * 0x1p-9;
+                } else {
+                    double a[16], amax = 0;
+                    for (int g = 0; g < 16; g++) {
+                        a[g] = 0;
+                        for (int i = b0 + 16 * g; i < b0 + 16 * g + 16; i++)
+                            a[g] = fmax(a[g], fabs(x[i]));
+                        amax = fmax(amax, a[g] / 32);
+                    }
+                    const double d = amax / 127 * f16;
+                    for (int g = 0; g < 16; g++)
+                        for (int i = 0; i < 16; i++)
+                            bound[16 * g + i] = a[g] / 32 + d;
+                }
+                for (int i = 0; i < 256; i++) {
+                    const double err = fabs((double)y[b0 + i] - x[b0 + i]),
+                                 b = bound[i] * (1 + 0x1p-9);
+                    worst = fmax(worst, err / (b > 0 ? b : 1));
+                    if (!(err <= b) && n_bad++ < 3)
+                        fprintf(stderr, "%s: element %d: %.9g -> %.9g, error %.3g > bound %.3g\n",
+                                akv_gguf_type_name(type), b0 + i, x[b0 + i], y[b0 + i], err, b);
+                }
+            }
+            TEST_CHECK_(n_bad == 0, "%s: %d elements beyond the bound", akv_gguf_type_name(type),
+                        n_bad);
+            printf("  %s: worst error %.2f of its bound\n", akv_gguf_type_name(type), worst);
+            /* zero sub-blocks decode to zeros */
+            for (int i = 32; i < 64; i++)
+                CHECK_NEAR(y[i], 0.0, 0);
+        }
+    }
+
     TEST_CASE(quantize_survives_non_finite) {
         float x[32];
         uint8_t q[34];
@@ -291,6 +377,16 @@ int main(int argc, char **argv) {
         for (size_t t = 0; t < 3; t++) {
             CHECK_OK(akv_gguf_quantize(types[t], x, 32, q));
             CHECK_OK(akv_gguf_dequant_f32(types[t], q, 32, y));
+        }
+        float xk[256], yk[256];
+        uint8_t qk[256];
+        for (int i = 0; i < 256; i++)
+            xk[i] = (float)(i % 37) - 18;
+        xk[3] = NAN, xk[77] = INFINITY, xk[200] = -INFINITY;
+        const uint32_t ktypes[] = {AKV_GGUF_TYPE_Q4_K, AKV_GGUF_TYPE_Q5_K, AKV_GGUF_TYPE_Q6_K};
+        for (size_t t = 0; t < 3; t++) {
+            CHECK_OK(akv_gguf_quantize(ktypes[t], xk, 256, qk));
+            CHECK_OK(akv_gguf_dequant_f32(ktypes[t], qk, 256, yk));
         }
     }
 

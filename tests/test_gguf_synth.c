@@ -154,6 +154,36 @@ int main(int argc, char **argv) {
         }
     }
 
+    TEST_CASE(k_types_read_back_exactly) {
+        /* rows of 256 and 512 (the K types' super-blocks are 256 elements) */
+        akv_gguf_synth_shape s = {.name = "k",
+                                  .n_layers = 2,
+                                  .n_embd = 256,
+                                  .n_heads = 4,
+                                  .n_kv_heads = 2,
+                                  .head_dim = 64,
+                                  .n_ff = 512,
+                                  .n_vocab = 300,
+                                  .n_ctx = 128,
+                                  .rope_theta = 10000.0f,
+                                  .rms_eps = 1e-6f};
+        const struct {
+            akv_gguf_type t;
+            uint32_t file_type;
+        } types[] = {{AKV_GGUF_TYPE_Q4_K, 14}, {AKV_GGUF_TYPE_Q5_K, 16}, {AKV_GGUF_TYPE_Q6_K, 18}};
+        for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) {
+            CHECK_OK(synth(&s, types[i].t, 7 + i, NULL, path));
+            akv_gguf *g = NULL;
+            CHECK_OK(akv_gguf_open(path, &g));
+            if (!g) continue;
+            CHECK(akv__gguf_check(g));
+            check_keys(g, &s);
+            check_tensors(g, &s, types[i].t, 7 + i);
+            CHECK_EQ_INT(get_u32(g, "general.file_type"), types[i].file_type);
+            akv_gguf_close(g);
+        }
+    }
+
     TEST_CASE(deterministic_by_seed) {
         akv_gguf_synth_shape s = tiny();
         s.n_vocab = 64;
@@ -237,6 +267,8 @@ int main(int argc, char **argv) {
         CHECK_STATUS(akv_gguf_synth_check(&b, AKV_GGUF_TYPE_BF16), AKV_EINVAL);
         b = s, b.n_layers = 4097;
         CHECK_STATUS(akv_gguf_synth_check(&b, AKV_GGUF_TYPE_BF16), AKV_EINVAL);
+        /* a type with no encoder; K types over rows that are no multiple of 256 (hidden 64) */
+        CHECK_STATUS(akv_gguf_synth_check(&s, AKV_GGUF_TYPE_Q3_K), AKV_EINVAL);
         CHECK_STATUS(akv_gguf_synth_check(&s, AKV_GGUF_TYPE_Q4_K), AKV_EINVAL);
         CHECK_STATUS(synth(&s, AKV_GGUF_TYPE_Q6_K, 1, NULL, path2), AKV_EINVAL);
         CHECK(access(path2, F_OK) != 0);

@@ -27,11 +27,15 @@
  *                      (low nibble for u < 2, high for u >= 2), high 2 bits from
  *                      qh[32h + l] >> 2u.
  *
- * Quantisers (for the writer) exist for F32, F16, BF16, Q8_0, Q4_0 and Q4_1; each picks the
- * block scale from the block's extreme values, so the error of one element is bounded by
- * the block's step: Q8_0 <= d/2, Q4_0 <= |d| (d/2 except at the far end of the range),
- * Q4_1 <= d/2, plus the f16 rounding of the scale (and the minimum). F16/BF16 round to
- * nearest even.
+ * Quantisers (for the writer) exist for every type above; each picks its scales from the
+ * extreme values of a block (K types: of each sub-block, then the super-block's d and dmin
+ * from those), so the error of one element is bounded by its step: Q8_0 <= d/2, Q4_0 <= |d|
+ * (d/2 except at the far end of the range), Q4_1 <= d/2, plus the f16 rounding of the scale
+ * (and the minimum); Q4_K and Q5_K <= half the sub-block's step d * sc, which is at most
+ * (range + dmin) / levels + d (the range taken with 0, levels 15 or 31); Q6_K <= one step of
+ * its 16 values (at the far end), at most amax / 32 + d. F16/BF16 round to nearest even.
+ * The K encoders take one pass of extremes (no search for scales that lower the error, as
+ * llama.cpp's quantizer does), so their error is larger than llama.cpp's on real weights.
  *
  * Thread-safety: every function here is pure and thread-safe.
  */

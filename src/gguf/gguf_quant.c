@@ -1,6 +1,6 @@
 /*
- * gguf_quant.c — block decoders (F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q4_K, Q5_K, Q6_K) and
- * encoders (F32, F16, BF16, Q8_0, Q4_0, Q4_1). akv/gguf_quant.h has the block layouts.
+ * gguf_quant.c — block decoders and encoders (F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q4_K, Q5_K,
+ * Q6_K). akv/gguf_quant.h has the block layouts.
  *
  * Every decoder turns one block at `b` (any alignment) into block_elems floats; the row
  * functions loop over blocks. The bf16 path decodes a block to f32 on the stack and rounds.
@@ -257,6 +257,91 @@ static void enc_q4_1(const float *x, uint8_t *b) {
     }
 }
 
+/* Q4_K (levels 15, qh NULL) and Q5_K (levels 31): sub-block j's values x map to codes
+ * q = round((x + off_j) / step_j) in 0..levels, where off_j = dmin * mn_j >= 0 lifts the
+ * sub-block's lowest value (or 0, whichever is lower: the format can only subtract a
+ * minimum) to code 0 and step_j = d * sc_j spans the rest. The offsets and then the steps are
+ * rounded up to their 6-bit multiples of the block's f16 dmin and d (each the largest over 63),
+ * so no value falls outside the codes and the error of one element is half its sub-block's
+ * step, which exceeds (range + dmin) / levels by at most d. */
+static void enc_k_4_5(const float *x, int levels, uint8_t *b, uint8_t *qh, uint8_t *qs) {
+    float lo[8], hi[8], mmax = 0;
+    for (int j = 0; j < 8; j++) {
+        lo[j] = 0, hi[j] = 0; /* the range always holds 0: the offset is never negative */
+        for (int i = 32 * j; i < 32 * j + 32; i++)
+            if (x[i] < lo[j])
+                lo[j] = x[i];
+            else if (x[i] > hi[j])
+                hi[j] = x[i];
+        mmax = fmaxf(mmax, -lo[j]);
+    }
+    const uint16_t dmin16 = akv_f32_to_f16(mmax / 63.0f);
+    const float dmin = akv_f16_to_f32(dmin16);
+    int mn[8], sc[8];
+    float smax = 0, want[8];
+    for (int j = 0; j < 8; j++) {
+        mn[j] = dmin > 0 ? clamp_to_int(ceilf(-lo[j] / dmin), 0, 63) : 0;
+        want[j] = (hi[j] + dmin * (float)mn[j]) / (float)levels;
+        smax = fmaxf(smax, want[j]);
+    }
+    const uint16_t d16 = akv_f32_to_f16(smax / 63.0f);
+    const float d = akv_f16_to_f32(d16);
+    for (int j = 0; j < 8; j++)
+        sc[j] = d > 0 ? clamp_to_int(ceilf(want[j] / d), 0, 63) : 0;
+    akv__gguf_st16(b, d16);
+    akv__gguf_st16(b + 2, dmin16);
+    uint8_t *scales = b + 4;
+    for (int j = 0; j < 4; j++) {
+        scales[j] = (uint8_t)((sc[j] & 63) | (sc[j + 4] >> 4) << 6);
+        scales[j + 4] = (uint8_t)((mn[j] & 63) | (mn[j + 4] >> 4) << 6);
+        scales[j + 8] = (uint8_t)((sc[j + 4] & 15) | (mn[j + 4] & 15) << 4);
+    }
+    if (qh) memset(qh, 0, 32);
+    memset(qs, 0, 128);
+    for (int j = 0; j < 8; j++) {
+        const float step = d * (float)sc[j], off = dmin * (float)mn[j];
+        const float id = step > 0 ? 1.0f / step : 0.0f;
+        for (int l = 0; l < 32; l++) {
+            const int q = clamp_to_int((x[32 * j + l] + off) * id + 0.5f, 0, (float)levels);
+            qs[32 * (j / 2) + l] |= (uint8_t)((q & 15) << (4 * (j & 1)));
+            if (qh) qh[l] |= (uint8_t)((q >> 4) << j);
+        }
+    }
+}
+
+/* Q6_K: each 16 values get a signed step s_g = ext / -32 (ext the value of largest
+ * magnitude, mapped to code -32; the far end may clamp at 31, a whole step), stored as an
+ * int8 multiple of the block's f16 d = max |s_g| / 127 with its magnitude rounded up, so that
+ * ext stays within the codes: the error of one element is at most a step, |s_g| + d. */
+static void enc_q6_k(const float *x, uint8_t *b) {
+    float ext[16], amax = 0;
+    for (int g = 0; g < 16; g++) {
+        ext[g] = 0;
+        for (int i = 16 * g; i < 16 * g + 16; i++)
+            if (fabsf(x[i]) > fabsf(ext[g])) ext[g] = x[i];
+        amax = fmaxf(amax, fabsf(ext[g]) / 32.0f);
+    }
+    const uint16_t d16 = akv_f32_to_f16(amax / 127.0f);
+    const float d = akv_f16_to_f32(d16);
+    uint8_t *ql = b, *qh = b + 128;
+    int8_t *scales = (int8_t *)(b + 192);
+    memset(b, 0, 192);
+    for (int g = 0; g < 16; g++) {
+        const float want = d > 0 ? -ext[g] / 32.0f / d : 0.0f;
+        const int sc =
+            want >= 0 ? clamp_to_int(ceilf(want), 0, 127) : -clamp_to_int(ceilf(-want), 0, 127);
+        scales[g] = (int8_t)sc;
+        const float step = d * (float)sc, id = step != 0 ? 1.0f / step : 0.0f;
+        for (int i = 16 * g; i < 16 * g + 16; i++) {
+            const int q = clamp_to_int(x[i] * id + 32.5f, 0, 63); /* q6 = code + 32 */
+            const int h = i / 128, u = (i % 128) / 32, l = i % 32;
+            ql[64 * h + l + 32 * (u & 1)] |= (uint8_t)((q & 15) << (u < 2 ? 0 : 4));
+            qh[32 * h + l] |= (uint8_t)((q >> 4) << (2 * u));
+        }
+    }
+    akv__gguf_st16(b + 208, d16);
+}
+
 bool akv_gguf_can_quantize(uint32_t type) {
     switch (type) {
     case AKV_GGUF_TYPE_F32:
@@ -264,7 +349,11 @@ bool akv_gguf_can_quantize(uint32_t type) {
     case AKV_GGUF_TYPE_BF16:
     case AKV_GGUF_TYPE_Q8_0:
     case AKV_GGUF_TYPE_Q4_0:
-    case AKV_GGUF_TYPE_Q4_1: return true;
+    case AKV_GGUF_TYPE_Q4_1:
+    case AKV_GGUF_TYPE_Q4_K:
+    case AKV_GGUF_TYPE_Q5_K:
+    case AKV_GGUF_TYPE_Q6_K:
+        return true;
     default: return false;
     }
 }
@@ -281,7 +370,18 @@ akv_status akv_gguf_quantize(uint32_t type, const float *src, size_t n_elems, vo
         case AKV_GGUF_TYPE_BF16: akv__gguf_st16(b, akv_f32_to_bf16(src[i])); break;
         case AKV_GGUF_TYPE_Q8_0: enc_q8_0(src + i, b); break;
         case AKV_GGUF_TYPE_Q4_0: enc_q4_0(src + i, b); break;
-        default: enc_q4_1(src + i, b); break;
+        case AKV_GGUF_TYPE_Q4_1:
+            enc_q4_1(src + i, b);
+            break;
+        case AKV_GGUF_TYPE_Q4_K:
+            enc_k_4_5(src + i, 15, b, NULL, b + 16);
+            break;
+        case AKV_GGUF_TYPE_Q5_K:
+            enc_k_4_5(src + i, 31, b, b + 16, b + 48);
+            break;
+        default:
+            enc_q6_k(src + i, b);
+            break;
         }
     }
     return AKV_OK;

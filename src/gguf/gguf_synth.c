@@ -123,7 +123,8 @@ static void synth_tensor_at(const akv_gguf_synth_shape *s, size_t k, synth_tenso
 akv_status akv_gguf_synth_check(const akv_gguf_synth_shape *s, akv_gguf_type type) {
     if (!s) return AKV_EINVAL;
     if (!akv_gguf_can_quantize(type)) {
-        AKV_LOG_E("gguf synth: type %s cannot be written (f32, f16, bf16, q8_0, q4_0, q4_1 can)",
+        AKV_LOG_E("gguf synth: type %s cannot be written (f32, f16, bf16, q8_0, q4_0, q4_1, q4_K, "
+                  "q5_K, q6_K can)",
                   akv_gguf_type_name(type) ? akv_gguf_type_name(type) : "?");
         return AKV_EINVAL;
     }
@@ -188,6 +189,12 @@ static uint32_t file_type_of(akv_gguf_type type) {
     case AKV_GGUF_TYPE_Q4_0: return 2;
     case AKV_GGUF_TYPE_Q4_1: return 3;
     case AKV_GGUF_TYPE_Q8_0: return 7;
+    case AKV_GGUF_TYPE_Q4_K:
+        return 14; /* the "S" mixes: every matrix in the one type */
+    case AKV_GGUF_TYPE_Q5_K:
+        return 16;
+    case AKV_GGUF_TYPE_Q6_K:
+        return 18;
     default: return 32; /* bf16 */
     }
 }
