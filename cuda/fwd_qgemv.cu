@@ -77,7 +77,7 @@ template <int T, int M>
 __global__ void __launch_bounds__(kWarps * 32)
     qgemv_kernel(float *__restrict__ y, const int8_t *__restrict__ xq, const float *__restrict__ xd,
                  const float *__restrict__ xs, const uint8_t *__restrict__ w, uint32_t n,
-                 uint32_t k, size_t row_bytes, uint32_t blk_bytes, int beta) {
+                 uint32_t k, size_t row_bytes, int beta) {
     constexpr int sub = kSubs<T>;
     constexpr bool has_min = kHasMin<T>;
     const uint32_t lane = threadIdx.x % 32, row = blockIdx.x * kWarps + threadIdx.x / 32;
@@ -92,7 +92,7 @@ __global__ void __launch_bounds__(kWarps * 32)
 #pragma unroll 2
     for (uint32_t b = lane; b < nb; b += 32) {
         qsub sb;
-        unpack<T>(wr + (size_t)(b / sub) * blk_bytes, (int)(b % sub), sb);
+        unpack<T>(wr + (size_t)(b / sub) * kBlockBytes<T>, (int)(b % sub), sb);
         uint32_t qw[8];
 #pragma unroll
         for (int i = 0; i < 8; i++)
@@ -150,7 +150,7 @@ template <int T> __device__ __forceinline__ void unpack_dot(const uint8_t *blk, 
 template <int T>
 __global__ void __launch_bounds__(256)
     dequant_kernel(__nv_bfloat16 *__restrict__ dst, const uint8_t *__restrict__ w, uint32_t n,
-                   uint32_t k, size_t row_bytes, uint32_t blk_bytes) {
+                   uint32_t k, size_t row_bytes) {
     constexpr int sub = kSubs<T>;
     constexpr bool has_min = kHasMin<T>;
     __shared__ uint4 stage[8][32 * 4];
@@ -164,7 +164,7 @@ __global__ void __launch_bounds__(256)
         if (g < total) {
             const uint32_t row = (uint32_t)(g / nb), b = (uint32_t)(g % nb);
             qsub s;
-            unpack_dot<T>(w + (size_t)row * row_bytes + (size_t)(b / sub) * blk_bytes,
+            unpack_dot<T>(w + (size_t)row * row_bytes + (size_t)(b / sub) * kBlockBytes<T>,
                           (int)(b % sub), s);
             const float base = qbase<T>(s);
 #pragma unroll
@@ -220,7 +220,7 @@ __global__ void fill_blocks_kernel(uint8_t *y, uint64_t n, uint64_t seed, uint32
 
 template <int T>
 akv_status qgemv_launch(uint64_t y, uint64_t x, uint64_t w, uint32_t m, uint32_t n, uint32_t k,
-                        size_t row_bytes, uint32_t bb, int beta, uint64_t scratch, int n_sm,
+                        size_t row_bytes, int beta, uint64_t scratch, int n_sm,
                         cudaStream_t stream) {
     qblock_x xq;
     akv_status st = qblock_quantize_x(x, m, k, scratch, n_sm, stream, &xq);
@@ -229,17 +229,17 @@ akv_status qgemv_launch(uint64_t y, uint64_t x, uint64_t w, uint32_t m, uint32_t
     float *py = reinterpret_cast<float *>(static_cast<uintptr_t>(y));
     const uint8_t *pw = reinterpret_cast<const uint8_t *>(static_cast<uintptr_t>(w));
     void (*kern)(float *, const int8_t *, const float *, const float *, const uint8_t *, uint32_t,
-                 uint32_t, size_t, uint32_t, int) = m == 1   ? qgemv_kernel<T, 1>
-                                                    : m == 2 ? qgemv_kernel<T, 2>
-                                                    : m == 3 ? qgemv_kernel<T, 3>
-                                                             : qgemv_kernel<T, 4>;
+                 uint32_t, size_t, int) = m == 1   ? qgemv_kernel<T, 1>
+                                          : m == 2 ? qgemv_kernel<T, 2>
+                                          : m == 3 ? qgemv_kernel<T, 3>
+                                                   : qgemv_kernel<T, 4>;
     return grid_dep_launch_kernel(kern, grid, block, 0, stream, py, xq.q, xq.d, xq.s, pw, n, k,
-                                  row_bytes, bb, beta);
+                                  row_bytes, beta);
 }
 
 template <int T>
 akv_status dequant_launch(uint64_t dst, uint64_t w, uint32_t n, uint32_t k, size_t row_bytes,
-                          uint32_t bb, int n_sm, cudaStream_t stream) {
+                          int n_sm, cudaStream_t stream) {
     const uint64_t subs = (uint64_t)n * (k / 32);
     const unsigned blocks =
         (unsigned)((subs + 255) / 256 < (uint64_t)n_sm * 16 ? (subs + 255) / 256
@@ -247,7 +247,7 @@ akv_status dequant_launch(uint64_t dst, uint64_t w, uint32_t n, uint32_t k, size
     return grid_dep_launch_kernel(dequant_kernel<T>, dim3(blocks), dim3(256), 0, stream,
                                   reinterpret_cast<__nv_bfloat16 *>(static_cast<uintptr_t>(dst)),
                                   reinterpret_cast<const uint8_t *>(static_cast<uintptr_t>(w)), n,
-                                  k, row_bytes, bb);
+                                  k, row_bytes);
 }
 
 } // namespace
@@ -270,10 +270,9 @@ extern "C" akv_status akv__cuda_qgemv(uint64_t y, uint64_t x, uint64_t w, uint32
                                       uint64_t scratch, uint64_t scratch_bytes, int n_sm,
                                       void *stream) {
     const size_t rb = qblock_row_bytes(w_type, m, n, k, y, x, w, scratch, scratch_bytes);
-    const uint32_t bb = (uint32_t)akv_ops_wblock_bytes((akv_ops_wtype)w_type);
     if (!rb || m > AKV_FWD_QGEMV_MAX_ROWS) return AKV_EINVAL;
     cudaStream_t s = static_cast<cudaStream_t>(stream);
-#define QG_GEMV(T) qgemv_launch<T>(y, x, w, m, n, k, rb, bb, beta, scratch, n_sm, s)
+#define QG_GEMV(T) qgemv_launch<T>(y, x, w, m, n, k, rb, beta, scratch, n_sm, s)
     QG_SWITCH(w_type, QG_GEMV)
 #undef QG_GEMV
 }
@@ -281,10 +280,9 @@ extern "C" akv_status akv__cuda_qgemv(uint64_t y, uint64_t x, uint64_t w, uint32
 extern "C" akv_status akv__cuda_dequant_bf16(uint64_t dst, uint64_t w, uint32_t w_type, uint32_t n,
                                              uint32_t k, int n_sm, void *stream) {
     const size_t rb = akv_ops_wrow_bytes((akv_ops_wtype)w_type, k);
-    const uint32_t bb = (uint32_t)akv_ops_wblock_bytes((akv_ops_wtype)w_type);
     if (n == 0 || !rb || k % 32 || w % 16 || dst % 16) return AKV_EINVAL;
     cudaStream_t s = static_cast<cudaStream_t>(stream);
-#define QG_DQ(T) dequant_launch<T>(dst, w, n, k, rb, bb, n_sm, s)
+#define QG_DQ(T) dequant_launch<T>(dst, w, n, k, rb, n_sm, s)
     QG_SWITCH(w_type, QG_DQ)
 #undef QG_DQ
 }

@@ -98,15 +98,8 @@ __device__ __forceinline__ void qfrag(const uint8_t *blk, int j, uint32_t t, uin
     }
 }
 
-/* Bytes of a format's block, and of the step of kStep sub-blocks a warp stages per row (a K
- * super-block, 8 of the 32-element blocks). */
-template <int T>
-constexpr int kBlockBytes = T == AKV_OPS_W_Q8_0   ? 34
-                            : T == AKV_OPS_W_Q4_0 ? 18
-                            : T == AKV_OPS_W_Q4_1 ? 20
-                            : T == AKV_OPS_W_Q4_K ? 144
-                            : T == AKV_OPS_W_Q5_K ? 176
-                                                  : 210;
+/* Bytes of the step of kStep sub-blocks a warp stages per row (a K super-block, 8 of the
+ * 32-element blocks). */
 template <int T> constexpr int kStepBytes = kSubs<T> == 8 ? kBlockBytes<T> : 8 * kBlockBytes<T>;
 /* A staged row's stride: the step's bytes rounded up to 16, and 16 more where that is an even
  * number of 16-byte pieces, so that the 8 rows a fragment load touches (lanes 4 g + t read word
@@ -288,8 +281,8 @@ akv_status qmma_launch_nt(dim3 grid, cudaStream_t stream, float *y, const qblock
                           const uint8_t *w, uint32_t m, uint32_t n, uint32_t k, size_t row_bytes,
                           int beta) {
     /* the widest piece that every full step's start and length allow (W is 16-byte aligned; a
-     * row's last, shorter step of 32-element blocks is staged in 2-byte pieces) */
-    /* (piece sizes the step's bytes rule out are not built) */
+     * row's last, shorter step of 32-element blocks is staged in 2-byte pieces; piece sizes the
+     * step's bytes rule out are not built) */
     constexpr uint32_t step = kStepBytes<T>;
     void (*kern)(float *, const int8_t *, const float *, const float *, const uint8_t *, uint32_t,
                  uint32_t, uint32_t, size_t, int) = qmma_kernel<T, NT, 2>;

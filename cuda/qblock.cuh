@@ -52,6 +52,14 @@ template <int T>
 constexpr int kSubs = T == AKV_OPS_W_Q4_K || T == AKV_OPS_W_Q5_K || T == AKV_OPS_W_Q6_K ? 8 : 1;
 template <int T>
 constexpr bool kHasMin = T == AKV_OPS_W_Q4_1 || T == AKV_OPS_W_Q4_K || T == AKV_OPS_W_Q5_K;
+/* Bytes of a format's block (akv_ops_wblock_bytes, as a constant of the kernel). */
+template <int T>
+constexpr int kBlockBytes = T == AKV_OPS_W_Q8_0   ? 34
+                            : T == AKV_OPS_W_Q4_0 ? 18
+                            : T == AKV_OPS_W_Q4_1 ? 20
+                            : T == AKV_OPS_W_Q4_K ? 144
+                            : T == AKV_OPS_W_Q5_K ? 176
+                                                  : 210;
 
 /* The 6-bit scale and min of K-format sub-block j from the 12 packed bytes s[3]. */
 __device__ __forceinline__ void k_scale_min(const uint32_t s[3], int j, int *sc, int *mn) {
