@@ -16,7 +16,8 @@
  * Each case submits one request of random tokens (seed fixed) with 64 new tokens (greedy,
  * end-of-generation ignored); the prompt is prefilled in chunks of 512. Decode rate = (tokens -
  * 1) / (last token's time - first token's time). Skips (exit 0, a note) without the model
- * (scripts/fetch-model). Appends markdown to $AKV_BENCH_OUT.
+ * (scripts/fetch-model). AKV_BENCH_WEIGHTS=native leaves the f32 rows out. Appends markdown to
+ * $AKV_BENCH_OUT.
  */
 #define _POSIX_C_SOURCE 200809L
 #include <pthread.h>
@@ -140,7 +141,9 @@ int main(void) {
                   "decode tok/s | floor ms | ratio |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|\n");
     static const akv_weights ws[2] = {AKV_WEIGHTS_NATIVE, AKV_WEIGHTS_F32};
     static const uint32_t prompts[2] = {512, 4096};
-    for (int wi = 0; wi < 2; wi++) {
+    /* AKV_BENCH_WEIGHTS=native runs the native rows alone (an A/B) */
+    const char *only = getenv("AKV_BENCH_WEIGHTS");
+    for (int wi = 0; wi < (only && !strcmp(only, "native") ? 1 : 2); wi++) {
         akv_model_load_params lp = {.weights = ws[wi]};
         TRY(akv_model_load(model, &lp, &m));
         const double wbytes = (double)akv_model_step_weight_bytes(m);
