@@ -21,7 +21,8 @@
  *   limit (+K/V)     the same with the K/V history read once per step added to the bytes.
  *   ratio            limit time / measured step time (1.0 = at the bandwidth limit).
  * AKV_BENCH_PROFILE=1 adds the device's op profile (akv_dev_profile_start) of 4 decode steps
- * at 1K launched op by op: device time per op name and product shape.
+ * at 1K launched op by op: device time per op name and product shape. AKV_BENCH_PRODUCTS=0
+ * leaves the table of the products alone out (a decode A/B).
  * Results go to stdout and are appended to $AKV_BENCH_OUT (markdown) when set. */
 #define _POSIX_C_SOURCE 200809L
 #include <math.h>
@@ -249,7 +250,9 @@ int main(void) {
                     {"gate|up, prefill chunk", CHUNK, 28672, 4096, {0}},
                     {"down, prefill chunk", CHUNK, 4096, 14336, {0}}};
     const int n_mm = (int)(sizeof mms / sizeof mms[0]);
-    bench_matmuls(dev, mms, n_mm, fp.synthetic_type);
+    /* AKV_BENCH_PRODUCTS=0 leaves the products alone out (an A/B of decode settings) */
+    const bool products = akv_test_env_int("AKV_BENCH_PRODUCTS", 0, 1, 1);
+    if (products) bench_matmuls(dev, mms, n_mm, fp.synthetic_type);
 
     /* contexts up to AKV_BENCH_MAX_CTX (32K by default, 128K with AKV_BENCH_LONG) */
     const uint32_t ctxs[4] = {1024, 8192, 32768, 131072},
@@ -285,29 +288,33 @@ int main(void) {
                    rows[i].eager_ms, rows[i].eager_ms / rows[i].step_ms, lw, lw / rows[i].step_ms,
                    lkv, lkv / rows[i].step_ms);
     }
-    bench_emit(out, "\n### Decode products alone (weights read once; ratio = weight bytes / time / "
-                    "copy rate)\n\n| product | m | n x k | bf16 cuBLAS us | ratio | bf16 skinny us "
-                    "| ratio |");
-    if (fp.synthetic_type)
+    if (products) { /* the products alone */
         bench_emit(out,
-                   " %s dots us | ratio | %s tiles us | ratio | %s widened + cuBLAS us | "
-                   "ratio |",
-                   wname, wname, wname);
-    bench_emit(out, "\n|---|---|---|---|---|---|---|%s\n",
-               fp.synthetic_type ? "---|---|---|---|---|---|" : "");
-    for (int i = 0; i < n_mm; i++) {
-        /* each column's ratio counts its own weights' bytes */
-        const double bf16_bytes = (double)mms[i].n * mms[i].k * 2,
-                     block_bytes =
-                         fp.synthetic_type
-                             ? (double)mms[i].n * akv_ops_wrow_bytes(fp.synthetic_type, mms[i].k)
-                             : 0;
-        bench_emit(out, "| %s | %u | %u x %u |", mms[i].name, mms[i].m, mms[i].n, mms[i].k);
-        for (int col = 0; col < (fp.synthetic_type ? MM_COLS : MM_Q_DOT); col++) {
-            const double b = col >= MM_Q_DOT ? block_bytes : bf16_bytes;
-            bench_emit(out, " %.1f | %.2f |", mms[i].us[col], b / (mms[i].us[col] * 1e-6) / copy_bps);
+                   "\n### Decode products alone (weights read once; ratio = weight bytes / time / "
+                   "copy rate)\n\n| product | m | n x k | bf16 cuBLAS us | ratio | bf16 skinny us "
+                   "| ratio |");
+        if (fp.synthetic_type)
+            bench_emit(out,
+                       " %s dots us | ratio | %s tiles us | ratio | %s widened + cuBLAS us | "
+                       "ratio |",
+                       wname, wname, wname);
+        bench_emit(out, "\n|---|---|---|---|---|---|---|%s\n",
+                   fp.synthetic_type ? "---|---|---|---|---|---|" : "");
+        for (int i = 0; i < n_mm; i++) {
+            /* each column's ratio counts its own weights' bytes */
+            const double bf16_bytes = (double)mms[i].n * mms[i].k * 2,
+                         block_bytes = fp.synthetic_type
+                                           ? (double)mms[i].n *
+                                                 akv_ops_wrow_bytes(fp.synthetic_type, mms[i].k)
+                                           : 0;
+            bench_emit(out, "| %s | %u | %u x %u |", mms[i].name, mms[i].m, mms[i].n, mms[i].k);
+            for (int col = 0; col < (fp.synthetic_type ? MM_COLS : MM_Q_DOT); col++) {
+                const double b = col >= MM_Q_DOT ? block_bytes : bf16_bytes;
+                bench_emit(out, " %.1f | %.2f |", mms[i].us[col],
+                           b / (mms[i].us[col] * 1e-6) / copy_bps);
+            }
+            bench_emit(out, "\n");
         }
-        bench_emit(out, "\n");
     }
     if (out) fclose(out);
     akv_forward_dev_destroy(f);
