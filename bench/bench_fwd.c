@@ -139,6 +139,33 @@ static void bench_matmuls(akv_dev *dev, mm_row *rows, int n_rows, akv_ops_wtype 
     }
 }
 
+/* The table of bench_matmuls' rows; each column's ratio counts its own weights' bytes over the
+ * copy rate. */
+static void emit_matmuls(FILE *out, const mm_row *mms, int n_mm, akv_ops_wtype wt,
+                         double copy_bps) {
+    const char *wname = akv_ops_wtype_name(wt);
+    bench_emit(out, "\n### Decode products alone (weights read once; ratio = weight bytes / time / "
+                    "copy rate)\n\n| product | m | n x k | bf16 cuBLAS us | ratio | bf16 skinny us "
+                    "| ratio |");
+    if (wt)
+        bench_emit(out,
+                   " %s dots us | ratio | %s tiles us | ratio | %s widened + cuBLAS us | "
+                   "ratio |",
+                   wname, wname, wname);
+    bench_emit(out, "\n|---|---|---|---|---|---|---|%s\n", wt ? "---|---|---|---|---|---|" : "");
+    for (int i = 0; i < n_mm; i++) {
+        const double bf16_bytes = (double)mms[i].n * mms[i].k * 2,
+                     block_bytes = wt ? (double)mms[i].n * akv_ops_wrow_bytes(wt, mms[i].k) : 0;
+        bench_emit(out, "| %s | %u | %u x %u |", mms[i].name, mms[i].m, mms[i].n, mms[i].k);
+        for (int col = 0; col < (wt ? MM_COLS : MM_Q_DOT); col++) {
+            const double b = col >= MM_Q_DOT ? block_bytes : bf16_bytes;
+            bench_emit(out, " %.1f | %.2f |", mms[i].us[col],
+                       b / (mms[i].us[col] * 1e-6) / copy_bps);
+        }
+        bench_emit(out, "\n");
+    }
+}
+
 /* Prefill ctx tokens and time N_STEPS decode steps on fresh pools sized for the context. */
 static row bench_ctx(akv_dev *dev, akv_forward_dev *f, akv_forward_dev *fe, uint32_t ctx) {
     const akv_model_config *c = akv_forward_dev_config(f);
@@ -288,34 +315,7 @@ int main(void) {
                    rows[i].eager_ms, rows[i].eager_ms / rows[i].step_ms, lw, lw / rows[i].step_ms,
                    lkv, lkv / rows[i].step_ms);
     }
-    if (products) { /* the products alone */
-        bench_emit(out,
-                   "\n### Decode products alone (weights read once; ratio = weight bytes / time / "
-                   "copy rate)\n\n| product | m | n x k | bf16 cuBLAS us | ratio | bf16 skinny us "
-                   "| ratio |");
-        if (fp.synthetic_type)
-            bench_emit(out,
-                       " %s dots us | ratio | %s tiles us | ratio | %s widened + cuBLAS us | "
-                       "ratio |",
-                       wname, wname, wname);
-        bench_emit(out, "\n|---|---|---|---|---|---|---|%s\n",
-                   fp.synthetic_type ? "---|---|---|---|---|---|" : "");
-        for (int i = 0; i < n_mm; i++) {
-            /* each column's ratio counts its own weights' bytes */
-            const double bf16_bytes = (double)mms[i].n * mms[i].k * 2,
-                         block_bytes = fp.synthetic_type
-                                           ? (double)mms[i].n *
-                                                 akv_ops_wrow_bytes(fp.synthetic_type, mms[i].k)
-                                           : 0;
-            bench_emit(out, "| %s | %u | %u x %u |", mms[i].name, mms[i].m, mms[i].n, mms[i].k);
-            for (int col = 0; col < (fp.synthetic_type ? MM_COLS : MM_Q_DOT); col++) {
-                const double b = col >= MM_Q_DOT ? block_bytes : bf16_bytes;
-                bench_emit(out, " %.1f | %.2f |", mms[i].us[col],
-                           b / (mms[i].us[col] * 1e-6) / copy_bps);
-            }
-            bench_emit(out, "\n");
-        }
-    }
+    if (products) emit_matmuls(out, mms, n_mm, fp.synthetic_type, copy_bps);
     if (out) fclose(out);
     akv_forward_dev_destroy(f);
     akv_forward_dev_destroy(fe);
