@@ -305,6 +305,92 @@ fast_pv(float *o, const float *p, size_t p_stride, const float *v, size_t n, uin
         fast_pv_d(o, p, p_stride, v, n, d, rows);
 }
 
+/* The softmax of a row of scores, in place, unnormalised: row[t] = e^(row[t] - max) for t <
+ * n, returning the sum and the maximum at *m_out. Eight lanes: lane e takes the keys t with
+ * t % 8 == e of the row's whole groups of 8, the lanes' maxima and sums combined in a fixed
+ * tree, then the last n % 8 keys in order (their e^x by the same lanes). e^x by one range reduction
+ * (x = k ln 2 + r, ln 2 in two parts, k by rounding with 1.5 * 2^23) and a degree-6 polynomial for
+ * e^r (Cephes' coefficients, about 1 ulp), with no fused multiply-add: every operation is one IEEE
+ * operation on one lane, so either clone gives the same bits. Arguments below -87 (weights
+ * under 1.7e-38 of the row's largest) take e^-87. */
+typedef float fv8 __attribute__((vector_size(32)));
+typedef int32_t iv8 __attribute__((vector_size(32)));
+
+#define SM_CLAMP  (-87.0f)
+#define SM_LOG2E  1.44269504088896341f
+#define SM_LN2_HI 0.693359375f
+#define SM_LN2_LO (-2.12194440e-4f)
+#define SM_ROUND  12582912.0f /* 1.5 * 2^23: x + it rounds x to an integer in the low bits */
+
+static inline __attribute__((always_inline)) void exp_neg8(fv8 *px) {
+    fv8 x = *px;
+    const fv8 lo = (fv8){0} + SM_CLAMP;
+    const iv8 under = x < lo;
+    x = (fv8)((under & (iv8)lo) | (~under & (iv8)x));
+    const fv8 t = x * SM_LOG2E + SM_ROUND, k = t - SM_ROUND;
+    const fv8 r = (x - k * SM_LN2_HI) - k * SM_LN2_LO;
+    fv8 p = (fv8){0} + 1.9875691500e-4f;
+    p = p * r + 1.3981999507e-3f;
+    p = p * r + 8.3334519073e-3f;
+    p = p * r + 4.1665795894e-2f;
+    p = p * r + 1.6666665459e-1f;
+    p = p * r + 5.0000001201e-1f;
+    p = (p * (r * r) + r) + 1.0f;
+    const iv8 scale = (((iv8)t - 0x4B400000) + 127) << 23;
+    *px = p * (fv8)scale;
+}
+
+/* max by the rule m = x > m ? x : m (a NaN never taken), lanes then tail */
+static inline float sm_max_pair(float a, float b) {
+    return b > a ? b : a;
+}
+
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+__attribute__((target_clones("avx2", "default")))
+#endif
+static float
+softmax_row(float *row, int64_t n, float *m_out) {
+    const int64_t n8 = n / 8 * 8;
+    float m = -INFINITY;
+    if (n8) {
+        fv8 mv = (fv8){0} - INFINITY;
+        for (int64_t t = 0; t < n8; t += 8) {
+            fv8 x;
+            memcpy(&x, row + t, sizeof x);
+            const iv8 gt = x > mv;
+            mv = (fv8)((gt & (iv8)x) | (~gt & (iv8)mv));
+        }
+        const float a = sm_max_pair(sm_max_pair(mv[0], mv[1]), sm_max_pair(mv[2], mv[3]));
+        const float b = sm_max_pair(sm_max_pair(mv[4], mv[5]), sm_max_pair(mv[6], mv[7]));
+        m = sm_max_pair(a, b);
+    }
+    for (int64_t t = n8; t < n; t++)
+        m = sm_max_pair(m, row[t]);
+    float l = 0.0f;
+    if (n8) {
+        fv8 lv = (fv8){0};
+        for (int64_t t = 0; t < n8; t += 8) {
+            fv8 x;
+            memcpy(&x, row + t, sizeof x);
+            x -= m;
+            exp_neg8(&x);
+            memcpy(row + t, &x, sizeof x);
+            lv += x;
+        }
+        l = ((lv[0] + lv[1]) + (lv[2] + lv[3])) + ((lv[4] + lv[5]) + (lv[6] + lv[7]));
+    }
+    if (n > n8) { /* the last keys through the same lanes, added in order */
+        fv8 x = (fv8){0};
+        for (int64_t t = n8; t < n; t++)
+            x[t - n8] = row[t] - m;
+        exp_neg8(&x);
+        for (int64_t t = n8; t < n; t++)
+            l += row[t] = x[t - n8];
+    }
+    *m_out = m;
+    return l;
+}
+
 /* The rows from x on that belong to x's token (row x = i * group + g), at most `left`: they see
  * the same keys. */
 static uint32_t group_run(uint32_t x, uint32_t group, uint32_t left) {
@@ -373,9 +459,8 @@ static akv_status attend_fast(const kv_view *v, const rows_spec *r, uint32_t s, 
                 /* the causal rule: row i of n sits at len - n + i and sees keys up to it */
                 int64_t n_keys = (int64_t)len - n + i + 1;
                 if (n_keys < 0) n_keys = 0;
-                float *row = sm + (size_t)b * len, m = -INFINITY, l = 0;
-                for (int64_t t = 0; t < n_keys; t++) m = row[t] > m ? row[t] : m;
-                for (int64_t t = 0; t < n_keys; t++) l += row[t] = expf(row[t] - m);
+                float m = -INFINITY,
+                      l = n_keys ? softmax_row(sm + (size_t)b * len, n_keys, &m) : 0.0f;
                 size_t tok = (size_t)start + i, j = (size_t)h * group + x % group;
                 if (out->lse) out->lse[tok * n_heads + j] = l > 0 ? m + logf(l) : -INFINITY;
                 sum[b] = l;
