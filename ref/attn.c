@@ -315,6 +315,7 @@ fast_pv(float *o, const float *p, size_t p_stride, const float *v, size_t n, uin
  * under 1.7e-38 of the row's largest) take e^-87. */
 typedef float fv8 __attribute__((vector_size(32)));
 typedef int32_t iv8 __attribute__((vector_size(32)));
+typedef uint32_t uv8 __attribute__((vector_size(32)));
 
 #define SM_CLAMP  (-87.0f)
 #define SM_LOG2E  1.44269504088896341f
@@ -336,7 +337,8 @@ static inline __attribute__((always_inline)) void exp_neg8(fv8 *px) {
     p = p * r + 1.6666665459e-1f;
     p = p * r + 5.0000001201e-1f;
     p = (p * (r * r) + r) + 1.0f;
-    const iv8 scale = (((iv8)t - 0x4B400000) + 127) << 23;
+    /* 2^k from t's bits minus SM_ROUND's (unsigned: a NaN's bits shift defined) */
+    const iv8 scale = (iv8)((((uv8)t - 0x4B400000u) + 127u) << 23);
     *px = p * (fv8)scale;
 }
 
