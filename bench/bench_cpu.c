@@ -16,8 +16,10 @@
  * Each case submits one request of random tokens (seed fixed) with 64 new tokens (greedy,
  * end-of-generation ignored); the prompt is prefilled in chunks of 512. Decode rate = (tokens -
  * 1) / (last token's time - first token's time). Skips (exit 0, a note) without the model
- * (scripts/fetch-model). AKV_BENCH_WEIGHTS=native leaves the f32 rows out. Appends markdown to
- * $AKV_BENCH_OUT.
+ * (scripts/fetch-model). AKV_BENCH_WEIGHTS=native leaves the f32 rows out. After them, the peer:
+ * llama.cpp on the same file and threads, measured the same way (bench/llama_cpp_peer.py, when
+ * llama-cpp-python is installed; AKV_BENCH_LLAMA=0 leaves it out), against the same floor.
+ * Appends markdown to $AKV_BENCH_OUT.
  */
 #define _POSIX_C_SOURCE 200809L
 #include <pthread.h>
@@ -110,6 +112,38 @@ static cpu_case run_case(const char *model, akv_weights w, int threads, uint32_t
     return c;
 }
 
+/* llama.cpp's rows (bench/llama_cpp_peer.py) against the same floor: it reads the same blocks
+ * and an f16 history of the same bytes. Its notes and errors are printed as they are. */
+static void llama_cpp_rows(FILE *f, const char *model, int threads, double wbytes,
+                           double kv_per_token, double rate, const uint32_t *prompts, int n) {
+    const char *src = getenv("AKV_SOURCE_DIR"), *py = getenv("AKV_PYTHON");
+    char cmd[8192];
+    int len = snprintf(cmd, sizeof cmd, "%s %s/bench/llama_cpp_peer.py '%s' %d",
+                       py ? py : "python3", src ? src : ".", model, threads);
+    for (int i = 0; i < n && len > 0 && len < (int)sizeof cmd - 16; i++)
+        len += snprintf(cmd + len, sizeof cmd - len, " %u", prompts[i]);
+    if (len <= 0 || len >= (int)sizeof cmd - 8 || strchr(model, '\'')) return;
+    snprintf(cmd + len, sizeof cmd - len, " 2>&1");
+    FILE *p = popen(cmd, "r");
+    if (!p) return;
+    char line[512];
+    while (fgets(line, sizeof line, p)) {
+        unsigned np;
+        double prefill_tps, ctx, decode_tps;
+        if (sscanf(line, "llama.cpp %u %lf %lf %lf", &np, &prefill_tps, &ctx, &decode_tps) != 4) {
+            printf("llama.cpp: %s", line);
+            continue;
+        }
+        const double floor_s = (wbytes + kv_per_token * ctx) / rate;
+        bench_emit(
+            f,
+            "| llama.cpp (the same file) | %.1f MB | %u | %.1f | | %.0f | %.1f | %.2f | %.2f |\n",
+            wbytes / 1e6, np, prefill_tps, ctx, decode_tps, floor_s * 1e3, floor_s * decode_tps);
+    }
+    const int rc = pclose(p);
+    if (rc != 0) printf("llama.cpp: llama_cpp_peer.py exited with status %d\n", rc);
+}
+
 int main(void) {
     char model[4096];
     if (!test_model_path(model, sizeof model, 0)) {
@@ -158,6 +192,15 @@ int main(void) {
                        flops / (n / r.prefill_tps) / 1e9, r.ctx, r.decode_tps, floor_s * 1e3,
                        floor_s * r.decode_tps);
         }
+    }
+    /* the peer on the same file and cores (AKV_BENCH_LLAMA=0 leaves it out) */
+    const char *peer = getenv("AKV_BENCH_LLAMA");
+    if (!peer || strcmp(peer, "0")) {
+        akv_model_load_params lp = {.weights = AKV_WEIGHTS_NATIVE};
+        TRY(akv_model_load(model, &lp, &m));
+        const double wbytes = (double)akv_model_step_weight_bytes(m);
+        akv_model_destroy(m);
+        llama_cpp_rows(f, model, threads, wbytes, kv_per_token, rate, prompts, 2);
     }
     if (f) fclose(f);
     return 0;

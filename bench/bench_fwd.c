@@ -22,7 +22,9 @@
  *   ratio            limit time / measured step time (1.0 = at the bandwidth limit).
  * AKV_BENCH_PROFILE=1 adds the device's op profile (akv_dev_profile_start) of 4 decode steps
  * at 1K launched op by op: device time per op name and product shape. AKV_BENCH_PRODUCTS=0
- * leaves the table of the products alone out (a decode A/B).
+ * leaves the table of the products alone out (a decode A/B); with block weights that table
+ * has PyTorch's 4-bit weight product beside them (bench/qgemv_torch.py; AKV_BENCH_TORCH=0
+ * leaves it out, AKV_PYTHON names the interpreter).
  * Results go to stdout and are appended to $AKV_BENCH_OUT (markdown) when set. */
 #define _POSIX_C_SOURCE 200809L
 #include <math.h>
@@ -64,7 +66,42 @@ typedef struct mm_row {
     const char *name;
     uint32_t m, n, k;
     double us[MM_COLS];
+    double torch_us, torch_bytes; /* the peer (torch_int4); NAN where it did not run */
 } mm_row;
+
+/* The peer for the block columns: PyTorch's 4-bit weight product (torch._weight_int4pack_mm,
+ * the tinygemm kernel; a bf16 scale and zero per 128 weights) on the rows of up to 16, timed as
+ * bench_matmuls times (bench/qgemv_torch.py: 20 launches of the same weights, the best of 5). */
+static void torch_int4(mm_row *rows, int n_rows) {
+    const char *src = getenv("AKV_SOURCE_DIR"), *py = getenv("AKV_PYTHON");
+    char cmd[4096];
+    int len = snprintf(cmd, sizeof cmd, "%s %s/bench/qgemv_torch.py", py ? py : "python3",
+                       src ? src : ".");
+    for (int i = 0; i < n_rows; i++) {
+        rows[i].torch_us = rows[i].torch_bytes = NAN;
+        if (rows[i].m <= 16 && len < (int)sizeof cmd - 64)
+            len += snprintf(cmd + len, sizeof cmd - len, " %u:%u:%u:128", rows[i].m, rows[i].n,
+                            rows[i].k);
+    }
+    snprintf(cmd + len, sizeof cmd - len, " 2>&1");
+    FILE *p = popen(cmd, "r");
+    if (!p) return;
+    char line[512];
+    while (fgets(line, sizeof line, p)) {
+        unsigned m, n, k, g;
+        double bytes, warm, cold;
+        if (sscanf(line, "int4 %u %u %u %u %lf %lf %lf", &m, &n, &k, &g, &bytes, &warm, &cold) !=
+            7) {
+            printf("torch: %s", line); /* the copy rate, notes and errors, as they are */
+            continue;
+        }
+        for (int i = 0; i < n_rows; i++)
+            if (rows[i].m == m && rows[i].n == n && rows[i].k == k)
+                rows[i].torch_us = warm, rows[i].torch_bytes = bytes;
+    }
+    const int rc = pclose(p);
+    if (rc != 0) printf("torch: qgemv_torch.py exited with status %d\n", rc);
+}
 
 static void bench_matmuls(akv_dev *dev, mm_row *rows, int n_rows, akv_ops_wtype wt) {
     size_t max_w = 0, max_q = 0, max_x = 0, max_y = 0, max_xq = 0;
@@ -150,9 +187,10 @@ static void emit_matmuls(FILE *out, const mm_row *mms, int n_mm, akv_ops_wtype w
     if (wt)
         bench_emit(out,
                    " %s dots us | ratio | %s tiles us | ratio | %s widened + cuBLAS us | "
-                   "ratio |",
+                   "ratio | PyTorch int4 us | ratio |",
                    wname, wname, wname);
-    bench_emit(out, "\n|---|---|---|---|---|---|---|%s\n", wt ? "---|---|---|---|---|---|" : "");
+    bench_emit(out, "\n|---|---|---|---|---|---|---|%s\n",
+               wt ? "---|---|---|---|---|---|---|---|" : "");
     for (int i = 0; i < n_mm; i++) {
         const double bf16_bytes = (double)mms[i].n * mms[i].k * 2,
                      block_bytes = wt ? (double)mms[i].n * akv_ops_wrow_bytes(wt, mms[i].k) : 0;
@@ -162,6 +200,9 @@ static void emit_matmuls(FILE *out, const mm_row *mms, int n_mm, akv_ops_wtype w
             bench_emit(out, " %.1f | %.2f |", mms[i].us[col],
                        b / (mms[i].us[col] * 1e-6) / copy_bps);
         }
+        if (wt)
+            bench_emit(out, " %.1f | %.2f |", mms[i].torch_us,
+                       mms[i].torch_bytes / (mms[i].torch_us * 1e-6) / copy_bps);
         bench_emit(out, "\n");
     }
 }
@@ -263,23 +304,34 @@ int main(void) {
     /* the device copy rate: 1 GiB device to device, bytes read + written */
     double copy_bps = bench_copy_rate_bps(dev, (size_t)1 << 30);
 
-    mm_row mms[] = {{"q|k|v", 1, 6144, 4096, {0}},     {"o", 1, 4096, 4096, {0}},
-                    {"gate|up", 1, 28672, 4096, {0}},  {"down", 1, 4096, 14336, {0}},
-                    {"output", 1, 128256, 4096, {0}},  {"gate|up, 2 rows", 2, 28672, 4096, {0}},
-                    {"gate|up, 3 rows", 3, 28672, 4096, {0}},
-                    {"gate|up, 4 rows", 4, 28672, 4096, {0}},
-                    {"gate|up, 8 rows", 8, 28672, 4096, {0}},
-                    {"gate|up, 16 rows", 16, 28672, 4096, {0}},
-                    {"gate|up, 32 rows", 32, 28672, 4096, {0}},
-                    {"gate|up, 64 rows", 64, 28672, 4096, {0}},
-                    {"o, 8 rows", 8, 4096, 4096, {0}},
-                    {"down, 8 rows", 8, 4096, 14336, {0}},
-                    {"gate|up, prefill chunk", CHUNK, 28672, 4096, {0}},
-                    {"down, prefill chunk", CHUNK, 4096, 14336, {0}}};
+    mm_row mms[] = {{"q|k|v", 1, 6144, 4096, {0}, 0, 0},
+                    {"o", 1, 4096, 4096, {0}, 0, 0},
+                    {"gate|up", 1, 28672, 4096, {0}, 0, 0},
+                    {"down", 1, 4096, 14336, {0}, 0, 0},
+                    {"output", 1, 128256, 4096, {0}, 0, 0},
+                    {"gate|up, 2 rows", 2, 28672, 4096, {0}, 0, 0},
+                    {"gate|up, 3 rows", 3, 28672, 4096, {0}, 0, 0},
+                    {"gate|up, 4 rows", 4, 28672, 4096, {0}, 0, 0},
+                    {"gate|up, 8 rows", 8, 28672, 4096, {0}, 0, 0},
+                    {"gate|up, 16 rows", 16, 28672, 4096, {0}, 0, 0},
+                    {"gate|up, 32 rows", 32, 28672, 4096, {0}, 0, 0},
+                    {"gate|up, 64 rows", 64, 28672, 4096, {0}, 0, 0},
+                    {"o, 8 rows", 8, 4096, 4096, {0}, 0, 0},
+                    {"down, 8 rows", 8, 4096, 14336, {0}, 0, 0},
+                    {"gate|up, prefill chunk", CHUNK, 28672, 4096, {0}, 0, 0},
+                    {"down, prefill chunk", CHUNK, 4096, 14336, {0}, 0, 0}};
     const int n_mm = (int)(sizeof mms / sizeof mms[0]);
     /* AKV_BENCH_PRODUCTS=0 leaves the products alone out (an A/B of decode settings) */
     const bool products = akv_test_env_int("AKV_BENCH_PRODUCTS", 0, 1, 1);
-    if (products) bench_matmuls(dev, mms, n_mm, fp.synthetic_type);
+    if (products) {
+        bench_matmuls(dev, mms, n_mm, fp.synthetic_type);
+        /* AKV_BENCH_TORCH=0 leaves the peer out */
+        if (fp.synthetic_type && akv_test_env_int("AKV_BENCH_TORCH", 0, 1, 1))
+            torch_int4(mms, n_mm);
+        else
+            for (int i = 0; i < n_mm; i++)
+                mms[i].torch_us = mms[i].torch_bytes = NAN;
+    }
 
     /* contexts up to AKV_BENCH_MAX_CTX (32K by default, 128K with AKV_BENCH_LONG) */
     const uint32_t ctxs[4] = {1024, 8192, 32768, 131072},
