@@ -136,9 +136,9 @@ typedef struct attn_out {
     double *lse64;   /* may be NULL */
 } attn_out;
 
-/* Every new row of sequences s0..s1-1, every head. */
-static void attend_all(const kv_view *v, const rows_spec *r, uint32_t s0, uint32_t s1, uint32_t h0,
-                       uint32_t h1, uint32_t n_heads, const void *q, akv_dtype q_dtype,
+/* Every new row of sequences s0..s1-1, query heads [j0, j1). */
+static void attend_all(const kv_view *v, const rows_spec *r, uint32_t s0, uint32_t s1, uint32_t j0,
+                       uint32_t j1, uint32_t n_heads, const void *q, akv_dtype q_dtype,
                        uint32_t q_stride, float scale, const attn_out *out) {
     uint32_t d = v->head_dim, group = n_heads / v->n_kv_heads;
     size_t q_elem = akv_dtype_size(q_dtype), o_elem = akv_dtype_size(out->o_dtype);
@@ -153,8 +153,7 @@ static void attend_all(const kv_view *v, const rows_spec *r, uint32_t s0, uint32
             int64_t n_keys = (int64_t)len - n + i + 1;
             if (n_keys < 0) n_keys = 0;
             size_t tok = (size_t)start + i;
-            for (uint32_t j = h0 * group; j < h1 * group;
-                 j++) { /* query heads of K/V heads h0..h1-1 */
+            for (uint32_t j = j0; j < j1; j++) {
                 const unsigned char *qrow = (const unsigned char *)q + (tok * q_stride + (size_t)j * d) * q_elem;
                 size_t orow = (tok * n_heads + j) * d;
                 row_to_f32(qrow, q_dtype, d, qf);
@@ -399,8 +398,9 @@ static uint32_t group_run(uint32_t x, uint32_t group, uint32_t left) {
     return group - x % group < left ? group - x % group : left;
 }
 
-/* One sequence s, for each K/V head: its K and V rows widened to f32 once, the query rows of
- * its group (every chunk row x every head of the group) scaled and gathered as a matrix, S =
+/* One sequence s, query heads [j0, j1): for each K/V head they use, its K and V rows widened
+ * to f32 once, the query rows of its heads in the range (every chunk row x each such head)
+ * scaled and gathered as a matrix, S =
  * Q K^T by the row-invariant product (akv_ops_matmul_cols) in blocks of rows, a causal mask
  * and a softmax per row (two passes over the keys a row sees: max, then exp and sum), O = P V
  * accumulated key by key in ascending order over the keys the row sees, each row divided by
@@ -408,27 +408,32 @@ static uint32_t group_run(uint32_t x, uint32_t group, uint32_t left) {
  * both to the float64 oracle). Every output row is one fixed recipe over its own query and
  * the keys it sees: the same bits whether its chunk has one row (a decode) or many (a
  * prefill), and whatever the other sequences of the call. */
-static akv_status attend_fast(const kv_view *v, const rows_spec *r, uint32_t s, uint32_t h0,
-                              uint32_t h1, uint32_t n_heads, const void *q, akv_dtype q_dtype,
+static akv_status attend_fast(const kv_view *v, const rows_spec *r, uint32_t s, uint32_t j0,
+                              uint32_t j1, uint32_t n_heads, const void *q, akv_dtype q_dtype,
                               uint32_t q_stride, float scale, const attn_out *out) {
     uint32_t d = v->head_dim, group = n_heads / v->n_kv_heads;
     size_t q_elem = akv_dtype_size(q_dtype), o_elem = akv_dtype_size(out->o_dtype);
     if (q_stride == 0) q_stride = n_heads * d;
     uint32_t len = seq_len(v, s), start, n;
     qo_range(r, s, &start, &n);
-    uint32_t rows = n * group; /* row x = i * group + g: chunk row i, head h*group+g */
-    if (len == 0 || rows == 0) return AKV_OK; /* run_job: never without keys */
+    const uint32_t max_rows = n * group; /* a K/V head's rows when all its heads are in range */
+    if (len == 0 || max_rows == 0) return AKV_OK; /* run_job: never without keys */
     uint32_t blk = FAST_S_FLOATS / len;
     if (blk < 1) blk = 1;
-    if (blk > rows) blk = rows;
+    if (blk > max_rows) blk = max_rows;
     size_t kv_n, s_n;
     if (!akv__size_mul((size_t)len, d, &kv_n) || !akv__size_mul(blk, len, &s_n))
         return AKV_EOVERFLOW;
     float *kf = akv__malloc(kv_n * sizeof *kf), *vf = akv__malloc(kv_n * sizeof *vf);
-    float *qm = akv__malloc((size_t)rows * d * sizeof *qm), *sm = akv__malloc(s_n * sizeof *sm);
+    float *qm = akv__malloc((size_t)max_rows * d * sizeof *qm), *sm = akv__malloc(s_n * sizeof *sm);
     float *om = akv__malloc((size_t)blk * d * sizeof *om), *sum = akv__malloc(blk * sizeof *sum);
     akv_status st = kf && vf && qm && sm && om && sum ? AKV_OK : AKV_ENOMEM;
-    for (uint32_t h = h0; h < h1 && st == AKV_OK; h++) {
+    for (uint32_t h = j0 / group; h <= (j1 - 1) / group && st == AKV_OK; h++) {
+        /* the group's heads g0..g1-1 are in range; row x = i * G + (g - g0): chunk row i, head
+         * h * group + g */
+        const uint32_t g0 = h == j0 / group ? j0 % group : 0;
+        const uint32_t g1 = h == (j1 - 1) / group ? (j1 - 1) % group + 1 : group;
+        const uint32_t G = g1 - g0, rows = n * G;
         /* a page holds head h's rows of its tokens contiguously: widen them a page at a time */
         for (uint32_t t = 0; t < len; t += v->page_tokens) {
             const uint32_t nt = len - t < v->page_tokens ? len - t : v->page_tokens;
@@ -436,7 +441,7 @@ static akv_status attend_fast(const kv_view *v, const rows_spec *r, uint32_t s, 
             row_to_f32(kv_row(v, s, 1, h, t), v->dtype, nt * d, vf + (size_t)t * d);
         }
         for (uint32_t x = 0; x < rows; x++) {
-            size_t tok = (size_t)start + x / group, j = (size_t)h * group + x % group;
+            size_t tok = (size_t)start + x / G, j = (size_t)h * group + g0 + x % G;
             float *qx = qm + (size_t)x * d;
             row_to_f32((const unsigned char *)q + (tok * q_stride + j * d) * q_elem, q_dtype, d,
                        qx);
@@ -448,7 +453,7 @@ static akv_status attend_fast(const kv_view *v, const rows_spec *r, uint32_t s, 
             /* the scores a row sees, a token's group of rows at a time (they see the same
              * keys); the rest of S is never read */
             for (uint32_t b = 0; b < nb;) {
-                const uint32_t x = x0 + b, i = x / group, run = group_run(x, group, nb - b);
+                const uint32_t x = x0 + b, i = x / G, run = group_run(x, G, nb - b);
                 const int64_t n_keys = (int64_t)len - n + i + 1;
                 if (n_keys > 0)
                     akv_ops_matmul_cols(sm + (size_t)b * len, qm + (size_t)x * d, kf, NULL, run,
@@ -457,20 +462,20 @@ static akv_status attend_fast(const kv_view *v, const rows_spec *r, uint32_t s, 
             }
             memset(om, 0, (size_t)nb * d * sizeof *om);
             for (uint32_t b = 0; b < nb; b++) {
-                uint32_t x = x0 + b, i = x / group;
+                uint32_t x = x0 + b, i = x / G;
                 /* the causal rule: row i of n sits at len - n + i and sees keys up to it */
                 int64_t n_keys = (int64_t)len - n + i + 1;
                 if (n_keys < 0) n_keys = 0;
                 float m = -INFINITY,
                       l = n_keys ? softmax_row(sm + (size_t)b * len, n_keys, &m) : 0.0f;
-                size_t tok = (size_t)start + i, j = (size_t)h * group + x % group;
+                size_t tok = (size_t)start + i, j = (size_t)h * group + g0 + x % G;
                 if (out->lse) out->lse[tok * n_heads + j] = l > 0 ? m + logf(l) : -INFINITY;
                 sum[b] = l;
             }
             /* O = P V, the rows of a token's group (they see the same keys) in one pass */
             for (uint32_t b = 0; b < nb;) {
-                const uint32_t x = x0 + b, i = x / group;
-                uint32_t run = group_run(x, group, nb - b);
+                const uint32_t x = x0 + b, i = x / G;
+                uint32_t run = group_run(x, G, nb - b);
                 if (run > FAST_PV_MAX_ROWS) run = FAST_PV_MAX_ROWS;
                 const int64_t n_keys = (int64_t)len - n + i + 1;
                 if (n_keys > 0)
@@ -480,7 +485,7 @@ static akv_status attend_fast(const kv_view *v, const rows_spec *r, uint32_t s, 
             for (uint32_t b = 0; b < nb; b++) {
                 uint32_t x = x0 + b;
                 float l = sum[b];
-                size_t tok = (size_t)start + x / group, j = (size_t)h * group + x % group;
+                size_t tok = (size_t)start + x / G, j = (size_t)h * group + g0 + x % G;
                 float *orow = om + (size_t)b * d;
                 for (uint32_t e = 0; e < d; e++) orow[e] = l > 0 ? orow[e] / l : 0.0f;
                 row_from_f32((unsigned char *)out->o + (tok * n_heads + j) * d * o_elem,
@@ -506,7 +511,7 @@ typedef struct attn_job {
     float scale;
     attn_out out;
     bool fast;       /* the blocked FP32 path (akv_attn_host_*) */
-    uint32_t h0, h1; /* the K/V heads computed; h1 0 = every head */
+    uint32_t j0, j1; /* the query heads computed; j1 0 = every head */
 } attn_job;
 
 static akv_status run_job(const attn_job *j, const char *op) {
@@ -519,9 +524,9 @@ static akv_status run_job(const attn_job *j, const char *op) {
     if (j->n_tokens == 0) return AKV_OK;
     if (j->k_new) append_rows(&v, &j->rows, j->kv->n_seq, j->k_new, j->v_new, j->kv_new_dtype, j->kv_stride);
     float scale = akv__attn_scale(j->scale, j->kv->head_dim);
-    const uint32_t h0 = j->h0, h1 = j->h1 ? j->h1 : j->kv->n_kv_heads;
+    const uint32_t j0 = j->j0, j1 = j->j1 ? j->j1 : j->n_heads;
     if (!j->fast || j->out.o64) {
-        attend_all(&v, &j->rows, 0, j->kv->n_seq, h0, h1, j->n_heads, j->q, j->q_dtype, j->q_stride,
+        attend_all(&v, &j->rows, 0, j->kv->n_seq, j0, j1, j->n_heads, j->q, j->q_dtype, j->q_stride,
                    scale, &j->out);
         return AKV_OK;
     }
@@ -529,11 +534,11 @@ static akv_status run_job(const attn_job *j, const char *op) {
      * of the host pass, docs/engine.md) */
     for (uint32_t s = 0; s < j->kv->n_seq; s++) {
         if (seq_len(&v, s) == 0) { /* no key: the plain loops write the empty states */
-            attend_all(&v, &j->rows, s, s + 1, h0, h1, j->n_heads, j->q, j->q_dtype, j->q_stride,
+            attend_all(&v, &j->rows, s, s + 1, j0, j1, j->n_heads, j->q, j->q_dtype, j->q_stride,
                        scale, &j->out);
             continue;
         }
-        st = attend_fast(&v, &j->rows, s, h0, h1, j->n_heads, j->q, j->q_dtype, j->q_stride, scale,
+        st = attend_fast(&v, &j->rows, s, j0, j1, j->n_heads, j->q, j->q_dtype, j->q_stride, scale,
                          &j->out);
         if (st != AKV_OK) return st;
     }
@@ -541,7 +546,7 @@ static akv_status run_job(const attn_job *j, const char *op) {
 }
 
 static akv_status decode(const akv_attn_decode *p, double *o64, double *lse64, bool fast,
-                         uint32_t h0, uint32_t h1) {
+                         uint32_t j0, uint32_t j1) {
     const char *op = o64 ? "ref decode f64" : "ref decode";
     akv_status st = akv__attn_decode_check(p, op);
     if (st != AKV_OK || p->kv.n_seq == 0) return st;
@@ -557,14 +562,14 @@ static akv_status decode(const akv_attn_decode *p, double *o64, double *lse64, b
         .scale = p->scale,
         .out = {host(p->o), p->o_dtype, host(p->lse), o64, lse64},
         .fast = fast,
-        .h0 = h0,
-        .h1 = h1,
+        .j0 = j0,
+        .j1 = j1,
     };
     return run_job(&j, op);
 }
 
 static akv_status prefill(const akv_attn_prefill *p, double *o64, double *lse64, bool fast,
-                          uint32_t h0, uint32_t h1) {
+                          uint32_t j0, uint32_t j1) {
     const char *op = o64 ? "ref prefill f64" : "ref prefill";
     akv_status st = akv__attn_prefill_check(p, op);
     if (st != AKV_OK || p->kv.n_seq == 0) return st;
@@ -584,8 +589,8 @@ static akv_status prefill(const akv_attn_prefill *p, double *o64, double *lse64,
         .scale = p->scale,
         .out = {host(p->o), p->o_dtype, host(p->lse), o64, lse64},
         .fast = fast,
-        .h0 = h0,
-        .h1 = h1,
+        .j0 = j0,
+        .j1 = j1,
     };
     return run_job(&j, op);
 }
@@ -606,28 +611,25 @@ akv_status akv_attn_host_decode(const akv_attn_decode *p) {
     return decode(p, NULL, NULL, true, 0, 0);
 }
 
-/* A K/V head range: within the table's heads, non-empty. */
-static bool heads_ok(const akv_attn_pages *kv, uint32_t h0, uint32_t h1, const char *op) {
-    if (h0 < h1 && h1 <= kv->n_kv_heads) return true;
-    AKV_LOG_E("%s: K/V heads [%u, %u) are not a range of the table's %u", op, h0, h1,
-              kv->n_kv_heads);
+/* A query head range: within the call's heads, non-empty. */
+static bool heads_ok(uint32_t n_heads, uint32_t j0, uint32_t j1, const char *op) {
+    if (j0 < j1 && j1 <= n_heads) return true;
+    AKV_LOG_E("%s: query heads [%u, %u) are not a range of the call's %u", op, j0, j1, n_heads);
     return false;
 }
 
-akv_status akv_attn_host_decode_heads(const akv_attn_decode *p, uint32_t kv_head0,
-                                      uint32_t kv_head1) {
-    if (p && !heads_ok(&p->kv, kv_head0, kv_head1, "host decode")) return AKV_EINVAL;
-    return decode(p, NULL, NULL, true, kv_head0, kv_head1);
+akv_status akv_attn_host_decode_heads(const akv_attn_decode *p, uint32_t head0, uint32_t head1) {
+    if (p && !heads_ok(p->n_heads, head0, head1, "host decode")) return AKV_EINVAL;
+    return decode(p, NULL, NULL, true, head0, head1);
 }
 
-akv_status akv_attn_host_prefill_heads(const akv_attn_prefill *p, uint32_t kv_head0,
-                                       uint32_t kv_head1) {
-    if (p && !heads_ok(&p->kv, kv_head0, kv_head1, "host prefill")) return AKV_EINVAL;
+akv_status akv_attn_host_prefill_heads(const akv_attn_prefill *p, uint32_t head0, uint32_t head1) {
+    if (p && !heads_ok(p->n_heads, head0, head1, "host prefill")) return AKV_EINVAL;
     if (p && (p->k_new.addr || p->v_new.addr)) {
         AKV_LOG_E("host prefill: a range of heads takes no k_new/v_new (append them first)");
         return AKV_EINVAL;
     }
-    return prefill(p, NULL, NULL, true, kv_head0, kv_head1);
+    return prefill(p, NULL, NULL, true, head0, head1);
 }
 
 akv_status akv_attn_ref_decode_f64(const akv_attn_decode *p, double *o, double *lse) {

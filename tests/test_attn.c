@@ -247,9 +247,10 @@ static void test_host_rows_chunk_invariant(void) {
     }
 }
 
-/* A range of K/V heads computes those heads' outputs bit for bit as the whole call does (the
- * host pass runs the ranges on several threads); bad ranges and a range given K/V to append
- * are refused. */
+/* A range of query heads computes those heads' outputs bit for bit as the whole call does (the
+ * host pass runs the ranges on several threads), also where it cuts a GQA group (3 query
+ * heads a K/V head here), for decode and prefill rows; a planted range left out leaves its
+ * heads' outputs unwritten; bad ranges and a range given K/V to append are refused. */
 static void test_host_head_ranges(void) {
     fx_geom g = {12, 4, 32, 16, AKV_DTYPE_BF16};
     uint32_t len[2] = {40, 300}, nq = 3, d = 32;
@@ -259,18 +260,33 @@ static void test_host_head_ranges(void) {
     float *q = fx_random(AKV_DTYPE_F32, n_rows * d, 1.0f, &rng);
     float *o1 = malloc(n_rows * d * 4), *o2 = malloc(n_rows * d * 4), *l1 = malloc(n_rows * 4),
           *l2 = malloc(n_rows * 4);
-    memset(o2, 0, n_rows * d * 4), memset(l2, 0, n_rows * 4);
-    akv_attn_decode whole = mk_decode(&f, nq, q, AKV_DTYPE_F32, o1, AKV_DTYPE_F32, l1);
-    akv_attn_decode part = mk_decode(&f, nq, q, AKV_DTYPE_F32, o2, AKV_DTYPE_F32, l2);
-    CHECK_OK(akv_attn_host_decode(&whole));
-    CHECK_OK(akv_attn_host_decode_heads(&part, 2, 4));
-    CHECK_OK(akv_attn_host_decode_heads(&part, 0, 1));
-    CHECK_OK(akv_attn_host_decode_heads(&part, 1, 2));
-    CHECK_BYTES(o1, o2, n_rows * d * 4);
-    CHECK_BYTES(l1, l2, n_rows * 4);
-    CHECK_STATUS(akv_attn_host_decode_heads(&part, 2, 2), AKV_EINVAL);
-    CHECK_STATUS(akv_attn_host_decode_heads(&part, 3, 5), AKV_EINVAL);
+    /* ranges over the 12 query heads: whole groups, then groups cut at 1, 5 and 7 */
+    static const uint32_t cuts[2][5] = {{0, 3, 6, 9, 12}, {0, 1, 5, 7, 12}};
     int32_t qo[3] = {0, (int32_t)nq, 2 * (int32_t)nq};
+    for (int prefill = 0; prefill < 2; prefill++) {
+        akv_attn_decode whole = mk_decode(&f, nq, q, AKV_DTYPE_F32, o1, AKV_DTYPE_F32, l1);
+        akv_attn_decode part = mk_decode(&f, nq, q, AKV_DTYPE_F32, o2, AKV_DTYPE_F32, l2);
+        akv_attn_prefill pwhole = mk_prefill(&f, qo, 2 * nq, nq, q, o1, l1);
+        akv_attn_prefill ppart = mk_prefill(&f, qo, 2 * nq, nq, q, o2, l2);
+        CHECK_OK(prefill ? akv_attn_host_prefill(&pwhole) : akv_attn_host_decode(&whole));
+        for (int c = 0; c < 2; c++) {
+            memset(o2, 0xff, n_rows * d * 4), memset(l2, 0xff, n_rows * 4);
+            for (int r = 3; r >= 0; r--) /* in reverse: no range leans on another's outputs */
+                CHECK_OK(prefill ? akv_attn_host_prefill_heads(&ppart, cuts[c][r], cuts[c][r + 1])
+                                 : akv_attn_host_decode_heads(&part, cuts[c][r], cuts[c][r + 1]));
+            CHECK_BYTES(o1, o2, n_rows * d * 4);
+            CHECK_BYTES(l1, l2, n_rows * 4);
+        }
+        /* planted: the range [5, 7) left out, so heads 5 and 6 keep the fill */
+        memset(o2, 0xff, n_rows * d * 4);
+        CHECK_OK(akv_attn_host_decode_heads(&part, 0, 5));
+        CHECK_OK(akv_attn_host_decode_heads(&part, 7, 12));
+        CHECK(memcmp(o1 + 5 * d, o2 + 5 * d, 2 * d * 4) != 0);
+        CHECK_BYTES(o1, o2, 5 * d * 4);
+    }
+    akv_attn_decode part = mk_decode(&f, nq, q, AKV_DTYPE_F32, o2, AKV_DTYPE_F32, l2);
+    CHECK_STATUS(akv_attn_host_decode_heads(&part, 2, 2), AKV_EINVAL);
+    CHECK_STATUS(akv_attn_host_decode_heads(&part, 9, 13), AKV_EINVAL);
     akv_attn_prefill pp = mk_prefill(&f, qo, 2 * nq, nq, q, o2, l2);
     pp.k_new = akv_attn_host_ptr(q), pp.v_new = akv_attn_host_ptr(q);
     CHECK_STATUS(akv_attn_host_prefill_heads(&pp, 0, 1), AKV_EINVAL);

@@ -334,14 +334,13 @@ akv_status akv_attn_ref_append(const akv_attn_append *p);
 akv_status akv_attn_host_decode(const akv_attn_decode *p);
 akv_status akv_attn_host_prefill(const akv_attn_prefill *p);
 
-/* The same over K/V heads [kv_head0, kv_head1) only (and every query head of their groups):
- * those heads' outputs bit for bit as the whole call gives them, so ranges may run on several
- * threads at once. A prefill range takes no k_new/v_new (append first, akv_attn_ref_append:
- * no range writes pages another reads). AKV_EINVAL for an empty or out-of-table range. */
-akv_status akv_attn_host_decode_heads(const akv_attn_decode *p, uint32_t kv_head0,
-                                      uint32_t kv_head1);
-akv_status akv_attn_host_prefill_heads(const akv_attn_prefill *p, uint32_t kv_head0,
-                                       uint32_t kv_head1);
+/* The same over query heads [head0, head1) only (a range may cut a GQA group: each K/V head
+ * it touches is widened by every range that uses it): those heads' outputs bit for bit as the
+ * whole call gives them, so ranges may run on several threads at once. A prefill range takes
+ * no k_new/v_new (append first, akv_attn_ref_append: no range writes pages another reads).
+ * AKV_EINVAL for an empty range or one past n_heads. */
+akv_status akv_attn_host_decode_heads(const akv_attn_decode *p, uint32_t head0, uint32_t head1);
+akv_status akv_attn_host_prefill_heads(const akv_attn_prefill *p, uint32_t head0, uint32_t head1);
 
 akv_status akv_attn_ref_merge(const akv_attn_merge *p);
 

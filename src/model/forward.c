@@ -184,7 +184,7 @@ static akv_status forward_check_parts(const akv_model_config *c, uint32_t layer,
     return AKV_OK;
 }
 
-/* One attention call, its K/V heads split into contiguous ranges, a task each. */
+/* One attention call, its query heads split into contiguous ranges, a task each. */
 typedef struct fwd_attn_task {
     const akv_attn_decode *d;   /* a decode group's call, or */
     const akv_attn_prefill *pf; /* a prefill group's (its K/V already appended) */
@@ -194,26 +194,28 @@ typedef struct fwd_attn_task {
 
 static void fwd_attn_run(void *ctx, uint32_t t) {
     fwd_attn_task *a = ctx;
-    const uint32_t h0 = t * a->n_heads / a->n_tasks, h1 = (t + 1) * a->n_heads / a->n_tasks;
-    a->st[t] = a->d ? akv_attn_host_decode_heads(a->d, h0, h1)
-                    : akv_attn_host_prefill_heads(a->pf, h0, h1);
+    const uint32_t j0 = t * a->n_heads / a->n_tasks, j1 = (t + 1) * a->n_heads / a->n_tasks;
+    a->st[t] = a->d ? akv_attn_host_decode_heads(a->d, j0, j1)
+                    : akv_attn_host_prefill_heads(a->pf, j0, j1);
 }
 
-/* Every K/V head of the call, in as many head ranges as the pass has threads (each head's
- * outputs are the same bits whichever range and thread compute it). */
-static akv_status fwd_attn_heads(akv_forward *f, uint32_t n_kv_heads, fwd_attn_task *a) {
+/* Every query head of the call, in as many head ranges as the pass has threads (each head's
+ * outputs are the same bits whichever range and thread compute it). Query heads rather than
+ * K/V heads: SmolLM2's 9 split 5 and 4 over 2 threads where its 3 K/V heads split 2 and 1, and
+ * up to 9 threads (not 3) have work; a K/V head whose group is cut is widened by both ranges. */
+static akv_status fwd_attn_heads(akv_forward *f, uint32_t n_heads, fwd_attn_task *a) {
     uint32_t n = akv__par_n_threads(f->par);
-    if (n > n_kv_heads) n = n_kv_heads;
+    if (n > n_heads) n = n_heads;
     if (n > FWD_MAX_HEAD_TASKS) n = FWD_MAX_HEAD_TASKS;
     if (n < 2) return a->d ? akv_attn_host_decode(a->d) : akv_attn_host_prefill(a->pf);
-    a->n_heads = n_kv_heads, a->n_tasks = n;
+    a->n_heads = n_heads, a->n_tasks = n;
     akv__par_for(f->par, n, fwd_attn_run, a);
     for (uint32_t t = 0; t < n; t++)
         if (a->st[t]) return a->st[t];
     return AKV_OK;
 }
 
-/* One group's attention: its new K/V into the pages, then attend, the K/V heads spread over
+/* One group's attention: its new K/V into the pages, then attend, the query heads spread over
  * the pass's threads. */
 static akv_status forward_attend_group(akv_forward *f, const akv_attn_pages *pg,
                                        const akv_forward_batch *b, const akv__fwd_group *g) {
@@ -251,7 +253,7 @@ static akv_status forward_attend_group(akv_forward *f, const akv_attn_pages *pg,
                              .o = o,
                              .o_dtype = AKV_DTYPE_F32};
         t.d = &d;
-        return fwd_attn_heads(f, c->n_kv_heads, &t);
+        return fwd_attn_heads(f, c->n_heads, &t);
     }
     akv_attn_prefill pf = {.kv = v,
                            .n_heads = c->n_heads,
@@ -263,7 +265,7 @@ static akv_status forward_attend_group(akv_forward *f, const akv_attn_pages *pg,
                            .o = o,
                            .o_dtype = AKV_DTYPE_F32};
     t.pf = &pf;
-    return fwd_attn_heads(f, c->n_kv_heads, &t);
+    return fwd_attn_heads(f, c->n_heads, &t);
 }
 
 /* ---- the step ------------------------------------------------------------------------------ */
