@@ -79,10 +79,11 @@ static void torch_int4(mm_row *rows, int n_rows) {
                        src ? src : ".");
     for (int i = 0; i < n_rows; i++) {
         rows[i].torch_us = rows[i].torch_bytes = NAN;
-        if (rows[i].m <= 16 && len < (int)sizeof cmd - 64)
+        if (rows[i].m <= 16 && len > 0 && len < (int)sizeof cmd - 64)
             len += snprintf(cmd + len, sizeof cmd - len, " %u:%u:%u:128", rows[i].m, rows[i].n,
                             rows[i].k);
     }
+    if (len < 0 || len >= (int)sizeof cmd - 8) return; /* paths too long for the command */
     snprintf(cmd + len, sizeof cmd - len, " 2>&1");
     FILE *p = popen(cmd, "r");
     if (!p) return;

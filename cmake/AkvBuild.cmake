@@ -1,7 +1,11 @@
 # Warnings and sanitizers, applied per target through akv_target_defaults().
 function(akv_target_defaults target)
   target_compile_options(${target} PRIVATE
-    $<$<COMPILE_LANGUAGE:C>:-Wall -Wextra -Wpedantic -Wshadow -Wstrict-prototypes -Wmissing-prototypes -Wno-unused-parameter>)
+    $<$<COMPILE_LANGUAGE:C>:-Wall -Wextra -Wpedantic -Wshadow -Wstrict-prototypes -Wmissing-prototypes -Wno-unused-parameter>
+    # no a * b + c contracted into one fused multiply-add where the compiler may (clang by
+    # default, gcc outside ISO mode): the host recipes' bits must not depend on the compiler,
+    # the flags or which target clone runs (docs/model.md)
+    $<$<COMPILE_LANGUAGE:C>:-ffp-contract=off>)
   if(AKV_WERROR)
     target_compile_options(${target} PRIVATE $<$<COMPILE_LANGUAGE:C>:-Werror>)
   endif()

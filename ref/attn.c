@@ -308,9 +308,10 @@ fast_pv(float *o, const float *p, size_t p_stride, const float *v, size_t n, uin
  * n, returning the sum and the maximum at *m_out. Eight lanes: lane e takes the keys t with
  * t % 8 == e of the row's whole groups of 8, the lanes' maxima and sums combined in a fixed
  * tree, then the last n % 8 keys in order (their e^x by the same lanes). e^x by one range reduction
- * (x = k ln 2 + r, ln 2 in two parts, k by rounding with 1.5 * 2^23) and a degree-6 polynomial for
- * e^r (Cephes' coefficients, about 1 ulp), with no fused multiply-add: every operation is one IEEE
- * operation on one lane, so either clone gives the same bits. Arguments below -87 (weights
+ * (x = k ln 2 + r, ln 2 in two parts, k by rounding with 1.5 * 2^23) and e^r = 1 + r + r^2 P(r)
+ * with Cephes' degree-5 P (about 1.3 ulp), with no fused multiply-add (the build passes
+ * -ffp-contract=off): every operation is one IEEE operation on one lane, so either clone gives
+ * the same bits. Arguments below -87 (weights
  * under 1.7e-38 of the row's largest) take e^-87. */
 typedef float fv8 __attribute__((vector_size(32)));
 typedef int32_t iv8 __attribute__((vector_size(32)));
