@@ -40,6 +40,7 @@
 
 #define AKV_BENCH_NAME "bench_attn"
 #include "bench_try.h"
+#include "bench_peer.h"
 #include "bench_copy_rate.h"
 
 #define POOL_BYTES ((size_t)4608 << 20) /* 4.5 GiB: batch 32 x 32K keys x 4 KiB per token */
@@ -94,12 +95,10 @@ static void fill_random(akv_dptr d, size_t n_bytes) {
 }
 
 static void run_torch(char **cfgs, int n_cfg) {
-    const char *src = getenv("AKV_SOURCE_DIR"), *py = getenv("AKV_PYTHON");
-    char cmd[8192];
-    int len = snprintf(cmd, sizeof cmd, "%s %s/bench/attn_torch.py", py ? py : "python3", src ? src : ".");
-    for (int i = 0; i < n_cfg && len < (int)sizeof cmd - 64; i++) len += snprintf(cmd + len, sizeof cmd - len, " %s", cfgs[i]);
-    snprintf(cmd + len, sizeof cmd - len, " 2>&1");
-    FILE *p = popen(cmd, "r");
+    char args[7168] = "";
+    for (int i = 0, len = 0; i < n_cfg && len >= 0 && len < (int)sizeof args - 64; i++)
+        len += snprintf(args + len, sizeof args - len, " %s", cfgs[i]);
+    FILE *p = bench_peer_open("attn_torch.py", args);
     if (!p) return;
     char line[512];
     while (fgets(line, sizeof line, p)) {
@@ -114,8 +113,7 @@ static void run_torch(char **cfgs, int n_cfg) {
         }
         if (n_torch < (int)(sizeof torch_rows / sizeof torch_rows[0])) torch_rows[n_torch++] = r;
     }
-    int rc = pclose(p);
-    if (rc != 0) printf("torch: attn_torch.py exited with status %d\n", rc);
+    bench_peer_close(p, "attn_torch.py");
 }
 
 static const torch_row *torch_find(char kind, const geom *g, uint32_t b, uint32_t n) {

@@ -35,6 +35,7 @@
 
 #define AKV_BENCH_NAME "bench_cpu"
 #include "bench_try.h"
+#include "bench_peer.h"
 #include "model_path.h"
 
 enum { READ_MIB = 512, N_GEN = 64, CHUNK = 512 };
@@ -116,15 +117,12 @@ static cpu_case run_case(const char *model, akv_weights w, int threads, uint32_t
  * and an f16 history of the same bytes. Its notes and errors are printed as they are. */
 static void llama_cpp_rows(FILE *f, const char *model, int threads, double wbytes,
                            double kv_per_token, double rate, const uint32_t *prompts, int n) {
-    const char *src = getenv("AKV_SOURCE_DIR"), *py = getenv("AKV_PYTHON");
-    char cmd[8192];
-    int len = snprintf(cmd, sizeof cmd, "%s %s/bench/llama_cpp_peer.py '%s' %d",
-                       py ? py : "python3", src ? src : ".", model, threads);
-    for (int i = 0; i < n && len > 0 && len < (int)sizeof cmd - 16; i++)
-        len += snprintf(cmd + len, sizeof cmd - len, " %u", prompts[i]);
-    if (len <= 0 || len >= (int)sizeof cmd - 8 || strchr(model, '\'')) return;
-    snprintf(cmd + len, sizeof cmd - len, " 2>&1");
-    FILE *p = popen(cmd, "r");
+    if (strchr(model, '\'')) return; /* quoted below */
+    char args[6144];
+    int len = snprintf(args, sizeof args, "'%s' %d", model, threads);
+    for (int i = 0; i < n && len >= 0 && len < (int)sizeof args - 16; i++)
+        len += snprintf(args + len, sizeof args - len, " %u", prompts[i]);
+    FILE *p = bench_peer_open("llama_cpp_peer.py", args);
     if (!p) return;
     char line[512];
     while (fgets(line, sizeof line, p)) {
@@ -140,8 +138,7 @@ static void llama_cpp_rows(FILE *f, const char *model, int threads, double wbyte
             "| llama.cpp (the same file) | %.1f MB | %u | %.1f | | %.0f | %.1f | %.2f | %.2f |\n",
             wbytes / 1e6, np, prefill_tps, ctx, decode_tps, floor_s * 1e3, floor_s * decode_tps);
     }
-    const int rc = pclose(p);
-    if (rc != 0) printf("llama.cpp: llama_cpp_peer.py exited with status %d\n", rc);
+    bench_peer_close(p, "llama_cpp_peer.py");
 }
 
 int main(void) {
@@ -177,11 +174,13 @@ int main(void) {
     static const uint32_t prompts[2] = {512, 4096};
     /* AKV_BENCH_WEIGHTS=native runs the native rows alone (an A/B) */
     const char *only = getenv("AKV_BENCH_WEIGHTS");
+    double native_wbytes = 0; /* the peer's floor: it reads the same blocks */
     for (int wi = 0; wi < (only && !strcmp(only, "native") ? 1 : 2); wi++) {
         akv_model_load_params lp = {.weights = ws[wi]};
         TRY(akv_model_load(model, &lp, &m));
         const double wbytes = (double)akv_model_step_weight_bytes(m);
         akv_model_destroy(m);
+        if (ws[wi] == AKV_WEIGHTS_NATIVE) native_wbytes = wbytes;
         for (int pi = 0; pi < 2; pi++) {
             const cpu_case r = run_case(model, ws[wi], threads, prompts[pi]);
             const double n = prompts[pi];
@@ -195,13 +194,8 @@ int main(void) {
     }
     /* the peer on the same file and cores (AKV_BENCH_LLAMA=0 leaves it out) */
     const char *peer = getenv("AKV_BENCH_LLAMA");
-    if (!peer || strcmp(peer, "0")) {
-        akv_model_load_params lp = {.weights = AKV_WEIGHTS_NATIVE};
-        TRY(akv_model_load(model, &lp, &m));
-        const double wbytes = (double)akv_model_step_weight_bytes(m);
-        akv_model_destroy(m);
-        llama_cpp_rows(f, model, threads, wbytes, kv_per_token, rate, prompts, 2);
-    }
+    if (!peer || strcmp(peer, "0"))
+        llama_cpp_rows(f, model, threads, native_wbytes, kv_per_token, rate, prompts, 2);
     if (f) fclose(f);
     return 0;
 }

@@ -45,6 +45,7 @@
 
 #define AKV_BENCH_NAME "bench_fwd"
 #include "bench_try.h"
+#include "bench_peer.h"
 #include "bench_route.h"
 #include "bench_copy_rate.h"
 
@@ -66,26 +67,19 @@ typedef struct mm_row {
     const char *name;
     uint32_t m, n, k;
     double us[MM_COLS];
-    double torch_us, torch_bytes; /* the peer (torch_int4); NAN where it did not run */
+    double torch_us, torch_bytes; /* the peer (torch_int4); NAN until it fills them */
 } mm_row;
 
 /* The peer for the block columns: PyTorch's 4-bit weight product (torch._weight_int4pack_mm,
  * the tinygemm kernel; a bf16 scale and zero per 128 weights) on the rows of up to 16, timed as
  * bench_matmuls times (bench/qgemv_torch.py: 20 launches of the same weights, the best of 5). */
 static void torch_int4(mm_row *rows, int n_rows) {
-    const char *src = getenv("AKV_SOURCE_DIR"), *py = getenv("AKV_PYTHON");
-    char cmd[4096];
-    int len = snprintf(cmd, sizeof cmd, "%s %s/bench/qgemv_torch.py", py ? py : "python3",
-                       src ? src : ".");
-    for (int i = 0; i < n_rows; i++) {
-        rows[i].torch_us = rows[i].torch_bytes = NAN;
-        if (rows[i].m <= 16 && len > 0 && len < (int)sizeof cmd - 64)
-            len += snprintf(cmd + len, sizeof cmd - len, " %u:%u:%u:128", rows[i].m, rows[i].n,
+    char args[4096] = "";
+    for (int i = 0, len = 0; i < n_rows && len >= 0 && len < (int)sizeof args - 64; i++)
+        if (rows[i].m <= 16)
+            len += snprintf(args + len, sizeof args - len, " %u:%u:%u:128", rows[i].m, rows[i].n,
                             rows[i].k);
-    }
-    if (len < 0 || len >= (int)sizeof cmd - 8) return; /* paths too long for the command */
-    snprintf(cmd + len, sizeof cmd - len, " 2>&1");
-    FILE *p = popen(cmd, "r");
+    FILE *p = bench_peer_open("qgemv_torch.py", args);
     if (!p) return;
     char line[512];
     while (fgets(line, sizeof line, p)) {
@@ -100,8 +94,7 @@ static void torch_int4(mm_row *rows, int n_rows) {
             if (rows[i].m == m && rows[i].n == n && rows[i].k == k)
                 rows[i].torch_us = warm, rows[i].torch_bytes = bytes;
     }
-    const int rc = pclose(p);
-    if (rc != 0) printf("torch: qgemv_torch.py exited with status %d\n", rc);
+    bench_peer_close(p, "qgemv_torch.py");
 }
 
 static void bench_matmuls(akv_dev *dev, mm_row *rows, int n_rows, akv_ops_wtype wt) {
@@ -305,22 +298,25 @@ int main(void) {
     /* the device copy rate: 1 GiB device to device, bytes read + written */
     double copy_bps = bench_copy_rate_bps(dev, (size_t)1 << 30);
 
-    mm_row mms[] = {{"q|k|v", 1, 6144, 4096, {0}, 0, 0},
-                    {"o", 1, 4096, 4096, {0}, 0, 0},
-                    {"gate|up", 1, 28672, 4096, {0}, 0, 0},
-                    {"down", 1, 4096, 14336, {0}, 0, 0},
-                    {"output", 1, 128256, 4096, {0}, 0, 0},
-                    {"gate|up, 2 rows", 2, 28672, 4096, {0}, 0, 0},
-                    {"gate|up, 3 rows", 3, 28672, 4096, {0}, 0, 0},
-                    {"gate|up, 4 rows", 4, 28672, 4096, {0}, 0, 0},
-                    {"gate|up, 8 rows", 8, 28672, 4096, {0}, 0, 0},
-                    {"gate|up, 16 rows", 16, 28672, 4096, {0}, 0, 0},
-                    {"gate|up, 32 rows", 32, 28672, 4096, {0}, 0, 0},
-                    {"gate|up, 64 rows", 64, 28672, 4096, {0}, 0, 0},
-                    {"o, 8 rows", 8, 4096, 4096, {0}, 0, 0},
-                    {"down, 8 rows", 8, 4096, 14336, {0}, 0, 0},
-                    {"gate|up, prefill chunk", CHUNK, 28672, 4096, {0}, 0, 0},
-                    {"down, prefill chunk", CHUNK, 4096, 14336, {0}, 0, 0}};
+    /* a product of the table: the peer's figures NAN until torch_int4 fills them */
+#define MM(name, m, n, k) {name, m, n, k, {0}, NAN, NAN}
+    mm_row mms[] = {MM("q|k|v", 1, 6144, 4096),
+                    MM("o", 1, 4096, 4096),
+                    MM("gate|up", 1, 28672, 4096),
+                    MM("down", 1, 4096, 14336),
+                    MM("output", 1, 128256, 4096),
+                    MM("gate|up, 2 rows", 2, 28672, 4096),
+                    MM("gate|up, 3 rows", 3, 28672, 4096),
+                    MM("gate|up, 4 rows", 4, 28672, 4096),
+                    MM("gate|up, 8 rows", 8, 28672, 4096),
+                    MM("gate|up, 16 rows", 16, 28672, 4096),
+                    MM("gate|up, 32 rows", 32, 28672, 4096),
+                    MM("gate|up, 64 rows", 64, 28672, 4096),
+                    MM("o, 8 rows", 8, 4096, 4096),
+                    MM("down, 8 rows", 8, 4096, 14336),
+                    MM("gate|up, prefill chunk", CHUNK, 28672, 4096),
+                    MM("down, prefill chunk", CHUNK, 4096, 14336)};
+#undef MM
     const int n_mm = (int)(sizeof mms / sizeof mms[0]);
     /* AKV_BENCH_PRODUCTS=0 leaves the products alone out (an A/B of decode settings) */
     const bool products = akv_test_env_int("AKV_BENCH_PRODUCTS", 0, 1, 1);
@@ -329,9 +325,6 @@ int main(void) {
         /* AKV_BENCH_TORCH=0 leaves the peer out */
         if (fp.synthetic_type && akv_test_env_int("AKV_BENCH_TORCH", 0, 1, 1))
             torch_int4(mms, n_mm);
-        else
-            for (int i = 0; i < n_mm; i++)
-                mms[i].torch_us = mms[i].torch_bytes = NAN;
     }
 
     /* contexts up to AKV_BENCH_MAX_CTX (32K by default, 128K with AKV_BENCH_LONG) */
