@@ -85,7 +85,13 @@ for case in "run -m $tmp/s.gguf -p hi --device cuda:abc|not a device index" \
             "run -m $tmp/s.gguf -p hi --device cpu --weights bf16|runs on the CUDA pass only" \
             "gguf synth --list --bogus|unrecognized option" \
             "gguf synth --sha smollm2-135m -o $tmp/x.gguf|spell the flag out" \
-            "tok $tmp/s.gguf --chat nocolon|is not ROLE:CONTENT"; do
+            "tok $tmp/s.gguf --chat nocolon|is not ROLE:CONTENT" \
+            "run -m $tmp/s.gguf -p hi --parallel 0|--parallel must be at least 1" \
+            "run -m $tmp/s.gguf -p hi --max-context 1|--max-context must be at least 2" \
+            "serve -m $tmp/s.gguf --parallel 0|--parallel must be at least 1" \
+            "serve -m $tmp/s.gguf --max-context 1|--max-context must be at least 2" \
+            "serve -m $tmp/s.gguf --chat-template nosuch|neither a file nor a template family" \
+            "serve -m $tmp/s.gguf --max-connections 4 --max-connections-per-client 5|is more than --max-connections"; do
     args=${case%%|*}; want=${case#*|}
     # shellcheck disable=SC2086
     out=$("$akv" $args 2>&1 >/dev/null); rc=$?
@@ -93,6 +99,27 @@ for case in "run -m $tmp/s.gguf -p hi --device cuda:abc|not a device index" \
         bad "akv $args: exit $rc (want 2, '$want')"
     else echo "ok   akv $args -> $rc"; fi
 done
+
+# A model path the user typed gets no hint to fetch the default model; the default path does.
+out=$("$akv" run -m "$tmp/none.gguf" -p hi -n 1 2>&1 >/dev/null); rc=$?
+if [ "$rc" != 1 ] || printf '%s\n' "$out" | grep -q "fetch-model"; then
+    bad "akv run -m MISSING: exit $rc (want 1, no fetch-model hint)"
+else echo "ok   akv run -m MISSING -> $rc, no fetch-model hint"; fi
+
+# --prompts from a CRLF file: the CR is the line end's, not the prompt's (and --out-dir makes
+# the directory it is given).
+printf 'hello\r\nworld\r\n' >"$tmp/crlf.txt"
+out=$("$akv" run -m "$tmp/s.gguf" --prompts "$tmp/crlf.txt" -n 1 --temp 0 -q --out-dir "$tmp/crlf" 2>&1); rc=$?
+if [ "$rc" != 0 ] || [ ! -f "$tmp/crlf/1.txt" ] || grep -q "$(printf '\r')" "$tmp/crlf/1.txt" "$tmp/crlf/2.txt" ||
+   ! grep -q "^hello" "$tmp/crlf/1.txt"; then
+    bad "akv run --prompts CRLF-FILE --out-dir NEW: exit $rc (want 0, no CR in the prompts)"
+else echo "ok   akv run --prompts CRLF-FILE --out-dir NEW -> $rc"; fi
+
+# --threads past the cores is capped (and said), not a run that looks like a hang.
+out=$(timeout 60 "$akv" run -m "$tmp/s.gguf" -p hi -n 2 --temp 0 -q --threads 1000 2>&1 >/dev/null); rc=$?
+if [ "$rc" != 0 ] || ! printf '%s\n' "$out" | grep -q "threads 1000 is more than the .* CPUs.*: using"; then
+    bad "akv run --threads 1000: exit $rc (want 0 within 60 s, the cap said)"
+else echo "ok   akv run --threads 1000 -> $rc, capped"; fi
 
 # Standard output that cannot be written (a full device) is a failure, not a success.
 if [ -w /dev/full ]; then

@@ -7,6 +7,7 @@
  * default model (byte for byte); LLAMA3 is Meta-Llama-3-8B-Instruct's; QWEN is a ChatML
  * template in Qwen2.5's style (tool branch left out) whose default system is written with
  * \n escapes. */
+#define _GNU_SOURCE
 #include "test.h"
 
 #include "akv/chat.h"
@@ -70,10 +71,33 @@ static void check_renders(const char *tmpl, const char *name, akv_chat_kind kind
     CHECK_EQ_INT(akv_chat_get_kind(chat), kind);
     for (size_t i = 0; i < AKV_ARRAY_LEN(convs); i++) {
         akv_tok_text out = {0};
-        CHECK_OK(akv_chat_render(chat, convs[i].msgs, convs[i].n, convs[i].gen, &out));
+        CHECK_OK(akv_chat_render(chat, convs[i].msgs, convs[i].n, convs[i].gen, &out, NULL));
         if (!CHECK(out.bytes && strcmp(out.bytes, want[i]) == 0))
             fprintf(stderr, "conversation %zu:\n got  [%s]\n want [%s]\n", i,
                     out.bytes ? out.bytes : "(null)", want[i]);
+        /* the same rendering with the contents' stretches: one per content, in order, each
+         * holding that content (LLAMA3's trimmed of Unicode white space, so: a part of it
+         * that the trim leaves; contents all white space leave none) */
+        akv_tok_text again = {0};
+        akv_tok_spans spans = {0};
+        CHECK_OK(akv_chat_render(chat, convs[i].msgs, convs[i].n, convs[i].gen, &again, &spans));
+        CHECK(again.bytes && out.bytes && !strcmp(again.bytes, out.bytes));
+        size_t k = 0;
+        for (size_t m = 0; m < convs[i].n && k < spans.n; m++) {
+            const char *c = convs[i].msgs[m].content;
+            const akv_tok_span sp = spans.spans[k];
+            if (!CHECK(sp.off + sp.n_bytes <= again.n_bytes)) break;
+            const char *got = again.bytes + sp.off;
+            if (akv_chat_get_kind(chat) == AKV_CHAT_CHATML)
+                CHECK(sp.n_bytes == strlen(c) && !memcmp(got, c, sp.n_bytes));
+            else
+                CHECK(memmem(c, strlen(c), got, sp.n_bytes) != NULL);
+            k++;
+        }
+        CHECK_EQ_U64(k, spans.n);
+        CHECK(spans.n >= convs[i].n - (akv_chat_get_kind(chat) == AKV_CHAT_LLAMA3));
+        akv_tok_spans_free(&spans);
+        akv_tok_text_free(&again);
         akv_tok_text_free(&out);
     }
     akv_chat_destroy(chat);
@@ -91,7 +115,7 @@ int main(int argc, char **argv) {
                   "You are a helpful AI assistant named SmolLM, trained by Hugging Face");
         /* No messages: the template's loop never runs, so no system either. */
         akv_tok_text out = {0};
-        CHECK_OK(akv_chat_render(chat, NULL, 0, true, &out));
+        CHECK_OK(akv_chat_render(chat, NULL, 0, true, &out, NULL));
         CHECK_STR(out.bytes, "<|im_start|>assistant\n");
         akv_tok_text_free(&out);
         akv_chat_destroy(chat);
@@ -148,13 +172,13 @@ int main(int argc, char **argv) {
         CHECK_OK(akv_tok_text_append(&out, "keep", 4));
         akv_chat_msg bad[] = {{"user", "hi"}, {"user", NULL}};
         akv_log_set(capture, NULL, AKV_LOG_ERROR);
-        CHECK_STATUS(akv_chat_render(chat, bad, 2, true, &out), AKV_EINVAL);
+        CHECK_STATUS(akv_chat_render(chat, bad, 2, true, &out, NULL), AKV_EINVAL);
         akv_log_set(NULL, NULL, AKV_LOG_WARN);
         CHECK(strstr(last_log, "message 1 has no content") != NULL);
         CHECK_STR(out.bytes, "keep");
         for (uint64_t nth = 1; nth < 50; nth++) {
             akv__alloc_fail_nth(nth);
-            akv_status st = akv_chat_render(chat, convs[1].msgs, convs[1].n, true, &out);
+            akv_status st = akv_chat_render(chat, convs[1].msgs, convs[1].n, true, &out, NULL);
             bool fired = akv__alloc_failure_fired();
             akv__alloc_fail_nth(0);
             if (!fired) {

@@ -286,7 +286,7 @@ int main(int argc, char **argv) {
         CHECK(in_template);
         akv_chat_msg msg = {"user", "What is the capital of France?"};
         akv_tok_text r = {0};
-        CHECK_OK(akv_chat_render(chat, &msg, 1, true, &r));
+        CHECK_OK(akv_chat_render(chat, &msg, 1, true, &r, NULL));
         CHECK(r.bytes && strstr(r.bytes, sys) && strstr(r.bytes, msg.content));
         akv_tok_ids cids = {0};
         CHECK_OK(akv_tok_encode(tok, r.bytes, r.n_bytes, AKV_TOK_PARSE_SPECIAL, &cids));

@@ -424,6 +424,83 @@ int main(int argc, char **argv) {
         akv_tok_destroy(tok);
     }
 
+    TEST_CASE(plain_spans_keep_control_texts_as_text) {
+        tiny_init(&t, extra, extra_types, AKV_ARRAY_LEN(extra), merges_bc_first, 6, -1);
+        akv_tok *tok = tiny_create(&t);
+        if (!tok) break;
+        /* "<|im_start|>" is a CONTROL text: matched outside the plain span, text inside it;
+         * USER_DEFINED "[U]" is matched everywhere */
+        const char *s = "<|im_start|>x<|im_start|>[U]<|im_start|>";
+        const akv_tok_span plain[] = {{12, 16}}; /* "x<|im_start|>[U]" */
+        akv_tok_encode_opts o = {.flags = AKV_TOK_PARSE_SPECIAL, .plain = plain, .n_plain = 1};
+        akv_tok_ids ids = {0};
+        CHECK_OK(akv_tok_encode_with(tok, s, strlen(s), &o, &ids));
+        const int32_t want[] = {IM_START, 'x', '<', '|', 'i', 'm', '_', 's', 't', 'a', 'r', 't',
+                                '|', '>', USER, IM_START};
+        CHECK(ids.n_ids == AKV_ARRAY_LEN(want) && !memcmp(ids.ids, want, sizeof want));
+        akv_tok_ids_free(&ids);
+        /* a control text that would reach into a span is not matched either ("<|im" ends
+         * inside the span [2, 4)); a shorter one ending before it still is */
+        const char *s2 = "<|im_start|>";
+        const akv_tok_span in_it[] = {{2, 2}};
+        o.plain = in_it;
+        CHECK_OK(akv_tok_encode_with(tok, s2, strlen(s2), &o, &ids));
+        CHECK(ids.n_ids > 1 && ids.ids[0] == '<');
+        akv_tok_ids_free(&ids);
+        /* spans out of order, overlapping or past the end are refused */
+        const akv_tok_span bad[][2] = {{{4, 2}, {0, 2}}, {{0, 4}, {2, 2}}, {{0, 2}, {10, 40}}};
+        for (int i = 0; i < 3; i++) {
+            o.plain = bad[i], o.n_plain = 2;
+            CHECK_STATUS(akv_tok_encode_with(tok, s, strlen(s), &o, &ids), AKV_EINVAL);
+            CHECK_EQ_U64(ids.n_ids, 0);
+        }
+        /* invalid UTF-8 before a span: the span still covers its own bytes after the repair */
+        const char s3[] = "\xff<|im_start|>";
+        const akv_tok_span after[] = {{1, 12}};
+        o.plain = after, o.n_plain = 1;
+        CHECK_OK(akv_tok_encode_with(tok, s3, sizeof s3 - 1, &o, &ids));
+        CHECK(ids.n_ids == 3 + 12); /* U+FFFD's 3 bytes, then the text byte by byte */
+        akv_tok_ids_free(&ids);
+        akv_tok_destroy(tok);
+    }
+
+    TEST_CASE(limit_stops_early_in_bounded_memory) {
+        tiny_init(&t, extra, extra_types, AKV_ARRAY_LEN(extra), merges_bc_first, 6, 0x04);
+        akv_tok *tok = tiny_create(&t);
+        if (!tok) break;
+        akv_tok_ids ids = {0};
+        akv_tok_encode_opts o = {.max_ids = 5};
+        CHECK_OK(akv_tok_encode_with(tok, "abc abc", 7, &o, &ids)); /* abc, Ġa, bc: 3 */
+        CHECK_EQ_U64(ids.n_ids, 3);
+        o.max_ids = 2;
+        CHECK_STATUS(akv_tok_encode_with(tok, "abc abc", 7, &o, &ids), AKV_EFULL);
+        CHECK_EQ_U64(ids.n_ids, 3); /* nothing appended */
+        akv_tok_ids_free(&ids);
+        /* one 64 MiB word against a limit of 100: refused before the merge loop allocates for
+         * it (about 60 bytes a byte: 3.8 GB), so no allocation near its size happens */
+        const size_t n = (size_t)64 << 20;
+        char *big = malloc(n);
+        if (!CHECK(big)) break;
+        memset(big, 'a', n);
+        o.max_ids = 100;
+        const int64_t live0 = akv__alloc_live();
+        akv__alloc_fail_nth(0);
+        const uint64_t calls0 = akv__alloc_calls();
+        CHECK_STATUS(akv_tok_encode_with(tok, big, n, &o, &ids), AKV_EFULL);
+        CHECK(akv__alloc_calls() - calls0 < 16);
+        CHECK_EQ_INT(akv__alloc_live(), live0);
+        /* bytes without a token (0x04 here) split the merge loop: 64 MiB of them with a few
+         * letters between encode to those letters alone, in memory of the runs' size */
+        memset(big, 0x04, n);
+        for (size_t i = 0; i < 8; i++) big[i * (n / 8)] = 'a';
+        o.max_ids = 0;
+        CHECK_OK(akv_tok_encode_with(tok, big, n, &o, &ids));
+        CHECK_EQ_U64(ids.n_ids, 8);
+        akv_tok_ids_free(&ids);
+        free(big);
+        akv_tok_destroy(tok);
+    }
+
     TEST_CASE(byte_fallback_and_bytes_without_tokens) {
         /* No token for byte 0xBF: that byte is dropped (as HF's BPE without unk_token and
          * llama.cpp do), never replaced by the unknown token; creation says so (info). */

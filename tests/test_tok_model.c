@@ -205,7 +205,7 @@ int main(int argc, char **argv) {
         for (size_t c = 0; c < 2; c++) {
             akv_tok_text text = {0};
             akv_tok_ids ids = {0};
-            CHECK_OK(akv_chat_render(chat, convs[c], n_msgs[c], true, &text));
+            CHECK_OK(akv_chat_render(chat, convs[c], n_msgs[c], true, &text, NULL));
             if (!CHECK(text.n_bytes == expected_chat[c].n_bytes &&
                        !memcmp(text.bytes, expected_chat[c].text, text.n_bytes)))
                 fprintf(stderr, "rendered:\n%s\nwant:\n%s\n", text.bytes, expected_chat[c].text);

@@ -267,11 +267,14 @@ static void run_free(run_state *s) {
     akv_tok_text_free(&s->input);
 }
 
-/* Encodes text (parse_special for chat renderings) into *ids. */
+/* Encodes text into *ids: a prompt (BOS where the model asks), or a chat rendering (control
+ * tokens parsed outside the `plain` stretches: the messages' contents). */
 static akv_status run_encode(run_state *s, const char *text, size_t n, bool chat,
-                             akv_tok_ids *ids) {
-    uint32_t flags = chat ? AKV_TOK_PARSE_SPECIAL : AKV_TOK_ADD_SPECIAL;
-    akv_status st = akv_tok_encode(s->tok, text, n, flags, ids);
+                             const akv_tok_spans *plain, akv_tok_ids *ids) {
+    const akv_tok_encode_opts eo = {.flags = chat ? AKV_TOK_PARSE_SPECIAL : AKV_TOK_ADD_SPECIAL,
+                                    .plain = plain ? plain->spans : NULL,
+                                    .n_plain = plain ? plain->n : 0};
+    akv_status st = akv_tok_encode_with(s->tok, text, n, &eo, ids);
     if (st) fprintf(stderr, "akv run: cannot encode the prompt: %s\n", akv_status_str(st));
     return st;
 }
@@ -286,8 +289,11 @@ static int run_open_model(run_state *s) {
                                                                            : AKV_WEIGHTS_NATIVE};
     akv_status st = akv_model_load(o->e.model, &lp, &s->model);
     if (st) {
+        /* the hint only where the path is the default one, which scripts/fetch-model fetches */
+        const bool dflt = !strcmp(o->e.model, AKV_TOOL_DEFAULT_MODEL);
         fprintf(stderr, "akv run: cannot load '%s': %s%s\n", o->e.model, akv_status_str(st),
-                st == AKV_EIO ? " (bash scripts/fetch-model fetches the default model)" : "");
+                st == AKV_EIO && dflt ? " (bash scripts/fetch-model fetches the default model)"
+                                      : "");
         return AKV_EXIT_FAIL;
     }
     s->cfg = akv_model_get_config(s->model);
@@ -347,8 +353,10 @@ static int run_load_prompts(run_state *s) {
     s->n_jobs = n;
     const char *at = text.bytes ? text.bytes : "";
     for (size_t i = 0; i < n && rc < 0; i++) {
-        size_t len = o->prompts ? strcspn(at, "\n") : text.n_bytes;
-        if (run_encode(s, at, len, false, &s->jobs[i].ids)) rc = AKV_EXIT_FAIL;
+        const size_t line = o->prompts ? strcspn(at, "\n") : text.n_bytes;
+        /* a CRLF file's lines end in "\r\n": the CR is the line end's, not the prompt's */
+        const size_t len = o->prompts && line && at[line - 1] == '\r' ? line - 1 : line;
+        if (run_encode(s, at, len, false, NULL, &s->jobs[i].ids)) rc = AKV_EXIT_FAIL;
         else if (s->jobs[i].ids.n_ids == 0) {
             /* no token, no logits: the first sample would read what no pass wrote */
             if (o->prompts)
@@ -357,7 +365,7 @@ static int run_load_prompts(run_state *s) {
                 fprintf(stderr, "akv run: the prompt is empty (it encodes to no tokens)\n");
             rc = AKV_EXIT_USAGE;
         }
-        at += len + (at[len] == '\n');
+        at += line + (at[line] == '\n');
     }
     akv_tok_text_free(&text);
     return rc;
@@ -381,7 +389,7 @@ static int run_open_engine(run_state *s, uint32_t max_seqs) {
         akv_dev_destroy(ep.dev);
         return AKV_EXIT_FAIL;
     }
-    if (o->e.threads) akv_ops_ref_set_threads((int)o->e.threads);
+    if (o->e.threads) akv_ops_ref_set_threads((int)akv_tool_eopts_threads(&o->e));
     ep.model = s->model;
     ep.progress = run_engine_progress, ep.progress_user = s;
     akv_tool_eopts_apply(&o->e, &ep);
@@ -568,6 +576,27 @@ static void run_report(const run_state *s) {
                 (unsigned long long)es.graph_launches, (unsigned long long)es.graph_builds);
 }
 
+/* Makes a directory and the ones above it that are missing (mkdir -p). 0 and errno set when
+ * one cannot be made or a part is not a directory. */
+static int run_mkdirs(const char *path) {
+    char *p = strdup(path);
+    if (!p) return 0;
+    for (char *c = p + 1; *c; c++) {
+        if (*c != '/') continue;
+        *c = '\0';
+        if (mkdir(p, 0777) != 0 && errno != EEXIST) {
+            free(p);
+            return 0;
+        }
+        *c = '/';
+    }
+    struct stat sb;
+    const int ok = (mkdir(p, 0777) == 0 || errno == EEXIST) && stat(p, &sb) == 0 &&
+                   (S_ISDIR(sb.st_mode) || (errno = ENOTDIR, 0));
+    free(p);
+    return ok;
+}
+
 /* Opens job i's outputs for --prompts: DIR/i.txt (or a buffer), PATH.i for the logits. */
 static int run_open_job_outputs(run_state *s, size_t i) {
     run_job *j = &s->jobs[i];
@@ -575,6 +604,11 @@ static int run_open_job_outputs(run_state *s, size_t i) {
     if (!o->prompts) {
         j->out = stdout;
     } else if (o->out_dir) {
+        if (i == 0 && !run_mkdirs(o->out_dir)) {
+            fprintf(stderr, "akv run: --out-dir: cannot make '%s': %s\n", o->out_dir,
+                    strerror(errno));
+            return 0;
+        }
         if (asprintf(&j->path, "%s/%zu.txt", o->out_dir, i + 1) < 0) return 0;
         if (!(j->out = fopen(j->path, "w"))) {
             fprintf(stderr, "akv run: --out-dir: '%s': %s\n", j->path, strerror(errno));
@@ -610,9 +644,9 @@ static int run_oneshot(run_state *s) {
     } else {
         const char *at = s->input.bytes ? s->input.bytes : "";
         for (size_t i = 0; i < s->n_jobs; i++) {
-            size_t len = strcspn(at, "\n");
-            run_write(&s->jobs[i], at, len);
-            at += len + (at[len] == '\n');
+            const size_t line = strcspn(at, "\n");
+            run_write(&s->jobs[i], at, line && at[line - 1] == '\r' ? line - 1 : line);
+            at += line + (at[line] == '\n');
         }
     }
     s->t_start = akv_clock_s(); /* the run's own time: from the first request on */
@@ -650,14 +684,26 @@ static int run_oneshot(run_state *s) {
 static int run_chat_turn(run_state *s, akv_chat_msg *msgs, size_t n_msgs, bool *refused) {
     *refused = false;
     akv_tok_text r = {0};
-    akv_status st = akv_chat_render(s->chat, msgs, n_msgs, true, &r);
+    akv_tok_spans contents = {0};
+    akv_status st = akv_chat_render(s->chat, msgs, n_msgs, true, &r,
+                                    s->o.e.special_in_content ? NULL : &contents);
     if (st) return AKV_EXIT_FAIL;
     size_t skip = s->fed.n_bytes;
+    /* the contents' stretches in the new text only (the context holds the rest as tokens) */
+    size_t k = 0;
+    for (size_t i = 0; i < contents.n; i++) {
+        const size_t a = contents.spans[i].off, b = a + contents.spans[i].n_bytes;
+        if (b <= skip) continue;
+        const size_t a2 = a > skip ? a - skip : 0;
+        contents.spans[k++] = (akv_tok_span){a2, b - skip - a2};
+    }
+    contents.n = k;
     if (skip > r.n_bytes || (skip && memcmp(r.bytes, s->fed.bytes, skip))) {
         /* e.g. a template that trims the reply: the context would no longer be the text */
         fprintf(stderr, "akv run: the conversation no longer renders as the context holds it; "
                         "start a new one\n");
         akv_tok_text_free(&r);
+        akv_tok_spans_free(&contents);
         return AKV_EXIT_FAIL;
     }
     run_job *j = &s->jobs[0];
@@ -666,7 +712,9 @@ static int run_chat_turn(run_state *s, akv_chat_msg *msgs, size_t n_msgs, bool *
     int rc = -1;
     for (size_t i = 0; i < s->conv.n_ids && rc < 0; i++)
         if (!run_push_id(&j->ids, s->conv.ids[i])) rc = AKV_EXIT_FAIL;
-    if (rc < 0 && run_encode(s, r.bytes + skip, r.n_bytes - skip, true, &j->ids)) rc = AKV_EXIT_FAIL;
+    if (rc < 0 && run_encode(s, r.bytes + skip, r.n_bytes - skip, true, &contents, &j->ids))
+        rc = AKV_EXIT_FAIL;
+    akv_tok_spans_free(&contents);
     if (rc < 0 && j->ids.n_ids + 1 > s->n_ctx) {
         fprintf(stderr, "akv run: this turn (%zu tokens with the conversation) does not fit "
                         "--max-context %llu; it was not sent, the conversation is kept\n",

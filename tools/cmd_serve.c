@@ -9,8 +9,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
+#include "akv/chat.h"
 #include "akv/log.h"
 #include "akv/ops.h"
 #include "akv/server.h"
@@ -24,7 +26,8 @@ static const char serve_usage[] =
     "/v1/completions (streamed with \"stream\": true), GET /v1/models, /health and /metrics\n"
     "(Prometheus). Requests run together in the engine's batch steps; what cannot be served\n"
     "is refused with the reason (429 when the queue is full, 503 when it can never fit).\n"
-    "SIGINT or SIGTERM stops it: no new connections, requests in flight get --grace seconds.\n"
+    "SIGINT, SIGTERM or SIGHUP stops it: the listening socket closes at once, requests in\n"
+    "flight get --grace seconds, a second signal cancels them at once.\n"
     "\n"
     "options:\n"
     "  -m, --model PATH         GGUF model (default " AKV_TOOL_DEFAULT_MODEL ")\n"
@@ -46,9 +49,14 @@ static const char serve_usage[] =
     "                           600)\n"
     "      --grace S            on SIGINT/SIGTERM, seconds requests in flight may finish in\n"
     "                           (default 10)\n"
-    "      --idle-timeout S     close a connection idle this long with no request in flight\n"
-    "                           (default 60)\n"
-    "      --max-connections N  (default 256)\n"
+    "      --idle-timeout S     close a kept-alive connection idle this long, or an answer\n"
+    "                           its client stopped reading for this long (default 60)\n"
+    "      --read-timeout S     a request's head and body must arrive within S seconds of\n"
+    "                           its first byte, or it is answered 408 (default 30)\n"
+    "      --max-connections N  connections served at once (default 256); past it a client\n"
+    "                           may still ask /health, anything else gets 503\n"
+    "      --max-connections-per-client N  of those, from one client address (default half\n"
+    "                           of --max-connections); past it: /health, else 429\n"
     "      --seed S             the seed of requests that give none (default: a fresh one\n"
     "                           per request)\n"
     "  -v, --verbose            a log line per request\n"
@@ -56,9 +64,17 @@ static const char serve_usage[] =
     "Engine and default sampling (a request's own fields win):\n";
 
 /* The engine's field names said as our flags. */
-static const akv_tool_name serve_names[] = {AKV_TOOL_ENGINE_NAMES, {"max_queue", "--max-queue"},
-                                            {"chat_template_name", "--chat-template"},
-                                            {NULL, NULL}};
+static const akv_tool_name serve_names[] = {
+    AKV_TOOL_ENGINE_NAMES,
+    {"max_queue", "--max-queue"},
+    {"chat_template_name", "--chat-template"},
+    {"chat_template_text", "--chat-template"},
+    {"max_connections", "--max-connections"},
+    {"max_connections_per_client", "--max-connections-per-client"},
+    {"read_timeout_s", "--read-timeout"},
+    {"idle_timeout_s", "--idle-timeout"},
+    {"max_body_bytes", "--max-body-bytes"},
+    {NULL, NULL}};
 
 static void serve_rename(const char *msg, char *buf, size_t cap) {
     akv_tool_rename(msg, serve_names, buf, cap);
@@ -72,9 +88,27 @@ static void serve_on_signal(int sig) {
     (void)k;
 }
 
+/* The next signal within ms (-1: wait for one), or 0. */
+static int serve_next_signal(int ms) {
+    struct pollfd pf = {.fd = serve_pipe[0], .events = POLLIN};
+    for (;;) {
+        int k = poll(&pf, 1, ms);
+        if (k < 0 && errno == EINTR) continue;
+        char c;
+        if (k > 0 && read(serve_pipe[0], &c, 1) == 1) return (unsigned char)c;
+        return 0;
+    }
+}
+
+static double serve_now(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return t.tv_sec + t.tv_nsec * 1e-9;
+}
+
 int akv_cmd_serve(int argc, char **argv) {
     enum { O_HOST = 256, O_PORT, O_KEY, O_ALIAS, O_QUEUE, O_PROMPT, O_BODY, O_TIMEOUT, O_GRACE,
-           O_CONNS, O_IDLE };
+           O_CONNS, O_IDLE, O_READ, O_PER_CLIENT };
     static const struct option opts[] = {AKV_TOOL_ENGINE_OPTIONS,
                                          {"host", required_argument, 0, O_HOST},
                                          {"port", required_argument, 0, O_PORT},
@@ -88,6 +122,9 @@ int akv_cmd_serve(int argc, char **argv) {
                                          {"grace", required_argument, 0, O_GRACE},
                                          {"max-connections", required_argument, 0, O_CONNS},
                                          {"idle-timeout", required_argument, 0, O_IDLE},
+                                         {"read-timeout", required_argument, 0, O_READ},
+                                         {"max-connections-per-client", required_argument, 0,
+                                          O_PER_CLIENT},
                                          {"verbose", no_argument, 0, 'v'},
                                          {"help", no_argument, 0, 'h'},
                                          {0, 0, 0, 0}};
@@ -96,8 +133,8 @@ int akv_cmd_serve(int argc, char **argv) {
     akv_server_params p = akv_server_default_params();
     const char *alias = NULL, *key = getenv("AKV_API_KEY");
     unsigned long long port = 8080, queue = 64, n_predict = 512, max_prompt = 0;
-    unsigned long long body = 16u << 20, conns = 256;
-    float timeout = 600, grace = 10, idle = 60;
+    unsigned long long body = 16u << 20, conns = 256, per_client = 0;
+    float timeout = 600, grace = 10, idle = 60, read = 30;
     int c, r;
     optind = 1;
     while ((c = getopt_long(argc, argv, "m:n:vh", opts, NULL)) != -1) {
@@ -118,6 +155,15 @@ int akv_cmd_serve(int argc, char **argv) {
         case O_BODY: ok = akv_tool_parse_max("serve", "max-body-bytes", optarg, 1ull << 32, &body); break;
         case O_TIMEOUT: ok = akv_tool_parse_float("serve", "timeout", optarg, 1, 1e7, &timeout); break;
         case O_IDLE: ok = akv_tool_parse_float("serve", "idle-timeout", optarg, 1, 1e6, &idle); break;
+        case O_READ: ok = akv_tool_parse_float("serve", "read-timeout", optarg, 1, 1e6, &read); break;
+        case O_PER_CLIENT:
+            ok = akv_tool_parse_max("serve", "max-connections-per-client", optarg, 65536,
+                                    &per_client);
+            if (ok && per_client == 0) {
+                fprintf(stderr, "akv serve: --max-connections-per-client must be at least 1\n");
+                ok = 0;
+            }
+            break;
         case O_GRACE: ok = akv_tool_parse_float("serve", "grace", optarg, 0, 1e6, &grace); break;
         case O_CONNS: ok = akv_tool_parse_max("serve", "max-connections", optarg, 65536, &conns); break;
         case 'v': p.verbose = 1; break;
@@ -136,6 +182,11 @@ int akv_cmd_serve(int argc, char **argv) {
                 n_predict == 0 ? "--n-predict" : body == 0 ? "--max-body-bytes" : "--max-connections");
         return AKV_EXIT_USAGE;
     }
+    if (per_client > conns) {
+        fprintf(stderr, "akv serve: --max-connections-per-client %llu is more than "
+                        "--max-connections %llu\n", per_client, conns);
+        return AKV_EXIT_USAGE;
+    }
     if (key && !*key) {
         fprintf(stderr, "akv serve: --api-key is empty\n");
         return AKV_EXIT_USAGE;
@@ -146,7 +197,8 @@ int akv_cmd_serve(int argc, char **argv) {
                 strcmp(e.model, AKV_TOOL_DEFAULT_MODEL) ? "" : " (bash scripts/fetch-model)");
         return AKV_EXIT_FAIL;
     }
-    /* the template: a family name, or a file of Jinja source */
+    /* the template: a family name (akv_tool_eopts_check knows it), or a file of Jinja source
+     * that must be one this server renders: refused now, not at every chat request */
     char *tmpl_text = NULL;
     if (e.tmpl && stat(e.tmpl, &sb) == 0) {
         akv_tok_text t = {0};
@@ -156,6 +208,15 @@ int akv_cmd_serve(int argc, char **argv) {
         }
         tmpl_text = strdup(t.bytes ? t.bytes : "");
         akv_tok_text_free(&t);
+        akv_chat *probe = NULL;
+        akv_chat_params cp = {.template_text = tmpl_text ? tmpl_text : ""};
+        if (!tmpl_text || akv_chat_create(&cp, &probe) != AKV_OK) {
+            fprintf(stderr, "akv serve: --chat-template '%s': not a template this server "
+                            "renders (see above); name the family (chatml, llama3)\n", e.tmpl);
+            free(tmpl_text);
+            return AKV_EXIT_USAGE;
+        }
+        akv_chat_destroy(probe);
         p.chat_template_text = tmpl_text;
     } else if (e.tmpl) {
         p.chat_template_name = e.tmpl;
@@ -174,18 +235,20 @@ int akv_cmd_serve(int argc, char **argv) {
         free(tmpl_text);
         return st == AKV_EINVAL ? AKV_EXIT_USAGE : AKV_EXIT_FAIL;
     }
-    if (e.threads) akv_ops_ref_set_threads((int)e.threads);
+    if (e.threads) akv_ops_ref_set_threads((int)akv_tool_eopts_threads(&e));
     akv_tool_eopts_apply(&e, &p.engine);
     p.engine.model_path = e.model;
     p.engine.max_context = e.ctx;
-    p.engine.max_seqs = e.parallel ? (uint32_t)e.parallel : 4;
+    p.engine.max_seqs = e.parallel ? (uint32_t)e.parallel : 4; /* 0: not given */
     p.engine.max_queue = (uint32_t)queue;
     p.port = (uint16_t)port, p.api_key = key, p.model_name = alias;
     p.sample = e.sp;
     p.max_tokens_default = (uint32_t)n_predict, p.max_prompt_tokens = (uint32_t)max_prompt;
     p.max_body_bytes = (size_t)body, p.timeout_s = timeout, p.max_connections = (uint32_t)conns;
+    p.max_connections_per_client = (uint32_t)per_client;
     p.rename_settings = serve_rename;
-    p.idle_timeout_s = idle;
+    p.idle_timeout_s = idle, p.read_timeout_s = read;
+    p.content_specials = e.special_in_content;
     if (pipe(serve_pipe) != 0) {
         fprintf(stderr, "akv serve: pipe: %s\n", strerror(errno));
         akv_dev_destroy(p.engine.dev);
@@ -196,6 +259,7 @@ int akv_cmd_serve(int argc, char **argv) {
     sigemptyset(&sa.sa_mask);
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGHUP, &sa, NULL); /* a closed terminal or a service manager: stop as for TERM */
     signal(SIGPIPE, SIG_IGN); /* a client gone mid-write is an error on that socket only */
     akv_server *s = NULL;
     if ((st = akv_server_start(&p, &s))) {
@@ -206,31 +270,33 @@ int akv_cmd_serve(int argc, char **argv) {
     fprintf(stderr, "akv serve: listening on http://%s:%u (model %s loading)\n",
             p.host ? p.host : "127.0.0.1", (unsigned)akv_server_port(s), alias);
     int rc = AKV_EXIT_OK;
+    int sig = 0;
     for (;;) { /* the load, then the signal */
         st = akv_server_wait_ready(s, 0.2);
         if (st != AKV_EBUSY) break;
-        struct pollfd pf = {.fd = serve_pipe[0], .events = POLLIN};
-        char ch;
-        if (poll(&pf, 1, 0) > 0 && read(serve_pipe[0], &ch, 1) == 1) goto stop; /* a signal */
+        if ((sig = serve_next_signal(0))) goto stop;
     }
     if (st == AKV_OK) {
         fprintf(stderr, "akv serve: ready: %s on http://%s:%u\n", alias, p.host ? p.host : "127.0.0.1",
                 (unsigned)akv_server_port(s));
+        sig = serve_next_signal(-1);
     } else {
         fprintf(stderr, "akv serve: the model did not load (see above); /health says error\n");
         rc = AKV_EXIT_FAIL;
-        goto stop;
-    }
-    for (;;) {
-        char ch;
-        ssize_t k = read(serve_pipe[0], &ch, 1);
-        if (k == 1) break;
-        if (k < 0 && errno == EINTR) continue;
-        if (k <= 0) break;
     }
 stop:
-    fprintf(stderr, "akv serve: stopping (in-flight requests get %.0f s)\n", grace);
-    akv_server_stop(s, grace);
+    /* the listening socket closes now; what runs gets --grace, unless a second signal comes */
+    akv_server_shutdown(s);
+    if (sig) fprintf(stderr, "akv serve: %s: stopping (in-flight requests get %.0f s; a second "
+                             "signal cancels them)\n", strsignal(sig), grace);
+    const double until = serve_now() + grace;
+    while (akv_server_n_inflight(s) && serve_now() < until) {
+        if (serve_next_signal(100)) {
+            fprintf(stderr, "akv serve: a second signal: cancelling what runs\n");
+            break;
+        }
+    }
+    akv_server_stop(s, 0);
     akv_server_destroy(s);
     free(tmpl_text);
     fprintf(stderr, "akv serve: stopped\n");

@@ -80,7 +80,8 @@ static int tok_join_args(int argc, char **argv, int from, akv_tok_text *out) {
 /* Renders ROLE:CONTENT arguments with the chat template: AKV_EXIT_OK, AKV_EXIT_USAGE for an
  * argument that is not ROLE:CONTENT, else AKV_EXIT_FAIL. */
 static int tok_render_chat(const akv_gguf *g, const char *name, int argc, char **argv, int from,
-                           akv_tok_text *text) {
+                           akv_tok_text *text,
+                           akv_tok_spans *contents) {
     akv_chat *chat = NULL;
     akv_status st = akv_chat_create_from_gguf(g, name, &chat);
     if (st) {
@@ -103,7 +104,7 @@ static int tok_render_chat(const akv_gguf *g, const char *name, int argc, char *
         msgs[i] = (akv_chat_msg){roles[i], colon + 1};
         ok = roles[i] != NULL;
     }
-    if (ok && (!msgs || !roles || akv_chat_render(chat, msgs, (size_t)n, true, text) != AKV_OK)) {
+    if (ok && (!msgs || !roles || akv_chat_render(chat, msgs, (size_t)n, true, text, contents) != AKV_OK)) {
         fprintf(stderr, "akv tok: cannot render the chat\n");
         ok = 0;
     }
@@ -317,12 +318,14 @@ int akv_cmd_tok(int argc, char **argv) {
     int rc = AKV_EXIT_OK;
     akv_tok_text text = {0};
     akv_tok_ids ids = {0};
+    akv_tok_spans contents = {0}; /* --chat: where the message contents lie */
     if (decode) {
         rc = tok_decode_args(tok, argc, argv, optind);
         goto done;
     }
     if (chat) {
-        if ((rc = tok_render_chat(g, template_name, argc, argv, optind, &text)) != AKV_EXIT_OK) goto done;
+        if ((rc = tok_render_chat(g, template_name, argc, argv, optind, &text, &contents)) != AKV_EXIT_OK)
+            goto done;
         add_special = false; /* the template wrote BOS where the model wants it */
         parse_special = true;
     } else if (file ? !akv_tool_read_input("tok", file, max_input, "max-input-bytes", &text) : !tok_join_args(argc, argv, optind, &text)) {
@@ -335,13 +338,16 @@ int akv_cmd_tok(int argc, char **argv) {
         rc = tok_stats(tok, &text, flags, (int)repeat);
         goto done;
     }
-    if ((st = akv_tok_encode(tok, text.bytes, text.n_bytes, flags, &ids))) {
+    /* a chat's message contents are plain text, as the server encodes them */
+    const akv_tok_encode_opts eo = {.flags = flags, .plain = contents.spans, .n_plain = contents.n};
+    if ((st = akv_tok_encode_with(tok, text.bytes, text.n_bytes, &eo, &ids))) {
         fprintf(stderr, "akv tok: encode failed: %s\n", akv_status_str(st));
         rc = AKV_EXIT_FAIL;
         goto done;
     }
     tok_print_ids(tok, &ids, ids_only);
 done:
+    akv_tok_spans_free(&contents);
     akv_tok_ids_free(&ids);
     akv_tok_text_free(&text);
     akv_tok_destroy(tok);

@@ -7,14 +7,21 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
+#include "akv/chat.h"
 #include "akv/dev_pool.h"
 #include "akv/host_pool.h"
 #include "akv/route.h"
+#include "core/par.h"
 
 const char akv_tool_eopts_help[] =
     "      --chat-template T    the template family (chatml, llama3) or a file of Jinja\n"
     "                           source to recognise (default: the model's)\n"
+    "      --special-in-content read control-token texts inside chat message contents as\n"
+    "                           control tokens (\"<|im_end|>\" typed by a user then closes\n"
+    "                           its turn, as in llama-server and vLLM); default: contents are\n"
+    "                           plain text, as OpenAI's API treats them\n"
     "      --device D           where the forward pass runs: auto (default: the GPU when one\n"
     "                           answers, else the CPU), cpu, cuda or cuda:N\n"
     "      --route resident|staged  how the history reaches the attention (default resident):\n"
@@ -36,7 +43,7 @@ const char akv_tool_eopts_help[] =
     "      --no-graphs          GPU: launch every kernel of a decode step by itself instead of\n"
     "                           replaying the step as one CUDA graph (resident route)\n"
     "      --threads N          CPU threads of the matrix products and the attention (default:\n"
-    "                           every core)\n"
+    "                           every core this process may run on, which is also the most)\n"
     "      --temp T             temperature; 0 = greedy (default 0.8)\n"
     "      --top-k K            (default 40; 0 = off)\n"
     "      --top-p P            (default 0.95; 1 = off)\n"
@@ -108,9 +115,15 @@ int akv_tool_eopts_parse(const char *cmd, int c, const char *arg, akv_tool_eopts
     case AKV_OPT_DEVICE: o->device = arg; return 1;
     case AKV_OPT_TMPL: o->tmpl = arg; return 1;
     case AKV_OPT_NOGRAPHS: o->no_graphs = 1; return 1;
+    case AKV_OPT_SPECIAL_CONTENT: o->special_in_content = 1; return 1;
     case AKV_OPT_CTX: ok = akv_tool_parse_u64(cmd, "max-context", arg, &o->ctx); break;
     case AKV_OPT_PARALLEL:
         ok = akv_tool_parse_max(cmd, "parallel", arg, AKV_ROUTE_MAX_SEQS, &o->parallel);
+        if (ok && o->parallel == 0) {
+            fprintf(stderr, "akv %s: --parallel must be at least 1 (sequences run at once)\n",
+                    cmd);
+            ok = 0;
+        }
         break;
     case AKV_OPT_ROUTE:
         if ((ok = eopts_choice(cmd, "route", arg, routes, sizeof routes / sizeof *routes, &choice)))
@@ -162,11 +175,27 @@ int akv_tool_eopts_parse(const char *cmd, int c, const char *arg, akv_tool_eopts
 int akv_tool_eopts_check(const char *cmd, const akv_tool_eopts *o) {
     const char *bad = o->chunk == 0 || o->chunk > 65536 ? "--chunk must be 1..65536"
                       : o->threads > 1024                ? "--threads must be at most 1024"
-                                                         : NULL;
+                      : o->ctx == 1 ? "--max-context must be at least 2 (a prompt token and a new "
+                                      "one)"
+                                    : NULL;
     if (bad) {
         fprintf(stderr, "akv %s: %s\n", cmd, bad);
         return AKV_EXIT_USAGE;
     }
+    /* a template is a file of Jinja source or a family's name; anything else is a typo that
+     * would leave every chat request refused */
+    struct stat sb;
+    akv_chat_kind kind;
+    if (o->tmpl && stat(o->tmpl, &sb) != 0 && akv_chat_kind_from_name(o->tmpl, &kind)) {
+        fprintf(stderr, "akv %s: --chat-template '%s' is neither a file nor a template family "
+                        "(chatml|llama3)\n", cmd, o->tmpl);
+        return AKV_EXIT_USAGE;
+    }
+    const uint32_t cores = akv__par_cores();
+    if (o->threads > cores)
+        fprintf(stderr, "akv %s: --threads %llu is more than the %u CPUs this process may run "
+                        "on: using %u (more threads would only wait for a core)\n",
+                cmd, o->threads, cores, cores);
     if (o->host_gib == 0 || o->host_gib > AKV_HOST_POOL_MAX_GIB) {
         fprintf(stderr, "akv %s: --host-gib must be 1..%u\n", cmd, AKV_HOST_POOL_MAX_GIB);
         return AKV_EXIT_USAGE;
@@ -202,5 +231,10 @@ void akv_tool_eopts_apply(const akv_tool_eopts *o, akv_engine_params *ep) {
     ep->kv_dtype = o->kv_dtype, ep->weights = o->weights;
     ep->route = o->route, ep->window_pages = (uint32_t)o->window_pages;
     ep->chunk = (uint32_t)o->chunk, ep->step_tokens = (uint32_t)o->step_tokens;
-    ep->threads = (uint32_t)o->threads, ep->no_graphs = o->no_graphs != 0;
+    ep->threads = akv_tool_eopts_threads(o), ep->no_graphs = o->no_graphs != 0;
+}
+
+uint32_t akv_tool_eopts_threads(const akv_tool_eopts *o) {
+    const uint32_t cores = akv__par_cores();
+    return o->threads > cores ? cores : (uint32_t)o->threads;
 }

@@ -23,6 +23,7 @@ typedef struct akv_tool_eopts {
     const char *device;     /* --device: auto, cpu, cuda, cuda:N */
     const char *tmpl;       /* --chat-template: a family name or a file of Jinja source */
     int no_graphs;
+    int special_in_content; /* --special-in-content: control texts in chat contents parsed */
     unsigned long long ctx; /* --max-context; 0 = the command's default */
     unsigned long long host_gib, device_gib, chunk, threads, parallel, window_pages;
     unsigned long long step_tokens;
@@ -38,6 +39,7 @@ enum {
     AKV_OPT_DEVGIB, AKV_OPT_KV, AKV_OPT_CHUNK, AKV_OPT_STEP, AKV_OPT_THREADS, AKV_OPT_NOGRAPHS,
     AKV_OPT_PARALLEL, AKV_OPT_TMPL, AKV_OPT_TEMP, AKV_OPT_TOPK, AKV_OPT_TOPP, AKV_OPT_MINP,
     AKV_OPT_RP, AKV_OPT_RLN, AKV_OPT_SEED, AKV_OPT_PRES, AKV_OPT_FREQ, AKV_OPT_WEIGHTS,
+    AKV_OPT_SPECIAL_CONTENT,
 };
 
 /* The entries of a getopt_long table ('m' for -m / --model). */
@@ -56,6 +58,7 @@ enum {
         {"no-graphs", no_argument, 0, AKV_OPT_NOGRAPHS},                                           \
         {"parallel", required_argument, 0, AKV_OPT_PARALLEL},                                      \
         {"chat-template", required_argument, 0, AKV_OPT_TMPL},                                     \
+        {"special-in-content", no_argument, 0, AKV_OPT_SPECIAL_CONTENT},                          \
         {"temp", required_argument, 0, AKV_OPT_TEMP}, {"top-k", required_argument, 0, AKV_OPT_TOPK}, \
         {"top-p", required_argument, 0, AKV_OPT_TOPP}, {"min-p", required_argument, 0, AKV_OPT_MINP}, \
         {"repeat-penalty", required_argument, 0, AKV_OPT_RP},                                      \
@@ -91,6 +94,9 @@ extern const char akv_tool_eopts_help[];
 /* The memory, scheduling and pass fields of ep from o (device, model, max_context, max_seqs,
  * queue and idle limits are the command's). */
 void akv_tool_eopts_apply(const akv_tool_eopts *o, akv_engine_params *ep);
+
+/* --threads as used: 0 (every core), or at most the cores this process may run on. */
+uint32_t akv_tool_eopts_threads(const akv_tool_eopts *o);
 
 /* A float option's value in [lo, hi] (bounds compared in double). 0 on a bad value (printed). */
 int akv_tool_parse_float(const char *cmd, const char *flag, const char *s, double lo, double hi,

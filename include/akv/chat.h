@@ -24,8 +24,11 @@
  *
  * The rendered text contains special-token texts: encode it with AKV_TOK_PARSE_SPECIAL and
  * without AKV_TOK_ADD_SPECIAL (the template already wrote BOS where the model wants it), as
- * Hugging Face's apply_chat_template does. Message contents are inserted verbatim, so a
- * special-token text inside a message is parsed as that token, as it is there.
+ * Hugging Face's apply_chat_template does. Message contents are inserted verbatim; the render
+ * reports where each one lies, so an encode can read them as plain text
+ * (akv_tok_encode_opts.plain): a control-token text a user writes ("<|im_end|>") then stays
+ * text and cannot close its turn or open one of another role. Encoding the whole rendering
+ * with control texts parsed everywhere (llama-server's and vLLM's default) lets it.
  *
  * Thread-safety: an akv_chat is immutable after creation.
  */
@@ -89,10 +92,12 @@ const char *akv_chat_kind_name(akv_chat_kind kind);
 akv_status akv_chat_kind_from_name(const char *name, akv_chat_kind *out);
 
 /* Appends the rendering of msgs[0..n_msgs) to *out, then the generation prompt when
- * add_generation_prompt. AKV_EINVAL (logged) for a message with a NULL role or content;
- * AKV_ENOMEM; on error *out is unchanged. */
+ * add_generation_prompt. When contents is not NULL, the stretch of out->bytes each non-empty
+ * message content occupies is appended to it, in order. AKV_EINVAL (logged) for a message
+ * with a NULL role or content; AKV_ENOMEM; on error *out and *contents are unchanged. */
 akv_status akv_chat_render(const akv_chat *chat, const akv_chat_msg *msgs, size_t n_msgs,
-                           bool add_generation_prompt, akv_tok_text *out);
+                           bool add_generation_prompt, akv_tok_text *out,
+                           akv_tok_spans *contents);
 
 #ifdef __cplusplus
 }

@@ -11,28 +11,38 @@
  * the finish chunk, the usage chunk when stream_options.include_usage, then `data: [DONE]`.
  *
  * Threads. One engine thread owns the engine (the pools, the route, the pass) and runs its
- * steps; it loads the model after the server listens, so /health answers 503 meanwhile.
- * HTTP connections run on libmicrohttpd's threads, one per connection; they parse and
- * tokenize (akv_tok and akv_chat are thread-safe), then hand the request to the engine thread
- * through a command queue and read its tokens back through the request's own channel (a
- * buffer under a lock and an eventfd). HTTP threads never touch engine state.
+ * steps; it loads the model after the server listens, so /health answers 503 meanwhile. One
+ * I/O thread accepts connections and reads requests under strict HTTP/1.1 framing, with a
+ * deadline for each request's head and body, limits on connections (in all and per client
+ * address) and answers /health, /metrics and /v1/models itself, so they are served while
+ * generations run or slow clients hold connections. A generation gets a thread of its own: it
+ * parses and tokenizes (akv_tok and akv_chat are thread-safe; a few prompts at a time), hands
+ * the request to the engine thread through a command queue and reads its tokens back through
+ * the request's own channel (a buffer under a lock and an eventfd). Only the engine thread
+ * touches engine state.
  *
  * Refusals are answers, never crashes or 500s for bad input, in OpenAI's error shape:
  *   400  bad JSON or a bad field (named in "param"); a prompt that does not fit the context
  *        (code context_length_exceeded)
- *   401  --api-key set and the bearer token missing or wrong (every path but /health)
- *   404 / 405  unknown path / wrong method
+ *   401  --api-key set and the bearer token missing or wrong (every path but /health, known
+ *        or not: decided from the headers, before any body byte is kept)
+ *   404 / 405  unknown path / wrong method (also from the headers alone)
+ *   408  the request's head and body did not arrive within read_timeout_s
  *   413  a body over max_body_bytes
- *   429  no room now and the queue is full (or there is no queue)
+ *   429  no room now and the queue is full (or there is no queue); a connection over
+ *        max_connections_per_client (Retry-After: 1)
  *   503  admission cannot ever serve it (its host pages exceed the pool: the reason and the
- *        setting in the message), the model is loading or failed, or the server is stopping
+ *        setting in the message), the model is loading or failed, the server is stopping, or
+ *        it holds max_connections already (Retry-After: 1)
  *   504  the request ran past timeout_s (it is cancelled)
  * A client that goes away (streamed or not) is noticed at once (the connection's socket is
  * polled with the request's channel) and its request cancelled before the next engine step;
- * its pages are reused only after their fences (the route defers the free).
+ * its pages are reused only after their fences (the route defers the free). A client that
+ * only shuts its writing side after a whole request is answered (server/http.h: the probe).
  *
- * Shutdown (akv_server_stop): stop accepting, give requests in flight `grace_s` to finish,
- * cancel the rest (their streams end with an error event), free everything.
+ * Shutdown (akv_server_shutdown, then akv_server_stop): the listening socket closes at once,
+ * requests in flight get `grace_s` to finish, the rest are cancelled (their streams end with
+ * an error event), everything is freed.
  */
 #ifndef AKV_SERVER_H
 #define AKV_SERVER_H
@@ -68,10 +78,19 @@ typedef struct akv_server_params {
     size_t max_body_bytes;         /* 0 = 16 MiB */
     uint32_t max_prompt_tokens;    /* 0 = the context */
     double timeout_s;              /* a request's limit, arrival to last token; 0 = 600 */
-    double idle_timeout_s;         /* a connection with no request in flight and no bytes
-                                      moving is closed after this; 0 = 60. While a request
-                                      runs, timeout_s governs instead */
-    uint32_t max_connections;      /* 0 = 256 */
+    double idle_timeout_s;         /* a kept-alive connection waits this long for its next
+                                      request, and an answer may stall this long on a client
+                                      that does not read; 0 = 60 */
+    double read_timeout_s;         /* a request's head and body must arrive within this of its
+                                      first byte (bytes that keep dripping do not extend it);
+                                      0 = 30 */
+    uint32_t max_connections;      /* connections served at once; 0 = 256. Past it a
+                                      connection may still ask /health; else 503 */
+    uint32_t max_connections_per_client; /* of those, from one client address; 0 = half of
+                                      max_connections. Past it: /health, else 429 */
+    int content_specials;          /* 1 = control-token texts inside chat message contents are
+                                      read as control tokens (llama-server's and vLLM's way);
+                                      0 = contents are plain text (OpenAI's way) */
     int verbose;                   /* 1 = a log line per request */
     /* How the front end names settings: rewrites a library message that names params fields
      * (an admission refusal's "raise host_gib") into its own words (a flag, --host-gib) in
@@ -95,8 +114,16 @@ uint16_t akv_server_port(const akv_server *s);
  * (logged by the engine); AKV_EBUSY still loading. */
 akv_status akv_server_wait_ready(akv_server *s, double timeout_s);
 
-/* Stops accepting, lets the requests in flight run up to grace_s, cancels the rest, stops the
- * engine and every HTTP thread. Returns when all are done. Idempotent. */
+/* Closes the listening socket (a new connection is refused from the return on), makes
+ * /health say "stopping" and answers new requests on open connections 503; what runs goes
+ * on. Idempotent; for a caller that waits for the requests in flight itself. */
+void akv_server_shutdown(akv_server *s);
+
+/* Requests submitted and not yet ended. Thread-safe. */
+uint32_t akv_server_n_inflight(akv_server *s);
+
+/* Shuts down (as above), lets the requests in flight run up to grace_s, cancels the rest,
+ * stops the engine and every HTTP thread. Returns when all are done. Idempotent. */
 void akv_server_stop(akv_server *s, double grace_s);
 
 /* Stops (grace 0) if needed and frees. NULL is a no-op. */

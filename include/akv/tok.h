@@ -197,6 +197,43 @@ size_t akv_tok_max_piece_bytes(const akv_tok *tok);
 akv_status akv_tok_encode(const akv_tok *tok, const char *text, size_t n_bytes, uint32_t flags,
                           akv_tok_ids *out);
 
+/* A stretch of a text: bytes [off, off + n_bytes). */
+typedef struct akv_tok_span {
+    size_t off, n_bytes;
+} akv_tok_span;
+
+/* A growable list of spans owned by the caller: zero-initialise, free with
+ * akv_tok_spans_free. */
+typedef struct akv_tok_spans {
+    akv_tok_span *spans; /* [n] */
+    size_t n, cap;
+} akv_tok_spans;
+
+/* Appends a span. AKV_ENOMEM (nothing changes). */
+akv_status akv_tok_spans_push(akv_tok_spans *spans, size_t off, size_t n_bytes);
+void akv_tok_spans_free(akv_tok_spans *spans); /* frees and zeroes; NULL is a no-op */
+
+/* How akv_tok_encode_with encodes. */
+typedef struct akv_tok_encode_opts {
+    uint32_t flags;            /* AKV_TOK_ADD_SPECIAL | AKV_TOK_PARSE_SPECIAL */
+    const akv_tok_span *plain; /* [n_plain] sorted, disjoint stretches of the text read as
+                                  plain text: no CONTROL token text is matched that reaches
+                                  into one (a chat message's content, so a user cannot open a
+                                  turn of another role); USER_DEFINED texts still are */
+    size_t n_plain;
+    size_t max_ids;            /* 0 = no limit; else the call stops with AKV_EFULL (nothing
+                                  appended) as soon as it would append more ids than this, and
+                                  the merge loop's memory stays within about 60 bytes per
+                                  byte of max_ids * akv_tok_max_piece_bytes */
+} akv_tok_encode_opts;
+
+/* akv_tok_encode with plain stretches and a limit. Invalid UTF-8 is replaced stretch by
+ * stretch (between the spans' edges), so the spans keep their edges. AKV_EINVAL (logged) for
+ * spans that are not sorted, disjoint and inside the text; AKV_EFULL past max_ids; then as
+ * akv_tok_encode. */
+akv_status akv_tok_encode_with(const akv_tok *tok, const char *text, size_t n_bytes,
+                               const akv_tok_encode_opts *opts, akv_tok_ids *out);
+
 /* Decodes ids[0..n_ids) and appends the bytes to *out. flags: AKV_TOK_DECODE_SPECIAL (emit
  * the text of CONTROL/UNKNOWN tokens; USER_DEFINED are always emitted), AKV_TOK_DECODE_LOSSY
  * (replace invalid UTF-8 by U+FFFD, as HF's ByteLevel decoder does; otherwise the raw bytes

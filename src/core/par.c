@@ -3,11 +3,17 @@
  * One loop at a time: the caller publishes (fn, ctx, n_tasks), bumps the generation, runs
  * tasks itself, then waits until every worker has checked out of that generation. So no
  * worker is still inside a loop when the next one is published, and the loop's fields need
- * no lock: the generation's release/acquire pair orders them. */
-#define _POSIX_C_SOURCE 200809L
+ * no lock: the generation's release/acquire pair orders them.
+ *
+ * Waiting: where every thread has a core of its own, a worker spins PAR_SPIN_NS for the next
+ * loop and the caller spins for the workers' check-out, since a loop is microseconds. With
+ * more threads than cores online a spinner takes the core a thread it waits for needs, so
+ * nobody spins: workers sleep at once, and the caller sleeps until the last worker checks out. */
+#define _GNU_SOURCE
 #include "core/par.h"
 
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <unistd.h>
 
@@ -27,6 +33,9 @@ struct akv_par {
     atomic_uint next;         /* the next task to claim */
     atomic_uint out;          /* workers done with the current loop */
     atomic_int stop;
+    bool spin;                /* n_threads <= the cores online */
+    atomic_int caller_waiting; /* the caller sleeps on done_cv */
+    pthread_cond_t done_cv;
     /* the current loop: written by the caller before gen is bumped */
     akv_par_fn fn;
     void *ctx;
@@ -55,7 +64,7 @@ static void *par_worker(void *arg) {
         uint64_t g = atomic_load_explicit(&p->gen, memory_order_acquire);
         if (g == seen && !atomic_load_explicit(&p->stop, memory_order_relaxed)) {
             uint64_t t0 = akv_clock_ns();
-            for (uint32_t i = 0; g == seen; i++) {
+            for (uint32_t i = 0; g == seen && p->spin; i++) {
                 par_pause();
                 g = atomic_load_explicit(&p->gen, memory_order_acquire);
                 if ((i & 255) == 255 && akv_clock_ns() - t0 > PAR_SPIN_NS) break;
@@ -71,17 +80,28 @@ static void *par_worker(void *arg) {
         if (atomic_load_explicit(&p->stop, memory_order_acquire)) break;
         seen = g;
         par_run_tasks(p);
-        atomic_fetch_add_explicit(&p->out, 1, memory_order_release);
+        /* seq_cst with the caller's caller_waiting store: one of the two sees the other */
+        if (atomic_fetch_add(&p->out, 1) + 1 == p->n_started && atomic_load(&p->caller_waiting)) {
+            pthread_mutex_lock(&p->mu);
+            pthread_cond_signal(&p->done_cv);
+            pthread_mutex_unlock(&p->mu);
+        }
     }
     return NULL;
 }
 
+uint32_t akv__par_cores(void) {
+    cpu_set_t set;
+    if (sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0)
+        return (uint32_t)CPU_COUNT(&set);
+    const long n = sysconf(_SC_NPROCESSORS_ONLN);
+    return n < 1 ? 1 : (uint32_t)n;
+}
+
 akv_status akv__par_create(uint32_t n_threads, akv_par **out) {
     if (!out) return AKV_EINVAL;
-    if (n_threads == 0) {
-        long n = sysconf(_SC_NPROCESSORS_ONLN);
-        n_threads = n < 1 ? 1 : n > (long)AKV_PAR_MAX_THREADS ? AKV_PAR_MAX_THREADS : (uint32_t)n;
-    }
+    const uint32_t cores = akv__par_cores();
+    if (n_threads == 0) n_threads = cores > AKV_PAR_MAX_THREADS ? AKV_PAR_MAX_THREADS : cores;
     if (n_threads > AKV_PAR_MAX_THREADS) {
         AKV_LOG_E("par: %u threads; at most %u", n_threads, AKV_PAR_MAX_THREADS);
         return AKV_EINVAL;
@@ -93,8 +113,11 @@ akv_status akv__par_create(uint32_t n_threads, akv_par **out) {
     atomic_init(&p->next, 0);
     atomic_init(&p->out, 0);
     atomic_init(&p->stop, 0);
+    atomic_init(&p->caller_waiting, 0);
+    p->spin = n_threads <= cores;
     pthread_mutex_init(&p->mu, NULL);
     pthread_cond_init(&p->cv, NULL);
+    pthread_cond_init(&p->done_cv, NULL);
     if (n_threads > 1 && !(p->workers = akv__calloc(n_threads - 1, sizeof *p->workers))) {
         akv__par_destroy(p);
         return AKV_ENOMEM;
@@ -122,6 +145,7 @@ void akv__par_destroy(akv_par *p) {
     for (uint32_t i = 0; i < p->n_started; i++)
         pthread_join(p->workers[i], NULL);
     pthread_cond_destroy(&p->cv);
+    pthread_cond_destroy(&p->done_cv);
     pthread_mutex_destroy(&p->mu);
     akv__free(p->workers);
     akv__free(p);
@@ -147,6 +171,17 @@ void akv__par_for(akv_par *p, uint32_t n_tasks, akv_par_fn fn, void *ctx) {
     pthread_cond_broadcast(&p->cv);
     pthread_mutex_unlock(&p->mu);
     par_run_tasks(p);
-    while (atomic_load_explicit(&p->out, memory_order_acquire) < p->n_started)
+    const uint64_t t0 = p->spin ? akv_clock_ns() : 0;
+    for (uint32_t i = 0;
+         p->spin && atomic_load_explicit(&p->out, memory_order_acquire) < p->n_started; i++) {
         par_pause();
+        if ((i & 255) == 255 && akv_clock_ns() - t0 > PAR_SPIN_NS) break;
+    }
+    if (atomic_load_explicit(&p->out, memory_order_acquire) < p->n_started) {
+        pthread_mutex_lock(&p->mu);
+        atomic_store(&p->caller_waiting, 1);
+        while (atomic_load(&p->out) < p->n_started) pthread_cond_wait(&p->done_cv, &p->mu);
+        atomic_store(&p->caller_waiting, 0);
+        pthread_mutex_unlock(&p->mu);
+    }
 }

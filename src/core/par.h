@@ -10,7 +10,8 @@
  *
  * Waiting: between loops the workers spin for a short while (a decode step runs a few
  * hundred loops a token, and a sleeping thread takes tens of microseconds to wake), then
- * sleep on a condition variable.
+ * sleep on a condition variable; the caller likewise for the workers' end. A pool of more
+ * threads than akv__par_cores() never spins (a spinner would hold the core its peer needs).
  *
  * Thread-safety: one akv__par_for at a time per pool (the owner's thread); fn runs on several
  * threads at once and must only write what its task owns.
@@ -29,8 +30,11 @@ typedef void (*akv_par_fn)(void *ctx, uint32_t task);
 /* The most threads a pool takes (the caller included). */
 #define AKV_PAR_MAX_THREADS 1024u
 
+/* The CPUs this process may run on (its affinity mask; at least 1). */
+uint32_t akv__par_cores(void);
+
 /* A pool of n_threads threads in all: the caller and n_threads - 1 workers (1 = no worker:
- * loops run on the caller alone). 0 = one per online core. AKV_EINVAL above
+ * loops run on the caller alone). 0 = one per core of akv__par_cores(). AKV_EINVAL above
  * AKV_PAR_MAX_THREADS; AKV_ENOMEM, or AKV_EUNSUPPORTED when a thread cannot be started
  * (logged). */
 akv_status akv__par_create(uint32_t n_threads, akv_par **out);

@@ -9,6 +9,7 @@
 
 #include <cjson/cJSON.h>
 
+#include "core/alloc.h"
 #include "tok/utf8.h"
 
 void akv_api_error_set(akv_api_error *err, int status, const char *type, const char *code,
@@ -28,19 +29,19 @@ void akv_api_error_set(akv_api_error *err, int status, const char *type, const c
 
 void akv_api_request_free(akv_api_request *r) {
     if (!r) return;
-    for (uint32_t i = 0; i < r->n_stop; i++) free(r->stop[i]);
+    for (uint32_t i = 0; i < r->n_stop; i++) akv__free(r->stop[i]);
     for (size_t i = 0; i < r->n_msgs; i++) {
-        free((char *)r->msgs[i].role);
-        free((char *)r->msgs[i].content);
+        akv__free((char *)r->msgs[i].role);
+        akv__free((char *)r->msgs[i].content);
     }
-    free(r->msgs);
-    free(r->prompt);
-    free(r->prompt_ids);
+    akv__free(r->msgs);
+    akv__free(r->prompt);
+    akv__free(r->prompt_ids);
     memset(r, 0, sizeof *r);
 }
 
 static char *dup_n(const char *s, size_t n) {
-    char *d = malloc(n + 1);
+    char *d = akv__malloc(n + 1);
     if (d) memcpy(d, s, n), d[n] = '\0';
     return d;
 }
@@ -134,7 +135,7 @@ static akv_status parse_content(const cJSON *m, size_t i, char **out, akv_api_er
                               "supported (this model reads text)", param);
         len += strlen(text->valuestring);
     }
-    char *s = malloc(len + 1), *p = s;
+    char *s = akv__malloc(len + 1), *p = s;
     if (!s) return AKV_ENOMEM;
     cJSON_ArrayForEach(part, c) {
         const char *t = cJSON_GetObjectItemCaseSensitive(part, "text")->valuestring;
@@ -154,7 +155,7 @@ static akv_status parse_messages(const cJSON *o, akv_api_request *r, akv_api_err
     if (n == 0) return BAD("messages", "'messages' is empty");
     if (n > AKV_API_MAX_MESSAGES)
         return BAD("messages", "'messages' holds %d messages; at most %d", n, AKV_API_MAX_MESSAGES);
-    if (!(r->msgs = calloc((size_t)n, sizeof *r->msgs))) return AKV_ENOMEM;
+    if (!(r->msgs = akv__calloc((size_t)n, sizeof *r->msgs))) return AKV_ENOMEM;
     for (int i = 0; i < n; i++) {
         const cJSON *m = cJSON_GetArrayItem(v, i);
         char param[40];
@@ -189,7 +190,7 @@ static akv_status parse_ids(const cJSON *a, const akv_api_limits *lim, akv_api_r
                             akv_api_error *err) {
     int n = cJSON_GetArraySize(a);
     if (n == 0) return BAD("prompt", "'prompt' is empty");
-    if (!(r->prompt_ids = malloc((size_t)n * sizeof *r->prompt_ids))) return AKV_ENOMEM;
+    if (!(r->prompt_ids = akv__calloc((size_t)n, sizeof *r->prompt_ids))) return AKV_ENOMEM;
     const cJSON *t;
     cJSON_ArrayForEach(t, a) {
         if (!cJSON_IsNumber(t) || t->valuedouble != floor(t->valuedouble) || t->valuedouble < 0 ||
@@ -247,6 +248,104 @@ static akv_status parse_sampling(const cJSON *o, const akv_api_limits *lim, akv_
     return AKV_OK;
 }
 
+/* The escapes cJSON would read differently than other parsers, found in the raw text: a
+ * \u0000 (a C string ends there, so the text would be cut silently) and a surrogate escape
+ * that is not half of a pair (cJSON refuses it without saying why). */
+static akv_status scan_escapes(const char *b, size_t n, akv_api_error *err) {
+    bool in_string = false;
+    for (size_t i = 0; i < n; i++) {
+        if (!in_string) {
+            in_string = b[i] == '"';
+            continue;
+        }
+        if (b[i] == '"') {
+            in_string = false;
+            continue;
+        }
+        if (b[i] != '\\' || i + 1 >= n) continue;
+        i++;
+        if (b[i] != 'u' || i + 4 >= n) continue;
+        unsigned cp = 0;
+        int k = 1;
+        for (; k <= 4; k++) {
+            const char c = b[i + k];
+            const int v = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10
+                          : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+            if (v < 0) break;
+            cp = cp * 16 + (unsigned)v;
+        }
+        if (k <= 4) continue; /* not an escape cJSON takes: its own error */
+        const size_t at = i - 1;
+        i += 4;
+        if (cp == 0)
+            return BAD(NULL, "a string holds \\u0000 (at byte %zu): NUL characters are not "
+                             "accepted in text", at);
+        if (cp >= 0xDC00 && cp <= 0xDFFF)
+            return BAD(NULL, "a string holds a lone low surrogate \\u%04x (at byte %zu): a "
+                             "character outside the BMP is written as a high and a low "
+                             "surrogate escape", cp, at);
+        if (cp >= 0xD800 && cp <= 0xDBFF) {
+            unsigned lo = 0;
+            bool pair = i + 6 < n && b[i + 1] == '\\' && b[i + 2] == 'u';
+            for (int j = 3; pair && j <= 6; j++) {
+                const char c = b[i + j];
+                const int v = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10
+                              : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+                pair = v >= 0;
+                lo = lo * 16 + (unsigned)(v < 0 ? 0 : v);
+            }
+            if (!pair || lo < 0xDC00 || lo > 0xDFFF)
+                return BAD(NULL, "a string holds a lone high surrogate \\u%04x (at byte %zu): "
+                                 "it must be followed by a low surrogate escape", cp, at);
+            i += 6;
+        }
+    }
+    return AKV_OK;
+}
+
+static int key_cmp(const void *a, const void *b) {
+    return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+/* Refuses an object that names a key twice, anywhere in the document: parsers disagree on
+ * which one counts (cJSON the first, Python and most others the last), so a proxy that
+ * validates the body could read another request than this server would. */
+static akv_status check_duplicates(const cJSON *v, char *path, size_t n_path, akv_api_error *err) {
+    if (!cJSON_IsObject(v) && !cJSON_IsArray(v)) return AKV_OK;
+    const cJSON *c;
+    if (cJSON_IsObject(v)) {
+        size_t n = 0, i = 0;
+        cJSON_ArrayForEach(c, v) n++;
+        if (n > 1) {
+            const char **keys = akv__calloc(n, sizeof *keys);
+            if (!keys) return AKV_ENOMEM;
+            cJSON_ArrayForEach(c, v) keys[i++] = c->string ? c->string : "";
+            qsort(keys, n, sizeof *keys, key_cmp);
+            for (i = 1; i < n && strcmp(keys[i - 1], keys[i]); i++) {
+            }
+            if (i < n) {
+                char param[64];
+                snprintf(param, sizeof param, "%s%s%.40s", path, *path ? "." : "", keys[i]);
+                akv__free(keys);
+                return BAD(param, "the key '%s' appears twice%s%s: each key may appear once",
+                           param, *path ? " in " : "", path);
+            }
+            akv__free(keys);
+        }
+    }
+    size_t i = 0;
+    cJSON_ArrayForEach(c, v) {
+        const size_t len = strlen(path);
+        if (cJSON_IsArray(v)) snprintf(path + len, n_path - len, "[%zu]", i);
+        else snprintf(path + len, n_path - len, "%s%.40s", len ? "." : "", c->string ? c->string : "");
+        akv_status st = check_duplicates(c, path, n_path, err);
+        path[len] = '\0';
+        if (st) return st;
+        i++;
+    }
+    return AKV_OK;
+}
+
 akv_status akv_api_parse(akv_api_kind kind, const char *body, size_t n, const akv_api_limits *lim,
                          akv_api_request *r, akv_api_error *err) {
     memset(r, 0, sizeof *r);
@@ -255,13 +354,26 @@ akv_status akv_api_parse(akv_api_kind kind, const char *body, size_t n, const ak
     r->max_tokens = lim->max_tokens_default;
     if (!akv__utf8_valid((const uint8_t *)body, n))
         return BAD(NULL, "the body is not valid UTF-8 (JSON text must be)");
-    cJSON *o = cJSON_ParseWithLength(body, n);
-    if (!o) return BAD(NULL, "the body is not valid JSON");
-    akv_status st = AKV_OK;
+    akv_status st = scan_escapes(body, n, err);
+    if (st) return st;
+    const char *end = NULL;
+    cJSON *o = cJSON_ParseWithLengthOpts(body, n, &end, false);
+    if (!o) {
+        const size_t at = end && end >= body && end <= body + n ? (size_t)(end - body) : n;
+        return BAD(NULL, "the body is not valid JSON (at byte %zu of %zu)", at, n);
+    }
+    for (const char *p = end; p < body + n; p++) {
+        if (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r') continue;
+        st = BAD(NULL, "bytes after the JSON value (from byte %zu): the body must be one JSON "
+                       "object", (size_t)(p - body));
+        goto done;
+    }
     if (!cJSON_IsObject(o)) {
         st = BAD(NULL, "the body must be a JSON object");
         goto done;
     }
+    char path[256] = "";
+    if ((st = check_duplicates(o, path, sizeof path, err))) goto done;
     const cJSON *model = cJSON_GetObjectItemCaseSensitive(o, "model");
     if (!absent(model) && !cJSON_IsString(model)) {
         st = BAD("model", "'model' must be a string");
@@ -274,6 +386,10 @@ akv_status akv_api_parse(akv_api_kind kind, const char *body, size_t n, const ak
     if (!absent(so)) {
         if (!cJSON_IsObject(so)) {
             st = BAD("stream_options", "'stream_options' must be an object");
+            goto done;
+        }
+        if (!r->stream) {
+            st = BAD("stream_options", "'stream_options' is only allowed when 'stream' is true");
             goto done;
         }
         if ((st = get_bool(so, "include_usage", &r->include_usage, err))) goto done;
@@ -330,14 +446,17 @@ static cJSON *str_n(const char *s, size_t n) {
     char *t = dup_n(s ? s : "", s ? n : 0);
     if (!t) return NULL;
     cJSON *j = cJSON_CreateString(t);
-    free(t);
+    akv__free(t);
     return j;
 }
 
+/* The JSON text as an akv__malloc string (the server's answers are the project's memory). */
 static char *print_del(cJSON *o) {
     char *s = o ? cJSON_PrintUnformatted(o) : NULL;
     cJSON_Delete(o);
-    return s;
+    char *d = s ? akv__strdup(s) : NULL;
+    cJSON_free(s);
+    return d;
 }
 
 char *akv_api_error_json(const akv_api_error *err) {

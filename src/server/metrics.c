@@ -156,6 +156,20 @@ size_t akv_metrics_render(const akv_metrics *m, const char *model, char *buf, si
             (double)e->n_steps);
     counter(&o, "engine_step_failures_total", "Steps undone after a device failure", model,
             (double)e->n_step_failures);
-    counter(&o, "http_requests_total", "HTTP requests answered", model, (double)m->http_requests);
+    counter(&o, "http_requests_total", "HTTP request heads read", model, (double)m->http_requests);
+    const akv_http_stats *h = &m->http;
+    gauge(&o, "http_connections_open", "HTTP connections open", model, h->open);
+    counter(&o, "http_connections_total", "HTTP connections accepted", model, (double)h->accepted);
+    counter(&o, "http_overflow_connections_total",
+            "Connections accepted past max_connections or max_connections_per_client "
+            "(answered /health, else refused)", model, (double)h->overflow);
+    counter(&o, "http_refused_connections_total",
+            "Connections closed at once with a 503: even the overflow ones were full", model,
+            (double)h->refused);
+    counter(&o, "http_read_timeouts_total",
+            "Requests not received within read_timeout_s or idle_timeout_s (408)", model,
+            (double)h->read_timeouts);
+    counter(&o, "http_bad_framing_total", "Messages refused by the HTTP framing rules", model,
+            (double)h->bad_framing);
     return o.n;
 }

@@ -5,7 +5,8 @@
  * inter-token latency, end-to-end latency and queue time histograms, prompt and generation
  * token totals, finished requests by reason, refusals by reason, bytes staged host->device and
  * written back, device-pool reclamations by class, preemptions (always 0: admission reserves a
- * request's whole need, so nothing running is preempted).
+ * request's whole need, so nothing running is preempted), and the HTTP connections: open,
+ * accepted, over a limit, refused at once, timed out, refused by the framing rules.
  *
  * Not thread-safe: the server updates and renders it under its own lock.
  */
@@ -17,6 +18,7 @@
 
 #include "akv/dev_pool.h"
 #include "akv/engine.h"
+#include "server/http.h"
 
 enum { AKV_HISTO_MAX_BOUNDS = 24 };
 
@@ -56,6 +58,7 @@ typedef struct akv_metrics {
     uint64_t ended[AKV_END_COUNT];
     uint64_t refused[AKV_MREFUSE_COUNT];
     uint64_t http_requests; /* every HTTP request answered */
+    akv_http_stats http;    /* the connections (copied in before each render) */
     /* the engine's state, snapshotted by the engine thread after each step */
     akv_engine_stats engine;
     akv_dev_pool_stats dev_pool;

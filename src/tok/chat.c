@@ -198,13 +198,22 @@ static akv_status chat_put(akv_tok_text *out, const char *s, size_t n) {
 }
 #define CHAT_PUT(out, lit) chat_put(out, lit, sizeof lit - 1)
 
+/* A message's content: appended, and its stretch recorded in *contents (when asked). */
+static akv_status chat_put_content(akv_tok_text *out, const char *s, size_t n,
+                                   akv_tok_spans *contents) {
+    const size_t at = out->n_bytes;
+    akv_status st = chat_put(out, s, n);
+    if (!st && contents && n) st = akv_tok_spans_push(contents, at, n);
+    return st;
+}
+
 static akv_status chat_render_msg(const akv_chat *c, const char *role, const char *content,
-                                  bool first, akv_tok_text *out) {
+                                  bool first, akv_tok_text *out, akv_tok_spans *contents) {
     akv_status st;
     size_t n = strlen(content);
     if (c->kind == AKV_CHAT_CHATML) {
         if ((st = CHAT_PUT(out, "<|im_start|>")) || (st = chat_put(out, role, strlen(role))) ||
-            (st = CHAT_PUT(out, "\n")) || (st = chat_put(out, content, n)) ||
+            (st = CHAT_PUT(out, "\n")) || (st = chat_put_content(out, content, n, contents)) ||
             (st = CHAT_PUT(out, "<|im_end|>\n")))
             return st;
         return AKV_OK;
@@ -212,14 +221,15 @@ static akv_status chat_render_msg(const akv_chat *c, const char *role, const cha
     const char *body = chat_trim(content, &n);
     if ((first && (st = chat_put(out, c->bos_text, strlen(c->bos_text)))) ||
         (st = CHAT_PUT(out, "<|start_header_id|>")) || (st = chat_put(out, role, strlen(role))) ||
-        (st = CHAT_PUT(out, "<|end_header_id|>\n\n")) || (st = chat_put(out, body, n)) ||
-        (st = CHAT_PUT(out, "<|eot_id|>")))
+        (st = CHAT_PUT(out, "<|end_header_id|>\n\n")) ||
+        (st = chat_put_content(out, body, n, contents)) || (st = CHAT_PUT(out, "<|eot_id|>")))
         return st;
     return AKV_OK;
 }
 
 akv_status akv_chat_render(const akv_chat *c, const akv_chat_msg *msgs, size_t n_msgs,
-                           bool add_generation_prompt, akv_tok_text *out) {
+                           bool add_generation_prompt, akv_tok_text *out,
+                           akv_tok_spans *contents) {
     AKV_ASSERT(c && out && (msgs || n_msgs == 0));
     for (size_t i = 0; i < n_msgs; i++) {
         if (!msgs[i].role || !msgs[i].content) {
@@ -227,12 +237,13 @@ akv_status akv_chat_render(const akv_chat *c, const akv_chat_msg *msgs, size_t n
             return AKV_EINVAL;
         }
     }
-    const size_t n0 = out->n_bytes;
+    const size_t n0 = out->n_bytes, k0 = contents ? contents->n : 0;
     akv_status st = akv_tok_text_append(out, NULL, 0);
     for (size_t i = 0; !st && i < n_msgs; i++) {
+        /* the template's own system text is the template's, not a message's */
         if (i == 0 && c->default_system && strcmp(msgs[0].role, "system") != 0)
-            st = chat_render_msg(c, "system", c->default_system, true, out);
-        if (!st) st = chat_render_msg(c, msgs[i].role, msgs[i].content, i == 0, out);
+            st = chat_render_msg(c, "system", c->default_system, true, out, NULL);
+        if (!st) st = chat_render_msg(c, msgs[i].role, msgs[i].content, i == 0, out, contents);
     }
     if (!st && add_generation_prompt) {
         st = c->kind == AKV_CHAT_CHATML
@@ -242,6 +253,7 @@ akv_status akv_chat_render(const akv_chat *c, const akv_chat_msg *msgs, size_t n
     if (st) {
         out->n_bytes = n0;
         if (out->bytes) out->bytes[n0] = '\0';
+        if (contents) contents->n = k0;
     }
     return st;
 }

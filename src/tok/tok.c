@@ -516,24 +516,68 @@ static akv_status tok_push(akv_tok_ids *out, int32_t id) {
     return AKV_OK;
 }
 
+void akv_tok_spans_free(akv_tok_spans *spans) {
+    if (!spans) return;
+    akv__free(spans->spans);
+    memset(spans, 0, sizeof *spans);
+}
+
+akv_status akv_tok_spans_push(akv_tok_spans *spans, size_t off, size_t n_bytes) {
+    akv_status st = akv__array_reserve((void **)&spans->spans, &spans->cap, spans->n + 1,
+                                       sizeof *spans->spans);
+    if (st) return st;
+    spans->spans[spans->n++] = (akv_tok_span){off, n_bytes};
+    return AKV_OK;
+}
+
 /* ---- encode ------------------------------------------------------------------------------ */
 
 /* One encode call's working memory. */
 typedef struct tok_session {
     const akv_tok *tok;
     akv_tok_ids *out;
+    size_t n0;                 /* ids out held before the call */
+    size_t max_ids;            /* 0 = no limit */
+    uint32_t flags;
+    const akv_tok_span *plain; /* [n_plain] in the text being encoded, sorted */
+    size_t n_plain;
     akv__bpe_scratch bpe;
     char *word;      /* a pre-token in byte-level text (ignore_merges look-ups) */
     size_t cap_word; /* bytes */
 } tok_session;
 
+/* AKV_EFULL once the call has appended more than max_ids ids. */
+static akv_status tok_limit(const tok_session *ss) {
+    return ss->max_ids && ss->out->n_ids - ss->n0 > ss->max_ids ? AKV_EFULL : AKV_OK;
+}
+
+static akv_status tok_emit(tok_session *ss, int32_t id) {
+    akv_status st = tok_push(ss->out, id);
+    return st ? st : tok_limit(ss);
+}
+
+/* BPE over a run of bytes that all have tokens, within the limit: the run gives at least
+ * ceil(n / max_piece_bytes) ids (no token stands for more bytes), so a run that cannot fit
+ * is refused before the merge loop allocates for it. */
+static akv_status tok_bpe_run(tok_session *ss, const uint8_t *w, size_t n) {
+    const akv_tok *tok = ss->tok;
+    if (ss->max_ids) {
+        const size_t have = ss->out->n_ids - ss->n0;
+        const size_t least = (n + tok->max_piece_bytes - 1) / tok->max_piece_bytes;
+        if (have + least > ss->max_ids) return AKV_EFULL;
+    }
+    akv_status st = akv__bpe_word(&tok->merges, tok->byte_token, w, n, &ss->bpe, ss->out);
+    return st ? st : tok_limit(ss);
+}
+
 /* One pre-token: a single byte is its byte's token; with ignore_merges a pre-token that is a
- * token is taken whole; otherwise the merge loop. */
+ * token is taken whole; otherwise the merge loop, run by run between the bytes without a
+ * token (which never merge, so cutting there changes nothing, and keeps the loop's memory
+ * to the longest run). */
 static akv_status tok_encode_word(void *ctx, const uint8_t *w, size_t n) {
     tok_session *ss = ctx;
     const akv_tok *tok = ss->tok;
-    if (n == 1)
-        return tok->byte_token[w[0]] < 0 ? AKV_OK : tok_push(ss->out, tok->byte_token[w[0]]);
+    if (n == 1) return tok->byte_token[w[0]] < 0 ? AKV_OK : tok_emit(ss, tok->byte_token[w[0]]);
     if (tok->ignore_merges && n <= tok->max_text_bytes) {
         akv_status st = akv__array_reserve((void **)&ss->word, &ss->cap_word, 2 * n, 1);
         if (st) return st;
@@ -544,20 +588,32 @@ static akv_status tok_encode_word(void *ctx, const uint8_t *w, size_t n) {
             len += bt[0];
         }
         int32_t id = akv_tok_find(tok, ss->word, len);
-        if (id >= 0) return tok_push(ss->out, id);
+        if (id >= 0) return tok_emit(ss, id);
     }
-    return akv__bpe_word(&tok->merges, tok->byte_token, w, n, &ss->bpe, ss->out);
+    for (size_t i = 0; i < n;) {
+        while (i < n && tok->byte_token[w[i]] < 0) i++;
+        size_t j = i;
+        while (j < n && tok->byte_token[w[j]] >= 0) j++;
+        if (j > i) {
+            akv_status st = tok_bpe_run(ss, w + i, j - i);
+            if (st) return st;
+        }
+        i = j;
+    }
+    return AKV_OK;
 }
 
-/* The special token whose text starts s[0..n), longest first; -1 when none. */
+/* The special token whose text starts s[0..n), longest first; -1 when none. CONTROL tokens
+ * only with AKV_TOK_PARSE_SPECIAL and when they end at or before `control_end`. */
 static int32_t tok_match_special(const akv_tok *tok, const uint8_t *s, size_t n, uint32_t flags,
-                                 size_t *len) {
+                                 size_t control_end, size_t *len) {
     for (uint32_t i = tok->special_start[s[0]]; i < tok->special_start[s[0] + 1]; i++) {
         int32_t id = tok->special[i];
-        if (tok->type[id] != AKV_TOK_TYPE_USER_DEFINED && !(flags & AKV_TOK_PARSE_SPECIAL))
-            continue;
         size_t tn;
         const char *t = tok_text(tok, id, &tn);
+        if (tok->type[id] != AKV_TOK_TYPE_USER_DEFINED &&
+            (!(flags & AKV_TOK_PARSE_SPECIAL) || tn > control_end))
+            continue;
         if (tn <= n && memcmp(t, s, tn) == 0) {
             *len = tn;
             return id;
@@ -566,18 +622,23 @@ static int32_t tok_match_special(const akv_tok *tok, const uint8_t *s, size_t n,
     return -1;
 }
 
-static akv_status tok_encode_text(tok_session *ss, const uint8_t *s, size_t n, uint32_t flags) {
+static akv_status tok_encode_text(tok_session *ss, const uint8_t *s, size_t n) {
     const akv_tok *tok = ss->tok;
     akv_status st;
     size_t frag = 0; /* start of the text not yet encoded */
+    size_t k = 0;    /* the first plain span that ends after i */
     for (size_t i = 0; i < n && tok->n_special > 0; i++) {
         /* Special texts are well-formed, so they can only start on a character boundary. */
         if ((s[i] & 0xC0) == 0x80) continue;
+        /* a CONTROL text may not reach into a plain span (it is not matched inside one) */
+        while (k < ss->n_plain && ss->plain[k].off + ss->plain[k].n_bytes <= i) k++;
+        size_t control_end = SIZE_MAX;
+        if (k < ss->n_plain) control_end = ss->plain[k].off <= i ? 0 : ss->plain[k].off - i;
         size_t len;
-        int32_t id = tok_match_special(tok, s + i, n - i, flags, &len);
+        int32_t id = tok_match_special(tok, s + i, n - i, ss->flags, control_end, &len);
         if (id < 0) continue;
         if ((st = akv__pretok_split(tok->pretok, s + frag, i - frag, tok_encode_word, ss)) ||
-            (st = tok_push(ss->out, id)))
+            (st = tok_emit(ss, id)))
             return st;
         frag = i + len;
         i = frag - 1;
@@ -585,35 +646,80 @@ static akv_status tok_encode_text(tok_session *ss, const uint8_t *s, size_t n, u
     return akv__pretok_split(tok->pretok, s + frag, n - frag, tok_encode_word, ss);
 }
 
-akv_status akv_tok_encode(const akv_tok *tok, const char *text, size_t n_bytes, uint32_t flags,
-                          akv_tok_ids *out) {
-    AKV_ASSERT(tok && out && (text || n_bytes == 0));
+/* Whether spans[0..n) are sorted, disjoint and inside [0, n_bytes). */
+static bool tok_spans_ok(const akv_tok_span *sp, size_t n, size_t n_bytes) {
+    size_t end = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (sp[i].off < end || sp[i].off > n_bytes || sp[i].n_bytes > n_bytes - sp[i].off)
+            return false;
+        end = sp[i].off + sp[i].n_bytes;
+    }
+    return true;
+}
+
+/* Step 1 for a text with plain spans: each stretch between span edges is made valid alone,
+ * so the spans' edges stay edges; *plain_out gets the spans' offsets in the clean text. */
+static size_t tok_sanitize_spans(const uint8_t *s, size_t n, const akv_tok_span *sp, size_t n_sp,
+                                 uint8_t *clean, akv_tok_span *plain_out) {
+    size_t at = 0, o = 0;
+    for (size_t i = 0; i < n_sp; i++) {
+        o += akv__utf8_sanitize(s + at, sp[i].off - at, clean + o);
+        const size_t o0 = o;
+        o += akv__utf8_sanitize(s + sp[i].off, sp[i].n_bytes, clean + o);
+        plain_out[i] = (akv_tok_span){o0, o - o0};
+        at = sp[i].off + sp[i].n_bytes;
+    }
+    return o + akv__utf8_sanitize(s + at, n - at, clean + o);
+}
+
+akv_status akv_tok_encode_with(const akv_tok *tok, const char *text, size_t n_bytes,
+                               const akv_tok_encode_opts *o, akv_tok_ids *out) {
+    AKV_ASSERT(tok && o && out && (text || n_bytes == 0) && (o->plain || o->n_plain == 0));
+    if (!tok_spans_ok(o->plain, o->n_plain, n_bytes)) {
+        AKV_LOG_E("tokenizer: encode: the plain spans are not sorted, disjoint stretches of the "
+                  "%zu-byte text", n_bytes);
+        return AKV_EINVAL;
+    }
     const size_t n0 = out->n_ids;
     const uint8_t *s = (const uint8_t *)text;
     uint8_t *clean = NULL;
+    akv_tok_span *plain = NULL;
     akv_status st = AKV_OK;
-    tok_session ss = {.tok = tok, .out = out};
+    tok_session ss = {.tok = tok, .out = out, .n0 = n0, .max_ids = o->max_ids, .flags = o->flags,
+                      .plain = o->plain, .n_plain = o->n_plain};
 
     /* 1. Invalid UTF-8 becomes U+FFFD (at most 3 output bytes per input byte). */
     if (!akv__utf8_valid(s, n_bytes)) {
         size_t cap;
         if (!akv__size_mul(n_bytes, 3, &cap)) return AKV_EOVERFLOW;
-        if (!(clean = akv__malloc(cap))) return AKV_ENOMEM;
-        n_bytes = akv__utf8_sanitize(s, n_bytes, clean);
+        if (!(clean = akv__malloc(cap ? cap : 1))) return AKV_ENOMEM;
+        if (o->n_plain && !(plain = akv__calloc(o->n_plain, sizeof *plain))) {
+            akv__free(clean);
+            return AKV_ENOMEM;
+        }
+        n_bytes = o->n_plain ? tok_sanitize_spans(s, n_bytes, o->plain, o->n_plain, clean, plain)
+                             : akv__utf8_sanitize(s, n_bytes, clean);
+        if (plain) ss.plain = plain;
         s = clean;
     }
     /* 2..4. Specials, pre-tokens, merges; 5. BOS/EOS. */
-    if ((flags & AKV_TOK_ADD_SPECIAL) && tok->sp.add_bos && (st = tok_push(out, tok->sp.bos_id)))
-        goto done;
-    if ((st = tok_encode_text(&ss, s, n_bytes, flags))) goto done;
-    if ((flags & AKV_TOK_ADD_SPECIAL) && tok->sp.add_eos && (st = tok_push(out, tok->sp.eos_id)))
-        goto done;
+    const bool add = o->flags & AKV_TOK_ADD_SPECIAL;
+    if (add && tok->sp.add_bos && (st = tok_emit(&ss, tok->sp.bos_id))) goto done;
+    if ((st = tok_encode_text(&ss, s, n_bytes))) goto done;
+    if (add && tok->sp.add_eos && (st = tok_emit(&ss, tok->sp.eos_id))) goto done;
 done:
     if (st) out->n_ids = n0;
     akv__bpe_scratch_free(&ss.bpe);
     akv__free(ss.word);
     akv__free(clean);
+    akv__free(plain);
     return st;
+}
+
+akv_status akv_tok_encode(const akv_tok *tok, const char *text, size_t n_bytes, uint32_t flags,
+                          akv_tok_ids *out) {
+    const akv_tok_encode_opts o = {.flags = flags};
+    return akv_tok_encode_with(tok, text, n_bytes, &o, out);
 }
 
 /* ---- decode ------------------------------------------------------------------------------ */

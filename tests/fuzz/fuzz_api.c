@@ -15,6 +15,7 @@
 #include <cjson/cJSON.h>
 
 #include "akv/sample.h"
+#include "core/alloc.h"
 #include "server/api.h"
 
 #define CHECK(c)                                                                      \
@@ -44,7 +45,7 @@ static void check_json(char *json, const char *want, size_t n, const char *path[
         CHECK(k == n || want[k] == '\0');
     }
     cJSON_Delete(o);
-    free(json);
+    akv__free(json);
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);

@@ -96,7 +96,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t n) {
     memcpy(msg, s, len);
     msg[len] = '\0';
     akv_chat_msg m = {"user", msg};
-    if (akv_chat_render(fuzz_chat, &m, 1, true, &chat) != AKV_OK) fuzz_fail("chat render", n);
+    if (akv_chat_render(fuzz_chat, &m, 1, true, &chat, NULL) != AKV_OK) fuzz_fail("chat render", n);
     free(msg);
 
     akv_tok_ids_free(&ids);

@@ -83,7 +83,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         if (akv_chat_create_from_gguf(g, NULL, &chat) == AKV_OK) {
             akv_tok_text out = {0};
             akv_chat_msg m[2] = {{"system", "be brief"}, {"user", "hi"}};
-            akv_chat_render(chat, m, 2, true, &out);
+            akv_chat_render(chat, m, 2, true, &out, NULL);
             akv_tok_text_free(&out);
             akv_chat_destroy(chat);
         }

@@ -2,7 +2,8 @@
 # seeds.sh TARGET DIR GGUF_SEEDS — writes a fuzz target's starting corpus into DIR: for gguf,
 # the images gguf_fuzz_seeds generates (GGUF_SEEDS, its executable); for tok, a few texts
 # (byte 0 picks the tokenizer and flags); for api, request bodies (byte 0 picks the endpoint,
-# bit 0 set = /v1/completions, and the limits). Used by replay.sh and scripts/fuzz.
+# bit 0 set = /v1/completions, and the limits); for http, request heads and chunked bodies (byte
+# 0 picks the head limit and the piece size). Used by replay.sh and scripts/fuzz.
 target=$1 dir=$2 seeds=$3
 mkdir -p "$dir" || exit 1
 case "$target" in
@@ -16,5 +17,12 @@ api) printf '\006{"messages":[{"role":"user","content":"hi"}],"max_tokens":8}' >
      printf '\007{"prompt":[[5,6]],"logprobs":null,"echo":false,"best_of":1}' >"$dir/cmpl_ids2"
      printf '\007{"prompt":["caf\\u00e9 \\ud83d\\ude00"],"tool_choice":"none","top_logprobs":0}' >"$dir/cmpl_str"
      printf '\000{"messages":[{"role":"user","content":"x"}],"response_format":{"type":"text"}}' >"$dir/chat_lim" ;;
+http) printf '\002POST /v1/completions HTTP/1.1\r\nHost: a\r\nContent-Length: 2\r\nAuthorization: Bearer k\r\n\r\n{}' >"$dir/post"
+      printf '\004GET /health?x=1 HTTP/1.0\nConnection: keep-alive\n\n' >"$dir/get10"
+      printf '\006POST /x HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\nExpect: 100-continue\r\n\r\n' >"$dir/te"
+      printf '\010POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\nContent-Length: 6\r\n\r\n' >"$dir/dup_cl"
+      printf '\012GET http://h/p HTTP/1.1\r\nHost: a\r\nX: y\r\n z\r\n\r\n' >"$dir/fold"
+      printf '\0145;e=1\r\nhello\r\n6\r\n world\r\n0\r\nT: v\r\n\r\n' >"$dir/chunked"
+      printf '\0163\nabc\n0\n\n' >"$dir/chunked_lf" ;;
 *) echo "seeds.sh: unknown target $target"; exit 2 ;;
 esac
