@@ -266,7 +266,7 @@ int main(void) {
     akv_dev *dev = bench_cuda_or_skip(&info);
     const char *parts = getenv("AKV_BENCH_PARTS") ? getenv("AKV_BENCH_PARTS") : "ABC";
     akv_model_config c = llama3_8b_shape((uint32_t)akv_test_env_int("AKV_BENCH_LAYERS", 1, 32, 32));
-    akv_forward_params fp = {.max_chunk = MAX_B, .max_logits = MAX_B, .attn = bench_attn_tuning()};
+    akv_forward_params fp = {.max_step_tokens = MAX_B, .max_logits = MAX_B, .attn = bench_attn_tuning()};
     akv_forward_dev *f = NULL;
     TRY(akv_forward_dev_create_synthetic(dev, &c, 7, &fp, &f));
     const double wb = (double)akv_forward_dev_weight_bytes(f);

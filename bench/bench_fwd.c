@@ -273,7 +273,7 @@ int main(void) {
     akv_dev_info info;
     akv_dev *dev = bench_cuda_or_skip(&info);
     akv_model_config c = llama3_8b_shape((uint32_t)akv_test_env_int("AKV_BENCH_LAYERS", 1, 32, 32));
-    akv_forward_params fp = {.max_chunk = CHUNK, .attn = bench_attn_tuning()};
+    akv_forward_params fp = {.max_step_tokens = CHUNK, .attn = bench_attn_tuning()};
     /* AKV_BENCH_WTYPE: the matrices' format (bf16, the default, or a block format: q8_0, q4_K,
      * ...), the output head included */
     const char *wt = getenv("AKV_BENCH_WTYPE");

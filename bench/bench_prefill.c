@@ -159,7 +159,7 @@ int main(void) {
     akv_dev_info info;
     akv_dev *dev = bench_cuda_or_skip(&info);
     out_md = bench_out_open();
-    uint32_t chunks[MAX_CHUNKS], n_chunks = 0, max_chunk = 0;
+    uint32_t chunks[MAX_CHUNKS], n_chunks = 0, max_step_tokens = 0;
     const char *cl = getenv("AKV_BENCH_CHUNKS");
     for (const char *p = cl ? cl : "256,2048,8192"; *p && n_chunks < MAX_CHUNKS;) {
         char *end = NULL;
@@ -172,11 +172,11 @@ int main(void) {
             return 2;
         }
         chunks[n_chunks++] = (uint32_t)v;
-        if (v > max_chunk) max_chunk = (uint32_t)v;
+        if (v > max_step_tokens) max_step_tokens = (uint32_t)v;
         p = *end == ',' ? end + 1 : end;
     }
     akv_model_config c = llama3_8b_shape((uint32_t)akv_test_env_int("AKV_BENCH_LAYERS", 1, 32, 32));
-    akv_forward_params fp = {.max_chunk = max_chunk, .attn = bench_attn_tuning()};
+    akv_forward_params fp = {.max_step_tokens = max_step_tokens, .attn = bench_attn_tuning()};
     akv_forward_dev *f = NULL;
     TRY(akv_forward_dev_create_synthetic(dev, &c, 7, &fp, &f));
     const double peak = peak_flops(dev);

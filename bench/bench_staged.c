@@ -169,7 +169,7 @@ int main(void) {
     akv_dev_info info;
     akv_dev *dev = bench_cuda_or_skip(&info);
     akv_model_config c = llama3_8b_shape((uint32_t)akv_test_env_int("AKV_BENCH_LAYERS", 1, 32, 32));
-    akv_forward_params fp = {.max_chunk = 16, .attn = bench_attn_tuning()};
+    akv_forward_params fp = {.max_step_tokens = 16, .attn = bench_attn_tuning()};
     akv_forward_dev *f = NULL;
     TRY(akv_forward_dev_create_synthetic(dev, &c, 7, &fp, &f));
     double rate = h2d_rate(dev);

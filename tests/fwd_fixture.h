@@ -92,7 +92,7 @@ typedef struct fx {
     r1 q;
     akv_forward *fh;     /* host pass (on_device false) */
     akv_forward_dev *fd; /* device pass (on_device true) */
-    uint32_t n_vocab, max_chunk;
+    uint32_t n_vocab, max_step_tokens;
 } fx;
 
 static inline float fx_round_bf16(float x) {
@@ -127,13 +127,13 @@ static inline int fx_pools_open(const akv_dev_backend *be, const akv_model_confi
 /* Pools of 1 GiB each, a resident route for max_tokens, the chosen pass (the device pass
  * launching every op of a decode step by itself with no_graphs). 1 on success. */
 static inline int fx_open_pass(fx *x, const akv_dev_backend *be, const akv_model *m, uint32_t P,
-                               uint64_t max_tokens, uint32_t max_chunk, bool on_device,
+                               uint64_t max_tokens, uint32_t max_step_tokens, bool on_device,
                                bool no_graphs) {
     memset(x, 0, sizeof *x);
     const akv_model_config *c = akv_model_get_config(m);
-    x->n_vocab = c->n_vocab, x->max_chunk = max_chunk;
+    x->n_vocab = c->n_vocab, x->max_step_tokens = max_step_tokens;
     akv_route_params rp = {.kind = AKV_ROUTE_RESIDENT, .max_tokens = max_tokens, .queued = on_device};
-    akv_forward_params fp = {.max_chunk = max_chunk, .no_graphs = no_graphs};
+    akv_forward_params fp = {.max_step_tokens = max_step_tokens, .no_graphs = no_graphs};
     if (!fx_pools_open(be, c, P, 0, &x->dev, &x->g, &x->hp, &x->dp) ||
         !CHECK(r1_open(x->dev, x->hp, x->dp, &rp, &x->q) == AKV_OK))
         return 0;
@@ -142,8 +142,8 @@ static inline int fx_open_pass(fx *x, const akv_dev_backend *be, const akv_model
 }
 
 static inline int fx_open(fx *x, const akv_dev_backend *be, const akv_model *m, uint32_t P,
-                          uint64_t max_tokens, uint32_t max_chunk, bool on_device) {
-    return fx_open_pass(x, be, m, P, max_tokens, max_chunk, on_device, false);
+                          uint64_t max_tokens, uint32_t max_step_tokens, bool on_device) {
+    return fx_open_pass(x, be, m, P, max_tokens, max_step_tokens, on_device, false);
 }
 
 static inline void fx_close(fx *x) {
@@ -156,15 +156,15 @@ static inline void fx_close(fx *x) {
     memset(x, 0, sizeof *x);
 }
 
-/* Feeds n tokens at the end of the sequence's history in chunks of max_chunk, through the
+/* Feeds n tokens at the end of the sequence's history in chunks of max_step_tokens, through the
  * device pass fd or else the host pass fh; logits of the last token (NULL = none). A failed
  * chunk is undone (akv_route_abort_step). */
 static inline akv_status fx_feed_route(r1 *q, akv_forward *fh, akv_forward_dev *fd,
-                                       uint32_t max_chunk, const int32_t *tokens, uint32_t n,
+                                       uint32_t max_step_tokens, const int32_t *tokens, uint32_t n,
                                        float *logits) {
     akv_forward_kv kv = akv_route_forward_kv(q->r);
     for (uint32_t done = 0; done < n;) {
-        uint32_t k = n - done < max_chunk ? n - done : max_chunk;
+        uint32_t k = n - done < max_step_tokens ? n - done : max_step_tokens;
         float *want = done + k == n ? logits : NULL;
         uint32_t pos0 = (uint32_t)r1_len(q);
         akv_status st = r1_step(q, pos0 + k);
@@ -182,7 +182,7 @@ static inline akv_status fx_feed_route(r1 *q, akv_forward *fh, akv_forward_dev *
 
 /* fx_feed_route on the fixture's route and pass. */
 static inline akv_status fx_feed(fx *x, const int32_t *tokens, uint32_t n, float *logits) {
-    return fx_feed_route(&x->q, x->fh, x->fd, x->max_chunk, tokens, n, logits);
+    return fx_feed_route(&x->q, x->fh, x->fd, x->max_step_tokens, tokens, n, logits);
 }
 
 enum { FX_MAX_BATCH = 16 };

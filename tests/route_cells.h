@@ -11,9 +11,9 @@
  * layer and a stage of its own (slots sized by akv_route_slot_pages, poisoned whenever they
  * change hands, so an attention that ran before its copies read poison; prefetch on: the route
  * is the stage's only user). Each sequence has its own prompt (random tokens). Not batched: each
- * sequence is prefilled in chunks of the pass's max_chunk and stepped alone, round-robin (the
+ * sequence is prefilled in chunks of the pass's max_step_tokens and stepped alone, round-robin (the
  * others idle). Batched: every step is ONE batch step of all S sequences, the prompts in
- * chunks of max_chunk / S each, then every decode step all S at once. Then n_gen greedy steps.
+ * chunks of max_step_tokens / S each, then every decode step all S at once. Then n_gen greedy steps.
  * Checked:
  *   - the logits of every prefill's last token and every decode step: bit-identical;
  *   - the greedy tokens therefore agree (each route follows its own argmax);
@@ -52,7 +52,7 @@ typedef struct rc_params {
     akv_dtype dtype;      /* K/V pages */
     uint32_t page_tokens; /* P */
     uint32_t window;      /* staged window pages per layer */
-    uint32_t max_chunk;   /* prefill chunk (the pass's max_chunk) */
+    uint32_t max_step_tokens;   /* prefill chunk (the pass's max_step_tokens) */
     uint32_t n_gen;       /* greedy decode steps per sequence */
     uint32_t device_gib;  /* each set's device pool */
     uint64_t seed;
@@ -115,7 +115,7 @@ static inline int rc_set_open(rc_set *s, const rc_params *p, const akv_geom *g, 
 static inline akv_status rc_feed(const rc_params *p, rc_set *s, uint32_t i, const int32_t *tok,
                                  uint32_t n, float *logits) {
     r1 q = {.r = s->r, .s = s->s[i]};
-    return fx_feed_route(&q, p->fh, p->fd, p->max_chunk, tok, n, logits);
+    return fx_feed_route(&q, p->fh, p->fd, p->max_step_tokens, tok, n, logits);
 }
 
 /* One batch step of every sequence: seq i fed n[i] tokens from tok[i] (n[i] = 0: not in the
@@ -186,9 +186,9 @@ static inline int rc_cell(const rc_params *p, uint32_t prompt, uint32_t n_seq, b
     for (uint32_t step = 0; ok && step < p->n_gen && bad_step == UINT32_MAX; step++) {
         if (batched) {
             /* ONE batch step of every sequence per round: the prompts in chunks of
-             * max_chunk / n_seq each (the last chunk of each asks for its logits), then the
+             * max_step_tokens / n_seq each (the last chunk of each asks for its logits), then the
              * decode tokens all at once */
-            uint32_t quota = p->max_chunk / n_seq ? p->max_chunk / n_seq : 1;
+            uint32_t quota = p->max_step_tokens / n_seq ? p->max_step_tokens / n_seq : 1;
             uint32_t done = 0;
             do {
                 const int32_t *tr[RC_MAX_SEQ], *ts[RC_MAX_SEQ];

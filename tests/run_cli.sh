@@ -166,8 +166,24 @@ for i in 1 2 3 4; do
     cmp -s "$tmp/par/logits.$i" "$tmp/alone.$i" && cmp -s "$tmp/par/$i.txt" "$tmp/alone.$i.txt" &&
         same=$((same + 1))
 done
-if [ "$rc" != 0 ] || [ "$same" != 4 ] || ! printf '%s\n' "$out" | grep -q "^together: "; then
+if [ "$rc" != 0 ] || [ "$same" != 4 ] || ! printf '%s\n' "$out" | grep -q "^all 4 together, wall clock"; then
     bad "akv run --prompts --parallel 4 vs each prompt alone: exit $rc, $same of 4 byte-identical"
 else echo "ok   akv run --prompts --parallel 4: 4 of 4 prompts byte-identical to their runs alone"; fi
+
+# The report of many prompts: throughput over the run's wall clock (no sum of per-request
+# times), and the bus per decode step and per generated token (no prompt token in the divisor):
+# four sequences of the synthetic model (2 layers, 128-byte tokens) write back 2 x 128 B each
+# a decode step.
+t0=$(date +%s.%N)
+out=$("$akv" run -m "$tmp/s.gguf" --prompts "$tmp/p.txt" --parallel 4 -n 12 --temp 0 2>&1 >/dev/null); rc=$?
+took=$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { print b - a }')
+line=$(printf '%s\n' "$out" | grep "^all 4 together")
+wall=$(printf '%s\n' "$line" | sed -n 's/.*wall clock \([0-9.]*\) s.*/\1/p')
+gen=$(printf '%s\n' "$line" | sed -n 's/.* \([0-9]*\) generated (\([0-9.]*\) tok.s).*/\1 \2/p')
+ok=$(echo "$wall $gen $took" | awk '{ r = $2 / $1; d = r - $3; if (d < 0) d = -d; print ($1 > 0 && $1 <= $4 && $2 == 48 && d <= 0.03 * r + 0.1) ? 1 : 0 }')
+if [ "$rc" != 0 ] || [ "$ok" != 1 ] || printf '%s\n' "$out" | grep -q "^all: prompt" ||
+   ! printf '%s\n' "$out" | grep -q "decode steps: 0 B host->device a step (0 B of it non-window pages), 1.02 KB written back; per generated token 0 B host->device, 256 B written back"; then
+    bad "akv run --prompts --parallel 4 report: exit $rc, '$line' (wall $wall of $took s), bus line wrong"
+else echo "ok   akv run --prompts --parallel 4: wall-clock throughput, the bus per decode step"; fi
 
 [ "$n_bad" = 0 ] || { echo "$n_bad case(s) failed"; exit 1; }

@@ -303,6 +303,16 @@ int main(int argc, char **argv) {
         huge.chunk = 64, huge.step_tokens = 32;
         CHECK_OK(akv_dev_create(akv_dev_host_backend(), NULL, &huge.dev));
         CHECK_STATUS(akv_engine_create(&huge, &none), AKV_EINVAL);
+        /* pools of 0 GiB are refused (the operator sizes them; nothing stands in for 0) */
+        for (int which = 0; which < 2; which++) {
+            huge = akv_engine_default_params();
+            huge.max_context = 64, huge.page_tokens = P, huge.model = model;
+            if (which) huge.device_gib = 0;
+            else huge.host_gib = 0;
+            CHECK_OK(akv_dev_create(akv_dev_host_backend(), NULL, &huge.dev));
+            CHECK(akv_engine_create(&huge, &none) != AKV_OK && none == NULL);
+            if (none) akv_engine_destroy(none);
+        }
     }
 
     TEST_CASE(cancel_mid_prefill_and_mid_decode_with_faults) {

@@ -93,15 +93,15 @@ static int close_to_ref(const float *got, const double *want, size_t n, double t
     return ok;
 }
 
-/* Prefill `n_prompt` tokens in chunks of max_chunk, then n_decode greedy-free steps (the
+/* Prefill `n_prompt` tokens in chunks of max_step_tokens, then n_decode greedy-free steps (the
  * next token is drawn at random), checking every step's logits against the oracle. */
-static void run_and_check(const akv_model *model, uint32_t P, akv_dtype dtype, uint32_t max_chunk,
+static void run_and_check(const akv_model *model, uint32_t P, akv_dtype dtype, uint32_t max_step_tokens,
                           uint32_t n_prompt, uint32_t n_decode, double tol, uint64_t *rng) {
     const akv_model_config *c = akv_model_get_config(model);
     uint32_t n_total = n_prompt + n_decode;
     test_kv kv;
     tkv_init(&kv, c, P, n_total, dtype, rng);
-    akv_forward_params fp = {.max_chunk = max_chunk};
+    akv_forward_params fp = {.max_step_tokens = max_step_tokens};
     akv_forward *f = NULL;
     CHECK_OK(akv_forward_create(model, &fp, &f));
     int32_t *tokens = akv__malloc(n_total * sizeof *tokens);
@@ -113,7 +113,7 @@ static void run_and_check(const akv_model *model, uint32_t P, akv_dtype dtype, u
     uint32_t pos = 0;
     while (f && pos < n_total) {
         uint32_t n = pos < n_prompt ? n_prompt - pos : 1;
-        if (n > max_chunk) n = max_chunk;
+        if (n > max_step_tokens) n = max_step_tokens;
         kv.n_tokens = pos + n;
         bool last_of_prefill = pos + n >= n_prompt;
         akv_status st = akv_forward_run(f, tokens + pos, n, pos, &hooks,
@@ -125,12 +125,12 @@ static void run_and_check(const akv_model *model, uint32_t P, akv_dtype dtype, u
         ref64_forward(model, tokens, pos, c->n_layers, NULL, want);
         if (!close_to_ref(logits, want, c->n_vocab, tol)) {
             printf("  after %u tokens (P %u, %s pages, chunks of %u)\n", pos, P,
-                   akv_dtype_name(dtype), max_chunk);
+                   akv_dtype_name(dtype), max_step_tokens);
             break;
         }
     }
     CHECK_EQ_INT(kv.n_end,
-                 (int)(c->n_layers * ((n_prompt + max_chunk - 1) / max_chunk + n_decode)));
+                 (int)(c->n_layers * ((n_prompt + max_step_tokens - 1) / max_step_tokens + n_decode)));
     akv_forward_destroy(f);
     akv__free(tokens), akv__free(logits), akv__free(want);
     tkv_free(&kv);
@@ -192,7 +192,7 @@ int main(int argc, char **argv) {
         akv_forward_destroy(f);
 
         /* one layer only: the residual stream after it */
-        akv_forward_params fp = {.max_chunk = 8, .n_layers = 1};
+        akv_forward_params fp = {.max_step_tokens = 8, .n_layers = 1};
         CHECK_OK(akv_forward_create(m_llama, &fp, &f));
         CHECK_OK(akv_forward_run(f, tokens, n, 0, &hooks, NULL, false));
         double hid[6 * 32];
@@ -209,7 +209,7 @@ int main(int argc, char **argv) {
         const akv_model_config *c = akv_model_get_config(m_llama);
         test_kv kv;
         tkv_init(&kv, c, 4, 16, AKV_DTYPE_F32, &rng);
-        akv_forward_params fp = {.max_chunk = 4};
+        akv_forward_params fp = {.max_step_tokens = 4};
         akv_forward *f = NULL;
         CHECK_OK(akv_forward_create(m_llama, &fp, &f));
         akv_forward_kv hooks = {.user = &kv, .begin_layer = tkv_begin, .end_layer = tkv_end};

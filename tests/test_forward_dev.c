@@ -24,13 +24,13 @@ enum { P = 16 };
 
 /* Prefill n_prompt tokens, then n_decode greedy steps driven by the host pass's tokens; the
  * two passes' logits agree within tol at every step. */
-static void compare_passes(const akv_model *m, uint32_t max_chunk, uint32_t n_prompt,
+static void compare_passes(const akv_model *m, uint32_t max_step_tokens, uint32_t n_prompt,
                            uint32_t n_decode, double tol, uint64_t *rng) {
     const akv_model_config *c = akv_model_get_config(m);
     fx h = {0}, d = {0};
     uint32_t n_total = n_prompt + n_decode;
-    if (!fx_open(&h, akv_dev_host_backend(), m, P, n_total, max_chunk, false) ||
-        !fx_open(&d, akv_dev_host_backend(), m, P, n_total, max_chunk, true)) {
+    if (!fx_open(&h, akv_dev_host_backend(), m, P, n_total, max_step_tokens, false) ||
+        !fx_open(&d, akv_dev_host_backend(), m, P, n_total, max_step_tokens, true)) {
         fx_close(&h), fx_close(&d);
         return;
     }
@@ -45,7 +45,7 @@ static void compare_passes(const akv_model *m, uint32_t max_chunk, uint32_t n_pr
             break;
         pos += n;
         if (!fx_close_to(ld, lh, c->n_vocab, tol, "device-queue pass vs host pass")) {
-            printf("  %s, after %u tokens (chunks of %u)\n", c->arch_name, pos, max_chunk);
+            printf("  %s, after %u tokens (chunks of %u)\n", c->arch_name, pos, max_step_tokens);
             break;
         }
         CHECK_OK(akv_route_sync(d.q.r));
@@ -341,7 +341,7 @@ int main(int argc, char **argv) {
         fx d;
         if (fx_open(&d, akv_dev_host_backend(), m, P, 64, 8, true)) {
             akv_forward_dev *syn = NULL;
-            akv_forward_params fp = {.max_chunk = 8};
+            akv_forward_params fp = {.max_step_tokens = 8};
             CHECK_OK(akv_forward_dev_create_synthetic(d.dev, akv_model_get_config(m), 3, &fp,
                                                       &syn));
             if (syn) {

@@ -44,7 +44,7 @@ static int session_open(session *s, const akv_model *m, akv_dtype dtype, uint32_
     hpp.limit_gib = 1, dpp.device_gib = 1;
     hpp.arena_bytes = 64u << 20;
     akv_route_params rp = {.kind = AKV_ROUTE_RESIDENT, .max_tokens = 1024};
-    akv_forward_params fp = {.max_chunk = chunk, .n_layers = n_layers};
+    akv_forward_params fp = {.max_step_tokens = chunk, .n_layers = n_layers};
     return CHECK(akv_dev_create(akv_dev_host_backend(), NULL, &s->dev) == AKV_OK &&
                  akv_geom_init(&g, c->n_layers, c->n_kv_heads, c->head_dim, dtype, 0) == AKV_OK &&
                  akv_host_pool_create(s->dev, &g, &hpp, &s->hp) == AKV_OK &&

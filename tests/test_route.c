@@ -87,7 +87,7 @@ int main(int argc, char **argv) {
     akv_model *model = tm_load(&shape, rng);
     if (!CHECK(model != NULL)) return test_finish();
     const akv_model_config *c = akv_model_get_config(model);
-    akv_forward_params fp = {.max_chunk = P};
+    akv_forward_params fp = {.max_step_tokens = P};
     akv_forward *f = NULL;
     if (!CHECK(akv_forward_create(model, &fp, &f) == AKV_OK)) return test_finish();
     int32_t tokens[256];
@@ -558,7 +558,7 @@ int main(int argc, char **argv) {
         for (uint64_t k = 1; k <= 8; k++) {
             pools p;
             if (!pools_open(&p, c, 64)) break;
-            akv_forward_params fdp = {.max_chunk = P};
+            akv_forward_params fdp = {.max_step_tokens = P};
             akv_forward_dev *fd = NULL;
             akv_stage_params sp = akv_stage_default_params();
             sp.slot_pages = akv_route_slot_pages(&p.g, 4 * P, 2, 1);
@@ -628,7 +628,7 @@ int main(int argc, char **argv) {
             pools p;
             akv_forward_dev *fd = NULL;
             r1 a = {0}, b = {0};
-            akv_forward_params fdp = {.max_chunk = P};
+            akv_forward_params fdp = {.max_step_tokens = P};
             akv_route_params rp = {.kind = AKV_ROUTE_RESIDENT, .max_tokens = 4 * P, .queued = true};
             if (!pools_open(&p, c, 4)) break;
             CHECK_OK(akv_forward_dev_create(p.dev, model, &fdp, &fd));
@@ -727,7 +727,7 @@ int main(int argc, char **argv) {
         for (int queued = 0; queued < 2; queued++) {
             pools p;
             if (!pools_open(&p, c, 0)) break;
-            akv_forward_params qp = {.max_chunk = 4 * P};
+            akv_forward_params qp = {.max_step_tokens = 4 * P};
             akv_forward_dev *fd = NULL;
             if (queued) CHECK_OK(akv_forward_dev_create(p.dev, model, &qp, &fd));
             akv_route *r = NULL;
@@ -784,7 +784,7 @@ int main(int argc, char **argv) {
         }
     }
 
-    akv_forward_params fbp = {.max_chunk = 4 * P};
+    akv_forward_params fbp = {.max_step_tokens = 4 * P};
     akv_forward *fb = NULL;
     CHECK_OK(akv_forward_create(model, &fbp, &fb));
     TEST_CASE(batch_steps_give_each_sequence_its_bits_alone_host_pass) {
@@ -948,15 +948,15 @@ int main(int argc, char **argv) {
     TEST_CASE(staged_bitwise_cells_host_pass) {
         rc_params rc = cells;
         if (!CHECK(akv_dev_create(akv_dev_host_backend(), NULL, &rc.dev) == AKV_OK)) break;
-        rc.fh = f, rc.window = 3, rc.max_chunk = P;
+        rc.fh = f, rc.window = 3, rc.max_step_tokens = P;
         rc_cells(&rc, 2000, "host pass, direct routes");
         CHECK_OK(akv_dev_destroy(rc.dev));
     }
     TEST_CASE(staged_bitwise_cells_queue_pass) {
         rc_params rc = cells;
         if (!CHECK(akv_dev_create(akv_dev_host_backend(), NULL, &rc.dev) == AKV_OK)) break;
-        akv_forward_params fdp = {.max_chunk = 64};
-        rc.window = 2, rc.max_chunk = 64, rc.seed = rng + 1;
+        akv_forward_params fdp = {.max_step_tokens = 64};
+        rc.window = 2, rc.max_step_tokens = 64, rc.seed = rng + 1;
         if (CHECK(akv_forward_dev_create(rc.dev, model, &fdp, &rc.fd) == AKV_OK))
             rc_cells(&rc, 2000, "queue pass (host backend), queued routes");
         akv_forward_dev_destroy(rc.fd);

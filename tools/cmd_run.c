@@ -217,7 +217,6 @@ typedef struct run_state {
     /* totals over the run's requests (the report) */
     uint64_t n_prompt, n_cached, n_dec, n_gen;
     double t_prompt, t_dec, t_first;
-    uint64_t h2d, staged, d2h;
 } run_state;
 
 static void run_progress(void *user, uint64_t done, uint64_t total) {
@@ -511,10 +510,18 @@ static void run_account(run_state *s, const run_job *j) {
         s->t_dec += ri.t_done - ri.t_first;
         if (s->t_first == 0) s->t_first = ri.t_first - ri.t_submit;
     }
-    s->h2d += ri.h2d_bytes, s->staged += ri.staged_bytes, s->d2h += ri.d2h_bytes;
 }
 
-/* One request's report line (--prompts). */
+/* A byte count in B, KB, MB or GB (decimal), into buf. */
+static const char *run_bytes(double b, char buf[32]) {
+    static const char *const unit[] = {"B", "KB", "MB", "GB", "TB"};
+    int u = 0;
+    while (b >= 1000 && u < 4) b /= 1000, u++;
+    snprintf(buf, 32, u ? "%.2f %s" : "%.0f %s", b, unit[u]);
+    return buf;
+}
+
+/* One request's report line (--prompts): its own times, not the run's. */
 static void run_report_job(const run_state *s, size_t i) {
     akv_request_info ri;
     akv_request_get_info(s->jobs[i].rq, &ri);
@@ -522,11 +529,10 @@ static void run_report_job(const run_state *s, size_t i) {
     uint32_t n_dec = ri.n_gen > 1 ? ri.n_gen - 1 : 0;
     fprintf(stderr,
             "prompt %zu: %u prompt tokens (%u reused), %u generated; time to first token %.3f s, "
-            "decode %.1f tok/s; finish %s; %.0f bytes staged per token\n",
+            "then %.1f tok/s; finish %s\n",
             i + 1, ri.n_prompt, ri.n_cached, ri.n_gen,
             ri.t_first > 0 ? ri.t_first - ri.t_submit : 0, dec > 0 ? n_dec / dec : 0,
-            akv_finish_name(ri.finish),
-            ri.n_prompt + n_dec ? (double)ri.staged_bytes / (ri.n_prompt - ri.n_cached + n_dec) : 0);
+            akv_finish_name(ri.finish));
 }
 
 static void run_report(const run_state *s) {
@@ -537,32 +543,49 @@ static void run_report(const run_state *s) {
     akv_host_pool_stats hs;
     akv_dev_pool_get_stats(akv_engine_dev_pool(s->engine), &ps);
     akv_host_pool_get_stats(akv_engine_host_pool(s->engine), &hs);
+    const double wall = akv_clock_s() - s->t_start;
     if (s->n_jobs > 1) {
+        /* many requests at once: each one's own figures, then the run's throughput over wall
+         * time (per-request times overlap: their sums are no rate of anything) */
         fputc('\n', stderr);
         for (size_t i = 0; i < s->n_jobs; i++)
             if (s->jobs[i].rq) run_report_job(s, i);
+        fprintf(stderr,
+                "\nall %zu together, wall clock %.3f s from the first submit to the last token: "
+                "%llu prompt tokens computed (%.1f tok/s), %llu generated (%.1f tok/s)",
+                s->n_jobs, wall, (unsigned long long)s->n_prompt,
+                wall > 0 ? (double)s->n_prompt / wall : 0, (unsigned long long)s->n_gen,
+                wall > 0 ? (double)s->n_gen / wall : 0);
+        if (s->n_cached)
+            fprintf(stderr, "; %llu prompt tokens reused, not computed",
+                    (unsigned long long)s->n_cached);
+        fprintf(stderr, "\nsteps: %llu of %.1f ms on average, %llu of them decode steps\n",
+                (unsigned long long)es.n_steps, es.n_steps ? es.step_s * 1e3 / es.n_steps : 0,
+                (unsigned long long)es.n_decode_steps);
+    } else {
+        fprintf(stderr, "\n\nprompt: %llu tokens in %.3f s (%.1f tok/s)",
+                (unsigned long long)s->n_prompt, s->t_prompt,
+                s->t_prompt > 0 ? (double)s->n_prompt / s->t_prompt : 0);
+        if (s->n_cached)
+            fprintf(stderr, "; %llu more reused from earlier turns, not computed",
+                    (unsigned long long)s->n_cached);
+        fprintf(stderr, "\ndecode: %llu tokens in %.3f s (%.1f tok/s)\n",
+                (unsigned long long)s->n_dec, s->t_dec,
+                s->t_dec > 0 ? (double)s->n_dec / s->t_dec : 0);
+        fprintf(stderr, "time to first token: %.3f s\n", s->t_first);
     }
-    double wall = akv_clock_s() - s->t_start;
-    fprintf(stderr, "\n%sprompt: %llu tokens in %.3f s (%.1f tok/s)", s->n_jobs > 1 ? "all: " : "\n",
-            (unsigned long long)s->n_prompt, s->t_prompt,
-            s->t_prompt > 0 ? (double)s->n_prompt / s->t_prompt : 0);
-    if (s->n_cached)
-        fprintf(stderr, "; %llu more reused from earlier turns, not computed",
-                (unsigned long long)s->n_cached);
-    fprintf(stderr, "\ndecode: %llu tokens in %.3f s (%.1f tok/s)\n", (unsigned long long)s->n_dec,
-            s->t_dec, s->t_dec > 0 ? (double)s->n_dec / s->t_dec : 0);
-    if (s->n_jobs > 1)
-        fprintf(stderr, "together: %llu tokens generated in %.3f s (%.1f tok/s), %llu steps of "
-                "%.1f ms\n",
-                (unsigned long long)s->n_gen, wall, wall > 0 ? (double)s->n_gen / wall : 0,
-                (unsigned long long)es.n_steps, es.n_steps ? es.step_s * 1e3 / es.n_steps : 0);
-    fprintf(stderr, "time to first token: %.3f s\n", s->t_first);
-    uint64_t n_tok = s->n_prompt + s->n_dec;
+    /* the bus per decode step and per token it generated (prefill steps apart) */
+    char b1[32], b2[32], b3[32], b4[32], b5[32];
+    const double nd = (double)es.n_decode_steps, nt = (double)es.decode_tokens;
     fprintf(stderr,
-            "bytes staged per token: %.0f host->device (%.0f of it non-window pages), %.0f "
-            "written back device->host (route %s)\n",
-            n_tok ? (double)s->h2d / (double)n_tok : 0, n_tok ? (double)s->staged / (double)n_tok : 0,
-            n_tok ? (double)s->d2h / (double)n_tok : 0, akv_route_kind_name(s->o.e.route));
+            "bus, route %s, decode steps: %s host->device a step (%s of it non-window pages), "
+            "%s written back; per generated token %s host->device, %s written back\n",
+            akv_route_kind_name(s->o.e.route),
+            run_bytes(nd ? es.decode_h2d_bytes / nd : 0, b1),
+            run_bytes(nd ? es.decode_staged_bytes / nd : 0, b2),
+            run_bytes(nd ? es.decode_d2h_bytes / nd : 0, b3),
+            run_bytes(nt ? es.decode_h2d_bytes / nt : 0, b4),
+            run_bytes(nt ? es.decode_d2h_bytes / nt : 0, b5));
     double mib = 1.0 / (1 << 20);
     fprintf(stderr,
             "device pool: %u of %u pages per layer in use (%.1f of %.0f MiB); host pool: "

@@ -111,8 +111,9 @@ typedef struct akv_engine_params {
     akv_engine_progress_fn progress; /* NULL = no reports */
     void *progress_user;
     /* memory (the plan) */
-    uint32_t host_gib;               /* host pool limit, whole GiB; 0 = 1 */
-    uint32_t device_gib;             /* device pool, whole GiB; 0 = 1 */
+    uint32_t host_gib;               /* host pool limit, whole GiB (>= 1; 0 is refused: the
+                                        operator sizes the pools, nothing is guessed) */
+    uint32_t device_gib;             /* device pool, whole GiB (>= 1; 0 is refused) */
     akv_dtype kv_dtype;              /* K/V page type (the device pass reads bf16 only) */
     uint32_t page_tokens;            /* tokens per page; 0 = from the K/V row size */
     akv_route_kind route;            /* resident or staged */
@@ -251,6 +252,11 @@ typedef struct akv_engine_stats {
     uint64_t host_pages_reserved; /* by the running requests */
     uint64_t graph_builds, graph_launches; /* device pass: decode steps replayed as graphs */
     double step_s;               /* time inside akv_engine_step */
+    /* decode steps: steps in which every sequence took one token after its prompt, and the
+     * route's traffic in them (the bus's cost of a generated token, apart from prefill) */
+    uint64_t n_decode_steps;
+    uint64_t decode_tokens;      /* tokens those steps computed (one per sequence a step) */
+    uint64_t decode_h2d_bytes, decode_staged_bytes, decode_d2h_bytes;
 } akv_engine_stats;
 
 /* Defaults: 1 GiB pools, bf16 K/V, resident, one sequence, refuse mode, no queue, chunk 256,

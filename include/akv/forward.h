@@ -120,9 +120,9 @@ typedef struct akv_forward_batch {
 } akv_forward_batch;
 
 typedef struct akv_forward_params {
-    uint32_t max_chunk;  /* most tokens per step, every sequence's together (scratch is
-                            sized for it); 0 = 256 */
-    uint32_t max_logits; /* device pass: most logit rows per step; 0 = max_chunk */
+    uint32_t max_step_tokens; /* most tokens per step, every sequence's together (scratch is
+                                 sized for it); 0 = 256 */
+    uint32_t max_logits; /* device pass: most logit rows per step; 0 = max_step_tokens */
     uint32_t n_layers;   /* run only the first n layers (tests); 0 = every layer */
     uint32_t no_graphs;  /* device pass: 1 = launch every op of a decode step one by one; 0 =
                             replay decode steps as graphs where the hooks allow (forward_dev.h) */
@@ -137,10 +137,10 @@ typedef struct akv_forward_params {
                              block format of akv/ops.h); 0 = bf16 */
 } akv_forward_params;
 
-/* max_chunk 256, every layer, a thread per core. */
+/* max_step_tokens 256, every layer, a thread per core. */
 akv_forward_params akv_forward_default_params(void);
 
-/* Scratch for steps of up to max_chunk tokens of `model` (which must outlive it), and the
+/* Scratch for steps of up to max_step_tokens tokens of `model` (which must outlive it), and the
  * pass's threads. AKV_EINVAL for n_layers above the model's or more than 1024 threads;
  * AKV_ENOMEM. */
 akv_status akv_forward_create(const akv_model *model, const akv_forward_params *params,
@@ -150,14 +150,14 @@ void akv_forward_destroy(akv_forward *f);
 /* Runs one batch step (see the file comment). logits receives, in sequence order, the rows
  * b->logits asks for ([n_vocab] floats each); NULL = none computed. AKV_EINVAL (logged) for
  * a token outside the vocabulary, a bad batch (no sequence, a count of 0, counts that
- * decrease, more than max_chunk tokens, a position past 2^31) or a page table of the wrong
+ * decrease, more than max_step_tokens tokens, a position past 2^31) or a page table of the wrong
  * shape or length; AKV_EUNSUPPORTED for more than one part or a representation the pass does
  * not read; a hook's or the attention's status otherwise. On error the pages may hold part of
  * the step's K/V: the caller truncates each table back to its pos0 tokens. */
 akv_status akv_forward_step(akv_forward *f, const akv_forward_batch *b, const akv_forward_kv *kv,
                             float *logits);
 
-/* The step of one sequence: tokens[n] (1 <= n <= max_chunk) at positions pos0..; logits of
+/* The step of one sequence: tokens[n] (1 <= n <= max_step_tokens) at positions pos0..; logits of
  * the last token, or of every one when all_logits; NULL = none. */
 akv_status akv_forward_run(akv_forward *f, const int32_t *tokens, uint32_t n, uint32_t pos0,
                            const akv_forward_kv *kv, float *logits, bool all_logits);
@@ -168,7 +168,7 @@ uint32_t akv_forward_batch_logit_rows(const akv_forward_batch *b);
 /* Checks a batch against a pass's limits (the rules of akv_forward_step, every token id in
  * [0, n_vocab) among them; logged naming what is wrong): AKV_OK or AKV_EINVAL. *n_tokens =
  * its total new tokens. */
-akv_status akv_forward_batch_check(const akv_forward_batch *b, uint32_t max_chunk,
+akv_status akv_forward_batch_check(const akv_forward_batch *b, uint32_t max_step_tokens,
                                    uint32_t n_vocab, const char *who, uint32_t *n_tokens);
 
 /* The residual stream after the last step's final layer, before the output norm:

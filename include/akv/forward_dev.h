@@ -70,7 +70,7 @@ typedef struct akv_forward_dev akv_forward_dev;
 
 /* Uploads `model`'s weights to `dev` (matrices as bf16 or, params weights NATIVE, in their
  * block formats; norms and biases f32) and allocates scratch for
- * chunks of params->max_chunk tokens (params as akv_forward_create; NULL = defaults). The
+ * chunks of params->max_step_tokens tokens (params as akv_forward_create; NULL = defaults). The
  * model must outlive the pass only for its config (the device holds the weights).
  * AKV_EDEVMEM when the device cannot hold weights + scratch (logged with the bytes);
  * AKV_EINVAL for bad params; AKV_EDEVICE. Waits for the uploads before returning. */

@@ -229,7 +229,7 @@ static akv_status engine_open_model(akv_engine *e) {
 static akv_status engine_open_pass(akv_engine *e) {
     const akv_engine_params *p = &e->p;
     akv_forward_params fp = akv_forward_default_params();
-    fp.max_chunk = e->plan.step_tokens;
+    fp.max_step_tokens = e->plan.step_tokens;
     fp.max_logits = e->plan.max_seqs;
     fp.no_graphs = p->no_graphs;
     fp.attn = p->attn;
@@ -826,6 +826,12 @@ akv_status akv_engine_step(akv_engine *e, bool *did_work) {
             e->tokens[n_tok + j] = akv__request_stream(rq, c->n_tokens + j);
         n_tok += e->n_new[k];
     }
+    /* a decode step: every sequence one token past its prompt; its traffic is counted apart */
+    bool decode = true;
+    for (uint32_t k = 0; k < n && decode; k++)
+        decode = e->n_new[k] == 1 && e->batch[k]->info.state != AKV_REQUEST_PREFILL;
+    akv_route_stats rs0;
+    akv_route_get_stats(e->route, &rs0);
     if ((st = akv_route_begin_step(e->route, e->reqs, n))) {
         engine_resync(e); /* AKV_EDEVICE: the settle of the last step may have undone it */
         engine_step_failed(e, n, st);
@@ -847,6 +853,15 @@ akv_status akv_engine_step(akv_engine *e, bool *did_work) {
     }
     /* the step's tokens are in the contexts; then every row of logits samples */
     e->stats.n_steps++;
+    if (decode) {
+        akv_route_stats rs1;
+        akv_route_get_stats(e->route, &rs1);
+        e->stats.n_decode_steps++;
+        e->stats.decode_tokens += n;
+        e->stats.decode_h2d_bytes += rs1.h2d_bytes - rs0.h2d_bytes;
+        e->stats.decode_staged_bytes += rs1.staged_bytes - rs0.staged_bytes;
+        e->stats.decode_d2h_bytes += rs1.d2h_bytes - rs0.d2h_bytes;
+    }
     for (uint32_t k = 0, at = 0, row = 0; k < n; at += e->n_new[k], k++) {
         akv_request *rq = e->batch[k];
         const float *lk = logits + (size_t)row * e->cfg.n_vocab;

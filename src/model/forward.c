@@ -25,7 +25,7 @@ struct akv_forward {
     uint32_t n_last;   /* tokens of the last step (rows of x) */
     akv_ops_isa isa;   /* the products' instruction set (resolved once) */
     akv_par *par;      /* the products' threads */
-    /* scratch, each sized for max_chunk tokens */
+    /* scratch, each sized for max_step_tokens tokens */
     float *x;             /* [T][n_embd] residual stream */
     float *h;             /* [T][n_embd] normed input of a sub-block */
     float *tmp;           /* [T][n_embd] output of a sub-block before the residual add */
@@ -42,7 +42,7 @@ struct akv_forward {
 };
 
 akv_forward_params akv_forward_default_params(void) {
-    return (akv_forward_params){.max_chunk = 256, .n_layers = 0};
+    return (akv_forward_params){.max_step_tokens = 256, .n_layers = 0};
 }
 
 akv_status akv_forward_create(const akv_model *model, const akv_forward_params *params,
@@ -50,7 +50,7 @@ akv_status akv_forward_create(const akv_model *model, const akv_forward_params *
     if (!model || !out) return AKV_EINVAL;
     akv_forward_params p = params ? *params : akv_forward_default_params();
     const akv_model_config *c = akv_model_get_config(model);
-    if (p.max_chunk == 0) p.max_chunk = 256;
+    if (p.max_step_tokens == 0) p.max_step_tokens = 256;
     if (p.n_layers > c->n_layers) {
         AKV_LOG_E("forward: n_layers %u exceeds the model's %u", p.n_layers, c->n_layers);
         return AKV_EINVAL;
@@ -66,7 +66,7 @@ akv_status akv_forward_create(const akv_model *model, const akv_forward_params *
         akv__free(f);
         return st;
     }
-    size_t T = p.max_chunk, q_dim = (size_t)c->n_heads * c->head_dim,
+    size_t T = p.max_step_tokens, q_dim = (size_t)c->n_heads * c->head_dim,
            kv_dim = (size_t)c->n_kv_heads * c->head_dim;
     f->x = akv__calloc(T * c->n_embd, sizeof(float));
     f->h = akv__calloc(T * c->n_embd, sizeof(float));
@@ -276,7 +276,7 @@ akv_status akv_forward_step(akv_forward *f, const akv_forward_batch *b, const ak
     uint32_t n = 0;
     const akv_model *m = f->model;
     const akv_model_config *c = akv_model_get_config(m);
-    akv_status st = akv_forward_batch_check(b, f->params.max_chunk, c->n_vocab, "forward", &n);
+    akv_status st = akv_forward_batch_check(b, f->params.max_step_tokens, c->n_vocab, "forward", &n);
     if (st) return st;
     size_t E = c->n_embd, q_dim = (size_t)c->n_heads * c->head_dim;
     for (uint32_t t = 0; t < n; t++)

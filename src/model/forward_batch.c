@@ -14,7 +14,7 @@ uint32_t akv_forward_batch_logit_rows(const akv_forward_batch *b) {
     return rows;
 }
 
-akv_status akv_forward_batch_check(const akv_forward_batch *b, uint32_t max_chunk, uint32_t n_vocab,
+akv_status akv_forward_batch_check(const akv_forward_batch *b, uint32_t max_step_tokens, uint32_t n_vocab,
                                    const char *who, uint32_t *n_tokens) {
     if (!b || b->n_seq == 0 || !b->n_new || !b->pos0 || !b->tokens) {
         AKV_LOG_E("%s: a step with %s", who,
@@ -41,9 +41,9 @@ akv_status akv_forward_batch_check(const akv_forward_batch *b, uint32_t max_chun
         }
         n += k;
     }
-    if (n > max_chunk) {
-        AKV_LOG_E("%s: a step of %llu tokens; the pass takes at most %u (max_chunk)", who,
-                  (unsigned long long)n, max_chunk);
+    if (n > max_step_tokens) {
+        AKV_LOG_E("%s: a step of %llu tokens; the pass takes at most %u (max_step_tokens)", who,
+                  (unsigned long long)n, max_step_tokens);
         return AKV_EINVAL;
     }
     for (uint32_t t = 0; t < n; t++)

@@ -1,5 +1,5 @@
 /* forward_dev.c — the forward pass on a device's queues (akv/forward_dev.h): weights as bf16
- * or in their block formats in one device allocation, scratch for max_chunk tokens in another,
+ * or in their block formats in one device allocation, scratch for max_step_tokens tokens in another,
  * every step an op of akv/forward_ops.h on the compute queue; a replayable decode step
  * recorded and launched as one graph when its record equals the last graph's. */
 #include "akv/forward_dev.h"
@@ -68,7 +68,7 @@ struct akv_forward_dev {
     akv_dptr inv_freq;    /* f32 [n_rot/2] */
     fdev_layer *layers;   /* [n_layers] */
     uint64_t weight_bytes;
-    /* scratch for T = max_chunk tokens (one allocation) */
+    /* scratch for T = max_step_tokens tokens (one allocation) */
     akv_dptr smem_d;
     akv_dptr x;           /* f32 [T][n_embd] residual stream */
     akv_dptr h;           /* bf16 [T][n_embd] normed input of a sub-block */
@@ -104,16 +104,16 @@ struct akv_forward_dev {
 
 /* The io upload's layout: ids [T] | positions [T] | prefill qo_indptr [T+1] | logit rows [L]. */
 static size_t fdev_io_ints(const akv_forward_dev *f) {
-    return 3 * (size_t)f->params.max_chunk + 1 + f->params.max_logits;
+    return 3 * (size_t)f->params.max_step_tokens + 1 + f->params.max_logits;
 }
 static size_t fdev_io_pos(const akv_forward_dev *f) {
-    return f->params.max_chunk;
+    return f->params.max_step_tokens;
 }
 static size_t fdev_io_qo(const akv_forward_dev *f) {
-    return 2 * (size_t)f->params.max_chunk;
+    return 2 * (size_t)f->params.max_step_tokens;
 }
 static size_t fdev_io_rows(const akv_forward_dev *f) {
-    return 3 * (size_t)f->params.max_chunk + 1;
+    return 3 * (size_t)f->params.max_step_tokens + 1;
 }
 
 static void fdev_rec_free(fdev_rec *r) {
@@ -201,7 +201,7 @@ static size_t fdev_layout_weights(akv_forward_dev *f, akv_dptr base) {
      * more rows (a prefill chunk) widens its matrix here first (akv_fwd_matmul_algo) */
     size_t k_max = c->n_ff > E ? c->n_ff : E;
     k_max = f->q_dim > k_max ? f->q_dim : k_max;
-    const uint32_t T = f->params.max_chunk;
+    const uint32_t T = f->params.max_step_tokens;
     const size_t xq = (size_t)akv_fwd_qgemv_scratch_bytes(
                      T < AKV_FWD_TILES_MAX_ROWS ? T : AKV_FWD_TILES_MAX_ROWS, (uint32_t)k_max),
                  widen = T > AKV_FWD_TILES_MAX_ROWS ? big * bf : 0;
@@ -212,7 +212,7 @@ static size_t fdev_layout_weights(akv_forward_dev *f, akv_dptr base) {
 /* Places the scratch at `base`; returns the bytes needed. */
 static size_t fdev_layout_scratch(akv_forward_dev *f, akv_dptr base) {
     const akv_model_config *c = &f->cfg;
-    size_t off = 0, T = f->params.max_chunk, E = c->n_embd;
+    size_t off = 0, T = f->params.max_step_tokens, E = c->n_embd;
     f->x = fdev_take(base, &off, T * E * 4);
     f->h = fdev_take(base, &off, T * E * 2);
     f->qkv = fdev_take(base, &off, T * f->qkv_dim * 4);
@@ -299,12 +299,12 @@ static akv_status fdev_choose_types(akv_forward_dev *f, const akv_model *m) {
 static akv_status fdev_create_common(akv_dev *dev, const akv_model_config *c, const akv_model *m,
                                      const akv_forward_params *params, akv_forward_dev **out) {
     akv_forward_params p = params ? *params : akv_forward_default_params();
-    if (p.max_chunk == 0) p.max_chunk = 256;
-    if (p.max_logits == 0) p.max_logits = p.max_chunk;
-    if (p.n_layers > c->n_layers || p.max_chunk > (1u << 20) || p.max_logits > p.max_chunk) {
-        AKV_LOG_E("forward_dev: n_layers %u (the model has %u), max_chunk %u or max_logits %u "
+    if (p.max_step_tokens == 0) p.max_step_tokens = 256;
+    if (p.max_logits == 0) p.max_logits = p.max_step_tokens;
+    if (p.n_layers > c->n_layers || p.max_step_tokens > (1u << 20) || p.max_logits > p.max_step_tokens) {
+        AKV_LOG_E("forward_dev: n_layers %u (the model has %u), max_step_tokens %u or max_logits %u "
                   "out of range",
-                  p.n_layers, c->n_layers, p.max_chunk, p.max_logits);
+                  p.n_layers, c->n_layers, p.max_step_tokens, p.max_logits);
         return AKV_EINVAL;
     }
     akv_dev_info info;
@@ -325,7 +325,7 @@ static akv_status fdev_create_common(akv_dev *dev, const akv_model_config *c, co
     f->q_dim = c->n_heads * c->head_dim, f->kv_dim = c->n_kv_heads * c->head_dim;
     f->qkv_dim = f->q_dim + 2 * f->kv_dim;
     f->layers = akv__calloc(f->n_layers, sizeof *f->layers);
-    f->groups = akv__calloc(p.max_chunk, sizeof *f->groups);
+    f->groups = akv__calloc(p.max_step_tokens, sizeof *f->groups);
     if (!f->layers || !f->groups) {
         akv_forward_dev_destroy(f);
         return AKV_ENOMEM;
@@ -340,7 +340,7 @@ static akv_status fdev_create_common(akv_dev *dev, const akv_model_config *c, co
         (st = akv_dev_mem_alloc(dev, sbytes, &f->smem_d))) {
         AKV_LOG_E("forward_dev: %.2f GiB of weights and %.2f GiB of scratch (%u tokens a "
                   "chunk) do not fit the device: %s",
-                  (double)wbytes / (1u << 30), (double)sbytes / (1u << 30), p.max_chunk,
+                  (double)wbytes / (1u << 30), (double)sbytes / (1u << 30), p.max_step_tokens,
                   akv_status_str(st));
         akv_forward_dev_destroy(f);
         return st;
@@ -880,7 +880,7 @@ akv_status akv_forward_dev_step(akv_forward_dev *f, const akv_forward_batch *b,
     if (!f || !kv || !kv->begin_layer) return AKV_EINVAL;
     uint32_t n = 0;
     akv_status st =
-        akv_forward_batch_check(b, f->params.max_chunk, f->cfg.n_vocab, "forward_dev", &n);
+        akv_forward_batch_check(b, f->params.max_step_tokens, f->cfg.n_vocab, "forward_dev", &n);
     if (st) return st;
     if (logits && akv_forward_batch_logit_rows(b) > f->params.max_logits) {
         AKV_LOG_E("forward_dev: a step asking for %u rows of logits; the pass holds %u "

@@ -333,19 +333,19 @@ typedef struct run_stats {
     int ok;
 } run_stats;
 
-/* Prefill n_prompt random tokens in chunks of max_chunk, then n_decode steps fed with the host
+/* Prefill n_prompt random tokens in chunks of max_step_tokens, then n_decode steps fed with the host
  * pass's greedy token, on three passes: host (f32), host-backend queue pass, CUDA (twice, for
  * determinism). */
-static run_stats compare_cuda(const akv_model *m, uint32_t max_chunk, uint32_t n_prompt,
+static run_stats compare_cuda(const akv_model *m, uint32_t max_step_tokens, uint32_t n_prompt,
                               uint32_t n_decode, double tol_f32, const char *name) {
     const akv_model_config *c = akv_model_get_config(m);
     run_stats rs = {0, 0, 0, 1};
     uint32_t n_total = n_prompt + n_decode;
     fx h = {0}, q = {0}, g1 = {0}, g2 = {0};
-    if (!fx_open(&h, akv_dev_host_backend(), m, P, n_total, max_chunk, false) ||
-        !fx_open(&q, akv_dev_host_backend(), m, P, n_total, max_chunk, true) ||
-        !fx_open(&g1, akv_dev_cuda_backend(), m, P, n_total, max_chunk, true) ||
-        !fx_open(&g2, akv_dev_cuda_backend(), m, P, n_total, max_chunk, true)) {
+    if (!fx_open(&h, akv_dev_host_backend(), m, P, n_total, max_step_tokens, false) ||
+        !fx_open(&q, akv_dev_host_backend(), m, P, n_total, max_step_tokens, true) ||
+        !fx_open(&g1, akv_dev_cuda_backend(), m, P, n_total, max_step_tokens, true) ||
+        !fx_open(&g2, akv_dev_cuda_backend(), m, P, n_total, max_step_tokens, true)) {
         rs.ok = 0;
         goto done;
     }
@@ -388,7 +388,7 @@ static run_stats compare_cuda(const akv_model *m, uint32_t max_chunk, uint32_t n
     }
     printf("  %s (chunks of %u, %u + %u tokens): worst relative error %.4g vs host pass, "
            "%.4g vs host queue pass (host pass vs queue pass %.4g)\n",
-           name, max_chunk, n_prompt, n_decode, rs.worst_host, rs.worst_queue,
+           name, max_step_tokens, n_prompt, n_decode, rs.worst_host, rs.worst_queue,
            rs.worst_host_queue);
     akv__free(tokens);
     for (int i = 0; i < 4; i++)

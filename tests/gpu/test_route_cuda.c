@@ -43,7 +43,7 @@ static int cells_on(akv_dev *dev, akv_forward_dev *fd, const char *what) {
                     .dtype = AKV_DTYPE_BF16,
                     .page_tokens = P,
                     .window = 2,
-                    .max_chunk = 256,
+                    .max_step_tokens = 256,
                     .n_gen = 2 * P + 1 > 64 ? 2 * P + 1 : 64,
                     .device_gib = 1,
                     .seed = test_seed(2026)};
@@ -55,7 +55,7 @@ int main(int argc, char **argv) {
     const akv_dev_backend *be = test_cuda_backend_or_skip();
     akv_dev *dev = NULL;
     if (!REQUIRE_OK(akv_dev_create(be, NULL, &dev))) return test_finish();
-    akv_forward_params fp = {.max_chunk = 256};
+    akv_forward_params fp = {.max_step_tokens = 256};
 
     TEST_CASE(bitwise_cells_synthetic_llama3_8b_shape) {
         akv_model_config c = llama3_8b_shape((uint32_t)akv_test_env_int("AKV_TEST_LAYERS", 1, 32, 2));
