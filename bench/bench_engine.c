@@ -47,6 +47,7 @@
 #define AKV_BENCH_NAME "bench_engine"
 #include "bench_try.h"
 #include "bench_copy_rate.h"
+#include "bench_route.h"
 
 enum { MAX_B = 32, PATTERN_FLOATS = 8u << 20 };
 
@@ -120,19 +121,21 @@ static int bset_open(bset *b, akv_dev *dev, const akv_model_config *c, akv_route
     hpp.limit_gib = (uint32_t)ceil(bench_history_gib(&g, total) * B) + 1;
     akv_dev_pool_params dpp = akv_dev_pool_default_params();
     dpp.device_gib = device_gib ? device_gib : (uint32_t)ceil(bench_history_gib(&g, total) * B * 1.02) + 1;
-    if (kind == AKV_ROUTE_STAGED)
-        dpp.staging_pages = akv_route_staging_pages(&g, total, AKV_ROUTE_WINDOW_PAGES, B);
+    akv_route_plan rpl; /* the kind's staging reserve (none for resident) */
+    TRY(akv_route_plan_begin(kind, 0, &g, total, B, &rpl));
+    dpp.staging_pages = rpl.staging_pages;
     TRY(akv_host_pool_create(dev, &g, &hpp, &b->hp));
     if (akv_dev_pool_create(dev, &g, &dpp, &b->dp) != AKV_OK) return 0;
     akv_dev_pool_stats ps;
     akv_dev_pool_get_stats(b->dp, &ps);
-    akv_route_params rp = {.kind = kind, .max_tokens = total, .max_seqs = B, .queued = true};
+    akv_route_params rp = {.kind = kind, .max_history = total, .max_seqs = B, .queued = true};
     if (akv_route_create(dev, b->hp, b->dp, &rp, &b->r) != AKV_OK) return 0;
     akv_route_req reqs[MAX_B];
     const akv_host_table *ht[MAX_B];
-    /* staged: the window part shared out, as the engine's plan does */
-    uint32_t target = kind == AKV_ROUTE_STAGED ? ps.window_capacity / B : 0;
-    if (kind == AKV_ROUTE_STAGED && target < AKV_ROUTE_WINDOW_PAGES) return 0;
+    /* a window's target: the window part shared out, as the engine's plan does (a kind whose
+     * window is the whole history ignores it); too small a share is no row */
+    uint32_t target = ps.window_capacity / B;
+    if (akv_route_need(kind, &g, total) == 0 && target < rpl.window_pages) return 0;
     for (uint32_t i = 0; i < B; i++) {
         akv_route_seq_params sp = {.target = target, .tag = i + 1};
         TRY(akv_route_seq_open(b->r, &sp, &b->s[i]));
@@ -168,7 +171,7 @@ static void bset_run(bset *b, akv_forward_dev *f, uint32_t n, float **keep, uint
     uint32_t n_new[MAX_B], pos0[MAX_B];
     int32_t tok[MAX_B];
     akv_route_req reqs[MAX_B];
-    akv_forward_kv kv = akv_route_forward_kv(b->r);
+    akv_kv_hooks kv = akv_route_hooks(b->r);
     akv_route_stats s0, s1;
     double t_steps = 0;
     for (uint32_t step = 0; step <= n; step++) {
@@ -312,7 +315,7 @@ int main(void) {
         for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
             bset b;
             uint32_t steps = rows[i].ctx >= 32768 ? 8 : 16;
-            if (!bset_open(&b, dev, &c, AKV_ROUTE_RESIDENT, rows[i].B, rows[i].ctx, 40, 0, par)) {
+            if (!bset_open(&b, dev, &c, bench_kind("resident"), rows[i].B, rows[i].ctx, 40, 0, par)) {
                 bench_emit(out, "| %u | %u | does not fit | | | | | |\n", rows[i].ctx, rows[i].B);
                 bset_close(&b);
                 continue;
@@ -328,7 +331,7 @@ int main(void) {
     }
     if (strchr(parts, 'B')) {
         bset b;
-        if (!bset_open(&b, dev, &c, AKV_ROUTE_STAGED, nB, 32768, 16, 8, par)) {
+        if (!bset_open(&b, dev, &c, bench_kind("staged"), nB, 32768, 16, 8, par)) {
             bench_emit(out, "\n(capacity: 16 x 32K does not fit an 8 GiB staged pool)\n");
         } else {
             akv_dev_pool_stats ps;
@@ -363,8 +366,8 @@ int main(void) {
          * is freed first */
         akv_forward_dev_destroy(f);
         f = NULL;
-        crun q = part_c_run(&c, AKV_ROUTE_RESIDENT, 1, ctx, n_new, gib);
-        crun t = part_c_run(&c, AKV_ROUTE_STAGED, 4, ctx, n_new, gib);
+        crun q = part_c_run(&c, bench_kind("resident"), 1, ctx, n_new, gib);
+        crun t = part_c_run(&c, bench_kind("staged"), 4, ctx, n_new, gib);
         bench_emit(out,
                    "\n### 4 conversations of 32K on a pool that holds one (%u GiB device pool, "
                    "%s)\n\nThrough the engine: prompts of %u random tokens (prefilled in chunks "

@@ -111,13 +111,13 @@ static run prefill(akv_dev *dev, akv_forward_dev *f, akv_route_kind kind, uint32
     akv_geom g;
     TRY(akv_geom_init(&g, c->n_layers, c->n_kv_heads, c->head_dim, AKV_DTYPE_BF16, 0));
     uint32_t window = AKV_ROUTE_WINDOW_PAGES;
-    if (kind == AKV_ROUTE_STAGED) {
+    if (kind == bench_kind("staged")) {
         /* the window holds the sink, a chunk's pages and the page before them */
         window = (uint32_t)akv_geom_pages_for_tokens(&g, chunk) + 2;
         if (window < AKV_ROUTE_WINDOW_PAGES) window = AKV_ROUTE_WINDOW_PAGES;
     }
     bench_route br;
-    if (bench_route_open(dev, &g, kind, n, kind == AKV_ROUTE_STAGED ? STAGED_GIB : 0, window, &br))
+    if (bench_route_open(dev, &g, kind, n, kind == bench_kind("staged") ? STAGED_GIB : 0, window, &br))
         goto done;
     akv_route *r = br.r;
     akv_route_seq *seq = br.seq;
@@ -126,7 +126,7 @@ static run prefill(akv_dev *dev, akv_forward_dev *f, akv_route_kind kind, uint32
     uint64_t rs = 12345;
     for (uint32_t i = 0; i < chunk; i++)
         tok[i] = (int32_t)(((rs = rs * 6364136223846793005ull + 1) >> 33) % c->n_vocab);
-    akv_forward_kv kv = akv_route_forward_kv(r);
+    akv_kv_hooks kv = akv_route_hooks(r);
     akv_route_stats s0, s1;
     akv_route_get_stats(r, &s0);
     if (profile) TRY(akv_dev_profile_start(dev, (size_t)(n / chunk + 1) * c->n_layers * 24 + 64));
@@ -201,8 +201,8 @@ int main(void) {
     for (int i = 0; i < n_lens; i++) {
         for (uint32_t j = 0; j < n_chunks; j++) {
             const uint32_t n = lens[i], ch = chunks[j];
-            run res = prefill(dev, f, AKV_ROUTE_RESIDENT, n, ch, NULL);
-            run stg = prefill(dev, f, AKV_ROUTE_STAGED, n, ch, NULL);
+            run res = prefill(dev, f, bench_kind("resident"), n, ch, NULL);
+            run stg = prefill(dev, f, bench_kind("staged"), n, ch, NULL);
             const double fl = model_flops(&c, n) / res.wall_s;
             bench_emit(out_md,
                        "| %u | %u | %.3f | %.0f | %.1f | %.3f | %.3f | %s%.3f | %.2f | %.1f |\n", n,
@@ -220,7 +220,7 @@ int main(void) {
                          "Profile of a resident prefill of %u tokens in chunks "
                          "of %u",
                          plens[i], pch[j]);
-                prefill(dev, f, AKV_ROUTE_RESIDENT, plens[i], pch[j], what);
+                prefill(dev, f, bench_kind("resident"), plens[i], pch[j], what);
             }
     }
     if (out_md) fclose(out_md);

@@ -66,7 +66,7 @@ static double h2d_rate(akv_dev *dev) {
  * (complete when the layer's copies are). Intervals per layer against the copy's bus time show
  * whether the bus idled between layers and whether the host issued late. */
 typedef struct trace {
-    akv_forward_kv inner;
+    akv_kv_hooks inner;
     akv_dev *dev;
     int on;
     uint32_t n;
@@ -74,7 +74,7 @@ typedef struct trace {
     akv_event *ev[64];
 } trace;
 
-static akv_status trace_begin(void *user, uint32_t layer, akv_forward_parts *parts) {
+static akv_status trace_begin(void *user, uint32_t layer, akv_kv_parts *parts) {
     trace *t = user;
     akv_status st = t->inner.begin_layer(t->inner.user, layer, parts);
     if (st || !t->on || layer >= 64) return st;
@@ -127,11 +127,11 @@ static row bench_ctx(akv_dev *dev, akv_forward_dev *f, akv_route_kind kind, uint
                    akv_geom_page_bytes(&g));
     TRY(akv_dev_memset_sync(dev, akv_dev_pool_base(dp), 0,
                             (size_t)akv_dev_pool_n_pages(dp) * akv_dev_pool_page_bytes(dp)));
-    trace tr = {.inner = akv_route_forward_kv(r), .dev = dev};
-    int tracing = getenv("AKV_BENCH_TRACE") && kind == AKV_ROUTE_STAGED;
+    trace tr = {.inner = akv_route_hooks(r), .dev = dev};
+    int tracing = getenv("AKV_BENCH_TRACE") && kind == bench_kind("staged");
     for (int i = 0; tracing && i < 64; i++)
         TRY(akv_dev_event_create(dev, AKV_EVENT_TIMING, &tr.ev[i]));
-    akv_forward_kv kv = tracing ? (akv_forward_kv){.user = &tr,
+    akv_kv_hooks kv = tracing ? (akv_kv_hooks){.user = &tr,
                                                    .begin_layer = trace_begin,
                                                    .end_layer = trace_end}
                                 : tr.inner;
@@ -183,11 +183,11 @@ int main(void) {
     coal.method = AKV_COPY_METHOD_COALESCE;
     for (int i = 0; i < n_ctx; i++) {
         int n_steps = ctxs[i] >= 32768 ? 8 : 32;
-        res[i] = bench_ctx(dev, f, AKV_ROUTE_RESIDENT, ctxs[i], n_steps, rate);
-        stg[i] = bench_ctx(dev, f, AKV_ROUTE_STAGED, ctxs[i], n_steps, rate);
+        res[i] = bench_ctx(dev, f, bench_kind("resident"), ctxs[i], n_steps, rate);
+        stg[i] = bench_ctx(dev, f, bench_kind("staged"), ctxs[i], n_steps, rate);
         /* the same with one cudaMemcpyAsync per merged span instead of the batched call */
         TRY(akv_dev_set_copy_config(dev, &coal));
-        stc[i] = bench_ctx(dev, f, AKV_ROUTE_STAGED, ctxs[i], n_steps, rate);
+        stc[i] = bench_ctx(dev, f, bench_kind("staged"), ctxs[i], n_steps, rate);
         TRY(akv_dev_set_copy_config(dev, &dflt));
         printf("  context %u: resident %s%.3f ms/token, staged %.3f ms/token (%s; %.3f with "
                "coalesce) (%.1f MiB staged per step; begin_step %.3f ms of the step)\n",

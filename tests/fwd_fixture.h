@@ -19,7 +19,7 @@
 #include "akv/host_pool.h"
 #include "akv/route.h"
 #include "core/half.h"
-#include "engine/route_check.h"
+#include "route/route_check.h"
 #include "model_build.h"
 #include "test.h"
 
@@ -124,15 +124,15 @@ static inline int fx_pools_open(const akv_dev_backend *be, const akv_model_confi
            CHECK(akv_dev_pool_create(*dev, g, &dpp, dp) == AKV_OK);
 }
 
-/* Pools of 1 GiB each, a resident route for max_tokens, the chosen pass (the device pass
+/* Pools of 1 GiB each, a resident route for max_history, the chosen pass (the device pass
  * launching every op of a decode step by itself with no_graphs). 1 on success. */
 static inline int fx_open_pass(fx *x, const akv_dev_backend *be, const akv_model *m, uint32_t P,
-                               uint64_t max_tokens, uint32_t max_step_tokens, bool on_device,
+                               uint64_t max_history, uint32_t max_step_tokens, bool on_device,
                                bool no_graphs) {
     memset(x, 0, sizeof *x);
     const akv_model_config *c = akv_model_get_config(m);
     x->n_vocab = c->n_vocab, x->max_step_tokens = max_step_tokens;
-    akv_route_params rp = {.kind = AKV_ROUTE_RESIDENT, .max_tokens = max_tokens, .queued = on_device};
+    akv_route_params rp = {.max_history = max_history, .queued = on_device};
     akv_forward_params fp = {.max_step_tokens = max_step_tokens, .no_graphs = no_graphs};
     if (!fx_pools_open(be, c, P, 0, &x->dev, &x->g, &x->hp, &x->dp) ||
         !CHECK(r1_open(x->dev, x->hp, x->dp, &rp, &x->q) == AKV_OK))
@@ -142,8 +142,8 @@ static inline int fx_open_pass(fx *x, const akv_dev_backend *be, const akv_model
 }
 
 static inline int fx_open(fx *x, const akv_dev_backend *be, const akv_model *m, uint32_t P,
-                          uint64_t max_tokens, uint32_t max_step_tokens, bool on_device) {
-    return fx_open_pass(x, be, m, P, max_tokens, max_step_tokens, on_device, false);
+                          uint64_t max_history, uint32_t max_step_tokens, bool on_device) {
+    return fx_open_pass(x, be, m, P, max_history, max_step_tokens, on_device, false);
 }
 
 static inline void fx_close(fx *x) {
@@ -162,7 +162,7 @@ static inline void fx_close(fx *x) {
 static inline akv_status fx_feed_route(r1 *q, akv_forward *fh, akv_forward_dev *fd,
                                        uint32_t max_step_tokens, const int32_t *tokens, uint32_t n,
                                        float *logits) {
-    akv_forward_kv kv = akv_route_forward_kv(q->r);
+    akv_kv_hooks kv = akv_route_hooks(q->r);
     for (uint32_t done = 0; done < n;) {
         uint32_t k = n - done < max_step_tokens ? n - done : max_step_tokens;
         float *want = done + k == n ? logits : NULL;
@@ -223,7 +223,7 @@ static inline akv_status fx_batch_step(akv_route *r, akv_route_seq *const *seqs,
         t += counts[i];
     }
     akv_forward_batch b = {.n_seq = n, .n_new = n_new, .pos0 = pos0, .tokens = tok, .logits = mode};
-    akv_forward_kv kv = akv_route_forward_kv(r);
+    akv_kv_hooks kv = akv_route_hooks(r);
     akv_status st = akv_route_begin_step(r, reqs, n);
     if (st == AKV_OK) {
         float *out = rows ? lg : NULL;

@@ -54,9 +54,10 @@ set(below_gguf mem dev core)           # the geometry's limits
 set(below_tok gguf mem dev core)
 set(below_ref attn dev core)
 set(below_cuda ref attn dev core)
-set(below_model gguf ref attn mem dev core)
-set(below_engine model tok stage gguf ref attn mem dev core)
-set(below_server engine model tok stage gguf ref attn mem dev core)
+set(below_route stage mem attn dev core) # where pages lie, and the parts the pass reads
+set(below_model route stage gguf ref attn mem dev core)
+set(below_engine model route tok stage gguf ref attn mem dev core)
+set(below_server engine model route tok stage gguf ref attn mem dev core)
 # The module of each public header (include/akv/<name>.h).
 set(pub_status core)
 set(pub_log core)
@@ -85,7 +86,8 @@ set(pub_model model)
 set(pub_forward model)
 set(pub_forward_dev model)
 set(pub_sample engine)
-set(pub_route engine)
+set(pub_route route)
+set(pub_kv_parts route)
 set(pub_engine engine)
 set(pub_server server)
 set(pub_akv server)                    # the umbrella: everything

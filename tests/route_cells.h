@@ -78,14 +78,14 @@ static inline void rc_set_close(rc_set *s, uint32_t n_seq) {
 }
 
 static inline int rc_set_open(rc_set *s, const rc_params *p, const akv_geom *g, bool staged,
-                              uint32_t n_seq, uint64_t max_tokens) {
+                              uint32_t n_seq, uint64_t max_history) {
     memset(s, 0, sizeof *s);
     akv_host_pool_params hpp = akv_host_pool_default_params();
     hpp.limit_gib = 4;
     hpp.arena_bytes = 64 * akv_geom_page_bytes(g);
     akv_dev_pool_params dpp = akv_dev_pool_default_params();
     dpp.device_gib = p->device_gib;
-    uint32_t slot = akv_route_slot_pages(g, max_tokens, p->window, n_seq);
+    uint32_t slot = akv_route_slot_pages(g, max_history, p->window, n_seq);
     if (staged) dpp.staging_pages = 2 * slot;
     if (!CHECK(akv_host_pool_create(p->dev, g, &hpp, &s->hp) == AKV_OK) ||
         !CHECK(akv_dev_pool_create(p->dev, g, &dpp, &s->dp) == AKV_OK))
@@ -97,7 +97,7 @@ static inline int rc_set_open(rc_set *s, const rc_params *p, const akv_geom *g, 
         if (!CHECK(akv_stage_create(p->dev, s->hp, s->dp, &sp, &s->stage) == AKV_OK)) return 0;
     }
     akv_route_params rp = {.kind = staged ? AKV_ROUTE_STAGED : AKV_ROUTE_RESIDENT,
-                           .max_tokens = max_tokens,
+                           .max_history = max_history,
                            .max_seqs = n_seq,
                            .queued = p->fd != NULL,
                            .window_pages = p->window,
@@ -168,14 +168,14 @@ static inline int rc_cell(const rc_params *p, uint32_t prompt, uint32_t n_seq, b
     if (!CHECK(akv_geom_init(&g, p->n_layers, p->n_kv_heads, p->head_dim, p->dtype,
                              p->page_tokens) == AKV_OK))
         return 0;
-    uint64_t max_tokens = (uint64_t)prompt + p->n_gen;
+    uint64_t max_history = (uint64_t)prompt + p->n_gen;
     rc_set res, stg;
     float *lr = malloc((size_t)p->n_vocab * RC_MAX_SEQ * sizeof(float));
     float *ls = malloc((size_t)p->n_vocab * RC_MAX_SEQ * sizeof(float));
     int32_t *tok = malloc((size_t)prompt * n_seq * sizeof(int32_t));
     int ok = lr && ls && tok;
-    ok = ok && rc_set_open(&res, p, &g, false, n_seq, max_tokens) &&
-         rc_set_open(&stg, p, &g, true, n_seq, max_tokens);
+    ok = ok && rc_set_open(&res, p, &g, false, n_seq, max_history) &&
+         rc_set_open(&stg, p, &g, true, n_seq, max_history);
     uint64_t rng = p->seed ^ ((uint64_t)prompt << 20) ^ n_seq ^ ((uint64_t)batched << 40);
     for (size_t i = 0; ok && i < (size_t)prompt * n_seq; i++)
         tok[i] = (int32_t)test_rand_below(&rng, p->n_vocab);

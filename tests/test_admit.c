@@ -8,6 +8,7 @@
 #include "akv/admit.h"
 #include "akv/dev.h"
 #include "akv/dev_pool.h"
+#include "pool_order.h"
 #include "akv/host_table.h"
 #include "akv/log.h"
 
@@ -217,8 +218,9 @@ static void test_truth(void) {
         for (int i = 0; i < 3; i++) {
             akv_dev_pool_ctx_params cp = {.target = f.target, .burst = f.burst, .tag = (uint64_t)i};
             CHECK_OK(akv_dev_pool_ctx_open(dpool, &cp, &c[i]));
-            rq[i] = (akv_dev_pool_req){c[i], p.max_context};
+            rq[i] = (akv_dev_pool_req){.ctx = c[i], .n_tokens = p.max_context};
         }
+        pool_orders(akv_dev_pool_geom(dpool), rq, f.concurrency);
         CHECK_OK(akv_dev_pool_step(dpool, rq, f.concurrency, rs));
         for (uint32_t i = 0; i < f.concurrency; i++) CHECK_EQ_INT(rs[i].window, f.target);
         akv_dev_pool_ctx_close(dpool, c[0]); /* start over with all three at once */
@@ -227,6 +229,7 @@ static void test_truth(void) {
         CHECK_OK(akv_dev_pool_ctx_open(dpool, &cp, &c[0]));
         CHECK_OK(akv_dev_pool_ctx_open(dpool, &cp, &c[1]));
         rq[0].ctx = c[0], rq[1].ctx = c[1];
+        pool_orders(akv_dev_pool_geom(dpool), rq, 3);
         CHECK_STATUS(akv_dev_pool_step(dpool, rq, 3, rs), AKV_EFULL);
         CHECK_STATUS(rs[2].status, AKV_EFULL);
         for (int i = 0; i < 3; i++) akv_dev_pool_ctx_close(dpool, c[i]);

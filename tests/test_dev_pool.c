@@ -10,6 +10,7 @@
 #include "akv/dev.h"
 #include "akv/testing/dev_faults.h"
 #include "akv/dev_pool.h"
+#include "pool_order.h"
 #include "akv/log.h"
 #include "core/alloc.h"
 #include "core/assert.h"
@@ -132,13 +133,17 @@ static void test_config(void) {
         }
         /* bad batches change nothing */
         akv_dev_pool_result res[2];
-        akv_dev_pool_req bad0[1] = {{c, 0}};
+        akv_dev_pool_req bad0[1] = {{.ctx = c, .n_tokens = 0}};
+        pool_orders(akv_dev_pool_geom(pool), bad0, 1);
         CHECK_STATUS(akv_dev_pool_step(pool, bad0, 1, res), AKV_EINVAL);
-        akv_dev_pool_req dup[2] = {{c, 10}, {c, 10}};
+        akv_dev_pool_req dup[2] = {{.ctx = c, .n_tokens = 10}, {.ctx = c, .n_tokens = 10}};
+        pool_orders(akv_dev_pool_geom(pool), dup, 2);
         CHECK_STATUS(akv_dev_pool_step(pool, dup, 2, res), AKV_EINVAL);
-        akv_dev_pool_req none[1] = {{NULL, 10}};
+        akv_dev_pool_req none[1] = {{.ctx = NULL, .n_tokens = 10}};
+        pool_orders(akv_dev_pool_geom(pool), none, 1);
         CHECK_STATUS(akv_dev_pool_step(pool, none, 1, res), AKV_EINVAL);
-        akv_dev_pool_req huge[1] = {{c, (uint64_t)2048 * INT32_MAX + 1}};
+        akv_dev_pool_req huge[1] = {{.ctx = c, .n_tokens = (uint64_t)2048 * INT32_MAX + 1}};
+        pool_orders(akv_dev_pool_geom(pool), huge, 1);
         CHECK_STATUS(akv_dev_pool_step(pool, huge, 1, res), AKV_EINVAL);
         akv_dev_pool_get_stats(pool, &st);
         CHECK_EQ_U64(st.n_steps, 0);
@@ -148,7 +153,8 @@ static void test_config(void) {
         akv_dev_pool_ctx_close(pool, c);
         /* a closed context is refused by address, its freed memory never read (the sanitizer
          * build caught the old check reading it) */
-        akv_dev_pool_req closed[1] = {{c, 10}};
+        akv_dev_pool_req closed[1] = {{.ctx = c, .n_tokens = 10}};
+        pool_orders(akv_dev_pool_geom(pool), closed, 1);
         CHECK_STATUS(akv_dev_pool_step(pool, closed, 1, res), AKV_EINVAL);
         CHECK_STATUS(akv_dev_pool_ctx_set_target(pool, c, 2, 0), AKV_EINVAL);
         uint32_t ids[4];
@@ -180,8 +186,9 @@ static void test_config(void) {
         uint32_t foreign[2] = {a[1], 9999};
         CHECK_STATUS(akv_dev_pool_staging_release(pool, 2, foreign), AKV_EINVAL);
         akv_dev_pool_ctx *c = open_ctx(pool, 2, 0, 1);
-        akv_dev_pool_req rq = {c, 1};
+        akv_dev_pool_req rq = {.ctx = c, .n_tokens = 1};
         akv_dev_pool_result rs;
+        pool_orders(akv_dev_pool_geom(pool), &rq, 1);
         CHECK_OK(akv_dev_pool_step(pool, &rq, 1, &rs));
         uint32_t win[1] = {akv_dev_pool_ctx_slot(pool, c, 0, 0).page_id};
         CHECK_STATUS(akv_dev_pool_staging_release(pool, 1, win), AKV_EINVAL);
@@ -246,7 +253,8 @@ static void trace_expect(trace *t, const char *what, const want_count *want, siz
 static akv_status step1(akv_dev_pool *pool, akv_dev_pool_ctx *c, uint64_t n_pages_of_tokens,
                         akv_dev_pool_result *res) {
     const akv_geom *g = akv_dev_pool_geom(pool);
-    akv_dev_pool_req rq = {c, n_pages_of_tokens * g->page_tokens};
+    akv_dev_pool_req rq = {.ctx = c, .n_tokens = n_pages_of_tokens * g->page_tokens};
+    pool_orders(akv_dev_pool_geom(pool), &rq, 1);
     return akv_dev_pool_step(pool, &rq, 1, res);
 }
 
@@ -317,8 +325,9 @@ static void test_trace(void) {
         /* 6. E and D together: E's floor from the free page and idle A (reclaimed whole);
          * D's new tail from the page A left free */
         akv_dev_pool_ctx *E = open_ctx(pool, 2, 0, 'E');
-        akv_dev_pool_req rq2[2] = {{E, 2 * 8192}, {D, 2 * 8192}};
+        akv_dev_pool_req rq2[2] = {{.ctx = E, .n_tokens = 2 * 8192}, {.ctx = D, .n_tokens = 2 * 8192}};
         akv_dev_pool_result r2[2];
+        pool_orders(akv_dev_pool_geom(pool), rq2, 2);
         CHECK_OK(akv_dev_pool_step(pool, rq2, 2, r2));
         CHECK_STR(window_str(pool, E), "0,1");
         CHECK_STR(window_str(pool, D), "0,1");
@@ -332,8 +341,9 @@ static void test_trace(void) {
         akv_dev_pool_result r4[4];
         for (int i = 0; i < 4; i++) {
             F[i] = open_ctx(pool, 2, 0, 'F' + (uint64_t)i);
-            rq4[i] = (akv_dev_pool_req){F[i], 2 * 8192};
+            rq4[i] = (akv_dev_pool_req){.ctx = F[i], .n_tokens = 2 * 8192};
         }
+        pool_orders(akv_dev_pool_geom(pool), rq4, 4);
         CHECK_STATUS(akv_dev_pool_step(pool, rq4, 4, r4), AKV_EFULL);
         for (int i = 0; i < 3; i++) CHECK_OK(r4[i].status);
         CHECK_STATUS(r4[3].status, AKV_EFULL);
@@ -378,7 +388,8 @@ static void test_trace(void) {
         /* 9. K (target 6) next to J in one batch: J's pages are its by right, so K ends short
          * of its target; 5 free pages of 7 */
         akv_dev_pool_ctx *K = open_ctx(pool, 6, 0, 'K');
-        akv_dev_pool_req rq_jk[2] = {{J, 4 * 8192}, {K, 6 * 8192}};
+        akv_dev_pool_req rq_jk[2] = {{.ctx = J, .n_tokens = 4 * 8192}, {.ctx = K, .n_tokens = 6 * 8192}};
+        pool_orders(akv_dev_pool_geom(pool), rq_jk, 2);
         CHECK_OK(akv_dev_pool_step(pool, rq_jk, 2, r2));
         CHECK_EQ_INT(r2[1].window, 5);
         CHECK_STR(window_str(pool, K), "0,2,3,4,5");
@@ -466,16 +477,19 @@ static void test_alloc_failures(void) {
         }
         CHECK_EQ_INT(n_failed, 2); /* the context and its window arrays */
         /* a raised target grows the window arrays: on failure target and window stay */
-        akv_dev_pool_req rq = {keep, 5 * 2048};
+        akv_dev_pool_req rq = {.ctx = keep, .n_tokens = 5 * 2048};
         akv_dev_pool_result rs;
+        pool_orders(akv_dev_pool_geom(pool), &rq, 1);
         CHECK_OK(akv_dev_pool_step(pool, &rq, 1, &rs));
         akv__alloc_fail_nth(1);
         CHECK_STATUS(akv_dev_pool_ctx_set_target(pool, keep, 10, 0), AKV_ENOMEM);
         akv__alloc_fail_nth(0);
+        pool_orders(akv_dev_pool_geom(pool), &rq, 1);
         CHECK_OK(akv_dev_pool_step(pool, &rq, 1, &rs));
         CHECK_EQ_INT(rs.window, 2); /* still target 2 */
         pool_ok(pool);
         CHECK_OK(akv_dev_pool_ctx_set_target(pool, keep, 10, 0));
+        pool_orders(akv_dev_pool_geom(pool), &rq, 1);
         CHECK_OK(akv_dev_pool_step(pool, &rq, 1, &rs));
         CHECK_EQ_INT(rs.window, 5);
         CHECK_STR(window_str(pool, keep), "0,1,2,3,4");
@@ -527,6 +541,48 @@ static int r_check_contents(akv_dev_pool *pool, const r_ctx *cs, int n) {
 }
 
 static void test_randomized(void) {
+    TEST_CASE(the_order_decides_which_pages) {
+        /* the pool holds a prefix of what each request's order asks, never a window of its
+         * own choosing: an order that wants the oldest pages gets them; a victim loses the page
+         * its order wants least; orders that are not an order are refused, nothing changed */
+        akv_dev_pool *pool = make_pool(2048, 0);
+        if (!pool) break;
+        akv_dev_pool_ctx *a = open_ctx(pool, 3, 0, 1), *b = open_ctx(pool, 2, 0, 2);
+        akv_dev_pool_result res[2];
+        const uint32_t oldest_first[6] = {0, 1, 2, 3, 4, 5};
+        akv_dev_pool_req rq = {.ctx = a, .n_tokens = 6 * 2048, .order = oldest_first,
+                               .n_order = 6, .n_floor = 2};
+        CHECK_OK(akv_dev_pool_step(pool, &rq, 1, res));
+        CHECK_EQ_INT(res[0].window, 3);
+        for (uint32_t w = 0; w < 3; w++)
+            CHECK_EQ_INT(akv_dev_pool_ctx_slot(pool, a, 0, w).logical, w);
+        pool_ok(pool);
+        /* a shorter order: the pages it leaves out go back */
+        rq.n_order = 2;
+        CHECK_OK(akv_dev_pool_step(pool, &rq, 1, res));
+        CHECK(res[0].window == 2 && akv_dev_pool_ctx_find(pool, a, 0, 2) < 0);
+        pool_ok(pool);
+        /* bad orders: repeated page, a page past the history, no floor, a floor past the order,
+         * no order at all */
+        const uint32_t rep[3] = {0, 1, 1}, past[2] = {0, 6};
+        const akv_dev_pool_req bad[] = {
+            {.ctx = b, .n_tokens = 6 * 2048, .order = rep, .n_order = 3, .n_floor = 1},
+            {.ctx = b, .n_tokens = 6 * 2048, .order = past, .n_order = 2, .n_floor = 1},
+            {.ctx = b, .n_tokens = 6 * 2048, .order = oldest_first, .n_order = 3, .n_floor = 0},
+            {.ctx = b, .n_tokens = 6 * 2048, .order = oldest_first, .n_order = 1, .n_floor = 2},
+            {.ctx = b, .n_tokens = 6 * 2048, .order = NULL, .n_order = 0, .n_floor = 0}};
+        akv_dev_pool_stats st0, st1;
+        akv_dev_pool_get_stats(pool, &st0);
+        for (size_t i = 0; i < sizeof bad / sizeof *bad; i++)
+            CHECK_STATUS(akv_dev_pool_step(pool, &bad[i], 1, res), AKV_EINVAL);
+        akv_dev_pool_get_stats(pool, &st1);
+        CHECK_EQ_U64(st1.n_steps, st0.n_steps);
+        pool_ok(pool);
+        akv_dev_pool_ctx_close(pool, a);
+        akv_dev_pool_ctx_close(pool, b);
+        CHECK_OK(akv_dev_pool_destroy(pool));
+    }
+
     TEST_CASE(randomized_contexts_under_pressure) {
         uint64_t rng = test_seed(0xdeadbeef01);
         /* 16 MiB pages, 2 layers: 64 pages; staging 6 -> 29 window pages */
@@ -583,8 +639,9 @@ static void test_randomized(void) {
                     t = g < 6 ? t + 1 : g < 9 ? t + 1 + test_rand_below(&rng, 3 * P) : 1 + test_rand_below(&rng, t + 1);
                     if (t > 40ull * P) t = 1 + test_rand_below(&rng, 40ull * P);
                     who[m] = i;
-                    rq[m++] = (akv_dev_pool_req){cs[i].c, t};
+                    rq[m++] = (akv_dev_pool_req){.ctx = cs[i].c, .n_tokens = t};
                 }
+                pool_orders(akv_dev_pool_geom(pool), rq, (uint32_t)m);
                 akv_status s = akv_dev_pool_step(pool, rq, (uint32_t)m, rs);
                 n_steps++;
                 int any = 0;

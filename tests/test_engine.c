@@ -46,6 +46,14 @@ static void on_token(void *user, akv_request *rq, const akv_token_event *ev) {
 }
 
 /* An engine over the model on a fresh host-backend device. */
+/* The route kind of a name (the engine's tests choose routes as the tools do). */
+static akv_route_kind route_kind(const char *name) {
+    akv_route_kind k = 0;
+    akv_status st = akv_route_kind_from_name(name, &k);
+    AKV_ASSERT(st == AKV_OK);
+    return k;
+}
+
 static akv_engine *engine_open(const akv_model *m, akv_engine_params *over) {
     akv_engine_params p = over ? *over : akv_engine_default_params();
     if (!CHECK(akv_dev_create(akv_dev_host_backend(), NULL, &p.dev) == AKV_OK)) return NULL;
@@ -324,7 +332,7 @@ int main(int argc, char **argv) {
             ep.max_seqs = 2, ep.pass = AKV_ENGINE_PASS_DEVICE;
             ep.step_tokens =
                 16 + 5; /* step 1: a's first chunk and b's prompt; then a chunk a step */
-            ep.route = staged ? AKV_ROUTE_STAGED : AKV_ROUTE_RESIDENT, ep.window_pages = 2;
+            ep.route = route_kind(staged ? "staged" : "resident"), ep.window_pages = 2;
             akv_engine *e = engine_open(model, &ep);
             if (!e) break;
             akv_dev *dev = akv_engine_dev(e);
@@ -459,7 +467,7 @@ int main(int argc, char **argv) {
             akv_engine_params ep = akv_engine_default_params();
             ep.max_seqs = 4, ep.max_queue = 6, ep.max_idle = 5, ep.max_context = 96;
             ep.pass = AKV_ENGINE_PASS_DEVICE, ep.chunk = 16;
-            ep.route = variant ? AKV_ROUTE_STAGED : AKV_ROUTE_RESIDENT, ep.window_pages = 2;
+            ep.route = route_kind(variant ? "staged" : "resident"), ep.window_pages = 2;
             ep.kv_dtype = AKV_DTYPE_F32;
             akv_engine *e = engine_open(wm, &ep);
             if (!e) break;

@@ -23,7 +23,7 @@ typedef struct test_kv {
     int bad_length; /* report one token more than the run has */
 } test_kv;
 
-static akv_status tkv_begin(void *user, uint32_t layer, akv_forward_parts *parts) {
+static akv_status tkv_begin(void *user, uint32_t layer, akv_kv_parts *parts) {
     test_kv *kv = user;
     parts->n_parts = 1;
     akv_attn_pages *pg = &parts->part[0].kv;
@@ -109,7 +109,7 @@ static void run_and_check(const akv_model *model, uint32_t P, akv_dtype dtype, u
         tokens[i] = (int32_t)test_rand_below(rng, c->n_vocab);
     float *logits = akv__malloc(c->n_vocab * sizeof *logits);
     double *want = akv__malloc(c->n_vocab * sizeof *want);
-    akv_forward_kv hooks = {.user = &kv, .begin_layer = tkv_begin, .end_layer = tkv_end};
+    akv_kv_hooks hooks = {.user = &kv, .begin_layer = tkv_begin, .end_layer = tkv_end};
     uint32_t pos = 0;
     while (f && pos < n_total) {
         uint32_t n = pos < n_prompt ? n_prompt - pos : 1;
@@ -181,7 +181,7 @@ int main(int argc, char **argv) {
         float logits[6 * 19];
         double want[19];
         akv_forward *f = NULL;
-        akv_forward_kv hooks = {.user = &kv, .begin_layer = tkv_begin};
+        akv_kv_hooks hooks = {.user = &kv, .begin_layer = tkv_begin};
         CHECK_OK(akv_forward_create(m_llama, NULL, &f));
         kv.n_tokens = n;
         CHECK_OK(akv_forward_run(f, tokens, n, 0, &hooks, logits, true));
@@ -212,7 +212,7 @@ int main(int argc, char **argv) {
         akv_forward_params fp = {.max_step_tokens = 4};
         akv_forward *f = NULL;
         CHECK_OK(akv_forward_create(m_llama, &fp, &f));
-        akv_forward_kv hooks = {.user = &kv, .begin_layer = tkv_begin, .end_layer = tkv_end};
+        akv_kv_hooks hooks = {.user = &kv, .begin_layer = tkv_begin, .end_layer = tkv_end};
         int32_t tokens[5] = {1, 2, 3, 4, 5}, bad[2] = {1, 19};
         float logits[19];
         kv.n_tokens = 2;

@@ -371,7 +371,7 @@ int main(int argc, char **argv) {
             CHECK_EQ_U64(r1_len(&d.q), 0);
             int32_t ok[3] = {1, 2, 3};
             CHECK_OK(fx_feed(&d, ok, 3, logits));
-            akv_forward_kv kv = akv_route_forward_kv(d.q.r);
+            akv_kv_hooks kv = akv_route_hooks(d.q.r);
             CHECK_STATUS(akv_forward_dev_run(d.fd, ok, 9, 3, &kv, logits, false), AKV_EINVAL);
             CHECK_STATUS(akv_forward_dev_run(d.fd, ok, 0, 3, &kv, logits, false), AKV_EINVAL);
             CHECK(akv_forward_dev_weight_bytes(d.fd) > 0);

@@ -21,7 +21,7 @@
 #include "akv/tok.h"
 #include "core/alloc.h"
 #include "core/assert.h"
-#include "engine/route_check.h"
+#include "route/route_check.h"
 
 static char model_path[4096];
 
@@ -43,7 +43,7 @@ static int session_open(session *s, const akv_model *m, akv_dtype dtype, uint32_
     akv_dev_pool_params dpp = akv_dev_pool_default_params();
     hpp.limit_gib = 1, dpp.device_gib = 1;
     hpp.arena_bytes = 64u << 20;
-    akv_route_params rp = {.kind = AKV_ROUTE_RESIDENT, .max_tokens = 1024};
+    akv_route_params rp = {.max_history = 1024};
     akv_forward_params fp = {.max_step_tokens = chunk, .n_layers = n_layers};
     return CHECK(akv_dev_create(akv_dev_host_backend(), NULL, &s->dev) == AKV_OK &&
                  akv_geom_init(&g, c->n_layers, c->n_kv_heads, c->head_dim, dtype, 0) == AKV_OK &&
@@ -64,7 +64,7 @@ static void session_close(session *s) {
 /* Runs n tokens at the end of the history in chunks of `chunk`; logits of the last. */
 static akv_status session_feed(session *s, const int32_t *ids, size_t n, uint32_t chunk,
                                float *logits) {
-    akv_forward_kv kv = akv_route_forward_kv(s->route.r);
+    akv_kv_hooks kv = akv_route_hooks(s->route.r);
     for (size_t done = 0; done < n;) {
         uint32_t k = (uint32_t)(n - done < chunk ? n - done : chunk);
         uint64_t len = r1_len(&s->route);

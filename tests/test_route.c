@@ -18,7 +18,7 @@
 #include "akv/route.h"
 #include "akv/stage.h"
 #include "core/alloc.h"
-#include "engine/route_check.h"
+#include "route/route_check.h"
 
 enum { P = 16 }; /* tokens per page: small, so short histories span several pages */
 
@@ -96,11 +96,50 @@ int main(int argc, char **argv) {
     float logits[23];
     double want[23];
 
+    TEST_CASE(kinds_by_name_and_their_plan) {
+        akv_route_kind k;
+        CHECK_OK(akv_route_kind_from_name("staged", &k));
+        CHECK(k == AKV_ROUTE_STAGED && !strcmp(akv_route_kind_name(k), "staged"));
+        CHECK_OK(akv_route_kind_from_name("resident", &k));
+        CHECK(k == AKV_ROUTE_RESIDENT && !strcmp(akv_route_kind_name(k), "resident"));
+        CHECK_STATUS(akv_route_kind_from_name("nosuch", &k), AKV_EINVAL);
+        CHECK_STATUS(akv_route_kind_from_name(NULL, &k), AKV_EINVAL);
+        akv_geom g;
+        CHECK_OK(akv_geom_init(&g, 2, 2, 8, AKV_DTYPE_BF16, P));
+        /* need: resident reserves every page of the history (at least the floor of 2), staged
+         * nothing */
+        CHECK_EQ_INT(akv_route_need(AKV_ROUTE_RESIDENT, &g, 1), 2);
+        CHECK_EQ_INT(akv_route_need(AKV_ROUTE_RESIDENT, &g, 5 * P + 1), 6);
+        CHECK_EQ_INT(akv_route_need(AKV_ROUTE_STAGED, &g, 5 * P + 1), 0);
+        /* the plan's windows: a staged share below the route's window is raised to it, and
+         * windows that together pass the pool are refused; a resident history over the pool's
+         * window capacity is refused */
+        akv_route_plan pl;
+        akv_fit fit = {.concurrency = 4, .window_capacity = 40, .target = 3, .burst = 5};
+        CHECK_OK(akv_route_plan_begin(AKV_ROUTE_STAGED, 0, &g, 100 * P, 4, &pl));
+        CHECK_EQ_INT(pl.window_pages, AKV_ROUTE_WINDOW_PAGES);
+        CHECK_OK(akv_route_plan_finish(&g, 100 * P, &fit, &pl));
+        CHECK(pl.target == 4 && pl.burst == 5);
+        fit.window_capacity = 15;
+        CHECK_STATUS(akv_route_plan_finish(&g, 100 * P, &fit, &pl), AKV_EFULL);
+        CHECK_OK(akv_route_plan_begin(AKV_ROUTE_RESIDENT, 0, &g, 100 * P, 4, &pl));
+        CHECK(pl.staging_pages == 0);
+        fit.window_capacity = 99; /* a history of 100 pages */
+        CHECK_STATUS(akv_route_plan_finish(&g, 100 * P, &fit, &pl), AKV_EFULL);
+        fit.window_capacity = 100;
+        CHECK_OK(akv_route_plan_finish(&g, 100 * P, &fit, &pl));
+        CHECK(pl.target == 0 && pl.burst == 0);
+        char line[256];
+        akv_route_plan_format(&pl, 4, 101, line, sizeof line);
+        CHECK(strstr(line, "resident") != NULL);
+        CHECK_STATUS(akv_route_plan_begin((akv_route_kind)7, 0, &g, P, 1, &pl), AKV_EINVAL);
+    }
+
     TEST_CASE(resident_matches_oracle_host_copy_authoritative) {
         pools p;
         if (!pools_open(&p, c, 0)) break;
         r1 r;
-        akv_route_params rp = {.kind = AKV_ROUTE_RESIDENT, .max_tokens = 64};
+        akv_route_params rp = {.kind = AKV_ROUTE_RESIDENT, .max_history = 64};
         CHECK_OK(r1_open(p.dev, p.hp, p.dp, &rp, &r));
         if (!r.r) break;
         /* prefill 37 tokens in chunks of P (16, 16, 5), then 6 decode steps */
@@ -126,6 +165,11 @@ int main(int argc, char **argv) {
         CHECK_EQ_U64(rs.s.d2h_bytes, rs.r.d2h_bytes);
         CHECK_EQ_INT(rs.s.window_pages, 3);
         CHECK_EQ_INT(rs.s.host_pages, 3);
+        /* the placement: the whole history in the window, one run */
+        akv_kv_run runs[4];
+        const akv_kv_run whole = {0, 3, AKV_KV_WINDOW, AKV_REPR_EXACT};
+        CHECK_EQ_INT(akv_route_seq_runs(r.s, runs, 4), 1);
+        CHECK_BYTES(runs, &whole, sizeof whole);
         CHECK_OK(r1_close(&r));
         pools_close(&p);
     }
@@ -137,7 +181,7 @@ int main(int argc, char **argv) {
          * bit for bit, those of the same contexts run alone in a roomy pool. */
         pools tight, roomy;
         if (!pools_open(&tight, c, 8) || !pools_open(&roomy, c, 0)) break;
-        akv_route_params rp = {.kind = AKV_ROUTE_RESIDENT, .max_tokens = 5 * P};
+        akv_route_params rp = {.kind = AKV_ROUTE_RESIDENT, .max_history = 5 * P};
         r1 a, b, a_ref, b_ref;
         CHECK_OK(r1_open(tight.dev, tight.hp, tight.dp, &rp, &a));
         CHECK_OK(r1_open(tight.dev, tight.hp, tight.dp, &rp, &b));
@@ -199,26 +243,32 @@ int main(int argc, char **argv) {
         if (!pools_open(&p, c, 8)) break;
         akv_route *r = NULL;
         /* staged: a window above the pool's window capacity, or below the floor */
-        akv_route_params rp = {.kind = AKV_ROUTE_STAGED, .max_tokens = 64, .window_pages = 9};
+        akv_route_params rp = {.kind = AKV_ROUTE_STAGED, .max_history = 64, .window_pages = 9};
         CHECK_STATUS(akv_route_create(p.dev, p.hp, p.dp, &rp, &r), AKV_EINVAL);
         rp.window_pages = 1;
         CHECK_STATUS(akv_route_create(p.dev, p.hp, p.dp, &rp, &r), AKV_EINVAL);
         rp.window_pages = 0;
         rp.kind = AKV_ROUTE_RESIDENT;
-        rp.max_tokens = 9 * P; /* 9 pages per layer: more than the window holds */
+        rp.max_history = 9 * P; /* 9 pages per layer: more than the window holds */
         CHECK_STATUS(akv_route_create(p.dev, p.hp, p.dp, &rp, &r), AKV_EINVAL);
-        rp.max_tokens = 0;
+        rp.max_history = 0;
         CHECK_STATUS(akv_route_create(p.dev, p.hp, p.dp, &rp, &r), AKV_EINVAL);
-        rp.max_tokens = 2 * P, rp.max_seqs = AKV_ROUTE_MAX_SEQS + 1;
+        rp.max_history = 2 * P, rp.max_seqs = AKV_ROUTE_MAX_SEQS + 1;
         CHECK_STATUS(akv_route_create(p.dev, p.hp, p.dp, &rp, &r), AKV_EINVAL);
         rp.max_seqs = 0;
         /* slot and reserve sizes saturate instead of wrapping to a small count */
         CHECK_EQ_U64(akv_route_slot_pages(&p.g, (uint64_t)P * ((1ull << 32) + 5), 4, 1), UINT32_MAX);
-        CHECK_EQ_U64(akv_route_staging_pages(&p.g, (uint64_t)P * ((1ull << 31) + 4), 4, 1), UINT32_MAX);
+        akv_route_plan pl;
+        CHECK_OK(akv_route_plan_begin(AKV_ROUTE_STAGED, 4, &p.g, (uint64_t)P * ((1ull << 31) + 4),
+                                      1, &pl));
+        CHECK_EQ_U64(pl.staging_pages, UINT32_MAX);
         CHECK_EQ_U64(akv_route_slot_pages(&p.g, (uint64_t)P * ((1ull << 29) + 4), 4, 9), UINT32_MAX);
         CHECK_EQ_U64(akv_route_slot_pages(&p.g, 10 * P, 4, 1), 6);
         CHECK_EQ_U64(akv_route_slot_pages(&p.g, 10 * P, 4, 3), 18);
-        CHECK_EQ_U64(akv_route_staging_pages(&p.g, 10 * P, 4, 1), 12);
+        CHECK_OK(akv_route_plan_begin(AKV_ROUTE_STAGED, 4, &p.g, 10 * P, 1, &pl));
+        CHECK_EQ_U64(pl.staging_pages, 12);
+        CHECK_OK(akv_route_plan_begin(AKV_ROUTE_RESIDENT, 4, &p.g, 10 * P, 1, &pl));
+        CHECK_EQ_U64(pl.staging_pages, 0);
         {
             /* a borrowed stage over another device pool (its copies would land where the
              * route's tables do not point) */
@@ -231,23 +281,23 @@ int main(int argc, char **argv) {
             sp2.slot_pages = 4;
             CHECK_OK(akv_dev_pool_create(p.dev, &p.g, &dpp, &dp2));
             CHECK_OK(akv_stage_create(p.dev, p.hp, dp2, &sp2, &st2));
-            akv_route_params rs2 = {.kind = AKV_ROUTE_STAGED, .max_tokens = 4 * P, .window_pages = 2, .stage = st2};
+            akv_route_params rs2 = {.kind = AKV_ROUTE_STAGED, .max_history = 4 * P, .window_pages = 2, .stage = st2};
             if (st2) CHECK_STATUS(akv_route_create(p.dev, p.hp, p.dp, &rs2, &r), AKV_EINVAL);
             CHECK(r == NULL);
             CHECK_OK(akv_stage_destroy(st2));
             CHECK_OK(akv_dev_pool_destroy(dp2));
         }
-        rp.max_tokens = 2 * P, rp.max_seqs = 2;
+        rp.max_history = 2 * P, rp.max_seqs = 2;
         r1 x;
         CHECK_OK(r1_open(p.dev, p.hp, p.dp, &rp, &x));
         if (!x.r) break;
         /* a sequence's own limit: above the route's is refused; below it, binding */
         akv_route_seq *y = NULL, *z = NULL;
-        akv_route_seq_params yp = {.max_tokens = 2 * P + 1, .tag = 2};
+        akv_route_seq_params yp = {.max_history = 2 * P + 1, .tag = 2};
         CHECK_STATUS(akv_route_seq_open(x.r, &yp, &y), AKV_EINVAL);
-        yp.max_tokens = P;
+        yp.max_history = P;
         CHECK_OK(akv_route_seq_open(x.r, &yp, &y));
-        CHECK_STATUS(r1_step(&x, 2 * P + 1), AKV_EINVAL); /* past max_tokens */
+        CHECK_STATUS(r1_step(&x, 2 * P + 1), AKV_EINVAL); /* past max_history */
         CHECK_OK(feed(&x, f, tokens, 10, logits));
         CHECK_STATUS(r1_step(&x, 10), AKV_EINVAL); /* does not grow */
         {
@@ -269,8 +319,8 @@ int main(int argc, char **argv) {
         }
         {
             /* the forward hooks refuse a layer past the geometry's */
-            akv_forward_kv kv = akv_route_forward_kv(x.r);
-            akv_forward_parts pg;
+            akv_kv_hooks kv = akv_route_hooks(x.r);
+            akv_kv_parts pg;
             CHECK_STATUS(kv.begin_layer(kv.user, c->n_layers, &pg), AKV_EINVAL);
             CHECK_STATUS(kv.end_layer(kv.user, c->n_layers), AKV_EINVAL);
             CHECK_OK(akv__route_check(x.r));
@@ -296,9 +346,9 @@ int main(int argc, char **argv) {
         akv_route_get_stats(x.r, &rst);
         CHECK_EQ_INT(rst.n_closing, 0);
         /* new limits for a reused sequence: not below its history */
-        yp.max_tokens = 2 * P;
+        yp.max_history = 2 * P;
         CHECK_OK(akv_route_seq_set_params(x.r, x.s, &yp));
-        yp.max_tokens = 5;
+        yp.max_history = 5;
         CHECK_STATUS(akv_route_seq_set_params(x.r, x.s, &yp), AKV_EINVAL);
         /* a forward pass that fails (token outside the vocabulary) leaves the route as before */
         int32_t bad[2] = {1, 23};
@@ -319,7 +369,7 @@ int main(int argc, char **argv) {
         pools p;
         if (!pools_open(&p, c, 0)) break;
         r1 r;
-        akv_route_params rp = {.kind = AKV_ROUTE_STAGED, .max_tokens = 5 * P, .window_pages = 2};
+        akv_route_params rp = {.kind = AKV_ROUTE_STAGED, .max_history = 5 * P, .window_pages = 2};
         CHECK_STATUS(r1_open(p.dev, p.hp, p.dp, &rp, &r), AKV_EFULL); /* no reserve */
         pools_close(&p);
         if (!pools_open(&p, c, 64)) break;
@@ -336,12 +386,20 @@ int main(int argc, char **argv) {
         r1_stats rs = r1_get_stats(&r);
         CHECK_EQ_U64(rs.r.n_leases, (uint64_t)n_steps * c->n_layers);
         CHECK_EQ_INT(rs.s.window_pages, 2);
+        /* the placement of the last step: 70 tokens in 5 pages, a window of 2 (the newest and
+         * the sink), the 3 between staged */
+        akv_kv_run runs[8];
+        const akv_kv_run want_runs[] = {{0, 1, AKV_KV_WINDOW, AKV_REPR_EXACT},
+                                        {1, 3, AKV_KV_STAGED, AKV_REPR_EXACT},
+                                        {4, 1, AKV_KV_WINDOW, AKV_REPR_EXACT}};
+        CHECK_EQ_INT(akv_route_seq_runs(r.s, runs, 8), 3);
+        CHECK_BYTES(runs, want_runs, sizeof want_runs);
         CHECK(rs.r.staged_bytes > 0 && rs.s.staged_bytes == rs.r.staged_bytes);
         CHECK_EQ_U64(rs.r.d2h_bytes, 70 * c->n_layers * akv_geom_token_bytes(&p.g));
         /* a pass that stops inside layer 0 (its lease open): abort cancels and retires */
         CHECK_OK(r1_step(&r, 71));
-        akv_forward_kv kv = akv_route_forward_kv(r.r);
-        akv_forward_parts pg;
+        akv_kv_hooks kv = akv_route_hooks(r.r);
+        akv_kv_parts pg;
         CHECK_OK(kv.begin_layer(kv.user, 0, &pg));
         CHECK_OK(akv_route_abort_step(r.r));
         CHECK_EQ_U64(r1_len(&r), 70);
@@ -374,7 +432,7 @@ int main(int argc, char **argv) {
         pools p;
         if (!pools_open(&p, c, 64)) break;
         r1 r;
-        akv_route_params rp = {.kind = AKV_ROUTE_STAGED, .max_tokens = 5 * P, .window_pages = 2};
+        akv_route_params rp = {.kind = AKV_ROUTE_STAGED, .max_history = 5 * P, .window_pages = 2};
         CHECK_OK(r1_open(p.dev, p.hp, p.dp, &rp, &r));
         if (!r.r) break;
         for (uint32_t pos = 0; pos < 3 * P; pos += P)
@@ -409,7 +467,7 @@ int main(int argc, char **argv) {
         akv_stage *st = NULL;
         CHECK_OK(akv_stage_create(p.dev, p.hp, p.dp, &sp, &st));
         r1 r = {0};
-        akv_route_params rp = {.kind = AKV_ROUTE_STAGED, .max_tokens = 4 * P, .window_pages = 2, .stage = st};
+        akv_route_params rp = {.kind = AKV_ROUTE_STAGED, .max_history = 4 * P, .window_pages = 2, .stage = st};
         if (st) CHECK_OK(r1_open(p.dev, p.hp, p.dp, &rp, &r));
         if (r.r) {
             CHECK_OK(akv_dev_inject_fault(p.dev, AKV_FAULT_COPY, 1, 0));
@@ -538,7 +596,7 @@ int main(int argc, char **argv) {
             CHECK_OK(akv_dev_inject_fault(a.dev, AKV_FAULT_COPY_EXEC, 1, 0)); /* the table */
             CHECK_OK(akv_dev_inject_fault(a.dev, AKV_FAULT_OP, 1, 0));       /* the pass */
             CHECK_OK(r1_step(&a.q, P + 1));
-            akv_forward_kv kv = akv_route_forward_kv(a.q.r);
+            akv_kv_hooks kv = akv_route_hooks(a.q.r);
             CHECK(akv_forward_dev_run(a.fd, tokens + P - 1, 2, P - 1, &kv, logits, false) != AKV_OK);
             (void)akv_dev_sync(a.dev);
             CHECK_OK(akv_dev_clear_faults(a.dev));
@@ -566,9 +624,9 @@ int main(int argc, char **argv) {
             r1 s1 = {0}, s2 = {0}, r = {0};
             CHECK_OK(akv_forward_dev_create(p.dev, model, &fdp, &fd));
             CHECK_OK(akv_stage_create(p.dev, p.hp, p.dp, &sp, &stg));
-            akv_route_params ps = {.kind = AKV_ROUTE_STAGED, .max_tokens = 4 * P, .queued = true,
+            akv_route_params ps = {.kind = AKV_ROUTE_STAGED, .max_history = 4 * P, .queued = true,
                                    .window_pages = 2, .stage = stg, .prefetch = -1};
-            akv_route_params pr = {.kind = AKV_ROUTE_RESIDENT, .max_tokens = 4 * P, .queued = true};
+            akv_route_params pr = {.kind = AKV_ROUTE_RESIDENT, .max_history = 4 * P, .queued = true};
             if (stg) CHECK_OK(r1_open(p.dev, p.hp, p.dp, &ps, &s1));
             if (stg) CHECK_OK(r1_open(p.dev, p.hp, p.dp, &ps, &s2));
             CHECK_OK(r1_open(p.dev, p.hp, p.dp, &pr, &r));
@@ -629,7 +687,7 @@ int main(int argc, char **argv) {
             akv_forward_dev *fd = NULL;
             r1 a = {0}, b = {0};
             akv_forward_params fdp = {.max_step_tokens = P};
-            akv_route_params rp = {.kind = AKV_ROUTE_RESIDENT, .max_tokens = 4 * P, .queued = true};
+            akv_route_params rp = {.kind = AKV_ROUTE_RESIDENT, .max_history = 4 * P, .queued = true};
             if (!pools_open(&p, c, 4)) break;
             CHECK_OK(akv_forward_dev_create(p.dev, model, &fdp, &fd));
             CHECK_OK(r1_open(p.dev, p.hp, p.dp, &rp, &a));
@@ -682,9 +740,9 @@ int main(int argc, char **argv) {
         bool open = pools_open(&p, c, 4);
         open = pools_open(&q, c, 0) && open;
         r1 x = {0}, y = {0}, xr = {0};
-        akv_route_params px = {.kind = AKV_ROUTE_STAGED, .max_tokens = 4 * P, .window_pages = 2};
-        akv_route_params py = {.kind = AKV_ROUTE_RESIDENT, .max_tokens = 4 * P};
-        akv_route_params pr = {.kind = AKV_ROUTE_RESIDENT, .max_tokens = 4 * P};
+        akv_route_params px = {.kind = AKV_ROUTE_STAGED, .max_history = 4 * P, .window_pages = 2};
+        akv_route_params py = {.kind = AKV_ROUTE_RESIDENT, .max_history = 4 * P};
+        akv_route_params pr = {.kind = AKV_ROUTE_RESIDENT, .max_history = 4 * P};
         if (open) {
             CHECK_OK(r1_open(p.dev, p.hp, p.dp, &px, &x));
             CHECK_OK(r1_open(p.dev, p.hp, p.dp, &py, &y));
@@ -732,7 +790,7 @@ int main(int argc, char **argv) {
             if (queued) CHECK_OK(akv_forward_dev_create(p.dev, model, &qp, &fd));
             akv_route *r = NULL;
             akv_route_seq *a = NULL, *b = NULL;
-            akv_route_params rp = {.kind = AKV_ROUTE_RESIDENT, .max_tokens = 4 * P,
+            akv_route_params rp = {.kind = AKV_ROUTE_RESIDENT, .max_history = 4 * P,
                                    .max_seqs = 2, .queued = queued != 0};
             CHECK_OK(akv_route_create(p.dev, p.hp, p.dp, &rp, &r));
             if (r) CHECK_OK(akv_route_seq_open(r, NULL, &a));
@@ -754,7 +812,7 @@ int main(int argc, char **argv) {
                 uint32_t n_new[2] = {1, 1}, pos0[2] = {5, 7};
                 int32_t two[2] = {tokens[5], tokens[47]};
                 akv_forward_batch fb1 = {.n_seq = 2, .n_new = n_new, .pos0 = pos0, .tokens = two};
-                akv_forward_kv kv = akv_route_forward_kv(r);
+                akv_kv_hooks kv = akv_route_hooks(r);
                 float lg2[2 * 23];
                 CHECK_OK(fd ? akv_forward_dev_step(fd, &fb1, &kv, lg2) : akv_forward_step(f, &fb1, &kv, lg2));
                 if (queued) CHECK_OK(akv_dev_inject_delays(p.dev, 3, 20000, 1));
@@ -798,7 +856,7 @@ int main(int argc, char **argv) {
         akv_route *r = NULL;
         akv_route_seq *seqs[NS] = {0};
         r1 alone[NS] = {{0}};
-        akv_route_params rp = {.kind = AKV_ROUTE_RESIDENT, .max_tokens = 8 * P, .max_seqs = NS};
+        akv_route_params rp = {.kind = AKV_ROUTE_RESIDENT, .max_history = 8 * P, .max_seqs = NS};
         akv_route_params rp1 = rp;
         rp1.max_seqs = 1;
         CHECK_OK(akv_route_create(p.dev, p.hp, p.dp, &rp, &r));
@@ -866,9 +924,9 @@ int main(int argc, char **argv) {
         open = pools_open(&pr, c, 0) && open;
         akv_route *rs = NULL, *rr = NULL;
         akv_route_seq *ss[NS] = {0}, *sr[NS] = {0};
-        akv_route_params pst = {.kind = AKV_ROUTE_STAGED, .max_tokens = 8 * P, .max_seqs = NS,
+        akv_route_params pst = {.kind = AKV_ROUTE_STAGED, .max_history = 8 * P, .max_seqs = NS,
                                 .window_pages = 2};
-        akv_route_params pre = {.kind = AKV_ROUTE_RESIDENT, .max_tokens = 8 * P, .max_seqs = NS};
+        akv_route_params pre = {.kind = AKV_ROUTE_RESIDENT, .max_history = 8 * P, .max_seqs = NS};
         if (open) {
             CHECK_OK(akv_route_create(ps.dev, ps.hp, ps.dp, &pst, &rs));
             CHECK_OK(akv_route_create(pr.dev, pr.hp, pr.dp, &pre, &rr));

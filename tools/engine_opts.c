@@ -57,7 +57,7 @@ void akv_tool_eopts_defaults(akv_tool_eopts *o) {
     memset(o, 0, sizeof *o);
     o->model = AKV_TOOL_DEFAULT_MODEL, o->device = "auto", o->host_gib = 1, o->device_gib = 1;
     o->chunk = 256, o->kv_dtype = AKV_DTYPE_BF16, o->window_pages = AKV_ROUTE_WINDOW_PAGES;
-    o->route = AKV_ROUTE_RESIDENT;
+    akv_route_kind_from_name("resident", &o->route); /* the default route */
     o->sp = akv_sample_default_params();
 }
 
@@ -101,8 +101,6 @@ static int eopts_choice(const char *cmd, const char *flag, const char *arg, cons
 }
 
 int akv_tool_eopts_parse(const char *cmd, int c, const char *arg, akv_tool_eopts *o) {
-    static const eopts_name routes[] = {{"resident", AKV_ROUTE_RESIDENT},
-                                        {"staged", AKV_ROUTE_STAGED}};
     static const eopts_name dtypes[] = {
         {"bf16", AKV_DTYPE_BF16}, {"f16", AKV_DTYPE_F16}, {"f32", AKV_DTYPE_F32}};
     static const eopts_name weights[] = {
@@ -126,8 +124,10 @@ int akv_tool_eopts_parse(const char *cmd, int c, const char *arg, akv_tool_eopts
         }
         break;
     case AKV_OPT_ROUTE:
-        if ((ok = eopts_choice(cmd, "route", arg, routes, sizeof routes / sizeof *routes, &choice)))
-            o->route = (akv_route_kind)choice;
+        if (akv_route_kind_from_name(arg, &o->route) != AKV_OK) {
+            fprintf(stderr, "akv %s: --route '%s': expected resident or staged\n", cmd, arg);
+            ok = 0;
+        }
         break;
     case AKV_OPT_WINDOW: ok = akv_tool_parse_u64(cmd, "window-pages", arg, &o->window_pages); break;
     case AKV_OPT_HOST: ok = akv_tool_parse_u64(cmd, "host-gib", arg, &o->host_gib); break;

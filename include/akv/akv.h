@@ -31,6 +31,8 @@
 /* staging, attention, the model */
 #include "akv/stage.h"
 #include "akv/attn.h"
+#include "akv/kv_parts.h"
+#include "akv/route.h"
 #include "akv/ops.h"
 #include "akv/model.h"
 #include "akv/forward_ops.h"
@@ -38,7 +40,6 @@
 #include "akv/forward_dev.h"
 /* the engine, the server */
 #include "akv/sample.h"
-#include "akv/route.h"
 #include "akv/engine.h"
 #include "akv/server.h"
 

@@ -5,17 +5,23 @@
  * Glossary
  *   page id       k in [0, n_pages): device page k is at base + k * page_bytes. Kernels get
  *                 the base and a CSR table of page ids (akv/geom.h's layout in each page).
- *   window        the pages of a context kept on the device between steps: the sink (logical
- *                 page 0) and the newest pages (the tail). A context's window is uniform over
- *                 layers: a *window page* is one logical page in every layer, n_layers device
- *                 pages. Targets, bursts, floors and the counts below are in window pages
- *                 (per layer) unless they say device pages.
+ *   order         what a context's caller (its route) wants on the device: logical pages, most
+ *                 wanted first, given with each step request. The pool decides how many of
+ *                 them a context holds (its floor, target, burst and the budget), never which:
+ *                 a window of size s is the first s pages of the order. (Today's routes ask
+ *                 for the newest page and the sink, then the rest newest first.)
+ *   window        the pages of a context kept on the device between steps: a prefix of its
+ *                 order. A context's window is uniform over layers: a *window page* is one
+ *                 logical page in every layer, n_layers device pages. Targets, bursts, floors
+ *                 and the counts below are in window pages (per layer) unless they say device
+ *                 pages.
  *   target        window pages a context may hold by right: below it, the context may reclaim
  *                 pages from others (borrowed pages, pages above target, idle contexts).
  *   burst         window pages it may borrow above its target while pages are free; borrowed
  *                 pages are the first to be reclaimed.
- *   floor         what a served context always holds: the sink and the newest page (one page
- *                 while its history fits in one). A step request whose floor cannot be held is
+ *   floor         what a served context always holds: the first n_floor pages of its order
+ *                 (the sink and the newest page, one page while its history fits in one). A
+ *                 step request whose floor cannot be held is
  *                 refused (AKV_EFULL: it waits): it gets no page in that step and keeps its
  *                 last length (like any context, it may still lose borrowed pages or pages
  *                 above target to others).
@@ -29,16 +35,18 @@
  *
  * A step, for each context of the batch (in three passes over the batch, so that every
  * floor is served before any target, and every target before any burst):
- *   1. floors, 2. up to the target, 3. up to target + burst, each filling the newest missing
- *   logical pages first (the sink is part of every window), from these sources in order:
+ *   1. floors, 2. up to the target, 3. up to target + burst, each filling the missing pages
+ *   in the order's order, from these sources in order:
  *     a. its own window page that is outside its window (the window slid past it);
  *     b. a free page;
  *     c. (floor and target passes only) reclamation, least recently active victim first:
  *        borrowed pages, then pages above target, then whole idle contexts (every window page
- *        of a context outside the batch, its floor included); a victim loses its oldest
- *        non-sink page, so it keeps its tail;
- *     d. (floor and target passes only) its own oldest non-sink page, given to the newer page
- *        (the window shrinks from its oldest page and keeps the tail hot).
+ *        of a context outside the batch, its floor included); a victim loses the page its
+ *        order wants least outside its floor (today: its oldest non-sink page, so it keeps
+ *        its tail);
+ *     d. (floor and target passes only) its own page the order wants least (outside the
+ *        floor; above the floor, only one it wants less than the page being placed), given
+ *        to the page placed: the window keeps what it wants most.
  *   Pages it holds outside its window afterwards (a lowered target, a truncated history) go
  *   back to the free pages. Every page placed by the step is marked fresh: its contents must
  *   be filled from the host copy (or written) before attention reads it.
@@ -59,7 +67,7 @@
  *     free + staging + window pages = n_pages;
  *   - window pages <= the window capacity, staging pages <= the reserve;
  *   - a context's window is sorted by logical page, has no duplicate, lies within its
- *     history, and holds its floor (sink + newest page) unless it holds nothing;
+ *     history and its order, and holds its floor unless it holds nothing;
  *   - borrowed <= max(0, window - target) for every context.
  *
  * Thread-safety: none; the engine thread owns the pool (staging calls come from it too).
@@ -153,10 +161,15 @@ typedef struct akv_dev_pool_ctx_stats {
     akv_dev_pool_wait last_wait;
 } akv_dev_pool_ctx_stats;
 
-/* One step request: a context of the batch and its history length after this step. */
+/* One step request: a context of the batch, its history length after this step, and the
+ * logical pages it wants on the device, most wanted first (copied: the pool keeps the last
+ * order of each context, which also says what it loses first while idle). */
 typedef struct akv_dev_pool_req {
     akv_dev_pool_ctx *ctx;
-    uint64_t n_tokens; /* >= 1; tokens in every layer after the step */
+    uint64_t n_tokens;     /* >= 1; tokens in every layer after the step */
+    const uint32_t *order; /* [n_order] distinct logical pages below ceil(n_tokens / P) */
+    uint32_t n_order;      /* >= n_floor; pages the order leaves out are never held */
+    uint32_t n_floor;      /* >= 1: the first n_floor pages are its floor */
 } akv_dev_pool_req;
 
 typedef struct akv_dev_pool_result {
@@ -219,8 +232,10 @@ akv_status akv_dev_pool_ctx_set_target(akv_dev_pool *pool, akv_dev_pool_ctx *ctx
 
 /* One step for a batch of n_req distinct open contexts (see the top of the file). results
  * holds n_req entries. AKV_EINVAL, nothing changed, for a bad batch (NULL or repeated context,
- * n_tokens 0, more than INT32_MAX pages); otherwise every request is decided: AKV_OK if all
- * were served, AKV_EFULL if at least one was refused (see its result). */
+ * n_tokens 0, more than INT32_MAX pages, an order that is not distinct pages of the history
+ * with a floor of at least one page, logged); AKV_ENOMEM, nothing changed, when an order
+ * cannot be kept; otherwise every request is decided: AKV_OK if all were served, AKV_EFULL
+ * if at least one was refused (see its result). */
 akv_status akv_dev_pool_step(akv_dev_pool *pool, const akv_dev_pool_req *reqs, uint32_t n_req,
                              akv_dev_pool_result *results);
 

@@ -116,7 +116,8 @@ typedef struct akv_engine_params {
     uint32_t device_gib;             /* device pool, whole GiB (>= 1; 0 is refused) */
     akv_dtype kv_dtype;              /* K/V page type (the device pass reads bf16 only) */
     uint32_t page_tokens;            /* tokens per page; 0 = from the K/V row size */
-    akv_route_kind route;            /* resident or staged */
+    akv_route_kind route;            /* how the history reaches the attention (akv/route.h;
+                                        akv_route_kind_from_name); 0 = resident */
     uint32_t window_pages;           /* staged: a context's window pages at least (the plan
                                         may give more); 0 = AKV_ROUTE_WINDOW_PAGES */
     uint64_t max_context;            /* the longest history of a request, prompt + new
@@ -150,12 +151,10 @@ typedef struct akv_engine_params {
 typedef struct akv_engine_plan {
     akv_geom geom;             /* the page layout */
     akv_fit fit;               /* the admission arithmetic (akv/admit.h), concurrency max_seqs */
-    akv_route_kind route;
+    akv_route_plan route;      /* the route kind's part (akv/route.h): its staging reserve and
+                                  each context's window by right / borrowable */
     uint64_t max_context;
     uint32_t max_seqs;         /* effective: what runs at once */
-    uint32_t staging_pages;    /* staged: the reserve for the stage's two slots */
-    uint32_t window_pages;     /* staged: the route's smallest window */
-    uint32_t target, burst;    /* staged: each context's window pages by right / borrowable */
     uint64_t host_pages;       /* pages the host pool holds */
     uint32_t window_capacity;  /* device window pages per layer */
     uint32_t chunk, step_tokens, max_queue, max_idle;

@@ -9,7 +9,7 @@
  *   per layer L:
  *     h = rmsnorm(x) ; q,k,v = h Wq^T (+bq), h Wk^T (+bk), h Wv^T (+bv) ; rope(q), rope(k)
  *     parts = kv->begin_layer(L)      the layer's history: a list of parts, each a page table
- *                                     over the batch (akv_attn_part), already sized for the
+ *                                     over the batch (akv_kv_part), already sized for the
  *                                     new tokens (each sequence's last n_new positions)
  *     attention by groups of sequences (below): K/V of the new tokens into their slots, then
  *     decode attention, or causal prefill attention that writes them first
@@ -30,11 +30,11 @@
  * (akv_attn_host_*). So the same sequence fed the same tokens in the same chunks gives the
  * same logits alone or among others (docs/engine.md).
  *
- * Parts. A part is a page table over the batch in one representation of the K/V (exact
- * today). The pass takes one part per layer; a list of several (a compact older part beside
- * the exact recent one, or a part the host attends) would be attended part by part and merged
- * with the exact LSE merge of akv/attn.h, and is refused (AKV_EUNSUPPORTED) until a
- * representation needs it.
+ * Parts (akv/kv_parts.h: the hooks a route hands the pass). A part is a page table over the
+ * batch in one representation of the K/V (exact today). The pass takes one part per layer; a
+ * list of several (a compact older part beside the exact recent one, or a part the host
+ * attends) would be attended part by part and merged with the exact LSE merge of akv/attn.h,
+ * and is refused (AKV_EUNSUPPORTED) until a representation needs it.
  *
  * The K/V of token t of a sequence sits in page indices[indptr[s] + t / P] at slot t % P (the
  * page layout of akv/attn.h). Position = index in the sequence: a sequence's new tokens are at
@@ -56,6 +56,7 @@
 #include <stdint.h>
 
 #include "akv/attn.h"
+#include "akv/kv_parts.h"
 #include "akv/model.h"
 #include "akv/status.h"
 
@@ -64,44 +65,6 @@ extern "C" {
 #endif
 
 typedef struct akv_forward akv_forward;
-
-/* How a part's pages hold the K/V. */
-typedef enum akv_kv_repr {
-    AKV_KV_EXACT = 0, /* the pages' own dtype (bf16 / f16 / f32), as the append wrote it */
-} akv_kv_repr;
-
-/* One part of a layer's history: a page table over the step's n_seq sequences, in batch
- * order, in one representation. */
-typedef struct akv_attn_part {
-    akv_attn_pages kv;
-    akv_kv_repr repr;
-} akv_attn_part;
-
-enum { AKV_FORWARD_MAX_PARTS = 4 };
-
-/* The parts begin_layer hands the pass (the pass takes n_parts = 1 today: file comment). */
-typedef struct akv_forward_parts {
-    uint32_t n_parts;
-    akv_attn_part part[AKV_FORWARD_MAX_PARTS];
-} akv_forward_parts;
-
-/* Where a step's attention history is, layer by layer (see the file comment). */
-typedef struct akv_forward_kv {
-    void *user;
-    /* Fills *parts for `layer`: tables of the step's sequences, in batch order, sequence s
-     * holding pos0[s]+n_new[s] tokens, whose last n_new[s] slots receive the step's K/V. A
-     * status other than AKV_OK stops the pass. */
-    akv_status (*begin_layer)(void *user, uint32_t layer, akv_forward_parts *parts);
-    /* The step's K/V of `layer` is in its slots and the layer's attention has read the pages.
-     * NULL = nothing to do. */
-    akv_status (*end_layer)(void *user, uint32_t layer);
-    /* 1 = begin_layer enqueues nothing (the tables are in place before the run) and hands the
-     * same tables at every decode step of the same batch, and end_layer may run after later
-     * layers' work is enqueued: the device pass may then replay a decode step as one graph
-     * and call every end_layer after it (akv/forward_dev.h). 0 = the hooks run in layer order
-     * between the launches (a staged route's copies and leases). The host pass ignores it. */
-    int replayable;
-} akv_forward_kv;
 
 /* Which logits of a sequence a step computes. */
 typedef enum akv_forward_logits {
@@ -154,13 +117,13 @@ void akv_forward_destroy(akv_forward *f);
  * shape or length; AKV_EUNSUPPORTED for more than one part or a representation the pass does
  * not read; a hook's or the attention's status otherwise. On error the pages may hold part of
  * the step's K/V: the caller truncates each table back to its pos0 tokens. */
-akv_status akv_forward_step(akv_forward *f, const akv_forward_batch *b, const akv_forward_kv *kv,
+akv_status akv_forward_step(akv_forward *f, const akv_forward_batch *b, const akv_kv_hooks *kv,
                             float *logits);
 
 /* The step of one sequence: tokens[n] (1 <= n <= max_step_tokens) at positions pos0..; logits of
  * the last token, or of every one when all_logits; NULL = none. */
 akv_status akv_forward_run(akv_forward *f, const int32_t *tokens, uint32_t n, uint32_t pos0,
-                           const akv_forward_kv *kv, float *logits, bool all_logits);
+                           const akv_kv_hooks *kv, float *logits, bool all_logits);
 
 /* Rows of logits a batch asks for (its sum over sequences: 1 for LAST, n_new for ALL). */
 uint32_t akv_forward_batch_logit_rows(const akv_forward_batch *b);

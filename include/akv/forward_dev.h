@@ -37,7 +37,7 @@
  * for, gathered by the output norm.
  *
  * Graph replay of decode steps (akv_dev_graph). A step of one token per sequence whose hooks
- * are replayable (akv_forward_kv.replayable: a resident route) first RECORDS its launches
+ * are replayable (akv_kv_hooks.replayable: a resident route) first RECORDS its launches
  * (embedding and every layer; the hooks' begin_layer runs, nothing is launched), then
  * compares the record with the one the current graph was built from, byte for byte (ops and
  * argument structs): equal, the graph is launched; different (the first step, a new batch
@@ -94,11 +94,11 @@ void akv_forward_dev_destroy(akv_forward_dev *f);
  * On error the queue may hold part of the step's work: the caller syncs or discards the
  * device (a failed op faults the compute queue). */
 akv_status akv_forward_dev_step(akv_forward_dev *f, const akv_forward_batch *b,
-                                const akv_forward_kv *kv, float *logits);
+                                const akv_kv_hooks *kv, float *logits);
 
 /* The step of one sequence (akv_forward_run's form). */
 akv_status akv_forward_dev_run(akv_forward_dev *f, const int32_t *tokens, uint32_t n,
-                               uint32_t pos0, const akv_forward_kv *kv, float *logits,
+                               uint32_t pos0, const akv_kv_hooks *kv, float *logits,
                                bool all_logits);
 
 /* The pass's own pinned buffer of logits ([max_logits][n_vocab], valid until destroy): a step

@@ -12,12 +12,23 @@
  *                        may borrow) stays in the device pool between steps; every other page
  *                        is staged each step, per layer, under ONE lease of the staging layer
  *                        (akv/stage.h) for the whole batch.
+ *              A kind is named only here (and chosen by name, akv_route_kind_from_name): its
+ *              policy is the route's functions, which the engine calls without asking which
+ *              kind it holds —
+ *                plan    its part of the engine's memory plan: the staging reserve, each
+ *                        context's window (akv_route_plan_begin / _finish, akv_route_plan);
+ *                need    what a request reserves in the device pool (akv_route_need);
+ *                place   per step and sequence, which logical pages it wants in the device
+ *                        window, most wanted first (the device pool holds as many as the
+ *                        budget allows: akv/dev_pool.h), and where the others lie for the step:
+ *                        the step's runs (akv_route_seq_runs: residence and representation).
+ *   run, part  akv/kv_parts.h.
  *   sequence   one conversation's history in the route (akv_route_seq): its host table, its
  *              device-pool context, its length. Open sequences that are not in a step are
  *              idle: the device pool may reclaim their window, their host copy stays whole.
  *   step       ONE batch step: akv_route_begin_step over a list of sequences (the batch, in
  *              the order the forward pass runs them) and their new lengths; then the forward
- *              pass with akv_route_forward_kv(r) as its hooks: begin_layer hands it the
+ *              pass with akv_route_hooks(r) as its hooks: begin_layer hands it the
  *              layer's table over the batch, end_layer writes every sequence's new rows of
  *              the layer back to its host copy.
  *   host copy  a sequence's akv_host_table: after each layer of each step the new tokens'
@@ -27,7 +38,7 @@
  *              holds tokens from earlier steps, it is filled from the host copy before the
  *              attention reads it (a page the window dropped and took back, or a reclaimed
  *              one): nothing is ever read from a device page the host copy did not fill.
- *   capacity   every table of a route has the same max_pages (from params.max_tokens), so the
+ *   capacity   every table of a route has the same max_pages (from params.max_history), so the
  *              attention's split-KV partitioning (akv/attn.h: capacity, n_seq, device) depends
  *              on the batch size only, never on the lengths or the placement.
  *
@@ -91,9 +102,10 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "akv/admit.h"
 #include "akv/dev.h"
 #include "akv/dev_pool.h"
-#include "akv/forward.h"
+#include "akv/kv_parts.h"
 #include "akv/host_pool.h"
 #include "akv/status.h"
 
@@ -118,7 +130,7 @@ struct akv_host_table;
 
 typedef struct akv_route_params {
     akv_route_kind kind;
-    uint64_t max_tokens;   /* the longest history any sequence may reach (>= 1): the tables'
+    uint64_t max_history;   /* the longest history any sequence may reach (>= 1): the tables'
                               capacity (file comment) */
     uint32_t max_seqs;     /* sequences one step may take; 0 = 1 */
     bool queued;           /* tables in device memory, copies on the queues (file comment);
@@ -131,7 +143,7 @@ typedef struct akv_route_params {
                               open blocks every other route's begin on it, AKV_ESTATE (stage
                               I3), until that route aborts, truncates or syncs); NULL = the
                               route creates its own with 2 slots from the device pool's staging
-                              reserve (akv_route_staging_pages of them) */
+                              reserve (akv_route_plan_begin's staging_pages) */
     int prefetch;          /* queued mode: stage layer 0 of the NEXT decode step as soon as this
                               step's last layer is sealed, so its copies cross the bus while the
                               output head, sampling and begin_step run (file comment). 0 = on
@@ -142,10 +154,10 @@ typedef struct akv_route_params {
 
 /* One sequence of a route. */
 typedef struct akv_route_seq_params {
-    uint64_t max_tokens; /* its longest history (<= the route's); 0 = the route's */
+    uint64_t max_history; /* its longest history (<= the route's); 0 = the route's */
     uint32_t target;     /* staged: window pages held by right (>= the route's window_pages);
                             0 = window_pages. Resident: ignored (the whole history, sized by
-                            max_tokens, is its target) */
+                            max_history, is its target) */
     uint32_t burst;      /* staged: window pages it may borrow above the target while the
                             device pool has free pages (akv/dev_pool.h); resident: ignored */
     uint64_t tag;        /* the caller's id, for the device pool's explanations */
@@ -154,7 +166,7 @@ typedef struct akv_route_seq_params {
 /* One request of a step: a sequence and its length after the step. */
 typedef struct akv_route_req {
     akv_route_seq *seq;
-    uint64_t n_tokens; /* > its length now, <= its max_tokens */
+    uint64_t n_tokens; /* > its length now, <= its max_history */
 } akv_route_req;
 
 typedef struct akv_route_stats {
@@ -183,21 +195,53 @@ typedef struct akv_route_seq_stats {
     uint32_t host_pages;   /* host pages per layer now */
 } akv_route_seq_stats;
 
+/* The kind named `name` ("resident", "staged"): AKV_OK, else AKV_EINVAL (not logged). */
+akv_status akv_route_kind_from_name(const char *name, akv_route_kind *out);
+
+/* ---- the plan: a kind's part of the engine's memory plan -------------------------------- */
+
+/* What a route kind adds to the memory plan of max_seqs histories of max_history tokens. */
+typedef struct akv_route_plan {
+    akv_route_kind kind;
+    uint32_t window_pages;  /* the least window (staged; 0 = AKV_ROUTE_WINDOW_PAGES) */
+    uint32_t staging_pages; /* device pages its stage takes from the device pool's reserve */
+    uint32_t target, burst; /* window pages each context holds by right / may borrow (0, 0 for
+                               a kind whose window is the whole history: resident) */
+} akv_route_plan;
+
+/* The plan before the pools are sized: kind and window_pages (0 = the default) resolved, and
+ * the staging reserve of max_seqs histories of max_history tokens. AKV_EINVAL (logged) for
+ * an unknown kind. */
+akv_status akv_route_plan_begin(akv_route_kind kind, uint32_t window_pages, const akv_geom *g,
+                                uint64_t max_history, uint32_t max_seqs, akv_route_plan *pl);
+
+/* The plan once the admission sized the pools (fit: akv/admit.h, for fit->concurrency
+ * histories): each context's window. AKV_EFULL, logged naming the params field to change,
+ * when those histories cannot be served (a resident history over the window capacity, staged
+ * windows that together pass it). */
+akv_status akv_route_plan_finish(const akv_geom *g, uint64_t max_history, const akv_fit *fit,
+                                 akv_route_plan *pl);
+
+/* The plan's line for the fit report ("route: ..."), snprintf's contract. */
+size_t akv_route_plan_format(const akv_route_plan *pl, uint32_t max_seqs,
+                             uint32_t window_capacity, char *buf, size_t cap);
+
+/* Window pages per layer a history of n_tokens reserves in the device pool under `kind`
+ * (resident: every page, at least the floor of 2; staged: 0, its window is lent, not
+ * reserved). */
+uint32_t akv_route_need(akv_route_kind kind, const akv_geom *g, uint64_t n_tokens);
+
 /* Device pages one staging slot of a staged route needs: the logical pages of max_seqs
- * histories of max_tokens outside their windows of window_pages (0 = the default), at least
+ * histories of max_history outside their windows of window_pages (0 = the default), at least
  * 1 (max_seqs 0 = 1). */
-uint32_t akv_route_slot_pages(const akv_geom *g, uint64_t max_tokens, uint32_t window_pages,
+uint32_t akv_route_slot_pages(const akv_geom *g, uint64_t max_history, uint32_t window_pages,
                               uint32_t max_seqs);
 
-/* Staging reserve (device pages) a staged route that creates its own stage takes from the
- * device pool: 2 slots of akv_route_slot_pages. */
-uint32_t akv_route_staging_pages(const akv_geom *g, uint64_t max_tokens, uint32_t window_pages,
-                                 uint32_t max_seqs);
-/* (Both saturate at UINT32_MAX, more pages than any device pool holds, which it refuses.) */
+/* (Saturates at UINT32_MAX, more pages than any device pool holds, which it refuses.) */
 
 /* A route over the pools (which must outlive it and share one geometry), with no sequence.
  * AKV_EUNSUPPORTED (logged) for the direct mode off the host backend; AKV_EINVAL for a zero
- * max_tokens, more than AKV_ROUTE_MAX_SEQS sequences, pools of different geometries, a
+ * max_history, more than AKV_ROUTE_MAX_SEQS sequences, pools of different geometries, a
  * resident history longer than the device pool's window capacity (logged with the GiB it
  * would need), a staged window above that capacity or below 2, or a stage whose slots are too
  * small (logged, naming the params field); AKV_EFULL when the staging reserve cannot lend the
@@ -213,14 +257,14 @@ akv_status akv_route_create(akv_dev *dev, akv_host_pool *host_pool, akv_dev_pool
 akv_status akv_route_destroy(akv_route *r);
 
 /* Opens a sequence with no history (NULL params = defaults). AKV_EINVAL (logged, naming the
- * field) for a max_tokens above the route's, a staged target below the route's window_pages
+ * field) for a max_history above the route's, a staged target below the route's window_pages
  * or a target + burst above the device pool's window capacity, a resident history the window
  * capacity cannot hold; AKV_ENOMEM. */
 akv_status akv_route_seq_open(akv_route *r, const akv_route_seq_params *p, akv_route_seq **out);
 
 /* Changes an open sequence's params (as at open) from its next step on: a reused
  * conversation's new length limit and window. AKV_EINVAL (nothing changed) as at open, or
- * for a max_tokens below its length. */
+ * for a max_history below its length. */
 akv_status akv_route_seq_set_params(akv_route *r, akv_route_seq *s, const akv_route_seq_params *p);
 
 /* Closes a sequence: revoked at once (the handle is invalid afterwards; a step begun with it
@@ -239,10 +283,10 @@ akv_status akv_route_seq_close(akv_route *r, akv_route_seq *s);
 akv_status akv_route_begin_step(akv_route *r, const akv_route_req *reqs, uint32_t n);
 
 /* The forward pass's hooks for the step begun last (valid until the route is destroyed). A
- * resident route in queued mode is replayable (akv_forward_kv.replayable): its tables live at
+ * resident route in queued mode is replayable (akv_kv_hooks.replayable): its tables live at
  * fixed device addresses uploaded by begin_step, so the device pass may replay decode steps
  * as graphs; a staged route is not (its begin_layer stages copies under a lease). */
-akv_forward_kv akv_route_forward_kv(akv_route *r);
+akv_kv_hooks akv_route_hooks(akv_route *r);
 
 /* Queued mode: waits until every write-back enqueued so far has landed in the host copies
  * (and the compute queue is idle); resident: a write-back that failed while it ran is
@@ -268,6 +312,11 @@ void akv_route_seq_get_stats(const akv_route_seq *s, akv_route_seq_stats *out);
 
 /* A sequence's history length. */
 uint64_t akv_route_seq_n_tokens(const akv_route_seq *s);
+
+/* The placement of s in the step begun last: its runs over its logical pages in order, at
+ * most cap of them into runs; returns how many there are (0 when s was not in the step). The
+ * same in every layer. */
+uint32_t akv_route_seq_runs(const akv_route_seq *s, akv_kv_run *runs, uint32_t cap);
 
 /* A sequence's authoritative host copy (borrowed, valid until it is closed; complete between
  * steps once akv_route_sync returned). */

@@ -17,7 +17,7 @@
 #include "core/clock.h"
 #include "core/log.h"
 #include "engine/engine_impl.h"
-#include "engine/route_check.h"
+#include "route/route_check.h"
 #include "mem/mem_check.h"
 
 /* ---- names ---------------------------------------------------------------------------------- */
@@ -43,7 +43,7 @@ akv_engine_params akv_engine_default_params(void) {
     return (akv_engine_params){.host_gib = 1,
                                .device_gib = 1,
                                .kv_dtype = AKV_DTYPE_BF16,
-                               .route = AKV_ROUTE_RESIDENT,
+                               /* .route 0: the route's default kind (akv/route.h) */
                                .max_seqs = 1,
                                .admit_mode = AKV_ADMIT_REFUSE,
                                .chunk = 256};
@@ -85,22 +85,19 @@ static akv_status engine_plan(akv_engine *e) {
                   akv_dtype_name(p->kv_dtype), p->page_tokens);
         return AKV_EINVAL;
     }
-    pl->route = p->route;
     pl->max_context = p->max_context ? p->max_context : c->n_ctx_train;
-    pl->window_pages = p->window_pages ? p->window_pages : AKV_ROUTE_WINDOW_PAGES;
     pl->chunk = p->chunk ? p->chunk : 256;
     uint32_t seqs = p->max_seqs ? p->max_seqs : 1;
-    /* the staging reserve follows the concurrency, which a shrink lowers: fit twice */
+    /* the route's staging reserve follows the concurrency, which a shrink lowers: fit twice */
     for (int pass = 0; pass < 2; pass++) {
-        pl->staging_pages = p->route == AKV_ROUTE_STAGED
-                                ? akv_route_staging_pages(&pl->geom, pl->max_context,
-                                                          pl->window_pages, seqs)
-                                : 0;
+        if ((st = akv_route_plan_begin(p->route, p->window_pages, &pl->geom, pl->max_context,
+                                       seqs, &pl->route)))
+            return st; /* logged */
         akv_admit_params ap = {.geom = pl->geom,
                                .max_context = pl->max_context,
                                .host_gib = p->host_gib,
                                .device_gib = p->device_gib,
-                               .staging_pages = pl->staging_pages,
+                               .staging_pages = pl->route.staging_pages,
                                .concurrency = seqs,
                                .mode = p->admit_mode};
         if ((st = akv_admit_fit(&ap, &pl->fit))) return st; /* logged */
@@ -117,30 +114,9 @@ static akv_status engine_plan(akv_engine *e) {
     pl->max_seqs = pl->fit.concurrency;
     pl->host_pages = pl->fit.host_pages;
     pl->window_capacity = (uint32_t)pl->fit.window_capacity;
-    const uint64_t ppl = pl->fit.pages_per_layer;
-    if (p->route == AKV_ROUTE_RESIDENT && (ppl < 2 ? 2 : ppl) > pl->window_capacity) {
-        AKV_LOG_E("engine: a resident history of max_context %llu tokens needs %llu window pages "
-                  "per layer; the device pool holds %u: raise device_gib, lower max_context, or "
-                  "use the staged route",
-                  (unsigned long long)pl->max_context, (unsigned long long)(ppl < 2 ? 2 : ppl),
-                  pl->window_capacity);
-        return AKV_EFULL;
-    }
-    if (p->route == AKV_ROUTE_STAGED) {
-        /* each context's window by right: the plan's share, at least the route's window */
-        pl->target = pl->fit.target > pl->window_pages ? pl->fit.target : pl->window_pages;
-        if ((uint64_t)pl->target * pl->max_seqs > pl->window_capacity) {
-            AKV_LOG_E("engine: %u staged contexts of window_pages %u need %llu window pages per "
-                      "layer; the device pool holds %u beside its staging reserve: raise "
-                      "device_gib or lower max_seqs or window_pages",
-                      pl->max_seqs, pl->window_pages,
-                      (unsigned long long)pl->target * pl->max_seqs, pl->window_capacity);
-            return AKV_EFULL;
-        }
-        pl->burst = pl->target + pl->fit.burst <= pl->window_capacity
-                        ? pl->fit.burst
-                        : pl->window_capacity - pl->target;
-    }
+    /* each context's window, by the route's kind */
+    if ((st = akv_route_plan_finish(&pl->geom, pl->max_context, &pl->fit, &pl->route)))
+        return st; /* logged, naming the field */
     const uint32_t need = pl->max_seqs - 1 + pl->chunk;
     const uint32_t dflt = need > AKV_ENGINE_STEP_TOKENS ? need : AKV_ENGINE_STEP_TOKENS;
     pl->step_tokens = p->step_tokens ? p->step_tokens : dflt;
@@ -160,20 +136,9 @@ size_t akv_engine_plan_format(const akv_engine_plan *pl, char *buf, size_t cap) 
     akv_fit_format(&pl->fit, fit, sizeof fit);
     engine_rename(fit, said, sizeof said);
     size_t n = (size_t)snprintf(buf, cap, "%s", said);
-    const char *route = akv_route_kind_name(pl->route);
-    int k = pl->route == AKV_ROUTE_STAGED
-                ? snprintf(buf + (n < cap ? n : cap), n < cap ? cap - n : 0,
-                           "route:       %s: %u sequences at once, each with a window of %u "
-                           "pages by right + %u borrowable (window_pages %u), staging reserve %u "
-                           "pages (2 slots)\n",
-                           route, pl->max_seqs, pl->target, pl->burst, pl->window_pages,
-                           pl->staging_pages)
-                : snprintf(buf + (n < cap ? n : cap), n < cap ? cap - n : 0,
-                           "route:       %s: %u sequences at once, each reserving its whole "
-                           "history (prompt + max_tokens) of the %u window pages per layer\n",
-                           route, pl->max_seqs, pl->window_capacity);
-    n += k > 0 ? (size_t)k : 0;
-    k = snprintf(buf + (n < cap ? n : cap), n < cap ? cap - n : 0,
+    n += akv_route_plan_format(&pl->route, pl->max_seqs, pl->window_capacity,
+                               buf + (n < cap ? n : cap), n < cap ? cap - n : 0);
+    int k = snprintf(buf + (n < cap ? n : cap), n < cap ? cap - n : 0,
                  "steps:       chunk %u tokens, step_tokens %u, max_queue %u, max_idle %u\n",
                  pl->chunk, pl->step_tokens, pl->max_queue, pl->max_idle);
     return n + (k > 0 ? (size_t)k : 0);
@@ -256,12 +221,12 @@ static akv_status engine_open_memory(akv_engine *e) {
     hpp.keep_gib = hpp.limit_gib;
     akv_dev_pool_params dpp = akv_dev_pool_default_params();
     dpp.device_gib = e->p.device_gib ? e->p.device_gib : 1;
-    dpp.staging_pages = pl->staging_pages;
-    akv_route_params rp = {.kind = pl->route,
-                           .max_tokens = pl->max_context,
+    dpp.staging_pages = pl->route.staging_pages;
+    akv_route_params rp = {.kind = pl->route.kind,
+                           .max_history = pl->max_context,
                            .max_seqs = pl->max_seqs,
                            .queued = e->fd != NULL,
-                           .window_pages = pl->window_pages};
+                           .window_pages = pl->route.window_pages};
     akv_status st;
     if (e->p.progress) e->p.progress(e->p.progress_user, "pinning", 0, hpp.keep_gib);
     if ((st = akv_host_pool_create(e->dev, &pl->geom, &hpp, &e->hp))) return st;
@@ -391,7 +356,7 @@ static akv__ctx *engine_find_prefix(akv_engine *e, const akv_request *rq, uint32
 static void request_need(const akv_engine *e, const akv_request *rq, uint64_t *host, uint32_t *dev) {
     uint64_t n = (uint64_t)rq->p.n_prompt + rq->p.max_tokens, pages = engine_pages(e, n);
     *host = pages * e->plan.geom.n_layers;
-    *dev = e->plan.route == AKV_ROUTE_RESIDENT ? (pages < 2 ? 2 : (uint32_t)pages) : 0;
+    *dev = akv_route_need(e->plan.route.kind, &e->plan.geom, n);
 }
 
 /* Whether it fits now, beside what is admitted (idle contexts make room when closed). */
@@ -421,9 +386,9 @@ static akv_status engine_start(akv_engine *e, akv_request *rq) {
     akv__ctx *c = engine_find_prefix(e, rq, &lcp);
     /* the last prompt token is always fed again: its logits start the generation */
     uint32_t cached = lcp < rq->p.n_prompt ? lcp : rq->p.n_prompt - 1;
-    akv_route_seq_params sp = {.max_tokens = (uint64_t)rq->p.n_prompt + rq->p.max_tokens,
-                               .target = e->plan.target,
-                               .burst = e->plan.burst,
+    akv_route_seq_params sp = {.max_history = (uint64_t)rq->p.n_prompt + rq->p.max_tokens,
+                               .target = e->plan.route.target,
+                               .burst = e->plan.route.burst,
                                .tag = rq->p.id};
     akv_status st;
     if (c && cached > 0) {
@@ -839,7 +804,7 @@ akv_status akv_engine_step(akv_engine *e, bool *did_work) {
     }
     akv_forward_batch b = {.n_seq = n, .n_new = e->n_new, .pos0 = e->pos0, .tokens = e->tokens,
                            .logits = e->lmode};
-    akv_forward_kv kv = akv_route_forward_kv(e->route);
+    akv_kv_hooks kv = akv_route_hooks(e->route);
     /* the device pass's logits are read where its copy left them (pinned) */
     float *logits = e->fd ? akv_forward_dev_logits_buffer(e->fd) : e->logits;
     float *lg = n_rows ? logits : NULL;

@@ -76,7 +76,9 @@ akv_status akv_admit_fit(const akv_admit_params *p, akv_fit *out) {
     memset(&f, 0, sizeof f);
     f.params = *p;
     f.token_bytes = akv_geom_token_bytes(g);
-    f.page_bytes = akv_geom_page_bytes(g);
+    /* both pools hold exact pages (the host copy is authoritative, so always exact; the device
+     * window has no other representation yet) */
+    f.page_bytes = akv_geom_repr_page_bytes(g, AKV_REPR_EXACT);
     f.page_tokens = g->page_tokens;
     /* host: one full-length history, and how many the pool holds */
     f.pages_per_layer = akv_geom_pages_for_tokens(g, p->max_context);
@@ -178,9 +180,12 @@ size_t akv_fit_format(const akv_fit *f, char *buf, size_t cap) {
     akv__mem_appendf(buf, cap, &len,
                   "geometry:    %u layers x %u K/V heads x head dim %u, %s: %zu bytes per token "
                   "per layer (K+V)\n"
-                  "page:        P = %u tokens -> %zu bytes (%.0f KiB)\n",
+                  "page:        P = %u tokens -> %zu bytes (%.0f KiB) %s, %.0f bits an element; "
+                  "both pools hold %s pages\n",
                   g->n_layers, g->n_kv_heads, g->head_dim, akv_dtype_name(g->dtype),
-                  f->token_bytes, f->page_tokens, f->page_bytes, (double)f->page_bytes / 1024);
+                  f->token_bytes, f->page_tokens, f->page_bytes, (double)f->page_bytes / 1024,
+                  akv_repr_name(AKV_REPR_EXACT), akv_geom_repr_bits(g, AKV_REPR_EXACT),
+                  akv_repr_name(AKV_REPR_EXACT));
     akv__mem_appendf(buf, cap, &len,
                   "history:     max_context %llu tokens -> ceil(%llu / %u) = %llu pages per "
                   "layer x %u layers = %llu pages = %.2f GiB per full-length context\n",

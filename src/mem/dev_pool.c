@@ -22,8 +22,17 @@
 #define DP_STAGING (UINT32_MAX - 1)
 #define DP_MARK (UINT32_MAX - 2)         /* staging release's scratch owner */
 #define DP_MAX_CONTEXTS (UINT32_MAX - 3) /* context indices stay below the special owners */
+#define DP_UNWANTED UINT32_MAX          /* the rank of a logical page outside the order */
 
 enum dp_pass { DP_PASS_FLOOR, DP_PASS_TARGET, DP_PASS_BURST };
+
+/* An order: order[k] is the logical page of rank k, rank[lp] the rank of logical page lp
+ * (DP_UNWANTED: not in the order); the first n_floor ranks are the floor. */
+typedef struct dp_order {
+    uint32_t *order, *rank;
+    uint32_t n_order, n_floor, n_rank;
+    size_t cap_order, cap_rank; /* entries */
+} dp_order;
 
 struct akv_dev_pool_ctx {
     uint32_t idx;                     /* position in pool->ctxs (changes when others close) */
@@ -36,6 +45,12 @@ struct akv_dev_pool_ctx {
     uint32_t *logical;                /* [cap], ascending */
     uint32_t *pages;                  /* [cap][n_layers] device page ids */
     uint8_t *fresh;                   /* [cap] placed by the last served step */
+    /* what the caller wants resident: `served`, the order of its last served step (what its
+     * window is a prefix of, and what it loses first while idle); `next`, the order of the
+     * step under way, which becomes `served` if the step serves it. `cur` is the one in
+     * force: next from the start of a step that names it, served otherwise. */
+    dp_order served, next;
+    dp_order *cur;
     /* scratch of one step */
     int in_batch, refused;
     uint32_t step_lp; /* logical pages per layer this step asks for */
@@ -281,6 +296,7 @@ akv_status akv_dev_pool_ctx_open(akv_dev_pool *pool, const akv_dev_pool_ctx_para
     c->target = c->next_target = p->target;
     c->burst = c->next_burst = p->burst;
     c->st.tag = p->tag;
+    c->cur = &c->served;
     c->idx = (uint32_t)pool->n_ctx;
     pool->ctxs[pool->n_ctx++] = c;
     *out = c;
@@ -321,6 +337,8 @@ void akv_dev_pool_ctx_close(akv_dev_pool *pool, akv_dev_pool_ctx *c) {
             pool->owner[moved->pages[i]] = moved->idx;
     }
     akv__free(c->logical);
+    akv__free(c->served.order), akv__free(c->served.rank);
+    akv__free(c->next.order), akv__free(c->next.rank);
     akv__free(c);
 }
 
@@ -370,23 +388,27 @@ int64_t akv_dev_pool_ctx_find(const akv_dev_pool *pool, const akv_dev_pool_ctx *
     return w < 0 ? -1 : (int64_t)c->pages[(size_t)w * pool->n_layers + layer];
 }
 
-/* ---- the window arithmetic ---------------------------------------------------------------- */
+/* ---- the window arithmetic: ranks in the caller's order ---------------------------------- */
 
-/* Whether logical page lp is in a window of at most `size` pages over n_lp pages: the sink
- * and the newest size - 1 pages. */
-static int dp_in_window(uint32_t lp, uint32_t n_lp, uint32_t size) {
-    if (lp >= n_lp) return 0;
-    uint32_t s = size < n_lp ? size : n_lp;
-    return lp == 0 || (uint64_t)lp + s > n_lp;
+/* The rank of logical page lp in c's order; DP_UNWANTED when the order leaves it out. */
+static uint32_t dp_rank(const akv_dev_pool_ctx *c, uint32_t lp) {
+    return lp < c->cur->n_rank ? c->cur->rank[lp] : DP_UNWANTED;
 }
 
-/* The newest logical page of the window of `size` that c does not hold (the sink last);
- * -1 when it holds them all. */
-static int64_t dp_newest_missing(const akv_dev_pool_ctx *c, uint32_t n_lp, uint32_t size) {
-    uint32_t s = size < n_lp ? size : n_lp;
-    for (uint32_t k = 1; k < s; k++)
-        if (dp_find_slot(c, n_lp - k) < 0) return n_lp - k;
-    return s > 0 && dp_find_slot(c, 0) < 0 ? 0 : -1;
+/* Whether logical page lp is in a window of at most `size` pages: among the first `size` of
+ * the order. */
+static int dp_in_window(const akv_dev_pool_ctx *c, uint32_t lp, uint32_t size) {
+    return dp_rank(c, lp) < size;
+}
+
+/* The most wanted logical page of the window of `size` that c does not hold; -1 when it holds
+ * them all. */
+static int64_t dp_next_missing(const akv_dev_pool_ctx *c, uint32_t size) {
+    const dp_order *o = c->cur;
+    uint32_t s = size < o->n_order ? size : o->n_order;
+    for (uint32_t k = 0; k < s; k++)
+        if (dp_find_slot(c, o->order[k]) < 0) return o->order[k];
+    return -1;
 }
 
 /* Re-keys window page w of c to logical page lp, keeping the order (its pages stay). */
@@ -471,11 +493,17 @@ static akv_dev_pool_reason dp_find_victim(const akv_dev_pool *pool, const akv_de
     return AKV_DEV_POOL_REASON_COUNT;
 }
 
-/* Oldest non-sink window page of c: with lp_below set, only one older than lp_below. */
-static int64_t dp_oldest_nonsink(const akv_dev_pool_ctx *c, int64_t lp_below) {
-    uint32_t w = c->n_win && c->logical[0] == 0 ? 1 : 0;
-    if (w >= c->n_win || (lp_below >= 0 && c->logical[w] >= lp_below)) return -1;
-    return w;
+/* The window page of c it wants least (the highest rank) outside its floor: with `above` set,
+ * only one it wants less than rank `above`. -1 when there is none. */
+static int64_t dp_least_wanted(const akv_dev_pool_ctx *c, int64_t above) {
+    int64_t best = -1;
+    uint32_t best_rank = 0;
+    for (uint32_t w = 0; w < c->n_win; w++) {
+        uint32_t r = dp_rank(c, c->logical[w]);
+        if (r < c->cur->n_floor || (above >= 0 && r <= (uint64_t)above)) continue;
+        if (best < 0 || r > best_rank) best = w, best_rank = r;
+    }
+    return best;
 }
 
 /* Places logical page lp in c's window from the sources of `pass`, in order. */
@@ -483,7 +511,7 @@ static int dp_place(akv_dev_pool *pool, akv_dev_pool_ctx *c, uint32_t lp, enum d
     uint32_t full = c->target + c->burst;
     /* a. its own page outside its window (slid past, or beyond a truncated history) */
     for (uint32_t w = 0; w < c->n_win; w++) {
-        if (dp_in_window(c->logical[w], c->step_lp, full)) continue;
+        if (dp_in_window(c, c->logical[w], full)) continue;
         dp_slot_rekey(pool, c, w, lp);
         dp_count(&pool->counts, AKV_DEV_POOL_REUSE_OWN, 1);
         dp_count(&c->st.as_requester, AKV_DEV_POOL_REUSE_OWN, 1);
@@ -511,8 +539,8 @@ static int dp_place(akv_dev_pool *pool, akv_dev_pool_ctx *c, uint32_t lp, enum d
             n_lost = v->n_win;
             while (v->n_win) dp_slot_free(pool, v, v->n_win - 1);
         } else {
-            int64_t w = dp_oldest_nonsink(v, -1);
-            AKV_ASSERT(w >= 0); /* it holds more than its target >= 2 */
+            int64_t w = dp_least_wanted(v, -1);
+            AKV_ASSERT(w >= 0); /* it holds more than its target >= its floor */
             dp_slot_free(pool, v, (uint32_t)w);
         }
         dp_slot_take(pool, c, lp); /* by right: c is below its target or its floor */
@@ -521,11 +549,10 @@ static int dp_place(akv_dev_pool *pool, akv_dev_pool_ctx *c, uint32_t lp, enum d
         dp_count(&c->st.as_requester, r, 1);
         return 1;
     }
-    /* d. its own oldest non-sink page gives way to the newer one. For the floor, any page
-     * that is not the other floor page will do (the sink may be missing after an idle
-     * reclaim); above the floor, only an older page (the window keeps its newest pages). */
-    int64_t w = dp_oldest_nonsink(c, pass == DP_PASS_FLOOR ? -1 : (int64_t)lp);
-    if (w >= 0 && pass == DP_PASS_FLOOR && c->logical[w] == c->step_lp - 1) w = -1;
+    /* d. the page it wants least gives way: for the floor any page outside the floor (a floor
+     * page may be missing after an idle reclaim); above the floor, only a page it wants less
+     * than lp (the window keeps what it wants most). */
+    int64_t w = dp_least_wanted(c, pass == DP_PASS_FLOOR ? -1 : (int64_t)dp_rank(c, lp));
     if (w < 0) return 0;
     dp_slot_rekey(pool, c, (uint32_t)w, lp);
     dp_count(&pool->counts, AKV_DEV_POOL_SHRINK_OLDEST, 1);
@@ -535,10 +562,10 @@ static int dp_place(akv_dev_pool *pool, akv_dev_pool_ctx *c, uint32_t lp, enum d
 
 /* The floor pass for c: all-or-nothing. Returns 0 (and records the wait) when refused. */
 static int dp_floor(akv_dev_pool *pool, akv_dev_pool_ctx *c, uint32_t n_active) {
-    uint32_t n_floor = c->step_lp < 2 ? c->step_lp : 2, held = 0;
-    held += dp_find_slot(c, 0) >= 0;
-    if (c->step_lp > 1) held += dp_find_slot(c, c->step_lp - 1) >= 0;
-    uint32_t needed = n_floor - held;
+    uint32_t held = 0;
+    const dp_order *o = c->cur;
+    for (uint32_t k = 0; k < o->n_floor; k++) held += dp_find_slot(c, o->order[k]) >= 0;
+    uint32_t needed = o->n_floor - held;
     if (needed == 0) return 1;
     uint64_t reclaimable = 0; /* reclaiming is a right only below the target (dp_place c.) */
     for (size_t i = 0; i < pool->n_ctx && c->n_win < c->target; i++)
@@ -558,7 +585,7 @@ static int dp_floor(akv_dev_pool *pool, akv_dev_pool_ctx *c, uint32_t n_active) 
         return 0;
     }
     int64_t lp;
-    while ((lp = dp_newest_missing(c, c->step_lp, 2)) >= 0) {
+    while ((lp = dp_next_missing(c, o->n_floor)) >= 0) {
         int ok = dp_place(pool, c, (uint32_t)lp, DP_PASS_FLOOR);
         AKV_ASSERT(ok); /* the count above guarantees a source */
     }
@@ -567,12 +594,34 @@ static int dp_floor(akv_dev_pool *pool, akv_dev_pool_ctx *c, uint32_t n_active) 
 
 /* ---- the step ---------------------------------------------------------------------------- */
 
+/* Whether a request's order is one: 1 <= n_floor <= n_order <= n_lp, distinct logical pages
+ * below n_lp (seen: the caller's scratch of n_lp bits, left clear). */
+static bool dp_order_ok(const akv_dev_pool_req *q, uint32_t n_lp, uint64_t *seen) {
+    bool ok = q->order && q->n_floor >= 1 && q->n_floor <= q->n_order && q->n_order <= n_lp;
+    uint32_t k = 0;
+    for (; ok && k < q->n_order; k++) {
+        uint32_t lp = q->order[k];
+        ok = lp < n_lp && !(seen[lp / 64] >> (lp % 64) & 1);
+        if (ok) seen[lp / 64] |= 1ull << (lp % 64);
+    }
+    for (uint32_t j = 0; j < k; j++) seen[q->order[j] / 64] &= ~(1ull << (q->order[j] % 64));
+    return ok;
+}
+
+/* The requests against the pool, and room for each order (all or nothing: nothing of the pool
+ * changes when a request is refused here). */
 static akv_status dp_validate(akv_dev_pool *pool, const akv_dev_pool_req *reqs, uint32_t n_req) {
-    uint32_t i = 0;
+    uint32_t i = 0, max_lp = 0;
+    akv_status st = AKV_EINVAL;
+    for (uint32_t k = 0; k < n_req; k++) {
+        uint64_t n_lp = akv_geom_pages_for_tokens(&pool->geom, reqs[k].n_tokens);
+        if (n_lp > max_lp && n_lp <= INT32_MAX) max_lp = (uint32_t)n_lp;
+    }
+    uint64_t *seen = akv__calloc(max_lp / 64 + 1, sizeof *seen);
+    if (!seen) return AKV_ENOMEM;
     for (; i < n_req; i++) {
         akv_dev_pool_ctx *c = reqs[i].ctx;
-        uint64_t n_lp = reqs[i].n_tokens / pool->geom.page_tokens +
-                        (reqs[i].n_tokens % pool->geom.page_tokens != 0);
+        uint64_t n_lp = akv_geom_pages_for_tokens(&pool->geom, reqs[i].n_tokens);
         if (!c || !dp_ctx_open(pool, c)) {
             AKV_LOG_E("device pool: step request %u names no open context", i);
             break;
@@ -587,12 +636,52 @@ static akv_status dp_validate(akv_dev_pool *pool, const akv_dev_pool_req *reqs, 
                       (unsigned long long)reqs[i].n_tokens, (unsigned long long)INT32_MAX);
             break;
         }
+        if (!dp_order_ok(&reqs[i], (uint32_t)n_lp, seen)) {
+            AKV_LOG_E("device pool: step request %u (context %llu): its order of %u logical "
+                      "pages (floor %u) is not distinct pages of its %llu, with a floor of 1 "
+                      "to all of them",
+                      i, (unsigned long long)c->st.tag, reqs[i].n_order, reqs[i].n_floor,
+                      (unsigned long long)n_lp);
+            break;
+        }
+        dp_order *nx = &c->next;
+        if ((st = akv__array_reserve((void **)&nx->order, &nx->cap_order, reqs[i].n_order,
+                                     sizeof *nx->order)) ||
+            (st = akv__array_reserve((void **)&nx->rank, &nx->cap_rank, n_lp, sizeof *nx->rank))) {
+            break;
+        }
+        st = AKV_EINVAL;
         c->in_batch = 1; /* also what catches a repeat */
         c->step_lp = (uint32_t)n_lp;
     }
+    akv__free(seen);
     if (i == n_req) return AKV_OK;
     for (uint32_t k = 0; k < i; k++) reqs[k].ctx->in_batch = 0;
-    return AKV_EINVAL;
+    return st;
+}
+
+/* The request's order becomes c's next one, in force for the step (its ranks: what it wants,
+ * and what it gives up first). */
+static void dp_take_order(akv_dev_pool_ctx *c, const akv_dev_pool_req *q) {
+    dp_order *o = &c->next;
+    memcpy(o->order, q->order, (size_t)q->n_order * sizeof *o->order);
+    o->n_order = q->n_order;
+    o->n_floor = q->n_floor;
+    o->n_rank = c->step_lp;
+    for (uint32_t lp = 0; lp < o->n_rank; lp++) o->rank[lp] = DP_UNWANTED;
+    for (uint32_t k = 0; k < o->n_order; k++) o->rank[o->order[k]] = k;
+    c->cur = o;
+}
+
+/* The end of c's step: served, its next order is its order now; refused, it keeps the order
+ * its window is a prefix of. */
+static void dp_settle_order(akv_dev_pool_ctx *c) {
+    if (!c->refused) {
+        dp_order t = c->served;
+        c->served = c->next;
+        c->next = t;
+    }
+    c->cur = &c->served;
 }
 
 akv_status akv_dev_pool_step(akv_dev_pool *pool, const akv_dev_pool_req *reqs, uint32_t n_req,
@@ -617,20 +706,24 @@ akv_status akv_dev_pool_step(akv_dev_pool *pool, const akv_dev_pool_req *reqs, u
         c->last_active = pool->step;
         c->refused = 0;
         memset(c->fresh, 0, c->n_win);
+        dp_take_order(c, &reqs[i]);
     }
     /* pass 1: every floor (refusals decided here), 2: targets, 3: bursts */
     int any_refused = 0;
     for (uint32_t i = 0; i < n_req; i++) {
         akv_dev_pool_ctx *c = reqs[i].ctx;
-        if (!dp_floor(pool, c, n_req)) c->refused = any_refused = 1;
+        if (!dp_floor(pool, c, n_req)) {
+            c->refused = any_refused = 1;
+            c->cur = &c->served; /* its window stays what its last served order made it */
+        }
     }
     for (uint32_t i = 0; i < n_req; i++) {
         akv_dev_pool_ctx *c = reqs[i].ctx;
         if (c->refused) continue;
         int64_t lp;
-        while ((lp = dp_newest_missing(c, c->step_lp, c->target)) >= 0)
+        while ((lp = dp_next_missing(c, c->target)) >= 0)
             if (!dp_place(pool, c, (uint32_t)lp, DP_PASS_TARGET)) break;
-        uint32_t want = c->target < c->step_lp ? c->target : c->step_lp;
+        uint32_t want = c->target < c->cur->n_order ? c->target : c->cur->n_order;
         if (c->n_win < want) {
             dp_count(&pool->counts, AKV_DEV_POOL_SHORT_OF_TARGET, want - c->n_win);
             dp_count(&c->st.as_requester, AKV_DEV_POOL_SHORT_OF_TARGET, want - c->n_win);
@@ -643,10 +736,11 @@ akv_status akv_dev_pool_step(akv_dev_pool *pool, const akv_dev_pool_req *reqs, u
         int64_t lp;
         /* borrowing starts where the target is reached (a context short of it found no free
          * page in the target pass) */
-        int at_target = c->n_win >= (c->target < c->step_lp ? c->target : c->step_lp);
-        while (at_target && (lp = dp_newest_missing(c, c->step_lp, full)) >= 0) {
+        const uint32_t n_order = c->cur->n_order;
+        int at_target = c->n_win >= (c->target < n_order ? c->target : n_order);
+        while (at_target && (lp = dp_next_missing(c, full)) >= 0) {
             if (dp_place(pool, c, (uint32_t)lp, DP_PASS_BURST)) continue;
-            uint32_t want = full < c->step_lp ? full : c->step_lp;
+            uint32_t want = full < n_order ? full : n_order;
             dp_count(&pool->counts, AKV_DEV_POOL_BURST_DENIED, want - c->n_win);
             dp_count(&c->st.as_requester, AKV_DEV_POOL_BURST_DENIED, want - c->n_win);
             break;
@@ -654,7 +748,7 @@ akv_status akv_dev_pool_step(akv_dev_pool *pool, const akv_dev_pool_req *reqs, u
         /* what is left outside the window goes back (a lowered target, a shorter history) */
         uint32_t n_released = 0;
         for (uint32_t w = c->n_win; w-- > 0;)
-            if (!dp_in_window(c->logical[w], c->step_lp, full)) dp_slot_free(pool, c, w), n_released++;
+            if (!dp_in_window(c, c->logical[w], full)) dp_slot_free(pool, c, w), n_released++;
         if (n_released) {
             dp_count(&pool->counts, AKV_DEV_POOL_RELEASE_OUTSIDE, n_released);
             dp_count(&c->st.as_requester, AKV_DEV_POOL_RELEASE_OUTSIDE, n_released);
@@ -669,6 +763,7 @@ akv_status akv_dev_pool_step(akv_dev_pool *pool, const akv_dev_pool_req *reqs, u
         results[i] = (akv_dev_pool_result){
             .status = c->refused ? AKV_EFULL : AKV_OK, .window = c->n_win, .n_fresh = n_fresh};
         c->in_batch = 0;
+        dp_settle_order(c);
     }
     return any_refused ? AKV_EFULL : AKV_OK;
 }
@@ -840,6 +935,9 @@ akv_status akv__dev_pool_check(akv_dev_pool *pool) {
             if (c->logical[w] >= c->n_lp)
                 DP_BAD("context %llu: logical page %u beyond its %u pages", (unsigned long long)c->st.tag,
                        c->logical[w], c->n_lp);
+            if (dp_rank(c, c->logical[w]) == DP_UNWANTED)
+                DP_BAD("context %llu: logical page %u is held but not in its order",
+                       (unsigned long long)c->st.tag, c->logical[w]);
             for (uint32_t l = 0; l < L; l++) {
                 uint32_t id = c->pages[(size_t)w * L + l];
                 if (id >= pool->n_pages || pool->owner[id] != i)
@@ -849,9 +947,16 @@ akv_status akv__dev_pool_check(akv_dev_pool *pool) {
                 pool->marks[id / 64] |= 1ull << (id % 64);
             }
         }
-        if (c->n_win && (c->logical[0] != 0 || c->logical[c->n_win - 1] != c->n_lp - 1))
-            DP_BAD("context %llu: floor not held (window %u..%u of %u pages)",
-                   (unsigned long long)c->st.tag, c->logical[0], c->logical[c->n_win - 1], c->n_lp);
+        const dp_order *o = &c->served;
+        if (c->cur != o) DP_BAD("context %llu: a step's order still in force", (unsigned long long)c->st.tag);
+        for (uint32_t k = 0; c->n_win && k < o->n_floor; k++)
+            if (dp_find_slot(c, o->order[k]) < 0)
+                DP_BAD("context %llu: floor page %u (rank %u) not held in a window of %u",
+                       (unsigned long long)c->st.tag, o->order[k], k, c->n_win);
+        for (uint32_t k = 0; k < o->n_order; k++)
+            if (o->order[k] >= o->n_rank || o->rank[o->order[k]] != k)
+                DP_BAD("context %llu: order and ranks disagree at rank %u",
+                       (unsigned long long)c->st.tag, k);
         n_window += c->n_win;
     }
     /* every owned page was reached from its context: owned = listed */

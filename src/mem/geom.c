@@ -95,6 +95,18 @@ akv_status akv_geom_check(const akv_geom *g) {
     return akv_geom_init(&t, g->n_layers, g->n_kv_heads, g->head_dim, g->dtype, g->page_tokens);
 }
 
+const char *akv_repr_name(akv_repr r) {
+    return r == AKV_REPR_EXACT ? "exact" : "?";
+}
+
+double akv_geom_repr_bits(const akv_geom *g, akv_repr r) {
+    return r == AKV_REPR_EXACT ? 8.0 * (double)akv_dtype_size(g->dtype) : 0;
+}
+
+size_t akv_geom_repr_page_bytes(const akv_geom *g, akv_repr r) {
+    return r == AKV_REPR_EXACT ? akv_geom_page_bytes(g) : 0;
+}
+
 size_t akv_geom_token_bytes(const akv_geom *g) {
     return 2 * (size_t)g->n_kv_heads * g->head_dim * akv_dtype_size(g->dtype);
 }

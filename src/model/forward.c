@@ -163,7 +163,7 @@ static void fwd_matmul(akv_forward *f, float *y, fwd_in *in, const akv_model_mat
  * exactly pos0[s] + n_new[s] tokens in it (the attention validates the rest: ids, page
  * counts). */
 static akv_status forward_check_parts(const akv_model_config *c, uint32_t layer,
-                                      const akv_forward_parts *parts,
+                                      const akv_kv_parts *parts,
                                       const akv_forward_batch *b) {
     akv_status st = akv__forward_parts_check(c, "forward", layer, parts, b->n_seq);
     if (st) return st;
@@ -270,7 +270,7 @@ static akv_status forward_attend_group(akv_forward *f, const akv_attn_pages *pg,
 
 /* ---- the step ------------------------------------------------------------------------------ */
 
-akv_status akv_forward_step(akv_forward *f, const akv_forward_batch *b, const akv_forward_kv *kv,
+akv_status akv_forward_step(akv_forward *f, const akv_forward_batch *b, const akv_kv_hooks *kv,
                             float *logits) {
     if (!f || !kv || !kv->begin_layer) return AKV_EINVAL;
     uint32_t n = 0;
@@ -306,7 +306,7 @@ akv_status akv_forward_step(akv_forward *f, const akv_forward_batch *b, const ak
                          f->sin_t);
 
         /* the history: the route places the pages, the attention writes and reads them */
-        akv_forward_parts parts;
+        akv_kv_parts parts;
         memset(&parts, 0, sizeof parts);
         if ((st = kv->begin_layer(kv->user, l, &parts))) return st;
         if ((st = forward_check_parts(c, l, &parts, b))) return st;
@@ -348,7 +348,7 @@ akv_status akv_forward_step(akv_forward *f, const akv_forward_batch *b, const ak
 }
 
 akv_status akv_forward_run(akv_forward *f, const int32_t *tokens, uint32_t n, uint32_t pos0,
-                           const akv_forward_kv *kv, float *logits, bool all_logits) {
+                           const akv_kv_hooks *kv, float *logits, bool all_logits) {
     uint8_t mode = all_logits ? AKV_FORWARD_LOGITS_ALL : AKV_FORWARD_LOGITS_LAST;
     akv_forward_batch b = {.n_seq = 1, .n_new = &n, .pos0 = &pos0, .tokens = tokens,
                            .logits = &mode};

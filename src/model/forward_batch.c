@@ -75,8 +75,8 @@ uint32_t akv__forward_groups(const akv_forward_batch *b, uint32_t max_decode, ak
 }
 
 akv_status akv__forward_parts_check(const akv_model_config *c, const char *who, uint32_t layer,
-                                    const akv_forward_parts *parts, uint32_t n_seq) {
-    if (parts->n_parts != 1 || parts->part[0].repr != AKV_KV_EXACT) {
+                                    const akv_kv_parts *parts, uint32_t n_seq) {
+    if (parts->n_parts != 1 || parts->part[0].repr != AKV_REPR_EXACT) {
         AKV_LOG_E("%s: layer %u: %u part(s) of representation %d; the pass attends one exact "
                   "part",
                   who, layer, parts->n_parts, (int)parts->part[0].repr);

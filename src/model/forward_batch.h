@@ -29,7 +29,7 @@ uint32_t akv__forward_groups(const akv_forward_batch *b, uint32_t max_decode, ak
  * for more than one part or a representation the passes do not read; AKV_EINVAL (logged with
  * `who`) for a table of the wrong shape. */
 akv_status akv__forward_parts_check(const akv_model_config *c, const char *who, uint32_t layer,
-                                    const akv_forward_parts *parts, uint32_t n_seq);
+                                    const akv_kv_parts *parts, uint32_t n_seq);
 
 /* The table of a group's sequences g->s0 .. g->s1-1 (a view: akv/attn.h). */
 akv_attn_pages akv__forward_view(const akv_attn_pages *pg, const akv__fwd_group *g);

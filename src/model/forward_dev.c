@@ -718,7 +718,7 @@ static akv_status fdev_rmsnorm(akv_forward_dev *f, akv_dptr y, akv_dptr x, akv_d
  * each added into the residual x. While recording, end_layer is left to the caller (it runs
  * after the graph). */
 static akv_status fdev_layer_run(akv_forward_dev *f, uint32_t l, uint32_t n, uint32_t n_seq,
-                                 uint32_t n_groups, const akv_forward_kv *kv) {
+                                 uint32_t n_groups, const akv_kv_hooks *kv) {
     const akv_model_config *c = &f->cfg;
     const fdev_layer *L = &f->layers[l];
     akv_status st;
@@ -743,7 +743,7 @@ static akv_status fdev_layer_run(akv_forward_dev *f, uint32_t l, uint32_t n, uin
     if ((st = FDEV_LAUNCH(f, akv_fwd_op_rope, rqk))) return st;
 
     /* the history: the hook places the pages, the attention writes and reads them */
-    akv_forward_parts parts;
+    akv_kv_parts parts;
     memset(&parts, 0, sizeof parts);
     if ((st = kv->begin_layer(kv->user, l, &parts)) ||
         (st = akv__forward_parts_check(&f->cfg, "forward_dev", l, &parts, n_seq)))
@@ -772,7 +772,7 @@ static akv_status fdev_layer_run(akv_forward_dev *f, uint32_t l, uint32_t n, uin
  * build a graph when the record differs from the current graph's, launch it, then every
  * end_layer. */
 static akv_status fdev_replay(akv_forward_dev *f, const akv_fwd_embed_args *e, uint32_t n_seq,
-                              uint32_t n_groups, const akv_forward_kv *kv) {
+                              uint32_t n_groups, const akv_kv_hooks *kv) {
     akv_status st;
     f->rec.n = f->rec.len = 0;
     f->recording = true;
@@ -807,7 +807,7 @@ static akv_status fdev_replay(akv_forward_dev *f, const akv_fwd_embed_args *e, u
 
 /* Steps 1-3 of a checked step (akv_forward_dev_step): n tokens in all. */
 static akv_status fdev_step(akv_forward_dev *f, const akv_forward_batch *b, uint32_t n,
-                            const akv_forward_kv *kv, float *logits) {
+                            const akv_kv_hooks *kv, float *logits) {
     const akv_model_config *c = &f->cfg;
     akv_status st;
     const uint32_t n_groups = akv__forward_groups(b, AKV_ATTN_MAX_QUERIES, f->groups);
@@ -876,7 +876,7 @@ static akv_status fdev_step(akv_forward_dev *f, const akv_forward_batch *b, uint
 }
 
 akv_status akv_forward_dev_step(akv_forward_dev *f, const akv_forward_batch *b,
-                                const akv_forward_kv *kv, float *logits) {
+                                const akv_kv_hooks *kv, float *logits) {
     if (!f || !kv || !kv->begin_layer) return AKV_EINVAL;
     uint32_t n = 0;
     akv_status st =
@@ -896,7 +896,7 @@ akv_status akv_forward_dev_step(akv_forward_dev *f, const akv_forward_batch *b,
 }
 
 akv_status akv_forward_dev_run(akv_forward_dev *f, const int32_t *tokens, uint32_t n,
-                               uint32_t pos0, const akv_forward_kv *kv, float *logits,
+                               uint32_t pos0, const akv_kv_hooks *kv, float *logits,
                                bool all_logits) {
     uint8_t mode = all_logits ? AKV_FORWARD_LOGITS_ALL : AKV_FORWARD_LOGITS_LAST;
     akv_forward_batch b = {.n_seq = 1, .n_new = &n, .pos0 = &pos0, .tokens = tokens,

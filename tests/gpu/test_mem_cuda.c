@@ -8,6 +8,7 @@
 
 #include "akv/dev.h"
 #include "akv/dev_pool.h"
+#include "pool_order.h"
 #include "akv/host_table.h"
 #include "akv/log.h"
 #ifdef AKV_HAVE_CUDA
@@ -50,8 +51,9 @@ int main(int argc, char **argv) {
         akv_dev_pool_ctx *c = NULL;
         akv_dev_pool_ctx_params cp = {.target = 8, .burst = 0, .tag = 1};
         CHECK_OK(akv_dev_pool_ctx_open(dpool, &cp, &c));
-        akv_dev_pool_req rq = {c, 5000};
+        akv_dev_pool_req rq = {.ctx = c, .n_tokens = 5000};
         akv_dev_pool_result rs;
+        pool_orders(akv_dev_pool_geom(dpool), &rq, 1);
         CHECK_OK(akv_dev_pool_step(dpool, &rq, 1, &rs));
         CHECK_EQ_INT(rs.window, 8);
         unsigned char *back = malloc(pb);

@@ -1,8 +1,8 @@
 /*
- * engine/route_check.h — the route's validity walker (tests call it after every step).
+ * route/route_check.h — the route's validity walker (tests call it after every step).
  */
-#ifndef AKV_ENGINE_ROUTE_CHECK_H
-#define AKV_ENGINE_ROUTE_CHECK_H
+#ifndef AKV_ROUTE_CHECK_H
+#define AKV_ROUTE_CHECK_H
 
 #include "akv/route.h"
 

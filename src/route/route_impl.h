@@ -1,10 +1,15 @@
 /*
- * engine/route_impl.h — the route's insides (akv/route.h), shared by the history core
- * (route.c: sequences, placement, tables, fills, resident write-back, settle) and the staged
- * transport (route_staged.c: one lease per layer for the whole batch, prefetch).
+ * route/route_impl.h — the route's insides (akv/route.h), shared by the history core
+ * (route.c: sequences, the step's placement, tables, fills, settle) and the kinds
+ * (route_resident.c; route_staged.c: one lease per layer for the whole batch, prefetch).
  *
- * The kind is an interface: akv__route_ops is what a kind adds to the core. Resident adds the
- * write-back of the new rows at end_layer; staged adds the lease of each layer (copies at
+ * The kind is an interface: akv__route_kind is everything a kind decides, and nothing outside
+ * this floor names a kind. Its policy: its part of the engine's memory plan (plan_staging,
+ * plan_windows), a request's reservation (need), a sequence's window (window), and the
+ * placement of each step (order: the logical pages it wants in the device window, most wanted
+ * first, which the device pool holds as far as the budget allows; outside: where the rest
+ * lies for the step). Its transport: what it adds to the core's step (resident: the
+ * write-back of the new rows at end_layer; staged: the lease of each layer, copies at
  * begin_layer, write-back and seal at end_layer, retirement at the next step boundary).
  *
  * Tables (tab_h, and its device copy tab_d in the queued mode), one layout for every step:
@@ -14,12 +19,13 @@
  *   is uniform over layers, so indptr and last_page_len serve every layer. Addresses never
  *   move, so a resident decode batch replays as a graph.
  */
-#ifndef AKV_ENGINE_ROUTE_IMPL_H
-#define AKV_ENGINE_ROUTE_IMPL_H
+#ifndef AKV_ROUTE_IMPL_H
+#define AKV_ROUTE_IMPL_H
 
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "akv/admit.h"
 #include "akv/host_table.h"
 #include "akv/route.h"
 #include "akv/stage.h"
@@ -28,8 +34,12 @@ struct akv_route_seq {
     akv_route *r;
     akv_host_table *ht;     /* the authoritative copy */
     akv_dev_pool_ctx *ctx;  /* the device window */
-    akv_route_seq_params p; /* resolved: max_tokens, target, burst, tag */
+    akv_route_seq_params p; /* resolved: max_history, target, burst, tag */
     uint64_t n_tokens;      /* history length (host table length) */
+    /* the placement of the step begun last (route.c, route_place): runs over its logical
+     * pages, in order, covering its history */
+    akv_kv_run *runs;       /* [max_pages] */
+    uint32_t n_runs;
     uint64_t step_first;    /* its length before the step begun last that held it */
     int32_t slot;           /* its index in the step begun last; -1 when not in it */
     bool refill;            /* the device window is not trusted: a step failed after the device
@@ -42,13 +52,40 @@ struct akv_route_seq {
     /* staged, the step begun last: its logical pages outside the window (ascending; the same
      * in every layer), where they sit in the layer's copy list, and its owner pages */
     uint32_t *staged;       /* [max_pages] */
-    uint32_t n_staged;
+    uint32_t n_staged;      /* (derived from its runs: every page of a STAGED run) */
     uint32_t stage_off;     /* first of its pages in the copy list / slot ids */
     uint32_t owner_off;     /* first of its owner pages in the lease's owner list */
     akv_route_seq *next, *prev; /* the open list, or the closing list */
 };
 
-typedef struct akv__route_ops {
+typedef struct akv__route_kind {
+    akv_route_kind kind;
+    const char *name;
+    /* ---- the policy ---- */
+    /* plan: device pages its stage takes from the device pool's reserve for max_seqs
+     * histories of max_history tokens with windows of window_pages */
+    uint32_t (*plan_staging)(const akv_geom *g, uint64_t max_history, uint32_t window_pages,
+                             uint32_t max_seqs);
+    /* plan: each context's window (pl->target, pl->burst) once the pools are sized, or
+     * AKV_EFULL, logged naming the field to change, when max_seqs histories cannot be held */
+    akv_status (*plan_windows)(const akv_geom *g, uint64_t max_history, uint32_t max_seqs,
+                               const akv_fit *fit, akv_route_plan *pl);
+    /* need: window pages per layer a history of n_tokens reserves (0: lent, not reserved) */
+    uint32_t (*need)(const akv_geom *g, uint64_t n_tokens);
+    /* a sequence's window: target and burst of *p resolved and checked against the pool's
+     * window capacity (AKV_EINVAL, logged naming the field) */
+    akv_status (*window)(const akv_route *r, akv_route_seq_params *p, uint32_t window_capacity);
+    /* place: the logical pages of a history of n_tokens wanted in the device window, most
+     * wanted first, into order (room for every logical page); the first *n_floor are its
+     * floor. Returns how many. */
+    uint32_t (*order)(const akv_route *r, const akv_route_seq *s, uint64_t n_tokens,
+                      uint32_t *order, uint32_t *n_floor);
+    /* place: the residence of the step's pages outside the window; AKV_KV_WINDOW = none may
+     * be (the device pool's refusal to hold them all is the step's failure) */
+    akv_kv_residence outside;
+    /* a queued route of this kind is replayable as a graph (akv_kv_hooks.replayable) */
+    bool replayable;
+    /* ---- the transport ---- */
     /* staged: the stage (borrowed or made from the staging reserve); NULL = nothing */
     akv_status (*open)(akv_route *r, const akv_route_params *p);
     /* the transport of the last step retired (fences waited on), and a prefetched lease with
@@ -62,7 +99,7 @@ typedef struct akv__route_ops {
     akv_status (*end_layer)(akv_route *r, uint32_t layer);
     /* leases live (destroy and close wait for them) */
     bool (*live)(const akv_route *r);
-} akv__route_ops;
+} akv__route_kind;
 
 enum { AKV__ROUTE_HEAD_ALIGN = 4 }; /* int32s: the indices start 16-byte aligned */
 
@@ -71,11 +108,10 @@ struct akv_route {
     akv_host_pool *hp;
     akv_dev_pool *dp;
     akv_geom geom;
-    akv_route_kind kind;
-    const akv__route_ops *ops;
+    const akv__route_kind *kind;
     bool queued;
-    uint64_t max_tokens;   /* the longest history of any sequence */
-    uint32_t max_pages;    /* logical pages per layer at max_tokens: the attention's capacity */
+    uint64_t max_history;  /* the longest history of any sequence, tokens */
+    uint32_t max_pages;    /* logical pages per layer at max_history: the attention's capacity */
     uint32_t max_seqs;     /* sequences per step */
     uint32_t window_pages; /* staged: a sequence's default target */
     /* sequences */
@@ -97,6 +133,7 @@ struct akv_route {
     size_t cap;            /* indices per layer */
     int32_t *indptr, *last, *indices; /* into tab_h */
     bool tab_dirty;        /* indices changed since the last upload */
+    uint32_t *order;       /* [cap] scratch of a step: the orders the device pool is given */
     akv_event **ev;        /* [n_layers]: the layer's attention enqueued (write-back waits) */
     akv_event *ev_wb;      /* resident: recorded on D2H after the step's last write-back */
     akv_event *ev_fill;    /* recorded on D2H before fills: fresh pages wait for their readers */
@@ -129,9 +166,19 @@ struct akv_route {
     uint32_t pf_n_seq;
 };
 
-/* The resident and staged kinds. */
-extern const akv__route_ops akv__route_resident_ops;
-extern const akv__route_ops akv__route_staged_ops;
+/* The kinds (route_resident.c, route_staged.c), and the one a value names (NULL: none). */
+extern const akv__route_kind akv__route_resident;
+extern const akv__route_kind akv__route_staged;
+const akv__route_kind *akv__route_kind_of(akv_route_kind kind);
+
+/* The placement both kinds ask for today: the newest page and the sink (the floor), then the
+ * rest newest first. Returns the count; *n_floor = 2 (1 for a one-page history). */
+uint32_t akv__route_order_sink_newest(const akv_route *r, const akv_route_seq *s,
+                                      uint64_t n_tokens, uint32_t *order, uint32_t *n_floor);
+
+/* The floor of a context (the sink and the newest page) as window pages: max(2, pages of
+ * n_tokens), the least any window holds. */
+uint32_t akv__route_floor_pages(const akv_geom *g, uint64_t n_tokens);
 
 /* The rows [t0, t1) of logical page p that the step wrote into seq (page-relative). */
 static inline void akv__route_page_rows(const akv_route *r, const akv_route_seq *s, uint64_t p,
@@ -149,5 +196,10 @@ static inline uint32_t akv__route_page_id(const akv_route *r, const akv_route_se
 
 /* Queued mode: waits for the compute and D2H queues (route.c). */
 akv_status akv__route_wait(akv_route *r);
+
+/* One sequence's new rows of `layer` to its host copy, per page touched: queued, one 2D copy
+ * on the D2H queue; direct, synchronous copies (route.c; the resident kind's write-back, and
+ * the settle's redo). */
+akv_status akv__route_copy_rows(akv_route *r, akv_route_seq *s, uint32_t layer);
 
 #endif

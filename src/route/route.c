@@ -5,38 +5,116 @@
  * are in route_staged.c. */
 #include "akv/route.h"
 
+#include <stdio.h>
 #include <string.h>
 
 #include "akv/host_table.h"
 #include "akv/stage.h"
 #include "core/alloc.h"
 #include "core/log.h"
-#include "engine/route_check.h"
-#include "engine/route_impl.h"
+#include "route/route_check.h"
+#include "route/route_impl.h"
 
-/* ---- small helpers ------------------------------------------------------------------------- */
+/* ---- kinds and their policy ------------------------------------------------------------------ */
+
+static const akv__route_kind *const route_kinds[] = {&akv__route_resident, &akv__route_staged};
+
+const akv__route_kind *akv__route_kind_of(akv_route_kind kind) {
+    for (size_t i = 0; i < sizeof route_kinds / sizeof *route_kinds; i++)
+        if (route_kinds[i]->kind == kind) return route_kinds[i];
+    return NULL;
+}
 
 const char *akv_route_kind_name(akv_route_kind kind) {
-    return kind == AKV_ROUTE_RESIDENT ? "resident" : kind == AKV_ROUTE_STAGED ? "staged" : "?";
+    const akv__route_kind *k = akv__route_kind_of(kind);
+    return k ? k->name : "?";
 }
+
+akv_status akv_route_kind_from_name(const char *name, akv_route_kind *out) {
+    for (size_t i = 0; name && i < sizeof route_kinds / sizeof *route_kinds; i++)
+        if (!strcmp(name, route_kinds[i]->name)) return (*out = route_kinds[i]->kind), AKV_OK;
+    return AKV_EINVAL;
+}
+
+const char *akv_kv_residence_name(akv_kv_residence r) {
+    static const char *const names[AKV_KV_RESIDENCE_COUNT] = {"window", "staged", "host"};
+    return (unsigned)r < AKV_KV_RESIDENCE_COUNT ? names[r] : "?";
+}
+
+uint32_t akv__route_floor_pages(const akv_geom *g, uint64_t n_tokens) {
+    uint64_t pages = akv_geom_pages_for_tokens(g, n_tokens);
+    return pages < 2 ? 2 : pages > UINT32_MAX ? UINT32_MAX : (uint32_t)pages;
+}
+
+uint32_t akv__route_order_sink_newest(const akv_route *r, const akv_route_seq *s,
+                                      uint64_t n_tokens, uint32_t *order, uint32_t *n_floor) {
+    (void)s;
+    const uint32_t n_lp = (uint32_t)akv_geom_pages_for_tokens(&r->geom, n_tokens);
+    uint32_t k = 0;
+    order[k++] = n_lp - 1;
+    if (n_lp > 1) order[k++] = 0;
+    for (uint32_t lp = n_lp - 1; lp-- > 1;) order[k++] = lp;
+    *n_floor = n_lp > 1 ? 2 : 1;
+    return k;
+}
+
+static const akv__route_kind *route_kind_logged(akv_route_kind kind) {
+    const akv__route_kind *k = akv__route_kind_of(kind);
+    if (!k) AKV_LOG_E("route: kind %d is neither resident nor staged", (int)kind);
+    return k;
+}
+
+akv_status akv_route_plan_begin(akv_route_kind kind, uint32_t window_pages, const akv_geom *g,
+                                uint64_t max_history, uint32_t max_seqs, akv_route_plan *pl) {
+    const akv__route_kind *k = route_kind_logged(kind);
+    if (!k) return AKV_EINVAL;
+    *pl = (akv_route_plan){.kind = kind,
+                           .window_pages = window_pages ? window_pages : AKV_ROUTE_WINDOW_PAGES};
+    pl->staging_pages = k->plan_staging(g, max_history, pl->window_pages, max_seqs);
+    return AKV_OK;
+}
+
+akv_status akv_route_plan_finish(const akv_geom *g, uint64_t max_history, const akv_fit *fit,
+                                 akv_route_plan *pl) {
+    const akv__route_kind *k = route_kind_logged(pl->kind);
+    return k ? k->plan_windows(g, max_history, fit->concurrency, fit, pl) : AKV_EINVAL;
+}
+
+size_t akv_route_plan_format(const akv_route_plan *pl, uint32_t max_seqs,
+                             uint32_t window_capacity, char *buf, size_t cap) {
+    const char *name = akv_route_kind_name(pl->kind);
+    int n = pl->target
+                ? snprintf(buf, cap,
+                           "route:       %s: %u sequences at once, each with a window of %u "
+                           "pages by right + %u borrowable (window_pages %u), staging reserve %u "
+                           "pages (2 slots)\n",
+                           name, max_seqs, pl->target, pl->burst, pl->window_pages,
+                           pl->staging_pages)
+                : snprintf(buf, cap,
+                           "route:       %s: %u sequences at once, each reserving its whole "
+                           "history (prompt + max_tokens) of the %u window pages per layer\n",
+                           name, max_seqs, window_capacity);
+    return n > 0 ? (size_t)n : 0;
+}
+
+uint32_t akv_route_need(akv_route_kind kind, const akv_geom *g, uint64_t n_tokens) {
+    const akv__route_kind *k = akv__route_kind_of(kind);
+    return k ? k->need(g, n_tokens) : 0;
+}
+
+/* ---- small helpers ------------------------------------------------------------------------- */
 
 static bool route_same_geom(const akv_geom *a, const akv_geom *b) {
     return a->n_layers == b->n_layers && a->n_kv_heads == b->n_kv_heads &&
            a->head_dim == b->head_dim && a->page_tokens == b->page_tokens && a->dtype == b->dtype;
 }
 
-uint32_t akv_route_slot_pages(const akv_geom *g, uint64_t max_tokens, uint32_t window_pages,
+uint32_t akv_route_slot_pages(const akv_geom *g, uint64_t max_history, uint32_t window_pages,
                               uint32_t max_seqs) {
-    uint64_t n_lp = akv_geom_pages_for_tokens(g, max_tokens);
+    uint64_t n_lp = akv_geom_pages_for_tokens(g, max_history);
     uint32_t w = window_pages ? window_pages : AKV_ROUTE_WINDOW_PAGES;
     uint64_t per = n_lp <= w ? 1 : n_lp - w, n = max_seqs ? max_seqs : 1;
     return per > UINT32_MAX / n ? UINT32_MAX : (uint32_t)(per * n); /* saturated: no pool holds it */
-}
-
-uint32_t akv_route_staging_pages(const akv_geom *g, uint64_t max_tokens, uint32_t window_pages,
-                                 uint32_t max_seqs) {
-    uint32_t slot = akv_route_slot_pages(g, max_tokens, window_pages, max_seqs);
-    return slot > UINT32_MAX / 2 ? UINT32_MAX : 2 * slot;
 }
 
 static void seq_list_push(akv_route_seq **head, akv_route_seq *s) {
@@ -98,6 +176,7 @@ static akv_status seq_free(akv_route *r, akv_route_seq *s) {
     for (uint32_t i = 0; r->pf_seqs && i < r->pf_n_seq; i++) /* a prefetch for it cannot serve */
         if (r->pf_seqs[i] == s) r->pf_seqs[i] = NULL;
     akv__free(s->staged);
+    akv__free(s->runs);
     akv__free(s);
     return AKV_OK;
 }
@@ -115,43 +194,22 @@ static void route_finish_closes(akv_route *r) {
     }
 }
 
-/* The params a sequence runs with: defaults resolved, then checked against the route and the
- * device pool. */
+/* The params a sequence runs with: defaults resolved, then checked against the route and (its
+ * window, by its kind) the device pool. */
 static akv_status seq_params_resolve(const akv_route *r, const akv_route_seq_params *in,
                                      akv_route_seq_params *out) {
     akv_route_seq_params p = in ? *in : (akv_route_seq_params){0};
-    if (p.max_tokens == 0) p.max_tokens = r->max_tokens;
-    if (p.max_tokens > r->max_tokens) {
-        AKV_LOG_E("route: a sequence of max_tokens %llu; the route's tables hold %llu "
-                  "(max_tokens)",
-                  (unsigned long long)p.max_tokens, (unsigned long long)r->max_tokens);
+    if (p.max_history == 0) p.max_history = r->max_history;
+    if (p.max_history > r->max_history) {
+        AKV_LOG_E("route: a sequence of max_history %llu; the route's tables hold %llu "
+                  "(max_history)",
+                  (unsigned long long)p.max_history, (unsigned long long)r->max_history);
         return AKV_EINVAL;
     }
     akv_dev_pool_stats ps;
     akv_dev_pool_get_stats(r->dp, &ps);
-    uint64_t n_lp = akv_geom_pages_for_tokens(&r->geom, p.max_tokens);
-    if (r->kind == AKV_ROUTE_RESIDENT) {
-        /* the whole history is the window: its target is every page (and at least the floor) */
-        p.target = n_lp < 2 ? 2 : (uint32_t)n_lp, p.burst = 0;
-        if (p.target > ps.window_capacity) {
-            double need_gib = (double)p.target * r->geom.n_layers * ps.page_bytes / (1u << 30);
-            AKV_LOG_E("route: a resident history of %llu tokens needs %u pages per layer x %u "
-                      "layers (%.2f GiB of device pool); the pool holds %u pages per layer: raise "
-                      "device_gib or lower max_tokens",
-                      (unsigned long long)p.max_tokens, p.target, r->geom.n_layers, need_gib,
-                      ps.window_capacity);
-            return AKV_EINVAL;
-        }
-    } else {
-        if (p.target == 0) p.target = r->window_pages;
-        if (p.target < r->window_pages || (uint64_t)p.target + p.burst > ps.window_capacity) {
-            AKV_LOG_E("route: a staged window of target %u + burst %u pages per layer (target at "
-                      "least the route's window_pages %u); the device pool holds %u window pages "
-                      "per layer: raise device_gib",
-                      p.target, p.burst, r->window_pages, ps.window_capacity);
-            return AKV_EINVAL;
-        }
-    }
+    akv_status st = r->kind->window(r, &p, ps.window_capacity);
+    if (st) return st;
     *out = p;
     return AKV_OK;
 }
@@ -168,7 +226,8 @@ akv_status akv_route_seq_open(akv_route *r, const akv_route_seq_params *p, akv_r
     if (!s) return AKV_ENOMEM;
     s->r = r, s->p = sp, s->slot = -1;
     s->stats.tag = sp.tag;
-    if (r->kind == AKV_ROUTE_STAGED && !(s->staged = akv__calloc(r->max_pages, sizeof *s->staged)))
+    if (!(s->staged = akv__calloc(r->max_pages, sizeof *s->staged)) ||
+        !(s->runs = akv__calloc(r->max_pages, sizeof *s->runs)))
         st = AKV_ENOMEM;
     akv_dev_pool_ctx_params cp = {.target = sp.target, .burst = sp.burst, .tag = sp.tag};
     if (!st && (st = akv_host_table_create(r->hp, &s->ht)) == AKV_OK)
@@ -188,9 +247,9 @@ akv_status akv_route_seq_set_params(akv_route *r, akv_route_seq *s, const akv_ro
     if (st) return st;
     akv_route_seq_params sp;
     if ((st = seq_params_resolve(r, p, &sp))) return st;
-    if (sp.max_tokens < s->n_tokens) {
-        AKV_LOG_E("route: set_params: max_tokens %llu is below the history's %llu tokens",
-                  (unsigned long long)sp.max_tokens, (unsigned long long)s->n_tokens);
+    if (sp.max_history < s->n_tokens) {
+        AKV_LOG_E("route: set_params: max_history %llu is below the history's %llu tokens",
+                  (unsigned long long)sp.max_history, (unsigned long long)s->n_tokens);
         return AKV_EINVAL;
     }
     if ((st = akv_dev_pool_ctx_set_target(r->dp, s->ctx, sp.target, sp.burst))) return st;
@@ -221,10 +280,8 @@ akv_status akv_route_create(akv_dev *dev, akv_host_pool *host_pool, akv_dev_pool
         AKV_LOG_E("route: create with a NULL %s", !dev ? "device" : !host_pool ? "host pool" : !dev_pool ? "device pool" : !p ? "params" : "output");
         return AKV_EINVAL;
     }
-    if (p->kind != AKV_ROUTE_RESIDENT && p->kind != AKV_ROUTE_STAGED) {
-        AKV_LOG_E("route: kind %d is neither resident nor staged", (int)p->kind);
-        return AKV_EINVAL;
-    }
+    const akv__route_kind *kind = route_kind_logged(p->kind);
+    if (!kind) return AKV_EINVAL;
     akv_dev_info info;
     akv_status st = akv_dev_get_info(dev, &info);
     if (st) return st;
@@ -240,44 +297,32 @@ akv_status akv_route_create(akv_dev *dev, akv_host_pool *host_pool, akv_dev_pool
         return AKV_EINVAL;
     }
     const uint32_t max_seqs = p->max_seqs ? p->max_seqs : 1;
-    uint64_t n_lp = akv_geom_pages_for_tokens(g, p->max_tokens);
-    if (p->max_tokens == 0 || max_seqs > AKV_ROUTE_MAX_SEQS ||
+    uint64_t n_lp = akv_geom_pages_for_tokens(g, p->max_history);
+    if (p->max_history == 0 || max_seqs > AKV_ROUTE_MAX_SEQS ||
         n_lp * max_seqs > INT32_MAX / g->n_layers) {
-        AKV_LOG_E("route: max_tokens %llu x max_seqs %u is out of range (at most %u sequences, "
+        AKV_LOG_E("route: max_history %llu x max_seqs %u is out of range (at most %u sequences, "
                   "and page ids of every layer below 2^31)",
-                  (unsigned long long)p->max_tokens, max_seqs, AKV_ROUTE_MAX_SEQS);
+                  (unsigned long long)p->max_history, max_seqs, AKV_ROUTE_MAX_SEQS);
         return AKV_EINVAL;
     }
     akv_dev_pool_stats ps;
     akv_dev_pool_get_stats(dev_pool, &ps);
-    const bool staged = p->kind == AKV_ROUTE_STAGED;
-    const uint32_t window = p->window_pages ? p->window_pages : AKV_ROUTE_WINDOW_PAGES;
-    if (staged && (window < 2 || window > ps.window_capacity)) {
-        AKV_LOG_E("route: a staged window of %u pages per layer (the sink and the newest: at "
-                  "least 2); the device pool holds %u window pages per layer: raise "
-                  "device_gib",
-                  window, ps.window_capacity);
-        return AKV_EINVAL;
-    }
-    uint32_t need = n_lp < 2 ? 2 : (uint32_t)n_lp;
-    if (!staged && need > ps.window_capacity) {
-        double need_gib = (double)need * g->n_layers * ps.page_bytes / (1u << 30);
-        AKV_LOG_E("route: a resident history of %llu tokens needs %u pages per layer x %u layers "
-                  "(%.2f GiB of device pool); the pool holds %u pages per layer: raise "
-                  "device_gib or lower max_tokens",
-                  (unsigned long long)p->max_tokens, need, g->n_layers, need_gib,
-                  ps.window_capacity);
-        return AKV_EINVAL;
-    }
+    /* the kind's window for a sequence of the route's longest history must fit the pool */
+    const akv_route probe = {.geom = *g,
+                             .kind = kind,
+                             .max_history = p->max_history,
+                             .window_pages = p->window_pages ? p->window_pages
+                                                             : AKV_ROUTE_WINDOW_PAGES};
+    akv_route_seq_params longest = {.max_history = p->max_history};
+    if ((st = kind->window(&probe, &longest, ps.window_capacity))) return st;
 
     akv_route *r = akv__calloc(1, sizeof *r);
     if (!r) return AKV_ENOMEM;
-    r->dev = dev, r->hp = host_pool, r->dp = dev_pool, r->geom = *g, r->kind = p->kind;
-    r->ops = staged ? &akv__route_staged_ops : &akv__route_resident_ops;
-    r->max_tokens = p->max_tokens;
+    r->dev = dev, r->hp = host_pool, r->dp = dev_pool, r->geom = *g, r->kind = kind;
+    r->max_history = p->max_history;
     r->max_pages = (uint32_t)n_lp;
     r->max_seqs = max_seqs;
-    r->window_pages = window;
+    r->window_pages = probe.window_pages;
     r->queued = p->queued;
     r->open_layer = -1;
     r->head_ints = (2 * (size_t)max_seqs + 1 + AKV__ROUTE_HEAD_ALIGN - 1) / AKV__ROUTE_HEAD_ALIGN *
@@ -285,7 +330,8 @@ akv_status akv_route_create(akv_dev *dev, akv_host_pool *host_pool, akv_dev_pool
     r->cap = (size_t)max_seqs * n_lp;
     const size_t tab_bytes = (r->head_ints + r->cap * g->n_layers) * sizeof(int32_t);
     r->step = akv__calloc(max_seqs, sizeof *r->step);
-    st = r->step ? AKV_OK : AKV_ENOMEM;
+    r->order = akv__calloc(r->cap, sizeof *r->order);
+    st = r->step && r->order ? AKV_OK : AKV_ENOMEM;
     if (!st && r->queued) {
         r->ev = akv__calloc(g->n_layers, sizeof *r->ev);
         st = r->ev ? AKV_OK : AKV_ENOMEM;
@@ -306,7 +352,7 @@ akv_status akv_route_create(akv_dev *dev, akv_host_pool *host_pool, akv_dev_pool
         r->last = r->tab_h + max_seqs + 1;
         r->indices = r->tab_h + r->head_ints;
     }
-    if (!st && r->ops->open) st = r->ops->open(r, p);
+    if (!st && r->kind->open) st = r->kind->open(r, p);
     if (st) {
         (void)route_free(r); /* nothing was enqueued: no wait */
         return st;
@@ -328,6 +374,7 @@ static akv_status route_free(akv_route *r) {
     akv__free(r->lease);
     akv__free(r->lease_live);
     akv__free(r->step);
+    akv__free(r->order);
     if (r->queued) {
         for (uint32_t l = 0; r->ev && l < r->geom.n_layers; l++)
             akv_dev_event_destroy(r->dev, r->ev[l]);
@@ -345,7 +392,7 @@ static akv_status route_free(akv_route *r) {
 
 akv_status akv_route_destroy(akv_route *r) {
     if (!r) return AKV_OK;
-    if (r->n_open || (r->ops->live && r->ops->live(r))) {
+    if (r->n_open || (r->kind->live && r->kind->live(r))) {
         AKV_LOG_E("route: destroy refused: %s (close the sequences and akv_route_sync first)",
                   r->n_open ? "sequences are open" : "staged leases are not retired");
         return AKV_EBUSY;
@@ -377,10 +424,10 @@ static akv_status route_fill(akv_route *r, akv_route_seq *s, uint32_t layer, uin
     return st;
 }
 
-/* Resident: one sequence's new rows of `layer` to its host copy, per page touched: queued, one
- * 2D copy on the D2H queue (2*n_kv_heads runs of rows at a pitch of P rows); direct, one
- * synchronous copy per run. */
-static akv_status route_copy_rows(akv_route *r, akv_route_seq *s, uint32_t layer) {
+/* One sequence's new rows of `layer` to its host copy, per page touched: queued, one 2D copy on
+ * the D2H queue (2*n_kv_heads runs of rows at a pitch of P rows); direct, one synchronous copy
+ * per run. */
+akv_status akv__route_copy_rows(akv_route *r, akv_route_seq *s, uint32_t layer) {
     const akv_geom *g = &r->geom;
     uint32_t P = g->page_tokens;
     size_t row = (size_t)g->head_dim * akv_dtype_size(g->dtype), pitch = (size_t)P * row;
@@ -497,7 +544,7 @@ static akv_status route_settle(akv_route *r, bool *lost) {
                       "it back again from the device pages",
                       (unsigned long long)s->p.tag, (unsigned long long)s->step_first,
                       (unsigned long long)s->n_tokens - 1);
-            for (uint32_t l = 0; l < n_layers && !st; l++) st = route_copy_rows(r, s, l);
+            for (uint32_t l = 0; l < n_layers && !st; l++) st = akv__route_copy_rows(r, s, l);
             redone = true;
         }
         if (!st && redone) st = akv_dev_event_record(r->dev, r->ev_wb, AKV_QUEUE_D2H);
@@ -513,10 +560,10 @@ static akv_status route_settle(akv_route *r, bool *lost) {
 static akv_status route_sync(akv_route *r, bool keep_prefetch, bool *lost) {
     bool quarantined = false;
     *lost = false;
-    akv_status first = r->ops->retire ? r->ops->retire(r, keep_prefetch, &quarantined) : AKV_OK;
+    akv_status first = r->kind->retire ? r->kind->retire(r, keep_prefetch, &quarantined) : AKV_OK;
     /* a lease retained (its completion unknown) keeps its pages; one released after a failure
      * does not: the stage has quarantined, the rest of the sync goes on */
-    if (first && r->ops->live && r->ops->live(r)) return first;
+    if (first && r->kind->live && r->kind->live(r)) return first;
     akv_status st;
     if ((st = akv__route_wait(r)) || (st = route_settle(r, lost))) return st;
     if (r->transport_lost) {
@@ -599,10 +646,10 @@ static akv_status route_check_batch(akv_route *r, const akv_route_req *reqs, uin
                           (unsigned long long)s->p.tag, j, i);
                 return AKV_EINVAL;
             }
-        if (reqs[i].n_tokens > s->p.max_tokens) {
+        if (reqs[i].n_tokens > s->p.max_history) {
             AKV_LOG_E("route: a step of sequence %llu to %llu tokens; its limit is %llu",
                       (unsigned long long)s->p.tag, (unsigned long long)reqs[i].n_tokens,
-                      (unsigned long long)s->p.max_tokens);
+                      (unsigned long long)s->p.max_history);
             return AKV_EINVAL;
         }
         if (reqs[i].n_tokens <= s->n_tokens) {
@@ -623,9 +670,41 @@ static void route_ungrow(akv_route *r, const akv_route_req *reqs, uint32_t n) {
     (void)r;
 }
 
-/* Per sequence of the placed step: its window pages (filled when fresh and holding earlier
- * tokens, or when its window is not trusted) into its rows of the table; the staged kind's
- * logical pages outside the window into s->staged. */
+/* A run of pages of s in one residence, joined to the run before it when it continues it. */
+static void seq_run_push(akv_route_seq *s, uint32_t first, uint32_t n, akv_kv_residence res) {
+    akv_kv_run *last = s->n_runs ? &s->runs[s->n_runs - 1] : NULL;
+    if (last && last->residence == res && last->first + last->n_pages == first) {
+        last->n_pages += n;
+        return;
+    }
+    s->runs[s->n_runs++] = (akv_kv_run){first, n, res, AKV_REPR_EXACT};
+}
+
+/* The placement of s for the step, once the device pool has placed its window: runs of window
+ * pages, and of the pages outside it in the kind's residence for them (windows are uniform
+ * over layers: layer 0 says it); the staged list is every page of a STAGED run. */
+static void route_place(akv_route *r, akv_route_seq *s, uint32_t n_lp) {
+    const uint32_t window = akv_dev_pool_ctx_window(s->ctx);
+    s->n_runs = 0;
+    s->n_staged = 0;
+    for (uint32_t w = 0, lp = 0; w <= window; w++) {
+        const uint32_t next = w < window ? akv_dev_pool_ctx_slot(r->dp, s->ctx, 0, w).logical
+                                         : n_lp;
+        if (next > lp) {
+            AKV_ASSERT(r->kind->outside != AKV_KV_WINDOW); /* begin_step refused it */
+            seq_run_push(s, lp, next - lp, r->kind->outside);
+            if (r->kind->outside == AKV_KV_STAGED)
+                for (uint32_t k = lp; k < next; k++) s->staged[s->n_staged++] = k;
+        }
+        if (w < window) seq_run_push(s, next, 1, AKV_KV_WINDOW);
+        lp = next + 1;
+    }
+}
+
+/* Per sequence of the placed step: its placement (route_place), and its window pages (filled
+ * when fresh and holding earlier tokens, or when its window is not trusted) into its rows of
+ * the table (the staged pages' entries are written at begin_layer, from the slot the copy
+ * used). */
 static akv_status route_write_table(akv_route *r, const akv_route_req *reqs, uint32_t n,
                                     const bool *refill) {
     const uint32_t P = r->geom.page_tokens;
@@ -638,18 +717,12 @@ static akv_status route_write_table(akv_route *r, const akv_route_req *reqs, uin
         const uint32_t window = akv_dev_pool_ctx_window(s->ctx);
         r->indptr[i] = (int32_t)off;
         r->last[i] = (int32_t)(n_total - (uint64_t)(n_lp - 1) * P);
-        s->n_staged = 0;
+        route_place(r, s, n_lp);
         s->stage_off = r->n_staged;
         for (uint32_t l = 0; l < r->geom.n_layers; l++) {
             int32_t *row = r->indices + (size_t)l * r->cap + off;
-            for (uint32_t w = 0, next = 0; w < window; w++) {
+            for (uint32_t w = 0; w < window; w++) {
                 akv_dev_pool_slot sl = akv_dev_pool_ctx_slot(r->dp, s->ctx, l, w);
-                AKV_ASSERT(r->kind == AKV_ROUTE_STAGED || sl.logical == w); /* resident: all */
-                for (; l == 0 && next < sl.logical; next++) /* the gap before it is staged */
-                    s->staged[s->n_staged++] = next;
-                next = sl.logical + 1;
-                if (l == 0 && w + 1 == window) /* the tail after the window (none: it holds the newest) */
-                    AKV_ASSERT(next == n_lp);
                 if ((sl.fresh || refill[i]) && (uint64_t)sl.logical * P < n_old) {
                     akv_status st = route_fill(r, s, l, sl.logical, sl.page_id);
                     if (st) return st;
@@ -659,7 +732,6 @@ static akv_status route_write_table(akv_route *r, const akv_route_req *reqs, uin
                 row[sl.logical] = (int32_t)sl.page_id;
             }
         }
-        AKV_ASSERT(s->n_staged == n_lp - window);
         r->n_staged += s->n_staged;
         off += n_lp;
     }
@@ -721,21 +793,30 @@ akv_status akv_route_begin_step(akv_route *r, const akv_route_req *reqs, uint32_
         st = AKV_ENOMEM;
         goto fail;
     }
-    for (uint32_t i = 0; i < n; i++) {
-        preq[i] = (akv_dev_pool_req){.ctx = reqs[i].seq->ctx, .n_tokens = reqs[i].n_tokens};
+    /* the place: what each sequence wants in the device window, by its kind (the pool holds
+     * a prefix of it, as far as floors, targets and the budget allow) */
+    for (uint32_t i = 0, at = 0; i < n; i++) {
+        uint32_t n_floor, *order = r->order + at;
+        uint32_t n_order = r->kind->order(r, reqs[i].seq, reqs[i].n_tokens, order, &n_floor);
+        preq[i] = (akv_dev_pool_req){.ctx = reqs[i].seq->ctx,
+                                     .n_tokens = reqs[i].n_tokens,
+                                     .order = order,
+                                     .n_order = n_order,
+                                     .n_floor = n_floor};
+        at += n_order;
         refill[i] = reqs[i].seq->refill;
         reqs[i].seq->refill = true;
     }
     st = akv_dev_pool_step(r->dp, preq, n, pres);
     for (uint32_t i = 0; i < n && (st == AKV_OK || st == AKV_EFULL); i++) {
         const akv_route_seq *s = reqs[i].seq;
-        uint32_t n_lp = (uint32_t)akv_geom_pages_for_tokens(&r->geom, reqs[i].n_tokens);
-        bool short_resident = r->kind == AKV_ROUTE_RESIDENT && pres[i].window != n_lp;
-        if (pres[i].status == AKV_OK && !short_resident) continue;
+        /* a kind with no residence outside the window needs every page in it */
+        const uint32_t need = r->kind->outside == AKV_KV_WINDOW ? preq[i].n_order
+                                                                : preq[i].n_floor;
+        if (pres[i].status == AKV_OK && pres[i].window >= need) continue;
         AKV_LOG_E("route: the device pool holds %u of the %u window pages per layer a %s history "
                   "of %llu tokens (sequence %llu) needs: raise device_gib",
-                  pres[i].window, r->kind == AKV_ROUTE_RESIDENT ? n_lp : 2u,
-                  akv_route_kind_name(r->kind), (unsigned long long)reqs[i].n_tokens,
+                  pres[i].window, need, r->kind->name, (unsigned long long)reqs[i].n_tokens,
                   (unsigned long long)s->p.tag);
         st = AKV_EFULL;
         break;
@@ -748,7 +829,7 @@ akv_status akv_route_begin_step(akv_route *r, const akv_route_req *reqs, uint32_
     for (uint32_t i = 0; i < n; i++) any_fill |= pres[i].n_fresh || refill[i];
     if (any_fill && (st = route_order_fills(r))) goto fail;
     if ((st = route_write_table(r, reqs, n, refill))) goto fail;
-    if (r->kind == AKV_ROUTE_STAGED && r->n_staged > r->slot_pages) {
+    if (r->n_staged > r->slot_pages) {
         AKV_LOG_E("route: the step stages %u pages per layer; a staging slot holds %u (a window "
                   "below its target: device_gib)",
                   r->n_staged, r->slot_pages);
@@ -758,7 +839,7 @@ akv_status akv_route_begin_step(akv_route *r, const akv_route_req *reqs, uint32_
     /* 4. the tables to the device, in compute-queue order */
     if ((st = route_upload(r, n))) goto fail;
     /* 5. the kind's part: a prefetch made for another step is dropped */
-    if (r->ops->placed && (st = r->ops->placed(r, reqs, n))) goto fail;
+    if (r->kind->placed && (st = r->kind->placed(r, reqs, n))) goto fail;
     akv__free(preq), akv__free(pres), akv__free(refill);
     for (uint32_t i = 0; i < n; i++) {
         akv_route_seq *s = reqs[i].seq;
@@ -799,18 +880,18 @@ static akv_status route_layer_ok(const akv_route *r, uint32_t layer, const char 
     return AKV_OK;
 }
 
-static akv_status route_begin_layer(void *user, uint32_t layer, akv_forward_parts *parts) {
+static akv_status route_begin_layer(void *user, uint32_t layer, akv_kv_parts *parts) {
     akv_route *r = user;
     akv_status st = route_layer_ok(r, layer, "begin_layer");
     if (st) return st;
     r->pending = true; /* the pass enqueues work (a sync may have come between) */
-    if (r->ops->begin_layer && (st = r->ops->begin_layer(r, layer))) return st;
+    if (r->kind->begin_layer && (st = r->kind->begin_layer(r, layer))) return st;
     /* queued: the device copy of the tables (tab_d, laid out as tab_h); direct: host arrays */
     const size_t at_idx = (r->head_ints + (size_t)layer * r->cap) * sizeof(int32_t),
                  at_last = ((size_t)r->max_seqs + 1) * sizeof(int32_t);
     akv_dptr base = r->queued ? r->tab_d : akv_attn_host_ptr(r->tab_h);
     parts->n_parts = 1;
-    parts->part[0].repr = AKV_KV_EXACT;
+    parts->part[0].repr = AKV_REPR_EXACT;
     parts->part[0].kv = (akv_attn_pages){.pool = akv_dev_pool_base(r->dp),
                                          .indptr = base,
                                          .indices = akv_dptr_offset(base, at_idx),
@@ -829,7 +910,7 @@ static akv_status route_begin_layer(void *user, uint32_t layer, akv_forward_part
 static akv_status route_end_layer(void *user, uint32_t layer) {
     akv_route *r = user;
     akv_status st = route_layer_ok(r, layer, "end_layer");
-    if (st || (st = r->ops->end_layer(r, layer))) return st;
+    if (st || (st = r->kind->end_layer(r, layer))) return st;
     if (layer + 1 == r->geom.n_layers) {
         for (uint32_t i = 0; i < r->n_step; i++) r->step[i]->refill = false;
         r->step_done = true;
@@ -837,33 +918,14 @@ static akv_status route_end_layer(void *user, uint32_t layer) {
     return AKV_OK;
 }
 
-akv_forward_kv akv_route_forward_kv(akv_route *r) {
+akv_kv_hooks akv_route_hooks(akv_route *r) {
     /* resident and queued: the tables are uploaded at begin_step and never move, begin_layer
      * enqueues nothing, and the write-backs may follow the whole step */
-    return (akv_forward_kv){.user = r,
+    return (akv_kv_hooks){.user = r,
                             .begin_layer = route_begin_layer,
                             .end_layer = route_end_layer,
-                            .replayable = r->queued && r->kind == AKV_ROUTE_RESIDENT};
+                            .replayable = r->queued && r->kind->replayable};
 }
-
-/* ---- the resident kind ---------------------------------------------------------------------- */
-
-/* Resident: every sequence's new rows of the layer to its host copy. Queued: on the D2H queue
- * after the layer's attention (the last layer's followed by ev_wb, which route_settle reads);
- * direct: now. */
-static akv_status resident_end_layer(akv_route *r, uint32_t layer) {
-    akv_status st = AKV_OK;
-    if (r->queued && ((st = akv_dev_event_record(r->dev, r->ev[layer], AKV_QUEUE_COMPUTE)) ||
-                      (st = akv_dev_queue_wait_event(r->dev, AKV_QUEUE_D2H, r->ev[layer]))))
-        return st;
-    for (uint32_t i = 0; i < r->n_step && !st; i++) st = route_copy_rows(r, r->step[i], layer);
-    if (st || !r->queued || layer + 1 < r->geom.n_layers) return st;
-    st = akv_dev_event_record(r->dev, r->ev_wb, AKV_QUEUE_D2H);
-    r->wb_check = st == AKV_OK;
-    return st;
-}
-
-const akv__route_ops akv__route_resident_ops = {.end_layer = resident_end_layer};
 
 /* ---- stats and the walker ------------------------------------------------------------------- */
 
@@ -890,13 +952,19 @@ uint64_t akv_route_seq_n_tokens(const akv_route_seq *s) {
     return s->n_tokens;
 }
 
+uint32_t akv_route_seq_runs(const akv_route_seq *s, akv_kv_run *runs, uint32_t cap) {
+    if (s->slot < 0) return 0;
+    for (uint32_t i = 0; i < s->n_runs && i < cap; i++) runs[i] = s->runs[i];
+    return s->n_runs;
+}
+
 const akv_host_table *akv_route_seq_host_table(const akv_route_seq *s) {
     return s->ht;
 }
 
 akv_route_params akv_route_get_params(const akv_route *r) {
-    return (akv_route_params){.kind = r->kind,
-                              .max_tokens = r->max_tokens,
+    return (akv_route_params){.kind = r->kind->kind,
+                              .max_history = r->max_history,
                               .max_seqs = r->max_seqs,
                               .queued = r->queued,
                               .window_pages = r->window_pages,

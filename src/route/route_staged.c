@@ -4,26 +4,78 @@
  * layer's table row from the slot ids, ready; at end_layer attended, the write-backs of each
  * sequence's new rows, seal; the leases retired at the next step boundary; the next decode
  * step's layer 0 prefetched when it can be foreseen. */
+#include <stdio.h>
 #include <string.h>
 
 #include "akv/host_table.h"
 #include "akv/stage.h"
 #include "core/alloc.h"
 #include "core/log.h"
-#include "engine/route_impl.h"
+#include "route/route_impl.h"
+
+/* ---- the policy ------------------------------------------------------------------------------ */
+
+/* Two slots, each for every sequence's pages outside its window. */
+static uint32_t staged_plan_staging(const akv_geom *g, uint64_t max_history,
+                                    uint32_t window_pages, uint32_t max_seqs) {
+    uint32_t slot = akv_route_slot_pages(g, max_history, window_pages, max_seqs);
+    return slot > UINT32_MAX / 2 ? UINT32_MAX : 2 * slot;
+}
+
+/* Each context's window by right: the plan's share of the window capacity, at least the
+ * route's window; what is left beside it may be borrowed. */
+static akv_status staged_plan_windows(const akv_geom *g, uint64_t max_history,
+                                      uint32_t max_seqs, const akv_fit *fit,
+                                      akv_route_plan *pl) {
+    (void)g, (void)max_history;
+    const uint64_t cap = fit->window_capacity;
+    pl->target = fit->target > pl->window_pages ? fit->target : pl->window_pages;
+    if ((uint64_t)pl->target * max_seqs > cap) {
+        AKV_LOG_E("route: %u staged contexts of window_pages %u need %llu window pages per "
+                  "layer; the device pool holds %llu beside its staging reserve: raise "
+                  "device_gib or lower max_seqs or window_pages",
+                  max_seqs, pl->window_pages, (unsigned long long)pl->target * max_seqs,
+                  (unsigned long long)cap);
+        return AKV_EFULL;
+    }
+    pl->burst = pl->target + fit->burst <= cap ? fit->burst : (uint32_t)(cap - pl->target);
+    return AKV_OK;
+}
+
+static uint32_t staged_need(const akv_geom *g, uint64_t n_tokens) {
+    (void)g, (void)n_tokens;
+    return 0; /* its window is lent by the device pool, not reserved */
+}
+
+/* A window of target pages by right (at least the route's window_pages) + burst, within the
+ * pool's window capacity. */
+static akv_status staged_window(const akv_route *r, akv_route_seq_params *p,
+                                uint32_t window_capacity) {
+    if (p->target == 0) p->target = r->window_pages;
+    if (r->window_pages >= 2 && p->target >= r->window_pages &&
+        (uint64_t)p->target + p->burst <= window_capacity)
+        return AKV_OK;
+    AKV_LOG_E("route: a staged window of target %u + burst %u pages per layer (target at least "
+              "the route's window_pages %u, itself at least 2: the sink and the newest); the "
+              "device pool holds %u window pages per layer: raise device_gib",
+              p->target, p->burst, r->window_pages, window_capacity);
+    return AKV_EINVAL;
+}
+
+/* ---- the transport --------------------------------------------------------------------------- */
 
 /* The stage (borrowed, or created from the staging reserve) and the scratch. */
 static akv_status staged_open(akv_route *r, const akv_route_params *p) {
     const akv_geom *g = &r->geom;
-    uint32_t slot = akv_route_slot_pages(g, r->max_tokens, r->window_pages, r->max_seqs);
+    uint32_t slot = akv_route_slot_pages(g, r->max_history, r->window_pages, r->max_seqs);
     if (p->stage) {
         if (akv_stage_check_pools(p->stage, r->hp, r->dp) != AKV_OK) return AKV_EINVAL; /* logged */
         akv_stage_params sp = akv_stage_get_params(p->stage);
         if (sp.slot_pages < slot) {
             AKV_LOG_E("route: the stage's slots hold %u pages; %u staged histories of %llu "
-                      "tokens with windows of %u pages stage up to %u per layer (max_tokens, "
+                      "tokens with windows of %u pages stage up to %u per layer (max_history, "
                       "max_seqs)",
-                      sp.slot_pages, r->max_seqs, (unsigned long long)r->max_tokens,
+                      sp.slot_pages, r->max_seqs, (unsigned long long)r->max_history,
                       r->window_pages, slot);
             return AKV_EINVAL;
         }
@@ -36,7 +88,7 @@ static akv_status staged_open(akv_route *r, const akv_route_params *p) {
         if (st == AKV_EFULL)
             AKV_LOG_E("route: the staged route needs a staging reserve of %u pages (2 slots x %u "
                       "pages of %zu KiB) in the device pool: raise device_gib or lower "
-                      "max_tokens or max_seqs",
+                      "max_history or max_seqs",
                       2 * slot, slot, akv_geom_page_bytes(g) >> 10);
         if (st) return st;
         r->own_stage = true;
@@ -261,7 +313,7 @@ static akv_status staged_prefetch(akv_route *r) {
     if (r->pf_live || r->n_staged == 0) return AKV_OK;
     for (uint32_t i = 0; i < r->n_step; i++) {
         const akv_route_seq *s = r->step[i];
-        if (s->closing || s->n_tokens % P == 0 || s->n_tokens + 1 > s->p.max_tokens)
+        if (s->closing || s->n_tokens % P == 0 || s->n_tokens + 1 > s->p.max_history)
             return AKV_OK;
     }
     akv_status st = akv__array_reserve((void **)&r->hpages, &r->hpages_cap, r->n_step,
@@ -337,9 +389,18 @@ static akv_status staged_placed(akv_route *r, const akv_route_req *reqs, uint32_
     return staged_drop_prefetch(r, &quarantined);
 }
 
-const akv__route_ops akv__route_staged_ops = {.open = staged_open,
-                                              .retire = staged_retire,
-                                              .placed = staged_placed,
-                                              .begin_layer = staged_begin_layer,
-                                              .end_layer = staged_end_layer,
-                                              .live = staged_live};
+const akv__route_kind akv__route_staged = {.kind = AKV_ROUTE_STAGED,
+                                           .name = "staged",
+                                           .plan_staging = staged_plan_staging,
+                                           .plan_windows = staged_plan_windows,
+                                           .need = staged_need,
+                                           .window = staged_window,
+                                           .order = akv__route_order_sink_newest,
+                                           .outside = AKV_KV_STAGED,
+                                           .replayable = false,
+                                           .open = staged_open,
+                                           .retire = staged_retire,
+                                           .placed = staged_placed,
+                                           .begin_layer = staged_begin_layer,
+                                           .end_layer = staged_end_layer,
+                                           .live = staged_live};
