@@ -50,7 +50,7 @@ static void test_examples(void) {
         size_t n = akv_fit_format(&f, text, sizeof text);
         CHECK(n < sizeof text && strlen(text) == n);
         CHECK(strstr(text, "histories = floor(174762 / 15360) = 11") != NULL);
-        CHECK(strstr(text, "effective = min(concurrency 8, histories 11, floors 364) = 8") != NULL);
+        CHECK(strstr(text, "effective = min({=concurrency} 8, histories 11, floors 364) = 8") != NULL);
         printf("%s", text);
     }
 
@@ -67,8 +67,8 @@ static void test_examples(void) {
         CHECK_STATUS(f.status, AKV_EFULL);
         CHECK_STR(f.setting, "host_gib");
         CHECK_EQ_INT(f.min_host_gib, 128);
-        CHECK(strstr(f.verdict, "raise host_gib to at least 128") != NULL);
-        CHECK(strstr(f.verdict, "lower concurrency to 4") != NULL);
+        CHECK(strstr(f.verdict, "raise {=host_gib} to at least 128") != NULL);
+        CHECK(strstr(f.verdict, "lower {=concurrency} to 4") != NULL);
         char text[4096];
         akv_fit_format(&f, text, sizeof text);
         printf("%s", text);

@@ -1,6 +1,8 @@
 /* test_core.c — status names, the log hook, allocation injection, checked sizes, clock. */
 #include "test.h"
 
+#include <string.h>
+
 #include "akv/log.h"
 #include "akv/status.h"
 #include "core/alloc.h"
@@ -19,6 +21,14 @@ static void capture_hook(akv_log_level level, const char *msg, void *user) {
     c->n++;
     c->last_level = level;
     snprintf(c->last, sizeof c->last, "%s", msg);
+}
+
+static const char *flag_namer(const char *field, void *user) {
+    (void)user;
+    if (!strcmp(field, "weights")) return "--weights";
+    if (!strcmp(field, "host_gib")) return "--host-gib";
+    if (!strcmp(field, "max_seqs")) return "--parallel";
+    return NULL;
 }
 
 int main(int argc, char **argv) {
@@ -47,6 +57,27 @@ int main(int argc, char **argv) {
         CHECK_EQ_INT(cap.n, 1);
         CHECK_EQ_INT(akv_log_threshold(), AKV_LOG_OFF);
         akv_log_set(NULL, NULL, AKV_LOG_WARN);
+    }
+
+    TEST_CASE(settings_said_by_identity) {
+        /* Only markers are said as the front end's names; prose with a field's word is not. */
+        const char *msg = "{=weights} q4: raise {=host_gib} to 3 for the weights of host_gib";
+        char buf[128];
+        size_t n = akv_log_render(msg, flag_namer, NULL, buf, sizeof buf);
+        CHECK_STR(buf, "--weights q4: raise --host-gib to 3 for the weights of host_gib");
+        CHECK_EQ_INT((int)n, (int)strlen(buf));
+        akv_log_render(msg, NULL, NULL, buf, sizeof buf); /* no namer: the fields */
+        CHECK_STR(buf, "weights q4: raise host_gib to 3 for the weights of host_gib");
+        akv_log_render("{=max_seqs} and {=other}", flag_namer, NULL, buf, sizeof buf);
+        CHECK_STR(buf, "--parallel and other"); /* a field the namer does not know: itself */
+        /* Not markers: an empty one, an unclosed one, braces of prose. */
+        akv_log_render("{=} {x} {=open", flag_namer, NULL, buf, sizeof buf);
+        CHECK_STR(buf, "{=} {x} {=open");
+        /* Truncation keeps a NUL and reports the length the whole text needs. */
+        char small[8];
+        n = akv_log_render(msg, flag_namer, NULL, small, sizeof small);
+        CHECK_STR(small, "--weigh");
+        CHECK_EQ_INT((int)n, (int)strlen("--weights q4: raise --host-gib to 3 for the weights of host_gib"));
     }
 
     TEST_CASE(alloc_fail_nth) {

@@ -191,10 +191,10 @@ int akv_cmd_fit(int argc, char **argv) {
     }
     char text[4096], said[4096];
     akv_fit_format(&f, text, sizeof text);
-    akv_tool_rename(text, fit_names, said, sizeof said);
+    akv_tool_render(text, fit_names, said, sizeof said);
     fputs(said, stdout);
     if (f.status != AKV_OK) {
-        akv_tool_rename(f.verdict, fit_names, said, sizeof said);
+        akv_tool_render(f.verdict, fit_names, said, sizeof said);
         fprintf(stderr, "akv fit: %s\n", said);
         return AKV_EXIT_REFUSED;
     }

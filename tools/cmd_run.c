@@ -480,7 +480,7 @@ static int run_submit(run_state *s, run_job *j, uint64_t seed) {
     akv_status st = akv_engine_submit(s->engine, &rp, &j->rq, &rf);
     if (st) {
         char said[512];
-        akv_tool_rename(rf.message, run_names, said, sizeof said);
+        akv_tool_render(rf.message, run_names, said, sizeof said);
         fprintf(stderr, "akv run: refused (%s): %s\n", akv_refusal_reason_name(rf.reason), said);
         return 0;
     }

@@ -67,18 +67,12 @@ static const char serve_usage[] =
 static const akv_tool_name serve_names[] = {
     AKV_TOOL_ENGINE_NAMES,
     {"max_queue", "--max-queue"},
-    {"chat_template_name", "--chat-template"},
-    {"chat_template_text", "--chat-template"},
     {"max_connections", "--max-connections"},
     {"max_connections_per_client", "--max-connections-per-client"},
     {"read_timeout_s", "--read-timeout"},
     {"idle_timeout_s", "--idle-timeout"},
     {"max_body_bytes", "--max-body-bytes"},
     {NULL, NULL}};
-
-static void serve_rename(const char *msg, char *buf, size_t cap) {
-    akv_tool_rename(msg, serve_names, buf, cap);
-}
 
 static int serve_pipe[2] = {-1, -1};
 
@@ -246,7 +240,8 @@ int akv_cmd_serve(int argc, char **argv) {
     p.max_tokens_default = (uint32_t)n_predict, p.max_prompt_tokens = (uint32_t)max_prompt;
     p.max_body_bytes = (size_t)body, p.timeout_s = timeout, p.max_connections = (uint32_t)conns;
     p.max_connections_per_client = (uint32_t)per_client;
-    p.rename_settings = serve_rename;
+    p.settings_namer = akv_tool_namer;
+    p.settings_user = (void *)serve_names;
     p.idle_timeout_s = idle, p.read_timeout_s = read;
     p.content_specials = e.special_in_content;
     if (pipe(serve_pipe) != 0) {

@@ -85,11 +85,12 @@ extern const char akv_tool_eopts_help[];
 /* The library's params field names said as these flags: entries of an akv_tool_name table
  * (a command adds its own and the {NULL, NULL} end). */
 #define AKV_TOOL_ENGINE_NAMES                                                                     \
-    {"max_context", "--max-context"}, {"host_gib", "--host-gib"},                                  \
-        {"device_gib", "--device-gib"}, {"max_seqs", "--parallel"},                                \
-        {"concurrency", "--parallel"}, {"window_pages", "--window-pages"}, {"chunk", "--chunk"},   \
-        {"step_tokens", "--step-tokens"}, {"kv_dtype", "--kv-dtype"}, {"limit_gib", "--host-gib"},  \
-        {"weights", "--weights"}
+    {"max_context", "--max-context"}, {"max_history", "--max-context"},                            \
+        {"host_gib", "--host-gib"}, {"limit_gib", "--host-gib"}, {"device_gib", "--device-gib"},   \
+        {"max_seqs", "--parallel"}, {"concurrency", "--parallel"},                                 \
+        {"window_pages", "--window-pages"}, {"chunk", "--chunk"}, {"step_tokens", "--step-tokens"},  \
+        {"max_step_tokens", "--step-tokens"}, {"kv_dtype", "--kv-dtype"}, {"weights", "--weights"}, \
+        {"chat_template_name", "--chat-template"}, {"chat_template_text", "--chat-template"}
 
 /* The memory, scheduling and pass fields of ep from o (device, model, max_context, max_seqs,
  * queue and idle limits are the command's). */

@@ -123,38 +123,26 @@ akv_status akv_tool_open_device(const char *spec, akv_dev **out) {
     return AKV_EINVAL;
 }
 
-/* ---- library field names said as flags ---------------------------------------------------- */
+/* ---- library settings said as flags -------------------------------------------------------- */
 
-static int tool_word_char(char c) {
-    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_';
+const char *akv_tool_namer(const char *field, void *user) {
+    for (const akv_tool_name *n = user; n && n->field; n++)
+        if (!strcmp(n->field, field)) return n->flag;
+    return NULL;
 }
 
-void akv_tool_rename(const char *text, const akv_tool_name *names, char *buf, size_t cap) {
-    size_t o = 0;
-    if (cap == 0) return;
-    for (const char *t = text; *t;) {
-        const akv_tool_name *hit = NULL;
-        if (t == text || !tool_word_char(t[-1]))
-            for (const akv_tool_name *n = names; n && n->field && !hit; n++) {
-                size_t k = strlen(n->field);
-                if (!strncmp(t, n->field, k) && !tool_word_char(t[k])) hit = n;
-            }
-        const char *piece = hit ? hit->flag : t;
-        size_t k = hit ? strlen(hit->flag) : 1;
-        for (size_t i = 0; i < k && o + 1 < cap; i++) buf[o++] = piece[i];
-        t += hit ? strlen(hit->field) : 1;
-    }
-    buf[o] = 0;
+void akv_tool_render(const char *text, const akv_tool_name *names, char *buf, size_t cap) {
+    akv_log_render(text, akv_tool_namer, (void *)names, buf, cap);
 }
 
-static void tool_log_renamed(akv_log_level level, const char *msg, void *user) {
+static void tool_log_said(akv_log_level level, const char *msg, void *user) {
     char line[2048];
-    akv_tool_rename(msg, user, line, sizeof line);
+    akv_tool_render(msg, user, line, sizeof line);
     fprintf(stderr, "akv %s: %s\n", akv_log_level_str(level), line);
 }
 
 void akv_tool_log_names(const akv_tool_name *names, int threshold) {
-    akv_log_set(tool_log_renamed, (void *)names, (akv_log_level)threshold);
+    akv_log_set(tool_log_said, (void *)names, (akv_log_level)threshold);
 }
 
 int akv_tool_read_input(const char *cmd, const char *path, unsigned long long max,

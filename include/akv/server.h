@@ -51,6 +51,7 @@
 #include <stdint.h>
 
 #include "akv/engine.h"
+#include "akv/log.h"
 #include "akv/sample.h"
 #include "akv/status.h"
 
@@ -92,10 +93,11 @@ typedef struct akv_server_params {
                                       read as control tokens (llama-server's and vLLM's way);
                                       0 = contents are plain text (OpenAI's way) */
     int verbose;                   /* 1 = a log line per request */
-    /* How the front end names settings: rewrites a library message that names params fields
-     * (an admission refusal's "raise host_gib") into its own words (a flag, --host-gib) in
-     * buf[cap]. NULL = the field names as they are. */
-    void (*rename_settings)(const char *msg, char *buf, size_t cap);
+    /* How the front end names settings: library messages name them by params field in
+     * markers, {=host_gib} (akv/log.h); answers say each as settings_namer(field,
+     * settings_user) says it (a flag, --host-gib). NULL = the field itself. */
+    akv_log_namer settings_namer;
+    void *settings_user;
 } akv_server_params;
 
 /* NULL host and model name, port 8080, the engine's and the sampler's defaults. */

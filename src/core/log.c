@@ -4,11 +4,36 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+
+size_t akv_log_render(const char *msg, akv_log_namer namer, void *user, char *buf, size_t cap) {
+    size_t o = 0;
+#define PUT(c) (o + 1 < cap ? (void)(buf[o] = (c)) : (void)0, o++)
+    for (const char *t = msg; *t;) {
+        const char *end = t[0] == '{' && t[1] == '=' ? strchr(t + 2, '}') : NULL;
+        size_t k = end ? (size_t)(end - t - 2) : 0;
+        if (!end || k == 0 || k >= 64) { /* not a marker: the text as it is */
+            PUT(*t);
+            t++;
+            continue;
+        }
+        char field[64];
+        memcpy(field, t + 2, k);
+        field[k] = '\0';
+        const char *name = namer ? namer(field, user) : NULL;
+        for (const char *q = name ? name : field; *q; q++) PUT(*q);
+        t = end + 1;
+    }
+#undef PUT
+    if (cap) buf[o < cap ? o : cap - 1] = '\0';
+    return o;
+}
 
 static void log_stderr(akv_log_level level, const char *msg, void *user) {
     (void)user;
-    char line[1200];
-    snprintf(line, sizeof line, "akv %s: %s\n", akv_log_level_str(level), msg);
+    char said[1100], line[1200];
+    akv_log_render(msg, NULL, NULL, said, sizeof said);
+    snprintf(line, sizeof line, "akv %s: %s\n", akv_log_level_str(level), said);
     fputs(line, stderr);
 }
 

@@ -53,8 +53,8 @@ akv_engine_params akv_engine_default_params(void) {
 
 /* The admission's field names said as the engine's (akv/admit.h names its own params). */
 static void engine_rename(const char *in, char *out, size_t cap) {
-    static const char *const from[] = {"concurrency", NULL};
-    static const char *const to[] = {"max_seqs", NULL};
+    static const char *const from[] = {"{=concurrency}", NULL};
+    static const char *const to[] = {"{=max_seqs}", NULL};
     size_t o = 0;
     for (const char *t = in; *t && o + 1 < cap;) {
         bool hit = false;
@@ -80,7 +80,7 @@ static akv_status engine_plan(akv_engine *e) {
     akv_status st = akv_geom_init(&pl->geom, c->n_layers, c->n_kv_heads, c->head_dim,
                                   p->kv_dtype, p->page_tokens);
     if (st) {
-        AKV_LOG_E("engine: the K/V geometry of the model with kv_dtype %s and page_tokens %u is "
+        AKV_LOG_E("engine: the K/V geometry of the model with {=kv_dtype} %s and {=page_tokens} %u is "
                   "not valid",
                   akv_dtype_name(p->kv_dtype), p->page_tokens);
         return AKV_EINVAL;
@@ -121,7 +121,7 @@ static akv_status engine_plan(akv_engine *e) {
     const uint32_t dflt = need > AKV_ENGINE_STEP_TOKENS ? need : AKV_ENGINE_STEP_TOKENS;
     pl->step_tokens = p->step_tokens ? p->step_tokens : dflt;
     if (pl->step_tokens < need) {
-        AKV_LOG_E("engine: step_tokens %u is below max_seqs - 1 + chunk = %u (every running "
+        AKV_LOG_E("engine: {=step_tokens} %u is below {=max_seqs} - 1 + {=chunk} = %u (every running "
                   "decode and one prompt chunk must fit in a step)",
                   pl->step_tokens, need);
         return AKV_EINVAL;
@@ -139,7 +139,7 @@ size_t akv_engine_plan_format(const akv_engine_plan *pl, char *buf, size_t cap) 
     n += akv_route_plan_format(&pl->route, pl->max_seqs, pl->window_capacity,
                                buf + (n < cap ? n : cap), n < cap ? cap - n : 0);
     int k = snprintf(buf + (n < cap ? n : cap), n < cap ? cap - n : 0,
-                 "steps:       chunk %u tokens, step_tokens %u, max_queue %u, max_idle %u\n",
+                 "steps:       {=chunk} %u tokens, {=step_tokens} %u, {=max_queue} %u, {=max_idle} %u\n",
                  pl->chunk, pl->step_tokens, pl->max_queue, pl->max_idle);
     return n + (k > 0 ? (size_t)k : 0);
 }
@@ -167,7 +167,7 @@ static akv_status engine_open_model(akv_engine *e) {
         return AKV_EINVAL;
     }
     if (host_pass ? p->weights == AKV_WEIGHTS_BF16 : p->weights == AKV_WEIGHTS_F32) {
-        AKV_LOG_E("engine: weights %s: the %s pass stores its matrices %s", akv_weights_name(p->weights),
+        AKV_LOG_E("engine: {=weights} %s: the %s pass stores its matrices %s", akv_weights_name(p->weights),
                   host_pass ? "host" : "device", host_pass ? "native or f32" : "native or bf16");
         return AKV_EINVAL;
     }
@@ -184,7 +184,7 @@ static akv_status engine_open_model(akv_engine *e) {
     if (e->model && akv_tok_create_from_gguf(akv_model_gguf(e->model), NULL, &e->tok) != AKV_OK)
         e->tok = NULL; /* a model without a (usable) tokenizer: tokens in, tokens out */
     if (!host_pass && p->kv_dtype != AKV_DTYPE_BF16 && !e->info.is_host) {
-        AKV_LOG_E("engine: kv_dtype %s: the CUDA attention reads bf16 K/V pages only",
+        AKV_LOG_E("engine: {=kv_dtype} %s: the CUDA attention reads bf16 K/V pages only",
                   akv_dtype_name(p->kv_dtype));
         return AKV_EINVAL;
     }
@@ -543,7 +543,7 @@ akv_status akv_engine_submit(akv_engine *e, const akv_request_params *p, akv_req
                              "the prompt is empty (at least one token)");
     if (p->max_tokens == 0)
         return engine_refuse(e, rf, AKV_REFUSE_INVALID, "max_tokens", AKV_EINVAL,
-                             "max_tokens is 0 (at least one new token)");
+                             "{=max_tokens} is 0 (at least one new token)");
     for (uint32_t i = 0; i < p->n_prompt; i++)
         if (p->prompt[i] < 0 || (uint32_t)p->prompt[i] >= e->cfg.n_vocab)
             return engine_refuse(e, rf, AKV_REFUSE_INVALID, "prompt", AKV_EINVAL,
@@ -556,8 +556,8 @@ akv_status akv_engine_submit(akv_engine *e, const akv_request_params *p, akv_req
     const uint64_t total = (uint64_t)p->n_prompt + p->max_tokens;
     if (total > e->plan.max_context)
         return engine_refuse(e, rf, AKV_REFUSE_CONTEXT, "max_context", AKV_EFULL,
-                             "the prompt (%u tokens) plus max_tokens %u is %llu tokens; "
-                             "max_context is %llu: lower max_tokens or raise max_context",
+                             "the prompt (%u tokens) plus {=max_tokens} %u is %llu tokens; "
+                             "{=max_context} is %llu: lower {=max_tokens} or raise {=max_context}",
                              p->n_prompt, p->max_tokens, (unsigned long long)total,
                              (unsigned long long)e->plan.max_context);
     akv_request *rq = akv__calloc(1, sizeof *rq);
@@ -575,14 +575,14 @@ akv_status akv_engine_submit(akv_engine *e, const akv_request_params *p, akv_req
         akv__request_free(rq);
         if (h > e->plan.host_pages)
             return engine_refuse(e, rf, AKV_REFUSE_HOST, "host_gib", AKV_EFULL,
-                                 "prompt + max_tokens = %llu tokens need %llu host pages; the "
-                                 "host pool holds %llu: raise host_gib or lower max_tokens",
+                                 "prompt + {=max_tokens} = %llu tokens need %llu host pages; the "
+                                 "host pool holds %llu: raise {=host_gib} or lower {=max_tokens}",
                                  (unsigned long long)total, (unsigned long long)h,
                                  (unsigned long long)e->plan.host_pages);
         return engine_refuse(e, rf, AKV_REFUSE_DEVICE, "device_gib", AKV_EFULL,
-                             "prompt + max_tokens = %llu tokens need %u resident window pages "
-                             "per layer; the device pool holds %u: raise device_gib, lower "
-                             "max_tokens, or use the staged route",
+                             "prompt + {=max_tokens} = %llu tokens need %u resident window pages "
+                             "per layer; the device pool holds %u: raise {=device_gib}, lower "
+                             "{=max_tokens}, or use the staged route",
                              (unsigned long long)total, d, e->plan.window_capacity);
     }
     rq->info.t_submit = akv_clock_s();
@@ -599,15 +599,15 @@ akv_status akv_engine_submit(akv_engine *e, const akv_request_params *p, akv_req
         akv__request_free(rq);
         if (e->plan.max_queue == 0)
             return engine_refuse(e, rf, AKV_REFUSE_BUSY, "max_seqs", AKV_EFULL,
-                                 "%u of max_seqs %u sequences run and %llu of %llu host pages "
-                                 "are reserved; nothing waits (max_queue 0): retry later, or "
-                                 "raise max_seqs, host_gib or max_queue",
+                                 "%u of {=max_seqs} %u sequences run and %llu of %llu host pages "
+                                 "are reserved; nothing waits ({=max_queue} 0): retry later, or "
+                                 "raise {=max_seqs}, {=host_gib} or {=max_queue}",
                                  e->n_run, e->plan.max_seqs,
                                  (unsigned long long)e->host_reserved,
                                  (unsigned long long)e->plan.host_pages);
         return engine_refuse(e, rf, AKV_REFUSE_QUEUE, "max_queue", AKV_EFULL,
-                             "the wait queue is full (max_queue %u): retry later, or raise "
-                             "max_queue or max_seqs",
+                             "the wait queue is full ({=max_queue} %u): retry later, or raise "
+                             "{=max_queue} or {=max_seqs}",
                              e->plan.max_queue);
     }
     rq->next_all = e->all;

@@ -40,16 +40,16 @@ static akv_status admit_check(const akv_admit_params *p) {
         return AKV_EINVAL;
     }
     if (p->max_context == 0) {
-        AKV_LOG_E("admission: max_context must be at least 1 token");
+        AKV_LOG_E("admission: {=max_context} must be at least 1 token");
         return AKV_EINVAL;
     }
     if (akv_geom_pages_for_tokens(g, p->max_context) > INT32_MAX) {
-        AKV_LOG_E("admission: max_context %llu needs more than %d pages per layer",
+        AKV_LOG_E("admission: {=max_context} %llu needs more than %d pages per layer",
                   (unsigned long long)p->max_context, INT32_MAX);
         return AKV_EINVAL;
     }
     if (p->concurrency == 0 || p->concurrency > ADMIT_MAX_CONCURRENCY) {
-        AKV_LOG_E("admission: concurrency %u must be in [1, %u]", p->concurrency,
+        AKV_LOG_E("admission: {=concurrency} %u must be in [1, %u]", p->concurrency,
                   ADMIT_MAX_CONCURRENCY);
         return AKV_EINVAL;
     }
@@ -84,7 +84,7 @@ akv_status akv_admit_fit(const akv_admit_params *p, akv_fit *out) {
     f.pages_per_layer = akv_geom_pages_for_tokens(g, p->max_context);
     f.pages_per_history = f.pages_per_layer * g->n_layers; /* < 2^31 * 2^12: no overflow */
     if (__builtin_mul_overflow(f.pages_per_history, (uint64_t)f.page_bytes, &f.history_bytes)) {
-        AKV_LOG_E("admission: one history of max_context %llu tokens overflows 64 bits",
+        AKV_LOG_E("admission: one history of {=max_context} %llu tokens overflows 64 bits",
                   (unsigned long long)p->max_context);
         return AKV_EOVERFLOW;
     }
@@ -114,8 +114,8 @@ akv_status akv_admit_fit(const akv_admit_params *p, akv_fit *out) {
         f.setting = "host_gib";
         admit_verdict(&f,
                       "refused: not even one full-length history fits: one needs %llu pages "
-                      "(%.2f GiB) and host_gib %u holds %llu; raise host_gib to at least %u "
-                      "or lower max_context",
+                      "(%.2f GiB) and {=host_gib} %u holds %llu; raise {=host_gib} to at least %u "
+                      "or lower {=max_context}",
                       (unsigned long long)f.pages_per_history, (double)f.history_bytes / GIB,
                       p->host_gib, (unsigned long long)f.host_pages,
                       admit_gib_for(f.pages_per_history, f.page_bytes));
@@ -124,7 +124,7 @@ akv_status akv_admit_fit(const akv_admit_params *p, akv_fit *out) {
         f.setting = "device_gib";
         admit_verdict(&f,
                       "refused: the device pool holds %llu window page(s), less than one floor "
-                      "(%u); raise device_gib to at least %u (or lower staging_pages)",
+                      "(%u); raise {=device_gib} to at least %u (or lower {=staging_pages})",
                       (unsigned long long)f.window_capacity, f.floor,
                       admit_gib_for((uint64_t)f.floor * g->n_layers + p->staging_pages,
                                     f.page_bytes));
@@ -134,23 +134,23 @@ akv_status akv_admit_fit(const akv_admit_params *p, akv_fit *out) {
         f.setting = host ? "host_gib" : "device_gib";
         if (host)
             admit_verdict(&f,
-                          "refused: concurrency %u exceeds the %llu full-length histories "
-                          "host_gib %u holds; raise host_gib to at least %u or lower "
-                          "concurrency to %u (or max_context)",
+                          "refused: {=concurrency} %u exceeds the %llu full-length histories "
+                          "{=host_gib} %u holds; raise {=host_gib} to at least %u or lower "
+                          "{=concurrency} to %u (or {=max_context})",
                           p->concurrency, (unsigned long long)f.histories, p->host_gib,
                           f.min_host_gib, f.concurrency);
         else
             admit_verdict(&f,
-                          "refused: concurrency %u needs %u floors of %u window pages; "
-                          "device_gib %u holds %u; raise device_gib to at least %u or lower "
-                          "concurrency to %u",
+                          "refused: {=concurrency} %u needs %u floors of %u window pages; "
+                          "{=device_gib} %u holds %u; raise {=device_gib} to at least %u or lower "
+                          "{=concurrency} to %u",
                           p->concurrency, p->concurrency, f.floor, p->device_gib, f.max_floors,
                           f.min_device_gib, f.concurrency);
     } else if (eff < p->concurrency) {
         f.shrunk = 1;
         admit_verdict(&f,
-                      "fits after shrinking: concurrency %u -> %u = min(%u configured, %llu "
-                      "histories in host_gib %u, %u floors in device_gib %u); the rest queue",
+                      "fits after shrinking: {=concurrency} %u -> %u = min(%u configured, %llu "
+                      "histories in {=host_gib} %u, %u floors in {=device_gib} %u); the rest queue",
                       p->concurrency, f.concurrency, p->concurrency,
                       (unsigned long long)f.histories, p->host_gib, f.max_floors, p->device_gib);
         AKV_LOG_W("admission: %s", f.verdict);
@@ -187,13 +187,13 @@ size_t akv_fit_format(const akv_fit *f, char *buf, size_t cap) {
                   akv_repr_name(AKV_REPR_EXACT), akv_geom_repr_bits(g, AKV_REPR_EXACT),
                   akv_repr_name(AKV_REPR_EXACT));
     akv__mem_appendf(buf, cap, &len,
-                  "history:     max_context %llu tokens -> ceil(%llu / %u) = %llu pages per "
+                  "history:     {=max_context} %llu tokens -> ceil(%llu / %u) = %llu pages per "
                   "layer x %u layers = %llu pages = %.2f GiB per full-length context\n",
                   (unsigned long long)p->max_context, (unsigned long long)p->max_context,
                   f->page_tokens, (unsigned long long)f->pages_per_layer, g->n_layers,
                   (unsigned long long)f->pages_per_history, (double)f->history_bytes / GIB);
     akv__mem_appendf(buf, cap, &len,
-                  "host pool:   host_gib %u -> floor(%zu / %zu) = %llu pages (%u arena(s) of "
+                  "host pool:   {=host_gib} %u -> floor(%zu / %zu) = %llu pages (%u arena(s) of "
                   "up to %u pages)\n"
                   "             histories = floor(%llu / %llu) = %llu\n",
                   p->host_gib, f->host_limit_bytes, f->page_bytes,
@@ -201,7 +201,7 @@ size_t akv_fit_format(const akv_fit *f, char *buf, size_t cap) {
                   (unsigned long long)f->host_pages, (unsigned long long)f->pages_per_history,
                   (unsigned long long)f->histories);
     akv__mem_appendf(buf, cap, &len,
-                  "device pool: device_gib %u -> %llu pages; staging_pages %u -> window "
+                  "device pool: {=device_gib} %u -> %llu pages; {=staging_pages} %u -> window "
                   "capacity floor((%llu - %u) / %u) = %llu window pages\n"
                   "             floors = floor(%llu / %u) = %u\n",
                   p->device_gib, (unsigned long long)f->device_pages, f->staging_pages,
@@ -209,7 +209,7 @@ size_t akv_fit_format(const akv_fit *f, char *buf, size_t cap) {
                   (unsigned long long)f->window_capacity, (unsigned long long)f->window_capacity,
                   f->floor, f->max_floors);
     akv__mem_appendf(buf, cap, &len,
-                  "at once:     effective = min(concurrency %u, histories %llu, floors %u) = "
+                  "at once:     effective = min({=concurrency} %u, histories %llu, floors %u) = "
                   "%u (mode %s)\n",
                   p->concurrency, (unsigned long long)f->histories, f->max_floors, f->concurrency,
                   p->mode == AKV_ADMIT_SHRINK ? "shrink" : "refuse");

@@ -111,7 +111,7 @@ akv_status akv_dev_pool_layout(const akv_geom *g, const akv_dev_pool_params *p,
     akv_status gst = akv_geom_check(g);
     if (gst != AKV_OK) return gst;
     if (p->device_gib == 0 || p->device_gib > AKV_DEV_POOL_MAX_GIB) {
-        AKV_LOG_E("device pool: device_gib = %u must be a whole number of GiB in "
+        AKV_LOG_E("device pool: {=device_gib} = %u must be a whole number of GiB in "
                   "[1, %u]; it is never automatic",
                   p->device_gib, AKV_DEV_POOL_MAX_GIB);
         return AKV_EINVAL;
@@ -125,8 +125,8 @@ akv_status akv_dev_pool_layout(const akv_geom *g, const akv_dev_pool_params *p,
         return AKV_EINVAL;
     }
     if (p->staging_pages > n_pages) {
-        AKV_LOG_E("device pool: staging_pages = %u exceeds the %llu pages of "
-                  "device_gib = %u",
+        AKV_LOG_E("device pool: {=staging_pages} = %u exceeds the %llu pages of "
+                  "{=device_gib} = %u",
                   p->staging_pages, (unsigned long long)n_pages, p->device_gib);
         return AKV_EINVAL;
     }
@@ -147,9 +147,9 @@ akv_status akv_dev_pool_create(akv_dev *dev, const akv_geom *g, const akv_dev_po
     akv_status st = akv_dev_pool_layout(g, p, &lay);
     if (st != AKV_OK) return st;
     if (lay.window_capacity < 2) {
-        AKV_LOG_E("device pool: device_gib = %u less %u staging pages holds %u window "
+        AKV_LOG_E("device pool: {=device_gib} = %u less %u staging pages holds %u window "
                   "page(s) of %u layers x %zu bytes; one floor (sink + tail) needs 2: raise "
-                  "device_gib to at least %llu",
+                  "{=device_gib} to at least %llu",
                   p->device_gib, p->staging_pages, lay.window_capacity, g->n_layers,
                   lay.page_bytes,
                   (unsigned long long)((((uint64_t)2 * g->n_layers + p->staging_pages) *
@@ -168,7 +168,7 @@ akv_status akv_dev_pool_create(akv_dev *dev, const akv_geom *g, const akv_dev_po
     if (!pool->free_bits || !pool->marks || !pool->owner) goto fail;
     st = akv_dev_mem_alloc(dev, bytes, &pool->base);
     if (st != AKV_OK) {
-        AKV_LOG_E("device pool: the device could not provide %u GiB (%s); lower device_gib",
+        AKV_LOG_E("device pool: the device could not provide %u GiB (%s); lower {=device_gib}",
                   p->device_gib, akv_status_str(st));
         goto fail;
     }

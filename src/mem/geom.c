@@ -53,7 +53,7 @@ akv_status akv_geom_init(akv_geom *g, uint32_t n_layers, uint32_t n_kv_heads, ui
     }
     if (page_tokens != 0 && (page_tokens > AKV_GEOM_MAX_PAGE_TOKENS ||
                              (page_tokens & (page_tokens - 1)) != 0)) {
-        AKV_LOG_E("geom: page_tokens = %u must be a power of two in [1, %u] (or 0 = automatic)",
+        AKV_LOG_E("geom: {=page_tokens} = %u must be a power of two in [1, %u] (or 0 = automatic)",
                   page_tokens, AKV_GEOM_MAX_PAGE_TOKENS);
         return AKV_EINVAL;
     }
@@ -70,7 +70,7 @@ akv_status akv_geom_init(akv_geom *g, uint32_t n_layers, uint32_t n_kv_heads, ui
     }
     if (page_bytes > AKV_GEOM_MAX_PAGE_BYTES) {
         AKV_LOG_E("geom: a page of %u tokens x %zu bytes = %zu bytes exceeds the %zu-byte limit; "
-                  "lower page_tokens",
+                  "lower {=page_tokens}",
                   p, token_bytes, page_bytes, AKV_GEOM_MAX_PAGE_BYTES);
         return AKV_EINVAL;
     }
@@ -88,7 +88,7 @@ akv_status akv_geom_check(const akv_geom *g) {
         return AKV_EINVAL;
     }
     if (g->page_tokens == 0) {
-        AKV_LOG_E("geom: page_tokens = 0 (a geometry from akv_geom_init has its page size)");
+        AKV_LOG_E("geom: {=page_tokens} = 0 (a geometry from akv_geom_init has its page size)");
         return AKV_EINVAL;
     }
     akv_geom t;

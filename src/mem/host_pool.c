@@ -61,7 +61,7 @@ static akv_status hp_layout_of(const akv_geom *g, const akv_host_pool_params *p,
     akv_status gst = akv_geom_check(g);
     if (gst != AKV_OK) return gst;
     if (p->limit_gib == 0 || p->limit_gib > AKV_HOST_POOL_MAX_GIB) {
-        AKV_LOG_E("host pool: limit_gib = %u must be a whole number of GiB in "
+        AKV_LOG_E("host pool: {=limit_gib} = %u must be a whole number of GiB in "
                   "[1, %u]; there is no automatic size",
                   p->limit_gib, AKV_HOST_POOL_MAX_GIB);
         return AKV_EINVAL;
@@ -70,12 +70,12 @@ static akv_status hp_layout_of(const akv_geom *g, const akv_host_pool_params *p,
     size_t arena = p->arena_bytes ? p->arena_bytes : AKV_HOST_POOL_DEFAULT_ARENA_BYTES;
     if (!akv__size_mul(p->limit_gib, (size_t)1 << 30, &l.limit_bytes)) return AKV_EOVERFLOW;
     if (arena < l.page_bytes) {
-        AKV_LOG_E("host pool: arena_bytes = %zu holds no page of %zu bytes",
+        AKV_LOG_E("host pool: {=arena_bytes} = %zu holds no page of %zu bytes",
                   arena, l.page_bytes);
         return AKV_EINVAL;
     }
     if (arena > l.limit_bytes) {
-        AKV_LOG_E("host pool: arena_bytes = %zu exceeds limit_gib = %u",
+        AKV_LOG_E("host pool: {=arena_bytes} = %zu exceeds {=limit_gib} = %u",
                   arena, p->limit_gib);
         return AKV_EINVAL;
     }
@@ -89,7 +89,7 @@ static akv_status hp_layout_of(const akv_geom *g, const akv_host_pool_params *p,
     uint64_t ppa = arena / l.page_bytes; /* <= capacity <= INT32_MAX */
     uint64_t n_slots = (l.capacity + ppa - 1) / ppa;
     if (n_slots > HP_MAX_SLOTS) {
-        AKV_LOG_E("host pool: arena_bytes = %zu makes %llu arenas of the "
+        AKV_LOG_E("host pool: {=arena_bytes} = %zu makes %llu arenas of the "
                   "limit, more than %u; use larger arenas",
                   arena, (unsigned long long)n_slots, HP_MAX_SLOTS);
         return AKV_EINVAL;
@@ -97,7 +97,7 @@ static akv_status hp_layout_of(const akv_geom *g, const akv_host_pool_params *p,
     l.pages_per_arena = (uint32_t)ppa;
     l.n_slots = (uint32_t)n_slots;
     if (p->keep_gib > p->limit_gib) {
-        AKV_LOG_E("host pool: keep_gib = %u exceeds limit_gib = %u", p->keep_gib, p->limit_gib);
+        AKV_LOG_E("host pool: {=keep_gib} = %u exceeds {=limit_gib} = %u", p->keep_gib, p->limit_gib);
         return AKV_EINVAL;
     }
     /* whole arenas covering keep_gib: (keep + arena - 1) / arena, at most every slot */

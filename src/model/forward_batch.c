@@ -42,7 +42,7 @@ akv_status akv_forward_batch_check(const akv_forward_batch *b, uint32_t max_step
         n += k;
     }
     if (n > max_step_tokens) {
-        AKV_LOG_E("%s: a step of %llu tokens; the pass takes at most %u (max_step_tokens)", who,
+        AKV_LOG_E("%s: a step of %llu tokens; the pass takes at most %u ({=max_step_tokens})", who,
                   (unsigned long long)n, max_step_tokens);
         return AKV_EINVAL;
     }

@@ -259,7 +259,7 @@ static akv_status fdev_choose_types(akv_forward_dev *f, const akv_model *m) {
     const akv_forward_params *p = &f->params;
     const akv_model_config *c = &f->cfg;
     if (p->weights != AKV_WEIGHTS_NATIVE && p->weights != AKV_WEIGHTS_BF16) {
-        AKV_LOG_E("forward_dev: weights %s: the device pass stores its matrices native or bf16",
+        AKV_LOG_E("forward_dev: {=weights} %s: the device pass stores its matrices native or bf16",
                   akv_weights_name(p->weights));
         return AKV_EINVAL;
     }
@@ -269,7 +269,7 @@ static akv_status fdev_choose_types(akv_forward_dev *f, const akv_model *m) {
                   !akv_ops_wrow_bytes((akv_ops_wtype)t, c->n_embd) ||
                   !akv_ops_wrow_bytes((akv_ops_wtype)t, f->q_dim) ||
                   !akv_ops_wrow_bytes((akv_ops_wtype)t, c->n_ff))) {
-            AKV_LOG_E("forward_dev: synthetic_type %s cannot hold rows of %u, %u and %u weights",
+            AKV_LOG_E("forward_dev: {=synthetic_type} %s cannot hold rows of %u, %u and %u weights",
                       akv_ops_wtype_name((akv_ops_wtype)t), c->n_embd, f->q_dim, c->n_ff);
             return AKV_EINVAL;
         }
@@ -302,7 +302,7 @@ static akv_status fdev_create_common(akv_dev *dev, const akv_model_config *c, co
     if (p.max_step_tokens == 0) p.max_step_tokens = 256;
     if (p.max_logits == 0) p.max_logits = p.max_step_tokens;
     if (p.n_layers > c->n_layers || p.max_step_tokens > (1u << 20) || p.max_logits > p.max_step_tokens) {
-        AKV_LOG_E("forward_dev: n_layers %u (the model has %u), max_step_tokens %u or max_logits %u "
+        AKV_LOG_E("forward_dev: n_layers %u (the model has %u), {=max_step_tokens} %u or {=max_logits} %u "
                   "out of range",
                   p.n_layers, c->n_layers, p.max_step_tokens, p.max_logits);
         return AKV_EINVAL;
@@ -884,7 +884,7 @@ akv_status akv_forward_dev_step(akv_forward_dev *f, const akv_forward_batch *b,
     if (st) return st;
     if (logits && akv_forward_batch_logit_rows(b) > f->params.max_logits) {
         AKV_LOG_E("forward_dev: a step asking for %u rows of logits; the pass holds %u "
-                  "(max_logits)",
+                  "({=max_logits})",
                   akv_forward_batch_logit_rows(b), f->params.max_logits);
         return AKV_EINVAL;
     }

@@ -297,7 +297,7 @@ static akv_status model_load(akv_gguf *g, const akv_model_load_params *params, a
     }
     m->gguf = g;
     if (p.weights != AKV_WEIGHTS_NATIVE && p.weights != AKV_WEIGHTS_F32) {
-        AKV_LOG_E("model: weights %s: the host model stores its matrices native or f32",
+        AKV_LOG_E("model: {=weights} %s: the host model stores its matrices native or f32",
                   akv_weights_name(p.weights));
         st = AKV_EINVAL;
         goto fail;

@@ -86,13 +86,13 @@ size_t akv_route_plan_format(const akv_route_plan *pl, uint32_t max_seqs,
     int n = pl->target
                 ? snprintf(buf, cap,
                            "route:       %s: %u sequences at once, each with a window of %u "
-                           "pages by right + %u borrowable (window_pages %u), staging reserve %u "
+                           "pages by right + %u borrowable ({=window_pages} %u), staging reserve %u "
                            "pages (2 slots)\n",
                            name, max_seqs, pl->target, pl->burst, pl->window_pages,
                            pl->staging_pages)
                 : snprintf(buf, cap,
                            "route:       %s: %u sequences at once, each reserving its whole "
-                           "history (prompt + max_tokens) of the %u window pages per layer\n",
+                           "history (prompt + {=max_tokens}) of the %u window pages per layer\n",
                            name, max_seqs, window_capacity);
     return n > 0 ? (size_t)n : 0;
 }
@@ -201,8 +201,8 @@ static akv_status seq_params_resolve(const akv_route *r, const akv_route_seq_par
     akv_route_seq_params p = in ? *in : (akv_route_seq_params){0};
     if (p.max_history == 0) p.max_history = r->max_history;
     if (p.max_history > r->max_history) {
-        AKV_LOG_E("route: a sequence of max_history %llu; the route's tables hold %llu "
-                  "(max_history)",
+        AKV_LOG_E("route: a sequence of {=max_history} %llu; the route's tables hold %llu "
+                  "({=max_history})",
                   (unsigned long long)p.max_history, (unsigned long long)r->max_history);
         return AKV_EINVAL;
     }
@@ -248,7 +248,7 @@ akv_status akv_route_seq_set_params(akv_route *r, akv_route_seq *s, const akv_ro
     akv_route_seq_params sp;
     if ((st = seq_params_resolve(r, p, &sp))) return st;
     if (sp.max_history < s->n_tokens) {
-        AKV_LOG_E("route: set_params: max_history %llu is below the history's %llu tokens",
+        AKV_LOG_E("route: set_params: {=max_history} %llu is below the history's %llu tokens",
                   (unsigned long long)sp.max_history, (unsigned long long)s->n_tokens);
         return AKV_EINVAL;
     }
@@ -300,7 +300,7 @@ akv_status akv_route_create(akv_dev *dev, akv_host_pool *host_pool, akv_dev_pool
     uint64_t n_lp = akv_geom_pages_for_tokens(g, p->max_history);
     if (p->max_history == 0 || max_seqs > AKV_ROUTE_MAX_SEQS ||
         n_lp * max_seqs > INT32_MAX / g->n_layers) {
-        AKV_LOG_E("route: max_history %llu x max_seqs %u is out of range (at most %u sequences, "
+        AKV_LOG_E("route: {=max_history} %llu x {=max_seqs} %u is out of range (at most %u sequences, "
                   "and page ids of every layer below 2^31)",
                   (unsigned long long)p->max_history, max_seqs, AKV_ROUTE_MAX_SEQS);
         return AKV_EINVAL;
@@ -630,7 +630,7 @@ akv_status akv_route_seq_truncate(akv_route *r, akv_route_seq *s, uint64_t n_tok
  * within each one's limit (checked after the settle, which may shorten a history). */
 static akv_status route_check_batch(akv_route *r, const akv_route_req *reqs, uint32_t n) {
     if (!reqs || n == 0 || n > r->max_seqs) {
-        AKV_LOG_E("route: a step of %u sequences; the route takes 1..%u (max_seqs)", n,
+        AKV_LOG_E("route: a step of %u sequences; the route takes 1..%u ({=max_seqs})", n,
                   r->max_seqs);
         return AKV_EINVAL;
     }
@@ -777,7 +777,7 @@ akv_status akv_route_begin_step(akv_route *r, const akv_route_req *reqs, uint32_
     for (uint32_t i = 0; i < n; i++) {
         st = akv_host_table_grow(reqs[i].seq->ht, reqs[i].n_tokens);
         if (st) {
-            if (st == AKV_EFULL) AKV_LOG_E("route: the host pool is full: raise host_gib");
+            if (st == AKV_EFULL) AKV_LOG_E("route: the host pool is full: raise {=host_gib}");
             route_ungrow(r, reqs, i);
             return st;
         }
@@ -815,7 +815,7 @@ akv_status akv_route_begin_step(akv_route *r, const akv_route_req *reqs, uint32_
                                                                 : preq[i].n_floor;
         if (pres[i].status == AKV_OK && pres[i].window >= need) continue;
         AKV_LOG_E("route: the device pool holds %u of the %u window pages per layer a %s history "
-                  "of %llu tokens (sequence %llu) needs: raise device_gib",
+                  "of %llu tokens (sequence %llu) needs: raise {=device_gib}",
                   pres[i].window, need, r->kind->name, (unsigned long long)reqs[i].n_tokens,
                   (unsigned long long)s->p.tag);
         st = AKV_EFULL;
@@ -831,7 +831,7 @@ akv_status akv_route_begin_step(akv_route *r, const akv_route_req *reqs, uint32_
     if ((st = route_write_table(r, reqs, n, refill))) goto fail;
     if (r->n_staged > r->slot_pages) {
         AKV_LOG_E("route: the step stages %u pages per layer; a staging slot holds %u (a window "
-                  "below its target: device_gib)",
+                  "below its target: {=device_gib})",
                   r->n_staged, r->slot_pages);
         st = AKV_EFULL;
         goto fail;

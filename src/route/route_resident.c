@@ -20,8 +20,8 @@ static akv_status resident_plan_windows(const akv_geom *g, uint64_t max_history,
     (void)max_seqs;
     const uint32_t need = akv__route_floor_pages(g, max_history);
     if (need > fit->window_capacity) {
-        AKV_LOG_E("route: a resident history of max_context %llu tokens needs %u window pages "
-                  "per layer; the device pool holds %llu: raise device_gib, lower max_context, "
+        AKV_LOG_E("route: a resident history of {=max_context} %llu tokens needs %u window pages "
+                  "per layer; the device pool holds %llu: raise {=device_gib}, lower {=max_context}, "
                   "or use the staged route",
                   (unsigned long long)max_history, need, (unsigned long long)fit->window_capacity);
         return AKV_EFULL;
@@ -42,8 +42,8 @@ static akv_status resident_window(const akv_route *r, akv_route_seq_params *p,
     double need_gib = (double)p->target * r->geom.n_layers * akv_geom_page_bytes(&r->geom) /
                       (1u << 30);
     AKV_LOG_E("route: a resident history of %llu tokens needs %u pages per layer x %u layers "
-              "(%.2f GiB of device pool); the pool holds %u pages per layer: raise device_gib or "
-              "lower max_history",
+              "(%.2f GiB of device pool); the pool holds %u pages per layer: raise {=device_gib} or "
+              "lower {=max_history}",
               (unsigned long long)p->max_history, p->target, r->geom.n_layers, need_gib,
               window_capacity);
     return AKV_EINVAL;

@@ -31,9 +31,9 @@ static akv_status staged_plan_windows(const akv_geom *g, uint64_t max_history,
     const uint64_t cap = fit->window_capacity;
     pl->target = fit->target > pl->window_pages ? fit->target : pl->window_pages;
     if ((uint64_t)pl->target * max_seqs > cap) {
-        AKV_LOG_E("route: %u staged contexts of window_pages %u need %llu window pages per "
+        AKV_LOG_E("route: %u staged contexts of {=window_pages} %u need %llu window pages per "
                   "layer; the device pool holds %llu beside its staging reserve: raise "
-                  "device_gib or lower max_seqs or window_pages",
+                  "{=device_gib} or lower {=max_seqs} or {=window_pages}",
                   max_seqs, pl->window_pages, (unsigned long long)pl->target * max_seqs,
                   (unsigned long long)cap);
         return AKV_EFULL;
@@ -56,8 +56,8 @@ static akv_status staged_window(const akv_route *r, akv_route_seq_params *p,
         (uint64_t)p->target + p->burst <= window_capacity)
         return AKV_OK;
     AKV_LOG_E("route: a staged window of target %u + burst %u pages per layer (target at least "
-              "the route's window_pages %u, itself at least 2: the sink and the newest); the "
-              "device pool holds %u window pages per layer: raise device_gib",
+              "the route's {=window_pages} %u, itself at least 2: the sink and the newest); the "
+              "device pool holds %u window pages per layer: raise {=device_gib}",
               p->target, p->burst, r->window_pages, window_capacity);
     return AKV_EINVAL;
 }
@@ -73,8 +73,8 @@ static akv_status staged_open(akv_route *r, const akv_route_params *p) {
         akv_stage_params sp = akv_stage_get_params(p->stage);
         if (sp.slot_pages < slot) {
             AKV_LOG_E("route: the stage's slots hold %u pages; %u staged histories of %llu "
-                      "tokens with windows of %u pages stage up to %u per layer (max_history, "
-                      "max_seqs)",
+                      "tokens with windows of %u pages stage up to %u per layer ({=max_history}, "
+                      "{=max_seqs})",
                       sp.slot_pages, r->max_seqs, (unsigned long long)r->max_history,
                       r->window_pages, slot);
             return AKV_EINVAL;
@@ -87,8 +87,8 @@ static akv_status staged_open(akv_route *r, const akv_route_params *p) {
         akv_status st = akv_stage_create(r->dev, r->hp, r->dp, &sp, &r->stage);
         if (st == AKV_EFULL)
             AKV_LOG_E("route: the staged route needs a staging reserve of %u pages (2 slots x %u "
-                      "pages of %zu KiB) in the device pool: raise device_gib or lower "
-                      "max_history or max_seqs",
+                      "pages of %zu KiB) in the device pool: raise {=device_gib} or lower "
+                      "{=max_history} or {=max_seqs}",
                       2 * slot, slot, akv_geom_page_bytes(g) >> 10);
         if (st) return st;
         r->own_stage = true;

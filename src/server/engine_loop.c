@@ -103,10 +103,7 @@ static void refusal_to_error(const akv_server *s, const akv_refusal *rf, akv_api
         break; /* host, device, failed: 503 */
     }
     char msg[sizeof err->message];
-    if (s->p.rename_settings)
-        s->p.rename_settings(rf->message, msg, sizeof msg);
-    else
-        snprintf(msg, sizeof msg, "%s", rf->message);
+    akv_log_render(rf->message, s->p.settings_namer, s->p.settings_user, msg, sizeof msg);
     akv_api_error_set(err, status, type, code, param, "%s (%s)", msg,
                       akv_refusal_reason_name(rf->reason));
 }
@@ -204,14 +201,14 @@ static akv_status engine_open_chat(akv_server *s) {
         st = AKV_EUNSUPPORTED;
     }
     if (st && (p->chat_template_text || p->chat_template_name)) {
-        AKV_LOG_E("server: the chat template given (chat_template_name or chat_template_text) "
+        AKV_LOG_E("server: the chat template given ({=chat_template_name} or {=chat_template_text}) "
                   "cannot be used: %s",
                   akv_status_str(st));
         return st;
     }
     if (st)
         AKV_LOG_W("server: the model's chat template is not one this server renders (%s): "
-                  "/v1/chat/completions answers 400; name the family with chat_template_name "
+                  "/v1/chat/completions answers 400; name the family with {=chat_template_name} "
                   "(chatml, llama3)",
                   akv_status_str(st));
     return AKV_OK;

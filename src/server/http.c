@@ -404,7 +404,7 @@ static void conn_dispatch(akv_http *h, akv_http_conn *c) {
 /* A body over max_body_bytes: 413, and the connection closes (the rest is not read). */
 static void conn_too_large(akv_http *h, akv_http_conn *c) {
     char msg[96];
-    snprintf(msg, sizeof msg, "the body is over the server's limit of %zu bytes (max_body_bytes)",
+    snprintf(msg, sizeof msg, "the body is over the server's limit of %zu bytes ({=max_body_bytes})",
              h->p.max_body_bytes);
     conn_fault(h, c, 413, msg);
 }
@@ -587,7 +587,7 @@ static void conn_readable(akv_http *h, akv_http_conn *c) {
 /* A connection past the overflow cap: a 503 sent once without waiting, then closed. */
 static void refuse_at_once(akv_http *h, int fd) {
     akv_http_response r = {.status = 503, .retry_after_s = 1, .close = true};
-    h->p.h.on_fault(h->p.h.user, 503, "the server is full (max_connections); retry", &r);
+    h->p.h.on_fault(h->p.h.user, 503, "the server is full ({=max_connections}); retry", &r);
     char head[640];
     size_t nh = head_format(head, sizeof head, 503, r.content_type, (long long)r.n_body, false,
                             true, false, &r);
@@ -669,10 +669,10 @@ static void conn_expire(akv_http *h, akv_http_conn *c, double now) {
         pthread_mutex_unlock(&h->mu);
         char msg[128];
         if (now >= c->req_deadline)
-            snprintf(msg, sizeof msg, "the request did not arrive within %g s (read_timeout_s)",
+            snprintf(msg, sizeof msg, "the request did not arrive within %g s ({=read_timeout_s})",
                      h->p.read_timeout_s);
         else
-            snprintf(msg, sizeof msg, "no byte of the request came for %g s (idle_timeout_s)",
+            snprintf(msg, sizeof msg, "no byte of the request came for %g s ({=idle_timeout_s})",
                      h->p.idle_timeout_s);
         conn_fault(h, c, 408, msg);
         return;

@@ -41,15 +41,12 @@ static void err_response(akv_server *s, int status, const char *type, int refusa
     error_response(s, &e, refusal, resp);
 }
 
-/* The same for a message that names settings by their params fields: said in the front
- * end's words (rename_settings). */
+/* The same for a message that names settings in markers ({=field}, akv/log.h): said in the
+ * front end's words (settings_namer). */
 static void err_response_named(akv_server *s, int status, const char *type, int refusal,
                                const char *msg, akv_http_response *resp) {
     char said[384];
-    if (s->p.rename_settings)
-        s->p.rename_settings(msg, said, sizeof said);
-    else
-        snprintf(said, sizeof said, "%s", msg);
+    akv_log_render(msg, s->p.settings_namer, s->p.settings_user, said, sizeof said);
     err_response(s, status, type, refusal, said, resp);
 }
 
@@ -137,9 +134,9 @@ static int on_head(void *user, const akv_http_request *rq, akv_http_response *re
         err_response_named(
             s, rq->overflow, rq->overflow == 429 ? "rate_limit_error" : "server_error", -1,
             rq->overflow == 429 ? "this client address holds as many connections as the server "
-                                  "allows one client (max_connections_per_client); retry"
+                                  "allows one client ({=max_connections_per_client}); retry"
                                 : "the server holds as many connections as it allows "
-                                  "(max_connections); retry",
+                                  "({=max_connections}); retry",
             resp);
         resp->close = true;
         return AKV_HTTP_ANSWER;
@@ -279,11 +276,8 @@ static bool build_prompt(akv_server *s, akv_srv_req *r, uint64_t max_prompt, akv
     if (a->kind == AKV_API_CHAT) {
         if (!s->chat) {
             char how[128];
-            const char *msg = "start the server with chat_template_name";
-            if (s->p.rename_settings)
-                s->p.rename_settings(msg, how, sizeof how);
-            else
-                snprintf(how, sizeof how, "%s", msg);
+            akv_log_render("start the server with {=chat_template_name}", s->p.settings_namer,
+                           s->p.settings_user, how, sizeof how);
             akv_api_error_set(err, 400, "invalid_request_error", NULL, "messages",
                               "the model has no chat template this server recognises; use "
                               "/v1/completions, or %s",

@@ -284,7 +284,7 @@ akv_status akv_stage_create(akv_dev *dev, akv_host_pool *hpool, akv_dev_pool *dp
     akv_stage_params p = *params;
     if (p.n_slots == 0) p.n_slots = 2;
     if (p.slot_pages == 0 || p.poison_byte < -1 || p.poison_byte > 255 || p.n_slots > 64) {
-        AKV_LOG_E("stage: slot_pages = %u (must be > 0), n_slots = %u (1..64), poison_byte = %d "
+        AKV_LOG_E("stage: {=slot_pages} = %u (must be > 0), {=n_slots} = %u (1..64), poison_byte = %d "
                   "(-1 or 0..255)",
                   p.slot_pages, p.n_slots, p.poison_byte);
         return AKV_EINVAL;
@@ -320,7 +320,7 @@ akv_status akv_stage_create(akv_dev *dev, akv_host_pool *hpool, akv_dev_pool *dp
     s = akv_dev_pool_staging_acquire(dpool, (uint32_t)n_pages, st->slot_pages);
     if (s != AKV_OK) {
         AKV_LOG_E("stage: the device pool's staging reserve cannot lend %zu pages (%u slots x %u "
-                  "pages): raise the pool's staging_pages",
+                  "pages): raise the pool's {=staging_pages}",
                   n_pages, p.n_slots, p.slot_pages);
         goto fail;
     }
