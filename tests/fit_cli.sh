@@ -20,9 +20,10 @@ smol="--layers 30 --kv-heads 3 --head-dim 64 --max-context 128K"
 llama="--layers 32 --kv-heads 8 --head-dim 128 --dtype bf16 --max-context 128K"
 expect 0 "histories = floor(174762 / 15360) = 11" $smol --host-gib 32 --device-gib 4 --concurrency 8
 expect 3 "raise --host-gib to at least 128" $llama --host-gib 64 --device-gib 16 --concurrency 8
-expect 0 "fits after shrinking: --concurrency 8 -> 4" $llama --host-gib 64 --device-gib 16 --concurrency 8 --mode shrink
+expect 0 "fits after shrinking: --parallel 8 -> 4" $llama --host-gib 64 --device-gib 16 --concurrency 8 --mode shrink
 expect 3 "not even one" $llama --host-gib 8 --device-gib 16 --mode shrink
 expect 3 "raise --device-gib" $llama --host-gib 2048 --device-gib 1 --concurrency 100
+expect 3 "lower --parallel to 4" $llama --host-gib 64 --device-gib 16 --parallel 8
 expect 2 "--host-gib is required" $llama --device-gib 16
 expect 2 "--mode: 'maybe'" $llama --host-gib 64 --device-gib 16 --mode maybe
 expect 2 "--layers: 0 is out of range" --layers 0 --kv-heads 8 --head-dim 128 --max-context 1K --host-gib 1 --device-gib 1

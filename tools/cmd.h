@@ -53,24 +53,9 @@ int akv_tool_same_file(const char *a, const char *b);
  * installed (a path too long to keep, or a guard already in): the command proceeds. */
 int akv_tool_partial_guard(const char *path);
 
-/* A front end's name for a library params field ("host_gib" -> "--host-gib"). The library
- * names a setting by its field inside a marker, {=host_gib} (akv/log.h); each front end says
- * it its own way. A table ends with a {NULL, NULL} entry. */
-typedef struct akv_tool_name {
-    const char *field, *flag;
-} akv_tool_name;
-
-/* An akv_log_namer over a table (user: the akv_tool_name array): the flag of `field`, or
- * NULL (the field itself) for one the table does not name. */
-const char *akv_tool_namer(const char *field, void *user);
-
-/* text with every {=field} marker said as names[]' flag for it, into buf (NUL-terminated,
- * truncated to cap). Words outside markers are never touched. */
-void akv_tool_render(const char *text, const akv_tool_name *names, char *buf, size_t cap);
-
-/* Library messages at `threshold` and above to stderr ("akv error: ...", as the default
- * hook), their settings said as the command's flags (names stays valid while it is set). */
-void akv_tool_log_names(const akv_tool_name *names, int threshold);
+/* A float option's value in [lo, hi] (bounds compared in double). 0 on a bad value (printed). */
+int akv_tool_parse_float(const char *cmd, const char *flag, const char *s, double lo, double hi,
+                         float *out);
 
 /* The most bytes an input file may hold unless a command's flag raises it. */
 #define AKV_TOOL_INPUT_LIMIT (64ull << 20)

@@ -17,18 +17,11 @@
 #include "akv/log.h"
 #include "akv/model.h"
 #include "cmd.h"
-
-/* The admission's field names, said as this command's flags. */
-static const akv_tool_name fit_names[] = {
-    {"max_context", "--max-context"}, {"host_gib", "--host-gib"},
-    {"device_gib", "--device-gib"},   {"staging_pages", "--staging-pages"},
-    {"concurrency", "--concurrency"}, {"arena_bytes", "--arena-mib (in bytes)"},
-    {"limit_gib", "--host-gib"},
-    {NULL, NULL}};
+#include "settings.h"
 
 static const char fit_usage[] =
     "usage: akv fit (-m MODEL.gguf | --layers N --kv-heads N --head-dim N --max-context TOKENS)\n"
-    "               --host-gib N --device-gib N [--concurrency N] [--mode refuse|shrink]\n"
+    "               --host-gib N --device-gib N [--parallel N] [--mode refuse|shrink]\n"
     "               [--dtype bf16|f16|f32] [--page-tokens P] [--arena-mib N] [--staging-pages N]\n"
     "\n"
     "Prints the host-pool fit formula with its terms (effective concurrency = min(configured\n"
@@ -44,7 +37,7 @@ static const char fit_usage[] =
     "  --max-context T     tokens of a full-length context (K/M suffixes: 128K = 131072)\n"
     "  --host-gib N        host pool limit, whole GiB (pinned memory)\n"
     "  --device-gib N      device pool size, whole GiB (never automatic)\n"
-    "  --concurrency N     contexts served at once (default 1)\n"
+    "  --parallel N        contexts served at once (default 1; also --concurrency)\n"
     "  --mode M            refuse (default): a configuration that does not fit is an error;\n"
     "                      shrink: lower the concurrency to what fits\n"
     "  --page-tokens P     tokens per page, a power of two (default: pages closest to 256 KiB)\n"
@@ -105,10 +98,11 @@ int akv_cmd_fit(int argc, char **argv) {
         {"layers", required_argument, 0, O_LAYERS},   {"kv-heads", required_argument, 0, O_HEADS},
         {"head-dim", required_argument, 0, O_DIM},    {"dtype", required_argument, 0, O_DTYPE},
         {"max-context", required_argument, 0, O_CTX}, {"host-gib", required_argument, 0, O_HOST},
-        {"device-gib", required_argument, 0, O_DEV},  {"concurrency", required_argument, 0, O_CONC},
+        {"device-gib", required_argument, 0, O_DEV},  {"parallel", required_argument, 0, O_CONC},
         {"mode", required_argument, 0, O_MODE},       {"page-tokens", required_argument, 0, O_PAGE},
         {"arena-mib", required_argument, 0, O_ARENA}, {"staging-pages", required_argument, 0, O_STAGING},
         {"model", required_argument, 0, 'm'},         {"help", no_argument, 0, 'h'},
+        {"concurrency", required_argument, 0, O_CONC}, /* the admission's word for --parallel */
         {0, 0, 0, 0}};
     const char *model_path = NULL;
     unsigned long long layers = 0, heads = 0, dim = 0, ctx = 0, host = 0, devg = 0, conc = 1,
@@ -127,7 +121,7 @@ int akv_cmd_fit(int argc, char **argv) {
         case O_CTX: ok = fit_parse("max-context", optarg, 1, ~0ull, &ctx); break;
         case O_HOST: ok = fit_parse("host-gib", optarg, 1, UINT32_MAX, &host); break;
         case O_DEV: ok = fit_parse("device-gib", optarg, 1, UINT32_MAX, &devg); break;
-        case O_CONC: ok = fit_parse("concurrency", optarg, 1, UINT32_MAX, &conc); break;
+        case O_CONC: ok = fit_parse("parallel", optarg, 1, UINT32_MAX, &conc); break;
         case O_PAGE: ok = fit_parse("page-tokens", optarg, 1, AKV_GEOM_MAX_PAGE_TOKENS, &page); break;
         case O_ARENA: ok = fit_parse("arena-mib", optarg, 1, 1ull << 20, &arena_mib); break;
         case O_STAGING: ok = fit_parse("staging-pages", optarg, 0, UINT32_MAX, &staging); break;
@@ -170,7 +164,7 @@ int akv_cmd_fit(int argc, char **argv) {
         }
     }
     /* the library's own errors name the setting (by field: said here as the flags) */
-    akv_tool_log_names(fit_names, AKV_LOG_ERROR);
+    akv_tool_log_flags(AKV_LOG_ERROR);
     akv_admit_params p = {.max_context = ctx,
                           .host_gib = (uint32_t)host,
                           .arena_bytes = (size_t)arena_mib << 20,
@@ -191,10 +185,10 @@ int akv_cmd_fit(int argc, char **argv) {
     }
     char text[4096], said[4096];
     akv_fit_format(&f, text, sizeof text);
-    akv_tool_render(text, fit_names, said, sizeof said);
+    akv_tool_render(text, said, sizeof said);
     fputs(said, stdout);
     if (f.status != AKV_OK) {
-        akv_tool_render(f.verdict, fit_names, said, sizeof said);
+        akv_tool_render(f.verdict, said, sizeof said);
         fprintf(stderr, "akv fit: %s\n", said);
         return AKV_EXIT_REFUSED;
     }

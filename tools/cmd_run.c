@@ -70,9 +70,6 @@ static const char run_usage3[] =
     "end-of-turn token, at any control token (a chat model opening a new turn), or at a --stop\n"
     "text.\n";
 
-/* The engine's and the admission's field names, said as this command's flags. */
-static const akv_tool_name run_names[] = {AKV_TOOL_ENGINE_NAMES, {"max_tokens", "-n"}, {NULL, NULL}};
-
 enum { RUN_MAX_STOPS = 16 };
 
 typedef struct run_opts {
@@ -99,10 +96,18 @@ typedef struct run_job {
     int write_failed, dump_failed;
 } run_job;
 
+static void run_help(FILE *f) {
+    akv_tool_eopts d;
+    akv_tool_eopts_defaults(&d);
+    fprintf(f, "%s%s", run_usage, run_usage2);
+    akv_tool_eopts_help(f, &d);
+    fputs(run_usage3, f);
+}
+
 /* Returns -1 to go on, else an exit code. */
 static int run_parse(int argc, char **argv, run_opts *o) {
     enum { O_CHAT = 256, O_SYSTEM, O_DUMP, O_PROMPTS, O_OUTDIR, O_STOP, O_MAXIN };
-    static const struct option opts[] = {AKV_TOOL_ENGINE_OPTIONS,
+    static const struct option own[] = {
                                          {"prompt", required_argument, 0, 'p'},
                                          {"file", required_argument, 0, 'f'},
                                          {"prompts", required_argument, 0, O_PROMPTS},
@@ -116,6 +121,11 @@ static int run_parse(int argc, char **argv, run_opts *o) {
                                          {"quiet", no_argument, 0, 'q'},
                                          {"help", no_argument, 0, 'h'},
                                          {0, 0, 0, 0}};
+    struct option opts[96];
+    if (akv_tool_options(own, opts, sizeof opts / sizeof *opts) < 0) {
+        fprintf(stderr, "akv run: too many options for the getopt table\n");
+        return AKV_EXIT_FAIL;
+    }
     memset(o, 0, sizeof *o);
     akv_tool_eopts_defaults(&o->e);
     o->n_predict = 128, o->max_input = AKV_TOOL_INPUT_LIMIT;
@@ -148,12 +158,8 @@ static int run_parse(int argc, char **argv, run_opts *o) {
             }
             o->stop[o->n_stop++] = optarg;
             break;
-        case 'h':
-            printf("%s%s%s%s", run_usage, run_usage2, akv_tool_eopts_help, run_usage3);
-            return AKV_EXIT_OK;
-        default:
-            fprintf(stderr, "%s%s%s%s", run_usage, run_usage2, akv_tool_eopts_help, run_usage3);
-            return AKV_EXIT_USAGE;
+        case 'h': run_help(stdout); return AKV_EXIT_OK;
+        default: run_help(stderr); return AKV_EXIT_USAGE;
         }
     }
     if (optind < argc) {
@@ -382,12 +388,6 @@ static int run_open_engine(run_state *s, uint32_t max_seqs) {
         akv_dev_destroy(ep.dev);
         return AKV_EXIT_FAIL;
     }
-    if (!info.is_host && o->e.kv_dtype != AKV_DTYPE_BF16) {
-        fprintf(stderr, "akv run: --device %s: the CUDA attention reads bf16 K/V pages only\n",
-                o->e.device);
-        akv_dev_destroy(ep.dev);
-        return AKV_EXIT_FAIL;
-    }
     if (o->e.threads) akv_ops_ref_set_threads((int)akv_tool_eopts_threads(&o->e));
     ep.model = s->model;
     ep.progress = run_engine_progress, ep.progress_user = s;
@@ -480,7 +480,7 @@ static int run_submit(run_state *s, run_job *j, uint64_t seed) {
     akv_status st = akv_engine_submit(s->engine, &rp, &j->rq, &rf);
     if (st) {
         char said[512];
-        akv_tool_render(rf.message, run_names, said, sizeof said);
+        akv_tool_render(rf.message, said, sizeof said);
         fprintf(stderr, "akv run: refused (%s): %s\n", akv_refusal_reason_name(rf.reason), said);
         return 0;
     }
@@ -844,7 +844,7 @@ int akv_cmd_run(int argc, char **argv) {
     if (rc >= 0) return rc;
     const run_opts *o = &s.o;
     s.t_start = akv_clock_s();
-    akv_tool_log_names(run_names, AKV_LOG_WARN); /* the library's messages, said as our flags */
+    akv_tool_log_flags(AKV_LOG_WARN); /* the library's messages, said as our flags */
     if (!o->chat && (o->file || o->prompts) && /* a bad input fails before the model loads */
         !akv_tool_read_input("run", o->file ? o->file : o->prompts, o->max_input,
                              "max-input-bytes", &s.input)) {

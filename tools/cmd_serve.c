@@ -63,16 +63,12 @@ static const char serve_usage[] =
     "  -h, --help               this text\n"
     "Engine and default sampling (a request's own fields win):\n";
 
-/* The engine's field names said as our flags. */
-static const akv_tool_name serve_names[] = {
-    AKV_TOOL_ENGINE_NAMES,
-    {"max_queue", "--max-queue"},
-    {"max_connections", "--max-connections"},
-    {"max_connections_per_client", "--max-connections-per-client"},
-    {"read_timeout_s", "--read-timeout"},
-    {"idle_timeout_s", "--idle-timeout"},
-    {"max_body_bytes", "--max-body-bytes"},
-    {NULL, NULL}};
+static void serve_help(FILE *f) {
+    akv_tool_eopts d;
+    akv_tool_eopts_defaults(&d);
+    fputs(serve_usage, f);
+    akv_tool_eopts_help(f, &d);
+}
 
 static int serve_pipe[2] = {-1, -1};
 
@@ -103,7 +99,7 @@ static double serve_now(void) {
 int akv_cmd_serve(int argc, char **argv) {
     enum { O_HOST = 256, O_PORT, O_KEY, O_ALIAS, O_QUEUE, O_PROMPT, O_BODY, O_TIMEOUT, O_GRACE,
            O_CONNS, O_IDLE, O_READ, O_PER_CLIENT };
-    static const struct option opts[] = {AKV_TOOL_ENGINE_OPTIONS,
+    static const struct option own[] = {
                                          {"host", required_argument, 0, O_HOST},
                                          {"port", required_argument, 0, O_PORT},
                                          {"api-key", required_argument, 0, O_KEY},
@@ -122,6 +118,11 @@ int akv_cmd_serve(int argc, char **argv) {
                                          {"verbose", no_argument, 0, 'v'},
                                          {"help", no_argument, 0, 'h'},
                                          {0, 0, 0, 0}};
+    struct option opts[96];
+    if (akv_tool_options(own, opts, sizeof opts / sizeof *opts) < 0) {
+        fprintf(stderr, "akv serve: too many options for the getopt table\n");
+        return AKV_EXIT_FAIL;
+    }
     akv_tool_eopts e;
     akv_tool_eopts_defaults(&e);
     akv_server_params p = akv_server_default_params();
@@ -161,8 +162,8 @@ int akv_cmd_serve(int argc, char **argv) {
         case O_GRACE: ok = akv_tool_parse_float("serve", "grace", optarg, 0, 1e6, &grace); break;
         case O_CONNS: ok = akv_tool_parse_max("serve", "max-connections", optarg, 65536, &conns); break;
         case 'v': p.verbose = 1; break;
-        case 'h': printf("%s%s", serve_usage, akv_tool_eopts_help); return AKV_EXIT_OK;
-        default: fprintf(stderr, "%s%s", serve_usage, akv_tool_eopts_help); return AKV_EXIT_USAGE;
+        case 'h': serve_help(stdout); return AKV_EXIT_OK;
+        default: serve_help(stderr); return AKV_EXIT_USAGE;
         }
         if (!ok) return AKV_EXIT_USAGE;
     }
@@ -223,7 +224,7 @@ int akv_cmd_serve(int argc, char **argv) {
         if (n > 5 && !strcmp(name + n - 5, ".gguf")) name[n - 5] = '\0';
         alias = name;
     }
-    akv_tool_log_names(serve_names, AKV_LOG_INFO);
+    akv_tool_log_flags(AKV_LOG_INFO);
     akv_status st = akv_tool_open_device(e.device, &p.engine.dev);
     if (st) {
         free(tmpl_text);
@@ -240,8 +241,7 @@ int akv_cmd_serve(int argc, char **argv) {
     p.max_tokens_default = (uint32_t)n_predict, p.max_prompt_tokens = (uint32_t)max_prompt;
     p.max_body_bytes = (size_t)body, p.timeout_s = timeout, p.max_connections = (uint32_t)conns;
     p.max_connections_per_client = (uint32_t)per_client;
-    p.settings_namer = akv_tool_namer;
-    p.settings_user = (void *)serve_names;
+    p.settings_namer = akv_tool_http_namer; /* a request's field, else our flag */
     p.idle_timeout_s = idle, p.read_timeout_s = read;
     p.content_specials = e.special_in_content;
     if (pipe(serve_pipe) != 0) {

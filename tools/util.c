@@ -1,6 +1,7 @@
 /* util.c — helpers shared by the akv subcommands. */
 #define _POSIX_C_SOURCE 200809L
 #include <errno.h>
+#include <math.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
@@ -65,6 +66,20 @@ int akv_tool_parse_max(const char *cmd, const char *flag, const char *s, unsigne
     return 1;
 }
 
+int akv_tool_parse_float(const char *cmd, const char *flag, const char *s, double lo, double hi,
+                         float *out) {
+    char *end = NULL;
+    errno = 0;
+    double v = s ? strtod(s, &end) : NAN;
+    if (!s || errno || end == s || *end || !(v >= lo && v <= hi)) {
+        fprintf(stderr, "akv %s: --%s: '%s' is not a number in [%g, %g]\n", cmd, flag,
+                s ? s : "", lo, hi);
+        return 0;
+    }
+    *out = (float)v;
+    return 1;
+}
+
 int akv_tool_parse_u64(const char *cmd, const char *flag, const char *s, unsigned long long *out) {
     char *end = NULL;
     errno = 0;
@@ -121,28 +136,6 @@ akv_status akv_tool_open_device(const char *spec, akv_dev **out) {
     }
     fprintf(stderr, "akv: --device '%s': expected auto, cpu, cuda or cuda:N\n", spec);
     return AKV_EINVAL;
-}
-
-/* ---- library settings said as flags -------------------------------------------------------- */
-
-const char *akv_tool_namer(const char *field, void *user) {
-    for (const akv_tool_name *n = user; n && n->field; n++)
-        if (!strcmp(n->field, field)) return n->flag;
-    return NULL;
-}
-
-void akv_tool_render(const char *text, const akv_tool_name *names, char *buf, size_t cap) {
-    akv_log_render(text, akv_tool_namer, (void *)names, buf, cap);
-}
-
-static void tool_log_said(akv_log_level level, const char *msg, void *user) {
-    char line[2048];
-    akv_tool_render(msg, user, line, sizeof line);
-    fprintf(stderr, "akv %s: %s\n", akv_log_level_str(level), line);
-}
-
-void akv_tool_log_names(const akv_tool_name *names, int threshold) {
-    akv_log_set(tool_log_said, (void *)names, (akv_log_level)threshold);
 }
 
 int akv_tool_read_input(const char *cmd, const char *path, unsigned long long max,
