@@ -3,6 +3,7 @@
 
 #include <string.h>
 
+#include "akv/kv_repr.h"
 #include "akv/log.h"
 #include "akv/status.h"
 #include "core/alloc.h"
@@ -78,6 +79,46 @@ int main(int argc, char **argv) {
         n = akv_log_render(msg, flag_namer, NULL, small, sizeof small);
         CHECK_STR(small, "--weigh");
         CHECK_EQ_INT((int)n, (int)strlen("--weights q4: raise --host-gib to 3 for the weights of host_gib"));
+    }
+
+    TEST_CASE(page_representations_and_their_layouts) {
+        akv_repr r;
+        for (int i = 0; i < AKV_REPR_COUNT; i++) {
+            CHECK_OK(akv_repr_from_name(akv_repr_name((akv_repr)i), &r));
+            CHECK_EQ_INT(r, i);
+        }
+        CHECK_STATUS(akv_repr_from_name("q2", &r), AKV_EINVAL);
+        CHECK_STR(akv_repr_name(AKV_REPR_COUNT), "?");
+        akv_repr_layout l;
+        /* SmolLM2's page: 3 heads, P = 256, head dim 64, bf16 (192 KiB exact) */
+        CHECK_OK(akv_repr_layout_of(AKV_REPR_EXACT, AKV_DTYPE_BF16, 3, 256, 64, &l));
+        CHECK_EQ_INT((int)l.page_bytes, 196608);
+        CHECK_OK(akv_repr_layout_of(AKV_REPR_Q8, AKV_DTYPE_BF16, 3, 256, 64, &l));
+        CHECK_EQ_INT((int)l.scales_offset, 1536 * 64);
+        CHECK_EQ_INT((int)l.page_bytes, 1536 * 64 + 1536 * 2);
+        CHECK(l.group == 64 && l.scales_per_row == 1 && !l.rotate_k);
+        CHECK_OK(akv_repr_layout_of(AKV_REPR_Q4, AKV_DTYPE_BF16, 3, 256, 64, &l));
+        CHECK_EQ_INT((int)l.scales_offset, 1536 * 32);
+        CHECK_EQ_INT((int)l.page_bytes, 1536 * 32 + 1536 * 2 * 2);
+        CHECK(l.group == 32 && l.scales_per_row == 2 && l.rotate_k && l.code_row_bytes == 32);
+        /* Llama-3-8B's page: 8 heads, P = 64, head dim 128: 256 KiB exact, 72 KiB in q4 */
+        CHECK_OK(akv_repr_layout_of(AKV_REPR_Q4, AKV_DTYPE_BF16, 8, 64, 128, &l));
+        CHECK_EQ_INT((int)l.page_bytes, 73728);
+        /* bits an element, every scale included */
+        CHECK(akv_repr_bits(AKV_REPR_EXACT, AKV_DTYPE_BF16, 64) == 16.0);
+        CHECK(akv_repr_bits(AKV_REPR_Q8, AKV_DTYPE_BF16, 64) == 8.25);
+        CHECK(akv_repr_bits(AKV_REPR_Q8, AKV_DTYPE_BF16, 128) == 8.125);
+        CHECK(akv_repr_bits(AKV_REPR_Q4, AKV_DTYPE_BF16, 128) == 4.5);
+        /* shapes a form cannot hold, and bad inputs */
+        CHECK_STATUS(akv_repr_layout_of(AKV_REPR_Q4, AKV_DTYPE_BF16, 3, 256, 48, &l), AKV_EUNSUPPORTED);
+        CHECK_STATUS(akv_repr_layout_of(AKV_REPR_Q4, AKV_DTYPE_BF16, 3, 256, 16, &l), AKV_EUNSUPPORTED);
+        CHECK(akv_repr_bits(AKV_REPR_Q4, AKV_DTYPE_BF16, 48) == 0);
+        CHECK_OK(akv_repr_layout_of(AKV_REPR_Q8, AKV_DTYPE_BF16, 3, 256, 48, &l)); /* any dim */
+        CHECK_EQ_INT((int)(l.scales_offset % 16), 0);
+        CHECK_EQ_INT((int)(l.page_bytes % 16), 0);
+        CHECK_STATUS(akv_repr_layout_of(AKV_REPR_COUNT, AKV_DTYPE_BF16, 3, 256, 64, &l), AKV_EINVAL);
+        CHECK_STATUS(akv_repr_layout_of(AKV_REPR_Q8, AKV_DTYPE_COUNT, 3, 256, 64, &l), AKV_EINVAL);
+        CHECK_STATUS(akv_repr_layout_of(AKV_REPR_Q8, AKV_DTYPE_BF16, 0, 256, 64, &l), AKV_EINVAL);
     }
 
     TEST_CASE(alloc_fail_nth) {

@@ -12,6 +12,7 @@
 #include "akv/log.h"
 #include "akv/version.h"
 #include "akv/dtype.h"
+#include "akv/kv_repr.h"
 /* the device */
 #include "akv/dev.h"
 #include "akv/dev_cuda.h"

@@ -6,11 +6,11 @@
  *                head dimension, element type of the K/V history.
  *   token bytes  one token of one layer, K and V for every K/V head:
  *                2 * n_kv_heads * head_dim * elem_bytes.
- *   representation  how a page holds its K/V (akv_repr): exact, the geometry's element type
- *                as the append wrote it, is the only one today; the host copy is always
- *                exact (it is authoritative), other representations are copies of it. Each
- *                has its bits per element, every scale included, and so its page bytes, which
- *                is what admission, the fit formula and the pools count.
+ *   representation  how a page holds its K/V (akv_repr, akv/kv_repr.h): exact, the geometry's
+ *                element type as the append wrote it, or a compact form made from it (q8,
+ *                q4); the host copy is always exact (it is authoritative). Each has its bits
+ *                per element, every scale included, and so its page bytes, which is what
+ *                admission, the fit formula and the pools count.
  *   page         P = page_tokens consecutive tokens of ONE layer of ONE context, laid out as
  *                page[2][n_kv_heads][P][head_dim] elements (index 0 = K, 1 = V). Element
  *                (kv, h, t, i) is at ((kv * n_kv_heads + h) * P + t) * head_dim + i. One token's
@@ -40,6 +40,7 @@
 #include <stdint.h>
 
 #include "akv/dtype.h"
+#include "akv/kv_repr.h"
 #include "akv/status.h"
 
 #ifdef __cplusplus
@@ -76,20 +77,12 @@ akv_status akv_geom_check(const akv_geom *g);
 akv_status akv_geom_init(akv_geom *g, uint32_t n_layers, uint32_t n_kv_heads, uint32_t head_dim,
                          akv_dtype dtype, uint32_t page_tokens);
 
-/* How a page holds its K/V (see the glossary). */
-typedef enum akv_repr {
-    AKV_REPR_EXACT = 0, /* the geometry's dtype (bf16 / f16 / f32), as the append wrote it */
-    AKV_REPR_COUNT
-} akv_repr;
-
-/* "exact"; "?" for another value. */
-const char *akv_repr_name(akv_repr r);
-
 /* Bits one element of a page in representation r takes, every scale included (exact: the
- * dtype's bits). 0 for an invalid r. */
+ * dtype's bits; akv/kv_repr.h). 0 for an invalid r or a geometry r cannot hold. */
 double akv_geom_repr_bits(const akv_geom *g, akv_repr r);
 
-/* Bytes of one page in representation r (exact: akv_geom_page_bytes). 0 for an invalid r. */
+/* Bytes of one page in representation r (exact: akv_geom_page_bytes). 0 for an invalid r or
+ * a geometry r cannot hold (q4: a head dim that is not a power of two of at least 32). */
 size_t akv_geom_repr_page_bytes(const akv_geom *g, akv_repr r);
 
 /* Bytes of one token of one layer, K and V for all K/V heads. */

@@ -95,16 +95,15 @@ akv_status akv_geom_check(const akv_geom *g) {
     return akv_geom_init(&t, g->n_layers, g->n_kv_heads, g->head_dim, g->dtype, g->page_tokens);
 }
 
-const char *akv_repr_name(akv_repr r) {
-    return r == AKV_REPR_EXACT ? "exact" : "?";
-}
-
 double akv_geom_repr_bits(const akv_geom *g, akv_repr r) {
-    return r == AKV_REPR_EXACT ? 8.0 * (double)akv_dtype_size(g->dtype) : 0;
+    return akv_repr_bits(r, g->dtype, g->head_dim);
 }
 
 size_t akv_geom_repr_page_bytes(const akv_geom *g, akv_repr r) {
-    return r == AKV_REPR_EXACT ? akv_geom_page_bytes(g) : 0;
+    akv_repr_layout l;
+    return akv_repr_layout_of(r, g->dtype, g->n_kv_heads, g->page_tokens, g->head_dim, &l) == AKV_OK
+               ? l.page_bytes
+               : 0;
 }
 
 size_t akv_geom_token_bytes(const akv_geom *g) {
