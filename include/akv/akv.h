@@ -32,6 +32,7 @@
 /* staging, attention, the model */
 #include "akv/stage.h"
 #include "akv/attn.h"
+#include "akv/kvq.h"
 #include "akv/kv_parts.h"
 #include "akv/route.h"
 #include "akv/ops.h"

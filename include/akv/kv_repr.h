@@ -11,10 +11,10 @@
  *   codes        a compact row's quantized elements; scales: the f16 factors that turn codes
  *                back into values, one per `group` consecutive elements of a row.
  *   q8           one int8 code per element, one scale per row (group = head_dim), symmetric:
- *                scale = max|x| / 127, code = round(x / scale). 8 + 16 / head_dim bits an
+ *                scale = max|x| / 127 (rounded up to an f16), code = round(x / scale). 8 + 16 / head_dim bits an
  *                element (8.25 at head_dim 64, 8.125 at 128).
  *   q4           one 4-bit code per element (two a byte, the even element in the low nibble),
- *                one scale per group of 32 elements, symmetric: scale = max|x| / 7, code =
+ *                one scale per group of 32 elements, symmetric: scale = max|x| / 7 (rounded up), code =
  *                round(x / scale) in [-7, 7], stored as code + 8. K rows are rotated first by
  *                the normalised Walsh-Hadamard transform over head_dim (H/sqrt(d): orthonormal
  *                and its own inverse), which spreads a channel's outlier over the row; a reader

@@ -1,0 +1,130 @@
+/* kvq.c — the codec of the compact page forms (akv/kvq.h). */
+#include "akv/kvq.h"
+
+#include <math.h>
+#include <string.h>
+
+#include "core/half.h"
+
+void akv_kvq_fwht(float *x, uint32_t n) {
+    if (n < 2 || n > 4096 || (n & (n - 1))) return;
+    for (uint32_t h = 1; h < n; h *= 2)
+        for (uint32_t i = 0; i < n; i += 2 * h)
+            for (uint32_t j = i; j < i + h; j++) {
+                const float a = x[j], b = x[j + h];
+                x[j] = a + b, x[j + h] = a - b;
+            }
+    const float k = (float)(1.0 / sqrt((double)n));
+    for (uint32_t i = 0; i < n; i++) x[i] *= k;
+}
+
+/* A group's scale as stored, and the codes of its values. */
+static void kvq_encode_group(const float *x, uint32_t n, float levels, uint16_t *scale,
+                             int32_t *codes) {
+    float amax = 0;
+    for (uint32_t i = 0; i < n; i++) amax = fmaxf(amax, fabsf(x[i]));
+    /* the least f16 at or above amax / levels: no value of the group is clipped */
+    const float want = amax / levels;
+    uint16_t h = akv_f32_to_f16(want);
+    if (akv_f16_to_f32(h) < want) h++; /* positive and finite: the next f16 up */
+    *scale = h;
+    const float s = akv_f16_to_f32(h);
+    for (uint32_t i = 0; i < n; i++) {
+        float c = s > 0 ? rintf(x[i] / s) : 0.0f;
+        c = c > levels ? levels : c < -levels ? -levels : c;
+        codes[i] = (int32_t)c;
+    }
+}
+
+void akv_kvq_encode_row(const akv_repr_layout *l, uint32_t head_dim, const float *x,
+                        uint8_t *codes, uint16_t *scales) {
+    int32_t c[4096];
+    if (head_dim > 4096) return;
+    switch (l->repr) {
+    case AKV_REPR_Q8:
+        kvq_encode_group(x, head_dim, 127.0f, &scales[0], c);
+        for (uint32_t i = 0; i < head_dim; i++) codes[i] = (uint8_t)(int8_t)c[i];
+        break;
+    case AKV_REPR_Q4:
+        for (uint32_t g = 0; g < head_dim / AKV_REPR_Q4_GROUP; g++)
+            kvq_encode_group(x + g * AKV_REPR_Q4_GROUP, AKV_REPR_Q4_GROUP, 7.0f, &scales[g],
+                             c + g * AKV_REPR_Q4_GROUP);
+        for (uint32_t i = 0; i < head_dim; i += 2)
+            codes[i / 2] = (uint8_t)((uint32_t)(c[i] + 8) | (uint32_t)(c[i + 1] + 8) << 4);
+        break;
+    default: break;
+    }
+}
+
+void akv_kvq_decode_row(const akv_repr_layout *l, uint32_t head_dim, const uint8_t *codes,
+                        const uint16_t *scales, float *out) {
+    switch (l->repr) {
+    case AKV_REPR_Q8: {
+        const float s = akv_f16_to_f32(scales[0]);
+        for (uint32_t i = 0; i < head_dim; i++) out[i] = (float)(int8_t)codes[i] * s;
+        break;
+    }
+    case AKV_REPR_Q4:
+        for (uint32_t i = 0; i < head_dim; i += 2) {
+            const float s = akv_f16_to_f32(scales[i / AKV_REPR_Q4_GROUP]);
+            const uint8_t b = codes[i / 2];
+            out[i] = (float)((int32_t)(b & 15u) - 8) * s;
+            out[i + 1] = (float)((int32_t)(b >> 4) - 8) * s;
+        }
+        break;
+    default: break;
+    }
+}
+
+/* Row (kv, h, t) of an exact page as f32. */
+static void kvq_exact_row(const akv_kvq_page_shape *s, const void *page, uint32_t kv, uint32_t h,
+                          uint32_t t, float *out) {
+    const size_t at = akv_kvq_row_index(s, kv, h, t) * s->head_dim;
+    for (uint32_t i = 0; i < s->head_dim; i++) {
+        switch (s->exact) {
+        case AKV_DTYPE_F32: out[i] = ((const float *)page)[at + i]; break;
+        case AKV_DTYPE_F16: out[i] = akv_f16_to_f32(((const uint16_t *)page)[at + i]); break;
+        default: out[i] = akv_bf16_to_f32(((const uint16_t *)page)[at + i]); break;
+        }
+    }
+}
+
+/* Whether l is the layout of representation l->repr for shape s. */
+static int kvq_layout_fits(const akv_repr_layout *l, const akv_kvq_page_shape *s) {
+    akv_repr_layout want;
+    return akv_repr_layout_of(l->repr, s->exact, s->n_kv_heads, s->page_tokens, s->head_dim,
+                              &want) == AKV_OK &&
+           want.group == l->group && want.code_row_bytes == l->code_row_bytes &&
+           want.scales_per_row == l->scales_per_row && want.rotate_k == l->rotate_k &&
+           want.scales_offset == l->scales_offset && want.page_bytes == l->page_bytes;
+}
+
+akv_status akv_kvq_encode_page(const akv_repr_layout *l, const akv_kvq_page_shape *s,
+                               const void *exact_page, void *compact_page, uint32_t n_tokens) {
+    if (!l || !s || l->repr == AKV_REPR_EXACT || !kvq_layout_fits(l, s) ||
+        n_tokens > s->page_tokens || s->head_dim > 4096)
+        return AKV_EINVAL;
+    float row[4096];
+    for (uint32_t kv = 0; kv < 2; kv++)
+        for (uint32_t h = 0; h < s->n_kv_heads; h++)
+            for (uint32_t t = 0; t < n_tokens; t++) {
+                kvq_exact_row(s, exact_page, kv, h, t, row);
+                if (kv == 0 && l->rotate_k) akv_kvq_fwht(row, s->head_dim);
+                const size_t r = akv_kvq_row_index(s, kv, h, t);
+                akv_kvq_encode_row(l, s->head_dim, row,
+                                   (uint8_t *)compact_page + r * l->code_row_bytes,
+                                   (uint16_t *)((uint8_t *)compact_page + l->scales_offset) +
+                                       r * l->scales_per_row);
+            }
+    return AKV_OK;
+}
+
+void akv_kvq_read_row(const akv_repr_layout *l, const akv_kvq_page_shape *s, const void *page,
+                      uint32_t kv, uint32_t head, uint32_t token, float *out) {
+    if (l->repr == AKV_REPR_EXACT) {
+        kvq_exact_row(s, page, kv, head, token, out);
+        return;
+    }
+    akv_kvq_decode_row(l, s->head_dim, akv_kvq_codes(l, s, page, kv, head, token),
+                       akv_kvq_scales(l, s, page, kv, head, token), out);
+}
