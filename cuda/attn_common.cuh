@@ -281,11 +281,17 @@ static inline attn_kv attn_kv_view(const akv_attn_pages *kv) {
     return v;
 }
 
-/* What the CUDA kernels take beyond the common validation: bf16 pages, head dim 64/128,
+/* What the CUDA kernels take beyond the common validation: exact bf16 pages, head dim 64/128,
  * f32/bf16 activations, a batch that fits a grid. */
 static inline akv_status attn_cuda_kv_check(const akv_attn_pages *kv, const char *op) {
     if (kv->dtype != AKV_DTYPE_BF16) {
         AKV_LOG_E("attn %s: pages are %s; the CUDA kernels take bf16", op, akv_dtype_name(kv->dtype));
+        return AKV_EUNSUPPORTED;
+    }
+    if (kv->repr != AKV_REPR_EXACT || kv->past) {
+        AKV_LOG_E("attn %s: a %s part; the CUDA kernels take exact pages of the queries' own "
+                  "history (compact and past parts are read on the host only)",
+                  op, kv->past ? "past" : akv_repr_name((akv_repr)kv->repr));
         return AKV_EUNSUPPORTED;
     }
     if (kv->head_dim != 64 && kv->head_dim != 128) {

@@ -13,6 +13,7 @@
 #include <math.h>
 #include <stdbool.h>
 
+#include "akv/kvq.h"
 #include "akv/ops.h"
 #include <string.h>
 
@@ -27,6 +28,9 @@ typedef struct kv_view {
     const int32_t *indptr, *indices, *last;
     uint32_t page_tokens, n_kv_heads, head_dim;
     akv_dtype dtype;
+    akv_repr_layout layout;   /* the pages' representation */
+    akv_kvq_page_shape shape; /* for a compact page's rows */
+    bool past;                /* every key before every query (kv.past) */
 } kv_view;
 
 /* The new rows of each sequence: from qo_indptr, or n_per_seq each. */
@@ -49,6 +53,17 @@ static void view_init(kv_view *v, const akv_attn_pages *kv) {
     v->n_kv_heads = kv->n_kv_heads;
     v->head_dim = kv->head_dim;
     v->dtype = kv->dtype;
+    (void)akv__attn_layout(kv, &v->layout); /* validated */
+    v->shape = (akv_kvq_page_shape){kv->n_kv_heads, kv->page_tokens, kv->head_dim, kv->dtype};
+    v->past = kv->past != 0;
+}
+
+/* Keys that row i of n new rows sees in a sequence of len tokens: the causal rule (row i sits
+ * at len - n + i and sees keys up to it), or every key of a past part. */
+static int64_t keys_seen(const kv_view *v, uint32_t len, uint32_t n, uint32_t i) {
+    if (v->past) return len;
+    int64_t n_keys = (int64_t)len - n + i + 1;
+    return n_keys < 0 ? 0 : n_keys;
 }
 
 static uint32_t seq_len(const kv_view *v, uint32_t s) {
@@ -56,11 +71,16 @@ static uint32_t seq_len(const kv_view *v, uint32_t s) {
     return n ? (n - 1) * v->page_tokens + (uint32_t)v->last[s] : 0;
 }
 
-/* Address of row (kv, h, t) of sequence s: kv 0 = K, 1 = V; t a position < len. */
-static const void *kv_row(const kv_view *v, uint32_t s, uint32_t kv, uint32_t h, uint32_t t) {
+/* The page holding position t of sequence s. */
+static const unsigned char *kv_page(const kv_view *v, uint32_t s, uint32_t t) {
     int32_t page = v->indices[v->indptr[s] + (int32_t)(t / v->page_tokens)];
+    return v->pool + (size_t)page * v->page_bytes;
+}
+
+/* Address of row (kv, h, t) of sequence s in exact pages: kv 0 = K, 1 = V; t a position < len. */
+static const void *kv_row(const kv_view *v, uint32_t s, uint32_t kv, uint32_t h, uint32_t t) {
     size_t row = ((size_t)(kv * v->n_kv_heads + h) * v->page_tokens + t % v->page_tokens) * v->head_dim;
-    return v->pool + (size_t)page * v->page_bytes + row * akv_dtype_size(v->dtype);
+    return kv_page(v, s, t) + row * akv_dtype_size(v->dtype);
 }
 
 /* bf16 to f32, 64 at a time (a constant trip count the compiler vectorizes at -O2; cloned for
@@ -85,6 +105,13 @@ static void row_to_f32(const void *src, akv_dtype t, uint32_t n, float *dst) {
     case AKV_DTYPE_F16: for (uint32_t i = 0; i < n; i++) dst[i] = akv_f16_to_f32(h[i]); break;
     default: AKV_ASSERT(!"validated dtype");
     }
+}
+
+/* Row (kv, h, t) of sequence s as f32, in any representation (a compact K row stays rotated:
+ * the reader rotates the query). */
+static void read_row(const kv_view *v, uint32_t s, uint32_t kv, uint32_t h, uint32_t t, float *out) {
+    if (v->layout.repr == AKV_REPR_EXACT) row_to_f32(kv_row(v, s, kv, h, t), v->dtype, v->head_dim, out);
+    else akv_kvq_read_row(&v->layout, &v->shape, kv_page(v, s, t), kv, h, t % v->page_tokens, out);
 }
 
 static void row_from_f32(void *dst, akv_dtype t, uint32_t n, const float *src) {
@@ -149,14 +176,13 @@ static void attend_all(const kv_view *v, const rows_spec *r, uint32_t s0, uint32
         uint32_t len = seq_len(v, s), start, n;
         qo_range(r, s, &start, &n);
         for (uint32_t i = 0; i < n; i++) {
-            /* the causal rule: row i of n sits at len - n + i and sees keys up to it */
-            int64_t n_keys = (int64_t)len - n + i + 1;
-            if (n_keys < 0) n_keys = 0;
+            const int64_t n_keys = keys_seen(v, len, n, i);
             size_t tok = (size_t)start + i;
             for (uint32_t j = j0; j < j1; j++) {
                 const unsigned char *qrow = (const unsigned char *)q + (tok * q_stride + (size_t)j * d) * q_elem;
                 size_t orow = (tok * n_heads + j) * d;
                 row_to_f32(qrow, q_dtype, d, qf);
+                if (v->layout.rotate_k) akv_kvq_fwht(qf, d); /* as the K rows were */
                 if (out->o64) {
                     attend_row_f64(v, s, j / group, n_keys, qf, scale, out->o64 + orow, &lse64);
                     if (out->lse64) out->lse64[tok * n_heads + j] = lse64;
@@ -435,17 +461,26 @@ static akv_status attend_fast(const kv_view *v, const rows_spec *r, uint32_t s, 
         const uint32_t g0 = h == j0 / group ? j0 % group : 0;
         const uint32_t g1 = h == (j1 - 1) / group ? (j1 - 1) % group + 1 : group;
         const uint32_t G = g1 - g0, rows = n * G;
-        /* a page holds head h's rows of its tokens contiguously: widen them a page at a time */
+        /* a page holds head h's rows of its tokens contiguously: widen them a page at a time
+         * (a compact page's rows decoded one by one) */
         for (uint32_t t = 0; t < len; t += v->page_tokens) {
             const uint32_t nt = len - t < v->page_tokens ? len - t : v->page_tokens;
-            row_to_f32(kv_row(v, s, 0, h, t), v->dtype, nt * d, kf + (size_t)t * d);
-            row_to_f32(kv_row(v, s, 1, h, t), v->dtype, nt * d, vf + (size_t)t * d);
+            if (v->layout.repr == AKV_REPR_EXACT) {
+                row_to_f32(kv_row(v, s, 0, h, t), v->dtype, nt * d, kf + (size_t)t * d);
+                row_to_f32(kv_row(v, s, 1, h, t), v->dtype, nt * d, vf + (size_t)t * d);
+                continue;
+            }
+            for (uint32_t u = t; u < t + nt; u++) {
+                read_row(v, s, 0, h, u, kf + (size_t)u * d);
+                read_row(v, s, 1, h, u, vf + (size_t)u * d);
+            }
         }
         for (uint32_t x = 0; x < rows; x++) {
             size_t tok = (size_t)start + x / G, j = (size_t)h * group + g0 + x % G;
             float *qx = qm + (size_t)x * d;
             row_to_f32((const unsigned char *)q + (tok * q_stride + j * d) * q_elem, q_dtype, d,
                        qx);
+            if (v->layout.rotate_k) akv_kvq_fwht(qx, d); /* as the K rows were */
             for (uint32_t e = 0; e < d; e++)
                 qx[e] *= scale;
         }
@@ -455,7 +490,7 @@ static akv_status attend_fast(const kv_view *v, const rows_spec *r, uint32_t s, 
              * keys); the rest of S is never read */
             for (uint32_t b = 0; b < nb;) {
                 const uint32_t x = x0 + b, i = x / G, run = group_run(x, G, nb - b);
-                const int64_t n_keys = (int64_t)len - n + i + 1;
+                const int64_t n_keys = keys_seen(v, len, n, i);
                 if (n_keys > 0)
                     akv_ops_matmul_cols(sm + (size_t)b * len, qm + (size_t)x * d, kf, NULL, run,
                                         len, d, 0, (size_t)n_keys, AKV_OPS_ISA_AUTO);
@@ -464,9 +499,7 @@ static akv_status attend_fast(const kv_view *v, const rows_spec *r, uint32_t s, 
             memset(om, 0, (size_t)nb * d * sizeof *om);
             for (uint32_t b = 0; b < nb; b++) {
                 uint32_t x = x0 + b, i = x / G;
-                /* the causal rule: row i of n sits at len - n + i and sees keys up to it */
-                int64_t n_keys = (int64_t)len - n + i + 1;
-                if (n_keys < 0) n_keys = 0;
+                const int64_t n_keys = keys_seen(v, len, n, i);
                 float m = -INFINITY,
                       l = n_keys ? softmax_row(sm + (size_t)b * len, n_keys, &m) : 0.0f;
                 size_t tok = (size_t)start + i, j = (size_t)h * group + g0 + x % G;
@@ -478,7 +511,7 @@ static akv_status attend_fast(const kv_view *v, const rows_spec *r, uint32_t s, 
                 const uint32_t x = x0 + b, i = x / G;
                 uint32_t run = group_run(x, G, nb - b);
                 if (run > FAST_PV_MAX_ROWS) run = FAST_PV_MAX_ROWS;
-                const int64_t n_keys = (int64_t)len - n + i + 1;
+                const int64_t n_keys = keys_seen(v, len, n, i);
                 if (n_keys > 0)
                     fast_pv(om + (size_t)b * d, sm + (size_t)b * len, len, vf, (size_t)n_keys, d, run);
                 b += run;

@@ -6,6 +6,7 @@
 
 #include "akv/attn.h"
 #include "akv/log.h"
+#include "akv/kvq.h"
 #include "attn_fixture.h"
 #include "core/assert.h"
 
@@ -492,6 +493,191 @@ static void test_split_equals_whole(void) {
     fx_table_free(&f);
 }
 
+/* ---- compact pages and parts ---------------------------------------------------------- */
+
+/* f's pages in representation r (same ids): every live row encoded, every other byte 0xFF
+ * (a q8 code of -1 under an f16 NaN scale: a reader of a dead row gets NaN). Also the live
+ * rows as the reader decodes them, K rotated back, in f's dense layout (malloc'd), the float64
+ * oracle's input. */
+static unsigned char *compact_pool(const fx_table *f, akv_repr r, akv_repr_layout *l, float **dense) {
+    const fx_geom g = f->g;
+    if (akv_repr_layout_of(r, g.dtype, g.n_kv_heads, g.page_tokens, g.head_dim, l) != AKV_OK) return NULL;
+    const akv_kvq_page_shape sh = {g.n_kv_heads, g.page_tokens, g.head_dim, g.dtype};
+    unsigned char *pool = malloc(l->page_bytes * f->n_pages);
+    memset(pool, 0xFF, l->page_bytes * f->n_pages);
+    size_t n_dense = f->n_seq ? f->dense_off[f->n_seq - 1] + 2ull * g.n_kv_heads * f->len[f->n_seq - 1] * g.head_dim : 0;
+    *dense = malloc((n_dense + 1) * sizeof **dense);
+    akv_repr_layout le;
+    (void)akv_repr_layout_of(AKV_REPR_EXACT, g.dtype, g.n_kv_heads, g.page_tokens, g.head_dim, &le);
+    for (uint32_t s = 0; s < f->n_seq; s++)
+        for (uint32_t p = 0; p * g.page_tokens < f->len[s]; p++) {
+            const int32_t id = f->indices[f->indptr[s] + (int32_t)p];
+            const uint32_t rows = f->len[s] - p * g.page_tokens < g.page_tokens ? f->len[s] - p * g.page_tokens : g.page_tokens;
+            CHECK_OK(akv_kvq_encode_page(l, &sh, f->pool + (size_t)id * f->page_bytes,
+                                         pool + (size_t)id * l->page_bytes, rows));
+            for (uint32_t t = 0; t < rows; t++)
+                for (uint32_t kv = 0; kv < 2; kv++)
+                    for (uint32_t h = 0; h < g.n_kv_heads; h++) {
+                        float *x = *dense + f->dense_off[s] +
+                                   (((size_t)kv * g.n_kv_heads + h) * f->len[s] + p * g.page_tokens + t) * g.head_dim;
+                        akv_kvq_read_row(l, &sh, pool + (size_t)id * l->page_bytes, kv, h, t, x);
+                        if (kv == 0 && l->rotate_k) akv_kvq_fwht(x, g.head_dim);
+                    }
+        }
+    return pool;
+}
+
+/* Decode and prefill read compact pages in place: against the float64 attention over the
+ * decoded rows (K rotated back, the query not rotated: an independent account of the
+ * rotation), and, loosely, against the exact pages they were made from. */
+static void test_compact_pages(void) {
+    const uint32_t dims[] = {64, 128};
+    for (int r = AKV_REPR_Q8; r <= AKV_REPR_Q4; r++)
+        for (int di = 0; di < 2; di++) {
+            const uint32_t d = dims[di];
+            fx_geom g = {8, 2, d, 16, AKV_DTYPE_BF16};
+            uint32_t len[5] = {1, 15, 16, 17, 100}, nq = 3, n_seq = 5;
+            fx_table f;
+            fx_table_make(&f, g, n_seq, len, 2, 1, &rng);
+            akv_repr_layout l;
+            float *dense = NULL;
+            unsigned char *pool = compact_pool(&f, (akv_repr)r, &l, &dense);
+            if (!CHECK(pool != NULL)) break;
+            size_t n_rows = (size_t)n_seq * nq * g.n_heads;
+            float *q = fx_random(AKV_DTYPE_F32, n_rows * d, 2.0f, &rng);
+            float *o = malloc(n_rows * d * 4), *lse = malloc(n_rows * 4);
+            double *o64 = malloc(n_rows * d * 8), *lse64 = malloc(n_rows * 8);
+            double *ox = malloc(n_rows * d * 8), *lx = malloc(n_rows * 8);
+            fx_dense_decode(&f, nq, q, AKV_DTYPE_F32, ox, lx); /* the exact pages' attention */
+            float *exact_dense = f.dense;
+            f.dense = dense;
+            fx_dense_decode(&f, nq, q, AKV_DTYPE_F32, o64, lse64); /* the decoded rows' */
+            f.dense = exact_dense;
+            akv_attn_decode p = mk_decode(&f, nq, q, AKV_DTYPE_F32, o, AKV_DTYPE_F32, lse);
+            p.kv.pool = akv_attn_host_ptr(pool), p.kv.repr = (uint32_t)r;
+            char what[64];
+            snprintf(what, sizeof what, "%s d%u ref decode", akv_repr_name((akv_repr)r), d);
+            CHECK_OK(akv_attn_ref_decode(&p));
+            FX_COMPARE(what, o, AKV_DTYPE_F32, lse, o64, lse64, n_rows, d, 1e-4, 2e-5);
+            snprintf(what, sizeof what, "%s d%u host decode", akv_repr_name((akv_repr)r), d);
+            CHECK_OK(akv_attn_host_decode(&p));
+            FX_COMPARE(what, o, AKV_DTYPE_F32, lse, o64, lse64, n_rows, d, 1e-4, 2e-5);
+            double *of = malloc(n_rows * d * 8), *lf = malloc(n_rows * 8);
+            CHECK_OK(akv_attn_ref_decode_f64(&p, of, lf));
+            float *off = malloc(n_rows * d * 4);
+            for (size_t i = 0; i < n_rows * d; i++) off[i] = (float)of[i];
+            float *lff = malloc(n_rows * 4);
+            for (size_t i = 0; i < n_rows; i++) lff[i] = (float)lf[i];
+            snprintf(what, sizeof what, "%s d%u ref decode f64", akv_repr_name((akv_repr)r), d);
+            FX_COMPARE(what, off, AKV_DTYPE_F32, lff, o64, lse64, n_rows, d, 1e-5, 1e-5);
+            /* what the form costs against the exact pages: a report, and a loose bound */
+            double worst = 0;
+            for (size_t row = 0; row < n_rows; row++) {
+                double num = 0, den = 0;
+                for (uint32_t e = 0; e < d; e++) {
+                    num += (o64[row * d + e] - ox[row * d + e]) * (o64[row * d + e] - ox[row * d + e]);
+                    den += ox[row * d + e] * ox[row * d + e];
+                }
+                worst = fmax(worst, sqrt(num) / fmax(sqrt(den), 1e-6));
+            }
+            printf("  %s d%u: worst row against the exact pages %.3g\n", akv_repr_name((akv_repr)r), d, worst);
+            CHECK(worst < (r == AKV_REPR_Q8 ? 0.02 : 0.3));
+            free(q), free(o), free(lse), free(o64), free(lse64), free(ox), free(lx), free(of), free(lf);
+            free(off), free(lff), free(pool), free(dense);
+            fx_table_free(&f);
+        }
+}
+
+/* A history read as two parts, older pages (past, exact or compact) and the rest (the
+ * queries' own: decode rows or a prefill chunk at its end), merged by LSE: the attention
+ * over the whole history, each key as its part holds it. */
+static void test_parts_merge_to_the_whole(void) {
+    fx_geom g = {6, 2, 64, 16, AKV_DTYPE_BF16};
+    const uint32_t d = 64, L = 16 * 9 + 7, cut = 4; /* 4 older pages, 6 recent (the last partial) */
+    for (int r = AKV_REPR_EXACT; r <= AKV_REPR_Q4; r++)
+        for (int prefill = 0; prefill < 2; prefill++) {
+            uint32_t len[1] = {L};
+            fx_table f;
+            fx_table_make(&f, g, 1, len, 1, 0, &rng);
+            akv_repr_layout l;
+            float *dense = NULL;
+            unsigned char *pool = r == AKV_REPR_EXACT ? f.pool : compact_pool(&f, (akv_repr)r, &l, &dense);
+            const uint32_t n = prefill ? 21 : 3; /* new rows at the end of the history */
+            const size_t n_rows = (size_t)n * g.n_heads;
+            float *q = fx_random(AKV_DTYPE_F32, n_rows * d, 2.0f, &rng);
+            float oa[21 * 6 * 64], la[21 * 6], ob[21 * 6 * 64], lb[21 * 6];
+            double o64[21 * 6 * 64], l64[21 * 6];
+            /* the oracle: the dense history, its first cut pages as the older part holds them */
+            if (dense) {
+                for (uint32_t kv = 0; kv < 2; kv++)
+                    for (uint32_t h = 0; h < g.n_kv_heads; h++)
+                        memcpy(f.dense + ((size_t)kv * g.n_kv_heads + h) * L * d,
+                               dense + ((size_t)kv * g.n_kv_heads + h) * L * d, (size_t)cut * 16 * d * sizeof *dense);
+            }
+            fx_dense_decode(&f, n, q, AKV_DTYPE_F32, o64, l64);
+            int32_t ip_a[2] = {0, (int32_t)cut}, last_a = 16, ip_b[2] = {0, 10 - (int32_t)cut};
+            int32_t qo[2] = {0, (int32_t)n};
+            akv_attn_pages older = fx_pages(&f), recent = fx_pages(&f);
+            older.indptr = akv_attn_host_ptr(ip_a), older.last_page_len = akv_attn_host_ptr(&last_a);
+            older.pool = akv_attn_host_ptr(pool), older.repr = (uint32_t)r, older.past = 1;
+            recent.indptr = akv_attn_host_ptr(ip_b), recent.indices = akv_attn_host_ptr(f.indices + cut);
+            for (int part = 0; part < 2; part++) {
+                const akv_attn_pages kv = part ? recent : older;
+                float *o = part ? ob : oa, *lse = part ? lb : la;
+                if (prefill) {
+                    akv_attn_prefill pp = mk_prefill(&f, qo, n, n, q, o, lse);
+                    pp.kv = kv;
+                    CHECK_OK(part ? akv_attn_ref_prefill(&pp) : akv_attn_host_prefill(&pp));
+                } else {
+                    akv_attn_decode pd = mk_decode(&f, n, q, AKV_DTYPE_F32, o, AKV_DTYPE_F32, lse);
+                    pd.kv = kv;
+                    CHECK_OK(part ? akv_attn_host_decode(&pd) : akv_attn_ref_decode(&pd));
+                }
+            }
+            for (size_t row = 0; row < n_rows; row++)
+                akv_attn_merge_state(d, oa + row * d, la + row, ob + row * d, lb[row]);
+            char what[64];
+            snprintf(what, sizeof what, "%s older part + recent, %s", akv_repr_name((akv_repr)r),
+                     prefill ? "prefill of 21" : "decode of 3");
+            FX_COMPARE(what, oa, AKV_DTYPE_F32, la, o64, l64, n_rows, d, 1e-4, 2e-5);
+            if (dense) free(pool), free(dense);
+            free(q);
+            fx_table_free(&f);
+        }
+}
+
+/* What a compact or past part refuses: being written, and shapes its form cannot hold. */
+static void test_compact_validation(void) {
+    fx_geom g = {4, 2, 64, 16, AKV_DTYPE_BF16};
+    uint32_t len[1] = {20};
+    fx_table f;
+    fx_table_make(&f, g, 1, len, 0, 0, &rng);
+    float q[4 * 64] = {0}, o[4 * 64], lse[4], k[2 * 64] = {0};
+    int32_t qo[2] = {0, 1};
+    quiet(1);
+    akv_attn_append ap = {.kv = fx_pages(&f), .n_per_seq = 1, .n_tokens = 1, .max_new = 1,
+                          .k = akv_attn_host_ptr(k), .v = akv_attn_host_ptr(k), .dtype = AKV_DTYPE_F32};
+    ap.kv.repr = AKV_REPR_Q8;
+    CHECK_STATUS(akv_attn_ref_append(&ap), AKV_EINVAL); /* compact pages are made, not appended */
+    ap.kv.repr = AKV_REPR_EXACT, ap.kv.past = 1;
+    CHECK_STATUS(akv_attn_ref_append(&ap), AKV_EINVAL);
+    akv_attn_prefill pp = mk_prefill(&f, qo, 1, 1, q, o, lse);
+    pp.k_new = akv_attn_host_ptr(k), pp.v_new = akv_attn_host_ptr(k), pp.kv_new_dtype = AKV_DTYPE_F32;
+    pp.kv.past = 1;
+    CHECK_STATUS(akv_attn_ref_prefill(&pp), AKV_EINVAL);
+    pp.kv.past = 0, pp.kv.repr = AKV_REPR_Q4;
+    CHECK_STATUS(akv_attn_ref_prefill(&pp), AKV_EINVAL);
+    akv_attn_decode pd = mk_decode(&f, 1, q, AKV_DTYPE_F32, o, AKV_DTYPE_F32, lse);
+    pd.kv.repr = AKV_REPR_COUNT;
+    CHECK_STATUS(akv_attn_ref_decode(&pd), AKV_EINVAL);
+    pd.kv.repr = AKV_REPR_EXACT, pd.kv.past = 2;
+    CHECK_STATUS(akv_attn_ref_decode(&pd), AKV_EINVAL);
+    pd.kv.past = 0, pd.kv.repr = AKV_REPR_Q4, pd.kv.head_dim = 48, pd.n_heads = 4;
+    CHECK_STATUS(akv_attn_ref_decode(&pd), AKV_EINVAL); /* q4 rotates: a power of two */
+    quiet(0);
+    fx_table_free(&f);
+}
+
 static void test_table_check(void) {
     fx_geom g = {2, 1, 8, 16, AKV_DTYPE_BF16};
     uint32_t len[3] = {20, 0, 16};
@@ -824,6 +1010,9 @@ int main(int argc, char **argv) {
     TEST_CASE(merge_associative_and_empty) test_merge();
     TEST_CASE(split_equals_whole) test_split_equals_whole();
     TEST_CASE(table_check) test_table_check();
+    TEST_CASE(compact_pages_read_in_place) test_compact_pages();
+    TEST_CASE(parts_merge_to_the_whole) test_parts_merge_to_the_whole();
+    TEST_CASE(compact_and_past_parts_refuse_what_they_cannot_be) test_compact_validation();
     TEST_CASE(views_and_batch_invariance_of_the_host_path) test_views_batch_invariant();
     TEST_CASE(validation) test_validation();
     TEST_CASE(split_plan) test_split_plan();

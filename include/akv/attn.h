@@ -15,6 +15,15 @@
  *               heads: page[2][n_kv_heads][P][head_dim], index 0 = K, 1 = V; element
  *               (kv, h, t, i) at ((kv*n_kv_heads + h)*P + t)*head_dim + i. Page id k of a
  *               pool lies at pool + k*page_bytes, page_bytes = 2*n_kv_heads*P*head_dim*elem.
+ *               A compact page (kv.repr q8 or q4) holds the same rows as codes and scales
+ *               (akv/kv_repr.h) and its own page_bytes; a reader decodes each row as
+ *               akv_kvq_read_row does, and where the form rotates K (q4) it rotates the
+ *               query by the same transform (akv_kvq_fwht), so every score is q.k of the
+ *               decoded rows.
+ *   part        one table of a layer's history: a history may be read as several (an exact
+ *               part of recent pages and a compact part of older ones), each call giving
+ *               states (o, lse) that merge exactly (akv_attn_merge_state). A part of older
+ *               history (kv.past) has every key before every query.
  *   page table  CSR, one layer, n_seq sequences: indptr[n_seq+1], indices (sequence s's page
  *               ids, oldest first, at indices[indptr[s]] .. indices[indptr[s+1]-1]),
  *               last_page_len[n_seq] (1..P; 0 only for a sequence with no page). indptr[0]
@@ -77,6 +86,7 @@
 
 #include "akv/dev.h"
 #include "akv/dtype.h"
+#include "akv/kv_repr.h"
 #include "akv/status.h"
 
 #ifdef __cplusplus
@@ -104,7 +114,15 @@ typedef struct akv_attn_pages {
     uint32_t head_dim;      /* elements per head row: ref 1..256 (multiple of 8 on CUDA
                                appends), CUDA attention 64 or 128 */
     uint32_t page_tokens;   /* P, tokens per page: a power of two, 1..65536 */
-    akv_dtype dtype;        /* element type of the pages: ref f32/f16/bf16; CUDA bf16 */
+    akv_dtype dtype;        /* element type of the exact pages (a compact table's exact
+                               form): ref f32/f16/bf16; CUDA bf16 */
+    uint32_t repr;          /* akv_repr of the pages (akv/kv_repr.h): 0 = exact, in dtype;
+                               q8/q4 = compact pages of that layout, read in place (ref and
+                               host only: the CUDA launchers refuse them) */
+    uint32_t past;          /* 1 = every key of the table precedes every query (a part of
+                               older history: no causal mask inside it, and nothing of the
+                               call is written to it); 0 = the queries are the table's last
+                               tokens (the causal rule of the file comment) */
     uint32_t reserved;      /* 0; fills what would be padding: the device pass compares
                                argument structs byte for byte (graph records) */
 } akv_attn_pages;

@@ -16,6 +16,9 @@
 /* Bytes of one page of this table; false on overflow (checked by the validators). */
 bool akv__attn_page_bytes(const akv_attn_pages *kv, size_t *out);
 
+/* The layout of kv's pages (its repr over its shape): akv_repr_layout_of's status. */
+akv_status akv__attn_layout(const akv_attn_pages *kv, akv_repr_layout *out);
+
 /* log2 of page_tokens (a power of two, validated). */
 unsigned akv__attn_log2(uint32_t pow2);
 

@@ -93,9 +93,15 @@ bool akv__attn_dtype_ok(akv_dtype t) {
 }
 
 bool akv__attn_page_bytes(const akv_attn_pages *kv, size_t *out) {
-    size_t n = 2;
-    return akv__size_mul(n, kv->n_kv_heads, &n) && akv__size_mul(n, kv->page_tokens, &n) &&
-           akv__size_mul(n, kv->head_dim, &n) && akv__size_mul(n, akv_dtype_size(kv->dtype), out);
+    akv_repr_layout l;
+    if (akv__attn_layout(kv, &l) != AKV_OK) return false;
+    *out = l.page_bytes;
+    return true;
+}
+
+akv_status akv__attn_layout(const akv_attn_pages *kv, akv_repr_layout *out) {
+    return akv_repr_layout_of((akv_repr)kv->repr, kv->dtype, kv->n_kv_heads, kv->page_tokens,
+                              kv->head_dim, out);
 }
 
 akv_status akv__attn_pages_check(const akv_attn_pages *kv, const char *op) {
@@ -114,6 +120,12 @@ akv_status akv__attn_pages_check(const akv_attn_pages *kv, const char *op) {
         BAD("attn %s: kv.page_tokens %u is not a power of two in 1..65536", op, kv->page_tokens);
     if (!akv__attn_dtype_ok(kv->dtype))
         BAD("attn %s: kv.dtype %d is not f32, f16 or bf16", op, (int)kv->dtype);
+    if (kv->repr >= AKV_REPR_COUNT) BAD("attn %s: kv.repr %u is no akv_repr", op, kv->repr);
+    if (kv->past > 1) BAD("attn %s: kv.past %u is not 0 or 1", op, kv->past);
+    akv_repr_layout layout;
+    if (akv__attn_layout(kv, &layout) == AKV_EUNSUPPORTED)
+        BAD("attn %s: kv.repr %s cannot hold head_dim %u (a power of two of at least %d)", op,
+            akv_repr_name((akv_repr)kv->repr), kv->head_dim, AKV_REPR_Q4_GROUP);
     size_t page_bytes, pool_bytes;
     if (!akv__attn_page_bytes(kv, &page_bytes) || !akv__size_mul(page_bytes, kv->n_pages, &pool_bytes))
         BAD("attn %s: page or pool size overflows (n_kv_heads %u, page_tokens %u, head_dim %u, n_pages %u)",
@@ -180,6 +192,9 @@ akv_status akv__attn_prefill_check(const akv_attn_prefill *p, const char *op) {
     if (!akv__attn_dtype_ok(p->o_dtype)) BAD("attn %s: o_dtype %d is not f32, f16 or bf16", op, (int)p->o_dtype);
     if ((st = check_stride(p->q_stride, p->n_heads * p->kv.head_dim, "q_stride", op)) != AKV_OK) return st;
     if (!p->k_new.addr != !p->v_new.addr) BAD("attn %s: k_new and v_new must both be given or both be 0", op);
+    if (p->k_new.addr && (p->kv.repr != AKV_REPR_EXACT || p->kv.past))
+        BAD("attn %s: k_new is written into the pages: a %s part takes none", op,
+            p->kv.past ? "past" : akv_repr_name((akv_repr)p->kv.repr));
     if (p->k_new.addr) {
         if (p->kv_new_dtype != AKV_DTYPE_F32 && p->kv_new_dtype != p->kv.dtype)
             BAD("attn %s: kv_new_dtype %s is neither f32 nor the page dtype %s", op,
@@ -204,6 +219,9 @@ akv_status akv__attn_append_check(const akv_attn_append *p, const char *op) {
     if (!p->qo_indptr.addr && p->max_new < p->n_per_seq)
         BAD("attn %s: max_new %u is less than n_per_seq %u", op, p->max_new, p->n_per_seq);
     if (!p->k.addr || !p->v.addr) BAD("attn %s: k or v is null", op);
+    if (p->kv.repr != AKV_REPR_EXACT || p->kv.past)
+        BAD("attn %s: new rows are written into exact pages of the queries' own part, not a %s "
+            "part", op, p->kv.past ? "past" : akv_repr_name((akv_repr)p->kv.repr));
     if (p->dtype != AKV_DTYPE_F32 && p->dtype != p->kv.dtype)
         BAD("attn %s: dtype %s is neither f32 nor the page dtype %s", op, akv_dtype_name(p->dtype),
             akv_dtype_name(p->kv.dtype));
