@@ -91,6 +91,11 @@ for case in "run -m $tmp/s.gguf -p hi --device cuda:abc|not a device index" \
             "serve -m $tmp/s.gguf --parallel 0|--parallel must be at least 1" \
             "serve -m $tmp/s.gguf --max-context 1|--max-context must be at least 2" \
             "serve -m $tmp/s.gguf --chat-template nosuch|neither a file nor a template family" \
+            "run -m $tmp/s.gguf -p hi --kv-tier q5|expected one of exact|q8|q4" \
+            "run -m $tmp/s.gguf -p hi --device cpu --kv-tier q4 --device-gib 2|cannot hold a head dim of 16" \
+            "run -m $tmp/s.gguf -p hi --device cpu --kv-tier q8 --route staged|serves the resident route today" \
+            "perplexity -m $tmp/s.gguf|-f TEXT is required" \
+            "perplexity -m $tmp/s.gguf -f $tmp/s.gguf --ctx 2|--ctx must be at least 4" \
             "serve -m $tmp/s.gguf --max-connections 4 --max-connections-per-client 5|is more than --max-connections"; do
     args=${case%%|*}; want=${case#*|}
     # shellcheck disable=SC2086

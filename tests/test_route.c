@@ -13,6 +13,7 @@
 #include "route_cells.h"
 
 #include "akv/dev_pool.h"
+#include "akv/log.h"
 #include "akv/forward.h"
 #include "akv/host_pool.h"
 #include "akv/route.h"
@@ -359,6 +360,118 @@ int main(int argc, char **argv) {
         CHECK_OK(akv__route_check(x.r));
         CHECK_STATUS(akv_route_destroy(x.r), AKV_EBUSY); /* a sequence is open */
         CHECK_OK(r1_close(&x));
+        pools_close(&p);
+    }
+
+    TEST_CASE(hybrid_reads_older_history_compact) {
+        /* The compact tier on the host pass: a history's pages older than its exact recent
+         * window (exact_recent = one page) are compact pages made from the host copy, read as
+         * a second part merged by LSE. q8 on the test model (head dim 8), q4 on one of head dim
+         * 32 (the rotation needs a power of two of at least 32). */
+        const tm_shape wide = {.arch = "llama", .n_layers = 2, .n_embd = 64, .n_ff = 48,
+                               .n_heads = 2, .n_kv_heads = 1, .n_vocab = 23};
+        akv_model *m4 = tm_load(&wide, rng);
+        for (int ti = 0; ti < 2 && CHECK(m4 != NULL); ti++) {
+            const akv_repr tier = ti ? AKV_REPR_Q4 : AKV_REPR_Q8;
+            const akv_model *m = ti ? m4 : model;
+            const akv_model_config *mc = akv_model_get_config(m);
+            akv_forward *fm = NULL;
+            if (!REQUIRE_OK(akv_forward_create(m, &fp, &fm))) break;
+            pools p;
+            if (!pools_open(&p, mc, 0)) break;
+            akv_dev_pool_params cpp = akv_dev_pool_default_params();
+            cpp.device_gib = 1, cpp.repr = tier;
+            akv_dev_pool *cp = NULL;
+            CHECK_OK(akv_dev_pool_create(p.dev, &p.g, &cpp, &cp));
+            /* the exact route, the hybrid one, and a hybrid one whose window holds everything */
+            r1 ex, hy, all;
+            akv_route_params rp = {.kind = AKV_ROUTE_RESIDENT, .max_history = 128};
+            CHECK_OK(r1_open(p.dev, p.hp, p.dp, &rp, &ex));
+            akv_route_params hp = rp;
+            hp.tier = tier, hp.compact_pool = cp, hp.exact_recent = P, hp.max_step = P;
+            CHECK_OK(r1_open(p.dev, p.hp, p.dp, &hp, &hy));
+            akv_dev_pool *cp2 = NULL;
+            CHECK_OK(akv_dev_pool_create(p.dev, &p.g, &cpp, &cp2));
+            akv_route_params hall = hp;
+            hall.compact_pool = cp2, hall.exact_recent = 1000;
+            CHECK_OK(r1_open(p.dev, p.hp, p.dp, &hall, &all));
+            if (!ex.r || !hy.r || !all.r) break;
+            float le[23], lh[23], la[23];
+            double worst = 0, span = 0;
+            uint32_t pos = 0;
+            while (pos < 100) { /* prompt of 70 in chunks of P, then decode steps */
+                uint32_t n = pos < 70 ? (70 - pos < P ? 70 - pos : P) : 1;
+                if (!CHECK(feed(&ex, fm, tokens + pos, n, le) == AKV_OK) ||
+                    !CHECK(feed(&hy, fm, tokens + pos, n, lh) == AKV_OK) ||
+                    !CHECK(feed(&all, fm, tokens + pos, n, la) == AKV_OK))
+                    break;
+                pos += n;
+                CHECK_OK(akv__route_check(hy.r)); /* compact pages = encodings of the host copy */
+                CHECK_BYTES(la, le, sizeof le); /* nothing compact: the exact route's bits */
+                for (int i = 0; i < 23; i++)
+                    worst = fmax(worst, fabs(lh[i] - le[i])), span = fmax(span, fabs(le[i]));
+            }
+            /* the compact part is read (the logits move), and within the form's error: the
+             * quality of a form is the perplexity tests' to judge (tests/perplexity.sh); here a
+             * wrong page or a missed rotation would move them by the logits' whole span */
+            printf("  %s: worst logit off the exact route's over 100 tokens: %.3g (logits span "
+                   "%.3g)\n",
+                   akv_repr_name(tier), worst, span);
+            CHECK(worst > 0 && worst < (ti ? 0.6 : 0.05) * span);
+            /* placement: the sink exact, pages 1..4 compact, 5..6 exact (x0 = (100-16)/16 = 5) */
+            akv_kv_run runs[4];
+            const akv_kv_run want_runs[] = {{0, 1, AKV_KV_WINDOW, AKV_REPR_EXACT},
+                                            {1, 4, AKV_KV_WINDOW, tier},
+                                            {5, 2, AKV_KV_WINDOW, AKV_REPR_EXACT}};
+            CHECK_EQ_INT(akv_route_seq_runs(hy.s, runs, 4), 3);
+            CHECK_BYTES(runs, want_runs, sizeof want_runs);
+            r1_stats hs = r1_get_stats(&hy), as = r1_get_stats(&all);
+            CHECK_EQ_U64(hs.r.compact_pages, 4u * mc->n_layers); /* each made once */
+            CHECK_EQ_INT(hs.s.window_pages, 3);
+            CHECK_EQ_U64(as.r.compact_pages, 0);
+            /* truncated and fed again with other tokens: the compact pages of rewritten rows
+             * are made again (the walker compares every compact page with the encoding of
+             * the host copy after each step) */
+            CHECK_OK(r1_truncate(&hy, 20)); /* under one exact window: no compact step until it grows again */
+            int32_t other[100];
+            for (int i = 0; i < 100; i++) other[i] = (tokens[i] + 5) % 23;
+            pos = 20;
+            while (pos < 100) {
+                uint32_t n = pos < 89 ? (89 - pos < P ? 89 - pos : P) : 1;
+                if (!CHECK(feed(&hy, fm, other + pos, n, lh) == AKV_OK)) break;
+                pos += n;
+                CHECK_OK(akv__route_check(hy.r));
+            }
+            hs = r1_get_stats(&hy);
+            CHECK(hs.r.compact_pages > 4u * mc->n_layers); /* made again: every one */
+            CHECK_OK(r1_close(&ex));
+            CHECK_OK(r1_close(&hy));
+            CHECK_OK(r1_close(&all));
+            CHECK_OK(akv_dev_pool_destroy(cp));
+            CHECK_OK(akv_dev_pool_destroy(cp2));
+            pools_close(&p);
+            akv_forward_destroy(fm);
+        }
+        akv_model_destroy(m4);
+        /* refused: a tier on the staged kind, a tier without its pool, a queued hybrid */
+        pools p;
+        if (!pools_open(&p, c, 0)) break;
+        akv_route *bad = NULL;
+        akv_route_params rp = {.kind = AKV_ROUTE_STAGED, .max_history = 64, .tier = AKV_REPR_Q8};
+        akv_log_set(NULL, NULL, AKV_LOG_OFF);
+        CHECK(akv_route_create(p.dev, p.hp, p.dp, &rp, &bad) != AKV_OK);
+        rp.kind = AKV_ROUTE_RESIDENT;
+        CHECK_STATUS(akv_route_create(p.dev, p.hp, p.dp, &rp, &bad), AKV_EINVAL);
+        akv_dev_pool_params cpp = akv_dev_pool_default_params();
+        cpp.device_gib = 1, cpp.repr = AKV_REPR_Q8;
+        akv_dev_pool *cp = NULL;
+        CHECK_OK(akv_dev_pool_create(p.dev, &p.g, &cpp, &cp));
+        rp.compact_pool = cp, rp.queued = true;
+        CHECK_STATUS(akv_route_create(p.dev, p.hp, p.dp, &rp, &bad), AKV_EUNSUPPORTED);
+        rp.queued = false, rp.tier = AKV_REPR_Q4; /* a pool of q8 pages for a q4 tier */
+        CHECK(akv_route_create(p.dev, p.hp, p.dp, &rp, &bad) != AKV_OK);
+        akv_log_set(NULL, NULL, AKV_LOG_WARN);
+        CHECK_OK(akv_dev_pool_destroy(cp));
         pools_close(&p);
     }
 

@@ -41,7 +41,7 @@ int main(int argc, char **argv) {
             /* a row's own range holds its default */
             akv_tool_eopts d;
             akv_tool_eopts_defaults(&d);
-            if (s->type == AKV_TV_U64 && s->lo > 0 && s->field && strcmp(s->field, "max_context") &&
+            if (s->type == AKV_TV_U64 && s->lo > 0 && !s->deflt && s->field && strcmp(s->field, "max_context") &&
                 strcmp(s->field, "max_seqs")) {
                 double v = (double)*(unsigned long long *)((char *)&d + s->offset);
                 if (!CHECK(v >= s->lo && v <= s->hi)) printf("  %s default %g\n", s->flag, v);

@@ -21,6 +21,7 @@
 static const akv_cmd akv_cmds[] = {
     {"devices", "list the devices this build can use and their properties", akv_cmd_devices},
     {"run", "generate text from a GGUF model, its K/V history in host and device pages", akv_cmd_run},
+    {"perplexity", "a model's perplexity over a text, and a compact K/V tier's against exact", akv_cmd_perplexity},
     {"serve", "an OpenAI-compatible HTTP server over the engine (chat, completions, metrics)", akv_cmd_serve},
     {"tok", "tokenize text (or a chat) with a GGUF's tokenizer; print ids and pieces", akv_cmd_tok},
     {"gguf", "inspect a GGUF file (info), write a synthetic model (synth) or a layer slice (slice)", akv_cmd_gguf},

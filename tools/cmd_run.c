@@ -397,24 +397,27 @@ static int run_open_engine(run_state *s, uint32_t max_seqs) {
     ep.max_queue = s->n_jobs > max_seqs ? (uint32_t)s->n_jobs : 0; /* every prompt waits its turn */
     ep.max_idle = 1;   /* a conversation's last context, for its next turn */
     st = akv_engine_create(&ep, &s->engine);
-    if (st) { /* logged with the setting (said as our flags) */
-        fprintf(stderr, "akv run: %s\n",
-                st == AKV_EFULL ? "the configuration does not fit (see above)"
-                                : akv_status_str(st));
-        return st == AKV_EFULL ? AKV_EXIT_REFUSED : st == AKV_EINVAL ? AKV_EXIT_USAGE : AKV_EXIT_FAIL;
-    }
+    if (st) return akv_tool_engine_failed("run", st); /* logged with the setting */
     if (!o->quiet) {
         const akv_engine_plan *pl = akv_engine_get_plan(s->engine);
+        char tier[160] = "";
+        if (pl->route.tier != AKV_REPR_EXACT)
+            snprintf(tier, sizeof tier,
+                     " with a %s tier (%.3g bits an element; exact the last %llu tokens; %u GiB "
+                     "of the device pool)",
+                     akv_repr_name(pl->route.tier), akv_geom_repr_bits(&pl->geom, pl->route.tier),
+                     (unsigned long long)pl->route.exact_recent, pl->route.compact_gib);
         fprintf(stderr,
                 "akv run: on %s (%s); %s, %u layers, weights %s (%.1f MiB); K/V %s in pages of "
-                "%u tokens (%zu KiB); host pool %llu GiB, device pool %llu GiB, route %s, "
+                "%u tokens (%zu KiB); host pool %llu GiB, device pool %llu GiB, route %s%s, "
                 "context %llu, %u at once\n",
                 info.is_host ? "the CPU" : "the GPU", info.name, s->cfg->arch_name,
                 s->cfg->n_layers, akv_weights_name(o->e.weights),
                 (double)akv_engine_weight_bytes(s->engine) / (1 << 20),
                 akv_dtype_name(pl->geom.dtype), pl->geom.page_tokens,
                 akv_geom_page_bytes(&pl->geom) >> 10, o->e.host_gib, o->e.device_gib,
-                akv_route_kind_name(o->e.route), (unsigned long long)s->n_ctx, pl->max_seqs);
+                akv_route_kind_name(o->e.route), tier, (unsigned long long)s->n_ctx,
+                pl->max_seqs);
     }
     return -1;
 }
@@ -587,6 +590,9 @@ static void run_report(const run_state *s) {
             run_bytes(nt ? es.decode_h2d_bytes / nt : 0, b4),
             run_bytes(nt ? es.decode_d2h_bytes / nt : 0, b5));
     double mib = 1.0 / (1 << 20);
+    if (es.compact_pages)
+        fprintf(stderr, "compact tier: %llu pages made from the host copies (%.1f MiB)\n",
+                (unsigned long long)es.compact_pages, (double)es.compact_bytes * mib);
     fprintf(stderr,
             "device pool: %u of %u pages per layer in use (%.1f of %.0f MiB); host pool: "
             "%llu pages, %.1f MiB pinned; preemptions %llu\n",

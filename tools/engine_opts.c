@@ -69,6 +69,7 @@ void akv_tool_eopts_apply(const akv_tool_eopts *o, akv_engine_params *ep) {
     ep->host_gib = (uint32_t)o->host_gib, ep->device_gib = (uint32_t)o->device_gib;
     ep->kv_dtype = o->kv_dtype, ep->weights = o->weights;
     ep->route = o->route, ep->window_pages = (uint32_t)o->window_pages;
+    ep->kv_tier = o->kv_tier, ep->exact_recent = o->exact_recent;
     ep->chunk = (uint32_t)o->chunk, ep->step_tokens = (uint32_t)o->step_tokens;
     ep->threads = akv_tool_eopts_threads(o), ep->no_graphs = o->no_graphs != 0;
 }
@@ -76,4 +77,14 @@ void akv_tool_eopts_apply(const akv_tool_eopts *o, akv_engine_params *ep) {
 uint32_t akv_tool_eopts_threads(const akv_tool_eopts *o) {
     const uint32_t cores = akv__par_cores();
     return o->threads > cores ? cores : (uint32_t)o->threads;
+}
+
+int akv_tool_engine_failed(const char *cmd, akv_status st) {
+    fprintf(stderr, "akv %s: %s\n", cmd,
+            st == AKV_EFULL          ? "the configuration does not fit (see above)"
+            : st == AKV_EUNSUPPORTED ? "the configuration is not supported (see above)"
+                                     : akv_status_str(st));
+    return st == AKV_EFULL                              ? AKV_EXIT_REFUSED
+           : st == AKV_EINVAL || st == AKV_EUNSUPPORTED ? AKV_EXIT_USAGE
+                                                        : AKV_EXIT_FAIL;
 }

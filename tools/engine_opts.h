@@ -41,4 +41,8 @@ void akv_tool_eopts_apply(const akv_tool_eopts *o, akv_engine_params *ep);
 /* --threads as used: 0 (every core), or at most the cores this process may run on. */
 uint32_t akv_tool_eopts_threads(const akv_tool_eopts *o);
 
+/* akv_engine_create failed with st (the library logged why): says so as "akv <cmd>: ..." and
+ * returns the exit code (3 does not fit, 2 bad or unsupported setting, 1 otherwise). */
+int akv_tool_engine_failed(const char *cmd, akv_status st);
+
 #endif

@@ -37,6 +37,8 @@ typedef struct akv_tool_eopts {
     akv_route_kind route;
     akv_dtype kv_dtype;
     akv_weights weights;    /* --weights */
+    akv_repr kv_tier;       /* --kv-tier */
+    unsigned long long exact_recent; /* --exact-recent; 0 = the route's default */
     akv_sample_params sp;   /* the default sampling (a request may override it) */
 } akv_tool_eopts;
 
@@ -46,7 +48,7 @@ enum {
     AKV_OPT_DEVGIB, AKV_OPT_KV, AKV_OPT_CHUNK, AKV_OPT_STEP, AKV_OPT_THREADS, AKV_OPT_NOGRAPHS,
     AKV_OPT_PARALLEL, AKV_OPT_TMPL, AKV_OPT_TEMP, AKV_OPT_TOPK, AKV_OPT_TOPP, AKV_OPT_MINP,
     AKV_OPT_RP, AKV_OPT_RLN, AKV_OPT_SEED, AKV_OPT_PRES, AKV_OPT_FREQ, AKV_OPT_WEIGHTS,
-    AKV_OPT_SPECIAL_CONTENT,
+    AKV_OPT_SPECIAL_CONTENT, AKV_OPT_TIER, AKV_OPT_RECENT,
 };
 
 
@@ -61,6 +63,7 @@ typedef enum akv_tool_value {
     AKV_TV_DTYPE,    /* akv_dtype: bf16, f16, f32 */
     AKV_TV_WEIGHTS,  /* akv_weights: native, bf16, f32 */
     AKV_TV_ROUTE,    /* akv_route_kind, by the route's names */
+    AKV_TV_REPR,     /* akv_repr, by its names (exact, q8, q4) */
 } akv_tool_value;
 
 typedef struct akv_tool_setting {

@@ -95,6 +95,8 @@ typedef struct akv_dev_pool_params {
     uint32_t device_gib;    /* size of the one device allocation, whole GiB; 0 is an error:
                                the operator chooses it (--device-gib), never automatic */
     uint32_t staging_pages; /* device pages reserved for staging buffers; 0 = none */
+    akv_repr repr;          /* the representation its pages hold (akv/kv_repr.h): exact (0),
+                               or a compact form, whose smaller pages the pool is cut into */
 } akv_dev_pool_params;
 
 typedef struct akv_dev_pool_ctx_params {
@@ -185,7 +187,7 @@ typedef struct akv_dev_pool_slot {
     uint32_t fresh;   /* 1: placed by the last step that served the context */
 } akv_dev_pool_slot;
 
-/* device_gib = 0 (must be set), staging_pages = 0. */
+/* device_gib = 0 (must be set), staging_pages = 0, exact pages. */
 akv_dev_pool_params akv_dev_pool_default_params(void);
 
 /* Allocates the pool's one device allocation (device_gib GiB, exactly) on `dev`, which must

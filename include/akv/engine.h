@@ -120,6 +120,13 @@ typedef struct akv_engine_params {
                                         akv_route_kind_from_name); 0 = resident */
     uint32_t window_pages;           /* staged: a context's window pages at least (the plan
                                         may give more); 0 = AKV_ROUTE_WINDOW_PAGES */
+    akv_repr kv_tier;                /* the compact tier (akv/kv_repr.h): q8 or q4 reads each
+                                        history's pages older than exact_recent tokens in that
+                                        form, from a compact pool the plan takes out of
+                                        device_gib (the resident route on the host pass, today);
+                                        exact (0) = every page exact */
+    uint64_t exact_recent;           /* with a compact tier: tokens before the newest kept
+                                        exact; 0 = AKV_ROUTE_EXACT_RECENT */
     uint64_t max_context;            /* the longest history of a request, prompt + new
                                         tokens; 0 = the model's training context */
     uint32_t max_seqs;               /* sequences one step runs (concurrency); 0 = 1 */
@@ -213,6 +220,16 @@ typedef struct akv_request_params {
     akv_token_fn on_token;   /* NULL = no events (poll akv_request_get_info) */
     void *user;
     bool want_logits;        /* events carry the logits */
+    /* The logits of every prompt position the engine computes, as each of its chunks runs
+     * (n rows of n_vocab for positions pos .. pos+n-1; row j predicts the token at pos+j+1;
+     * valid during the call, on the engine's thread). Positions reused from an idle context
+     * are not computed (akv_request_info.n_cached). Such a prompt runs one chunk a step and
+     * one such chunk per step; the host pass only (submit refuses it on the device pass).
+     * NULL = none. */
+    void (*on_prompt_logits)(void *user, akv_request *rq, uint32_t pos, uint32_t n,
+                             const float *logits);
+    uint32_t prompt_logits_from; /* with on_prompt_logits: a chunk wholly before this prompt
+                                    position computes no logits (nor is reported) */
     uint64_t id;             /* the caller's tag (device pool explanations, logs) */
 } akv_request_params;
 
@@ -256,6 +273,8 @@ typedef struct akv_engine_stats {
     uint64_t n_decode_steps;
     uint64_t decode_tokens;      /* tokens those steps computed (one per sequence a step) */
     uint64_t decode_h2d_bytes, decode_staged_bytes, decode_d2h_bytes;
+    /* the compact tier: pages made from the host copies (one a layer) and their bytes */
+    uint64_t compact_pages, compact_bytes;
 } akv_engine_stats;
 
 /* Defaults: 1 GiB pools, bf16 K/V, resident, one sequence, refuse mode, no queue, chunk 256,

@@ -107,6 +107,7 @@
 #include "akv/dev_pool.h"
 #include "akv/kv_parts.h"
 #include "akv/host_pool.h"
+#include "akv/kv_repr.h"
 #include "akv/status.h"
 
 #ifdef __cplusplus
@@ -125,6 +126,8 @@ struct akv_host_table;
 
 /* The staged window when a sequence's target is 0: the sink and three newest pages. */
 #define AKV_ROUTE_WINDOW_PAGES 4u
+/* Tokens before the newest that the compact tier keeps exact by default. */
+#define AKV_ROUTE_EXACT_RECENT 256u
 /* The most sequences one step takes (params.max_seqs). */
 #define AKV_ROUTE_MAX_SEQS 4096u
 
@@ -144,6 +147,16 @@ typedef struct akv_route_params {
                               I3), until that route aborts, truncates or syncs); NULL = the
                               route creates its own with 2 slots from the device pool's staging
                               reserve (akv_route_plan_begin's staging_pages) */
+    /* the compact tier (docs/routes.md, "The hybrid kind"): with tier q8 or q4 and the
+     * resident kind, each history's pages older than its exact recent window are read as a
+     * second part, compact pages of compact_pool made from the host copy when they leave
+     * the window; the host pass (direct mode) only, today. exact (0) = none. */
+    akv_repr tier;
+    akv_dev_pool *compact_pool;  /* its pages (params.repr = tier, the same geometry), borrowed */
+    uint64_t exact_recent;       /* tokens before the newest that stay exact; 0 =
+                                    AKV_ROUTE_EXACT_RECENT */
+    uint32_t max_step;           /* the most new tokens one sequence's step adds (they stay
+                                    exact: a chunk attends itself exactly); 0 = max_history */
     int prefetch;          /* queued mode: stage layer 0 of the NEXT decode step as soon as this
                               step's last layer is sealed, so its copies cross the bus while the
                               output head, sampling and begin_step run (file comment). 0 = on
@@ -178,6 +191,9 @@ typedef struct akv_route_stats {
     uint64_t n_prefetch_dropped; /* staged: prefetches cancelled (the next step was not the
                                     one they were made for, or a sync came first) */
     uint64_t d2h_bytes;    /* device -> host: write-back of new rows */
+    uint64_t compact_pages; /* hybrid: compact pages made from the host copy (a page of every
+                               layer counts once a layer) */
+    uint64_t compact_bytes; /* hybrid: their bytes, written into the compact pool */
     uint64_t n_quarantines; /* staged: its stage's quarantines (akv_stage_stats); the route
                                asks for at most one per call that retires leases */
     uint32_t n_open;       /* sequences open now */
@@ -207,6 +223,11 @@ typedef struct akv_route_plan {
     uint32_t staging_pages; /* device pages its stage takes from the device pool's reserve */
     uint32_t target, burst; /* window pages each context holds by right / may borrow (0, 0 for
                                a kind whose window is the whole history: resident) */
+    /* the compact tier (akv_route_plan_tier; exact = none) */
+    akv_repr tier;
+    uint64_t exact_recent;  /* tokens kept exact before the newest */
+    uint32_t max_step;      /* the most new tokens one sequence's step adds */
+    uint32_t compact_gib;   /* the compact pool every history's older pages need, whole GiB */
 } akv_route_plan;
 
 /* The plan before the pools are sized: kind and window_pages (0 = the default) resolved, and
@@ -214,6 +235,16 @@ typedef struct akv_route_plan {
  * an unknown kind. */
 akv_status akv_route_plan_begin(akv_route_kind kind, uint32_t window_pages, const akv_geom *g,
                                 uint64_t max_history, uint32_t max_seqs, akv_route_plan *pl);
+
+/* The compact tier of a plan begun for max_seqs histories of max_history tokens: tier (exact:
+ * none), the exact recent window (0 = AKV_ROUTE_EXACT_RECENT) and the largest step of one
+ * sequence (0 = max_history), and the GiB of the compact pool that holds every history's
+ * older pages (compact_gib: the engine takes it from device_gib before the fit sizes the exact
+ * pool). AKV_EUNSUPPORTED (logged, naming the setting) for a kind other than resident or a
+ * head dim the form cannot hold. */
+akv_status akv_route_plan_tier(akv_route_plan *pl, akv_repr tier, uint64_t exact_recent,
+                               uint32_t max_step, const akv_geom *g, uint64_t max_history,
+                               uint32_t max_seqs);
 
 /* The plan once the admission sized the pools (fit: akv/admit.h, for fit->concurrency
  * histories): each context's window. AKV_EFULL, logged naming the params field to change,
@@ -230,6 +261,9 @@ size_t akv_route_plan_format(const akv_route_plan *pl, uint32_t max_seqs,
  * (resident: every page, at least the floor of 2; staged: 0, its window is lent, not
  * reserved). */
 uint32_t akv_route_need(akv_route_kind kind, const akv_geom *g, uint64_t n_tokens);
+
+/* The same under a plan (its kind and tier: the compact tier reserves its exact window). */
+uint32_t akv_route_plan_need(const akv_route_plan *pl, const akv_geom *g, uint64_t n_tokens);
 
 /* Device pages one staging slot of a staged route needs: the logical pages of max_seqs
  * histories of max_history outside their windows of window_pages (0 = the default), at least

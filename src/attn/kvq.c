@@ -39,40 +39,29 @@ static void kvq_encode_group(const float *x, uint32_t n, float levels, uint16_t 
 void akv_kvq_encode_row(const akv_repr_layout *l, uint32_t head_dim, const float *x,
                         uint8_t *codes, uint16_t *scales) {
     int32_t c[4096];
-    if (head_dim > 4096) return;
-    switch (l->repr) {
-    case AKV_REPR_Q8:
-        kvq_encode_group(x, head_dim, 127.0f, &scales[0], c);
+    if (head_dim > 4096 || !l->group) return;
+    const float levels = l->repr == AKV_REPR_Q8 ? 127.0f : 7.0f;
+    for (uint32_t g = 0; g < head_dim / l->group; g++)
+        kvq_encode_group(x + g * l->group, l->group, levels, &scales[g], c + g * l->group);
+    if (l->repr == AKV_REPR_Q8)
         for (uint32_t i = 0; i < head_dim; i++) codes[i] = (uint8_t)(int8_t)c[i];
-        break;
-    case AKV_REPR_Q4:
-        for (uint32_t g = 0; g < head_dim / AKV_REPR_Q4_GROUP; g++)
-            kvq_encode_group(x + g * AKV_REPR_Q4_GROUP, AKV_REPR_Q4_GROUP, 7.0f, &scales[g],
-                             c + g * AKV_REPR_Q4_GROUP);
+    else
         for (uint32_t i = 0; i < head_dim; i += 2)
             codes[i / 2] = (uint8_t)((uint32_t)(c[i] + 8) | (uint32_t)(c[i + 1] + 8) << 4);
-        break;
-    default: break;
-    }
 }
 
 void akv_kvq_decode_row(const akv_repr_layout *l, uint32_t head_dim, const uint8_t *codes,
                         const uint16_t *scales, float *out) {
-    switch (l->repr) {
-    case AKV_REPR_Q8: {
-        const float s = akv_f16_to_f32(scales[0]);
-        for (uint32_t i = 0; i < head_dim; i++) out[i] = (float)(int8_t)codes[i] * s;
-        break;
+    if (l->repr == AKV_REPR_Q8) {
+        for (uint32_t i = 0; i < head_dim; i++)
+            out[i] = (float)(int8_t)codes[i] * akv_f16_to_f32(scales[i / l->group]);
+        return;
     }
-    case AKV_REPR_Q4:
-        for (uint32_t i = 0; i < head_dim; i += 2) {
-            const float s = akv_f16_to_f32(scales[i / AKV_REPR_Q4_GROUP]);
-            const uint8_t b = codes[i / 2];
-            out[i] = (float)((int32_t)(b & 15u) - 8) * s;
-            out[i + 1] = (float)((int32_t)(b >> 4) - 8) * s;
-        }
-        break;
-    default: break;
+    for (uint32_t i = 0; i < head_dim; i += 2) {
+        const float s = akv_f16_to_f32(scales[i / l->group]);
+        const uint8_t b = codes[i / 2];
+        out[i] = (float)((int32_t)(b & 15u) - 8) * s;
+        out[i + 1] = (float)((int32_t)(b >> 4) - 8) * s;
     }
 }
 

@@ -91,12 +91,24 @@ static akv_status engine_plan(akv_engine *e) {
     /* the route's staging reserve follows the concurrency, which a shrink lowers: fit twice */
     for (int pass = 0; pass < 2; pass++) {
         if ((st = akv_route_plan_begin(p->route, p->window_pages, &pl->geom, pl->max_context,
-                                       seqs, &pl->route)))
+                                       seqs, &pl->route)) ||
+            (st = akv_route_plan_tier(&pl->route, p->kv_tier, p->exact_recent, 0, &pl->geom,
+                                      pl->max_context, seqs)))
             return st; /* logged */
+        /* the compact tier's pool comes out of the device GiB first */
+        const uint32_t compact_gib = pl->route.compact_gib;
+        if (compact_gib && p->device_gib <= compact_gib) {
+            AKV_LOG_E("engine: {=kv_tier} %s: the compact pages of {=max_seqs} %u histories of "
+                      "{=max_context} %llu tokens take %u GiB of the device pool, which needs "
+                      "1 GiB more for the exact part: raise {=device_gib} to at least %u",
+                      akv_repr_name(p->kv_tier), seqs, (unsigned long long)pl->max_context,
+                      compact_gib, compact_gib + 1);
+            return AKV_EFULL;
+        }
         akv_admit_params ap = {.geom = pl->geom,
                                .max_context = pl->max_context,
                                .host_gib = p->host_gib,
-                               .device_gib = p->device_gib,
+                               .device_gib = p->device_gib - compact_gib,
                                .staging_pages = pl->route.staging_pages,
                                .concurrency = seqs,
                                .mode = p->admit_mode};
@@ -114,9 +126,6 @@ static akv_status engine_plan(akv_engine *e) {
     pl->max_seqs = pl->fit.concurrency;
     pl->host_pages = pl->fit.host_pages;
     pl->window_capacity = (uint32_t)pl->fit.window_capacity;
-    /* each context's window, by the route's kind */
-    if ((st = akv_route_plan_finish(&pl->geom, pl->max_context, &pl->fit, &pl->route)))
-        return st; /* logged, naming the field */
     const uint32_t need = pl->max_seqs - 1 + pl->chunk;
     const uint32_t dflt = need > AKV_ENGINE_STEP_TOKENS ? need : AKV_ENGINE_STEP_TOKENS;
     pl->step_tokens = p->step_tokens ? p->step_tokens : dflt;
@@ -126,6 +135,11 @@ static akv_status engine_plan(akv_engine *e) {
                   pl->step_tokens, need);
         return AKV_EINVAL;
     }
+    /* each context's window, by the route's kind (a compact tier keeps a step's new tokens
+     * exact: a prompt alone takes up to step_tokens of them) */
+    pl->route.max_step = pl->step_tokens;
+    if ((st = akv_route_plan_finish(&pl->geom, pl->max_context, &pl->fit, &pl->route)))
+        return st; /* logged, naming the field */
     pl->max_queue = p->max_queue;
     pl->max_idle = p->max_idle ? p->max_idle : pl->max_seqs;
     return AKV_OK;
@@ -220,20 +234,28 @@ static akv_status engine_open_memory(akv_engine *e) {
      * pages (docs/mem.md), and what admission promises is then memory the pool holds */
     hpp.keep_gib = hpp.limit_gib;
     akv_dev_pool_params dpp = akv_dev_pool_default_params();
-    dpp.device_gib = e->p.device_gib ? e->p.device_gib : 1;
+    dpp.device_gib = (e->p.device_gib ? e->p.device_gib : 1) - pl->route.compact_gib;
     dpp.staging_pages = pl->route.staging_pages;
     akv_route_params rp = {.kind = pl->route.kind,
                            .max_history = pl->max_context,
                            .max_seqs = pl->max_seqs,
                            .queued = e->fd != NULL,
-                           .window_pages = pl->route.window_pages};
+                           .window_pages = pl->route.window_pages,
+                           .tier = pl->route.tier,
+                           .exact_recent = pl->route.exact_recent,
+                           .max_step = pl->route.max_step};
     akv_status st;
     if (e->p.progress) e->p.progress(e->p.progress_user, "pinning", 0, hpp.keep_gib);
     if ((st = akv_host_pool_create(e->dev, &pl->geom, &hpp, &e->hp))) return st;
     if (e->p.progress) e->p.progress(e->p.progress_user, "pinning", hpp.keep_gib, hpp.keep_gib);
-    if ((st = akv_dev_pool_create(e->dev, &pl->geom, &dpp, &e->dp)) ||
-        (st = akv_route_create(e->dev, e->hp, e->dp, &rp, &e->route)))
-        return st;
+    if ((st = akv_dev_pool_create(e->dev, &pl->geom, &dpp, &e->dp))) return st;
+    if (pl->route.tier != AKV_REPR_EXACT) {
+        akv_dev_pool_params cpp = akv_dev_pool_default_params();
+        cpp.device_gib = pl->route.compact_gib, cpp.repr = pl->route.tier;
+        if ((st = akv_dev_pool_create(e->dev, &pl->geom, &cpp, &e->dpc))) return st;
+        rp.compact_pool = e->dpc;
+    }
+    if ((st = akv_route_create(e->dev, e->hp, e->dp, &rp, &e->route))) return st;
     const uint32_t S = pl->max_seqs, T = pl->step_tokens;
     e->run = akv__calloc(S, sizeof *e->run);
     e->reqs = akv__calloc(S, sizeof *e->reqs);
@@ -356,7 +378,7 @@ static akv__ctx *engine_find_prefix(akv_engine *e, const akv_request *rq, uint32
 static void request_need(const akv_engine *e, const akv_request *rq, uint64_t *host, uint32_t *dev) {
     uint64_t n = (uint64_t)rq->p.n_prompt + rq->p.max_tokens, pages = engine_pages(e, n);
     *host = pages * e->plan.geom.n_layers;
-    *dev = akv_route_need(e->plan.route.kind, &e->plan.geom, n);
+    *dev = akv_route_plan_need(&e->plan.route, &e->plan.geom, n);
 }
 
 /* Whether it fits now, beside what is admitted (idle contexts make room when closed). */
@@ -501,6 +523,8 @@ void akv_engine_destroy(akv_engine *e) {
     akv_forward_destroy(e->fh);
     akv_forward_dev_destroy(e->fd);
     if (akv_dev_pool_destroy(e->dp) != AKV_OK) AKV_LOG_E("engine: the device pool is still held");
+    if (akv_dev_pool_destroy(e->dpc) != AKV_OK)
+        AKV_LOG_E("engine: the compact pool is still held");
     if (akv_host_pool_destroy(e->hp) != AKV_OK) AKV_LOG_E("engine: the host pool is still held");
     akv_tok_destroy(e->tok);
     akv_model_destroy(e->own_model);
@@ -553,6 +577,9 @@ akv_status akv_engine_submit(akv_engine *e, const akv_request_params *p, akv_req
         if (!p->stop || !p->stop[i])
             return engine_refuse(e, rf, AKV_REFUSE_INVALID, "stop", AKV_EINVAL,
                                  "stop string %u is NULL", i);
+    if (p->on_prompt_logits && e->fd)
+        return engine_refuse(e, rf, AKV_REFUSE_INVALID, "on_prompt_logits", AKV_EUNSUPPORTED,
+                             "a prompt's logits are computed on the host pass only today");
     const uint64_t total = (uint64_t)p->n_prompt + p->max_tokens;
     if (total > e->plan.max_context)
         return engine_refuse(e, rf, AKV_REFUSE_CONTEXT, "max_context", AKV_EFULL,
@@ -651,6 +678,7 @@ static uint32_t engine_piece(const akv_engine *e, const akv_request *rq, uint32_
     if (rq->info.state == AKV_REQUEST_DECODE) return rq->p.n_prompt + rq->info.n_gen - have;
     uint32_t chunk = e->plan.chunk, left = rq->p.n_prompt - have;
     uint32_t piece = chunk - (have - rq->prefill0) % chunk;
+    if (rq->p.on_prompt_logits) room = 0; /* one chunk: its logits fit the buffer */
     if (room > piece) piece += (room - piece) / chunk * chunk;
     return piece < left ? piece : left;
 }
@@ -661,6 +689,7 @@ static uint32_t engine_piece(const akv_engine *e, const akv_request *rq, uint32_
  * (larger products run faster). Ordered by count for the pass (stable). Returns its size. */
 static uint32_t engine_batch(akv_engine *e) {
     uint32_t n = 0, total = 0, prompt_room = 0;
+    bool logit_chunk = false; /* one chunk a step returns its logits */
     for (int pass = 0; pass < 2; pass++) {
         if (pass == 1) {
             prompt_room = total < e->plan.step_tokens ? e->plan.step_tokens - total : 0;
@@ -671,8 +700,10 @@ static uint32_t engine_batch(akv_engine *e) {
             if ((rq->info.state == AKV_REQUEST_DECODE) != (pass == 0) || !rq->ctx) continue;
             const uint32_t piece = engine_piece(e, rq, prompt_room);
             if (pass == 1) {
-                if (piece > prompt_room) break; /* no overtaking */
+                if (piece > prompt_room || (rq->p.on_prompt_logits && logit_chunk))
+                    break; /* no overtaking */
                 prompt_room -= piece;
+                logit_chunk |= rq->p.on_prompt_logits != NULL;
             }
             e->batch[n] = rq, e->n_new[n++] = piece;
             total += piece;
@@ -785,8 +816,12 @@ akv_status akv_engine_step(akv_engine *e, bool *did_work) {
         e->pos0[k] = c->n_tokens;
         e->reqs[k] = (akv_route_req){.seq = c->seq, .n_tokens = (uint64_t)c->n_tokens + e->n_new[k]};
         const bool wants = c->n_tokens + e->n_new[k] == rq->p.n_prompt + rq->info.n_gen;
-        e->lmode[k] = wants ? AKV_FORWARD_LOGITS_LAST : AKV_FORWARD_LOGITS_NONE;
-        n_rows += wants;
+        const bool all = rq->p.on_prompt_logits && rq->info.state == AKV_REQUEST_PREFILL &&
+                         c->n_tokens + e->n_new[k] > rq->p.prompt_logits_from;
+        e->lmode[k] = all     ? AKV_FORWARD_LOGITS_ALL
+                      : wants ? AKV_FORWARD_LOGITS_LAST
+                              : AKV_FORWARD_LOGITS_NONE;
+        n_rows += all ? e->n_new[k] : wants;
         for (uint32_t j = 0; j < e->n_new[k]; j++)
             e->tokens[n_tok + j] = akv__request_stream(rq, c->n_tokens + j);
         n_tok += e->n_new[k];
@@ -805,7 +840,19 @@ akv_status akv_engine_step(akv_engine *e, bool *did_work) {
     akv_forward_batch b = {.n_seq = n, .n_new = e->n_new, .pos0 = e->pos0, .tokens = e->tokens,
                            .logits = e->lmode};
     akv_kv_hooks kv = akv_route_hooks(e->route);
-    /* the device pass's logits are read where its copy left them (pinned) */
+    /* the device pass's logits are read where its copy left them (pinned); a prompt chunk's
+     * rows (one chunk a step) take the host pass's buffer to max_seqs + chunk rows */
+    if (!e->fd && n_rows > e->plan.max_seqs && !e->logits_wide) {
+        float *wide = akv__calloc(((size_t)e->plan.max_seqs + e->plan.chunk) * e->cfg.n_vocab,
+                                  sizeof *wide);
+        if (!wide) {
+            st = AKV_ENOMEM;
+            engine_step_failed(e, n, st);
+            goto out;
+        }
+        akv__free(e->logits);
+        e->logits = wide, e->logits_wide = true;
+    }
     float *logits = e->fd ? akv_forward_dev_logits_buffer(e->fd) : e->logits;
     float *lg = n_rows ? logits : NULL;
     st = e->fd ? akv_forward_dev_step(e->fd, &b, &kv, lg) : akv_forward_step(e->fh, &b, &kv, lg);
@@ -830,14 +877,20 @@ akv_status akv_engine_step(akv_engine *e, bool *did_work) {
     for (uint32_t k = 0, at = 0, row = 0; k < n; at += e->n_new[k], k++) {
         akv_request *rq = e->batch[k];
         const float *lk = logits + (size_t)row * e->cfg.n_vocab;
-        row += e->lmode[k] == AKV_FORWARD_LOGITS_LAST;
+        const bool all = e->lmode[k] == AKV_FORWARD_LOGITS_ALL;
+        row += all ? e->n_new[k] : e->lmode[k] == AKV_FORWARD_LOGITS_LAST;
+        if (all) {
+            rq->p.on_prompt_logits(rq->p.user, rq, e->pos0[k], e->n_new[k], lk);
+            lk += (size_t)(e->n_new[k] - 1) * e->cfg.n_vocab; /* the last row samples */
+        }
         rq->n_fail = 0;
         if (rq->info.state == AKV_REQUEST_PREFILL) e->stats.prompt_tokens += e->n_new[k];
         if (ctx_append(rq->ctx, e->tokens + at, e->n_new[k]) != AKV_OK) {
             /* the context no longer says what its K/V holds: it cannot go on or be reused */
             rq->info.error = AKV_ENOMEM;
             akv__request_end(rq, AKV_FINISH_ERROR);
-        } else if (e->lmode[k] == AKV_FORWARD_LOGITS_LAST) {
+        } else if (e->lmode[k] == AKV_FORWARD_LOGITS_LAST ||
+                   (all && e->pos0[k] + e->n_new[k] == rq->p.n_prompt)) {
             (void)akv__request_on_logits(rq, lk);
         }
         if (rq->info.state == AKV_REQUEST_DONE) {
@@ -869,6 +922,11 @@ void akv_engine_get_stats(const akv_engine *e, akv_engine_stats *out) {
     *out = e->stats;
     out->n_running = e->n_run, out->n_queued = e->n_wait, out->n_idle = e->n_idle;
     out->host_pages_reserved = e->host_reserved;
+    if (e->route) {
+        akv_route_stats rs;
+        akv_route_get_stats(e->route, &rs);
+        out->compact_pages = rs.compact_pages, out->compact_bytes = rs.compact_bytes;
+    }
     if (e->fd) {
         akv_forward_dev_stats fs = akv_forward_dev_get_stats(e->fd);
         out->graph_builds = fs.graph_builds, out->graph_launches = fs.graph_launches;
@@ -917,7 +975,9 @@ akv_status akv__engine_check(akv_engine *e) {
     for (int i = 0; i < 3 && (st = akv_route_sync(e->route)); i++)
         engine_resync(e); /* a failure it reports once (an undone step, a replaced stage) */
     if (st) return st;
-    if ((st = akv__host_pool_check(e->hp)) || (st = akv__dev_pool_check(e->dp))) return st;
+    if ((st = akv__host_pool_check(e->hp)) || (st = akv__dev_pool_check(e->dp)) ||
+        (e->dpc && (st = akv__dev_pool_check(e->dpc))))
+        return st;
     uint64_t host = 0, dev = 0, idle = 0;
     uint32_t n_ctx = 0;
     for (uint32_t i = 0; i < e->n_run; i++) {

@@ -65,6 +65,7 @@ struct akv_engine {
     akv_tok *tok;           /* NULL without one */
     akv_host_pool *hp;
     akv_dev_pool *dp;
+    akv_dev_pool *dpc;         /* the compact tier's pages (NULL: none) */
     akv_route *route;
     akv_forward *fh;        /* host pass */
     akv_forward_dev *fd;    /* device pass */
@@ -90,6 +91,7 @@ struct akv_engine {
     uint8_t *lmode;
     int32_t *tokens;
     float *logits;          /* [max_seqs][n_vocab] */
+    bool logits_wide;          /* logits holds max_seqs + chunk rows (a prompt's logits) */
     akv_engine_stats stats;
 };
 

@@ -116,7 +116,12 @@ akv_status akv_dev_pool_layout(const akv_geom *g, const akv_dev_pool_params *p,
                   p->device_gib, AKV_DEV_POOL_MAX_GIB);
         return AKV_EINVAL;
     }
-    size_t page_bytes = akv_geom_page_bytes(g);
+    size_t page_bytes = akv_geom_repr_page_bytes(g, p->repr);
+    if (page_bytes == 0) {
+        AKV_LOG_E("device pool: pages of representation %s cannot hold head dim %u",
+                  akv_repr_name(p->repr), g->head_dim);
+        return (unsigned)p->repr < AKV_REPR_COUNT ? AKV_EUNSUPPORTED : AKV_EINVAL;
+    }
     uint64_t n_pages = ((uint64_t)p->device_gib << 30) / page_bytes;
     if (n_pages > INT32_MAX) {
         AKV_LOG_E("device pool: %u GiB of %zu-byte pages is %llu pages, more than int32 page "

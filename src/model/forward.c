@@ -32,6 +32,9 @@ struct akv_forward {
     float *q;             /* [T][n_heads*head_dim] */
     float *k, *v;         /* [T][n_kv_heads*head_dim] */
     float *att;           /* [T][n_heads*head_dim] attention output */
+    /* a history in several parts (made at the first such step): the exact part's LSEs, a past
+     * part's states, merged into att row by row */
+    float *lse, *att_past, *lse_past; /* [T][n_heads], [T][n_heads*head_dim], [T][n_heads] */
     float *gate, *up;     /* [T][n_ff] */
     float *cos_t, *sin_t; /* [T][n_rot/2] */
     int32_t *pos;         /* [T] */
@@ -100,6 +103,7 @@ void akv_forward_destroy(akv_forward *f) {
     akv__par_destroy(f->par);
     akv__free(f->x), akv__free(f->h), akv__free(f->tmp), akv__free(f->q), akv__free(f->k);
     akv__free(f->v), akv__free(f->att), akv__free(f->gate), akv__free(f->up);
+    akv__free(f->lse), akv__free(f->att_past), akv__free(f->lse_past);
     akv__free(f->cos_t), akv__free(f->sin_t), akv__free(f->pos), akv__free(f->qo);
     akv__free(f->groups), akv__free(f->xq_mem);
     akv__free(f);
@@ -159,24 +163,26 @@ static void fwd_matmul(akv_forward *f, float *y, fwd_in *in, const akv_model_mat
 
 /* ---- attention ----------------------------------------------------------------------------- */
 
-/* The one part of the layer, checked (akv__forward_parts_check), and each sequence holding
- * exactly pos0[s] + n_new[s] tokens in it (the attention validates the rest: ids, page
- * counts). */
+/* The layer's parts, checked (akv__forward_parts_check: an exact part of the queries' own
+ * history, and past parts of older history), and each sequence holding exactly pos0[s] +
+ * n_new[s] tokens over them (the attention validates the rest: ids, page counts). */
 static akv_status forward_check_parts(const akv_model_config *c, uint32_t layer,
                                       const akv_kv_parts *parts,
                                       const akv_forward_batch *b) {
-    akv_status st = akv__forward_parts_check(c, "forward", layer, parts, b->n_seq);
+    akv_status st = akv__forward_parts_check(c, "forward", layer, parts, b->n_seq, AKV_KV_MAX_PARTS);
     if (st) return st;
-    const akv_attn_pages *pg = &parts->part[0].kv;
-    const int32_t *indptr = (const int32_t *)(uintptr_t)pg->indptr.addr;
-    const int32_t *last = (const int32_t *)(uintptr_t)pg->last_page_len.addr;
     for (uint32_t s = 0; s < b->n_seq; s++) {
         uint64_t len = 0, want = (uint64_t)b->pos0[s] + b->n_new[s];
-        if (indptr[s + 1] > indptr[s])
-            len = (uint64_t)(indptr[s + 1] - indptr[s] - 1) * pg->page_tokens + (uint64_t)last[s];
+        for (uint32_t i = 0; i < parts->n_parts; i++) {
+            const akv_attn_pages *pg = &parts->part[i].kv;
+            const int32_t *indptr = (const int32_t *)(uintptr_t)pg->indptr.addr;
+            const int32_t *last = (const int32_t *)(uintptr_t)pg->last_page_len.addr;
+            if (indptr[s + 1] > indptr[s])
+                len += (uint64_t)(indptr[s + 1] - indptr[s] - 1) * pg->page_tokens + (uint64_t)last[s];
+        }
         if (len != want) {
             AKV_LOG_E("forward: layer %u: sequence %u of the step holds %llu tokens in its page "
-                      "table; expected %llu",
+                      "table(s); expected %llu",
                       layer, s, (unsigned long long)len, (unsigned long long)want);
             return AKV_EINVAL;
         }
@@ -215,18 +221,52 @@ static akv_status fwd_attn_heads(akv_forward *f, uint32_t n_heads, fwd_attn_task
     return AKV_OK;
 }
 
-/* One group's attention: its new K/V into the pages, then attend, the query heads spread over
- * the pass's threads. */
-static akv_status forward_attend_group(akv_forward *f, const akv_attn_pages *pg,
+/* One attention call over one part's table for a group's rows: o and lse (NULL = not wanted)
+ * at the group's first row, the query heads spread over the pass's threads. */
+static akv_status forward_attend_part(akv_forward *f, const akv_attn_pages *v,
+                                      const akv__fwd_group *g, float *o, float *lse) {
+    const akv_model_config *c = akv_model_get_config(f->model);
+    const size_t q_dim = (size_t)c->n_heads * c->head_dim;
+    akv_dptr q = akv_attn_host_ptr(f->q + g->row0 * q_dim);
+    akv_dptr op = akv_attn_host_ptr(o), lp = lse ? akv_attn_host_ptr(lse) : (akv_dptr){0};
+    fwd_attn_task t = {0};
+    if (g->decode) {
+        akv_attn_decode d = {.kv = *v,
+                             .n_heads = c->n_heads,
+                             .n_query = g->n_new,
+                             .q = q,
+                             .q_dtype = AKV_DTYPE_F32,
+                             .o = op,
+                             .o_dtype = AKV_DTYPE_F32,
+                             .lse = lp};
+        t.d = &d;
+        return fwd_attn_heads(f, c->n_heads, &t);
+    }
+    akv_attn_prefill pf = {.kv = *v,
+                           .n_heads = c->n_heads,
+                           .qo_indptr = akv_attn_host_ptr(f->qo),
+                           .n_tokens = g->n_rows,
+                           .max_chunk = g->n_new,
+                           .q = q,
+                           .q_dtype = AKV_DTYPE_F32,
+                           .o = op,
+                           .o_dtype = AKV_DTYPE_F32,
+                           .lse = lp};
+    t.pf = &pf;
+    return fwd_attn_heads(f, c->n_heads, &t);
+}
+
+/* One group's attention: its new K/V into the pages of the exact part, then attend it, and each
+ * past part of older history, whose states merge into the exact part's exactly (akv/attn.h),
+ * the query heads spread over the pass's threads. */
+static akv_status forward_attend_group(akv_forward *f, const akv_kv_parts *parts,
                                        const akv_forward_batch *b, const akv__fwd_group *g) {
     const akv_model_config *c = akv_model_get_config(f->model);
     const size_t q_dim = (size_t)c->n_heads * c->head_dim,
                  kv_dim = (size_t)c->n_kv_heads * c->head_dim;
-    akv_attn_pages v = akv__forward_view(pg, g);
-    akv_dptr q = akv_attn_host_ptr(f->q + g->row0 * q_dim);
+    akv_attn_pages v = akv__forward_view(&parts->part[0].kv, g);
     akv_dptr k = akv_attn_host_ptr(f->k + g->row0 * kv_dim);
     akv_dptr vv = akv_attn_host_ptr(f->v + g->row0 * kv_dim);
-    akv_dptr o = akv_attn_host_ptr(f->att + g->row0 * q_dim);
     if (!g->decode) { /* a prefill group's rows per sequence, rebased to 0 */
         f->qo[0] = 0;
         for (uint32_t s = g->s0; s < g->s1; s++)
@@ -243,32 +283,35 @@ static akv_status forward_attend_group(akv_forward *f, const akv_attn_pages *pg,
                           .dtype = AKV_DTYPE_F32};
     akv_status st = akv_attn_ref_append(&ap);
     if (st) return st;
-    fwd_attn_task t = {0};
-    if (g->decode) {
-        akv_attn_decode d = {.kv = v,
-                             .n_heads = c->n_heads,
-                             .n_query = g->n_new,
-                             .q = q,
-                             .q_dtype = AKV_DTYPE_F32,
-                             .o = o,
-                             .o_dtype = AKV_DTYPE_F32};
-        t.d = &d;
-        return fwd_attn_heads(f, c->n_heads, &t);
+    float *att = f->att + g->row0 * q_dim;
+    if (parts->n_parts == 1) return forward_attend_part(f, &v, g, att, NULL);
+    float *lse = f->lse + g->row0 * c->n_heads;
+    if ((st = forward_attend_part(f, &v, g, att, lse))) return st;
+    for (uint32_t i = 1; i < parts->n_parts; i++) {
+        const akv_attn_pages past = akv__forward_view(&parts->part[i].kv, g);
+        float *op = f->att_past + g->row0 * q_dim, *lp = f->lse_past + g->row0 * c->n_heads;
+        if ((st = forward_attend_part(f, &past, g, op, lp))) return st;
+        for (size_t r = 0; r < (size_t)g->n_rows * c->n_heads; r++)
+            akv_attn_merge_state(c->head_dim, att + r * c->head_dim, lse + r,
+                                 op + r * c->head_dim, lp[r]);
     }
-    akv_attn_prefill pf = {.kv = v,
-                           .n_heads = c->n_heads,
-                           .qo_indptr = akv_attn_host_ptr(f->qo),
-                           .n_tokens = g->n_rows,
-                           .max_chunk = g->n_new,
-                           .q = q,
-                           .q_dtype = AKV_DTYPE_F32,
-                           .o = o,
-                           .o_dtype = AKV_DTYPE_F32};
-    t.pf = &pf;
-    return fwd_attn_heads(f, c->n_heads, &t);
+    return AKV_OK;
 }
 
 /* ---- the step ------------------------------------------------------------------------------ */
+
+/* The scratch of a history in several parts, at the first step that has them. */
+static akv_status forward_alloc_parts(akv_forward *f) {
+    const akv_model_config *c = akv_model_get_config(f->model);
+    const size_t T = f->params.max_step_tokens, q_dim = (size_t)c->n_heads * c->head_dim;
+    f->lse = akv__calloc(T * c->n_heads, sizeof(float));
+    f->att_past = akv__calloc(T * q_dim, sizeof(float));
+    f->lse_past = akv__calloc(T * c->n_heads, sizeof(float));
+    if (f->lse && f->att_past && f->lse_past) return AKV_OK;
+    akv__free(f->lse), akv__free(f->att_past), akv__free(f->lse_past);
+    f->lse = f->att_past = f->lse_past = NULL;
+    return AKV_ENOMEM;
+}
 
 akv_status akv_forward_step(akv_forward *f, const akv_forward_batch *b, const akv_kv_hooks *kv,
                             float *logits) {
@@ -310,8 +353,9 @@ akv_status akv_forward_step(akv_forward *f, const akv_forward_batch *b, const ak
         memset(&parts, 0, sizeof parts);
         if ((st = kv->begin_layer(kv->user, l, &parts))) return st;
         if ((st = forward_check_parts(c, l, &parts, b))) return st;
+        if (parts.n_parts > 1 && !f->lse && (st = forward_alloc_parts(f))) return st;
         for (uint32_t gi = 0; gi < n_groups; gi++)
-            if ((st = forward_attend_group(f, &parts.part[0].kv, b, &f->groups[gi]))) return st;
+            if ((st = forward_attend_group(f, &parts, b, &f->groups[gi]))) return st;
         if (kv->end_layer && (st = kv->end_layer(kv->user, l))) return st;
 
         in = fwd_in_make(f->att, n, q_dim);

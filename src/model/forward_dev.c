@@ -746,7 +746,7 @@ static akv_status fdev_layer_run(akv_forward_dev *f, uint32_t l, uint32_t n, uin
     akv_kv_parts parts;
     memset(&parts, 0, sizeof parts);
     if ((st = kv->begin_layer(kv->user, l, &parts)) ||
-        (st = akv__forward_parts_check(&f->cfg, "forward_dev", l, &parts, n_seq)))
+        (st = akv__forward_parts_check(&f->cfg, "forward_dev", l, &parts, n_seq, 1)))
         return st;
     for (uint32_t gi = 0; gi < n_groups; gi++)
         if ((st = fdev_attend(f, &parts.part[0].kv, &f->groups[gi]))) return st;

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "akv/host_table.h"
+#include "akv/kvq.h"
 #include "akv/stage.h"
 #include "core/alloc.h"
 #include "core/log.h"
@@ -23,6 +24,11 @@ const akv__route_kind *akv__route_kind_of(akv_route_kind kind) {
     for (size_t i = 0; i < sizeof route_kinds / sizeof *route_kinds; i++)
         if (route_kinds[i]->kind == kind) return route_kinds[i];
     return NULL;
+}
+
+const akv__route_kind *akv__route_kind_tiered(akv_route_kind kind, akv_repr tier) {
+    if (tier == AKV_REPR_EXACT) return akv__route_kind_of(kind);
+    return kind == AKV_ROUTE_RESIDENT ? &akv__route_hybrid : NULL;
 }
 
 const char *akv_route_kind_name(akv_route_kind kind) {
@@ -74,10 +80,46 @@ akv_status akv_route_plan_begin(akv_route_kind kind, uint32_t window_pages, cons
     return AKV_OK;
 }
 
+akv_status akv_route_plan_tier(akv_route_plan *pl, akv_repr tier, uint64_t exact_recent,
+                               uint32_t max_step, const akv_geom *g, uint64_t max_history,
+                               uint32_t max_seqs) {
+    pl->tier = AKV_REPR_EXACT, pl->compact_gib = 0;
+    pl->exact_recent = exact_recent ? exact_recent : AKV_ROUTE_EXACT_RECENT;
+    pl->max_step = max_step ? max_step
+                            : (uint32_t)(max_history < UINT32_MAX ? max_history : UINT32_MAX);
+    if (tier == AKV_REPR_EXACT) return AKV_OK;
+    if ((unsigned)tier >= AKV_REPR_COUNT) {
+        AKV_LOG_E("route: {=kv_tier} %d is no representation", (int)tier);
+        return AKV_EINVAL;
+    }
+    if (!akv__route_kind_tiered(pl->kind, tier)) {
+        AKV_LOG_E("route: {=kv_tier} %s: the compact tier serves the resident route today, not "
+                  "the %s one",
+                  akv_repr_name(tier), akv_route_kind_name(pl->kind));
+        return AKV_EUNSUPPORTED;
+    }
+    const size_t cbytes = akv_geom_repr_page_bytes(g, tier);
+    if (cbytes == 0) {
+        AKV_LOG_E("route: {=kv_tier} %s cannot hold a head dim of %u (a power of two of at "
+                  "least %d)",
+                  akv_repr_name(tier), g->head_dim, AKV_REPR_Q4_GROUP);
+        return AKV_EUNSUPPORTED;
+    }
+    /* every history's pages after the sink, compact: the pool holds them all (resident) */
+    const uint64_t pages = akv_geom_pages_for_tokens(g, max_history) * (max_seqs ? max_seqs : 1);
+    const double bytes = (double)pages * g->n_layers * (double)cbytes;
+    pl->compact_gib = (uint32_t)((bytes + (double)(1u << 30) - 1) / (double)(1u << 30));
+    if (pl->compact_gib == 0) pl->compact_gib = 1;
+    pl->tier = tier;
+    return AKV_OK;
+}
+
 akv_status akv_route_plan_finish(const akv_geom *g, uint64_t max_history, const akv_fit *fit,
                                  akv_route_plan *pl) {
-    const akv__route_kind *k = route_kind_logged(pl->kind);
-    return k ? k->plan_windows(g, max_history, fit->concurrency, fit, pl) : AKV_EINVAL;
+    const akv__route_kind *k = akv__route_kind_tiered(pl->kind, pl->tier);
+    if (!k) return akv_route_plan_tier(pl, pl->tier, pl->exact_recent, pl->max_step, g,
+                                       max_history, fit->concurrency); /* logs why */
+    return k->plan_windows(g, max_history, fit->concurrency, fit, pl);
 }
 
 size_t akv_route_plan_format(const akv_route_plan *pl, uint32_t max_seqs,
@@ -94,12 +136,23 @@ size_t akv_route_plan_format(const akv_route_plan *pl, uint32_t max_seqs,
                            "route:       %s: %u sequences at once, each reserving its whole "
                            "history (prompt + {=max_tokens}) of the %u window pages per layer\n",
                            name, max_seqs, window_capacity);
+    if (n > 0 && pl->tier != AKV_REPR_EXACT && (size_t)n < cap)
+        n += snprintf(buf + n, cap - (size_t)n,
+                      "compact:     {=kv_tier} %s: every page older than the last "
+                      "{=exact_recent} %llu tokens, in %u GiB of the device pool\n",
+                      akv_repr_name(pl->tier), (unsigned long long)pl->exact_recent,
+                      pl->compact_gib);
     return n > 0 ? (size_t)n : 0;
 }
 
 uint32_t akv_route_need(akv_route_kind kind, const akv_geom *g, uint64_t n_tokens) {
-    const akv__route_kind *k = akv__route_kind_of(kind);
-    return k ? k->need(g, n_tokens) : 0;
+    const akv_route_plan pl = {.kind = kind};
+    return akv_route_plan_need(&pl, g, n_tokens);
+}
+
+uint32_t akv_route_plan_need(const akv_route_plan *pl, const akv_geom *g, uint64_t n_tokens) {
+    const akv__route_kind *k = akv__route_kind_tiered(pl->kind, pl->tier);
+    return k ? k->need(pl, g, n_tokens) : 0;
 }
 
 /* ---- small helpers ------------------------------------------------------------------------- */
@@ -143,6 +196,13 @@ static akv_status route_seq_ok(const akv_route *r, const akv_route_seq *s, const
     return AKV_EINVAL;
 }
 
+/* s's history is now n_tokens long: its compact pages from the one holding token n_tokens on
+ * are encodings of rows that will be written again. */
+static void seq_shortened(akv_route_seq *s, uint64_t n_tokens) {
+    const uint64_t keep = n_tokens / s->r->geom.page_tokens;
+    if (s->c_valid > keep) s->c_valid = (uint32_t)keep;
+}
+
 /* Every open sequence's device window becomes untrusted (a queue failed): the next step
  * refills it and uploads the whole table. */
 static void route_distrust_all(akv_route *r) {
@@ -172,6 +232,7 @@ static akv_status seq_free(akv_route *r, akv_route_seq *s) {
     }
     if (st) return st;
     if (s->ctx) akv_dev_pool_ctx_close(r->dp, s->ctx);
+    if (s->cctx) akv_dev_pool_ctx_close(r->dpc, s->cctx);
     if (s->slot >= 0) r->step[s->slot] = NULL; /* the last step keeps its positions */
     for (uint32_t i = 0; r->pf_seqs && i < r->pf_n_seq; i++) /* a prefetch for it cannot serve */
         if (r->pf_seqs[i] == s) r->pf_seqs[i] = NULL;
@@ -232,6 +293,12 @@ akv_status akv_route_seq_open(akv_route *r, const akv_route_seq_params *p, akv_r
     akv_dev_pool_ctx_params cp = {.target = sp.target, .burst = sp.burst, .tag = sp.tag};
     if (!st && (st = akv_host_table_create(r->hp, &s->ht)) == AKV_OK)
         st = akv_dev_pool_ctx_open(r->dp, &cp, &s->ctx);
+    if (!st && r->dpc) { /* its compact pages: every one of its history's, resident */
+        akv_dev_pool_ctx_params ccp = {.target = akv__route_floor_pages(&r->geom, sp.max_history),
+                                       .tag = sp.tag};
+        st = akv_dev_pool_ctx_open(r->dpc, &ccp, &s->cctx);
+    }
+    s->x0 = 1;
     if (st) {
         (void)seq_free(r, s);
         return st;
@@ -253,6 +320,9 @@ akv_status akv_route_seq_set_params(akv_route *r, akv_route_seq *s, const akv_ro
         return AKV_EINVAL;
     }
     if ((st = akv_dev_pool_ctx_set_target(r->dp, s->ctx, sp.target, sp.burst))) return st;
+    if (r->dpc && (st = akv_dev_pool_ctx_set_target(
+                       r->dpc, s->cctx, akv__route_floor_pages(&r->geom, sp.max_history), 0)))
+        return st;
     sp.tag = s->p.tag; /* the pool's context keeps its tag */
     s->p = sp;
     return AKV_OK;
@@ -272,6 +342,43 @@ akv_status akv_route_seq_close(akv_route *r, akv_route_seq *s) {
 
 /* ---- create / destroy ----------------------------------------------------------------------- */
 
+/* A compact tier asked of the route: a compact pool of that representation over the same
+ * geometry, a kind that serves one, the direct mode of the host pass (the CUDA attention does
+ * not read compact pages yet). */
+static akv_status route_tier_check(const akv_route_params *p, const akv_dev_pool *dev_pool,
+                                   bool is_host) {
+    if (p->tier == AKV_REPR_EXACT) {
+        if (!p->compact_pool) return AKV_OK;
+        AKV_LOG_E("route: a compact pool is given with no compact {=kv_tier}");
+        return AKV_EINVAL;
+    }
+    if ((unsigned)p->tier >= AKV_REPR_COUNT || !p->compact_pool) {
+        AKV_LOG_E("route: {=kv_tier} %d needs a compact pool of that representation",
+                  (int)p->tier);
+        return AKV_EINVAL;
+    }
+    if (!akv__route_kind_tiered(p->kind, p->tier)) {
+        AKV_LOG_E("route: {=kv_tier} %s: the compact tier serves the resident route today",
+                  akv_repr_name(p->tier));
+        return AKV_EUNSUPPORTED;
+    }
+    if (p->queued || !is_host) {
+        AKV_LOG_E("route: {=kv_tier} %s: the compact tier runs on the host pass (direct mode) "
+                  "today; the CUDA attention does not read compact pages yet",
+                  akv_repr_name(p->tier));
+        return AKV_EUNSUPPORTED;
+    }
+    const akv_geom *g = akv_dev_pool_geom(dev_pool), *gc = akv_dev_pool_geom(p->compact_pool);
+    akv_dev_pool_stats cs;
+    akv_dev_pool_get_stats(p->compact_pool, &cs);
+    if (!route_same_geom(g, gc) || cs.page_bytes != akv_geom_repr_page_bytes(g, p->tier)) {
+        AKV_LOG_E("route: the compact pool is not one of %s pages of the exact pool's geometry",
+                  akv_repr_name(p->tier));
+        return AKV_EINVAL;
+    }
+    return AKV_OK;
+}
+
 static akv_status route_free(akv_route *r);
 
 akv_status akv_route_create(akv_dev *dev, akv_host_pool *host_pool, akv_dev_pool *dev_pool,
@@ -285,6 +392,8 @@ akv_status akv_route_create(akv_dev *dev, akv_host_pool *host_pool, akv_dev_pool
     akv_dev_info info;
     akv_status st = akv_dev_get_info(dev, &info);
     if (st) return st;
+    if ((st = route_tier_check(p, dev_pool, info.is_host))) return st;
+    if (p->tier != AKV_REPR_EXACT) kind = akv__route_kind_tiered(p->kind, p->tier);
     if (!info.is_host && !p->queued) {
         AKV_LOG_E("route: device '%s': the direct mode (host tables, host forward pass) needs the "
                   "host backend; use the queued mode",
@@ -308,9 +417,14 @@ akv_status akv_route_create(akv_dev *dev, akv_host_pool *host_pool, akv_dev_pool
     akv_dev_pool_stats ps;
     akv_dev_pool_get_stats(dev_pool, &ps);
     /* the kind's window for a sequence of the route's longest history must fit the pool */
+    akv_route_plan tp = {.kind = p->kind};
+    (void)akv_route_plan_tier(&tp, AKV_REPR_EXACT, p->exact_recent, p->max_step, g,
+                              p->max_history, max_seqs); /* the defaults it resolves */
     const akv_route probe = {.geom = *g,
                              .kind = kind,
                              .max_history = p->max_history,
+                             .exact_recent = tp.exact_recent,
+                             .max_step = tp.max_step,
                              .window_pages = p->window_pages ? p->window_pages
                                                              : AKV_ROUTE_WINDOW_PAGES};
     akv_route_seq_params longest = {.max_history = p->max_history};
@@ -323,6 +437,7 @@ akv_status akv_route_create(akv_dev *dev, akv_host_pool *host_pool, akv_dev_pool
     r->max_pages = (uint32_t)n_lp;
     r->max_seqs = max_seqs;
     r->window_pages = probe.window_pages;
+    r->exact_recent = probe.exact_recent, r->max_step = probe.max_step;
     r->queued = p->queued;
     r->open_layer = -1;
     r->head_ints = (2 * (size_t)max_seqs + 1 + AKV__ROUTE_HEAD_ALIGN - 1) / AKV__ROUTE_HEAD_ALIGN *
@@ -352,6 +467,20 @@ akv_status akv_route_create(akv_dev *dev, akv_host_pool *host_pool, akv_dev_pool
         r->last = r->tab_h + max_seqs + 1;
         r->indices = r->tab_h + r->head_ints;
     }
+    if (!st && p->tier != AKV_REPR_EXACT) { /* the compact part's table, laid out the same */
+        r->dpc = p->compact_pool, r->tier = p->tier;
+        (void)akv_repr_layout_of(p->tier, g->dtype, g->n_kv_heads, g->page_tokens, g->head_dim,
+                                 &r->clayout); /* checked: route_tier_check */
+        r->ctab = akv__calloc(tab_bytes / sizeof(int32_t), sizeof(int32_t));
+        r->c_order = akv__calloc(r->cap, sizeof *r->c_order);
+        r->cpage = akv__malloc(r->clayout.page_bytes);
+        st = r->ctab && r->c_order && r->cpage ? AKV_OK : AKV_ENOMEM;
+        if (r->ctab) {
+            r->c_indptr = r->ctab;
+            r->c_last = r->ctab + max_seqs + 1;
+            r->c_indices = r->ctab + r->head_ints;
+        }
+    }
     if (!st && r->kind->open) st = r->kind->open(r, p);
     if (st) {
         (void)route_free(r); /* nothing was enqueued: no wait */
@@ -375,6 +504,9 @@ static akv_status route_free(akv_route *r) {
     akv__free(r->lease_live);
     akv__free(r->step);
     akv__free(r->order);
+    akv__free(r->ctab);
+    akv__free(r->c_order);
+    akv__free(r->cpage);
     if (r->queued) {
         for (uint32_t l = 0; r->ev && l < r->geom.n_layers; l++)
             akv_dev_event_destroy(r->dev, r->ev[l]);
@@ -483,6 +615,7 @@ static akv_status seq_undo(akv_route *r, akv_route_seq *s, const char *why, bool
     akv_status st = akv_host_table_truncate(s->ht, s->step_first);
     if (st) return st;
     s->n_tokens = s->step_first;
+    seq_shortened(s, s->n_tokens);
     s->refill = true;
     *lost = true;
     return AKV_OK;
@@ -602,6 +735,7 @@ akv_status akv_route_abort_step(akv_route *r) {
         if (!s || s->closing || s->n_tokens <= s->step_first) continue;
         if ((st = akv_host_table_truncate(s->ht, s->step_first))) return st;
         s->n_tokens = s->step_first;
+        seq_shortened(s, s->n_tokens);
     }
     r->step_done = true; /* the step is over: closed sequences of it may go */
     route_finish_closes(r);
@@ -620,7 +754,7 @@ akv_status akv_route_seq_truncate(akv_route *r, akv_route_seq *s, uint64_t n_tok
         return lost ? AKV_EDEVICE : AKV_EINVAL; /* lost: the sync just undid that step */
     }
     st = akv_host_table_truncate(s->ht, n_tokens);
-    if (st == AKV_OK) s->n_tokens = n_tokens;
+    if (st == AKV_OK) s->n_tokens = n_tokens, seq_shortened(s, n_tokens);
     return st;
 }
 
@@ -652,6 +786,13 @@ static akv_status route_check_batch(akv_route *r, const akv_route_req *reqs, uin
                       (unsigned long long)s->p.max_history);
             return AKV_EINVAL;
         }
+        if (r->dpc && reqs[i].n_tokens - s->n_tokens > r->max_step && reqs[i].n_tokens > s->n_tokens) {
+            AKV_LOG_E("route: a step of sequence %llu adds %llu tokens; the compact tier keeps a "
+                      "step's tokens exact and was planned for at most %u ({=step_tokens})",
+                      (unsigned long long)s->p.tag,
+                      (unsigned long long)(reqs[i].n_tokens - s->n_tokens), r->max_step);
+            return AKV_EINVAL;
+        }
         if (reqs[i].n_tokens <= s->n_tokens) {
             AKV_LOG_E("route: a step of sequence %llu to %llu tokens from %llu does not grow the "
                       "history",
@@ -671,13 +812,15 @@ static void route_ungrow(akv_route *r, const akv_route_req *reqs, uint32_t n) {
 }
 
 /* A run of pages of s in one residence, joined to the run before it when it continues it. */
-static void seq_run_push(akv_route_seq *s, uint32_t first, uint32_t n, akv_kv_residence res) {
+static void seq_run_push(akv_route_seq *s, uint32_t first, uint32_t n, akv_kv_residence res,
+                         akv_repr repr) {
     akv_kv_run *last = s->n_runs ? &s->runs[s->n_runs - 1] : NULL;
-    if (last && last->residence == res && last->first + last->n_pages == first) {
+    if (last && last->residence == res && last->repr == repr &&
+        last->first + last->n_pages == first) {
         last->n_pages += n;
         return;
     }
-    s->runs[s->n_runs++] = (akv_kv_run){first, n, res, AKV_REPR_EXACT};
+    s->runs[s->n_runs++] = (akv_kv_run){first, n, res, repr};
 }
 
 /* The placement of s for the step, once the device pool has placed its window: runs of window
@@ -687,16 +830,22 @@ static void route_place(akv_route *r, akv_route_seq *s, uint32_t n_lp) {
     const uint32_t window = akv_dev_pool_ctx_window(s->ctx);
     s->n_runs = 0;
     s->n_staged = 0;
+    if (r->dpc) { /* hybrid: the sink, the compact part, the exact part from x0 */
+        seq_run_push(s, 0, 1, AKV_KV_WINDOW, AKV_REPR_EXACT);
+        if (s->n_compact) seq_run_push(s, 1, s->n_compact, AKV_KV_WINDOW, r->tier);
+        if (n_lp > s->x0) seq_run_push(s, s->x0, n_lp - s->x0, AKV_KV_WINDOW, AKV_REPR_EXACT);
+        return;
+    }
     for (uint32_t w = 0, lp = 0; w <= window; w++) {
         const uint32_t next = w < window ? akv_dev_pool_ctx_slot(r->dp, s->ctx, 0, w).logical
                                          : n_lp;
         if (next > lp) {
             AKV_ASSERT(r->kind->outside != AKV_KV_WINDOW); /* begin_step refused it */
-            seq_run_push(s, lp, next - lp, r->kind->outside);
+            seq_run_push(s, lp, next - lp, r->kind->outside, AKV_REPR_EXACT);
             if (r->kind->outside == AKV_KV_STAGED)
                 for (uint32_t k = lp; k < next; k++) s->staged[s->n_staged++] = k;
         }
-        if (w < window) seq_run_push(s, next, 1, AKV_KV_WINDOW);
+        if (w < window) seq_run_push(s, next, 1, AKV_KV_WINDOW, AKV_REPR_EXACT);
         lp = next + 1;
     }
 }
@@ -715,6 +864,10 @@ static akv_status route_write_table(akv_route *r, const akv_route_req *reqs, uin
         const uint64_t n_old = s->n_tokens, n_total = reqs[i].n_tokens;
         const uint32_t n_lp = (uint32_t)akv_geom_pages_for_tokens(&r->geom, n_total);
         const uint32_t window = akv_dev_pool_ctx_window(s->ctx);
+        /* hybrid: the exact table packs the sink and the pages from x0 (the window, in logical
+         * order); the other kinds index every logical page (staged entries at begin_layer) */
+        s->x0 = r->dpc ? akv__route_exact_from(r, n_old, n_total) : 1;
+        const uint32_t n_entries = r->dpc ? window : n_lp;
         r->indptr[i] = (int32_t)off;
         r->last[i] = (int32_t)(n_total - (uint64_t)(n_lp - 1) * P);
         route_place(r, s, n_lp);
@@ -727,13 +880,13 @@ static akv_status route_write_table(akv_route *r, const akv_route_req *reqs, uin
                     akv_status st = route_fill(r, s, l, sl.logical, sl.page_id);
                     if (st) return st;
                 }
-                if (row[sl.logical] != (int32_t)sl.page_id || sl.fresh || refill[i])
-                    r->tab_dirty = true;
-                row[sl.logical] = (int32_t)sl.page_id;
+                const uint32_t at = r->dpc ? w : sl.logical;
+                if (row[at] != (int32_t)sl.page_id || sl.fresh || refill[i]) r->tab_dirty = true;
+                row[at] = (int32_t)sl.page_id;
             }
         }
         r->n_staged += s->n_staged;
-        off += n_lp;
+        off += n_entries;
     }
     r->indptr[n] = (int32_t)off;
     if (off != r->n_idx) r->tab_dirty = true; /* the packing moved */
@@ -756,6 +909,76 @@ static akv_status route_upload(akv_route *r, uint32_t n) {
                                    r->geom.n_layers);
     if (st == AKV_OK) r->tab_dirty = false;
     return st;
+}
+
+/* Hybrid: compact page (layer, logical) of s made from its host copy into compact pool page
+ * page_id (the host pass: a synchronous copy). */
+static akv_status route_compact_page(akv_route *r, akv_route_seq *s, uint32_t layer,
+                                     uint32_t logical, uint32_t page_id) {
+    const akv_kvq_page_shape sh = {r->geom.n_kv_heads, r->geom.page_tokens, r->geom.head_dim,
+                                   r->geom.dtype};
+    const void *src =
+        akv_host_pool_page_addr(r->hp, akv_host_table_page(s->ht, layer, logical));
+    akv_status st = akv_kvq_encode_page(&r->clayout, &sh, src, r->cpage, r->geom.page_tokens);
+    if (st) return st;
+    const size_t n = r->clayout.page_bytes;
+    if ((st = akv_dev_copy_h2d_sync(r->dev, akv_dev_pool_page_addr(r->dpc, page_id), r->cpage, n)))
+        return st;
+    r->stats.compact_pages++, r->stats.compact_bytes += n;
+    return AKV_OK;
+}
+
+/* Hybrid: ONE step of the compact pool over the batch's sequences that have a compact part
+ * (the kind's compact order: pages 1 .. x0-1, all needed), then every compact page placed
+ * fresh, not yet made from the host copy as it is now, or of a sequence whose windows are not
+ * trusted, made; and the compact table. */
+static akv_status route_compact_step(akv_route *r, const akv_route_req *reqs, uint32_t n,
+                                     const bool *refill) {
+    akv_dev_pool_req *cq = akv__calloc(n, sizeof *cq);
+    akv_dev_pool_result *cr = akv__calloc(n, sizeof *cr);
+    akv_status st = cq && cr ? AKV_OK : AKV_ENOMEM;
+    uint32_t m = 0, at = 0;
+    for (uint32_t i = 0; i < n && !st; i++) {
+        akv_route_seq *s = reqs[i].seq;
+        uint32_t n_floor, *order = r->c_order + at;
+        s->n_compact = r->kind->compact_order(r, s, reqs[i].n_tokens, order, &n_floor);
+        if (!s->n_compact) continue;
+        cq[m++] = (akv_dev_pool_req){.ctx = s->cctx, .n_tokens = reqs[i].n_tokens, .order = order,
+                                     .n_order = s->n_compact, .n_floor = n_floor};
+        at += s->n_compact;
+    }
+    if (!st && m) st = akv_dev_pool_step(r->dpc, cq, m, cr);
+    for (uint32_t k = 0; k < m && (st == AKV_OK || st == AKV_EFULL); k++) {
+        if (cr[k].status == AKV_OK && cr[k].window >= cq[k].n_order) continue;
+        AKV_LOG_E("route: the compact pool holds %u of the %u compact pages per layer a history "
+                  "of %llu tokens needs: raise {=device_gib}",
+                  cr[k].window, cq[k].n_order, (unsigned long long)cq[k].n_tokens);
+        st = AKV_EFULL;
+        break;
+    }
+    akv__free(cq), akv__free(cr);
+    if (st) return st;
+    uint32_t off = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        akv_route_seq *s = reqs[i].seq;
+        r->c_indptr[i] = (int32_t)off;
+        r->c_last[i] = s->n_compact ? (int32_t)r->geom.page_tokens : 0;
+        if (refill[i]) s->c_valid = 1;
+        for (uint32_t l = 0; l < r->geom.n_layers && s->n_compact; l++) {
+            int32_t *row = r->c_indices + (size_t)l * r->cap + off;
+            for (uint32_t w = 0; w < s->n_compact; w++) { /* the window: pages 1 .. x0-1 */
+                akv_dev_pool_slot sl = akv_dev_pool_ctx_slot(r->dpc, s->cctx, l, w);
+                if ((sl.fresh || sl.logical >= s->c_valid) &&
+                    (st = route_compact_page(r, s, l, sl.logical, sl.page_id)))
+                    return st;
+                row[w] = (int32_t)sl.page_id;
+            }
+        }
+        if (s->n_compact && s->c_valid < s->n_compact + 1) s->c_valid = s->n_compact + 1;
+        off += s->n_compact;
+    }
+    r->c_indptr[n] = (int32_t)off;
+    return AKV_OK;
 }
 
 akv_status akv_route_begin_step(akv_route *r, const akv_route_req *reqs, uint32_t n) {
@@ -828,6 +1051,7 @@ akv_status akv_route_begin_step(akv_route *r, const akv_route_req *reqs, uint32_
     bool any_fill = false;
     for (uint32_t i = 0; i < n; i++) any_fill |= pres[i].n_fresh || refill[i];
     if (any_fill && (st = route_order_fills(r))) goto fail;
+    if (r->dpc && (st = route_compact_step(r, reqs, n, refill))) goto fail;
     if ((st = route_write_table(r, reqs, n, refill))) goto fail;
     if (r->n_staged > r->slot_pages) {
         AKV_LOG_E("route: the step stages %u pages per layer; a staging slot holds %u (a window "
@@ -903,6 +1127,17 @@ static akv_status route_begin_layer(void *user, uint32_t layer, akv_kv_parts *pa
                                          .head_dim = r->geom.head_dim,
                                          .page_tokens = r->geom.page_tokens,
                                          .dtype = r->geom.dtype};
+    if (!r->dpc) return AKV_OK;
+    /* hybrid: the compact part (host tables: direct mode), every key before every query */
+    akv_attn_pages c = parts->part[0].kv;
+    c.pool = akv_dev_pool_base(r->dpc);
+    c.indptr = akv_attn_host_ptr(r->c_indptr);
+    c.indices = akv_attn_host_ptr(r->c_indices + (size_t)layer * r->cap);
+    c.last_page_len = akv_attn_host_ptr(r->c_last);
+    c.n_pages = akv_dev_pool_n_pages(r->dpc);
+    c.repr = r->tier, c.past = 1;
+    parts->n_parts = 2;
+    parts->part[1] = (akv_kv_part){.kv = c, .repr = r->tier};
     return AKV_OK;
 }
 
@@ -964,6 +1199,10 @@ const akv_host_table *akv_route_seq_host_table(const akv_route_seq *s) {
 
 akv_route_params akv_route_get_params(const akv_route *r) {
     return (akv_route_params){.kind = r->kind->kind,
+                              .tier = r->tier,
+                              .compact_pool = r->dpc,
+                              .exact_recent = r->exact_recent,
+                              .max_step = r->max_step,
                               .max_history = r->max_history,
                               .max_seqs = r->max_seqs,
                               .queued = r->queued,
@@ -1011,10 +1250,35 @@ static akv_status seq_check(const akv_route *r, const akv_route_seq *s) {
     return AKV_OK;
 }
 
+/* Hybrid: every compact page it holds below c_valid is the encoding of its host copy. */
+static akv_status seq_check_compact(const akv_route *r, const akv_route_seq *s) {
+    const akv_kvq_page_shape sh = {r->geom.n_kv_heads, r->geom.page_tokens, r->geom.head_dim,
+                                   r->geom.dtype};
+    const uint32_t window = akv_dev_pool_ctx_window(s->cctx);
+    for (uint32_t l = 0; !s->refill && l < r->geom.n_layers; l++)
+        for (uint32_t w = 0; w < window; w++) {
+            akv_dev_pool_slot sl = akv_dev_pool_ctx_slot(r->dpc, s->cctx, l, w);
+            if (sl.logical >= s->c_valid || (uint64_t)(sl.logical + 1) * r->geom.page_tokens > s->n_tokens)
+                continue; /* made again before it is read */
+            const void *h =
+                akv_host_pool_page_addr(r->hp, akv_host_table_page(s->ht, l, sl.logical));
+            if (akv_kvq_encode_page(&r->clayout, &sh, h, r->cpage, r->geom.page_tokens)) return AKV_ESTATE;
+            const void *d = (const void *)(uintptr_t)akv_dev_pool_page_addr(r->dpc, sl.page_id).addr;
+            if (memcmp(d, r->cpage, r->clayout.page_bytes)) {
+                AKV_LOG_E("route check: sequence %llu layer %u page %u: the compact page is not the "
+                          "encoding of the host copy",
+                          (unsigned long long)s->p.tag, l, sl.logical);
+                return AKV_ESTATE;
+            }
+        }
+    return AKV_OK;
+}
+
 akv_status akv__route_check(const akv_route *r) {
     uint32_t n = 0;
     for (const akv_route_seq *s = r->open_list; s; s = s->next, n++) {
         akv_status st = seq_check(r, s);
+        if (!st && r->dpc) st = seq_check_compact(r, s);
         if (st) return st;
     }
     if (n != r->n_open) {

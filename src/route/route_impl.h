@@ -35,6 +35,13 @@ struct akv_route_seq {
     akv_host_table *ht;     /* the authoritative copy */
     akv_dev_pool_ctx *ctx;  /* the device window */
     akv_route_seq_params p; /* resolved: max_history, target, burst, tag */
+    akv_dev_pool_ctx *cctx; /* hybrid: its compact pages */
+    uint32_t x0;            /* the exact table holds logical page 0 then x0, x0+1, ... (1 for
+                               a kind without a compact part; hybrid: its first exact page after
+                               the sink, the step begun last) */
+    uint32_t n_compact;     /* hybrid: compact pages of the step begun last (1 .. x0-1) */
+    uint32_t c_valid;       /* hybrid: its compact pages below this logical page are encodings
+                               of its host copy as it is now (a truncate lowers it) */
     uint64_t n_tokens;      /* history length (host table length) */
     /* the placement of the step begun last (route.c, route_place): runs over its logical
      * pages, in order, covering its history */
@@ -70,8 +77,9 @@ typedef struct akv__route_kind {
      * AKV_EFULL, logged naming the field to change, when max_seqs histories cannot be held */
     akv_status (*plan_windows)(const akv_geom *g, uint64_t max_history, uint32_t max_seqs,
                                const akv_fit *fit, akv_route_plan *pl);
-    /* need: window pages per layer a history of n_tokens reserves (0: lent, not reserved) */
-    uint32_t (*need)(const akv_geom *g, uint64_t n_tokens);
+    /* need: window pages per layer a history of n_tokens reserves under plan pl (0: lent, not
+     * reserved) */
+    uint32_t (*need)(const akv_route_plan *pl, const akv_geom *g, uint64_t n_tokens);
     /* a sequence's window: target and burst of *p resolved and checked against the pool's
      * window capacity (AKV_EINVAL, logged naming the field) */
     akv_status (*window)(const akv_route *r, akv_route_seq_params *p, uint32_t window_capacity);
@@ -80,8 +88,14 @@ typedef struct akv__route_kind {
      * floor. Returns how many. */
     uint32_t (*order)(const akv_route *r, const akv_route_seq *s, uint64_t n_tokens,
                       uint32_t *order, uint32_t *n_floor);
+    /* place: the pages of the compact part (hybrid; NULL for a kind without one), most wanted
+     * first, into order; all of them are needed (*n_floor = the count). Returns how many (0:
+     * none this step). */
+    uint32_t (*compact_order)(const akv_route *r, const akv_route_seq *s, uint64_t n_tokens,
+                              uint32_t *order, uint32_t *n_floor);
     /* place: the residence of the step's pages outside the window; AKV_KV_WINDOW = none may
-     * be (the device pool's refusal to hold them all is the step's failure) */
+     * be (the device pool's refusal to hold them all is the step's failure; a kind with a
+     * compact part reads them there) */
     akv_kv_residence outside;
     /* a queued route of this kind is replayable as a graph (akv_kv_hooks.replayable) */
     bool replayable;
@@ -140,6 +154,16 @@ struct akv_route {
     bool wb_check;         /* resident, queued: the step's write-backs were all enqueued and
                               ev_wb recorded; route_settle has not checked how they ended */
     akv_route_stats stats;
+    /* the compact tier (hybrid: route_hybrid.c; table layout as the exact one's) */
+    akv_dev_pool *dpc;         /* NULL = none */
+    akv_repr tier;
+    akv_repr_layout clayout;
+    uint64_t exact_recent;
+    uint32_t max_step;
+    int32_t *ctab;             /* indptr[max_seqs+1], last[max_seqs], then indices per layer */
+    int32_t *c_indptr, *c_last, *c_indices;
+    uint32_t *c_order;         /* [cap] scratch of a step */
+    uint8_t *cpage;            /* one compact page, encoded before its copy */
     /* staged (route_staged.c) */
     akv_stage *stage;
     bool own_stage;
@@ -169,7 +193,19 @@ struct akv_route {
 /* The kinds (route_resident.c, route_staged.c), and the one a value names (NULL: none). */
 extern const akv__route_kind akv__route_resident;
 extern const akv__route_kind akv__route_staged;
+extern const akv__route_kind akv__route_hybrid;
 const akv__route_kind *akv__route_kind_of(akv_route_kind kind);
+/* The kind that serves `kind` with a compact tier (hybrid for resident; NULL: none can). */
+const akv__route_kind *akv__route_kind_tiered(akv_route_kind kind, akv_repr tier);
+
+/* The resident write-back of every sequence's new rows of a layer (route_resident.c), which
+ * the hybrid kind shares. */
+akv_status akv__route_write_back(akv_route *r, uint32_t layer);
+
+/* Hybrid: the first exact page after the sink for a sequence of n_old tokens growing to n_new:
+ * every page holding one of the last exact_recent tokens, or one of the step's new tokens, is
+ * exact; at least 1. */
+uint32_t akv__route_exact_from(const akv_route *r, uint64_t n_old, uint64_t n_new);
 
 /* The placement both kinds ask for today: the newest page and the sink (the floor), then the
  * rest newest first. Returns the count; *n_floor = 2 (1 for a one-page history). */
@@ -188,10 +224,12 @@ static inline void akv__route_page_rows(const akv_route *r, const akv_route_seq 
     *t1 = (s->n_tokens < hi ? s->n_tokens : hi) - lo;
 }
 
-/* The device page of seq's logical page p in layer l in the step's table. */
+/* The device page of seq's logical page p (an exact one) in layer l in the step's table: the
+ * exact table holds page 0 then x0, x0+1, ... */
 static inline uint32_t akv__route_page_id(const akv_route *r, const akv_route_seq *s, uint32_t l,
                                           uint64_t p) {
-    return (uint32_t)r->indices[(size_t)l * r->cap + (size_t)r->indptr[s->slot] + p];
+    const uint64_t at = p == 0 ? 0 : p - s->x0 + 1;
+    return (uint32_t)r->indices[(size_t)l * r->cap + (size_t)r->indptr[s->slot] + at];
 }
 
 /* Queued mode: waits for the compute and D2H queues (route.c). */

@@ -30,7 +30,8 @@ static akv_status resident_plan_windows(const akv_geom *g, uint64_t max_history,
     return AKV_OK;
 }
 
-static uint32_t resident_need(const akv_geom *g, uint64_t n_tokens) {
+static uint32_t resident_need(const akv_route_plan *pl, const akv_geom *g, uint64_t n_tokens) {
+    (void)pl;
     return akv__route_floor_pages(g, n_tokens);
 }
 
@@ -54,7 +55,7 @@ static akv_status resident_window(const akv_route *r, akv_route_seq_params *p,
 /* Every sequence's new rows of the layer to its host copy. Queued: on the D2H queue after the
  * layer's attention (the last layer's followed by ev_wb, which route_settle reads); direct:
  * now. */
-static akv_status resident_end_layer(akv_route *r, uint32_t layer) {
+akv_status akv__route_write_back(akv_route *r, uint32_t layer) {
     akv_status st = AKV_OK;
     if (r->queued && ((st = akv_dev_event_record(r->dev, r->ev[layer], AKV_QUEUE_COMPUTE)) ||
                       (st = akv_dev_queue_wait_event(r->dev, AKV_QUEUE_D2H, r->ev[layer]))))
@@ -76,4 +77,4 @@ const akv__route_kind akv__route_resident = {.kind = AKV_ROUTE_RESIDENT,
                                              .order = akv__route_order_sink_newest,
                                              .outside = AKV_KV_WINDOW,
                                              .replayable = true,
-                                             .end_layer = resident_end_layer};
+                                             .end_layer = akv__route_write_back};

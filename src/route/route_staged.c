@@ -42,7 +42,8 @@ static akv_status staged_plan_windows(const akv_geom *g, uint64_t max_history,
     return AKV_OK;
 }
 
-static uint32_t staged_need(const akv_geom *g, uint64_t n_tokens) {
+static uint32_t staged_need(const akv_route_plan *pl, const akv_geom *g, uint64_t n_tokens) {
+    (void)pl;
     (void)g, (void)n_tokens;
     return 0; /* its window is lent by the device pool, not reserved */
 }
