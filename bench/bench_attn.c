@@ -140,8 +140,13 @@ static akv_status dec_issue(void *arg, void *stream) {
     return st;
 }
 
+/* The representation of the decode's pages (akv/kv_repr.h): exact, or the compact table's. */
+static akv_repr bench_repr = AKV_REPR_EXACT;
+
 static size_t page_bytes_of(const geom *g) {
-    return 2ull * g->hkv * g->page_tokens * g->d * 2;
+    akv_repr_layout l;
+    AKV_ASSERT(akv_repr_layout_of(bench_repr, AKV_DTYPE_BF16, g->hkv, g->page_tokens, g->d, &l) == AKV_OK);
+    return l.page_bytes;
 }
 
 /* Whether decode calls prefetch their history (akv_attn_decode.prefetch_history), as the forward
@@ -258,7 +263,7 @@ static double bench_decode(const geom *g, uint32_t b, uint32_t n, uint32_t nq, a
             .kv = {.pool = pool, .indptr = t, .indices = akv_dptr_offset(t, (b + 1) * 4),
                    .last_page_len = akv_dptr_offset(t, ((b + 1) + (size_t)b * np) * 4), .n_seq = b,
                    .n_pages = n_pool_pages, .max_pages = np, .n_kv_heads = g->hkv, .head_dim = g->d,
-                   .page_tokens = g->page_tokens, .dtype = AKV_DTYPE_BF16},
+                   .page_tokens = g->page_tokens, .dtype = AKV_DTYPE_BF16, .repr = bench_repr},
             .n_heads = g->hq, .n_query = nq, .q = q, .q_dtype = AKV_DTYPE_BF16, .o = o, .o_dtype = AKV_DTYPE_BF16,
             .prefetch_history = bench_prefetch(),
             .tuning = bench_tune,
@@ -374,6 +379,50 @@ typedef struct dcfg {
     uint32_t b, n, nq;
 } dcfg;
 
+/* The compact decode table (AKV_BENCH_ATTN_COMPACT=1): the same histories read as exact bf16,
+ * q8 and q4 pages by the decode kernel, one query per sequence, 32/8 d128 (Llama-3-8B's
+ * attention) at 8K..128K keys, batch 1 and 8; each form's time as a ratio of the exact
+ * kernel's in the same run, against the goal bits/16 + 0.1 (the bytes it stops reading, plus
+ * a tenth for the decoding), and each form's read rate (its own page bytes / time) as a ratio
+ * of the device-copy rate. Page contents are random bytes (the kernel's work does not depend
+ * on them). */
+static int bench_compact(const akv_dev_info *info) {
+    double copy_gbs = bench_copy_rate_bps(dev, (size_t)1 << 30) / 1e9;
+    pool = dalloc(POOL_BYTES);
+    fill_random(pool, POOL_BYTES);
+    FILE *f = bench_out_open();
+    const geom *g = &GEOMS[0];
+    double bits[AKV_REPR_COUNT];
+    for (int r = 0; r < AKV_REPR_COUNT; r++) bits[r] = akv_repr_bits((akv_repr)r, AKV_DTYPE_BF16, g->d);
+    bench_emit(f, "\n### Compact decode (%s, %d SMs): exact, q8 and q4 pages, %s P=%u\n\n", info->name,
+               info->n_sm, g->name, g->page_tokens);
+    bench_emit(f, "Device copy rate (1 GiB device-to-device, read + written): **%.0f GB/s**. Goals: q8 %.3f, q4 "
+                  "%.3f of the exact kernel's time (bits/16 + 0.1).\n\n",
+               copy_gbs, bits[AKV_REPR_Q8] / 16 + 0.1, bits[AKV_REPR_Q4] / 16 + 0.1);
+    bench_emit(f, "| batch | keys | exact µs | / copy rate | q8 µs | q8 / exact | / copy rate | q4 µs | q4 / exact | / copy "
+                  "rate |\n| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n");
+    const uint32_t rows[][2] = {{1, 8192}, {1, 32768}, {1, 65536}, {1, 131072}, {8, 8192}, {8, 32768}, {8, 131072}};
+    for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
+        double us[AKV_REPR_COUNT], rate[AKV_REPR_COUNT];
+        for (int r = 0; r < AKV_REPR_COUNT; r++) {
+            bench_repr = (akv_repr)r;
+            akv_attn_split sp;
+            uint32_t cl;
+            us[r] = bench_decode(g, rows[i][0], rows[i][1], 1, &sp, &cl);
+            const double bytes = (double)rows[i][0] * (rows[i][1] / g->page_tokens) * page_bytes_of(g);
+            rate[r] = bytes / us[r] / 1e3 / copy_gbs;
+        }
+        bench_repr = AKV_REPR_EXACT;
+        bench_emit(f, "| %u | %u | %.1f | %.3f | %.1f | %.3f | %.3f | %.1f | %.3f | %.3f |\n", rows[i][0], rows[i][1],
+                   us[0], rate[0], us[1], us[1] / us[0], rate[1], us[2], us[2] / us[0], rate[2]);
+        fflush(stdout);
+    }
+    if (f) fclose(f);
+    TRY(akv_dev_mem_free(dev, pool));
+    TRY(akv_dev_destroy(dev));
+    return 0;
+}
+
 int main(void) {
     akv_dev_info info;
     dev = bench_cuda_or_skip(&info);
@@ -417,6 +466,9 @@ int main(void) {
         n_dc = kept;
         n_pf_geoms = 0;
     }
+    /* AKV_BENCH_ATTN_COMPACT=1: the compact decode table only */
+    const char *compact_only = getenv("AKV_BENCH_ATTN_COMPACT");
+    if (compact_only && strcmp(compact_only, "1") == 0) return bench_compact(&info);
     /* AKV_BENCH_ATTN_PREFILL=1: the prefill table only (no decode rows) */
     const char *pf_only = getenv("AKV_BENCH_ATTN_PREFILL");
     if (pf_only && strcmp(pf_only, "1") == 0) n_dc = 0;

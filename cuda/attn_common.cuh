@@ -34,10 +34,13 @@ extern "C" {
 #define ATTN_LOG2E 1.4426950408889634f
 #define ATTN_FULL_MASK 0xffffffffu
 
-/* The paged K/V table of one call, as the kernels see it. Pages are bf16. */
+/* The paged K/V table of one call, as the kernels see it. Exact pages are bf16; a compact
+ * page (akv/kv_repr.h) holds its rows' codes from its start and their f16 scales from
+ * scales_off, each in the exact page's row order. */
 struct attn_kv {
     const unsigned char *pool; /* page id k at pool + k*page_bytes */
     unsigned long long page_bytes;
+    unsigned long long scales_off; /* compact pages: bytes from a page's start to its scales */
     const int *indptr;  /* [n_seq+1] */
     const int *indices; /* page ids */
     const int *last;    /* [n_seq] last_page_len */
@@ -269,10 +272,11 @@ static __device__ __forceinline__ void attn_store1(void *dst, int is_f32, size_t
 /* The device view of a validated table. */
 static inline attn_kv attn_kv_view(const akv_attn_pages *kv) {
     attn_kv v;
-    size_t page_bytes = 0;
-    akv__attn_page_bytes(kv, &page_bytes);
+    akv_repr_layout l;
+    if (akv__attn_layout(kv, &l) != AKV_OK) l.page_bytes = l.scales_offset = 0; /* checked before */
     v.pool = reinterpret_cast<const unsigned char *>(kv->pool.addr);
-    v.page_bytes = page_bytes;
+    v.page_bytes = l.page_bytes;
+    v.scales_off = l.scales_offset;
     v.indptr = reinterpret_cast<const int *>(kv->indptr.addr);
     v.indices = reinterpret_cast<const int *>(kv->indices.addr);
     v.last = reinterpret_cast<const int *>(kv->last_page_len.addr);
@@ -281,17 +285,24 @@ static inline attn_kv attn_kv_view(const akv_attn_pages *kv) {
     return v;
 }
 
-/* What the CUDA kernels take beyond the common validation: exact bf16 pages, head dim 64/128,
- * f32/bf16 activations, a batch that fits a grid. */
-static inline akv_status attn_cuda_kv_check(const akv_attn_pages *kv, const char *op) {
+/* What the CUDA kernels take beyond the common validation: bf16 pages (the exact form of a
+ * compact table), head dim 64/128, f32/bf16 activations, a batch that fits a grid. Compact
+ * and past parts only where `parts_ok` (the decode), compact pages of at least 8 tokens (a
+ * 16-byte load of q8 scales stays in one page). */
+static inline akv_status attn_cuda_kv_check(const akv_attn_pages *kv, const char *op, bool parts_ok) {
     if (kv->dtype != AKV_DTYPE_BF16) {
         AKV_LOG_E("attn %s: pages are %s; the CUDA kernels take bf16", op, akv_dtype_name(kv->dtype));
         return AKV_EUNSUPPORTED;
     }
-    if (kv->repr != AKV_REPR_EXACT || kv->past) {
-        AKV_LOG_E("attn %s: a %s part; the CUDA kernels take exact pages of the queries' own "
-                  "history (compact and past parts are read on the host only)",
+    if (!parts_ok && (kv->repr != AKV_REPR_EXACT || kv->past)) {
+        AKV_LOG_E("attn %s: a %s part; this CUDA kernel takes exact pages of the queries' own "
+                  "history (the decode reads compact and past parts)",
                   op, kv->past ? "past" : akv_repr_name((akv_repr)kv->repr));
+        return AKV_EUNSUPPORTED;
+    }
+    if (kv->repr != AKV_REPR_EXACT && kv->page_tokens < 8) {
+        AKV_LOG_E("attn %s: compact pages of %u tokens; the CUDA decode reads them from 8", op,
+                  kv->page_tokens);
         return AKV_EUNSUPPORTED;
     }
     if (kv->head_dim != 64 && kv->head_dim != 128) {

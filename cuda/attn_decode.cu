@@ -76,28 +76,48 @@ static __device__ __forceinline__ void dec_stamp(int) {}
 #define DEC_TL_ON 0
 #endif
 
-/* ST: the cp.async ring depth in steps, NW: warps per block (akv__attn_decode_stages and
- * akv__attn_decode_warps: variant 0 runs 8 warps, a ring of 3 steps at d=128 and 4 at d=64;
- * variants 1 and 2 run 4 warps, 2 and 3 steps). A step is NW/4 tiles of 64 keys: each group
- * of 4 warps takes one tile of it, warp w of a group keys 16w..16w+15 of its tile. */
-template <int D, int ST, int NW>
+/* ST: the cp.async ring depth in steps of the exact pages, NW: warps per block
+ * (akv__attn_decode_stages and akv__attn_decode_warps: variant 0 runs 8 warps, a ring of 3
+ * steps at d=128 and 4 at d=64; variants 1 and 2 run 4 warps, 2 and 3 steps). A step is NW/4
+ * tiles of 64 keys: each group of 4 warps takes one tile of it, warp w of a group keys
+ * 16w..16w+15 of its tile. RP: the pages' akv_repr. A compact tile's slot holds the codes of
+ * its K rows, of its V rows, then their scales (rows of CB and SB bytes; dec_cchunk); each
+ * warp turns its keys' codes into the products' operands in registers (dec_step_c). A compact
+ * block takes no more shared memory than the exact one (the split plan counts blocks per SM by
+ * the exact block), spent on a deeper ring: at d=128 under variant 0, 5 steps of q8 and 10 of
+ * q4 where exact has 3, about the same bytes in flight. */
+template <int D, int RP>
+struct dec_form {
+    static constexpr int CB = RP == AKV_REPR_EXACT ? 2 * D : RP == AKV_REPR_Q8 ? D : D / 2; /* a row's codes */
+    static constexpr int SB = RP == AKV_REPR_EXACT ? 0 : RP == AKV_REPR_Q8 ? 2 : D / 16;    /* its scales */
+};
+
+template <int D, int ST, int NW, int RP = AKV_REPR_EXACT>
 struct dec_cfg {
     static constexpr int NT = 32 * NW;                     /* threads */
     static constexpr int GROUPS = NW / 4;                  /* tiles per step */
     static constexpr int TILE = 64;                        /* keys per tile */
     static constexpr int STEP = TILE * GROUPS;             /* keys per step */
-    static constexpr int STAGES = ST;                      /* cp.async ring depth */
-    static constexpr int KV_BYTES = TILE * D * 2;          /* one of K, V for a tile */
-    static constexpr int TILE_BYTES = 2 * KV_BYTES;        /* K then V */
+    static constexpr int CB = dec_form<D, RP>::CB, SB = dec_form<D, RP>::SB;
+    static constexpr int KV_BYTES = TILE * CB;             /* the codes of one of K, V for a tile */
+    static constexpr int TILE_BYTES = 2 * TILE * (CB + SB);
     static constexpr int STAGE_BYTES = GROUPS * TILE_BYTES;
     static constexpr int Q_BYTES = 32 * D * 2;             /* up to 32 query rows */
-    static constexpr int SMEM = STAGES * STAGE_BYTES + Q_BYTES;
-    /* the end-of-block scratch (NW warps x 32 rows x D floats, m and l) reuses the ring and
-     * the query tile (both dead once the key loop is over) */
+    static constexpr int EXACT_SMEM = ST * GROUPS * 2 * TILE * 2 * D + Q_BYTES;
+    static constexpr int STAGES = RP == AKV_REPR_EXACT ? ST : (EXACT_SMEM - Q_BYTES) / STAGE_BYTES;
+    static constexpr int SO_STRIDE = D + 8; /* floats per scratch row (attn_decode_kernel step 3) */
+    /* the end-of-block scratch (NW warps x 32 rows x D floats, m and l; or 16 rows and a
+     * cluster-merged block's own state) reuses the ring and the query tile (both dead once the
+     * key loop is over) */
+    static constexpr int END_A = NW * 32 * SO_STRIDE * 4 + 2 * NW * 32 * 4;
+    static constexpr int END_B = NW * 16 * SO_STRIDE * 4 + 2 * NW * 16 * 4 + (16 * D + 16) * 4;
+    static constexpr int RING = STAGES * STAGE_BYTES + Q_BYTES;
+    static constexpr int SMEM = RP == AKV_REPR_EXACT ? RING : RING > END_A ? (RING > END_B ? RING : END_B)
+                                                                         : (END_A > END_B ? END_A : END_B);
     static_assert(NW == 4 || NW == 8, "one or two groups of 4 warps");
     static_assert(STAGES >= 2, "one step loads while another is used");
-    static constexpr int SO_STRIDE = D + 8; /* floats per scratch row (attn_decode_kernel step 3) */
-    static_assert(NW * 32 * SO_STRIDE * 4 + 2 * NW * 32 * 4 <= SMEM, "scratch fits the ring and the query tile");
+    static_assert(END_A <= SMEM, "scratch fits the ring and the query tile");
+    static_assert(SMEM <= EXACT_SMEM, "a compact block fits where the exact one does");
 };
 
 struct dec_args {
@@ -115,6 +135,8 @@ struct dec_args {
     int n_parts, part_tokens;
     float scale_log2; /* scale * log2(e) */
     int prefetch;     /* akv_attn_decode.prefetch_history */
+    int n_mask;       /* the queries' rows at the history's end: n_query, or 0 for a past part
+                         (every key visible to every row) */
 };
 
 /* Issue the cp.async of keys t0..t0+63 (K and V) into one tile's slot; positions >= t_end
@@ -175,6 +197,187 @@ static __device__ __forceinline__ void dec_load_tile(const attn_kv &kv, int pb, 
  * lookups, or nothing to load). */
 static __device__ __forceinline__ int dec_tile_page(const attn_kv &kv, int pb, int t0, int t_end) {
     return kv.log2_p >= 6 && t0 < t_end ? __ldg(kv.indices + pb + (t0 >> kv.log2_p)) : -1;
+}
+
+/* ---- compact pages ---------------------------------------------------------------------- */
+
+/* Where 16-byte chunk k of code row r lies in a compact tile's row: rows of 128 bytes (q8 at
+ * d=128) XOR it with r & 7, so the K loads of a warp (8 rows, chunks 2c and 2c+1) and its V
+ * loads (4 rows, chunk g) each spread over all 8 bank groups; shorter rows keep their order. */
+template <int CB>
+static __device__ __forceinline__ int dec_cchunk(int r, int k) {
+    return CB == 128 ? k ^ (r & 7) : k;
+}
+
+/* The cp.async of a compact tile, keys t0..t0+63 of head h: the codes of its K and V rows,
+ * then their scales, into one tile's slot (dec_cfg: [K codes][V codes][K scales][V scales],
+ * rows unswizzled). Rows at or past t_end are zero-filled, except where a 16-byte chunk of
+ * scales holds a live row too (RPC rows a chunk): dec_step_c masks K rows past t_end and takes
+ * V scales past it as 0.
+ * 128 threads. page: the tile's page id when pages hold whole tiles (dec_tile_page), else -1 (a
+ * lookup per code row and per scale chunk: pages of at least 8 tokens keep a chunk's rows in
+ * one page). */
+template <int D, int RP>
+static __device__ __forceinline__ void dec_load_ctile(const attn_kv &kv, int pb, int h, int t0, int t_end,
+                                                      uint32_t slot, int tid, int page) {
+    using C = dec_form<D, RP>;
+    constexpr int CB = C::CB, SB = C::SB, CPR = CB / 16, RPC = 16 / SB;
+    constexpr int N_CODE = 2 * 64 * CPR, N_SC = 2 * 64 / RPC;
+    const int pmask = (1 << kv.log2_p) - 1;
+    if (page >= 0 && t0 + 64 <= t_end) {
+        /* the common tile (in one page, every row live): a thread's code chunks lie at fixed
+         * strides from its first (RPP rows a pass, a multiple of 8: one swizzle), the scales of
+         * the tile's 64 rows are one contiguous run for K and one for V */
+        constexpr int RPP = 128 / CPR;
+        static_assert(RPP % 8 == 0, "a thread's rows share their swizzle");
+        const size_t row0 = ((size_t)h << kv.log2_p) + (size_t)(t0 & pmask), v_rows = (size_t)kv.n_kv << kv.log2_p;
+        const unsigned char *pg = kv.pool + (size_t)page * kv.page_bytes;
+        const int r0 = tid / CPR, c = tid % CPR;
+        const unsigned char *k = pg + (row0 + r0) * CB + c * 16;
+        const uint32_t dst = slot + r0 * CB + dec_cchunk<CB>(r0, c) * 16;
+#pragma unroll
+        for (int i = 0; i < 64 / RPP; i++) {
+            attn_cp16_all(dst + i * RPP * CB, k + i * RPP * CB);
+            attn_cp16_all(dst + 64 * CB + i * RPP * CB, k + v_rows * CB + i * RPP * CB);
+        }
+        if (tid < 64 / RPC) {
+            const unsigned char *sk = pg + kv.scales_off + row0 * SB + tid * 16;
+            attn_cp16_all(slot + 2 * 64 * CB + tid * 16, sk);
+            attn_cp16_all(slot + 2 * 64 * CB + 64 * SB + tid * 16, sk + v_rows * SB);
+        }
+        return;
+    }
+    auto src = [&](int kvsel, int t, bool valid, unsigned long long base, int bytes) -> const unsigned char * {
+        if (!valid) return kv.pool;
+        const int pg = page >= 0 ? page : __ldg(kv.indices + pb + (t >> kv.log2_p));
+        const size_t row = ((size_t)(kvsel * kv.n_kv + h) << kv.log2_p) + (size_t)(t & pmask);
+        return kv.pool + (size_t)pg * kv.page_bytes + base + row * bytes;
+    };
+#pragma unroll
+    for (int i = tid; i < N_CODE; i += 128) {
+        const int kvsel = i / (64 * CPR), r = (i / CPR) % 64, c = i % CPR, t = t0 + r;
+        const bool valid = t < t_end;
+        attn_cp16(slot + (kvsel * 64 + r) * CB + dec_cchunk<CB>(r, c) * 16,
+                  src(kvsel, t, valid, 0, CB) + (valid ? c * 16 : 0), valid);
+    }
+    for (int i = tid; i < N_SC; i += 128) {
+        const int kvsel = i / (64 / RPC), r = (i % (64 / RPC)) * RPC, t = t0 + r;
+        const bool valid = t < t_end;
+        attn_cp16(slot + 2 * 64 * CB + (kvsel * 64 + r) * SB, src(kvsel, t, valid, kv.scales_off, SB), valid);
+    }
+}
+
+/* Byte j (0..3) of x, 0..255, as a float: 2^23 + byte is the float whose low mantissa bits are
+ * the byte, exact, and `bias` subtracts 2^23 and the codes' offset exactly. */
+template <int J>
+static __device__ __forceinline__ float dec_byte(uint32_t x, float bias) {
+    return __uint_as_float(__byte_perm(x, 0x4B000000u, 0x7540u + J)) - bias;
+}
+/* Two floats that bf16 holds exactly (small integers) as a bf16 pair: their high halves. */
+static __device__ __forceinline__ uint32_t dec_hi_pair(float lo, float hi) {
+    return __byte_perm(__float_as_uint(lo), __float_as_uint(hi), 0x7632u);
+}
+/* A pair of q4 codes + 8 in the low nibbles of each half of x, as the bf16 pair of
+ * (code) x s2 (bf16 0x4300 | n is 128 + n, exact; minus 136, times the scales). */
+static __device__ __forceinline__ uint32_t dec_q4_pair(uint32_t x, uint32_t s2) {
+    const uint32_t v = (x & 0x000F000Fu) | 0x43004300u;
+    __nv_bfloat162 b = *reinterpret_cast<const __nv_bfloat162 *>(&v);
+    const __nv_bfloat162 off = __floats2bfloat162_rn(136.0f, 136.0f);
+    b = __hmul2(__hsub2(b, off), *reinterpret_cast<const __nv_bfloat162 *>(&s2));
+    return *reinterpret_cast<uint32_t *>(&b);
+}
+/* N 32-bit words from shared memory at addr (16-byte aligned for 4, 8 for 2). */
+template <int N>
+static __device__ __forceinline__ void dec_lds(uint32_t addr, uint32_t *w) {
+    if constexpr (N == 4) {
+        asm volatile("ld.shared.v4.u32 {%0,%1,%2,%3}, [%4];\n" : "=r"(w[0]), "=r"(w[1]), "=r"(w[2]), "=r"(w[3]) : "r"(addr));
+    } else if constexpr (N == 2) {
+        asm volatile("ld.shared.v2.u32 {%0,%1}, [%2];\n" : "=r"(w[0]), "=r"(w[1]) : "r"(addr));
+    } else {
+        asm volatile("ld.shared.u32 %0, [%1];\n" : "=r"(w[0]) : "r"(addr));
+    }
+}
+/* Two f16 at addr (4-byte aligned) as floats. */
+static __device__ __forceinline__ float2 dec_lds_f16x2(uint32_t addr) {
+    uint32_t v;
+    asm volatile("ld.shared.u32 %0, [%1];\n" : "=r"(v) : "r"(addr));
+    return __half22float2(*reinterpret_cast<const __half2 *>(&v));
+}
+static __device__ __forceinline__ float dec_lds_f16(uint32_t addr) {
+    unsigned short h;
+    asm volatile("ld.shared.u16 %0, [%1];\n" : "=h"(h) : "r"(addr));
+    return __half2float(__ushort_as_half(h));
+}
+
+/* The head-dim order of a compact K row in the products. dec_step_c gives lane (g, c) of a
+ * warp the elements c*D/4 .. c*D/4 + D/4 - 1 of its keys' K rows (one contiguous run of
+ * codes), taken in the order its B fragments want; the query tile holds the query in the same
+ * order, so every score is the same sum. Physical element p of a row is logical column
+ * dec_qcol(p) of the query tile:
+ *   q8: p = c*D/4 + 4m + j (word m, byte j) -> 16m + 2c + (j & 1) + 8(j >> 1)
+ *   q4: p = c*D/4 + 8i + o (word i, nibble o) -> 16(2i + h) + 2c + hi + 8r, with o = 2h + r + 4hi
+ * (a word's nibbles pair as (o, o + 4): the low nibbles of its bytes h and h + 2). */
+template <int D, int RP>
+static __device__ __forceinline__ int dec_qcol(int p) {
+    constexpr int E = D / 4;
+    const int c = p / E, q = p % E;
+    if constexpr (RP == AKV_REPR_Q8) {
+        const int m = q / 4, j = q % 4;
+        return 16 * m + 2 * c + (j & 1) + 8 * (j >> 1);
+    } else {
+        const int i = q / 8, o = q % 8, h = (o >> 1) & 1, r = o & 1, hi = o >> 2;
+        return 16 * (2 * i + h) + 2 * c + hi + 8 * r;
+    }
+}
+
+/* The query rows row0.. of the block for a compact tile, rounded to bf16 into the swizzled
+ * query tile in dec_qcol's order; padding rows are zero. For q4 each row is first rotated as
+ * q4 pages rotate K (akv_kvq_fwht: butterflies of stride 1, 2, 4, ... in f32, then the factor
+ * (float)(1/sqrt(D))). Warp w takes rows w, w + NW, ...; a lane holds elements E*lane ..
+ * E*lane + E - 1 of a row (strides below E in registers, the others across lanes). */
+template <int D, int NW, int MT, int RP>
+static __device__ __forceinline__ void dec_store_q_compact(const dec_args &a, int s, int h, int row0, unsigned char *sq,
+                                                           int warp, int lane) {
+    constexpr int E = D / 32;
+    const float k = D == 64 ? 0.125f : 0.0883883476483184405f; /* (float)(1 / sqrt(D)) */
+    for (int r = warp; r < 16 * MT; r += NW) {
+        const int gr = row0 + r;
+        float x[E];
+#pragma unroll
+        for (int j = 0; j < E; j++) x[j] = 0.0f;
+        if (gr < a.rows) {
+            const int qi = gr / a.group, gi = gr - qi * a.group;
+            const size_t off = (size_t)(s * a.n_query + qi) * a.q_stride + (size_t)(h * a.group + gi) * D + lane * E;
+#pragma unroll
+            for (int j = 0; j < E; j++)
+                x[j] = a.q_f32 ? static_cast<const float *>(a.q)[off + j]
+                               : __bfloat162float(static_cast<const __nv_bfloat16 *>(a.q)[off + j]);
+        }
+        if constexpr (RP == AKV_REPR_Q4) {
+#pragma unroll
+            for (int st = 1; st < E; st *= 2)
+#pragma unroll
+                for (int j = 0; j < E; j++)
+                    if (!(j & st)) {
+                        const float u = x[j], v = x[j + st];
+                        x[j] = u + v, x[j + st] = u - v;
+                    }
+#pragma unroll
+            for (int m = 1; m < 32; m *= 2)
+#pragma unroll
+                for (int j = 0; j < E; j++) {
+                    const float o = __shfl_xor_sync(ATTN_FULL_MASK, x[j], m);
+                    x[j] = (lane & m) ? o - x[j] : x[j] + o;
+                }
+#pragma unroll
+            for (int j = 0; j < E; j++) x[j] *= k;
+        }
+#pragma unroll
+        for (int j = 0; j < E; j++) {
+            const int col = dec_qcol<D, RP>(lane * E + j);
+            *reinterpret_cast<__nv_bfloat16 *>(sq + attn_swz<D>(r, col / 8) + (col % 8) * 2) = __float2bfloat16_rn(x[j]);
+        }
+    }
 }
 
 /* Final output of merged row gr (columns 4*c4..4*c4+3): O / S, and lse = M + log S. */
@@ -312,9 +515,45 @@ static __device__ void dec_cluster_merge(const dec_args &a, int s, int h, int ro
     }
 }
 
-/* One step of a group's warp: S = Q K^T over its 16 keys (t0..t0+15) of the tile whose K is
- * at kb and V at vb, masked past k1 and past each row's causal limit, the online softmax, then
- * O += P V. Q comes from registers (QREG: MMA fragments) or from the shared tile at sq_u. */
+/* The S fragment of query row tile mt for key step ks: Q from registers (QREG: MMA fragments)
+ * or from the shared tile at sq_u. */
+template <int D, bool QREG>
+static __device__ __forceinline__ void dec_qfrag(const uint32_t (&qr)[QREG ? D / 16 : 1][4], uint32_t sq_u, int mt,
+                                                 int ks, int lane, uint32_t (&qf)[4]) {
+    if constexpr (QREG) {
+        qf[0] = qr[ks][0], qf[1] = qr[ks][1], qf[2] = qr[ks][2], qf[3] = qr[ks][3];
+    } else {
+        attn_ldsm_x4(qf, sq_u + attn_swz<D>(mt * 16 + (lane & 15), 2 * ks + (lane >> 4)));
+    }
+}
+
+/* The scores of a warp's 16 keys (t0..t0+15) masked past k1 and past each row's causal limit,
+ * then the online softmax: sc holds the probabilities after. */
+template <int D, int MT>
+static __device__ __forceinline__ void dec_softmax(float (&sc)[MT][2][4], int lane, int t0, int k1, int all_see,
+                                                   const int (&limit)[MT][2], float (&m)[MT][2], float (&l)[MT][2],
+                                                   float (&acc)[MT][D / 8][4], float scale_log2) {
+    if (t0 + 16 > k1 || t0 + 15 > all_see) {
+#pragma unroll
+        for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+            for (int nt = 0; nt < 2; nt++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    const int t = t0 + nt * 8 + (lane & 3) * 2 + (e & 1);
+                    if (t >= k1 || t > limit[mt][e >> 1]) sc[mt][nt][e] = -INFINITY;
+                }
+    }
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++) {
+        attn_softmax_step<2, D / 8>(sc[mt], acc[mt], m[mt][0], l[mt][0], 0, scale_log2);
+        attn_softmax_step<2, D / 8>(sc[mt], acc[mt], m[mt][1], l[mt][1], 1, scale_log2);
+    }
+}
+
+/* One step of a group's warp over exact pages: S = Q K^T over its 16 keys (t0..t0+15) of the
+ * tile whose K is at kb and V at vb, masked past k1 and past each row's causal limit, the
+ * online softmax, then O += P V. */
 template <int D, int MT, bool QREG>
 static __device__ __forceinline__ void dec_step(uint32_t kb, uint32_t vb, const uint32_t (&qr)[QREG ? D / 16 : 1][4],
                                                 uint32_t sq_u, int gw, int lane, int t0, int k1, int all_see,
@@ -332,37 +571,17 @@ static __device__ __forceinline__ void dec_step(uint32_t kb, uint32_t vb, const 
         attn_ldsm_x4(kf, kb + attn_swz<D>(gw * 16 + (lane & 7) + ((lane >> 4) << 3), 2 * ks + ((lane >> 3) & 1)));
 #pragma unroll
         for (int mt = 0; mt < MT; mt++) {
-            if constexpr (QREG) {
-                attn_mma(sc[mt][0], qr[ks], kf[0], kf[1]);
-                attn_mma(sc[mt][1], qr[ks], kf[2], kf[3]);
-            } else {
-                uint32_t qf[4];
-                attn_ldsm_x4(qf, sq_u + attn_swz<D>(mt * 16 + (lane & 15), 2 * ks + (lane >> 4)));
-                attn_mma(sc[mt][0], qf, kf[0], kf[1]);
-                attn_mma(sc[mt][1], qf, kf[2], kf[3]);
-            }
+            uint32_t qf[4];
+            dec_qfrag<D, QREG>(qr, sq_u, mt, ks, lane, qf);
+            attn_mma(sc[mt][0], qf, kf[0], kf[1]);
+            attn_mma(sc[mt][1], qf, kf[2], kf[3]);
         }
     }
-    /* mask keys past the partition or past the row's causal limit */
-    if (t0 + 16 > k1 || t0 + 15 > all_see) {
-#pragma unroll
-        for (int mt = 0; mt < MT; mt++)
-#pragma unroll
-            for (int nt = 0; nt < 2; nt++)
-#pragma unroll
-                for (int e = 0; e < 4; e++) {
-                    const int t = t0 + nt * 8 + (lane & 3) * 2 + (e & 1);
-                    if (t >= k1 || t > limit[mt][e >> 1]) sc[mt][nt][e] = -INFINITY;
-                }
-    }
-    /* online softmax, then O += P V with P [16*MT rows] x [16 keys] from the S fragments */
+    dec_softmax<D, MT>(sc, lane, t0, k1, all_see, limit, m, l, acc, scale_log2);
+    /* O += P V with P [16*MT rows] x [16 keys] from the S fragments */
     uint32_t pa[MT][4];
 #pragma unroll
-    for (int mt = 0; mt < MT; mt++) {
-        attn_softmax_step<2, D / 8>(sc[mt], acc[mt], m[mt][0], l[mt][0], 0, scale_log2);
-        attn_softmax_step<2, D / 8>(sc[mt], acc[mt], m[mt][1], l[mt][1], 1, scale_log2);
-        attn_pack_p(sc[mt][0], sc[mt][1], pa[mt]);
-    }
+    for (int mt = 0; mt < MT; mt++) attn_pack_p(sc[mt][0], sc[mt][1], pa[mt]);
 #pragma unroll
     for (int dp = 0; dp < D / 16; dp++) {
         uint32_t vf[4];
@@ -375,12 +594,157 @@ static __device__ __forceinline__ void dec_step(uint32_t kb, uint32_t vb, const 
     }
 }
 
+/* The same step over a compact tile (the slot at `slot`, dec_cfg's layout), its codes turned
+ * into the products' operands in registers. Lane (g, c) = (lane / 4, lane % 4):
+ *   K: keys 16gw + g (n-tile 0) and + 8 (n-tile 1), elements c*D/4 .. of their rows in
+ *      dec_qcol's order: per key step two bf16 pairs of codes (q8: exact integers, each
+ *      key's scale applied to its score column after the product; q4: code x scale, the
+ *      scale of the lane's group);
+ *   V: keys 16gw + 2c, +1, +8, +9 (the keys of the lane's P fragment), columns g*D/8 ..
+ *      g*D/8 + D/8 - 1: output n-tile dn takes column g*D/8 + dn of the loading lane g, so
+ *      acc[dn] holds columns n*D/8 + dn for n = 2c, 2c+1 (the block's scratch store puts them
+ *      back in order). q8 scales V by folding each key's scale into its probability (after the
+ *      row sums took the probabilities themselves); q4 multiplies codes by the (key, group)
+ *      scale. Keys at or past k1 get V scales of 0 (a dead row's scale may be anything); their
+ *      scores are masked. */
+template <int D, int MT, bool QREG, int RP>
+static __device__ __forceinline__ void dec_step_c(uint32_t slot, const uint32_t (&qr)[QREG ? D / 16 : 1][4],
+                                                  uint32_t sq_u, int gw, int lane, int t0, int k1, int all_see,
+                                                  const int (&limit)[MT][2], float (&m)[MT][2], float (&l)[MT][2],
+                                                  float (&acc)[MT][D / 8][4], float scale_log2) {
+    using F = dec_form<D, RP>;
+    constexpr int CB = F::CB, SB = F::SB, KW = CB / 16, VW = CB / 32; /* words a lane takes of a K, a V row */
+    const int g = lane >> 2, c = lane & 3;
+    const uint32_t kcodes = slot, vcodes = slot + 64 * CB, kscales = slot + 2 * 64 * CB, vscales = kscales + 64 * SB;
+    /* 1. the K codes of keys 16gw + g and + 8 (q4: and their group's scale, as a bf16 pair) */
+    uint32_t kw[2][KW], ks2[2] = {0, 0};
+#pragma unroll
+    for (int nt = 0; nt < 2; nt++) {
+        const int r = gw * 16 + nt * 8 + g;
+        const uint32_t row = kcodes + r * CB;
+        if constexpr (KW == 8) {
+            dec_lds<4>(row + dec_cchunk<CB>(r, 2 * c) * 16, kw[nt]);
+            dec_lds<4>(row + dec_cchunk<CB>(r, 2 * c + 1) * 16, kw[nt] + 4);
+        } else {
+            dec_lds<KW>(row + c * KW * 4, kw[nt]);
+        }
+        if constexpr (RP == AKV_REPR_Q4) {
+            const float sk = dec_lds_f16(kscales + r * SB + (c * (D / 4) / 32) * 2);
+            ks2[nt] = attn_pack_bf16(sk, sk);
+        }
+    }
+    /* 2. S = Q K^T, even and odd key steps in two accumulators (half the dependent chain of
+     *    products), added after */
+    float sc[MT][2][4], sc2[MT][2][4];
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) sc[mt][0][e] = sc[mt][1][e] = sc2[mt][0][e] = sc2[mt][1][e] = 0.0f;
+#pragma unroll
+    for (int ks = 0; ks < D / 16; ks++) {
+        uint32_t kf[2][2];
+#pragma unroll
+        for (int nt = 0; nt < 2; nt++) {
+            if constexpr (RP == AKV_REPR_Q8) {
+                const uint32_t u = kw[nt][ks] ^ 0x80808080u; /* int8 + 128 */
+                kf[nt][0] = dec_hi_pair(dec_byte<0>(u, 8388736.0f), dec_byte<1>(u, 8388736.0f));
+                kf[nt][1] = dec_hi_pair(dec_byte<2>(u, 8388736.0f), dec_byte<3>(u, 8388736.0f));
+            } else {
+                const uint32_t x = kw[nt][ks / 2] >> ((ks & 1) * 8);
+                kf[nt][0] = dec_q4_pair(x, ks2[nt]);
+                kf[nt][1] = dec_q4_pair(x >> 4, ks2[nt]);
+            }
+        }
+#pragma unroll
+        for (int mt = 0; mt < MT; mt++) {
+            uint32_t qf[4];
+            dec_qfrag<D, QREG>(qr, sq_u, mt, ks, lane, qf);
+            float(&acc_s)[2][4] = ks & 1 ? sc2[mt] : sc[mt];
+            attn_mma(acc_s[0], qf, kf[0][0], kf[0][1]);
+            attn_mma(acc_s[1], qf, kf[1][0], kf[1][1]);
+        }
+    }
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) sc[mt][0][e] += sc2[mt][0][e], sc[mt][1][e] += sc2[mt][1][e];
+    /* 3. q8: each key's K scale on its score column; the V scales of the lane's P keys */
+    float2 sv[2] = {make_float2(0.0f, 0.0f), make_float2(0.0f, 0.0f)};
+    if constexpr (RP == AKV_REPR_Q8) {
+#pragma unroll
+        for (int nt = 0; nt < 2; nt++) {
+            const int r = gw * 16 + nt * 8 + 2 * c;
+            const float2 sk = dec_lds_f16x2(kscales + r * SB);
+#pragma unroll
+            for (int mt = 0; mt < MT; mt++) {
+                sc[mt][nt][0] *= sk.x, sc[mt][nt][1] *= sk.y;
+                sc[mt][nt][2] *= sk.x, sc[mt][nt][3] *= sk.y;
+            }
+            const float2 v = dec_lds_f16x2(vscales + r * SB);
+            const int t = t0 + nt * 8 + 2 * c;
+            sv[nt] = make_float2(t < k1 ? v.x : 0.0f, t + 1 < k1 ? v.y : 0.0f);
+        }
+    }
+    dec_softmax<D, MT>(sc, lane, t0, k1, all_see, limit, m, l, acc, scale_log2);
+    uint32_t pa[MT][4];
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++) {
+        if constexpr (RP == AKV_REPR_Q8) {
+#pragma unroll
+            for (int nt = 0; nt < 2; nt++) {
+                sc[mt][nt][0] *= sv[nt].x, sc[mt][nt][1] *= sv[nt].y;
+                sc[mt][nt][2] *= sv[nt].x, sc[mt][nt][3] *= sv[nt].y;
+            }
+        }
+        attn_pack_p(sc[mt][0], sc[mt][1], pa[mt]);
+    }
+    /* 4. the V codes of keys 16gw + 2c, +1, +8, +9 (q4: their group's scales, as two bf16 pairs) */
+    uint32_t vw[4][VW], vs2[2] = {0, 0};
+#pragma unroll
+    for (int k = 0; k < 4; k++) {
+        const int r = gw * 16 + 2 * c + (k & 1) + (k >> 1) * 8;
+        if constexpr (VW == 4) dec_lds<4>(vcodes + r * CB + dec_cchunk<CB>(r, g) * 16, vw[k]);
+        else dec_lds<VW>(vcodes + r * CB + g * VW * 4, vw[k]);
+    }
+    if constexpr (RP == AKV_REPR_Q4) {
+        const int grp = g * (D / 8) / 32;
+#pragma unroll
+        for (int hk = 0; hk < 2; hk++) {
+            const int r = gw * 16 + 2 * c + hk * 8, t = t0 + 2 * c + hk * 8;
+            const float s0 = t < k1 ? dec_lds_f16(vscales + r * SB + grp * 2) : 0.0f;
+            const float s1 = t + 1 < k1 ? dec_lds_f16(vscales + (r + 1) * SB + grp * 2) : 0.0f;
+            vs2[hk] = attn_pack_bf16(s0, s1);
+        }
+    }
+    /* 5. O += P V: n-tile dn, column g*D/8 + dn of keys (2c, 2c+1) and (2c+8, 2c+9) */
+#pragma unroll
+    for (int dn = 0; dn < D / 8; dn++) {
+        uint32_t b0, b1;
+        if constexpr (RP == AKV_REPR_Q8) {
+            const int w = dn / 4;
+            const uint32_t a0 = vw[0][w] ^ 0x80808080u, a1 = vw[1][w] ^ 0x80808080u;
+            const uint32_t a2 = vw[2][w] ^ 0x80808080u, a3 = vw[3][w] ^ 0x80808080u;
+            const uint32_t sel = 0x7540u + (dn % 4);
+            auto f = [&](uint32_t x) { return __uint_as_float(__byte_perm(x, 0x4B000000u, sel)) - 8388736.0f; };
+            b0 = dec_hi_pair(f(a0), f(a1));
+            b1 = dec_hi_pair(f(a2), f(a3));
+        } else {
+            const int w = dn / 8, byte = (dn % 8) / 2, sh = (dn % 2) * 4;
+            const uint32_t sel = (uint32_t)byte | (uint32_t)(4 + byte) << 8;
+            b0 = dec_q4_pair(__byte_perm(vw[0][w], vw[1][w], sel) >> sh, vs2[0]);
+            b1 = dec_q4_pair(__byte_perm(vw[2][w], vw[3][w], sel) >> sh, vs2[1]);
+        }
+#pragma unroll
+        for (int mt = 0; mt < MT; mt++) attn_mma(acc[mt][dn], pa[mt], b0, b1);
+    }
+}
+
 /* MINB: the blocks per multiprocessor the split counts on, as a register bound for the
  * compiler (1 = no bound). CL: the partitions merge in a cluster (launched in clusters of
  * n_parts blocks along x), else through the workspace. */
-template <int D, int MT, int ST, int MINB, int NW, bool CL>
+template <int D, int MT, int ST, int MINB, int NW, bool CL, int RP>
 __global__ void __launch_bounds__(32 * NW, MINB) attn_decode_kernel(const dec_args a) {
-    using C = dec_cfg<D, ST, NW>;
+    using C = dec_cfg<D, ST, NW, RP>;
     constexpr int NT = C::NT;
     extern __shared__ __align__(128) unsigned char smem[];
     /* Launched as a programmatic dependent (attn_launch_dependent): grid_dep_wait returns
@@ -421,21 +785,25 @@ __global__ void __launch_bounds__(32 * NW, MINB) attn_decode_kernel(const dec_ar
     const int gk = grp * C::TILE;
     const uint32_t gslot = grp * C::TILE_BYTES;
     /* step st's tile into its ring slot (its page looked up here) */
+    auto load = [&](int t0, uint32_t slot, int page) {
+        if constexpr (RP == AKV_REPR_EXACT) dec_load_tile<D>(a.kv, pb, h, t0, k1, slot, gtid, page);
+        else dec_load_ctile<D, RP>(a.kv, pb, h, t0, k1, slot, gtid, page);
+    };
     auto load_step = [&](int st) {
         const int t0 = k0 + st * C::STEP + gk;
-        dec_load_tile<D>(a.kv, pb, h, t0, k1, ring + st * C::STAGE_BYTES + gslot, gtid, dec_tile_page(a.kv, pb, t0, k1));
+        load(t0, ring + st * C::STAGE_BYTES + gslot, dec_tile_page(a.kv, pb, t0, k1));
     };
     int st = 0;
     if (prefetch) { /* the steps whose tile lies below the queries' rows, then the wait */
         for (; st < C::STAGES - 1 && st < n_steps; st++) {
-            if (min(k0 + st * C::STEP + gk + C::TILE, k1) > len - a.n_query) break;
+            if (min(k0 + st * C::STEP + gk + C::TILE, k1) > len - a.n_mask) break;
             load_step(st);
             attn_cp_commit();
         }
         grid_dep_wait();
     }
-    constexpr int QCH = 16 * MT * (D / 8), QPT = (QCH + NT - 1) / NT; /* 16-byte chunks of q, per thread */
-    uint4 qv[QPT]; /* their loads overlap the lookups of the steps below */
+    constexpr int QCH = 16 * MT * (D / 8), QPT = RP != AKV_REPR_EXACT ? 0 : (QCH + NT - 1) / NT; /* 16-byte chunks of q, per thread */
+    uint4 qv[QPT > 0 ? QPT : 1]; /* their loads overlap the lookups of the steps below */
 #pragma unroll
     for (int i = 0; i < QPT; i++) {
         const int idx = tid + i * NT, r = idx / (D / 8), c = idx % (D / 8), gr = row0 + r;
@@ -457,6 +825,7 @@ __global__ void __launch_bounds__(32 * NW, MINB) attn_decode_kernel(const dec_ar
         const int idx = tid + i * NT;
         if (idx < QCH) *reinterpret_cast<uint4 *>(sq + attn_swz<D>(idx / (D / 8), idx % (D / 8))) = qv[i];
     }
+    if constexpr (RP != AKV_REPR_EXACT) dec_store_q_compact<D, NW, MT, RP>(a, s, h, row0, sq, warp, lane);
     /* One row tile (16 rows) of q stays in registers as MMA fragments for the whole key loop
      * (D/4 registers) instead of D/16 shared-memory loads per tile: where the registers are
      * there (not d=128 under variant 1/2's 3-blocks-per-SM bound, not 32 rows). */
@@ -474,8 +843,8 @@ __global__ void __launch_bounds__(32 * NW, MINB) attn_decode_kernel(const dec_ar
     for (int mt = 0; mt < MT; mt++)
 #pragma unroll
         for (int hf = 0; hf < 2; hf++)
-            limit[mt][hf] = len - a.n_query + (row0 + mt * 16 + (lane >> 2) + hf * 8) / a.group;
-    const int all_see = len - a.n_query; /* keys <= this are visible to every row */
+            limit[mt][hf] = len - a.n_mask + (row0 + mt * 16 + (lane >> 2) + hf * 8) / a.group;
+    const int all_see = len - a.n_mask; /* keys <= this are visible to every row */
 
     float m[MT][2], l[MT][2], acc[MT][D / 8][4];
 #pragma unroll
@@ -494,8 +863,7 @@ __global__ void __launch_bounds__(32 * NW, MINB) attn_decode_kernel(const dec_ar
         {
             const int nt = it + C::STAGES - 1;
             if (nt < n_steps) {
-                dec_load_tile<D>(a.kv, pb, h, k0 + nt * C::STEP + gk, k1,
-                                 ring + (nt % C::STAGES) * C::STAGE_BYTES + gslot, gtid, next_page);
+                load(k0 + nt * C::STEP + gk, ring + (nt % C::STAGES) * C::STAGE_BYTES + gslot, next_page);
                 if (nt + 1 < n_steps) next_page = dec_tile_page(a.kv, pb, k0 + (nt + 1) * C::STEP + gk, k1);
             }
             attn_cp_commit();
@@ -503,7 +871,10 @@ __global__ void __launch_bounds__(32 * NW, MINB) attn_decode_kernel(const dec_ar
         const uint32_t kb = ring + (it % C::STAGES) * C::STAGE_BYTES + gslot, vb = kb + C::KV_BYTES;
         const int t0 = k0 + it * C::STEP + gk + gw * 16; /* this warp's 16 keys */
 
-        dec_step<D, MT, QREG>(kb, vb, qr, sq_u, gw, lane, t0, k1, all_see, limit, m, l, acc, a.scale_log2);
+        if constexpr (RP == AKV_REPR_EXACT)
+            dec_step<D, MT, QREG>(kb, vb, qr, sq_u, gw, lane, t0, k1, all_see, limit, m, l, acc, a.scale_log2);
+        else
+            dec_step_c<D, MT, QREG, RP>(kb, qr, sq_u, gw, lane, t0, k1, all_see, limit, m, l, acc, a.scale_log2);
     }
 
     /* 3. the warps' states into shared memory (the ring is free once every copy landed) */
@@ -531,9 +902,16 @@ __global__ void __launch_bounds__(32 * NW, MINB) attn_decode_kernel(const dec_ar
             const int r = mt * 16 + (lane >> 2) + hf * 8;
             if ((lane & 3) == 0) sm[warp * R + r] = m[mt][hf], sl[warp * R + r] = lsum;
 #pragma unroll
-            for (int dn = 0; dn < D / 8; dn++)
-                *reinterpret_cast<float2 *>(so + (size_t)(warp * R + r) * SO + dn * 8 + (lane & 3) * 2) =
-                    make_float2(acc[mt][dn][2 * hf], acc[mt][dn][2 * hf + 1]);
+            for (int dn = 0; dn < D / 8; dn++) {
+                float *row = so + (size_t)(warp * R + r) * SO;
+                if constexpr (RP == AKV_REPR_EXACT) {
+                    *reinterpret_cast<float2 *>(row + dn * 8 + (lane & 3) * 2) =
+                        make_float2(acc[mt][dn][2 * hf], acc[mt][dn][2 * hf + 1]);
+                } else { /* columns n*D/8 + dn, n = 2c, 2c+1 (dec_step_c) */
+                    row[(lane & 3) * 2 * (D / 8) + dn] = acc[mt][dn][2 * hf];
+                    row[((lane & 3) * 2 + 1) * (D / 8) + dn] = acc[mt][dn][2 * hf + 1];
+                }
+            }
         }
     __syncthreads();
 
@@ -652,15 +1030,15 @@ struct dec_pick {
 /* Picks, for `cluster` > 1 (a 16-row tile, at most ATTN_CLUSTER_MAX partitions, grid.x =
  * cluster), the cluster-merged kernel where its clusters fit the device at once
  * (dec_clusters_fit), else the workspace-merged one; opts the kernel into its shared memory. */
-template <int D, int MT, int ST, int MINB, int NW>
+template <int D, int MT, int ST, int MINB, int NW, int RP>
 static akv_status dec_pick_kernel(dim3 grid, int cluster, dec_pick *out) {
-    using C = dec_cfg<D, ST, NW>;
+    using C = dec_cfg<D, ST, NW, RP>;
     static_assert(C::SMEM <= 227 * 1024, "decode block fits an H100/H200 SM");
-    *out = {attn_decode_kernel<D, MT, ST, MINB, NW, false>, C::NT, (size_t)C::SMEM, 1};
+    *out = {attn_decode_kernel<D, MT, ST, MINB, NW, false, RP>, C::NT, (size_t)C::SMEM, 1};
     if constexpr (MT == 1) {
         if (cluster > 1) {
             static dec_cluster_cache cache; /* this kernel's */
-            auto kc = attn_decode_kernel<D, MT, ST, MINB, NW, true>;
+            auto kc = attn_decode_kernel<D, MT, ST, MINB, NW, true, RP>;
             AKV_CUDA_TRY(cudaFuncSetAttribute(kc, cudaFuncAttributeMaxDynamicSharedMemorySize, C::SMEM));
             bool fits = false;
             akv_status st = dec_clusters_fit(kc, C::NT, C::SMEM, cluster, grid.y * grid.z, cache, &fits);
@@ -678,7 +1056,7 @@ static akv_status dec_pick_kernel(dim3 grid, int cluster, dec_pick *out) {
 static akv_status dec_check(const akv_attn_decode *p, const char *op) {
     akv_status st = akv__attn_decode_check(p, op);
     if (st != AKV_OK || p->kv.n_seq == 0) return st;
-    if ((st = attn_cuda_kv_check(&p->kv, op)) != AKV_OK) return st;
+    if ((st = attn_cuda_kv_check(&p->kv, op, true)) != AKV_OK) return st;
     if ((st = attn_cuda_dtype_check(p->q_dtype, "q_dtype", op)) != AKV_OK) return st;
     if ((st = attn_cuda_dtype_check(p->o_dtype, "o_dtype", op)) != AKV_OK) return st;
     const uint32_t q_stride = p->q_stride ? p->q_stride : p->n_heads * p->kv.head_dim;
@@ -744,6 +1122,23 @@ struct dec_plan {
     dec_pick pick;
 };
 
+/* The kernel of a variant's block (warps, head dim, the exact ring's stages) and row tiles
+ * (mt) for pages of representation RP; *found = false for a configuration without one. */
+template <int RP>
+static akv_status dec_pick_repr(uint32_t warps, int D, uint32_t stages, int mt, dim3 grid, int cl, dec_pick *k,
+                                bool *found) {
+    if (warps == 8 && D == 128 && stages == 3) return mt == 1 ? dec_pick_kernel<128, 1, 3, 1, 8, RP>(grid, cl, k) : dec_pick_kernel<128, 2, 3, 1, 8, RP>(grid, 1, k);
+    if (warps == 8 && D == 64 && stages == 4) return mt == 1 ? dec_pick_kernel<64, 1, 4, 1, 8, RP>(grid, cl, k) : dec_pick_kernel<64, 2, 4, 1, 8, RP>(grid, 1, k);
+    /* d=128 with 32 rows needs 235 registers: bound to 3 blocks per SM it spills, so it keeps
+     * 2 (the plan counts 3; only GQA groups above 4 x queries take it) */
+    if (warps == 4 && D == 128 && stages == 2) return mt == 1 ? dec_pick_kernel<128, 1, 2, 3, 4, RP>(grid, cl, k) : dec_pick_kernel<128, 2, 2, 1, 4, RP>(grid, 1, k);
+    /* d=64 decoding compact tiles needs more than the 128 registers of 4 blocks per SM: 3 */
+    constexpr int B64 = RP == AKV_REPR_EXACT ? 4 : 3;
+    if (warps == 4 && D == 64 && stages == 3) return mt == 1 ? dec_pick_kernel<64, 1, 3, B64, 4, RP>(grid, cl, k) : dec_pick_kernel<64, 2, 3, B64, 4, RP>(grid, 1, k);
+    *found = false;
+    return AKV_OK;
+}
+
 static akv_status dec_prepare(const akv_attn_decode *p, const char *op, dec_plan *out) {
     uint32_t variant; /* the split and the ring agree */
     akv_status st = dec_split(p, &variant, &out->sp);
@@ -768,13 +1163,13 @@ static akv_status dec_prepare(const akv_attn_decode *p, const char *op, dec_plan
     const int cl = !p->tuning.no_cluster && p->kv.n_seq == 1 && sp.n_parts >= 2 &&
                            sp.n_parts <= ATTN_CLUSTER_MAX
                        ? (int)sp.n_parts : 1;
-    dec_pick *k = &out->pick;
-    if (warps == 8 && D == 128 && stages == 3) return mt == 1 ? dec_pick_kernel<128, 1, 3, 1, 8>(grid, cl, k) : dec_pick_kernel<128, 2, 3, 1, 8>(grid, 1, k);
-    if (warps == 8 && D == 64 && stages == 4) return mt == 1 ? dec_pick_kernel<64, 1, 4, 1, 8>(grid, cl, k) : dec_pick_kernel<64, 2, 4, 1, 8>(grid, 1, k);
-    /* d=128 with 32 rows needs 235 registers: bound to 3 blocks per SM it spills, so it keeps
-     * 2 (the plan counts 3; only GQA groups above 4 x queries take it) */
-    if (warps == 4 && D == 128 && stages == 2) return mt == 1 ? dec_pick_kernel<128, 1, 2, 3, 4>(grid, cl, k) : dec_pick_kernel<128, 2, 2, 1, 4>(grid, 1, k);
-    if (warps == 4 && D == 64 && stages == 3) return mt == 1 ? dec_pick_kernel<64, 1, 3, 4, 4>(grid, cl, k) : dec_pick_kernel<64, 2, 3, 4, 4>(grid, 1, k);
+    bool found = true;
+    switch (p->kv.repr) {
+    case AKV_REPR_Q8: st = dec_pick_repr<AKV_REPR_Q8>(warps, D, stages, mt, grid, cl, &out->pick, &found); break;
+    case AKV_REPR_Q4: st = dec_pick_repr<AKV_REPR_Q4>(warps, D, stages, mt, grid, cl, &out->pick, &found); break;
+    default: st = dec_pick_repr<AKV_REPR_EXACT>(warps, D, stages, mt, grid, cl, &out->pick, &found); break;
+    }
+    if (found) return st;
     AKV_LOG_E("attn %s: no decode kernel for head dim %d, %u stages, %u warps", op, D, stages, warps);
     return AKV_EUNSUPPORTED;
 }
@@ -831,6 +1226,7 @@ extern "C" akv_status akv_attn_cuda_decode(const akv_attn_decode *p, akv_dptr wo
     a.part_tokens = (int)sp.part_tokens;
     a.scale_log2 = akv__attn_scale(p->scale, p->kv.head_dim) * ATTN_LOG2E;
     a.prefetch = p->prefetch_history;
+    a.n_mask = p->kv.past ? 0 : a.n_query;
     /* the merge is fused: a cluster or the last block of each (sequence, head) does it */
     return attn_launch_dependent(pl.pick.kernel, pl.grid, pl.pick.threads, pl.pick.smem,
                                  static_cast<cudaStream_t>(stream), a, pl.pick.cluster);

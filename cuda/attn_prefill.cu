@@ -369,7 +369,7 @@ extern "C" akv_status akv_attn_cuda_prefill(const akv_attn_prefill *p, void *str
     const char *op = "cuda prefill";
     akv_status st = akv__attn_prefill_check(p, op);
     if (st != AKV_OK || p->kv.n_seq == 0 || p->n_tokens == 0) return st;
-    if ((st = attn_cuda_kv_check(&p->kv, op)) != AKV_OK) return st;
+    if ((st = attn_cuda_kv_check(&p->kv, op, false)) != AKV_OK) return st;
     if ((st = attn_cuda_dtype_check(p->q_dtype, "q_dtype", op)) != AKV_OK) return st;
     if ((st = attn_cuda_dtype_check(p->o_dtype, "o_dtype", op)) != AKV_OK) return st;
     const uint32_t D = p->kv.head_dim;

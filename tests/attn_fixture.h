@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "akv/attn.h"
+#include "akv/kvq.h"
 #include "core/half.h"
 #include "test.h"
 
@@ -34,6 +35,7 @@ typedef struct fx_table {
     size_t page_bytes, pool_bytes;
     float *dense;          /* the live values, unpaged: sequence s at dense_off[s], [2][n_kv][len][d] */
     size_t *dense_off;     /* [n_seq] */
+    uint32_t repr, past;   /* the pool's akv_repr (fx_table_compact) and the table's past flag */
 } fx_table;
 
 static inline size_t fx_elem(akv_dtype t) {
@@ -179,8 +181,56 @@ static inline akv_attn_pages fx_pages(const fx_table *f) {
         .head_dim = f->g.head_dim,
         .page_tokens = f->g.page_tokens,
         .dtype = f->g.dtype,
+        .repr = f->repr,
+        .past = f->past,
     };
     return kv;
+}
+
+/* f's pages in representation r (same ids): every live row encoded, every other byte 0xFF
+ * (a q8 code of -1 under an f16 NaN scale: a reader of a dead row gets NaN). Also the live
+ * rows as the reader decodes them, K rotated back, in f's dense layout (malloc'd), the float64
+ * oracle's input. */
+static inline unsigned char *fx_compact_pool(const fx_table *f, akv_repr r, akv_repr_layout *l, float **dense) {
+    const fx_geom g = f->g;
+    if (akv_repr_layout_of(r, g.dtype, g.n_kv_heads, g.page_tokens, g.head_dim, l) != AKV_OK) return NULL;
+    const akv_kvq_page_shape sh = {g.n_kv_heads, g.page_tokens, g.head_dim, g.dtype};
+    unsigned char *pool = malloc(l->page_bytes * f->n_pages);
+    memset(pool, 0xFF, l->page_bytes * f->n_pages);
+    size_t n_dense = f->n_seq ? f->dense_off[f->n_seq - 1] + 2ull * g.n_kv_heads * f->len[f->n_seq - 1] * g.head_dim : 0;
+    *dense = malloc((n_dense + 1) * sizeof **dense);
+    akv_repr_layout le;
+    (void)akv_repr_layout_of(AKV_REPR_EXACT, g.dtype, g.n_kv_heads, g.page_tokens, g.head_dim, &le);
+    for (uint32_t s = 0; s < f->n_seq; s++)
+        for (uint32_t p = 0; p * g.page_tokens < f->len[s]; p++) {
+            const int32_t id = f->indices[f->indptr[s] + (int32_t)p];
+            const uint32_t rows = f->len[s] - p * g.page_tokens < g.page_tokens ? f->len[s] - p * g.page_tokens : g.page_tokens;
+            CHECK_OK(akv_kvq_encode_page(l, &sh, f->pool + (size_t)id * f->page_bytes,
+                                         pool + (size_t)id * l->page_bytes, rows));
+            for (uint32_t t = 0; t < rows; t++)
+                for (uint32_t kv = 0; kv < 2; kv++)
+                    for (uint32_t h = 0; h < g.n_kv_heads; h++) {
+                        float *x = *dense + f->dense_off[s] +
+                                   (((size_t)kv * g.n_kv_heads + h) * f->len[s] + p * g.page_tokens + t) * g.head_dim;
+                        akv_kvq_read_row(l, &sh, pool + (size_t)id * l->page_bytes, kv, h, t, x);
+                        if (kv == 0 && l->rotate_k) akv_kvq_fwht(x, g.head_dim);
+                    }
+        }
+    return pool;
+}
+
+/* f's pool replaced by its pages in representation r (fx_compact_pool), as a reader sees
+ * them through fx_pages; f->dense stays the exact values. */
+static inline int fx_table_compact(fx_table *f, akv_repr r) {
+    akv_repr_layout l;
+    float *dense = NULL;
+    unsigned char *pool = fx_compact_pool(f, r, &l, &dense);
+    if (!pool) return 0;
+    free(dense);
+    free(f->pool);
+    f->pool = pool, f->page_bytes = l.page_bytes, f->pool_bytes = l.page_bytes * f->n_pages;
+    f->repr = (uint32_t)r;
+    return 1;
 }
 
 /* The worst row error and LSE error of the last fx_compare (for reports). */

@@ -495,38 +495,6 @@ static void test_split_equals_whole(void) {
 
 /* ---- compact pages and parts ---------------------------------------------------------- */
 
-/* f's pages in representation r (same ids): every live row encoded, every other byte 0xFF
- * (a q8 code of -1 under an f16 NaN scale: a reader of a dead row gets NaN). Also the live
- * rows as the reader decodes them, K rotated back, in f's dense layout (malloc'd), the float64
- * oracle's input. */
-static unsigned char *compact_pool(const fx_table *f, akv_repr r, akv_repr_layout *l, float **dense) {
-    const fx_geom g = f->g;
-    if (akv_repr_layout_of(r, g.dtype, g.n_kv_heads, g.page_tokens, g.head_dim, l) != AKV_OK) return NULL;
-    const akv_kvq_page_shape sh = {g.n_kv_heads, g.page_tokens, g.head_dim, g.dtype};
-    unsigned char *pool = malloc(l->page_bytes * f->n_pages);
-    memset(pool, 0xFF, l->page_bytes * f->n_pages);
-    size_t n_dense = f->n_seq ? f->dense_off[f->n_seq - 1] + 2ull * g.n_kv_heads * f->len[f->n_seq - 1] * g.head_dim : 0;
-    *dense = malloc((n_dense + 1) * sizeof **dense);
-    akv_repr_layout le;
-    (void)akv_repr_layout_of(AKV_REPR_EXACT, g.dtype, g.n_kv_heads, g.page_tokens, g.head_dim, &le);
-    for (uint32_t s = 0; s < f->n_seq; s++)
-        for (uint32_t p = 0; p * g.page_tokens < f->len[s]; p++) {
-            const int32_t id = f->indices[f->indptr[s] + (int32_t)p];
-            const uint32_t rows = f->len[s] - p * g.page_tokens < g.page_tokens ? f->len[s] - p * g.page_tokens : g.page_tokens;
-            CHECK_OK(akv_kvq_encode_page(l, &sh, f->pool + (size_t)id * f->page_bytes,
-                                         pool + (size_t)id * l->page_bytes, rows));
-            for (uint32_t t = 0; t < rows; t++)
-                for (uint32_t kv = 0; kv < 2; kv++)
-                    for (uint32_t h = 0; h < g.n_kv_heads; h++) {
-                        float *x = *dense + f->dense_off[s] +
-                                   (((size_t)kv * g.n_kv_heads + h) * f->len[s] + p * g.page_tokens + t) * g.head_dim;
-                        akv_kvq_read_row(l, &sh, pool + (size_t)id * l->page_bytes, kv, h, t, x);
-                        if (kv == 0 && l->rotate_k) akv_kvq_fwht(x, g.head_dim);
-                    }
-        }
-    return pool;
-}
-
 /* Decode and prefill read compact pages in place: against the float64 attention over the
  * decoded rows (K rotated back, the query not rotated: an independent account of the
  * rotation), and, loosely, against the exact pages they were made from. */
@@ -541,7 +509,7 @@ static void test_compact_pages(void) {
             fx_table_make(&f, g, n_seq, len, 2, 1, &rng);
             akv_repr_layout l;
             float *dense = NULL;
-            unsigned char *pool = compact_pool(&f, (akv_repr)r, &l, &dense);
+            unsigned char *pool = fx_compact_pool(&f, (akv_repr)r, &l, &dense);
             if (!CHECK(pool != NULL)) break;
             size_t n_rows = (size_t)n_seq * nq * g.n_heads;
             float *q = fx_random(AKV_DTYPE_F32, n_rows * d, 2.0f, &rng);
@@ -601,7 +569,7 @@ static void test_parts_merge_to_the_whole(void) {
             fx_table_make(&f, g, 1, len, 1, 0, &rng);
             akv_repr_layout l;
             float *dense = NULL;
-            unsigned char *pool = r == AKV_REPR_EXACT ? f.pool : compact_pool(&f, (akv_repr)r, &l, &dense);
+            unsigned char *pool = r == AKV_REPR_EXACT ? f.pool : fx_compact_pool(&f, (akv_repr)r, &l, &dense);
             const uint32_t n = prefill ? 21 : 3; /* new rows at the end of the history */
             const size_t n_rows = (size_t)n * g.n_heads;
             float *q = fx_random(AKV_DTYPE_F32, n_rows * d, 2.0f, &rng);

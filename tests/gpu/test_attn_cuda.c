@@ -158,10 +158,13 @@ static void check_merges_agree(const fx_table *f, const dtable *d, uint32_t nq, 
 /* Decode on the device against the float64 reference, twice (bitwise equal: the second run
  * prefetches its history, which changes when loads are issued, never what they read); with
  * one_seq, check_merges_agree too. Returns whether it launched as a cluster. */
-static int decode_case_at(const char *name, fx_geom g, uint32_t n_seq, const uint32_t *len, uint32_t nq,
-                          uint32_t cap_slack, akv_dtype q_dtype, akv_dtype o_dtype, bool one_seq) {
+static int decode_case_form(const char *name, fx_geom g, uint32_t n_seq, const uint32_t *len, uint32_t nq,
+                            uint32_t cap_slack, akv_dtype q_dtype, akv_dtype o_dtype, bool one_seq, akv_repr repr,
+                            uint32_t past) {
     fx_table f;
     fx_table_make(&f, g, n_seq, len, 2, cap_slack, &rng);
+    if (repr != AKV_REPR_EXACT) CHECK(fx_table_compact(&f, repr));
+    f.past = past;
     dtable d = dt_up(&f);
     size_t n_rows = (size_t)n_seq * nq * g.n_heads, D = g.head_dim, o_bytes = n_rows * D * akv_dtype_size(o_dtype);
     void *q = fx_random(q_dtype, n_rows * D, 2.0f, &rng);
@@ -190,6 +193,11 @@ static int decode_case_at(const char *name, fx_geom g, uint32_t n_seq, const uin
     dt_free(&d);
     fx_table_free(&f);
     return ri.cluster > 1;
+}
+
+static int decode_case_at(const char *name, fx_geom g, uint32_t n_seq, const uint32_t *len, uint32_t nq,
+                          uint32_t cap_slack, akv_dtype q_dtype, akv_dtype o_dtype, bool one_seq) {
+    return decode_case_form(name, g, n_seq, len, nq, cap_slack, q_dtype, o_dtype, one_seq, AKV_REPR_EXACT, 0);
 }
 
 static int decode_case(const char *name, fx_geom g, uint32_t n_seq, const uint32_t *len, uint32_t nq,
@@ -243,6 +251,38 @@ static int test_decode(void) {
     n += decode_case("decode 32/8 d128, 40000 keys", llama, 1, long_len, 1, 0, AKV_DTYPE_BF16, AKV_DTYPE_F32);
     n += decode_case("decode 32/8 d128, capacity 1M keys", llama, 2, short_len, 2, 16384, AKV_DTYPE_BF16, AKV_DTYPE_F32);
     return n;
+}
+
+/* Compact (q8, q4) and past parts: the decode reads them in place, against the float64
+ * reference over the same pages (which decodes each row as akv_kvq_read_row does and rotates
+ * the query for q4; test_attn holds that reference to an independent oracle). Every byte of
+ * the pool no sequence owns is 0xFF (a NaN scale): a kernel that lets a dead row's scale into
+ * a product poisons its output. Lengths cross tiles, pages and partitions; pages of 8 (the
+ * least the kernel takes: a scale load in one page), 16 (several pages a tile), 64 and 256;
+ * one sequence with the cluster merge where it applies; a past part of exact pages too. */
+static void test_decode_parts(void) {
+    const fx_geom llama = {32, 8, 128, 64, AKV_DTYPE_BF16}, smol = {9, 3, 64, 256, AKV_DTYPE_BF16};
+    const fx_geom p8 = {8, 2, 128, 8, AKV_DTYPE_BF16}, p16 = {16, 2, 64, 16, AKV_DTYPE_BF16};
+    const uint32_t edges[7] = {1, 63, 64, 65, 1000, 3001, 130}, one[1] = {1000}, longest[1] = {20000};
+    char name[96];
+    for (int r = AKV_REPR_EXACT; r <= AKV_REPR_Q4; r++)
+        for (uint32_t past = 0; past < 2; past++) {
+            const char *rn = akv_repr_name((akv_repr)r), *pn = past ? " past" : "";
+            if (r == AKV_REPR_EXACT && !past) continue; /* test_decode's */
+            snprintf(name, sizeof name, "%s%s 32/8 d128 P64 nq1", rn, pn);
+            decode_case_form(name, llama, 7, edges, 1, 2, AKV_DTYPE_F32, AKV_DTYPE_F32, false, (akv_repr)r, past);
+            snprintf(name, sizeof name, "%s%s 9/3 d64 P256 nq3", rn, pn);
+            decode_case_form(name, smol, 7, edges, 3, 1, AKV_DTYPE_BF16, AKV_DTYPE_BF16, false, (akv_repr)r, past);
+            snprintf(name, sizeof name, "%s%s 8/2 d128 P8 nq2", rn, pn);
+            decode_case_form(name, p8, 5, edges, 2, 3, AKV_DTYPE_F32, AKV_DTYPE_BF16, false, (akv_repr)r, past);
+            snprintf(name, sizeof name, "%s%s 16/2 d64 P16 nq4 (32 rows)", rn, pn);
+            decode_case_form(name, p16, 6, edges, 4, 0, AKV_DTYPE_F32, AKV_DTYPE_F32, false, (akv_repr)r, past);
+            snprintf(name, sizeof name, "%s%s 32/8 d128 P64, 1 x 1000 keys nq1", rn, pn);
+            decode_case_form(name, llama, 1, one, 1, 0, AKV_DTYPE_BF16, AKV_DTYPE_F32, true, (akv_repr)r, past);
+            if (getenv("AKV_TEST_QUICK")) continue;
+            snprintf(name, sizeof name, "%s%s 32/8 d128 P64, 20000 keys nq2", rn, pn);
+            decode_case_form(name, llama, 1, longest, 2, 0, AKV_DTYPE_F32, AKV_DTYPE_F32, false, (akv_repr)r, past);
+        }
 }
 
 /* Prefill with the chunk's K/V: attention against float64, and the pool bit-exact against the
@@ -631,6 +671,18 @@ static void test_refusals(void) {
     CHECK_STATUS(akv_attn_cuda_decode(&x, (akv_dptr){0}, 0, NULL), AKV_EINVAL);
     x = p, x.q_dtype = AKV_DTYPE_F16;
     CHECK_STATUS(akv_attn_cuda_decode(&x, (akv_dptr){0}, 0, NULL), AKV_EUNSUPPORTED);
+    x = p, x.kv.repr = AKV_REPR_Q8, x.kv.page_tokens = 4; /* a scale load would cross pages */
+    CHECK_STATUS(akv_attn_cuda_decode(&x, (akv_dptr){0}, 0, NULL), AKV_EUNSUPPORTED);
+    /* the prefill kernels read exact pages of the queries' own history only */
+    int32_t qo_h[2] = {0, 1};
+    akv_dptr qo = up(qo_h, sizeof qo_h);
+    akv_attn_prefill pf = {.kv = dt_pages(&f, &d), .n_heads = 4, .qo_indptr = qo, .n_tokens = 1, .max_chunk = 1,
+                           .q = buf, .q_dtype = AKV_DTYPE_BF16, .o = buf, .o_dtype = AKV_DTYPE_F32};
+    pf.kv.repr = AKV_REPR_Q4;
+    CHECK_STATUS(akv_attn_cuda_prefill(&pf, NULL), AKV_EUNSUPPORTED);
+    pf.kv.repr = AKV_REPR_EXACT, pf.kv.past = 1;
+    CHECK_STATUS(akv_attn_cuda_prefill(&pf, NULL), AKV_EUNSUPPORTED);
+    dfree(qo);
     akv_log_set(NULL, NULL, AKV_LOG_WARN);
     dfree(buf);
     dt_free(&d);
@@ -667,6 +719,7 @@ int main(int argc, char **argv) {
                 test_bitwise_cell_one();
             }
             TEST_CASE(prefetch_after_append) test_prefetch_after_append();
+            TEST_CASE(decode_reads_compact_and_past_parts) test_decode_parts();
         }
     tuning = (akv_attn_tuning){0};
     TEST_CASE(prefill_vs_float64_and_pages) test_prefill();
