@@ -14,10 +14,11 @@
  *    bit-identical to the same batch on the resident route with a pool that holds it all
  *    (part A's 32K x 16 row).
  * C. 4 conversations of 32K on a pool that holds one, through the engine (akv/engine.h) with
- *    real prompts (random tokens, prefilled in chunks of 1024) and 16 new tokens each: served
- *    one after another (resident, max_seqs 1: the others wait in the queue) against served
- *    together (staged, max_seqs 4, the same pool): each request's wait and time to its last
- *    token, and the aggregate decode rate.
+ *    real prompts (random tokens, prefilled in chunks of 1024) and 16 new tokens each
+ *    (AKV_BENCH_C_NEW): served one after another (resident, max_seqs 1: the others wait in the
+ *    queue) against served together (staged, max_seqs 4, the same pool; and resident with the
+ *    q4 compact tier): the whole job's wall time against the queue's, each request's wait and
+ *    time to its last token, and the aggregate decode rate.
  *
  * Histories in A and B are synthetic: one begin_step to C tokens without a pass, the host pages
  * filled from a fixed pseudo-random bf16 pattern (the same bytes for both routes; the first
@@ -220,12 +221,13 @@ typedef struct creq {
 } creq;
 
 typedef struct crun {
+    bool ran; /* false: the configuration does not fit the pool (the engine said why) */
     double wall_s, agg_decode;
     creq r[4];
 } crun;
 
-static crun part_c_run(const akv_model_config *c, akv_route_kind kind, uint32_t max_seqs,
-                       uint32_t ctx, uint32_t n_new, uint32_t device_gib) {
+static crun part_c_run(const akv_model_config *c, akv_route_kind kind, akv_repr tier,
+                       uint32_t max_seqs, uint32_t ctx, uint32_t n_new, uint32_t device_gib) {
     crun out;
     memset(&out, 0, sizeof out);
     akv_engine_params ep = akv_engine_default_params();
@@ -235,8 +237,10 @@ static crun part_c_run(const akv_model_config *c, akv_route_kind kind, uint32_t 
     ep.route = kind, ep.max_seqs = max_seqs, ep.max_queue = 4, ep.max_context = ctx + n_new;
     ep.device_gib = device_gib, ep.host_gib = 4 * 5 + 2;
     ep.chunk = 1024;
+    ep.kv_tier = tier;
     akv_engine *e = NULL;
-    TRY(akv_engine_create(&ep, &e));
+    if (akv_engine_create(&ep, &e) != AKV_OK) return out; /* the device went with it */
+    out.ran = true;
     int32_t *prompt = malloc((size_t)ctx * sizeof *prompt);
     double t0 = akv_clock_s();
     for (int i = 0; i < 4; i++) {
@@ -370,30 +374,46 @@ int main(void) {
         bset_close(&b);
     }
     if (strchr(parts, 'C')) {
-        const uint32_t ctx = 32768, n_new = 16, gib = 5;
-        /* the weights and the two pools must fit beside each other once: the model of part A
-         * is freed first */
+        /* AKV_BENCH_C_NEW: new tokens each (16); AKV_BENCH_C_GIB: the pool (5); AKV_BENCH_C_STAGED=0
+         * leaves the staged run out (at 1024 new tokens it stages 4 x 4 GiB every step) */
+        const uint32_t ctx = 32768;
+        const uint32_t n_new = getenv("AKV_BENCH_C_NEW") ? (uint32_t)atoi(getenv("AKV_BENCH_C_NEW")) : 16;
+        const uint32_t gib = getenv("AKV_BENCH_C_GIB") ? (uint32_t)atoi(getenv("AKV_BENCH_C_GIB")) : 5;
+        const bool staged = !(getenv("AKV_BENCH_C_STAGED") && strcmp(getenv("AKV_BENCH_C_STAGED"), "0") == 0);
+        /* the weights and the pools must fit beside each other once: the model of part A is
+         * freed first */
         akv_forward_dev_destroy(f);
         f = NULL;
-        crun q = part_c_run(&c, bench_kind("resident"), 1, ctx, n_new, gib);
-        crun t = part_c_run(&c, bench_kind("staged"), 4, ctx, n_new, gib);
+        crun runs[3];
+        const char *names[3] = {"queue (resident exact, one at a time)", "together, staged exact",
+                                "together, resident q4 tier"};
+        runs[0] = part_c_run(&c, bench_kind("resident"), AKV_REPR_EXACT, 1, ctx, n_new, gib);
+        memset(&runs[1], 0, sizeof runs[1]);
+        if (staged) runs[1] = part_c_run(&c, bench_kind("staged"), AKV_REPR_EXACT, 4, ctx, n_new, gib);
+        runs[2] = part_c_run(&c, bench_kind("resident"), AKV_REPR_Q4, 4, ctx, n_new, gib);
         bench_emit(out,
-                   "\n### 4 conversations of 32K on a pool that holds one (%u GiB device pool, "
-                   "%s)\n\nThrough the engine: prompts of %u random tokens (prefilled in chunks "
+                   "\n### 4 conversations of 32K on a pool that holds one exact history (%u GiB device "
+                   "pool, %s)\n\nThrough the engine: prompts of %u random tokens (prefilled in chunks "
                    "of 1024), %u new tokens each, submitted at once. Queue = resident route, one "
-                   "at a time (the others wait); together = staged route, all four in every "
-                   "step. Wait = submit to first token; done = submit to last token.\n\n"
-                   "| request | queue: wait s | queue: done s | together: wait s | together: "
-                   "done s |\n|---|---|---|---|---|\n",
+                   "at a time (the others wait); together = all four in every step, staged (exact "
+                   "pages through the bus) or resident with the q4 tier (pages older than the last "
+                   "256 tokens in 4.5 bits; the exact window and the compact pool share the GiB). "
+                   "Wait = submit to first token; done = submit to last token; wall = the whole job "
+                   "(its ratio to the queue's).\n\n| configuration | wall s | / queue | decode tok/s "
+                   "| wait s (1st, 4th) | done s (4th) |\n|---|---|---|---|---|---|\n",
                    gib, info.name, ctx, n_new);
-        for (int i = 0; i < 4; i++)
-            bench_emit(out, "| %d | %.2f | %.2f | %.2f | %.2f |\n", i + 1,
-                       q.r[i].info.t_first - q.r[i].info.t_submit,
-                       q.r[i].info.t_done - q.r[i].info.t_submit,
-                       t.r[i].info.t_first - t.r[i].info.t_submit,
-                       t.r[i].info.t_done - t.r[i].info.t_submit);
-        bench_emit(out, "| all | wall %.2f s | decode %.1f tok/s | wall %.2f s | decode %.1f tok/s |\n",
-                   q.wall_s, q.agg_decode, t.wall_s, t.agg_decode);
+        for (int k = 0; k < 3; k++) {
+            if (!runs[k].ran) {
+                bench_emit(out, "| %s | %s | | | | |\n", names[k],
+                           k == 1 && !staged ? "not run (AKV_BENCH_C_STAGED=0)" : "does not fit the pool");
+                continue;
+            }
+            const creq *r = runs[k].r;
+            bench_emit(out, "| %s | %.2f | %.3f | %.1f | %.2f, %.2f | %.2f |\n", names[k], runs[k].wall_s,
+                       runs[0].ran ? runs[k].wall_s / runs[0].wall_s : NAN, runs[k].agg_decode,
+                       r[0].info.t_first - r[0].info.t_submit, r[3].info.t_first - r[3].info.t_submit,
+                       r[3].info.t_done - r[3].info.t_submit);
+        }
     }
     if (out) fclose(out);
     for (uint32_t i = 0; ref && i < n_b_steps; i++) free(ref[i]), free(stg[i]);

@@ -245,6 +245,34 @@ static __device__ __forceinline__ void attn_pack_p(const float (&lo)[4], const f
     pa[3] = attn_pack_bf16(hi[2], hi[3]);
 }
 
+/* The normalised Walsh-Hadamard transform of a row held by a warp, lane l holding elements
+ * E*l .. E*l + E - 1: the butterflies of stride 1, 2, 4, ... as akv_kvq_fwht pairs them, each
+ * (a + b, a - b) rounded as the codec rounds it (in registers below E, across lanes above),
+ * then the factor (float)(1/sqrt(32 E)). The query of q4 pages and their K rows (the encoder)
+ * are rotated by it. */
+template <int E>
+static __device__ __forceinline__ void attn_fwht_row(float (&x)[E], int lane) {
+    const float k = E == 2 ? 0.125f : 0.0883883476483184405f; /* (float)(1 / sqrt(32 E)) */
+    static_assert(E == 2 || E == 4, "head dims 64 and 128");
+#pragma unroll
+    for (int st = 1; st < E; st *= 2)
+#pragma unroll
+        for (int j = 0; j < E; j++)
+            if (!(j & st)) {
+                const float u = x[j], v = x[j + st];
+                x[j] = __fadd_rn(u, v), x[j + st] = __fsub_rn(u, v);
+            }
+#pragma unroll
+    for (int m = 1; m < 32; m *= 2)
+#pragma unroll
+        for (int j = 0; j < E; j++) {
+            const float o = __shfl_xor_sync(ATTN_FULL_MASK, x[j], m);
+            x[j] = (lane & m) ? __fsub_rn(o, x[j]) : __fadd_rn(x[j], o);
+        }
+#pragma unroll
+    for (int j = 0; j < E; j++) x[j] = __fmul_rn(x[j], k);
+}
+
 /* Eight consecutive elements at `src` + off (bf16 or f32), as 8 bf16 (16 bytes). */
 static __device__ __forceinline__ uint4 attn_load8_bf16(const void *src, int is_f32, size_t off) {
     if (!is_f32) return *reinterpret_cast<const uint4 *>(static_cast<const __nv_bfloat16 *>(src) + off);

@@ -332,14 +332,12 @@ static __device__ __forceinline__ int dec_qcol(int p) {
 
 /* The query rows row0.. of the block for a compact tile, rounded to bf16 into the swizzled
  * query tile in dec_qcol's order; padding rows are zero. For q4 each row is first rotated as
- * q4 pages rotate K (akv_kvq_fwht: butterflies of stride 1, 2, 4, ... in f32, then the factor
- * (float)(1/sqrt(D))). Warp w takes rows w, w + NW, ...; a lane holds elements E*lane ..
- * E*lane + E - 1 of a row (strides below E in registers, the others across lanes). */
+ * q4 pages rotate K (attn_fwht_row). Warp w takes rows w, w + NW, ...; a lane holds elements
+ * E*lane .. E*lane + E - 1 of a row. */
 template <int D, int NW, int MT, int RP>
 static __device__ __forceinline__ void dec_store_q_compact(const dec_args &a, int s, int h, int row0, unsigned char *sq,
                                                            int warp, int lane) {
     constexpr int E = D / 32;
-    const float k = D == 64 ? 0.125f : 0.0883883476483184405f; /* (float)(1 / sqrt(D)) */
     for (int r = warp; r < 16 * MT; r += NW) {
         const int gr = row0 + r;
         float x[E];
@@ -353,25 +351,7 @@ static __device__ __forceinline__ void dec_store_q_compact(const dec_args &a, in
                 x[j] = a.q_f32 ? static_cast<const float *>(a.q)[off + j]
                                : __bfloat162float(static_cast<const __nv_bfloat16 *>(a.q)[off + j]);
         }
-        if constexpr (RP == AKV_REPR_Q4) {
-#pragma unroll
-            for (int st = 1; st < E; st *= 2)
-#pragma unroll
-                for (int j = 0; j < E; j++)
-                    if (!(j & st)) {
-                        const float u = x[j], v = x[j + st];
-                        x[j] = u + v, x[j + st] = u - v;
-                    }
-#pragma unroll
-            for (int m = 1; m < 32; m *= 2)
-#pragma unroll
-                for (int j = 0; j < E; j++) {
-                    const float o = __shfl_xor_sync(ATTN_FULL_MASK, x[j], m);
-                    x[j] = (lane & m) ? o - x[j] : x[j] + o;
-                }
-#pragma unroll
-            for (int j = 0; j < E; j++) x[j] *= k;
-        }
+        if constexpr (RP == AKV_REPR_Q4) attn_fwht_row<E>(x, lane);
 #pragma unroll
         for (int j = 0; j < E; j++) {
             const int col = dec_qcol<D, RP>(lane * E + j);

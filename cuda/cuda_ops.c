@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "akv/forward_ops.h"
+#include "akv/kvq.h"
 
 typedef struct cuda_op {
     const char *name; /* the akv_dev_op's name */
@@ -27,6 +28,8 @@ static const cuda_op cuda_ops[] = {
     {AKV_FWD_OP_ATTN_APPEND, akv__cuda_fwd_attn_append, 0},
     {AKV_FWD_OP_ATTN_DECODE, akv__cuda_fwd_attn_decode, 0},
     {AKV_FWD_OP_ATTN_PREFILL, akv__cuda_fwd_attn_prefill, 0},
+    {AKV_FWD_OP_ATTN_MERGE, akv__cuda_fwd_attn_merge, 0},
+    {AKV_KVQ_OP_ENCODE, akv__cuda_kvq_encode_launch, 0},
 };
 
 akv_cuda_op_fn akv__cuda_op_find(const char *name, int *needs_blas) {

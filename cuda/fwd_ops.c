@@ -145,3 +145,9 @@ akv_status akv__cuda_fwd_attn_prefill(const void *args, const akv__cuda_launch *
     memcpy(&a, args, sizeof a);
     return akv_attn_cuda_prefill(&a.p, l->stream);
 }
+
+akv_status akv__cuda_fwd_attn_merge(const void *args, const akv__cuda_launch *l) {
+    akv_fwd_attn_merge_args a;
+    memcpy(&a, args, sizeof a);
+    return akv_attn_cuda_merge(&a.p, l->stream);
+}

@@ -596,6 +596,15 @@ static void test_parts_merge_to_the_whole(void) {
                     akv_attn_prefill pp = mk_prefill(&f, qo, n, n, q, o, lse);
                     pp.kv = kv;
                     CHECK_OK(part ? akv_attn_ref_prefill(&pp) : akv_attn_host_prefill(&pp));
+                    if (!part) { /* the chunk's rows as the queries of a decode (as the device
+                                    pass reads a past part for a prompt chunk): the same states */
+                        float od[21 * 6 * 64], ld[21 * 6];
+                        akv_attn_decode pd = mk_decode(&f, n, q, AKV_DTYPE_F32, od, AKV_DTYPE_F32, ld);
+                        pd.kv = kv;
+                        CHECK_OK(akv_attn_ref_decode(&pd));
+                        CHECK_CLOSE_F32(od, o, n_rows * d, 1e-6, 1e-5);
+                        CHECK_CLOSE_F32(ld, lse, n_rows, 1e-6, 1e-5);
+                    }
                 } else {
                     akv_attn_decode pd = mk_decode(&f, n, q, AKV_DTYPE_F32, o, AKV_DTYPE_F32, lse);
                     pd.kv = kv;

@@ -395,22 +395,63 @@ int main(int argc, char **argv) {
             akv_route_params hall = hp;
             hall.compact_pool = cp2, hall.exact_recent = 1000;
             CHECK_OK(r1_open(p.dev, p.hp, p.dp, &hall, &all));
-            if (!ex.r || !hy.r || !all.r) break;
-            float le[23], lh[23], la[23];
-            double worst = 0, span = 0;
+            /* the same hybrid queued, through the device pass (its parts: the exact one and a
+             * past one read by the decode, prompt chunks' rows as its queries, merged) */
+            akv_dev_pool *cp3 = NULL;
+            CHECK_OK(akv_dev_pool_create(p.dev, &p.g, &cpp, &cp3));
+            akv_forward_params fdp = {.max_step_tokens = P};
+            akv_forward_dev *fd = NULL;
+            CHECK_OK(akv_forward_dev_create(p.dev, m, &fdp, &fd));
+            r1 hq, eq, aq;
+            akv_route_params hqp = hp;
+            hqp.compact_pool = cp3, hqp.queued = true;
+            CHECK_OK(r1_open(p.dev, p.hp, p.dp, &hqp, &hq));
+            akv_route_params eqp = rp;
+            eqp.queued = true;
+            CHECK_OK(r1_open(p.dev, p.hp, p.dp, &eqp, &eq));
+            akv_dev_pool *cp4 = NULL;
+            CHECK_OK(akv_dev_pool_create(p.dev, &p.g, &cpp, &cp4));
+            akv_route_params aqp = hall;
+            aqp.compact_pool = cp4, aqp.queued = true;
+            CHECK_OK(r1_open(p.dev, p.hp, p.dp, &aqp, &aq));
+            if (!ex.r || !hy.r || !all.r || !hq.r || !fd) break;
+            float le[23], lh[23], la[23], lq[23], leq[23], laq[23];
+            double worst = 0, span = 0, worst_q = 0, span_q = 0;
             uint32_t pos = 0;
             while (pos < 100) { /* prompt of 70 in chunks of P, then decode steps */
                 uint32_t n = pos < 70 ? (70 - pos < P ? 70 - pos : P) : 1;
                 if (!CHECK(feed(&ex, fm, tokens + pos, n, le) == AKV_OK) ||
                     !CHECK(feed(&hy, fm, tokens + pos, n, lh) == AKV_OK) ||
-                    !CHECK(feed(&all, fm, tokens + pos, n, la) == AKV_OK))
+                    !CHECK(feed(&all, fm, tokens + pos, n, la) == AKV_OK) ||
+                    !CHECK(fx_feed_route(&hq, NULL, fd, n, tokens + pos, n, lq) == AKV_OK) ||
+                    !CHECK(fx_feed_route(&eq, NULL, fd, n, tokens + pos, n, leq) == AKV_OK) ||
+                    !CHECK(fx_feed_route(&aq, NULL, fd, n, tokens + pos, n, laq) == AKV_OK))
                     break;
+                /* the device pass's parts where nothing is compact: its one-part bits */
+                CHECK_BYTES(laq, leq, sizeof leq);
                 pos += n;
                 CHECK_OK(akv__route_check(hy.r)); /* compact pages = encodings of the host copy */
+                CHECK_OK(akv_route_sync(hq.r)); /* queued: its write-backs done */
+                CHECK_OK(akv__route_check(hq.r));
                 CHECK_BYTES(la, le, sizeof le); /* nothing compact: the exact route's bits */
-                for (int i = 0; i < 23; i++)
+                for (int i = 0; i < 23; i++) {
                     worst = fmax(worst, fabs(lh[i] - le[i])), span = fmax(span, fabs(le[i]));
+                    worst_q = fmax(worst_q, fabs(lq[i] - leq[i])), span_q = fmax(span_q, fabs(leq[i]));
+                }
             }
+            /* the device pass's hybrid against its own exact route moves as the host pass's
+             * does (its activations are rounded to bf16, so its host copies, and the compact
+             * pages made from them, are not the host pass's: the passes are compared each with
+             * its exact route; q4 on a random 2-layer model moves logits by half their span
+             * either way, so its bound is loose: the all-exact queued hybrid's bits above are the
+             * plumbing's check) */
+            printf("  %s: the device pass's hybrid off its exact route by %.3g (logits span %.3g)\n",
+                   akv_repr_name(tier), worst_q, span_q);
+            /* the queued route made its pages leaving the exact window from their device copies
+             * (the walker above compared every one with the codec's encoding of the host copy) */
+            const r1_stats qs = r1_get_stats(&hq);
+            CHECK(qs.r.compact_device > 0 && qs.r.compact_device <= qs.r.compact_pages);
+            CHECK(worst_q > 0 && worst_q < (ti ? 0.75 : 0.05) * span_q);
             /* the compact part is read (the logits move), and within the form's error: the
              * quality of a form is the perplexity tests' to judge (tests/perplexity.sh); here a
              * wrong page or a missed rotation would move them by the logits' whole span */
@@ -447,13 +488,19 @@ int main(int argc, char **argv) {
             CHECK_OK(r1_close(&ex));
             CHECK_OK(r1_close(&hy));
             CHECK_OK(r1_close(&all));
+            CHECK_OK(r1_close(&hq));
+            CHECK_OK(r1_close(&eq));
+            CHECK_OK(r1_close(&aq));
+            akv_forward_dev_destroy(fd);
             CHECK_OK(akv_dev_pool_destroy(cp));
             CHECK_OK(akv_dev_pool_destroy(cp2));
+            CHECK_OK(akv_dev_pool_destroy(cp3));
+            CHECK_OK(akv_dev_pool_destroy(cp4));
             pools_close(&p);
             akv_forward_destroy(fm);
         }
         akv_model_destroy(m4);
-        /* refused: a tier on the staged kind, a tier without its pool, a queued hybrid */
+        /* refused: a tier on the staged kind, a tier without its pool, a pool of another form */
         pools p;
         if (!pools_open(&p, c, 0)) break;
         akv_route *bad = NULL;
@@ -466,9 +513,7 @@ int main(int argc, char **argv) {
         cpp.device_gib = 1, cpp.repr = AKV_REPR_Q8;
         akv_dev_pool *cp = NULL;
         CHECK_OK(akv_dev_pool_create(p.dev, &p.g, &cpp, &cp));
-        rp.compact_pool = cp, rp.queued = true;
-        CHECK_STATUS(akv_route_create(p.dev, p.hp, p.dp, &rp, &bad), AKV_EUNSUPPORTED);
-        rp.queued = false, rp.tier = AKV_REPR_Q4; /* a pool of q8 pages for a q4 tier */
+        rp.compact_pool = cp, rp.tier = AKV_REPR_Q4; /* a pool of q8 pages for a q4 tier */
         CHECK(akv_route_create(p.dev, p.hp, p.dp, &rp, &bad) != AKV_OK);
         akv_log_set(NULL, NULL, AKV_LOG_WARN);
         CHECK_OK(akv_dev_pool_destroy(cp));

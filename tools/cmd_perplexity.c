@@ -37,7 +37,7 @@ static const char ppl_usage[] =
     "      --chunks N           windows at most (default: every whole window of the text)\n"
     "      --max-input-bytes N  the most bytes TEXT may hold (default 64M)\n"
     "  -h, --help               this text\n"
-    "Engine (the compact tier needs --device cpu today):\n";
+    "Engine (a prompt's logits come from the host pass: --device cpu):\n";
 
 /* One side of the run: an engine and what it has scored. */
 typedef struct ppl_side {

@@ -591,8 +591,10 @@ static void run_report(const run_state *s) {
             run_bytes(nt ? es.decode_d2h_bytes / nt : 0, b5));
     double mib = 1.0 / (1 << 20);
     if (es.compact_pages)
-        fprintf(stderr, "compact tier: %llu pages made from the host copies (%.1f MiB)\n",
-                (unsigned long long)es.compact_pages, (double)es.compact_bytes * mib);
+        fprintf(stderr, "compact tier: %llu pages made (%llu on the device from their exact pages, "
+                "the rest from the host copies: %.1f MiB copied)\n",
+                (unsigned long long)es.compact_pages, (unsigned long long)es.compact_device,
+                (double)es.compact_bytes * mib);
     fprintf(stderr,
             "device pool: %u of %u pages per layer in use (%.1f of %.0f MiB); host pool: "
             "%llu pages, %.1f MiB pinned; preemptions %llu\n",

@@ -49,8 +49,8 @@ const akv_tool_setting akv_tool_settings[] = {
         NULL,
         "the form of each history's pages older than --exact-recent tokens: exact (every page "
         "as the pool keeps it), q8 (8.1-8.3 bits an element) or q4 (4.5 bits, K rotated); a "
-        "compact tier serves the resident route on the CPU today and takes its pages' GiB out "
-        "of --device-gib"),
+        "compact tier serves the resident route (CPU and GPU) and takes its pages' GiB out of "
+        "--device-gib"),
     ROW("exact_recent", "--exact-recent", NULL, AKV_OPT_RECENT, "N", AKV_TV_U64, exact_recent, 1,
         (double)(1ull << 40), "256", "with --kv-tier q8|q4: tokens before the newest kept exact"),
     ROW("weights", "--weights", NULL, AKV_OPT_WEIGHTS, "W", AKV_TV_WEIGHTS, weights, 0, 0, NULL,

@@ -95,6 +95,8 @@ extern "C" {
 
 enum {
     AKV_ATTN_MAX_QUERIES = 4,      /* new queries per sequence in decode */
+    AKV_ATTN_MAX_PAST_QUERIES = 8192, /* queries per sequence of a decode over a past part (a
+                                         prompt chunk reading its older history) */
     AKV_ATTN_MAX_HEAD_DIM = 256,   /* ref; the CUDA kernels take 64 and 128 */
     AKV_ATTN_TILE_TOKENS = 64,     /* keys per CUDA tile; partitions are multiples of it */
     AKV_ATTN_MAX_PARTS = 1024,     /* most split-KV partitions per (sequence, K/V head) */
@@ -117,8 +119,9 @@ typedef struct akv_attn_pages {
     akv_dtype dtype;        /* element type of the exact pages (a compact table's exact
                                form): ref f32/f16/bf16; CUDA bf16 */
     uint32_t repr;          /* akv_repr of the pages (akv/kv_repr.h): 0 = exact, in dtype;
-                               q8/q4 = compact pages of that layout, read in place (ref and
-                               host only: the CUDA launchers refuse them) */
+                               q8/q4 = compact pages of that layout, read in place (ref, host
+                               and the CUDA decode, pages of at least 8 tokens there; the CUDA
+                               prefill refuses them) */
     uint32_t past;          /* 1 = every key of the table precedes every query (a part of
                                older history: no causal mask inside it, and nothing of the
                                call is written to it); 0 = the queries are the table's last
@@ -148,7 +151,8 @@ akv_status akv_attn_tuning_check(const akv_attn_tuning *t);
 typedef struct akv_attn_decode {
     akv_attn_pages kv;
     uint32_t n_heads;  /* query heads, a multiple of kv.n_kv_heads */
-    uint32_t n_query;  /* new queries per sequence, 1..AKV_ATTN_MAX_QUERIES */
+    uint32_t n_query;  /* new queries per sequence, 1..AKV_ATTN_MAX_QUERIES; over a past part
+                          (kv.past) 1..AKV_ATTN_MAX_PAST_QUERIES (a prompt chunk) */
     akv_dptr q;        /* [n_seq][n_query] rows of [n_heads][head_dim], q_dtype */
     akv_dtype q_dtype; /* f32 or bf16 (also f16 in the ref); CUDA rounds q to bf16 */
     uint32_t q_stride; /* elements from one query token's row to the next; 0 = n_heads*head_dim */

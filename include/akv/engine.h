@@ -273,8 +273,9 @@ typedef struct akv_engine_stats {
     uint64_t n_decode_steps;
     uint64_t decode_tokens;      /* tokens those steps computed (one per sequence a step) */
     uint64_t decode_h2d_bytes, decode_staged_bytes, decode_d2h_bytes;
-    /* the compact tier: pages made from the host copies (one a layer) and their bytes */
-    uint64_t compact_pages, compact_bytes;
+    /* the compact tier (akv_route_stats): compact pages made (one a layer), of them made on the
+     * device, and the bytes of those made on the host */
+    uint64_t compact_pages, compact_device, compact_bytes;
 } akv_engine_stats;
 
 /* Defaults: 1 GiB pools, bf16 K/V, resident, one sequence, refuse mode, no queue, chunk 256,

@@ -31,10 +31,10 @@
  * same logits alone or among others (docs/engine.md).
  *
  * Parts (akv/kv_parts.h: the hooks a route hands the pass). A part is a page table over the
- * batch in one representation of the K/V (exact today). The pass takes one part per layer; a
- * list of several (a compact older part beside the exact recent one, or a part the host
- * attends) would be attended part by part and merged with the exact LSE merge of akv/attn.h,
- * and is refused (AKV_EUNSUPPORTED) until a representation needs it.
+ * batch in one representation of the K/V. Part 0 is exact and holds the queries' own rows;
+ * the host pass takes past parts of older history beside it (the compact tier's), attends
+ * each and merges them with the exact LSE merge of akv/attn.h; the device pass takes one past
+ * part (akv/forward_dev.h). Anything else is refused (AKV_EUNSUPPORTED).
  *
  * The K/V of token t of a sequence sits in page indices[indptr[s] + t / P] at slot t % P (the
  * page layout of akv/attn.h). Position = index in the sequence: a sequence's new tokens are at

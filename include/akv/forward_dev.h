@@ -32,7 +32,12 @@
  * Attention by groups (forward.h): each run of sequences with the same count of
  * 1..AKV_ATTN_MAX_QUERIES new tokens is one K/V append + one decode call on its view of the
  * table (each count with its own decode workspace); the sequences with longer chunks are one
- * causal prefill call (which writes the chunk's K/V itself). The products and the row ops run
+ * causal prefill call (which writes the chunk's K/V itself). A layer with a past part (the
+ * compact tier's older history) gives each part's states in f32 and merges them into the
+ * attention output (akv_fwd_op_attn_merge): the decode groups read the past part with the
+ * decode (its own workspace per query count), the prefill group with one decode per sequence
+ * whose queries are its chunk's rows (one partition: the rows fill the device as row tiles).
+ * The products and the row ops run
  * over every row of the step at once; the output head over the rows whose logits are asked
  * for, gathered by the output norm.
  *

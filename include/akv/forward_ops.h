@@ -49,6 +49,7 @@ extern "C" {
 #define AKV_FWD_OP_ATTN_APPEND "fwd_attn_append"
 #define AKV_FWD_OP_ATTN_DECODE "fwd_attn_decode"
 #define AKV_FWD_OP_ATTN_PREFILL "fwd_attn_prefill"
+#define AKV_FWD_OP_ATTN_MERGE "fwd_attn_merge"
 
 /* y[t] = table[ids[t]] widened to f32. An id outside [0, n_vocab) gives a row of NaN (the
  * caller validates ids on the host first; the kernel never reads outside the table). */
@@ -188,6 +189,11 @@ typedef struct akv_fwd_attn_prefill_args {
     akv_attn_prefill p;
 } akv_fwd_attn_prefill_args;
 
+/* The exact merge of two parts' states (the pass's parts of a layer's history). */
+typedef struct akv_fwd_attn_merge_args {
+    akv_attn_merge p;
+} akv_fwd_attn_merge_args;
+
 extern const akv_dev_op akv_fwd_op_embed;
 extern const akv_dev_op akv_fwd_op_rmsnorm;
 extern const akv_dev_op akv_fwd_op_rope;
@@ -199,6 +205,7 @@ extern const akv_dev_op akv_fwd_op_matmul;
 extern const akv_dev_op akv_fwd_op_attn_append;
 extern const akv_dev_op akv_fwd_op_attn_decode;
 extern const akv_dev_op akv_fwd_op_attn_prefill;
+extern const akv_dev_op akv_fwd_op_attn_merge;
 
 /* The value of element i of a fill (seed, center, scale), as a float before rounding to the
  * fill's dtype: the formula both backends use. */

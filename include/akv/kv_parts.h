@@ -14,7 +14,8 @@
  *              and read by ONE attention call; its pages may come from several residences (a
  *              staged route's table mixes window pages and slot pages). Parts merge exactly:
  *              each gives (output, log-sum-exp) per head and the pass combines them with the
- *              exact merge of akv/attn.h. A forward pass takes one part today.
+ *              exact merge of akv/attn.h. The passes take an exact part and past parts of older
+ *              history (the compact tier's).
  *
  * Thread-safety: plain values and a table of hooks; the hooks are called on the pass's thread.
  */

@@ -74,6 +74,26 @@ static inline const uint16_t *akv_kvq_scales(const akv_repr_layout *l,
 akv_status akv_kvq_encode_page(const akv_repr_layout *l, const akv_kvq_page_shape *s,
                                const void *exact_page, void *compact_page, uint32_t n_tokens);
 
+/* Compact pages made from exact pages of one geometry, as the arguments of a device op (the
+ * hybrid route launches it by the name AKV_KVQ_OP_ENCODE: the host backend runs
+ * akv_kvq_encode_pairs, the CUDA backend a kernel that computes the same bits). For each pair
+ * i, compact page pairs[i][1] of dst_pool = akv_kvq_encode_page of exact page pairs[i][0] of
+ * src_pool, every row. */
+#define AKV_KVQ_OP_ENCODE "kvq_encode"
+typedef struct akv_kvq_encode_args {
+    uint64_t src_pool;   /* address of exact page 0; pages of the exact layout */
+    uint64_t dst_pool;   /* address of compact page 0; pages of repr's layout */
+    uint64_t pairs;      /* address of int32 [n_pages][2]: (exact page id, compact page id) */
+    uint32_t n_pages;
+    uint32_t repr;       /* AKV_REPR_Q8 or AKV_REPR_Q4 */
+    uint32_t n_kv_heads, page_tokens, head_dim;
+    akv_dtype dtype;     /* the exact pages' */
+} akv_kvq_encode_args;
+
+/* The op over host memory (the addresses are host addresses). AKV_EINVAL for shapes the
+ * layouts refuse, or a representation that is not compact. */
+akv_status akv_kvq_encode_pairs(const akv_kvq_encode_args *a);
+
 /* Row (kv, head, token) of a page in layout l, widened to f32 (a compact row decoded; its K
  * rows stay rotated): what every reader of a page sees. */
 void akv_kvq_read_row(const akv_repr_layout *l, const akv_kvq_page_shape *s, const void *page,

@@ -150,13 +150,16 @@ typedef struct akv_route_params {
     /* the compact tier (docs/routes.md, "The hybrid kind"): with tier q8 or q4 and the
      * resident kind, each history's pages older than its exact recent window are read as a
      * second part, compact pages of compact_pool made from the host copy when they leave
-     * the window; the host pass (direct mode) only, today. exact (0) = none. */
+     * the window (encoded on the host, then copied). exact (0) = none. */
     akv_repr tier;
     akv_dev_pool *compact_pool;  /* its pages (params.repr = tier, the same geometry), borrowed */
     uint64_t exact_recent;       /* tokens before the newest that stay exact; 0 =
                                     AKV_ROUTE_EXACT_RECENT */
     uint32_t max_step;           /* the most new tokens one sequence's step adds (they stay
                                     exact: a chunk attends itself exactly); 0 = max_history */
+    uint32_t encode_threads;     /* threads that encode a step's compact pages, the caller's
+                                    included; 0 = one per core (a page's bytes do not depend
+                                    on them) */
     int prefetch;          /* queued mode: stage layer 0 of the NEXT decode step as soon as this
                               step's last layer is sealed, so its copies cross the bus while the
                               output head, sampling and begin_step run (file comment). 0 = on
@@ -191,9 +194,12 @@ typedef struct akv_route_stats {
     uint64_t n_prefetch_dropped; /* staged: prefetches cancelled (the next step was not the
                                     one they were made for, or a sync came first) */
     uint64_t d2h_bytes;    /* device -> host: write-back of new rows */
-    uint64_t compact_pages; /* hybrid: compact pages made from the host copy (a page of every
-                               layer counts once a layer) */
-    uint64_t compact_bytes; /* hybrid: their bytes, written into the compact pool */
+    uint64_t compact_pages; /* hybrid: compact pages made (a page of every layer counts once a
+                               layer): on the device from its exact page where that page is in
+                               the window (queued), else on the host from the host copy */
+    uint64_t compact_device; /* hybrid: of them, made on the device */
+    uint64_t compact_bytes; /* hybrid: the bytes of those made on the host, copied into the
+                               compact pool */
     uint64_t n_quarantines; /* staged: its stage's quarantines (akv_stage_stats); the route
                                asks for at most one per call that retires leases */
     uint32_t n_open;       /* sequences open now */

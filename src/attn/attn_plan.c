@@ -156,12 +156,15 @@ static akv_status check_stride(uint32_t stride, uint32_t packed, const char *wha
     return AKV_OK;
 }
 
-/* The query shape of a decode: heads a multiple of the K/V heads, 1..AKV_ATTN_MAX_QUERIES queries. */
+/* The query shape of a decode: heads a multiple of the K/V heads, 1..AKV_ATTN_MAX_QUERIES
+ * queries (AKV_ATTN_MAX_PAST_QUERIES over a past part). */
 static akv_status check_decode_shape(const akv_attn_decode *p, const char *op) {
     akv_status st = check_heads(&p->kv, p->n_heads, op);
     if (st != AKV_OK) return st;
-    if (p->n_query == 0 || p->n_query > AKV_ATTN_MAX_QUERIES)
-        BAD("attn %s: n_query %u is outside 1..%d", op, p->n_query, AKV_ATTN_MAX_QUERIES);
+    const uint32_t most = p->kv.past ? AKV_ATTN_MAX_PAST_QUERIES : AKV_ATTN_MAX_QUERIES;
+    if (p->n_query == 0 || p->n_query > most)
+        BAD("attn %s: n_query %u is outside 1..%u%s", op, p->n_query, most,
+            p->kv.past ? " (a past part)" : "");
     return AKV_OK;
 }
 

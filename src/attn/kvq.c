@@ -22,15 +22,23 @@ void akv_kvq_fwht(float *x, uint32_t n) {
 static void kvq_encode_group(const float *x, uint32_t n, float levels, uint16_t *scale,
                              int32_t *codes) {
     float amax = 0;
-    for (uint32_t i = 0; i < n; i++) amax = fmaxf(amax, fabsf(x[i]));
+    for (uint32_t i = 0; i < n; i++) { /* fmaxf without its call: a NaN is passed over alike */
+        const float a = fabsf(x[i]);
+        amax = a > amax ? a : amax;
+    }
     /* the least f16 at or above amax / levels: no value of the group is clipped */
     const float want = amax / levels;
     uint16_t h = akv_f32_to_f16(want);
     if (akv_f16_to_f32(h) < want) h++; /* positive and finite: the next f16 up */
     *scale = h;
     const float s = akv_f16_to_f32(h);
+    /* rint by the float trick: adding and taking away 1.5 x 2^23 rounds to the nearest even
+     * integer (the rounding mode's), as rintf does, for |v| < 2^22; v = x / s is at most
+     * `levels` here (s is at or above amax / levels) */
+    const float magic = 12582912.0f;
     for (uint32_t i = 0; i < n; i++) {
-        float c = s > 0 ? rintf(x[i] / s) : 0.0f;
+        const float t = s > 0 ? x[i] / s + magic : magic; /* C11 does not reassociate it */
+        float c = t - magic;
         c = c > levels ? levels : c < -levels ? -levels : c;
         codes[i] = (int32_t)c;
     }
@@ -105,6 +113,23 @@ akv_status akv_kvq_encode_page(const akv_repr_layout *l, const akv_kvq_page_shap
                                    (uint16_t *)((uint8_t *)compact_page + l->scales_offset) +
                                        r * l->scales_per_row);
             }
+    return AKV_OK;
+}
+
+akv_status akv_kvq_encode_pairs(const akv_kvq_encode_args *a) {
+    akv_repr_layout le, lc;
+    if (!a || a->repr == AKV_REPR_EXACT ||
+        akv_repr_layout_of(AKV_REPR_EXACT, a->dtype, a->n_kv_heads, a->page_tokens, a->head_dim, &le) ||
+        akv_repr_layout_of((akv_repr)a->repr, a->dtype, a->n_kv_heads, a->page_tokens, a->head_dim, &lc))
+        return AKV_EINVAL;
+    const akv_kvq_page_shape sh = {a->n_kv_heads, a->page_tokens, a->head_dim, a->dtype};
+    const int32_t *pairs = (const int32_t *)(uintptr_t)a->pairs;
+    for (uint32_t i = 0; i < a->n_pages; i++) {
+        const uint8_t *src = (const uint8_t *)(uintptr_t)a->src_pool + (size_t)pairs[2 * i] * le.page_bytes;
+        uint8_t *dst = (uint8_t *)(uintptr_t)a->dst_pool + (size_t)pairs[2 * i + 1] * lc.page_bytes;
+        akv_status st = akv_kvq_encode_page(&lc, &sh, src, dst, a->page_tokens);
+        if (st) return st;
+    }
     return AKV_OK;
 }
 

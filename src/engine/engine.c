@@ -926,6 +926,7 @@ void akv_engine_get_stats(const akv_engine *e, akv_engine_stats *out) {
         akv_route_stats rs;
         akv_route_get_stats(e->route, &rs);
         out->compact_pages = rs.compact_pages, out->compact_bytes = rs.compact_bytes;
+        out->compact_device = rs.compact_device;
     }
     if (e->fd) {
         akv_forward_dev_stats fs = akv_forward_dev_get_stats(e->fd);

@@ -83,11 +83,17 @@ struct akv_forward_dev {
     akv_dptr io;          /* int32 [FDEV_IO_INTS]: ids [T], positions [T], the prefill group's
                              qo_indptr [T+1], the logit rows [L] (fdev_io_*) */
     akv_dptr blas_ws;     /* FDEV_CUBLAS_WS bytes, or 0 on the host backend */
-    /* decode workspaces, one per query count (own allocations, grown on demand): a step's
-     * decode groups of different counts never share counters */
-    akv_dptr attn_ws[AKV_ATTN_MAX_QUERIES];
-    size_t attn_ws_bytes[AKV_ATTN_MAX_QUERIES];
-    uint32_t attn_ws_layout[AKV_ATTN_MAX_QUERIES][3]; /* n_seq, n_parts, n_query last used */
+    /* decode workspaces, one per part (exact, past) and query count (own allocations, grown
+     * on demand): a step's decode groups of different counts, and the two parts of a layer,
+     * never share counters */
+    akv_dptr attn_ws[2][AKV_ATTN_MAX_QUERIES];
+    size_t attn_ws_bytes[2][AKV_ATTN_MAX_QUERIES];
+    uint32_t attn_ws_layout[2][AKV_ATTN_MAX_QUERIES][3]; /* n_seq, n_parts, n_query last used */
+    /* a layer read as two parts (an exact part and a past part of older history): each part's
+     * states before their merge into att (one allocation, made at the first such step) */
+    akv_dptr part_mem;
+    akv_dptr part_o[2];   /* f32 [T][q_dim] */
+    akv_dptr part_lse[2]; /* f32 [T][n_heads] */
     akv__fwd_group *groups; /* [T] this step's attention groups */
     /* pinned host side */
     int32_t *io_h;        /* [FDEV_IO_INTS], the source of the io upload */
@@ -230,8 +236,9 @@ void akv_forward_dev_destroy(akv_forward_dev *f) {
     if (!f) return;
     /* akv_dev_mem_free and akv_dev_pinned_free wait for the device to be idle, so nothing
      * queued still uses what is freed. */
-    for (int i = 0; i < AKV_ATTN_MAX_QUERIES; i++)
-        akv_dev_mem_free(f->dev, f->attn_ws[i]);
+    for (int pt = 0; pt < 2; pt++)
+        for (int i = 0; i < AKV_ATTN_MAX_QUERIES; i++) akv_dev_mem_free(f->dev, f->attn_ws[pt][i]);
+    akv_dev_mem_free(f->dev, f->part_mem);
     akv_dev_mem_free(f->dev, f->smem_d);
     akv_dev_mem_free(f->dev, f->wmem);
     if (f->io_h) akv_dev_pinned_free(f->dev, f->io_h);
@@ -579,14 +586,15 @@ const akv_model_config *akv_forward_dev_config(const akv_forward_dev *f) {
     return &f->cfg;
 }
 
-/* The decode workspace of query count n_query for this table's split, grown when a longer
+/* The decode workspace of part `pt` (0: exact, 1: past) and query count n_query for this
+ * table's split, grown when a longer
  * capacity needs more. Its layout (where the arrival counters lie) follows the batch, the
  * split and the query count: a decode with another layout than the last one's finds its
  * counters where partial states were, so the workspace is zeroed again (a group whose size
  * changed; a capacity that changes the split). Each query count has its own workspace, so the
  * groups of one step (one-token decodes beside a chunk of 3) do not re-zero each other's. */
-static akv_status fdev_attn_ws(akv_forward_dev *f, const akv_attn_decode *d, akv_dptr *ws,
-                               size_t *ws_bytes) {
+static akv_status fdev_attn_ws(akv_forward_dev *f, const akv_attn_decode *d, uint32_t pt,
+                               akv_dptr *ws, size_t *ws_bytes) {
     *ws = (akv_dptr){0}, *ws_bytes = 0;
     if (f->is_host) return AKV_OK; /* the ref needs none */
     const uint32_t qi = d->n_query - 1;
@@ -598,35 +606,75 @@ static akv_status fdev_attn_ws(akv_forward_dev *f, const akv_attn_decode *d, akv
     if (st || (st = akv_attn_decode_workspace_bytes(d, &sp, &need))) return st;
     if (need == 0) return AKV_OK; /* one partition: the workspace is not touched */
     const uint32_t layout[3] = {d->kv.n_seq, sp.n_parts, d->n_query};
-    const bool same = memcmp(layout, f->attn_ws_layout[qi], sizeof layout) == 0;
-    if (need > f->attn_ws_bytes[qi]) {
+    const bool same = memcmp(layout, f->attn_ws_layout[pt][qi], sizeof layout) == 0;
+    if (need > f->attn_ws_bytes[pt][qi]) {
         /* the free waits for the device to be idle: no decode in flight still uses the old one
          * (a failed allocation leaves 0 bytes: the next call grows again) */
-        if ((st = akv_dev_mem_free(f->dev, f->attn_ws[qi]))) return st;
-        f->attn_ws[qi] = (akv_dptr){0}, f->attn_ws_bytes[qi] = 0;
-        if ((st = akv_dev_mem_alloc(f->dev, need, &f->attn_ws[qi]))) return st;
-        f->attn_ws_bytes[qi] = need;
+        if ((st = akv_dev_mem_free(f->dev, f->attn_ws[pt][qi]))) return st;
+        f->attn_ws[pt][qi] = (akv_dptr){0}, f->attn_ws_bytes[pt][qi] = 0;
+        if ((st = akv_dev_mem_alloc(f->dev, need, &f->attn_ws[pt][qi]))) return st;
+        f->attn_ws_bytes[pt][qi] = need;
     } else if (same) {
-        *ws = f->attn_ws[qi], *ws_bytes = f->attn_ws_bytes[qi];
+        *ws = f->attn_ws[pt][qi], *ws_bytes = f->attn_ws_bytes[pt][qi];
         return AKV_OK;
     }
     /* the split's arrival counters start at zero (akv/attn.h); every completed decode leaves
      * them at zero. On the compute queue, so it is ordered before the decode. */
-    if ((st = akv_dev_memset_async(f->dev, AKV_QUEUE_COMPUTE, f->attn_ws[qi], 0, need))) return st;
-    memcpy(f->attn_ws_layout[qi], layout, sizeof layout);
-    *ws = f->attn_ws[qi], *ws_bytes = f->attn_ws_bytes[qi];
+    if ((st = akv_dev_memset_async(f->dev, AKV_QUEUE_COMPUTE, f->attn_ws[pt][qi], 0, need))) return st;
+    memcpy(f->attn_ws_layout[pt][qi], layout, sizeof layout);
+    *ws = f->attn_ws[pt][qi], *ws_bytes = f->attn_ws_bytes[pt][qi];
     return AKV_OK;
 }
 
-/* One group's attention: its K/V into the pages, then attend (Q, K, V are the f32 qkv rows
- * from the group's first row on). The prefill group's qo_indptr is in the io upload. */
-static akv_status fdev_attend(akv_forward_dev *f, const akv_attn_pages *pg, const akv__fwd_group *g) {
+/* Where a group's attention writes its states: into att (bf16, one part), or part pt's f32
+ * states from the group's first row (two parts, merged after). */
+typedef struct fdev_out {
+    akv_dptr o, lse;
+    akv_dtype o_dtype;
+} fdev_out;
+
+static fdev_out fdev_out_of(const akv_forward_dev *f, const akv__fwd_group *g, uint32_t n_parts,
+                            uint32_t pt) {
+    if (n_parts == 1)
+        return (fdev_out){akv_dptr_offset(f->att, (size_t)g->row0 * f->q_dim * 2), (akv_dptr){0},
+                          AKV_DTYPE_BF16};
+    return (fdev_out){akv_dptr_offset(f->part_o[pt], (size_t)g->row0 * f->q_dim * 4),
+                      akv_dptr_offset(f->part_lse[pt], (size_t)g->row0 * f->cfg.n_heads * 4),
+                      AKV_DTYPE_F32};
+}
+
+/* A group's decode over the view of a part: its queries the f32 qkv rows from the group's
+ * first row on. History prefetch (akv/attn.h) holds: what may still run as it starts is the end
+ * of the layer's qkv product (it never lets its successor start early, so all before it has
+ * completed), the bias add, RoPE (the scratch), the appends and an earlier decode of other
+ * rows or another part (their rows and outputs); tables and filled or compact pages arrive by
+ * copies or behind event waits, and no kernel writes a past part. */
+static akv_fwd_attn_decode_args fdev_decode_args(const akv_forward_dev *f, akv_attn_pages view,
+                                                 const akv__fwd_group *g, fdev_out out) {
+    return (akv_fwd_attn_decode_args){
+        .p = {.kv = view,
+              .n_heads = f->cfg.n_heads,
+              .n_query = g->n_new,
+              .q = akv_dptr_offset(f->qkv, (size_t)g->row0 * f->qkv_dim * 4),
+              .q_dtype = AKV_DTYPE_F32,
+              .q_stride = f->qkv_dim,
+              .o = out.o,
+              .o_dtype = out.o_dtype,
+              .lse = out.lse,
+              .prefetch_history = true,
+              .tuning = f->params.attn}};
+}
+
+/* One group's attention over its exact part: its K/V into the pages, then attend (Q, K, V are
+ * the f32 qkv rows from the group's first row on). The prefill group's qo_indptr is in the io
+ * upload. */
+static akv_status fdev_attend(akv_forward_dev *f, const akv_attn_pages *pg, const akv__fwd_group *g,
+                              fdev_out out) {
     const akv_model_config *c = &f->cfg;
     const size_t row = (size_t)g->row0 * f->qkv_dim * 4;
     akv_dptr q = akv_dptr_offset(f->qkv, row),
              k = akv_dptr_offset(f->qkv, row + (size_t)f->q_dim * 4),
-             v = akv_dptr_offset(f->qkv, row + (size_t)(f->q_dim + f->kv_dim) * 4),
-             o = akv_dptr_offset(f->att, (size_t)g->row0 * f->q_dim * 2);
+             v = akv_dptr_offset(f->qkv, row + (size_t)(f->q_dim + f->kv_dim) * 4);
     akv_attn_pages view = akv__forward_view(pg, g);
     akv_status st;
     if (g->decode) {
@@ -639,25 +687,8 @@ static akv_status fdev_attend(akv_forward_dev *f, const akv_attn_pages *pg, cons
                                              .dtype = AKV_DTYPE_F32,
                                              .stride = f->qkv_dim}};
         if ((st = FDEV_LAUNCH(f, akv_fwd_op_attn_append, ap))) return st;
-        akv_fwd_attn_decode_args d = {.p = {.kv = view,
-                                            .n_heads = c->n_heads,
-                                            .n_query = g->n_new,
-                                            .q = q,
-                                            .q_dtype = AKV_DTYPE_F32,
-                                            .q_stride = f->qkv_dim,
-                                            .o = o,
-                                            .o_dtype = AKV_DTYPE_BF16,
-                                            /* what may still run as it starts: the end of
-                                             * the layer's qkv product (it never lets its
-                                             * successor start early, so all before it has
-                                             * completed), the bias add, RoPE (the scratch),
-                                             * the appends and an earlier group's decode of
-                                             * other sequences (their rows and outputs);
-                                             * tables and filled pages arrive by copies or
-                                             * behind event waits */
-                                            .prefetch_history = true,
-                                            .tuning = f->params.attn}};
-        if ((st = fdev_attn_ws(f, &d.p, &d.workspace, &d.workspace_bytes))) return st;
+        akv_fwd_attn_decode_args d = fdev_decode_args(f, view, g, out);
+        if ((st = fdev_attn_ws(f, &d.p, 0, &d.workspace, &d.workspace_bytes))) return st;
         return FDEV_LAUNCH(f, akv_fwd_op_attn_decode, d);
     }
     akv_fwd_attn_prefill_args pf = {
@@ -673,9 +704,74 @@ static akv_status fdev_attend(akv_forward_dev *f, const akv_attn_pages *pg, cons
               .v_new = v,
               .kv_new_dtype = AKV_DTYPE_F32,
               .kv_stride = f->qkv_dim,
-              .o = o,
-              .o_dtype = AKV_DTYPE_BF16}};
+              .o = out.o,
+              .o_dtype = out.o_dtype,
+              .lse = out.lse}};
     return FDEV_LAUNCH(f, akv_fwd_op_attn_prefill, pf);
+}
+
+/* One group's attention over a past part (older history, compact or exact: every key before
+ * every query, nothing written): a decode group in one call (its split and workspace as the
+ * exact part's), a prefill group one call per sequence with its chunk's rows as queries (one
+ * partition each: a chunk's rows fill the device as row tiles). */
+static akv_status fdev_attend_past(akv_forward_dev *f, const akv_attn_pages *pg,
+                                   const akv__fwd_group *g, fdev_out out) {
+    const akv_model_config *c = &f->cfg;
+    akv_fwd_attn_decode_args d = fdev_decode_args(f, akv__forward_view(pg, g), g, out);
+    akv_status st;
+    if (g->decode) {
+        if ((st = fdev_attn_ws(f, &d.p, 1, &d.workspace, &d.workspace_bytes))) return st;
+        return FDEV_LAUNCH(f, akv_fwd_op_attn_decode, d);
+    }
+    const int32_t *qo = f->io_h + fdev_io_qo(f); /* this step's, written before the layers */
+    d.p.tuning.max_parts = 1;
+    for (uint32_t s = g->s0; s < g->s1; s++) {
+        const uint32_t r0 = (uint32_t)qo[s - g->s0], n = (uint32_t)qo[s - g->s0 + 1] - r0;
+        akv_fwd_attn_decode_args ds = d;
+        ds.p.kv.indptr = akv_dptr_offset(pg->indptr, (size_t)s * sizeof(int32_t));
+        ds.p.kv.last_page_len = akv_dptr_offset(pg->last_page_len, (size_t)s * sizeof(int32_t));
+        ds.p.kv.n_seq = 1;
+        ds.p.n_query = n;
+        ds.p.q = akv_dptr_offset(d.p.q, (size_t)r0 * f->qkv_dim * 4);
+        ds.p.o = akv_dptr_offset(out.o, (size_t)r0 * f->q_dim * 4);
+        ds.p.lse = akv_dptr_offset(out.lse, (size_t)r0 * c->n_heads * 4);
+        if ((st = FDEV_LAUNCH(f, akv_fwd_op_attn_decode, ds))) return st;
+    }
+    return AKV_OK;
+}
+
+/* A layer's attention over its parts, group by group: one part straight into att; two parts
+ * (the exact one and a past one) each into its f32 states, merged exactly into att. */
+static akv_status fdev_attend_parts(akv_forward_dev *f, const akv_kv_parts *parts, uint32_t n,
+                                    uint32_t n_groups) {
+    akv_status st;
+    const uint32_t np = parts->n_parts;
+    if (np > 1 && !f->part_mem.addr) {
+        const size_t o_bytes = (size_t)f->params.max_step_tokens * f->q_dim * 4,
+                     l_bytes = (size_t)f->params.max_step_tokens * f->cfg.n_heads * 4;
+        if (f->recording) return AKV_ESTATE; /* the hooks that give parts are not replayable */
+        if ((st = akv_dev_mem_alloc(f->dev, 2 * (o_bytes + l_bytes), &f->part_mem))) return st;
+        for (int pt = 0; pt < 2; pt++) {
+            f->part_o[pt] = akv_dptr_offset(f->part_mem, (size_t)pt * o_bytes);
+            f->part_lse[pt] = akv_dptr_offset(f->part_mem, 2 * o_bytes + (size_t)pt * l_bytes);
+        }
+    }
+    for (uint32_t gi = 0; gi < n_groups; gi++) {
+        const akv__fwd_group *g = &f->groups[gi];
+        if ((st = fdev_attend(f, &parts->part[0].kv, g, fdev_out_of(f, g, np, 0)))) return st;
+        if (np > 1 && (st = fdev_attend_past(f, &parts->part[1].kv, g, fdev_out_of(f, g, np, 1))))
+            return st;
+    }
+    if (np == 1) return AKV_OK;
+    akv_fwd_attn_merge_args m = {.p = {.n_rows = n * f->cfg.n_heads,
+                                       .head_dim = f->cfg.head_dim,
+                                       .o_a = f->part_o[0],
+                                       .lse_a = f->part_lse[0],
+                                       .o_b = f->part_o[1],
+                                       .lse_b = f->part_lse[1],
+                                       .o = f->att,
+                                       .o_dtype = AKV_DTYPE_BF16}};
+    return FDEV_LAUNCH(f, akv_fwd_op_attn_merge, m);
 }
 
 /* y[m][n] (+)= x W^T */
@@ -746,10 +842,9 @@ static akv_status fdev_layer_run(akv_forward_dev *f, uint32_t l, uint32_t n, uin
     akv_kv_parts parts;
     memset(&parts, 0, sizeof parts);
     if ((st = kv->begin_layer(kv->user, l, &parts)) ||
-        (st = akv__forward_parts_check(&f->cfg, "forward_dev", l, &parts, n_seq, 1)))
+        (st = akv__forward_parts_check(&f->cfg, "forward_dev", l, &parts, n_seq, 2)) ||
+        (st = fdev_attend_parts(f, &parts, n, n_groups)))
         return st;
-    for (uint32_t gi = 0; gi < n_groups; gi++)
-        if ((st = fdev_attend(f, &parts.part[0].kv, &f->groups[gi]))) return st;
     if (!f->recording && kv->end_layer && (st = kv->end_layer(kv->user, l))) return st;
     if ((st = fdev_matmul(f, f->x, f->att, L->wo, n, c->n_embd, f->q_dim, 1))) return st;
 

@@ -343,10 +343,8 @@ akv_status akv_route_seq_close(akv_route *r, akv_route_seq *s) {
 /* ---- create / destroy ----------------------------------------------------------------------- */
 
 /* A compact tier asked of the route: a compact pool of that representation over the same
- * geometry, a kind that serves one, the direct mode of the host pass (the CUDA attention does
- * not read compact pages yet). */
-static akv_status route_tier_check(const akv_route_params *p, const akv_dev_pool *dev_pool,
-                                   bool is_host) {
+ * geometry and a kind that serves one. */
+static akv_status route_tier_check(const akv_route_params *p, const akv_dev_pool *dev_pool) {
     if (p->tier == AKV_REPR_EXACT) {
         if (!p->compact_pool) return AKV_OK;
         AKV_LOG_E("route: a compact pool is given with no compact {=kv_tier}");
@@ -359,12 +357,6 @@ static akv_status route_tier_check(const akv_route_params *p, const akv_dev_pool
     }
     if (!akv__route_kind_tiered(p->kind, p->tier)) {
         AKV_LOG_E("route: {=kv_tier} %s: the compact tier serves the resident route today",
-                  akv_repr_name(p->tier));
-        return AKV_EUNSUPPORTED;
-    }
-    if (p->queued || !is_host) {
-        AKV_LOG_E("route: {=kv_tier} %s: the compact tier runs on the host pass (direct mode) "
-                  "today; the CUDA attention does not read compact pages yet",
                   akv_repr_name(p->tier));
         return AKV_EUNSUPPORTED;
     }
@@ -392,7 +384,7 @@ akv_status akv_route_create(akv_dev *dev, akv_host_pool *host_pool, akv_dev_pool
     akv_dev_info info;
     akv_status st = akv_dev_get_info(dev, &info);
     if (st) return st;
-    if ((st = route_tier_check(p, dev_pool, info.is_host))) return st;
+    if ((st = route_tier_check(p, dev_pool))) return st;
     if (p->tier != AKV_REPR_EXACT) kind = akv__route_kind_tiered(p->kind, p->tier);
     if (!info.is_host && !p->queued) {
         AKV_LOG_E("route: device '%s': the direct mode (host tables, host forward pass) needs the "
@@ -471,10 +463,27 @@ akv_status akv_route_create(akv_dev *dev, akv_host_pool *host_pool, akv_dev_pool
         r->dpc = p->compact_pool, r->tier = p->tier;
         (void)akv_repr_layout_of(p->tier, g->dtype, g->n_kv_heads, g->page_tokens, g->head_dim,
                                  &r->clayout); /* checked: route_tier_check */
-        r->ctab = akv__calloc(tab_bytes / sizeof(int32_t), sizeof(int32_t));
         r->c_order = akv__calloc(r->cap, sizeof *r->c_order);
         r->cpage = akv__malloc(r->clayout.page_bytes);
-        st = r->ctab && r->c_order && r->cpage ? AKV_OK : AKV_ENOMEM;
+        st = r->c_order && r->cpage ? AKV_OK : AKV_ENOMEM;
+        const size_t cstage_bytes = (size_t)AKV__ROUTE_CSTAGE_PAGES * r->clayout.page_bytes;
+        if (!st && r->queued) {
+            if ((st = akv_dev_pinned_alloc(dev, tab_bytes, (void **)&r->ctab)) == AKV_OK) {
+                memset(r->ctab, 0, tab_bytes);
+                st = akv_dev_mem_alloc(dev, tab_bytes, &r->ctab_d);
+            }
+            if (!st) st = akv_dev_pinned_alloc(dev, cstage_bytes, (void **)&r->cstage);
+            /* a step makes at most every compact page of every layer on the device */
+            r->dpairs_cap = (uint32_t)(r->cap * g->n_layers);
+            const size_t pb = (size_t)r->dpairs_cap * 2 * sizeof(int32_t);
+            if (!st && (st = akv_dev_pinned_alloc(dev, pb, (void **)&r->dpairs_h)) == AKV_OK)
+                st = akv_dev_mem_alloc(dev, pb, &r->dpairs_d);
+        } else if (!st) {
+            r->ctab = akv__calloc(tab_bytes / sizeof(int32_t), sizeof(int32_t));
+            r->cstage = akv__malloc(cstage_bytes);
+            st = r->ctab && r->cstage ? AKV_OK : AKV_ENOMEM;
+        }
+        if (!st) st = akv__par_create(p->encode_threads, &r->cpar);
         if (r->ctab) {
             r->c_indptr = r->ctab;
             r->c_last = r->ctab + max_seqs + 1;
@@ -504,10 +513,16 @@ static akv_status route_free(akv_route *r) {
     akv__free(r->lease_live);
     akv__free(r->step);
     akv__free(r->order);
-    akv__free(r->ctab);
     akv__free(r->c_order);
     akv__free(r->cpage);
+    akv__free(r->cjobs);
+    akv__par_destroy(r->cpar);
     if (r->queued) {
+        if (r->ctab) akv_dev_pinned_free(r->dev, r->ctab);
+        if (r->cstage) akv_dev_pinned_free(r->dev, r->cstage);
+        if (r->dpairs_h) akv_dev_pinned_free(r->dev, r->dpairs_h);
+        akv_dev_mem_free(r->dev, r->dpairs_d);
+        akv_dev_mem_free(r->dev, r->ctab_d);
         for (uint32_t l = 0; r->ev && l < r->geom.n_layers; l++)
             akv_dev_event_destroy(r->dev, r->ev[l]);
         akv_dev_event_destroy(r->dev, r->ev_wb);
@@ -517,6 +532,8 @@ static akv_status route_free(akv_route *r) {
         if (r->tab_h) akv_dev_pinned_free(r->dev, r->tab_h);
     } else {
         akv__free(r->tab_h);
+        akv__free(r->ctab);
+        akv__free(r->cstage);
     }
     akv__free(r);
     return AKV_OK;
@@ -911,20 +928,102 @@ static akv_status route_upload(akv_route *r, uint32_t n) {
     return st;
 }
 
-/* Hybrid: compact page (layer, logical) of s made from its host copy into compact pool page
- * page_id (the host pass: a synchronous copy). */
+/* Hybrid: compact page (layer, logical) of s to be made into compact pool page page_id: on the
+ * device from its exact page when the queued route has it in s's window (and the window is
+ * trusted), else on the host from the host copy (route_compact_run makes them). The step's
+ * compact work runs before the device-pool step, so an exact page leaving the window this step
+ * is still there, and its encoding precedes on the compute queue whatever reuses it. */
 static akv_status route_compact_page(akv_route *r, akv_route_seq *s, uint32_t layer,
-                                     uint32_t logical, uint32_t page_id) {
+                                     uint32_t logical, uint32_t page_id, bool trusted) {
+    const int64_t id = r->queued && trusted ? akv_dev_pool_ctx_find(r->dp, s->ctx, layer, logical) : -1;
+    if (id >= 0) {
+        AKV_ASSERT(r->n_dpairs < r->dpairs_cap);
+        r->dpairs_h[2 * r->n_dpairs] = (int32_t)id, r->dpairs_h[2 * r->n_dpairs + 1] = (int32_t)page_id;
+        r->n_dpairs++;
+        return AKV_OK;
+    }
+    if (r->n_cjobs == r->cjobs_cap) {
+        const uint32_t cap = r->cjobs_cap ? 2 * r->cjobs_cap : 256;
+        akv__route_cjob *j = akv__realloc(r->cjobs, (size_t)cap * sizeof *j);
+        if (!j) return AKV_ENOMEM;
+        r->cjobs = j, r->cjobs_cap = cap;
+    }
+    r->cjobs[r->n_cjobs++] = (akv__route_cjob){
+        .src = akv_host_pool_page_addr(r->hp, akv_host_table_page(s->ht, layer, logical)),
+        .page_id = page_id};
+    return AKV_OK;
+}
+
+/* The op that makes compact pages on the device (akv/kvq.h): the host backend's is the codec
+ * itself, CUDA's a kernel found by the name. */
+static akv_status route_kvq_encode_host(akv_dev *dev, const void *args) {
+    (void)dev;
+    return akv_kvq_encode_pairs(args);
+}
+static const akv_dev_op route_op_kvq_encode = {.name = AKV_KVQ_OP_ENCODE,
+                                               .args_bytes = sizeof(akv_kvq_encode_args),
+                                               .host = route_kvq_encode_host};
+
+typedef struct route_cbatch {
+    const akv_route *r;
+    const akv__route_cjob *jobs;
+    akv_status st[AKV__ROUTE_CSTAGE_PAGES];
+} route_cbatch;
+
+static void route_encode_task(void *ctx, uint32_t t) {
+    route_cbatch *b = ctx;
+    const akv_route *r = b->r;
     const akv_kvq_page_shape sh = {r->geom.n_kv_heads, r->geom.page_tokens, r->geom.head_dim,
                                    r->geom.dtype};
-    const void *src =
-        akv_host_pool_page_addr(r->hp, akv_host_table_page(s->ht, layer, logical));
-    akv_status st = akv_kvq_encode_page(&r->clayout, &sh, src, r->cpage, r->geom.page_tokens);
-    if (st) return st;
+    b->st[t] = akv_kvq_encode_page(&r->clayout, &sh, b->jobs[t].src,
+                                   r->cstage + (size_t)t * r->clayout.page_bytes,
+                                   r->geom.page_tokens);
+}
+
+/* Makes the step's compact pages: AKV__ROUTE_CSTAGE_PAGES at a time encoded into cstage on the
+ * encoders' threads, then copied. Direct: synchronous copies. Queued: on the compute queue, so
+ * the layers' kernels see them; before cstage is reused, the compute queue is waited for (its
+ * copies have read it). The host copies are complete: begin_step settled the step that wrote
+ * their rows. */
+static akv_status route_compact_run(akv_route *r) {
     const size_t n = r->clayout.page_bytes;
-    if ((st = akv_dev_copy_h2d_sync(r->dev, akv_dev_pool_page_addr(r->dpc, page_id), r->cpage, n)))
+    route_cbatch *b = akv__malloc(sizeof *b);
+    if (!b) return AKV_ENOMEM;
+    akv_status st = AKV_OK;
+    for (uint32_t at = 0; at < r->n_cjobs && !st; at += AKV__ROUTE_CSTAGE_PAGES) {
+        const uint32_t m = r->n_cjobs - at < AKV__ROUTE_CSTAGE_PAGES ? r->n_cjobs - at
+                                                                      : AKV__ROUTE_CSTAGE_PAGES;
+        if (at > 0 && r->queued && (st = akv_dev_queue_sync(r->dev, AKV_QUEUE_COMPUTE))) break;
+        b->r = r, b->jobs = r->cjobs + at;
+        akv__par_for(r->cpar, m, route_encode_task, b);
+        for (uint32_t i = 0; i < m && !st; i++) {
+            const akv_dptr dst = akv_dev_pool_page_addr(r->dpc, r->cjobs[at + i].page_id);
+            const uint8_t *src = r->cstage + (size_t)i * n;
+            if ((st = b->st[i])) break;
+            st = r->queued ? akv_dev_copy_h2d_async(r->dev, AKV_QUEUE_COMPUTE, dst, src, n)
+                           : akv_dev_copy_h2d_sync(r->dev, dst, src, n);
+            if (!st) r->stats.compact_pages++, r->stats.compact_bytes += n;
+        }
+    }
+    akv__free(b);
+    r->n_cjobs = 0;
+    if (st || !r->n_dpairs) return st;
+    /* the pages made on the device: their pairs up, one launch */
+    const size_t pb = (size_t)r->n_dpairs * 2 * sizeof(int32_t);
+    const akv_kvq_encode_args a = {.src_pool = akv_dev_pool_base(r->dp).addr,
+                                       .dst_pool = akv_dev_pool_base(r->dpc).addr,
+                                       .pairs = r->dpairs_d.addr,
+                                       .n_pages = r->n_dpairs,
+                                       .repr = (uint32_t)r->tier,
+                                       .n_kv_heads = r->geom.n_kv_heads,
+                                       .page_tokens = r->geom.page_tokens,
+                                       .head_dim = r->geom.head_dim,
+                                       .dtype = r->geom.dtype};
+    if ((st = akv_dev_copy_h2d_async(r->dev, AKV_QUEUE_COMPUTE, r->dpairs_d, r->dpairs_h, pb)) ||
+        (st = akv_dev_op_launch(r->dev, &route_op_kvq_encode, &a, sizeof a)))
         return st;
-    r->stats.compact_pages++, r->stats.compact_bytes += n;
+    r->stats.compact_pages += r->n_dpairs, r->stats.compact_device += r->n_dpairs;
+    r->n_dpairs = 0;
     return AKV_OK;
 }
 
@@ -958,6 +1057,7 @@ static akv_status route_compact_step(akv_route *r, const akv_route_req *reqs, ui
     }
     akv__free(cq), akv__free(cr);
     if (st) return st;
+    r->n_cjobs = 0, r->n_dpairs = 0;
     uint32_t off = 0;
     for (uint32_t i = 0; i < n; i++) {
         akv_route_seq *s = reqs[i].seq;
@@ -969,7 +1069,7 @@ static akv_status route_compact_step(akv_route *r, const akv_route_req *reqs, ui
             for (uint32_t w = 0; w < s->n_compact; w++) { /* the window: pages 1 .. x0-1 */
                 akv_dev_pool_slot sl = akv_dev_pool_ctx_slot(r->dpc, s->cctx, l, w);
                 if ((sl.fresh || sl.logical >= s->c_valid) &&
-                    (st = route_compact_page(r, s, l, sl.logical, sl.page_id)))
+                    (st = route_compact_page(r, s, l, sl.logical, sl.page_id, !refill[i])))
                     return st;
                 row[w] = (int32_t)sl.page_id;
             }
@@ -978,7 +1078,17 @@ static akv_status route_compact_step(akv_route *r, const akv_route_req *reqs, ui
         off += s->n_compact;
     }
     r->c_indptr[n] = (int32_t)off;
-    return AKV_OK;
+    if ((st = route_compact_run(r)) || !r->queued) return st;
+    /* queued: the compact table to the device in compute-queue order (head, then the indices
+     * of every layer in one 2D copy) */
+    const size_t head = (size_t)r->max_seqs + 1 + n, pitch = r->cap * sizeof(int32_t);
+    akv_status ust = akv_dev_copy_h2d_async(r->dev, AKV_QUEUE_COMPUTE, r->ctab_d, r->ctab,
+                                            head * sizeof(int32_t));
+    if (ust || off == 0) return ust;
+    return akv_dev_copy_h2d_2d_async(r->dev, AKV_QUEUE_COMPUTE,
+                                     akv_dptr_offset(r->ctab_d, r->head_ints * sizeof(int32_t)),
+                                     pitch, r->c_indices, pitch, (size_t)off * sizeof(int32_t),
+                                     r->geom.n_layers);
 }
 
 akv_status akv_route_begin_step(akv_route *r, const akv_route_req *reqs, uint32_t n) {
@@ -1030,6 +1140,9 @@ akv_status akv_route_begin_step(akv_route *r, const akv_route_req *reqs, uint32_
         refill[i] = reqs[i].seq->refill;
         reqs[i].seq->refill = true;
     }
+    /* hybrid: the compact part first, while the exact pages leaving the window this step are
+     * still in it (route_compact_page) */
+    if (r->dpc && (st = route_compact_step(r, reqs, n, refill))) goto fail;
     st = akv_dev_pool_step(r->dp, preq, n, pres);
     for (uint32_t i = 0; i < n && (st == AKV_OK || st == AKV_EFULL); i++) {
         const akv_route_seq *s = reqs[i].seq;
@@ -1051,7 +1164,6 @@ akv_status akv_route_begin_step(akv_route *r, const akv_route_req *reqs, uint32_
     bool any_fill = false;
     for (uint32_t i = 0; i < n; i++) any_fill |= pres[i].n_fresh || refill[i];
     if (any_fill && (st = route_order_fills(r))) goto fail;
-    if (r->dpc && (st = route_compact_step(r, reqs, n, refill))) goto fail;
     if ((st = route_write_table(r, reqs, n, refill))) goto fail;
     if (r->n_staged > r->slot_pages) {
         AKV_LOG_E("route: the step stages %u pages per layer; a staging slot holds %u (a window "
@@ -1128,12 +1240,13 @@ static akv_status route_begin_layer(void *user, uint32_t layer, akv_kv_parts *pa
                                          .page_tokens = r->geom.page_tokens,
                                          .dtype = r->geom.dtype};
     if (!r->dpc) return AKV_OK;
-    /* hybrid: the compact part (host tables: direct mode), every key before every query */
+    /* hybrid: the compact part (queued: ctab_d, laid out as ctab), every key before every query */
     akv_attn_pages c = parts->part[0].kv;
+    akv_dptr cbase = r->queued ? r->ctab_d : akv_attn_host_ptr(r->ctab);
     c.pool = akv_dev_pool_base(r->dpc);
-    c.indptr = akv_attn_host_ptr(r->c_indptr);
-    c.indices = akv_attn_host_ptr(r->c_indices + (size_t)layer * r->cap);
-    c.last_page_len = akv_attn_host_ptr(r->c_last);
+    c.indptr = cbase;
+    c.indices = akv_dptr_offset(cbase, at_idx);
+    c.last_page_len = akv_dptr_offset(cbase, at_last);
     c.n_pages = akv_dev_pool_n_pages(r->dpc);
     c.repr = r->tier, c.past = 1;
     parts->n_parts = 2;
@@ -1255,7 +1368,8 @@ static akv_status seq_check_compact(const akv_route *r, const akv_route_seq *s) 
     const akv_kvq_page_shape sh = {r->geom.n_kv_heads, r->geom.page_tokens, r->geom.head_dim,
                                    r->geom.dtype};
     const uint32_t window = akv_dev_pool_ctx_window(s->cctx);
-    for (uint32_t l = 0; !s->refill && l < r->geom.n_layers; l++)
+    /* every copy is done: direct mode, or queued with nothing pending (after a sync) */
+    for (uint32_t l = 0; (!r->queued || !r->pending) && !s->refill && l < r->geom.n_layers; l++)
         for (uint32_t w = 0; w < window; w++) {
             akv_dev_pool_slot sl = akv_dev_pool_ctx_slot(r->dpc, s->cctx, l, w);
             if (sl.logical >= s->c_valid || (uint64_t)(sl.logical + 1) * r->geom.page_tokens > s->n_tokens)

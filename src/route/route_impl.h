@@ -29,6 +29,7 @@
 #include "akv/host_table.h"
 #include "akv/route.h"
 #include "akv/stage.h"
+#include "core/par.h"
 
 struct akv_route_seq {
     akv_route *r;
@@ -117,6 +118,12 @@ typedef struct akv__route_kind {
 
 enum { AKV__ROUTE_HEAD_ALIGN = 4 }; /* int32s: the indices start 16-byte aligned */
 
+/* A compact page to make: the exact host page it encodes, the compact pool page it goes to. */
+typedef struct akv__route_cjob {
+    const void *src;
+    uint32_t page_id;
+} akv__route_cjob;
+
 struct akv_route {
     akv_dev *dev;
     akv_host_pool *hp;
@@ -160,10 +167,21 @@ struct akv_route {
     akv_repr_layout clayout;
     uint64_t exact_recent;
     uint32_t max_step;
-    int32_t *ctab;             /* indptr[max_seqs+1], last[max_seqs], then indices per layer */
+    int32_t *ctab;             /* indptr[max_seqs+1], last[max_seqs], then indices per layer;
+                                  pinned (queued) or heap (direct) */
+    akv_dptr ctab_d;           /* queued: the device copy */
     int32_t *c_indptr, *c_last, *c_indices;
     uint32_t *c_order;         /* [cap] scratch of a step */
-    uint8_t *cpage;            /* one compact page, encoded before its copy */
+    uint8_t *cpage;            /* one compact page (the walker's encoding) */
+    uint8_t *cstage;           /* AKV__ROUTE_CSTAGE_PAGES compact pages encoded for their copies
+                                  (queued: pinned, reused once the compute queue has run them) */
+    akv__route_cjob *cjobs;    /* a step's compact pages to make on the host (grown on demand) */
+    uint32_t n_cjobs, cjobs_cap;
+    int32_t *dpairs_h;         /* queued: (exact page id, compact page id) of a step's compact
+                                  pages made on the device, pinned; dpairs_d their device copy */
+    akv_dptr dpairs_d;
+    uint32_t n_dpairs, dpairs_cap;
+    akv_par *cpar;             /* the encoders' threads */
     /* staged (route_staged.c) */
     akv_stage *stage;
     bool own_stage;
@@ -195,6 +213,9 @@ extern const akv__route_kind akv__route_resident;
 extern const akv__route_kind akv__route_staged;
 extern const akv__route_kind akv__route_hybrid;
 const akv__route_kind *akv__route_kind_of(akv_route_kind kind);
+/* Compact pages the hybrid encodes at once (in parallel) ahead of their copies. */
+#define AKV__ROUTE_CSTAGE_PAGES 256u
+
 /* The kind that serves `kind` with a compact tier (hybrid for resident; NULL: none can). */
 const akv__route_kind *akv__route_kind_tiered(akv_route_kind kind, akv_repr tier);
 

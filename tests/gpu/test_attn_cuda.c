@@ -279,9 +279,62 @@ static void test_decode_parts(void) {
             decode_case_form(name, p16, 6, edges, 4, 0, AKV_DTYPE_F32, AKV_DTYPE_F32, false, (akv_repr)r, past);
             snprintf(name, sizeof name, "%s%s 32/8 d128 P64, 1 x 1000 keys nq1", rn, pn);
             decode_case_form(name, llama, 1, one, 1, 0, AKV_DTYPE_BF16, AKV_DTYPE_F32, true, (akv_repr)r, past);
+            if (past) { /* a prompt chunk's rows as the queries of its older history */
+                snprintf(name, sizeof name, "%s%s 32/8 d128 P64 nq37 (a prompt chunk)", rn, pn);
+                decode_case_form(name, llama, 3, edges + 3, 37, 1, AKV_DTYPE_F32, AKV_DTYPE_F32, false,
+                                 (akv_repr)r, past);
+            }
             if (getenv("AKV_TEST_QUICK")) continue;
             snprintf(name, sizeof name, "%s%s 32/8 d128 P64, 20000 keys nq2", rn, pn);
             decode_case_form(name, llama, 1, longest, 2, 0, AKV_DTYPE_F32, AKV_DTYPE_F32, false, (akv_repr)r, past);
+        }
+}
+
+/* Compact pages made on the device (the op AKV_KVQ_OP_ENCODE's kernel) are the codec's, byte for
+ * byte: random pages (values over 12 orders of magnitude, an outlier channel in some rows, a
+ * zero row), every form and head dim, page pairs scattered. */
+static void test_encode_on_device(void) {
+    const akv_dev_op op = {.name = AKV_KVQ_OP_ENCODE, .args_bytes = sizeof(akv_kvq_encode_args)};
+    const uint32_t n_kv = 3, P = 16, n = 7; /* pages */
+    for (int r = AKV_REPR_Q8; r <= AKV_REPR_Q4; r++)
+        for (uint32_t d = 64; d <= 128; d *= 2) {
+            akv_repr_layout le, lc;
+            CHECK_OK(akv_repr_layout_of(AKV_REPR_EXACT, AKV_DTYPE_BF16, n_kv, P, d, &le));
+            CHECK_OK(akv_repr_layout_of((akv_repr)r, AKV_DTYPE_BF16, n_kv, P, d, &lc));
+            const size_t rows = le.page_bytes / 2 / d;
+            uint16_t *ex = malloc(le.page_bytes * n);
+            for (size_t i = 0; i < le.page_bytes / 2 * n; i++) {
+                const size_t row = i / d;
+                float x = test_rand_f32(&rng) * powf(10.0f, (float)(int)(row % 13) - 6.0f);
+                if (row % 5 == 1 && i % d == 3) x *= 40.0f; /* an outlier channel */
+                if (row % 17 == 4) x = 0.0f;                /* a zero row: scale 0 */
+                ex[i] = akv_f32_to_bf16(x);
+            }
+            int32_t pairs[2 * 7];
+            for (uint32_t i = 0; i < n; i++) pairs[2 * i] = (int32_t)((i * 3) % n), pairs[2 * i + 1] = (int32_t)(n - 1 - i);
+            uint8_t *want = malloc(lc.page_bytes * n), *got = malloc(lc.page_bytes * n);
+            memset(want, 0, lc.page_bytes * n);
+            akv_kvq_encode_args a = {.src_pool = (uint64_t)(uintptr_t)ex, .dst_pool = (uint64_t)(uintptr_t)want,
+                                     .pairs = (uint64_t)(uintptr_t)pairs, .n_pages = n, .repr = (uint32_t)r,
+                                     .n_kv_heads = n_kv, .page_tokens = P, .head_dim = d, .dtype = AKV_DTYPE_BF16};
+            CHECK_OK(akv_kvq_encode_pairs(&a));
+            akv_dptr src = up(ex, le.page_bytes * n), dst = up(NULL, lc.page_bytes * n), pr = up(pairs, sizeof pairs);
+            CHECK_OK(akv_dev_memset_sync(dev, dst, 0, lc.page_bytes * n));
+            a.src_pool = src.addr, a.dst_pool = dst.addr, a.pairs = pr.addr;
+            CHECK_OK(akv_dev_op_launch(dev, &op, &a, sizeof a));
+            CHECK_OK(akv_dev_sync(dev));
+            down(got, dst, lc.page_bytes * n);
+            size_t first = SIZE_MAX;
+            for (size_t i = 0; i < lc.page_bytes * n && first == SIZE_MAX; i++)
+                if (got[i] != want[i]) first = i;
+            printf("  %s d%u: %u pages of %zu rows made on the device: %s\n", akv_repr_name((akv_repr)r), d, n,
+                   rows, first == SIZE_MAX ? "the codec's bytes" : "DIFFER");
+            if (first != SIZE_MAX)
+                printf("    first difference at byte %zu of %zu: %02x, codec %02x\n", first, lc.page_bytes * n,
+                       got[first], want[first]);
+            CHECK(first == SIZE_MAX);
+            dfree(src), dfree(dst), dfree(pr);
+            free(ex), free(want), free(got);
         }
 }
 
@@ -725,6 +778,7 @@ int main(int argc, char **argv) {
     TEST_CASE(prefill_vs_float64_and_pages) test_prefill();
     TEST_CASE(append_bit_exact) test_append();
     TEST_CASE(merge) test_merge();
+    TEST_CASE(compact_pages_made_on_the_device_are_the_codecs) test_encode_on_device();
     TEST_CASE(refusals) test_refusals();
     akv_dev_usage u = akv_dev_get_usage(dev);
     CHECK_EQ_U64(u.n_device, 0); /* every test buffer freed */
