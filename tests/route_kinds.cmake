@@ -2,7 +2,7 @@
 # (AKV_ROUTE_RESIDENT, AKV_ROUTE_STAGED): what a kind decides is the route's to say through its
 # functions (akv/route.h: plan, need, place); everything else chooses a kind by name
 # (akv_route_kind_from_name) and asks, never switches on it. The floor: src/route/,
-# include/akv/route.h, and the route's own tests (test_route.c, route_cells.h,
+# include/akv/route.h, and the route's own tests (test_route.c, test_gate.c, route_cells.h,
 # gpu/test_route_cuda.c).
 #   cmake -DROOT=<dir> -P route_kinds.cmake
 set(n_bad 0)
@@ -11,7 +11,7 @@ foreach(d src include tools bench tests cuda ref)
        "${ROOT}/${d}/*.cu" "${ROOT}/${d}/*.cuh" "${ROOT}/${d}/*.inc")
   foreach(f IN LISTS files)
     file(RELATIVE_PATH rel "${ROOT}" "${f}")
-    if(rel MATCHES "^src/route/|^include/akv/route\\.h$|^tests/test_route\\.c$|^tests/route_cells\\.h$|^tests/gpu/test_route_cuda\\.c$|^tests/data/")
+    if(rel MATCHES "^src/route/|^include/akv/route\\.h$|^tests/test_route\\.c$|^tests/test_gate\\.c$|^tests/route_cells\\.h$|^tests/gpu/test_route_cuda\\.c$|^tests/data/")
       continue()
     endif()
     file(STRINGS "${f}" hits REGEX "AKV_ROUTE_(RESIDENT|STAGED)")

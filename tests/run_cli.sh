@@ -94,6 +94,10 @@ for case in "run -m $tmp/s.gguf -p hi --device cuda:abc|not a device index" \
             "run -m $tmp/s.gguf -p hi --kv-tier q5|expected one of exact|q8|q4" \
             "run -m $tmp/s.gguf -p hi --device cpu --kv-tier q4 --device-gib 2|cannot hold a head dim of 16" \
             "run -m $tmp/s.gguf -p hi --device cpu --kv-tier q8 --route staged|serves the resident route today" \
+            "run -m $tmp/s.gguf -p hi --calibration $tmp/s.gguf|is read by the gate" \
+            "run -m $tmp/s.gguf -p hi --kv-tier auto --calibration $tmp/s.gguf|cannot be used" \
+            "perplexity -m $tmp/s.gguf -f $tmp/s.gguf --kv-tier auto|name it" \
+            "calibrate --bogus|unrecognized option" \
             "perplexity -m $tmp/s.gguf|-f TEXT is required" \
             "perplexity -m $tmp/s.gguf -f $tmp/s.gguf --ctx 2|--ctx must be at least 4" \
             "serve -m $tmp/s.gguf --max-connections 4 --max-connections-per-client 5|is more than --max-connections"; do

@@ -412,6 +412,46 @@ int main(int argc, char **argv) {
         akv_engine_destroy(e);
     }
 
+    TEST_CASE(kv_tier_auto_weighs_every_placement) {
+        /* The gate plans each placement and predicts each: with the default rates (an H100's,
+         * where q4 reads a history in 0.44 of exact's time) it takes q4 (the pools hold it: 2
+         * GiB, max_context 256), and the engine serves a request on it. With rates where the
+         * compact forms decode so slowly that they cost more than their bytes save, exact
+         * stays. */
+        akv_gate_rates slow = akv_gate_default_rates();
+        slow.read_frac[AKV_REPR_Q8] = slow.read_frac[AKV_REPR_Q4] = 0.2;
+        /* q4 needs a head dim that is a power of two of at least 32 */
+        const tm_shape d32 = {.arch = "llama", .n_layers = 2, .n_embd = 64, .n_ff = 48,
+                              .n_heads = 2, .n_kv_heads = 1, .n_vocab = NV};
+        akv_model *m32 = tm_load(&d32, rng);
+        for (int k = 0; k < 2 && CHECK(m32 != NULL); k++) {
+            akv_engine_params ep = akv_engine_default_params();
+            ep.kv_tier = AKV_ENGINE_TIER_AUTO, ep.device_gib = 2, ep.max_seqs = 2;
+            ep.exact_recent = P, ep.gate_rates = k ? &slow : NULL;
+            akv_engine *e = engine_open(m32, &ep);
+            if (!e) break;
+            const akv_engine_plan *pl = akv_engine_get_plan(e);
+            CHECK_EQ_INT(pl->n_gate, AKV_ENGINE_GATE_OPTIONS);
+            int chosen = -1;
+            for (uint32_t i = 0; i < pl->n_gate; i++)
+                if (pl->gate[i].chosen) chosen = (int)i;
+            CHECK(chosen >= 0 && pl->gate[chosen].seqs == 2);
+            CHECK_EQ_INT(pl->route.tier, (k ? AKV_REPR_EXACT : AKV_REPR_Q4));
+            CHECK_EQ_INT(pl->gate[chosen].tier, pl->route.tier);
+            seen a = {0};
+            akv_request *ra;
+            akv_request_params pa = greedy(tokens, 40, 8, &a);
+            CHECK_OK(akv_engine_submit(e, &pa, &ra, NULL));
+            CHECK(run_all(e, 200) > 0);
+            CHECK_EQ_INT(a.n, 8);
+            char buf[8192];
+            akv_engine_plan_format(pl, buf, sizeof buf);
+            CHECK(strstr(buf, "gate:") != NULL);
+            akv_engine_destroy(e);
+        }
+        akv_model_destroy(m32);
+    }
+
     TEST_CASE(idle_contexts_closed_least_recently_used_first) {
         /* max_idle 3: five finished conversations leave the three most recent idle; a prompt
          * sharing the first's prefix computes it again, one sharing the fifth's reuses it */

@@ -22,6 +22,7 @@ static const akv_cmd akv_cmds[] = {
     {"devices", "list the devices this build can use and their properties", akv_cmd_devices},
     {"run", "generate text from a GGUF model, its K/V history in host and device pages", akv_cmd_run},
     {"perplexity", "a model's perplexity over a text, and a compact K/V tier's against exact", akv_cmd_perplexity},
+    {"calibrate", "measure the rates the economic gate (--kv-tier auto) weighs, into a file", akv_cmd_calibrate},
     {"serve", "an OpenAI-compatible HTTP server over the engine (chat, completions, metrics)", akv_cmd_serve},
     {"tok", "tokenize text (or a chat) with a GGUF's tokenizer; print ids and pieces", akv_cmd_tok},
     {"gguf", "inspect a GGUF file (info), write a synthetic model (synth) or a layer slice (slice)", akv_cmd_gguf},

@@ -30,6 +30,7 @@ int akv_cmd_devices(int argc, char **argv);
 int akv_cmd_tok(int argc, char **argv); /* cmd_tok.c */
 int akv_cmd_run(int argc, char **argv); /* cmd_run.c */
 int akv_cmd_perplexity(int argc, char **argv); /* cmd_perplexity.c */
+int akv_cmd_calibrate(int argc, char **argv); /* cmd_calibrate.c */
 int akv_cmd_serve(int argc, char **argv); /* cmd_serve.c */
 int akv_cmd_gguf(int argc, char **argv);
 int akv_cmd_fit(int argc, char **argv); /* cmd_fit.c */

@@ -243,6 +243,11 @@ int akv_cmd_perplexity(int argc, char **argv) {
         return AKV_EXIT_USAGE;
     }
     if ((r = akv_tool_eopts_check("perplexity", &o)) >= 0) return r;
+    if (o.kv_tier == AKV_ENGINE_TIER_AUTO) {
+        fprintf(stderr, "akv perplexity: --kv-tier auto: perplexity compares one form with exact; "
+                        "name it (q8 or q4)\n");
+        return AKV_EXIT_USAGE;
+    }
 
     int rc = AKV_EXIT_FAIL;
     akv_model *model = NULL;

@@ -416,8 +416,13 @@ static int run_open_engine(run_state *s, uint32_t max_seqs) {
                 (double)akv_engine_weight_bytes(s->engine) / (1 << 20),
                 akv_dtype_name(pl->geom.dtype), pl->geom.page_tokens,
                 akv_geom_page_bytes(&pl->geom) >> 10, o->e.host_gib, o->e.device_gib,
-                akv_route_kind_name(o->e.route), tier, (unsigned long long)s->n_ctx,
+                akv_route_kind_name(pl->route.kind), tier, (unsigned long long)s->n_ctx,
                 pl->max_seqs);
+        if (pl->n_gate) { /* --kv-tier auto: what the gate weighed */
+            char g[2048];
+            akv_gate_format(&pl->gate_rates, pl->gate, pl->n_gate, pl->max_context, g, sizeof g);
+            fputs(g, stderr);
+        }
     }
     return -1;
 }

@@ -33,7 +33,7 @@ int akv_tool_eopts_parse(const char *cmd, int c, const char *arg, akv_tool_eopts
     return akv_tool_setting_parse(cmd, s, arg, o) ? 1 : -1;
 }
 
-int akv_tool_eopts_check(const char *cmd, const akv_tool_eopts *o) {
+int akv_tool_eopts_check(const char *cmd, akv_tool_eopts *o) {
     /* a template is a file of Jinja source or a family's name; anything else is a typo that
      * would leave every chat request refused */
     struct stat sb;
@@ -41,6 +41,14 @@ int akv_tool_eopts_check(const char *cmd, const akv_tool_eopts *o) {
     if (o->tmpl && stat(o->tmpl, &sb) != 0 && akv_chat_kind_from_name(o->tmpl, &kind)) {
         fprintf(stderr, "akv %s: --chat-template '%s' is neither a file nor a template family "
                         "(chatml|llama3)\n", cmd, o->tmpl);
+        return AKV_EXIT_USAGE;
+    }
+    if (o->calibration && o->kv_tier != AKV_ENGINE_TIER_AUTO) {
+        fprintf(stderr, "akv %s: --calibration is read by the gate: give --kv-tier auto\n", cmd);
+        return AKV_EXIT_USAGE;
+    }
+    if (o->calibration && akv_gate_rates_load(o->calibration, &o->gate_rates) != AKV_OK) {
+        fprintf(stderr, "akv %s: --calibration '%s' cannot be used (see above)\n", cmd, o->calibration);
         return AKV_EXIT_USAGE;
     }
     const uint32_t cores = akv__par_cores();
@@ -70,6 +78,7 @@ void akv_tool_eopts_apply(const akv_tool_eopts *o, akv_engine_params *ep) {
     ep->kv_dtype = o->kv_dtype, ep->weights = o->weights;
     ep->route = o->route, ep->window_pages = (uint32_t)o->window_pages;
     ep->kv_tier = o->kv_tier, ep->exact_recent = o->exact_recent;
+    ep->gate_rates = o->calibration ? &o->gate_rates : NULL;
     ep->chunk = (uint32_t)o->chunk, ep->step_tokens = (uint32_t)o->step_tokens;
     ep->threads = akv_tool_eopts_threads(o), ep->no_graphs = o->no_graphs != 0;
 }

@@ -27,8 +27,9 @@ void akv_tool_eopts_defaults(akv_tool_eopts *o);
  * its value is bad (printed as "akv <cmd>: --flag: ..."). */
 int akv_tool_eopts_parse(const char *cmd, int c, const char *arg, akv_tool_eopts *o);
 
-/* The checks that need every option: -1 when the options hold, else AKV_EXIT_USAGE (printed). */
-int akv_tool_eopts_check(const char *cmd, const akv_tool_eopts *o);
+/* The checks that need every option, and the calibration file read into o->gate_rates: -1 when
+ * the options hold, else AKV_EXIT_USAGE (printed). */
+int akv_tool_eopts_check(const char *cmd, akv_tool_eopts *o);
 
 /* Help lines of the shared options from the settings table (-m, --max-context, --parallel
  * and --seed excepted: their defaults are each command's), defaults from o. */

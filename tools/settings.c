@@ -45,12 +45,15 @@ const akv_tool_setting akv_tool_settings[] = {
         AKV_DEV_POOL_MAX_GIB, NULL, "device pool size, whole GiB"),
     ROW("kv_dtype", "--kv-dtype", NULL, AKV_OPT_KV, "T", AKV_TV_DTYPE, kv_dtype, 0, 0, NULL,
         "K/V page element type: bf16, f16 or f32"),
-    ROW("kv_tier", "--kv-tier", NULL, AKV_OPT_TIER, "exact|q8|q4", AKV_TV_REPR, kv_tier, 0, 0,
-        NULL,
+    ROW("kv_tier", "--kv-tier", NULL, AKV_OPT_TIER, "exact|q8|q4|auto", AKV_TV_REPR, kv_tier, 0,
+        0, NULL,
         "the form of each history's pages older than --exact-recent tokens: exact (every page "
         "as the pool keeps it), q8 (8.1-8.3 bits an element) or q4 (4.5 bits, K rotated); a "
         "compact tier serves the resident route (CPU and GPU) and takes its pages' GiB out of "
-        "--device-gib"),
+        "--device-gib; auto: the economic gate chooses the route and the tier by the step it "
+        "predicts (--calibration)"),
+    ROW("calibration", "--calibration", NULL, AKV_OPT_CALIBRATION, "FILE", AKV_TV_TEXT,
+        calibration, 0, 0, "an H100's", "with --kv-tier auto: the machine's rates, written by akv calibrate"),
     ROW("exact_recent", "--exact-recent", NULL, AKV_OPT_RECENT, "N", AKV_TV_U64, exact_recent, 1,
         (double)(1ull << 40), "256", "with --kv-tier q8|q4: tokens before the newest kept exact"),
     ROW("weights", "--weights", NULL, AKV_OPT_WEIGHTS, "W", AKV_TV_WEIGHTS, weights, 0, 0, NULL,
@@ -201,6 +204,10 @@ int akv_tool_setting_parse(const char *cmd, const akv_tool_setting *s, const cha
         *(akv_weights *)at = weights_of[i];
         return 1;
     case AKV_TV_REPR:
+        if (!strcmp(arg, "auto")) {
+            *(akv_repr *)at = AKV_ENGINE_TIER_AUTO;
+            return 1;
+        }
         if (akv_repr_from_name(arg, (akv_repr *)at) == AKV_OK) return 1;
         fprintf(stderr, "akv %s: %s '%s': expected one of %s\n", cmd, s->flag, arg, s->arg);
         return 0;
@@ -251,7 +258,10 @@ static void setting_default(const akv_tool_setting *s, const akv_tool_eopts *def
     case AKV_TV_ROUTE:
         snprintf(buf, cap, "%s", akv_route_kind_name(*(const akv_route_kind *)at));
         break;
-    case AKV_TV_REPR: snprintf(buf, cap, "%s", akv_repr_name(*(const akv_repr *)at)); break;
+    case AKV_TV_REPR:
+        snprintf(buf, cap, "%s", *(const akv_repr *)at == AKV_ENGINE_TIER_AUTO ? "auto"
+                                                                                : akv_repr_name(*(const akv_repr *)at));
+        break;
     case AKV_TV_SWITCH:
     case AKV_TV_NONE: break;
     }

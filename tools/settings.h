@@ -37,8 +37,10 @@ typedef struct akv_tool_eopts {
     akv_route_kind route;
     akv_dtype kv_dtype;
     akv_weights weights;    /* --weights */
-    akv_repr kv_tier;       /* --kv-tier */
+    akv_repr kv_tier;       /* --kv-tier (AKV_ENGINE_TIER_AUTO: auto) */
     unsigned long long exact_recent; /* --exact-recent; 0 = the route's default */
+    const char *calibration; /* --calibration: the gate's rates (akv calibrate) */
+    akv_gate_rates gate_rates; /* read from it by akv_tool_eopts_check */
     akv_sample_params sp;   /* the default sampling (a request may override it) */
 } akv_tool_eopts;
 
@@ -48,7 +50,7 @@ enum {
     AKV_OPT_DEVGIB, AKV_OPT_KV, AKV_OPT_CHUNK, AKV_OPT_STEP, AKV_OPT_THREADS, AKV_OPT_NOGRAPHS,
     AKV_OPT_PARALLEL, AKV_OPT_TMPL, AKV_OPT_TEMP, AKV_OPT_TOPK, AKV_OPT_TOPP, AKV_OPT_MINP,
     AKV_OPT_RP, AKV_OPT_RLN, AKV_OPT_SEED, AKV_OPT_PRES, AKV_OPT_FREQ, AKV_OPT_WEIGHTS,
-    AKV_OPT_SPECIAL_CONTENT, AKV_OPT_TIER, AKV_OPT_RECENT,
+    AKV_OPT_SPECIAL_CONTENT, AKV_OPT_TIER, AKV_OPT_RECENT, AKV_OPT_CALIBRATION,
 };
 
 

@@ -35,6 +35,7 @@
 #include "akv/kvq.h"
 #include "akv/kv_parts.h"
 #include "akv/route.h"
+#include "akv/gate.h"
 #include "akv/ops.h"
 #include "akv/model.h"
 #include "akv/forward_ops.h"

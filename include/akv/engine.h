@@ -63,6 +63,7 @@
 #include "akv/attn.h"
 #include "akv/dev.h"
 #include "akv/dtype.h"
+#include "akv/gate.h"
 #include "akv/model.h"
 #include "akv/route.h"
 #include "akv/sample.h"
@@ -123,8 +124,12 @@ typedef struct akv_engine_params {
     akv_repr kv_tier;                /* the compact tier (akv/kv_repr.h): q8 or q4 reads each
                                         history's pages older than exact_recent tokens in that
                                         form, from a compact pool the plan takes out of
-                                        device_gib (the resident route on the host pass, today);
-                                        exact (0) = every page exact */
+                                        device_gib (the resident route); exact (0) = every page
+                                        exact; AKV_ENGINE_TIER_AUTO = the economic gate chooses
+                                        the route and the tier (akv/gate.h; route is then
+                                        ignored) */
+    const akv_gate_rates *gate_rates; /* the gate's transfer model (akv calibrate); NULL = its
+                                        defaults (akv_gate_default_rates) */
     uint64_t exact_recent;           /* with a compact tier: tokens before the newest kept
                                         exact; 0 = AKV_ROUTE_EXACT_RECENT */
     uint64_t max_context;            /* the longest history of a request, prompt + new
@@ -155,6 +160,10 @@ typedef struct akv_engine_params {
 
 /* The plan (see the glossary). Every term of the formula is a field, so front ends can print
  * it; akv_engine_plan_format writes it as text. */
+/* kv_tier: the gate chooses (akv_engine_params.kv_tier). */
+#define AKV_ENGINE_TIER_AUTO ((akv_repr)AKV_REPR_COUNT)
+enum { AKV_ENGINE_GATE_OPTIONS = AKV_GATE_PLACEMENTS };
+
 typedef struct akv_engine_plan {
     akv_geom geom;             /* the page layout */
     akv_fit fit;               /* the admission arithmetic (akv/admit.h), concurrency max_seqs */
@@ -165,6 +174,10 @@ typedef struct akv_engine_plan {
     uint64_t host_pages;       /* pages the host pool holds */
     uint32_t window_capacity;  /* device window pages per layer */
     uint32_t chunk, step_tokens, max_queue, max_idle;
+    /* kv_tier auto: the placements the gate weighed, the chosen one marked (n_gate 0: none) */
+    akv_gate_rates gate_rates;
+    akv_gate_option gate[AKV_ENGINE_GATE_OPTIONS];
+    uint32_t n_gate;
 } akv_engine_plan;
 
 /* Why a request was refused (akv_engine_submit). */

@@ -70,10 +70,10 @@ static void engine_rename(const char *in, char *out, size_t cap) {
     out[o] = 0;
 }
 
-/* The one memory plan (akv/engine.h): geometry, fit, staging, per-context windows. Logs and
- * returns AKV_EFULL when the configuration does not fit, naming the field to change. */
-static akv_status engine_plan(akv_engine *e) {
-    const akv_engine_params *p = &e->p;
+/* The one memory plan (akv/engine.h) of params p: geometry, fit, staging, per-context windows.
+ * Logs and returns AKV_EFULL when the configuration does not fit, naming the field to change
+ * (quiet: returns it without a word, the gate trying a placement). */
+static akv_status engine_plan(akv_engine *e, const akv_engine_params *p, bool quiet) {
     akv_engine_plan *pl = &e->plan;
     const akv_model_config *c = &e->cfg;
     memset(pl, 0, sizeof *pl);
@@ -98,6 +98,7 @@ static akv_status engine_plan(akv_engine *e) {
         /* the compact tier's pool comes out of the device GiB first */
         const uint32_t compact_gib = pl->route.compact_gib;
         if (compact_gib && p->device_gib <= compact_gib) {
+            if (quiet) return AKV_EFULL;
             AKV_LOG_E("engine: {=kv_tier} %s: the compact pages of {=max_seqs} %u histories of "
                       "{=max_context} %llu tokens take %u GiB of the device pool, which needs "
                       "1 GiB more for the exact part: raise {=device_gib} to at least %u",
@@ -119,10 +120,10 @@ static akv_status engine_plan(akv_engine *e) {
     char said[sizeof pl->fit.verdict];
     engine_rename(pl->fit.verdict, said, sizeof said);
     if (pl->fit.status != AKV_OK) {
-        AKV_LOG_E("engine: the memory plan does not fit: %s", said);
+        if (!quiet) AKV_LOG_E("engine: the memory plan does not fit: %s", said);
         return AKV_EFULL;
     }
-    if (pl->fit.shrunk) AKV_LOG_W("engine: %s", said);
+    if (pl->fit.shrunk && !quiet) AKV_LOG_W("engine: %s", said);
     pl->max_seqs = pl->fit.concurrency;
     pl->host_pages = pl->fit.host_pages;
     pl->window_capacity = (uint32_t)pl->fit.window_capacity;
@@ -145,6 +146,48 @@ static akv_status engine_plan(akv_engine *e) {
     return AKV_OK;
 }
 
+/* The gate (kv_tier auto): the plan of each placement (resident exact, resident q8 and q4
+ * where the head dim takes them, staged exact), its predicted cost a token (akv/gate.h), the
+ * least chosen; in refuse mode only placements that admit every max_seqs sequence count. Then
+ * the chosen placement's plan, said (the table is in the plan). */
+static akv_status engine_gate(akv_engine *e) {
+    akv_engine_params q = e->p;
+    const akv_gate_rates rates = q.gate_rates ? *q.gate_rates : akv_gate_default_rates();
+    akv_gate_placement cand[AKV_ENGINE_GATE_OPTIONS];
+    for (uint32_t i = 0; i < AKV_ENGINE_GATE_OPTIONS; i++) cand[i] = akv_gate_placement_at(i);
+    akv_gate_option opts[AKV_ENGINE_GATE_OPTIONS];
+    const uint32_t want = q.max_seqs ? q.max_seqs : 1;
+    for (int i = 0; i < AKV_ENGINE_GATE_OPTIONS; i++) {
+        q.route = cand[i].kind, q.kv_tier = cand[i].tier;
+        akv_repr_layout l;
+        uint32_t seqs = 0;
+        const bool holds = akv_repr_layout_of(cand[i].tier, q.kv_dtype ? q.kv_dtype : AKV_DTYPE_BF16,
+                                              e->cfg.n_kv_heads, 16, e->cfg.head_dim, &l) == AKV_OK;
+        if (holds && engine_plan(e, &q, true) == AKV_OK &&
+            (q.admit_mode == AKV_ADMIT_SHRINK || e->plan.max_seqs == want))
+            seqs = e->plan.max_seqs;
+        const akv_engine_plan *pl = &e->plan;
+        opts[i] = akv_gate_predict(&rates, &pl->geom, cand[i].kind, cand[i].tier, seqs,
+                                   seqs ? pl->max_context : 0, seqs ? pl->route.exact_recent : 0,
+                                   seqs ? (uint64_t)pl->route.target * pl->geom.page_tokens : 0);
+    }
+    const int best = akv_gate_choose(opts, AKV_ENGINE_GATE_OPTIONS);
+    if (best < 0) {
+        AKV_LOG_E("engine: {=kv_tier} auto: no placement (resident exact, q8, q4, staged exact) "
+                  "fits {=max_seqs} %u histories of {=max_context} in {=device_gib} %u and "
+                  "{=host_gib} %u",
+                  want, e->p.device_gib, e->p.host_gib);
+        return AKV_EFULL;
+    }
+    e->p.route = cand[best].kind, e->p.kv_tier = cand[best].tier;
+    akv_status st = engine_plan(e, &e->p, false);
+    if (st) return st;
+    e->plan.gate_rates = rates;
+    memcpy(e->plan.gate, opts, sizeof opts);
+    e->plan.n_gate = AKV_ENGINE_GATE_OPTIONS;
+    return AKV_OK;
+}
+
 size_t akv_engine_plan_format(const akv_engine_plan *pl, char *buf, size_t cap) {
     char fit[4096], said[4096];
     akv_fit_format(&pl->fit, fit, sizeof fit);
@@ -155,7 +198,11 @@ size_t akv_engine_plan_format(const akv_engine_plan *pl, char *buf, size_t cap) 
     int k = snprintf(buf + (n < cap ? n : cap), n < cap ? cap - n : 0,
                  "steps:       {=chunk} %u tokens, {=step_tokens} %u, {=max_queue} %u, {=max_idle} %u\n",
                  pl->chunk, pl->step_tokens, pl->max_queue, pl->max_idle);
-    return n + (k > 0 ? (size_t)k : 0);
+    n += k > 0 ? (size_t)k : 0;
+    if (pl->n_gate)
+        n += akv_gate_format(&pl->gate_rates, pl->gate, pl->n_gate, pl->max_context,
+                             buf + (n < cap ? n : cap), n < cap ? cap - n : 0);
+    return n;
 }
 
 /* ---- create / destroy ----------------------------------------------------------------------- */
@@ -287,7 +334,7 @@ akv_status akv_engine_create(const akv_engine_params *p, akv_engine **out) {
     e->dev = p->dev;
     akv_status st = akv_dev_get_info(e->dev, &e->info);
     if (!st) st = engine_open_model(e);
-    if (!st) st = engine_plan(e);
+    if (!st) st = e->p.kv_tier == AKV_ENGINE_TIER_AUTO ? engine_gate(e) : engine_plan(e, &e->p, false);
     if (!st) st = engine_open_pass(e);
     if (!st) st = engine_open_memory(e);
     if (st) {

@@ -1,0 +1,154 @@
+/* test_gate.c (unit) — the economic gate's transfer model (akv/gate.h): its arithmetic against
+ * hand-computed figures, its choice, its calibration file and what the file refuses. */
+#define _POSIX_C_SOURCE 200809L /* mkstemp, strdup */
+#include "test.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "akv/gate.h"
+#include "akv/log.h"
+
+static akv_geom llama3(void) {
+    akv_geom g;
+    if (akv_geom_init(&g, 32, 8, 128, AKV_DTYPE_BF16, 64) != AKV_OK) abort();
+    return g;
+}
+
+/* Rates that make the arithmetic round: 50 GB/s bus, 2 TB/s copy, reads at 1.0 / 0.8 / 0.5. */
+static akv_gate_rates round_rates(void) {
+    akv_gate_rates r = {.bus_bps = 50e9, .copy_bps = 2e12, .read_frac = {1.0, 0.8, 0.5}};
+    snprintf(r.source, sizeof r.source, "test");
+    return r;
+}
+
+static void test_arithmetic(void) {
+    const akv_geom g = llama3();
+    const akv_gate_rates r = round_rates();
+    const double tok = 32.0 * 2 * 8 * 128 * 2; /* 131072 bytes a token */
+    /* resident exact: 4 x 32768 tokens read at the copy rate */
+    akv_gate_option o = akv_gate_predict(&r, &g, AKV_ROUTE_RESIDENT, AKV_REPR_EXACT, 4, 32768, 256, 0);
+    CHECK_NEAR(o.device_bytes, 4 * 32768 * tok, 1);
+    CHECK_NEAR(o.bus_bytes, 0, 0);
+    CHECK_NEAR(o.step_s, 4 * 32768 * tok / 2e12, 1e-12);
+    CHECK_NEAR(o.token_s, o.step_s / 4, 1e-15);
+    /* q4: the last 256 tokens exact, the rest at 4.5 bits read at half the rate */
+    o = akv_gate_predict(&r, &g, AKV_ROUTE_RESIDENT, AKV_REPR_Q4, 4, 32768, 256, 0);
+    const double q4 = (32768 - 256) * tok * 4.5 / 16;
+    CHECK_NEAR(o.device_bytes, 4 * (256 * tok + q4), 1);
+    CHECK_NEAR(o.step_s, 4 * (256 * tok / 2e12 + q4 / 1e12), 1e-12);
+    /* staged: the pages beyond a window of 1024 tokens over the bus, the larger of the two */
+    o = akv_gate_predict(&r, &g, AKV_ROUTE_STAGED, AKV_REPR_EXACT, 4, 32768, 256, 1024);
+    CHECK_NEAR(o.bus_bytes, 4 * (32768 - 1024) * tok, 1);
+    CHECK_NEAR(o.step_s, 4 * (32768 - 1024) * tok / 50e9, 1e-9);
+    /* a history shorter than the exact window has nothing compact */
+    o = akv_gate_predict(&r, &g, AKV_ROUTE_RESIDENT, AKV_REPR_Q8, 1, 100, 256, 0);
+    CHECK_NEAR(o.device_bytes, 100 * tok, 1);
+    /* a placement that admits nothing costs nothing and is never chosen */
+    o = akv_gate_predict(&r, &g, AKV_ROUTE_RESIDENT, AKV_REPR_EXACT, 0, 32768, 256, 0);
+    CHECK_EQ_INT(o.seqs, 0);
+    CHECK_NEAR(o.step_s, 0, 0);
+}
+
+static void test_choice(void) {
+    const akv_geom g = llama3();
+    const akv_gate_rates r = round_rates();
+    /* everything fits: exact, q8 and q4 read a history in 1.0, 0.66, 0.56 of exact's time;
+     * q4 wins by more than 5 % */
+    akv_gate_option opts[4] = {
+        akv_gate_predict(&r, &g, AKV_ROUTE_RESIDENT, AKV_REPR_EXACT, 4, 32768, 256, 0),
+        akv_gate_predict(&r, &g, AKV_ROUTE_RESIDENT, AKV_REPR_Q8, 4, 32768, 256, 0),
+        akv_gate_predict(&r, &g, AKV_ROUTE_RESIDENT, AKV_REPR_Q4, 4, 32768, 256, 0),
+        akv_gate_predict(&r, &g, AKV_ROUTE_STAGED, AKV_REPR_EXACT, 4, 32768, 256, 32768)};
+    CHECK_EQ_INT(akv_gate_choose(opts, 4), 2);
+    CHECK(opts[2].chosen && !opts[0].chosen && !opts[1].chosen && !opts[3].chosen);
+    /* a compact form that reads no faster than exact does (its decoding as slow as its bytes
+     * are few) is not taken: the more exact wins a tie within 5 % */
+    akv_gate_rates slow = r;
+    slow.read_frac[AKV_REPR_Q8] = 8.125 / 16 * 1.02, slow.read_frac[AKV_REPR_Q4] = 4.5 / 16 * 1.03;
+    opts[1] = akv_gate_predict(&slow, &g, AKV_ROUTE_RESIDENT, AKV_REPR_Q8, 4, 32768, 256, 0);
+    opts[2] = akv_gate_predict(&slow, &g, AKV_ROUTE_RESIDENT, AKV_REPR_Q4, 4, 32768, 256, 0);
+    CHECK_EQ_INT(akv_gate_choose(opts, 4), 0);
+    /* a pool that holds one exact history: resident exact admits 1, staged exact 4 (at the bus's
+     * rate), q4 4: per token q4 is cheapest */
+    opts[0] = akv_gate_predict(&r, &g, AKV_ROUTE_RESIDENT, AKV_REPR_EXACT, 1, 32768, 256, 0);
+    opts[1] = akv_gate_predict(&r, &g, AKV_ROUTE_RESIDENT, AKV_REPR_Q8, 0, 32768, 256, 0);
+    opts[2] = akv_gate_predict(&r, &g, AKV_ROUTE_RESIDENT, AKV_REPR_Q4, 4, 32768, 256, 0);
+    opts[3] = akv_gate_predict(&r, &g, AKV_ROUTE_STAGED, AKV_REPR_EXACT, 4, 32768, 256, 8192);
+    CHECK_EQ_INT(akv_gate_choose(opts, 4), 2);
+    /* without q4, staged against one resident sequence: per token the resident one costs
+     * 2.1 ms, staged 4 x 3.2 GiB / 50 GB/s / 4 = 64 ms */
+    opts[2].seqs = 0;
+    CHECK_EQ_INT(akv_gate_choose(opts, 4), 0);
+    for (int i = 0; i < 4; i++) opts[i].seqs = 0;
+    CHECK_EQ_INT(akv_gate_choose(opts, 4), -1);
+    char buf[2048];
+    opts[0] = akv_gate_predict(&r, &g, AKV_ROUTE_RESIDENT, AKV_REPR_EXACT, 2, 32768, 256, 0);
+    akv_gate_choose(opts, 4);
+    const size_t n = akv_gate_format(&r, opts, 4, 32768, buf, sizeof buf);
+    CHECK(n > 0 && n < sizeof buf);
+    CHECK(strstr(buf, "* resident  exact 2 sequence(s)") != NULL);
+    CHECK(strstr(buf, "staged    exact does not fit") != NULL);
+    printf("%s", buf);
+}
+
+/* A file of `text` in a fresh temporary path (freed by the caller). */
+static char *temp_file(const char *text) {
+    char *path = strdup("/tmp/akv_gate_XXXXXX");
+    int fd = mkstemp(path);
+    if (fd < 0) abort();
+    if (write(fd, text, strlen(text)) != (ssize_t)strlen(text)) abort();
+    close(fd);
+    return path;
+}
+
+static void test_file(void) {
+    akv_gate_rates r = round_rates(), back;
+    r.read_frac[AKV_REPR_Q4] = 0.675;
+    char *path = temp_file("");
+    CHECK_OK(akv_gate_rates_save(path, &r));
+    CHECK_OK(akv_gate_rates_load(path, &back));
+    CHECK_NEAR(back.bus_bps, r.bus_bps, 0);
+    CHECK_NEAR(back.copy_bps, r.copy_bps, 0);
+    for (int i = 0; i < AKV_REPR_COUNT; i++) CHECK_NEAR(back.read_frac[i], r.read_frac[i], 0);
+    CHECK(strstr(back.source, path) != NULL);
+    unlink(path), free(path);
+    const char *bad[] = {
+        "bus_bps 5e10\ncopy_bps 2e12\nread_exact 1\nread_q8 0.9\n",              /* no read_q4 */
+        "bus_bps 5e10\nbus_bps 5e10\ncopy_bps 2e12\nread_exact 1\nread_q8 1\nread_q4 1\n", /* twice */
+        "bus_bps -5\ncopy_bps 2e12\nread_exact 1\nread_q8 1\nread_q4 1\n",       /* negative */
+        "bus_bps fast\ncopy_bps 2e12\nread_exact 1\nread_q8 1\nread_q4 1\n",     /* not a number */
+        "bus_bps 5e10 GB\ncopy_bps 2e12\nread_exact 1\nread_q8 1\nread_q4 1\n",  /* trailing */
+        "bus 5e10\n",                                                            /* unknown key */
+        "bus_bps nan\ncopy_bps 2e12\nread_exact 1\nread_q8 1\nread_q4 1\n",      /* not finite */
+    };
+    akv_log_set(NULL, NULL, AKV_LOG_OFF);
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        char *p = temp_file(bad[i]);
+        back.bus_bps = 7;
+        CHECK_STATUS(akv_gate_rates_load(p, &back), AKV_EFORMAT);
+        CHECK_NEAR(back.bus_bps, 7, 0); /* nothing written */
+        unlink(p), free(p);
+    }
+    /* comments and blank lines are fine */
+    char *p = temp_file("# rates\n\nbus_bps 5e10 # the bus\ncopy_bps 2e12\nread_exact 1\nread_q8 0.9\nread_q4 0.5\n");
+    CHECK_OK(akv_gate_rates_load(p, &back));
+    CHECK_NEAR(back.read_frac[AKV_REPR_Q4], 0.5, 0);
+    unlink(p), free(p);
+    CHECK_STATUS(akv_gate_rates_load("/nonexistent/akv.rates", &back), AKV_EIO);
+    CHECK_STATUS(akv_gate_rates_save("/nonexistent/akv.rates", &r), AKV_EIO);
+    akv_log_set(NULL, NULL, AKV_LOG_WARN);
+    const akv_gate_rates d = akv_gate_default_rates();
+    CHECK(d.bus_bps > 0 && d.copy_bps > d.bus_bps && strstr(d.source, "H100") != NULL);
+}
+
+int main(int argc, char **argv) {
+    test_args(argc, argv);
+    TEST_CASE(arithmetic_against_hand_figures) test_arithmetic();
+    TEST_CASE(the_least_cost_a_token_more_exact_on_a_tie) test_choice();
+    TEST_CASE(calibration_file_and_its_refusals) test_file();
+    return test_finish();
+}
