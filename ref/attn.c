@@ -461,8 +461,8 @@ static akv_status attend_fast(const kv_view *v, const rows_spec *r, uint32_t s, 
         const uint32_t g0 = h == j0 / group ? j0 % group : 0;
         const uint32_t g1 = h == (j1 - 1) / group ? (j1 - 1) % group + 1 : group;
         const uint32_t G = g1 - g0, rows = n * G;
-        /* a page holds head h's rows of its tokens contiguously: widen them a page at a time
-         * (a compact page's rows decoded one by one) */
+        /* a page holds head h's rows of its tokens contiguously: widen (or decode) them a page
+         * at a time */
         for (uint32_t t = 0; t < len; t += v->page_tokens) {
             const uint32_t nt = len - t < v->page_tokens ? len - t : v->page_tokens;
             if (v->layout.repr == AKV_REPR_EXACT) {
@@ -470,10 +470,8 @@ static akv_status attend_fast(const kv_view *v, const rows_spec *r, uint32_t s, 
                 row_to_f32(kv_row(v, s, 1, h, t), v->dtype, nt * d, vf + (size_t)t * d);
                 continue;
             }
-            for (uint32_t u = t; u < t + nt; u++) {
-                read_row(v, s, 0, h, u, kf + (size_t)u * d);
-                read_row(v, s, 1, h, u, vf + (size_t)u * d);
-            }
+            akv_kvq_read_rows(&v->layout, &v->shape, kv_page(v, s, t), 0, h, 0, nt, kf + (size_t)t * d);
+            akv_kvq_read_rows(&v->layout, &v->shape, kv_page(v, s, t), 1, h, 0, nt, vf + (size_t)t * d);
         }
         for (uint32_t x = 0; x < rows; x++) {
             size_t tok = (size_t)start + x / G, j = (size_t)h * group + g0 + x % G;

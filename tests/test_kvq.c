@@ -163,6 +163,16 @@ int main(int argc, char **argv) {
                             akv_kvq_decode_row(&lc, 64, codes, scales, z);
                             CHECK_BYTES(y, z, sizeof y);
                         }
+                /* a run of rows in one pass: the rows one by one, bit for bit */
+                for (uint32_t kv = 0; kv < 2; kv++)
+                    for (uint32_t h = 0; h < 3; h++) {
+                        float run[11 * 64], one[64];
+                        akv_kvq_read_rows(&lc, &sh, page, kv, h, 2, 9, run);
+                        for (uint32_t t = 2; t < 11; t++) {
+                            akv_kvq_read_row(&lc, &sh, page, kv, h, t, one);
+                            CHECK_BYTES(run + (size_t)(t - 2) * 64, one, sizeof one);
+                        }
+                    }
                 /* refused: an exact layout, another shape's layout, rows past the page */
                 CHECK_STATUS(akv_kvq_encode_page(&le, &sh, exact, page, 1), AKV_EINVAL);
                 akv_kvq_page_shape other = sh;

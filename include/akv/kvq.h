@@ -99,6 +99,12 @@ akv_status akv_kvq_encode_pairs(const akv_kvq_encode_args *a);
 void akv_kvq_read_row(const akv_repr_layout *l, const akv_kvq_page_shape *s, const void *page,
                       uint32_t kv, uint32_t head, uint32_t token, float *out);
 
+/* Rows token .. token + n - 1 of (kv, head) of a compact page, decoded into out[n][head_dim]:
+ * what akv_kvq_read_row gives row by row, the same bits, in one pass (a page's rows of a head
+ * lie together; the host attention reads a page at a time). l compact. */
+void akv_kvq_read_rows(const akv_repr_layout *l, const akv_kvq_page_shape *s, const void *page,
+                       uint32_t kv, uint32_t head, uint32_t token, uint32_t n, float *out);
+
 #ifdef __cplusplus
 }
 #endif

@@ -58,18 +58,29 @@ void akv_kvq_encode_row(const akv_repr_layout *l, uint32_t head_dim, const float
             codes[i / 2] = (uint8_t)((uint32_t)(c[i] + 8) | (uint32_t)(c[i + 1] + 8) << 4);
 }
 
+/* A group's scale hoisted, its elements in a loop the compiler vectorizes (the file is built at
+ * -O3): code x scale in f32, one rounding. */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+__attribute__((target_clones("avx2", "default")))
+#endif
 void akv_kvq_decode_row(const akv_repr_layout *l, uint32_t head_dim, const uint8_t *codes,
                         const uint16_t *scales, float *out) {
-    if (l->repr == AKV_REPR_Q8) {
-        for (uint32_t i = 0; i < head_dim; i++)
-            out[i] = (float)(int8_t)codes[i] * akv_f16_to_f32(scales[i / l->group]);
-        return;
-    }
-    for (uint32_t i = 0; i < head_dim; i += 2) {
-        const float s = akv_f16_to_f32(scales[i / l->group]);
-        const uint8_t b = codes[i / 2];
-        out[i] = (float)((int32_t)(b & 15u) - 8) * s;
-        out[i + 1] = (float)((int32_t)(b >> 4) - 8) * s;
+    const uint32_t g = l->group;
+    for (uint32_t at = 0; at < head_dim; at += g) {
+        const float s = akv_f16_to_f32(scales[at / g]);
+        if (l->repr == AKV_REPR_Q8) {
+            const int8_t *c = (const int8_t *)codes + at;
+            for (uint32_t i = 0; i < g; i++) out[at + i] = (float)c[i] * s;
+        } else {
+            /* a group of 32: bytes 0..15, the even element in the low nibble */
+            const uint8_t *c = codes + at / 2;
+            float lo[16], hi[16];
+            for (uint32_t i = 0; i < 16; i++) {
+                lo[i] = (float)((int32_t)(c[i] & 15u) - 8) * s;
+                hi[i] = (float)((int32_t)(c[i] >> 4) - 8) * s;
+            }
+            for (uint32_t i = 0; i < 16; i++) out[at + 2 * i] = lo[i], out[at + 2 * i + 1] = hi[i];
+        }
     }
 }
 
@@ -131,6 +142,37 @@ akv_status akv_kvq_encode_pairs(const akv_kvq_encode_args *a) {
         if (st) return st;
     }
     return AKV_OK;
+}
+
+/* One loop over a run of rows, the form's branch outside it (a row of 64 elements is too short
+ * to pay a call and a branch each: the host attention decodes every row of a history a step). */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+__attribute__((target_clones("avx2", "default")))
+#endif
+void akv_kvq_read_rows(const akv_repr_layout *l, const akv_kvq_page_shape *s, const void *page,
+                       uint32_t kv, uint32_t head, uint32_t token, uint32_t n, float *out) {
+    const int8_t *c8 = (const int8_t *)akv_kvq_codes(l, s, page, kv, head, token);
+    const uint8_t *c4 = (const uint8_t *)c8;
+    const uint16_t *sc = akv_kvq_scales(l, s, page, kv, head, token);
+    const uint32_t d = s->head_dim, g = l->group, n_groups = n * (d / g);
+    if (l->repr == AKV_REPR_Q8) { /* one group a row: codes and outputs run on */
+        for (uint32_t k = 0; k < n_groups; k++) {
+            const float f = akv_f16_to_f32(sc[k]);
+            for (uint32_t i = 0; i < g; i++) out[(size_t)k * g + i] = (float)c8[(size_t)k * g + i] * f;
+        }
+        return;
+    }
+    for (uint32_t k = 0; k < n_groups; k++) { /* q4: groups of 32 in 16 bytes, also running on */
+        const float f = akv_f16_to_f32(sc[k]);
+        const uint8_t *c = c4 + (size_t)k * 16;
+        float *o = out + (size_t)k * 32;
+        float lo[16], hi[16];
+        for (uint32_t i = 0; i < 16; i++) {
+            lo[i] = (float)((int32_t)(c[i] & 15u) - 8) * f;
+            hi[i] = (float)((int32_t)(c[i] >> 4) - 8) * f;
+        }
+        for (uint32_t i = 0; i < 16; i++) o[2 * i] = lo[i], o[2 * i + 1] = hi[i];
+    }
 }
 
 void akv_kvq_read_row(const akv_repr_layout *l, const akv_kvq_page_shape *s, const void *page,
