@@ -13,6 +13,8 @@
  *    measured in the same run), goal at most 1.05; and every sequence's logits at every step
  *    bit-identical to the same batch on the resident route with a pool that holds it all
  *    (part A's 32K x 16 row).
+ * D. The gate's predictions (akv/gate.h) against measured steps, every placement it weighs
+ *    (AKV_BENCH_PARTS=D; not in the default parts).
  * C. 4 conversations of 32K on a pool that holds one, through the engine (akv/engine.h) with
  *    real prompts (random tokens, prefilled in chunks of 1024) and 16 new tokens each
  *    (AKV_BENCH_C_NEW): served one after another (resident, max_seqs 1: the others wait in the
@@ -37,6 +39,7 @@
 #include "akv/dev_pool.h"
 #include "akv/engine.h"
 #include "akv/forward_dev.h"
+#include "akv/gate.h"
 #include "akv/host_pool.h"
 #include "akv/host_table.h"
 #include "akv/route.h"
@@ -101,6 +104,8 @@ static void fill_task(void *ctx, uint32_t t) {
 typedef struct bset {
     akv_host_pool *hp;
     akv_dev_pool *dp;
+    akv_dev_pool *cp; /* the compact tier's pool (a route with one), else NULL */
+    uint32_t target;  /* each context's window pages by right */
     akv_route *r;
     akv_route_seq *s[MAX_B];
     uint32_t B, ctx;
@@ -112,7 +117,8 @@ typedef struct bset {
 } bset;
 
 static int bset_open(bset *b, akv_dev *dev, const akv_model_config *c, akv_route_kind kind,
-                     uint32_t B, uint32_t ctx, uint32_t n_steps, uint32_t device_gib, akv_par *par) {
+                     akv_repr tier, uint32_t B, uint32_t ctx, uint32_t n_steps, uint32_t device_gib,
+                     akv_par *par) {
     memset(b, 0, sizeof *b);
     b->B = B, b->ctx = ctx;
     akv_geom g;
@@ -130,12 +136,24 @@ static int bset_open(bset *b, akv_dev *dev, const akv_model_config *c, akv_route
     akv_dev_pool_stats ps;
     akv_dev_pool_get_stats(b->dp, &ps);
     akv_route_params rp = {.kind = kind, .max_history = total, .max_seqs = B, .queued = true};
+    if (tier != AKV_REPR_EXACT) {
+        /* the compact pool holds every history's older pages; the first step (the whole
+         * history at once, no pass) is exact, as a step's own tokens are: the exact pool holds
+         * it, and the first decode step makes the compact pages */
+        akv_dev_pool_params cpp = akv_dev_pool_default_params();
+        cpp.device_gib = (uint32_t)ceil(bench_history_gib(&g, total) * B *
+                                        akv_repr_bits(tier, AKV_DTYPE_BF16, c->head_dim) / 16 * 1.02) + 1;
+        cpp.repr = tier;
+        if (akv_dev_pool_create(dev, &g, &cpp, &b->cp) != AKV_OK) return 0;
+        rp.tier = tier, rp.compact_pool = b->cp, rp.exact_recent = 256, rp.max_step = (uint32_t)total;
+    }
     if (akv_route_create(dev, b->hp, b->dp, &rp, &b->r) != AKV_OK) return 0;
     akv_route_req reqs[MAX_B];
     const akv_host_table *ht[MAX_B];
     /* a window's target: the window part shared out, as the engine's plan does (a kind whose
      * window is the whole history ignores it); too small a share is no row */
     uint32_t target = ps.window_capacity / B;
+    b->target = target;
     if (akv_route_need(kind, &g, total) == 0 && target < rpl.window_pages) return 0;
     for (uint32_t i = 0; i < B; i++) {
         akv_route_seq_params sp = {.target = target, .tag = i + 1};
@@ -157,6 +175,7 @@ static void bset_close(bset *b) {
             if (b->s[i]) TRY(akv_route_seq_close(b->r, b->s[i]));
         TRY(akv_route_destroy(b->r));
     }
+    if (b->cp) TRY(akv_dev_pool_destroy(b->cp));
     if (b->dp) TRY(akv_dev_pool_destroy(b->dp));
     if (b->hp) TRY(akv_host_pool_destroy(b->hp));
     memset(b, 0, sizeof *b);
@@ -320,7 +339,8 @@ int main(void) {
         for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
             bset b;
             uint32_t steps = rows[i].ctx >= 32768 ? 8 : 16;
-            if (!bset_open(&b, dev, &c, bench_kind("resident"), rows[i].B, rows[i].ctx, 40, 0, par)) {
+            if (!bset_open(&b, dev, &c, bench_kind("resident"), AKV_REPR_EXACT, rows[i].B, rows[i].ctx, 40,
+                           0, par)) {
                 bench_emit(out, "| %u | %u | does not fit | | | | | |\n", rows[i].ctx, rows[i].B);
                 bset_close(&b);
                 continue;
@@ -337,7 +357,7 @@ int main(void) {
     }
     if (strchr(parts, 'B')) {
         bset b;
-        if (!bset_open(&b, dev, &c, bench_kind("staged"), nB, 32768, 16, 8, par)) {
+        if (!bset_open(&b, dev, &c, bench_kind("staged"), AKV_REPR_EXACT, nB, 32768, 16, 8, par)) {
             bench_emit(out, "\n(capacity: 16 x 32K does not fit an 8 GiB staged pool)\n");
         } else {
             akv_dev_pool_stats ps;
@@ -372,6 +392,52 @@ int main(void) {
                        nB * 1e3 / b.step_ms, cmp_said);
         }
         bset_close(&b);
+    }
+    if (strchr(parts, 'D')) {
+        /* The gate's predictions against measured steps: each placement it weighs, B = 4
+         * histories of AKV_BENCH_D_CTX tokens (32768) decoding together, staged through an
+         * AKV_BENCH_D_GIB pool (8), every other placement resident in a pool that holds it;
+         * predicted step = a step over 256-token histories (what the gate leaves out: weights,
+         * launches, the host) + the gate's step (akv/gate.h, rates from AKV_BENCH_GATE_RATES
+         * or the defaults). Goal: within 10 %. */
+        const uint32_t B = 4, ctx = (uint32_t)akv_test_env_int("AKV_BENCH_D_CTX", 1024, 131072, 32768);
+        const uint32_t sgib = (uint32_t)akv_test_env_int("AKV_BENCH_D_GIB", 1, 64, 8);
+        akv_gate_rates rates = akv_gate_default_rates();
+        const char *rf = getenv("AKV_BENCH_GATE_RATES");
+        if (rf && *rf) TRY(akv_gate_rates_load(rf, &rates));
+        bset b;
+        double base_ms = NAN;
+        if (bset_open(&b, dev, &c, bench_kind("resident"), AKV_REPR_EXACT, B, 256, 20, 0, par)) {
+            bset_run(&b, f, 16, NULL, 0, false);
+            base_ms = b.step_ms;
+        }
+        bset_close(&b);
+        bench_emit(out,
+                   "\n### The gate's predictions against measured steps (%s): %u histories of %u "
+                   "tokens\n\nRates: %s. Base = a step over 256-token histories (weights, "
+                   "launches, host: what the gate leaves out), %.3f ms; predicted = base + the "
+                   "gate's step; staged through a %u GiB pool.\n\n| placement | measured ms | "
+                   "predicted ms | predicted / measured |\n|---|---|---|---|\n",
+                   info.name, B, ctx, rates.source, base_ms, sgib);
+        akv_geom g;
+        TRY(akv_geom_init(&g, c.n_layers, c.n_kv_heads, c.head_dim, AKV_DTYPE_BF16, 0));
+        for (uint32_t i = 0; i < AKV_GATE_PLACEMENTS; i++) {
+            const akv_gate_placement pl = akv_gate_placement_at(i);
+            const bool staged = strcmp(akv_route_kind_name(pl.kind), "staged") == 0;
+            if (!bset_open(&b, dev, &c, pl.kind, pl.tier, B, ctx, 20, staged ? sgib : 0, par)) {
+                bench_emit(out, "| %s %s | does not fit | | |\n", akv_route_kind_name(pl.kind),
+                           akv_repr_name(pl.tier));
+                bset_close(&b);
+                continue;
+            }
+            bset_run(&b, f, 8, NULL, 0, false);
+            const uint64_t window = staged ? (uint64_t)b.target * g.page_tokens : 0;
+            const akv_gate_option o = akv_gate_predict(&rates, &g, pl.kind, pl.tier, B, ctx, 256, window);
+            const double pred = base_ms + o.step_s * 1e3;
+            bench_emit(out, "| %s %s | %.3f | %.3f | %.3f |\n", akv_route_kind_name(pl.kind),
+                       akv_repr_name(pl.tier), b.step_ms, pred, pred / b.step_ms);
+            bset_close(&b);
+        }
     }
     if (strchr(parts, 'C')) {
         /* AKV_BENCH_C_NEW: new tokens each (16); AKV_BENCH_C_GIB: the pool (5); AKV_BENCH_C_STAGED=0
