@@ -290,7 +290,9 @@ static akv_status engine_open_memory(akv_engine *e) {
                            .window_pages = pl->route.window_pages,
                            .tier = pl->route.tier,
                            .exact_recent = pl->route.exact_recent,
-                           .max_step = pl->route.max_step};
+                           .max_step = pl->route.max_step,
+                           /* the host pass's own threads: its encoders take no more cores */
+                           .encode_threads = e->p.threads};
     akv_status st;
     if (e->p.progress) e->p.progress(e->p.progress_user, "pinning", 0, hpp.keep_gib);
     if ((st = akv_host_pool_create(e->dev, &pl->geom, &hpp, &e->hp))) return st;
