@@ -465,7 +465,9 @@ int main(void) {
                    "pages through the bus) or resident with the q4 tier (pages older than the last "
                    "256 tokens in 4.5 bits; the exact window and the compact pool share the GiB). "
                    "Wait = submit to first token; done = submit to last token; wall = the whole job "
-                   "(its ratio to the queue's).\n\n| configuration | wall s | / queue | decode tok/s "
+                   "(its ratio to the queue's); generated tok/s = every generated token over the time from "
+                   "the first first token to the last token (later prompts' prefills inside it).\n\n"
+                   "| configuration | wall s | / queue | generated tok/s "
                    "| wait s (1st, 4th) | done s (4th) |\n|---|---|---|---|---|---|\n",
                    gib, info.name, ctx, n_new);
         for (int k = 0; k < 3; k++) {

@@ -51,10 +51,9 @@ typedef struct akv_kv_run {
 } akv_kv_run;
 
 /* One part of a layer's history: a page table over the step's n_seq sequences, in batch
- * order, in one representation. */
+ * order, in one representation (kv.repr) and, for older history, past (kv.past). */
 typedef struct akv_kv_part {
     akv_attn_pages kv;
-    akv_repr repr;
 } akv_kv_part;
 
 enum { AKV_KV_MAX_PARTS = 4 };

@@ -144,29 +144,15 @@ akv_status akv_kvq_encode_pairs(const akv_kvq_encode_args *a) {
     return AKV_OK;
 }
 
-/* q4 groups k0 .. k1-1 of a run (16 code bytes and one scale each) into out (32 floats each):
- * element 2i is byte i's low nibble, 2i + 1 its high one, both less 8, times the scale in f32
- * (one rounding: the portable loop's bits). The AVX2 version interleaves the nibbles with a
- * byte unpack, so every store is whole and in order. */
-static void q4_groups_portable(const uint8_t *c4, const uint16_t *sc, uint32_t k0, uint32_t k1,
-                               float *out) {
-    for (uint32_t k = k0; k < k1; k++) {
-        const float f = akv_f16_to_f32(sc[k]);
-        const uint8_t *c = c4 + (size_t)k * 16;
-        float *o = out + (size_t)k * 32;
-        for (uint32_t i = 0; i < 16; i++) {
-            o[2 * i] = (float)((int32_t)(c[i] & 15u) - 8) * f;
-            o[2 * i + 1] = (float)((int32_t)(c[i] >> 4) - 8) * f;
-        }
-    }
-}
-
+/* n q4 groups of a run (16 code bytes and one scale each) into out (32 floats each)
+ * with AVX2: the nibbles interleaved by a byte unpack, so every store is whole and in order;
+ * akv_kvq_decode_row's bits (code x scale in f32, one rounding). */
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
 __attribute__((target("avx2"))) static void q4_groups_avx2(const uint8_t *c4, const uint16_t *sc,
-                                                           uint32_t k0, uint32_t k1, float *out) {
+                                                           uint32_t n, float *out) {
     const __m128i low = _mm_set1_epi8(15), eight = _mm_set1_epi8(8);
-    for (uint32_t k = k0; k < k1; k++) {
+    for (uint32_t k = 0; k < n; k++) {
         const __m256 f = _mm256_set1_ps(akv_f16_to_f32(sc[k]));
         const __m128i b = _mm_loadu_si128((const __m128i *)(c4 + (size_t)k * 16));
         const __m128i lo = _mm_sub_epi8(_mm_and_si128(b, low), eight);
@@ -178,14 +164,7 @@ __attribute__((target("avx2"))) static void q4_groups_avx2(const uint8_t *c4, co
             _mm256_storeu_ps(o + 8 * j, _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(parts[j])), f));
     }
 }
-static int q4_have_avx2(void) {
-    return __builtin_cpu_supports("avx2");
-}
-#else
-static int q4_have_avx2(void) {
-    return 0;
-}
-#define q4_groups_avx2 q4_groups_portable
+#define KVQ_Q4_AVX2 1
 #endif
 
 /* One loop over a run of rows, the form's branch outside it (a row of 64 elements is too short
@@ -206,9 +185,16 @@ void akv_kvq_read_rows(const akv_repr_layout *l, const akv_kvq_page_shape *s, co
         }
         return;
     }
-    /* q4: groups of 32 in 16 bytes, also running on */
-    if (q4_have_avx2()) q4_groups_avx2(c4, sc, 0, n_groups, out);
-    else q4_groups_portable(c4, sc, 0, n_groups, out);
+    /* q4: groups of 32 in 16 bytes, also running on; without AVX2, row by row */
+#ifdef KVQ_Q4_AVX2
+    if (__builtin_cpu_supports("avx2")) {
+        q4_groups_avx2(c4, sc, n_groups, out);
+        return;
+    }
+#endif
+    for (uint32_t r = 0; r < n; r++)
+        akv_kvq_decode_row(l, d, c4 + (size_t)r * l->code_row_bytes, sc + (size_t)r * l->scales_per_row,
+                           out + (size_t)r * d);
 }
 
 void akv_kvq_read_row(const akv_repr_layout *l, const akv_kvq_page_shape *s, const void *page,

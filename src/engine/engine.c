@@ -159,10 +159,9 @@ static akv_status engine_gate(akv_engine *e) {
     const uint32_t want = q.max_seqs ? q.max_seqs : 1;
     for (int i = 0; i < AKV_ENGINE_GATE_OPTIONS; i++) {
         q.route = cand[i].kind, q.kv_tier = cand[i].tier;
-        akv_repr_layout l;
         uint32_t seqs = 0;
-        const bool holds = akv_repr_layout_of(cand[i].tier, q.kv_dtype ? q.kv_dtype : AKV_DTYPE_BF16,
-                                              e->cfg.n_kv_heads, 16, e->cfg.head_dim, &l) == AKV_OK;
+        /* a form that cannot hold the head dim is passed over (its plan would say why) */
+        const bool holds = akv_repr_bits(cand[i].tier, q.kv_dtype, e->cfg.head_dim) > 0;
         if (holds && engine_plan(e, &q, true) == AKV_OK &&
             (q.admit_mode == AKV_ADMIT_SHRINK || e->plan.max_seqs == want))
             seqs = e->plan.max_seqs;

@@ -77,10 +77,10 @@ uint32_t akv__forward_groups(const akv_forward_batch *b, uint32_t max_decode, ak
 akv_status akv__forward_parts_check(const akv_model_config *c, const char *who, uint32_t layer,
                                     const akv_kv_parts *parts, uint32_t n_seq, uint32_t max_parts) {
     if (parts->n_parts < 1 || parts->n_parts > max_parts ||
-        parts->part[0].repr != AKV_REPR_EXACT || parts->part[0].kv.past) {
+        parts->part[0].kv.repr != AKV_REPR_EXACT || parts->part[0].kv.past) {
         AKV_LOG_E("%s: layer %u: %u part(s), the first of representation %s%s; the pass attends "
                   "an exact part of the queries' own history%s",
-                  who, layer, parts->n_parts, akv_repr_name(parts->part[0].repr),
+                  who, layer, parts->n_parts, akv_repr_name((akv_repr)parts->part[0].kv.repr),
                   parts->part[0].kv.past ? " (past)" : "",
                   max_parts > 1 ? " and past parts of older history" : " only");
         return AKV_EUNSUPPORTED;
@@ -94,7 +94,7 @@ akv_status akv__forward_parts_check(const akv_model_config *c, const char *who, 
             return AKV_EUNSUPPORTED;
         }
         if (pg->n_seq == n_seq && pg->n_kv_heads == c->n_kv_heads && pg->head_dim == c->head_dim &&
-            pg->indptr.addr && pg->last_page_len.addr && pg->repr == (uint32_t)parts->part[i].repr)
+            pg->indptr.addr && pg->last_page_len.addr)
             continue;
         AKV_LOG_E("%s: layer %u: part %u's page table holds %u sequence(s), %u K/V heads of %u; "
                   "expected %u sequence(s), %u heads of %u",

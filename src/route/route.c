@@ -207,7 +207,7 @@ static void seq_shortened(akv_route_seq *s, uint64_t n_tokens) {
  * refills it and uploads the whole table. */
 static void route_distrust_all(akv_route *r) {
     for (akv_route_seq *s = r->open_list; s; s = s->next) s->refill = true;
-    r->tab_dirty = true;
+    r->tab_dirty = r->ctab_dirty = true;
 }
 
 akv_status akv__route_wait(akv_route *r) {
@@ -803,7 +803,7 @@ static akv_status route_check_batch(akv_route *r, const akv_route_req *reqs, uin
                       (unsigned long long)s->p.max_history);
             return AKV_EINVAL;
         }
-        if (r->dpc && reqs[i].n_tokens - s->n_tokens > r->max_step && reqs[i].n_tokens > s->n_tokens) {
+        if (r->dpc && reqs[i].n_tokens > s->n_tokens && reqs[i].n_tokens - s->n_tokens > r->max_step) {
             AKV_LOG_E("route: a step of sequence %llu adds %llu tokens; the compact tier keeps a "
                       "step's tokens exact and was planned for at most %u ({=step_tokens})",
                       (unsigned long long)s->p.tag,
@@ -911,21 +911,25 @@ static akv_status route_write_table(akv_route *r, const akv_route_req *reqs, uin
     return AKV_OK;
 }
 
-/* Queued: the tables to the device in compute-queue order: the head every step, the indices
- * of every layer (one 2D copy) when a page id changed. */
-static akv_status route_upload(akv_route *r, uint32_t n) {
-    if (!r->queued) return AKV_OK;
-    size_t head = (size_t)r->max_seqs + 1 + n; /* indptr[max_seqs+1] then last[n] */
-    akv_status st = akv_dev_copy_h2d_async(r->dev, AKV_QUEUE_COMPUTE, r->tab_d, r->tab_h,
-                                           head * sizeof(int32_t));
-    if (st || !r->tab_dirty || r->n_idx == 0) return st;
-    const size_t pitch = r->cap * sizeof(int32_t);
+/* Queued: a table laid out as tab_h (the exact one, or the compact one) to its device copy
+ * in compute-queue order: the head every step (indptr[max_seqs+1] then last[n]), the n_idx
+ * indices of every layer (one 2D copy) when a page id changed (*dirty, cleared once that copy
+ * is enqueued). */
+static akv_status route_table_upload(akv_route *r, akv_dptr dst, const int32_t *tab, uint32_t n,
+                                     uint32_t n_idx, bool *dirty) {
+    const size_t head = (size_t)r->max_seqs + 1 + n, pitch = r->cap * sizeof(int32_t);
+    akv_status st = akv_dev_copy_h2d_async(r->dev, AKV_QUEUE_COMPUTE, dst, tab, head * sizeof(int32_t));
+    if (st || !*dirty || n_idx == 0) return st;
     st = akv_dev_copy_h2d_2d_async(r->dev, AKV_QUEUE_COMPUTE,
-                                   akv_dptr_offset(r->tab_d, r->head_ints * sizeof(int32_t)), pitch,
-                                   r->indices, pitch, (size_t)r->n_idx * sizeof(int32_t),
+                                   akv_dptr_offset(dst, r->head_ints * sizeof(int32_t)), pitch,
+                                   tab + r->head_ints, pitch, (size_t)n_idx * sizeof(int32_t),
                                    r->geom.n_layers);
-    if (st == AKV_OK) r->tab_dirty = false;
+    if (st == AKV_OK) *dirty = false;
     return st;
+}
+
+static akv_status route_upload(akv_route *r, uint32_t n) {
+    return r->queued ? route_table_upload(r, r->tab_d, r->tab_h, n, r->n_idx, &r->tab_dirty) : AKV_OK;
 }
 
 /* Hybrid: compact page (layer, logical) of s to be made into compact pool page page_id: on the
@@ -987,8 +991,8 @@ static void route_encode_task(void *ctx, uint32_t t) {
  * their rows. */
 static akv_status route_compact_run(akv_route *r) {
     const size_t n = r->clayout.page_bytes;
-    route_cbatch *b = akv__malloc(sizeof *b);
-    if (!b) return AKV_ENOMEM;
+    route_cbatch *b = r->n_cjobs ? akv__malloc(sizeof *b) : NULL; /* a decode step has none */
+    if (r->n_cjobs && !b) return AKV_ENOMEM;
     akv_status st = AKV_OK;
     for (uint32_t at = 0; at < r->n_cjobs && !st; at += AKV__ROUTE_CSTAGE_PAGES) {
         const uint32_t m = r->n_cjobs - at < AKV__ROUTE_CSTAGE_PAGES ? r->n_cjobs - at
@@ -1071,6 +1075,7 @@ static akv_status route_compact_step(akv_route *r, const akv_route_req *reqs, ui
                 if ((sl.fresh || sl.logical >= s->c_valid) &&
                     (st = route_compact_page(r, s, l, sl.logical, sl.page_id, !refill[i])))
                     return st;
+                if (row[w] != (int32_t)sl.page_id || sl.fresh || refill[i]) r->ctab_dirty = true;
                 row[w] = (int32_t)sl.page_id;
             }
         }
@@ -1078,17 +1083,10 @@ static akv_status route_compact_step(akv_route *r, const akv_route_req *reqs, ui
         off += s->n_compact;
     }
     r->c_indptr[n] = (int32_t)off;
+    if (off != r->n_cidx) r->ctab_dirty = true; /* the packing moved */
+    r->n_cidx = off;
     if ((st = route_compact_run(r)) || !r->queued) return st;
-    /* queued: the compact table to the device in compute-queue order (head, then the indices
-     * of every layer in one 2D copy) */
-    const size_t head = (size_t)r->max_seqs + 1 + n, pitch = r->cap * sizeof(int32_t);
-    akv_status ust = akv_dev_copy_h2d_async(r->dev, AKV_QUEUE_COMPUTE, r->ctab_d, r->ctab,
-                                            head * sizeof(int32_t));
-    if (ust || off == 0) return ust;
-    return akv_dev_copy_h2d_2d_async(r->dev, AKV_QUEUE_COMPUTE,
-                                     akv_dptr_offset(r->ctab_d, r->head_ints * sizeof(int32_t)),
-                                     pitch, r->c_indices, pitch, (size_t)off * sizeof(int32_t),
-                                     r->geom.n_layers);
+    return route_table_upload(r, r->ctab_d, r->ctab, n, off, &r->ctab_dirty);
 }
 
 akv_status akv_route_begin_step(akv_route *r, const akv_route_req *reqs, uint32_t n) {
@@ -1227,7 +1225,6 @@ static akv_status route_begin_layer(void *user, uint32_t layer, akv_kv_parts *pa
                  at_last = ((size_t)r->max_seqs + 1) * sizeof(int32_t);
     akv_dptr base = r->queued ? r->tab_d : akv_attn_host_ptr(r->tab_h);
     parts->n_parts = 1;
-    parts->part[0].repr = AKV_REPR_EXACT;
     parts->part[0].kv = (akv_attn_pages){.pool = akv_dev_pool_base(r->dp),
                                          .indptr = base,
                                          .indices = akv_dptr_offset(base, at_idx),
@@ -1250,7 +1247,7 @@ static akv_status route_begin_layer(void *user, uint32_t layer, akv_kv_parts *pa
     c.n_pages = akv_dev_pool_n_pages(r->dpc);
     c.repr = r->tier, c.past = 1;
     parts->n_parts = 2;
-    parts->part[1] = (akv_kv_part){.kv = c, .repr = r->tier};
+    parts->part[1] = (akv_kv_part){.kv = c};
     return AKV_OK;
 }
 

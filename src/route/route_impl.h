@@ -171,6 +171,8 @@ struct akv_route {
                                   pinned (queued) or heap (direct) */
     akv_dptr ctab_d;           /* queued: the device copy */
     int32_t *c_indptr, *c_last, *c_indices;
+    uint32_t n_cidx;           /* c_indptr[n_step]: compact pages of a layer over the step */
+    bool ctab_dirty;           /* queued: compact indices changed since the last upload */
     uint32_t *c_order;         /* [cap] scratch of a step */
     uint8_t *cpage;            /* one compact page (the walker's encoding) */
     uint8_t *cstage;           /* AKV__ROUTE_CSTAGE_PAGES compact pages encoded for their copies
