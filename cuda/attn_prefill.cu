@@ -3,7 +3,9 @@
  *
  * The chunk's K/V is first written into its page slots (attn_append.cu), then every chunk
  * row attends keys 0..hist+i from the pages, where hist = len - chunk and i is the row's
- * index in the chunk (the causal rule of akv/attn.h).
+ * index in the chunk (the causal rule of akv/attn.h). Over a past part (kv.past: older
+ * history, every key before every row) hist = len and every row sees keys 0..len-1: the
+ * mask then hides only the keys past the sequence in its last tile.
  *
  * Work decomposition. One block (4 warps, 128 threads) per (tile of 128 chunk rows, query
  * head, sequence); blockIdx.x runs the row tiles last-first, so the longest blocks (the
@@ -46,6 +48,7 @@ struct pf_args {
     int o_f32;
     float *lse; /* [n_tokens][n_heads] or null */
     int n_heads, group, n_q_tiles;
+    int past; /* 1: the table is a past part (no causal mask) */
     float scale_log2;
 };
 
@@ -67,7 +70,8 @@ static __device__ __forceinline__ void pf_load_kv(const attn_kv &kv, int pb, int
 
 /* Where a block works: chunk rows m0..m0+rows_here-1 of sequence blockIdx.z (row tiles of br,
  * the last launched first), query head `head` over K/V head h, the hist keys before the
- * chunk, and kv_end, the keys any of its rows sees. False for a tile past the chunk. */
+ * chunk (a past part: all of them), and kv_end, the keys any of its rows sees. False for a
+ * tile past the chunk. */
 struct pf_block {
     int head, h, qs, m0, pb, hist, rows_here, kv_end;
 };
@@ -79,23 +83,26 @@ static __device__ __forceinline__ bool pf_block_of(const pf_args &a, int br, pf_
     b.m0 = tile * br;
     if (b.m0 >= chunk) return false;
     b.pb = a.kv.indptr[s];
-    b.hist = attn_seq_len(a.kv, s) - chunk;
+    const int len = attn_seq_len(a.kv, s);
+    b.hist = a.past ? len : len - chunk;
     b.rows_here = min(br, chunk - b.m0);
-    b.kv_end = b.hist + b.m0 + b.rows_here; /* keys past this are masked for every row */
+    b.kv_end = a.past ? len : b.hist + b.m0 + b.rows_here; /* keys from here are masked */
     return true;
 }
 
 /* The causal rule on the scores of an m16 tile whose first row is chunk row `row`, keys t0..:
- * row i sees keys up to hist + i. */
+ * row i sees keys up to hist + i and below kv_end (which the causal rule implies for the
+ * rows of a block; a past part's limit). */
 template <int NT>
-static __device__ __forceinline__ void pf_mask(float (&sc)[NT][4], int t0, int hist, int row, int lane) {
+static __device__ __forceinline__ void pf_mask(float (&sc)[NT][4], int t0, int hist, int kv_end, int row,
+                                               int lane) {
 #pragma unroll
     for (int nt = 0; nt < NT; nt++)
 #pragma unroll
         for (int e = 0; e < 4; e++) {
             const int t = t0 + nt * 8 + (lane & 3) * 2 + (e & 1);
             const int i = row + (lane >> 2) + (e >> 1) * 8;
-            if (t > hist + i) sc[nt][e] = -INFINITY;
+            if (t > hist + i || t >= kv_end) sc[nt][e] = -INFINITY;
         }
 }
 
@@ -180,10 +187,10 @@ __global__ void __launch_bounds__(128, 2) attn_prefill_kernel(const pf_args a) {
                 }
             }
         }
-        /* 3. the causal mask, on tiles that cross this warp's diagonal only */
-        if (t0 + C::BC - 1 > hist + wrow) {
+        /* 3. the causal mask, on tiles that cross this warp's diagonal or the end only */
+        if (t0 + C::BC - 1 > hist + wrow || t0 + C::BC > kv_end) {
 #pragma unroll
-            for (int mt = 0; mt < 2; mt++) pf_mask<8>(sc[mt], t0, hist, wrow + mt * 16, lane);
+            for (int mt = 0; mt < 2; mt++) pf_mask<8>(sc[mt], t0, hist, kv_end, wrow + mt * 16, lane);
         }
         /* 4. online softmax in the log2 domain (scores are scaled on the fly) */
 #pragma unroll
@@ -313,7 +320,8 @@ __global__ void __launch_bounds__(256, 1) attn_prefill_wg_kernel(const pf_args a
         wg_commit();
         wg_wait<0>();
         wg_pin(sc);
-        if (t0 + C::BC - 1 > hist + w_row) pf_mask<16>(sc, t0, hist, w_row, lane);
+        if (t0 + C::BC - 1 > hist + w_row || t0 + C::BC > kv_end)
+            pf_mask<16>(sc, t0, hist, kv_end, w_row, lane);
         attn_softmax_step<16, 16>(sc, acc, m[0], l[0], 0, a.scale_log2);
         attn_softmax_step<16, 16>(sc, acc, m[1], l[1], 1, a.scale_log2);
         uint32_t pa[8][4];
@@ -369,7 +377,12 @@ extern "C" akv_status akv_attn_cuda_prefill(const akv_attn_prefill *p, void *str
     const char *op = "cuda prefill";
     akv_status st = akv__attn_prefill_check(p, op);
     if (st != AKV_OK || p->kv.n_seq == 0 || p->n_tokens == 0) return st;
-    if ((st = attn_cuda_kv_check(&p->kv, op, false)) != AKV_OK) return st;
+    if (p->kv.repr != AKV_REPR_EXACT) {
+        AKV_LOG_E("attn %s: %s pages; the CUDA prefill reads exact pages (akv_attn_cuda_widen "
+                  "makes a compact part's)", op, akv_repr_name((akv_repr)p->kv.repr));
+        return AKV_EUNSUPPORTED;
+    }
+    if ((st = attn_cuda_kv_check(&p->kv, op, true)) != AKV_OK) return st;
     if ((st = attn_cuda_dtype_check(p->q_dtype, "q_dtype", op)) != AKV_OK) return st;
     if ((st = attn_cuda_dtype_check(p->o_dtype, "o_dtype", op)) != AKV_OK) return st;
     const uint32_t D = p->kv.head_dim;
@@ -407,6 +420,7 @@ extern "C" akv_status akv_attn_cuda_prefill(const akv_attn_prefill *p, void *str
     a.lse = reinterpret_cast<float *>(p->lse.addr);
     a.n_heads = (int)p->n_heads;
     a.group = (int)(p->n_heads / p->kv.n_kv_heads);
+    a.past = p->kv.past != 0;
     const int br = wg ? pw_cfg::BR : pf_cfg<128>::BR;
     a.n_q_tiles = (int)((p->max_chunk + br - 1) / br);
     a.scale_log2 = akv__attn_scale(p->scale, D) * ATTN_LOG2E;

@@ -29,6 +29,7 @@ static const cuda_op cuda_ops[] = {
     {AKV_FWD_OP_ATTN_DECODE, akv__cuda_fwd_attn_decode, 0},
     {AKV_FWD_OP_ATTN_PREFILL, akv__cuda_fwd_attn_prefill, 0},
     {AKV_FWD_OP_ATTN_MERGE, akv__cuda_fwd_attn_merge, 0},
+    {AKV_FWD_OP_ATTN_WIDEN, akv__cuda_fwd_attn_widen, 0},
     {AKV_KVQ_OP_ENCODE, akv__cuda_kvq_encode_launch, 0},
 };
 

@@ -73,6 +73,7 @@ akv_status akv__cuda_fwd_attn_append(const void *args, const akv__cuda_launch *l
 akv_status akv__cuda_fwd_attn_decode(const void *args, const akv__cuda_launch *l);
 akv_status akv__cuda_fwd_attn_prefill(const void *args, const akv__cuda_launch *l);
 akv_status akv__cuda_fwd_attn_merge(const void *args, const akv__cuda_launch *l);
+akv_status akv__cuda_fwd_attn_widen(const void *args, const akv__cuda_launch *l);
 /* The op AKV_KVQ_OP_ENCODE (akv/kvq.h; cuda/kvq_encode.cu): checks its arguments (logged) and
  * enqueues its kernel. */
 akv_status akv__cuda_kvq_encode_launch(const void *args, const akv__cuda_launch *l);

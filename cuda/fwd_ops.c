@@ -151,3 +151,9 @@ akv_status akv__cuda_fwd_attn_merge(const void *args, const akv__cuda_launch *l)
     memcpy(&a, args, sizeof a);
     return akv_attn_cuda_merge(&a.p, l->stream);
 }
+
+akv_status akv__cuda_fwd_attn_widen(const void *args, const akv__cuda_launch *l) {
+    akv_fwd_attn_widen_args a;
+    memcpy(&a, args, sizeof a);
+    return akv_attn_cuda_widen(&a.p, l->stream);
+}

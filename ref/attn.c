@@ -720,3 +720,40 @@ akv_status akv_attn_ref_merge(const akv_attn_merge *p) {
     }
     return AKV_OK;
 }
+
+akv_status akv_attn_ref_widen(const akv_attn_widen *p) {
+    akv_status st = akv__attn_widen_check(p, "ref widen");
+    if (st != AKV_OK || p->kv.n_seq == 0) return st;
+    if ((st = akv_attn_table_check(&p->kv)) != AKV_OK) return st;
+    kv_view v;
+    view_init(&v, &p->kv);
+    akv_repr_layout le;
+    st = akv_repr_layout_of(AKV_REPR_EXACT, v.dtype, v.n_kv_heads, v.page_tokens, v.head_dim, &le);
+    if (st != AKV_OK) return st; /* the table's exact form: validated with it */
+    int32_t *indptr = host(p->out_indptr), *indices = host(p->out_indices), *last = host(p->out_last);
+    unsigned char *out = host(p->out_pool);
+    const size_t elem = akv_dtype_size(v.dtype);
+    float row[AKV_ATTN_MAX_HEAD_DIM];
+    int32_t o = 0;
+    indptr[0] = 0;
+    for (uint32_t s = 0; s < p->kv.n_seq; s++) {
+        const uint32_t n = (uint32_t)(v.indptr[s + 1] - v.indptr[s]);
+        const uint32_t give = n > p->first ? (n - p->first < p->max_out ? n - p->first : p->max_out) : 0;
+        for (uint32_t j = 0; j < give; j++, o++) {
+            const unsigned char *src = v.pool + (size_t)v.indices[v.indptr[s] + p->first + j] * v.page_bytes;
+            unsigned char *dst = out + (size_t)o * le.page_bytes;
+            for (uint32_t kv = 0; kv < 2; kv++)
+                for (uint32_t h = 0; h < v.n_kv_heads; h++)
+                    for (uint32_t t = 0; t < v.page_tokens; t++) {
+                        akv_kvq_read_row(&v.layout, &v.shape, src, kv, h, t, row);
+                        if (kv == 0 && v.layout.rotate_k) akv_kvq_fwht(row, v.head_dim);
+                        const size_t at = ((size_t)(kv * v.n_kv_heads + h) * v.page_tokens + t) * v.head_dim;
+                        row_from_f32(dst + at * elem, v.dtype, v.head_dim, row);
+                    }
+            indices[o] = o;
+        }
+        last[s] = give == 0 ? 0 : p->first + give == n ? v.last[s] : (int32_t)v.page_tokens;
+        indptr[s + 1] = o;
+    }
+    return AKV_OK;
+}

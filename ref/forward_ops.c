@@ -223,6 +223,11 @@ static akv_status fops_attn_merge(akv_dev *dev, const void *args) {
     return akv_attn_ref_merge(&((const akv_fwd_attn_merge_args *)args)->p);
 }
 
+static akv_status fops_attn_widen(akv_dev *dev, const void *args) {
+    (void)dev;
+    return akv_attn_ref_widen(&((const akv_fwd_attn_widen_args *)args)->p);
+}
+
 #define FOPS_DEF(var, op_name, type, fn)                                                              \
     const akv_dev_op var = {.name = op_name, .args_bytes = sizeof(type), .host = fn}
 
@@ -250,3 +255,4 @@ FOPS_DEF(akv_fwd_op_attn_decode, AKV_FWD_OP_ATTN_DECODE, akv_fwd_attn_decode_arg
 FOPS_DEF(akv_fwd_op_attn_prefill, AKV_FWD_OP_ATTN_PREFILL, akv_fwd_attn_prefill_args,
          fops_attn_prefill);
 FOPS_DEF(akv_fwd_op_attn_merge, AKV_FWD_OP_ATTN_MERGE, akv_fwd_attn_merge_args, fops_attn_merge);
+FOPS_DEF(akv_fwd_op_attn_widen, AKV_FWD_OP_ATTN_WIDEN, akv_fwd_attn_widen_args, fops_attn_widen);

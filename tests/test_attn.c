@@ -623,6 +623,111 @@ static void test_parts_merge_to_the_whole(void) {
         }
 }
 
+/* A compact past part widened to exact pages (akv_attn_widen: what the device pass's prefill
+ * reads of a chunk's compacted history): over a view of a batch (its first sequence not the
+ * table's first; one with no page), from page `first`, max_out at a time, the out table packs
+ * each sequence's pages in order and every row is the decoded row, K rotated back, in bf16;
+ * the pieces' prefill states merged equal the prefill over the compact part itself. */
+static void test_widen(void) {
+    for (int r = AKV_REPR_Q8; r <= AKV_REPR_Q4; r++) {
+        const fx_geom g = {4, 2, 32, 8, AKV_DTYPE_BF16};
+        const uint32_t d = 32, P = 8, len[5] = {3 * P, 7 * P, 0, 2 * P + 5, 5 * P};
+        fx_table f;
+        fx_table_make(&f, g, 5, len, 2, 1, &rng);
+        akv_repr_layout l, le;
+        float *dense = NULL;
+        unsigned char *cpool = fx_compact_pool(&f, (akv_repr)r, &l, &dense);
+        CHECK_OK(akv_repr_layout_of(AKV_REPR_EXACT, g.dtype, g.n_kv_heads, P, d, &le));
+        akv_attn_pages view = fx_pages(&f); /* sequences 1..4, past, compact */
+        view.pool = akv_attn_host_ptr(cpool), view.repr = (uint32_t)r, view.past = 1;
+        view.indptr = akv_attn_host_ptr(f.indptr + 1), view.last_page_len = akv_attn_host_ptr(f.last + 1);
+        view.n_seq = 4;
+        /* the chunk: 3 rows of each sequence after its history */
+        const uint32_t nq = 3, n_rows = 4 * nq * g.n_heads;
+        int32_t qo[5] = {0, 3, 6, 9, 12};
+        float *q = fx_random(AKV_DTYPE_F32, (size_t)n_rows * d, 2.0f, &rng);
+        float *ow = malloc((size_t)n_rows * d * 4), *lw = malloc(n_rows * 4);
+        float *op = malloc((size_t)n_rows * d * 4), *lp = malloc(n_rows * 4);
+        float *oc = malloc((size_t)n_rows * d * 4), *lc = malloc(n_rows * 4);
+        akv_attn_prefill whole = mk_prefill(&f, qo, 4 * nq, nq, q, oc, lc);
+        whole.kv = view;
+        CHECK_OK(akv_attn_ref_prefill(&whole));
+        const uint32_t firsts[3] = {0, 0, 2}, outs[3] = {100, 3, 2};
+        for (int c = 0; c < 3; c++) {
+            const uint32_t first = firsts[c], max_out = outs[c];
+            unsigned char *out = malloc(4 * max_out * le.page_bytes);
+            int32_t ip[5], ix[400], last[4];
+            bool first_piece = true;
+            for (uint32_t at = first; at < 7; at += max_out) {
+                akv_attn_widen w = {.kv = view,
+                                    .first = at,
+                                    .max_out = max_out,
+                                    .out_pool = akv_attn_host_ptr(out),
+                                    .out_indptr = akv_attn_host_ptr(ip),
+                                    .out_indices = akv_attn_host_ptr(ix),
+                                    .out_last = akv_attn_host_ptr(last)};
+                CHECK_OK(akv_attn_ref_widen(&w));
+                int32_t o = 0;
+                for (uint32_t s = 0; s < 4; s++) {
+                    const uint32_t n = (len[s + 1] + P - 1) / P;
+                    const uint32_t give = n > at ? (n - at < max_out ? n - at : max_out) : 0;
+                    CHECK_EQ_INT(ip[s], o);
+                    const int32_t want_last = give == 0 ? 0 : at + give == n ? f.last[s + 1] : (int32_t)P;
+                    CHECK_EQ_INT(last[s], want_last);
+                    for (uint32_t j = 0; j < give; j++, o++) {
+                        CHECK_EQ_INT(ix[o], o);
+                        /* every live row: the decoded row, K rotated back, rounded to bf16 */
+                        const uint32_t rows = (at + j) * P + P <= len[s + 1] ? P : len[s + 1] - (at + j) * P;
+                        bool same = true;
+                        for (uint32_t kv = 0; kv < 2; kv++)
+                            for (uint32_t h = 0; h < g.n_kv_heads; h++)
+                                for (uint32_t t = 0; t < rows; t++)
+                                    for (uint32_t i = 0; i < d; i++) {
+                                        const float x = dense[f.dense_off[s + 1] +
+                                                              (((size_t)kv * g.n_kv_heads + h) * len[s + 1] +
+                                                               (at + j) * P + t) * d + i];
+                                        const uint16_t got = ((const uint16_t *)(out + (size_t)o * le.page_bytes))
+                                            [((size_t)(kv * g.n_kv_heads + h) * P + t) * d + i];
+                                        same = same && got == akv_f32_to_bf16(x);
+                                    }
+                        CHECK(same);
+                    }
+                }
+                CHECK_EQ_INT(ip[4], o);
+                /* the piece's prefill (past, exact) merged into the others' */
+                akv_attn_prefill pp = mk_prefill(&f, qo, 4 * nq, nq, q, first_piece ? ow : op, first_piece ? lw : lp);
+                pp.kv = (akv_attn_pages){.pool = w.out_pool, .indptr = w.out_indptr, .indices = w.out_indices,
+                                         .last_page_len = w.out_last, .n_seq = 4, .n_pages = 4 * max_out,
+                                         .max_pages = max_out, .n_kv_heads = g.n_kv_heads, .head_dim = d,
+                                         .page_tokens = P, .dtype = g.dtype, .past = 1};
+                CHECK_OK(akv_attn_ref_prefill(&pp));
+                if (!first_piece)
+                    for (uint32_t row = 0; row < n_rows; row++)
+                        akv_attn_merge_state(d, ow + (size_t)row * d, lw + row, op + (size_t)row * d, lp[row]);
+                first_piece = false;
+            }
+            if (first == 0) { /* every page widened: the compact part's states, to bf16's rounding */
+                CHECK_CLOSE_F32(ow, oc, (size_t)n_rows * d, 2e-2, 2e-2);
+                CHECK_CLOSE_F32(lw, lc, n_rows, 2e-2, 1e-3);
+            }
+            free(out);
+        }
+        /* refused: an exact or non-past table, no out table */
+        akv_attn_widen bad = {.kv = view, .max_out = 1};
+        quiet(1);
+        CHECK_STATUS(akv_attn_ref_widen(&bad), AKV_EINVAL);
+        bad.out_pool = bad.out_indptr = bad.out_indices = bad.out_last = akv_attn_host_ptr(q);
+        bad.kv.past = 0;
+        CHECK_STATUS(akv_attn_ref_widen(&bad), AKV_EINVAL);
+        bad.kv.past = 1, bad.kv.repr = AKV_REPR_EXACT;
+        CHECK_STATUS(akv_attn_ref_widen(&bad), AKV_EINVAL);
+        quiet(0);
+        free(q), free(ow), free(lw), free(op), free(lp), free(oc), free(lc);
+        free(cpool), free(dense);
+        fx_table_free(&f);
+    }
+}
+
 /* What a compact or past part refuses: being written, and shapes its form cannot hold. */
 static void test_compact_validation(void) {
     fx_geom g = {4, 2, 64, 16, AKV_DTYPE_BF16};
@@ -990,6 +1095,7 @@ int main(int argc, char **argv) {
     TEST_CASE(compact_pages_read_in_place) test_compact_pages();
     TEST_CASE(parts_merge_to_the_whole) test_parts_merge_to_the_whole();
     TEST_CASE(compact_and_past_parts_refuse_what_they_cannot_be) test_compact_validation();
+    TEST_CASE(compact_past_widened_to_exact_pages) test_widen();
     TEST_CASE(views_and_batch_invariance_of_the_host_path) test_views_batch_invariant();
     TEST_CASE(validation) test_validation();
     TEST_CASE(split_plan) test_split_plan();

@@ -121,7 +121,7 @@ typedef struct akv_attn_pages {
     uint32_t repr;          /* akv_repr of the pages (akv/kv_repr.h): 0 = exact, in dtype;
                                q8/q4 = compact pages of that layout, read in place (ref, host
                                and the CUDA decode, pages of at least 8 tokens there; the CUDA
-                               prefill refuses them) */
+                               prefill refuses them: akv_attn_widen makes them exact) */
     uint32_t past;          /* 1 = every key of the table precedes every query (a part of
                                older history: no causal mask inside it, and nothing of the
                                call is written to it); 0 = the queries are the table's last
@@ -232,6 +232,27 @@ typedef struct akv_attn_merge {
     akv_dtype o_dtype;    /* f32 or bf16 (also f16 in the ref) */
     akv_dptr lse;         /* f32 [n_rows]; may be lse_a or lse_b; 0 = not wanted */
 } akv_attn_merge;
+
+/* Widen: pages of a compact past part as exact pages of the same rows, for the kernels that
+ * read exact pages only (the CUDA prefill: a prompt chunk is bound by its products, and a
+ * page is widened in one pass over its bytes). Each row is akv_kvq_read_row's, a rotated K
+ * row rotated back (akv_kvq_fwht is its own inverse), rounded to kv.dtype (nearest even).
+ * Sequence s of kv gives its pages first .. first + max_out - 1 (those it has), in order, to
+ * out pages o_s, o_s + 1, ..., o_s = the pages the sequences before it give; the call writes
+ * the out table over the same n_seq: out_indptr[s] = o_s (out_indptr[0] = 0), out_indices[o]
+ * = o, out_last[s] = its last widened page's length (kv's last_page_len where the range
+ * reaches the sequence's last page, else page_tokens; 0 where it gives none). So the out
+ * table (pool out_pool, exact, past) holds the widened keys of each sequence, and its states
+ * merge with the other parts'. */
+typedef struct akv_attn_widen {
+    akv_attn_pages kv;    /* a compact past part (q8 or q4) */
+    uint32_t first;       /* each sequence's first page to widen */
+    uint32_t max_out;     /* pages a sequence gives at most (>= 1) */
+    akv_dptr out_pool;    /* n_seq * max_out exact pages of kv.dtype (the exact page layout) */
+    akv_dptr out_indptr;  /* int32 [n_seq + 1], written */
+    akv_dptr out_indices; /* int32 [n_seq * max_out], written as far as the pages given */
+    akv_dptr out_last;    /* int32 [n_seq], written */
+} akv_attn_widen;
 
 /* The split-KV partitioning of decode (see the file comment). */
 typedef struct akv_attn_split {
@@ -366,6 +387,9 @@ akv_status akv_attn_host_prefill_heads(const akv_attn_prefill *p, uint32_t head0
 
 akv_status akv_attn_ref_merge(const akv_attn_merge *p);
 
+/* AKV_EINVAL also for a table that is not a compact past part. */
+akv_status akv_attn_ref_widen(const akv_attn_widen *p);
+
 /* The exact merge of one state into another, in place: (o_a, *lse_a) = merge(a, b), over
  * head_dim elements. An empty b leaves a bit-identical; an empty a becomes b exactly. */
 void akv_attn_merge_state(uint32_t head_dim, float *o_a, float *lse_a, const float *o_b,
@@ -428,8 +452,13 @@ typedef struct akv_attn_timeline_block {
 akv_status akv_attn_cuda_decode_timeline(akv_attn_timeline_block *out, uint32_t max, uint32_t *n_blocks);
 
 /* Chunked causal prefill: writes k_new/v_new into the pages (when given), then attends
- * (flash-attention style, no key split: route chunks of <= 4 tokens to decode). */
+ * (flash-attention style, no key split: route chunks of <= 4 tokens to decode). Over a past
+ * part of exact pages (kv.past) every row sees every key of its sequence; compact pages are
+ * refused (akv_attn_cuda_widen makes them exact). */
 akv_status akv_attn_cuda_prefill(const akv_attn_prefill *p, void *stream);
+
+/* Widen (akv_attn_widen): bit-exact with akv_attn_ref_widen; bf16 pages, head dim 64/128. */
+akv_status akv_attn_cuda_widen(const akv_attn_widen *p, void *stream);
 
 /* Writes new tokens' K/V into their page slots (bit-exact with akv_attn_ref_append). */
 akv_status akv_attn_cuda_append(const akv_attn_append *p, void *stream);

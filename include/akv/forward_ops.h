@@ -50,6 +50,7 @@ extern "C" {
 #define AKV_FWD_OP_ATTN_DECODE "fwd_attn_decode"
 #define AKV_FWD_OP_ATTN_PREFILL "fwd_attn_prefill"
 #define AKV_FWD_OP_ATTN_MERGE "fwd_attn_merge"
+#define AKV_FWD_OP_ATTN_WIDEN "fwd_attn_widen"
 
 /* y[t] = table[ids[t]] widened to f32. An id outside [0, n_vocab) gives a row of NaN (the
  * caller validates ids on the host first; the kernel never reads outside the table). */
@@ -194,6 +195,12 @@ typedef struct akv_fwd_attn_merge_args {
     akv_attn_merge p;
 } akv_fwd_attn_merge_args;
 
+/* A compact past part's pages widened to exact pages with their own table (what the prefill
+ * of a prompt chunk reads of its compacted history). */
+typedef struct akv_fwd_attn_widen_args {
+    akv_attn_widen p;
+} akv_fwd_attn_widen_args;
+
 extern const akv_dev_op akv_fwd_op_embed;
 extern const akv_dev_op akv_fwd_op_rmsnorm;
 extern const akv_dev_op akv_fwd_op_rope;
@@ -206,6 +213,7 @@ extern const akv_dev_op akv_fwd_op_attn_append;
 extern const akv_dev_op akv_fwd_op_attn_decode;
 extern const akv_dev_op akv_fwd_op_attn_prefill;
 extern const akv_dev_op akv_fwd_op_attn_merge;
+extern const akv_dev_op akv_fwd_op_attn_widen;
 
 /* The value of element i of a fill (seed, center, scale), as a float before rounding to the
  * fill's dtype: the formula both backends use. */

@@ -31,6 +31,7 @@ akv_status akv__attn_decode_check(const akv_attn_decode *p, const char *op);
 akv_status akv__attn_prefill_check(const akv_attn_prefill *p, const char *op);
 akv_status akv__attn_append_check(const akv_attn_append *p, const char *op);
 akv_status akv__attn_merge_check(const akv_attn_merge *p, const char *op);
+akv_status akv__attn_widen_check(const akv_attn_widen *p, const char *op);
 
 /* The decode workspace of akv_attn_decode_workspace_bytes: byte offsets of the partial LSEs
  * and of the arrival counters (after the partial outputs at 0), and the total (all 0 when

@@ -231,6 +231,22 @@ akv_status akv__attn_append_check(const akv_attn_append *p, const char *op) {
     return check_stride(p->stride, p->kv.n_kv_heads * p->kv.head_dim, "stride", op);
 }
 
+akv_status akv__attn_widen_check(const akv_attn_widen *p, const char *op) {
+    if (!p) BAD("attn %s: no parameters (NULL)", op);
+    akv_status st = akv__attn_pages_check(&p->kv, op);
+    if (st != AKV_OK || p->kv.n_seq == 0) return st;
+    if (p->kv.repr == AKV_REPR_EXACT || !p->kv.past)
+        BAD("attn %s: widens a compact past part, not %s pages%s", op,
+            akv_repr_name((akv_repr)p->kv.repr), p->kv.past ? "" : " of the queries' own history");
+    if (p->max_out == 0) BAD("attn %s: max_out is 0", op);
+    if ((uint64_t)p->max_out * p->kv.n_seq > INT32_MAX)
+        BAD("attn %s: %u sequences of %u pages overflow an int32 page id", op, p->kv.n_seq,
+            p->max_out);
+    if (!p->out_pool.addr || !p->out_indptr.addr || !p->out_indices.addr || !p->out_last.addr)
+        BAD("attn %s: out_pool, out_indptr, out_indices and out_last must all be given", op);
+    return AKV_OK;
+}
+
 akv_status akv__attn_merge_check(const akv_attn_merge *p, const char *op) {
     if (!p) BAD("attn %s: no parameters (NULL)", op);
     if (p->n_rows == 0) return AKV_OK;

@@ -19,6 +19,9 @@ enum {
     FDEV_CUBLAS_WS = 32u << 20,     /* cuBLAS workspace (device backends only) */
     FDEV_UPLOAD_CHUNK = 1u << 22,   /* elements per f32->bf16 conversion of an upload */
 };
+/* Widened pages of a prompt chunk's compact past at once, at most (fdev_attend_past_prefill;
+ * at least one page of each sequence): 32K tokens of Llama-3-8B's history in a layer. */
+#define FDEV_WIDEN_BYTES ((uint64_t)256 << 20)
 
 /* A record of launches: the ops and a copy of their argument structs, each of its op's
  * args_bytes at the next 16-byte offset of args (fdev_rec_add). */
@@ -92,8 +95,15 @@ struct akv_forward_dev {
     /* a layer read as two parts (an exact part and a past part of older history): each part's
      * states before their merge into att (one allocation, made at the first such step) */
     akv_dptr part_mem;
-    akv_dptr part_o[2];   /* f32 [T][q_dim] */
-    akv_dptr part_lse[2]; /* f32 [T][n_heads] */
+    akv_dptr part_o[3];   /* f32 [T][q_dim]; [2]: a widened piece of the past part after the
+                             first, merged into [1] */
+    akv_dptr part_lse[3]; /* f32 [T][n_heads] */
+    /* a prompt chunk's compact past part widened to exact pages (fdev_attend_past): pages,
+     * then the table's int32 indptr, last_page_len and indices; own allocation, grown on
+     * demand up to about FDEV_WIDEN_BYTES */
+    akv_dptr widen_mem;
+    size_t widen_bytes;
+    const uint32_t *pos0; /* the step's akv_forward_batch.pos0, while its layers run */
     akv__fwd_group *groups; /* [T] this step's attention groups */
     /* pinned host side */
     int32_t *io_h;        /* [FDEV_IO_INTS], the source of the io upload */
@@ -239,6 +249,7 @@ void akv_forward_dev_destroy(akv_forward_dev *f) {
     for (int pt = 0; pt < 2; pt++)
         for (int i = 0; i < AKV_ATTN_MAX_QUERIES; i++) akv_dev_mem_free(f->dev, f->attn_ws[pt][i]);
     akv_dev_mem_free(f->dev, f->part_mem);
+    akv_dev_mem_free(f->dev, f->widen_mem);
     akv_dev_mem_free(f->dev, f->smem_d);
     akv_dev_mem_free(f->dev, f->wmem);
     if (f->io_h) akv_dev_pinned_free(f->dev, f->io_h);
@@ -665,15 +676,32 @@ static akv_fwd_attn_decode_args fdev_decode_args(const akv_forward_dev *f, akv_a
               .tuning = f->params.attn}};
 }
 
+/* A prefill group's call over the view of a part: its queries the f32 qkv rows from the group's
+ * first row on, its rows' qo_indptr in the io upload; no K/V written (the exact part's call
+ * adds it). */
+static akv_fwd_attn_prefill_args fdev_prefill_args(const akv_forward_dev *f, akv_attn_pages view,
+                                                   const akv__fwd_group *g, fdev_out out) {
+    return (akv_fwd_attn_prefill_args){
+        .p = {.kv = view,
+              .n_heads = f->cfg.n_heads,
+              .qo_indptr = akv_dptr_offset(f->io, fdev_io_qo(f) * 4),
+              .n_tokens = g->n_rows,
+              .max_chunk = g->n_new,
+              .q = akv_dptr_offset(f->qkv, (size_t)g->row0 * f->qkv_dim * 4),
+              .q_dtype = AKV_DTYPE_F32,
+              .q_stride = f->qkv_dim,
+              .o = out.o,
+              .o_dtype = out.o_dtype,
+              .lse = out.lse}};
+}
+
 /* One group's attention over its exact part: its K/V into the pages, then attend (Q, K, V are
  * the f32 qkv rows from the group's first row on). The prefill group's qo_indptr is in the io
  * upload. */
 static akv_status fdev_attend(akv_forward_dev *f, const akv_attn_pages *pg, const akv__fwd_group *g,
                               fdev_out out) {
-    const akv_model_config *c = &f->cfg;
     const size_t row = (size_t)g->row0 * f->qkv_dim * 4;
-    akv_dptr q = akv_dptr_offset(f->qkv, row),
-             k = akv_dptr_offset(f->qkv, row + (size_t)f->q_dim * 4),
+    akv_dptr k = akv_dptr_offset(f->qkv, row + (size_t)f->q_dim * 4),
              v = akv_dptr_offset(f->qkv, row + (size_t)(f->q_dim + f->kv_dim) * 4);
     akv_attn_pages view = akv__forward_view(pg, g);
     akv_status st;
@@ -691,53 +719,107 @@ static akv_status fdev_attend(akv_forward_dev *f, const akv_attn_pages *pg, cons
         if ((st = fdev_attn_ws(f, &d.p, 0, &d.workspace, &d.workspace_bytes))) return st;
         return FDEV_LAUNCH(f, akv_fwd_op_attn_decode, d);
     }
-    akv_fwd_attn_prefill_args pf = {
-        .p = {.kv = view,
-              .n_heads = c->n_heads,
-              .qo_indptr = akv_dptr_offset(f->io, fdev_io_qo(f) * 4),
-              .n_tokens = g->n_rows,
-              .max_chunk = g->n_new,
-              .q = q,
-              .q_dtype = AKV_DTYPE_F32,
-              .q_stride = f->qkv_dim,
-              .k_new = k,
-              .v_new = v,
-              .kv_new_dtype = AKV_DTYPE_F32,
-              .kv_stride = f->qkv_dim,
-              .o = out.o,
-              .o_dtype = out.o_dtype,
-              .lse = out.lse}};
+    akv_fwd_attn_prefill_args pf = fdev_prefill_args(f, view, g, out);
+    pf.p.k_new = k, pf.p.v_new = v, pf.p.kv_new_dtype = AKV_DTYPE_F32, pf.p.kv_stride = f->qkv_dim;
     return FDEV_LAUNCH(f, akv_fwd_op_attn_prefill, pf);
+}
+
+/* The widened pages of a prompt chunk's past part: room for n_seq x max_out exact pages of
+ * page_bytes and their table, grown when a step needs more (the free waits for the device to
+ * be idle: nothing in flight still reads the old one). */
+static akv_status fdev_widen_mem(akv_forward_dev *f, uint32_t n_seq, uint32_t max_out,
+                                 size_t page_bytes, akv_attn_widen *w) {
+    const size_t n_pages = (size_t)n_seq * max_out, pages_bytes = n_pages * page_bytes;
+    const size_t need = pages_bytes + (2 * (size_t)n_seq + 1 + n_pages) * sizeof(int32_t);
+    akv_status st;
+    if (need > f->widen_bytes) {
+        if ((st = akv_dev_mem_free(f->dev, f->widen_mem))) return st;
+        f->widen_mem = (akv_dptr){0}, f->widen_bytes = 0;
+        if ((st = akv_dev_mem_alloc(f->dev, need, &f->widen_mem))) return st;
+        f->widen_bytes = need;
+    }
+    w->out_pool = f->widen_mem;
+    w->out_indptr = akv_dptr_offset(f->widen_mem, pages_bytes);
+    w->out_last = akv_dptr_offset(w->out_indptr, ((size_t)n_seq + 1) * sizeof(int32_t));
+    w->out_indices = akv_dptr_offset(w->out_last, (size_t)n_seq * sizeof(int32_t));
+    return AKV_OK;
+}
+
+/* A prefill group's attention over its past part: the prefill kernel over the part with no
+ * causal mask (every key before every row). A compact part is widened first into exact pages
+ * (akv_attn_widen: the prefill is bound by its products, a page is widened in one pass over
+ * its bytes), max_out pages of each sequence at a time so the widened pages stay within
+ * about FDEV_WIDEN_BYTES; each piece after the first is attended into the third states and
+ * merged into the part's. The pieces cover every past page: a sequence whose chunk starts at
+ * pos0 has at most ceil(pos0 / P) pages before it. */
+static akv_status fdev_attend_past_prefill(akv_forward_dev *f, const akv_attn_pages *pg,
+                                           const akv__fwd_group *g, fdev_out out) {
+    const akv_model_config *c = &f->cfg;
+    const akv_attn_pages view = akv__forward_view(pg, g);
+    akv_fwd_attn_prefill_args pf = fdev_prefill_args(f, view, g, out);
+    if (view.repr == AKV_REPR_EXACT) return FDEV_LAUNCH(f, akv_fwd_op_attn_prefill, pf);
+
+    const uint32_t P = view.page_tokens, n_seq = view.n_seq;
+    uint32_t most = 0; /* the most past pages of any of the group's sequences */
+    for (uint32_t s = g->s0; s < g->s1; s++) {
+        const uint32_t n = (uint32_t)((f->pos0[s] + (uint64_t)P - 1) / P);
+        most = n > most ? n : most;
+    }
+    if (most > view.max_pages) most = view.max_pages;
+    if (most == 0) most = 1; /* still one call: it writes every row's (empty) states */
+    akv_repr_layout le;
+    akv_status st = akv_repr_layout_of(AKV_REPR_EXACT, view.dtype, view.n_kv_heads, P,
+                                       view.head_dim, &le);
+    if (st) return st;
+    uint64_t fit = FDEV_WIDEN_BYTES / ((uint64_t)n_seq * le.page_bytes);
+    const uint32_t max_out = fit < 1 ? 1 : fit < most ? (uint32_t)fit : most;
+    akv_fwd_attn_widen_args w = {.p = {.kv = view, .max_out = max_out}};
+    if ((st = fdev_widen_mem(f, n_seq, max_out, le.page_bytes, &w.p))) return st;
+    pf.p.kv = (akv_attn_pages){.pool = w.p.out_pool,
+                               .indptr = w.p.out_indptr,
+                               .indices = w.p.out_indices,
+                               .last_page_len = w.p.out_last,
+                               .n_seq = n_seq,
+                               .n_pages = n_seq * max_out,
+                               .max_pages = max_out,
+                               .n_kv_heads = view.n_kv_heads,
+                               .head_dim = view.head_dim,
+                               .page_tokens = P,
+                               .dtype = view.dtype,
+                               .past = 1};
+    const size_t o_at = (size_t)g->row0 * f->q_dim * 4, l_at = (size_t)g->row0 * c->n_heads * 4;
+    for (uint32_t first = 0; first < most; first += max_out) {
+        const bool more = first > 0; /* a piece after the first: into the third states */
+        w.p.first = first;
+        pf.p.o = more ? akv_dptr_offset(f->part_o[2], o_at) : out.o;
+        pf.p.lse = more ? akv_dptr_offset(f->part_lse[2], l_at) : out.lse;
+        if ((st = FDEV_LAUNCH(f, akv_fwd_op_attn_widen, w)) ||
+            (st = FDEV_LAUNCH(f, akv_fwd_op_attn_prefill, pf)))
+            return st;
+        if (!more) continue;
+        akv_fwd_attn_merge_args m = {.p = {.n_rows = g->n_rows * c->n_heads,
+                                           .head_dim = c->head_dim,
+                                           .o_a = out.o,
+                                           .lse_a = out.lse,
+                                           .o_b = pf.p.o,
+                                           .lse_b = pf.p.lse,
+                                           .o = out.o,
+                                           .o_dtype = AKV_DTYPE_F32,
+                                           .lse = out.lse}};
+        if ((st = FDEV_LAUNCH(f, akv_fwd_op_attn_merge, m))) return st;
+    }
+    return AKV_OK;
 }
 
 /* One group's attention over a past part (older history, compact or exact: every key before
  * every query, nothing written): a decode group in one call (its split and workspace as the
- * exact part's), a prefill group one call per sequence with its chunk's rows as queries (one
- * partition each: a chunk's rows fill the device as row tiles). */
+ * exact part's), a prefill group through the prefill kernel (fdev_attend_past_prefill). */
 static akv_status fdev_attend_past(akv_forward_dev *f, const akv_attn_pages *pg,
                                    const akv__fwd_group *g, fdev_out out) {
-    const akv_model_config *c = &f->cfg;
+    if (!g->decode) return fdev_attend_past_prefill(f, pg, g, out);
     akv_fwd_attn_decode_args d = fdev_decode_args(f, akv__forward_view(pg, g), g, out);
-    akv_status st;
-    if (g->decode) {
-        if ((st = fdev_attn_ws(f, &d.p, 1, &d.workspace, &d.workspace_bytes))) return st;
-        return FDEV_LAUNCH(f, akv_fwd_op_attn_decode, d);
-    }
-    const int32_t *qo = f->io_h + fdev_io_qo(f); /* this step's, written before the layers */
-    d.p.tuning.max_parts = 1;
-    for (uint32_t s = g->s0; s < g->s1; s++) {
-        const uint32_t r0 = (uint32_t)qo[s - g->s0], n = (uint32_t)qo[s - g->s0 + 1] - r0;
-        akv_fwd_attn_decode_args ds = d;
-        ds.p.kv.indptr = akv_dptr_offset(pg->indptr, (size_t)s * sizeof(int32_t));
-        ds.p.kv.last_page_len = akv_dptr_offset(pg->last_page_len, (size_t)s * sizeof(int32_t));
-        ds.p.kv.n_seq = 1;
-        ds.p.n_query = n;
-        ds.p.q = akv_dptr_offset(d.p.q, (size_t)r0 * f->qkv_dim * 4);
-        ds.p.o = akv_dptr_offset(out.o, (size_t)r0 * f->q_dim * 4);
-        ds.p.lse = akv_dptr_offset(out.lse, (size_t)r0 * c->n_heads * 4);
-        if ((st = FDEV_LAUNCH(f, akv_fwd_op_attn_decode, ds))) return st;
-    }
-    return AKV_OK;
+    akv_status st = fdev_attn_ws(f, &d.p, 1, &d.workspace, &d.workspace_bytes);
+    return st ? st : FDEV_LAUNCH(f, akv_fwd_op_attn_decode, d);
 }
 
 /* A layer's attention over its parts, group by group: one part straight into att; two parts
@@ -750,10 +832,10 @@ static akv_status fdev_attend_parts(akv_forward_dev *f, const akv_kv_parts *part
         const size_t o_bytes = (size_t)f->params.max_step_tokens * f->q_dim * 4,
                      l_bytes = (size_t)f->params.max_step_tokens * f->cfg.n_heads * 4;
         if (f->recording) return AKV_ESTATE; /* the hooks that give parts are not replayable */
-        if ((st = akv_dev_mem_alloc(f->dev, 2 * (o_bytes + l_bytes), &f->part_mem))) return st;
-        for (int pt = 0; pt < 2; pt++) {
+        if ((st = akv_dev_mem_alloc(f->dev, 3 * (o_bytes + l_bytes), &f->part_mem))) return st;
+        for (int pt = 0; pt < 3; pt++) {
             f->part_o[pt] = akv_dptr_offset(f->part_mem, (size_t)pt * o_bytes);
-            f->part_lse[pt] = akv_dptr_offset(f->part_mem, 2 * o_bytes + (size_t)pt * l_bytes);
+            f->part_lse[pt] = akv_dptr_offset(f->part_mem, 3 * o_bytes + (size_t)pt * l_bytes);
         }
     }
     for (uint32_t gi = 0; gi < n_groups; gi++) {
@@ -946,6 +1028,7 @@ static akv_status fdev_step(akv_forward_dev *f, const akv_forward_batch *b, uint
                             .n_embd = c->n_embd,
                             .n_vocab = c->n_vocab,
                             .table_dtype = AKV_DTYPE_BF16};
+    f->pos0 = b->pos0;
     if (n == b->n_seq && kv->replayable && !f->params.no_graphs) {
         st = fdev_replay(f, &e, b->n_seq, n_groups, kv);
     } else {
@@ -953,6 +1036,7 @@ static akv_status fdev_step(akv_forward_dev *f, const akv_forward_batch *b, uint
         for (uint32_t l = 0; !st && l < f->n_layers; l++)
             st = fdev_layer_run(f, l, n, b->n_seq, n_groups, kv);
     }
+    f->pos0 = NULL;
     if (st) return st;
     if (!logits || n_rows == 0) return AKV_OK;
 

@@ -338,20 +338,79 @@ static void test_encode_on_device(void) {
         }
 }
 
+/* A compact past part widened on the device (akv_attn_cuda_widen) is the reference's, byte for
+ * byte, table and pages: every form and head dim, a view whose first sequence is not the
+ * table's, a sequence with no page, a range from page 2 of at most 3 pages. Whole pages (as the
+ * compact tier's are): a dead row's NaN codes widen to a NaN whose payload the two round
+ * differently, and no reader looks at it. */
+static void test_widen_on_device(void) {
+    for (int r = AKV_REPR_Q8; r <= AKV_REPR_Q4; r++)
+        for (uint32_t d = 64; d <= 128; d *= 2) {
+            const fx_geom g = {8, 2, d, 16, AKV_DTYPE_BF16};
+            const uint32_t len[5] = {48, 16 * 7, 0, 16 * 3, 16 * 5};
+            fx_table f;
+            fx_table_make(&f, g, 5, len, 2, 1, &rng);
+            if (!CHECK(fx_table_compact(&f, (akv_repr)r))) break;
+            f.past = 1;
+            akv_repr_layout le;
+            CHECK_OK(akv_repr_layout_of(AKV_REPR_EXACT, g.dtype, g.n_kv_heads, g.page_tokens, d, &le));
+            dtable dt = dt_up(&f);
+            for (int c = 0; c < 2; c++) {
+                const uint32_t first = c ? 2 : 0, max_out = c ? 3 : 7, n_out = 4 * max_out;
+                const size_t out_bytes = n_out * le.page_bytes, tab_ints = 4 + 1 + 4 + n_out;
+                unsigned char *want = malloc(out_bytes), *got = malloc(out_bytes);
+                int32_t *want_tab = malloc(tab_ints * 4), *got_tab = malloc(tab_ints * 4);
+                memset(want, 0xff, out_bytes), memset(got, 0xff, out_bytes);
+                memset(want_tab, 0xff, tab_ints * 4);
+                akv_attn_widen w = {.kv = fx_pages(&f), .first = first, .max_out = max_out};
+                w.kv.indptr = akv_attn_host_ptr(f.indptr + 1), w.kv.last_page_len = akv_attn_host_ptr(f.last + 1);
+                w.kv.n_seq = 4;
+                w.out_pool = akv_attn_host_ptr(want), w.out_indptr = akv_attn_host_ptr(want_tab);
+                w.out_last = akv_attn_host_ptr(want_tab + 5), w.out_indices = akv_attn_host_ptr(want_tab + 9);
+                CHECK_OK(akv_attn_ref_widen(&w));
+                akv_dptr out_d = poisoned(out_bytes), tab_d = poisoned(tab_ints * 4);
+                akv_attn_widen wd = w;
+                wd.kv = dt_pages(&f, &dt);
+                wd.kv.indptr = akv_dptr_offset(dt.indptr, 4), wd.kv.last_page_len = akv_dptr_offset(dt.last, 4);
+                wd.kv.n_seq = 4;
+                wd.out_pool = out_d, wd.out_indptr = tab_d, wd.out_last = akv_dptr_offset(tab_d, 5 * 4);
+                wd.out_indices = akv_dptr_offset(tab_d, 9 * 4);
+                CHECK_OK(akv_attn_cuda_widen(&wd, NULL));
+                CHECK_OK(akv_dev_sync(dev));
+                down(got, out_d, out_bytes);
+                down(got_tab, tab_d, tab_ints * 4);
+                const uint32_t n_given = (uint32_t)want_tab[4];
+                CHECK_BYTES(got_tab, want_tab, 9 * 4); /* indptr, last */
+                CHECK_BYTES(got_tab + 9, want_tab + 9, n_given * 4);
+                CHECK_BYTES(got, want, n_given * le.page_bytes);
+                printf("  %s d%u from page %u, at most %u a sequence: %u pages widened on the device%s\n",
+                       akv_repr_name((akv_repr)r), d, first, max_out, n_given,
+                       memcmp(got, want, n_given * le.page_bytes) ? " DIFFER" : ", the reference's bytes");
+                dfree(out_d), dfree(tab_d);
+                free(want), free(got), free(want_tab), free(got_tab);
+            }
+            dt_free(&dt);
+            fx_table_free(&f);
+        }
+}
+
 /* Prefill with the chunk's K/V: attention against float64, and the pool bit-exact against the
- * reference's append (including the NaN of every slot nobody owns). */
-static void prefill_case(const char *name, fx_geom g, uint32_t n_seq, const uint32_t *hist, const uint32_t *chunk,
-                         akv_dtype q_dtype, akv_dtype kv_dtype, akv_dtype o_dtype, akv_attn_prefill_kernel kernel) {
+ * reference's append (including the NaN of every slot nobody owns). Over a past part (`past`):
+ * the table holds only each sequence's hist keys, all before the chunk, and takes no K/V. */
+static void prefill_case_past(const char *name, fx_geom g, uint32_t n_seq, const uint32_t *hist,
+                              const uint32_t *chunk, akv_dtype q_dtype, akv_dtype kv_dtype, akv_dtype o_dtype,
+                              akv_attn_prefill_kernel kernel, bool past) {
     uint32_t len[8], max_chunk = 1;
     int32_t qo[9] = {0};
     for (uint32_t s = 0; s < n_seq; s++) {
-        len[s] = hist[s] + chunk[s];
+        len[s] = hist[s] + (past ? 0 : chunk[s]);
         qo[s + 1] = qo[s] + (int32_t)chunk[s];
         if (chunk[s] > max_chunk) max_chunk = chunk[s];
     }
     uint32_t n_tok = (uint32_t)qo[n_seq], D = g.head_dim;
     fx_table f;
     fx_table_make(&f, g, n_seq, len, 3, 1, &rng);
+    f.past = past;
     dtable d = dt_up(&f);
     size_t n_rows = (size_t)n_tok * g.n_heads, kv_elems = (size_t)n_tok * g.n_kv_heads * D;
     void *q = fx_random(q_dtype, n_rows * D, 2.0f, &rng);
@@ -367,6 +426,7 @@ static void prefill_case(const char *name, fx_geom g, uint32_t n_seq, const uint
     akv_attn_prefill hp = p;
     hp.kv = fx_pages(&f), hp.qo_indptr = akv_attn_host_ptr(qo), hp.q = akv_attn_host_ptr(q);
     hp.k_new = akv_attn_host_ptr(k), hp.v_new = akv_attn_host_ptr(v), hp.lse.addr = 0;
+    if (past) p.k_new = p.v_new = hp.k_new = hp.v_new = (akv_dptr){0};
     double *o64 = malloc(n_rows * D * 8), *l64 = malloc(n_rows * 8);
     CHECK_OK(akv_attn_ref_prefill_f64(&hp, o64, l64)); /* writes the chunk into the host pool too */
     akv_status st = akv_attn_cuda_prefill(&p, NULL);
@@ -393,6 +453,10 @@ static void prefill_case(const char *name, fx_geom g, uint32_t n_seq, const uint
     dfree(q_d), dfree(qo_d), dfree(k_d), dfree(v_d), dfree(o_d), dfree(l_d);
     dt_free(&d);
     fx_table_free(&f);
+}
+static void prefill_case(const char *name, fx_geom g, uint32_t n_seq, const uint32_t *hist, const uint32_t *chunk,
+                         akv_dtype q_dtype, akv_dtype kv_dtype, akv_dtype o_dtype, akv_attn_prefill_kernel kernel) {
+    prefill_case_past(name, g, n_seq, hist, chunk, q_dtype, kv_dtype, o_dtype, kernel, false);
 }
 
 /* Whether the wgmma prefill kernel runs here: it must on a compute capability 9 device when
@@ -447,7 +511,16 @@ static void test_prefill(void) {
         snprintf(name, sizeof name, "prefill 4/2 d128 P16 %s", kname[k]);
         prefill_case(name, (fx_geom){4, 2, 128, 16, AKV_DTYPE_BF16}, 3, h3, c3, AKV_DTYPE_F32, AKV_DTYPE_BF16,
                      AKV_DTYPE_F32, kernels[k]);
+        /* over past parts: every row sees every key (an empty history: empty states; a last
+         * tile cut short; a chunk past two row tiles) */
+        const uint32_t h5[4] = {0, 1, 3001, 200}, c5[4] = {5, 130, 257, 64};
+        snprintf(name, sizeof name, "prefill over a past part 32/8 d128 P64 %s", kname[k]);
+        prefill_case_past(name, (fx_geom){32, 8, 128, 64, AKV_DTYPE_BF16}, 4, h5, c5, AKV_DTYPE_F32,
+                          AKV_DTYPE_BF16, AKV_DTYPE_F32, kernels[k], true);
     }
+    const uint32_t h6[2] = {77, 513}, c6[2] = {300, 3};
+    prefill_case_past("prefill over a past part 9/3 d64 P16", (fx_geom){9, 3, 64, 16, AKV_DTYPE_BF16}, 2, h6, c6,
+                      AKV_DTYPE_F32, AKV_DTYPE_BF16, AKV_DTYPE_F32, AKV_ATTN_PREFILL_AUTO, true);
     const uint32_t h2[2] = {0, 255}, c2[2] = {777, 129};
     prefill_case("prefill 9/3 d64 P256", (fx_geom){9, 3, 64, 256, AKV_DTYPE_BF16}, 2, h2, c2, AKV_DTYPE_F32,
                  AKV_DTYPE_F32, AKV_DTYPE_F32, AKV_ATTN_PREFILL_AUTO);
@@ -779,6 +852,7 @@ int main(int argc, char **argv) {
     TEST_CASE(append_bit_exact) test_append();
     TEST_CASE(merge) test_merge();
     TEST_CASE(compact_pages_made_on_the_device_are_the_codecs) test_encode_on_device();
+    TEST_CASE(compact_past_widened_on_the_device_is_the_references) test_widen_on_device();
     TEST_CASE(refusals) test_refusals();
     akv_dev_usage u = akv_dev_get_usage(dev);
     CHECK_EQ_U64(u.n_device, 0); /* every test buffer freed */
