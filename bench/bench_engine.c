@@ -243,6 +243,7 @@ typedef struct crun {
     bool ran; /* false: the configuration does not fit the pool (the engine said why) */
     double wall_s, agg_decode;
     creq r[4];
+    char chose[48]; /* kv_tier auto: the placement the gate chose and the sequences it admits */
 } crun;
 
 static crun part_c_run(const akv_model_config *c, akv_route_kind kind, akv_repr tier,
@@ -260,6 +261,11 @@ static crun part_c_run(const akv_model_config *c, akv_route_kind kind, akv_repr 
     akv_engine *e = NULL;
     if (akv_engine_create(&ep, &e) != AKV_OK) return out; /* the device went with it */
     out.ran = true;
+    const akv_engine_plan *pl = akv_engine_get_plan(e);
+    for (uint32_t i = 0; i < pl->n_gate; i++)
+        if (pl->gate[i].chosen)
+            snprintf(out.chose, sizeof out.chose, ": %s %s, %u at once", akv_route_kind_name(pl->gate[i].kind),
+                     akv_repr_name(pl->gate[i].tier), pl->max_seqs);
     int32_t *prompt = malloc((size_t)ctx * sizeof *prompt);
     double t0 = akv_clock_s();
     for (int i = 0; i < 4; i++) {
@@ -450,34 +456,36 @@ int main(void) {
          * freed first */
         akv_forward_dev_destroy(f);
         f = NULL;
-        crun runs[3];
-        const char *names[3] = {"queue (resident exact, one at a time)", "together, staged exact",
-                                "together, resident q4 tier"};
+        crun runs[4];
+        const char *names[4] = {"queue (resident exact, one at a time)", "together, staged exact",
+                                "together, resident q4 tier", "the gate's choice (--kv-tier auto)"};
         runs[0] = part_c_run(&c, bench_kind("resident"), AKV_REPR_EXACT, 1, ctx, n_new, gib);
         memset(&runs[1], 0, sizeof runs[1]);
         if (staged) runs[1] = part_c_run(&c, bench_kind("staged"), AKV_REPR_EXACT, 4, ctx, n_new, gib);
         runs[2] = part_c_run(&c, bench_kind("resident"), AKV_REPR_Q4, 4, ctx, n_new, gib);
+        runs[3] = part_c_run(&c, bench_kind("resident"), AKV_ENGINE_TIER_AUTO, 4, ctx, n_new, gib);
         bench_emit(out,
                    "\n### 4 conversations of 32K on a pool that holds one exact history (%u GiB device "
                    "pool, %s)\n\nThrough the engine: prompts of %u random tokens (prefilled in chunks "
                    "of 1024), %u new tokens each, submitted at once. Queue = resident route, one "
                    "at a time (the others wait); together = all four in every step, staged (exact "
                    "pages through the bus) or resident with the q4 tier (pages older than the last "
-                   "256 tokens in 4.5 bits; the exact window and the compact pool share the GiB). "
+                   "256 tokens in 4.5 bits; the exact window and the compact pool share the GiB), or as the gate "
+                   "chooses (up to 4 at once; its default rates). "
                    "Wait = submit to first token; done = submit to last token; wall = the whole job "
                    "(its ratio to the queue's); generated tok/s = every generated token over the time from "
                    "the first first token to the last token (later prompts' prefills inside it).\n\n"
                    "| configuration | wall s | / queue | generated tok/s "
                    "| wait s (1st, 4th) | done s (4th) |\n|---|---|---|---|---|---|\n",
                    gib, info.name, ctx, n_new);
-        for (int k = 0; k < 3; k++) {
+        for (int k = 0; k < 4; k++) {
             if (!runs[k].ran) {
                 bench_emit(out, "| %s | %s | | | | |\n", names[k],
                            k == 1 && !staged ? "not run (AKV_BENCH_C_STAGED=0)" : "does not fit the pool");
                 continue;
             }
             const creq *r = runs[k].r;
-            bench_emit(out, "| %s | %.2f | %.3f | %.1f | %.2f, %.2f | %.2f |\n", names[k], runs[k].wall_s,
+            bench_emit(out, "| %s%s | %.2f | %.3f | %.1f | %.2f, %.2f | %.2f |\n", names[k], runs[k].chose, runs[k].wall_s,
                        runs[0].ran ? runs[k].wall_s / runs[0].wall_s : NAN, runs[k].agg_decode,
                        r[0].info.t_first - r[0].info.t_submit, r[3].info.t_first - r[3].info.t_submit,
                        r[3].info.t_done - r[3].info.t_submit);
