@@ -11,10 +11,11 @@
  *   placement  a route kind and a representation of the older history: resident exact,
  *              resident with a q8 or q4 tier (the hybrid kind: the last exact_recent tokens
  *              exact), staged exact.
- *   step       the part of a decode step the placements differ in: reading every history's
- *              K/V once on the device, and, staged, copying what the window lacks across the
- *              bus (the staged route runs at the bus's rate: its step is the larger of the
- *              two). Weights are read alike by every placement and are left out.
+ *   step       a decode step of the admitted sequences: reading the weights and every
+ *              history's K/V once on the device, and, staged, copying what the window lacks
+ *              across the bus (the staged route runs at the bus's rate: its step is the larger
+ *              of the two). The weights are read once a step however many sequences share it,
+ *              so a placement that admits more sequences spreads them thinner.
  *
  * The gate predicts, for each placement the memory plan admits, the step of its admitted
  * sequences (each at the full context) and the time a token costs the batch (step / sequences
@@ -75,19 +76,22 @@ typedef struct akv_gate_option {
     akv_route_kind kind;
     akv_repr tier;
     uint32_t seqs;        /* sequences the memory plan admits at once (0: it does not fit) */
+    double weight_bytes;  /* weight bytes a step reads (once, for every sequence) */
     double device_bytes;  /* K/V bytes a step reads on the device, every admitted sequence */
     double bus_bytes;     /* bytes a step copies across the bus (staged) */
-    double step_s;        /* predicted step: max(bus, device reads) */
+    double step_s;        /* predicted step: max(bus, device reads: weights and K/V) */
     double token_s;       /* step_s / seqs: what a token costs the batch */
     bool chosen;
 } akv_gate_option;
 
-/* The prediction for one placement of seqs sequences of n_tokens each: staged pages are
- * those beyond window_tokens, compact pages those older than exact_recent (of the hybrid
- * kind). Fills every field but chosen; seqs 0 gives an option that does not fit. */
+/* The prediction for one placement of seqs sequences of n_tokens each, over weights of
+ * weight_bytes (read at the copy rate): staged pages are those beyond window_tokens, compact
+ * pages those older than exact_recent (of the hybrid kind). Fills every field but chosen;
+ * seqs 0 gives an option that does not fit. */
 akv_gate_option akv_gate_predict(const akv_gate_rates *r, const akv_geom *g, akv_route_kind kind,
                                  akv_repr tier, uint32_t seqs, uint64_t n_tokens,
-                                 uint64_t exact_recent, uint64_t window_tokens);
+                                 uint64_t exact_recent, uint64_t window_tokens,
+                                 double weight_bytes);
 
 /* Marks the option of least token_s chosen (a more exact one within 5 % of it wins: the list
  * is in order of exactness, most exact first) and returns its index; -1 when none fits. */

@@ -146,6 +146,16 @@ static akv_status engine_plan(akv_engine *e, const akv_engine_params *p, bool qu
     return AKV_OK;
 }
 
+/* Weight bytes a decode step reads: the model's in the formats the pass keeps them (a
+ * synthetic model's, on the device pass, in bf16). */
+static double engine_step_weight_bytes(const akv_engine *e) {
+    if (e->model) return (double)akv_model_step_weight_bytes(e->model);
+    const akv_model_config *c = &e->cfg;
+    const double E = c->n_embd, q = (double)c->n_heads * c->head_dim,
+                 kv = (double)c->n_kv_heads * c->head_dim;
+    return 2.0 * ((double)c->n_vocab * E + c->n_layers * (E * (q + 2 * kv) + q * E + 3.0 * E * c->n_ff));
+}
+
 /* The gate (kv_tier auto): the plan of each placement (resident exact, resident q8 and q4
  * where the head dim takes them, staged exact), its predicted cost a token (akv/gate.h), the
  * least chosen; in refuse mode only placements that admit every max_seqs sequence count. Then
@@ -168,7 +178,8 @@ static akv_status engine_gate(akv_engine *e) {
         const akv_engine_plan *pl = &e->plan;
         opts[i] = akv_gate_predict(&rates, &pl->geom, cand[i].kind, cand[i].tier, seqs,
                                    seqs ? pl->max_context : 0, seqs ? pl->route.exact_recent : 0,
-                                   seqs ? (uint64_t)pl->route.target * pl->geom.page_tokens : 0);
+                                   seqs ? (uint64_t)pl->route.target * pl->geom.page_tokens : 0,
+                                   engine_step_weight_bytes(e));
     }
     const int best = akv_gate_choose(opts, AKV_ENGINE_GATE_OPTIONS);
     if (best < 0) {

@@ -106,8 +106,9 @@ akv_gate_placement akv_gate_placement_at(uint32_t i) {
 
 akv_gate_option akv_gate_predict(const akv_gate_rates *r, const akv_geom *g, akv_route_kind kind,
                                  akv_repr tier, uint32_t seqs, uint64_t n_tokens,
-                                 uint64_t exact_recent, uint64_t window_tokens) {
-    akv_gate_option o = {.kind = kind, .tier = tier, .seqs = seqs};
+                                 uint64_t exact_recent, uint64_t window_tokens,
+                                 double weight_bytes) {
+    akv_gate_option o = {.kind = kind, .tier = tier, .seqs = seqs, .weight_bytes = weight_bytes};
     if (!seqs) return o;
     const double tok = (double)akv_geom_token_bytes(g) * g->n_layers; /* every layer */
     const double n = (double)n_tokens;
@@ -117,7 +118,8 @@ akv_gate_option akv_gate_predict(const akv_gate_rates *r, const akv_geom *g, akv
     const double ctok = tier == AKV_REPR_EXACT ? 0 : tok * akv_repr_bits(tier, g->dtype, g->head_dim) /
                                                          akv_repr_bits(AKV_REPR_EXACT, g->dtype, g->head_dim);
     o.device_bytes = seqs * (exact_n * tok + compact_n * ctok);
-    const double dev_s = seqs * (exact_n * tok / (r->copy_bps * r->read_frac[AKV_REPR_EXACT]) +
+    const double dev_s = weight_bytes / r->copy_bps +
+                         seqs * (exact_n * tok / (r->copy_bps * r->read_frac[AKV_REPR_EXACT]) +
                                  (compact_n ? compact_n * ctok / (r->copy_bps * r->read_frac[tier]) : 0));
     o.bus_bytes = kind == AKV_ROUTE_STAGED && n > window_tokens ? seqs * (n - window_tokens) * tok : 0;
     const double bus_s = o.bus_bytes / r->bus_bps;
@@ -151,9 +153,9 @@ size_t akv_gate_format(const akv_gate_rates *r, const akv_gate_option *opts, uin
              "%.2f, q8 %.2f, q4 %.2f of it\n",
              r->source, r->bus_bps / 1e9, r->copy_bps / 1e9, r->read_frac[AKV_REPR_EXACT],
              r->read_frac[AKV_REPR_Q8], r->read_frac[AKV_REPR_Q4]);
-    GATE_PUT("gate:        a decode step of histories of %llu tokens: device K/V reads / (copy "
-             "rate x read rate), staged also bus bytes / bus rate, the larger; per token = step / "
-             "sequences\n",
+    GATE_PUT("gate:        a decode step of histories of %llu tokens: weights / copy rate + K/V "
+             "reads / (copy rate x read rate), staged also bus bytes / bus rate, the larger; per "
+             "token = step / sequences\n",
              (unsigned long long)n_tokens);
     for (uint32_t i = 0; i < n; i++) {
         const akv_gate_option *o = &opts[i];
@@ -162,10 +164,11 @@ size_t akv_gate_format(const akv_gate_rates *r, const akv_gate_option *opts, uin
                      akv_repr_name(o->tier));
             continue;
         }
-        GATE_PUT("gate:        %s %-9s %-5s %u sequence(s): %.1f MiB read, %.1f MiB over the bus -> "
-                 "%.2f ms a step, %.3f ms a token\n",
+        GATE_PUT("gate:        %s %-9s %-5s %u sequence(s): %.1f MiB weights + %.1f MiB K/V read, "
+                 "%.1f MiB over the bus -> %.2f ms a step, %.3f ms a token\n",
                  o->chosen ? "*" : " ", akv_route_kind_name(o->kind), akv_repr_name(o->tier), o->seqs,
-                 o->device_bytes / (1u << 20), o->bus_bytes / (1u << 20), o->step_s * 1e3,
+                 o->weight_bytes / (1u << 20), o->device_bytes / (1u << 20),
+                 o->bus_bytes / (1u << 20), o->step_s * 1e3,
                  o->token_s * 1e3);
     }
 #undef GATE_PUT
