@@ -452,6 +452,59 @@ int main(int argc, char **argv) {
         akv_model_destroy(m32);
     }
 
+    TEST_CASE(a_request_kept_exact_on_a_tiered_engine) {
+        /* On an engine with a q8 tier, a request with kv_exact runs beside one without: its
+         * logits are an exact engine's bits for it (the host pass is batch invariant), the
+         * other's move off them (its older pages are compact), only the other makes compact
+         * pages, and an idle context is reused only by a request of its own kind. */
+        akv_engine_params xp = akv_engine_default_params();
+        akv_engine *ex = engine_open(model, &xp);
+        if (!ex) break;
+        seen want = {0};
+        akv_request *rw;
+        akv_request_params pw = greedy(tokens, 60, 8, &want);
+        CHECK_OK(akv_engine_submit(ex, &pw, &rw, NULL));
+        CHECK(run_all(ex, 200) > 0);
+        akv_engine_destroy(ex);
+        akv_engine_params ep = akv_engine_default_params();
+        ep.kv_tier = AKV_REPR_Q8, ep.exact_recent = P, ep.max_seqs = 2, ep.max_idle = 4;
+        ep.device_gib = 2;
+        akv_engine *e = engine_open(model, &ep);
+        if (!e) break;
+        seen a = {0}, b = {0};
+        akv_request *ra, *rb;
+        akv_request_params pa = greedy(tokens, 60, 8, &a), pb = greedy(tokens, 60, 8, &b);
+        pa.kv_exact = true;
+        CHECK_OK(akv_engine_submit(e, &pa, &ra, NULL));
+        CHECK_OK(akv_engine_submit(e, &pb, &rb, NULL));
+        CHECK(run_all(e, 200) > 0);
+        CHECK_EQ_INT(a.n, 8);
+        CHECK_EQ_INT(a.n_logits, want.n_logits);
+        CHECK_BYTES(a.logits, want.logits, sizeof want.logits[0] * want.n_logits);
+        CHECK(memcmp(b.logits, want.logits, sizeof want.logits[0] * want.n_logits) != 0);
+        akv_engine_stats es;
+        akv_engine_get_stats(e, &es);
+        /* the other one's pages 1 .. (67 - 16) / 16 - 1 = 1, 2 leave its exact window, each
+         * layer's once */
+        CHECK_EQ_U64(es.compact_pages, 2u * shape.n_layers);
+        /* both idle now: a kept-exact request with A's prompt and reply reuses A's context */
+        int32_t pc_tok[80];
+        memcpy(pc_tok, tokens, 60 * sizeof *pc_tok);
+        memcpy(pc_tok + 60, a.tok, a.n * sizeof *pc_tok);
+        seen c = {0};
+        akv_request *rc;
+        akv_request_params pc = greedy(pc_tok, 60 + a.n, 2, &c);
+        pc.kv_exact = true;
+        CHECK_OK(akv_engine_submit(e, &pc, &rc, NULL));
+        CHECK(run_all(e, 200) > 0);
+        akv_engine_get_stats(e, &es);
+        CHECK_EQ_U64(es.compact_pages, 2u * shape.n_layers); /* nothing more made */
+        akv_request_info ic;
+        akv_request_get_info(rc, &ic);
+        CHECK_EQ_U64(ic.n_cached, 60 + a.n - 1);
+        akv_engine_destroy(e);
+    }
+
     TEST_CASE(idle_contexts_closed_least_recently_used_first) {
         /* max_idle 3: five finished conversations leave the three most recent idle; a prompt
          * sharing the first's prefix computes it again, one sharing the fifth's reuses it */

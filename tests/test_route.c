@@ -395,6 +395,15 @@ int main(int argc, char **argv) {
             akv_route_params hall = hp;
             hall.compact_pool = cp2, hall.exact_recent = 1000;
             CHECK_OK(r1_open(p.dev, p.hp, p.dp, &hall, &all));
+            /* the hybrid route with its sequence kept exact (akv_route_seq_params.exact) */
+            akv_dev_pool *cp5 = NULL;
+            CHECK_OK(akv_dev_pool_create(p.dev, &p.g, &cpp, &cp5));
+            akv_route_params hxp = hp;
+            hxp.compact_pool = cp5;
+            r1 hx = {0};
+            const akv_route_seq_params xsp = {.tag = 1, .exact = 1};
+            CHECK_OK(akv_route_create(p.dev, p.hp, p.dp, &hxp, &hx.r));
+            if (hx.r) CHECK_OK(akv_route_seq_open(hx.r, &xsp, &hx.s));
             /* the same hybrid queued, through the device pass (its parts: the exact one and a
              * past one read by the decode, prompt chunks' rows as its queries, merged) */
             akv_dev_pool *cp3 = NULL;
@@ -414,8 +423,8 @@ int main(int argc, char **argv) {
             akv_route_params aqp = hall;
             aqp.compact_pool = cp4, aqp.queued = true;
             CHECK_OK(r1_open(p.dev, p.hp, p.dp, &aqp, &aq));
-            if (!ex.r || !hy.r || !all.r || !hq.r || !fd) break;
-            float le[23], lh[23], la[23], lq[23], leq[23], laq[23];
+            if (!ex.r || !hy.r || !all.r || !hq.r || !hx.s || !fd) break;
+            float le[23], lh[23], la[23], lq[23], leq[23], laq[23], lx[23];
             double worst = 0, span = 0, worst_q = 0, span_q = 0;
             uint32_t pos = 0;
             while (pos < 100) { /* prompt of 70 in chunks of P, then decode steps */
@@ -423,6 +432,7 @@ int main(int argc, char **argv) {
                 if (!CHECK(feed(&ex, fm, tokens + pos, n, le) == AKV_OK) ||
                     !CHECK(feed(&hy, fm, tokens + pos, n, lh) == AKV_OK) ||
                     !CHECK(feed(&all, fm, tokens + pos, n, la) == AKV_OK) ||
+                    !CHECK(feed(&hx, fm, tokens + pos, n, lx) == AKV_OK) ||
                     !CHECK(fx_feed_route(&hq, NULL, fd, n, tokens + pos, n, lq) == AKV_OK) ||
                     !CHECK(fx_feed_route(&eq, NULL, fd, n, tokens + pos, n, leq) == AKV_OK) ||
                     !CHECK(fx_feed_route(&aq, NULL, fd, n, tokens + pos, n, laq) == AKV_OK))
@@ -434,6 +444,8 @@ int main(int argc, char **argv) {
                 CHECK_OK(akv_route_sync(hq.r)); /* queued: its write-backs done */
                 CHECK_OK(akv__route_check(hq.r));
                 CHECK_BYTES(la, le, sizeof le); /* nothing compact: the exact route's bits */
+                CHECK_BYTES(lx, le, sizeof le); /* kept exact: the same */
+                CHECK_OK(akv__route_check(hx.r));
                 for (int i = 0; i < 23; i++) {
                     worst = fmax(worst, fabs(lh[i] - le[i])), span = fmax(span, fabs(le[i]));
                     worst_q = fmax(worst_q, fabs(lq[i] - leq[i])), span_q = fmax(span_q, fabs(leq[i]));
@@ -470,6 +482,16 @@ int main(int argc, char **argv) {
             CHECK_EQ_U64(hs.r.compact_pages, 4u * mc->n_layers); /* each made once */
             CHECK_EQ_INT(hs.s.window_pages, 3);
             CHECK_EQ_U64(as.r.compact_pages, 0);
+            /* kept exact: one exact run over its 7 pages, every one in its window, none compact */
+            const akv_kv_run exact_run = {0, 7, AKV_KV_WINDOW, AKV_REPR_EXACT};
+            CHECK_EQ_INT(akv_route_seq_runs(hx.s, runs, 4), 1);
+            CHECK_BYTES(runs, &exact_run, sizeof exact_run);
+            CHECK_EQ_U64(r1_get_stats(&hx).r.compact_pages, 0);
+            CHECK_EQ_INT(r1_get_stats(&hx).s.window_pages, 7);
+            /* fixed at open: set_params keeps it */
+            akv_route_seq_params back = {.tag = 1};
+            CHECK_OK(akv_route_seq_set_params(hx.r, hx.s, &back));
+            CHECK_EQ_INT(akv_route_seq_runs(hx.s, runs, 4), 1);
             /* truncated and fed again with other tokens: the compact pages of rewritten rows
              * are made again (the walker compares every compact page with the encoding of
              * the host copy after each step) */
@@ -491,6 +513,8 @@ int main(int argc, char **argv) {
             CHECK_OK(r1_close(&hq));
             CHECK_OK(r1_close(&eq));
             CHECK_OK(r1_close(&aq));
+            CHECK_OK(r1_close(&hx));
+            CHECK_OK(akv_dev_pool_destroy(cp5));
             akv_forward_dev_destroy(fd);
             CHECK_OK(akv_dev_pool_destroy(cp));
             CHECK_OK(akv_dev_pool_destroy(cp2));

@@ -454,6 +454,32 @@ def case_disconnect(env):
     print(f"     (stream abort noticed in {waited:.2f} s)")
 
 
+def case_kv_tier(env):
+    """kv_tier per request: on an exact server only "exact"/"auto"; on a server with a q8 tier
+    "exact" keeps a request's history exact (the same greedy text as the exact server's), the
+    tier's own name or "auto" is the default, another tier is refused naming --kv-tier."""
+    prompt = PROMPTS[3] + " The grass is green and the sky is blue." * 60  # compact pages past 512
+    st, js = env.main.raw("POST", "/v1/completions", {"prompt": prompt, "max_tokens": 8,
+                                                      "temperature": 0, "kv_tier": "exact"})
+    expect(st == 200, "kv_tier exact on an exact server", st, js)
+    want = js["choices"][0]["text"]
+    st, js = env.main.raw("POST", "/v1/completions", {"prompt": "hi", "kv_tier": "q4"})
+    expect(st == 400 and js["error"]["param"] == "kv_tier" and "--kv-tier" in js["error"]["message"],
+           "kv_tier q4 on an exact server", st, js)
+    t = env.tiered
+    for tier, ok in (("exact", True), ("q8", True), ("auto", True), ("q4", False), (7, False)):
+        st, js = t.raw("POST", "/v1/completions", {"prompt": prompt, "max_tokens": 8,
+                                                   "temperature": 0, "kv_tier": tier})
+        if not ok:
+            expect(st == 400 and js["error"]["param"] == "kv_tier" and "q8" in js["error"]["message"],
+                   f"kv_tier {tier!r} on a q8 server", st, js)
+            continue
+        expect(st == 200, f"kv_tier {tier!r} on a q8 server", st, js)
+        if tier == "exact":
+            expect(js["choices"][0]["text"] == want, "kept exact: the exact server's text",
+                   js["choices"][0]["text"], want)
+
+
 def case_hostile_http(env):
     s = env.main
     bad = [
@@ -1032,6 +1058,8 @@ class Env:
         "--max-context", "1024"))
     special = property(lambda self: self._get("special", "--special-in-content",
                                               "--max-context", "1024"))
+    tiered = property(lambda self: self._get("tiered", "--kv-tier", "q8", "--exact-recent", "32",
+                                             "--max-context", "1024", "--device-gib", "2"))
 
     def close(self):
         bad = []

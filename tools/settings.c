@@ -94,6 +94,7 @@ const akv_tool_setting akv_tool_settings[] = {
         18446744073709551615.0, NULL, NULL),
     /* named only: read by their commands, or another field said as the same flag */
     NAMED("max_tokens", "-n", "max_tokens"),
+    NAMED("kv_exact", "--kv-tier exact", "kv_tier"),
     NAMED("max_history", "--max-context", NULL),
     NAMED("max_step_tokens", "--step-tokens", NULL),
     NAMED("concurrency", "--parallel", NULL),

@@ -244,6 +244,10 @@ typedef struct akv_request_params {
     uint32_t prompt_logits_from; /* with on_prompt_logits: a chunk wholly before this prompt
                                     position computes no logits (nor is reported) */
     uint64_t id;             /* the caller's tag (device pool explanations, logs) */
+    bool kv_exact;           /* keep its whole history exact where the engine has a compact
+                                tier (kv_tier q8/q4): it reserves and reads its K/V as the
+                                exact route does, and reuses only contexts kept exact too.
+                                Without a tier every history is exact: no effect */
 } akv_request_params;
 
 typedef enum akv_request_state {

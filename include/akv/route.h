@@ -177,6 +177,9 @@ typedef struct akv_route_seq_params {
     uint32_t burst;      /* staged: window pages it may borrow above the target while the
                             device pool has free pages (akv/dev_pool.h); resident: ignored */
     uint64_t tag;        /* the caller's id, for the device pool's explanations */
+    uint32_t exact;      /* 1 = its whole history stays exact (a route with a compact tier:
+                            no compact part, its window holds every page, as resident); 0 = the
+                            route's tier. Fixed at open: set_params keeps the sequence's */
 } akv_route_seq_params;
 
 /* One request of a step: a sequence and its length after the step. */
@@ -268,8 +271,10 @@ size_t akv_route_plan_format(const akv_route_plan *pl, uint32_t max_seqs,
  * reserved). */
 uint32_t akv_route_need(akv_route_kind kind, const akv_geom *g, uint64_t n_tokens);
 
-/* The same under a plan (its kind and tier: the compact tier reserves its exact window). */
-uint32_t akv_route_plan_need(const akv_route_plan *pl, const akv_geom *g, uint64_t n_tokens);
+/* The same under a plan (its kind and tier: the compact tier reserves its exact window; a
+ * history kept exact, akv_route_seq_params.exact, reserves as the kind without the tier). */
+uint32_t akv_route_plan_need(const akv_route_plan *pl, const akv_geom *g, uint64_t n_tokens,
+                             bool exact);
 
 /* Device pages one staging slot of a staged route needs: the logical pages of max_seqs
  * histories of max_history outside their windows of window_pages (0 = the default), at least

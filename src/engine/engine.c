@@ -426,6 +426,7 @@ static akv__ctx *engine_find_prefix(akv_engine *e, const akv_request *rq, uint32
     *lcp = 0;
     if (e->p.no_reuse) return NULL;
     for (akv__ctx *c = e->idle_head; c; c = c->next) {
+        if (c->exact != rq->p.kv_exact) continue; /* a context's compact part is fixed */
         uint32_t k = 0, n = c->n_tokens < rq->p.n_prompt ? c->n_tokens : rq->p.n_prompt;
         while (k < n && c->tokens[k] == rq->prompt[k]) k++;
         if (k > *lcp) *lcp = k, best = c;
@@ -437,7 +438,7 @@ static akv__ctx *engine_find_prefix(akv_engine *e, const akv_request *rq, uint32
 static void request_need(const akv_engine *e, const akv_request *rq, uint64_t *host, uint32_t *dev) {
     uint64_t n = (uint64_t)rq->p.n_prompt + rq->p.max_tokens, pages = engine_pages(e, n);
     *host = pages * e->plan.geom.n_layers;
-    *dev = akv_route_plan_need(&e->plan.route, &e->plan.geom, n);
+    *dev = akv_route_plan_need(&e->plan.route, &e->plan.geom, n, rq->p.kv_exact);
 }
 
 /* Whether it fits now, beside what is admitted (idle contexts make room when closed). */
@@ -470,7 +471,8 @@ static akv_status engine_start(akv_engine *e, akv_request *rq) {
     akv_route_seq_params sp = {.max_history = (uint64_t)rq->p.n_prompt + rq->p.max_tokens,
                                .target = e->plan.route.target,
                                .burst = e->plan.route.burst,
-                               .tag = rq->p.id};
+                               .tag = rq->p.id,
+                               .exact = rq->p.kv_exact};
     akv_status st;
     if (c && cached > 0) {
         if ((st = akv_route_seq_truncate(e->route, c->seq, cached)) ||
@@ -487,6 +489,7 @@ static akv_status engine_start(akv_engine *e, akv_request *rq) {
             akv__free(c);
             return st;
         }
+        c->exact = rq->p.kv_exact;
     }
     c->owner = rq;
     rq->ctx = c;
@@ -665,6 +668,14 @@ akv_status akv_engine_submit(akv_engine *e, const akv_request_params *p, akv_req
                                  "host pool holds %llu: raise {=host_gib} or lower {=max_tokens}",
                                  (unsigned long long)total, (unsigned long long)h,
                                  (unsigned long long)e->plan.host_pages);
+        if (p->kv_exact && e->plan.route.tier != AKV_REPR_EXACT)
+            return engine_refuse(e, rf, AKV_REFUSE_DEVICE, "kv_exact", AKV_EFULL,
+                                 "prompt + {=max_tokens} = %llu tokens kept exact ({=kv_exact}) "
+                                 "need %u window pages per layer; the device pool's exact part "
+                                 "holds %u: let its older history be %s, lower {=max_tokens}, "
+                                 "or raise {=device_gib}",
+                                 (unsigned long long)total, d, e->plan.window_capacity,
+                                 akv_repr_name(e->plan.route.tier));
         return engine_refuse(e, rf, AKV_REFUSE_DEVICE, "device_gib", AKV_EFULL,
                              "prompt + {=max_tokens} = %llu tokens need %u resident window pages "
                              "per layer; the device pool holds %u: raise {=device_gib}, lower "

@@ -25,6 +25,7 @@ typedef struct akv__ctx {
     int32_t *tokens;       /* [n_tokens] = the sequence's history, in order */
     uint32_t n_tokens, cap;
     akv_request *owner;    /* the request running on it; NULL: idle */
+    bool exact;            /* its history is kept exact (akv_request_params.kv_exact) */
     uint64_t last_used;    /* the engine step it was last released at (LRU) */
     struct akv__ctx *next, *prev; /* the idle list, least recently used first */
 } akv__ctx;

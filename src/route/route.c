@@ -147,11 +147,13 @@ size_t akv_route_plan_format(const akv_route_plan *pl, uint32_t max_seqs,
 
 uint32_t akv_route_need(akv_route_kind kind, const akv_geom *g, uint64_t n_tokens) {
     const akv_route_plan pl = {.kind = kind};
-    return akv_route_plan_need(&pl, g, n_tokens);
+    return akv_route_plan_need(&pl, g, n_tokens, false);
 }
 
-uint32_t akv_route_plan_need(const akv_route_plan *pl, const akv_geom *g, uint64_t n_tokens) {
-    const akv__route_kind *k = akv__route_kind_tiered(pl->kind, pl->tier);
+uint32_t akv_route_plan_need(const akv_route_plan *pl, const akv_geom *g, uint64_t n_tokens,
+                             bool exact) {
+    const akv__route_kind *k =
+        exact ? akv__route_kind_of(pl->kind) : akv__route_kind_tiered(pl->kind, pl->tier);
     return k ? k->need(pl, g, n_tokens) : 0;
 }
 
@@ -261,6 +263,10 @@ static akv_status seq_params_resolve(const akv_route *r, const akv_route_seq_par
                                      akv_route_seq_params *out) {
     akv_route_seq_params p = in ? *in : (akv_route_seq_params){0};
     if (p.max_history == 0) p.max_history = r->max_history;
+    if (p.exact > 1) {
+        AKV_LOG_E("route: a sequence's exact flag is %u (0 or 1)", p.exact);
+        return AKV_EINVAL;
+    }
     if (p.max_history > r->max_history) {
         AKV_LOG_E("route: a sequence of {=max_history} %llu; the route's tables hold %llu "
                   "({=max_history})",
@@ -313,7 +319,9 @@ akv_status akv_route_seq_set_params(akv_route *r, akv_route_seq *s, const akv_ro
     akv_status st = route_seq_ok(r, s, "set_params");
     if (st) return st;
     akv_route_seq_params sp;
-    if ((st = seq_params_resolve(r, p, &sp))) return st;
+    akv_route_seq_params keep = p ? *p : (akv_route_seq_params){0};
+    keep.exact = s->p.exact; /* fixed at open: its compact part is what it is */
+    if ((st = seq_params_resolve(r, &keep, &sp))) return st;
     if (sp.max_history < s->n_tokens) {
         AKV_LOG_E("route: set_params: {=max_history} %llu is below the history's %llu tokens",
                   (unsigned long long)sp.max_history, (unsigned long long)s->n_tokens);
@@ -883,7 +891,7 @@ static akv_status route_write_table(akv_route *r, const akv_route_req *reqs, uin
         const uint32_t window = akv_dev_pool_ctx_window(s->ctx);
         /* hybrid: the exact table packs the sink and the pages from x0 (the window, in logical
          * order); the other kinds index every logical page (staged entries at begin_layer) */
-        s->x0 = r->dpc ? akv__route_exact_from(r, n_old, n_total) : 1;
+        s->x0 = r->dpc ? akv__route_exact_from(r, s, n_old, n_total) : 1;
         const uint32_t n_entries = r->dpc ? window : n_lp;
         r->indptr[i] = (int32_t)off;
         r->last[i] = (int32_t)(n_total - (uint64_t)(n_lp - 1) * P);

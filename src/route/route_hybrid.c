@@ -7,7 +7,9 @@
 #include "core/log.h"
 #include "route/route_impl.h"
 
-uint32_t akv__route_exact_from(const akv_route *r, uint64_t n_old, uint64_t n_new) {
+uint32_t akv__route_exact_from(const akv_route *r, const akv_route_seq *s, uint64_t n_old,
+                               uint64_t n_new) {
+    if (s->p.exact) return 1;
     const uint64_t P = r->geom.page_tokens;
     uint64_t x0 = n_new > r->exact_recent ? (n_new - r->exact_recent) / P : 0;
     if (x0 > n_old / P) x0 = n_old / P; /* the step's new tokens are exact */
@@ -54,13 +56,15 @@ static uint32_t hybrid_need(const akv_route_plan *pl, const akv_geom *g, uint64_
 
 static akv_status hybrid_window(const akv_route *r, akv_route_seq_params *p,
                                 uint32_t window_capacity) {
-    p->target = hybrid_window_pages(&r->geom, r->exact_recent, r->max_step, p->max_history);
+    /* a history kept exact holds every page, as the resident kind's */
+    p->target = p->exact ? akv__route_floor_pages(&r->geom, p->max_history)
+                         : hybrid_window_pages(&r->geom, r->exact_recent, r->max_step, p->max_history);
     p->burst = 0;
     if (p->target <= window_capacity) return AKV_OK;
-    AKV_LOG_E("route: the exact part of a hybrid history of %llu tokens needs %u window pages "
-              "per layer; the device pool's exact part holds %u: raise {=device_gib} or lower "
-              "{=exact_recent}",
-              (unsigned long long)p->max_history, p->target, window_capacity);
+    AKV_LOG_E("route: the exact part of a hybrid history of %llu tokens%s needs %u window pages "
+              "per layer; the device pool's exact part holds %u: raise {=device_gib}%s",
+              (unsigned long long)p->max_history, p->exact ? " kept exact" : "", p->target,
+              window_capacity, p->exact ? "" : " or lower {=exact_recent}");
     return AKV_EINVAL;
 }
 
@@ -69,7 +73,7 @@ static akv_status hybrid_window(const akv_route *r, akv_route_seq_params *p,
 static uint32_t hybrid_order(const akv_route *r, const akv_route_seq *s, uint64_t n_tokens,
                              uint32_t *order, uint32_t *n_floor) {
     const uint32_t n_lp = (uint32_t)akv_geom_pages_for_tokens(&r->geom, n_tokens);
-    const uint32_t x0 = akv__route_exact_from(r, s->n_tokens, n_tokens);
+    const uint32_t x0 = akv__route_exact_from(r, s, s->n_tokens, n_tokens);
     uint32_t k = 0;
     order[k++] = n_lp - 1;
     if (n_lp > 1) order[k++] = 0;
@@ -81,7 +85,7 @@ static uint32_t hybrid_order(const akv_route *r, const akv_route_seq *s, uint64_
 /* The compact part: pages 1 .. x0-1, newest first, all needed. */
 static uint32_t hybrid_compact_order(const akv_route *r, const akv_route_seq *s,
                                      uint64_t n_tokens, uint32_t *order, uint32_t *n_floor) {
-    const uint32_t x0 = akv__route_exact_from(r, s->n_tokens, n_tokens);
+    const uint32_t x0 = akv__route_exact_from(r, s, s->n_tokens, n_tokens);
     uint32_t k = 0;
     for (uint32_t lp = x0; lp-- > 1;) order[k++] = lp;
     *n_floor = k;

@@ -225,10 +225,11 @@ const akv__route_kind *akv__route_kind_tiered(akv_route_kind kind, akv_repr tier
  * the hybrid kind shares. */
 akv_status akv__route_write_back(akv_route *r, uint32_t layer);
 
-/* Hybrid: the first exact page after the sink for a sequence of n_old tokens growing to n_new:
+/* Hybrid: the first exact page after the sink for sequence s of n_old tokens growing to n_new:
  * every page holding one of the last exact_recent tokens, or one of the step's new tokens, is
- * exact; at least 1. */
-uint32_t akv__route_exact_from(const akv_route *r, uint64_t n_old, uint64_t n_new);
+ * exact; at least 1 (1 for a sequence kept exact: it has no compact part). */
+uint32_t akv__route_exact_from(const akv_route *r, const akv_route_seq *s, uint64_t n_old,
+                               uint64_t n_new);
 
 /* The placement both kinds ask for today: the newest page and the sink (the floor), then the
  * rest newest first. Returns the count; *n_floor = 2 (1 for a one-page history). */

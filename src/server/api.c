@@ -423,6 +423,22 @@ akv_status akv_api_parse(akv_api_kind kind, const char *body, size_t n, const ak
         (st = refuse_if_set(o, "echo", "the prompt is not echoed", err)) ||
         (st = refuse_if_set(o, "suffix", "no insertion", err)))
         goto done;
+    /* kv_tier (ours): "exact" keeps the history exact; the server's tier (--kv-tier) or
+     * "auto" is what every request gets */
+    const cJSON *kt = cJSON_GetObjectItemCaseSensitive(o, "kv_tier");
+    if (!absent(kt)) {
+        const char *tier = akv_repr_name(lim->kv_tier);
+        if (!cJSON_IsString(kt) || (strcmp(kt->valuestring, "exact") && strcmp(kt->valuestring, "auto") &&
+                                    strcmp(kt->valuestring, tier))) {
+            st = lim->kv_tier == AKV_REPR_EXACT
+                     ? BAD("kv_tier", "'kv_tier' may be \"exact\" or \"auto\": this server keeps "
+                                      "every history exact (--kv-tier)")
+                     : BAD("kv_tier", "'kv_tier' may be \"exact\", \"%s\" or \"auto\": this server "
+                                      "keeps older history in %s (--kv-tier)", tier, tier);
+            goto done;
+        }
+        r->kv_exact = !strcmp(kt->valuestring, "exact");
+    }
     const cJSON *rf = cJSON_GetObjectItemCaseSensitive(o, "response_format");
     if (!absent(rf)) {
         const cJSON *t = cJSON_IsObject(rf) ? cJSON_GetObjectItemCaseSensitive(rf, "type") : NULL;

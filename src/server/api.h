@@ -22,6 +22,7 @@
 #include <stdint.h>
 
 #include "akv/chat.h"
+#include "akv/kv_repr.h"
 #include "akv/sample.h"
 #include "akv/status.h"
 
@@ -37,6 +38,8 @@ typedef struct akv_api_limits {
     uint32_t max_tokens_default; /* max_tokens when the request does not say */
     uint64_t max_tokens_limit;   /* the most max_tokens may ask */
     int32_t n_vocab;             /* token ids of a prompt are below it */
+    akv_repr kv_tier;            /* the engine's compact tier (exact: none): what kv_tier may
+                                    ask besides "exact" */
     akv_sample_params sample;    /* the sampling a request starts from */
 } akv_api_limits;
 
@@ -47,6 +50,7 @@ typedef struct akv_api_request {
     uint32_t max_tokens;
     bool max_tokens_asked;    /* max_tokens or max_completion_tokens was given */
     bool seed_asked;          /* seed was given */
+    bool kv_exact;            /* kv_tier "exact": its history kept exact (akv_request_params) */
     akv_sample_params sample;
     char *stop[AKV_API_MAX_STOP];
     uint32_t n_stop;

@@ -114,6 +114,7 @@ static void engine_submit(akv_server *s, akv_srv_req *r) {
                              .max_tokens = r->api.max_tokens,
                              .sample = r->api.sample,
                              .ignore_eog = r->api.ignore_eos,
+                             .kv_exact = r->api.kv_exact,
                              .stop = (const char *const *)r->api.stop,
                              .n_stop = r->api.n_stop,
                              .on_token = on_token,
@@ -224,6 +225,7 @@ static bool engine_open(akv_server *s) {
     }
     s->tok = akv_engine_tok(s->engine);
     s->max_context = akv_engine_get_plan(s->engine)->max_context;
+    s->kv_tier = akv_engine_get_plan(s->engine)->route.tier;
     s->n_vocab = (int32_t)akv_engine_config(s->engine)->n_vocab;
     s->max_piece_bytes = s->tok ? akv_tok_max_piece_bytes(s->tok) : 1;
     if (engine_open_chat(s)) return false;

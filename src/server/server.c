@@ -462,6 +462,7 @@ static void handle_generate(akv_server *s, akv_http_conn *c, const akv_http_requ
     const akv_api_limits lim = {.max_tokens_default = s->p.max_tokens_default,
                                 .max_tokens_limit = s->max_context,
                                 .n_vocab = s->n_vocab,
+                                .kv_tier = s->kv_tier,
                                 .sample = s->p.sample};
     const uint64_t ctx_room = s->max_context - 1; /* one new token at least */
     const uint64_t max_prompt = s->p.max_prompt_tokens && s->p.max_prompt_tokens < ctx_room

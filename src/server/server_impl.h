@@ -44,6 +44,7 @@ struct akv_server {
     const akv_tok *tok;
     akv_chat *chat;
     uint64_t max_context;
+    akv_repr kv_tier;       /* the engine's compact tier (exact: none) */
     int32_t n_vocab;
     size_t max_piece_bytes; /* the tokenizer's longest token, in bytes */
     atomic_ullong next_id;
