@@ -422,7 +422,7 @@ int main(void) {
         akv_geom g;
         TRY(akv_geom_init(&g, c.n_layers, c.n_kv_heads, c.head_dim, AKV_DTYPE_BF16, 0));
         const double rest_ms =
-            base_ms - 1e3 * akv_gate_predict(&rates, &g, AKV_ROUTE_RESIDENT, AKV_REPR_EXACT, B, 256, 256, 0, wb).step_s;
+            base_ms - 1e3 * akv_gate_predict(&rates, &g, bench_kind("resident"), AKV_REPR_EXACT, B, 256, 256, 0, wb).step_s;
         bench_emit(out,
                    "\n### The gate's predictions against measured steps (%s): %u histories of %u "
                    "tokens\n\nRates: %s; weights %.2f GB. Rest = what the gate leaves out "
