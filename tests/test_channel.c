@@ -38,14 +38,16 @@ typedef struct writer {
     int n_pieces;
 } writer;
 
-/* The engine side: admits, appends n pieces "<i>,", finishes. */
+/* The engine side: admits, appends n pieces "<i>," each with a token record of id i (every
+ * seventh with no text: a token held by a stop string), finishes. */
 static void *writer_main(void *arg) {
     writer *w = arg;
     akv_srv_req_admit(w->r);
     char piece[16];
     for (int i = 0; i < w->n_pieces; i++) {
-        int n = snprintf(piece, sizeof piece, "%d,", i);
-        akv_srv_req_append(w->r, piece, (size_t)n);
+        int n = i % 7 == 3 ? 0 : snprintf(piece, sizeof piece, "%d,", i);
+        const akv_srv_tok tok = {.id = i, .logprob = -1.0f};
+        akv_srv_req_append(w->r, piece, (size_t)n, &tok);
     }
     akv_srv_req_finish(w->r, AKV_FINISH_LENGTH, 3, 1, (uint32_t)w->n_pieces);
     return NULL;
@@ -185,14 +187,27 @@ int main(int argc, char **argv) {
         writer w = {r, 20000};
         pthread_t t;
         pthread_create(&t, NULL, writer_main, &w);
-        /* the reader: pieces in order; DONE seen only with every piece taken */
+        /* the reader: pieces in order; DONE seen only with every piece taken; the records in
+         * order, each taken with its text or before it, none lost */
         char *got = NULL;
         size_t n_got = 0, cap = 0;
+        int32_t next_tok = 0;
+        bool toks_in_order = true, toks_with_text = true;
         for (;;) {
             char *piece;
-            size_t n;
+            size_t n, n_toks;
+            akv_srv_tok *toks;
             akv_srv_phase ph;
-            CHECK_OK(akv_srv_req_take_text(r, &piece, &n, &ph));
+            CHECK_OK(akv_srv_req_take_text(r, &piece, &n, &toks, &n_toks, &ph));
+            for (size_t i = 0; i < n_toks; i++) toks_in_order &= toks[i].id == next_tok++;
+            if (piece && n_toks) { /* the last record's text is the piece's last */
+                char want[16];
+                int32_t last = next_tok - 1;
+                while (last % 7 == 3) last--;
+                const int k = snprintf(want, sizeof want, "%d,", last);
+                toks_with_text &= n >= (size_t)k && !memcmp(piece + n - (size_t)k, want, (size_t)k);
+            }
+            akv__free(toks);
             if (piece) {
                 akv__array_reserve((void **)&got, &cap, n_got + n + 1, 1);
                 memcpy(got + n_got, piece, n);
@@ -207,11 +222,14 @@ int main(int argc, char **argv) {
         size_t at = 0;
         bool same = true;
         for (int i = 0; i < w.n_pieces && same; i++) {
+            if (i % 7 == 3) continue;
             int n = snprintf(want, sizeof want, "%d,", i);
             same = at + (size_t)n <= n_got && !memcmp(got + at, want, (size_t)n);
             at += (size_t)n;
         }
         CHECK(same && at == n_got);
+        CHECK(toks_in_order && toks_with_text);
+        CHECK_EQ_INT(next_tok, w.n_pieces);
         CHECK(r->finish == AKV_FINISH_LENGTH && r->n_gen == 20000 && r->n_prompt == 3);
         /* a finished request cannot be cancelled any more */
         CHECK(!akv_srv_req_mark_cancelled(r, AKV_END_ABORT));

@@ -378,7 +378,9 @@ def case_errors_400(env):
     expect_error(lambda: chat(cl, "hi", n=2), 400, "n")
     expect_error(lambda: chat(cl, "hi", temperature=-1), 400, "temperature")
     expect_error(lambda: chat(cl, "hi", max_tokens=10 ** 9), 400, "max_tokens")
-    expect_error(lambda: chat(cl, "hi", logprobs=True), 400, "logprobs")
+    expect_error(lambda: chat(cl, "hi", top_logprobs=2), 400, "top_logprobs")
+    expect_error(lambda: chat(cl, "hi", logprobs=True, top_logprobs=21), 400, "top_logprobs")
+    expect_error(lambda: cl.completions.create(model="x", prompt="hi", logprobs=99), 400, "logprobs")
     expect_error(lambda: chat(cl, "hi", stop=["a", "b", "c", "d", "e"]), 400, "stop")
     expect_error(lambda: cl.chat.completions.create(model="x", messages=[]), 400, "messages")
     expect_error(lambda: cl.chat.completions.create(
@@ -452,6 +454,50 @@ def case_disconnect(env):
     expect(wait_for(lambda: aborts() > before),
            "a non-streamed request's disconnect was not counted as an abort")
     print(f"     (stream abort noticed in {waited:.2f} s)")
+
+
+def case_logprobs(env):
+    """Log-probabilities of generated tokens: chat logprobs/top_logprobs, plain and streamed
+    (the same records), and a completion's legacy logprobs; greedy picks the most likely."""
+    import math
+    cl = env.main.client()
+    r = chat(cl, PROMPTS[4], max_tokens=12, logprobs=True, top_logprobs=3)
+    content = r.choices[0].logprobs.content
+    expect(len(content) == r.usage.completion_tokens or r.choices[0].finish_reason == "stop",
+           "a record per generated token", len(content), r.usage.completion_tokens)
+    expect(len(content) >= 1 and all(len(t.top_logprobs) == 3 for t in content), "three alternatives",
+           content[:2])
+    for t in content:
+        top = t.top_logprobs
+        expect(t.logprob <= 0 and top[0].logprob >= top[1].logprob >= top[2].logprob,
+               "log-probabilities, most likely first", t)
+        expect(t.token == top[0].token and abs(t.logprob - top[0].logprob) < 1e-6,
+               "greedy takes the most likely token", t)
+        expect(sum(math.exp(x.logprob) for x in top) <= 1 + 1e-4, "probabilities above one", t)
+    if r.choices[0].finish_reason == "length":
+        got = b"".join(bytes(t.bytes) for t in content).decode("utf-8", "replace")
+        expect(got == r.choices[0].message.content, "the tokens' bytes are the text", got,
+               r.choices[0].message.content)
+    streamed = []
+    for ch in cl.chat.completions.create(model="x", messages=[{"role": "user", "content": PROMPTS[4]}],
+                                         max_tokens=12, temperature=0, logprobs=True, top_logprobs=3,
+                                         stream=True):
+        if ch.choices and ch.choices[0].logprobs and ch.choices[0].logprobs.content:
+            streamed += ch.choices[0].logprobs.content
+    expect([(t.token, round(t.logprob, 5)) for t in streamed] ==
+           [(t.token, round(t.logprob, 5)) for t in content], "streamed records differ",
+           streamed[:3], content[:3])
+    plain = chat(cl, PROMPTS[4], max_tokens=4)
+    expect(plain.choices[0].logprobs is None, "logprobs unasked: null", plain.choices[0])
+    c = cl.completions.create(model="x", prompt=PROMPTS[0], max_tokens=8, temperature=0, logprobs=2)
+    lp = c.choices[0].logprobs
+    expect(len(lp.tokens) == len(lp.token_logprobs) == len(lp.top_logprobs) == len(lp.text_offset) >= 1,
+           "a completion's lists", lp)
+    expect(lp.text_offset[0] == 0 and lp.text_offset == sorted(lp.text_offset), "text offsets", lp.text_offset)
+    for tok, x, alt in zip(lp.tokens, lp.token_logprobs, lp.top_logprobs):
+        expect(tok in alt and abs(alt[tok] - x) < 1e-6 and len(alt) <= 3, "the token among its alternatives",
+               tok, alt)
+        expect(max(alt.values()) == x, "greedy: the most likely", tok, alt)
 
 
 def case_kv_tier(env):

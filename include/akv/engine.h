@@ -217,6 +217,8 @@ typedef struct akv_token_event {
     size_t n_text;
     const float *logits;   /* want_logits: [n_vocab] the logits the token was sampled from */
     akv_finish finish;     /* not NONE: the request has ended; its last event */
+    bool eog;              /* the token is the end of generation that ended it (it stands for
+                              no text of the answer) */
 } akv_token_event;
 
 typedef void (*akv_token_fn)(void *user, akv_request *rq, const akv_token_event *ev);

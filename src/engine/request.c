@@ -55,13 +55,14 @@ bool akv__request_is_eog(const akv_engine *e, int32_t token) {
 
 /* Delivers an event (none after a release). */
 static void request_emit(akv_request *rq, int32_t token, const char *text, size_t n_text,
-                         const float *logits, akv_finish finish) {
+                         const float *logits, akv_finish finish, bool eog) {
     if (rq->released || !rq->p.on_token) return;
     akv_token_event ev = {.token = token,
                           .text = text,
                           .n_text = n_text,
                           .logits = rq->p.want_logits ? logits : NULL,
-                          .finish = finish};
+                          .finish = finish,
+                          .eog = eog};
     rq->p.on_token(rq->p.user, rq, &ev);
 }
 
@@ -74,7 +75,7 @@ static void request_finish(akv_request *rq, akv_finish finish) {
 
 void akv__request_end(akv_request *rq, akv_finish finish) {
     request_finish(rq, finish);
-    request_emit(rq, -1, NULL, 0, NULL, finish);
+    request_emit(rq, -1, NULL, 0, NULL, finish, false);
 }
 
 /* Where the earliest stop string begins in held (SIZE_MAX: none). */
@@ -137,7 +138,7 @@ bool akv__request_on_logits(akv_request *rq, const float *logits) {
         if (akv_tok_stream_flush(&rq->stream, &rq->held) != AKV_OK) rq->held.n_bytes = 0;
         request_finish(rq, AKV_FINISH_STOP);
         request_emit(rq, token, e->tok ? (rq->held.bytes ? rq->held.bytes : "") : NULL,
-                     rq->held.n_bytes, logits, AKV_FINISH_STOP);
+                     rq->held.n_bytes, logits, AKV_FINISH_STOP, true);
         return true;
     }
     (void)akv_sampler_accept(rq->sampler, token);
@@ -154,7 +155,7 @@ bool akv__request_on_logits(akv_request *rq, const float *logits) {
         if (at != SIZE_MAX) {
             request_finish(rq, AKV_FINISH_STOP);
             request_emit(rq, token, rq->held.bytes ? rq->held.bytes : "", at, logits,
-                         AKV_FINISH_STOP);
+                         AKV_FINISH_STOP, false);
             return true;
         }
         size_t out = last ? rq->held.n_bytes : rq->held.n_bytes - request_hold_back(rq);
@@ -169,7 +170,7 @@ bool akv__request_on_logits(akv_request *rq, const float *logits) {
     if (last) request_finish(rq, AKV_FINISH_LENGTH);
     const char *text = !e->tok ? NULL : rq->piece.bytes ? rq->piece.bytes : "";
     request_emit(rq, token, text, e->tok ? rq->piece.n_bytes : 0, logits,
-                 last ? AKV_FINISH_LENGTH : AKV_FINISH_NONE);
+                 last ? AKV_FINISH_LENGTH : AKV_FINISH_NONE, false);
     if (!last) rq->info.state = AKV_REQUEST_DECODE; /* the token is fed at the next step */
     return last;
 }

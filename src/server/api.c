@@ -346,6 +346,9 @@ static akv_status check_duplicates(const cJSON *v, char *path, size_t n_path, ak
     return AKV_OK;
 }
 
+static akv_status parse_logprobs(akv_api_kind kind, const cJSON *o, akv_api_request *r,
+                                 akv_api_error *err);
+
 akv_status akv_api_parse(akv_api_kind kind, const char *body, size_t n, const akv_api_limits *lim,
                          akv_api_request *r, akv_api_error *err) {
     memset(r, 0, sizeof *r);
@@ -413,8 +416,7 @@ akv_status akv_api_parse(akv_api_kind kind, const char *body, size_t n, const ak
         st = BAD("best_of", "'best_of' must be 1");
         goto done;
     }
-    if ((st = refuse_if_set(o, "logprobs", "no log probabilities", err)) ||
-        (st = refuse_if_set(o, "top_logprobs", "no log probabilities", err)) ||
+    if ((st = parse_logprobs(kind, o, r, err)) ||
         (st = refuse_if_set(o, "logit_bias", "no logit bias", err)) ||
         (st = refuse_if_set(o, "tools", "no tool calls", err)) ||
         (st = refuse_if_set(o, "tool_choice", "no tool calls", err)) ||
@@ -452,6 +454,118 @@ akv_status akv_api_parse(akv_api_kind kind, const char *body, size_t n, const ak
 done:
     cJSON_Delete(o);
     return st;
+}
+
+/* ---- log-probabilities ---------------------------------------------------------------------- */
+
+/* Chat: logprobs (true/false) and top_logprobs (0..20, only with logprobs). Completion:
+ * logprobs, a number 0..20 of alternatives (null: none). */
+static akv_status parse_logprobs(akv_api_kind kind, const cJSON *o, akv_api_request *r,
+                                 akv_api_error *err) {
+    double x = NAN;
+    akv_status st;
+    if (kind == AKV_API_CHAT) {
+        if ((st = get_bool(o, "logprobs", &r->logprobs, err)) ||
+            (st = get_int(o, "top_logprobs", 0, AKV_API_MAX_TOP_LOGPROBS, &x, err)))
+            return st;
+        if (!isnan(x) && x > 0 && !r->logprobs)
+            return BAD("top_logprobs", "'top_logprobs' needs 'logprobs': true");
+        r->top_logprobs = isnan(x) ? 0 : (uint32_t)x;
+        return AKV_OK;
+    }
+    if ((st = get_int(o, "logprobs", 0, AKV_API_MAX_TOP_LOGPROBS, &x, err))) return st;
+    r->logprobs = !isnan(x);
+    r->top_logprobs = isnan(x) ? 0 : (uint32_t)x;
+    return AKV_OK;
+}
+
+void akv_api_token_logprobs(const float *logits, uint32_t n_vocab, int32_t token, uint32_t k,
+                            float *lp, int32_t *top_id, float *top_lp) {
+    double m = -INFINITY, sum = 0;
+    for (uint32_t i = 0; i < n_vocab; i++) m = logits[i] > m ? logits[i] : m;
+    for (uint32_t i = 0; i < n_vocab; i++) sum += exp((double)logits[i] - m);
+    const double lse = m + log(sum);
+    *lp = (float)((double)logits[token] - lse);
+    if (k > AKV_API_MAX_TOP_LOGPROBS) k = AKV_API_MAX_TOP_LOGPROBS;
+    if (k > n_vocab) k = n_vocab;
+    /* the k best so far, best first; a token goes in where it beats one (ids rise in the
+     * scan, so an equal one stays behind: the lower id first) */
+    uint32_t have = 0;
+    for (uint32_t i = 0; i < n_vocab && k; i++) {
+        if (have == k && !(logits[i] > logits[top_id[k - 1]])) continue;
+        uint32_t at = have < k ? have++ : k - 1;
+        while (at > 0 && logits[i] > logits[top_id[at - 1]]) {
+            top_id[at] = top_id[at - 1];
+            at--;
+        }
+        top_id[at] = (int32_t)i;
+    }
+    for (uint32_t j = 0; j < k; j++) top_lp[j] = (float)((double)logits[top_id[j]] - lse);
+}
+
+/* A log-probability as JSON takes it: -inf (a token the logits rule out) as -9999, as vLLM
+ * writes it. */
+static double lp_num(float x) {
+    return isfinite(x) ? (double)x : -9999.0;
+}
+
+/* A piece as a string: invalid UTF-8 (a piece that splits a character) replaced by U+FFFD. */
+static cJSON *piece_str(const akv_api_lp_token *t) {
+    uint8_t *buf = akv__malloc(3 * t->n + 1);
+    if (!buf) return NULL;
+    const size_t n = akv__utf8_sanitize(t->piece, t->n, buf);
+    buf[n] = 0;
+    cJSON *j = cJSON_CreateString((const char *)buf);
+    akv__free(buf);
+    return j;
+}
+
+/* {"token", "logprob", "bytes"} of a chat answer's logprobs. */
+static cJSON *chat_lp_token(const akv_api_lp_token *t) {
+    cJSON *o = cJSON_CreateObject(), *b = cJSON_CreateArray();
+    cJSON_AddItemToObject(o, "token", piece_str(t));
+    cJSON_AddNumberToObject(o, "logprob", lp_num(t->logprob));
+    for (size_t i = 0; i < t->n; i++) cJSON_AddItemToArray(b, cJSON_CreateNumber(t->piece[i]));
+    cJSON_AddItemToObject(o, "bytes", b);
+    return o;
+}
+
+/* The choice's "logprobs": chat {"content": [...]}, completion {"tokens", "token_logprobs",
+ * "top_logprobs" (the alternatives and the token itself, as OpenAI's legacy API answers),
+ * "text_offset"}. */
+static cJSON *logprobs_json(bool chat, const akv_api_logprobs *lp) {
+    cJSON *o = cJSON_CreateObject();
+    if (chat) {
+        cJSON *content = cJSON_AddArrayToObject(o, "content");
+        for (size_t i = 0; i < lp->n; i++) {
+            const akv_api_logprob *x = &lp->items[i];
+            cJSON *t = chat_lp_token(&x->tok), *top = cJSON_CreateArray();
+            for (uint32_t j = 0; j < x->n_top; j++) cJSON_AddItemToArray(top, chat_lp_token(&x->top[j]));
+            cJSON_AddItemToObject(t, "top_logprobs", top);
+            cJSON_AddItemToArray(content, t);
+        }
+        return o;
+    }
+    cJSON *toks = cJSON_AddArrayToObject(o, "tokens"), *lps = cJSON_AddArrayToObject(o, "token_logprobs"),
+          *tops = cJSON_AddArrayToObject(o, "top_logprobs"), *offs = cJSON_AddArrayToObject(o, "text_offset");
+    size_t off = lp->text_offset;
+    for (size_t i = 0; i < lp->n; i++) {
+        const akv_api_logprob *x = &lp->items[i];
+        cJSON_AddItemToArray(toks, piece_str(&x->tok));
+        cJSON_AddItemToArray(lps, cJSON_CreateNumber(lp_num(x->tok.logprob)));
+        cJSON *alt = cJSON_CreateObject();
+        for (uint32_t j = 0; j <= x->n_top; j++) {
+            const akv_api_lp_token *t = j < x->n_top ? &x->top[j] : &x->tok;
+            cJSON *key = piece_str(t);
+            if (key && !cJSON_GetObjectItemCaseSensitive(alt, key->valuestring))
+                cJSON_AddNumberToObject(alt, key->valuestring, lp_num(t->logprob));
+            cJSON_Delete(key);
+        }
+        cJSON_AddItemToArray(tops, alt);
+        cJSON_AddItemToArray(offs, cJSON_CreateNumber((double)off));
+        off += x->tok.n;
+    }
+    return o;
 }
 
 /* ---- responses ------------------------------------------------------------------------------ */
@@ -508,7 +622,7 @@ static cJSON *envelope(const char *object, const char *id, long long created, co
 
 char *akv_api_answer_json(akv_api_kind kind, const char *id, long long created,
                           const char *model, const char *text, size_t n_text, const char *finish,
-                          const akv_api_usage *usage) {
+                          const akv_api_usage *usage, const akv_api_logprobs *lp) {
     const bool chat = kind == AKV_API_CHAT;
     cJSON *o = envelope(chat ? "chat.completion" : "text_completion", id, created, model);
     cJSON *choices = cJSON_AddArrayToObject(o, "choices"), *c = cJSON_CreateObject();
@@ -521,7 +635,8 @@ char *akv_api_answer_json(akv_api_kind kind, const char *id, long long created,
     } else {
         cJSON_AddItemToObject(c, "text", str_n(text, n_text));
     }
-    cJSON_AddNullToObject(c, "logprobs");
+    if (lp) cJSON_AddItemToObject(c, "logprobs", logprobs_json(chat, lp));
+    else cJSON_AddNullToObject(c, "logprobs");
     cJSON_AddStringToObject(c, "finish_reason", finish);
     add_usage(o, usage);
     return print_del(o);
@@ -529,7 +644,7 @@ char *akv_api_answer_json(akv_api_kind kind, const char *id, long long created,
 
 char *akv_api_chunk_json(akv_api_kind kind, const char *id, long long created, const char *model,
                          bool first, const char *text, size_t n_text, const char *finish,
-                         const akv_api_usage *usage) {
+                         const akv_api_usage *usage, const akv_api_logprobs *lp) {
     const bool chat = kind == AKV_API_CHAT;
     cJSON *o = envelope(chat ? "chat.completion.chunk" : "text_completion", id, created, model);
     cJSON *choices = cJSON_AddArrayToObject(o, "choices");
@@ -544,7 +659,8 @@ char *akv_api_chunk_json(akv_api_kind kind, const char *id, long long created, c
         } else {
             cJSON_AddItemToObject(c, "text", str_n(text ? text : "", text ? n_text : 0));
         }
-        cJSON_AddNullToObject(c, "logprobs");
+        if (lp) cJSON_AddItemToObject(c, "logprobs", logprobs_json(chat, lp));
+        else cJSON_AddNullToObject(c, "logprobs");
         if (finish) cJSON_AddStringToObject(c, "finish_reason", finish);
         else cJSON_AddNullToObject(c, "finish_reason");
     }

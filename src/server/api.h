@@ -43,6 +43,10 @@ typedef struct akv_api_limits {
     akv_sample_params sample;    /* the sampling a request starts from */
 } akv_api_limits;
 
+/* The most alternatives a token's log-probabilities list (top_logprobs; a completion's
+ * logprobs). */
+enum { AKV_API_MAX_TOP_LOGPROBS = 20 };
+
 /* A checked request. Every string is owned (akv_api_request_free). */
 typedef struct akv_api_request {
     akv_api_kind kind;
@@ -51,6 +55,10 @@ typedef struct akv_api_request {
     bool max_tokens_asked;    /* max_tokens or max_completion_tokens was given */
     bool seed_asked;          /* seed was given */
     bool kv_exact;            /* kv_tier "exact": its history kept exact (akv_request_params) */
+    bool logprobs;            /* each generated token's log-probability (chat: logprobs true;
+                                 completion: logprobs a number) */
+    uint32_t top_logprobs;    /* ... and the most likely alternatives', 0..AKV_API_MAX_TOP_LOGPROBS
+                                 (chat: top_logprobs; completion: logprobs) */
     akv_sample_params sample;
     char *stop[AKV_API_MAX_STOP];
     uint32_t n_stop;
@@ -93,17 +101,51 @@ typedef struct akv_api_usage {
     uint32_t prompt_tokens, completion_tokens, cached_tokens;
 } akv_api_usage;
 
-/* A whole answer: chat.completion or text_completion. finish: "stop" or "length". */
+/* A token as an answer shows it: its piece (the bytes it stands for, borrowed from the
+ * tokenizer; it may be a part of a UTF-8 sequence: its text then has U+FFFD, its bytes are
+ * exact) and its log-probability. */
+typedef struct akv_api_lp_token {
+    const uint8_t *piece;
+    size_t n;
+    float logprob;
+} akv_api_lp_token;
+
+/* One generated token's log-probabilities: the natural log of its probability under the
+ * model's next-token distribution (the softmax of the logits it was sampled from, before
+ * temperature and penalties, as vLLM reports by default) and the n_top most likely tokens'
+ * there, most likely first. */
+typedef struct akv_api_logprob {
+    akv_api_lp_token tok;
+    uint32_t n_top;
+    akv_api_lp_token top[AKV_API_MAX_TOP_LOGPROBS];
+} akv_api_logprob;
+
+/* The records an answer or a chunk carries; text_offset: the completion's text bytes before
+ * the first (its text_offset list counts on from there). */
+typedef struct akv_api_logprobs {
+    const akv_api_logprob *items;
+    size_t n;
+    size_t text_offset;
+} akv_api_logprobs;
+
+/* The log-softmax of logits[n_vocab] at `token` into *lp, and the k (<= AKV_API_MAX_TOP_LOGPROBS)
+ * most likely tokens into top_id / top_lp, most likely first (a tie: the lower id first). In
+ * double, one pass for the sum and one for the top k. */
+void akv_api_token_logprobs(const float *logits, uint32_t n_vocab, int32_t token, uint32_t k,
+                            float *lp, int32_t *top_id, float *top_lp);
+
+/* A whole answer: chat.completion or text_completion. finish: "stop" or "length". lp: the
+ * logprobs asked (NULL: "logprobs": null). */
 char *akv_api_answer_json(akv_api_kind kind, const char *id, long long created,
                           const char *model, const char *text, size_t n_text, const char *finish,
-                          const akv_api_usage *usage);
+                          const akv_api_usage *usage, const akv_api_logprobs *lp);
 
 /* One streamed chunk (chat.completion.chunk or text_completion): a delta of text (role
  * "assistant" on the first chat chunk), or the finish (text NULL, finish set), or the usage
- * chunk (text and finish NULL, usage set: choices empty). */
+ * chunk (text and finish NULL, usage set: choices empty); lp as for an answer, its tokens'. */
 char *akv_api_chunk_json(akv_api_kind kind, const char *id, long long created, const char *model,
                          bool first, const char *text, size_t n_text, const char *finish,
-                         const akv_api_usage *usage);
+                         const akv_api_usage *usage, const akv_api_logprobs *lp);
 
 /* GET /v1/models: one model. */
 char *akv_api_models_json(const char *model, long long created, uint64_t max_context);

@@ -39,6 +39,7 @@ void akv_srv_req_unref(akv_srv_req *r) {
     akv_api_request_free(&r->api);
     akv_tok_ids_free(&r->ids);
     akv__free(r->text);
+    akv__free(r->toks);
     close(r->efd);
     pthread_mutex_destroy(&r->mu);
     akv__free(r);
@@ -66,17 +67,22 @@ void akv_srv_req_refuse(akv_srv_req *r, const akv_api_error *why) {
     req_wake(r);
 }
 
-void akv_srv_req_append(akv_srv_req *r, const char *t, size_t n) {
-    if (!n) return;
+void akv_srv_req_append(akv_srv_req *r, const char *t, size_t n, const akv_srv_tok *tok) {
+    if (!n && !tok) return;
     pthread_mutex_lock(&r->mu);
     AKV_ASSERT(r->phase == AKV_SRV_ADMITTED || r->phase == AKV_SRV_PENDING);
-    if (akv__array_reserve((void **)&r->text, &r->cap_text, r->n_text + n + 1, 1)) {
-        r->text_cut = true; /* the request still ends; its answer says it lost text */
-    } else {
+    /* the request still ends after a loss; its answer says it lost something */
+    if (n && akv__array_reserve((void **)&r->text, &r->cap_text, r->n_text + n + 1, 1)) {
+        r->text_cut = true;
+    } else if (n) {
         memcpy(r->text + r->n_text, t, n);
         r->n_text += n;
         r->text[r->n_text] = '\0';
     }
+    if (tok && akv__array_reserve((void **)&r->toks, &r->cap_toks, r->n_toks + 1, sizeof *r->toks))
+        r->text_cut = true;
+    else if (tok)
+        r->toks[r->n_toks++] = *tok;
     pthread_mutex_unlock(&r->mu);
     req_wake(r);
 }
@@ -108,21 +114,31 @@ akv_srv_phase akv_srv_req_phase(akv_srv_req *r) {
     return p;
 }
 
-akv_status akv_srv_req_take_text(akv_srv_req *r, char **piece, size_t *n, akv_srv_phase *phase) {
+akv_status akv_srv_req_take_text(akv_srv_req *r, char **piece, size_t *n, akv_srv_tok **toks,
+                                 size_t *n_toks, akv_srv_phase *phase) {
     akv_status st = AKV_OK;
     *piece = NULL, *n = 0;
+    if (toks) *toks = NULL, *n_toks = 0;
     pthread_mutex_lock(&r->mu);
     *phase = r->phase;
-    if (r->n_text > r->sent) {
-        const size_t k = r->n_text - r->sent;
-        char *p = akv__malloc(k + 1);
-        if (p) {
+    const size_t k = r->n_text - r->sent;
+    const size_t m = toks && (k || r->phase == AKV_SRV_DONE) ? r->n_toks - r->sent_toks : 0;
+    char *p = k ? akv__malloc(k + 1) : NULL;
+    akv_srv_tok *q = m ? akv__malloc(m * sizeof *q) : NULL;
+    if ((k && !p) || (m && !q)) {
+        akv__free(p), akv__free(q);
+        st = AKV_ENOMEM;
+    } else {
+        if (k) {
             memcpy(p, r->text + r->sent, k);
             p[k] = '\0';
             *piece = p, *n = k;
             r->sent = r->n_text;
-        } else {
-            st = AKV_ENOMEM;
+        }
+        if (m) {
+            memcpy(q, r->toks + r->sent_toks, m * sizeof *q);
+            *toks = q, *n_toks = m;
+            r->sent_toks = r->n_toks;
         }
     }
     pthread_mutex_unlock(&r->mu);

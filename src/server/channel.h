@@ -43,6 +43,16 @@ typedef enum akv_srv_phase {
     AKV_SRV_DONE,        /* ended: finish says how */
 } akv_srv_phase;
 
+/* One generated token's log-probabilities as the engine thread took them from its logits
+ * (akv_api_token_logprobs): its own, and the n_top most likely tokens', most likely first. */
+typedef struct akv_srv_tok {
+    int32_t id;
+    float logprob;
+    uint32_t n_top;
+    int32_t top_id[AKV_API_MAX_TOP_LOGPROBS];
+    float top_lp[AKV_API_MAX_TOP_LOGPROBS];
+} akv_srv_tok;
+
 typedef struct akv_srv_req {
     /* set by the HTTP side before the submit, read-only after */
     void *owner; /* the server */
@@ -62,6 +72,8 @@ typedef struct akv_srv_req {
     char *text;            /* every piece of text so far, NUL-terminated */
     size_t n_text, cap_text;
     bool text_cut;       /* a piece was lost (no memory): the answer is incomplete */
+    akv_srv_tok *toks;   /* logprobs asked: a record per generated token, in order */
+    size_t n_toks, cap_toks;
     akv_finish finish;   /* AKV_SRV_DONE */
     akv_metrics_end end; /* why it was cancelled, when it was (set by the canceller) */
     bool cancelled;      /* a canceller set end */
@@ -72,6 +84,7 @@ typedef struct akv_srv_req {
     double t_last; /* the last token's time */
     /* HTTP side only */
     size_t sent; /* bytes of text already answered */
+    size_t sent_toks; /* token records already answered */
     bool cancel_posted;
 } akv_srv_req;
 
@@ -85,7 +98,9 @@ void akv_srv_req_unref(akv_srv_req *r); /* the last one frees it */
 
 void akv_srv_req_admit(akv_srv_req *r); /* pending -> admitted (a no-op otherwise) */
 void akv_srv_req_refuse(akv_srv_req *r, const akv_api_error *why); /* pending -> refused */
-void akv_srv_req_append(akv_srv_req *r, const char *text, size_t n);
+/* Appends text and (tok not NULL) a token's record together, so a reader takes a token's
+ * record with its text (or, while a stop string may begin in it, before). */
+void akv_srv_req_append(akv_srv_req *r, const char *text, size_t n, const akv_srv_tok *tok);
 /* -> done, with the finish and the counts the engine reports. */
 void akv_srv_req_finish(akv_srv_req *r, akv_finish finish, uint32_t n_prompt, uint32_t n_cached,
                         uint32_t n_gen);
@@ -98,9 +113,12 @@ bool akv_srv_req_mark_cancelled(akv_srv_req *r, akv_metrics_end why);
 akv_srv_phase akv_srv_req_phase(akv_srv_req *r);
 
 /* The text added since the last call (a copy from akv__malloc in *piece, NULL when none) and
- * the phase at that moment, so a reader that sees AKV_SRV_DONE has every piece. AKV_ENOMEM
- * leaves the text to the next call. */
-akv_status akv_srv_req_take_text(akv_srv_req *r, char **piece, size_t *n, akv_srv_phase *phase);
+ * the phase at that moment, so a reader that sees AKV_SRV_DONE has every piece; with toks
+ * not NULL, the token records added since the last call too (a copy in *toks, NULL when none;
+ * taken when there is text or the request is done, so records go out with their text).
+ * AKV_ENOMEM leaves both to the next call. */
+akv_status akv_srv_req_take_text(akv_srv_req *r, char **piece, size_t *n, akv_srv_tok **toks,
+                                 size_t *n_toks, akv_srv_phase *phase);
 
 /* ---- the command queue -------------------------------------------------------------------- */
 

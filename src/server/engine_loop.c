@@ -50,7 +50,15 @@ static void on_token(void *user, akv_request *rq, const akv_token_event *ev) {
     akv_srv_req *r = user;
     akv_server *s = r->owner;
     const double now = akv_clock_s();
-    if (ev->text && ev->n_text) akv_srv_req_append(r, ev->text, ev->n_text);
+    /* logprobs asked: a record of every generated token but the end of generation */
+    akv_srv_tok rec, *tok = NULL;
+    if (r->api.logprobs && ev->token >= 0 && !ev->eog && ev->logits) {
+        rec.id = ev->token, rec.n_top = r->api.top_logprobs;
+        akv_api_token_logprobs(ev->logits, (uint32_t)s->n_vocab, ev->token, rec.n_top, &rec.logprob,
+                               rec.top_id, rec.top_lp);
+        tok = &rec;
+    }
+    akv_srv_req_append(r, ev->text, ev->text ? ev->n_text : 0, tok);
     pthread_mutex_lock(&r->mu);
     const bool first = ev->token >= 0 && r->n_gen == 0;
     if (ev->token >= 0) r->n_gen++;
@@ -115,6 +123,7 @@ static void engine_submit(akv_server *s, akv_srv_req *r) {
                              .sample = r->api.sample,
                              .ignore_eog = r->api.ignore_eos,
                              .kv_exact = r->api.kv_exact,
+                             .want_logits = r->api.logprobs,
                              .stop = (const char *const *)r->api.stop,
                              .n_stop = r->api.n_stop,
                              .on_token = on_token,

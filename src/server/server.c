@@ -393,24 +393,53 @@ static int send_event(akv_http_conn *c, char *json) {
     return rc;
 }
 
-/* The stream: the role chunk, a chunk per piece of text, the finish (and the usage), [DONE].
- * false: the client went away (the request is cancelled). */
+/* Token records as an answer shows them (each piece borrowed from the tokenizer), into
+ * *out over n items (an akv__malloc array; NULL with n 0). AKV_ENOMEM. */
+static akv_status lp_items(const akv_server *s, const akv_srv_tok *t, size_t n,
+                           akv_api_logprob **out) {
+    *out = NULL;
+    if (!n) return AKV_OK;
+    akv_api_logprob *x = akv__calloc(n, sizeof *x);
+    if (!x) return AKV_ENOMEM;
+    for (size_t i = 0; i < n; i++) {
+        x[i].tok.piece = akv_tok_token_piece(s->tok, t[i].id, &x[i].tok.n);
+        x[i].tok.logprob = t[i].logprob;
+        x[i].n_top = t[i].n_top;
+        for (uint32_t j = 0; j < t[i].n_top; j++) {
+            x[i].top[j].piece = akv_tok_token_piece(s->tok, t[i].top_id[j], &x[i].top[j].n);
+            x[i].top[j].logprob = t[i].top_lp[j];
+        }
+    }
+    *out = x;
+    return AKV_OK;
+}
+
+/* The stream: the role chunk, a chunk per piece of text (with its tokens' logprobs when
+ * asked; tokens whose text never came, held by a stop string, in a chunk of no text before
+ * the finish), the finish (and the usage), [DONE]. false: the client went away (the request
+ * is cancelled). */
 static bool answer_stream(akv_server *s, akv_http_conn *c, akv_srv_req *r, double deadline) {
     const char *model = s->p.model_name;
     const akv_api_kind kind = r->api.kind;
     if (akv_http_conn_stream_begin(c, 200, "text/event-stream", ":\n") ||
         (kind == AKV_API_CHAT && send_event(c, akv_api_chunk_json(kind, r->id, r->created, model,
-                                                                  true, "", 0, NULL, NULL))))
+                                                                  true, "", 0, NULL, NULL, NULL))))
         goto gone;
+    size_t lp_off = 0; /* a completion's text_offset: the pieces' bytes so far */
     for (;;) {
         char *piece;
-        size_t n;
+        size_t n, n_toks = 0;
+        akv_srv_tok *toks = NULL;
         akv_srv_phase phase;
-        akv_srv_req_take_text(r, &piece, &n, &phase);
-        if (piece) {
-            char *json =
-                akv_api_chunk_json(kind, r->id, r->created, model, false, piece, n, NULL, NULL);
-            akv__free(piece);
+        akv_srv_req_take_text(r, &piece, &n, r->api.logprobs ? &toks : NULL, &n_toks, &phase);
+        if (piece || n_toks) {
+            akv_api_logprob *items = NULL;
+            const bool lp_ok = lp_items(s, toks, n_toks, &items) == AKV_OK;
+            const akv_api_logprobs lp = {items, n_toks, lp_off};
+            for (size_t i = 0; i < n_toks && items; i++) lp_off += items[i].tok.n;
+            char *json = akv_api_chunk_json(kind, r->id, r->created, model, false, piece ? piece : "",
+                                            n, NULL, NULL, r->api.logprobs && lp_ok ? &lp : NULL);
+            akv__free(piece), akv__free(toks), akv__free(items);
             if (send_event(c, json)) goto gone;
             continue;
         }
@@ -419,11 +448,11 @@ static bool answer_stream(akv_server *s, akv_http_conn *c, akv_srv_req *r, doubl
     }
     if (finished_well(r)) {
         if (send_event(c, akv_api_chunk_json(kind, r->id, r->created, model, false, NULL, 0,
-                                             finish_word(r->finish), NULL)))
+                                             finish_word(r->finish), NULL, NULL)))
             goto gone;
         akv_api_usage u = {r->n_prompt, r->n_gen, r->n_cached};
         if (r->api.include_usage && send_event(c, akv_api_chunk_json(kind, r->id, r->created, model,
-                                                                     false, NULL, 0, NULL, &u)))
+                                                                     false, NULL, 0, NULL, &u, NULL)))
             goto gone;
     } else {
         akv_api_error e;
@@ -543,11 +572,19 @@ static void handle_generate(akv_server *s, akv_http_conn *c, const akv_http_requ
         goto answer;
     }
     akv_api_usage u = {r->n_prompt, r->n_gen, r->n_cached};
+    akv_api_logprob *items = NULL;
+    if (r->api.logprobs && lp_items(s, r->toks, r->n_toks, &items)) {
+        akv_api_error_set(&err, 500, "server_error", NULL, NULL, "out of memory");
+        error_response(s, &err, -1, &resp);
+        goto answer;
+    }
+    const akv_api_logprobs lp = {items, r->n_toks, 0};
     text_response(200, "application/json",
                   akv_api_answer_json(kind, r->id, r->created, s->p.model_name,
                                       r->text ? r->text : "", r->n_text, finish_word(r->finish),
-                                      &u),
+                                      &u, r->api.logprobs ? &lp : NULL),
                   &resp);
+    akv__free(items);
 answer:
     if (akv_http_conn_send(c, &resp)) req_cancel(s, r, AKV_END_ABORT);
 out:

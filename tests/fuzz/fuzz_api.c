@@ -10,6 +10,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <math.h>
 #include <string.h>
 
 #include <cjson/cJSON.h>
@@ -97,12 +98,25 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         const char *chat_path[] = {"choices", "0", "message", "content", NULL};
         const char *cmpl_path[] = {"choices", "0", "text", NULL};
         const char *delta_path[] = {"choices", "0", "delta", "content", NULL};
-        check_json(akv_api_answer_json(kind, "id-1", 1, "m\"odel", text, n_text, "stop", &u), text,
+        check_json(akv_api_answer_json(kind, "id-1", 1, "m\"odel", text, n_text, "stop", &u, NULL), text,
                    n_text, kind == AKV_API_CHAT ? chat_path : cmpl_path);
-        check_json(akv_api_chunk_json(kind, "id-1", 1, "model", false, text, n_text, NULL, NULL),
+        check_json(akv_api_chunk_json(kind, "id-1", 1, "model", false, text, n_text, NULL, NULL, NULL),
                    text, n_text, kind == AKV_API_CHAT ? delta_path : cmpl_path);
-        check_json(akv_api_chunk_json(kind, "id-1", 1, "model", false, NULL, 0, NULL, &u), NULL, 0,
+        check_json(akv_api_chunk_json(kind, "id-1", 1, "model", false, NULL, 0, NULL, &u, NULL), NULL, 0,
                    NULL);
+        /* the text's bytes as token pieces (any bytes: split characters, NULs) in logprobs */
+        akv_api_logprob items[3];
+        memset(items, 0, sizeof items);
+        for (size_t i = 0; i < 3; i++) {
+            const size_t at = n_text * i / 3, end = n_text * (i + 1) / 3;
+            items[i].tok = (akv_api_lp_token){(const uint8_t *)text + at, end - at, -(float)i};
+            items[i].n_top = (uint32_t)(i + 1);
+            for (uint32_t j = 0; j <= i; j++) items[i].top[j] = items[j].tok;
+        }
+        items[2].tok.logprob = -INFINITY;
+        const akv_api_logprobs lp = {items, text ? 3 : 0, 5};
+        check_json(akv_api_answer_json(kind, "id-1", 1, "m", text, n_text, "stop", &u, &lp), text,
+                   n_text, kind == AKV_API_CHAT ? chat_path : cmpl_path);
     }
     akv_api_request_free(&r);
     return 0;
