@@ -45,6 +45,24 @@ static void on_token(void *user, akv_request *rq, const akv_token_event *ev) {
     if (ev->finish != AKV_FINISH_NONE) s->finish = ev->finish, s->n_final++;
 }
 
+/* What a request's events said, and the prompt's logits (on_prompt_logits) from `next` on. */
+typedef struct pseen {
+    seen s; /* first: on_token takes the same user */
+    float rows[200][NV];
+    uint32_t next, max_n;
+    bool in_order;
+} pseen;
+
+static void on_prompt_rows(void *user, akv_request *rq, uint32_t pos, uint32_t n, const float *logits) {
+    (void)rq;
+    pseen *p = user;
+    p->in_order &= pos == p->next && pos + n <= 200;
+    if (!p->in_order) return;
+    memcpy(p->rows[pos], logits, (size_t)n * sizeof p->rows[0]);
+    p->next = pos + n;
+    p->max_n = n > p->max_n ? n : p->max_n;
+}
+
 /* An engine over the model on a fresh host-backend device. */
 /* The route kind of a name (the engine's tests choose routes as the tools do). */
 static akv_route_kind route_kind(const char *name) {
@@ -503,6 +521,49 @@ int main(int argc, char **argv) {
         akv_request_get_info(rc, &ic);
         CHECK_EQ_U64(ic.n_cached, 60 + a.n - 1);
         akv_engine_destroy(e);
+    }
+
+    TEST_CASE(prompt_logits_on_both_passes) {
+        /* on_prompt_logits reports every prompt position's logits from prompt_logits_from on,
+         * in order, on the host pass in whole chunks and on the device pass in pieces of at
+         * most 64 (its logits buffer); the two agree to the device pass's bf16 rounding; an
+         * idle context sharing the prompt is reused only up to prompt_logits_from */
+        pseen *got[2] = {calloc(1, sizeof(pseen)), calloc(1, sizeof(pseen))};
+        for (int pass = 0; pass < 2 && CHECK(got[0] && got[1]); pass++) {
+            akv_engine_params ep = akv_engine_default_params();
+            ep.chunk = 128, ep.max_context = 512, ep.max_idle = 2;
+            if (pass) ep.pass = AKV_ENGINE_PASS_DEVICE;
+            akv_engine *e = engine_open(model, &ep);
+            if (!e) break;
+            seen warm = {0};
+            akv_request *rw;
+            akv_request_params pw = greedy(tokens, 150, 2, &warm); /* idle after: its prefix */
+            CHECK_OK(akv_engine_submit(e, &pw, &rw, NULL));
+            CHECK(run_all(e, 100) > 0);
+            pseen *g = got[pass];
+            g->next = 10, g->in_order = true;
+            akv_request *ra;
+            akv_request_params pa = greedy(tokens, 200, 1, &g->s);
+            pa.prompt_logits_from = 10, pa.on_prompt_logits = on_prompt_rows;
+            CHECK_OK(akv_engine_submit(e, &pa, &ra, NULL));
+            CHECK(run_all(e, 100) > 0);
+            akv_request_info ia;
+            akv_request_get_info(ra, &ia);
+            CHECK_EQ_U64(ia.n_cached, 10);
+            CHECK(g->in_order && g->next == 200);
+            CHECK_EQ_INT(g->max_n, pass ? 64 : 128); /* device pieces; host: whole chunks */
+            akv_engine_destroy(e);
+        }
+        if (got[0] && got[1] && got[0]->next == 200 && got[1]->next == 200) {
+            size_t at;
+            const double err = fx_rel_err(&got[1]->rows[10][0], &got[0]->rows[10][0], 190 * NV, &at);
+            /* a row one position off is far off: the rows are the positions they say */
+            const double off = fx_rel_err(&got[1]->rows[10][0], &got[0]->rows[11][0], 189 * NV, &at);
+            printf("  device pass's prompt logits off the host pass's by %.3g (relative; a position "
+                   "off: %.3g)\n", err, off);
+            CHECK(err < 0.1 && off > 4 * err);
+        }
+        free(got[0]), free(got[1]);
     }
 
     TEST_CASE(idle_contexts_closed_least_recently_used_first) {

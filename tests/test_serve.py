@@ -500,6 +500,40 @@ def case_logprobs(env):
         expect(max(alt.values()) == x, "greedy: the most likely", tok, alt)
 
 
+def case_echo(env):
+    """echo: a completion's text begins with its prompt; with logprobs, every prompt token has
+    its record (the first none), computed from the prompt's own logits: a prompt that is another
+    answer's prompt and its greedy text scores that text's tokens as the answer did."""
+    cl = env.main.client()
+    c = cl.completions.create(model="x", prompt=PROMPTS[0], max_tokens=1, temperature=0, echo=True)
+    expect(c.choices[0].text.startswith(PROMPTS[0]), "echoed text", c.choices[0].text)
+    expect(c.choices[0].logprobs is None, "no logprobs unasked", c.choices[0].logprobs)
+    g = cl.completions.create(model="x", prompt=PROMPTS[0], max_tokens=6, temperature=0, logprobs=1)
+    glp = g.choices[0].logprobs
+    e = cl.completions.create(model="x", prompt=PROMPTS[0] + g.choices[0].text, max_tokens=1,
+                              temperature=0, logprobs=1, echo=True)
+    lp = e.choices[0].logprobs
+    expect(e.choices[0].text.startswith(PROMPTS[0] + g.choices[0].text), "echoed", e.choices[0].text)
+    n = len(lp.tokens)
+    expect(n == e.usage.prompt_tokens + 1 and lp.token_logprobs[0] is None and lp.top_logprobs[0] is None,
+           "a record per prompt token and the generated one, the first none", n, e.usage, lp.token_logprobs[:2])
+    expect(all(x is not None and x <= 0 for x in lp.token_logprobs[1:]), "log-probabilities", lp.token_logprobs)
+    tail = lp.tokens[n - 1 - len(glp.tokens):n - 1]
+    if tail == glp.tokens:
+        got = lp.token_logprobs[n - 1 - len(glp.tokens):n - 1]
+        expect(all(abs(a - b) < 1e-3 for a, b in zip(got, glp.token_logprobs)),
+               "the prompt's records of the answer's tokens are the answer's", got, glp.token_logprobs)
+    else:
+        print(f"     (the text tokenizes otherwise as a prompt: {tail} vs {glp.tokens})")
+    # token ids as the prompt (lm-evaluation-harness's local-completions sends them)
+    ids = [1, 2, 3, 400, 500, 600]
+    t = cl.completions.create(model="x", prompt=ids, max_tokens=1, temperature=0, logprobs=0, echo=True)
+    expect(len(t.choices[0].logprobs.token_logprobs) == len(ids) + 1, "token-id prompt records",
+           t.choices[0].logprobs)
+    expect_error(lambda: cl.completions.create(model="x", prompt="hi", echo=True, stream=True), 400, "echo")
+    expect_error(lambda: chat(cl, "hi", extra_body={"echo": True}), 400, "echo")
+
+
 def case_kv_tier(env):
     """kv_tier per request: on an exact server only "exact"/"auto"; on a server with a q8 tier
     "exact" keeps a request's history exact (the same greedy text as the exact server's), the

@@ -238,9 +238,10 @@ typedef struct akv_request_params {
     /* The logits of every prompt position the engine computes, as each of its chunks runs
      * (n rows of n_vocab for positions pos .. pos+n-1; row j predicts the token at pos+j+1;
      * valid during the call, on the engine's thread). Positions reused from an idle context
-     * are not computed (akv_request_info.n_cached). Such a prompt runs one chunk a step and
-     * one such chunk per step; the host pass only (submit refuses it on the device pass).
-     * NULL = none. */
+     * are not computed (akv_request_info.n_cached): such a request reuses an idle context
+     * only up to prompt_logits_from. Such a prompt runs one chunk a step (on the device pass
+     * a piece of at most 64 tokens, so the logits it copies back stay small) and one such
+     * chunk per step. NULL = none. */
     void (*on_prompt_logits)(void *user, akv_request *rq, uint32_t pos, uint32_t n,
                              const float *logits);
     uint32_t prompt_logits_from; /* with on_prompt_logits: a chunk wholly before this prompt

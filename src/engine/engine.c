@@ -262,15 +262,24 @@ static akv_status engine_open_model(akv_engine *e) {
     return AKV_OK;
 }
 
+/* Rows of a prompt's logits the device pass returns in a step (on_prompt_logits): a piece of
+ * at most this many tokens, so its pinned logits stay small (64 rows of a 128K vocabulary:
+ * 32 MiB) while the host pass takes whole chunks. */
+static uint32_t engine_dev_logit_rows(const akv_engine *e) {
+    return e->plan.chunk < 64 ? e->plan.chunk : 64;
+}
+
 static akv_status engine_open_pass(akv_engine *e) {
     const akv_engine_params *p = &e->p;
     akv_forward_params fp = akv_forward_default_params();
+    const bool host_pass = e->info.is_host && p->pass == AKV_ENGINE_PASS_AUTO;
     fp.max_step_tokens = e->plan.step_tokens;
-    fp.max_logits = e->plan.max_seqs;
+    /* a step's sampled rows, and on the device pass a prompt piece's rows (on_prompt_logits:
+     * its pieces are cut to them, engine_piece) */
+    fp.max_logits = e->plan.max_seqs + (host_pass ? 0 : engine_dev_logit_rows(e));
     fp.no_graphs = p->no_graphs;
     fp.attn = p->attn;
     fp.threads = p->threads;
-    const bool host_pass = e->info.is_host && p->pass == AKV_ENGINE_PASS_AUTO;
     fp.weights = host_pass ? AKV_WEIGHTS_NATIVE : p->weights;
     fp.synthetic_type = p->synthetic_type;
     const bool report = p->progress && !host_pass; /* the host pass reads the model in place */
@@ -466,8 +475,10 @@ static void engine_admit(akv_engine *e, akv_request *rq) {
 static akv_status engine_start(akv_engine *e, akv_request *rq) {
     uint32_t lcp = 0;
     akv__ctx *c = engine_find_prefix(e, rq, &lcp);
-    /* the last prompt token is always fed again: its logits start the generation */
+    /* the last prompt token is always fed again: its logits start the generation; a prompt
+     * whose logits are reported computes every position from prompt_logits_from */
     uint32_t cached = lcp < rq->p.n_prompt ? lcp : rq->p.n_prompt - 1;
+    if (rq->p.on_prompt_logits && cached > rq->p.prompt_logits_from) cached = rq->p.prompt_logits_from;
     akv_route_seq_params sp = {.max_history = (uint64_t)rq->p.n_prompt + rq->p.max_tokens,
                                .target = e->plan.route.target,
                                .burst = e->plan.route.burst,
@@ -639,9 +650,6 @@ akv_status akv_engine_submit(akv_engine *e, const akv_request_params *p, akv_req
         if (!p->stop || !p->stop[i])
             return engine_refuse(e, rf, AKV_REFUSE_INVALID, "stop", AKV_EINVAL,
                                  "stop string %u is NULL", i);
-    if (p->on_prompt_logits && e->fd)
-        return engine_refuse(e, rf, AKV_REFUSE_INVALID, "on_prompt_logits", AKV_EUNSUPPORTED,
-                             "a prompt's logits are computed on the host pass only today");
     const uint64_t total = (uint64_t)p->n_prompt + p->max_tokens;
     if (total > e->plan.max_context)
         return engine_refuse(e, rf, AKV_REFUSE_CONTEXT, "max_context", AKV_EFULL,
@@ -748,7 +756,10 @@ static uint32_t engine_piece(const akv_engine *e, const akv_request *rq, uint32_
     if (rq->info.state == AKV_REQUEST_DECODE) return rq->p.n_prompt + rq->info.n_gen - have;
     uint32_t chunk = e->plan.chunk, left = rq->p.n_prompt - have;
     uint32_t piece = chunk - (have - rq->prefill0) % chunk;
-    if (rq->p.on_prompt_logits) room = 0; /* one chunk: its logits fit the buffer */
+    if (rq->p.on_prompt_logits) { /* one chunk (the device pass: a piece): its logits fit */
+        room = 0;
+        if (e->fd && piece > engine_dev_logit_rows(e)) piece = engine_dev_logit_rows(e);
+    }
     if (room > piece) piece += (room - piece) / chunk * chunk;
     return piece < left ? piece : left;
 }

@@ -422,7 +422,8 @@ akv_status akv_api_parse(akv_api_kind kind, const char *body, size_t n, const ak
         (st = refuse_if_set(o, "tool_choice", "no tool calls", err)) ||
         (st = refuse_if_set(o, "functions", "no function calls", err)) ||
         (st = refuse_if_set(o, "function_call", "no function calls", err)) ||
-        (st = refuse_if_set(o, "echo", "the prompt is not echoed", err)) ||
+        (kind == AKV_API_CHAT && (st = refuse_if_set(o, "echo", "a chat is not echoed", err))) ||
+        (kind == AKV_API_COMPLETION && (st = get_bool(o, "echo", &r->echo, err))) ||
         (st = refuse_if_set(o, "suffix", "no insertion", err)))
         goto done;
     /* kv_tier (ours): "exact" keeps the history exact; the server's tier (--kv-tier) or
@@ -448,6 +449,10 @@ akv_status akv_api_parse(akv_api_kind kind, const char *body, size_t n, const ak
             st = BAD("response_format", "'response_format': only {\"type\": \"text\"} is supported");
             goto done;
         }
+    }
+    if (r->echo && r->stream) {
+        st = BAD("echo", "'echo' is answered whole: set 'stream' false");
+        goto done;
     }
     if ((st = parse_sampling(o, lim, r, err)) || (st = parse_stop(o, r, err))) goto done;
     st = kind == AKV_API_CHAT ? parse_messages(o, r, err) : parse_prompt(o, lim, r, err);
@@ -552,6 +557,13 @@ static cJSON *logprobs_json(bool chat, const akv_api_logprobs *lp) {
     for (size_t i = 0; i < lp->n; i++) {
         const akv_api_logprob *x = &lp->items[i];
         cJSON_AddItemToArray(toks, piece_str(&x->tok));
+        cJSON_AddItemToArray(offs, cJSON_CreateNumber((double)off));
+        off += x->tok.n;
+        if (x->none) {
+            cJSON_AddItemToArray(lps, cJSON_CreateNull());
+            cJSON_AddItemToArray(tops, cJSON_CreateNull());
+            continue;
+        }
         cJSON_AddItemToArray(lps, cJSON_CreateNumber(lp_num(x->tok.logprob)));
         cJSON *alt = cJSON_CreateObject();
         for (uint32_t j = 0; j <= x->n_top; j++) {
@@ -562,8 +574,6 @@ static cJSON *logprobs_json(bool chat, const akv_api_logprobs *lp) {
             cJSON_Delete(key);
         }
         cJSON_AddItemToArray(tops, alt);
-        cJSON_AddItemToArray(offs, cJSON_CreateNumber((double)off));
-        off += x->tok.n;
     }
     return o;
 }

@@ -59,6 +59,8 @@ typedef struct akv_api_request {
                                  completion: logprobs a number) */
     uint32_t top_logprobs;    /* ... and the most likely alternatives', 0..AKV_API_MAX_TOP_LOGPROBS
                                  (chat: top_logprobs; completion: logprobs) */
+    bool echo;                /* completion: the answer's text begins with the prompt, and its
+                                 logprobs with the prompt tokens' (not streamed) */
     akv_sample_params sample;
     char *stop[AKV_API_MAX_STOP];
     uint32_t n_stop;
@@ -116,6 +118,7 @@ typedef struct akv_api_lp_token {
  * there, most likely first. */
 typedef struct akv_api_logprob {
     akv_api_lp_token tok;
+    bool none;            /* no probability (an echoed prompt's first token): null */
     uint32_t n_top;
     akv_api_lp_token top[AKV_API_MAX_TOP_LOGPROBS];
 } akv_api_logprob;

@@ -40,6 +40,7 @@ void akv_srv_req_unref(akv_srv_req *r) {
     akv_tok_ids_free(&r->ids);
     akv__free(r->text);
     akv__free(r->toks);
+    akv__free(r->ptoks);
     close(r->efd);
     pthread_mutex_destroy(&r->mu);
     akv__free(r);
@@ -85,6 +86,16 @@ void akv_srv_req_append(akv_srv_req *r, const char *t, size_t n, const akv_srv_t
         r->toks[r->n_toks++] = *tok;
     pthread_mutex_unlock(&r->mu);
     req_wake(r);
+}
+
+void akv_srv_req_append_prompt(akv_srv_req *r, const akv_srv_tok *tok) {
+    pthread_mutex_lock(&r->mu);
+    AKV_ASSERT(r->phase == AKV_SRV_ADMITTED || r->phase == AKV_SRV_PENDING);
+    if (akv__array_reserve((void **)&r->ptoks, &r->cap_ptoks, r->n_ptoks + 1, sizeof *r->ptoks))
+        r->text_cut = true; /* the answer says it lost something */
+    else
+        r->ptoks[r->n_ptoks++] = *tok;
+    pthread_mutex_unlock(&r->mu);
 }
 
 void akv_srv_req_finish(akv_srv_req *r, akv_finish finish, uint32_t n_prompt, uint32_t n_cached,

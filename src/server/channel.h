@@ -74,6 +74,8 @@ typedef struct akv_srv_req {
     bool text_cut;       /* a piece was lost (no memory): the answer is incomplete */
     akv_srv_tok *toks;   /* logprobs asked: a record per generated token, in order */
     size_t n_toks, cap_toks;
+    akv_srv_tok *ptoks;  /* echo with logprobs: a record per prompt token after the first */
+    size_t n_ptoks, cap_ptoks;
     akv_finish finish;   /* AKV_SRV_DONE */
     akv_metrics_end end; /* why it was cancelled, when it was (set by the canceller) */
     bool cancelled;      /* a canceller set end */
@@ -101,6 +103,8 @@ void akv_srv_req_refuse(akv_srv_req *r, const akv_api_error *why); /* pending ->
 /* Appends text and (tok not NULL) a token's record together, so a reader takes a token's
  * record with its text (or, while a stop string may begin in it, before). */
 void akv_srv_req_append(akv_srv_req *r, const char *text, size_t n, const akv_srv_tok *tok);
+/* Appends a prompt token's record (echo with logprobs). */
+void akv_srv_req_append_prompt(akv_srv_req *r, const akv_srv_tok *tok);
 /* -> done, with the finish and the counts the engine reports. */
 void akv_srv_req_finish(akv_srv_req *r, akv_finish finish, uint32_t n_prompt, uint32_t n_cached,
                         uint32_t n_gen);

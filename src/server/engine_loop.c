@@ -116,6 +116,21 @@ static void refusal_to_error(const akv_server *s, const akv_refusal *rf, akv_api
                       akv_refusal_reason_name(rf->reason));
 }
 
+/* The prompt's logits (echo with logprobs; engine thread): row j of pos.. predicts the prompt
+ * token at pos + j + 1; the last prompt row predicts the first generated token (on_token's). */
+static void on_prompt_logits(void *user, akv_request *rq, uint32_t pos, uint32_t n,
+                             const float *logits) {
+    (void)rq;
+    akv_srv_req *r = user;
+    const akv_server *s = r->owner;
+    for (uint32_t j = 0; j < n && pos + j + 1 < r->n_prompt_ids; j++) {
+        akv_srv_tok rec = {.id = r->prompt[pos + j + 1], .n_top = r->api.top_logprobs};
+        akv_api_token_logprobs(logits + (size_t)j * (size_t)s->n_vocab, (uint32_t)s->n_vocab, rec.id,
+                               rec.n_top, &rec.logprob, rec.top_id, rec.top_lp);
+        akv_srv_req_append_prompt(r, &rec);
+    }
+}
+
 static void engine_submit(akv_server *s, akv_srv_req *r) {
     akv_request_params rp = {.prompt = r->prompt,
                              .n_prompt = r->n_prompt_ids,
@@ -124,6 +139,8 @@ static void engine_submit(akv_server *s, akv_srv_req *r) {
                              .ignore_eog = r->api.ignore_eos,
                              .kv_exact = r->api.kv_exact,
                              .want_logits = r->api.logprobs,
+                             .on_prompt_logits = r->api.echo && r->api.logprobs ? on_prompt_logits
+                                                                                : NULL,
                              .stop = (const char *const *)r->api.stop,
                              .n_stop = r->api.n_stop,
                              .on_token = on_token,

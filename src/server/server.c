@@ -572,19 +572,43 @@ static void handle_generate(akv_server *s, akv_http_conn *c, const akv_http_requ
         goto answer;
     }
     akv_api_usage u = {r->n_prompt, r->n_gen, r->n_cached};
-    akv_api_logprob *items = NULL;
-    if (r->api.logprobs && lp_items(s, r->toks, r->n_toks, &items)) {
-        akv_api_error_set(&err, 500, "server_error", NULL, NULL, "out of memory");
+    /* echo: the prompt's text and (logprobs) its tokens' records first, the first with none */
+    akv_tok_text echoed = {0};
+    const bool echo = r->api.echo;
+    const size_t n_pre = echo && r->api.logprobs ? 1 + r->n_ptoks : 0;
+    akv_api_logprob *items = NULL, *pre = NULL, *gen = NULL;
+    akv_status est = AKV_OK;
+    if (echo)
+        est = r->api.prompt ? akv_tok_text_append(&echoed, r->api.prompt, r->api.prompt_len)
+                            : akv_tok_decode(s->tok, r->prompt, r->n_prompt_ids, AKV_TOK_DECODE_LOSSY,
+                                             &echoed);
+    if (!est) est = akv_tok_text_append(&echoed, r->text ? r->text : "", r->n_text);
+    if (!est && r->api.logprobs) est = lp_items(s, r->ptoks, r->n_ptoks, &pre);
+    if (!est && r->api.logprobs) est = lp_items(s, r->toks, r->n_toks, &gen);
+    if (!est && r->api.logprobs && !(items = akv__calloc(n_pre + r->n_toks + 1, sizeof *items)))
+        est = AKV_ENOMEM;
+    if (est) {
+        akv__free(pre), akv__free(gen), akv_tok_text_free(&echoed);
+        akv_api_error_set(&err, 500, "server_error", NULL, NULL, "the answer could not be made: %s",
+                          akv_status_str(est));
         error_response(s, &err, -1, &resp);
         goto answer;
     }
-    const akv_api_logprobs lp = {items, r->n_toks, 0};
+    if (n_pre) {
+        items[0].none = true;
+        items[0].tok.piece = akv_tok_token_piece(s->tok, r->prompt[0], &items[0].tok.n);
+        if (r->n_ptoks) memcpy(items + 1, pre, r->n_ptoks * sizeof *items);
+    }
+    if (r->api.logprobs && r->n_toks) memcpy(items + n_pre, gen, r->n_toks * sizeof *items);
+    const akv_api_logprobs lp = {items, n_pre + r->n_toks, 0};
     text_response(200, "application/json",
                   akv_api_answer_json(kind, r->id, r->created, s->p.model_name,
-                                      r->text ? r->text : "", r->n_text, finish_word(r->finish),
-                                      &u, r->api.logprobs ? &lp : NULL),
+                                      echo ? echoed.bytes ? echoed.bytes : "" : r->text ? r->text : "",
+                                      echo ? echoed.n_bytes : r->n_text, finish_word(r->finish), &u,
+                                      r->api.logprobs ? &lp : NULL),
                   &resp);
-    akv__free(items);
+    akv__free(items), akv__free(pre), akv__free(gen);
+    akv_tok_text_free(&echoed);
 answer:
     if (akv_http_conn_send(c, &resp)) req_cancel(s, r, AKV_END_ABORT);
 out:
