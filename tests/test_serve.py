@@ -534,6 +534,35 @@ def case_echo(env):
     expect_error(lambda: chat(cl, "hi", extra_body={"echo": True}), 400, "echo")
 
 
+def case_json_object(env):
+    """response_format json_object: the answer is one JSON object (the sampling allows only
+    tokens that keep it a prefix of one, and the end only once it is whole), plain and streamed;
+    json_schema is refused naming the field."""
+    cl = env.main.client()
+    ask = "Describe a cat as JSON with the keys name, color and age."
+    free = chat(cl, ask, max_tokens=200)
+    r = chat(cl, ask, max_tokens=200, response_format={"type": "json_object"})
+    text = r.choices[0].message.content
+    expect(r.choices[0].finish_reason == "stop", "the object was closed", r.choices[0])
+    obj = json.loads(text)
+    expect(isinstance(obj, dict), "a JSON object", text)
+    print(f"     (unconstrained: {free.choices[0].message.content[:60]!r}; json_object: {text[:60]!r})")
+    parts, finish = [], None
+    for ch in cl.chat.completions.create(model="x", messages=[{"role": "user", "content": ask}],
+                                         max_tokens=200, temperature=0, stream=True,
+                                         response_format={"type": "json_object"}):
+        if ch.choices:
+            parts.append(ch.choices[0].delta.content or "")
+            finish = ch.choices[0].finish_reason or finish
+    expect("".join(parts) == text and finish == "stop", "streamed: the same object", parts, finish)
+    c = cl.completions.create(model="x", prompt="The weather as JSON:", max_tokens=120, temperature=0,
+                              extra_body={"response_format": {"type": "json_object"}})
+    if c.choices[0].finish_reason == "stop":
+        expect(isinstance(json.loads(c.choices[0].text), dict), "a completion's object", c.choices[0].text)
+    expect_error(lambda: chat(cl, "hi", response_format={"type": "json_schema", "json_schema": {
+        "name": "x", "schema": {"type": "object"}}}), 400, "response_format")
+
+
 def case_kv_tier(env):
     """kv_tier per request: on an exact server only "exact"/"auto"; on a server with a q8 tier
     "exact" keeps a request's history exact (the same greedy text as the exact server's), the

@@ -43,6 +43,7 @@
 #include "akv/forward_dev.h"
 /* the engine, the server */
 #include "akv/sample.h"
+#include "akv/json_prefix.h"
 #include "akv/engine.h"
 #include "akv/server.h"
 

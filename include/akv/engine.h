@@ -223,6 +223,15 @@ typedef struct akv_token_event {
 
 typedef void (*akv_token_fn)(void *user, akv_request *rq, const akv_token_event *ev);
 
+/* What the generated text must be (akv_request_params.format). */
+typedef enum akv_format {
+    AKV_FORMAT_TEXT = 0,        /* anything */
+    AKV_FORMAT_JSON_OBJECT = 1, /* one JSON object (akv/json_prefix.h): each step samples only
+                                   among tokens that keep the text a prefix of one, and the
+                                   end of generation only once it is complete (then nothing
+                                   else); max_tokens may still cut it short (finish LENGTH) */
+} akv_format;
+
 typedef struct akv_request_params {
     const int32_t *prompt;   /* [n_prompt] token ids (copied), >= 1 */
     uint32_t n_prompt;
@@ -247,6 +256,9 @@ typedef struct akv_request_params {
     uint32_t prompt_logits_from; /* with on_prompt_logits: a chunk wholly before this prompt
                                     position computes no logits (nor is reported) */
     uint64_t id;             /* the caller's tag (device pool explanations, logs) */
+    akv_format format;       /* what the text must be (needs the model's tokenizer: submit
+                                refuses it without one); the logits events carry stay the
+                                model's own */
     bool kv_exact;           /* keep its whole history exact where the engine has a compact
                                 tier (kv_tier q8/q4): it reserves and reads its K/V as the
                                 exact route does, and reuses only contexts kept exact too.

@@ -11,6 +11,7 @@
 #include "akv/engine.h"
 #include "akv/forward.h"
 #include "akv/forward_dev.h"
+#include "akv/json_prefix.h"
 #include "akv/tok.h"
 
 enum {
@@ -45,6 +46,8 @@ struct akv_request {
     akv_tok_text piece;    /* scratch: one token's text */
     akv__ctx *ctx;         /* while admitted and started (NULL until its first step) */
     int32_t *gen;          /* [n_gen] the tokens it sampled, in order */
+    akv_json_prefix json;  /* format JSON_OBJECT: the text so far as a JSON prefix */
+    float *masked;         /* format JSON_OBJECT: [n_vocab] the logits it samples from */
     uint32_t gen_cap;
     uint32_t prefill0;     /* where its prefill began: chunks end at prefill0 + k * chunk */
     uint32_t n_fail;       /* failed steps in a row */

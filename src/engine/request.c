@@ -1,6 +1,7 @@
 /* request.c — one request of the engine (akv/engine.h): its copies of the prompt and stop
  * strings, its sampler, and what happens to each token it samples: the end-of-generation
  * check, the streamed text with stop strings held back, the event, the end. */
+#include <math.h>
 #include <string.h>
 
 #include "akv/tok.h"
@@ -28,6 +29,10 @@ akv_status akv__request_init(akv_engine *e, akv_request *rq, const akv_request_p
         }
     }
     rq->p.stop = (const char *const *)rq->stop;
+    if (p->format == AKV_FORMAT_JSON_OBJECT) {
+        akv_json_prefix_init(&rq->json, true);
+        if (!(rq->masked = akv__malloc((size_t)e->cfg.n_vocab * sizeof *rq->masked))) return AKV_ENOMEM;
+    }
     akv_status st = akv_sampler_create(&p->sample, (int32_t)e->cfg.n_vocab, &rq->sampler);
     for (uint32_t i = 0; i < p->n_prompt && !st; i++) st = akv_sampler_accept(rq->sampler, p->prompt[i]);
     return st;
@@ -37,6 +42,7 @@ void akv__request_free(akv_request *rq) {
     if (!rq) return;
     akv__free(rq->prompt);
     akv__free(rq->gen);
+    akv__free(rq->masked);
     for (uint32_t i = 0; rq->stop && i < rq->p.n_stop; i++) akv__free(rq->stop[i]);
     akv__free(rq->stop);
     akv__free(rq->stop_len);
@@ -112,10 +118,37 @@ static void request_drop_held(akv_request *rq, size_t n) {
     if (rq->held.bytes) rq->held.bytes[rq->held.n_bytes] = 0;
 }
 
+/* A JSON answer's logits (format JSON_OBJECT) into rq->masked: -inf for every token whose piece
+ * cannot follow the text so far in a JSON object, and for the end of generation until the
+ * object is complete (then for everything else). A vocabulary that leaves nothing (no token
+ * continues it) keeps the end of generation, so the request ends rather than fails. */
+static const float *request_mask_json(akv_request *rq, const float *logits) {
+    const akv_engine *e = rq->e;
+    const bool done = akv_json_prefix_complete(&rq->json);
+    const akv_tok_specials sp = akv_tok_get_specials(e->tok);
+    bool any = false;
+    for (uint32_t id = 0; id < e->cfg.n_vocab; id++) {
+        bool ok = false;
+        if (akv__request_is_eog(e, (int32_t)id)) {
+            ok = done;
+        } else if (!done) {
+            size_t n = 0;
+            const uint8_t *piece = akv_tok_token_piece(e->tok, (int32_t)id, &n);
+            akv_json_prefix q = rq->json;
+            ok = piece && n && akv_json_prefix_feed(&q, piece, n);
+        }
+        rq->masked[id] = ok ? logits[id] : -INFINITY;
+        any |= ok && logits[id] > -INFINITY;
+    }
+    if (!any && sp.eos_id >= 0 && (uint32_t)sp.eos_id < e->cfg.n_vocab) rq->masked[sp.eos_id] = 0.0f;
+    return rq->masked;
+}
+
 bool akv__request_on_logits(akv_request *rq, const float *logits) {
     akv_engine *e = rq->e;
     int32_t token;
-    akv_status st = akv_sampler_sample(rq->sampler, logits, &token);
+    const float *from = rq->masked ? request_mask_json(rq, logits) : logits;
+    akv_status st = akv_sampler_sample(rq->sampler, from, &token);
     if (st) {
         rq->info.error = st;
         akv__request_end(rq, AKV_FINISH_ERROR);
@@ -142,6 +175,12 @@ bool akv__request_on_logits(akv_request *rq, const float *logits) {
         return true;
     }
     (void)akv_sampler_accept(rq->sampler, token);
+    if (rq->masked && !akv__request_is_eog(e, token)) { /* its piece continues the JSON text
+                                                            (the mask allowed it) */
+        size_t n = 0;
+        const uint8_t *piece = akv_tok_token_piece(e->tok, token, &n);
+        if (!piece || !akv_json_prefix_feed(&rq->json, piece, n)) AKV_ASSERT(!"masked token");
+    }
     const bool last = rq->info.n_gen >= rq->p.max_tokens;
     if (e->tok) {
         rq->piece.n_bytes = 0;

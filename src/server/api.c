@@ -445,8 +445,10 @@ akv_status akv_api_parse(akv_api_kind kind, const char *body, size_t n, const ak
     const cJSON *rf = cJSON_GetObjectItemCaseSensitive(o, "response_format");
     if (!absent(rf)) {
         const cJSON *t = cJSON_IsObject(rf) ? cJSON_GetObjectItemCaseSensitive(rf, "type") : NULL;
-        if (!cJSON_IsString(t) || strcmp(t->valuestring, "text")) {
-            st = BAD("response_format", "'response_format': only {\"type\": \"text\"} is supported");
+        r->json_object = cJSON_IsString(t) && !strcmp(t->valuestring, "json_object");
+        if (!r->json_object && (!cJSON_IsString(t) || strcmp(t->valuestring, "text"))) {
+            st = BAD("response_format", "'response_format': {\"type\": \"text\"} or "
+                                        "{\"type\": \"json_object\"} (json_schema is not supported yet)");
             goto done;
         }
     }

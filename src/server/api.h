@@ -59,6 +59,8 @@ typedef struct akv_api_request {
                                  completion: logprobs a number) */
     uint32_t top_logprobs;    /* ... and the most likely alternatives', 0..AKV_API_MAX_TOP_LOGPROBS
                                  (chat: top_logprobs; completion: logprobs) */
+    bool json_object;         /* response_format json_object: the answer is one JSON object
+                                 (akv_request_params.format) */
     bool echo;                /* completion: the answer's text begins with the prompt, and its
                                  logprobs with the prompt tokens' (not streamed) */
     akv_sample_params sample;

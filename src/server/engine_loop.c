@@ -138,6 +138,7 @@ static void engine_submit(akv_server *s, akv_srv_req *r) {
                              .sample = r->api.sample,
                              .ignore_eog = r->api.ignore_eos,
                              .kv_exact = r->api.kv_exact,
+                             .format = r->api.json_object ? AKV_FORMAT_JSON_OBJECT : AKV_FORMAT_TEXT,
                              .want_logits = r->api.logprobs,
                              .on_prompt_logits = r->api.echo && r->api.logprobs ? on_prompt_logits
                                                                                 : NULL,
