@@ -1,0 +1,64 @@
+/* bench_json.c (bench) — the cost of a JSON answer's mask (response_format json_object): every
+ * token's piece of the default model's vocabulary tried against a JSON prefix state
+ * (akv/json_prefix.h), as each constrained step does, in three states (inside a string, after a
+ * string, inside an array of numbers), 50 masks each; the time of a mask and how many tokens it
+ * allows. Host only; skips without the default model. Appends markdown to $AKV_BENCH_OUT. */
+#define _POSIX_C_SOURCE 200809L
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "akv/gguf.h"
+#include "akv/json_prefix.h"
+#include "akv/tok.h"
+#include "core/clock.h"
+#include "model_path.h"
+
+int main(void) {
+    char path[4096];
+    if (!test_model_path(path, sizeof path, 1)) {
+        printf("skip: no default model (%s)\n", path);
+        return 77;
+    }
+    akv_gguf *g = NULL;
+    akv_tok *tok = NULL;
+    if (akv_gguf_open(path, &g) || akv_tok_create_from_gguf(g, NULL, &tok)) {
+        fprintf(stderr, "bench_json: %s does not load\n", path);
+        return 1;
+    }
+    const size_t V = akv_tok_n_tokens(tok);
+    const char *out_path = getenv("AKV_BENCH_OUT");
+    FILE *out = out_path && *out_path ? fopen(out_path, "a") : NULL;
+    char line[512];
+    snprintf(line, sizeof line,
+             "\n### JSON answers: the mask over %zu pieces (one thread)\n\n| state | allowed | ms a mask |\n"
+             "|---|---|---|\n", V);
+    fputs(line, stdout);
+    if (out) fputs(line, out);
+    const char *states[3][2] = {{"inside a string", "{\"name\": \"Fel"},
+                                {"after a string", "{\"name\": \"Felix\""},
+                                {"inside an array of numbers", "{\"a\": [1, 2"}};
+    for (int k = 0; k < 3; k++) {
+        akv_json_prefix p;
+        akv_json_prefix_init(&p, true);
+        if (!akv_json_prefix_feed(&p, (const uint8_t *)states[k][1], strlen(states[k][1]))) return 1;
+        size_t allowed = 0;
+        const int reps = 50;
+        const double t0 = akv_clock_s();
+        for (int r = 0; r < reps; r++)
+            for (size_t id = 0; id < V; id++) {
+                size_t n = 0;
+                const uint8_t *piece = akv_tok_token_piece(tok, (int32_t)id, &n);
+                akv_json_prefix q = p;
+                allowed += piece && n && akv_json_prefix_feed(&q, piece, n);
+            }
+        const double ms = (akv_clock_s() - t0) * 1e3 / reps;
+        snprintf(line, sizeof line, "| %s | %zu | %.2f |\n", states[k][0], allowed / reps, ms);
+        fputs(line, stdout);
+        if (out) fputs(line, out);
+    }
+    if (out) fclose(out);
+    akv_tok_destroy(tok);
+    akv_gguf_close(g);
+    return 0;
+}
