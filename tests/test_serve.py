@@ -537,7 +537,7 @@ def case_echo(env):
 def case_json_object(env):
     """response_format json_object: the answer is one JSON object (the sampling allows only
     tokens that keep it a prefix of one, and the end only once it is whole), plain and streamed;
-    json_schema is refused naming the field."""
+    json_schema: a value of the schema; what the schema compiler refuses, named."""
     cl = env.main.client()
     ask = "Describe a cat as JSON with the keys name, color and age."
     free = chat(cl, ask, max_tokens=200)
@@ -559,8 +559,25 @@ def case_json_object(env):
                               extra_body={"response_format": {"type": "json_object"}})
     if c.choices[0].finish_reason == "stop":
         expect(isinstance(json.loads(c.choices[0].text), dict), "a completion's object", c.choices[0].text)
+    # json_schema: the answer is a value of the schema (keys, types, enum, array bounds)
+    schema = {"type": "object", "additionalProperties": False, "required": ["name", "color", "age", "toys"],
+              "properties": {"name": {"type": "string"}, "color": {"enum": ["black", "white", "orange"]},
+                             "age": {"type": "integer"},
+                             "toys": {"type": "array", "items": {"type": "string"}, "minItems": 1, "maxItems": 3}}}
+    r = chat(cl, ask, max_tokens=200, response_format={"type": "json_schema", "json_schema": {
+        "name": "cat", "schema": schema, "strict": True}})
+    expect(r.choices[0].finish_reason == "stop", "the value was closed", r.choices[0])
+    obj = json.loads(r.choices[0].message.content)
+    expect(set(obj) == {"name", "color", "age", "toys"} and isinstance(obj["name"], str) and
+           obj["color"] in ("black", "white", "orange") and isinstance(obj["age"], int) and
+           1 <= len(obj["toys"]) <= 3 and all(isinstance(t, str) for t in obj["toys"]),
+           "a value of the schema", obj)
+    print(f"     (json_schema: {r.choices[0].message.content[:80]!r})")
     expect_error(lambda: chat(cl, "hi", response_format={"type": "json_schema", "json_schema": {
-        "name": "x", "schema": {"type": "object"}}}), 400, "response_format")
+        "name": "x", "schema": {"anyOf": [{"type": "string"}, {"type": "integer"}]}}}), 400, "response_format",
+        "anyOf")
+    expect_error(lambda: chat(cl, "hi", response_format={"type": "json_schema", "json_schema": {"name": "x"}}),
+                 400, "response_format")
 
 
 def case_kv_tier(env):

@@ -44,6 +44,7 @@
 /* the engine, the server */
 #include "akv/sample.h"
 #include "akv/json_prefix.h"
+#include "akv/json_schema.h"
 #include "akv/engine.h"
 #include "akv/server.h"
 

@@ -64,6 +64,7 @@
 #include "akv/dev.h"
 #include "akv/dtype.h"
 #include "akv/gate.h"
+#include "akv/json_schema.h"
 #include "akv/model.h"
 #include "akv/route.h"
 #include "akv/sample.h"
@@ -230,6 +231,8 @@ typedef enum akv_format {
                                    among tokens that keep the text a prefix of one, and the
                                    end of generation only once it is complete (then nothing
                                    else); max_tokens may still cut it short (finish LENGTH) */
+    AKV_FORMAT_JSON_SCHEMA = 2, /* one JSON value of akv_request_params.schema
+                                   (akv/json_schema.h), the same way */
 } akv_format;
 
 typedef struct akv_request_params {
@@ -259,6 +262,8 @@ typedef struct akv_request_params {
     akv_format format;       /* what the text must be (needs the model's tokenizer: submit
                                 refuses it without one); the logits events carry stay the
                                 model's own */
+    const akv_json_schema *schema; /* format JSON_SCHEMA: the compiled schema, borrowed until
+                                      the request's last event */
     bool kv_exact;           /* keep its whole history exact where the engine has a compact
                                 tier (kv_tier q8/q4): it reserves and reads its K/V as the
                                 exact route does, and reuses only contexts kept exact too.

@@ -34,7 +34,8 @@ typedef struct akv_json_prefix {
     uint16_t depth;
     uint8_t state;   /* where the next byte lands (json_prefix.c) */
     uint8_t sub;     /* a literal's next byte's index; a string's role (1: a key) */
-    uint8_t literal; /* the literal being read ('t', 'f', 'n'), or \u digits left */
+    uint8_t literal; /* the literal being read ('t', 'f', 'n') */
+    uint8_t lex;     /* a string's or a number's own state (engine/json_lex.h) */
     bool object_only;
     bool started;    /* the top-level value has begun */
 } akv_json_prefix;

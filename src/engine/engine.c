@@ -646,9 +646,13 @@ akv_status akv_engine_submit(akv_engine *e, const akv_request_params *p, akv_req
             return engine_refuse(e, rf, AKV_REFUSE_INVALID, "prompt", AKV_EINVAL,
                                  "prompt token %u is %d, outside the vocabulary [0, %u)", i,
                                  p->prompt[i], e->cfg.n_vocab);
-    if ((unsigned)p->format > AKV_FORMAT_JSON_OBJECT)
+    if ((unsigned)p->format > AKV_FORMAT_JSON_SCHEMA)
         return engine_refuse(e, rf, AKV_REFUSE_INVALID, "format", AKV_EINVAL,
                              "format %u is no akv_format", (unsigned)p->format);
+    if ((p->format == AKV_FORMAT_JSON_SCHEMA) != (p->schema != NULL) ||
+        (p->schema && (!p->schema->nodes || p->schema->n_nodes == 0)))
+        return engine_refuse(e, rf, AKV_REFUSE_INVALID, "schema", AKV_EINVAL,
+                             "format JSON_SCHEMA takes a compiled schema, and only it does");
     if (p->format != AKV_FORMAT_TEXT && !e->tok)
         return engine_refuse(e, rf, AKV_REFUSE_INVALID, "format", AKV_EUNSUPPORTED,
                              "a JSON answer needs the model's tokenizer (its pieces); this model "

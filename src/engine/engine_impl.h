@@ -47,7 +47,8 @@ struct akv_request {
     akv__ctx *ctx;         /* while admitted and started (NULL until its first step) */
     int32_t *gen;          /* [n_gen] the tokens it sampled, in order */
     akv_json_prefix json;  /* format JSON_OBJECT: the text so far as a JSON prefix */
-    float *masked;         /* format JSON_OBJECT: [n_vocab] the logits it samples from */
+    akv_js_state js;       /* format JSON_SCHEMA: ... as a prefix of a value of the schema */
+    float *masked;         /* a format but TEXT: [n_vocab] the logits it samples from */
     uint32_t gen_cap;
     uint32_t prefill0;     /* where its prefill began: chunks end at prefill0 + k * chunk */
     uint32_t n_fail;       /* failed steps in a row */

@@ -29,8 +29,9 @@ akv_status akv__request_init(akv_engine *e, akv_request *rq, const akv_request_p
         }
     }
     rq->p.stop = (const char *const *)rq->stop;
-    if (p->format == AKV_FORMAT_JSON_OBJECT) {
+    if (p->format != AKV_FORMAT_TEXT) {
         akv_json_prefix_init(&rq->json, true);
+        if (p->format == AKV_FORMAT_JSON_SCHEMA) akv_js_init(&rq->js, p->schema);
         if (!(rq->masked = akv__malloc((size_t)e->cfg.n_vocab * sizeof *rq->masked))) return AKV_ENOMEM;
     }
     akv_status st = akv_sampler_create(&p->sample, (int32_t)e->cfg.n_vocab, &rq->sampler);
@@ -118,13 +119,32 @@ static void request_drop_held(akv_request *rq, size_t n) {
     if (rq->held.bytes) rq->held.bytes[rq->held.n_bytes] = 0;
 }
 
-/* A JSON answer's logits (format JSON_OBJECT) into rq->masked: -inf for every token whose piece
- * cannot follow the text so far in a JSON object, and for the end of generation until the
- * object is complete (then for everything else). A vocabulary that leaves nothing (no token
+/* The text so far under the request's format: whether a piece may follow it (a copy of the
+ * state tries it), whether it is whole, and a piece taken. */
+static bool format_try(const akv_request *rq, const uint8_t *piece, size_t n) {
+    if (rq->p.format == AKV_FORMAT_JSON_SCHEMA) {
+        akv_js_state q = rq->js;
+        return akv_js_feed(&q, piece, n);
+    }
+    akv_json_prefix q = rq->json;
+    return akv_json_prefix_feed(&q, piece, n);
+}
+static bool format_complete(const akv_request *rq) {
+    return rq->p.format == AKV_FORMAT_JSON_SCHEMA ? akv_js_complete(&rq->js)
+                                                   : akv_json_prefix_complete(&rq->json);
+}
+static bool format_take(akv_request *rq, const uint8_t *piece, size_t n) {
+    return rq->p.format == AKV_FORMAT_JSON_SCHEMA ? akv_js_feed(&rq->js, piece, n)
+                                                   : akv_json_prefix_feed(&rq->json, piece, n);
+}
+
+/* A JSON answer's logits (a format but TEXT) into rq->masked: -inf for every token whose piece
+ * cannot follow the text so far under the format, and for the end of generation until the
+ * value is complete (then for everything else). A vocabulary that leaves nothing (no token
  * continues it) keeps the end of generation, so the request ends rather than fails. */
 static const float *request_mask_json(akv_request *rq, const float *logits) {
     const akv_engine *e = rq->e;
-    const bool done = akv_json_prefix_complete(&rq->json);
+    const bool done = format_complete(rq);
     const akv_tok_specials sp = akv_tok_get_specials(e->tok);
     bool any = false;
     for (uint32_t id = 0; id < e->cfg.n_vocab; id++) {
@@ -134,8 +154,7 @@ static const float *request_mask_json(akv_request *rq, const float *logits) {
         } else if (!done) {
             size_t n = 0;
             const uint8_t *piece = akv_tok_token_piece(e->tok, (int32_t)id, &n);
-            akv_json_prefix q = rq->json;
-            ok = piece && n && akv_json_prefix_feed(&q, piece, n);
+            ok = piece && n && format_try(rq, piece, n);
         }
         rq->masked[id] = ok ? logits[id] : -INFINITY;
         any |= ok && logits[id] > -INFINITY;
@@ -179,7 +198,7 @@ bool akv__request_on_logits(akv_request *rq, const float *logits) {
                                                             (the mask allowed it) */
         size_t n = 0;
         const uint8_t *piece = akv_tok_token_piece(e->tok, token, &n);
-        if (!piece || !akv_json_prefix_feed(&rq->json, piece, n)) AKV_ASSERT(!"masked token");
+        if (!piece || !format_take(rq, piece, n)) AKV_ASSERT(!"masked token");
     }
     const bool last = rq->info.n_gen >= rq->p.max_tokens;
     if (e->tok) {

@@ -10,6 +10,7 @@
 #include <cjson/cJSON.h>
 
 #include "core/alloc.h"
+#include "server/schema.h"
 #include "tok/utf8.h"
 
 void akv_api_error_set(akv_api_error *err, int status, const char *type, const char *code,
@@ -37,6 +38,7 @@ void akv_api_request_free(akv_api_request *r) {
     akv__free(r->msgs);
     akv__free(r->prompt);
     akv__free(r->prompt_ids);
+    akv_srv_schema_free(r->schema);
     memset(r, 0, sizeof *r);
 }
 
@@ -446,9 +448,22 @@ akv_status akv_api_parse(akv_api_kind kind, const char *body, size_t n, const ak
     if (!absent(rf)) {
         const cJSON *t = cJSON_IsObject(rf) ? cJSON_GetObjectItemCaseSensitive(rf, "type") : NULL;
         r->json_object = cJSON_IsString(t) && !strcmp(t->valuestring, "json_object");
-        if (!r->json_object && (!cJSON_IsString(t) || strcmp(t->valuestring, "text"))) {
-            st = BAD("response_format", "'response_format': {\"type\": \"text\"} or "
-                                        "{\"type\": \"json_object\"} (json_schema is not supported yet)");
+        const bool schema = cJSON_IsString(t) && !strcmp(t->valuestring, "json_schema");
+        if (!r->json_object && !schema && (!cJSON_IsString(t) || strcmp(t->valuestring, "text"))) {
+            st = BAD("response_format", "'response_format': {\"type\": \"text\"}, "
+                                        "{\"type\": \"json_object\"} or {\"type\": \"json_schema\", ...}");
+            goto done;
+        }
+        const cJSON *js = schema ? cJSON_GetObjectItemCaseSensitive(rf, "json_schema") : NULL;
+        const cJSON *sch = cJSON_IsObject(js) ? cJSON_GetObjectItemCaseSensitive(js, "schema") : NULL;
+        if (schema && !cJSON_IsObject(sch)) {
+            st = BAD("response_format", "'response_format': json_schema needs {\"json_schema\": "
+                                        "{\"name\": ..., \"schema\": {...}}}");
+            goto done;
+        }
+        char why[256] = "";
+        if (schema && (st = akv_srv_schema_compile(sch, &r->schema, why, sizeof why))) {
+            if (st == AKV_EINVAL) st = BAD("response_format", "'response_format.json_schema.schema': %s", why);
             goto done;
         }
     }

@@ -61,6 +61,8 @@ typedef struct akv_api_request {
                                  (chat: top_logprobs; completion: logprobs) */
     bool json_object;         /* response_format json_object: the answer is one JSON object
                                  (akv_request_params.format) */
+    struct akv_srv_schema *schema; /* response_format json_schema: compiled (server/schema.h),
+                                      owned */
     bool echo;                /* completion: the answer's text begins with the prompt, and its
                                  logprobs with the prompt tokens' (not streamed) */
     akv_sample_params sample;

@@ -13,6 +13,7 @@
 #include "core/alloc.h"
 #include "core/clock.h"
 #include "core/log.h"
+#include "server/schema.h"
 #include "server/server_impl.h"
 
 void akv__server_set_state(akv_server *s, int state) {
@@ -138,7 +139,10 @@ static void engine_submit(akv_server *s, akv_srv_req *r) {
                              .sample = r->api.sample,
                              .ignore_eog = r->api.ignore_eos,
                              .kv_exact = r->api.kv_exact,
-                             .format = r->api.json_object ? AKV_FORMAT_JSON_OBJECT : AKV_FORMAT_TEXT,
+                             .format = r->api.schema        ? AKV_FORMAT_JSON_SCHEMA
+                                       : r->api.json_object ? AKV_FORMAT_JSON_OBJECT
+                                                            : AKV_FORMAT_TEXT,
+                             .schema = r->api.schema ? akv_srv_schema_view(r->api.schema) : NULL,
                              .want_logits = r->api.logprobs,
                              .on_prompt_logits = r->api.echo && r->api.logprobs ? on_prompt_logits
                                                                                 : NULL,

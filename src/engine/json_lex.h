@@ -1,0 +1,87 @@
+/*
+ * engine/json_lex.h — the lexical pieces both JSON prefix machines share (json_prefix.c,
+ * json_schema.c): a string's bytes after its opening quote, and a number's, each a small state
+ * in one byte.
+ */
+#ifndef AKV_ENGINE_JSON_LEX_H
+#define AKV_ENGINE_JSON_LEX_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <string.h>
+
+typedef enum json_lex_r {
+    JL_TAKEN = 0, /* the byte continues it */
+    JL_DONE,      /* the byte ends it (a string's closing quote, taken) */
+    JL_ENDS,      /* the byte does not continue it, but it may end before the byte (a number) */
+    JL_REFUSED,   /* nothing can follow */
+} json_lex_r;
+
+static inline bool json_lex_ws(uint8_t c) {
+    return c == ' ' || c == '\t' || c == '\n' || c == '\r';
+}
+
+static inline bool json_lex_digit(uint8_t c) {
+    return c >= '0' && c <= '9';
+}
+
+/* A string after its opening quote; *st starts at 0: 0 inside, 1 after '\', 2 + k with k hex
+ * digits of a \u left. Control bytes must be escaped. */
+static inline json_lex_r json_lex_string(uint8_t *st, uint8_t c) {
+    if (*st == 0) {
+        if (c == '"') return JL_DONE;
+        if (c == '\\') *st = 1;
+        return c >= 0x20 ? JL_TAKEN : JL_REFUSED;
+    }
+    if (*st == 1) {
+        if (c == 'u') *st = 2 + 4;
+        else if (c != 0 && strchr("\"\\/bfnrt", c)) *st = 0;
+        else return JL_REFUSED;
+        return JL_TAKEN;
+    }
+    const bool hex = json_lex_digit(c) || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F');
+    if (!hex) return JL_REFUSED;
+    *st = *st == 3 ? 0 : (uint8_t)(*st - 1);
+    return JL_TAKEN;
+}
+
+/* A number's states after its first byte. */
+enum { JL_MINUS = 1, JL_ZERO, JL_INT, JL_DOT, JL_FRAC, JL_EXP, JL_EXP_SIGN, JL_EXP_DIGITS };
+
+/* The state after a number's first byte, or 0 when c cannot begin one. */
+static inline uint8_t json_lex_number_start(uint8_t c) {
+    return c == '-' ? JL_MINUS : c == '0' ? JL_ZERO : json_lex_digit(c) ? JL_INT : 0;
+}
+
+/* Whether a number in state st is whole. */
+static inline bool json_lex_number_whole(uint8_t st) {
+    return st == JL_ZERO || st == JL_INT || st == JL_FRAC || st == JL_EXP_DIGITS;
+}
+
+/* A number's next byte (integer: no fraction or exponent). */
+static inline json_lex_r json_lex_number(uint8_t *st, uint8_t c, bool integer) {
+    const bool digit = json_lex_digit(c), e = c == 'e' || c == 'E';
+    switch (*st) {
+    case JL_MINUS: *st = c == '0' ? JL_ZERO : digit ? JL_INT : 0; break;
+    case JL_ZERO:
+    case JL_INT:
+        if (digit && *st == JL_INT) return JL_TAKEN;
+        if (!integer && c == '.') *st = JL_DOT;
+        else if (!integer && e) *st = JL_EXP;
+        else return JL_ENDS;
+        return JL_TAKEN;
+    case JL_DOT: *st = digit ? JL_FRAC : 0; break;
+    case JL_FRAC:
+        if (digit) return JL_TAKEN;
+        if (!e) return JL_ENDS;
+        *st = JL_EXP;
+        return JL_TAKEN;
+    case JL_EXP: *st = c == '+' || c == '-' ? JL_EXP_SIGN : digit ? JL_EXP_DIGITS : 0; break;
+    case JL_EXP_SIGN: *st = digit ? JL_EXP_DIGITS : 0; break;
+    case JL_EXP_DIGITS: return digit ? JL_TAKEN : JL_ENDS;
+    default: return JL_REFUSED;
+    }
+    return *st ? JL_TAKEN : JL_REFUSED;
+}
+
+#endif

@@ -1,0 +1,299 @@
+/* schema.c — a JSON Schema compiled into akv/json_schema.h's table (server/schema.h). */
+#include "server/schema.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "core/alloc.h"
+
+enum { SCHEMA_MAX_NODES = 1024, SCHEMA_MAX_NEST = 32 };
+
+struct akv_srv_schema {
+    akv_json_schema view;
+    akv_js_node *nodes;
+    uint32_t n_nodes, cap_nodes;
+    akv_js_prop *props;
+    uint32_t n_props, cap_props;
+    char **texts;            /* enum texts and property names, owned */
+    uint32_t n_texts, cap_texts;
+    const char **text_view;  /* texts as the view's const array */
+    const cJSON *root;
+    const cJSON *ref_from[SCHEMA_MAX_NODES]; /* a $ref's target and its node: recursion */
+    uint32_t ref_node[SCHEMA_MAX_NODES];
+    uint32_t n_refs;
+    char *why;
+    size_t why_cap;
+};
+
+static akv_status bad(akv_srv_schema *s, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(s->why, s->why_cap, fmt, ap);
+    va_end(ap);
+    return AKV_EINVAL;
+}
+
+static akv_status new_node(akv_srv_schema *s, uint32_t *out) {
+    if (s->n_nodes == SCHEMA_MAX_NODES) return bad(s, "the schema has more than %d nodes", SCHEMA_MAX_NODES);
+    size_t cap = s->cap_nodes;
+    if (akv__array_reserve((void **)&s->nodes, &cap, s->n_nodes + 1, sizeof *s->nodes)) return AKV_ENOMEM;
+    s->cap_nodes = (uint32_t)cap;
+    memset(&s->nodes[s->n_nodes], 0, sizeof *s->nodes);
+    *out = s->n_nodes++;
+    return AKV_OK;
+}
+
+static akv_status keep_text(akv_srv_schema *s, char *t, uint32_t *at) {
+    size_t cap = s->cap_texts;
+    if (!t || akv__array_reserve((void **)&s->texts, &cap, s->n_texts + 1, sizeof *s->texts)) {
+        akv__free(t);
+        return AKV_ENOMEM;
+    }
+    s->cap_texts = (uint32_t)cap;
+    *at = s->n_texts;
+    s->texts[s->n_texts++] = t;
+    return AKV_OK;
+}
+
+static akv_status compile(akv_srv_schema *s, const cJSON *sch, uint32_t nest, uint32_t *out);
+
+/* A JSON value's compact text, as an enum text. */
+static akv_status enum_text(akv_srv_schema *s, const cJSON *v, uint32_t *at) {
+    char *p = cJSON_PrintUnformatted(v);
+    if (!p) return AKV_ENOMEM;
+    char *t = akv__strdup(p);
+    cJSON_free(p);
+    if (t && strlen(t) > AKV_JS_MAX_NAME) {
+        akv__free(t);
+        return bad(s, "an enum value's text is over %d bytes", AKV_JS_MAX_NAME);
+    }
+    return keep_text(s, t, at);
+}
+
+/* The schema a $ref names (#/$defs/X or #/definitions/X), or NULL. */
+static const cJSON *resolve(const akv_srv_schema *s, const char *ref) {
+    const char *names[2] = {"#/$defs/", "#/definitions/"}, *keys[2] = {"$defs", "definitions"};
+    for (int i = 0; i < 2; i++) {
+        const size_t k = strlen(names[i]);
+        if (strncmp(ref, names[i], k)) continue;
+        const cJSON *defs = cJSON_GetObjectItemCaseSensitive(s->root, keys[i]);
+        return cJSON_IsObject(defs) ? cJSON_GetObjectItemCaseSensitive(defs, ref + k) : NULL;
+    }
+    return NULL;
+}
+
+/* Whether sch is {"type": "null"}. */
+static bool is_null_schema(const cJSON *sch) {
+    const cJSON *t = cJSON_GetObjectItemCaseSensitive(sch, "type");
+    return cJSON_IsString(t) && !strcmp(t->valuestring, "null");
+}
+
+static akv_status compile_object(akv_srv_schema *s, const cJSON *sch, uint32_t nest, uint32_t node) {
+    const cJSON *props = cJSON_GetObjectItemCaseSensitive(sch, "properties");
+    const cJSON *add = cJSON_GetObjectItemCaseSensitive(sch, "additionalProperties");
+    if (!props || (cJSON_IsObject(props) && !props->child)) {
+        if (add && !cJSON_IsBool(add) && !(cJSON_IsObject(add) && !add->child))
+            return bad(s, "'additionalProperties' as a schema is not supported");
+        s->nodes[node].kind = AKV_JS_ANY, s->nodes[node].object_only = true;
+        return AKV_OK;
+    }
+    if (!cJSON_IsObject(props)) return bad(s, "'properties' must be an object");
+    if (add && !cJSON_IsFalse(add))
+        return bad(s, "'additionalProperties' other than false beside 'properties' is not supported");
+    uint32_t n = 0;
+    for (const cJSON *p = props->child; p; p = p->next) n++;
+    if (n > AKV_JS_MAX_PROPS) return bad(s, "an object with more than %d properties", AKV_JS_MAX_PROPS);
+    /* the properties take consecutive slots: reserved before their schemas add their own */
+    size_t cap = s->cap_props;
+    if (akv__array_reserve((void **)&s->props, &cap, s->n_props + n, sizeof *s->props)) return AKV_ENOMEM;
+    s->cap_props = (uint32_t)cap;
+    const uint32_t first = s->n_props;
+    s->n_props += n;
+    s->nodes[node].kind = AKV_JS_OBJECT, s->nodes[node].first = first, s->nodes[node].n = n;
+    uint32_t i = 0;
+    for (const cJSON *p = props->child; p; p = p->next, i++) {
+        const char *name = p->string;
+        if (strlen(name) > AKV_JS_MAX_NAME || strpbrk(name, "\"\\"))
+            return bad(s, "property '%.40s': a name over %d bytes or with a quote or backslash", name,
+                       AKV_JS_MAX_NAME);
+        for (const unsigned char *c = (const unsigned char *)name; *c; c++)
+            if (*c < 0x20) return bad(s, "property '%.40s': a control character in its name", name);
+        uint32_t at, child;
+        akv_status st = keep_text(s, akv__strdup(name), &at);
+        if (!st) st = compile(s, p, nest + 1, &child);
+        if (st) return st;
+        s->props[first + i] = (akv_js_prop){.name = s->texts[at], .node = child};
+    }
+    const cJSON *req = cJSON_GetObjectItemCaseSensitive(sch, "required");
+    if (req && !cJSON_IsArray(req)) return bad(s, "'required' must be an array of names");
+    for (const cJSON *r = req ? req->child : NULL; r; r = r->next) {
+        uint32_t k = 0;
+        const cJSON *p = props->child;
+        for (; p && (!cJSON_IsString(r) || strcmp(p->string, r->valuestring)); p = p->next) k++;
+        if (!p) return bad(s, "'required' names '%.40s', which is not a property",
+                           cJSON_IsString(r) ? r->valuestring : "?");
+        s->nodes[node].required |= 1ull << k;
+    }
+    return AKV_OK;
+}
+
+static akv_status compile_typed(akv_srv_schema *s, const cJSON *sch, const char *type, uint32_t nest,
+                                uint32_t node) {
+    static const struct {
+        const char *name;
+        akv_js_kind kind;
+    } simple[] = {{"string", AKV_JS_STRING}, {"number", AKV_JS_NUMBER}, {"integer", AKV_JS_INTEGER},
+                  {"boolean", AKV_JS_BOOLEAN}, {"null", AKV_JS_NULL}};
+    for (size_t i = 0; i < sizeof simple / sizeof simple[0]; i++)
+        if (!strcmp(type, simple[i].name)) {
+            s->nodes[node].kind = (uint8_t)simple[i].kind;
+            return AKV_OK;
+        }
+    if (!strcmp(type, "object")) return compile_object(s, sch, nest, node);
+    if (!strcmp(type, "array")) {
+        const cJSON *items = cJSON_GetObjectItemCaseSensitive(sch, "items");
+        const cJSON *lo = cJSON_GetObjectItemCaseSensitive(sch, "minItems"),
+                    *hi = cJSON_GetObjectItemCaseSensitive(sch, "maxItems");
+        uint32_t child;
+        akv_status st;
+        if (items && !cJSON_IsObject(items)) return bad(s, "'items' must be a schema");
+        if (items) {
+            if ((st = compile(s, items, nest + 1, &child))) return st;
+        } else {
+            if ((st = new_node(s, &child))) return st; /* any value */
+        }
+        akv_js_node *n = &s->nodes[node];
+        n->kind = AKV_JS_ARRAY, n->items = child;
+        if (lo && (!cJSON_IsNumber(lo) || lo->valuedouble < 0 || lo->valuedouble > 65535))
+            return bad(s, "'minItems' must be 0..65535");
+        if (hi && (!cJSON_IsNumber(hi) || hi->valuedouble < 1 || hi->valuedouble > 65535))
+            return bad(s, "'maxItems' must be 1..65535");
+        n->min_items = lo ? (uint32_t)lo->valuedouble : 0;
+        n->max_items = hi ? (uint32_t)hi->valuedouble : 0;
+        if (n->max_items && n->min_items > n->max_items) return bad(s, "'minItems' above 'maxItems'");
+        return AKV_OK;
+    }
+    return bad(s, "type '%.40s' is not a JSON Schema type", type);
+}
+
+static akv_status compile_into(akv_srv_schema *s, const cJSON *sch, uint32_t nest, uint32_t node) {
+    if (nest > SCHEMA_MAX_NEST) return bad(s, "the schema nests deeper than %d", SCHEMA_MAX_NEST);
+    if (cJSON_IsBool(sch) && cJSON_IsTrue(sch)) return AKV_OK; /* true: any value */
+    if (!cJSON_IsObject(sch)) return bad(s, "a schema must be an object");
+    static const char *const refused[] = {"not", "if", "patternProperties", "dependentSchemas",
+                                          "unevaluatedProperties", "prefixItems"};
+    for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++)
+        if (cJSON_GetObjectItemCaseSensitive(sch, refused[i]))
+            return bad(s, "'%s' is not supported", refused[i]);
+    const cJSON *ref = cJSON_GetObjectItemCaseSensitive(sch, "$ref");
+    if (ref) {
+        const cJSON *to = cJSON_IsString(ref) ? resolve(s, ref->valuestring) : NULL;
+        if (!to) return bad(s, "'$ref' must name #/$defs/... or #/definitions/... of the schema");
+        for (uint32_t i = 0; i < s->n_refs; i++)
+            if (s->ref_from[i] == to) { /* compiled (or being compiled): the same node */
+                s->nodes[node] = s->nodes[s->ref_node[i]];
+                return AKV_OK;
+            }
+        if (s->n_refs == SCHEMA_MAX_NODES) return bad(s, "too many $refs");
+        s->ref_from[s->n_refs] = to, s->ref_node[s->n_refs++] = node;
+        return compile_into(s, to, nest + 1, node);
+    }
+    const cJSON *en = cJSON_GetObjectItemCaseSensitive(sch, "enum"),
+                *co = cJSON_GetObjectItemCaseSensitive(sch, "const");
+    if (en || co) {
+        if (en && (!cJSON_IsArray(en) || !en->child)) return bad(s, "'enum' must be a non-empty array");
+        uint32_t n = 0, first = s->n_texts;
+        for (const cJSON *v = en ? en->child : co; v; v = en ? v->next : NULL) {
+            if (++n > AKV_JS_MAX_PROPS) return bad(s, "an enum of more than %d values", AKV_JS_MAX_PROPS);
+            uint32_t at;
+            akv_status st = enum_text(s, v, &at);
+            if (st) return st;
+        }
+        s->nodes[node].kind = AKV_JS_ENUM, s->nodes[node].first = first, s->nodes[node].n = n;
+        return AKV_OK;
+    }
+    const char *alts[3] = {"anyOf", "oneOf", "allOf"};
+    for (int i = 0; i < 3; i++) {
+        const cJSON *a = cJSON_GetObjectItemCaseSensitive(sch, alts[i]);
+        if (!a) continue;
+        const int len = cJSON_IsArray(a) ? cJSON_GetArraySize(a) : -1;
+        if (i == 2 && len == 1) return compile_into(s, a->child, nest + 1, node);
+        if (i < 2 && len == 2 && (is_null_schema(a->child) || is_null_schema(a->child->next))) {
+            const cJSON *x = is_null_schema(a->child) ? a->child->next : a->child;
+            akv_status st = compile_into(s, x, nest + 1, node);
+            if (st) return st;
+            s->nodes[node].nullable = true;
+            return AKV_OK;
+        }
+        return bad(s, "'%s' is supported only as [a schema, {\"type\": \"null\"}]%s", alts[i],
+                   i == 2 ? " (allOf: one schema)" : "");
+    }
+    const cJSON *t = cJSON_GetObjectItemCaseSensitive(sch, "type");
+    if (!t) { /* no type: any value (an object when it has properties) */
+        if (cJSON_GetObjectItemCaseSensitive(sch, "properties")) return compile_object(s, sch, nest, node);
+        return AKV_OK;
+    }
+    if (cJSON_IsString(t)) return compile_typed(s, sch, t->valuestring, nest, node);
+    if (cJSON_IsArray(t) && cJSON_GetArraySize(t) == 2 && cJSON_IsString(t->child) &&
+        cJSON_IsString(t->child->next)) {
+        const bool first_null = !strcmp(t->child->valuestring, "null");
+        const char *other = first_null ? t->child->next->valuestring : t->child->valuestring;
+        if (first_null || !strcmp(t->child->next->valuestring, "null")) {
+            akv_status st = compile_typed(s, sch, other, nest, node);
+            if (st) return st;
+            s->nodes[node].nullable = true;
+            return AKV_OK;
+        }
+    }
+    if (cJSON_IsArray(t) && cJSON_GetArraySize(t) == 1 && cJSON_IsString(t->child))
+        return compile_typed(s, sch, t->child->valuestring, nest, node);
+    return bad(s, "'type' must be a name, or a name with \"null\"");
+}
+
+/* A new node for sch; a $ref whose target has a node already takes that node (so a recursive
+ * schema points back at itself). */
+static akv_status compile(akv_srv_schema *s, const cJSON *sch, uint32_t nest, uint32_t *out) {
+    const cJSON *ref = cJSON_IsObject(sch) ? cJSON_GetObjectItemCaseSensitive(sch, "$ref") : NULL;
+    const cJSON *to = cJSON_IsString(ref) ? resolve(s, ref->valuestring) : NULL;
+    for (uint32_t i = 0; to && i < s->n_refs; i++)
+        if (s->ref_from[i] == to) {
+            *out = s->ref_node[i];
+            return AKV_OK;
+        }
+    akv_status st = new_node(s, out);
+    return st ? st : compile_into(s, sch, nest, *out);
+}
+
+void akv_srv_schema_free(akv_srv_schema *s) {
+    if (!s) return;
+    for (uint32_t i = 0; i < s->n_texts; i++) akv__free(s->texts[i]);
+    akv__free(s->texts);
+    akv__free(s->text_view);
+    akv__free(s->nodes);
+    akv__free(s->props);
+    akv__free(s);
+}
+
+akv_status akv_srv_schema_compile(const cJSON *schema, akv_srv_schema **out, char *why, size_t cap) {
+    *out = NULL;
+    akv_srv_schema *s = akv__calloc(1, sizeof *s);
+    if (!s) return AKV_ENOMEM;
+    s->root = schema, s->why = why, s->why_cap = cap;
+    uint32_t root;
+    akv_status st = compile(s, schema, 0, &root);
+    if (!st && !(s->text_view = akv__calloc(s->n_texts + 1, sizeof *s->text_view))) st = AKV_ENOMEM;
+    if (st) {
+        akv_srv_schema_free(s);
+        return st;
+    }
+    for (uint32_t i = 0; i < s->n_texts; i++) s->text_view[i] = s->texts[i];
+    s->view = (akv_json_schema){.nodes = s->nodes, .n_nodes = s->n_nodes, .props = s->props,
+                                .texts = s->text_view};
+    *out = s;
+    return AKV_OK;
+}
+
+const akv_json_schema *akv_srv_schema_view(const akv_srv_schema *s) {
+    return &s->view;
+}

@@ -1,0 +1,165 @@
+/* test_schema.c — response_format json_schema: schemas compiled (server/schema.h) and the
+ * state machine that follows them (akv/json_schema.h): valid texts taken whole and cut
+ * anywhere and complete only at their end, invalid ones refused at the byte that breaks them
+ * (an unknown or repeated key, a missing required one, a fraction in an integer, an item too
+ * many, an enum miss, null where none is allowed), $defs with recursion, and what the compiler
+ * refuses, naming it. */
+#include "test.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include <cjson/cJSON.h>
+
+#include "akv/json_schema.h"
+#include "server/schema.h"
+
+static akv_srv_schema *compile_text(const char *text, char *why, size_t cap) {
+    cJSON *j = cJSON_Parse(text);
+    if (!j) return NULL;
+    akv_srv_schema *s = NULL;
+    (void)akv_srv_schema_compile(j, &s, why, cap);
+    cJSON_Delete(j);
+    return s;
+}
+
+/* The byte at which text is refused (strlen when taken), fed whole; *complete. Cutting it
+ * anywhere gives the same. */
+static size_t run(const akv_json_schema *sch, const char *text, bool *complete) {
+    const size_t n = strlen(text);
+    akv_js_state s;
+    akv_js_init(&s, sch);
+    size_t at = n;
+    for (size_t i = 0; i < n; i++) {
+        akv_js_state q = s;
+        if (!akv_js_feed(&q, (const uint8_t *)text + i, 1)) {
+            at = i;
+            break;
+        }
+        s = q;
+    }
+    *complete = at == n && akv_js_complete(&s);
+    for (size_t cut = 0; cut <= n; cut += 3) {
+        akv_js_state a;
+        akv_js_init(&a, sch);
+        const bool ok = akv_js_feed(&a, (const uint8_t *)text, cut) &&
+                        akv_js_feed(&a, (const uint8_t *)text + cut, n - cut);
+        TEST_CHECK_(ok == (at == n), "%s cut at %zu", text, cut);
+        if (ok) TEST_CHECK_(akv_js_complete(&a) == *complete, "%s cut at %zu: complete", text, cut);
+    }
+    return at;
+}
+
+static void valid(const akv_json_schema *sch, const char *text) {
+    bool complete = false;
+    const size_t at = run(sch, text, &complete);
+    TEST_CHECK_(at == strlen(text) && complete, "%s: refused at %zu, or not complete", text, at);
+}
+
+static void invalid(const akv_json_schema *sch, const char *text, size_t want) {
+    bool complete = false;
+    const size_t at = run(sch, text, &complete);
+    TEST_CHECK_(at == want, "%s: refused at %zu, want %zu", text, at, want);
+}
+
+static void incomplete(const akv_json_schema *sch, const char *text) {
+    bool complete = true;
+    const size_t at = run(sch, text, &complete);
+    TEST_CHECK_(at == strlen(text) && !complete, "%s: refused at %zu or complete", text, at);
+}
+
+int main(int argc, char **argv) {
+    test_args(argc, argv);
+    char why[256];
+
+    TEST_CASE(an_object_of_every_kind) {
+        akv_srv_schema *s = compile_text(
+            "{\"type\": \"object\", \"properties\": {"
+            "\"name\": {\"type\": \"string\"}, \"age\": {\"type\": \"integer\"},"
+            "\"score\": {\"type\": \"number\"}, \"ok\": {\"type\": \"boolean\"},"
+            "\"tags\": {\"type\": \"array\", \"items\": {\"enum\": [\"a\", \"bb\", 3, 30, null]},"
+            "           \"minItems\": 1, \"maxItems\": 2},"
+            "\"pet\": {\"anyOf\": [{\"type\": \"object\", \"properties\": {\"kind\": {\"const\": \"cat\"}},"
+            "                        \"required\": [\"kind\"]}, {\"type\": \"null\"}]},"
+            "\"extra\": {}},"
+            "\"required\": [\"name\", \"age\"], \"additionalProperties\": false}",
+            why, sizeof why);
+        if (!CHECK(s != NULL)) {
+            printf("%s\n", why);
+            break;
+        }
+        const akv_json_schema *sch = akv_srv_schema_view(s);
+        valid(sch, "{\"name\": \"Ann\", \"age\": 30}");
+        valid(sch, "{\"age\":-3,\"name\":\"x\\\"y\\u00e9\",\"score\":1.5e-3,\"ok\":true}");
+        valid(sch, "{ \"name\" : \"A\" , \"age\" : 0 , \"tags\" : [ \"bb\" , 30 ] , \"pet\" : null }");
+        valid(sch, "{\"name\": \"A\", \"age\": 1, \"tags\": [3], \"pet\": {\"kind\": \"cat\"}}");
+        valid(sch, "{\"name\": \"A\", \"age\": 1, \"tags\": [null], \"extra\": [1, {\"k\": [true]}]}");
+        valid(sch, "{\"name\": \"A\", \"age\": 1, \"extra\": 7}");
+        incomplete(sch, "{\"name\": \"A\", \"age\": 1");
+        incomplete(sch, "{\"name\": \"A\", \"age\": 1, \"tags\": [3");
+        invalid(sch, "{\"nam\": 1}", 5);                       /* no such key */
+        invalid(sch, "{\"name\": \"A\", \"name\": \"B\"}", 15);  /* a key given twice */
+        invalid(sch, "{\"name\": \"A\"}", 12);                 /* age is required */
+        invalid(sch, "{\"name\": \"A\", \"age\": 1.5}", 22);    /* an integer */
+        invalid(sch, "{\"name\": 5}", 9);                      /* a string */
+        invalid(sch, "{\"name\": \"A\", \"age\": 1, \"tags\": []}", 33);        /* minItems 1 */
+        invalid(sch, "{\"name\": \"A\", \"age\": 1, \"tags\": [3, 3, 3]}", 37); /* maxItems 2 */
+        invalid(sch, "{\"name\": \"A\", \"age\": 1, \"tags\": [\"c\"]}", 34);   /* the enum */
+        invalid(sch, "{\"name\": \"A\", \"age\": 1, \"tags\": [31]}", 34);
+        invalid(sch, "{\"name\": null}", 9);                   /* not nullable */
+        invalid(sch, "{\"name\": \"A\", \"age\": 1, \"pet\": {\"kind\": \"dog\"}}", 41);
+        invalid(sch, "{\"name\": \"A\", \"age\": 1, \"pet\": {}}", 32); /* kind required */
+        invalid(sch, "[1]", 0);
+        invalid(sch, "{\"name\": \"A\", \"age\": 1} x", 24);
+        akv_srv_schema_free(s);
+    }
+
+    TEST_CASE(defs_refs_and_recursion) {
+        akv_srv_schema *s = compile_text(
+            "{\"$defs\": {\"Node\": {\"type\": \"object\", \"properties\": {"
+            "  \"v\": {\"type\": \"integer\"},"
+            "  \"kids\": {\"type\": \"array\", \"items\": {\"$ref\": \"#/$defs/Node\"}}},"
+            "  \"required\": [\"v\"]}},"
+            " \"$ref\": \"#/$defs/Node\"}",
+            why, sizeof why);
+        if (!CHECK(s != NULL)) {
+            printf("%s\n", why);
+            break;
+        }
+        const akv_json_schema *sch = akv_srv_schema_view(s);
+        valid(sch, "{\"v\": 1}");
+        valid(sch, "{\"v\": 1, \"kids\": [{\"v\": 2, \"kids\": [{\"v\": 3}]}, {\"v\": 4}]}");
+        invalid(sch, "{\"v\": 1, \"kids\": [{\"w\": 2}]}", 20);
+        akv_srv_schema_free(s);
+        /* a top-level string enum and a nullable type pair */
+        s = compile_text("{\"type\": [\"string\", \"null\"]}", why, sizeof why);
+        if (CHECK(s != NULL)) {
+            valid(akv_srv_schema_view(s), "\"x\"");
+            valid(akv_srv_schema_view(s), "null");
+            invalid(akv_srv_schema_view(s), "1", 0);
+            akv_srv_schema_free(s);
+        }
+    }
+
+    TEST_CASE(refused_naming_the_keyword) {
+        const char *bad[][2] = {
+            {"{\"type\": \"object\", \"properties\": {\"a\": {}}, \"additionalProperties\": true}", "additionalProperties"},
+            {"{\"anyOf\": [{\"type\": \"string\"}, {\"type\": \"integer\"}]}", "anyOf"},
+            {"{\"not\": {\"type\": \"string\"}}", "not"},
+            {"{\"type\": \"object\", \"properties\": {\"a\\\"b\": {}}}", "quote"},
+            {"{\"$ref\": \"#/components/x\"}", "$ref"},
+            {"{\"type\": \"thing\"}", "thing"},
+            {"{\"type\": \"object\", \"properties\": {\"a\": {}}, \"required\": [\"b\"]}", "required"},
+            {"{\"type\": \"array\", \"minItems\": 3, \"maxItems\": 2}", "minItems"},
+            {"{\"type\": [\"string\", \"integer\"]}", "type"},
+        };
+        for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+            why[0] = 0;
+            akv_srv_schema *s = compile_text(bad[i][0], why, sizeof why);
+            TEST_CHECK_(s == NULL && strstr(why, bad[i][1]), "%s: compiled, or '%s' does not name %s", bad[i][0],
+                        why, bad[i][1]);
+            akv_srv_schema_free(s);
+        }
+    }
+    return test_finish();
+}
