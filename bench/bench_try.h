@@ -78,10 +78,12 @@ static inline void bench_emit(FILE *f, const char *fmt, ...) {
     va_start(ap, fmt);
     vprintf(fmt, ap);
     va_end(ap);
+    fflush(stdout); /* a run cut short by a time limit keeps what it printed */
     if (f) {
         va_start(ap, fmt);
         vfprintf(f, fmt, ap);
         va_end(ap);
+        fflush(f);
     }
 }
 

@@ -489,6 +489,12 @@ int main(int argc, char **argv) {
         ep.device_gib = 2;
         akv_engine *e = engine_open(model, &ep);
         if (!e) break;
+        /* a history reserves its exact window (the recent tokens and one step of at most a
+         * chunk), not its every page; one kept exact reserves them all */
+        const akv_engine_plan *pl = akv_engine_get_plan(e);
+        CHECK_EQ_INT(pl->route.max_step, pl->chunk);
+        CHECK_EQ_INT(akv_route_plan_need(&pl->route, &pl->geom, 256, false), 4);
+        CHECK_EQ_INT(akv_route_plan_need(&pl->route, &pl->geom, 256, true), 16);
         seen a = {0}, b = {0};
         akv_request *ra, *rb;
         akv_request_params pa = greedy(tokens, 60, 8, &a), pb = greedy(tokens, 60, 8, &b);

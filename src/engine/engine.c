@@ -92,7 +92,9 @@ static akv_status engine_plan(akv_engine *e, const akv_engine_params *p, bool qu
     for (int pass = 0; pass < 2; pass++) {
         if ((st = akv_route_plan_begin(p->route, p->window_pages, &pl->geom, pl->max_context,
                                        seqs, &pl->route)) ||
-            (st = akv_route_plan_tier(&pl->route, p->kv_tier, p->exact_recent, 0, &pl->geom,
+            /* a tier's exact window holds the recent tokens and one step's: a prompt piece
+             * is at most a chunk there (engine_piece) */
+            (st = akv_route_plan_tier(&pl->route, p->kv_tier, p->exact_recent, pl->chunk, &pl->geom,
                                       pl->max_context, seqs)))
             return st; /* logged */
         /* the compact tier's pool comes out of the device GiB first */
@@ -137,8 +139,8 @@ static akv_status engine_plan(akv_engine *e, const akv_engine_params *p, bool qu
         return AKV_EINVAL;
     }
     /* each context's window, by the route's kind (a compact tier keeps a step's new tokens
-     * exact: a prompt alone takes up to step_tokens of them) */
-    pl->route.max_step = pl->step_tokens;
+     * exact: its prompt pieces are one chunk at most, engine_piece) */
+    pl->route.max_step = pl->route.tier != AKV_REPR_EXACT ? pl->chunk : pl->step_tokens;
     if ((st = akv_route_plan_finish(&pl->geom, pl->max_context, &pl->fit, &pl->route)))
         return st; /* logged, naming the field */
     pl->max_queue = p->max_queue;
@@ -767,6 +769,9 @@ static uint32_t engine_piece(const akv_engine *e, const akv_request *rq, uint32_
     if (rq->info.state == AKV_REQUEST_DECODE) return rq->p.n_prompt + rq->info.n_gen - have;
     uint32_t chunk = e->plan.chunk, left = rq->p.n_prompt - have;
     uint32_t piece = chunk - (have - rq->prefill0) % chunk;
+    /* one chunk: a compact tier's exact window holds one step of a sequence (the plan's
+     * max_step) */
+    if (e->plan.route.tier != AKV_REPR_EXACT) room = 0;
     if (rq->p.on_prompt_logits) { /* one chunk (the device pass: a piece): its logits fit */
         room = 0;
         if (e->fd && piece > engine_dev_logit_rows(e)) piece = engine_dev_logit_rows(e);

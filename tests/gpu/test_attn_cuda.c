@@ -799,15 +799,21 @@ static void test_refusals(void) {
     CHECK_STATUS(akv_attn_cuda_decode(&x, (akv_dptr){0}, 0, NULL), AKV_EUNSUPPORTED);
     x = p, x.kv.repr = AKV_REPR_Q8, x.kv.page_tokens = 4; /* a scale load would cross pages */
     CHECK_STATUS(akv_attn_cuda_decode(&x, (akv_dptr){0}, 0, NULL), AKV_EUNSUPPORTED);
-    /* the prefill kernels read exact pages of the queries' own history only */
+    /* the prefill kernels read exact pages (a past part's too: it takes no new K/V); compact
+     * ones are widened first, and the widen takes a compact past part of the kernels' shapes */
     int32_t qo_h[2] = {0, 1};
     akv_dptr qo = up(qo_h, sizeof qo_h);
     akv_attn_prefill pf = {.kv = dt_pages(&f, &d), .n_heads = 4, .qo_indptr = qo, .n_tokens = 1, .max_chunk = 1,
                            .q = buf, .q_dtype = AKV_DTYPE_BF16, .o = buf, .o_dtype = AKV_DTYPE_F32};
     pf.kv.repr = AKV_REPR_Q4;
     CHECK_STATUS(akv_attn_cuda_prefill(&pf, NULL), AKV_EUNSUPPORTED);
-    pf.kv.repr = AKV_REPR_EXACT, pf.kv.past = 1;
-    CHECK_STATUS(akv_attn_cuda_prefill(&pf, NULL), AKV_EUNSUPPORTED);
+    pf.kv.repr = AKV_REPR_EXACT, pf.kv.past = 1, pf.k_new = pf.v_new = buf;
+    CHECK_STATUS(akv_attn_cuda_prefill(&pf, NULL), AKV_EINVAL);
+    akv_attn_widen w = {.kv = dt_pages(&f, &d), .max_out = 1, .out_pool = buf, .out_indptr = buf,
+                        .out_indices = buf, .out_last = buf};
+    CHECK_STATUS(akv_attn_cuda_widen(&w, NULL), AKV_EINVAL); /* exact, not past */
+    w.kv.repr = AKV_REPR_Q8, w.kv.past = 1, w.kv.head_dim = 96;
+    CHECK_STATUS(akv_attn_cuda_widen(&w, NULL), AKV_EUNSUPPORTED);
     dfree(qo);
     akv_log_set(NULL, NULL, AKV_LOG_WARN);
     dfree(buf);
