@@ -131,6 +131,21 @@ int main(int argc, char **argv) {
         valid(sch, "{\"v\": 1, \"kids\": [{\"v\": 2, \"kids\": [{\"v\": 3}]}, {\"v\": 4}]}");
         invalid(sch, "{\"v\": 1, \"kids\": [{\"w\": 2}]}", 20);
         akv_srv_schema_free(s);
+        /* a recursive optional (pydantic's Optional["Node"]): the reference under anyOf with
+         * null is the node itself, required keys and all, not a copy made before it was whole */
+        s = compile_text(
+            "{\"$defs\": {\"Node\": {\"type\": \"object\", \"properties\": {"
+            "  \"value\": {\"type\": \"integer\"},"
+            "  \"next\": {\"anyOf\": [{\"$ref\": \"#/$defs/Node\"}, {\"type\": \"null\"}]}},"
+            "  \"required\": [\"value\", \"next\"]}},"
+            " \"$ref\": \"#/$defs/Node\"}",
+            why, sizeof why);
+        if (CHECK(s != NULL)) {
+            valid(akv_srv_schema_view(s), "{\"value\": 1, \"next\": {\"value\": 2, \"next\": null}}");
+            invalid(akv_srv_schema_view(s), "{\"value\": 1, \"next\": {}}", 22);
+            invalid(akv_srv_schema_view(s), "{\"value\": 1, \"next\": [1]}", 21);
+            akv_srv_schema_free(s);
+        }
         /* a top-level string enum and a nullable type pair */
         s = compile_text("{\"type\": [\"string\", \"null\"]}", why, sizeof why);
         if (CHECK(s != NULL)) {

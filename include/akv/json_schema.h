@@ -44,6 +44,7 @@ typedef enum akv_js_kind {
     AKV_JS_BOOLEAN,
     AKV_JS_NULL,
     AKV_JS_ENUM,
+    AKV_JS_REF, /* the value of node `items` (a $ref: shared, so a schema may recur) */
 } akv_js_kind;
 
 enum {
@@ -59,7 +60,7 @@ typedef struct akv_js_node {
     uint32_t first;     /* object: its first property in props; enum: its first text in texts */
     uint32_t n;         /* ... how many */
     uint64_t required;  /* object: bit i = property first + i is required */
-    uint32_t items;     /* array: its items' node */
+    uint32_t items;     /* array: its items' node; ref: the node it stands for */
     uint32_t min_items, max_items; /* array (max 0 = no limit) */
 } akv_js_node;
 

@@ -278,7 +278,7 @@ static akv_status engine_open_pass(akv_engine *e) {
     fp.max_step_tokens = e->plan.step_tokens;
     /* a step's sampled rows, and on the device pass a prompt piece's rows (on_prompt_logits:
      * its pieces are cut to them, engine_piece) */
-    fp.max_logits = e->plan.max_seqs + (host_pass ? 0 : engine_dev_logit_rows(e));
+    fp.max_logits = e->plan.max_seqs + (host_pass ? 0 : engine_dev_logit_rows(e) - 1);
     fp.no_graphs = p->no_graphs;
     fp.attn = p->attn;
     fp.threads = p->threads;
@@ -673,6 +673,7 @@ akv_status akv_engine_submit(akv_engine *e, const akv_request_params *p, akv_req
     akv_request *rq = akv__calloc(1, sizeof *rq);
     if (!rq) return AKV_ENOMEM;
     akv_status st = akv__request_init(e, rq, p);
+    if (e->plan.route.tier == AKV_REPR_EXACT) rq->p.kv_exact = false; /* every history is exact */
     if (st) {
         akv__request_free(rq);
         return engine_refuse(e, rf, AKV_REFUSE_INVALID, "sample", st,

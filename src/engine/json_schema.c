@@ -118,6 +118,13 @@ static bool feed1(akv_js_state *s, uint8_t c) {
         const akv_js_node *n = node_of(s, f);
         switch (f->state) {
         case F_START:
+            if (n->kind == AKV_JS_REF) { /* the node it stands for (null, where it allows it) */
+                if (c == 'n' && n->nullable) return start(s, f, c);
+                if (json_lex_ws(c)) return true;
+                if (++f->count > s->schema->n_nodes) return false; /* a cycle of refs alone */
+                f->node = n->items;
+                continue;
+            }
             if (n->kind == AKV_JS_ENUM && !json_lex_ws(c) && !(c == 'n' && n->nullable)) {
                 f->state = F_ENUM, f->used = all_bits(n->n), s->at = 0;
                 continue; /* c is the text's first byte */

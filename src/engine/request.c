@@ -140,8 +140,9 @@ static bool format_take(akv_request *rq, const uint8_t *piece, size_t n) {
 
 /* A JSON answer's logits (a format but TEXT) into rq->masked: -inf for every token whose piece
  * cannot follow the text so far under the format, and for the end of generation until the
- * value is complete (then for everything else). A vocabulary that leaves nothing (no token
- * continues it) keeps the end of generation, so the request ends rather than fails. */
+ * value is complete. A complete value may still go on where it can (a number's next digit), but
+ * not by whitespace alone (which could run to max_tokens). A vocabulary that leaves nothing
+ * (no token continues it) keeps the end of generation, so the request ends rather than fails. */
 static const float *request_mask_json(akv_request *rq, const float *logits) {
     const akv_engine *e = rq->e;
     const bool done = format_complete(rq);
@@ -151,10 +152,13 @@ static const float *request_mask_json(akv_request *rq, const float *logits) {
         bool ok = false;
         if (akv__request_is_eog(e, (int32_t)id)) {
             ok = done;
-        } else if (!done) {
+        } else {
             size_t n = 0;
             const uint8_t *piece = akv_tok_token_piece(e->tok, (int32_t)id, &n);
-            ok = piece && n && format_try(rq, piece, n);
+            bool blank = true;
+            for (size_t i = 0; done && piece && i < n; i++)
+                blank &= piece[i] == ' ' || piece[i] == '\t' || piece[i] == '\n' || piece[i] == '\r';
+            ok = piece && n && !(done && blank) && format_try(rq, piece, n);
         }
         rq->masked[id] = ok ? logits[id] : -INFINITY;
         any |= ok && logits[id] > -INFINITY;

@@ -54,7 +54,8 @@ static void on_token(void *user, akv_request *rq, const akv_token_event *ev) {
     /* logprobs asked: a record of every generated token but the end of generation */
     akv_srv_tok rec, *tok = NULL;
     if (r->api.logprobs && ev->token >= 0 && !ev->eog && ev->logits) {
-        rec.id = ev->token, rec.n_top = r->api.top_logprobs;
+        rec.id = ev->token;
+        rec.n_top = r->api.top_logprobs < (uint32_t)s->n_vocab ? r->api.top_logprobs : (uint32_t)s->n_vocab;
         akv_api_token_logprobs(ev->logits, (uint32_t)s->n_vocab, ev->token, rec.n_top, &rec.logprob,
                                rec.top_id, rec.top_lp);
         tok = &rec;
@@ -125,7 +126,9 @@ static void on_prompt_logits(void *user, akv_request *rq, uint32_t pos, uint32_t
     akv_srv_req *r = user;
     const akv_server *s = r->owner;
     for (uint32_t j = 0; j < n && pos + j + 1 < r->n_prompt_ids; j++) {
-        akv_srv_tok rec = {.id = r->prompt[pos + j + 1], .n_top = r->api.top_logprobs};
+        akv_srv_tok rec = {.id = r->prompt[pos + j + 1],
+                           .n_top = r->api.top_logprobs < (uint32_t)s->n_vocab ? r->api.top_logprobs
+                                                                              : (uint32_t)s->n_vocab};
         akv_api_token_logprobs(logits + (size_t)j * (size_t)s->n_vocab, (uint32_t)s->n_vocab, rec.id,
                                rec.n_top, &rec.logprob, rec.top_id, rec.top_lp);
         akv_srv_req_append_prompt(r, &rec);

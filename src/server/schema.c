@@ -7,7 +7,8 @@
 
 #include "core/alloc.h"
 
-enum { SCHEMA_MAX_NODES = 1024, SCHEMA_MAX_NEST = 32 };
+/* nesting as deep as the state machine follows (a deeper required value would be a dead end) */
+enum { SCHEMA_MAX_NODES = 1024, SCHEMA_MAX_NEST = AKV_JS_MAX_DEPTH };
 
 struct akv_srv_schema {
     akv_json_schema view;
@@ -190,14 +191,20 @@ static akv_status compile_into(akv_srv_schema *s, const cJSON *sch, uint32_t nes
     if (ref) {
         const cJSON *to = cJSON_IsString(ref) ? resolve(s, ref->valuestring) : NULL;
         if (!to) return bad(s, "'$ref' must name #/$defs/... or #/definitions/... of the schema");
+        /* a node that stands for the target's (compiled once, maybe still being compiled: a
+         * recursive schema), so a wrapper (nullable, allOf) does not copy an unfinished one */
+        uint32_t target = UINT32_MAX;
         for (uint32_t i = 0; i < s->n_refs; i++)
-            if (s->ref_from[i] == to) { /* compiled (or being compiled): the same node */
-                s->nodes[node] = s->nodes[s->ref_node[i]];
-                return AKV_OK;
-            }
-        if (s->n_refs == SCHEMA_MAX_NODES) return bad(s, "too many $refs");
-        s->ref_from[s->n_refs] = to, s->ref_node[s->n_refs++] = node;
-        return compile_into(s, to, nest + 1, node);
+            if (s->ref_from[i] == to) target = s->ref_node[i];
+        if (target == UINT32_MAX) {
+            if (s->n_refs == SCHEMA_MAX_NODES) return bad(s, "too many $refs");
+            akv_status st = new_node(s, &target);
+            if (st) return st;
+            s->ref_from[s->n_refs] = to, s->ref_node[s->n_refs++] = target;
+            if ((st = compile_into(s, to, nest + 1, target))) return st;
+        }
+        s->nodes[node].kind = AKV_JS_REF, s->nodes[node].items = target;
+        return AKV_OK;
     }
     const cJSON *en = cJSON_GetObjectItemCaseSensitive(sch, "enum"),
                 *co = cJSON_GetObjectItemCaseSensitive(sch, "const");
