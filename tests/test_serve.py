@@ -518,6 +518,10 @@ def case_echo(env):
     expect(n == e.usage.prompt_tokens + 1 and lp.token_logprobs[0] is None and lp.top_logprobs[0] is None,
            "a record per prompt token and the generated one, the first none", n, e.usage, lp.token_logprobs[:2])
     expect(all(x is not None and x <= 0 for x in lp.token_logprobs[1:]), "log-probabilities", lp.token_logprobs)
+    text = e.choices[0].text.encode()
+    for tok, off in zip(lp.tokens, lp.text_offset):  # each token's text where its offset says
+        b = tok.encode()
+        expect("\ufffd" in tok or text[off:off + len(b)] == b, "text_offset", tok, off, text[off:off + 20])
     tail = lp.tokens[n - 1 - len(glp.tokens):n - 1]
     if tail == glp.tokens:
         got = lp.token_logprobs[n - 1 - len(glp.tokens):n - 1]

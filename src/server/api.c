@@ -575,7 +575,7 @@ static cJSON *logprobs_json(bool chat, const akv_api_logprobs *lp) {
         const akv_api_logprob *x = &lp->items[i];
         cJSON_AddItemToArray(toks, piece_str(&x->tok));
         cJSON_AddItemToArray(offs, cJSON_CreateNumber((double)off));
-        off += x->tok.n;
+        off += x->no_text ? 0 : x->tok.n;
         if (x->none) {
             cJSON_AddItemToArray(lps, cJSON_CreateNull());
             cJSON_AddItemToArray(tops, cJSON_CreateNull());

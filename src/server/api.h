@@ -123,6 +123,8 @@ typedef struct akv_api_lp_token {
 typedef struct akv_api_logprob {
     akv_api_lp_token tok;
     bool none;            /* no probability (an echoed prompt's first token): null */
+    bool no_text;         /* its piece is not in the answer's text (an echoed control token,
+                             BOS): the text_offset after it does not move */
     uint32_t n_top;
     akv_api_lp_token top[AKV_API_MAX_TOP_LOGPROBS];
 } akv_api_logprob;

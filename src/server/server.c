@@ -598,6 +598,9 @@ static void handle_generate(akv_server *s, akv_http_conn *c, const akv_http_requ
         items[0].none = true;
         items[0].tok.piece = akv_tok_token_piece(s->tok, r->prompt[0], &items[0].tok.n);
         if (r->n_ptoks) memcpy(items + 1, pre, r->n_ptoks * sizeof *items);
+        /* the echoed text is the prompt as given: a control token's piece (BOS) is not in it */
+        for (size_t i = 0; i < n_pre; i++)
+            items[i].no_text = akv_tok_token_type(s->tok, r->prompt[i]) == AKV_TOK_TYPE_CONTROL;
     }
     if (r->api.logprobs && r->n_toks) memcpy(items + n_pre, gen, r->n_toks * sizeof *items);
     const akv_api_logprobs lp = {items, n_pre + r->n_toks, 0};
