@@ -103,6 +103,7 @@ int main(int argc, char **argv) {
         valid(" { \"k\" : { } , \"l\" : [ ] } ", true);
         valid("{\"a\":[1,2.5e-3,-0,0.5E+7,true,false,null,\"x\\u00e9\\n\\/\"]}", true);
         valid("{\"\xe6\x97\xa5\xe6\x9c\xac\":\"\xf0\x9f\x98\x80\"}", true);
+        valid("[\"\xc3\xa9\xe2\x82\xac\xed\x9f\xbf\xee\x80\x80\xf4\x8f\xbf\xbf\"]", false); /* é € U+D7FF U+E000 U+10FFFF */
         valid("[1, [2, [3]]]", false);
         valid("\"just a string\"", false);
         valid("-12.5e3", false);
@@ -127,6 +128,16 @@ int main(int argc, char **argv) {
         invalid("{,}", 1, true);
         invalid("{\"a\":1,}", 7, true);
         invalid("[1 2]", 3, false);
+        /* strings are well-formed UTF-8: a stray continuation, a bad lead, an overlong, a
+         * surrogate, above U+10FFFF, a sequence cut by a quote */
+        invalid("\"\x80\"", 1, false);
+        invalid("\"\xff\"", 1, false);
+        invalid("\"\xc0\xaf\"", 1, false);
+        invalid("\"\xe0\x80\x80\"", 2, false);
+        invalid("\"\xed\xa0\x80\"", 2, false);
+        invalid("\"\xf4\x90\x80\x80\"", 2, false);
+        invalid("\"\xc3\"", 2, false);
+        invalid("\"\xe2\x82\"", 3, false);
         /* object_only: another value is refused at its first byte */
         invalid("[1]", 0, true);
         invalid("\"s\"", 0, true);

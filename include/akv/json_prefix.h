@@ -9,9 +9,9 @@
  *   complete  the bytes so far are a whole JSON text (then only whitespace may follow).
  *
  * The state is a plain value (copy it to try a piece and keep the copy only if it is taken).
- * Strings take any byte from 0x20 on but the quote and the backslash (a tokenizer's pieces are
- * UTF-8 already; control characters must be escaped); escapes are the RFC's, \u with four hex
- * digits. Nesting deeper than AKV_JSON_MAX_DEPTH is refused. With object_only, the text must
+ * Strings take well-formed UTF-8 (Unicode's Table 3-7: no overlongs, no surrogates; a piece may
+ * end inside a character and the next finish it) but the quote and the backslash, and no
+ * control character (it must be escaped); escapes are the RFC's, \u with four hex digits. Nesting deeper than AKV_JSON_MAX_DEPTH is refused. With object_only, the text must
  * be an object (OpenAI's json_object answers).
  *
  * Thread-safety: pure functions over the caller's state.

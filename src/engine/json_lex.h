@@ -25,12 +25,55 @@ static inline bool json_lex_digit(uint8_t c) {
     return c >= '0' && c <= '9';
 }
 
+/* Inside a string, the bytes a UTF-8 sequence still needs (Unicode's Table 3-7, no overlongs,
+ * no surrogates, nothing above U+10FFFF): JL_U1..JL_U3 continuation bytes 80..BF left, and the
+ * lead bytes whose first continuation is narrower. */
+enum { JL_U1 = 16, JL_U2, JL_U3, JL_UE0, JL_UED, JL_UF0, JL_UF4 };
+
+/* A UTF-8 sequence's next byte inside a string (st one of the states above, or 0 for a lead
+ * byte): the state after it (0 when the character is whole), or 255 when it is ill-formed. */
+static inline uint8_t json_lex_utf8(uint8_t st, uint8_t c) {
+    const bool cont = c >= 0x80 && c <= 0xBF;
+    switch (st) {
+    case 0:
+        if (c < 0x80) return 0;
+        if (c >= 0xC2 && c <= 0xDF) return JL_U1;
+        if (c == 0xE0) return JL_UE0;
+        if (c == 0xED) return JL_UED;
+        if (c >= 0xE1 && c <= 0xEF) return JL_U2;
+        if (c == 0xF0) return JL_UF0;
+        if (c >= 0xF1 && c <= 0xF3) return JL_U3;
+        if (c == 0xF4) return JL_UF4;
+        return 255;
+    case JL_U1: return cont ? 0 : 255;
+    case JL_U2: return cont ? JL_U1 : 255;
+    case JL_U3: return cont ? JL_U2 : 255;
+    case JL_UE0: return c >= 0xA0 && c <= 0xBF ? JL_U1 : 255;
+    case JL_UED: return c >= 0x80 && c <= 0x9F ? JL_U1 : 255;
+    case JL_UF0: return c >= 0x90 && c <= 0xBF ? JL_U2 : 255;
+    case JL_UF4: return c >= 0x80 && c <= 0x8F ? JL_U2 : 255;
+    default: return 255;
+    }
+}
+
 /* A string after its opening quote; *st starts at 0: 0 inside, 1 after '\', 2 + k with k hex
- * digits of a \u left. Control bytes must be escaped. */
+ * digits of a \u left, JL_U1.. inside a UTF-8 sequence (a token's piece may end in one; the
+ * next must finish it). Control bytes must be escaped; other bytes must be well-formed UTF-8. */
 static inline json_lex_r json_lex_string(uint8_t *st, uint8_t c) {
+    if (*st >= JL_U1) {
+        const uint8_t next = json_lex_utf8(*st, c);
+        if (next == 255) return JL_REFUSED;
+        *st = next;
+        return JL_TAKEN;
+    }
     if (*st == 0) {
         if (c == '"') return JL_DONE;
         if (c == '\\') *st = 1;
+        else if (c >= 0x80) {
+            const uint8_t next = json_lex_utf8(0, c);
+            if (next == 255) return JL_REFUSED;
+            *st = next;
+        }
         return c >= 0x20 ? JL_TAKEN : JL_REFUSED;
     }
     if (*st == 1) {
