@@ -88,6 +88,14 @@ static inline json_lex_r json_lex_string(uint8_t *st, uint8_t c) {
     return JL_TAKEN;
 }
 
+/* A literal (true, false, null) begun with `first`, *at bytes of it read (from 1): its next
+ * byte c; JL_DONE when that made it whole. */
+static inline json_lex_r json_lex_literal(uint8_t first, uint8_t *at, uint8_t c) {
+    const char *lit = first == 't' ? "true" : first == 'f' ? "false" : "null";
+    if ((uint8_t)lit[*at] != c) return JL_REFUSED;
+    return lit[++*at] == 0 ? JL_DONE : JL_TAKEN;
+}
+
 /* A number's states after its first byte. */
 enum { JL_MINUS = 1, JL_ZERO, JL_INT, JL_DOT, JL_FRAC, JL_EXP, JL_EXP_SIGN, JL_EXP_DIGITS };
 

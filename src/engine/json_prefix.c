@@ -18,10 +18,6 @@ enum {
     J_NUMBER,      /* a number (lex: json_lex_number's state) */
 };
 
-static const char *literal_text(uint8_t first) {
-    return first == 't' ? "true" : first == 'f' ? "false" : "null";
-}
-
 void akv_json_prefix_init(akv_json_prefix *p, bool object_only) {
     memset(p, 0, sizeof *p);
     p->state = J_VALUE;
@@ -111,12 +107,12 @@ static bool feed1(akv_json_prefix *p, uint8_t c) {
             return true;
         default: return false;
         }
-    case J_LITERAL: {
-        const char *lit = literal_text(p->literal);
-        if ((uint8_t)lit[p->sub] != c) return false;
-        if (lit[++p->sub] == 0) value_done(p);
-        return true;
-    }
+    case J_LITERAL:
+        switch (json_lex_literal(p->literal, &p->sub, c)) {
+        case JL_TAKEN: return true;
+        case JL_DONE: value_done(p); return true;
+        default: return false;
+        }
     case J_NUMBER:
         switch (json_lex_number(&p->lex, c, false)) {
         case JL_TAKEN: return true;

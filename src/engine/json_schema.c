@@ -34,6 +34,27 @@ static uint64_t all_bits(uint32_t n) {
     return n >= 64 ? ~0ull : (1ull << n) - 1;
 }
 
+/* String i of node n's candidates: a property's name (an object's key) or an enum's text. */
+static const char *cand_text(const akv_js_state *s, const akv_js_node *n, uint32_t i) {
+    return n->kind == AKV_JS_OBJECT ? s->schema->props[n->first + i].name : s->schema->texts[n->first + i];
+}
+
+/* The candidates of cand whose string has byte c (not NUL) at s->at. */
+static uint64_t cand_narrow(const akv_js_state *s, const akv_js_node *n, uint64_t cand, uint8_t c) {
+    uint64_t keep = 0;
+    for (uint32_t i = 0; c && i < n->n; i++)
+        if ((cand >> i & 1) && (uint8_t)cand_text(s, n, i)[s->at] == c) keep |= 1ull << i;
+    return keep;
+}
+
+/* The candidates of cand whose string ends at s->at. */
+static uint64_t cand_ended(const akv_js_state *s, const akv_js_node *n, uint64_t cand) {
+    uint64_t done = 0;
+    for (uint32_t i = 0; i < n->n; i++)
+        if ((cand >> i & 1) && cand_text(s, n, i)[s->at] == 0) done |= 1ull << i;
+    return done;
+}
+
 void akv_js_init(akv_js_state *s, const akv_json_schema *schema) {
     memset(s, 0, sizeof *s);
     s->schema = schema;
@@ -63,12 +84,7 @@ static void pop(akv_js_state *s) {
 static bool may_end(const akv_js_state *s, const akv_js_frame *f) {
     switch (f->state) {
     case F_NUM: return json_lex_number_whole(f->sub);
-    case F_ENUM: {
-        const akv_js_node *n = node_of(s, f);
-        for (uint32_t i = 0; i < n->n; i++)
-            if ((f->used >> i & 1) && s->schema->texts[n->first + i][s->at] == 0) return true;
-        return false;
-    }
+    case F_ENUM: return cand_ended(s, node_of(s, f), f->used) != 0;
     case F_ANY: return akv_json_prefix_complete(&s->any);
     default: return false;
     }
@@ -144,12 +160,7 @@ static bool feed1(akv_js_state *s, uint8_t c) {
             return true;
         }
         case F_KEY: {
-            uint64_t keep = 0;
-            for (uint32_t i = 0; i < n->n; i++) {
-                if (!(s->cand >> i & 1)) continue;
-                const char *name = s->schema->props[n->first + i].name;
-                if (c == '"' ? name[s->at] == 0 : (uint8_t)name[s->at] == c && c != 0) keep |= 1ull << i;
-            }
+            const uint64_t keep = c == '"' ? cand_ended(s, n, s->cand) : cand_narrow(s, n, s->cand, c);
             if (!keep) return false;
             if (c == '"') { /* names are distinct: one property ends here */
                 uint32_t i = 0;
@@ -201,12 +212,12 @@ static bool feed1(akv_js_state *s, uint8_t c) {
             case JL_DONE: pop(s); return true;
             default: return false;
             }
-        case F_LIT: {
-            const char *lit = f->count == 't' ? "true" : f->count == 'f' ? "false" : "null";
-            if ((uint8_t)lit[f->sub] != c) return false;
-            if (lit[++f->sub] == 0) pop(s);
-            return true;
-        }
+        case F_LIT:
+            switch (json_lex_literal((uint8_t)f->count, &f->sub, c)) {
+            case JL_TAKEN: return true;
+            case JL_DONE: pop(s); return true;
+            default: return false;
+            }
         case F_NUM: {
             const json_lex_r r = json_lex_number(&f->sub, c, n->kind == AKV_JS_INTEGER);
             if (r == JL_TAKEN) return true;
@@ -214,20 +225,11 @@ static bool feed1(akv_js_state *s, uint8_t c) {
             break; /* the number ends before c */
         }
         case F_ENUM: {
-            uint64_t keep = 0;
-            for (uint32_t i = 0; i < n->n; i++)
-                if ((f->used >> i & 1) && (uint8_t)s->schema->texts[n->first + i][s->at] == c && c != 0)
-                    keep |= 1ull << i;
+            const uint64_t keep = cand_narrow(s, n, f->used, c);
             if (keep) {
                 f->used = keep, s->at++;
                 /* a text that ends here and that nothing longer continues: whole */
-                bool longer = false, whole = false;
-                for (uint32_t i = 0; i < n->n; i++)
-                    if (keep >> i & 1) {
-                        if (s->schema->texts[n->first + i][s->at]) longer = true;
-                        else whole = true;
-                    }
-                if (whole && !longer) pop(s);
+                if (cand_ended(s, n, keep) == keep) pop(s);
                 return true;
             }
             break;

@@ -46,6 +46,15 @@ static void inflight_done(akv_server *s) {
     pthread_mutex_unlock(&s->mu);
 }
 
+/* The record of token `id` drawn from logits (its log-probability and the request's
+ * top_logprobs alternatives, at most the vocabulary). */
+static akv_srv_tok tok_record(const akv_server *s, const akv_srv_req *r, const float *logits, int32_t id) {
+    akv_srv_tok rec = {.id = id};
+    rec.n_top = r->api.top_logprobs < (uint32_t)s->n_vocab ? r->api.top_logprobs : (uint32_t)s->n_vocab;
+    akv_api_token_logprobs(logits, (uint32_t)s->n_vocab, id, rec.n_top, &rec.logprob, rec.top_id, rec.top_lp);
+    return rec;
+}
+
 /* A token event (engine thread, inside a step, a submit or a cancel). */
 static void on_token(void *user, akv_request *rq, const akv_token_event *ev) {
     akv_srv_req *r = user;
@@ -53,13 +62,8 @@ static void on_token(void *user, akv_request *rq, const akv_token_event *ev) {
     const double now = akv_clock_s();
     /* logprobs asked: a record of every generated token but the end of generation */
     akv_srv_tok rec, *tok = NULL;
-    if (r->api.logprobs && ev->token >= 0 && !ev->eog && ev->logits) {
-        rec.id = ev->token;
-        rec.n_top = r->api.top_logprobs < (uint32_t)s->n_vocab ? r->api.top_logprobs : (uint32_t)s->n_vocab;
-        akv_api_token_logprobs(ev->logits, (uint32_t)s->n_vocab, ev->token, rec.n_top, &rec.logprob,
-                               rec.top_id, rec.top_lp);
-        tok = &rec;
-    }
+    if (r->api.logprobs && ev->token >= 0 && !ev->eog && ev->logits)
+        rec = tok_record(s, r, ev->logits, ev->token), tok = &rec;
     akv_srv_req_append(r, ev->text, ev->text ? ev->n_text : 0, tok);
     pthread_mutex_lock(&r->mu);
     const bool first = ev->token >= 0 && r->n_gen == 0;
@@ -126,11 +130,7 @@ static void on_prompt_logits(void *user, akv_request *rq, uint32_t pos, uint32_t
     akv_srv_req *r = user;
     const akv_server *s = r->owner;
     for (uint32_t j = 0; j < n && pos + j + 1 < r->n_prompt_ids; j++) {
-        akv_srv_tok rec = {.id = r->prompt[pos + j + 1],
-                           .n_top = r->api.top_logprobs < (uint32_t)s->n_vocab ? r->api.top_logprobs
-                                                                              : (uint32_t)s->n_vocab};
-        akv_api_token_logprobs(logits + (size_t)j * (size_t)s->n_vocab, (uint32_t)s->n_vocab, rec.id,
-                               rec.n_top, &rec.logprob, rec.top_id, rec.top_lp);
+        const akv_srv_tok rec = tok_record(s, r, logits + (size_t)j * (size_t)s->n_vocab, r->prompt[pos + j + 1]);
         akv_srv_req_append_prompt(r, &rec);
     }
 }

@@ -258,16 +258,8 @@ static akv_status compile_into(akv_srv_schema *s, const cJSON *sch, uint32_t nes
     return bad(s, "'type' must be a name, or a name with \"null\"");
 }
 
-/* A new node for sch; a $ref whose target has a node already takes that node (so a recursive
- * schema points back at itself). */
+/* A new node for sch (a $ref's is a node that stands for its target: compile_into). */
 static akv_status compile(akv_srv_schema *s, const cJSON *sch, uint32_t nest, uint32_t *out) {
-    const cJSON *ref = cJSON_IsObject(sch) ? cJSON_GetObjectItemCaseSensitive(sch, "$ref") : NULL;
-    const cJSON *to = cJSON_IsString(ref) ? resolve(s, ref->valuestring) : NULL;
-    for (uint32_t i = 0; to && i < s->n_refs; i++)
-        if (s->ref_from[i] == to) {
-            *out = s->ref_node[i];
-            return AKV_OK;
-        }
     akv_status st = new_node(s, out);
     return st ? st : compile_into(s, sch, nest, *out);
 }

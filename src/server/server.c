@@ -393,14 +393,9 @@ static int send_event(akv_http_conn *c, char *json) {
     return rc;
 }
 
-/* Token records as an answer shows them (each piece borrowed from the tokenizer), into
- * *out over n items (an akv__malloc array; NULL with n 0). AKV_ENOMEM. */
-static akv_status lp_items(const akv_server *s, const akv_srv_tok *t, size_t n,
-                           akv_api_logprob **out) {
-    *out = NULL;
-    if (!n) return AKV_OK;
-    akv_api_logprob *x = akv__calloc(n, sizeof *x);
-    if (!x) return AKV_ENOMEM;
+/* Token records t[n] as an answer shows them (each piece borrowed from the tokenizer), into
+ * x[n] (zeroed by the caller). */
+static void lp_items(const akv_server *s, const akv_srv_tok *t, size_t n, akv_api_logprob *x) {
     for (size_t i = 0; i < n; i++) {
         x[i].tok.piece = akv_tok_token_piece(s->tok, t[i].id, &x[i].tok.n);
         x[i].tok.logprob = t[i].logprob;
@@ -410,8 +405,6 @@ static akv_status lp_items(const akv_server *s, const akv_srv_tok *t, size_t n,
             x[i].top[j].logprob = t[i].top_lp[j];
         }
     }
-    *out = x;
-    return AKV_OK;
 }
 
 /* The stream: the role chunk, a chunk per piece of text (with its tokens' logprobs when
@@ -433,8 +426,9 @@ static bool answer_stream(akv_server *s, akv_http_conn *c, akv_srv_req *r, doubl
         akv_srv_phase phase;
         akv_srv_req_take_text(r, &piece, &n, r->api.logprobs ? &toks : NULL, &n_toks, &phase);
         if (piece || n_toks) {
-            akv_api_logprob *items = NULL;
-            const bool lp_ok = lp_items(s, toks, n_toks, &items) == AKV_OK;
+            akv_api_logprob *items = n_toks ? akv__calloc(n_toks, sizeof *items) : NULL;
+            const bool lp_ok = !n_toks || items;
+            if (items) lp_items(s, toks, n_toks, items);
             const akv_api_logprobs lp = {items, n_toks, lp_off};
             for (size_t i = 0; i < n_toks && items; i++) lp_off += items[i].tok.n;
             char *json = akv_api_chunk_json(kind, r->id, r->created, model, false, piece ? piece : "",
@@ -576,19 +570,17 @@ static void handle_generate(akv_server *s, akv_http_conn *c, const akv_http_requ
     akv_tok_text echoed = {0};
     const bool echo = r->api.echo;
     const size_t n_pre = echo && r->api.logprobs ? 1 + r->n_ptoks : 0;
-    akv_api_logprob *items = NULL, *pre = NULL, *gen = NULL;
+    akv_api_logprob *items = NULL;
     akv_status est = AKV_OK;
     if (echo)
         est = r->api.prompt ? akv_tok_text_append(&echoed, r->api.prompt, r->api.prompt_len)
                             : akv_tok_decode(s->tok, r->prompt, r->n_prompt_ids, AKV_TOK_DECODE_LOSSY,
                                              &echoed);
     if (!est) est = akv_tok_text_append(&echoed, r->text ? r->text : "", r->n_text);
-    if (!est && r->api.logprobs) est = lp_items(s, r->ptoks, r->n_ptoks, &pre);
-    if (!est && r->api.logprobs) est = lp_items(s, r->toks, r->n_toks, &gen);
     if (!est && r->api.logprobs && !(items = akv__calloc(n_pre + r->n_toks + 1, sizeof *items)))
         est = AKV_ENOMEM;
     if (est) {
-        akv__free(pre), akv__free(gen), akv_tok_text_free(&echoed);
+        akv_tok_text_free(&echoed);
         akv_api_error_set(&err, 500, "server_error", NULL, NULL, "the answer could not be made: %s",
                           akv_status_str(est));
         error_response(s, &err, -1, &resp);
@@ -597,12 +589,12 @@ static void handle_generate(akv_server *s, akv_http_conn *c, const akv_http_requ
     if (n_pre) {
         items[0].none = true;
         items[0].tok.piece = akv_tok_token_piece(s->tok, r->prompt[0], &items[0].tok.n);
-        if (r->n_ptoks) memcpy(items + 1, pre, r->n_ptoks * sizeof *items);
+        lp_items(s, r->ptoks, r->n_ptoks, items + 1);
         /* the echoed text is the prompt as given: a control token's piece (BOS) is not in it */
         for (size_t i = 0; i < n_pre; i++)
             items[i].no_text = akv_tok_token_type(s->tok, r->prompt[i]) == AKV_TOK_TYPE_CONTROL;
     }
-    if (r->api.logprobs && r->n_toks) memcpy(items + n_pre, gen, r->n_toks * sizeof *items);
+    if (items) lp_items(s, r->toks, r->n_toks, items + n_pre);
     const akv_api_logprobs lp = {items, n_pre + r->n_toks, 0};
     text_response(200, "application/json",
                   akv_api_answer_json(kind, r->id, r->created, s->p.model_name,
@@ -610,7 +602,7 @@ static void handle_generate(akv_server *s, akv_http_conn *c, const akv_http_requ
                                       echo ? echoed.n_bytes : r->n_text, finish_word(r->finish), &u,
                                       r->api.logprobs ? &lp : NULL),
                   &resp);
-    akv__free(items), akv__free(pre), akv__free(gen);
+    akv__free(items);
     akv_tok_text_free(&echoed);
 answer:
     if (akv_http_conn_send(c, &resp)) req_cancel(s, r, AKV_END_ABORT);
