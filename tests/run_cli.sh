@@ -189,7 +189,9 @@ took=$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { print b - a }')
 line=$(printf '%s\n' "$out" | grep "^all 4 together")
 wall=$(printf '%s\n' "$line" | sed -n 's/.*wall clock \([0-9.]*\) s.*/\1/p')
 gen=$(printf '%s\n' "$line" | sed -n 's/.* \([0-9]*\) generated (\([0-9.]*\) tok.s).*/\1 \2/p')
-ok=$(echo "$wall $gen $took" | awk '{ r = $2 / $1; d = r - $3; if (d < 0) d = -d; print ($1 > 0 && $1 <= $4 && $2 == 48 && d <= 0.03 * r + 0.1) ? 1 : 0 }')
+# (the wall clock is printed to 1 ms: on a fast run its rounding alone moves the rate by
+# 0.0005 / wall of itself, on top of the 3 % the check allows)
+ok=$(echo "$wall $gen $took" | awk '{ r = $2 / $1; d = r - $3; if (d < 0) d = -d; print ($1 > 0 && $1 <= $4 && $2 == 48 && d <= (0.03 + 0.0005 / $1) * r + 0.1) ? 1 : 0 }')
 if [ "$rc" != 0 ] || [ "$ok" != 1 ] || printf '%s\n' "$out" | grep -q "^all: prompt" ||
    ! printf '%s\n' "$out" | grep -q "decode steps: 0 B host->device a step (0 B of it non-window pages), 1.02 KB written back; per generated token 0 B host->device, 256 B written back"; then
     bad "akv run --prompts --parallel 4 report: exit $rc, '$line' (wall $wall of $took s), bus line wrong"
