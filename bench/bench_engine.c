@@ -15,6 +15,9 @@
  *    (part A's 32K x 16 row).
  * D. The gate's predictions (akv/gate.h) against measured steps, every placement it weighs
  *    (AKV_BENCH_PARTS=D; not in the default parts).
+ * S. The staged compact route (akv/route.h: staged with a tier) against the staged exact one:
+ *    one history of 32K, 64K, 128K through a small pool (AKV_BENCH_PARTS=S; not in the
+ *    default parts).
  * C. 4 conversations of 32K on a pool that holds one, through the engine (akv/engine.h) with
  *    real prompts (random tokens, prefilled in chunks of 1024) and 16 new tokens each
  *    (AKV_BENCH_C_NEW): served one after another (resident, max_seqs 1: the others wait in the
@@ -105,6 +108,7 @@ typedef struct bset {
     akv_host_pool *hp;
     akv_dev_pool *dp;
     akv_dev_pool *cp; /* the compact tier's pool (a route with one), else NULL */
+    akv_host_pool *hc; /* the staged compact route's compact copies, else NULL */
     uint32_t target;  /* each context's window pages by right */
     akv_route *r;
     akv_route_seq *s[MAX_B];
@@ -131,21 +135,37 @@ static int bset_open(bset *b, akv_dev *dev, const akv_model_config *c, akv_route
     akv_route_plan rpl; /* the kind's staging reserve (none for resident) */
     TRY(akv_route_plan_begin(kind, 0, &g, total, B, &rpl));
     dpp.staging_pages = rpl.staging_pages;
+    const bool staged_tier = tier != AKV_REPR_EXACT && akv_route_need(kind, &g, total) == 0;
+    if (staged_tier) { /* the exact pool holds the first step (the whole history, exact) */
+        dpp.device_gib = (uint32_t)ceil(bench_history_gib(&g, total) * B * 1.02) + 1;
+        dpp.staging_pages = 0;
+    }
     TRY(akv_host_pool_create(dev, &g, &hpp, &b->hp));
     if (akv_dev_pool_create(dev, &g, &dpp, &b->dp) != AKV_OK) return 0;
     akv_dev_pool_stats ps;
     akv_dev_pool_get_stats(b->dp, &ps);
     akv_route_params rp = {.kind = kind, .max_history = total, .max_seqs = B, .queued = true};
     if (tier != AKV_REPR_EXACT) {
-        /* the compact pool holds every history's older pages; the first step (the whole
-         * history at once, no pass) is exact, as a step's own tokens are: the exact pool holds
-         * it, and the first decode step makes the compact pages */
+        /* resident: the compact pool holds every history's older pages; the first step (the
+         * whole history at once, no pass) is exact, as a step's own tokens are: the exact pool
+         * holds it, and the first decode step makes the compact pages. Staged: a compact pool
+         * of device_gib (its staging reserve, then the compact windows) and compact copies on
+         * the host with a page for every exact host page */
+        const double cfrac = akv_repr_bits(tier, AKV_DTYPE_BF16, c->head_dim) / 16;
         akv_dev_pool_params cpp = akv_dev_pool_default_params();
-        cpp.device_gib = (uint32_t)ceil(bench_history_gib(&g, total) * B *
-                                        akv_repr_bits(tier, AKV_DTYPE_BF16, c->head_dim) / 16 * 1.02) + 1;
+        cpp.device_gib = staged_tier ? device_gib
+                                     : (uint32_t)ceil(bench_history_gib(&g, total) * B * cfrac * 1.02) + 1;
         cpp.repr = tier;
+        if (staged_tier) cpp.staging_pages = 2 * akv_route_compact_slot_pages(&g, total, B);
         if (akv_dev_pool_create(dev, &g, &cpp, &b->cp) != AKV_OK) return 0;
         rp.tier = tier, rp.compact_pool = b->cp, rp.exact_recent = 256, rp.max_step = (uint32_t)total;
+        if (staged_tier) {
+            akv_host_pool_params chp = akv_host_pool_default_params();
+            chp.limit_gib = chp.keep_gib = (uint32_t)ceil(hpp.limit_gib * cfrac) + 1;
+            chp.repr = tier;
+            TRY(akv_host_pool_create(dev, &g, &chp, &b->hc));
+            rp.compact_host_pool = b->hc;
+        }
     }
     if (akv_route_create(dev, b->hp, b->dp, &rp, &b->r) != AKV_OK) return 0;
     akv_route_req reqs[MAX_B];
@@ -178,6 +198,7 @@ static void bset_close(bset *b) {
     if (b->cp) TRY(akv_dev_pool_destroy(b->cp));
     if (b->dp) TRY(akv_dev_pool_destroy(b->dp));
     if (b->hp) TRY(akv_host_pool_destroy(b->hp));
+    if (b->hc) TRY(akv_host_pool_destroy(b->hc));
     memset(b, 0, sizeof *b);
 }
 
@@ -447,6 +468,46 @@ int main(void) {
             bench_emit(out, "| %s %s | %.3f | %.3f | %.3f |\n", akv_route_kind_name(pl.kind),
                        akv_repr_name(pl.tier), b.step_ms, pred, pred / b.step_ms);
             bset_close(&b);
+        }
+    }
+    if (strchr(parts, 'S')) {
+        /* The staged compact route against the staged exact one: one history of 32K, 64K and
+         * 128K tokens decoding through AKV_BENCH_S_GIB (2) GiB of device pool: staged exact
+         * (its window and its staging reserve in that pool) against staged q8 and q4 (a
+         * compact pool of that size: its staging reserve, then the newest compact pages; the
+         * exact part, the sink and the last 256 tokens, beside it). Ratio = step / the staged
+         * exact step at that context; bus = bytes staged a step / the large-copy rate.
+         * Goal at 128K: q4 at most 0.35. */
+        const uint32_t sgib = (uint32_t)akv_test_env_int("AKV_BENCH_S_GIB", 1, 64, 2);
+        bench_emit(out,
+                   "\n### The staged compact route against the staged exact one (%s): one history "
+                   "through %u GiB\n\nStaged exact: its window and staging reserve in a %u GiB "
+                   "pool. Staged q8 / q4: a %u GiB compact pool (its staging reserve, then the "
+                   "newest compact pages), the exact part (the sink and the last 256 tokens) beside "
+                   "it, every older page staged from its compact copy on the host. Host->device "
+                   "large-copy rate (same run): **%.1f GB/s**.\n\n| context | tier | staged GiB/step "
+                   "| bus ms | step ms | step / bus | step / staged exact |\n|---|---|---|---|---|---|"
+                   "---|\n",
+                   info.name, sgib, sgib, sgib, bus_bps / 1e9);
+        const uint32_t ctxs[] = {32768, 65536, 131072};
+        const akv_repr tiers[] = {AKV_REPR_EXACT, AKV_REPR_Q8, AKV_REPR_Q4};
+        for (size_t i = 0; i < sizeof ctxs / sizeof ctxs[0]; i++) {
+            double exact_ms = NAN;
+            for (size_t t = 0; t < sizeof tiers / sizeof tiers[0]; t++) {
+                bset b;
+                if (!bset_open(&b, dev, &c, bench_kind("staged"), tiers[t], 1, ctxs[i], 12, sgib, par)) {
+                    bench_emit(out, "| %u | %s | does not fit | | | | |\n", ctxs[i], akv_repr_name(tiers[t]));
+                    bset_close(&b);
+                    continue;
+                }
+                bset_run(&b, f, 8, NULL, 0, false);
+                if (t == 0) exact_ms = b.step_ms;
+                const double bus_ms = b.staged_per_step / bus_bps * 1e3;
+                bench_emit(out, "| %u | %s | %.2f | %.1f | %.1f | %.3f | %.3f |\n", ctxs[i],
+                           akv_repr_name(tiers[t]), b.staged_per_step / (1u << 30), bus_ms,
+                           b.step_ms, bus_ms > 0 ? b.step_ms / bus_ms : NAN, b.step_ms / exact_ms);
+                bset_close(&b);
+            }
         }
     }
     if (strchr(parts, 'C')) {

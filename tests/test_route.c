@@ -544,6 +544,148 @@ int main(int argc, char **argv) {
         pools_close(&p);
     }
 
+    TEST_CASE(staged_hybrid_is_the_resident_hybrid) {
+        /* The staged compact route: compact copies made once on the host, a compact window of
+         * 2 pages per layer in the compact pool, the older compact pages staged each step.
+         * Its logits are the resident hybrid's bit for bit (the same compact bytes, the same
+         * table order), on the host pass and through the device pass (queued), across a
+         * truncate and a history fed again; the walker compares every compact copy and every
+         * compact window page with the codec's encoding of the host copy. */
+        const tm_shape wide = {.arch = "llama", .n_layers = 2, .n_embd = 64, .n_ff = 48,
+                               .n_heads = 2, .n_kv_heads = 1, .n_vocab = 23};
+        akv_model *m4 = tm_load(&wide, rng);
+        for (int ti = 0; ti < 2 && CHECK(m4 != NULL); ti++) {
+            const akv_repr tier = ti ? AKV_REPR_Q4 : AKV_REPR_Q8;
+            const akv_model *m = ti ? m4 : model;
+            const akv_model_config *mc = akv_model_get_config(m);
+            akv_forward *fm = NULL;
+            if (!REQUIRE_OK(akv_forward_create(m, &fp, &fm))) break;
+            pools p;
+            if (!pools_open(&p, mc, 0)) break;
+            akv_dev_pool_params cpp = akv_dev_pool_default_params();
+            cpp.device_gib = 1, cpp.repr = tier;
+            akv_dev_pool_params spp = cpp; /* the staged ones' compact pools: a staging reserve */
+            spp.staging_pages = 2 * akv_route_compact_slot_pages(&p.g, 128, 1);
+            akv_host_pool_params chp = akv_host_pool_default_params();
+            chp.limit_gib = 1, chp.repr = tier;
+            akv_dev_pool *cp[4] = {0};
+            akv_host_pool *hc[2] = {0};
+            for (int i = 0; i < 4; i++)
+                CHECK_OK(akv_dev_pool_create(p.dev, &p.g, i < 2 ? &cpp : &spp, &cp[i]));
+            for (int i = 0; i < 2; i++) CHECK_OK(akv_host_pool_create(p.dev, &p.g, &chp, &hc[i]));
+            akv_forward_params fdp = {.max_step_tokens = P};
+            akv_forward_dev *fd = NULL;
+            CHECK_OK(akv_forward_dev_create(p.dev, m, &fdp, &fd));
+            /* resident hybrid (host pass, device pass) and staged hybrid (the same two) */
+            r1 hy, hq, sy, sq;
+            akv_route_params hp = {.kind = AKV_ROUTE_RESIDENT, .max_history = 128, .tier = tier,
+                                   .compact_pool = cp[0], .exact_recent = P, .max_step = P};
+            CHECK_OK(r1_open(p.dev, p.hp, p.dp, &hp, &hy));
+            hp.compact_pool = cp[1], hp.queued = true;
+            CHECK_OK(r1_open(p.dev, p.hp, p.dp, &hp, &hq));
+            akv_route_params sp = hp;
+            sp.kind = AKV_ROUTE_STAGED, sp.queued = false, sp.compact_pool = cp[2];
+            sp.compact_host_pool = hc[0], sp.compact_target = 2;
+            CHECK_OK(r1_open(p.dev, p.hp, p.dp, &sp, &sy));
+            sp.compact_pool = cp[3], sp.compact_host_pool = hc[1], sp.queued = true;
+            CHECK_OK(r1_open(p.dev, p.hp, p.dp, &sp, &sq));
+            if (!hy.r || !hq.r || !sy.r || !sq.r || !fd) break;
+            float lh[23], lq[23], ls[23], lsq[23];
+            int32_t other[100];
+            for (int i = 0; i < 100; i++) other[i] = (tokens[i] + 5) % 23;
+            for (int round = 0; round < 2; round++) {
+                /* round 0: a prompt of 70 in chunks of P, then decode steps to 100; round 1:
+                 * truncated to 20 and fed other tokens (the compact copies of rewritten rows
+                 * are made again) */
+                const int32_t *tok = round ? other : tokens;
+                uint32_t pos = round ? 20 : 0;
+                const uint32_t prompt = round ? 89 : 70;
+                while (pos < 100) {
+                    uint32_t n = pos < prompt ? (prompt - pos < P ? prompt - pos : P) : 1;
+                    if (!CHECK(feed(&hy, fm, tok + pos, n, lh) == AKV_OK) ||
+                        !CHECK(feed(&sy, fm, tok + pos, n, ls) == AKV_OK) ||
+                        !CHECK(fx_feed_route(&hq, NULL, fd, n, tok + pos, n, lq) == AKV_OK) ||
+                        !CHECK(fx_feed_route(&sq, NULL, fd, n, tok + pos, n, lsq) == AKV_OK))
+                        break;
+                    pos += n;
+                    CHECK_BYTES(ls, lh, sizeof lh);
+                    CHECK_BYTES(lsq, lq, sizeof lq);
+                    CHECK_OK(akv__route_check(sy.r));
+                    CHECK_OK(akv_route_sync(sq.r));
+                    CHECK_OK(akv__route_check(sq.r));
+                }
+                if (round == 0) {
+                    /* the sink exact; compact pages 1, 2 staged, 3, 4 in the compact window;
+                     * 5, 6 exact (x0 = (100 - 16) / 16 = 5) */
+                    akv_kv_run runs[6];
+                    const akv_kv_run want_runs[] = {{0, 1, AKV_KV_WINDOW, AKV_REPR_EXACT},
+                                                    {1, 2, AKV_KV_STAGED, tier},
+                                                    {3, 2, AKV_KV_WINDOW, tier},
+                                                    {5, 2, AKV_KV_WINDOW, AKV_REPR_EXACT}};
+                    CHECK_EQ_INT(akv_route_seq_runs(sy.s, runs, 6), 4);
+                    CHECK_BYTES(runs, want_runs, sizeof want_runs);
+                    const r1_stats ss = r1_get_stats(&sy);
+                    CHECK_EQ_U64(ss.r.compact_pages, 4u * mc->n_layers); /* each copy made once */
+                    CHECK(ss.r.staged_bytes > 0 && ss.r.n_leases > 0);
+                    CHECK(ss.s.staged_bytes == ss.r.staged_bytes);
+                    CHECK_OK(r1_truncate(&hy, 20));
+                    CHECK_OK(r1_truncate(&hq, 20));
+                    CHECK_OK(r1_truncate(&sy, 20));
+                    CHECK_OK(r1_truncate(&sq, 20));
+                }
+            }
+            CHECK(r1_get_stats(&sy).r.compact_pages > 4u * mc->n_layers); /* made again */
+            CHECK_OK(r1_close(&hy));
+            CHECK_OK(r1_close(&hq));
+            CHECK_OK(akv_route_sync(sy.r)); /* its last step's leases retired */
+            CHECK_OK(r1_close(&sy));
+            CHECK_OK(r1_close(&sq));
+            akv_forward_dev_destroy(fd);
+            for (int i = 0; i < 4; i++) CHECK_OK(akv_dev_pool_destroy(cp[i]));
+            for (int i = 0; i < 2; i++) CHECK_OK(akv_host_pool_destroy(hc[i]));
+            pools_close(&p);
+            akv_forward_destroy(fm);
+        }
+        akv_model_destroy(m4);
+        /* refused: the staged tier without its compact host pool, a compact host pool on the
+         * resident kind, one of another form, a compact pool without a staging reserve, a
+         * compact window the pool cannot hold */
+        pools p;
+        if (!pools_open(&p, c, 0)) break;
+        akv_dev_pool_params cpp = akv_dev_pool_default_params();
+        cpp.device_gib = 1, cpp.repr = AKV_REPR_Q8;
+        akv_host_pool_params chp = akv_host_pool_default_params();
+        chp.limit_gib = 1, chp.repr = AKV_REPR_Q8;
+        akv_dev_pool *cp = NULL, *cs = NULL;
+        akv_host_pool *hc = NULL, *h4 = NULL;
+        CHECK_OK(akv_dev_pool_create(p.dev, &p.g, &cpp, &cp));
+        cpp.staging_pages = 2 * akv_route_compact_slot_pages(&p.g, 64, 1);
+        CHECK_OK(akv_dev_pool_create(p.dev, &p.g, &cpp, &cs));
+        CHECK_OK(akv_host_pool_create(p.dev, &p.g, &chp, &hc));
+        akv_log_set(NULL, NULL, AKV_LOG_OFF);
+        chp.repr = AKV_REPR_Q4; /* head dim 8: no q4 pages */
+        CHECK_STATUS(akv_host_pool_create(p.dev, &p.g, &chp, &h4), AKV_EUNSUPPORTED);
+        akv_route *bad = NULL;
+        akv_route_params rp = {.kind = AKV_ROUTE_STAGED, .max_history = 64, .tier = AKV_REPR_Q8,
+                               .compact_pool = cs};
+        CHECK_STATUS(akv_route_create(p.dev, p.hp, p.dp, &rp, &bad), AKV_EINVAL);
+        rp.kind = AKV_ROUTE_RESIDENT, rp.compact_host_pool = hc;
+        CHECK_STATUS(akv_route_create(p.dev, p.hp, p.dp, &rp, &bad), AKV_EINVAL);
+        rp.kind = AKV_ROUTE_STAGED, rp.compact_pool = cp; /* no staging reserve */
+        CHECK_STATUS(akv_route_create(p.dev, p.hp, p.dp, &rp, &bad), AKV_EFULL);
+        rp.compact_pool = cs, rp.compact_target = 1; /* below the floor */
+        CHECK_STATUS(akv_route_create(p.dev, p.hp, p.dp, &rp, &bad), AKV_EINVAL);
+        rp.compact_target = 0;
+        CHECK_OK(akv_route_create(p.dev, p.hp, p.dp, &rp, &bad));
+        CHECK(bad && akv_route_get_params(bad).compact_target >= 2);
+        CHECK_OK(akv_route_destroy(bad));
+        akv_log_set(NULL, NULL, AKV_LOG_WARN);
+        CHECK_OK(akv_dev_pool_destroy(cp));
+        CHECK_OK(akv_dev_pool_destroy(cs));
+        CHECK_OK(akv_host_pool_destroy(hc));
+        pools_close(&p);
+    }
+
     TEST_CASE(staged_window_leases_and_refusals) {
         /* a staged route of window 2 over 5 pages: the walker after every step (the window's
          * pages equal the host copy), one lease per layer per step, destroy refused until the

@@ -82,6 +82,63 @@ int main(int argc, char **argv) {
         sc_close(&f);
     }
     sc_fault_sweep(&small, 1, 0);
+    TEST_CASE(compact_pages_staged) {
+        /* a stage over a host pool and a device pool of q4 pages: the copies bring the host
+         * copies' bytes (a page of its own size), no owner is taken, and pools of different
+         * forms are refused */
+        akv_dev *dev = NULL;
+        akv_geom g;
+        akv_host_pool *hp = NULL, *hx = NULL;
+        akv_dev_pool *dp = NULL;
+        akv_stage *st = NULL;
+        if (!REQUIRE_OK(akv_dev_create(akv_dev_host_backend(), NULL, &dev)) ||
+            !REQUIRE_OK(akv_geom_init(&g, 2, 2, 64, AKV_DTYPE_BF16, 16)))
+            break;
+        const size_t cb = akv_geom_repr_page_bytes(&g, AKV_REPR_Q4);
+        akv_host_pool_params hpp = akv_host_pool_default_params();
+        hpp.limit_gib = 1, hpp.arena_bytes = 64 << 10, hpp.repr = AKV_REPR_Q4;
+        akv_dev_pool_params dpp = akv_dev_pool_default_params();
+        dpp.device_gib = 1, dpp.staging_pages = 8, dpp.repr = AKV_REPR_Q4;
+        CHECK_OK(akv_host_pool_create(dev, &g, &hpp, &hp));
+        CHECK_OK(akv_dev_pool_create(dev, &g, &dpp, &dp));
+        hpp.repr = AKV_REPR_EXACT;
+        CHECK_OK(akv_host_pool_create(dev, &g, &hpp, &hx));
+        if (!hp || !dp || !hx) goto compact_done;
+        CHECK(akv_host_pool_page_bytes(hp) == cb && akv_host_pool_repr(hp) == AKV_REPR_Q4);
+        akv_stage_params sp = akv_stage_default_params();
+        sp.n_slots = 2, sp.slot_pages = 4;
+        CHECK_STATUS(akv_stage_create(dev, hx, dp, &sp, &st), AKV_EINVAL); /* exact over q4 */
+        if (!REQUIRE_OK(akv_stage_create(dev, hp, dp, &sp, &st))) goto compact_done;
+        akv_host_page pg[3];
+        for (uint32_t i = 0; i < 3; i++) {
+            CHECK_OK(akv_host_pool_page_alloc(hp, &pg[i]));
+            uint8_t *b = akv_host_pool_page_addr(hp, pg[i]);
+            for (size_t k = 0; k < cb; k++) b[k] = (uint8_t)(k * 7 + i * 31 + 1);
+        }
+        akv_stage_lease l;
+        CHECK_STATUS(akv_stage_begin(st, 0, 1, pg, 1, &l), AKV_EINVAL); /* no owners here */
+        if (REQUIRE_OK(akv_stage_begin(st, 1, 1, NULL, 0, &l))) {
+            uint32_t ids[3];
+            akv_event *ev = NULL;
+            akv_stage_receipt rc;
+            CHECK_OK(akv_stage_copy(st, l, pg, 3, ids));
+            CHECK_OK(akv_stage_ready(st, l));
+            CHECK_OK(akv_stage_attended(st, l, &ev));
+            CHECK_OK(akv_stage_seal(st, l, (akv_stage_tail){0, 0}, ev));
+            CHECK_OK(akv_stage_retire(st, l, &rc));
+            CHECK(rc.n_copies == 3 && rc.h2d_bytes == 3 * cb);
+            for (uint32_t i = 0; i < 3; i++)
+                CHECK(memcmp((const void *)(uintptr_t)akv_dev_pool_page_addr(dp, ids[i]).addr,
+                             akv_host_pool_page_addr(hp, pg[i]), cb) == 0);
+        }
+        for (uint32_t i = 0; i < 3; i++) CHECK_OK(akv_host_pool_page_free(hp, pg[i]));
+    compact_done:
+        CHECK_OK(akv_stage_destroy(st));
+        CHECK_OK(akv_dev_pool_destroy(dp));
+        CHECK_OK(akv_host_pool_destroy(hp));
+        CHECK_OK(akv_host_pool_destroy(hx));
+        CHECK_OK(akv_dev_destroy(dev));
+    }
 
     /* Negative controls: remove one ordering at a time; the randomized check must see it. */
     /* With fewer slots than layers, a slot's previous occupant began after the lease that

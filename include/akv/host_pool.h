@@ -77,6 +77,8 @@ typedef struct akv_host_pool_params {
     uint32_t keep_gib;   /* pinned at create and kept until destroy: the whole arenas that
                             cover this many GiB (<= limit_gib). 0 = none: every arena is
                             allocated when first needed and returned when it empties */
+    akv_repr repr;       /* the representation its pages hold (akv/kv_repr.h): exact (0), or a
+                            compact form (compact copies made from an exact pool's pages) */
 } akv_host_pool_params;
 
 typedef struct akv_host_pool_stats {
@@ -145,6 +147,7 @@ int akv_host_pool_page_is_live(const akv_host_pool *pool, akv_host_page page);
 uint32_t akv_host_pool_page_n_leases(const akv_host_pool *pool, akv_host_page page);
 
 size_t akv_host_pool_page_bytes(const akv_host_pool *pool);
+akv_repr akv_host_pool_repr(const akv_host_pool *pool);
 const akv_geom *akv_host_pool_geom(const akv_host_pool *pool); /* borrowed, pool's lifetime */
 akv_dev *akv_host_pool_dev(const akv_host_pool *pool); /* the device it was created on (borrowed) */
 

@@ -147,12 +147,28 @@ typedef struct akv_route_params {
                               I3), until that route aborts, truncates or syncs); NULL = the
                               route creates its own with 2 slots from the device pool's staging
                               reserve (akv_route_plan_begin's staging_pages) */
-    /* the compact tier (docs/routes.md, "The hybrid kind"): with tier q8 or q4 and the
-     * resident kind, each history's pages older than its exact recent window are read as a
-     * second part, compact pages of compact_pool made from the host copy when they leave
-     * the window (encoded on the host, then copied). exact (0) = none. */
+    /* the compact tier (docs/compact.md): with tier q8 or q4, each history's pages older
+     * than its exact recent window are read as a second part, compact pages of compact_pool.
+     * Resident kind: every compact page is in compact_pool, made when it leaves the window.
+     * Staged kind (the staged compact route): the exact part (the sink and the recent pages)
+     * is resident as with the resident kind, each compact page is made once into
+     * compact_host_pool (a compact copy beside the exact host copy, which stays
+     * authoritative), compact_pool holds a window of each history's newest compact pages
+     * and stages the rest each step from the compact copies, per layer under one lease of a
+     * stage of compact pages (no owners: the compact copies are never written by a step).
+     * exact (0) = none. */
     akv_repr tier;
-    akv_dev_pool *compact_pool;  /* its pages (params.repr = tier, the same geometry), borrowed */
+    akv_dev_pool *compact_pool;  /* its pages (params.repr = tier, the same geometry), borrowed;
+                                    staged: with a staging reserve of at least
+                                    2 x akv_route_compact_slot_pages */
+    akv_host_pool *compact_host_pool; /* staged only: the compact copies (params.repr = tier,
+                                    the same geometry), borrowed; as many page ids as the
+                                    host pool's (every exact host page may have its copy) */
+    uint32_t compact_target;     /* staged only: compact pages per layer each history holds in
+                                    compact_pool by right (>= 2); 0 = its window capacity /
+                                    max_seqs */
+    uint32_t compact_burst;      /* staged only: compact pages it may borrow above that while
+                                    the pool has free pages; 0 = none */
     uint64_t exact_recent;       /* tokens before the newest that stay exact; 0 =
                                     AKV_ROUTE_EXACT_RECENT */
     uint32_t max_step;           /* the most new tokens one sequence's step adds (they stay
@@ -199,10 +215,12 @@ typedef struct akv_route_stats {
     uint64_t d2h_bytes;    /* device -> host: write-back of new rows */
     uint64_t compact_pages; /* hybrid: compact pages made (a page of every layer counts once a
                                layer): on the device from its exact page where that page is in
-                               the window (queued), else on the host from the host copy */
+                               the window (queued), else on the host from the host copy;
+                               staged hybrid: the compact copies made on the host */
     uint64_t compact_device; /* hybrid: of them, made on the device */
     uint64_t compact_bytes; /* hybrid: the bytes of those made on the host, copied into the
-                               compact pool */
+                               compact pool; staged hybrid: of the compact copies copied into
+                               its compact window (its staged ones: staged_bytes) */
     uint64_t n_quarantines; /* staged: its stage's quarantines (akv_stage_stats); the route
                                asks for at most one per call that retires leases */
     uint32_t n_open;       /* sequences open now */
@@ -236,7 +254,12 @@ typedef struct akv_route_plan {
     akv_repr tier;
     uint64_t exact_recent;  /* tokens kept exact before the newest */
     uint32_t max_step;      /* the most new tokens one sequence's step adds */
-    uint32_t compact_gib;   /* the compact pool every history's older pages need, whole GiB */
+    uint32_t compact_gib;   /* the compact device pool, whole GiB: resident, every history's
+                               older pages; staged, what the exact part leaves of device_gib */
+    uint32_t compact_staging_pages; /* staged: the compact pool's staging reserve */
+    uint32_t compact_host_gib; /* staged: the compact copies' host pool, whole GiB (out of
+                                  host_gib: page ids for every exact host page) */
+    uint32_t compact_target, compact_burst; /* staged: each context's compact window */
 } akv_route_plan;
 
 /* The plan before the pools are sized: kind and window_pages (0 = the default) resolved, and
@@ -254,6 +277,18 @@ akv_status akv_route_plan_begin(akv_route_kind kind, uint32_t window_pages, cons
 akv_status akv_route_plan_tier(akv_route_plan *pl, akv_repr tier, uint64_t exact_recent,
                                uint32_t max_step, const akv_geom *g, uint64_t max_history,
                                uint32_t max_seqs);
+
+/* The staged kind's compact tier (after akv_route_plan_tier): the device GiB split between the
+ * exact part (max_seqs exact windows) and the compact pool (compact_gib, its staging reserve
+ * and each context's compact window), and the host GiB between the exact copies and the
+ * compact ones (compact_host_gib). A no-op for another kind or no tier. AKV_EFULL, logged
+ * naming the field to raise, when device_gib or host_gib cannot hold both parts. */
+akv_status akv_route_plan_split(akv_route_plan *pl, const akv_geom *g, uint64_t max_history,
+                                uint32_t max_seqs, uint32_t device_gib, uint32_t host_gib);
+
+/* Compact pages of one layer a staged compact route of max_seqs histories of max_history
+ * tokens stages at most in a step: a staging slot's pages. */
+uint32_t akv_route_compact_slot_pages(const akv_geom *g, uint64_t max_history, uint32_t max_seqs);
 
 /* The plan once the admission sized the pools (fit: akv/admit.h, for fit->concurrency
  * histories): each context's window. AKV_EFULL, logged naming the params field to change,

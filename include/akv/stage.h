@@ -144,7 +144,9 @@ akv_stage_params akv_stage_default_params(void);
 
 /* Creates the stage of `dev`, over the host pool (owners and tickets) and the device pool
  * (n_slots * slot_pages pages of its staging reserve, held until destroy). All three must
- * outlive it and share the device and the geometry.
+ * outlive it and share the device and the geometry, and the two pools one page size: exact
+ * pages, or compact pages of one form (akv/kv_repr.h; a stage of compact pages stages copies
+ * made elsewhere and takes no owners: new rows go to exact pages only).
  * AKV_EINVAL, logged naming the setting, for bad params or mismatched pools; AKV_EFULL when the
  * staging reserve is too small (--staging pages); AKV_ENOMEM; AKV_EDEVICE creating events. */
 akv_status akv_stage_create(akv_dev *dev, akv_host_pool *hpool, akv_dev_pool *dpool,
@@ -157,7 +159,7 @@ akv_status akv_stage_create(akv_dev *dev, akv_host_pool *hpool, akv_dev_pool *dp
 akv_status akv_stage_destroy(akv_stage *st);
 
 /* Begins a lease for (layer, step) with n_owners host pages that will receive new rows
- * (owners[i] is sequence i's tail page; n_owners may be 0). Leases every owner (all or
+ * (owners[i] is sequence i's tail page; n_owners may be 0, and must be on a compact stage). Leases every owner (all or
  * nothing). Submits the prior-reader waits and the poison on the H2D queue.
  * AKV_ESTATE: the previously begun lease is neither sealed nor cancelled nor retired, or an
  * owner handle is stale or doomed; AKV_EINVAL: bad arguments, layer out of range, an owner

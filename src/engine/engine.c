@@ -97,6 +97,10 @@ static akv_status engine_plan(akv_engine *e, const akv_engine_params *p, bool qu
             (st = akv_route_plan_tier(&pl->route, p->kv_tier, p->exact_recent, pl->chunk, &pl->geom,
                                       pl->max_context, seqs)))
             return st; /* logged */
+        /* the staged compact route: the device and host GiB split between the parts */
+        if ((st = akv_route_plan_split(&pl->route, &pl->geom, pl->max_context, seqs,
+                                       p->device_gib, p->host_gib)))
+            return st; /* logged */
         /* the compact tier's pool comes out of the device GiB first */
         const uint32_t compact_gib = pl->route.compact_gib;
         if (compact_gib && p->device_gib <= compact_gib) {
@@ -110,7 +114,7 @@ static akv_status engine_plan(akv_engine *e, const akv_engine_params *p, bool qu
         }
         akv_admit_params ap = {.geom = pl->geom,
                                .max_context = pl->max_context,
-                               .host_gib = p->host_gib,
+                               .host_gib = p->host_gib - pl->route.compact_host_gib,
                                .device_gib = p->device_gib - compact_gib,
                                .staging_pages = pl->route.staging_pages,
                                .concurrency = seqs,
@@ -297,7 +301,7 @@ static akv_status engine_open_pass(akv_engine *e) {
 static akv_status engine_open_memory(akv_engine *e) {
     const akv_engine_plan *pl = &e->plan;
     akv_host_pool_params hpp = akv_host_pool_default_params();
-    hpp.limit_gib = e->p.host_gib ? e->p.host_gib : 1;
+    hpp.limit_gib = (e->p.host_gib ? e->p.host_gib : 1) - pl->route.compact_host_gib;
     /* the whole budget pinned now: growing the pool later stalls the pass that needs the
      * pages (docs/mem.md), and what admission promises is then memory the pool holds */
     hpp.keep_gib = hpp.limit_gib;
@@ -322,8 +326,16 @@ static akv_status engine_open_memory(akv_engine *e) {
     if (pl->route.tier != AKV_REPR_EXACT) {
         akv_dev_pool_params cpp = akv_dev_pool_default_params();
         cpp.device_gib = pl->route.compact_gib, cpp.repr = pl->route.tier;
+        cpp.staging_pages = pl->route.compact_staging_pages;
         if ((st = akv_dev_pool_create(e->dev, &pl->geom, &cpp, &e->dpc))) return st;
         rp.compact_pool = e->dpc;
+        rp.compact_target = pl->route.compact_target, rp.compact_burst = pl->route.compact_burst;
+    }
+    if (pl->route.compact_host_gib) { /* the staged compact route's compact copies */
+        akv_host_pool_params chp = akv_host_pool_default_params();
+        chp.limit_gib = chp.keep_gib = pl->route.compact_host_gib, chp.repr = pl->route.tier;
+        if ((st = akv_host_pool_create(e->dev, &pl->geom, &chp, &e->hpc))) return st;
+        rp.compact_host_pool = e->hpc;
     }
     if ((st = akv_route_create(e->dev, e->hp, e->dp, &rp, &e->route))) return st;
     const uint32_t S = pl->max_seqs, T = pl->step_tokens;
@@ -601,6 +613,8 @@ void akv_engine_destroy(akv_engine *e) {
     if (akv_dev_pool_destroy(e->dpc) != AKV_OK)
         AKV_LOG_E("engine: the compact pool is still held");
     if (akv_host_pool_destroy(e->hp) != AKV_OK) AKV_LOG_E("engine: the host pool is still held");
+    if (akv_host_pool_destroy(e->hpc) != AKV_OK)
+        AKV_LOG_E("engine: the compact copies' host pool is still held");
     akv_tok_destroy(e->tok);
     akv_model_destroy(e->own_model);
     if (akv_dev_destroy(e->dev) != AKV_OK) AKV_LOG_E("engine: the device is still busy");
@@ -1075,7 +1089,8 @@ akv_status akv__engine_check(akv_engine *e) {
         engine_resync(e); /* a failure it reports once (an undone step, a replaced stage) */
     if (st) return st;
     if ((st = akv__host_pool_check(e->hp)) || (st = akv__dev_pool_check(e->dp)) ||
-        (e->dpc && (st = akv__dev_pool_check(e->dpc))))
+        (e->dpc && (st = akv__dev_pool_check(e->dpc))) ||
+        (e->hpc && (st = akv__host_pool_check(e->hpc))))
         return st;
     uint64_t host = 0, dev = 0, idle = 0;
     uint32_t n_ctx = 0;

@@ -71,6 +71,7 @@ struct akv_engine {
     akv_host_pool *hp;
     akv_dev_pool *dp;
     akv_dev_pool *dpc;         /* the compact tier's pages (NULL: none) */
+    akv_host_pool *hpc;        /* the staged compact route's compact copies (NULL: none) */
     akv_route *route;
     akv_forward *fh;        /* host pass */
     akv_forward_dev *fd;    /* device pass */

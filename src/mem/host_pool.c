@@ -46,6 +46,7 @@ typedef struct hp_layout {
 struct akv_host_pool {
     akv_dev *dev;
     akv_geom geom;
+    akv_repr repr;
     hp_layout lay;
     hp_arena *slots; /* [lay.n_slots] */
     uint32_t hint;   /* every slot below it is present and full (a search start) */
@@ -66,7 +67,12 @@ static akv_status hp_layout_of(const akv_geom *g, const akv_host_pool_params *p,
                   p->limit_gib, AKV_HOST_POOL_MAX_GIB);
         return AKV_EINVAL;
     }
-    hp_layout l = {.page_bytes = akv_geom_page_bytes(g)};
+    hp_layout l = {.page_bytes = akv_geom_repr_page_bytes(g, p->repr)};
+    if (l.page_bytes == 0) {
+        AKV_LOG_E("host pool: pages of representation %s cannot hold head dim %u",
+                  akv_repr_name(p->repr), g->head_dim);
+        return (unsigned)p->repr < AKV_REPR_COUNT ? AKV_EUNSUPPORTED : AKV_EINVAL;
+    }
     size_t arena = p->arena_bytes ? p->arena_bytes : AKV_HOST_POOL_DEFAULT_ARENA_BYTES;
     if (!akv__size_mul(p->limit_gib, (size_t)1 << 30, &l.limit_bytes)) return AKV_EOVERFLOW;
     if (arena < l.page_bytes) {
@@ -155,6 +161,7 @@ akv_status akv_host_pool_create(akv_dev *dev, const akv_geom *g, const akv_host_
     for (uint32_t s = 0; s < l.n_slots; s++) pool->slots[s].n_pages = hp_slot_pages(&l, s);
     pool->dev = dev;
     pool->geom = *g;
+    pool->repr = p->repr;
     pool->lay = l;
     pool->st = hp_layout_stats(&l);
     for (uint32_t k = 0; k < l.n_kept; k++) {
@@ -389,6 +396,10 @@ uint32_t akv_host_pool_page_n_leases(const akv_host_pool *pool, akv_host_page pa
 
 size_t akv_host_pool_page_bytes(const akv_host_pool *pool) {
     return pool->lay.page_bytes;
+}
+
+akv_repr akv_host_pool_repr(const akv_host_pool *pool) {
+    return pool->repr;
 }
 
 const akv_geom *akv_host_pool_geom(const akv_host_pool *pool) {

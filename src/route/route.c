@@ -28,7 +28,9 @@ const akv__route_kind *akv__route_kind_of(akv_route_kind kind) {
 
 const akv__route_kind *akv__route_kind_tiered(akv_route_kind kind, akv_repr tier) {
     if (tier == AKV_REPR_EXACT) return akv__route_kind_of(kind);
-    return kind == AKV_ROUTE_RESIDENT ? &akv__route_hybrid : NULL;
+    return kind == AKV_ROUTE_RESIDENT ? &akv__route_hybrid
+           : kind == AKV_ROUTE_STAGED ? &akv__route_hybrid_staged
+                                      : NULL;
 }
 
 const char *akv_route_kind_name(akv_route_kind kind) {
@@ -93,8 +95,7 @@ akv_status akv_route_plan_tier(akv_route_plan *pl, akv_repr tier, uint64_t exact
         return AKV_EINVAL;
     }
     if (!akv__route_kind_tiered(pl->kind, tier)) {
-        AKV_LOG_E("route: {=kv_tier} %s: the compact tier serves the resident route today, not "
-                  "the %s one",
+        AKV_LOG_E("route: {=kv_tier} %s: no compact tier serves the %s route",
                   akv_repr_name(tier), akv_route_kind_name(pl->kind));
         return AKV_EUNSUPPORTED;
     }
@@ -105,13 +106,73 @@ akv_status akv_route_plan_tier(akv_route_plan *pl, akv_repr tier, uint64_t exact
                   akv_repr_name(tier), g->head_dim, AKV_REPR_Q4_GROUP);
         return AKV_EUNSUPPORTED;
     }
+    pl->tier = tier;
+    if (pl->kind == AKV_ROUTE_STAGED) return AKV_OK; /* the pools: akv_route_plan_split */
     /* every history's pages after the sink, compact: the pool holds them all (resident) */
     const uint64_t pages = akv_geom_pages_for_tokens(g, max_history) * (max_seqs ? max_seqs : 1);
     const double bytes = (double)pages * g->n_layers * (double)cbytes;
     pl->compact_gib = (uint32_t)((bytes + (double)(1u << 30) - 1) / (double)(1u << 30));
     if (pl->compact_gib == 0) pl->compact_gib = 1;
-    pl->tier = tier;
     return AKV_OK;
+}
+
+uint32_t akv_route_compact_slot_pages(const akv_geom *g, uint64_t max_history, uint32_t max_seqs) {
+    const uint64_t n = akv_geom_pages_for_tokens(g, max_history) * (max_seqs ? max_seqs : 1);
+    return n < UINT32_MAX / 2 ? (uint32_t)n : UINT32_MAX / 2;
+}
+
+akv_status akv_route_plan_split(akv_route_plan *pl, const akv_geom *g, uint64_t max_history,
+                                uint32_t max_seqs, uint32_t device_gib, uint32_t host_gib) {
+    if (pl->kind != AKV_ROUTE_STAGED || pl->tier == AKV_REPR_EXACT) return AKV_OK;
+    const uint32_t S = max_seqs ? max_seqs : 1;
+    const double GiB = (double)(1u << 30);
+    /* device: the exact part holds S exact windows (the sink, the recent tokens, a step),
+     * whole GiB; the compact pool the rest: its staging reserve, then the compact windows */
+    const akv__route_kind *k = akv__route_kind_tiered(pl->kind, pl->tier);
+    const double exact = (double)k->need(pl, g, max_history) * S * g->n_layers *
+                         (double)akv_geom_page_bytes(g);
+    const uint32_t exact_gib = (uint32_t)((exact + GiB - 1) / GiB);
+    pl->compact_staging_pages = 2 * akv_route_compact_slot_pages(g, max_history, S);
+    akv_dev_pool_params cpp = {.device_gib = device_gib > exact_gib ? device_gib - exact_gib : 0,
+                               .staging_pages = pl->compact_staging_pages,
+                               .repr = pl->tier};
+    akv_dev_pool_stats cl = {0};
+    const bool fits = cpp.device_gib > 0 && akv_dev_pool_layout(g, &cpp, &cl) == AKV_OK &&
+                      cl.window_capacity >= 2ull * S;
+    if (!fits) {
+        const double need = (double)pl->compact_staging_pages * akv_geom_repr_page_bytes(g, pl->tier) +
+                            2.0 * S * g->n_layers * akv_geom_repr_page_bytes(g, pl->tier);
+        AKV_LOG_E("route: the staged compact route of {=max_seqs} %u histories of %llu tokens "
+                  "needs %u GiB for their exact windows and %.2f GiB for the compact pool's "
+                  "staging reserve and windows; {=device_gib} is %u: raise it to at least %u",
+                  S, (unsigned long long)max_history, exact_gib, need / GiB, device_gib,
+                  exact_gib + (uint32_t)((need + GiB - 1) / GiB));
+        return AKV_EFULL;
+    }
+    pl->compact_gib = cpp.device_gib;
+    const uint64_t whole = akv_geom_pages_for_tokens(g, max_history);
+    const uint64_t share = cl.window_capacity / S;
+    pl->compact_target = (uint32_t)(share < whole ? share : whole);
+    if (pl->compact_target < 2) pl->compact_target = 2;
+    const uint64_t left = cl.window_capacity - (uint64_t)pl->compact_target * S;
+    const uint64_t more = whole > pl->compact_target ? whole - pl->compact_target : 0;
+    pl->compact_burst = (uint32_t)(left < more ? left : more);
+    /* host: the least GiB of compact copies with a page id for every exact host page */
+    for (uint32_t c = 1; c < host_gib; c++) {
+        akv_host_pool_params hx = akv_host_pool_default_params(), hc = hx;
+        hx.limit_gib = host_gib - c;
+        hc.limit_gib = c, hc.repr = pl->tier;
+        akv_host_pool_stats sx, sc;
+        if (akv_host_pool_layout(g, &hx, &sx) || akv_host_pool_layout(g, &hc, &sc)) break;
+        if (sc.capacity_pages >= sx.capacity_pages) {
+            pl->compact_host_gib = c;
+            return AKV_OK;
+        }
+    }
+    AKV_LOG_E("route: the staged compact route keeps a compact copy beside each exact host page: "
+              "{=host_gib} %u cannot hold both (at least 2 GiB)",
+              host_gib);
+    return AKV_EFULL;
 }
 
 akv_status akv_route_plan_finish(const akv_geom *g, uint64_t max_history, const akv_fit *fit,
@@ -125,7 +186,13 @@ akv_status akv_route_plan_finish(const akv_geom *g, uint64_t max_history, const 
 size_t akv_route_plan_format(const akv_route_plan *pl, uint32_t max_seqs,
                              uint32_t window_capacity, char *buf, size_t cap) {
     const char *name = akv_route_kind_name(pl->kind);
-    int n = pl->target
+    int n = pl->tier != AKV_REPR_EXACT
+                ? snprintf(buf, cap,
+                           "route:       %s: %u sequences at once, each reserving its exact "
+                           "window (the sink, the last {=exact_recent} tokens and a step's) of the "
+                           "%u window pages per layer\n",
+                           name, max_seqs, window_capacity)
+            : pl->target
                 ? snprintf(buf, cap,
                            "route:       %s: %u sequences at once, each with a window of %u "
                            "pages by right + %u borrowable ({=window_pages} %u), staging reserve %u "
@@ -136,12 +203,22 @@ size_t akv_route_plan_format(const akv_route_plan *pl, uint32_t max_seqs,
                            "route:       %s: %u sequences at once, each reserving its whole "
                            "history (prompt + {=max_tokens}) of the %u window pages per layer\n",
                            name, max_seqs, window_capacity);
-    if (n > 0 && pl->tier != AKV_REPR_EXACT && (size_t)n < cap)
+    if (n > 0 && pl->tier != AKV_REPR_EXACT && !pl->compact_host_gib && (size_t)n < cap)
         n += snprintf(buf + n, cap - (size_t)n,
                       "compact:     {=kv_tier} %s: every page older than the last "
                       "{=exact_recent} %llu tokens, in %u GiB of the device pool\n",
                       akv_repr_name(pl->tier), (unsigned long long)pl->exact_recent,
                       pl->compact_gib);
+    else if (n > 0 && pl->compact_host_gib && (size_t)n < cap)
+        n += snprintf(buf + n, cap - (size_t)n,
+                      "compact:     {=kv_tier} %s: every page older than the last "
+                      "{=exact_recent} %llu tokens, a compact copy of each in %u GiB of "
+                      "{=host_gib}; %u GiB of the device pool keep each history's newest %u "
+                      "compact pages per layer by right + %u borrowable and stage the rest, "
+                      "staging reserve %u compact pages (2 slots)\n",
+                      akv_repr_name(pl->tier), (unsigned long long)pl->exact_recent,
+                      pl->compact_host_gib, pl->compact_gib, pl->compact_target,
+                      pl->compact_burst, pl->compact_staging_pages);
     return n > 0 ? (size_t)n : 0;
 }
 
@@ -203,6 +280,14 @@ static akv_status route_seq_ok(const akv_route *r, const akv_route_seq *s, const
 static void seq_shortened(akv_route_seq *s, uint64_t n_tokens) {
     const uint64_t keep = n_tokens / s->r->geom.page_tokens;
     if (s->c_valid > keep) s->c_valid = (uint32_t)keep;
+    if (s->hc_valid > keep) s->hc_valid = (uint32_t)keep;
+}
+
+/* s's host copies (the exact one, and the compact copies' table with it) to n_tokens. */
+static akv_status seq_host_truncate(akv_route_seq *s, uint64_t n_tokens) {
+    akv_status st = akv_host_table_truncate(s->ht, n_tokens);
+    if (!st && s->cht) st = akv_host_table_truncate(s->cht, n_tokens);
+    return st;
 }
 
 /* Every open sequence's device window becomes untrusted (a queue failed): the next step
@@ -226,12 +311,19 @@ akv_status akv__route_wait(akv_route *r) {
 /* ---- sequences ---------------------------------------------------------------------------- */
 
 /* Frees a sequence's pages and record (nothing may touch them any more). */
-static akv_status seq_free(akv_route *r, akv_route_seq *s) {
-    akv_status st = akv_host_table_destroy(s->ht);
-    if (st == AKV_EBUSY) { /* still leased by a record the stage retains: freed at release */
-        akv_host_table_destroy_deferred(s->ht);
+/* A host table freed now, or (still leased by a record a stage retains) at its release. */
+static akv_status seq_table_free(akv_host_table *t) {
+    akv_status st = akv_host_table_destroy(t);
+    if (st == AKV_EBUSY) {
+        akv_host_table_destroy_deferred(t);
         st = AKV_OK;
     }
+    return st;
+}
+
+static akv_status seq_free(akv_route *r, akv_route_seq *s) {
+    akv_status st = seq_table_free(s->ht);
+    if (!st && s->cht) st = seq_table_free(s->cht);
     if (st) return st;
     if (s->ctx) akv_dev_pool_ctx_close(r->dp, s->ctx);
     if (s->cctx) akv_dev_pool_ctx_close(r->dpc, s->cctx);
@@ -239,6 +331,7 @@ static akv_status seq_free(akv_route *r, akv_route_seq *s) {
     for (uint32_t i = 0; r->pf_seqs && i < r->pf_n_seq; i++) /* a prefetch for it cannot serve */
         if (r->pf_seqs[i] == s) r->pf_seqs[i] = NULL;
     akv__free(s->staged);
+    akv__free(s->cstaged);
     akv__free(s->runs);
     akv__free(s);
     return AKV_OK;
@@ -299,10 +392,14 @@ akv_status akv_route_seq_open(akv_route *r, const akv_route_seq_params *p, akv_r
     akv_dev_pool_ctx_params cp = {.target = sp.target, .burst = sp.burst, .tag = sp.tag};
     if (!st && (st = akv_host_table_create(r->hp, &s->ht)) == AKV_OK)
         st = akv_dev_pool_ctx_open(r->dp, &cp, &s->ctx);
-    if (!st && r->dpc) { /* its compact pages: every one of its history's, resident */
+    if (!st && r->dpc) { /* its compact pages: every one of its history's, resident; or
+                            (staged) a window of them, and its compact copies */
         akv_dev_pool_ctx_params ccp = {.target = akv__route_floor_pages(&r->geom, sp.max_history),
                                        .tag = sp.tag};
+        if (r->hpc) ccp.target = r->ctarget, ccp.burst = r->cburst;
         st = akv_dev_pool_ctx_open(r->dpc, &ccp, &s->cctx);
+        if (!st && r->hpc && (st = akv_host_table_create(r->hpc, &s->cht)) == AKV_OK)
+            st = (s->cstaged = akv__calloc(r->max_pages, sizeof *s->cstaged)) ? AKV_OK : AKV_ENOMEM;
     }
     s->x0 = 1;
     if (st) {
@@ -328,8 +425,9 @@ akv_status akv_route_seq_set_params(akv_route *r, akv_route_seq *s, const akv_ro
         return AKV_EINVAL;
     }
     if ((st = akv_dev_pool_ctx_set_target(r->dp, s->ctx, sp.target, sp.burst))) return st;
-    if (r->dpc && (st = akv_dev_pool_ctx_set_target(
-                       r->dpc, s->cctx, akv__route_floor_pages(&r->geom, sp.max_history), 0)))
+    if (r->dpc && !r->hpc &&
+        (st = akv_dev_pool_ctx_set_target(r->dpc, s->cctx,
+                                          akv__route_floor_pages(&r->geom, sp.max_history), 0)))
         return st;
     sp.tag = s->p.tag; /* the pool's context keeps its tag */
     s->p = sp;
@@ -352,9 +450,10 @@ akv_status akv_route_seq_close(akv_route *r, akv_route_seq *s) {
 
 /* A compact tier asked of the route: a compact pool of that representation over the same
  * geometry and a kind that serves one. */
-static akv_status route_tier_check(const akv_route_params *p, const akv_dev_pool *dev_pool) {
+static akv_status route_tier_check(const akv_route_params *p, const akv_host_pool *host_pool,
+                                   const akv_dev_pool *dev_pool) {
     if (p->tier == AKV_REPR_EXACT) {
-        if (!p->compact_pool) return AKV_OK;
+        if (!p->compact_pool && !p->compact_host_pool) return AKV_OK;
         AKV_LOG_E("route: a compact pool is given with no compact {=kv_tier}");
         return AKV_EINVAL;
     }
@@ -364,17 +463,44 @@ static akv_status route_tier_check(const akv_route_params *p, const akv_dev_pool
         return AKV_EINVAL;
     }
     if (!akv__route_kind_tiered(p->kind, p->tier)) {
-        AKV_LOG_E("route: {=kv_tier} %s: the compact tier serves the resident route today",
-                  akv_repr_name(p->tier));
+        AKV_LOG_E("route: {=kv_tier} %s: no compact tier serves the %s route",
+                  akv_repr_name(p->tier), akv_route_kind_name(p->kind));
         return AKV_EUNSUPPORTED;
     }
     const akv_geom *g = akv_dev_pool_geom(dev_pool), *gc = akv_dev_pool_geom(p->compact_pool);
+    const size_t cbytes = akv_geom_repr_page_bytes(g, p->tier);
     akv_dev_pool_stats cs;
     akv_dev_pool_get_stats(p->compact_pool, &cs);
-    if (!route_same_geom(g, gc) || cs.page_bytes != akv_geom_repr_page_bytes(g, p->tier)) {
+    if (!route_same_geom(g, gc) || cs.page_bytes != cbytes) {
         AKV_LOG_E("route: the compact pool is not one of %s pages of the exact pool's geometry",
                   akv_repr_name(p->tier));
         return AKV_EINVAL;
+    }
+    const bool staged = p->kind == AKV_ROUTE_STAGED;
+    if (staged != (p->compact_host_pool != NULL)) {
+        AKV_LOG_E("route: %s", staged ? "the staged compact route needs a host pool of compact "
+                                        "pages for the compact copies"
+                                      : "a host pool of compact pages serves the staged route only");
+        return AKV_EINVAL;
+    }
+    if (staged && (!route_same_geom(g, akv_host_pool_geom(p->compact_host_pool)) ||
+                   akv_host_pool_page_bytes(p->compact_host_pool) != cbytes)) {
+        AKV_LOG_E("route: the compact host pool is not one of %s pages of the exact pool's "
+                  "geometry",
+                  akv_repr_name(p->tier));
+        return AKV_EINVAL;
+    }
+    if (staged) { /* every exact host page may have its compact copy */
+        akv_host_pool_stats hs, chs;
+        akv_host_pool_get_stats(host_pool, &hs);
+        akv_host_pool_get_stats(p->compact_host_pool, &chs);
+        if (chs.capacity_pages < hs.capacity_pages) {
+            AKV_LOG_E("route: the compact host pool holds %llu pages; the host pool %llu, and "
+                      "each may have its compact copy (akv_route_plan_split sizes both)",
+                      (unsigned long long)chs.capacity_pages,
+                      (unsigned long long)hs.capacity_pages);
+            return AKV_EINVAL;
+        }
     }
     return AKV_OK;
 }
@@ -392,7 +518,7 @@ akv_status akv_route_create(akv_dev *dev, akv_host_pool *host_pool, akv_dev_pool
     akv_dev_info info;
     akv_status st = akv_dev_get_info(dev, &info);
     if (st) return st;
-    if ((st = route_tier_check(p, dev_pool))) return st;
+    if ((st = route_tier_check(p, host_pool, dev_pool))) return st;
     if (p->tier != AKV_REPR_EXACT) kind = akv__route_kind_tiered(p->kind, p->tier);
     if (!info.is_host && !p->queued) {
         AKV_LOG_E("route: device '%s': the direct mode (host tables, host forward pass) needs the "
@@ -439,7 +565,7 @@ akv_status akv_route_create(akv_dev *dev, akv_host_pool *host_pool, akv_dev_pool
     r->window_pages = probe.window_pages;
     r->exact_recent = probe.exact_recent, r->max_step = probe.max_step;
     r->queued = p->queued;
-    r->open_layer = -1;
+    r->open_layer = -1, r->copen_layer = -1;
     r->head_ints = (2 * (size_t)max_seqs + 1 + AKV__ROUTE_HEAD_ALIGN - 1) / AKV__ROUTE_HEAD_ALIGN *
                    AKV__ROUTE_HEAD_ALIGN;
     r->cap = (size_t)max_seqs * n_lp;
@@ -492,6 +618,7 @@ akv_status akv_route_create(akv_dev *dev, akv_host_pool *host_pool, akv_dev_pool
             st = r->ctab && r->cstage ? AKV_OK : AKV_ENOMEM;
         }
         if (!st) st = akv__par_create(p->encode_threads, &r->cpar);
+        r->hpc = p->compact_host_pool;
         if (r->ctab) {
             r->c_indptr = r->ctab;
             r->c_last = r->ctab + max_seqs + 1;
@@ -512,6 +639,8 @@ static akv_status route_free(akv_route *r) {
     akv_status st;
     if (r->own_stage && r->stage && (st = akv_stage_destroy(r->stage))) return st;
     r->own_stage = false;
+    if (r->cst && (st = akv_stage_destroy(r->cst))) return st;
+    r->cst = NULL;
     akv__free(r->hpages);
     akv__free(r->slot_ids);
     akv__free(r->pf_pages);
@@ -519,6 +648,10 @@ static akv_status route_free(akv_route *r) {
     akv__free(r->pf_len);
     akv__free(r->lease);
     akv__free(r->lease_live);
+    akv__free(r->cslot_ids);
+    akv__free(r->chpages);
+    akv__free(r->clease);
+    akv__free(r->clease_live);
     akv__free(r->step);
     akv__free(r->order);
     akv__free(r->c_order);
@@ -637,7 +770,7 @@ static akv_status seq_undo(akv_route *r, akv_route_seq *s, const char *why, bool
               "tokens (feed them again)",
               (unsigned long long)s->p.tag, (unsigned long long)s->n_tokens, why,
               (unsigned long long)s->step_first);
-    akv_status st = akv_host_table_truncate(s->ht, s->step_first);
+    akv_status st = seq_host_truncate(s, s->step_first);
     if (st) return st;
     s->n_tokens = s->step_first;
     seq_shortened(s, s->n_tokens);
@@ -758,7 +891,7 @@ akv_status akv_route_abort_step(akv_route *r) {
         akv_route_seq *s = r->step[i];
         /* (a sequence truncated below the step's start since has nothing of it left) */
         if (!s || s->closing || s->n_tokens <= s->step_first) continue;
-        if ((st = akv_host_table_truncate(s->ht, s->step_first))) return st;
+        if ((st = seq_host_truncate(s, s->step_first))) return st;
         s->n_tokens = s->step_first;
         seq_shortened(s, s->n_tokens);
     }
@@ -778,7 +911,7 @@ akv_status akv_route_seq_truncate(akv_route *r, akv_route_seq *s, uint64_t n_tok
                   (unsigned long long)n_tokens, (unsigned long long)s->n_tokens);
         return lost ? AKV_EDEVICE : AKV_EINVAL; /* lost: the sync just undid that step */
     }
-    st = akv_host_table_truncate(s->ht, n_tokens);
+    st = seq_host_truncate(s, n_tokens);
     if (st == AKV_OK) s->n_tokens = n_tokens, seq_shortened(s, n_tokens);
     return st;
 }
@@ -831,8 +964,7 @@ static akv_status route_check_batch(akv_route *r, const akv_route_req *reqs, uin
 
 /* Host copies back to their lengths before the step (the first n of reqs grew). */
 static void route_ungrow(akv_route *r, const akv_route_req *reqs, uint32_t n) {
-    for (uint32_t i = 0; i < n; i++)
-        (void)akv_host_table_truncate(reqs[i].seq->ht, reqs[i].seq->n_tokens);
+    for (uint32_t i = 0; i < n; i++) (void)seq_host_truncate(reqs[i].seq, reqs[i].seq->n_tokens);
     (void)r;
 }
 
@@ -857,7 +989,11 @@ static void route_place(akv_route *r, akv_route_seq *s, uint32_t n_lp) {
     s->n_staged = 0;
     if (r->dpc) { /* hybrid: the sink, the compact part, the exact part from x0 */
         seq_run_push(s, 0, 1, AKV_KV_WINDOW, AKV_REPR_EXACT);
-        if (s->n_compact) seq_run_push(s, 1, s->n_compact, AKV_KV_WINDOW, r->tier);
+        for (uint32_t lp = 1, j = 0; lp <= s->n_compact; lp++) { /* staged: outside its window */
+            const bool staged = j < s->n_cstaged && s->cstaged[j] == lp;
+            j += staged;
+            seq_run_push(s, lp, 1, staged ? AKV_KV_STAGED : AKV_KV_WINDOW, r->tier);
+        }
         if (n_lp > s->x0) seq_run_push(s, s->x0, n_lp - s->x0, AKV_KV_WINDOW, AKV_REPR_EXACT);
         return;
     }
@@ -940,13 +1076,35 @@ static akv_status route_upload(akv_route *r, uint32_t n) {
     return r->queued ? route_table_upload(r, r->tab_d, r->tab_h, n, r->n_idx, &r->tab_dirty) : AKV_OK;
 }
 
+/* A compact page job, the array grown on demand. */
+static akv_status route_cjob_push(akv_route *r, akv__route_cjob job) {
+    if (r->n_cjobs == r->cjobs_cap) {
+        const uint32_t cap = r->cjobs_cap ? 2 * r->cjobs_cap : 256;
+        akv__route_cjob *j = akv__realloc(r->cjobs, (size_t)cap * sizeof *j);
+        if (!j) return AKV_ENOMEM;
+        r->cjobs = j, r->cjobs_cap = cap;
+    }
+    r->cjobs[r->n_cjobs++] = job;
+    return AKV_OK;
+}
+
 /* Hybrid: compact page (layer, logical) of s to be made into compact pool page page_id: on the
  * device from its exact page when the queued route has it in s's window (and the window is
  * trusted), else on the host from the host copy (route_compact_run makes them). The step's
  * compact work runs before the device-pool step, so an exact page leaving the window this step
- * is still there, and its encoding precedes on the compute queue whatever reuses it. */
+ * is still there, and its encoding precedes on the compute queue whatever reuses it. Staged
+ * hybrid: copied from its compact copy (made before, route_compact_copies). */
 static akv_status route_compact_page(akv_route *r, akv_route_seq *s, uint32_t layer,
                                      uint32_t logical, uint32_t page_id, bool trusted) {
+    if (r->hpc) {
+        const akv_dptr dst = akv_dev_pool_page_addr(r->dpc, page_id);
+        const void *src = akv_host_pool_page_addr(r->hpc, akv_host_table_page(s->cht, layer, logical));
+        const size_t n = r->clayout.page_bytes;
+        akv_status st = r->queued ? akv_dev_copy_h2d_async(r->dev, AKV_QUEUE_COMPUTE, dst, src, n)
+                                  : akv_dev_copy_h2d_sync(r->dev, dst, src, n);
+        if (!st) r->stats.h2d_bytes += n, r->stats.compact_bytes += n, s->stats.h2d_bytes += n;
+        return st;
+    }
     const int64_t id = r->queued && trusted ? akv_dev_pool_ctx_find(r->dp, s->ctx, layer, logical) : -1;
     if (id >= 0) {
         AKV_ASSERT(r->n_dpairs < r->dpairs_cap);
@@ -954,16 +1112,9 @@ static akv_status route_compact_page(akv_route *r, akv_route_seq *s, uint32_t la
         r->n_dpairs++;
         return AKV_OK;
     }
-    if (r->n_cjobs == r->cjobs_cap) {
-        const uint32_t cap = r->cjobs_cap ? 2 * r->cjobs_cap : 256;
-        akv__route_cjob *j = akv__realloc(r->cjobs, (size_t)cap * sizeof *j);
-        if (!j) return AKV_ENOMEM;
-        r->cjobs = j, r->cjobs_cap = cap;
-    }
-    r->cjobs[r->n_cjobs++] = (akv__route_cjob){
-        .src = akv_host_pool_page_addr(r->hp, akv_host_table_page(s->ht, layer, logical)),
-        .page_id = page_id};
-    return AKV_OK;
+    return route_cjob_push(
+        r, (akv__route_cjob){.src = akv_host_pool_page_addr(r->hp, akv_host_table_page(s->ht, layer, logical)),
+                             .page_id = page_id});
 }
 
 /* The op that makes compact pages on the device (akv/kvq.h): the host backend's is the codec
@@ -979,6 +1130,7 @@ static const akv_dev_op route_op_kvq_encode = {.name = AKV_KVQ_OP_ENCODE,
 typedef struct route_cbatch {
     const akv_route *r;
     const akv__route_cjob *jobs;
+    void *dst[AKV__ROUTE_CSTAGE_PAGES];
     akv_status st[AKV__ROUTE_CSTAGE_PAGES];
 } route_cbatch;
 
@@ -987,40 +1139,51 @@ static void route_encode_task(void *ctx, uint32_t t) {
     const akv_route *r = b->r;
     const akv_kvq_page_shape sh = {r->geom.n_kv_heads, r->geom.page_tokens, r->geom.head_dim,
                                    r->geom.dtype};
-    b->st[t] = akv_kvq_encode_page(&r->clayout, &sh, b->jobs[t].src,
-                                   r->cstage + (size_t)t * r->clayout.page_bytes,
+    b->st[t] = akv_kvq_encode_page(&r->clayout, &sh, b->jobs[t].src, b->dst[t],
                                    r->geom.page_tokens);
 }
 
-/* Makes the step's compact pages: AKV__ROUTE_CSTAGE_PAGES at a time encoded into cstage on the
- * encoders' threads, then copied. Direct: synchronous copies. Queued: on the compute queue, so
- * the layers' kernels see them; before cstage is reused, the compute queue is waited for (its
- * copies have read it). The host copies are complete: begin_step settled the step that wrote
- * their rows. */
-static akv_status route_compact_run(akv_route *r) {
+/* Encodes the step's jobs, AKV__ROUTE_CSTAGE_PAGES at a time on the encoders' threads; a job
+ * without a host destination is encoded into cstage and copied into its compact pool page.
+ * Direct: synchronous copies. Queued: on the compute queue, so the layers' kernels see them;
+ * before cstage is reused, the compute queue is waited for (its copies have read it). The host
+ * copies are complete: begin_step settled the step that wrote their rows. */
+static akv_status route_encode_jobs(akv_route *r) {
     const size_t n = r->clayout.page_bytes;
     route_cbatch *b = r->n_cjobs ? akv__malloc(sizeof *b) : NULL; /* a decode step has none */
     if (r->n_cjobs && !b) return AKV_ENOMEM;
     akv_status st = AKV_OK;
+    bool staged_copies = false; /* cstage holds copies the compute queue may still read */
     for (uint32_t at = 0; at < r->n_cjobs && !st; at += AKV__ROUTE_CSTAGE_PAGES) {
         const uint32_t m = r->n_cjobs - at < AKV__ROUTE_CSTAGE_PAGES ? r->n_cjobs - at
                                                                       : AKV__ROUTE_CSTAGE_PAGES;
-        if (at > 0 && r->queued && (st = akv_dev_queue_sync(r->dev, AKV_QUEUE_COMPUTE))) break;
-        b->r = r, b->jobs = r->cjobs + at;
+        if (staged_copies && r->queued && (st = akv_dev_queue_sync(r->dev, AKV_QUEUE_COMPUTE))) break;
+        const akv__route_cjob *jobs = r->cjobs + at;
+        for (uint32_t i = 0; i < m; i++)
+            b->dst[i] = jobs[i].dst ? jobs[i].dst : r->cstage + (size_t)i * n;
+        b->r = r, b->jobs = jobs;
         akv__par_for(r->cpar, m, route_encode_task, b);
+        staged_copies = false;
         for (uint32_t i = 0; i < m && !st; i++) {
-            const akv_dptr dst = akv_dev_pool_page_addr(r->dpc, r->cjobs[at + i].page_id);
-            const uint8_t *src = r->cstage + (size_t)i * n;
             if ((st = b->st[i])) break;
-            st = r->queued ? akv_dev_copy_h2d_async(r->dev, AKV_QUEUE_COMPUTE, dst, src, n)
-                           : akv_dev_copy_h2d_sync(r->dev, dst, src, n);
-            if (!st) r->stats.compact_pages++, r->stats.compact_bytes += n;
+            r->stats.compact_pages++;
+            if (jobs[i].dst) continue; /* a compact copy on the host: made */
+            const akv_dptr dst = akv_dev_pool_page_addr(r->dpc, jobs[i].page_id);
+            st = r->queued ? akv_dev_copy_h2d_async(r->dev, AKV_QUEUE_COMPUTE, dst, b->dst[i], n)
+                           : akv_dev_copy_h2d_sync(r->dev, dst, b->dst[i], n);
+            if (!st) r->stats.compact_bytes += n, staged_copies = true;
         }
     }
     akv__free(b);
     r->n_cjobs = 0;
+    return st;
+}
+
+/* Makes the step's compact pages: the host's (route_encode_jobs), then the pages made on the
+ * device, their pairs up and one launch. */
+static akv_status route_compact_run(akv_route *r) {
+    akv_status st = route_encode_jobs(r);
     if (st || !r->n_dpairs) return st;
-    /* the pages made on the device: their pairs up, one launch */
     const size_t pb = (size_t)r->n_dpairs * 2 * sizeof(int32_t);
     const akv_kvq_encode_args a = {.src_pool = akv_dev_pool_base(r->dp).addr,
                                        .dst_pool = akv_dev_pool_base(r->dpc).addr,
@@ -1039,15 +1202,44 @@ static akv_status route_compact_run(akv_route *r) {
     return AKV_OK;
 }
 
+/* Staged hybrid: the compact copies of the pages that leave the exact part this step (and of
+ * any a truncate made stale), encoded on the host from the exact host copies (complete:
+ * begin_step settled the step that wrote their rows) straight into the compact host pages. */
+static akv_status route_compact_copies(akv_route *r, const akv_route_req *reqs, uint32_t n) {
+    akv_status st = AKV_OK;
+    r->n_cjobs = 0;
+    for (uint32_t i = 0; i < n && !st; i++) {
+        akv_route_seq *s = reqs[i].seq;
+        const uint32_t x0 = akv__route_exact_from(r, s, s->n_tokens, reqs[i].n_tokens);
+        for (uint32_t lp = s->hc_valid > 1 ? s->hc_valid : 1; lp < x0 && !st; lp++)
+            for (uint32_t l = 0; l < r->geom.n_layers && !st; l++)
+                st = route_cjob_push(
+                    r, (akv__route_cjob){
+                           .src = akv_host_pool_page_addr(r->hp, akv_host_table_page(s->ht, l, lp)),
+                           .dst = akv_host_pool_page_addr(r->hpc, akv_host_table_page(s->cht, l, lp))});
+    }
+    if (!st) st = route_encode_jobs(r);
+    for (uint32_t i = 0; i < n && !st; i++) {
+        akv_route_seq *s = reqs[i].seq;
+        const uint32_t x0 = akv__route_exact_from(r, s, s->n_tokens, reqs[i].n_tokens);
+        if (s->hc_valid < x0) s->hc_valid = x0;
+    }
+    r->n_cjobs = 0;
+    return st;
+}
+
 /* Hybrid: ONE step of the compact pool over the batch's sequences that have a compact part
- * (the kind's compact order: pages 1 .. x0-1, all needed), then every compact page placed
- * fresh, not yet made from the host copy as it is now, or of a sequence whose windows are not
- * trusted, made; and the compact table. */
+ * (the kind's compact order: pages 1 .. x0-1; resident, all needed; staged, newest first as
+ * far as its compact window goes, the rest staged at begin_layer), then every compact page
+ * placed fresh, not yet made from the host copy as it is now, or of a sequence whose windows
+ * are not trusted, made (staged: copied from its compact copy, made first); and the compact
+ * table (a sequence's compact pages in logical order; staged entries at begin_layer). */
 static akv_status route_compact_step(akv_route *r, const akv_route_req *reqs, uint32_t n,
                                      const bool *refill) {
     akv_dev_pool_req *cq = akv__calloc(n, sizeof *cq);
     akv_dev_pool_result *cr = akv__calloc(n, sizeof *cr);
     akv_status st = cq && cr ? AKV_OK : AKV_ENOMEM;
+    if (!st && r->hpc) st = route_compact_copies(r, reqs, n);
     uint32_t m = 0, at = 0;
     for (uint32_t i = 0; i < n && !st; i++) {
         akv_route_seq *s = reqs[i].seq;
@@ -1060,7 +1252,7 @@ static akv_status route_compact_step(akv_route *r, const akv_route_req *reqs, ui
     }
     if (!st && m) st = akv_dev_pool_step(r->dpc, cq, m, cr);
     for (uint32_t k = 0; k < m && (st == AKV_OK || st == AKV_EFULL); k++) {
-        if (cr[k].status == AKV_OK && cr[k].window >= cq[k].n_order) continue;
+        if (cr[k].status == AKV_OK && (r->hpc || cr[k].window >= cq[k].n_order)) continue;
         AKV_LOG_E("route: the compact pool holds %u of the %u compact pages per layer a history "
                   "of %llu tokens needs: raise {=device_gib}",
                   cr[k].window, cq[k].n_order, (unsigned long long)cq[k].n_tokens);
@@ -1069,30 +1261,46 @@ static akv_status route_compact_step(akv_route *r, const akv_route_req *reqs, ui
     }
     akv__free(cq), akv__free(cr);
     if (st) return st;
-    r->n_cjobs = 0, r->n_dpairs = 0;
+    r->n_cjobs = 0, r->n_dpairs = 0, r->n_cstaged = 0;
     uint32_t off = 0;
     for (uint32_t i = 0; i < n; i++) {
         akv_route_seq *s = reqs[i].seq;
+        const uint32_t window = s->n_compact ? akv_dev_pool_ctx_window(s->cctx) : 0;
         r->c_indptr[i] = (int32_t)off;
         r->c_last[i] = s->n_compact ? (int32_t)r->geom.page_tokens : 0;
         if (refill[i]) s->c_valid = 1;
-        for (uint32_t l = 0; l < r->geom.n_layers && s->n_compact; l++) {
+        for (uint32_t l = 0; l < r->geom.n_layers; l++) {
             int32_t *row = r->c_indices + (size_t)l * r->cap + off;
-            for (uint32_t w = 0; w < s->n_compact; w++) { /* the window: pages 1 .. x0-1 */
+            for (uint32_t w = 0; w < window; w++) {
                 akv_dev_pool_slot sl = akv_dev_pool_ctx_slot(r->dpc, s->cctx, l, w);
                 if ((sl.fresh || sl.logical >= s->c_valid) &&
                     (st = route_compact_page(r, s, l, sl.logical, sl.page_id, !refill[i])))
                     return st;
-                if (row[w] != (int32_t)sl.page_id || sl.fresh || refill[i]) r->ctab_dirty = true;
-                row[w] = (int32_t)sl.page_id;
+                int32_t *at_lp = row + sl.logical - 1; /* the table holds pages 1 .. x0-1 */
+                if (*at_lp != (int32_t)sl.page_id || sl.fresh || refill[i]) r->ctab_dirty = true;
+                *at_lp = (int32_t)sl.page_id;
             }
         }
+        /* staged: the compact pages outside its window (windows are uniform over layers) */
+        s->cstage_off = r->n_cstaged, s->n_cstaged = 0;
+        for (uint32_t w = 0, lp = 1; w <= window && r->hpc; w++) {
+            const uint32_t next = w < window ? akv_dev_pool_ctx_slot(r->dpc, s->cctx, 0, w).logical
+                                             : s->n_compact + 1;
+            for (; lp < next; lp++) s->cstaged[s->n_cstaged++] = lp;
+            lp = next + 1;
+        }
+        r->n_cstaged += s->n_cstaged;
         if (s->n_compact && s->c_valid < s->n_compact + 1) s->c_valid = s->n_compact + 1;
         off += s->n_compact;
     }
     r->c_indptr[n] = (int32_t)off;
     if (off != r->n_cidx) r->ctab_dirty = true; /* the packing moved */
     r->n_cidx = off;
+    if (r->n_cstaged > r->cslot_pages) {
+        AKV_LOG_E("route: the step stages %u compact pages per layer; a staging slot holds %u",
+                  r->n_cstaged, r->cslot_pages);
+        return AKV_EFULL;
+    }
     if ((st = route_compact_run(r)) || !r->queued) return st;
     return route_table_upload(r, r->ctab_d, r->ctab, n, off, &r->ctab_dirty);
 }
@@ -1114,9 +1322,15 @@ akv_status akv_route_begin_step(akv_route *r, const akv_route_req *reqs, uint32_
     route_finish_closes(r);
     /* 1. the host copies grow first: they are where the rows land for good */
     for (uint32_t i = 0; i < n; i++) {
-        st = akv_host_table_grow(reqs[i].seq->ht, reqs[i].n_tokens);
+        akv_route_seq *s = reqs[i].seq;
+        const char *pool = "host pool";
+        st = akv_host_table_grow(s->ht, reqs[i].n_tokens);
+        if (!st && s->cht && (st = akv_host_table_grow(s->cht, reqs[i].n_tokens))) {
+            pool = "compact copies' host pool";
+            (void)akv_host_table_truncate(s->ht, s->n_tokens); /* i is undone by hand */
+        }
         if (st) {
-            if (st == AKV_EFULL) AKV_LOG_E("route: the host pool is full: raise {=host_gib}");
+            if (st == AKV_EFULL) AKV_LOG_E("route: the %s is full: raise {=host_gib}", pool);
             route_ungrow(r, reqs, i);
             return st;
         }
@@ -1287,10 +1501,12 @@ void akv_route_get_stats(const akv_route *r, akv_route_stats *out) {
     out->n_open = r->n_open;
     out->n_closing = 0;
     for (const akv_route_seq *s = r->closing_list; s; s = s->next) out->n_closing++;
-    if (r->stage) {
+    for (int i = 0; i < 2; i++) {
+        const akv_stage *st = i ? r->cst : r->stage;
+        if (!st) continue;
         akv_stage_stats ss;
-        akv_stage_get_stats(r->stage, &ss);
-        out->n_quarantines = ss.n_quarantines;
+        akv_stage_get_stats(st, &ss);
+        out->n_quarantines += ss.n_quarantines;
     }
 }
 
@@ -1325,6 +1541,9 @@ akv_route_params akv_route_get_params(const akv_route *r) {
                               .max_seqs = r->max_seqs,
                               .queued = r->queued,
                               .window_pages = r->window_pages,
+                              .compact_host_pool = r->hpc,
+                              .compact_target = r->ctarget,
+                              .compact_burst = r->cburst,
                               .stage = r->stage,
                               .prefetch = r->prefetch ? 1 : -1};
 }
@@ -1368,10 +1587,28 @@ static akv_status seq_check(const akv_route *r, const akv_route_seq *s) {
     return AKV_OK;
 }
 
-/* Hybrid: every compact page it holds below c_valid is the encoding of its host copy. */
+/* Hybrid: every compact page it holds below c_valid, and (staged) every compact copy below
+ * hc_valid, is the encoding of its host copy. */
 static akv_status seq_check_compact(const akv_route *r, const akv_route_seq *s) {
     const akv_kvq_page_shape sh = {r->geom.n_kv_heads, r->geom.page_tokens, r->geom.head_dim,
                                    r->geom.dtype};
+    for (uint32_t lp = 1; s->cht && lp < s->hc_valid; lp++)
+        for (uint32_t l = 0; l < r->geom.n_layers; l++) {
+            const void *h = akv_host_pool_page_addr(r->hp, akv_host_table_page(s->ht, l, lp));
+            const void *c = akv_host_pool_page_addr(r->hpc, akv_host_table_page(s->cht, l, lp));
+            if (akv_kvq_encode_page(&r->clayout, &sh, h, r->cpage, r->geom.page_tokens)) return AKV_ESTATE;
+            if (memcmp(c, r->cpage, r->clayout.page_bytes)) {
+                AKV_LOG_E("route check: sequence %llu layer %u page %u: the compact copy is not the "
+                          "encoding of the host copy",
+                          (unsigned long long)s->p.tag, l, lp);
+                return AKV_ESTATE;
+            }
+        }
+    if (s->cht && (uint64_t)s->hc_valid * r->geom.page_tokens > s->n_tokens) {
+        AKV_LOG_E("route check: sequence %llu: compact copies to page %u of a history of %llu tokens",
+                  (unsigned long long)s->p.tag, s->hc_valid, (unsigned long long)s->n_tokens);
+        return AKV_ESTATE;
+    }
     const uint32_t window = akv_dev_pool_ctx_window(s->cctx);
     /* every copy is done: direct mode, or queued with nothing pending (after a sync) */
     for (uint32_t l = 0; (!r->queued || !r->pending) && !s->refill && l < r->geom.n_layers; l++)

@@ -37,6 +37,14 @@ struct akv_route_seq {
     akv_dev_pool_ctx *ctx;  /* the device window */
     akv_route_seq_params p; /* resolved: max_history, target, burst, tag */
     akv_dev_pool_ctx *cctx; /* hybrid: its compact pages */
+    akv_host_table *cht;    /* staged hybrid: its compact copies, grown with ht (a page's copy
+                               is made once the page leaves the exact part) */
+    uint32_t hc_valid;      /* staged hybrid: its compact copies below this logical page are
+                               encodings of its host copy as it is now */
+    uint32_t *cstaged;      /* staged hybrid, the step begun last: its compact pages outside
+                               its compact window (ascending), [max_pages] */
+    uint32_t n_cstaged;
+    uint32_t cstage_off;    /* the first of them in a layer's compact copy list */
     uint32_t x0;            /* the exact table holds logical page 0 then x0, x0+1, ... (1 for
                                a kind without a compact part; hybrid: its first exact page after
                                the sink, the step begun last) */
@@ -118,9 +126,11 @@ typedef struct akv__route_kind {
 
 enum { AKV__ROUTE_HEAD_ALIGN = 4 }; /* int32s: the indices start 16-byte aligned */
 
-/* A compact page to make: the exact host page it encodes, the compact pool page it goes to. */
+/* A compact page to make: the exact host page it encodes, and where it goes: a page of the
+ * compact pool (through cstage), or a compact copy on the host (dst, staged hybrid). */
 typedef struct akv__route_cjob {
     const void *src;
+    void *dst;
     uint32_t page_id;
 } akv__route_cjob;
 
@@ -184,6 +194,18 @@ struct akv_route {
     akv_dptr dpairs_d;
     uint32_t n_dpairs, dpairs_cap;
     akv_par *cpar;             /* the encoders' threads */
+    /* the staged hybrid's compact lane (route_hybrid.c): the compact copies, staged per
+     * layer into slots of the compact pool's staging reserve */
+    akv_host_pool *hpc;        /* NULL = the compact part is resident */
+    uint32_t ctarget, cburst;  /* each sequence's compact window */
+    akv_stage *cst;            /* the stage of compact pages (the route's own) */
+    uint32_t cslot_pages;
+    uint32_t n_cstaged;        /* compact pages of a layer staged this step, every sequence's */
+    uint32_t *cslot_ids;       /* [cslot_pages] where a layer's copies landed */
+    akv_host_page *chpages;    /* [cslot_pages] a layer's copy list */
+    akv_stage_lease *clease;   /* [n_layers] this step's compact leases */
+    uint8_t *clease_live;      /* [n_layers] begun and not yet retired */
+    int32_t copen_layer;       /* the compact lease begun and not sealed; -1 = none */
     /* staged (route_staged.c) */
     akv_stage *stage;
     bool own_stage;
@@ -210,15 +232,18 @@ struct akv_route {
     uint32_t pf_n_seq;
 };
 
-/* The kinds (route_resident.c, route_staged.c), and the one a value names (NULL: none). */
+/* The kinds (route_resident.c, route_staged.c, route_hybrid.c), and the one a value names
+ * (NULL: none). */
 extern const akv__route_kind akv__route_resident;
 extern const akv__route_kind akv__route_staged;
 extern const akv__route_kind akv__route_hybrid;
+extern const akv__route_kind akv__route_hybrid_staged;
 const akv__route_kind *akv__route_kind_of(akv_route_kind kind);
 /* Compact pages the hybrid encodes at once (in parallel) ahead of their copies. */
 #define AKV__ROUTE_CSTAGE_PAGES 256u
 
-/* The kind that serves `kind` with a compact tier (hybrid for resident; NULL: none can). */
+/* The kind that serves `kind` with a compact tier (hybrid for resident, staged hybrid for
+ * staged; NULL: none can). */
 const akv__route_kind *akv__route_kind_tiered(akv_route_kind kind, akv_repr tier);
 
 /* The resident write-back of every sequence's new rows of a layer (route_resident.c), which
@@ -255,6 +280,13 @@ static inline uint32_t akv__route_page_id(const akv_route *r, const akv_route_se
     const uint64_t at = p == 0 ? 0 : p - s->x0 + 1;
     return (uint32_t)r->indices[(size_t)l * r->cap + (size_t)r->indptr[s->slot] + at];
 }
+
+/* Retires one lease of `stage` (fences waited on): AKV_OK, or the failure; *released says
+ * whether the record is gone (retired, or failed with completion established after a
+ * quarantine). *quarantined: whether this pass already quarantined (once per pass: a drain
+ * that could not establish completion for one lease will not for the next). (route_staged.c) */
+akv_status akv__route_retire_lease(akv_stage *stage, akv_stage_lease l, akv_stage_receipt *rc,
+                                   bool *released, bool *quarantined);
 
 /* Queued mode: waits for the compute and D2H queues (route.c). */
 akv_status akv__route_wait(akv_route *r);

@@ -118,21 +118,17 @@ static bool staged_live(const akv_route *r) {
 
 /* ---- retirement ----------------------------------------------------------------------------- */
 
-/* Retires one lease (fences waited on): AKV_OK, or the failure; *released says whether the
- * record is gone (retired, or failed with completion established after a quarantine).
- * *quarantined: whether this pass already quarantined (once per pass: a drain that could
- * not establish completion for one lease will not for the next). */
-static akv_status staged_retire_one(akv_route *r, akv_stage_lease l, akv_stage_receipt *rc,
-                                    bool *released, bool *quarantined) {
+akv_status akv__route_retire_lease(akv_stage *stage, akv_stage_lease l, akv_stage_receipt *rc,
+                                   bool *released, bool *quarantined) {
     memset(rc, 0, sizeof *rc);
-    akv_status s = akv_stage_retire(r->stage, l, rc);
+    akv_status s = akv_stage_retire(stage, l, rc);
     if (s == AKV_EFAILED && !rc->failed && !*quarantined) {
         /* retained by a quarantine that could not establish completion: the device may
          * have recovered since; only a new quarantine's fences let the lease go */
         *quarantined = true;
-        if (akv_stage_quarantine(r->stage) == AKV_OK) {
+        if (akv_stage_quarantine(stage) == AKV_OK) {
             memset(rc, 0, sizeof *rc);
-            s = akv_stage_retire(r->stage, l, rc);
+            s = akv_stage_retire(stage, l, rc);
         }
     }
     *released = s == AKV_OK || (s == AKV_EFAILED && rc->failed);
@@ -140,7 +136,7 @@ static akv_status staged_retire_one(akv_route *r, akv_stage_lease l, akv_stage_r
 }
 
 /* The prefetched lease, when the next step is not the one it was made for: cancelled and
- * retired (*quarantined: as for staged_retire_one, shared by the caller's pass). */
+ * retired (*quarantined: as for akv__route_retire_lease, shared by the caller's pass). */
 static akv_status staged_drop_prefetch(akv_route *r, bool *quarantined) {
     if (!r->pf_live) return AKV_OK;
     akv_status first = AKV_OK;
@@ -151,7 +147,7 @@ static akv_status staged_drop_prefetch(akv_route *r, bool *quarantined) {
     }
     akv_stage_receipt rc;
     bool released = false;
-    akv_status s = staged_retire_one(r, r->pf, &rc, &released, quarantined);
+    akv_status s = akv__route_retire_lease(r->stage, r->pf, &rc, &released, quarantined);
     if (released) r->pf_live = false, r->pf_cancelled = false;
     return first != AKV_OK ? first : s;
 }
@@ -171,7 +167,7 @@ static akv_status staged_retire(akv_route *r, bool keep_prefetch, bool *quaranti
         if (!r->lease_live[l]) continue;
         akv_stage_receipt rc;
         bool released = false;
-        akv_status s = staged_retire_one(r, r->lease[l], &rc, &released, quarantined);
+        akv_status s = akv__route_retire_lease(r->stage, r->lease[l], &rc, &released, quarantined);
         /* released: retired, or failed with completion established (a receipt came back);
          * otherwise it stays live (retained, or not sealed: a bug) */
         if (released) r->lease_live[l] = 0;

@@ -100,6 +100,7 @@ struct akv_stage {
     akv_dev_pool *dpool;
     akv_geom geom;
     size_t page_bytes;
+    akv_repr repr;        /* the pages' representation: a compact stage has no owners */
     akv_stage_params p;
     uint32_t *slot_pages; /* [n_slots * slot_pages] device page ids, slot-major */
     akv_dev_xfer *xfer;   /* [slot_pages] the spans of one copy (no allocation per copy) */
@@ -294,6 +295,13 @@ akv_status akv_stage_create(akv_dev *dev, akv_host_pool *hpool, akv_dev_pool *dp
         AKV_LOG_E("stage: the host pool and the device pool have different geometries");
         return AKV_EINVAL;
     }
+    if (akv_host_pool_page_bytes(hpool) != akv_dev_pool_page_bytes(dpool)) {
+        AKV_LOG_E("stage: the host pool's pages (%s, %zu bytes) are not the device pool's (%zu "
+                  "bytes)",
+                  akv_repr_name(akv_host_pool_repr(hpool)), akv_host_pool_page_bytes(hpool),
+                  akv_dev_pool_page_bytes(dpool));
+        return AKV_EINVAL;
+    }
     if (akv_host_pool_dev(hpool) != dev || akv_dev_pool_dev(dpool) != dev) {
         AKV_LOG_E("stage: the %s pool was created on another device than the stage's",
                   akv_host_pool_dev(hpool) != dev ? "host" : "device");
@@ -311,7 +319,8 @@ akv_status akv_stage_create(akv_dev *dev, akv_host_pool *hpool, akv_dev_pool *dp
     st->hpool = hpool;
     st->dpool = dpool;
     st->geom = *gh;
-    st->page_bytes = akv_geom_page_bytes(gh);
+    st->page_bytes = akv_host_pool_page_bytes(hpool);
+    st->repr = akv_host_pool_repr(hpool);
     st->p = p;
     st->slot_pages = akv__calloc(n_pages, sizeof *st->slot_pages);
     st->slot_last = akv__calloc(p.n_slots, sizeof *st->slot_last);
@@ -437,6 +446,12 @@ akv_status akv_stage_begin(akv_stage *st, uint32_t layer, uint64_t step,
     if (!stage_healthy(st, "begin")) return AKV_EFAILED;
     if (layer >= st->geom.n_layers) {
         AKV_LOG_E("stage: begin: layer %u out of range (%u layers)", layer, st->geom.n_layers);
+        return AKV_EINVAL;
+    }
+    if (n_owners && st->repr != AKV_REPR_EXACT) {
+        AKV_LOG_E("stage: begin: a stage of %s pages takes no owners (new rows are written to "
+                  "exact pages only)",
+                  akv_repr_name(st->repr));
         return AKV_EINVAL;
     }
     /* I3: the previously begun lease must be sealed, cancelled or retired. */
