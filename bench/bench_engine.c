@@ -462,7 +462,9 @@ int main(void) {
                 continue;
             }
             bset_run(&b, f, 8, NULL, 0, false);
-            const uint64_t window = staged ? (uint64_t)b.target * g.page_tokens : 0;
+            const uint64_t window = !staged                    ? 0
+                                    : pl.tier == AKV_REPR_EXACT ? (uint64_t)b.target * g.page_tokens
+                                    : (uint64_t)akv_route_get_params(b.r).compact_target * g.page_tokens;
             const akv_gate_option o = akv_gate_predict(&rates, &g, pl.kind, pl.tier, B, ctx, 256, window, wb);
             const double pred = rest_ms + o.step_s * 1e3;
             bench_emit(out, "| %s %s | %.3f | %.3f | %.3f |\n", akv_route_kind_name(pl.kind),

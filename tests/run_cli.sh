@@ -93,7 +93,6 @@ for case in "run -m $tmp/s.gguf -p hi --device cuda:abc|not a device index" \
             "serve -m $tmp/s.gguf --chat-template nosuch|neither a file nor a template family" \
             "run -m $tmp/s.gguf -p hi --kv-tier q5|expected one of exact|q8|q4" \
             "run -m $tmp/s.gguf -p hi --device cpu --kv-tier q4 --device-gib 2|cannot hold a head dim of 16" \
-            "run -m $tmp/s.gguf -p hi --device cpu --kv-tier q8 --route staged|serves the resident route today" \
             "run -m $tmp/s.gguf -p hi --calibration $tmp/s.gguf|is read by the gate" \
             "run -m $tmp/s.gguf -p hi --kv-tier auto --calibration $tmp/s.gguf|cannot be used" \
             "perplexity -m $tmp/s.gguf -f $tmp/s.gguf --kv-tier auto|name it" \
@@ -106,6 +105,18 @@ for case in "run -m $tmp/s.gguf -p hi --device cuda:abc|not a device index" \
     out=$("$akv" $args 2>&1 >/dev/null); rc=$?
     if [ "$rc" != 2 ] || ! printf '%s\n' "$out" | grep -q -- "$want"; then
         bad "akv $args: exit $rc (want 2, '$want')"
+    else echo "ok   akv $args -> $rc"; fi
+done
+
+# A memory plan that does not fit is exit 3 and names the budget to raise (the staged compact
+# route: its exact windows and compact pool in --device-gib, both host copies in --host-gib).
+for case in "run -m $tmp/s.gguf -p hi --device cpu --kv-tier q8 --route staged|--device-gib is 1: raise it to at least 2" \
+            "run -m $tmp/s.gguf -p hi --device cpu --kv-tier q8 --route staged --device-gib 2 --host-gib 1|--host-gib 1 cannot hold both"; do
+    args=${case%%|*}; want=${case#*|}
+    # shellcheck disable=SC2086
+    out=$("$akv" $args 2>&1 >/dev/null); rc=$?
+    if [ "$rc" != 3 ] || ! printf '%s\n' "$out" | grep -q -- "$want"; then
+        bad "akv $args: exit $rc (want 3, '$want')"
     else echo "ok   akv $args -> $rc"; fi
 done
 

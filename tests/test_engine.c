@@ -529,6 +529,56 @@ int main(int argc, char **argv) {
         akv_engine_destroy(e);
     }
 
+    TEST_CASE(a_staged_compact_engine_is_the_resident_one) {
+        /* --route staged with a q8 tier: the plan splits the device GiB (the exact windows,
+         * then the compact pool with its staging reserve) and the host GiB (the compact copies
+         * beside the exact ones); three requests, two at a time, give the resident q8 engine's
+         * logits bit for bit (the same compact bytes, read in the same order) */
+        static seen want[3], got[3];
+        memset(want, 0, sizeof want), memset(got, 0, sizeof got);
+        for (int k = 0; k < 2; k++) {
+            akv_engine_params ep = akv_engine_default_params();
+            ep.kv_tier = AKV_REPR_Q8, ep.exact_recent = P, ep.max_seqs = 2, ep.device_gib = 2;
+            ep.max_queue = 4;
+            if (k) ep.route = route_kind("staged"), ep.host_gib = 3;
+            akv_engine *e = engine_open(model, &ep);
+            if (!e) break;
+            const akv_engine_plan *pl = akv_engine_get_plan(e);
+            if (k) {
+                /* head dim 8: a q8 page is 10 bits an element (and its alignment) */
+                CHECK_EQ_INT(pl->route.compact_host_gib, 2);
+                CHECK(pl->route.compact_gib == 1 && pl->route.compact_target >= 2);
+                CHECK(pl->route.compact_staging_pages > 0);
+                char said[4096];
+                akv_engine_plan_format(pl, said, sizeof said);
+                CHECK(strstr(said, "stage the rest") != NULL);
+            }
+            seen *s = k ? got : want;
+            akv_request *rq[3];
+            for (int i = 0; i < 3; i++) {
+                akv_request_params rp = greedy(tokens + 100 * i, 60 + 10 * i, 8, &s[i]);
+                CHECK_OK(akv_engine_submit(e, &rp, &rq[i], NULL));
+            }
+            CHECK(run_all(e, 400) > 0);
+            akv_engine_stats es;
+            akv_engine_get_stats(e, &es);
+            CHECK(es.compact_pages > 0);
+            akv_engine_destroy(e);
+        }
+        for (int i = 0; i < 3; i++) {
+            CHECK_EQ_INT(got[i].n, 8);
+            CHECK_EQ_INT(got[i].n_logits, want[i].n_logits);
+            CHECK_BYTES(got[i].logits, want[i].logits, sizeof want[i].logits[0] * want[i].n_logits);
+        }
+        /* a host budget that cannot hold both copies is refused, naming it */
+        akv_engine_params bad = akv_engine_default_params();
+        bad.kv_tier = AKV_REPR_Q8, bad.route = route_kind("staged"), bad.device_gib = 2;
+        bad.host_gib = 1, bad.model = model, bad.page_tokens = P, bad.max_context = 256;
+        CHECK_OK(akv_dev_create(akv_dev_host_backend(), NULL, &bad.dev));
+        akv_engine *be = NULL;
+        CHECK_STATUS(akv_engine_create(&bad, &be), AKV_EFULL);
+    }
+
     TEST_CASE(prompt_logits_on_both_passes) {
         /* on_prompt_logits reports every prompt position's logits from prompt_logits_from on,
          * in order, on the host pass in whole chunks and on the device pass in pieces of at

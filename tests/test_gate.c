@@ -44,6 +44,15 @@ static void test_arithmetic(void) {
     o = akv_gate_predict(&r, &g, AKV_ROUTE_STAGED, AKV_REPR_EXACT, 4, 32768, 256, 1024, 0);
     CHECK_NEAR(o.bus_bytes, 4 * (32768 - 1024) * tok, 1);
     CHECK_NEAR(o.step_s, 4 * (32768 - 1024) * tok / 50e9, 1e-9);
+    /* staged q4: its compact pages beyond a compact window of 8192 tokens over the bus, in
+     * their form; the device reads the exact part and every compact page */
+    o = akv_gate_predict(&r, &g, AKV_ROUTE_STAGED, AKV_REPR_Q4, 1, 131072, 256, 8192, 0);
+    CHECK_NEAR(o.bus_bytes, (131072 - 256 - 8192) * tok * 4.5 / 16, 1);
+    CHECK_NEAR(o.device_bytes, 256 * tok + (131072 - 256) * tok * 4.5 / 16, 1);
+    CHECK_NEAR(o.step_s, o.bus_bytes / 50e9, 1e-9);
+    /* a compact window that holds them all: nothing over the bus */
+    o = akv_gate_predict(&r, &g, AKV_ROUTE_STAGED, AKV_REPR_Q8, 1, 4096, 256, 8192, 0);
+    CHECK_NEAR(o.bus_bytes, 0, 0);
     /* a history shorter than the exact window has nothing compact */
     o = akv_gate_predict(&r, &g, AKV_ROUTE_RESIDENT, AKV_REPR_Q8, 1, 100, 256, 0, 0);
     CHECK_NEAR(o.device_bytes, 100 * tok, 1);

@@ -48,10 +48,11 @@ const akv_tool_setting akv_tool_settings[] = {
     ROW("kv_tier", "--kv-tier", NULL, AKV_OPT_TIER, "exact|q8|q4|auto", AKV_TV_REPR, kv_tier, 0,
         0, NULL,
         "the form of each history's pages older than --exact-recent tokens: exact (every page "
-        "as the pool keeps it), q8 (8.1-8.3 bits an element) or q4 (4.5 bits, K rotated); a "
-        "compact tier serves the resident route (CPU and GPU) and takes its pages' GiB out of "
-        "--device-gib; auto: the economic gate chooses the route and the tier by the step it "
-        "predicts (--calibration)"),
+        "as the pool keeps it), q8 (8.1-8.3 bits an element) or q4 (4.5 bits, K rotated); with "
+        "the resident route the compact pages' GiB come out of --device-gib; with the staged "
+        "route a compact copy of each older page sits beside it in --host-gib, the device keeps "
+        "the newest compact pages and stages the rest; auto: the economic gate chooses the "
+        "route and the tier by the step it predicts (--calibration)"),
     ROW("calibration", "--calibration", NULL, AKV_OPT_CALIBRATION, "FILE", AKV_TV_TEXT,
         calibration, 0, 0, "an H100's", "with --kv-tier auto: the machine's rates, written by akv calibrate"),
     ROW("exact_recent", "--exact-recent", NULL, AKV_OPT_RECENT, "N", AKV_TV_U64, exact_recent, 1,

@@ -63,8 +63,8 @@ akv_status akv_gate_rates_load(const char *path, akv_gate_rates *out);
 akv_status akv_gate_rates_save(const char *path, const akv_gate_rates *r);
 
 /* The placements the gate weighs, most exact first: resident exact, resident with a q8 tier,
- * with a q4 tier, staged exact. */
-enum { AKV_GATE_PLACEMENTS = 4 };
+ * with a q4 tier, staged exact, staged with a q8 tier, with a q4 tier. */
+enum { AKV_GATE_PLACEMENTS = 6 };
 typedef struct akv_gate_placement {
     akv_route_kind kind;
     akv_repr tier;
@@ -85,9 +85,10 @@ typedef struct akv_gate_option {
 } akv_gate_option;
 
 /* The prediction for one placement of seqs sequences of n_tokens each, over weights of
- * weight_bytes (read at the copy rate): staged pages are those beyond window_tokens, compact
- * pages those older than exact_recent (of the hybrid kind). Fills every field but chosen;
- * seqs 0 gives an option that does not fit. */
+ * weight_bytes (read at the copy rate): compact pages are those older than exact_recent (a
+ * placement with a tier); staged pages are those beyond window_tokens (staged exact), or the
+ * compact pages beyond window_tokens of them (staged with a tier: its compact window). Fills
+ * every field but chosen; seqs 0 gives an option that does not fit. */
 akv_gate_option akv_gate_predict(const akv_gate_rates *r, const akv_geom *g, akv_route_kind kind,
                                  akv_repr tier, uint32_t seqs, uint64_t n_tokens,
                                  uint64_t exact_recent, uint64_t window_tokens,

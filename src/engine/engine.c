@@ -163,7 +163,8 @@ static double engine_step_weight_bytes(const akv_engine *e) {
 }
 
 /* The gate (kv_tier auto): the plan of each placement (resident exact, resident q8 and q4
- * where the head dim takes them, staged exact), its predicted cost a token (akv/gate.h), the
+ * where the head dim takes them, staged exact, staged q8 and q4), its predicted cost a token
+ * (akv/gate.h), the
  * least chosen; in refuse mode only placements that admit every max_seqs sequence count. Then
  * the chosen placement's plan, said (the table is in the plan). */
 static akv_status engine_gate(akv_engine *e) {
@@ -182,14 +183,17 @@ static akv_status engine_gate(akv_engine *e) {
             (q.admit_mode == AKV_ADMIT_SHRINK || e->plan.max_seqs == want))
             seqs = e->plan.max_seqs;
         const akv_engine_plan *pl = &e->plan;
+        /* the staged window: of exact pages, or (a tier) of compact ones */
+        const uint64_t window = cand[i].tier != AKV_REPR_EXACT ? pl->route.compact_target
+                                                               : pl->route.target;
         opts[i] = akv_gate_predict(&rates, &pl->geom, cand[i].kind, cand[i].tier, seqs,
                                    seqs ? pl->max_context : 0, seqs ? pl->route.exact_recent : 0,
-                                   seqs ? (uint64_t)pl->route.target * pl->geom.page_tokens : 0,
+                                   seqs ? window * pl->geom.page_tokens : 0,
                                    engine_step_weight_bytes(e));
     }
     const int best = akv_gate_choose(opts, AKV_ENGINE_GATE_OPTIONS);
     if (best < 0) {
-        AKV_LOG_E("engine: {=kv_tier} auto: no placement (resident exact, q8, q4, staged exact) "
+        AKV_LOG_E("engine: {=kv_tier} auto: no placement (resident or staged; exact, q8 or q4) "
                   "fits {=max_seqs} %u histories of {=max_context} in {=device_gib} %u and "
                   "{=host_gib} %u",
                   want, e->p.device_gib, e->p.host_gib);

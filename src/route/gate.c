@@ -100,7 +100,9 @@ akv_gate_placement akv_gate_placement_at(uint32_t i) {
         {AKV_ROUTE_RESIDENT, AKV_REPR_EXACT},
         {AKV_ROUTE_RESIDENT, AKV_REPR_Q8},
         {AKV_ROUTE_RESIDENT, AKV_REPR_Q4},
-        {AKV_ROUTE_STAGED, AKV_REPR_EXACT}};
+        {AKV_ROUTE_STAGED, AKV_REPR_EXACT},
+        {AKV_ROUTE_STAGED, AKV_REPR_Q8},
+        {AKV_ROUTE_STAGED, AKV_REPR_Q4}};
     return all[i < AKV_GATE_PLACEMENTS ? i : 0];
 }
 
@@ -121,7 +123,11 @@ akv_gate_option akv_gate_predict(const akv_gate_rates *r, const akv_geom *g, akv
     const double dev_s = weight_bytes / r->copy_bps +
                          seqs * (exact_n * tok / (r->copy_bps * r->read_frac[AKV_REPR_EXACT]) +
                                  (compact_n ? compact_n * ctok / (r->copy_bps * r->read_frac[tier]) : 0));
-    o.bus_bytes = kind == AKV_ROUTE_STAGED && n > window_tokens ? seqs * (n - window_tokens) * tok : 0;
+    /* staged: the pages beyond the window, in their form (a tier's window is of compact pages) */
+    const double staged_n = tier == AKV_REPR_EXACT ? n : compact_n;
+    o.bus_bytes = kind == AKV_ROUTE_STAGED && staged_n > (double)window_tokens
+                      ? seqs * (staged_n - (double)window_tokens) * (tier == AKV_REPR_EXACT ? tok : ctok)
+                      : 0;
     const double bus_s = o.bus_bytes / r->bus_bps;
     o.step_s = fmax(bus_s, dev_s);
     o.token_s = o.step_s / seqs;
