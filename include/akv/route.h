@@ -12,6 +12,10 @@
  *                        may borrow) stays in the device pool between steps; every other page
  *                        is staged each step, per layer, under ONE lease of the staging layer
  *                        (akv/stage.h) for the whole batch.
+ *              Either with a compact tier (params.tier; docs/compact.md): the older history
+ *              read as compact pages, the sink and the recent tokens exact; resident, every
+ *              compact page in the compact pool; staged, compact copies on the host, the
+ *              newest in the compact pool, the rest staged per layer (the staged hybrid).
  *              A kind is named only here (and chosen by name, akv_route_kind_from_name): its
  *              policy is the route's functions, which the engine calls without asking which
  *              kind it holds —
