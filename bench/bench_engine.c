@@ -487,30 +487,47 @@ int main(void) {
                    "pool. Staged q8 / q4: a %u GiB compact pool (its staging reserve, then the "
                    "newest compact pages), the exact part (the sink and the last 256 tokens) beside "
                    "it, every older page staged from its compact copy on the host. Host->device "
-                   "large-copy rate (same run): **%.1f GB/s**.\n\n| context | tier | staged GiB/step "
-                   "| bus ms | step ms | step / bus | step / staged exact |\n|---|---|---|---|---|---|"
-                   "---|\n",
+                   "large-copy rate (same run): **%.1f GB/s**. Bit-identical: each step's logits "
+                   "against the same history and tokens on the resident route with that tier.\n\n"
+                   "| context | tier | staged GiB/step | bus ms | step ms | step / bus | step / staged "
+                   "exact | bit-identical to resident |\n|---|---|---|---|---|---|---|---|\n",
                    info.name, sgib, sgib, sgib, bus_bps / 1e9);
         const uint32_t ctxs[] = {32768, 65536, 131072};
         const akv_repr tiers[] = {AKV_REPR_EXACT, AKV_REPR_Q8, AKV_REPR_Q4};
+        enum { S_STEPS = 8 };
+        float *ls[S_STEPS], *lr[S_STEPS]; /* the staged run's logits, the resident tier's */
+        for (int k = 0; k < S_STEPS; k++)
+            ls[k] = malloc(c.n_vocab * sizeof(float)), lr[k] = malloc(c.n_vocab * sizeof(float));
         for (size_t i = 0; i < sizeof ctxs / sizeof ctxs[0]; i++) {
             double exact_ms = NAN;
             for (size_t t = 0; t < sizeof tiers / sizeof tiers[0]; t++) {
                 bset b;
                 if (!bset_open(&b, dev, &c, bench_kind("staged"), tiers[t], 1, ctxs[i], 12, sgib, par)) {
-                    bench_emit(out, "| %u | %s | does not fit | | | | |\n", ctxs[i], akv_repr_name(tiers[t]));
+                    bench_emit(out, "| %u | %s | does not fit | | | | | |\n", ctxs[i], akv_repr_name(tiers[t]));
                     bset_close(&b);
                     continue;
                 }
-                bset_run(&b, f, 8, NULL, 0, false);
+                bset_run(&b, f, S_STEPS, ls, S_STEPS, false);
                 if (t == 0) exact_ms = b.step_ms;
-                const double bus_ms = b.staged_per_step / bus_bps * 1e3;
-                bench_emit(out, "| %u | %s | %.2f | %.1f | %.1f | %.3f | %.3f |\n", ctxs[i],
-                           akv_repr_name(tiers[t]), b.staged_per_step / (1u << 30), bus_ms,
-                           b.step_ms, bus_ms > 0 ? b.step_ms / bus_ms : NAN, b.step_ms / exact_ms);
+                const double bus_ms = b.staged_per_step / bus_bps * 1e3, step_ms = b.step_ms,
+                             staged = b.staged_per_step;
                 bset_close(&b);
+                /* the same history and tokens on the resident route with the same tier: every
+                 * step's logits bit for bit */
+                char same[48] = "-";
+                if (t > 0 && bset_open(&b, dev, &c, bench_kind("resident"), tiers[t], 1, ctxs[i], 12, 0, par)) {
+                    bset_run(&b, f, S_STEPS, lr, S_STEPS, false);
+                    uint32_t n_same = 0;
+                    for (int k = 0; k < S_STEPS; k++) n_same += !memcmp(ls[k], lr[k], c.n_vocab * sizeof(float));
+                    snprintf(same, sizeof same, "%u of %u steps", n_same, S_STEPS);
+                }
+                bset_close(&b);
+                bench_emit(out, "| %u | %s | %.2f | %.1f | %.1f | %.3f | %.3f | %s |\n", ctxs[i],
+                           akv_repr_name(tiers[t]), staged / (1u << 30), bus_ms, step_ms,
+                           bus_ms > 0 ? step_ms / bus_ms : NAN, step_ms / exact_ms, same);
             }
         }
+        for (int k = 0; k < S_STEPS; k++) free(ls[k]), free(lr[k]);
     }
     if (strchr(parts, 'C')) {
         /* AKV_BENCH_C_NEW: new tokens each (16); AKV_BENCH_C_GIB: the pool (5); AKV_BENCH_C_STAGED=0
