@@ -549,6 +549,11 @@ int main(int argc, char **argv) {
                 CHECK_EQ_INT(pl->route.compact_host_gib, 2);
                 CHECK(pl->route.compact_gib == 1 && pl->route.compact_target >= 2);
                 CHECK(pl->route.compact_staging_pages > 0);
+                /* no exact staging reserve (only compact pages are staged); a history kept
+                 * exact reserves every page, its exact part being resident */
+                CHECK_EQ_INT(pl->route.staging_pages, 0);
+                CHECK_EQ_INT(akv_route_plan_need(&pl->route, &pl->geom, 256, true), 16);
+                CHECK_EQ_INT(akv_route_plan_need(&pl->route, &pl->geom, 256, false), 4);
                 char said[4096];
                 akv_engine_plan_format(pl, said, sizeof said);
                 CHECK(strstr(said, "stage the rest") != NULL);

@@ -686,6 +686,86 @@ int main(int argc, char **argv) {
         pools_close(&p);
     }
 
+    TEST_CASE(staged_hybrid_batch_of_two) {
+        /* Two sequences in each step of a queued staged hybrid (compact window 2, the rest
+         * staged: each sequence's compact pages at its own offsets of one copy list and of
+         * the compact table) against the resident hybrid with the same two: every step's
+         * logits bit for bit; the walker after each step. */
+        pools p;
+        if (!pools_open(&p, c, 0)) break;
+        akv_dev_pool_params cpp = akv_dev_pool_default_params();
+        cpp.device_gib = 1, cpp.repr = AKV_REPR_Q8;
+        akv_dev_pool_params spp = cpp;
+        spp.staging_pages = 2 * akv_route_compact_slot_pages(&p.g, 128, 2);
+        akv_host_pool_params chp = akv_host_pool_default_params();
+        chp.limit_gib = 1, chp.repr = AKV_REPR_Q8;
+        akv_dev_pool *cr = NULL, *cs = NULL;
+        akv_host_pool *hc = NULL;
+        CHECK_OK(akv_dev_pool_create(p.dev, &p.g, &cpp, &cr));
+        CHECK_OK(akv_dev_pool_create(p.dev, &p.g, &spp, &cs));
+        CHECK_OK(akv_host_pool_create(p.dev, &p.g, &chp, &hc));
+        akv_forward_params fdp = {.max_step_tokens = 2 * P, .max_logits = 2};
+        akv_forward_dev *fd = NULL;
+        CHECK_OK(akv_forward_dev_create(p.dev, model, &fdp, &fd));
+        akv_route *rr = NULL, *rs = NULL;
+        akv_route_params rp = {.kind = AKV_ROUTE_RESIDENT, .max_history = 128, .max_seqs = 2,
+                               .queued = true, .tier = AKV_REPR_Q8, .compact_pool = cr,
+                               .exact_recent = P, .max_step = P};
+        CHECK_OK(akv_route_create(p.dev, p.hp, p.dp, &rp, &rr));
+        rp.kind = AKV_ROUTE_STAGED, rp.compact_pool = cs, rp.compact_host_pool = hc;
+        rp.compact_target = 2;
+        CHECK_OK(akv_route_create(p.dev, p.hp, p.dp, &rp, &rs));
+        akv_route_seq *sr[2] = {0}, *ss[2] = {0};
+        for (int i = 0; i < 2 && rr && rs; i++) {
+            akv_route_seq_params sp = {.tag = (uint64_t)i + 1};
+            CHECK_OK(akv_route_seq_open(rr, &sp, &sr[i]));
+            CHECK_OK(akv_route_seq_open(rs, &sp, &ss[i]));
+        }
+        if (!fd || !sr[1] || !ss[1]) break;
+        const uint32_t nv = c->n_vocab;
+        float *lr = malloc(2 * nv * sizeof *lr), *ls = malloc(2 * nv * sizeof *ls);
+        uint32_t len = 0, same = 0, steps = 0;
+        while (len < 110) { /* prompts of 64 in chunks of P, then decode steps */
+            const uint32_t n = len < 64 ? P : 1;
+            uint32_t n_new[2] = {n, n}, pos0[2] = {len, len};
+            int32_t tok[2 * P];
+            for (uint32_t i = 0; i < 2; i++)
+                for (uint32_t k = 0; k < n; k++) tok[i * n + k] = tokens[(len + k + 37 * i) % 100];
+            const akv_forward_batch fb = {.n_seq = 2, .n_new = n_new, .pos0 = pos0, .tokens = tok};
+            akv_route_req qr[2] = {{sr[0], len + n}, {sr[1], len + n}};
+            akv_route_req qs[2] = {{ss[0], len + n}, {ss[1], len + n}};
+            akv_kv_hooks kr = akv_route_hooks(rr), ks = akv_route_hooks(rs);
+            if (!CHECK(akv_route_begin_step(rr, qr, 2) == AKV_OK) ||
+                !CHECK(akv_forward_dev_step(fd, &fb, &kr, lr) == AKV_OK) ||
+                !CHECK(akv_route_begin_step(rs, qs, 2) == AKV_OK) ||
+                !CHECK(akv_forward_dev_step(fd, &fb, &ks, ls) == AKV_OK))
+                break;
+            same += !memcmp(lr, ls, 2 * nv * sizeof *lr), steps++;
+            len += n;
+            CHECK_OK(akv_route_sync(rs));
+            CHECK_OK(akv__route_check(rs));
+        }
+        CHECK_EQ_INT(same, steps);
+        CHECK(steps == 4 + 46);
+        akv_route_stats st;
+        akv_route_get_stats(rs, &st);
+        CHECK(st.staged_bytes > 0);
+        free(lr), free(ls);
+        CHECK_OK(akv_route_sync(rr));
+        CHECK_OK(akv_route_sync(rs));
+        for (int i = 0; i < 2; i++) {
+            CHECK_OK(akv_route_seq_close(rr, sr[i]));
+            CHECK_OK(akv_route_seq_close(rs, ss[i]));
+        }
+        CHECK_OK(akv_route_destroy(rr));
+        CHECK_OK(akv_route_destroy(rs));
+        akv_forward_dev_destroy(fd);
+        CHECK_OK(akv_dev_pool_destroy(cr));
+        CHECK_OK(akv_dev_pool_destroy(cs));
+        CHECK_OK(akv_host_pool_destroy(hc));
+        pools_close(&p);
+    }
+
     TEST_CASE(staged_window_leases_and_refusals) {
         /* a staged route of window 2 over 5 pages: the walker after every step (the window's
          * pages equal the host copy), one lease per layer per step, destroy refused until the

@@ -286,9 +286,11 @@ akv_status akv_route_plan_tier(akv_route_plan *pl, akv_repr tier, uint64_t exact
  * exact part (max_seqs exact windows) and the compact pool (compact_gib, its staging reserve
  * and each context's compact window), and the host GiB between the exact copies and the
  * compact ones (compact_host_gib). A no-op for another kind or no tier. AKV_EFULL, logged
- * naming the field to raise, when device_gib or host_gib cannot hold both parts. */
+ * naming the field to raise unless quiet (a caller weighing placements), when device_gib or
+ * host_gib cannot hold both parts. */
 akv_status akv_route_plan_split(akv_route_plan *pl, const akv_geom *g, uint64_t max_history,
-                                uint32_t max_seqs, uint32_t device_gib, uint32_t host_gib);
+                                uint32_t max_seqs, uint32_t device_gib, uint32_t host_gib,
+                                bool quiet);
 
 /* Compact pages of one layer a staged compact route of max_seqs histories of max_history
  * tokens stages at most in a step: a staging slot's pages. */
@@ -311,7 +313,8 @@ size_t akv_route_plan_format(const akv_route_plan *pl, uint32_t max_seqs,
 uint32_t akv_route_need(akv_route_kind kind, const akv_geom *g, uint64_t n_tokens);
 
 /* The same under a plan (its kind and tier: the compact tier reserves its exact window; a
- * history kept exact, akv_route_seq_params.exact, reserves as the kind without the tier). */
+ * history kept exact on a plan with a tier, akv_route_seq_params.exact, reserves every page of
+ * it, as the resident kind does: its window is the whole history, staged kind or not). */
 uint32_t akv_route_plan_need(const akv_route_plan *pl, const akv_geom *g, uint64_t n_tokens,
                              bool exact);
 

@@ -99,8 +99,8 @@ static akv_status engine_plan(akv_engine *e, const akv_engine_params *p, bool qu
             return st; /* logged */
         /* the staged compact route: the device and host GiB split between the parts */
         if ((st = akv_route_plan_split(&pl->route, &pl->geom, pl->max_context, seqs,
-                                       p->device_gib, p->host_gib)))
-            return st; /* logged */
+                                       p->device_gib, p->host_gib, quiet)))
+            return st; /* logged unless quiet */
         /* the compact tier's pool comes out of the device GiB first */
         const uint32_t compact_gib = pl->route.compact_gib;
         if (compact_gib && p->device_gib <= compact_gib) {

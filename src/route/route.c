@@ -107,6 +107,10 @@ akv_status akv_route_plan_tier(akv_route_plan *pl, akv_repr tier, uint64_t exact
         return AKV_EUNSUPPORTED;
     }
     pl->tier = tier;
+    /* the tiered kind's staging reserve in the exact pool (the staged hybrid stages compact
+     * pages only, from the compact pool's reserve) */
+    pl->staging_pages = akv__route_kind_tiered(pl->kind, tier)->plan_staging(g, max_history,
+                                                                            pl->window_pages, max_seqs);
     if (pl->kind == AKV_ROUTE_STAGED) return AKV_OK; /* the pools: akv_route_plan_split */
     /* every history's pages after the sink, compact: the pool holds them all (resident) */
     const uint64_t pages = akv_geom_pages_for_tokens(g, max_history) * (max_seqs ? max_seqs : 1);
@@ -122,7 +126,8 @@ uint32_t akv_route_compact_slot_pages(const akv_geom *g, uint64_t max_history, u
 }
 
 akv_status akv_route_plan_split(akv_route_plan *pl, const akv_geom *g, uint64_t max_history,
-                                uint32_t max_seqs, uint32_t device_gib, uint32_t host_gib) {
+                                uint32_t max_seqs, uint32_t device_gib, uint32_t host_gib,
+                                bool quiet) {
     if (pl->kind != AKV_ROUTE_STAGED || pl->tier == AKV_REPR_EXACT) return AKV_OK;
     const uint32_t S = max_seqs ? max_seqs : 1;
     const double GiB = (double)(1u << 30);
@@ -137,8 +142,12 @@ akv_status akv_route_plan_split(akv_route_plan *pl, const akv_geom *g, uint64_t 
                                .staging_pages = pl->compact_staging_pages,
                                .repr = pl->tier};
     akv_dev_pool_stats cl = {0};
-    const bool fits = cpp.device_gib > 0 && akv_dev_pool_layout(g, &cpp, &cl) == AKV_OK &&
+    /* (a reserve the pool cannot hold is found here, before the layout would log it) */
+    const uint64_t cpages = ((uint64_t)cpp.device_gib << 30) / akv_geom_repr_page_bytes(g, pl->tier);
+    const bool fits = cpp.device_gib > 0 && cpages > cpp.staging_pages &&
+                      akv_dev_pool_layout(g, &cpp, &cl) == AKV_OK &&
                       cl.window_capacity >= 2ull * S;
+    if (!fits && quiet) return AKV_EFULL;
     if (!fits) {
         const double need = (double)pl->compact_staging_pages * akv_geom_repr_page_bytes(g, pl->tier) +
                             2.0 * S * g->n_layers * akv_geom_repr_page_bytes(g, pl->tier);
@@ -169,9 +178,10 @@ akv_status akv_route_plan_split(akv_route_plan *pl, const akv_geom *g, uint64_t 
             return AKV_OK;
         }
     }
-    AKV_LOG_E("route: the staged compact route keeps a compact copy beside each exact host page: "
-              "{=host_gib} %u cannot hold both (at least 2 GiB)",
-              host_gib);
+    if (!quiet)
+        AKV_LOG_E("route: the staged compact route keeps a compact copy beside each exact host "
+                  "page: {=host_gib} %u cannot hold both (at least 2 GiB)",
+                  host_gib);
     return AKV_EFULL;
 }
 
@@ -229,8 +239,10 @@ uint32_t akv_route_need(akv_route_kind kind, const akv_geom *g, uint64_t n_token
 
 uint32_t akv_route_plan_need(const akv_route_plan *pl, const akv_geom *g, uint64_t n_tokens,
                              bool exact) {
-    const akv__route_kind *k =
-        exact ? akv__route_kind_of(pl->kind) : akv__route_kind_tiered(pl->kind, pl->tier);
+    /* a history kept exact on a tiered route holds every page in its window (resident or
+     * staged: the staged hybrid's exact part is resident) */
+    if (exact && pl->tier != AKV_REPR_EXACT) return akv__route_floor_pages(g, n_tokens);
+    const akv__route_kind *k = akv__route_kind_tiered(pl->kind, pl->tier);
     return k ? k->need(pl, g, n_tokens) : 0;
 }
 
@@ -285,9 +297,9 @@ static void seq_shortened(akv_route_seq *s, uint64_t n_tokens) {
 
 /* s's host copies (the exact one, and the compact copies' table with it) to n_tokens. */
 static akv_status seq_host_truncate(akv_route_seq *s, uint64_t n_tokens) {
-    akv_status st = akv_host_table_truncate(s->ht, n_tokens);
-    if (!st && s->cht) st = akv_host_table_truncate(s->cht, n_tokens);
-    return st;
+    /* the compact copies first: only they may be leased (by a compact stage) */
+    akv_status st = s->cht ? akv_host_table_truncate(s->cht, n_tokens) : AKV_OK;
+    return st ? st : akv_host_table_truncate(s->ht, n_tokens);
 }
 
 /* Every open sequence's device window becomes untrusted (a queue failed): the next step
