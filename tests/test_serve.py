@@ -373,9 +373,53 @@ def case_seed(env):
     expect(len(unseeded) > 1, "three unseeded requests, one text: the seed is fixed", unseeded)
 
 
+def case_n_choices(env):
+    cl = env.main.client()
+    # greedy: every choice the same text; indexes 0..n-1; the prompt counted once
+    r = chat(cl, "Say hello.", n=3, max_tokens=8)
+    expect(len(r.choices) == 3 and [c.index for c in r.choices] == [0, 1, 2], "three choices", r)
+    one = chat(cl, "Say hello.", max_tokens=8)
+    texts = {c.message.content for c in r.choices}
+    expect(texts == {one.choices[0].message.content}, "greedy choices differ from n = 1", texts, one)
+    expect(r.usage.prompt_tokens == one.usage.prompt_tokens and
+           r.usage.completion_tokens == 3 * one.usage.completion_tokens, "usage", r.usage, one.usage)
+    # sampled with a seed: choice i samples with seed + i, so the answer repeats, its choices
+    # differ, and choice 1 is what seed + 1 gives alone
+    kw = dict(model="any", prompt=PROMPTS[3], max_tokens=16, temperature=1.0, seed=77)
+    a = [c.text for c in sorted(cl.completions.create(n=4, **kw).choices, key=lambda c: c.index)]
+    b = [c.text for c in sorted(cl.completions.create(n=4, **kw).choices, key=lambda c: c.index)]
+    expect(a == b, "the same seed and n give other choices", a, b)
+    expect(len(set(a)) > 1, "four sampled choices, one text", a)
+    kw1 = dict(kw, seed=78)
+    alone = cl.completions.create(**kw1).choices[0].text
+    expect(a[1] == alone, "choice 1 is not seed + 1's text", a[1], alone)
+    # streamed: each choice's deltas make the answer's text; each choice ends once
+    parts, finishes = {}, {}
+    for chunk in cl.completions.create(stream=True, n=4, **kw):
+        for c in chunk.choices:
+            parts[c.index] = parts.get(c.index, "") + (c.text or "")
+            if c.finish_reason:
+                finishes[c.index] = finishes.get(c.index, 0) + 1
+    expect([parts.get(i) for i in range(4)] == a, "streamed choices are not the answer's", parts, a)
+    expect(finishes == {0: 1, 1: 1, 2: 1, 3: 1}, "each choice ends once", finishes)
+    # chat streamed, with logprobs: each choice's deltas carry their own tokens' records
+    got = {}
+    for chunk in cl.chat.completions.create(model="any", messages=[{"role": "user", "content": "Hi"}],
+                                            stream=True, n=2, max_tokens=6, temperature=0,
+                                            logprobs=True):
+        for c in chunk.choices:
+            if c.logprobs and c.logprobs.content:
+                got.setdefault(c.index, []).extend(t.token for t in c.logprobs.content)
+            if c.delta and c.delta.content:
+                got.setdefault(("text", c.index), []).append(c.delta.content)
+    for i in range(2):
+        expect("".join(got.get(i, [])) == "".join(got.get(("text", i), [])),
+               "a choice's logprob tokens are not its text", i, got)
+
+
 def case_errors_400(env):
     s, cl = env.main, env.main.client()
-    expect_error(lambda: chat(cl, "hi", n=2), 400, "n")
+    expect_error(lambda: chat(cl, "hi", n=17), 400, "n")
     expect_error(lambda: chat(cl, "hi", temperature=-1), 400, "temperature")
     expect_error(lambda: chat(cl, "hi", max_tokens=10 ** 9), 400, "max_tokens")
     expect_error(lambda: chat(cl, "hi", top_logprobs=2), 400, "top_logprobs")

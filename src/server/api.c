@@ -408,10 +408,11 @@ akv_status akv_api_parse(akv_api_kind kind, const char *body, size_t n, const ak
     r->max_tokens_asked = !isnan(x) || !isnan(y);
     x = NAN;
     if ((st = get_int(o, "n", 1, 1e300, &x, err))) goto done;
-    if (!isnan(x) && x != 1) {
-        st = BAD("n", "'n' is %g; this server answers with one choice (n = 1)", x);
+    if (!isnan(x) && x > AKV_API_MAX_N) {
+        st = BAD("n", "'n' is %g; this server answers with at most %d choices", x, AKV_API_MAX_N);
         goto done;
     }
+    r->n = isnan(x) ? 1 : (uint32_t)x;
     x = NAN;
     if ((st = get_int(o, "best_of", 1, 1e300, &x, err))) goto done;
     if (!isnan(x) && x != 1) {
@@ -648,37 +649,41 @@ static cJSON *envelope(const char *object, const char *id, long long created, co
 }
 
 char *akv_api_answer_json(akv_api_kind kind, const char *id, long long created,
-                          const char *model, const char *text, size_t n_text, const char *finish,
-                          const akv_api_usage *usage, const akv_api_logprobs *lp) {
+                          const char *model, const akv_api_choice *ch, uint32_t n_choices,
+                          const akv_api_usage *usage) {
     const bool chat = kind == AKV_API_CHAT;
     cJSON *o = envelope(chat ? "chat.completion" : "text_completion", id, created, model);
-    cJSON *choices = cJSON_AddArrayToObject(o, "choices"), *c = cJSON_CreateObject();
-    cJSON_AddItemToArray(choices, c);
-    cJSON_AddNumberToObject(c, "index", 0);
-    if (chat) {
-        cJSON *m = cJSON_AddObjectToObject(c, "message");
-        cJSON_AddStringToObject(m, "role", "assistant");
-        cJSON_AddItemToObject(m, "content", str_n(text, n_text));
-    } else {
-        cJSON_AddItemToObject(c, "text", str_n(text, n_text));
+    cJSON *choices = cJSON_AddArrayToObject(o, "choices");
+    for (uint32_t i = 0; i < n_choices; i++) {
+        cJSON *c = cJSON_CreateObject();
+        cJSON_AddItemToArray(choices, c);
+        cJSON_AddNumberToObject(c, "index", i);
+        if (chat) {
+            cJSON *m = cJSON_AddObjectToObject(c, "message");
+            cJSON_AddStringToObject(m, "role", "assistant");
+            cJSON_AddItemToObject(m, "content", str_n(ch[i].text, ch[i].n_text));
+        } else {
+            cJSON_AddItemToObject(c, "text", str_n(ch[i].text, ch[i].n_text));
+        }
+        if (ch[i].lp) cJSON_AddItemToObject(c, "logprobs", logprobs_json(chat, ch[i].lp));
+        else cJSON_AddNullToObject(c, "logprobs");
+        cJSON_AddStringToObject(c, "finish_reason", ch[i].finish);
     }
-    if (lp) cJSON_AddItemToObject(c, "logprobs", logprobs_json(chat, lp));
-    else cJSON_AddNullToObject(c, "logprobs");
-    cJSON_AddStringToObject(c, "finish_reason", finish);
     add_usage(o, usage);
     return print_del(o);
 }
 
 char *akv_api_chunk_json(akv_api_kind kind, const char *id, long long created, const char *model,
-                         bool first, const char *text, size_t n_text, const char *finish,
-                         const akv_api_usage *usage, const akv_api_logprobs *lp) {
+                         uint32_t index, bool first, const char *text, size_t n_text,
+                         const char *finish, const akv_api_usage *usage,
+                         const akv_api_logprobs *lp) {
     const bool chat = kind == AKV_API_CHAT;
     cJSON *o = envelope(chat ? "chat.completion.chunk" : "text_completion", id, created, model);
     cJSON *choices = cJSON_AddArrayToObject(o, "choices");
     if (text || finish) {
         cJSON *c = cJSON_CreateObject();
         cJSON_AddItemToArray(choices, c);
-        cJSON_AddNumberToObject(c, "index", 0);
+        cJSON_AddNumberToObject(c, "index", index);
         if (chat) {
             cJSON *d = cJSON_AddObjectToObject(c, "delta");
             if (first) cJSON_AddStringToObject(d, "role", "assistant");

@@ -8,11 +8,11 @@
  *   POST /v1/completions       prompt: a string, [string], [token ids] or [[token ids]]
  * Both take: model (ignored: one model is served), stream, stream_options.include_usage,
  * max_tokens / max_completion_tokens, temperature, top_p, top_k, min_p, seed, stop (a string
- * or up to 4), presence_penalty, frequency_penalty, repeat_penalty, ignore_eos, n (1 only),
- * user (ignored). Refused with 400 naming the field: logprobs / top_logprobs, logit_bias,
- * tools / tool_choice / functions / function_call, a response_format other than text, echo,
- * suffix, best_of other than 1, n other than 1, a message part that is not text. Unknown
- * fields are ignored, as llama-server does.
+ * or up to 4), presence_penalty, frequency_penalty, repeat_penalty, ignore_eos, n (choices,
+ * up to AKV_API_MAX_N), logprobs / top_logprobs, response_format (text, json_object,
+ * json_schema), kv_tier, user (ignored); completions also echo. Refused with 400 naming the
+ * field: logit_bias, tools / tool_choice / functions / function_call, suffix, best_of other
+ * than 1, a message part that is not text. Unknown fields are ignored, as llama-server does.
  */
 #ifndef AKV_SERVER_API_H
 #define AKV_SERVER_API_H
@@ -27,6 +27,8 @@
 #include "akv/status.h"
 
 enum { AKV_API_MAX_STOP = 4, AKV_API_MAX_MESSAGES = 4096 };
+/* The most choices one request asks (n): each is a request of its own in the engine. */
+enum { AKV_API_MAX_N = 16 };
 
 typedef enum akv_api_kind {
     AKV_API_CHAT = 0,   /* /v1/chat/completions */
@@ -51,6 +53,8 @@ enum { AKV_API_MAX_TOP_LOGPROBS = 20 };
 typedef struct akv_api_request {
     akv_api_kind kind;
     bool stream, include_usage, ignore_eos;
+    uint32_t n;               /* choices, 1..AKV_API_MAX_N: each sampled on its own (a seed
+                                 asked: choice i samples with seed + i) */
     uint32_t max_tokens;
     bool max_tokens_asked;    /* max_tokens or max_completion_tokens was given */
     bool seed_asked;          /* seed was given */
@@ -143,18 +147,28 @@ typedef struct akv_api_logprobs {
 void akv_api_token_logprobs(const float *logits, uint32_t n_vocab, int32_t token, uint32_t k,
                             float *lp, int32_t *top_id, float *top_lp);
 
-/* A whole answer: chat.completion or text_completion. finish: "stop" or "length". lp: the
- * logprobs asked (NULL: "logprobs": null). */
-char *akv_api_answer_json(akv_api_kind kind, const char *id, long long created,
-                          const char *model, const char *text, size_t n_text, const char *finish,
-                          const akv_api_usage *usage, const akv_api_logprobs *lp);
+/* One choice of an answer: its text, finish ("stop" or "length") and the logprobs asked
+ * (NULL: "logprobs": null). */
+typedef struct akv_api_choice {
+    const char *text;
+    size_t n_text;
+    const char *finish;
+    const akv_api_logprobs *lp;
+} akv_api_choice;
 
-/* One streamed chunk (chat.completion.chunk or text_completion): a delta of text (role
- * "assistant" on the first chat chunk), or the finish (text NULL, finish set), or the usage
- * chunk (text and finish NULL, usage set: choices empty); lp as for an answer, its tokens'. */
+/* A whole answer: chat.completion or text_completion, choices ch[n_choices] (index i each). */
+char *akv_api_answer_json(akv_api_kind kind, const char *id, long long created,
+                          const char *model, const akv_api_choice *ch, uint32_t n_choices,
+                          const akv_api_usage *usage);
+
+/* One streamed chunk (chat.completion.chunk or text_completion) of choice `index`: a delta of
+ * text (role "assistant" on a choice's first chat chunk), or the finish (text NULL, finish
+ * set), or the usage chunk (text and finish NULL, usage set: choices empty); lp as for an
+ * answer, its tokens'. */
 char *akv_api_chunk_json(akv_api_kind kind, const char *id, long long created, const char *model,
-                         bool first, const char *text, size_t n_text, const char *finish,
-                         const akv_api_usage *usage, const akv_api_logprobs *lp);
+                         uint32_t index, bool first, const char *text, size_t n_text,
+                         const char *finish, const akv_api_usage *usage,
+                         const akv_api_logprobs *lp);
 
 /* GET /v1/models: one model. */
 char *akv_api_models_json(const char *model, long long created, uint64_t max_context);

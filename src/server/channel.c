@@ -23,6 +23,23 @@ akv_status akv_srv_req_create(akv_srv_req **out) {
     return AKV_OK;
 }
 
+akv_status akv_srv_req_create_choice(akv_srv_req *lead, uint32_t index, akv_srv_req **out) {
+    akv_srv_req *r = akv__calloc(1, sizeof *r);
+    if (!r) return AKV_ENOMEM;
+    akv_srv_req_ref(lead);
+    r->owner = lead->owner;
+    r->lead = lead, r->index = index;
+    r->api = lead->api;
+    r->prompt = lead->prompt, r->n_prompt_ids = lead->n_prompt_ids;
+    r->created = lead->created, r->t_arrival = lead->t_arrival;
+    memcpy(r->id, lead->id, sizeof r->id);
+    r->efd = lead->efd;
+    pthread_mutex_init(&r->mu, NULL);
+    r->refs = 1;
+    *out = r;
+    return AKV_OK;
+}
+
 void akv_srv_req_ref(akv_srv_req *r) {
     pthread_mutex_lock(&r->mu);
     AKV_ASSERT(r->refs > 0);
@@ -36,13 +53,17 @@ void akv_srv_req_unref(akv_srv_req *r) {
     const int left = --r->refs;
     pthread_mutex_unlock(&r->mu);
     if (left) return;
-    akv_api_request_free(&r->api);
-    akv_tok_ids_free(&r->ids);
     akv__free(r->text);
     akv__free(r->toks);
     akv__free(r->ptoks);
-    close(r->efd);
     pthread_mutex_destroy(&r->mu);
+    if (r->lead) { /* its api, prompt and eventfd are the lead's */
+        akv_srv_req_unref(r->lead);
+    } else {
+        akv_api_request_free(&r->api);
+        akv_tok_ids_free(&r->ids);
+        close(r->efd);
+    }
     akv__free(r);
 }
 

@@ -333,18 +333,24 @@ static void req_cancel(akv_server *s, akv_srv_req *r, akv_metrics_end why) {
     if (akv_srv_req_mark_cancelled(r, why)) akv_srv_queue_post(&s->q, AKV_SRV_CANCEL, r);
 }
 
-/* Waits for an admitted request's channel. Past the deadline it is cancelled and its end has
- * 30 s more to arrive. 1: the channel spoke (or the cancel was just posted); 0: no end even
- * then; -1: the client went away (the request is cancelled). */
-static int req_wait_running(akv_server *s, akv_http_conn *c, akv_srv_req *r, double deadline) {
-    const bool timed_out = r->cancel_posted;
-    const int w = akv_http_conn_wait(c, r->efd, timed_out ? deadline + 30 : deadline);
+/* Cancels every choice of a request (req_cancel). */
+static void choices_cancel(akv_server *s, akv_srv_req *const *ch, uint32_t n, akv_metrics_end why) {
+    for (uint32_t i = 0; i < n; i++) req_cancel(s, ch[i], why);
+}
+
+/* Waits for the channels of a request's admitted choices (one eventfd: the lead's). Past the
+ * deadline they are cancelled and their ends have 30 s more to arrive. 1: a channel spoke (or
+ * the cancels were just posted); 0: no end even then; -1: the client went away (cancelled). */
+static int choices_wait(akv_server *s, akv_http_conn *c, akv_srv_req *const *ch, uint32_t n,
+                        double deadline) {
+    const bool timed_out = ch[0]->cancel_posted;
+    const int w = akv_http_conn_wait(c, ch[0]->efd, timed_out ? deadline + 30 : deadline);
     if (w < 0) {
-        req_cancel(s, r, AKV_END_ABORT);
+        choices_cancel(s, ch, n, AKV_END_ABORT);
         return -1;
     }
     if (w == 0 && !timed_out) {
-        req_cancel(s, r, AKV_END_TIMEOUT); /* its end arrives through the channel */
+        choices_cancel(s, ch, n, AKV_END_TIMEOUT); /* their ends arrive through the channels */
         return 1;
     }
     return w;
@@ -407,50 +413,69 @@ static void lp_items(const akv_server *s, const akv_srv_tok *t, size_t n, akv_ap
     }
 }
 
-/* The stream: the role chunk, a chunk per piece of text (with its tokens' logprobs when
- * asked; tokens whose text never came, held by a stop string, in a chunk of no text before
- * the finish), the finish (and the usage), [DONE]. false: the client went away (the request
- * is cancelled). */
-static bool answer_stream(akv_server *s, akv_http_conn *c, akv_srv_req *r, double deadline) {
+/* The usage of a request's choices: the prompt once, every choice's generated tokens. */
+static akv_api_usage choices_usage(akv_srv_req *const *ch, uint32_t n) {
+    akv_api_usage u = {ch[0]->n_prompt, 0, ch[0]->n_cached};
+    for (uint32_t i = 0; i < n; i++) u.completion_tokens += ch[i]->n_gen;
+    return u;
+}
+
+/* The stream of a request's choices: each choice's role chunk, a chunk per piece of text of
+ * any choice as it comes (with its tokens' logprobs when asked; tokens whose text never came,
+ * held by a stop string, in a chunk of no text before the finish), each choice's finish (and
+ * the usage), [DONE]. false: the client went away (the request is cancelled). */
+static bool answer_stream(akv_server *s, akv_http_conn *c, akv_srv_req *const *ch, uint32_t n,
+                          double deadline) {
     const char *model = s->p.model_name;
+    const akv_srv_req *r = ch[0];
     const akv_api_kind kind = r->api.kind;
-    if (akv_http_conn_stream_begin(c, 200, "text/event-stream", ":\n") ||
-        (kind == AKV_API_CHAT && send_event(c, akv_api_chunk_json(kind, r->id, r->created, model,
-                                                                  true, "", 0, NULL, NULL, NULL))))
-        goto gone;
-    size_t lp_off = 0; /* a completion's text_offset: the pieces' bytes so far */
+    if (akv_http_conn_stream_begin(c, 200, "text/event-stream", ":\n")) goto gone;
+    for (uint32_t i = 0; i < n && kind == AKV_API_CHAT; i++)
+        if (send_event(c, akv_api_chunk_json(kind, r->id, r->created, model, i, true, "", 0, NULL,
+                                             NULL, NULL)))
+            goto gone;
+    size_t lp_off[AKV_API_MAX_N] = {0}; /* a completion's text_offset: each choice's bytes so far */
     for (;;) {
-        char *piece;
-        size_t n, n_toks = 0;
-        akv_srv_tok *toks = NULL;
-        akv_srv_phase phase;
-        akv_srv_req_take_text(r, &piece, &n, r->api.logprobs ? &toks : NULL, &n_toks, &phase);
-        if (piece || n_toks) {
+        bool spoke = false, all_done = true;
+        for (uint32_t i = 0; i < n; i++) {
+            char *piece;
+            size_t k, n_toks = 0;
+            akv_srv_tok *toks = NULL;
+            akv_srv_phase phase;
+            akv_srv_req_take_text(ch[i], &piece, &k, r->api.logprobs ? &toks : NULL, &n_toks, &phase);
+            all_done &= phase == AKV_SRV_DONE;
+            if (!piece && !n_toks) continue;
+            spoke = true;
             akv_api_logprob *items = n_toks ? akv__calloc(n_toks, sizeof *items) : NULL;
             const bool lp_ok = !n_toks || items;
             if (items) lp_items(s, toks, n_toks, items);
-            const akv_api_logprobs lp = {items, n_toks, lp_off};
-            for (size_t i = 0; i < n_toks && items; i++) lp_off += items[i].tok.n;
-            char *json = akv_api_chunk_json(kind, r->id, r->created, model, false, piece ? piece : "",
-                                            n, NULL, NULL, r->api.logprobs && lp_ok ? &lp : NULL);
+            const akv_api_logprobs lp = {items, n_toks, lp_off[i]};
+            for (size_t j = 0; j < n_toks && items; j++) lp_off[i] += items[j].tok.n;
+            char *json = akv_api_chunk_json(kind, r->id, r->created, model, i, false,
+                                            piece ? piece : "", k, NULL, NULL,
+                                            r->api.logprobs && lp_ok ? &lp : NULL);
             akv__free(piece), akv__free(toks), akv__free(items);
             if (send_event(c, json)) goto gone;
-            continue;
         }
-        if (phase == AKV_SRV_DONE) break;
-        if (req_wait_running(s, c, r, deadline) < 0) return false;
+        if (spoke) continue;
+        if (all_done) break;
+        if (choices_wait(s, c, ch, n, deadline) < 0) return false;
     }
-    if (finished_well(r)) {
-        if (send_event(c, akv_api_chunk_json(kind, r->id, r->created, model, false, NULL, 0,
-                                             finish_word(r->finish), NULL, NULL)))
-            goto gone;
-        akv_api_usage u = {r->n_prompt, r->n_gen, r->n_cached};
+    const akv_srv_req *bad = NULL;
+    for (uint32_t i = 0; i < n && !bad; i++)
+        if (!finished_well(ch[i])) bad = ch[i];
+    if (!bad) {
+        for (uint32_t i = 0; i < n; i++)
+            if (send_event(c, akv_api_chunk_json(kind, r->id, r->created, model, i, false, NULL, 0,
+                                                 finish_word(ch[i]->finish), NULL, NULL)))
+                goto gone;
+        akv_api_usage u = choices_usage(ch, n);
         if (r->api.include_usage && send_event(c, akv_api_chunk_json(kind, r->id, r->created, model,
-                                                                     false, NULL, 0, NULL, &u, NULL)))
+                                                                     0, false, NULL, 0, NULL, &u, NULL)))
             goto gone;
     } else {
         akv_api_error e;
-        ended_error(s, r, &e);
+        ended_error(s, bad, &e);
         if (send_event(c, akv_api_error_json(&e))) goto gone;
     }
     static const char done[] = "data: [DONE]\n\n";
@@ -458,8 +483,37 @@ static bool answer_stream(akv_server *s, akv_http_conn *c, akv_srv_req *r, doubl
         goto gone;
     return true;
 gone:
-    req_cancel(s, r, AKV_END_ABORT);
+    choices_cancel(s, ch, n, AKV_END_ABORT);
     return false;
+}
+
+/* One finished choice's answer: its text (echo: the prompt's first) into *text, and (logprobs
+ * asked) its records into *items (akv__calloc'ed) and *lp. AKV_ENOMEM and the like. */
+static akv_status choice_answer(akv_server *s, const akv_srv_req *r, akv_tok_text *text,
+                                akv_api_logprob **items, akv_api_logprobs *lp) {
+    const bool echo = r->api.echo;
+    const size_t n_pre = echo && r->api.logprobs ? 1 + r->n_ptoks : 0;
+    akv_status st = AKV_OK;
+    *items = NULL;
+    if (echo)
+        st = r->api.prompt ? akv_tok_text_append(text, r->api.prompt, r->api.prompt_len)
+                           : akv_tok_decode(s->tok, r->prompt, r->n_prompt_ids, AKV_TOK_DECODE_LOSSY, text);
+    if (!st) st = akv_tok_text_append(text, r->text ? r->text : "", r->n_text);
+    if (!st && r->api.logprobs && !(*items = akv__calloc(n_pre + r->n_toks + 1, sizeof **items)))
+        st = AKV_ENOMEM;
+    if (st) return st;
+    akv_api_logprob *x = *items;
+    if (n_pre) {
+        x[0].none = true;
+        x[0].tok.piece = akv_tok_token_piece(s->tok, r->prompt[0], &x[0].tok.n);
+        lp_items(s, r->ptoks, r->n_ptoks, x + 1);
+        /* the echoed text is the prompt as given: a control token's piece (BOS) is not in it */
+        for (size_t i = 0; i < n_pre; i++)
+            x[i].no_text = akv_tok_token_type(s->tok, r->prompt[i]) == AKV_TOK_TYPE_CONTROL;
+    }
+    if (x) lp_items(s, r->toks, r->n_toks, x + n_pre);
+    *lp = (akv_api_logprobs){x, n_pre + r->n_toks, 0};
+    return AKV_OK;
 }
 
 /* Parses, encodes, submits and answers one generation request on its own thread. */
@@ -475,6 +529,8 @@ static void handle_generate(akv_server *s, akv_http_conn *c, const akv_http_requ
         akv_http_conn_send(c, &resp);
         return;
     }
+    akv_srv_req *ch[AKV_API_MAX_N] = {r}; /* its choices, the lead first */
+    uint32_t n_ch = 1;
     r->owner = s;
     r->t_arrival = akv_clock_s();
     r->created = (long long)time(NULL);
@@ -520,94 +576,103 @@ static void handle_generate(akv_server *s, akv_http_conn *c, const akv_http_requ
     if (!r->api.seed_asked && !s->p.fixed_seed) r->api.sample.seed = fresh_seed(s, r->num);
     if (!r->api.max_tokens_asked && n_prompt + r->api.max_tokens > s->max_context)
         r->api.max_tokens = (uint32_t)(s->max_context - n_prompt);
-    /* submit: counted in flight first, so a stop's grace waits for it */
+    /* the choices: the lead and n - 1 more, each a request of its own in the engine (choice i
+     * samples with the lead's seed + i when a seed was asked or fixed, a fresh one else) */
+    n_ch = r->api.n ? r->api.n : 1;
+    for (uint32_t i = 1; i < n_ch; i++) {
+        if ((st = akv_srv_req_create_choice(r, i, &ch[i]))) {
+            n_ch = i;
+            err_response(s, 503, "server_error", -1, "out of memory", &resp);
+            goto answer;
+        }
+        ch[i]->num = (uint64_t)atomic_fetch_add(&s->next_id, 1);
+        ch[i]->api.sample.seed = r->api.seed_asked || s->p.fixed_seed ? r->api.sample.seed + i
+                                                                       : fresh_seed(s, ch[i]->num);
+    }
+    /* submit: counted in flight first, so a stop's grace waits for them */
     pthread_mutex_lock(&s->mu);
     const int state = s->state;
-    if (state == AKV_SRV_READY) s->n_inflight++;
+    if (state == AKV_SRV_READY) s->n_inflight += n_ch;
     pthread_mutex_unlock(&s->mu);
     if (state != AKV_SRV_READY) {
         not_ready(s, state, &resp);
         goto answer;
     }
-    if ((st = akv_srv_queue_post(&s->q, AKV_SRV_SUBMIT, r))) {
+    for (uint32_t i = 0; i < n_ch; i++) {
+        if (!(st = akv_srv_queue_post(&s->q, AKV_SRV_SUBMIT, ch[i]))) continue;
         pthread_mutex_lock(&s->mu);
-        s->n_inflight--;
+        s->n_inflight -= n_ch - i; /* the rest never reach the engine */
         pthread_cond_broadcast(&s->state_cv);
         pthread_mutex_unlock(&s->mu);
+        choices_cancel(s, ch, i, AKV_END_ABORT);
         err_response(s, 503, "server_error", -1,
                      st == AKV_ESTATE ? "the server is shutting down" : "out of memory", &resp);
         goto answer;
     }
-    for (akv_srv_phase ph; (ph = akv_srv_req_phase(r)) == AKV_SRV_PENDING;) { /* admission */
+    for (bool pending = true; pending;) { /* admission, of every choice */
+        pending = false;
+        for (uint32_t i = 0; i < n_ch; i++) pending |= akv_srv_req_phase(ch[i]) == AKV_SRV_PENDING;
+        if (!pending) break;
         const int w = akv_http_conn_wait(c, r->efd, deadline);
-        if (w < 0) { /* gone before admission: the cancel follows the submit */
-            req_cancel(s, r, AKV_END_ABORT);
+        if (w < 0) { /* gone before admission: the cancels follow the submits */
+            choices_cancel(s, ch, n_ch, AKV_END_ABORT);
             goto out;
         }
         if (w == 0) {
-            req_cancel(s, r, AKV_END_TIMEOUT);
+            choices_cancel(s, ch, n_ch, AKV_END_TIMEOUT);
             err_response(s, 504, "timeout", -1, "no answer from the engine in time", &resp);
             goto answer;
         }
     }
-    if (akv_srv_req_phase(r) == AKV_SRV_REFUSED) {
-        error_response(s, &r->refusal, -1, &resp);
-        goto answer;
-    }
+    for (uint32_t i = 0; i < n_ch; i++)
+        if (akv_srv_req_phase(ch[i]) == AKV_SRV_REFUSED) { /* the others are not needed */
+            choices_cancel(s, ch, n_ch, AKV_END_ABORT);
+            error_response(s, &ch[i]->refusal, -1, &resp);
+            goto answer;
+        }
     if (r->api.stream) {
-        answer_stream(s, c, r, deadline);
+        answer_stream(s, c, ch, n_ch, deadline);
         goto out;
     }
-    while (akv_srv_req_phase(r) != AKV_SRV_DONE) /* the whole answer */
-        if (req_wait_running(s, c, r, deadline) < 0) goto out;
-    if (!finished_well(r)) {
-        ended_error(s, r, &err);
-        error_response(s, &err, -1, &resp);
-        goto answer;
+    for (bool running = true; running;) { /* the whole answer, every choice's */
+        running = false;
+        for (uint32_t i = 0; i < n_ch; i++) running |= akv_srv_req_phase(ch[i]) != AKV_SRV_DONE;
+        if (running && choices_wait(s, c, ch, n_ch, deadline) < 0) goto out;
     }
-    akv_api_usage u = {r->n_prompt, r->n_gen, r->n_cached};
-    /* echo: the prompt's text and (logprobs) its tokens' records first, the first with none */
-    akv_tok_text echoed = {0};
-    const bool echo = r->api.echo;
-    const size_t n_pre = echo && r->api.logprobs ? 1 + r->n_ptoks : 0;
-    akv_api_logprob *items = NULL;
-    akv_status est = AKV_OK;
-    if (echo)
-        est = r->api.prompt ? akv_tok_text_append(&echoed, r->api.prompt, r->api.prompt_len)
-                            : akv_tok_decode(s->tok, r->prompt, r->n_prompt_ids, AKV_TOK_DECODE_LOSSY,
-                                             &echoed);
-    if (!est) est = akv_tok_text_append(&echoed, r->text ? r->text : "", r->n_text);
-    if (!est && r->api.logprobs && !(items = akv__calloc(n_pre + r->n_toks + 1, sizeof *items)))
-        est = AKV_ENOMEM;
-    if (est) {
-        akv_tok_text_free(&echoed);
-        akv_api_error_set(&err, 500, "server_error", NULL, NULL, "the answer could not be made: %s",
-                          akv_status_str(est));
-        error_response(s, &err, -1, &resp);
-        goto answer;
+    for (uint32_t i = 0; i < n_ch; i++)
+        if (!finished_well(ch[i])) {
+            ended_error(s, ch[i], &err);
+            error_response(s, &err, -1, &resp);
+            goto answer;
+        }
+    {
+        const akv_api_usage u = choices_usage(ch, n_ch);
+        akv_tok_text texts[AKV_API_MAX_N];
+        akv_api_logprob *items[AKV_API_MAX_N];
+        akv_api_logprobs lps[AKV_API_MAX_N];
+        akv_api_choice choices[AKV_API_MAX_N];
+        memset(texts, 0, sizeof texts), memset(items, 0, sizeof items);
+        akv_status est = AKV_OK;
+        for (uint32_t i = 0; i < n_ch && !est; i++) {
+            est = choice_answer(s, ch[i], &texts[i], &items[i], &lps[i]);
+            choices[i] = (akv_api_choice){texts[i].bytes ? texts[i].bytes : "", texts[i].n_bytes,
+                                          finish_word(ch[i]->finish), r->api.logprobs ? &lps[i] : NULL};
+        }
+        if (est) {
+            akv_api_error_set(&err, 500, "server_error", NULL, NULL,
+                              "the answer could not be made: %s", akv_status_str(est));
+            error_response(s, &err, -1, &resp);
+        } else {
+            text_response(200, "application/json",
+                          akv_api_answer_json(kind, r->id, r->created, s->p.model_name, choices, n_ch, &u),
+                          &resp);
+        }
+        for (uint32_t i = 0; i < n_ch; i++) akv__free(items[i]), akv_tok_text_free(&texts[i]);
     }
-    if (n_pre) {
-        items[0].none = true;
-        items[0].tok.piece = akv_tok_token_piece(s->tok, r->prompt[0], &items[0].tok.n);
-        lp_items(s, r->ptoks, r->n_ptoks, items + 1);
-        /* the echoed text is the prompt as given: a control token's piece (BOS) is not in it */
-        for (size_t i = 0; i < n_pre; i++)
-            items[i].no_text = akv_tok_token_type(s->tok, r->prompt[i]) == AKV_TOK_TYPE_CONTROL;
-    }
-    if (items) lp_items(s, r->toks, r->n_toks, items + n_pre);
-    const akv_api_logprobs lp = {items, n_pre + r->n_toks, 0};
-    text_response(200, "application/json",
-                  akv_api_answer_json(kind, r->id, r->created, s->p.model_name,
-                                      echo ? echoed.bytes ? echoed.bytes : "" : r->text ? r->text : "",
-                                      echo ? echoed.n_bytes : r->n_text, finish_word(r->finish), &u,
-                                      r->api.logprobs ? &lp : NULL),
-                  &resp);
-    akv__free(items);
-    akv_tok_text_free(&echoed);
 answer:
-    if (akv_http_conn_send(c, &resp)) req_cancel(s, r, AKV_END_ABORT);
+    if (akv_http_conn_send(c, &resp)) choices_cancel(s, ch, n_ch, AKV_END_ABORT);
 out:
-    akv_srv_req_unref(r);
+    for (uint32_t i = 0; i < n_ch; i++) akv_srv_req_unref(ch[i]);
 }
 
 static void on_run(void *user, akv_http_conn *c, const akv_http_request *rq) {

@@ -98,12 +98,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         const char *chat_path[] = {"choices", "0", "message", "content", NULL};
         const char *cmpl_path[] = {"choices", "0", "text", NULL};
         const char *delta_path[] = {"choices", "0", "delta", "content", NULL};
-        check_json(akv_api_answer_json(kind, "id-1", 1, "m\"odel", text, n_text, "stop", &u, NULL), text,
-                   n_text, kind == AKV_API_CHAT ? chat_path : cmpl_path);
-        check_json(akv_api_chunk_json(kind, "id-1", 1, "model", false, text, n_text, NULL, NULL, NULL),
+        const akv_api_choice one = {text, n_text, "stop", NULL};
+        check_json(akv_api_answer_json(kind, "id-1", 1, "m\"odel", &one, 1, &u), text, n_text,
+                   kind == AKV_API_CHAT ? chat_path : cmpl_path);
+        check_json(akv_api_chunk_json(kind, "id-1", 1, "model", 0, false, text, n_text, NULL, NULL, NULL),
                    text, n_text, kind == AKV_API_CHAT ? delta_path : cmpl_path);
-        check_json(akv_api_chunk_json(kind, "id-1", 1, "model", false, NULL, 0, NULL, &u, NULL), NULL, 0,
-                   NULL);
+        check_json(akv_api_chunk_json(kind, "id-1", 1, "model", 0, false, NULL, 0, NULL, &u, NULL), NULL,
+                   0, NULL);
         /* the text's bytes as token pieces (any bytes: split characters, NULs) in logprobs */
         akv_api_logprob items[3];
         memset(items, 0, sizeof items);
@@ -115,8 +116,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         }
         items[2].tok.logprob = -INFINITY;
         const akv_api_logprobs lp = {items, text ? 3 : 0, 5};
-        check_json(akv_api_answer_json(kind, "id-1", 1, "m", text, n_text, "stop", &u, &lp), text,
-                   n_text, kind == AKV_API_CHAT ? chat_path : cmpl_path);
+        const akv_api_choice with_lp = {text, n_text, "stop", &lp};
+        check_json(akv_api_answer_json(kind, "id-1", 1, "m", &with_lp, 1, &u), text, n_text,
+                   kind == AKV_API_CHAT ? chat_path : cmpl_path);
     }
     akv_api_request_free(&r);
     return 0;
