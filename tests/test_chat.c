@@ -64,6 +64,8 @@ static void capture(akv_log_level level, const char *msg, void *user) {
 /* Creates a chat from a template (and name), renders every conversation, compares. */
 static void check_renders(const char *tmpl, const char *name, akv_chat_kind kind,
                           const char *const *want) {
+    /* LLAMA3 (the family, or the template run) trims each content */
+    const bool trimmed = kind == AKV_CHAT_LLAMA3 || (tmpl && strstr(tmpl, "| trim"));
     akv_chat_params p = {.template_text = tmpl, .name = name, .bos_text = "<|begin_of_text|>"};
     akv_chat *chat = NULL;
     CHECK_OK(akv_chat_create(&p, &chat));
@@ -88,14 +90,14 @@ static void check_renders(const char *tmpl, const char *name, akv_chat_kind kind
             const akv_tok_span sp = spans.spans[k];
             if (!CHECK(sp.off + sp.n_bytes <= again.n_bytes)) break;
             const char *got = again.bytes + sp.off;
-            if (akv_chat_get_kind(chat) == AKV_CHAT_CHATML)
+            if (!trimmed)
                 CHECK(sp.n_bytes == strlen(c) && !memcmp(got, c, sp.n_bytes));
             else
                 CHECK(memmem(c, strlen(c), got, sp.n_bytes) != NULL);
             k++;
         }
         CHECK_EQ_U64(k, spans.n);
-        CHECK(spans.n >= convs[i].n - (akv_chat_get_kind(chat) == AKV_CHAT_LLAMA3));
+        CHECK(spans.n >= convs[i].n - trimmed);
         akv_tok_spans_free(&spans);
         akv_tok_text_free(&again);
         akv_tok_text_free(&out);
@@ -106,13 +108,22 @@ static void check_renders(const char *tmpl, const char *name, akv_chat_kind kind
 int main(int argc, char **argv) {
     test_args(argc, argv);
     TEST_CASE(smollm2_chatml_with_its_default_system) {
-        check_renders(SMOLLM2, NULL, AKV_CHAT_CHATML, want_smollm2);
-        akv_chat_params p = {.template_text = SMOLLM2};
+        /* the template run, and its family in C: the same bytes (the family's default system
+         * read from the template) */
+        check_renders(SMOLLM2, NULL, AKV_CHAT_JINJA, want_smollm2);
+        check_renders(SMOLLM2, "chatml", AKV_CHAT_CHATML, want_smollm2);
+        akv_chat_params p = {.template_text = SMOLLM2, .name = "chatml"};
         akv_chat *chat = NULL;
         CHECK_OK(akv_chat_create(&p, &chat));
         if (!chat) break;
         CHECK_STR(akv_chat_default_system(chat),
                   "You are a helpful AI assistant named SmolLM, trained by Hugging Face");
+        akv_chat_destroy(chat);
+        p.name = NULL;
+        chat = NULL;
+        CHECK_OK(akv_chat_create(&p, &chat));
+        if (!chat) break;
+        CHECK(akv_chat_default_system(chat) == NULL); /* the template writes it */
         /* No messages: the template's loop never runs, so no system either. */
         akv_tok_text out = {0};
         CHECK_OK(akv_chat_render(chat, NULL, 0, true, &out, NULL));
@@ -122,11 +133,13 @@ int main(int argc, char **argv) {
     }
 
     TEST_CASE(llama3) {
-        check_renders(LLAMA3, NULL, AKV_CHAT_LLAMA3, want_llama3);
+        check_renders(LLAMA3, NULL, AKV_CHAT_JINJA, want_llama3);
+        check_renders(LLAMA3, "llama3", AKV_CHAT_LLAMA3, want_llama3);
     }
 
     TEST_CASE(chatml_default_system_written_with_escapes) {
-        check_renders(QWEN, NULL, AKV_CHAT_CHATML, want_qwen);
+        check_renders(QWEN, NULL, AKV_CHAT_JINJA, want_qwen);
+        check_renders(QWEN, "chatml", AKV_CHAT_CHATML, want_qwen);
     }
 
     TEST_CASE(unknown_templates_need_a_name) {
@@ -135,13 +148,33 @@ int main(int argc, char **argv) {
         static const char llama31[] = "{{- bos_token }}<|start_header_id|>system<|end_header_id|>"
                                       "\n\nCutting Knowledge Date: December 2023<|eot_id|>";
         akv_chat *chat = NULL;
+        /* templates of no family run as they are */
         akv_chat_params p = {.template_text = llama2};
+        CHECK_OK(akv_chat_create(&p, &chat));
+        if (chat) {
+            CHECK_EQ_INT(akv_chat_get_kind(chat), AKV_CHAT_JINJA);
+            akv_tok_text out = {0};
+            CHECK_OK(akv_chat_render(chat, convs[1].msgs, 2, true, &out, NULL));
+            CHECK_STR(out.bytes, "[INST] Be brief. [/INST][INST] What is 2+2? [/INST]");
+            akv_tok_text_free(&out);
+            akv_chat_destroy(chat);
+            chat = NULL;
+        }
+        /* one that does not run and has no family is refused, naming the line and why; one
+         * that does not run but is of a family is rendered as that family */
+        static const char broken[] = "{% for m in messages %}\n{{ m.content | nosuchfilter }}{% endfor %}";
+        static const char broken_chatml[] = "<|im_start|>{{ messages[0].content }<|im_end|>";
+        akv_log_set(capture, NULL, AKV_LOG_WARN);
+        p.template_text = broken;
+        CHECK_STATUS(akv_chat_create(&p, &chat), AKV_EUNSUPPORTED);
+        CHECK(strstr(last_log, "line 2") && strstr(last_log, "nosuchfilter") && strstr(last_log, "no known family"));
+        p.template_text = broken_chatml;
+        CHECK_OK(akv_chat_create(&p, &chat));
+        CHECK(chat && akv_chat_get_kind(chat) == AKV_CHAT_CHATML);
+        CHECK(strstr(last_log, "rendered as the chatml family") != NULL);
+        akv_chat_destroy(chat);
+        chat = NULL;
         akv_log_set(capture, NULL, AKV_LOG_ERROR);
-        CHECK_STATUS(akv_chat_create(&p, &chat), AKV_EUNSUPPORTED);
-        CHECK(strstr(last_log, "not a known family") != NULL);
-        p.template_text = llama31;
-        CHECK_STATUS(akv_chat_create(&p, &chat), AKV_EUNSUPPORTED);
-        CHECK(strstr(last_log, "Llama 3.1") != NULL);
         p.template_text = NULL;
         CHECK_STATUS(akv_chat_create(&p, &chat), AKV_EUNSUPPORTED);
         CHECK(strstr(last_log, "has none") != NULL);

@@ -711,7 +711,7 @@ int main(int argc, char **argv) {
             akv_chat *chat = NULL;
             CHECK_OK(akv_gguf_open_memory(b.p, b.n, &g));
             if (g) CHECK_OK(akv_chat_create_from_gguf(g, NULL, &chat));
-            if (chat) CHECK_EQ_INT(akv_chat_get_kind(chat), AKV_CHAT_CHATML);
+            if (chat) CHECK_EQ_INT(akv_chat_get_kind(chat), AKV_CHAT_JINJA); /* its own, run */
             akv_chat_destroy(chat);
             akv_gguf_close(g);
             gb_free(&b);

@@ -199,7 +199,7 @@ int main(int argc, char **argv) {
         akv_chat *chat = NULL;
         CHECK_OK(akv_chat_create_from_gguf(g, NULL, &chat));
         if (!chat) break;
-        CHECK_EQ_INT(akv_chat_get_kind(chat), AKV_CHAT_CHATML);
+        CHECK_EQ_INT(akv_chat_get_kind(chat), AKV_CHAT_JINJA); /* the file's own template, run */
         const akv_chat_msg *convs[] = {conv0, conv1};
         const size_t n_msgs[] = {AKV_ARRAY_LEN(conv0), AKV_ARRAY_LEN(conv1)};
         for (size_t c = 0; c < 2; c++) {

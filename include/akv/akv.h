@@ -29,6 +29,7 @@
 #include "akv/gguf_synth.h"
 #include "akv/tok.h"
 #include "akv/chat.h"
+#include "akv/jinja.h"
 /* staging, attention, the model */
 #include "akv/stage.h"
 #include "akv/attn.h"

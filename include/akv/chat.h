@@ -1,9 +1,13 @@
 /*
  * akv/chat.h — chat templates: a conversation rendered as the text a model was trained on.
  *
- * A GGUF carries its chat template as Jinja source (tokenizer.chat_template). activekv does
- * not run Jinja: it recognises the template's family by its markers and renders that family
- * in C, the way the template would for plain {role, content} messages (no tools, no images).
+ * A GGUF carries its chat template as Jinja source (tokenizer.chat_template). It is run as
+ * Hugging Face's apply_chat_template runs it (akv/jinja.h: kind JINJA), with the messages,
+ * add_generation_prompt, bos_token and eos_token (the texts of the GGUF's BOS and EOS
+ * tokens), tools when given, and strftime_now (today, UTC). A template the interpreter cannot
+ * compile, or that fails on a plain one-message conversation, falls back to its family when
+ * it has one (logged as a warning, with the interpreter's reason), and a named family
+ * (akv_chat_params.name, `--chat-template chatml|llama3`) renders in C as below.
  *
  * Families
  *   CHATML   markers <|im_start|> and <|im_end|> (SmolLM2, Qwen, ...). Each message is
@@ -51,6 +55,7 @@ typedef struct akv_gguf akv_gguf; /* akv/gguf.h */
 typedef enum akv_chat_kind {
     AKV_CHAT_CHATML = 1,
     AKV_CHAT_LLAMA3 = 2,
+    AKV_CHAT_JINJA = 3, /* the template's own source, run (akv/jinja.h) */
 } akv_chat_kind;
 
 /* One message. Both strings NUL-terminated UTF-8, borrowed for the call. */
@@ -64,11 +69,12 @@ typedef struct akv_chat_params {
     size_t template_bytes;     /* its length; 0 = NUL-terminated */
     const char *name;          /* "chatml" or "llama3" to force a family; NULL = recognise */
     const char *bos_text;      /* the template's bos_token (LLAMA3 writes it); NULL = "" */
+    const char *eos_text;      /* its eos_token (JINJA); NULL = "" */
 } akv_chat_params;
 
-/* Recognises (or takes by name) the family of p->template_text and copies what rendering
- * needs. AKV_EUNSUPPORTED (logged) for an unknown or missing template without a name;
- * AKV_EINVAL (logged) for a name that is not a family; AKV_ENOMEM. */
+/* Compiles p->template_text (JINJA), or recognises (or takes by name) its family, and copies
+ * what rendering needs. AKV_EUNSUPPORTED (logged) for a template neither run nor recognised,
+ * or none, without a name; AKV_EINVAL (logged) for a name that is not a family; AKV_ENOMEM. */
 akv_status akv_chat_create(const akv_chat_params *p, akv_chat **out);
 
 /* The same from a GGUF: tokenizer.chat_template, and bos_token = the text of
@@ -85,7 +91,7 @@ akv_chat_kind akv_chat_get_kind(const akv_chat *chat);
  * akv_chat_destroy. */
 const char *akv_chat_default_system(const akv_chat *chat);
 
-/* "chatml", "llama3"; "unknown" for other values. */
+/* "chatml", "llama3", "jinja"; "unknown" for other values. */
 const char *akv_chat_kind_name(akv_chat_kind kind);
 
 /* AKV_OK and *out for "chatml" / "llama3"; AKV_EINVAL (not logged) otherwise. */
@@ -98,6 +104,17 @@ akv_status akv_chat_kind_from_name(const char *name, akv_chat_kind *out);
 akv_status akv_chat_render(const akv_chat *chat, const akv_chat_msg *msgs, size_t n_msgs,
                            bool add_generation_prompt, akv_tok_text *out,
                            akv_tok_spans *contents);
+
+/* The same with the messages as JSON (an array of objects as OpenAI's API writes them: role,
+ * content, tool_calls, tool_call_id, name, ...) and tools (a JSON array, NULL: none), for a
+ * JINJA template; every message's "content" string is a content stretch. AKV_EUNSUPPORTED
+ * (logged) for a family template (it renders plain {role, content} messages:
+ * akv_chat_render); AKV_EINVAL (logged with the template's message and line) when the
+ * template refuses the conversation (raise_exception) or fails on it; AKV_EFORMAT for JSON
+ * that does not parse; AKV_ENOMEM. */
+akv_status akv_chat_render_json(const akv_chat *chat, const char *messages_json,
+                                const char *tools_json, bool add_generation_prompt,
+                                akv_tok_text *out, akv_tok_spans *contents);
 
 #ifdef __cplusplus
 }

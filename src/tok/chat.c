@@ -1,9 +1,12 @@
-/* chat.c — recognising chat-template families and rendering them (see akv/chat.h). */
+/* chat.c — chat templates: a model's own Jinja template run (akv/jinja.h), or a family
+ * recognised and rendered in C (see akv/chat.h). */
 #include "akv/chat.h"
+#include <stdio.h>
 
 #include <string.h>
 
 #include "akv/gguf.h"
+#include "akv/jinja.h"
 #include "core/alloc.h"
 #include "core/log.h"
 #include "tok/utf8.h"
@@ -11,7 +14,10 @@
 struct akv_chat {
     akv_chat_kind kind;
     char *default_system; /* CHATML: inserted before a first message that is not "system" */
-    char *bos_text;       /* LLAMA3: written before the first message; never NULL */
+    char *bos_text;       /* LLAMA3: written before the first message; JINJA: bos_token; never
+                             NULL */
+    char *eos_text;       /* JINJA: eos_token; never NULL */
+    akv_jinja *jinja;     /* JINJA: the compiled template */
 };
 
 static const char *chat_find(const char *hay, size_t n, const char *needle) {
@@ -27,6 +33,8 @@ const char *akv_chat_kind_name(akv_chat_kind kind) {
         return "chatml";
     case AKV_CHAT_LLAMA3:
         return "llama3";
+    case AKV_CHAT_JINJA:
+        return "jinja";
     }
     return "unknown";
 }
@@ -113,6 +121,96 @@ static akv_status chat_recognise(const char *t, size_t n, bool quiet, akv_chat_k
     return AKV_EUNSUPPORTED;
 }
 
+/* ---- the template run (JINJA) ---------------------------------------------------------- */
+
+#define CHAT_LIT(out, lit) akv_tok_text_append(out, lit, sizeof lit - 1)
+
+/* A JSON string of s[0..n) appended to out. */
+static akv_status chat_json_str(akv_tok_text *out, const char *s, size_t n) {
+    akv_status st = CHAT_LIT(out, "\"");
+    size_t run = 0;
+    for (size_t i = 0; !st && i < n; i++) {
+        const unsigned char ch = (unsigned char)s[i];
+        char esc[8];
+        if (ch == '"' || ch == '\\') snprintf(esc, sizeof esc, "\\%c", ch);
+        else if (ch == '\n') snprintf(esc, sizeof esc, "\\n");
+        else if (ch < 0x20) snprintf(esc, sizeof esc, "\\u%04x", ch);
+        else continue;
+        if (!(st = akv_tok_text_append(out, s + run, i - run))) st = akv_tok_text_append(out, esc, strlen(esc));
+        run = i + 1;
+    }
+    if (!st) st = akv_tok_text_append(out, s + run, n - run);
+    return st ? st : CHAT_LIT(out, "\"");
+}
+
+/* The template's variables as JSON: messages (given as JSON), tools (NULL: none),
+ * add_generation_prompt, bos_token, eos_token. */
+static akv_status chat_context(const akv_chat *c, const char *messages_json, const char *tools_json,
+                               bool add_generation_prompt, akv_tok_text *ctx) {
+    akv_status st = CHAT_LIT(ctx, "{\"messages\": ");
+    if (!st) st = akv_tok_text_append(ctx, messages_json, strlen(messages_json));
+    if (!st && tools_json) {
+        if (!(st = CHAT_LIT(ctx, ", \"tools\": ")))
+            st = akv_tok_text_append(ctx, tools_json, strlen(tools_json));
+    }
+    if (!st) {
+        const char *agp = add_generation_prompt ? ", \"add_generation_prompt\": true, \"bos_token\": "
+                                                : ", \"add_generation_prompt\": false, \"bos_token\": ";
+        st = akv_tok_text_append(ctx, agp, strlen(agp));
+    }
+    if (!st) st = chat_json_str(ctx, c->bos_text, strlen(c->bos_text));
+    if (!st) st = CHAT_LIT(ctx, ", \"eos_token\": ");
+    if (!st) st = chat_json_str(ctx, c->eos_text, strlen(c->eos_text));
+    return st ? st : CHAT_LIT(ctx, "}");
+}
+
+static akv_status chat_jinja_render(const akv_jinja *j, const char *ctx, size_t n_ctx,
+                                    akv_tok_text *out, akv_tok_spans *contents,
+                                    akv_jinja_error *err) {
+    const akv_jinja_render_params rp = {.context_json = ctx, .context_bytes = n_ctx};
+    return akv_jinja_render(j, &rp, out, contents, err);
+}
+
+/* Compiles the template and renders a one-message conversation with it: *out the compiled
+ * template when both work (NULL and *err when not). AKV_ENOMEM, or AKV_OK either way. */
+static akv_status chat_jinja_try(const akv_chat_params *p, const char *t, size_t n,
+                                 akv_jinja **out, akv_jinja_error *err) {
+    *out = NULL;
+    akv_jinja *j = NULL;
+    akv_status st = akv_jinja_compile(t, n, &j, err);
+    if (st) return st == AKV_ENOMEM ? st : AKV_OK;
+    const akv_chat probe = {.bos_text = (char *)(p->bos_text ? p->bos_text : ""),
+                            .eos_text = (char *)(p->eos_text ? p->eos_text : "")};
+    akv_tok_text ctx = {0}, text = {0};
+    st = chat_context(&probe, "[{\"role\": \"user\", \"content\": \"Hi\"}]", NULL, true, &ctx);
+    if (!st) st = chat_jinja_render(j, ctx.bytes, ctx.n_bytes, &text, NULL, err);
+    akv_tok_text_free(&ctx);
+    akv_tok_text_free(&text);
+    if (st == AKV_OK) *out = j;
+    else akv_jinja_destroy(j);
+    return st == AKV_ENOMEM ? st : AKV_OK;
+}
+
+akv_status akv_chat_render_json(const akv_chat *c, const char *messages_json,
+                                const char *tools_json, bool add_generation_prompt,
+                                akv_tok_text *out, akv_tok_spans *contents) {
+    AKV_ASSERT(c && messages_json && out);
+    if (c->kind != AKV_CHAT_JINJA) {
+        AKV_LOG_E("chat template: the %s family renders plain {role, content} messages; tools "
+                  "and tool calls need the model's own template",
+                  akv_chat_kind_name(c->kind));
+        return AKV_EUNSUPPORTED;
+    }
+    akv_tok_text ctx = {0};
+    akv_jinja_error err = {0};
+    akv_status st = chat_context(c, messages_json, tools_json, add_generation_prompt, &ctx);
+    if (!st) st = chat_jinja_render(c->jinja, ctx.bytes, ctx.n_bytes, out, contents, &err);
+    akv_tok_text_free(&ctx);
+    if (st && st != AKV_ENOMEM)
+        AKV_LOG_E("chat template: line %u: %s", err.line, err.msg);
+    return st == AKV_EOVERFLOW ? AKV_EINVAL : st;
+}
+
 akv_status akv_chat_create(const akv_chat_params *p, akv_chat **out) {
     AKV_ASSERT(p && out);
     const char *t = p->template_text;
@@ -120,7 +218,13 @@ akv_status akv_chat_create(const akv_chat_params *p, akv_chat **out) {
     akv_chat_kind kind, found;
     akv_status st;
     bool recognised = t && n > 0;
-    if (p->name) {
+    akv_jinja *jinja = NULL;
+    akv_jinja_error jerr = {0};
+    if (!p->name && recognised && (st = chat_jinja_try(p, t, n, &jinja, &jerr)) == AKV_ENOMEM)
+        return st;
+    if (jinja) {
+        kind = AKV_CHAT_JINJA;
+    } else if (p->name) {
         if (akv_chat_kind_from_name(p->name, &kind) != AKV_OK) {
             AKV_LOG_E("chat template: '%s' is not a template name (chatml, llama3)", p->name);
             return AKV_EINVAL;
@@ -131,13 +235,24 @@ akv_status akv_chat_create(const akv_chat_params *p, akv_chat **out) {
     } else if (!recognised) {
         AKV_LOG_E("chat template: the model has none; name one (chatml or llama3)");
         return AKV_EUNSUPPORTED;
-    } else if ((st = chat_recognise(t, n, false, &kind))) {
-        return st;
+    } else if (chat_recognise(t, n, true, &kind) == AKV_OK) {
+        AKV_LOG_W("chat template: not run (line %u: %s); rendered as the %s family", jerr.line,
+                  jerr.msg, akv_chat_kind_name(kind));
+    } else {
+        AKV_LOG_E("chat template: it cannot be run (line %u: %s) and is of no known family; name "
+                  "one (chatml or llama3) or give a template that runs",
+                  jerr.line, jerr.msg);
+        return AKV_EUNSUPPORTED;
     }
     akv_chat *c = akv__calloc(1, sizeof *c);
-    if (!c) return AKV_ENOMEM;
+    if (!c) {
+        akv_jinja_destroy(jinja);
+        return AKV_ENOMEM;
+    }
     c->kind = kind;
+    c->jinja = jinja;
     if (!(c->bos_text = akv__strdup(p->bos_text ? p->bos_text : ""))) goto nomem;
+    if (!(c->eos_text = akv__strdup(p->eos_text ? p->eos_text : ""))) goto nomem;
     if (kind == AKV_CHAT_CHATML && recognised) {
         size_t n_sys;
         c->default_system = chat_chatml_default_system(t, n, &n_sys);
@@ -154,6 +269,8 @@ void akv_chat_destroy(akv_chat *chat) {
     if (!chat) return;
     akv__free(chat->default_system);
     akv__free(chat->bos_text);
+    akv__free(chat->eos_text);
+    akv_jinja_destroy(chat->jinja);
     akv__free(chat);
 }
 
@@ -237,6 +354,22 @@ akv_status akv_chat_render(const akv_chat *c, const akv_chat_msg *msgs, size_t n
             return AKV_EINVAL;
         }
     }
+    if (c->kind == AKV_CHAT_JINJA) { /* the messages as JSON, then the template */
+        akv_tok_text js = {0};
+        akv_status st = CHAT_PUT(&js, "[");
+        for (size_t i = 0; !st && i < n_msgs; i++) {
+            if (i) st = CHAT_PUT(&js, ", ");
+            if (!st) st = CHAT_PUT(&js, "{\"role\": ");
+            if (!st) st = chat_json_str(&js, msgs[i].role, strlen(msgs[i].role));
+            if (!st) st = CHAT_PUT(&js, ", \"content\": ");
+            if (!st) st = chat_json_str(&js, msgs[i].content, strlen(msgs[i].content));
+            if (!st) st = CHAT_PUT(&js, "}");
+        }
+        if (!st) st = CHAT_PUT(&js, "]");
+        if (!st) st = akv_chat_render_json(c, js.bytes, NULL, add_generation_prompt, out, contents);
+        akv_tok_text_free(&js);
+        return st;
+    }
     const size_t n0 = out->n_bytes, k0 = contents ? contents->n : 0;
     akv_status st = akv_tok_text_append(out, NULL, 0);
     for (size_t i = 0; !st && i < n_msgs; i++) {
@@ -258,6 +391,23 @@ akv_status akv_chat_render(const akv_chat *c, const akv_chat_msg *msgs, size_t n
     return st;
 }
 
+/* The text of the token a GGUF key names (left empty when the key is absent). AKV_EFORMAT
+ * (logged) for an id outside the vocabulary. */
+static akv_status chat_token_text(const akv_gguf *g, const char *key, akv_gguf_str *text) {
+    uint32_t id;
+    akv_gguf_arr tokens;
+    akv_status st = akv_gguf_get_u32(g, key, &id);
+    if (st == AKV_ENOTFOUND) return AKV_OK;
+    if (st) return st;
+    if ((st = akv_gguf_get_arr(g, "tokenizer.ggml.tokens", &tokens))) return st;
+    if (tokens.type != AKV_GGUF_VTYPE_STRING || id >= tokens.n) {
+        AKV_LOG_E("chat template: %s %u is not a token of tokenizer.ggml.tokens", key, id);
+        return AKV_EFORMAT;
+    }
+    *text = akv_gguf_arr_str(g, &tokens, id);
+    return AKV_OK;
+}
+
 akv_status akv_chat_create_from_gguf(const akv_gguf *g, const char *name, akv_chat **out) {
     AKV_ASSERT(g && out);
     akv_chat_params p = {.name = name};
@@ -276,25 +426,15 @@ akv_status akv_chat_create_from_gguf(const akv_gguf *g, const char *name, akv_ch
             p.template_bytes = tmpl.len;
         }
     }
-    uint32_t bos_id;
-    akv_gguf_arr tokens;
-    st = akv_gguf_get_u32(g, "tokenizer.ggml.bos_token_id", &bos_id);
-    if (st == AKV_OK) {
-        if ((st = akv_gguf_get_arr(g, "tokenizer.ggml.tokens", &tokens))) return st;
-        if (tokens.type != AKV_GGUF_VTYPE_STRING || bos_id >= tokens.n) {
-            AKV_LOG_E("chat template: tokenizer.ggml.bos_token_id %u is not a token of "
-                      "tokenizer.ggml.tokens",
-                      bos_id);
-            return AKV_EFORMAT;
-        }
-        bos = akv_gguf_arr_str(g, &tokens, bos_id);
-    } else if (st != AKV_ENOTFOUND) {
+    akv_gguf_str eos = {0};
+    if ((st = chat_token_text(g, "tokenizer.ggml.bos_token_id", &bos)) ||
+        (st = chat_token_text(g, "tokenizer.ggml.eos_token_id", &eos)))
         return st;
-    }
     char *bos_text = akv__strndup(bos.ptr ? bos.ptr : "", bos.len);
-    if (!bos_text) return AKV_ENOMEM;
-    p.bos_text = bos_text;
-    st = akv_chat_create(&p, out);
-    akv__free(bos_text);
+    char *eos_text = akv__strndup(eos.ptr ? eos.ptr : "", eos.len);
+    st = bos_text && eos_text ? AKV_OK : AKV_ENOMEM;
+    p.bos_text = bos_text, p.eos_text = eos_text;
+    if (!st) st = akv_chat_create(&p, out);
+    akv__free(bos_text), akv__free(eos_text);
     return st;
 }
