@@ -551,7 +551,7 @@ static jv attr_path(jrun *r, const jv *v, const jstr *path, unsigned line) {
     return cur;
 }
 
-static int sort_cmp_ctx_case;
+static __thread int sort_cmp_ctx_case; /* the sort under way: case-sensitive (qsort has no context) */
 static int sort_cmp(const void *x, const void *y) {
     const jv *a = x, *b = y;
     if (a->k == JV_STR && b->k == JV_STR && !sort_cmp_ctx_case) {
@@ -1292,6 +1292,25 @@ static void loop_vars(jrun *r, jframe *f, jlist *items, size_t i) {
     jdict_set(r->c, f->vars, jstr_lit(r->c, "loop"), loop);
 }
 
+/* A block's body (kid[at]) rendered on its own, then the filters after it (kid[at + 1 ..]). */
+static jv block_filtered(jrun *r, const jnode *x, size_t at, jframe *f) {
+    jbuf b = {0}, *saved_out = r->out;
+    b.limit = saved_out->limit;
+    r->out = &b;
+    exec(r, x->kid[at], f);
+    r->out = saved_out;
+    jv v = jv_str(jbuf_str(r->c, &b));
+    for (size_t i = at + 1; i < x->n_kid; i++) {
+        const jnode *fl = x->kid[i];
+        jv *args;
+        const char *const *kw;
+        size_t n;
+        eval_args(r, fl, 1, &args, &kw, &n);
+        v = filter(r, fl->name, v, args, kw, n, fl->line);
+    }
+    return v;
+}
+
 static void exec(jrun *r, const jnode *x, jframe *f) {
     jframe *saved = tls_frame;
     tls_frame = f;
@@ -1351,42 +1370,12 @@ static void exec(jrun *r, const jnode *x, jframe *f) {
         break;
     }
     case JS_SET: assign(r, f, x->kid[0], eval(r, x->kid[1])); break;
-    case JS_SET_BLOCK: {
-        jbuf b = {0}, *saved_out = r->out;
-        b.limit = saved_out->limit;
-        r->out = &b;
-        exec(r, x->kid[1], f);
-        r->out = saved_out;
-        jv v = jv_str(jbuf_str(r->c, &b));
-        for (size_t i = 2; i < x->n_kid; i++) {
-            const jnode *fl = x->kid[i];
-            jv *args;
-            const char *const *kw;
-            size_t n;
-            eval_args(r, fl, 1, &args, &kw, &n);
-            v = filter(r, fl->name, v, args, kw, n, fl->line);
-        }
-        assign(r, f, x->kid[0], v);
-        break;
-    }
+    case JS_SET_BLOCK: assign(r, f, x->kid[0], block_filtered(r, x, 1, f)); break;
     case JS_MACRO:
         jdict_set(r->c, f->vars, jstr_new(r->c, x->name, x->name_n), (jv){.k = JV_MACRO, .macro = x});
         break;
     case JS_FILTER_BLOCK: {
-        jbuf b = {0}, *saved_out = r->out;
-        b.limit = saved_out->limit;
-        r->out = &b;
-        exec(r, x->kid[0], f);
-        r->out = saved_out;
-        jv v = jv_str(jbuf_str(r->c, &b));
-        for (size_t i = 1; i < x->n_kid; i++) {
-            const jnode *fl = x->kid[i];
-            jv *args;
-            const char *const *kw;
-            size_t n;
-            eval_args(r, fl, 1, &args, &kw, &n);
-            v = filter(r, fl->name, v, args, kw, n, fl->line);
-        }
+        jv v = block_filtered(r, x, 0, f);
         jv_print(r->c, r->out, &v);
         break;
     }

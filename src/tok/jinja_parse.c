@@ -655,24 +655,19 @@ static jnode *expr_not(jparser *ps) {
     return expr_cmp(ps);
 }
 
-static jnode *expr_and(jparser *ps) {
-    jnode *x = expr_not(ps);
-    while (accept_name(ps, "and")) {
-        jnode *a = node(ps, JE_AND, 2);
-        a->kid[0] = x, a->kid[1] = expr_not(ps);
+/* left (`word` right)*: and over not, or over and. */
+static jnode *expr_logic(jparser *ps, bool is_or) {
+    jnode *x = is_or ? expr_logic(ps, false) : expr_not(ps);
+    while (accept_name(ps, is_or ? "or" : "and")) {
+        jnode *a = node(ps, is_or ? JE_OR : JE_AND, 2);
+        a->kid[0] = x, a->kid[1] = is_or ? expr_logic(ps, false) : expr_not(ps);
         x = a;
     }
     return x;
 }
 
 static jnode *expr_or(jparser *ps) {
-    jnode *x = expr_and(ps);
-    while (accept_name(ps, "or")) {
-        jnode *o = node(ps, JE_OR, 2);
-        o->kid[0] = x, o->kid[1] = expr_and(ps);
-        x = o;
-    }
-    return x;
+    return expr_logic(ps, true);
 }
 
 static jnode *expr(jparser *ps) {

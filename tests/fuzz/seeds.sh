@@ -26,5 +26,10 @@ http) printf '\002POST /v1/completions HTTP/1.1\r\nHost: a\r\nContent-Length: 2\
       printf '\012GET http://h/p HTTP/1.1\r\nHost: a\r\nX: y\r\n z\r\n\r\n' >"$dir/fold"
       printf '\0145;e=1\r\nhello\r\n6\r\n world\r\n0\r\nT: v\r\n\r\n' >"$dir/chunked"
       printf '\0163\nabc\n0\n\n' >"$dir/chunked_lf" ;;
+jinja) here=$(dirname "$0")
+       for f in "$here"/../data/chat_templates/*.jinja; do cp "$f" "$dir/$(basename "$f" .jinja)"; done
+       printf '{%% for x in range(3) %%}{{ loop.index ~ x }}{%% endfor %%}\000{}' >"$dir/loop"
+       printf '{{ messages[0].content[1:] | trim ~ (tools | tojson(indent=2)) }}' >"$dir/marks"
+       printf '{%% macro m(a, b=2) %%}{{ a + b }}{%% endmacro %%}{{ m(1) }}{{ m(b=3, a=1) }}\000{"x": [1, 2.5, null, true, "s"]}' >"$dir/macro" ;;
 *) echo "seeds.sh: unknown target $target"; exit 2 ;;
 esac
