@@ -417,6 +417,78 @@ def case_n_choices(env):
                "a choice's logprob tokens are not its text", i, got)
 
 
+WEATHER = [{"type": "function", "function": {
+    "name": "get_weather", "description": "The weather in a city.",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
+                   "required": ["city"]}}}]
+
+
+def case_tools(env):
+    # the answer held to a call's JSON (a schema), as a Llama-3-style model writes one: it
+    # comes back as a tool call, plain and streamed
+    cl = env.main.client()
+    call_schema = {"type": "json_schema", "json_schema": {"name": "call", "schema": {
+        "type": "object", "properties": {
+            "name": {"const": "get_weather"},
+            "arguments": {"type": "object", "properties": {"city": {"type": "string", "maxLength": 12}},
+                          "required": ["city"]}},
+        "required": ["name", "arguments"]}}}
+    kw = dict(model="any", messages=[{"role": "user", "content": "Weather in Paris?"}],
+              tools=WEATHER, response_format=call_schema, max_tokens=300, temperature=0)
+    r = cl.chat.completions.create(**kw)
+    c = r.choices[0]
+    expect(c.finish_reason == "tool_calls" and c.message.tool_calls, "no tool call", c)
+    tc = c.message.tool_calls[0]
+    expect(tc.type == "function" and tc.function.name == "get_weather" and tc.id.startswith("call_"),
+           "the call", tc)
+    expect("city" in json.loads(tc.function.arguments), "its arguments", tc.function.arguments)
+    expect(c.message.content is None, "content besides the call", c.message.content)
+    calls, finish = [], None
+    for chunk in cl.chat.completions.create(stream=True, **kw):
+        for ch in chunk.choices:
+            if ch.delta and ch.delta.tool_calls:
+                calls += ch.delta.tool_calls
+            finish = ch.finish_reason or finish
+    expect(finish == "tool_calls" and len(calls) == 1 and calls[0].function.name == "get_weather" and
+           calls[0].function.arguments == tc.function.arguments, "streamed call", calls, finish)
+    # tools offered, none called: a plain answer
+    r = cl.chat.completions.create(model="any", messages=[{"role": "user", "content": "Hi"}],
+                                   tools=WEATHER, max_tokens=8, temperature=0)
+    expect(r.choices[0].finish_reason in ("stop", "length") and not r.choices[0].message.tool_calls,
+           "a plain answer", r.choices[0])
+    # the model's own template shows the tools (Qwen 2.5's, given with --chat-template) and
+    # renders a conversation with a call and its result
+    q = env.qwen.client()
+    plain = q.chat.completions.create(model="any", messages=[{"role": "user", "content": "Hi"}],
+                                      max_tokens=1, temperature=0)
+    offered = q.chat.completions.create(model="any", messages=[{"role": "user", "content": "Hi"}],
+                                        tools=WEATHER, max_tokens=1, temperature=0)
+    expect(offered.usage.prompt_tokens > plain.usage.prompt_tokens + 40, "the tools were not rendered",
+           plain.usage, offered.usage)
+    none = q.chat.completions.create(model="any", messages=[{"role": "user", "content": "Hi"}],
+                                     tools=WEATHER, tool_choice="none", max_tokens=1, temperature=0)
+    expect(none.usage.prompt_tokens == plain.usage.prompt_tokens, "tool_choice none", none.usage)
+    msgs = [{"role": "user", "content": "Weather in Paris?"},
+            {"role": "assistant", "content": None, "tool_calls": [
+                {"id": "call_1", "type": "function",
+                 "function": {"name": "get_weather", "arguments": "{\"city\": \"Paris\"}"}}]},
+            {"role": "tool", "tool_call_id": "call_1", "content": "21 C"}]
+    r = q.chat.completions.create(model="any", messages=msgs, tools=WEATHER, max_tokens=4, temperature=0)
+    expect(r.usage.prompt_tokens > offered.usage.prompt_tokens, "the call and result rendered", r.usage)
+    # refused, naming the field
+    expect_error(lambda: cl.chat.completions.create(
+        model="any", messages=[{"role": "user", "content": "x"}], tools=WEATHER,
+        tool_choice="required"), 400, "tool_choice")
+    expect_error(lambda: cl.chat.completions.create(
+        model="any", messages=[{"role": "user", "content": "x"}], tools=[{"type": "x"}]), 400, "tools[0]")
+    expect_error(lambda: cl.completions.create(model="any", prompt="x", extra_body={"tools": WEATHER}),
+                 400, "tools")
+    # the default model's template has no tool calls: it fails on a call's null content
+    err = expect_error(lambda: cl.chat.completions.create(model="any", messages=msgs, max_tokens=4),
+                       400, "messages")
+    expect("refuses the conversation" in err["message"], "the template's refusal", err)
+
+
 def case_errors_400(env):
     s, cl = env.main, env.main.client()
     expect_error(lambda: chat(cl, "hi", n=17), 400, "n")
@@ -1234,6 +1306,10 @@ class Env:
                                               "--max-context", "1024"))
     tiered = property(lambda self: self._get("tiered", "--kv-tier", "q8", "--exact-recent", "32",
                                              "--max-context", "1024", "--device-gib", "2"))
+    qwen = property(lambda self: self._get(
+        "qwen", "--chat-template", os.path.join(os.path.dirname(os.path.abspath(__file__)), "data",
+                                                "chat_templates", "Qwen-Qwen2.5-7B-Instruct.jinja"),
+        "--max-context", "2048"))
 
     def close(self):
         bad = []

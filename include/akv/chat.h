@@ -109,12 +109,13 @@ akv_status akv_chat_render(const akv_chat *chat, const akv_chat_msg *msgs, size_
  * content, tool_calls, tool_call_id, name, ...) and tools (a JSON array, NULL: none), for a
  * JINJA template; every message's "content" string is a content stretch. AKV_EUNSUPPORTED
  * (logged) for a family template (it renders plain {role, content} messages:
- * akv_chat_render); AKV_EINVAL (logged with the template's message and line) when the
- * template refuses the conversation (raise_exception) or fails on it; AKV_EFORMAT for JSON
- * that does not parse; AKV_ENOMEM. */
+ * akv_chat_render); AKV_EINVAL when the template refuses the conversation (raise_exception)
+ * or fails on it, its message and line in why[why_cap] (when not NULL; else logged);
+ * AKV_EFORMAT for JSON that does not parse; AKV_ENOMEM. */
 akv_status akv_chat_render_json(const akv_chat *chat, const char *messages_json,
                                 const char *tools_json, bool add_generation_prompt,
-                                akv_tok_text *out, akv_tok_spans *contents);
+                                akv_tok_text *out, akv_tok_spans *contents, char *why,
+                                size_t why_cap);
 
 #ifdef __cplusplus
 }

@@ -36,6 +36,8 @@ void akv_api_request_free(akv_api_request *r) {
         akv__free((char *)r->msgs[i].content);
     }
     akv__free(r->msgs);
+    akv__free(r->messages_json);
+    akv__free(r->tools_json);
     akv__free(r->prompt);
     akv__free(r->prompt_ids);
     akv_srv_schema_free(r->schema);
@@ -149,6 +151,104 @@ static akv_status parse_content(const cJSON *m, size_t i, char **out, akv_api_er
     return AKV_OK;
 }
 
+/* The messages as the model's template reads them (r->messages_json): role (developer as
+ * system), content (parts joined; null for an assistant's tool calls without content),
+ * tool_calls with each call's arguments as a JSON object where the client sent them as JSON
+ * text (as vLLM passes them), tool_call_id and name. */
+static akv_status messages_json(const cJSON *v, akv_api_request *r, akv_api_error *err) {
+    cJSON *arr = cJSON_CreateArray();
+    akv_status st = arr ? AKV_OK : AKV_ENOMEM;
+    for (size_t i = 0; !st && i < r->n_msgs; i++) {
+        const cJSON *m = cJSON_GetArrayItem(v, (int)i);
+        cJSON *o = cJSON_CreateObject();
+        if (!o || !cJSON_AddItemToArray(arr, o)) {
+            cJSON_Delete(o);
+            st = AKV_ENOMEM;
+            break;
+        }
+        cJSON_AddStringToObject(o, "role", r->msgs[i].role);
+        const cJSON *calls = cJSON_GetObjectItemCaseSensitive(m, "tool_calls");
+        if (!*r->msgs[i].content && !absent(calls)) cJSON_AddNullToObject(o, "content");
+        else cJSON_AddStringToObject(o, "content", r->msgs[i].content);
+        if (!absent(calls)) {
+            cJSON *out = cJSON_AddArrayToObject(o, "tool_calls");
+            const cJSON *c;
+            int k = 0;
+            cJSON_ArrayForEach(c, calls) {
+                char param[64];
+                snprintf(param, sizeof param, "messages[%zu].tool_calls[%d]", i, k++);
+                const cJSON *fn = cJSON_GetObjectItemCaseSensitive(c, "function");
+                const cJSON *name = fn ? cJSON_GetObjectItemCaseSensitive(fn, "name") : NULL;
+                const cJSON *args = fn ? cJSON_GetObjectItemCaseSensitive(fn, "arguments") : NULL;
+                if (!cJSON_IsObject(c) || !cJSON_IsString(name)) {
+                    st = BAD(param, "'%s' must be {\"type\": \"function\", \"function\": "
+                                    "{\"name\": ..., \"arguments\": ...}}", param);
+                    break;
+                }
+                cJSON *call = cJSON_CreateObject(), *f;
+                cJSON_AddItemToArray(out, call);
+                const cJSON *id = cJSON_GetObjectItemCaseSensitive(c, "id");
+                if (cJSON_IsString(id)) cJSON_AddStringToObject(call, "id", id->valuestring);
+                cJSON_AddStringToObject(call, "type", "function");
+                f = cJSON_AddObjectToObject(call, "function");
+                cJSON_AddStringToObject(f, "name", name->valuestring);
+                cJSON *parsed = cJSON_IsString(args) ? cJSON_Parse(args->valuestring) : NULL;
+                if (parsed && cJSON_IsObject(parsed)) cJSON_AddItemToObject(f, "arguments", parsed);
+                else if (cJSON_IsString(args)) cJSON_Delete(parsed), cJSON_AddStringToObject(f, "arguments", args->valuestring);
+                else if (args) cJSON_Delete(parsed), cJSON_AddItemToObject(f, "arguments", cJSON_Duplicate(args, true));
+                else cJSON_Delete(parsed), cJSON_AddObjectToObject(f, "arguments");
+            }
+        }
+        static const char *const keep[] = {"tool_call_id", "name"};
+        for (size_t k = 0; k < 2; k++) {
+            const cJSON *x = cJSON_GetObjectItemCaseSensitive(m, keep[k]);
+            if (cJSON_IsString(x)) cJSON_AddStringToObject(o, keep[k], x->valuestring);
+        }
+    }
+    char *text = st ? NULL : cJSON_PrintUnformatted(arr);
+    cJSON_Delete(arr);
+    if (!st && !text) st = AKV_ENOMEM;
+    if (!st && !(r->messages_json = dup_n(text, strlen(text)))) st = AKV_ENOMEM;
+    cJSON_free(text);
+    return st;
+}
+
+/* tools (an array of {"type": "function", "function": {"name": ...}}) into r->tools_json, and
+ * tool_choice: "auto" (the default) or "none" (the tools are not shown to the model). */
+static akv_status parse_tools(const cJSON *o, akv_api_request *r, akv_api_error *err) {
+    const cJSON *choice = cJSON_GetObjectItemCaseSensitive(o, "tool_choice");
+    bool none = false;
+    if (!absent(choice)) {
+        if (!cJSON_IsString(choice) || (strcmp(choice->valuestring, "auto") && strcmp(choice->valuestring, "none")))
+            return BAD("tool_choice", "'tool_choice' is \"auto\" or \"none\" here (the model "
+                                      "decides whether to call a tool; a required or named "
+                                      "call is not supported)");
+        none = !strcmp(choice->valuestring, "none");
+    }
+    const cJSON *tools = cJSON_GetObjectItemCaseSensitive(o, "tools");
+    if (absent(tools)) return AKV_OK;
+    if (!cJSON_IsArray(tools)) return BAD("tools", "'tools' must be an array");
+    const cJSON *t;
+    int k = 0;
+    cJSON_ArrayForEach(t, tools) {
+        char param[40];
+        snprintf(param, sizeof param, "tools[%d]", k++);
+        const cJSON *type = cJSON_GetObjectItemCaseSensitive(t, "type");
+        const cJSON *fn = cJSON_GetObjectItemCaseSensitive(t, "function");
+        const cJSON *name = cJSON_IsObject(fn) ? cJSON_GetObjectItemCaseSensitive(fn, "name") : NULL;
+        if (!cJSON_IsObject(t) || !cJSON_IsString(type) || strcmp(type->valuestring, "function") ||
+            !cJSON_IsString(name) || !*name->valuestring)
+            return BAD(param, "'%s' must be {\"type\": \"function\", \"function\": {\"name\": "
+                              "..., \"description\": ..., \"parameters\": ...}}", param);
+    }
+    if (none || !tools->child) return AKV_OK;
+    char *text = cJSON_PrintUnformatted(tools);
+    if (!text) return AKV_ENOMEM;
+    r->tools_json = dup_n(text, strlen(text));
+    cJSON_free(text);
+    return r->tools_json ? AKV_OK : AKV_ENOMEM;
+}
+
 static akv_status parse_messages(const cJSON *o, akv_api_request *r, akv_api_error *err) {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, "messages");
     if (absent(v)) return BAD("messages", "'messages' is required");
@@ -168,10 +268,10 @@ static akv_status parse_messages(const cJSON *o, akv_api_request *r, akv_api_err
             return BAD(param, "'%s' must be a string", param);
         const char *rname = role->valuestring;
         if (!strcmp(rname, "developer")) rname = "system"; /* OpenAI's newer name for it */
-        const bool assistant = !strcmp(rname, "assistant");
-        if (!assistant && strcmp(rname, "system") && strcmp(rname, "user"))
-            return BAD(param, "'%s' is '%.32s'; this server takes system, developer, user and "
-                              "assistant (no tool calls)", param, role->valuestring);
+        const bool assistant = !strcmp(rname, "assistant"), tool = !strcmp(rname, "tool");
+        if (!assistant && !tool && strcmp(rname, "system") && strcmp(rname, "user"))
+            return BAD(param, "'%s' is '%.32s'; this server takes system, developer, user, "
+                              "assistant and tool", param, role->valuestring);
         if (!assistant && absent(cJSON_GetObjectItemCaseSensitive(m, "content"))) {
             snprintf(param, sizeof param, "messages[%d].content", i);
             return BAD(param, "'%s' is required for a %s message", param, rname);
@@ -183,8 +283,16 @@ static akv_status parse_messages(const cJSON *o, akv_api_request *r, akv_api_err
         r->msgs[i] = (akv_chat_msg){rs, content};
         r->n_msgs = (size_t)i + 1;
         if (!rs) return AKV_ENOMEM;
+        const cJSON *calls = cJSON_GetObjectItemCaseSensitive(m, "tool_calls");
+        if (!absent(calls)) {
+            snprintf(param, sizeof param, "messages[%d].tool_calls", i);
+            if (!assistant || !cJSON_IsArray(calls))
+                return BAD(param, "'%s' must be an array, on an assistant message", param);
+            r->has_tool_use = true;
+        }
+        r->has_tool_use |= tool;
     }
-    return AKV_OK;
+    return messages_json(v, r, err);
 }
 
 /* [int, ...] into r->prompt_ids. */
@@ -421,8 +529,9 @@ akv_status akv_api_parse(akv_api_kind kind, const char *body, size_t n, const ak
     }
     if ((st = parse_logprobs(kind, o, r, err)) ||
         (st = refuse_if_set(o, "logit_bias", "no logit bias", err)) ||
-        (st = refuse_if_set(o, "tools", "no tool calls", err)) ||
-        (st = refuse_if_set(o, "tool_choice", "no tool calls", err)) ||
+        (kind == AKV_API_CHAT && (st = parse_tools(o, r, err))) ||
+        (kind == AKV_API_COMPLETION && (st = refuse_if_set(o, "tools", "tools are a chat's", err))) ||
+        (kind == AKV_API_COMPLETION && (st = refuse_if_set(o, "tool_choice", "tools are a chat's", err))) ||
         (st = refuse_if_set(o, "functions", "no function calls", err)) ||
         (st = refuse_if_set(o, "function_call", "no function calls", err)) ||
         (kind == AKV_API_CHAT && (st = refuse_if_set(o, "echo", "a chat is not echoed", err))) ||
@@ -648,6 +757,23 @@ static cJSON *envelope(const char *object, const char *id, long long created, co
     return o;
 }
 
+/* tool_calls: [{"id", "type": "function", "function": {"name", "arguments"}}], each with its
+ * "index" in a streamed delta. */
+static cJSON *tool_calls_json(const akv_api_tool_call *calls, size_t n, bool indexed) {
+    cJSON *a = cJSON_CreateArray();
+    for (size_t i = 0; i < n; i++) {
+        cJSON *c = cJSON_CreateObject();
+        cJSON_AddItemToArray(a, c);
+        if (indexed) cJSON_AddNumberToObject(c, "index", (double)i);
+        cJSON_AddStringToObject(c, "id", calls[i].id);
+        cJSON_AddStringToObject(c, "type", "function");
+        cJSON *f = cJSON_AddObjectToObject(c, "function");
+        cJSON_AddStringToObject(f, "name", calls[i].name);
+        cJSON_AddStringToObject(f, "arguments", calls[i].arguments);
+    }
+    return a;
+}
+
 char *akv_api_answer_json(akv_api_kind kind, const char *id, long long created,
                           const char *model, const akv_api_choice *ch, uint32_t n_choices,
                           const akv_api_usage *usage) {
@@ -661,7 +787,9 @@ char *akv_api_answer_json(akv_api_kind kind, const char *id, long long created,
         if (chat) {
             cJSON *m = cJSON_AddObjectToObject(c, "message");
             cJSON_AddStringToObject(m, "role", "assistant");
-            cJSON_AddItemToObject(m, "content", str_n(ch[i].text, ch[i].n_text));
+            if (ch[i].text) cJSON_AddItemToObject(m, "content", str_n(ch[i].text, ch[i].n_text));
+            else cJSON_AddNullToObject(m, "content");
+            if (ch[i].n_calls) cJSON_AddItemToObject(m, "tool_calls", tool_calls_json(ch[i].calls, ch[i].n_calls, false));
         } else {
             cJSON_AddItemToObject(c, "text", str_n(ch[i].text, ch[i].n_text));
         }
@@ -697,6 +825,19 @@ char *akv_api_chunk_json(akv_api_kind kind, const char *id, long long created, c
         else cJSON_AddNullToObject(c, "finish_reason");
     }
     if (usage) add_usage(o, usage);
+    return print_del(o);
+}
+
+char *akv_api_tool_chunk_json(const char *id, long long created, const char *model,
+                              uint32_t index, const akv_api_tool_call *calls, size_t n_calls) {
+    cJSON *o = envelope("chat.completion.chunk", id, created, model);
+    cJSON *choices = cJSON_AddArrayToObject(o, "choices"), *c = cJSON_CreateObject();
+    cJSON_AddItemToArray(choices, c);
+    cJSON_AddNumberToObject(c, "index", index);
+    cJSON *d = cJSON_AddObjectToObject(c, "delta");
+    cJSON_AddItemToObject(d, "tool_calls", tool_calls_json(calls, n_calls, true));
+    cJSON_AddNullToObject(c, "logprobs");
+    cJSON_AddNullToObject(c, "finish_reason");
     return print_del(o);
 }
 

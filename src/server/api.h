@@ -10,9 +10,11 @@
  * max_tokens / max_completion_tokens, temperature, top_p, top_k, min_p, seed, stop (a string
  * or up to 4), presence_penalty, frequency_penalty, repeat_penalty, ignore_eos, n (choices,
  * up to AKV_API_MAX_N), logprobs / top_logprobs, response_format (text, json_object,
- * json_schema), kv_tier, user (ignored); completions also echo. Refused with 400 naming the
- * field: logit_bias, tools / tool_choice / functions / function_call, suffix, best_of other
- * than 1, a message part that is not text. Unknown fields are ignored, as llama-server does.
+ * json_schema), kv_tier, user (ignored); completions also echo; chats also tools and
+ * tool_choice ("auto" or "none"), tool messages and assistants' tool_calls. Refused with 400
+ * naming the field: logit_bias, a required or named tool_choice, functions / function_call,
+ * suffix, best_of other than 1, a message part that is not text. Unknown fields are ignored,
+ * as llama-server does.
  */
 #ifndef AKV_SERVER_API_H
 #define AKV_SERVER_API_H
@@ -75,6 +77,10 @@ typedef struct akv_api_request {
     /* chat */
     akv_chat_msg *msgs; /* [n_msgs], role and content owned */
     size_t n_msgs;
+    char *messages_json; /* the messages as the model's template reads them (role, content,
+                            tool_calls with arguments as objects, tool_call_id, name) */
+    bool has_tool_use;   /* a tool message or an assistant's tool calls among them */
+    char *tools_json;    /* tools offered (tool_choice not "none"): a JSON array; NULL: none */
     /* completion: text, or token ids */
     char *prompt;
     size_t prompt_len;
@@ -147,13 +153,22 @@ typedef struct akv_api_logprobs {
 void akv_api_token_logprobs(const float *logits, uint32_t n_vocab, int32_t token, uint32_t k,
                             float *lp, int32_t *top_id, float *top_lp);
 
-/* One choice of an answer: its text, finish ("stop" or "length") and the logprobs asked
- * (NULL: "logprobs": null). */
+/* One tool call of an answer (server/tools.h finds them). */
+typedef struct akv_api_tool_call {
+    const char *id;
+    const char *name;
+    const char *arguments; /* JSON text */
+} akv_api_tool_call;
+
+/* One choice of an answer: its text (NULL with tool calls: "content": null), finish ("stop",
+ * "length" or "tool_calls"), the logprobs asked (NULL: "logprobs": null) and its tool calls. */
 typedef struct akv_api_choice {
     const char *text;
     size_t n_text;
     const char *finish;
     const akv_api_logprobs *lp;
+    const akv_api_tool_call *calls;
+    size_t n_calls;
 } akv_api_choice;
 
 /* A whole answer: chat.completion or text_completion, choices ch[n_choices] (index i each). */
@@ -169,6 +184,10 @@ char *akv_api_chunk_json(akv_api_kind kind, const char *id, long long created, c
                          uint32_t index, bool first, const char *text, size_t n_text,
                          const char *finish, const akv_api_usage *usage,
                          const akv_api_logprobs *lp);
+
+/* A streamed chunk of choice `index`'s tool calls (delta.tool_calls, each whole). */
+char *akv_api_tool_chunk_json(const char *id, long long created, const char *model,
+                              uint32_t index, const akv_api_tool_call *calls, size_t n_calls);
 
 /* GET /v1/models: one model. */
 char *akv_api_models_json(const char *model, long long created, uint64_t max_context);

@@ -14,6 +14,7 @@
 #include "core/clock.h"
 #include "core/log.h"
 #include "server/server_impl.h"
+#include "server/tools.h"
 
 /* ---- answers ---------------------------------------------------------------------------- */
 
@@ -284,9 +285,29 @@ static bool build_prompt(akv_server *s, akv_srv_req *r, uint64_t max_prompt, akv
                               how);
             return false;
         }
-        if (akv_chat_render(s->chat, a->msgs, a->n_msgs, true, &text,
-                            s->p.content_specials ? NULL : &contents))
+        akv_tok_spans *plain = s->p.content_specials ? NULL : &contents;
+        if (akv_chat_get_kind(s->chat) == AKV_CHAT_JINJA) { /* the model's own template */
+            char why[300];
+            const akv_status rs = akv_chat_render_json(s->chat, a->messages_json, a->tools_json,
+                                                       true, &text, plain, why, sizeof why);
+            if (rs == AKV_ENOMEM) goto oom;
+            if (rs) {
+                akv_tok_text_free(&text);
+                akv_tok_spans_free(&contents);
+                akv_api_error_set(err, 400, "invalid_request_error", NULL, "messages",
+                                  "the model's chat template refuses the conversation (%s)", why);
+                return false;
+            }
+        } else if (a->tools_json || a->has_tool_use) {
+            akv_api_error_set(err, 400, "invalid_request_error", NULL,
+                              a->tools_json ? "tools" : "messages",
+                              "the chat template in use is the %s family, which renders plain "
+                              "messages: tools and tool calls need the model's own template",
+                              akv_chat_kind_name(akv_chat_get_kind(s->chat)));
+            return false;
+        } else if (akv_chat_render(s->chat, a->msgs, a->n_msgs, true, &text, plain)) {
             goto oom;
+        }
         src = text.bytes ? text.bytes : "", n = text.n_bytes;
         o.flags = AKV_TOK_PARSE_SPECIAL;
         o.plain = contents.spans, o.n_plain = contents.n;
@@ -413,6 +434,18 @@ static void lp_items(const akv_server *s, const akv_srv_tok *t, size_t n, akv_ap
     }
 }
 
+/* A finished choice's tool calls (the request offered tools) into *calls and *c: the calls,
+ * its content besides them (NULL: none) and the finish "tool_calls", when it wrote any. */
+static akv_status choice_calls(const akv_srv_req *r, akv_srv_tool_calls *calls, akv_api_choice *c) {
+    akv_status st = akv_srv_tool_calls_find(r->text ? r->text : "", r->n_text, r->api.tools_json,
+                                            (unsigned long long)r->num, calls);
+    if (st || !calls->n) return st;
+    c->calls = calls->v, c->n_calls = calls->n;
+    c->text = calls->content, c->n_text = calls->content ? strlen(calls->content) : 0;
+    c->finish = "tool_calls";
+    return AKV_OK;
+}
+
 /* The usage of a request's choices: the prompt once, every choice's generated tokens. */
 static akv_api_usage choices_usage(akv_srv_req *const *ch, uint32_t n) {
     akv_api_usage u = {ch[0]->n_prompt, 0, ch[0]->n_cached};
@@ -444,6 +477,10 @@ static bool answer_stream(akv_server *s, akv_http_conn *c, akv_srv_req *const *c
             akv_srv_phase phase;
             akv_srv_req_take_text(ch[i], &piece, &k, r->api.logprobs ? &toks : NULL, &n_toks, &phase);
             all_done &= phase == AKV_SRV_DONE;
+            if (r->api.tools_json) { /* tools offered: the answer is sent whole at its end */
+                akv__free(piece), akv__free(toks);
+                continue;
+            }
             if (!piece && !n_toks) continue;
             spoke = true;
             akv_api_logprob *items = n_toks ? akv__calloc(n_toks, sizeof *items) : NULL;
@@ -465,10 +502,26 @@ static bool answer_stream(akv_server *s, akv_http_conn *c, akv_srv_req *const *c
     for (uint32_t i = 0; i < n && !bad; i++)
         if (!finished_well(ch[i])) bad = ch[i];
     if (!bad) {
-        for (uint32_t i = 0; i < n; i++)
+        for (uint32_t i = 0; i < n; i++) {
+            const char *finish = finish_word(ch[i]->finish);
+            if (r->api.tools_json) { /* the whole answer: its content, its calls */
+                akv_srv_tool_calls calls;
+                akv_api_choice one = {ch[i]->text ? ch[i]->text : "", ch[i]->n_text, finish, NULL, NULL, 0};
+                if (choice_calls(ch[i], &calls, &one)) goto gone; /* no memory: end the stream */
+                int rc = one.text && one.n_text
+                             ? send_event(c, akv_api_chunk_json(kind, r->id, r->created, model, i, false,
+                                                                one.text, one.n_text, NULL, NULL, NULL))
+                             : 0;
+                if (!rc && one.n_calls)
+                    rc = send_event(c, akv_api_tool_chunk_json(r->id, r->created, model, i, one.calls, one.n_calls));
+                finish = one.finish;
+                akv_srv_tool_calls_free(&calls);
+                if (rc) goto gone;
+            }
             if (send_event(c, akv_api_chunk_json(kind, r->id, r->created, model, i, false, NULL, 0,
-                                                 finish_word(ch[i]->finish), NULL, NULL)))
+                                                 finish, NULL, NULL)))
                 goto gone;
+        }
         akv_api_usage u = choices_usage(ch, n);
         if (r->api.include_usage && send_event(c, akv_api_chunk_json(kind, r->id, r->created, model,
                                                                      0, false, NULL, 0, NULL, &u, NULL)))
@@ -651,12 +704,16 @@ static void handle_generate(akv_server *s, akv_http_conn *c, const akv_http_requ
         akv_api_logprob *items[AKV_API_MAX_N];
         akv_api_logprobs lps[AKV_API_MAX_N];
         akv_api_choice choices[AKV_API_MAX_N];
-        memset(texts, 0, sizeof texts), memset(items, 0, sizeof items);
+        akv_srv_tool_calls calls[AKV_API_MAX_N];
+        memset(texts, 0, sizeof texts), memset(items, 0, sizeof items), memset(calls, 0, sizeof calls);
         akv_status est = AKV_OK;
         for (uint32_t i = 0; i < n_ch && !est; i++) {
             est = choice_answer(s, ch[i], &texts[i], &items[i], &lps[i]);
             choices[i] = (akv_api_choice){texts[i].bytes ? texts[i].bytes : "", texts[i].n_bytes,
-                                          finish_word(ch[i]->finish), r->api.logprobs ? &lps[i] : NULL};
+                                          finish_word(ch[i]->finish), r->api.logprobs ? &lps[i] : NULL,
+                                          NULL, 0};
+            if (!est && r->api.tools_json) /* the tools offered: the calls it wrote, if any */
+                est = choice_calls(ch[i], &calls[i], &choices[i]);
         }
         if (est) {
             akv_api_error_set(&err, 500, "server_error", NULL, NULL,
@@ -667,7 +724,8 @@ static void handle_generate(akv_server *s, akv_http_conn *c, const akv_http_requ
                           akv_api_answer_json(kind, r->id, r->created, s->p.model_name, choices, n_ch, &u),
                           &resp);
         }
-        for (uint32_t i = 0; i < n_ch; i++) akv__free(items[i]), akv_tok_text_free(&texts[i]);
+        for (uint32_t i = 0; i < n_ch; i++)
+            akv__free(items[i]), akv_tok_text_free(&texts[i]), akv_srv_tool_calls_free(&calls[i]);
     }
 answer:
     if (akv_http_conn_send(c, &resp)) choices_cancel(s, ch, n_ch, AKV_END_ABORT);

@@ -193,7 +193,8 @@ static akv_status chat_jinja_try(const akv_chat_params *p, const char *t, size_t
 
 akv_status akv_chat_render_json(const akv_chat *c, const char *messages_json,
                                 const char *tools_json, bool add_generation_prompt,
-                                akv_tok_text *out, akv_tok_spans *contents) {
+                                akv_tok_text *out, akv_tok_spans *contents, char *why,
+                                size_t why_cap) {
     AKV_ASSERT(c && messages_json && out);
     if (c->kind != AKV_CHAT_JINJA) {
         AKV_LOG_E("chat template: the %s family renders plain {role, content} messages; tools "
@@ -206,8 +207,10 @@ akv_status akv_chat_render_json(const akv_chat *c, const char *messages_json,
     akv_status st = chat_context(c, messages_json, tools_json, add_generation_prompt, &ctx);
     if (!st) st = chat_jinja_render(c->jinja, ctx.bytes, ctx.n_bytes, out, contents, &err);
     akv_tok_text_free(&ctx);
-    if (st && st != AKV_ENOMEM)
-        AKV_LOG_E("chat template: line %u: %s", err.line, err.msg);
+    if (st && st != AKV_ENOMEM) {
+        if (why) snprintf(why, why_cap, "line %u: %s", err.line, err.msg);
+        else AKV_LOG_E("chat template: line %u: %s", err.line, err.msg);
+    }
     return st == AKV_EOVERFLOW ? AKV_EINVAL : st;
 }
 
@@ -366,7 +369,7 @@ akv_status akv_chat_render(const akv_chat *c, const akv_chat_msg *msgs, size_t n
             if (!st) st = CHAT_PUT(&js, "}");
         }
         if (!st) st = CHAT_PUT(&js, "]");
-        if (!st) st = akv_chat_render_json(c, js.bytes, NULL, add_generation_prompt, out, contents);
+        if (!st) st = akv_chat_render_json(c, js.bytes, NULL, add_generation_prompt, out, contents, NULL, 0);
         akv_tok_text_free(&js);
         return st;
     }

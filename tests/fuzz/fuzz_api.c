@@ -98,7 +98,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         const char *chat_path[] = {"choices", "0", "message", "content", NULL};
         const char *cmpl_path[] = {"choices", "0", "text", NULL};
         const char *delta_path[] = {"choices", "0", "delta", "content", NULL};
-        const akv_api_choice one = {text, n_text, "stop", NULL};
+        const akv_api_choice one = {text, n_text, "stop", NULL, NULL, 0};
         check_json(akv_api_answer_json(kind, "id-1", 1, "m\"odel", &one, 1, &u), text, n_text,
                    kind == AKV_API_CHAT ? chat_path : cmpl_path);
         check_json(akv_api_chunk_json(kind, "id-1", 1, "model", 0, false, text, n_text, NULL, NULL, NULL),
@@ -116,7 +116,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         }
         items[2].tok.logprob = -INFINITY;
         const akv_api_logprobs lp = {items, text ? 3 : 0, 5};
-        const akv_api_choice with_lp = {text, n_text, "stop", &lp};
+        const akv_api_choice with_lp = {text, n_text, "stop", &lp, NULL, 0};
         check_json(akv_api_answer_json(kind, "id-1", 1, "m", &with_lp, 1, &u), text, n_text,
                    kind == AKV_API_CHAT ? chat_path : cmpl_path);
     }

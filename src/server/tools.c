@@ -1,0 +1,193 @@
+/* tools.c — tool calls in a model's answer (server/tools.h). */
+#include "server/tools.h"
+
+#include <stdbool.h>
+#include <stdio.h>
+#include <string.h>
+
+#include <cjson/cJSON.h>
+
+#include "core/alloc.h"
+
+static char *dup_n(const char *s, size_t n) {
+    char *d = akv__malloc(n + 1);
+    if (d) memcpy(d, s, n), d[n] = 0;
+    return d;
+}
+
+static const char *find(const char *h, size_t n, const char *needle) {
+    const size_t m = strlen(needle);
+    for (size_t i = 0; m <= n && i + m <= n; i++)
+        if (!memcmp(h + i, needle, m)) return h + i;
+    return NULL;
+}
+
+static bool ws(char c) {
+    return c == ' ' || c == '\n' || c == '\r' || c == '\t';
+}
+
+/* Whether name is one of the tools offered. */
+static bool offered(const cJSON *tools, const char *name) {
+    const cJSON *t;
+    cJSON_ArrayForEach(t, tools) {
+        const cJSON *fn = cJSON_GetObjectItemCaseSensitive(t, "function");
+        const cJSON *nm = fn ? cJSON_GetObjectItemCaseSensitive(fn, "name") : NULL;
+        if (cJSON_IsString(nm) && !strcmp(nm->valuestring, name)) return true;
+    }
+    return false;
+}
+
+typedef struct found {
+    akv_srv_tool_calls *out;
+    size_t cap;
+    const cJSON *tools;
+    unsigned long long tag;
+    akv_status st;
+} found;
+
+/* One call: name and arguments (an object, printed; or a string, as is). */
+static bool add(found *f, const char *name, const cJSON *args) {
+    if (!name || !offered(f->tools, name)) return false;
+    akv_srv_tool_calls *o = f->out;
+    if (o->n == f->cap) {
+        const size_t cap = f->cap ? 2 * f->cap : 4;
+        akv_api_tool_call *v = akv__realloc(o->v, cap * sizeof *v);
+        if (!v) return f->st = AKV_ENOMEM, false;
+        o->v = v, f->cap = cap;
+    }
+    char id[48];
+    snprintf(id, sizeof id, "call_%llu_%zu", f->tag, o->n);
+    char *a = cJSON_IsString(args) ? dup_n(args->valuestring, strlen(args->valuestring)) : NULL;
+    if (!cJSON_IsString(args)) {
+        char *p = args ? cJSON_PrintUnformatted(args) : NULL;
+        a = dup_n(p ? p : "{}", p ? strlen(p) : 2);
+        cJSON_free(p);
+    }
+    akv_api_tool_call c = {dup_n(id, strlen(id)), dup_n(name, strlen(name)), a};
+    if (!c.id || !c.name || !c.arguments) {
+        akv__free((char *)c.id), akv__free((char *)c.name), akv__free((char *)c.arguments);
+        return f->st = AKV_ENOMEM, false;
+    }
+    o->v[o->n++] = c;
+    return true;
+}
+
+/* A call as a JSON object {"name": ..., "arguments" or "parameters": ...}. */
+static bool add_json(found *f, const cJSON *obj) {
+    if (!cJSON_IsObject(obj)) return false;
+    const cJSON *nm = cJSON_GetObjectItemCaseSensitive(obj, "name");
+    const cJSON *args = cJSON_GetObjectItemCaseSensitive(obj, "arguments");
+    if (!args) args = cJSON_GetObjectItemCaseSensitive(obj, "parameters");
+    return cJSON_IsString(nm) && add(f, nm->valuestring, args);
+}
+
+/* The JSON value at the start of s[0..n) (leading white space skipped); *end past it. */
+static cJSON *json_at(const char *s, size_t n, const char **end) {
+    while (n && ws(*s)) s++, n--;
+    char *copy = dup_n(s, n);
+    if (!copy) return NULL;
+    const char *stop = NULL;
+    cJSON *v = cJSON_ParseWithOpts(copy, &stop, false);
+    if (v && end) *end = s + (stop - copy);
+    akv__free(copy);
+    return v;
+}
+
+/* Text of the answer outside the calls: pieces [a, b) appended, then trimmed. */
+static void keep(found *f, char **acc, size_t *n_acc, const char *a, const char *b) {
+    if (b <= a || f->st) return;
+    char *m = akv__realloc(*acc, *n_acc + (size_t)(b - a) + 1);
+    if (!m) {
+        f->st = AKV_ENOMEM;
+        return;
+    }
+    memcpy(m + *n_acc, a, (size_t)(b - a));
+    *n_acc += (size_t)(b - a);
+    m[*n_acc] = 0;
+    *acc = m;
+}
+
+/* <open>BODY<close>...: each body a call (parse(f, body, n, name)); the text between kept. */
+static void blocks(found *f, const char *text, size_t n, const char *open, const char *close,
+                   bool named, char **acc, size_t *n_acc) {
+    const char *p = text, *end = text + n, *at;
+    while ((at = find(p, (size_t)(end - p), open)) != NULL) {
+        const char *body = at + strlen(open), *name = NULL;
+        size_t name_n = 0;
+        if (named) { /* <function=NAME> */
+            const char *gt = find(body, (size_t)(end - body), ">");
+            if (!gt) break;
+            name = body, name_n = (size_t)(gt - body), body = gt + 1;
+        }
+        const char *stop = find(body, (size_t)(end - body), close);
+        const char *body_end = stop ? stop : end;
+        cJSON *v = json_at(body, (size_t)(body_end - body), NULL);
+        bool ok;
+        if (named) {
+            char *nm = dup_n(name, name_n);
+            ok = nm && add(f, nm, v ? v : NULL);
+            akv__free(nm);
+        } else {
+            ok = add_json(f, v);
+        }
+        cJSON_Delete(v);
+        if (!ok) break;
+        keep(f, acc, n_acc, p, at);
+        p = stop ? stop + strlen(close) : end;
+    }
+    if (f->out->n) keep(f, acc, n_acc, p, end);
+}
+
+akv_status akv_srv_tool_calls_find(const char *text, size_t n, const char *tools_json,
+                                   unsigned long long tag, akv_srv_tool_calls *out) {
+    memset(out, 0, sizeof *out);
+    cJSON *tools = tools_json ? cJSON_Parse(tools_json) : NULL;
+    if (!tools) return tools_json ? AKV_ENOMEM : AKV_OK;
+    found f = {.out = out, .tools = tools, .tag = tag};
+    char *acc = NULL;
+    size_t n_acc = 0;
+    blocks(&f, text, n, "<tool_call>", "</tool_call>", false, &acc, &n_acc);
+    if (!out->n && !f.st) blocks(&f, text, n, "<function=", "</function>", true, &acc, &n_acc);
+    if (!out->n && !f.st) { /* a JSON array of calls, or one call, as the whole answer */
+        const char *s = text, *end = text + n;
+        while (s < end && ws(*s)) s++;
+        static const char *const marks[] = {"[TOOL_CALLS]", "<|python_tag|>"};
+        for (size_t i = 0; i < 2; i++)
+            if ((size_t)(end - s) >= strlen(marks[i]) && !memcmp(s, marks[i], strlen(marks[i])))
+                s += strlen(marks[i]);
+        const char *after = NULL;
+        cJSON *v = json_at(s, (size_t)(end - s), &after);
+        bool whole = v && after;
+        for (const char *q = after; whole && q < end; q++) whole = ws(*q);
+        if (whole && cJSON_IsArray(v)) {
+            const cJSON *c;
+            bool all = cJSON_GetArraySize(v) > 0;
+            cJSON_ArrayForEach(c, v) all = all && cJSON_IsObject(c) && cJSON_IsString(cJSON_GetObjectItemCaseSensitive(c, "name")) && offered(tools, cJSON_GetObjectItemCaseSensitive(c, "name")->valuestring);
+            cJSON_ArrayForEach(c, v) if (all && !add_json(&f, c)) break;
+        } else if (whole) {
+            add_json(&f, v);
+        }
+        cJSON_Delete(v);
+    }
+    cJSON_Delete(tools);
+    if (!f.st && out->n && acc) { /* the content besides the calls, trimmed */
+        size_t a = 0, b = n_acc;
+        while (a < b && ws(acc[a])) a++;
+        while (b > a && ws(acc[b - 1])) b--;
+        if (b > a && !(out->content = dup_n(acc + a, b - a))) f.st = AKV_ENOMEM;
+    }
+    akv__free(acc);
+    if (f.st) akv_srv_tool_calls_free(out);
+    return f.st;
+}
+
+void akv_srv_tool_calls_free(akv_srv_tool_calls *c) {
+    for (size_t i = 0; i < c->n; i++) {
+        akv__free((char *)c->v[i].id);
+        akv__free((char *)c->v[i].name);
+        akv__free((char *)c->v[i].arguments);
+    }
+    akv__free(c->v);
+    akv__free(c->content);
+    memset(c, 0, sizeof *c);
+}

@@ -1,0 +1,64 @@
+/* test_tools.c (unit) — tool calls found in a model's answer (server/tools.h): each form the
+ * templates ask for, several calls, the text besides them, names not offered, broken JSON. */
+#include "test.h"
+
+#include <string.h>
+
+#include "server/tools.h"
+
+static const char tools[] =
+    "[{\"type\":\"function\",\"function\":{\"name\":\"get_weather\",\"parameters\":{}}},"
+    "{\"type\":\"function\",\"function\":{\"name\":\"add\"}}]";
+
+/* The calls found in text: n of them, the first's name and arguments, the content. */
+static void expect(const char *text, size_t n, const char *name0, const char *args0,
+                   const char *content) {
+    akv_srv_tool_calls c;
+    CHECK_OK(akv_srv_tool_calls_find(text, strlen(text), tools, 7, &c));
+    if (!CHECK(c.n == n)) fprintf(stderr, "  in [%s]: %zu calls, want %zu\n", text, c.n, n);
+    if (n && c.n) {
+        CHECK_STR(c.v[0].name, name0);
+        CHECK_STR(c.v[0].arguments, args0);
+        CHECK_STR(c.v[0].id, "call_7_0");
+    }
+    if (content) CHECK_STR(c.content ? c.content : "(none)", content);
+    akv_srv_tool_calls_free(&c);
+}
+
+int main(int argc, char **argv) {
+    test_args(argc, argv);
+    TEST_CASE(hermes_and_qwen) {
+        expect("<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>",
+               1, "get_weather", "{\"city\":\"Paris\"}", "(none)");
+        expect("Let me look.\n<tool_call>{\"name\":\"add\",\"arguments\":{\"a\":1,\"b\":2}}</tool_call>\n"
+               "<tool_call>{\"name\":\"get_weather\",\"arguments\":{\"city\":\"Rome\"}}",
+               2, "add", "{\"a\":1,\"b\":2}", "Let me look.");
+        /* arguments given as text stay that text */
+        expect("<tool_call>{\"name\":\"add\",\"arguments\":\"{\\\"a\\\": 1}\"}</tool_call>", 1, "add",
+               "{\"a\": 1}", NULL);
+    }
+    TEST_CASE(functionary_mistral_llama) {
+        expect("<function=get_weather>{\"city\": \"Oslo\"}</function>", 1, "get_weather",
+               "{\"city\":\"Oslo\"}", "(none)");
+        expect("[TOOL_CALLS] [{\"name\": \"add\", \"arguments\": {\"a\": 2, \"b\": 3}}]", 1, "add",
+               "{\"a\":2,\"b\":3}", NULL);
+        expect("[{\"name\": \"add\", \"arguments\": {}}, {\"name\": \"get_weather\", \"arguments\": {}}]",
+               2, "add", "{}", NULL);
+        expect("<|python_tag|>{\"name\": \"get_weather\", \"parameters\": {\"city\": \"Lima\"}}", 1,
+               "get_weather", "{\"city\":\"Lima\"}", NULL);
+        expect("  {\"name\": \"add\", \"parameters\": {\"a\": 1}}  \n", 1, "add", "{\"a\":1}", NULL);
+    }
+    TEST_CASE(text_is_text) {
+        expect("The weather is fine.", 0, NULL, NULL, NULL);
+        expect("{\"name\": \"nosuch\", \"arguments\": {}}", 0, NULL, NULL, NULL); /* not offered */
+        expect("<tool_call>{\"name\": \"nosuch\"}</tool_call>", 0, NULL, NULL, NULL);
+        expect("<tool_call>{not json</tool_call>", 0, NULL, NULL, NULL);
+        expect("{\"name\": \"add\", \"arguments\": {}} and more", 0, NULL, NULL, NULL); /* not whole */
+        expect("[{\"name\": \"add\"}, {\"name\": \"nosuch\"}]", 0, NULL, NULL, NULL); /* all or none */
+        expect("", 0, NULL, NULL, NULL);
+        akv_srv_tool_calls c;
+        CHECK_OK(akv_srv_tool_calls_find("{}", 2, NULL, 1, &c)); /* no tools: nothing */
+        CHECK(c.n == 0);
+    }
+    return test_finish();
+}
