@@ -475,10 +475,27 @@ def case_tools(env):
             {"role": "tool", "tool_call_id": "call_1", "content": "21 C"}]
     r = q.chat.completions.create(model="any", messages=msgs, tools=WEATHER, max_tokens=4, temperature=0)
     expect(r.usage.prompt_tokens > offered.usage.prompt_tokens, "the call and result rendered", r.usage)
+    # a call required, or named: the answer is held to a call of the tool's parameters
+    for choice in ("required", {"type": "function", "function": {"name": "get_weather"}}):
+        r = cl.chat.completions.create(model="any", messages=[{"role": "user", "content": "Paris?"}],
+                                       tools=WEATHER, tool_choice=choice, parallel_tool_calls=False,
+                                       max_tokens=300, temperature=0)
+        c = r.choices[0]
+        expect(c.finish_reason == "tool_calls" and len(c.message.tool_calls) == 1 and
+               c.message.tool_calls[0].function.name == "get_weather" and
+               "city" in json.loads(c.message.tool_calls[0].function.arguments), "a forced call", choice, c)
     # refused, naming the field
     expect_error(lambda: cl.chat.completions.create(
+        model="any", messages=[{"role": "user", "content": "x"}], tool_choice="required"), 400, "tool_choice")
+    expect_error(lambda: cl.chat.completions.create(
         model="any", messages=[{"role": "user", "content": "x"}], tools=WEATHER,
-        tool_choice="required"), 400, "tool_choice")
+        tool_choice={"type": "function", "function": {"name": "nosuch"}}), 400, "tool_choice")
+    expect_error(lambda: cl.chat.completions.create(
+        model="any", messages=[{"role": "user", "content": "x"}], tools=WEATHER, tool_choice="required",
+        response_format={"type": "json_object"}), 400, "response_format")
+    expect_error(lambda: cl.chat.completions.create(
+        model="any", messages=[{"role": "user", "content": "x"}], tools=WEATHER, tool_choice="sometimes"),
+        400, "tool_choice")
     expect_error(lambda: cl.chat.completions.create(
         model="any", messages=[{"role": "user", "content": "x"}], tools=[{"type": "x"}]), 400, "tools[0]")
     expect_error(lambda: cl.completions.create(model="any", prompt="x", extra_body={"tools": WEATHER}),

@@ -213,35 +213,98 @@ static akv_status messages_json(const cJSON *v, akv_api_request *r, akv_api_erro
     return st;
 }
 
-/* tools (an array of {"type": "function", "function": {"name": ...}}) into r->tools_json, and
- * tool_choice: "auto" (the default) or "none" (the tools are not shown to the model). */
-static akv_status parse_tools(const cJSON *o, akv_api_request *r, akv_api_error *err) {
-    const cJSON *choice = cJSON_GetObjectItemCaseSensitive(o, "tool_choice");
-    bool none = false;
-    if (!absent(choice)) {
-        if (!cJSON_IsString(choice) || (strcmp(choice->valuestring, "auto") && strcmp(choice->valuestring, "none")))
-            return BAD("tool_choice", "'tool_choice' is \"auto\" or \"none\" here (the model "
-                                      "decides whether to call a tool; a required or named "
-                                      "call is not supported)");
-        none = !strcmp(choice->valuestring, "none");
-    }
-    const cJSON *tools = cJSON_GetObjectItemCaseSensitive(o, "tools");
-    if (absent(tools)) return AKV_OK;
-    if (!cJSON_IsArray(tools)) return BAD("tools", "'tools' must be an array");
+/* A tool's function object of the name (NULL: none). */
+static const cJSON *tool_named(const cJSON *tools, const char *name) {
     const cJSON *t;
-    int k = 0;
     cJSON_ArrayForEach(t, tools) {
-        char param[40];
-        snprintf(param, sizeof param, "tools[%d]", k++);
-        const cJSON *type = cJSON_GetObjectItemCaseSensitive(t, "type");
         const cJSON *fn = cJSON_GetObjectItemCaseSensitive(t, "function");
-        const cJSON *name = cJSON_IsObject(fn) ? cJSON_GetObjectItemCaseSensitive(fn, "name") : NULL;
-        if (!cJSON_IsObject(t) || !cJSON_IsString(type) || strcmp(type->valuestring, "function") ||
-            !cJSON_IsString(name) || !*name->valuestring)
-            return BAD(param, "'%s' must be {\"type\": \"function\", \"function\": {\"name\": "
-                              "..., \"description\": ..., \"parameters\": ...}}", param);
+        const cJSON *nm = cJSON_GetObjectItemCaseSensitive(fn, "name");
+        if (cJSON_IsString(nm) && !strcmp(nm->valuestring, name)) return fn;
     }
-    if (none || !tools->child) return AKV_OK;
+    return NULL;
+}
+
+/* A call forced (tool_choice required, or a named function): the answer held to the schema
+ * {"name": one of the tools (or the named one), "arguments": its parameters (when one tool
+ * can be called; any object else)}, so it is the call, which the server gives back as one. */
+static akv_status force_call(const cJSON *tools, const char *name, akv_api_request *r,
+                             akv_api_error *err) {
+    cJSON *sch = cJSON_CreateObject(), *props, *nm;
+    if (!sch) return AKV_ENOMEM;
+    cJSON_AddStringToObject(sch, "type", "object");
+    props = cJSON_AddObjectToObject(sch, "properties");
+    nm = cJSON_AddObjectToObject(props, "name");
+    const cJSON *only = name ? tool_named(tools, name) : cJSON_GetArraySize(tools) == 1
+                                                          ? cJSON_GetObjectItemCaseSensitive(tools->child, "function")
+                                                          : NULL;
+    if (name) {
+        cJSON_AddStringToObject(nm, "const", name);
+    } else {
+        cJSON *names = cJSON_AddArrayToObject(nm, "enum");
+        const cJSON *t;
+        cJSON_ArrayForEach(t, tools) cJSON_AddItemToArray(names, cJSON_CreateString(
+            cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(t, "function"), "name")->valuestring));
+    }
+    const cJSON *params = only ? cJSON_GetObjectItemCaseSensitive(only, "parameters") : NULL;
+    if (cJSON_IsObject(params)) cJSON_AddItemToObject(props, "arguments", cJSON_Duplicate(params, true));
+    else cJSON_AddStringToObject(cJSON_AddObjectToObject(props, "arguments"), "type", "object");
+    cJSON *req = cJSON_AddArrayToObject(sch, "required");
+    cJSON_AddItemToArray(req, cJSON_CreateString("name"));
+    cJSON_AddItemToArray(req, cJSON_CreateString("arguments"));
+    char why[256] = "";
+    akv_status st = akv_srv_schema_compile(sch, &r->schema, why, sizeof why);
+    cJSON_Delete(sch);
+    if (st == AKV_EINVAL)
+        return BAD("tools", "'tool_choice' holds the answer to the tool's parameters, and this "
+                            "schema cannot be followed: %s", why);
+    r->tool_forced = st == AKV_OK;
+    return st;
+}
+
+/* tools (an array of {"type": "function", "function": {"name": ...}}) into r->tools_json;
+ * tool_choice: "auto" (the default), "none" (the tools are not shown to the model),
+ * "required" or {"type": "function", "function": {"name": N}} (force_call); and
+ * parallel_tool_calls. */
+static akv_status parse_tools(const cJSON *o, akv_api_request *r, akv_api_error *err) {
+    const cJSON *tools = cJSON_GetObjectItemCaseSensitive(o, "tools");
+    const cJSON *choice = cJSON_GetObjectItemCaseSensitive(o, "tool_choice");
+    akv_status st = get_bool(o, "parallel_tool_calls", &r->parallel_tool_calls, err);
+    if (st) return st;
+    if (!absent(tools)) {
+        if (!cJSON_IsArray(tools)) return BAD("tools", "'tools' must be an array");
+        const cJSON *t;
+        int k = 0;
+        cJSON_ArrayForEach(t, tools) {
+            char param[40];
+            snprintf(param, sizeof param, "tools[%d]", k++);
+            const cJSON *type = cJSON_GetObjectItemCaseSensitive(t, "type");
+            const cJSON *fn = cJSON_GetObjectItemCaseSensitive(t, "function");
+            const cJSON *name = cJSON_IsObject(fn) ? cJSON_GetObjectItemCaseSensitive(fn, "name") : NULL;
+            if (!cJSON_IsObject(t) || !cJSON_IsString(type) || strcmp(type->valuestring, "function") ||
+                !cJSON_IsString(name) || !*name->valuestring)
+                return BAD(param, "'%s' must be {\"type\": \"function\", \"function\": {\"name\": "
+                                  "..., \"description\": ..., \"parameters\": ...}}", param);
+        }
+    }
+    const bool any = !absent(tools) && tools->child;
+    bool none = false;
+    const char *named = NULL;
+    if (!absent(choice)) {
+        const cJSON *fn = cJSON_IsObject(choice) ? cJSON_GetObjectItemCaseSensitive(choice, "function") : NULL;
+        const cJSON *nm = cJSON_IsObject(fn) ? cJSON_GetObjectItemCaseSensitive(fn, "name") : NULL;
+        if (cJSON_IsString(nm)) named = nm->valuestring;
+        else if (!cJSON_IsString(choice) || (strcmp(choice->valuestring, "auto") && strcmp(choice->valuestring, "none") &&
+                                             strcmp(choice->valuestring, "required")))
+            return BAD("tool_choice", "'tool_choice' is \"auto\", \"none\", \"required\" or "
+                                      "{\"type\": \"function\", \"function\": {\"name\": ...}}");
+        none = cJSON_IsString(choice) && !strcmp(choice->valuestring, "none");
+        const bool forced = named || (cJSON_IsString(choice) && !strcmp(choice->valuestring, "required"));
+        if (forced && !any) return BAD("tool_choice", "'tool_choice' asks for a call, and no 'tools' are given");
+        if (named && !tool_named(tools, named))
+            return BAD("tool_choice", "'tool_choice' names '%.64s', which is not among the tools", named);
+        if (forced && (st = force_call(tools, named, r, err))) return st;
+    }
+    if (none || !any) return AKV_OK;
     char *text = cJSON_PrintUnformatted(tools);
     if (!text) return AKV_ENOMEM;
     r->tools_json = dup_n(text, strlen(text));
@@ -462,6 +525,7 @@ static akv_status parse_logprobs(akv_api_kind kind, const cJSON *o, akv_api_requ
 akv_status akv_api_parse(akv_api_kind kind, const char *body, size_t n, const akv_api_limits *lim,
                          akv_api_request *r, akv_api_error *err) {
     memset(r, 0, sizeof *r);
+    r->parallel_tool_calls = true; /* OpenAI's default */
     r->kind = kind;
     r->sample = lim->sample;
     r->max_tokens = lim->max_tokens_default;
@@ -555,7 +619,14 @@ akv_status akv_api_parse(akv_api_kind kind, const char *body, size_t n, const ak
         r->kv_exact = !strcmp(kt->valuestring, "exact");
     }
     const cJSON *rf = cJSON_GetObjectItemCaseSensitive(o, "response_format");
-    if (!absent(rf)) {
+    if (!absent(rf) && r->tool_forced) {
+        const cJSON *t = cJSON_IsObject(rf) ? cJSON_GetObjectItemCaseSensitive(rf, "type") : NULL;
+        if (!cJSON_IsString(t) || strcmp(t->valuestring, "text")) {
+            st = BAD("response_format", "'response_format' with a required or named "
+                                        "'tool_choice': the answer is the call");
+            goto done;
+        }
+    } else if (!absent(rf)) {
         const cJSON *t = cJSON_IsObject(rf) ? cJSON_GetObjectItemCaseSensitive(rf, "type") : NULL;
         r->json_object = cJSON_IsString(t) && !strcmp(t->valuestring, "json_object");
         const bool schema = cJSON_IsString(t) && !strcmp(t->valuestring, "json_schema");

@@ -10,9 +10,9 @@
  * max_tokens / max_completion_tokens, temperature, top_p, top_k, min_p, seed, stop (a string
  * or up to 4), presence_penalty, frequency_penalty, repeat_penalty, ignore_eos, n (choices,
  * up to AKV_API_MAX_N), logprobs / top_logprobs, response_format (text, json_object,
- * json_schema), kv_tier, user (ignored); completions also echo; chats also tools and
- * tool_choice ("auto" or "none"), tool messages and assistants' tool_calls. Refused with 400
- * naming the field: logit_bias, a required or named tool_choice, functions / function_call,
+ * json_schema), kv_tier, user (ignored); completions also echo; chats also tools,
+ * tool_choice (auto, none, required, a named function), parallel_tool_calls, tool messages
+ * and assistants' tool_calls. Refused with 400 naming the field: logit_bias, functions / function_call,
  * suffix, best_of other than 1, a message part that is not text. Unknown fields are ignored,
  * as llama-server does.
  */
@@ -81,6 +81,8 @@ typedef struct akv_api_request {
                             tool_calls with arguments as objects, tool_call_id, name) */
     bool has_tool_use;   /* a tool message or an assistant's tool calls among them */
     char *tools_json;    /* tools offered (tool_choice not "none"): a JSON array; NULL: none */
+    bool tool_forced;    /* tool_choice required or named: the answer is held to a call (schema) */
+    bool parallel_tool_calls; /* false: one call at most (the first) */
     /* completion: text, or token ids */
     char *prompt;
     size_t prompt_len;

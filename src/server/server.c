@@ -440,6 +440,10 @@ static akv_status choice_calls(const akv_srv_req *r, akv_srv_tool_calls *calls, 
     akv_status st = akv_srv_tool_calls_find(r->text ? r->text : "", r->n_text, r->api.tools_json,
                                             (unsigned long long)r->num, calls);
     if (st || !calls->n) return st;
+    while (!r->api.parallel_tool_calls && calls->n > 1) { /* one call at most: the first */
+        akv_api_tool_call *last = &calls->v[--calls->n];
+        akv__free((char *)last->id), akv__free((char *)last->name), akv__free((char *)last->arguments);
+    }
     c->calls = calls->v, c->n_calls = calls->n;
     c->text = calls->content, c->n_text = calls->content ? strlen(calls->content) : 0;
     c->finish = "tool_calls";
