@@ -31,8 +31,8 @@ static const char tok_usage[] =
     "                       text, then encode it\n"
     "      --pre NAME       pre-tokenizer instead of tokenizer.ggml.pre: gpt2, smollm or\n"
     "                       llama-bpe\n"
-    "      --template NAME  chat template family, chatml or llama3 (default: recognised from\n"
-    "                       tokenizer.chat_template; an unknown one is an error)\n"
+    "      --template NAME  chat template family rendered in C, chatml or llama3 (default:\n"
+    "                       tokenizer.chat_template itself, run as Jinja)\n"
     "      --stats          print the count and the encode throughput instead of the tokens\n"
     "      --repeat N       with --stats: encode N times and report the best (default 3)\n"
     "  -h, --help           this text\n";

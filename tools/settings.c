@@ -24,7 +24,7 @@ const akv_tool_setting akv_tool_settings[] = {
     ROW("max_seqs", "--parallel", NULL, AKV_OPT_PARALLEL, "N", AKV_TV_U64, parallel, 1,
         AKV_ROUTE_MAX_SEQS, NULL, NULL),
     ROW("chat_template_name", "--chat-template", NULL, AKV_OPT_TMPL, "T", AKV_TV_TEXT, tmpl, 0, 0,
-        "the model's", "the template family (chatml, llama3) or a file of Jinja source to recognise"),
+        "the model's", "a chat template family rendered in C (chatml, llama3) or a file of Jinja source to run instead of the model's own template"),
     ROW("content_specials", "--special-in-content", NULL, AKV_OPT_SPECIAL_CONTENT, NULL,
         AKV_TV_SWITCH, special_in_content, 0, 0, NULL,
         "read control-token texts inside chat message contents as control tokens "
