@@ -274,20 +274,30 @@ int main(int argc, char **argv) {
         akv_chat *chat = NULL;
         CHECK_OK(akv_chat_create_from_gguf(g, NULL, &chat));
         if (!chat) break;
-        CHECK_EQ_INT(akv_chat_get_kind(chat), AKV_CHAT_CHATML);
-        /* the default system message is the one written in the file's template */
+        CHECK_EQ_INT(akv_chat_get_kind(chat), AKV_CHAT_JINJA); /* the file's template, run */
+        /* the default system message, read from the file's template by its family, is in
+         * what the template run writes */
+        akv_chat *family = NULL;
+        CHECK_OK(akv_chat_create_from_gguf(g, "chatml", &family));
         akv_gguf_str tmpl = {0};
         CHECK_OK(akv_gguf_get_str(g, "tokenizer.chat_template", &tmpl));
-        const char *sys = akv_chat_default_system(chat);
-        CHECK(sys && strlen(sys) > 10);
+        const char *sys = family ? akv_chat_default_system(family) : NULL;
+        if (!CHECK(sys && strlen(sys) > 10)) {
+            akv_chat_destroy(family), akv_chat_destroy(chat);
+            break;
+        }
         int in_template = 0;
-        for (size_t i = 0; sys && i + strlen(sys) <= tmpl.len && !in_template; i++)
+        for (size_t i = 0; i + strlen(sys) <= tmpl.len && !in_template; i++)
             in_template = !memcmp(tmpl.ptr + i, sys, strlen(sys));
         CHECK(in_template);
         akv_chat_msg msg = {"user", "What is the capital of France?"};
-        akv_tok_text r = {0};
+        akv_tok_text r = {0}, rf = {0};
         CHECK_OK(akv_chat_render(chat, &msg, 1, true, &r, NULL));
         CHECK(r.bytes && strstr(r.bytes, sys) && strstr(r.bytes, msg.content));
+        CHECK_OK(akv_chat_render(family, &msg, 1, true, &rf, NULL));
+        CHECK(r.bytes && rf.bytes && !strcmp(r.bytes, rf.bytes)); /* the family's C: the same */
+        akv_tok_text_free(&rf);
+        akv_chat_destroy(family);
         akv_tok_ids cids = {0};
         CHECK_OK(akv_tok_encode(tok, r.bytes, r.n_bytes, AKV_TOK_PARSE_SPECIAL, &cids));
         int32_t im_start = akv_tok_find(tok, "<|im_start|>", 12);
