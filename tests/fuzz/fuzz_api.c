@@ -84,8 +84,16 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
                 const char *role = r.msgs[i].role;
                 CHECK(role && r.msgs[i].content);
                 CHECK(!strcmp(role, "system") || !strcmp(role, "user") ||
-                      !strcmp(role, "assistant"));
+                      !strcmp(role, "assistant") || !strcmp(role, "tool"));
             }
+            /* the messages (and tools) for the template: JSON arrays, one object a message */
+            cJSON *mj = r.messages_json ? cJSON_Parse(r.messages_json) : NULL;
+            CHECK(cJSON_IsArray(mj) && (size_t)cJSON_GetArraySize(mj) == r.n_msgs);
+            cJSON_Delete(mj);
+            cJSON *tj = r.tools_json ? cJSON_Parse(r.tools_json) : NULL;
+            CHECK(!r.tools_json || (cJSON_IsArray(tj) && cJSON_GetArraySize(tj) > 0));
+            cJSON_Delete(tj);
+            CHECK(!r.tool_forced || r.schema); /* a forced call is held by a schema */
             text = r.msgs[r.n_msgs - 1].content, n_text = strlen(text);
         } else {
             CHECK(!r.msgs && (r.prompt != NULL) != (r.prompt_ids != NULL));

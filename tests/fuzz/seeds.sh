@@ -18,7 +18,8 @@ api) printf '\006{"messages":[{"role":"user","content":"hi"}],"max_tokens":8}' >
      printf '\007{"prompt":["caf\\u00e9 \\ud83d\\ude00"],"tool_choice":"none","top_logprobs":0}' >"$dir/cmpl_str"
      printf '\000{"messages":[{"role":"user","content":"x"}],"response_format":{"type":"text"}}' >"$dir/chat_lim"
      printf '\006{"messages":[{"role":"user","content":"x"}],"logprobs":true,"top_logprobs":3,"kv_tier":"exact","response_format":{"type":"json_schema","json_schema":{"name":"n","schema":{"$defs":{"T":{"type":"object","properties":{"v":{"type":["integer","null"]},"k":{"type":"array","items":{"$ref":"#/$defs/T"},"maxItems":2}},"required":["v"]}},"anyOf":[{"$ref":"#/$defs/T"},{"type":"null"}]}}}}' >"$dir/chat_schema"
-     printf '\007{"prompt":"x","logprobs":2,"echo":true,"response_format":{"type":"json_object"}}' >"$dir/cmpl_echo" ;;
+     printf '\007{"prompt":"x","logprobs":2,"echo":true,"response_format":{"type":"json_object"}}' >"$dir/cmpl_echo"
+     printf '\006{"messages":[{"role":"user","content":"w?"},{"role":"assistant","content":null,"tool_calls":[{"id":"c1","type":"function","function":{"name":"f","arguments":"{\\"a\\":1}"}}]},{"role":"tool","tool_call_id":"c1","content":"ok"}],"tools":[{"type":"function","function":{"name":"f","parameters":{"type":"object","properties":{"a":{"type":"integer"}},"required":["a"]}}}],"tool_choice":{"type":"function","function":{"name":"f"}},"parallel_tool_calls":false,"n":3}' >"$dir/chat_tools" ;;
 http) printf '\002POST /v1/completions HTTP/1.1\r\nHost: a\r\nContent-Length: 2\r\nAuthorization: Bearer k\r\n\r\n{}' >"$dir/post"
       printf '\004GET /health?x=1 HTTP/1.0\nConnection: keep-alive\n\n' >"$dir/get10"
       printf '\006POST /x HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\nExpect: 100-continue\r\n\r\n' >"$dir/te"
