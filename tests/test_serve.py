@@ -8,6 +8,7 @@ Each case is a function named case_*; `--case NAME` runs one, `--list` names the
 import argparse
 import http.client
 import json
+import math
 import os
 import re
 import signal
@@ -631,6 +632,26 @@ def case_logprobs(env):
         expect(tok in alt and abs(alt[tok] - x) < 1e-6 and len(alt) <= 3, "the token among its alternatives",
                tok, alt)
         expect(max(alt.values()) == x, "greedy: the most likely", tok, alt)
+
+
+def case_echo_is_perplexity(env):
+    """The prompt's log-probabilities that echo gives are akv perplexity's: a window of 128
+    tokens of a text, scored on its last 63 predictions, gives the same perplexity."""
+    text = "/usr/share/common-licenses/GPL-3"
+    if not os.access(text, os.R_OK):
+        print("  (no " + text + ": case skipped)")
+        return
+    p = subprocess.run([env.akv, "perplexity", "-m", env.model, "-f", text, "--ctx", "128",
+                        "--chunks", "1", "--device", "cpu"], capture_output=True, text=True, timeout=300)
+    m = re.search(r"perplexity, exact: ([0-9.]+)", p.stdout + p.stderr)
+    expect(p.returncode == 0 and m, "akv perplexity", p.stdout[-400:], p.stderr[-400:])
+    ids = [int(x) for x in subprocess.run([env.akv, "tok", env.model, "-f", text, "--ids"],
+                                          capture_output=True, text=True, timeout=60).stdout.split()]
+    r = env.main.client().completions.create(model="x", prompt=ids[:128], max_tokens=1, temperature=0,
+                                             echo=True, logprobs=0)
+    lp = r.choices[0].logprobs.token_logprobs[:128]
+    ppl = math.exp(-sum(lp[128 - 63:]) / 63)
+    expect(abs(ppl - float(m.group(1))) < 1e-4 * ppl + 5e-5, "echo's perplexity", ppl, m.group(1))
 
 
 def case_echo(env):
