@@ -53,6 +53,8 @@ int main(int argc, char **argv) {
         expect("{\"name\": \"nosuch\", \"arguments\": {}}", 0, NULL, NULL, NULL); /* not offered */
         expect("<tool_call>{\"name\": \"nosuch\"}</tool_call>", 0, NULL, NULL, NULL);
         expect("<tool_call>{not json</tool_call>", 0, NULL, NULL, NULL);
+        /* another model's form in the same tags (Qwen3-Coder's parameters): not this one */
+        expect("<function=get_weather><parameter=city>Paris</parameter></function>", 0, NULL, NULL, NULL);
         expect("{\"name\": \"add\", \"arguments\": {}} and more", 0, NULL, NULL, NULL); /* not whole */
         expect("[{\"name\": \"add\"}, {\"name\": \"nosuch\"}]", 0, NULL, NULL, NULL); /* all or none */
         expect("", 0, NULL, NULL, NULL);

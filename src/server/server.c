@@ -361,7 +361,8 @@ static void choices_cancel(akv_server *s, akv_srv_req *const *ch, uint32_t n, ak
 
 /* Waits for the channels of a request's admitted choices (one eventfd: the lead's). Past the
  * deadline they are cancelled and their ends have 30 s more to arrive. 1: a channel spoke (or
- * the cancels were just posted); 0: no end even then; -1: the client went away (cancelled). */
+ * the cancels were just posted); -1: the client went away (cancelled), or no end came even
+ * then (the caller stops waiting). */
 static int choices_wait(akv_server *s, akv_http_conn *c, akv_srv_req *const *ch, uint32_t n,
                         double deadline) {
     const bool timed_out = ch[0]->cancel_posted;
@@ -374,7 +375,7 @@ static int choices_wait(akv_server *s, akv_http_conn *c, akv_srv_req *const *ch,
         choices_cancel(s, ch, n, AKV_END_TIMEOUT); /* their ends arrive through the channels */
         return 1;
     }
-    return w;
+    return w == 0 ? -1 : w; /* no end even 30 s after the cancels: stop waiting */
 }
 
 static const char *finish_word(akv_finish f) {

@@ -123,9 +123,9 @@ static void blocks(found *f, const char *text, size_t n, const char *open, const
         const char *body_end = stop ? stop : end;
         cJSON *v = json_at(body, (size_t)(body_end - body), NULL);
         bool ok;
-        if (named) {
-            char *nm = dup_n(name, name_n);
-            ok = nm && add(f, nm, v ? v : NULL);
+        if (named) { /* its body the arguments, a JSON object (another form is not this one) */
+            char *nm = cJSON_IsObject(v) ? dup_n(name, name_n) : NULL;
+            ok = nm && add(f, nm, v);
             akv__free(nm);
         } else {
             ok = add_json(f, v);

@@ -149,10 +149,9 @@ static akv_status chat_context(const akv_chat *c, const char *messages_json, con
                                bool add_generation_prompt, akv_tok_text *ctx) {
     akv_status st = CHAT_LIT(ctx, "{\"messages\": ");
     if (!st) st = akv_tok_text_append(ctx, messages_json, strlen(messages_json));
-    if (!st && tools_json) {
-        if (!(st = CHAT_LIT(ctx, ", \"tools\": ")))
-            st = akv_tok_text_append(ctx, tools_json, strlen(tools_json));
-    }
+    /* tools and documents as apply_chat_template passes them: null when there are none */
+    if (!st) st = CHAT_LIT(ctx, ", \"documents\": null, \"tools\": ");
+    if (!st) st = tools_json ? akv_tok_text_append(ctx, tools_json, strlen(tools_json)) : CHAT_LIT(ctx, "null");
     if (!st) {
         const char *agp = add_generation_prompt ? ", \"add_generation_prompt\": true, \"bos_token\": "
                                                 : ", \"add_generation_prompt\": false, \"bos_token\": ";
@@ -167,7 +166,11 @@ static akv_status chat_context(const akv_chat *c, const char *messages_json, con
 static akv_status chat_jinja_render(const akv_jinja *j, const char *ctx, size_t n_ctx,
                                     akv_tok_text *out, akv_tok_spans *contents,
                                     akv_jinja_error *err) {
-    const akv_jinja_render_params rp = {.context_json = ctx, .context_bytes = n_ctx};
+    /* what a client wrote stays text, wherever the template prints it: contents, calls
+     * (names, ids, arguments), tool results' names and the tools themselves */
+    static const char *const plain[] = {"content", "tool_calls", "tool_call_id", "name", "tools"};
+    const akv_jinja_render_params rp = {.context_json = ctx, .context_bytes = n_ctx,
+                                        .plain_keys = plain, .n_plain_keys = 5};
     return akv_jinja_render(j, &rp, out, contents, err);
 }
 

@@ -152,14 +152,16 @@ static jlist *items_of(jrun *r, const jv *v, unsigned line) {
         for (size_t i = 0; i < v->d->n; i++) l->v[i] = jv_str(v->d->key[i]);
         return l;
     }
-    if (v->k == JV_STR) {
-        const size_t n = cp_len(v->s);
-        jlist *l = jv_list(r->c, n).l;
-        for (size_t i = 0, at = 0; i < n; i++) {
-            const size_t next = cp_off(v->s, i + 1);
-            l->v[i] = jv_str(jstr_sub(r->c, v->s, at, next - at));
-            at = next;
-        }
+    if (v->k == JV_STR) { /* one pass over the bytes: a character at each lead byte */
+        const jstr *s = v->s;
+        jlist *l = jv_list(r->c, cp_len(s)).l;
+        size_t k = 0, at = 0;
+        for (size_t i = 1; i <= s->n; i++)
+            if (i == s->n || ((unsigned char)s->p[i] & 0xC0) != 0x80) {
+                l->v[k++] = jv_str(jstr_sub(r->c, s, at, i - at));
+                at = i;
+            }
+        l->n = k;
         return l;
     }
     fail_at(r, line, "'%s' object is not iterable%s", kind(v), "");
@@ -264,7 +266,8 @@ static jv arith(jrun *r, const char *op, const jv *a, const jv *b, unsigned line
     if (!strcmp(op, "*") && ((a->k == JV_STR && b->k == JV_INT) || (a->k == JV_INT && b->k == JV_STR))) {
         const jv *s = a->k == JV_STR ? a : b;
         const int64_t k = a->k == JV_INT ? a->i : b->i;
-        if (k > 0 && (uint64_t)k * s->s->n > (64u << 20)) fail_at(r, line, "a string repeated past %s%s", "64 MiB", "");
+        if (k <= 0 || !s->s->n) return jv_str(jstr_new(r->c, "", 0));
+        if ((uint64_t)k > (64u << 20) / s->s->n) fail_at(r, line, "a string repeated past %s%s", "64 MiB", "");
         jbuf out = {0};
         for (int64_t i = 0; i < k; i++) jbuf_put_str(r->c, &out, s->s);
         return jv_str(jbuf_str(r->c, &out));
@@ -307,9 +310,12 @@ static jv arith(jrun *r, const char *op, const jv *a, const jv *b, unsigned line
     }
     if (!strcmp(op, "**")) {
         if (fl || y < 0) return jv_float(pow(fx, fy));
-        int64_t acc = 1;
-        for (int64_t i = 0; i < y; i++)
-            if (__builtin_mul_overflow(acc, x, &acc)) fail_at(r, line, "integer overflow%s%s", "", "");
+        int64_t acc = 1, base = x, e = y; /* by squaring */
+        while (e > 0) {
+            if ((e & 1) && __builtin_mul_overflow(acc, base, &acc)) fail_at(r, line, "integer overflow%s%s", "", "");
+            e >>= 1;
+            if (e && __builtin_mul_overflow(base, base, &base)) fail_at(r, line, "integer overflow%s%s", "", "");
+        }
         return jv_int(acc);
     }
     fail_at(r, line, "unknown operator '%s'%s", op, "");
@@ -627,7 +633,8 @@ static jv filter(jrun *r, const char *name, jv v, const jv *args, const char *co
         const jv *ea = arg(args, kw, n, 0, "ensure_ascii");
         if (ea && jv_truthy(ea)) fail_at(r, line, "tojson: ensure_ascii is not supported%s%s", "", "");
         jbuf b = {0};
-        jv_tojson(r->c, &b, &v, indent && indent->k == JV_INT ? (int)indent->i : -1, sk && jv_truthy(sk));
+        const int ind = indent && indent->k == JV_INT ? (indent->i < 0 ? 0 : indent->i > 64 ? 64 : (int)indent->i) : -1;
+        jv_tojson(r->c, &b, &v, ind, sk && jv_truthy(sk));
         return jv_str(jbuf_str(r->c, &b));
     }
     if (!strcmp(name, "join")) {
@@ -774,7 +781,10 @@ static jv filter(jrun *r, const char *name, jv v, const jv *args, const char *co
         return best;
     }
     if (!strcmp(name, "abs")) {
-        if (v.k == JV_INT) return jv_int(v.i < 0 ? -v.i : v.i);
+        if (v.k == JV_INT) {
+            if (v.i == INT64_MIN) fail_at(r, line, "integer overflow%s%s", "", "");
+            return jv_int(v.i < 0 ? -v.i : v.i);
+        }
         if (v.k == JV_FLOAT) return jv_float(fabs(v.f));
         fail_at(r, line, "abs of %s%s", kind(&v), "");
     }
@@ -782,7 +792,7 @@ static jv filter(jrun *r, const char *name, jv v, const jv *args, const char *co
         const jv *dflt = arg(args, kw, n, 0, "default");
         if (v.k == JV_INT) return v;
         if (v.k == JV_BOOL) return jv_int(v.b);
-        if (v.k == JV_FLOAT && isfinite(v.f)) return jv_int((int64_t)v.f);
+        if (v.k == JV_FLOAT && v.f > -9.2e18 && v.f < 9.2e18) return jv_int((int64_t)v.f);
         if (v.k == JV_STR) {
             char buf[64];
             snprintf(buf, sizeof buf, "%.*s", (int)(v.s->n < 63 ? v.s->n : 63), v.s->p);
@@ -790,7 +800,7 @@ static jv filter(jrun *r, const char *name, jv v, const jv *args, const char *co
             const long long i = strtoll(buf, &e, 10);
             if (*buf && !*e) return jv_int(i);
             const double f = strtod(buf, &e);
-            if (*buf && !*e) return jv_int((int64_t)f);
+            if (*buf && !*e && f > -9.2e18 && f < 9.2e18) return jv_int((int64_t)f);
         }
         return dflt ? *dflt : jv_int(0);
     }
@@ -809,8 +819,9 @@ static jv filter(jrun *r, const char *name, jv v, const jv *args, const char *co
     if (!strcmp(name, "round")) {
         const int64_t prec = arg_int(r, arg(args, kw, n, 0, "precision"), 0, "precision", line);
         const jv *method = arg(args, kw, n, 1, "method");
+        if (v.k == JV_INT && prec >= 0) return v; /* round(int, n): the int */
         const double m = pow(10, (double)prec), x = num(&v) * m;
-        double y = round(x);
+        double y = rint(x); /* half to even, as Python's round */
         if (method && method->k == JV_STR && jstr_eq(method->s, "floor", 5)) y = floor(x);
         if (method && method->k == JV_STR && jstr_eq(method->s, "ceil", 4)) y = ceil(x);
         return jv_float(y / m);
@@ -929,12 +940,17 @@ static jv slice(jrun *r, const jv *v, const jv *lo, const jv *hi, const jv *st, 
         a = a < -1 ? -1 : a > len - 1 ? len - 1 : a;
         b = b < -1 ? -1 : b > len - 1 ? len - 1 : b;
     }
-    size_t count = 0;
-    for (int64_t i = a; stp > 0 ? i < b : i > b; i += stp) count++;
+    /* a and b lie in [-1, len]: their span fits; the step may be any int64 */
+    const int64_t span = stp > 0 ? b - a : a - b;
+    const uint64_t ust = stp > 0 ? (uint64_t)stp : (uint64_t)(-(stp + 1)) + 1;
+    const size_t count = span > 0 ? (size_t)(((uint64_t)span - 1) / ust + 1) : 0;
+    if (v->k == JV_STR && stp == 1) { /* a run of characters: its bytes at once */
+        const size_t from = cp_off(v->s, (size_t)a);
+        return jv_str(jstr_sub(r->c, v->s, from, count ? cp_off(v->s, (size_t)b) - from : 0));
+    }
     jlist *items = items_of(r, v, line);
     jv out = jv_list(r->c, count);
-    size_t k = 0;
-    for (int64_t i = a; stp > 0 ? i < b : i > b; i += stp) out.l->v[k++] = items->v[i];
+    for (size_t k = 0; k < count; k++) out.l->v[k] = items->v[a + (int64_t)k * stp]; /* within the span */
     if (v->k == JV_LIST) return out;
     jbuf b2 = {0};
     for (size_t i = 0; i < count; i++) jbuf_put_str(r->c, &b2, out.l->v[i].s);
@@ -1045,10 +1061,14 @@ static jv fn_range(jrun *r, const jv *args, const char *const *kw, size_t n, uns
         if (n == 3) s = arg_int(r, &args[2], 1, "range's step", line);
     } else fail_at(r, line, "range takes 1 to 3 arguments%s%s", "", "");
     if (s == 0) fail_at(r, line, "range's step must not be zero%s%s", "", "");
-    const int64_t count = s > 0 ? (b > a ? (b - a + s - 1) / s : 0) : (a > b ? (a - b - s - 1) / -s : 0);
+    /* in unsigned arithmetic: b - a may pass int64 */
+    const bool some = s > 0 ? b > a : a > b;
+    const uint64_t span = s > 0 ? (uint64_t)b - (uint64_t)a : (uint64_t)a - (uint64_t)b;
+    const uint64_t ust = s > 0 ? (uint64_t)s : (uint64_t)(-(s + 1)) + 1;
+    const uint64_t count = some ? (span - 1) / ust + 1 : 0;
     if (count > 1000000) fail_at(r, line, "range of more than %s items%s", "1000000", "");
     jv out = jv_list(r->c, (size_t)count);
-    for (int64_t i = 0; i < count; i++) out.l->v[i] = jv_int(a + i * s);
+    for (uint64_t i = 0; i < count; i++) out.l->v[i] = jv_int((int64_t)((uint64_t)a + i * (uint64_t)s));
     return out;
 }
 
@@ -1444,21 +1464,26 @@ akv_status akv_jinja_render(const akv_jinja *t, const akv_jinja_render_params *p
     akv_jinja_error scratch;
     if (!err) err = &scratch;
     memset(err, 0, sizeof *err);
-    jctx c = {.err = err};
+    /* the arena's record on the heap: written between setjmp and a longjmp, read after it */
+    jctx *const c = akv__calloc(1, sizeof *c);
+    if (!c) return AKV_ENOMEM;
+    c->err = err;
     jbuf b = {.limit = p->max_output ? p->max_output : (16u << 20)};
-    jrun r = {.c = &c, .out = &b};
+    jrun r = {.c = c, .out = &b};
     if (p->date) {
         if (!parse_date(p->date, &r.date)) {
             snprintf(err->msg, sizeof err->msg, "the date '%.40s' is not YYYY-MM-DD", p->date);
+            akv__free(c);
             return AKV_EINVAL;
         }
     } else {
         time_t now = time(NULL);
         gmtime_r(&now, &r.date);
     }
-    if (setjmp(c.fail)) {
-        const akv_status st = c.status;
-        jarena_free(&c);
+    if (setjmp(c->fail)) {
+        const akv_status st = c->status;
+        jarena_free(c);
+        akv__free(c);
         tls_frame = NULL;
         return st;
     }
@@ -1466,8 +1491,8 @@ akv_status akv_jinja_render(const akv_jinja *t, const akv_jinja_render_params *p
     const char *const *keys = p->plain_keys ? p->plain_keys : content;
     const size_t n_keys = p->plain_keys ? p->n_plain_keys : 1;
     const size_t nb = p->context_bytes ? p->context_bytes : (p->context_json ? strlen(p->context_json) : 0);
-    jv ctx = p->context_json ? jv_from_json(&c, p->context_json, nb, keys, n_keys) : jv_dict(&c);
-    if (ctx.k != JV_DICT) jfail(&c, AKV_EFORMAT, "the context JSON is %s, not an object", kind(&ctx));
+    jv ctx = p->context_json ? jv_from_json(c, p->context_json, nb, keys, n_keys) : jv_dict(c);
+    if (ctx.k != JV_DICT) jfail(c, AKV_EFORMAT, "the context JSON is %s, not an object", kind(&ctx));
     r.root = frame_new(&r, NULL);
     r.root->vars = ctx.d;
     jframe *top = frame_new(&r, r.root); /* the template's own sets */
@@ -1483,7 +1508,8 @@ akv_status akv_jinja_render(const akv_jinja *t, const akv_jinja_render_params *p
         if (out->bytes) out->bytes[n0] = 0;
         if (plain) plain->n = k0;
     }
-    jarena_free(&c);
+    jarena_free(c);
+    akv__free(c);
     tls_frame = NULL;
     return st;
 }

@@ -47,6 +47,7 @@ typedef struct jparser {
     /* the tags of the template, in order */
     struct jtag *tags;
     size_t n_tags, tag_at;
+    int depth; /* expressions and blocks open: bounded, so no template runs the stack out */
 } jparser;
 
 typedef enum jtagk { TAG_TEXT, TAG_OUT, TAG_STMT } jtagk;
@@ -394,6 +395,16 @@ static char *name_copy(jparser *ps, const jtok *t) {
 
 /* ---- expressions ---------------------------------------------------------------------------- */
 
+enum { MAX_NEST = 200 };
+
+static void nest(jparser *ps, int by) {
+    if ((ps->depth += by) > MAX_NEST) {
+        ps->c->line = ps->tok ? cur(ps)->line : ps->c->line;
+        jfail(ps->c, AKV_EFORMAT, "the template nests expressions or blocks deeper than %d", MAX_NEST);
+    }
+}
+
+
 static jnode *expr(jparser *ps);
 static jnode *expr_or(jparser *ps);
 static jnode *unary(jparser *ps, bool with_filter);
@@ -575,6 +586,7 @@ static jnode *filter_expr(jparser *ps, jnode *x) {
 }
 
 static jnode *unary(jparser *ps, bool with_filter) {
+    nest(ps, 1);
     jnode *x;
     if (accept_op(ps, "-")) {
         x = node(ps, JE_NEG, 1);
@@ -585,7 +597,9 @@ static jnode *unary(jparser *ps, bool with_filter) {
     } else {
         x = postfix(ps, primary(ps));
     }
-    return with_filter ? filter_expr(ps, x) : x;
+    x = with_filter ? filter_expr(ps, x) : x;
+    nest(ps, -1);
+    return x;
 }
 
 static jnode *bin(jparser *ps, const char *op, jnode *a, jnode *b) {
@@ -648,8 +662,10 @@ static jnode *expr_cmp(jparser *ps) {
 
 static jnode *expr_not(jparser *ps) {
     if (accept_name(ps, "not")) {
+        nest(ps, 1);
         jnode *x = node(ps, JE_NOT, 1);
         x->kid[0] = expr_not(ps);
+        nest(ps, -1);
         return x;
     }
     return expr_cmp(ps);
@@ -834,6 +850,7 @@ static jnode *stmt_filter(jparser *ps) {
 static jnode *body(jparser *ps, const char *const *stop, const char **which) {
     jnodes l = {0};
     *which = NULL;
+    nest(ps, 1);
     while (ps->tag_at < ps->n_tags) {
         const jtag *tag = &ps->tags[ps->tag_at++];
         ps->c->line = tag->line;
@@ -856,6 +873,7 @@ static jnode *body(jparser *ps, const char *const *stop, const char **which) {
         for (size_t i = 0; stop && stop[i]; i++)
             if (is_name(kw, stop[i])) {
                 *which = stop[i];
+                nest(ps, -1);
                 return node_of(ps, JS_BLOCK, NULL, false, &l);
             }
         jnode *x;
@@ -881,6 +899,7 @@ static jnode *body(jparser *ps, const char *const *stop, const char **which) {
         }
         nodes_push(ps, &l, x, NULL);
     }
+    nest(ps, -1);
     return node_of(ps, JS_BLOCK, NULL, false, &l);
 }
 

@@ -26,6 +26,7 @@ void jfail(jctx *c, akv_status st, const char *fmt, ...) {
 }
 
 void *jalloc(jctx *c, size_t n) {
+    if (n > ((size_t)1 << 40)) jfail(c, AKV_EOVERFLOW, "an allocation of %zu bytes", n);
     n = (n + sizeof(max_align_t) - 1) / sizeof(max_align_t) * sizeof(max_align_t);
     jchunk *h = c->chunks;
     if (!h || h->cap - h->used < n) {
@@ -318,30 +319,46 @@ void jfloat_repr(double f, char *buf, size_t cap) {
     snprintf(buf, cap, "%s", out);
 }
 
+/* Whether byte i of s lies in a marked stretch. */
+static bool marked_at(const jstr *s, size_t i) {
+    for (uint32_t k = 0; k < s->n_mark; k++)
+        if (i >= s->mark[k].off && i < s->mark[k].off + s->mark[k].n) return true;
+    return false;
+}
+
+/* An escape written for byte i of s: marked when that byte is (message text stays text when
+ * a template prints it through repr or tojson). */
+static void put_escape(jctx *c, jbuf *b, const jstr *s, size_t i, const char *esc, size_t n) {
+    if (!marked_at(s, i)) {
+        jbuf_put(c, b, esc, n);
+        return;
+    }
+    const jspan all = {0, n};
+    const jstr e = {.p = esc, .n = n, .mark = (jspan *)&all, .n_mark = 1};
+    jbuf_put_str(c, b, &e);
+}
+
 /* Python's repr of a string: single quotes unless it holds one and no double quote. */
 static void str_repr(jctx *c, jbuf *b, const jstr *s) {
     const bool dq = memchr(s->p, '\'', s->n) && !memchr(s->p, '"', s->n);
     const char q = dq ? '"' : '\'';
     jbuf_put(c, b, &q, 1);
+    size_t run = 0;
     for (size_t i = 0; i < s->n; i++) {
         const unsigned char ch = (unsigned char)s->p[i];
         char esc[8];
-        if (ch == (unsigned char)q || ch == '\\') {
-            esc[0] = '\\', esc[1] = (char)ch;
-            jbuf_put(c, b, esc, 2);
-        } else if (ch == '\n') {
-            jbuf_put(c, b, "\\n", 2);
-        } else if (ch == '\r') {
-            jbuf_put(c, b, "\\r", 2);
-        } else if (ch == '\t') {
-            jbuf_put(c, b, "\\t", 2);
-        } else if (ch < 0x20 || ch == 0x7f) {
-            snprintf(esc, sizeof esc, "\\x%02x", ch);
-            jbuf_put(c, b, esc, 4);
-        } else {
-            jbuf_put(c, b, (const char *)&s->p[i], 1);
-        }
+        size_t k = 0;
+        if (ch == (unsigned char)q || ch == '\\') esc[0] = '\\', esc[1] = (char)ch, k = 2;
+        else if (ch == '\n') memcpy(esc, "\\n", 2), k = 2;
+        else if (ch == '\r') memcpy(esc, "\\r", 2), k = 2;
+        else if (ch == '\t') memcpy(esc, "\\t", 2), k = 2;
+        else if (ch < 0x20 || ch == 0x7f) k = (size_t)snprintf(esc, sizeof esc, "\\x%02x", ch);
+        if (!k) continue;
+        jbuf_put_str(c, b, jstr_sub(c, s, run, i - run));
+        put_escape(c, b, s, i, esc, k);
+        run = i + 1;
     }
+    jbuf_put_str(c, b, jstr_sub(c, s, run, s->n - run));
     jbuf_put(c, b, &q, 1);
 }
 
@@ -412,11 +429,11 @@ static void json_str(jctx *c, jbuf *b, const jstr *s) {
             if (ch < 0x20) snprintf(u, sizeof u, "\\u%04x", ch), esc = u;
         }
         if (!esc) continue;
-        jbuf_put(c, b, s->p + run, i - run);
-        jbuf_put(c, b, esc, strlen(esc));
+        jbuf_put_str(c, b, jstr_sub(c, s, run, i - run));
+        put_escape(c, b, s, i, esc, strlen(esc));
         run = i + 1;
     }
-    jbuf_put(c, b, s->p + run, s->n - run);
+    jbuf_put_str(c, b, jstr_sub(c, s, run, s->n - run));
     jbuf_put(c, b, "\"", 1);
 }
 
@@ -622,7 +639,7 @@ static jv json_value(jjson *j, int depth, bool plain) {
             json_ws(j);
             if (j->at >= j->n || j->p[j->at] != ':') json_bad(j, "':' missing");
             j->at++;
-            jdict_set(j->c, d.d, k, json_value(j, depth + 1, json_key_plain(j, k)));
+            jdict_set(j->c, d.d, k, json_value(j, depth + 1, plain || json_key_plain(j, k)));
             json_ws(j);
             if (j->at < j->n && j->p[j->at] == ',') {
                 j->at++;
