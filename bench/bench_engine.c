@@ -276,7 +276,9 @@ static crun part_c_run(const akv_model_config *c, akv_route_kind kind, akv_repr 
     TRY(akv_dev_create(akv_dev_cuda_backend(), NULL, &ep.dev));
     ep.synthetic = c, ep.synthetic_seed = 7;
     ep.route = kind, ep.max_seqs = max_seqs, ep.max_queue = 4, ep.max_context = ctx + n_new;
-    ep.device_gib = device_gib, ep.host_gib = 4 * 5 + 2;
+    /* the host pool holds the four exact histories (4 GiB each); a staged compact route's
+     * compact copies (1.1 GiB each) come out of it too */
+    ep.device_gib = device_gib, ep.host_gib = kind == AKV_ROUTE_STAGED && tier != AKV_REPR_EXACT ? 4 * 6 + 2 : 4 * 5 + 2;
     ep.chunk = 1024;
     ep.kv_tier = tier;
     akv_engine *e = NULL;
@@ -540,16 +542,19 @@ int main(void) {
          * freed first */
         akv_forward_dev_destroy(f);
         f = NULL;
-        crun runs[4];
-        const char *names[4] = {"queue (resident exact, one at a time)", "together, staged exact",
-                                "together, resident q4 tier", "the gate's choice (--kv-tier auto)"};
+        crun runs[5];
+        const char *names[5] = {"queue (resident exact, one at a time)", "together, staged exact",
+                                "together, resident q4 tier", "the gate's choice (--kv-tier auto)",
+                                "together, staged q4 tier"};
         bench_emit(out,
                    "\n### 4 conversations of 32K on a pool that holds one exact history (%u GiB device "
                    "pool, %s)\n\nThrough the engine: prompts of %u random tokens (prefilled in chunks "
                    "of 1024), %u new tokens each, submitted at once. Queue = resident route, one "
                    "at a time (the others wait); together = all four in every step, staged (exact "
                    "pages through the bus) or resident with the q4 tier (pages older than the last "
-                   "256 tokens in 4.5 bits; the exact window and the compact pool share the GiB), or as the gate "
+                   "256 tokens in 4.5 bits; the exact window and the compact pool share the GiB), "
+                   "staged with the q4 tier (compact copies on the host, the newest compact pages in "
+                   "the pool, the rest staged), or as the gate "
                    "chooses (up to 4 at once; its default rates). "
                    "Wait = submit to first token; done = submit to last token; wall = the whole job "
                    "(its ratio to the queue's); generated tok/s = every generated token over the time from "
@@ -559,14 +564,15 @@ int main(void) {
                    gib, info.name, ctx, n_new);
         /* each row as its run ends (a run cut short by a time limit keeps the rows before it) */
         memset(runs, 0, sizeof runs);
-        for (int k = 0; k < 4; k++) {
+        for (int k = 0; k < 5; k++) {
             if (k == 1 && !staged) {
                 bench_emit(out, "| %s | not run (AKV_BENCH_C_STAGED=0) | | | | |\n", names[k]);
                 continue;
             }
-            static const akv_repr tiers[4] = {AKV_REPR_EXACT, AKV_REPR_EXACT, AKV_REPR_Q4, AKV_ENGINE_TIER_AUTO};
-            runs[k] = part_c_run(&c, bench_kind(k == 1 ? "staged" : "resident"), tiers[k], k ? 4 : 1, ctx,
-                                 n_new, gib);
+            static const akv_repr tiers[5] = {AKV_REPR_EXACT, AKV_REPR_EXACT, AKV_REPR_Q4,
+                                              AKV_ENGINE_TIER_AUTO, AKV_REPR_Q4};
+            runs[k] = part_c_run(&c, bench_kind(k == 1 || k == 4 ? "staged" : "resident"), tiers[k],
+                                 k ? 4 : 1, ctx, n_new, gib);
             if (!runs[k].ran) {
                 bench_emit(out, "| %s | does not fit the pool | | | | |\n", names[k]);
                 continue;
