@@ -276,9 +276,9 @@ static crun part_c_run(const akv_model_config *c, akv_route_kind kind, akv_repr 
     TRY(akv_dev_create(akv_dev_cuda_backend(), NULL, &ep.dev));
     ep.synthetic = c, ep.synthetic_seed = 7;
     ep.route = kind, ep.max_seqs = max_seqs, ep.max_queue = 4, ep.max_context = ctx + n_new;
-    /* the host pool holds the four exact histories (4 GiB each); a staged compact route's
-     * compact copies (1.1 GiB each) come out of it too */
-    ep.device_gib = device_gib, ep.host_gib = kind == AKV_ROUTE_STAGED && tier != AKV_REPR_EXACT ? 4 * 6 + 2 : 4 * 5 + 2;
+    /* the host pool holds the four exact histories (4 GiB each) and, for the staged compact
+     * route, their compact copies (1.1 GiB each); it is pinned before the job's clock starts */
+    ep.device_gib = device_gib, ep.host_gib = 4 * 6 + 2;
     ep.chunk = 1024;
     ep.kv_tier = tier;
     akv_engine *e = NULL;

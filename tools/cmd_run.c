@@ -595,7 +595,13 @@ static void run_report(const run_state *s) {
             run_bytes(nt ? es.decode_h2d_bytes / nt : 0, b4),
             run_bytes(nt ? es.decode_d2h_bytes / nt : 0, b5));
     double mib = 1.0 / (1 << 20);
-    if (es.compact_pages)
+    if (es.compact_pages && akv_engine_get_plan(s->engine)->route.compact_host_gib)
+        /* the staged compact route: copies made on the host, then copied into the window (the
+         * pages staged are in the bus line's non-window bytes) */
+        fprintf(stderr, "compact tier: %llu compact copies made on the host from the exact "
+                "copies; %.1f MiB of them copied into the compact window\n",
+                (unsigned long long)es.compact_pages, (double)es.compact_bytes * mib);
+    else if (es.compact_pages)
         fprintf(stderr, "compact tier: %llu pages made (%llu on the device from their exact pages, "
                 "the rest from the host copies: %.1f MiB copied)\n",
                 (unsigned long long)es.compact_pages, (unsigned long long)es.compact_device,

@@ -173,31 +173,8 @@ static bool hybrid_staged_live(const akv_route *r) {
  * stage is replaced once its leases are released. */
 static akv_status hybrid_staged_retire(akv_route *r, bool keep_prefetch, bool *quarantined) {
     (void)keep_prefetch; /* nothing is prefetched */
-    akv_status first = AKV_OK;
-    if (r->copen_layer >= 0) {
-        akv_status s = akv_stage_cancel(r->cst, r->clease[r->copen_layer]);
-        if (s != AKV_OK) first = s;
-        r->copen_layer = -1;
-    }
-    for (uint32_t l = 0; l < r->geom.n_layers; l++) {
-        if (!r->clease_live[l]) continue;
-        akv_stage_receipt rc;
-        bool released = false;
-        akv_status s = akv__route_retire_lease(r->cst, r->clease[l], &rc, &released, quarantined);
-        if (released) r->clease_live[l] = 0;
-        if (released && s != AKV_OK) r->transport_lost = true; /* its copies may be missing */
-        if (s != AKV_OK) {
-            if (first == AKV_OK) first = s;
-            continue;
-        }
-        r->stats.n_leases++;
-        if (!rc.cancelled && (rc.n_copies != r->n_cstaged || rc.failed)) {
-            AKV_LOG_E("route: the compact lease of layer %u (step %llu) staged %u pages; %u were "
-                      "submitted",
-                      l, (unsigned long long)rc.step, rc.n_copies, r->n_cstaged);
-            if (first == AKV_OK) first = AKV_ESTATE;
-        }
-    }
+    akv_status first = akv__route_retire_layers(r, r->cst, r->clease, r->clease_live, &r->copen_layer,
+                                                r->n_cstaged, "compact lease", quarantined);
     if (!hybrid_staged_live(r) && (!r->cst || akv_stage_status(r->cst) != AKV_OK)) {
         if (r->cst && akv_stage_destroy(r->cst) == AKV_OK) r->cst = NULL;
         akv_status s = r->cst ? AKV_EBUSY : hybrid_staged_stage(r);

@@ -281,12 +281,14 @@ static inline uint32_t akv__route_page_id(const akv_route *r, const akv_route_se
     return (uint32_t)r->indices[(size_t)l * r->cap + (size_t)r->indptr[s->slot] + at];
 }
 
-/* Retires one lease of `stage` (fences waited on): AKV_OK, or the failure; *released says
- * whether the record is gone (retired, or failed with completion established after a
- * quarantine). *quarantined: whether this pass already quarantined (once per pass: a drain
- * that could not establish completion for one lease will not for the next). (route_staged.c) */
-akv_status akv__route_retire_lease(akv_stage *stage, akv_stage_lease l, akv_stage_receipt *rc,
-                                   bool *released, bool *quarantined);
+/* The leases of the last step on one stage (the staged kind's, or the staged hybrid's
+ * compact one): the one a failed pass left open (*open_layer) cancelled, then each live one
+ * retired (its fences waited on, its receipt's copies held to n_staged; `what` names it in the
+ * log), live[] cleared as they are released, transport_lost set for one released after a
+ * failure. Returns the first failure. (route_staged.c) */
+akv_status akv__route_retire_layers(akv_route *r, akv_stage *stage, akv_stage_lease *lease,
+                                    uint8_t *live, int32_t *open_layer, uint32_t n_staged,
+                                    const char *what, bool *quarantined);
 
 /* Queued mode: waits for the compute and D2H queues (route.c). */
 akv_status akv__route_wait(akv_route *r);

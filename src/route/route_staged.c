@@ -118,8 +118,12 @@ static bool staged_live(const akv_route *r) {
 
 /* ---- retirement ----------------------------------------------------------------------------- */
 
-akv_status akv__route_retire_lease(akv_stage *stage, akv_stage_lease l, akv_stage_receipt *rc,
-                                   bool *released, bool *quarantined) {
+/* Retires one lease of `stage` (fences waited on): AKV_OK, or the failure; *released says
+ * whether the record is gone (retired, or failed with completion established after a
+ * quarantine). *quarantined: whether this pass already quarantined (once per pass: a drain
+ * that could not establish completion for one lease will not for the next). */
+static akv_status route_retire_lease(akv_stage *stage, akv_stage_lease l, akv_stage_receipt *rc,
+                                     bool *released, bool *quarantined) {
     memset(rc, 0, sizeof *rc);
     akv_status s = akv_stage_retire(stage, l, rc);
     if (s == AKV_EFAILED && !rc->failed && !*quarantined) {
@@ -135,8 +139,41 @@ akv_status akv__route_retire_lease(akv_stage *stage, akv_stage_lease l, akv_stag
     return s;
 }
 
+akv_status akv__route_retire_layers(akv_route *r, akv_stage *stage, akv_stage_lease *lease,
+                                    uint8_t *live, int32_t *open_layer, uint32_t n_staged,
+                                    const char *what, bool *quarantined) {
+    akv_status first = AKV_OK;
+    if (*open_layer >= 0) {
+        akv_status s = akv_stage_cancel(stage, lease[*open_layer]);
+        if (s != AKV_OK) first = s;
+        *open_layer = -1;
+    }
+    for (uint32_t l = 0; l < r->geom.n_layers; l++) {
+        if (!live[l]) continue;
+        akv_stage_receipt rc;
+        bool released = false;
+        akv_status s = route_retire_lease(stage, lease[l], &rc, &released, quarantined);
+        /* released: retired, or failed with completion established (a receipt came back);
+         * otherwise it stays live (retained, or not sealed: a bug); released after a failure:
+         * its copies (and write-backs) cannot be trusted, the step is undone at the sync */
+        if (released) live[l] = 0;
+        if (released && s != AKV_OK) r->transport_lost = true;
+        if (s != AKV_OK) {
+            if (first == AKV_OK) first = s;
+            continue;
+        }
+        r->stats.n_leases++;
+        if (!rc.cancelled && (rc.n_copies != n_staged || rc.failed)) {
+            AKV_LOG_E("route: the %s of layer %u (step %llu) staged %u pages; %u were submitted",
+                      what, l, (unsigned long long)rc.step, rc.n_copies, n_staged);
+            if (first == AKV_OK) first = AKV_ESTATE;
+        }
+    }
+    return first;
+}
+
 /* The prefetched lease, when the next step is not the one it was made for: cancelled and
- * retired (*quarantined: as for akv__route_retire_lease, shared by the caller's pass). */
+ * retired (*quarantined: as for route_retire_lease, shared by the caller's pass). */
 static akv_status staged_drop_prefetch(akv_route *r, bool *quarantined) {
     if (!r->pf_live) return AKV_OK;
     akv_status first = AKV_OK;
@@ -147,7 +184,7 @@ static akv_status staged_drop_prefetch(akv_route *r, bool *quarantined) {
     }
     akv_stage_receipt rc;
     bool released = false;
-    akv_status s = akv__route_retire_lease(r->stage, r->pf, &rc, &released, quarantined);
+    akv_status s = route_retire_lease(r->stage, r->pf, &rc, &released, quarantined);
     if (released) r->pf_live = false, r->pf_cancelled = false;
     return first != AKV_OK ? first : s;
 }
@@ -157,33 +194,8 @@ static akv_status staged_drop_prefetch(akv_route *r, bool *quarantined) {
  * what was submitted (owner write-backs and staged copies). A prefetch is dropped too unless
  * keep_prefetch. */
 static akv_status staged_retire(akv_route *r, bool keep_prefetch, bool *quarantined) {
-    akv_status first = AKV_OK;
-    if (r->open_layer >= 0) {
-        akv_status s = akv_stage_cancel(r->stage, r->lease[r->open_layer]);
-        if (s != AKV_OK) first = s;
-        r->open_layer = -1;
-    }
-    for (uint32_t l = 0; l < r->geom.n_layers; l++) {
-        if (!r->lease_live[l]) continue;
-        akv_stage_receipt rc;
-        bool released = false;
-        akv_status s = akv__route_retire_lease(r->stage, r->lease[l], &rc, &released, quarantined);
-        /* released: retired, or failed with completion established (a receipt came back);
-         * otherwise it stays live (retained, or not sealed: a bug) */
-        if (released) r->lease_live[l] = 0;
-        if (released && s != AKV_OK) r->transport_lost = true;
-        if (s != AKV_OK) {
-            if (first == AKV_OK) first = s;
-            continue;
-        }
-        r->stats.n_leases++;
-        if (!rc.cancelled && (rc.n_copies != r->n_staged || rc.failed)) {
-            AKV_LOG_E("route: the lease of layer %u (step %llu) staged %u pages; %u were "
-                      "submitted",
-                      l, (unsigned long long)rc.step, rc.n_copies, r->n_staged);
-            if (first == AKV_OK) first = AKV_ESTATE;
-        }
-    }
+    akv_status first = akv__route_retire_layers(r, r->stage, r->lease, r->lease_live, &r->open_layer,
+                                                r->n_staged, "lease", quarantined);
     if (!keep_prefetch) {
         akv_status s = staged_drop_prefetch(r, quarantined);
         if (first == AKV_OK) first = s;

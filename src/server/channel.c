@@ -23,12 +23,12 @@ akv_status akv_srv_req_create(akv_srv_req **out) {
     return AKV_OK;
 }
 
-akv_status akv_srv_req_create_choice(akv_srv_req *lead, uint32_t index, akv_srv_req **out) {
+akv_status akv_srv_req_create_choice(akv_srv_req *lead, akv_srv_req **out) {
     akv_srv_req *r = akv__calloc(1, sizeof *r);
     if (!r) return AKV_ENOMEM;
     akv_srv_req_ref(lead);
     r->owner = lead->owner;
-    r->lead = lead, r->index = index;
+    r->lead = lead;
     r->api = lead->api;
     r->prompt = lead->prompt, r->n_prompt_ids = lead->n_prompt_ids;
     r->created = lead->created, r->t_arrival = lead->t_arrival;

@@ -59,7 +59,6 @@ typedef struct akv_srv_req {
     struct akv_srv_req *lead; /* a choice after the first (n > 1): its api (a copy whose strings
                                  and arrays are the lead's), prompt and eventfd are the lead's,
                                  and it holds a reference to the lead; NULL: a lead */
-    uint32_t index;           /* its choice's index */
     akv_api_request api;
     akv_tok_ids ids;       /* the prompt's tokens, encoded */
     const int32_t *prompt; /* the prompt's tokens: ids.ids, or the request's own ids */
@@ -97,9 +96,9 @@ typedef struct akv_srv_req {
 /* A new request with one reference (the caller's) and its eventfd. AKV_ENOMEM, or AKV_EIO
  * when no eventfd can be made (out of descriptors). */
 akv_status akv_srv_req_create(akv_srv_req **out);
-/* Choice `index` of a lead's request (the lead fully built: api, prompt): the lead's api by
+/* Another choice of a lead's request (the lead fully built: api, prompt): the lead's api by
  * value (borrowing its strings), its prompt and eventfd, one reference on the lead. */
-akv_status akv_srv_req_create_choice(akv_srv_req *lead, uint32_t index, akv_srv_req **out);
+akv_status akv_srv_req_create_choice(akv_srv_req *lead, akv_srv_req **out);
 void akv_srv_req_ref(akv_srv_req *r);
 void akv_srv_req_unref(akv_srv_req *r); /* the last one frees it */
 

@@ -638,7 +638,7 @@ static void handle_generate(akv_server *s, akv_http_conn *c, const akv_http_requ
      * samples with the lead's seed + i when a seed was asked or fixed, a fresh one else) */
     n_ch = r->api.n ? r->api.n : 1;
     for (uint32_t i = 1; i < n_ch; i++) {
-        if ((st = akv_srv_req_create_choice(r, i, &ch[i]))) {
+        if ((st = akv_srv_req_create_choice(r, &ch[i]))) {
             n_ch = i;
             err_response(s, 503, "server_error", -1, "out of memory", &resp);
             goto answer;

@@ -9,12 +9,6 @@
 
 #include "core/alloc.h"
 
-static char *dup_n(const char *s, size_t n) {
-    char *d = akv__malloc(n + 1);
-    if (d) memcpy(d, s, n), d[n] = 0;
-    return d;
-}
-
 static const char *find(const char *h, size_t n, const char *needle) {
     const size_t m = strlen(needle);
     for (size_t i = 0; m <= n && i + m <= n; i++)
@@ -57,13 +51,13 @@ static bool add(found *f, const char *name, const cJSON *args) {
     }
     char id[48];
     snprintf(id, sizeof id, "call_%llu_%zu", f->tag, o->n);
-    char *a = cJSON_IsString(args) ? dup_n(args->valuestring, strlen(args->valuestring)) : NULL;
+    char *a = cJSON_IsString(args) ? akv__strndup(args->valuestring, strlen(args->valuestring)) : NULL;
     if (!cJSON_IsString(args)) {
         char *p = args ? cJSON_PrintUnformatted(args) : NULL;
-        a = dup_n(p ? p : "{}", p ? strlen(p) : 2);
+        a = akv__strndup(p ? p : "{}", p ? strlen(p) : 2);
         cJSON_free(p);
     }
-    akv_api_tool_call c = {dup_n(id, strlen(id)), dup_n(name, strlen(name)), a};
+    akv_api_tool_call c = {akv__strndup(id, strlen(id)), akv__strndup(name, strlen(name)), a};
     if (!c.id || !c.name || !c.arguments) {
         akv__free((char *)c.id), akv__free((char *)c.name), akv__free((char *)c.arguments);
         return f->st = AKV_ENOMEM, false;
@@ -84,7 +78,7 @@ static bool add_json(found *f, const cJSON *obj) {
 /* The JSON value at the start of s[0..n) (leading white space skipped); *end past it. */
 static cJSON *json_at(const char *s, size_t n, const char **end) {
     while (n && ws(*s)) s++, n--;
-    char *copy = dup_n(s, n);
+    char *copy = akv__strndup(s, n);
     if (!copy) return NULL;
     const char *stop = NULL;
     cJSON *v = cJSON_ParseWithOpts(copy, &stop, false);
@@ -124,7 +118,7 @@ static void blocks(found *f, const char *text, size_t n, const char *open, const
         cJSON *v = json_at(body, (size_t)(body_end - body), NULL);
         bool ok;
         if (named) { /* its body the arguments, a JSON object (another form is not this one) */
-            char *nm = cJSON_IsObject(v) ? dup_n(name, name_n) : NULL;
+            char *nm = cJSON_IsObject(v) ? akv__strndup(name, name_n) : NULL;
             ok = nm && add(f, nm, v);
             akv__free(nm);
         } else {
@@ -174,7 +168,7 @@ akv_status akv_srv_tool_calls_find(const char *text, size_t n, const char *tools
         size_t a = 0, b = n_acc;
         while (a < b && ws(acc[a])) a++;
         while (b > a && ws(acc[b - 1])) b--;
-        if (b > a && !(out->content = dup_n(acc + a, b - a))) f.st = AKV_ENOMEM;
+        if (b > a && !(out->content = akv__strndup(acc + a, b - a))) f.st = AKV_ENOMEM;
     }
     akv__free(acc);
     if (f.st) akv_srv_tool_calls_free(out);

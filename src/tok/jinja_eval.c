@@ -22,6 +22,7 @@ typedef struct jframe {
 typedef struct jrun {
     jctx *c;
     jbuf *out;      /* where statements write (a macro's or a block set's own buffer inside) */
+    jframe *frame;  /* the scope of the statement being run (exec sets it; names read in it) */
     jframe *root;   /* the context's variables and the template's top-level sets */
     int depth;
     uint64_t steps;
@@ -211,8 +212,8 @@ static bool contains(jrun *r, const jv *hay, const jv *needle, unsigned line) {
     fail_at(r, line, "argument of type '%s' is not iterable%s", kind(hay), "");
 }
 
-/* A string's copy that may be changed (its marks kept). */
-static jstr *jstr_marked_copy(jrun *r, const jstr *s) {
+/* A copy of a string's record that may be changed (its bytes and marks shared). */
+static jstr *jstr_copy(jrun *r, const jstr *s) {
     jstr *o = jalloc(r->c, sizeof *o);
     *o = *s;
     return o;
@@ -250,7 +251,7 @@ static jv arith(jrun *r, const char *op, const jv *a, const jv *b, unsigned line
     if (!strcmp(op, "+")) {
         if (a->k == JV_STR && b->k == JV_STR && (a->s->safe || b->s->safe)) {
             /* markup: the plain side HTML-escaped, the sum markup (jinja2's Markup) */
-            jstr *sum = jstr_marked_copy(r, jstr_cat(r->c, a->s->safe ? a->s : html_escape(r, a->s),
+            jstr *sum = jstr_copy(r, jstr_cat(r->c, a->s->safe ? a->s : html_escape(r, a->s),
                                                      b->s->safe ? b->s : html_escape(r, b->s)));
             sum->safe = true;
             return jv_str(sum);
@@ -379,14 +380,8 @@ static const jstr *replace(jrun *r, const jstr *s, const jstr *old, const jstr *
     jbuf b = {0};
     size_t i = 0, run = 0;
     int64_t done = 0;
-    if (!old->n) { /* Python inserts between every character */
-        for (size_t k = 0; k <= s->n && (count < 0 || done < count); k++) {
-            if (k && ((unsigned char)s->p[k - 1] & 0xC0) == 0x80 && k < s->n &&
-                ((unsigned char)s->p[k] & 0xC0) == 0x80)
-                continue;
-        }
+    if (!old->n) /* Python inserts the new text between every character: not taken */
         fail_at(r, 0, "replace with an empty pattern is not supported%s%s", "", "");
-    }
     while (i + old->n <= s->n && (count < 0 || done < count)) {
         if (memcmp(s->p + i, old->p, old->n)) {
             i++;
@@ -618,7 +613,7 @@ static jv filter(jrun *r, const char *name, jv v, const jv *args, const char *co
         return v;
     }
     if (!strcmp(name, "safe")) {
-        jstr *o = jstr_marked_copy(r, to_str(r, &v));
+        jstr *o = jstr_copy(r, to_str(r, &v));
         o->safe = true;
         return jv_str(o);
     }
@@ -1167,7 +1162,6 @@ static jv call_macro(jrun *r, const jnode *m, const jv *args, const char *const 
 
 /* ---- expressions ---------------------------------------------------------------------------- */
 
-static __thread jframe *tls_frame; /* the scope of the statement being run (exec sets it) */
 
 static void eval_args(jrun *r, const jnode *x, size_t from, jv **args, const char *const **kw,
                       size_t *n) {
@@ -1181,7 +1175,7 @@ static jv eval(jrun *r, const jnode *x) {
     step(r, x->line);
     switch (x->op) {
     case JE_LIT: return x->lit;
-    case JE_NAME: return lookup(r, tls_frame, x->name, x->name_n);
+    case JE_NAME: return lookup(r, r->frame, x->name, x->name_n);
     case JE_LIST:
     case JE_TUPLE: {
         jv l = jv_list(r->c, x->n_kid);
@@ -1332,8 +1326,8 @@ static jv block_filtered(jrun *r, const jnode *x, size_t at, jframe *f) {
 }
 
 static void exec(jrun *r, const jnode *x, jframe *f) {
-    jframe *saved = tls_frame;
-    tls_frame = f;
+    jframe *saved = r->frame;
+    r->frame = f;
     r->c->line = x->line;
     step(r, x->line);
     switch (x->op) {
@@ -1368,12 +1362,12 @@ static void exec(jrun *r, const jnode *x, jframe *f) {
             for (size_t i = 0; i < all->n; i++) {
                 jframe *tf = frame_new(r, f);
                 assign(r, tf, x->kid[0], all->v[i]);
-                tls_frame = tf;
+                r->frame = tf;
                 jv c = eval(r, x->kid[2]);
                 if (jv_truthy(&c)) items->v[k++] = all->v[i];
             }
             items->n = k;
-            tls_frame = f;
+            r->frame = f;
         }
         for (size_t i = 0; i < items->n; i++) {
             jframe *lf = frame_new(r, f);
@@ -1403,7 +1397,7 @@ static void exec(jrun *r, const jnode *x, jframe *f) {
     case JS_CONTINUE: r->jump = 2; break;
     default: fail_at(r, x->line, "not a statement%s%s", "", "");
     }
-    tls_frame = saved;
+    r->frame = saved;
 }
 
 /* ---- the calls ------------------------------------------------------------------------------ */
@@ -1484,7 +1478,6 @@ akv_status akv_jinja_render(const akv_jinja *t, const akv_jinja_render_params *p
         const akv_status st = c->status;
         jarena_free(c);
         akv__free(c);
-        tls_frame = NULL;
         return st;
     }
     static const char *const content[] = {"content"};
@@ -1510,6 +1503,5 @@ akv_status akv_jinja_render(const akv_jinja *t, const akv_jinja_render_params *p
     }
     jarena_free(c);
     akv__free(c);
-    tls_frame = NULL;
     return st;
 }
