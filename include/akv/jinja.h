@@ -18,14 +18,15 @@
  *   none in either case), lists, tuples, dicts, names, attributes and subscripts (a dict's
  *   attribute is its item), slices, calls with keyword arguments, filters, tests (is [not]),
  *   not / and / or, in / not in, == != < <= > >=, + - * / // % ** ~, unary -, a if b else c;
- *   filters: abs, capitalize, count, default (d), dictsort, first, float, indent, int, items,
+ *   filters: abs, capitalize, count, default (d), dictsort, escape (e), first, float, indent,
+ *   int, items,
  *   join, last, length, list, lower, map (attribute= or a filter), max, min, reject,
  *   rejectattr, replace, reverse, round, safe, select, selectattr, sort, string, sum, title,
  *   tojson, trim, unique, upper, wordcount;
  *   tests: boolean, callable, defined, divisibleby, eq / equalto / ==, even, false, float, ge,
  *   gt, in, integer, iterable, le, lower, lt, mapping, ne, none, number, odd, sameas,
  *   sequence, string, true, undefined, upper;
- *   methods: a string's capitalize, count, endswith, find, format? (no), isdigit, isalpha,
+ *   methods: a string's capitalize, count, endswith, find, isdigit, isalpha, isspace,
  *   join, lower, lstrip, replace, rstrip, split, rsplit, splitlines, startswith, strip, title,
  *   upper; a dict's get, items, keys, values;
  *   globals: namespace, range, dict, raise_exception, strftime_now, and what the context
