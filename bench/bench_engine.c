@@ -114,6 +114,7 @@ typedef struct bset {
     akv_route_seq *s[MAX_B];
     uint32_t B, ctx;
     double staged_per_step; /* bytes, measured */
+    double copy_ms;         /* the staged copies' device time a step (akv_route_stats) */
     double step_ms;
     double begin_ms;        /* of it, akv_route_begin_step (the wait for the last step's
                                write-backs, the table) */
@@ -251,6 +252,7 @@ static void bset_run(bset *b, akv_forward_dev *f, uint32_t n, float **keep, uint
         b->one_row_ms = (akv_clock_s() - t1) / n * 1e3;
     }
     b->staged_per_step = (double)(s1.staged_bytes - s0.staged_bytes) / n;
+    b->copy_ms = (double)(s1.staged_copy_ns - s0.staged_copy_ns) / n / 1e6;
 }
 
 /* ---- part C: the engine, a queue against a batch ------------------------------------------- */
@@ -451,8 +453,10 @@ int main(void) {
                    "tokens\n\nRates: %s; weights %.2f GB. Rest = what the gate leaves out "
                    "(launches, small kernels, the host): a step over 256-token histories, %.3f ms, "
                    "less the gate's step for it = %.3f ms; predicted = the gate's step + rest; "
-                   "staged through a %u GiB pool.\n\n| placement | measured ms | "
-                   "predicted ms | predicted / measured |\n|---|---|---|---|\n",
+                   "staged through a %u GiB pool. Copies: the staged copies' device time a step "
+                   "(the H2D queue's, from the stage's receipts).\n\n| placement | measured ms | "
+                   "predicted ms | predicted / measured | MiB staged | copies ms |\n"
+                   "|---|---|---|---|---|---|\n",
                    info.name, B, ctx, rates.source, wb / 1e9, base_ms, rest_ms, sgib);
         for (uint32_t i = 0; i < AKV_GATE_PLACEMENTS; i++) {
             const akv_gate_placement pl = akv_gate_placement_at(i);
@@ -469,8 +473,9 @@ int main(void) {
                                     : (uint64_t)akv_route_get_params(b.r).compact_target * g.page_tokens;
             const akv_gate_option o = akv_gate_predict(&rates, &g, pl.kind, pl.tier, B, ctx, 256, window, wb);
             const double pred = rest_ms + o.step_s * 1e3;
-            bench_emit(out, "| %s %s | %.3f | %.3f | %.3f |\n", akv_route_kind_name(pl.kind),
-                       akv_repr_name(pl.tier), b.step_ms, pred, pred / b.step_ms);
+            bench_emit(out, "| %s %s | %.3f | %.3f | %.3f | %.1f | %.3f |\n",
+                       akv_route_kind_name(pl.kind), akv_repr_name(pl.tier), b.step_ms, pred,
+                       pred / b.step_ms, b.staged_per_step / (1u << 20), b.copy_ms);
             bset_close(&b);
         }
     }
@@ -489,10 +494,12 @@ int main(void) {
                    "pool. Staged q8 / q4: a %u GiB compact pool (its staging reserve, then the "
                    "newest compact pages), the exact part (the sink and the last 256 tokens) beside "
                    "it, every older page staged from its compact copy on the host. Host->device "
-                   "large-copy rate (same run): **%.1f GB/s**. Bit-identical: each step's logits "
+                   "large-copy rate (same run): **%.1f GB/s**; copies = the staged copies' device time a "
+                   "step (the stage's receipts). Bit-identical: each step's logits "
                    "against the same history and tokens on the resident route with that tier.\n\n"
-                   "| context | tier | staged GiB/step | bus ms | step ms | step / bus | step / staged "
-                   "exact | bit-identical to resident |\n|---|---|---|---|---|---|---|---|\n",
+                   "| context | tier | staged GiB/step | bus ms | copies ms | step ms | step / bus | "
+                   "step / staged exact | bit-identical to resident |\n"
+                   "|---|---|---|---|---|---|---|---|---|\n",
                    info.name, sgib, sgib, sgib, bus_bps / 1e9);
         const uint32_t ctxs[] = {32768, 65536, 131072};
         const akv_repr tiers[] = {AKV_REPR_EXACT, AKV_REPR_Q8, AKV_REPR_Q4};
@@ -505,14 +512,14 @@ int main(void) {
             for (size_t t = 0; t < sizeof tiers / sizeof tiers[0]; t++) {
                 bset b;
                 if (!bset_open(&b, dev, &c, bench_kind("staged"), tiers[t], 1, ctxs[i], 12, sgib, par)) {
-                    bench_emit(out, "| %u | %s | does not fit | | | | | |\n", ctxs[i], akv_repr_name(tiers[t]));
+                    bench_emit(out, "| %u | %s | does not fit | | | | | | |\n", ctxs[i], akv_repr_name(tiers[t]));
                     bset_close(&b);
                     continue;
                 }
                 bset_run(&b, f, S_STEPS, ls, S_STEPS, false);
                 if (t == 0) exact_ms = b.step_ms;
                 const double bus_ms = b.staged_per_step / bus_bps * 1e3, step_ms = b.step_ms,
-                             staged = b.staged_per_step;
+                             staged = b.staged_per_step, copy_ms = b.copy_ms;
                 bset_close(&b);
                 /* the same history and tokens on the resident route with the same tier: every
                  * step's logits bit for bit */
@@ -524,8 +531,8 @@ int main(void) {
                     snprintf(same, sizeof same, "%u of %u steps", n_same, S_STEPS);
                 }
                 bset_close(&b);
-                bench_emit(out, "| %u | %s | %.2f | %.1f | %.1f | %.3f | %.3f | %s |\n", ctxs[i],
-                           akv_repr_name(tiers[t]), staged / (1u << 30), bus_ms, step_ms,
+                bench_emit(out, "| %u | %s | %.2f | %.1f | %.1f | %.1f | %.3f | %.3f | %s |\n", ctxs[i],
+                           akv_repr_name(tiers[t]), staged / (1u << 30), bus_ms, copy_ms, step_ms,
                            bus_ms > 0 ? step_ms / bus_ms : NAN, step_ms / exact_ms, same);
             }
         }

@@ -213,6 +213,8 @@ typedef struct akv_route_stats {
     uint64_t h2d_bytes;    /* host -> device: fills of fresh pages and staged copies */
     uint64_t staged_bytes; /* of them, the staged copies (non-window pages) */
     uint64_t n_leases;     /* staged: leases retired (receipts checked) */
+    uint64_t staged_copy_ns; /* staged: device time of those leases' copies (each receipt's
+                                h2d_ns: its first copy to its copies' fence, on the H2D queue) */
     uint64_t n_prefetched; /* staged: steps whose layer 0 was staged during the previous step */
     uint64_t n_prefetch_dropped; /* staged: prefetches cancelled (the next step was not the
                                     one they were made for, or a sync came first) */

@@ -163,6 +163,7 @@ akv_status akv__route_retire_layers(akv_route *r, akv_stage *stage, akv_stage_le
             continue;
         }
         r->stats.n_leases++;
+        r->stats.staged_copy_ns += rc.h2d_ns;
         if (!rc.cancelled && (rc.n_copies != n_staged || rc.failed)) {
             AKV_LOG_E("route: the %s of layer %u (step %llu) staged %u pages; %u were submitted",
                       what, l, (unsigned long long)rc.step, rc.n_copies, n_staged);
