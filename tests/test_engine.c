@@ -437,7 +437,8 @@ int main(int argc, char **argv) {
          * compact forms decode so slowly that they cost more than their bytes save, exact
          * stays. */
         akv_gate_rates slow = akv_gate_default_rates();
-        slow.read_frac[AKV_REPR_Q8] = slow.read_frac[AKV_REPR_Q4] = 0.2;
+        for (int b = 0; b < AKV_GATE_BATCHES; b++)
+            slow.read_frac[AKV_REPR_Q8][b] = slow.read_frac[AKV_REPR_Q4][b] = 0.2;
         /* q4 needs a head dim that is a power of two of at least 32 */
         const tm_shape d32 = {.arch = "llama", .n_layers = 2, .n_embd = 64, .n_ff = 48,
                               .n_heads = 2, .n_kv_heads = 1, .n_vocab = NV};

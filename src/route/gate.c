@@ -10,24 +10,43 @@
 #include "core/log.h"
 
 akv_gate_rates akv_gate_default_rates(void) {
-    akv_gate_rates r = {.bus_bps = 55.2e9,
-                        .copy_bps = 2822e9,
-                        .read_frac = {[AKV_REPR_EXACT] = 1.066, [AKV_REPR_Q8] = 0.977,
-                                      [AKV_REPR_Q4] = 0.675}};
+    akv_gate_rates r = {.bus_bps = 55.5e9,
+                        .bus_page = {0.92, 0.92, 0.92, 0.95, 0.96, 0.97, 0.97},
+                        .copy_bps = 3007e9,
+                        .read_frac = {[AKV_REPR_EXACT] = {1.035, 1.035, 1.035, 1.035, 1.035, 1.035},
+                                      [AKV_REPR_Q8] = {0.943, 0.943, 0.943, 0.943, 0.943, 0.943},
+                                      [AKV_REPR_Q4] = {0.628, 0.628, 0.628, 0.628, 0.628, 0.628}},
+                        .bus_shared = 1.0,
+                        .read_shared = 1.0};
     snprintf(r.source, sizeof r.source, "defaults (NVIDIA H100 80GB HBM3, 2026-12-06)");
     return r;
 }
 
-/* The file's keys, in the order akv_gate_rates_save writes them. */
-static const char *const gate_keys[] = {"bus_bps", "copy_bps", "read_exact", "read_q8", "read_q4"};
-enum { GATE_KEYS = 5 };
+/* The file's keys, in the order akv_gate_rates_save writes them: bus_bps, copy_bps, the
+ * bus by page size, the reads by form and batch, the two shared fractions. */
+enum {
+    GK_BUS_PAGE = 2,
+    GK_READ = GK_BUS_PAGE + AKV_GATE_PAGE_SIZES,
+    GK_SHARED = GK_READ + AKV_REPR_COUNT * AKV_GATE_BATCHES,
+    GATE_KEYS = GK_SHARED + 2
+};
 
-static double *gate_field(akv_gate_rates *r, int k) {
-    switch (k) {
-    case 0: return &r->bus_bps;
-    case 1: return &r->copy_bps;
-    default: return &r->read_frac[k - 2];
+/* Key k's name into buf and its field in r. */
+static double *gate_key(akv_gate_rates *r, int k, char *buf, size_t cap) {
+    if (k == 0) return snprintf(buf, cap, "bus_bps"), &r->bus_bps;
+    if (k == 1) return snprintf(buf, cap, "copy_bps"), &r->copy_bps;
+    if (k < GK_READ) {
+        const int i = k - GK_BUS_PAGE;
+        snprintf(buf, cap, "bus_page_%uk", 16u << i);
+        return &r->bus_page[i];
     }
+    if (k < GK_SHARED) {
+        const int f = (k - GK_READ) / AKV_GATE_BATCHES, b = (k - GK_READ) % AKV_GATE_BATCHES;
+        snprintf(buf, cap, "read_%s_b%u", akv_repr_name((akv_repr)f), 1u << b);
+        return &r->read_frac[f][b];
+    }
+    if (k == GK_SHARED) return snprintf(buf, cap, "bus_shared"), &r->bus_shared;
+    return snprintf(buf, cap, "read_shared"), &r->read_shared;
 }
 
 akv_status akv_gate_rates_load(const char *path, akv_gate_rates *out) {
@@ -40,7 +59,7 @@ akv_status akv_gate_rates_load(const char *path, akv_gate_rates *out) {
     akv_gate_rates r;
     memset(&r, 0, sizeof r);
     bool seen[GATE_KEYS] = {false};
-    char line[256];
+    char line[256], name[32];
     unsigned no = 0;
     akv_status st = AKV_OK;
     while (!st && fgets(line, sizeof line, f)) {
@@ -52,16 +71,17 @@ akv_status akv_gate_rates_load(const char *path, akv_gate_rates *out) {
         int got = sscanf(line, "%63s %lf %1s", key, &v, rest);
         if (got <= 0) continue; /* blank or a comment */
         int k = 0;
-        while (k < GATE_KEYS && strcmp(key, gate_keys[k])) k++;
+        while (k < GATE_KEYS && (gate_key(&r, k, name, sizeof name), strcmp(key, name))) k++;
         if (got != 2 || k == GATE_KEYS || seen[k] || !isfinite(v) || !(v > 0)) {
-            AKV_LOG_E("gate: %s line %u: want `key value` with a key of bus_bps, copy_bps, "
-                      "read_exact, read_q8, read_q4 (each once) and a finite positive value",
+            AKV_LOG_E("gate: %s line %u: want `key value` with a key of akv calibrate's (bus_bps, "
+                      "copy_bps, bus_page_16k .. bus_page_1024k, read_FORM_bB, bus_shared, "
+                      "read_shared; each once) and a finite positive value",
                       path, no);
             st = AKV_EFORMAT;
             break;
         }
         seen[k] = true;
-        *gate_field(&r, k) = v;
+        *gate_key(&r, k, name, sizeof name) = v;
     }
     if (!st && ferror(f)) {
         AKV_LOG_E("gate: reading '%s' failed", path);
@@ -70,7 +90,9 @@ akv_status akv_gate_rates_load(const char *path, akv_gate_rates *out) {
     fclose(f);
     for (int k = 0; !st && k < GATE_KEYS; k++)
         if (!seen[k]) {
-            AKV_LOG_E("gate: %s has no %s", path, gate_keys[k]);
+            gate_key(&r, k, name, sizeof name);
+            AKV_LOG_E("gate: %s has no %s (a file of an older akv calibrate? run it again)", path,
+                      name);
             st = AKV_EFORMAT;
         }
     if (st) return st;
@@ -86,13 +108,45 @@ akv_status akv_gate_rates_save(const char *path, const akv_gate_rates *r) {
         return AKV_EIO;
     }
     fprintf(f, "# akv calibrate: the transfer model of the economic gate (akv/gate.h)\n");
-    for (int k = 0; k < GATE_KEYS; k++)
-        fprintf(f, "%s %.6g\n", gate_keys[k], *gate_field((akv_gate_rates *)r, k));
+    akv_gate_rates copy = *r;
+    char name[32];
+    for (int k = 0; k < GATE_KEYS; k++) {
+        const double v = *gate_key(&copy, k, name, sizeof name);
+        fprintf(f, "%s %.6g\n", name, v);
+    }
     if (fclose(f) != 0) {
         AKV_LOG_E("gate: writing '%s' failed", path);
         return AKV_EIO;
     }
     return AKV_OK;
+}
+
+/* y at x over points y[i] at x = x0 * 2^i, i < n: linear in log2(x), held at the ends. */
+static double gate_log2_lerp(const double *y, int n, double x0, double x) {
+    if (!(x > x0)) return y[0];
+    const double t = log2(x / x0);
+    if (t >= n - 1) return y[n - 1];
+    const int i = (int)t;
+    return y[i] + (y[i + 1] - y[i]) * (t - i);
+}
+
+double akv_gate_bus_rate(const akv_gate_rates *r, double page_bytes) {
+    return r->bus_bps * gate_log2_lerp(r->bus_page, AKV_GATE_PAGE_SIZES, 16384.0, page_bytes);
+}
+
+double akv_gate_read_rate(const akv_gate_rates *r, akv_repr form, uint32_t seqs) {
+    if ((int)form < 0 || form >= AKV_REPR_COUNT) form = AKV_REPR_EXACT;
+    return r->copy_bps * gate_log2_lerp(r->read_frac[form], AKV_GATE_BATCHES, 1.0, (double)seqs);
+}
+
+double akv_gate_overlap(const akv_gate_rates *r, double bus_s, double device_s) {
+    if (!(bus_s > 0)) return device_s;
+    if (!(device_s > 0)) return bus_s;
+    const double fb = fmin(fmax(r->bus_shared, 1e-3), 1.0), fd = fmin(fmax(r->read_shared, 1e-3), 1.0);
+    /* both run until the one that finishes first under sharing is done; the other finishes
+     * alone: long + short x (1 - long's fraction) / short's fraction */
+    if (bus_s / fb >= device_s / fd) return bus_s + device_s * (1 - fb) / fd;
+    return device_s + bus_s * (1 - fd) / fb;
 }
 
 akv_gate_placement akv_gate_placement_at(uint32_t i) {
@@ -120,16 +174,19 @@ akv_gate_option akv_gate_predict(const akv_gate_rates *r, const akv_geom *g, akv
     const double ctok = tier == AKV_REPR_EXACT ? 0 : tok * akv_repr_bits(tier, g->dtype, g->head_dim) /
                                                          akv_repr_bits(AKV_REPR_EXACT, g->dtype, g->head_dim);
     o.device_bytes = seqs * (exact_n * tok + compact_n * ctok);
-    const double dev_s = weight_bytes / r->copy_bps +
-                         seqs * (exact_n * tok / (r->copy_bps * r->read_frac[AKV_REPR_EXACT]) +
-                                 (compact_n ? compact_n * ctok / (r->copy_bps * r->read_frac[tier]) : 0));
+    o.device_s = weight_bytes / r->copy_bps +
+                 seqs * (exact_n * tok / akv_gate_read_rate(r, AKV_REPR_EXACT, seqs) +
+                         (compact_n ? compact_n * ctok / akv_gate_read_rate(r, tier, seqs) : 0));
     /* staged: the pages beyond the window, in their form (a tier's window is of compact pages) */
     const double staged_n = tier == AKV_REPR_EXACT ? n : compact_n;
     o.bus_bytes = kind == AKV_ROUTE_STAGED && staged_n > (double)window_tokens
                       ? seqs * (staged_n - (double)window_tokens) * (tier == AKV_REPR_EXACT ? tok : ctok)
                       : 0;
-    const double bus_s = o.bus_bytes / r->bus_bps;
-    o.step_s = fmax(bus_s, dev_s);
+    if (o.bus_bytes > 0) {
+        o.page_bytes = (double)akv_geom_repr_page_bytes(g, tier);
+        o.bus_s = o.bus_bytes / akv_gate_bus_rate(r, o.page_bytes);
+    }
+    o.step_s = akv_gate_overlap(r, o.bus_s, o.device_s);
     o.token_s = o.step_s / seqs;
     return o;
 }
@@ -155,13 +212,17 @@ size_t akv_gate_format(const akv_gate_rates *r, const akv_gate_option *opts, uin
         if (k_ > 0) at += (size_t)k_;                                                              \
     } while (0)
     if (cap) buf[0] = 0;
-    GATE_PUT("gate:        rates %s: bus %.1f GB/s, device copy %.0f GB/s, decode reads exact "
-             "%.2f, q8 %.2f, q4 %.2f of it\n",
-             r->source, r->bus_bps / 1e9, r->copy_bps / 1e9, r->read_frac[AKV_REPR_EXACT],
-             r->read_frac[AKV_REPR_Q8], r->read_frac[AKV_REPR_Q4]);
-    GATE_PUT("gate:        a decode step of histories of %llu tokens: weights / copy rate + K/V "
-             "reads / (copy rate x read rate), staged also bus bytes / bus rate, the larger; per "
-             "token = step / sequences\n",
+    const uint32_t b8 = 3; /* the read rates said at batch 8 */
+    GATE_PUT("gate:        rates %s: bus %.1f GB/s (pages of 64 KiB at %.2f of it, 256 KiB at "
+             "%.2f), device copy %.0f GB/s, decode reads at batch 8 exact %.2f, q8 %.2f, q4 %.2f "
+             "of it; shared, the bus keeps %.2f and the reads %.2f\n",
+             r->source, r->bus_bps / 1e9, r->bus_page[2], r->bus_page[4], r->copy_bps / 1e9,
+             r->read_frac[AKV_REPR_EXACT][b8], r->read_frac[AKV_REPR_Q8][b8],
+             r->read_frac[AKV_REPR_Q4][b8], r->bus_shared, r->read_shared);
+    GATE_PUT("gate:        a decode step of histories of %llu tokens: device = weights / copy rate "
+             "+ K/V reads / (copy rate x read rate at the batch); staged, bus = bytes / the rate "
+             "of its pages' size; step = the two overlapped (the longer + the shorter's loss to "
+             "sharing); per token = step / sequences\n",
              (unsigned long long)n_tokens);
     for (uint32_t i = 0; i < n; i++) {
         const akv_gate_option *o = &opts[i];
@@ -170,12 +231,11 @@ size_t akv_gate_format(const akv_gate_rates *r, const akv_gate_option *opts, uin
                      akv_repr_name(o->tier));
             continue;
         }
-        GATE_PUT("gate:        %s %-9s %-5s %u sequence(s): %.1f MiB weights + %.1f MiB K/V read, "
-                 "%.1f MiB over the bus -> %.2f ms a step, %.3f ms a token\n",
+        GATE_PUT("gate:        %s %-9s %-5s %u sequence(s): %.1f MiB weights + %.1f MiB K/V read "
+                 "(%.2f ms), %.1f MiB over the bus (%.2f ms) -> %.2f ms a step, %.3f ms a token\n",
                  o->chosen ? "*" : " ", akv_route_kind_name(o->kind), akv_repr_name(o->tier), o->seqs,
-                 o->weight_bytes / (1u << 20), o->device_bytes / (1u << 20),
-                 o->bus_bytes / (1u << 20), o->step_s * 1e3,
-                 o->token_s * 1e3);
+                 o->weight_bytes / (1u << 20), o->device_bytes / (1u << 20), o->device_s * 1e3,
+                 o->bus_bytes / (1u << 20), o->bus_s * 1e3, o->step_s * 1e3, o->token_s * 1e3);
     }
 #undef GATE_PUT
     return at;
