@@ -14,7 +14,8 @@
  *    bit-identical to the same batch on the resident route with a pool that holds it all
  *    (part A's 32K x 16 row).
  * D. The gate's predictions (akv/gate.h) against measured steps, every placement it weighs
- *    (AKV_BENCH_PARTS=D; not in the default parts).
+ *    (AKV_BENCH_PARTS=D; not in the default parts). The gate's rates in D and C: the file
+ *    AKV_BENCH_GATE_RATES names (akv calibrate), else its defaults.
  * S. The staged compact route (akv/route.h: staged with a tier) against the staged exact one:
  *    one history of 32K, 64K, 128K through a small pool (AKV_BENCH_PARTS=S; not in the
  *    default parts).
@@ -23,7 +24,8 @@
  *    (AKV_BENCH_C_NEW): served one after another (resident, max_seqs 1: the others wait in the
  *    queue) against served together (staged, max_seqs 4, the same pool; and resident with the
  *    q4 compact tier): the whole job's wall time against the queue's, each request's wait and
- *    time to its last token, and the aggregate decode rate.
+ *    time to its last token, and the aggregate decode rate; and as the gate chooses, and staged
+ *    with the q4 tier.
  *
  * Histories in A and B are synthetic: one begin_step to C tokens without a pass, the host pages
  * filled from a fixed pseudo-random bf16 pattern (the same bytes for both routes; the first
@@ -269,6 +271,14 @@ typedef struct crun {
     char chose[48]; /* kv_tier auto: the placement the gate chose and the sequences it admits */
 } crun;
 
+/* The gate's rates: AKV_BENCH_GATE_RATES's file (akv calibrate), else the defaults. */
+static akv_gate_rates bench_gate_rates(void) {
+    akv_gate_rates rates = akv_gate_default_rates();
+    const char *rf = getenv("AKV_BENCH_GATE_RATES");
+    if (rf && *rf) TRY(akv_gate_rates_load(rf, &rates));
+    return rates;
+}
+
 static crun part_c_run(const akv_model_config *c, akv_route_kind kind, akv_repr tier,
                        uint32_t max_seqs, uint32_t ctx, uint32_t n_new, uint32_t device_gib) {
     crun out;
@@ -283,6 +293,8 @@ static crun part_c_run(const akv_model_config *c, akv_route_kind kind, akv_repr 
     ep.device_gib = device_gib, ep.host_gib = 4 * 6 + 2;
     ep.chunk = 1024;
     ep.kv_tier = tier;
+    const akv_gate_rates rates = bench_gate_rates();
+    ep.gate_rates = &rates;
     akv_engine *e = NULL;
     if (akv_engine_create(&ep, &e) != AKV_OK) return out; /* the device went with it */
     out.ran = true;
@@ -434,9 +446,7 @@ int main(void) {
          * the gate's step for it). Goal: within 10 %. */
         const uint32_t B = 4, ctx = (uint32_t)akv_test_env_int("AKV_BENCH_D_CTX", 1024, 131072, 32768);
         const uint32_t sgib = (uint32_t)akv_test_env_int("AKV_BENCH_D_GIB", 1, 64, 8);
-        akv_gate_rates rates = akv_gate_default_rates();
-        const char *rf = getenv("AKV_BENCH_GATE_RATES");
-        if (rf && *rf) TRY(akv_gate_rates_load(rf, &rates));
+        const akv_gate_rates rates = bench_gate_rates();
         bset b;
         double base_ms = NAN;
         if (bset_open(&b, dev, &c, bench_kind("resident"), AKV_REPR_EXACT, B, 256, 20, 0, par)) {
