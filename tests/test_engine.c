@@ -262,6 +262,61 @@ int main(int argc, char **argv) {
         akv_engine_destroy(e);
     }
 
+    TEST_CASE(prompts_fill_the_room_beside_decodes_first_come_first_served) {
+        /* prefill_beside 64 (4 chunks of 16) beside a decoding request: prompts of 20, 20 and
+         * 40 arrive together. Step 1 (a's decode, room 64): x0 takes its 20, x1 its 20, x2
+         * one chunk (16: two would not fit the 24 left). Step 2: x2's last 24. Every step also
+         * advances a by one token (a decode waits one step at most). */
+        akv_engine_params ep = akv_engine_default_params();
+        ep.max_seqs = 4, ep.chunk = 16, ep.prefill_beside = 64, ep.no_reuse = true;
+        akv_engine *e = engine_open(model, &ep);
+        if (!e) break;
+        CHECK_EQ_INT(akv_engine_get_plan(e)->prefill_beside, 64);
+        static seen a, x[3];
+        memset(&a, 0, sizeof a), memset(x, 0, sizeof x);
+        akv_request *ra, *rx[3];
+        akv_request_params pa = greedy(tokens, 3, 30, &a);
+        CHECK_OK(akv_engine_submit(e, &pa, &ra, NULL));
+        for (int i = 0; i < 2; i++) CHECK_OK(akv_engine_step(e, NULL));
+        const uint32_t lens[3] = {20, 20, 40};
+        for (int i = 0; i < 3; i++) {
+            akv_request_params px = greedy(tokens + 50 * i, lens[i], 3, &x[i]);
+            CHECK_OK(akv_engine_submit(e, &px, &rx[i], NULL));
+        }
+        uint32_t a0 = a.n;
+        akv_request_info in[3];
+        CHECK_OK(akv_engine_step(e, NULL));
+        CHECK_EQ_U64(a.n - a0, 1);
+        for (int i = 0; i < 3; i++) akv_request_get_info(rx[i], &in[i]);
+        /* the first two prompts whole (their first tokens sampled), the third one chunk */
+        CHECK(x[0].n == 1 && x[1].n == 1 && x[2].n == 0);
+        CHECK_EQ_INT(in[2].state, AKV_REQUEST_PREFILL);
+        CHECK_OK(akv_engine_step(e, NULL));
+        /* the third's last 24 beside three decodes; a advanced once more */
+        CHECK_EQ_U64(a.n - a0, 2);
+        CHECK(x[0].n == 2 && x[1].n == 2 && x[2].n == 1);
+        CHECK(run_all(e, 100) > 0);
+        /* the same text as each alone: a prompt's chunks fall at the same places */
+        static seen alone;
+        memset(&alone, 0, sizeof alone);
+        akv_request *r_alone;
+        akv_request_params p_alone = greedy(tokens + 100, 40, 3, &alone);
+        CHECK_OK(akv_engine_submit(e, &p_alone, &r_alone, NULL));
+        CHECK(run_all(e, 100) > 0);
+        CHECK(memcmp(alone.tok, x[2].tok, sizeof alone.tok[0] * 3) == 0);
+        akv_engine_release(e, ra), akv_engine_release(e, r_alone);
+        for (int i = 0; i < 3; i++) akv_engine_release(e, rx[i]);
+        akv_engine_destroy(e);
+        /* a room below one chunk is refused, naming the setting */
+        ep.prefill_beside = 8, ep.model = model, ep.page_tokens = P, ep.max_context = 256;
+        akv_engine *bad = NULL;
+        if (CHECK(akv_dev_create(akv_dev_host_backend(), NULL, &ep.dev) == AKV_OK)) {
+            akv_log_set(NULL, NULL, AKV_LOG_OFF);
+            CHECK_STATUS(akv_engine_create(&ep, &bad), AKV_EINVAL); /* the device goes with it */
+            akv_log_set(NULL, NULL, AKV_LOG_WARN);
+        }
+    }
+
     TEST_CASE(refusal_and_queueing_by_the_plan) {
         akv_engine_params ep = akv_engine_default_params();
         ep.max_context = 64;

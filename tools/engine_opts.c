@@ -80,6 +80,7 @@ void akv_tool_eopts_apply(const akv_tool_eopts *o, akv_engine_params *ep) {
     ep->kv_tier = o->kv_tier, ep->exact_recent = o->exact_recent;
     ep->gate_rates = o->calibration ? &o->gate_rates : NULL;
     ep->chunk = (uint32_t)o->chunk, ep->step_tokens = (uint32_t)o->step_tokens;
+    ep->prefill_beside = (uint32_t)o->prefill_beside;
     ep->threads = akv_tool_eopts_threads(o), ep->no_graphs = o->no_graphs != 0;
 }
 

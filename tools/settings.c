@@ -65,8 +65,13 @@ const akv_tool_setting akv_tool_settings[] = {
         "prompt chunk, tokens"),
     ROW("step_tokens", "--step-tokens", NULL, AKV_OPT_STEP, "N", AKV_TV_U64, step_tokens, 0,
         1u << 20, "4096, or --parallel - 1 + --chunk if larger",
-        "most tokens a step runs, decodes and chunks together; a prompt takes one chunk a "
-        "step beside decodes, up to this alone"),
+        "most tokens a step runs, decodes and chunks together (a prompt alone runs in pieces "
+        "of up to this)"),
+    ROW("prefill_beside", "--prefill-beside", NULL, AKV_OPT_BESIDE, "N", AKV_TV_U64,
+        prefill_beside, 0, 1u << 20, "2048 on a GPU, --chunk on the CPU",
+        "most prompt tokens a step runs beside running decodes, whole chunks of waiting "
+        "prompts first come, first served: more starts prompts sooner, less keeps the "
+        "decodes' inter-token latency lower"),
     ROW(NULL, "--no-graphs", NULL, AKV_OPT_NOGRAPHS, NULL, AKV_TV_SWITCH, no_graphs, 0, 0, NULL,
         "GPU: launch every kernel of a decode step by itself instead of replaying the step as "
         "one CUDA graph (resident route)"),

@@ -33,7 +33,7 @@ typedef struct akv_tool_eopts {
     int special_in_content; /* --special-in-content: control texts in chat contents parsed */
     unsigned long long ctx; /* --max-context; 0 = the command's default */
     unsigned long long host_gib, device_gib, chunk, threads, parallel, window_pages;
-    unsigned long long step_tokens;
+    unsigned long long step_tokens, prefill_beside;
     akv_route_kind route;
     akv_dtype kv_dtype;
     akv_weights weights;    /* --weights */
@@ -50,7 +50,7 @@ enum {
     AKV_OPT_DEVGIB, AKV_OPT_KV, AKV_OPT_CHUNK, AKV_OPT_STEP, AKV_OPT_THREADS, AKV_OPT_NOGRAPHS,
     AKV_OPT_PARALLEL, AKV_OPT_TMPL, AKV_OPT_TEMP, AKV_OPT_TOPK, AKV_OPT_TOPP, AKV_OPT_MINP,
     AKV_OPT_RP, AKV_OPT_RLN, AKV_OPT_SEED, AKV_OPT_PRES, AKV_OPT_FREQ, AKV_OPT_WEIGHTS,
-    AKV_OPT_SPECIAL_CONTENT, AKV_OPT_TIER, AKV_OPT_RECENT, AKV_OPT_CALIBRATION,
+    AKV_OPT_SPECIAL_CONTENT, AKV_OPT_TIER, AKV_OPT_RECENT, AKV_OPT_CALIBRATION, AKV_OPT_BESIDE,
 };
 
 

@@ -93,6 +93,10 @@ typedef void (*akv_engine_progress_fn)(void *user, const char *what, uint64_t do
 /* The default step budget, tokens: a prompt prefilled while nothing decodes goes in pieces of
  * this size (8B shape on the H200: docs/benchmarks.md, bench_prefill). */
 #define AKV_ENGINE_STEP_TOKENS 4096
+/* The default prompt room of a step beside running decodes on a device pass, tokens: the
+ * inter-token latency a prefill adds against how fast waiting prompts start (docs/engine.md,
+ * "The step"). */
+#define AKV_ENGINE_PREFILL_BESIDE 2048
 
 typedef struct akv_engine_params {
     akv_dev *dev;                    /* the device; the engine owns it from create on (it is
@@ -144,13 +148,18 @@ typedef struct akv_engine_params {
                                         UINT32_MAX = as many as the host pool holds */
     bool no_reuse;                   /* never reuse an idle context's prefix (each request
                                         computes its whole prompt) */
-    /* scheduling: beside running decodes a prompt takes one chunk a step (their next token
-       waits for at most that); in a step where nothing decodes, as many whole chunks as
-       step_tokens holds */
+    /* scheduling: every running decode, then waiting prompts in arrival order, each in whole
+       chunks, while the step's prompt room lasts: prefill_beside tokens beside running decodes
+       (their next token waits for that much prompt work at most), step_tokens in a step where
+       nothing decodes */
     uint32_t chunk;                  /* prompt chunk, tokens; 0 = 256 */
     uint32_t step_tokens;            /* most tokens one step runs, decodes and chunks
                                         together; >= max_seqs - 1 + chunk (every running decode
                                         and one chunk); 0 = max(AKV_ENGINE_STEP_TOKENS, that) */
+    uint32_t prefill_beside;         /* most prompt tokens a step runs beside running decodes;
+                                        >= chunk; 0 = AKV_ENGINE_PREFILL_BESIDE on a device pass,
+                                        one chunk on the host pass; never more than what
+                                        step_tokens leaves beside the decodes */
     /* the pass */
     akv_engine_pass pass;
     uint32_t threads;                /* host pass threads; 0 = one per core */
@@ -174,7 +183,7 @@ typedef struct akv_engine_plan {
     uint32_t max_seqs;         /* effective: what runs at once */
     uint64_t host_pages;       /* pages the host pool holds */
     uint32_t window_capacity;  /* device window pages per layer */
-    uint32_t chunk, step_tokens, max_queue, max_idle;
+    uint32_t chunk, step_tokens, prefill_beside, max_queue, max_idle;
     /* kv_tier auto: the placements the gate weighed, the chosen one marked (n_gate 0: none) */
     akv_gate_rates gate_rates;
     akv_gate_option gate[AKV_ENGINE_GATE_OPTIONS];

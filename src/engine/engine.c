@@ -142,6 +142,15 @@ static akv_status engine_plan(akv_engine *e, const akv_engine_params *p, bool qu
                   pl->step_tokens, need);
         return AKV_EINVAL;
     }
+    const uint32_t beside = p->pass == AKV_ENGINE_PASS_AUTO && e->info.is_host ? pl->chunk
+                                                                                  : AKV_ENGINE_PREFILL_BESIDE;
+    pl->prefill_beside = p->prefill_beside ? p->prefill_beside : beside;
+    if (pl->prefill_beside < pl->chunk) {
+        AKV_LOG_E("engine: {=prefill_beside} %u is below {=chunk} %u (a prompt beside running "
+                  "decodes could never take a chunk)",
+                  pl->prefill_beside, pl->chunk);
+        return AKV_EINVAL;
+    }
     /* each context's window, by the route's kind (a compact tier keeps a step's new tokens
      * exact: its prompt pieces are one chunk at most, engine_piece) */
     pl->route.max_step = pl->route.tier != AKV_REPR_EXACT ? pl->chunk : pl->step_tokens;
@@ -216,8 +225,9 @@ size_t akv_engine_plan_format(const akv_engine_plan *pl, char *buf, size_t cap) 
     n += akv_route_plan_format(&pl->route, pl->max_seqs, pl->window_capacity,
                                buf + (n < cap ? n : cap), n < cap ? cap - n : 0);
     int k = snprintf(buf + (n < cap ? n : cap), n < cap ? cap - n : 0,
-                 "steps:       {=chunk} %u tokens, {=step_tokens} %u, {=max_queue} %u, {=max_idle} %u\n",
-                 pl->chunk, pl->step_tokens, pl->max_queue, pl->max_idle);
+                 "steps:       {=chunk} %u tokens, {=step_tokens} %u, {=prefill_beside} %u, "
+                 "{=max_queue} %u, {=max_idle} %u\n",
+                 pl->chunk, pl->step_tokens, pl->prefill_beside, pl->max_queue, pl->max_idle);
     n += k > 0 ? (size_t)k : 0;
     if (pl->n_gate)
         n += akv_gate_format(&pl->gate_rates, pl->gate, pl->n_gate, pl->max_context,
@@ -800,8 +810,8 @@ static uint32_t engine_piece(const akv_engine *e, const akv_request *rq, uint32_
 }
 
 /* The batch: every decoding request, then prompt pieces in arrival order (no overtaking)
- * while the prompts' room lasts: beside decodes one chunk in all (their next token waits for
- * at most one chunk of prompt work), in a step where nothing decodes the whole step budget
+ * while the prompts' room lasts: beside decodes prefill_beside tokens (their next token waits
+ * for at most that much prompt work), in a step where nothing decodes the whole step budget
  * (larger products run faster). Ordered by count for the pass (stable). Returns its size. */
 static uint32_t engine_batch(akv_engine *e) {
     uint32_t n = 0, total = 0, prompt_room = 0;
@@ -809,7 +819,7 @@ static uint32_t engine_batch(akv_engine *e) {
     for (int pass = 0; pass < 2; pass++) {
         if (pass == 1) {
             prompt_room = total < e->plan.step_tokens ? e->plan.step_tokens - total : 0;
-            if (n && prompt_room > e->plan.chunk) prompt_room = e->plan.chunk;
+            if (n && prompt_room > e->plan.prefill_beside) prompt_room = e->plan.prefill_beside;
         }
         for (uint32_t i = 0; i < e->n_run; i++) {
             akv_request *rq = e->run[i];
