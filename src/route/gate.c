@@ -10,14 +10,15 @@
 #include "core/log.h"
 
 akv_gate_rates akv_gate_default_rates(void) {
-    akv_gate_rates r = {.bus_bps = 55.5e9,
-                        .bus_page = {0.92, 0.92, 0.92, 0.95, 0.96, 0.97, 0.97},
-                        .copy_bps = 3007e9,
-                        .read_frac = {[AKV_REPR_EXACT] = {1.035, 1.035, 1.035, 1.035, 1.035, 1.035},
-                                      [AKV_REPR_Q8] = {0.943, 0.943, 0.943, 0.943, 0.943, 0.943},
-                                      [AKV_REPR_Q4] = {0.628, 0.628, 0.628, 0.628, 0.628, 0.628}},
-                        .bus_shared = 1.0,
-                        .read_shared = 1.0};
+    /* akv calibrate on an NVIDIA H100 80GB HBM3, 2026-12-06 (docs/benchmarks.md) */
+    akv_gate_rates r = {.bus_bps = 55.48e9,
+                        .bus_page = {0.581, 0.875, 0.919, 0.935, 0.947, 0.953, 0.976},
+                        .copy_bps = 3006e9,
+                        .read_frac = {[AKV_REPR_EXACT] = {0.888, 0.944, 1.009, 1.038, 1.051, 1.069},
+                                      [AKV_REPR_Q8] = {0.638, 0.746, 0.868, 0.944, 0.986, 0.880},
+                                      [AKV_REPR_Q4] = {0.394, 0.461, 0.565, 0.627, 0.666, 0.527}},
+                        .bus_shared = 0.993,
+                        .read_shared = 0.928};
     snprintf(r.source, sizeof r.source, "defaults (NVIDIA H100 80GB HBM3, 2026-12-06)");
     return r;
 }
