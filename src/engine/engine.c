@@ -629,6 +629,8 @@ void akv_engine_destroy(akv_engine *e) {
     if (akv_host_pool_destroy(e->hp) != AKV_OK) AKV_LOG_E("engine: the host pool is still held");
     if (akv_host_pool_destroy(e->hpc) != AKV_OK)
         AKV_LOG_E("engine: the compact copies' host pool is still held");
+    akv__vocab_free(&e->vocab);
+    akv__free(e->eog);
     akv_tok_destroy(e->tok);
     akv_model_destroy(e->own_model);
     if (akv_dev_destroy(e->dev) != AKV_OK) AKV_LOG_E("engine: the device is still busy");

@@ -13,6 +13,7 @@
 #include "akv/forward_dev.h"
 #include "akv/json_prefix.h"
 #include "akv/tok.h"
+#include "engine/mask.h"
 
 enum {
     AKV__ENGINE_MAX_RETRIES = 3,    /* failed steps in a row before a request fails */
@@ -49,6 +50,7 @@ struct akv_request {
     akv_json_prefix json;  /* format JSON_OBJECT: the text so far as a JSON prefix */
     akv_js_state js;       /* format JSON_SCHEMA: ... as a prefix of a value of the schema */
     float *masked;         /* a format but TEXT: [n_vocab] the logits it samples from */
+    akv__mask_cache masks; /* ... the masks of its format's states met lately (mask.h) */
     uint32_t gen_cap;
     uint32_t prefill0;     /* where its prefill began: chunks end at prefill0 + k * chunk */
     uint32_t n_fail;       /* failed steps in a row */
@@ -68,6 +70,10 @@ struct akv_engine {
     const akv_model *model; /* NULL for a synthetic configuration */
     akv_model_config cfg;
     akv_tok *tok;           /* NULL without one */
+    akv__vocab vocab;       /* its pieces in byte order for the answers' masks (mask.h), made
+                               for the first request with a format */
+    int32_t *eog;           /* ... and then its end-of-generation ids (akv__request_is_eog) */
+    uint32_t n_eog;
     akv_host_pool *hp;
     akv_dev_pool *dp;
     akv_dev_pool *dpc;         /* the compact tier's pages (NULL: none) */

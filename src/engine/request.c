@@ -10,6 +10,22 @@
 #include "core/log.h"
 #include "engine/engine_impl.h"
 
+/* The request's format as a machine for its masks (mask.h). */
+static bool request_feed_object(void *state, const uint8_t *bytes, size_t n) {
+    return akv_json_prefix_feed(state, bytes, n);
+}
+static bool request_feed_schema(void *state, const uint8_t *bytes, size_t n) {
+    return akv_js_feed(state, bytes, n);
+}
+static akv__mask_machine request_machine(const akv_request *rq) {
+    return rq->p.format == AKV_FORMAT_JSON_SCHEMA
+               ? (akv__mask_machine){sizeof rq->js, request_feed_schema}
+               : (akv__mask_machine){sizeof rq->json, request_feed_object};
+}
+static const uint8_t *request_piece(const void *tok, int32_t id, size_t *n) {
+    return akv_tok_token_piece(tok, id, n);
+}
+
 akv_status akv__request_init(akv_engine *e, akv_request *rq, const akv_request_params *p) {
     rq->e = e;
     rq->p = *p;
@@ -33,6 +49,21 @@ akv_status akv__request_init(akv_engine *e, akv_request *rq, const akv_request_p
         akv_json_prefix_init(&rq->json, true);
         if (p->format == AKV_FORMAT_JSON_SCHEMA) akv_js_init(&rq->js, p->schema);
         if (!(rq->masked = akv__malloc((size_t)e->cfg.n_vocab * sizeof *rq->masked))) return AKV_ENOMEM;
+        akv_status st = akv__mask_cache_init(&rq->masks, e->cfg.n_vocab, request_machine(rq).size);
+        if (!st && e->tok && !e->vocab.order) {
+            e->vocab = (akv__vocab){.piece = request_piece, .user = e->tok, .n_vocab = e->cfg.n_vocab};
+            st = akv__vocab_order(&e->vocab);
+            e->n_eog = 0;
+            for (uint32_t id = 0; !st && id < e->cfg.n_vocab; id++) {
+                if (!akv__request_is_eog(e, (int32_t)id)) continue;
+                size_t cap = e->n_eog;
+                if ((st = akv__array_reserve((void **)&e->eog, &cap, (size_t)e->n_eog + 1, sizeof *e->eog)))
+                    akv__vocab_free(&e->vocab); /* made again by the next request */
+                else
+                    e->eog[e->n_eog++] = (int32_t)id;
+            }
+        }
+        if (st) return st;
     }
     akv_status st = akv_sampler_create(&p->sample, (int32_t)e->cfg.n_vocab, &rq->sampler);
     for (uint32_t i = 0; i < p->n_prompt && !st; i++) st = akv_sampler_accept(rq->sampler, p->prompt[i]);
@@ -44,6 +75,7 @@ void akv__request_free(akv_request *rq) {
     akv__free(rq->prompt);
     akv__free(rq->gen);
     akv__free(rq->masked);
+    akv__mask_cache_free(&rq->masks);
     for (uint32_t i = 0; rq->stop && i < rq->p.n_stop; i++) akv__free(rq->stop[i]);
     akv__free(rq->stop);
     akv__free(rq->stop_len);
@@ -119,16 +151,7 @@ static void request_drop_held(akv_request *rq, size_t n) {
     if (rq->held.bytes) rq->held.bytes[rq->held.n_bytes] = 0;
 }
 
-/* The text so far under the request's format: whether a piece may follow it (a copy of the
- * state tries it), whether it is whole, and a piece taken. */
-static bool format_try(const akv_request *rq, const uint8_t *piece, size_t n) {
-    if (rq->p.format == AKV_FORMAT_JSON_SCHEMA) {
-        akv_js_state q = rq->js;
-        return akv_js_feed(&q, piece, n);
-    }
-    akv_json_prefix q = rq->json;
-    return akv_json_prefix_feed(&q, piece, n);
-}
+/* The text so far under the request's format: whether it is whole, and a piece taken. */
 static bool format_complete(const akv_request *rq) {
     return rq->p.format == AKV_FORMAT_JSON_SCHEMA ? akv_js_complete(&rq->js)
                                                    : akv_json_prefix_complete(&rq->json);
@@ -147,23 +170,29 @@ static const float *request_mask_json(akv_request *rq, const float *logits) {
     const akv_engine *e = rq->e;
     const bool done = format_complete(rq);
     const akv_tok_specials sp = akv_tok_get_specials(e->tok);
+    const akv__mask_machine m = request_machine(rq);
+    const void *state = rq->p.format == AKV_FORMAT_JSON_SCHEMA ? (const void *)&rq->js : &rq->json;
+    const uint64_t *bits = akv__mask_get(&rq->masks, &m, state, &e->vocab);
+    const uint32_t V = e->cfg.n_vocab;
+    for (uint32_t id = 0; id < V; id++)
+        rq->masked[id] = (bits[id / 64] >> (id % 64)) & 1 ? logits[id] : -INFINITY;
+    /* the end of generation only once the value is whole */
+    for (uint32_t k = 0; k < e->n_eog; k++)
+        rq->masked[e->eog[k]] = done ? logits[e->eog[k]] : -INFINITY;
+    if (done) /* a whole value goes on, but not by whitespace alone */
+        for (uint32_t w = 0; w < (V + 63) / 64; w++)
+            for (uint64_t b = bits[w]; b; b &= b - 1) {
+                const uint32_t id = w * 64 + (uint32_t)__builtin_ctzll(b);
+                size_t n = 0;
+                const uint8_t *piece = akv_tok_token_piece(e->tok, (int32_t)id, &n);
+                bool blank = true;
+                for (size_t i = 0; i < n; i++)
+                    blank &= piece[i] == ' ' || piece[i] == '\t' || piece[i] == '\n' || piece[i] == '\r';
+                if (blank && !akv__request_is_eog(e, (int32_t)id)) rq->masked[id] = -INFINITY;
+            }
     bool any = false;
-    for (uint32_t id = 0; id < e->cfg.n_vocab; id++) {
-        bool ok = false;
-        if (akv__request_is_eog(e, (int32_t)id)) {
-            ok = done;
-        } else {
-            size_t n = 0;
-            const uint8_t *piece = akv_tok_token_piece(e->tok, (int32_t)id, &n);
-            bool blank = true;
-            for (size_t i = 0; done && piece && i < n; i++)
-                blank &= piece[i] == ' ' || piece[i] == '\t' || piece[i] == '\n' || piece[i] == '\r';
-            ok = piece && n && !(done && blank) && format_try(rq, piece, n);
-        }
-        rq->masked[id] = ok ? logits[id] : -INFINITY;
-        any |= ok && logits[id] > -INFINITY;
-    }
-    if (!any && sp.eos_id >= 0 && (uint32_t)sp.eos_id < e->cfg.n_vocab) rq->masked[sp.eos_id] = 0.0f;
+    for (uint32_t id = 0; id < V && !any; id++) any = rq->masked[id] > -INFINITY;
+    if (!any && sp.eos_id >= 0 && (uint32_t)sp.eos_id < V) rq->masked[sp.eos_id] = 0.0f;
     return rq->masked;
 }
 
