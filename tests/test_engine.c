@@ -317,6 +317,57 @@ int main(int argc, char **argv) {
         }
     }
 
+    TEST_CASE(requests_of_one_prompt_share_its_prefill) {
+        /* A lead and two more requests of the same 70-token prompt (chunks of 16), as n choices
+         * arrive: the two wait while the lead computes the prompt, then start from a copy of
+         * its context (akv_route_seq_fork) and compute only the last prompt token; greedy,
+         * all three give the lead's tokens, and the first logits are the lead's bit for bit.
+         * A prompt that shares less than a chunk computes its own. */
+        akv_engine_params ep = akv_engine_default_params();
+        ep.max_seqs = 4;
+        akv_engine *e = engine_open(model, &ep);
+        if (!e) break;
+        static seen x[3], other;
+        memset(x, 0, sizeof x), memset(&other, 0, sizeof other);
+        akv_request *rx[3], *ro;
+        for (int i = 0; i < 3; i++) {
+            akv_request_params px = greedy(tokens, 70, 5, &x[i]);
+            CHECK_OK(akv_engine_submit(e, &px, &rx[i], NULL));
+        }
+        int32_t op[70];
+        memcpy(op, tokens, 10 * sizeof *op); /* 10 tokens in common: below a chunk */
+        memcpy(op + 10, tokens + 300, 60 * sizeof *op);
+        akv_request_params po = greedy(op, 70, 5, &other);
+        CHECK_OK(akv_engine_submit(e, &po, &ro, NULL));
+        CHECK_OK(akv_engine_step(e, NULL));
+        akv_request_info in[3], io;
+        for (int i = 0; i < 3; i++) akv_request_get_info(rx[i], &in[i]);
+        akv_request_get_info(ro, &io);
+        /* step 1: the lead's whole prompt (and the other's); the two wait, computing nothing */
+        CHECK(x[0].n == 1 && x[1].n == 0 && x[2].n == 0 && other.n == 1);
+        CHECK(in[1].n_cached == 0 && in[2].n_cached == 0);
+        CHECK_OK(akv_engine_step(e, NULL));
+        TEST_CHECK_(x[1].n == 1 && x[2].n == 1, "after step 2: %u, %u", x[1].n, x[2].n); /* step 2: from the copy, the last prompt token */
+        CHECK(run_all(e, 200) > 0);
+        for (int i = 0; i < 3; i++) akv_request_get_info(rx[i], &in[i]);
+        akv_request_get_info(ro, &io);
+        CHECK_EQ_U64(in[0].n_cached, 0);
+        CHECK_EQ_U64(in[1].n_cached, 69);
+        CHECK_EQ_U64(in[2].n_cached, 69);
+        CHECK_EQ_U64(io.n_cached, 0);
+        akv_engine_stats st;
+        akv_engine_get_stats(e, &st);
+        CHECK_EQ_U64(st.n_forked, 2);
+        for (int i = 1; i < 3; i++) {
+            CHECK(x[i].n == 5 && memcmp(x[i].tok, x[0].tok, 5 * sizeof x[0].tok[0]) == 0);
+            CHECK(memcmp(x[i].logits[0], x[0].logits[0], sizeof x[0].logits[0]) == 0);
+        }
+        CHECK_OK(akv__engine_check(e));
+        for (int i = 0; i < 3; i++) akv_engine_release(e, rx[i]);
+        akv_engine_release(e, ro);
+        akv_engine_destroy(e);
+    }
+
     TEST_CASE(refusal_and_queueing_by_the_plan) {
         akv_engine_params ep = akv_engine_default_params();
         ep.max_context = 64;

@@ -307,7 +307,10 @@ typedef struct akv_engine_stats {
     uint64_t n_finished[AKV_FINISH_ERROR + 1];
     uint64_t n_preemptions;      /* always 0: admission reserves a request's whole need */
     uint64_t prompt_tokens;      /* prompt tokens computed */
-    uint64_t cached_tokens;      /* prompt tokens reused from idle contexts */
+    uint64_t cached_tokens;      /* prompt tokens reused from idle contexts or copied from a
+                                    running request's (forked) */
+    uint64_t n_forked;           /* requests that started from a copy of a running request's
+                                    context (akv_route_seq_fork) */
     uint64_t gen_tokens;         /* tokens sampled */
     uint64_t n_idle_closed;      /* idle contexts closed to make room or beyond max_idle */
     uint32_t n_running, n_queued, n_idle;

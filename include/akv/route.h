@@ -351,6 +351,16 @@ akv_status akv_route_destroy(akv_route *r);
  * capacity cannot hold; AKV_ENOMEM. */
 akv_status akv_route_seq_open(akv_route *r, const akv_route_seq_params *p, akv_route_seq **out);
 
+/* Opens a sequence (params p, as at open) whose history is a copy of src's first n_tokens
+ * tokens: src's host copy is completed first (what akv_route_sync does), then its pages are
+ * copied into new host pages; the device window is filled from them at its first step, the
+ * compact pages (a tier) made from them again. A request that shares another's prefix starts
+ * from here instead of computing it (n choices of one prompt). AKV_EINVAL (logged) for more
+ * tokens than src holds or the new params allow, AKV_EFULL (logged) when the host pool cannot
+ * hold the copy; nothing is opened then. */
+akv_status akv_route_seq_fork(akv_route *r, akv_route_seq *src, uint64_t n_tokens,
+                              const akv_route_seq_params *p, akv_route_seq **out);
+
 /* Changes an open sequence's params (as at open) from its next step on: a reused
  * conversation's new length limit and window. AKV_EINVAL (nothing changed) as at open, or
  * for a max_history below its length. */

@@ -457,18 +457,45 @@ static akv_status ctx_append(akv__ctx *c, const int32_t *tok, uint32_t n) {
     return AKV_OK;
 }
 
-/* The idle context sharing the longest prefix with the prompt (NULL: none shares a token). */
-static akv__ctx *engine_find_prefix(akv_engine *e, const akv_request *rq, uint32_t *lcp) {
+/* The context sharing the longest prefix with the prompt (NULL: none shares a token): an idle
+ * one, or a running request's (*running: it is forked, a copy, and keeps running). */
+static akv__ctx *engine_find_prefix(akv_engine *e, const akv_request *rq, uint32_t *lcp,
+                                    bool *running) {
     akv__ctx *best = NULL;
-    *lcp = 0;
+    *lcp = 0, *running = false;
     if (e->p.no_reuse) return NULL;
-    for (akv__ctx *c = e->idle_head; c; c = c->next) {
-        if (c->exact != rq->p.kv_exact) continue; /* a context's compact part is fixed */
-        uint32_t k = 0, n = c->n_tokens < rq->p.n_prompt ? c->n_tokens : rq->p.n_prompt;
-        while (k < n && c->tokens[k] == rq->prompt[k]) k++;
-        if (k > *lcp) *lcp = k, best = c;
+    for (int pass = 0; pass < 2; pass++) {
+        akv__ctx *c = pass == 0 ? e->idle_head : NULL;
+        for (uint32_t i = 0; pass == 0 ? c != NULL : i < e->n_run; pass == 0 ? (void)(c = c->next) : (void)i++) {
+            if (pass == 1 && !(c = e->run[i]->ctx)) continue;
+            if (c->exact != rq->p.kv_exact) continue; /* a context's compact part is fixed */
+            uint32_t k = 0, n = c->n_tokens < rq->p.n_prompt ? c->n_tokens : rq->p.n_prompt;
+            while (k < n && c->tokens[k] == rq->prompt[k]) k++;
+            /* a running one is copied: worth it from a chunk on */
+            if (k > *lcp && (pass == 0 || k >= e->plan.chunk)) *lcp = k, best = c, *running = pass == 1;
+        }
     }
     return best;
+}
+
+/* Whether a request that is computing its prompt shares at least a chunk more of this prompt
+ * than any context holds now, and does not hold it yet: this one then waits for it (and forks
+ * it) rather than computing the same prefix beside it (n choices of one prompt, a common
+ * system prompt). */
+static bool engine_wait_for_prefix(akv_engine *e, const akv_request *rq) {
+    if (e->p.no_reuse || rq->p.on_prompt_logits) return false;
+    uint32_t now = 0;
+    bool running;
+    (void)engine_find_prefix(e, rq, &now, &running);
+    for (uint32_t i = 0; i < e->n_run; i++) {
+        const akv_request *o = e->run[i];
+        if (o == rq || !o->ctx || o->info.state != AKV_REQUEST_PREFILL || o->ctx->exact != rq->p.kv_exact)
+            continue;
+        uint32_t k = 0, n = o->p.n_prompt < rq->p.n_prompt ? o->p.n_prompt : rq->p.n_prompt;
+        while (k < n && o->prompt[k] == rq->prompt[k]) k++;
+        if (k >= now + e->plan.chunk && k > o->ctx->n_tokens) return true;
+    }
+    return false;
 }
 
 /* Its reservation, by arithmetic on prompt + max_tokens. */
@@ -502,7 +529,8 @@ static void engine_admit(akv_engine *e, akv_request *rq) {
  * sequence; idle contexts closed while the host pages would not fit. */
 static akv_status engine_start(akv_engine *e, akv_request *rq) {
     uint32_t lcp = 0;
-    akv__ctx *c = engine_find_prefix(e, rq, &lcp);
+    bool running = false;
+    akv__ctx *c = engine_find_prefix(e, rq, &lcp, &running);
     /* the last prompt token is always fed again: its logits start the generation; a prompt
      * whose logits are reported computes every position from prompt_logits_from */
     uint32_t cached = lcp < rq->p.n_prompt ? lcp : rq->p.n_prompt - 1;
@@ -513,7 +541,17 @@ static akv_status engine_start(akv_engine *e, akv_request *rq) {
                                .tag = rq->p.id,
                                .exact = rq->p.kv_exact};
     akv_status st;
-    if (c && cached > 0) {
+    if (c && cached > 0 && running) { /* a copy of its first tokens; it runs on */
+        akv__ctx *from = c;
+        if (!(c = akv__calloc(1, sizeof *c))) return AKV_ENOMEM;
+        c->exact = rq->p.kv_exact;
+        if ((st = ctx_append(c, from->tokens, cached)) ||
+            (st = akv_route_seq_fork(e->route, from->seq, cached, &sp, &c->seq))) {
+            akv__free(c->tokens), akv__free(c);
+            return st;
+        }
+        e->stats.n_forked++;
+    } else if (c && cached > 0) {
         if ((st = akv_route_seq_truncate(e->route, c->seq, cached)) ||
             (st = akv_route_seq_set_params(e->route, c->seq, &sp)))
             return st; /* it stays idle (as long as it was: a truncate that failed changed
@@ -930,7 +968,7 @@ akv_status akv_engine_step(akv_engine *e, bool *did_work) {
     engine_admit_waiting(e);
     /* the admitted requests' first step: their contexts */
     for (uint32_t i = 0; i < e->n_run && !st; i++)
-        if (!e->run[i]->ctx) st = engine_start(e, e->run[i]);
+        if (!e->run[i]->ctx && !engine_wait_for_prefix(e, e->run[i])) st = engine_start(e, e->run[i]);
     if (st) {
         engine_resync(e);
         goto out;

@@ -912,6 +912,46 @@ akv_status akv_route_abort_step(akv_route *r) {
     return AKV_OK;
 }
 
+akv_status akv_route_seq_fork(akv_route *r, akv_route_seq *src, uint64_t n_tokens,
+                              const akv_route_seq_params *p, akv_route_seq **out) {
+    akv_status st = route_seq_ok(r, src, "fork");
+    if (st || !out) return st ? st : AKV_EINVAL;
+    bool lost; /* the host copies complete: every write-back landed */
+    if ((st = route_sync(r, false, &lost))) return st;
+    if (n_tokens > src->n_tokens) {
+        AKV_LOG_E("route: fork of %llu tokens: the history holds %llu",
+                  (unsigned long long)n_tokens, (unsigned long long)src->n_tokens);
+        return lost ? AKV_EDEVICE : AKV_EINVAL;
+    }
+    akv_route_seq *s;
+    if ((st = akv_route_seq_open(r, p, &s))) return st;
+    if (n_tokens > s->p.max_history) {
+        AKV_LOG_E("route: fork of %llu tokens into a sequence of {=max_history} %llu",
+                  (unsigned long long)n_tokens, (unsigned long long)s->p.max_history);
+        (void)akv_route_seq_close(r, s);
+        return AKV_EINVAL;
+    }
+    st = akv_host_table_grow(s->ht, n_tokens);
+    if (!st && s->cht) st = akv_host_table_grow(s->cht, n_tokens);
+    if (st) {
+        if (st == AKV_EFULL) AKV_LOG_E("route: the host pool is full: raise {=host_gib}");
+        (void)akv_route_seq_close(r, s);
+        return st;
+    }
+    /* the exact copy, page by page (the last one's rows past n_tokens are never read); the
+     * compact copies and pages are made from it again as they are needed (c_valid and
+     * hc_valid 0), the device window is filled from it at the first step (its pages fresh) */
+    const uint32_t pages = (uint32_t)akv_geom_pages_for_tokens(&r->geom, n_tokens);
+    const size_t pb = akv_host_pool_page_bytes(r->hp);
+    for (uint32_t l = 0; l < r->geom.n_layers; l++)
+        for (uint32_t lp = 0; lp < pages; lp++)
+            memcpy(akv_host_pool_page_addr(r->hp, akv_host_table_page(s->ht, l, lp)),
+                   akv_host_pool_page_addr(r->hp, akv_host_table_page(src->ht, l, lp)), pb);
+    s->n_tokens = n_tokens;
+    *out = s;
+    return AKV_OK;
+}
+
 akv_status akv_route_seq_truncate(akv_route *r, akv_route_seq *s, uint64_t n_tokens) {
     akv_status st = route_seq_ok(r, s, "truncate");
     if (st) return st;
