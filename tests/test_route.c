@@ -635,6 +635,32 @@ int main(int argc, char **argv) {
                 }
             }
             CHECK(r1_get_stats(&sy).r.compact_pages > 4u * mc->n_layers); /* made again */
+            /* a fork (akv_route_seq_fork) of a 100-token history goes on as the history would:
+             * the staged ones forked (their originals closed) against the resident twins, then
+             * the resident ones forked against the staged forks; every step bit for bit */
+            for (int phase = 0; phase < 2; phase++) {
+                r1 *fk[2] = {phase ? &hy : &sy, phase ? &hq : &sq};
+                for (int i = 0; i < 2; i++) {
+                    akv_route_seq *forked = NULL;
+                    const akv_route_seq_params fpar = {.tag = 2};
+                    if (!CHECK(akv_route_seq_fork(fk[i]->r, fk[i]->s, 100 + 3 * phase, &fpar, &forked) == AKV_OK))
+                        continue;
+                    CHECK_OK(akv_route_seq_close(fk[i]->r, fk[i]->s));
+                    fk[i]->s = forked;
+                }
+                for (uint32_t k = 0; k < 3; k++) {
+                    const int32_t *t = other + 3 * phase + k;
+                    if (!CHECK(feed(&hy, fm, t, 1, lh) == AKV_OK) || !CHECK(feed(&sy, fm, t, 1, ls) == AKV_OK) ||
+                        !CHECK(fx_feed_route(&hq, NULL, fd, 1, t, 1, lq) == AKV_OK) ||
+                        !CHECK(fx_feed_route(&sq, NULL, fd, 1, t, 1, lsq) == AKV_OK))
+                        break;
+                    CHECK_BYTES(ls, lh, sizeof lh);
+                    CHECK_BYTES(lsq, lq, sizeof lq);
+                    CHECK_OK(akv__route_check(sy.r));
+                    CHECK_OK(akv_route_sync(sq.r));
+                    CHECK_OK(akv__route_check(sq.r));
+                }
+            }
             CHECK_OK(r1_close(&hy));
             CHECK_OK(r1_close(&hq));
             CHECK_OK(akv_route_sync(sy.r)); /* its last step's leases retired */
