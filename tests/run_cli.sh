@@ -149,6 +149,28 @@ if [ -w /dev/full ]; then
     else echo "ok   akv run > /dev/full -> $rc"; fi
 fi
 
+# --session: a first run writes the file, a second run whose prompt begins with the first's
+# conversation reuses it (its tokens not computed) and its text is the text without the file;
+# a damaged file is refused (exit 1) and left as it is; --session with --chat is a usage error.
+rm -f "$tmp/s.akv"
+"$akv" run -m "$tmp/s.gguf" --temp 0 -p "one two three" -n 4 -q --session "$tmp/s.akv" >"$tmp/s1.txt" 2>&1; rc1=$?
+out=$("$akv" run -m "$tmp/s.gguf" --temp 0 -p "one two three four five" -n 4 --session "$tmp/s.akv" 2>&1 >"$tmp/s2.txt"); rc=$?
+"$akv" run -m "$tmp/s.gguf" --temp 0 -p "one two three four five" -n 4 -q >"$tmp/s3.txt" 2>&1
+if [ "$rc1" != 0 ] || [ "$rc" != 0 ] || ! printf '%s\n' "$out" | grep -q "tokens restored" ||
+   ! printf '%s\n' "$out" | grep -q "reused" || ! cmp -s "$tmp/s2.txt" "$tmp/s3.txt"; then
+    bad "akv run --session: exits $rc1, $rc (want 0, 0; restored, reused, the same text as without it)"
+else echo "ok   akv run --session: restored, reused, the same text"; fi
+printf 'X' | dd of="$tmp/s.akv" bs=1 seek=200 conv=notrunc 2>/dev/null
+sum=$(cksum <"$tmp/s.akv")
+out=$("$akv" run -m "$tmp/s.gguf" --temp 0 -p "one two" -n 2 --max-context 64 --session "$tmp/s.akv" 2>&1 >/dev/null); rc=$?
+if [ "$rc" != 1 ] || ! printf '%s\n' "$out" | grep -q "damaged" || [ "$(cksum <"$tmp/s.akv")" != "$sum" ]; then
+    bad "akv run --session DAMAGED: exit $rc (want 1, 'damaged', the file left as it was)"
+else echo "ok   akv run --session DAMAGED -> $rc, refused, the file kept"; fi
+out=$("$akv" run -m "$tmp/s.gguf" --chat -p hi --session "$tmp/s.akv" 2>&1); rc=$?
+if [ "$rc" != 2 ] || ! printf '%s\n' "$out" | grep -q "takes one prompt"; then
+    bad "akv run --chat --session: exit $rc (want 2)"
+else echo "ok   akv run --chat --session -> $rc"; fi
+
 # A reply that reaches --max-context stops there, a normal end (finish length, exit 0, the
 # report); a chat turn that cannot fit is refused before any prefill and the conversation goes
 # on; a number with a leading blank is not a number.

@@ -5,7 +5,12 @@
  * pages freed only after their fences (device faults injected), idle contexts reused by prefix
  * and reclaimed in the device pool's order, and a randomized run of 10^5 operations with the
  * memory-layer walkers after every step. */
+#define _POSIX_C_SOURCE 200809L /* mkstemp, fdopen */
 #include "model_build.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <unistd.h>
 
 #include "alloc_settled.h"
 #include "akv/testing/dev_faults.h"
@@ -366,6 +371,99 @@ int main(int argc, char **argv) {
         for (int i = 0; i < 3; i++) akv_engine_release(e, rx[i]);
         akv_engine_release(e, ro);
         akv_engine_destroy(e);
+    }
+
+    TEST_CASE(sessions_saved_and_restored) {
+        /* A conversation saved after its first turn, restored into another engine: its next
+         * turn reuses the restored context and gives the uninterrupted run's logits bit for
+         * bit. Damaged, cut, lengthened and foreign files load nothing; a save that cannot be
+         * written keeps the conversation and any earlier file. */
+        char path[] = "/tmp/akv_sess_XXXXXX";
+        int fd = mkstemp(path);
+        if (!CHECK(fd >= 0)) break;
+        close(fd);
+        akv_engine_params ep = akv_engine_default_params();
+        ep.max_seqs = 2;
+        akv_engine *a = engine_open(model, &ep);
+        if (!a) break;
+        static seen t1, t2, t2b;
+        memset(&t1, 0, sizeof t1), memset(&t2, 0, sizeof t2), memset(&t2b, 0, sizeof t2b);
+        akv_request *ra, *rb;
+        akv_request_params p1 = greedy(tokens, 40, 6, &t1);
+        CHECK_OK(akv_engine_submit(a, &p1, &ra, NULL));
+        CHECK(run_all(a, 100) > 0);
+        int32_t conv[80];
+        memcpy(conv, tokens, 40 * sizeof *conv);
+        memcpy(conv + 40, t1.tok, 6 * sizeof *conv);
+        memcpy(conv + 46, tokens + 400, 12 * sizeof *conv); /* the next turn */
+        akv_log_set(NULL, NULL, AKV_LOG_OFF);
+        CHECK_STATUS(akv_engine_session_save(a, conv, 46, "/nonexistent/dir/s.akv"), AKV_EIO);
+        CHECK_STATUS(akv_engine_session_save(a, tokens + 300, 5, path), AKV_ENOTFOUND);
+        akv_log_set(NULL, NULL, AKV_LOG_WARN);
+        CHECK_OK(akv_engine_session_save(a, conv, 46, path)); /* the context is still there */
+        akv_request_params p2 = greedy(conv, 58, 5, &t2);
+        CHECK_OK(akv_engine_submit(a, &p2, &rb, NULL));
+        CHECK(run_all(a, 100) > 0);
+        akv_engine_release(a, ra), akv_engine_release(a, rb);
+        akv_engine_destroy(a);
+
+        akv_engine *b = engine_open(model, &ep);
+        if (!b) break;
+        uint32_t n = 0;
+        CHECK_OK(akv_engine_session_load(b, path, &n));
+        CHECK_EQ_INT(n, 45); /* the prompt and the 5 tokens fed: the 6th was sampled, not fed */
+        akv_request_params p2b = greedy(conv, 58, 5, &t2b);
+        CHECK_OK(akv_engine_submit(b, &p2b, &rb, NULL));
+        CHECK(run_all(b, 100) > 0);
+        akv_request_info info;
+        akv_request_get_info(rb, &info);
+        CHECK_EQ_U64(info.n_cached, 45);
+        CHECK(t2b.n == 5 && memcmp(t2b.tok, t2.tok, 5 * sizeof t2.tok[0]) == 0);
+        CHECK(memcmp(t2b.logits[0], t2.logits[0], sizeof t2.logits[0]) == 0);
+        akv_engine_release(b, rb);
+
+        /* the file damaged: one bit flipped (in the K/V, in the tokens), cut, lengthened */
+        FILE *f = fopen(path, "rb");
+        static uint8_t buf[1 << 20];
+        const size_t len = f ? fread(buf, 1, sizeof buf, f) : 0;
+        if (f) fclose(f);
+        CHECK(len > 64 && len < sizeof buf);
+        akv_engine_stats s0, s1;
+        akv_engine_get_stats(b, &s0);
+        const size_t at[] = {len / 2, 64 + 4, 20, len - 3};
+        akv_log_set(NULL, NULL, AKV_LOG_OFF);
+        for (int k = 0; k < 7; k++) {
+            char bad[] = "/tmp/akv_sess_bad_XXXXXX";
+            int bfd = mkstemp(bad);
+            if (!CHECK(bfd >= 0)) break;
+            FILE *w = fdopen(bfd, "wb");
+            if (k < 4) buf[at[k]] ^= 0x10;
+            const size_t wlen = k == 4 ? len - 1 : k == 5 ? len / 3 : len;
+            fwrite(buf, 1, wlen, w);
+            if (k == 6) fputc(0, w);
+            fclose(w);
+            if (k < 4) buf[at[k]] ^= 0x10;
+            TEST_CHECK_(akv_engine_session_load(b, bad, &n) == AKV_EFORMAT, "damage %d", k);
+            remove(bad);
+        }
+        CHECK_STATUS(akv_engine_session_load(b, "/tmp/akv_no_such_session", &n), AKV_ENOTFOUND);
+        akv_log_set(NULL, NULL, AKV_LOG_WARN);
+        akv_engine_get_stats(b, &s1);
+        CHECK_EQ_INT(s1.n_idle, s0.n_idle); /* nothing loaded */
+        akv_engine_destroy(b);
+        /* another model (another shape) refuses the file */
+        const tm_shape d32 = {.arch = "llama", .n_layers = 2, .n_embd = 64, .n_ff = 48,
+                              .n_heads = 2, .n_kv_heads = 1, .n_vocab = NV};
+        akv_model *m32 = tm_load(&d32, rng);
+        akv_engine *c = m32 ? engine_open(m32, &ep) : NULL;
+        if (c) {
+            akv_log_set(NULL, NULL, AKV_LOG_OFF);
+            CHECK_STATUS(akv_engine_session_load(c, path, &n), AKV_EFORMAT);
+            akv_log_set(NULL, NULL, AKV_LOG_WARN);
+            akv_engine_destroy(c);
+        }
+        akv_model_destroy(m32);
+        remove(path);
     }
 
     TEST_CASE(refusal_and_queueing_by_the_plan) {

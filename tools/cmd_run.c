@@ -55,7 +55,11 @@ static const char run_usage2[] =
     "                           reaches it stops there (finish length)\n"
     "      --parallel N         sequences run at once (default 1; with --prompts, up to 4)\n"
     "      --out-dir DIR        with --prompts: prompt i's text (the prompt and its reply) to\n"
-    "                           DIR/i.txt (i from 1)\n";
+    "                           DIR/i.txt (i from 1)\n"
+    "      --session FILE       with -p or -f: the conversation's K/V kept in FILE: restored\n"
+    "                           first when FILE exists (the prompt computes only what follows\n"
+    "                           the tokens it shares with it), saved with the reply at the end\n"
+    "                           (a damaged file or one of another model is refused, exit 1)\n";
 static const char run_usage3[] =
     "      --seed S             sampler seed (default 0; with --prompts, prompt i uses S + i - 1)\n"
     "      --stop TEXT          stop where the reply contains TEXT (not printed); repeatable\n"
@@ -74,7 +78,7 @@ enum { RUN_MAX_STOPS = 16 };
 
 typedef struct run_opts {
     akv_tool_eopts e; /* the engine's options and the sampling */
-    const char *prompt, *file, *prompts, *out_dir, *system, *dump;
+    const char *prompt, *file, *prompts, *out_dir, *system, *dump, *session;
     int chat, quiet;
     unsigned long long n_predict, max_input;
     const char *stop[RUN_MAX_STOPS];
@@ -106,7 +110,7 @@ static void run_help(FILE *f) {
 
 /* Returns -1 to go on, else an exit code. */
 static int run_parse(int argc, char **argv, run_opts *o) {
-    enum { O_CHAT = 256, O_SYSTEM, O_DUMP, O_PROMPTS, O_OUTDIR, O_STOP, O_MAXIN };
+    enum { O_CHAT = 256, O_SYSTEM, O_DUMP, O_PROMPTS, O_OUTDIR, O_STOP, O_MAXIN, O_SESSION };
     static const struct option own[] = {
                                          {"prompt", required_argument, 0, 'p'},
                                          {"file", required_argument, 0, 'f'},
@@ -118,6 +122,7 @@ static int run_parse(int argc, char **argv, run_opts *o) {
                                          {"stop", required_argument, 0, O_STOP},
                                          {"dump-logits", required_argument, 0, O_DUMP},
                                          {"max-input-bytes", required_argument, 0, O_MAXIN},
+                                         {"session", required_argument, 0, O_SESSION},
                                          {"quiet", no_argument, 0, 'q'},
                                          {"help", no_argument, 0, 'h'},
                                          {0, 0, 0, 0}};
@@ -142,6 +147,7 @@ static int run_parse(int argc, char **argv, run_opts *o) {
         case O_CHAT: o->chat = 1; break;
         case O_SYSTEM: o->system = optarg; break;
         case O_DUMP: o->dump = optarg; break;
+        case O_SESSION: o->session = optarg; break;
         case 'q': o->quiet = 1; break;
         case 'n':
             if (!akv_tool_parse_u64("run", "n-predict", optarg, &o->n_predict)) return AKV_EXIT_USAGE;
@@ -175,6 +181,11 @@ static int run_parse(int argc, char **argv, run_opts *o) {
     }
     if (n_inputs == 0 && !o->chat) {
         fprintf(stderr, "akv run: give a prompt (-p TEXT, -f FILE, --prompts FILE) or --chat\n");
+        return AKV_EXIT_USAGE;
+    }
+    if (o->session && (o->chat || o->prompts)) {
+        fprintf(stderr, "akv run: --session takes one prompt (-p or -f), not %s\n",
+                o->chat ? "--chat" : "--prompts");
         return AKV_EXIT_USAGE;
     }
     if ((o->system || o->e.tmpl) && !o->chat) {
@@ -855,6 +866,46 @@ static int run_chat(run_state *s) {
     return rc < 0 ? AKV_EXIT_OK : rc;
 }
 
+/* --session FILE: restored into an idle context before the prompt (which reuses what it
+ * shares with it); -1 to go on. */
+static int run_session_load(run_state *s) {
+    uint32_t n = 0;
+    akv_status st = akv_engine_session_load(s->engine, s->o.session, &n);
+    if (st == AKV_ENOTFOUND) {
+        if (!s->o.quiet) fprintf(stderr, "akv run: --session %s: no such file yet; it is written at the end\n", s->o.session);
+        return -1;
+    }
+    if (st) {
+        fprintf(stderr, "akv run: --session %s: %s (the file is left as it is; %s)\n", s->o.session,
+                akv_status_str(st),
+                st == AKV_EFULL ? "raise --max-context or --host-gib to restore it"
+                                : "remove it to start afresh");
+        return AKV_EXIT_FAIL;
+    }
+    if (!s->o.quiet) fprintf(stderr, "akv run: --session %s: %u tokens restored\n", s->o.session, n);
+    return -1;
+}
+
+/* The prompt and its reply, saved to --session FILE. */
+static int run_session_save(run_state *s) {
+    const run_job *j = &s->jobs[0];
+    const size_t n = j->ids.n_ids + j->gen.n_ids;
+    int32_t *all = malloc((n ? n : 1) * sizeof *all);
+    akv_status st = all ? AKV_OK : AKV_ENOMEM;
+    if (!st) {
+        memcpy(all, j->ids.ids, j->ids.n_ids * sizeof *all);
+        if (j->gen.n_ids) memcpy(all + j->ids.n_ids, j->gen.ids, j->gen.n_ids * sizeof *all);
+        st = akv_engine_session_save(s->engine, all, (uint32_t)n, s->o.session);
+    }
+    free(all);
+    if (st) {
+        fprintf(stderr, "akv run: --session %s: not saved: %s\n", s->o.session, akv_status_str(st));
+        return AKV_EXIT_FAIL;
+    }
+    if (!s->o.quiet) fprintf(stderr, "akv run: --session %s: saved\n", s->o.session);
+    return AKV_EXIT_OK;
+}
+
 int akv_cmd_run(int argc, char **argv) {
     run_state s;
     memset(&s, 0, sizeof s);
@@ -897,7 +948,9 @@ int akv_cmd_run(int argc, char **argv) {
             goto done;
         }
     if ((rc = run_open_engine(&s, parallel)) >= 0) goto done;
+    if (o->session && (rc = run_session_load(&s)) >= 0) goto done;
     rc = o->chat ? run_chat(&s) : run_oneshot(&s);
+    if (rc == AKV_EXIT_OK && o->session) rc = run_session_save(&s);
     if (rc == AKV_EXIT_OK) run_report(&s);
     for (size_t i = 0; i < s.n_jobs; i++)
         if (s.jobs[i].write_failed) rc = AKV_EXIT_FAIL;

@@ -364,6 +364,20 @@ void akv_engine_release(akv_engine *e, akv_request *rq);
  * request finishes with ERROR, new ones are refused, and this returns AKV_EDEVICE. */
 akv_status akv_engine_step(akv_engine *e, bool *did_work);
 
+/* Sessions on disk (docs/engine.md, "Sessions on disk"). Save: the finished conversation (an
+ * idle context) that holds the longest prefix of tokens[0..n) is written to path, its whole
+ * history (token ids and the exact K/V, page size free) with the model's fingerprint and a
+ * checksum, through path.tmp renamed over path: AKV_ENOTFOUND when none holds a token of them,
+ * AKV_EIO (logged; the context and any earlier file as they were) when the file cannot be
+ * written. Load: the file becomes an idle context, which a request whose prompt begins with
+ * its tokens reuses as any finished conversation (*n_tokens: its length): AKV_ENOTFOUND (no
+ * such file), AKV_EIO, AKV_EFORMAT (logged: not a session, another model or K/V type, a
+ * damaged, cut or lengthened file: nothing loaded), AKV_EFULL (longer than max_context, or the
+ * host pool cannot hold it). Between steps, on the engine's thread. */
+akv_status akv_engine_session_save(akv_engine *e, const int32_t *tokens, uint32_t n,
+                                   const char *path);
+akv_status akv_engine_session_load(akv_engine *e, const char *path, uint32_t *n_tokens);
+
 /* Whether a request is queued or running. */
 bool akv_engine_busy(const akv_engine *e);
 

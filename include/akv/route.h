@@ -361,6 +361,27 @@ akv_status akv_route_seq_open(akv_route *r, const akv_route_seq_params *p, akv_r
 akv_status akv_route_seq_fork(akv_route *r, akv_route_seq *src, uint64_t n_tokens,
                               const akv_route_seq_params *p, akv_route_seq **out);
 
+/* A page of a history's host copy, one layer: page_bytes of the layout of akv/geom.h (rows past
+ * the history's end are not part of it). */
+typedef akv_status (*akv_route_fill_fn)(void *user, uint32_t layer, uint32_t page, void *bytes,
+                                        size_t page_bytes);
+typedef akv_status (*akv_route_read_fn)(void *user, uint32_t layer, uint32_t page,
+                                        const void *bytes, size_t page_bytes);
+
+/* Opens a sequence (params p) whose history of n_tokens is written by fill into its new host
+ * pages, layer by layer, each layer's pages in order (a session restored from a file); as a
+ * fork, the device window is filled from them at the first step. A fill that fails fails the
+ * call: nothing is opened. AKV_EINVAL, AKV_EFULL (logged) as a fork. */
+akv_status akv_route_seq_open_filled(akv_route *r, const akv_route_seq_params *p,
+                                     uint64_t n_tokens, akv_route_fill_fn fill, void *user,
+                                     akv_route_seq **out);
+
+/* Hands s's host copy to read, layer by layer, each layer's pages in order, once what
+ * akv_route_sync does has completed it (a session saved to a file). read's failure is
+ * returned; AKV_EDEVICE when the sync undid a step. */
+akv_status akv_route_seq_read_pages(akv_route *r, akv_route_seq *s, akv_route_read_fn read,
+                                    void *user);
+
 /* Changes an open sequence's params (as at open) from its next step on: a reused
  * conversation's new length limit and window. AKV_EINVAL (nothing changed) as at open, or
  * for a max_history below its length. */

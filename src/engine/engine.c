@@ -446,6 +446,11 @@ static void engine_trim_idle(akv_engine *e) {
     }
 }
 
+void akv__engine_idle_adopt(akv_engine *e, akv__ctx *c) {
+    idle_push(e, c);
+    engine_trim_idle(e);
+}
+
 static akv_status ctx_append(akv__ctx *c, const int32_t *tok, uint32_t n) {
     size_t cap = c->cap;
     akv_status st = akv__array_reserve((void **)&c->tokens, &cap, (size_t)c->n_tokens + n,

@@ -125,4 +125,8 @@ void akv__request_end(akv_request *rq, akv_finish finish);
 /* Whether the token ends generation (end of sequence or turn, a control token). */
 bool akv__request_is_eog(const akv_engine *e, int32_t token);
 
+/* A context made outside a request (a session read from a file: session.c) becomes idle, the
+ * most recently used, and idle ones beyond max_idle or the host pages are closed. */
+void akv__engine_idle_adopt(akv_engine *e, akv__ctx *c);
+
 #endif

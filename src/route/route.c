@@ -912,6 +912,65 @@ akv_status akv_route_abort_step(akv_route *r) {
     return AKV_OK;
 }
 
+akv_status akv_route_seq_open_filled(akv_route *r, const akv_route_seq_params *p,
+                                     uint64_t n_tokens, akv_route_fill_fn fill, void *user,
+                                     akv_route_seq **out) {
+    if (!r || !fill || !out) return AKV_EINVAL;
+    akv_route_seq *s;
+    akv_status st = akv_route_seq_open(r, p, &s);
+    if (st) return st;
+    if (n_tokens > s->p.max_history) {
+        AKV_LOG_E("route: a history of %llu tokens into a sequence of {=max_history} %llu",
+                  (unsigned long long)n_tokens, (unsigned long long)s->p.max_history);
+        (void)akv_route_seq_close(r, s);
+        return AKV_EINVAL;
+    }
+    st = akv_host_table_grow(s->ht, n_tokens);
+    if (!st && s->cht) st = akv_host_table_grow(s->cht, n_tokens);
+    if (st == AKV_EFULL) AKV_LOG_E("route: the host pool is full: raise {=host_gib}");
+    /* the exact copy, layer by layer, page by page; the compact copies and pages are made from
+     * it as they are needed (c_valid and hc_valid 0), the device window is filled from it at
+     * the first step (its pages fresh) */
+    const uint32_t pages = (uint32_t)akv_geom_pages_for_tokens(&r->geom, n_tokens);
+    const size_t pb = akv_host_pool_page_bytes(r->hp);
+    for (uint32_t l = 0; !st && l < r->geom.n_layers; l++)
+        for (uint32_t lp = 0; !st && lp < pages; lp++)
+            st = fill(user, l, lp, akv_host_pool_page_addr(r->hp, akv_host_table_page(s->ht, l, lp)), pb);
+    if (st) {
+        (void)akv_route_seq_close(r, s);
+        return st;
+    }
+    s->n_tokens = n_tokens;
+    *out = s;
+    return AKV_OK;
+}
+
+akv_status akv_route_seq_read_pages(akv_route *r, akv_route_seq *s, akv_route_read_fn read,
+                                    void *user) {
+    akv_status st = route_seq_ok(r, s, "read_pages");
+    if (st || !read) return st ? st : AKV_EINVAL;
+    bool lost; /* the host copy complete: every write-back landed */
+    if ((st = route_sync(r, false, &lost))) return st;
+    if (lost) return AKV_EDEVICE;
+    const uint32_t pages = (uint32_t)akv_geom_pages_for_tokens(&r->geom, s->n_tokens);
+    const size_t pb = akv_host_pool_page_bytes(r->hp);
+    for (uint32_t l = 0; !st && l < r->geom.n_layers; l++)
+        for (uint32_t lp = 0; !st && lp < pages; lp++)
+            st = read(user, l, lp, akv_host_pool_page_addr(r->hp, akv_host_table_page(s->ht, l, lp)), pb);
+    return st;
+}
+
+typedef struct fork_src {
+    akv_route *r;
+    const akv_route_seq *src;
+} fork_src;
+
+static akv_status fork_fill(void *user, uint32_t layer, uint32_t page, void *dst, size_t bytes) {
+    const fork_src *f = user;
+    memcpy(dst, akv_host_pool_page_addr(f->r->hp, akv_host_table_page(f->src->ht, layer, page)), bytes);
+    return AKV_OK;
+}
+
 akv_status akv_route_seq_fork(akv_route *r, akv_route_seq *src, uint64_t n_tokens,
                               const akv_route_seq_params *p, akv_route_seq **out) {
     akv_status st = route_seq_ok(r, src, "fork");
@@ -923,33 +982,8 @@ akv_status akv_route_seq_fork(akv_route *r, akv_route_seq *src, uint64_t n_token
                   (unsigned long long)n_tokens, (unsigned long long)src->n_tokens);
         return lost ? AKV_EDEVICE : AKV_EINVAL;
     }
-    akv_route_seq *s;
-    if ((st = akv_route_seq_open(r, p, &s))) return st;
-    if (n_tokens > s->p.max_history) {
-        AKV_LOG_E("route: fork of %llu tokens into a sequence of {=max_history} %llu",
-                  (unsigned long long)n_tokens, (unsigned long long)s->p.max_history);
-        (void)akv_route_seq_close(r, s);
-        return AKV_EINVAL;
-    }
-    st = akv_host_table_grow(s->ht, n_tokens);
-    if (!st && s->cht) st = akv_host_table_grow(s->cht, n_tokens);
-    if (st) {
-        if (st == AKV_EFULL) AKV_LOG_E("route: the host pool is full: raise {=host_gib}");
-        (void)akv_route_seq_close(r, s);
-        return st;
-    }
-    /* the exact copy, page by page (the last one's rows past n_tokens are never read); the
-     * compact copies and pages are made from it again as they are needed (c_valid and
-     * hc_valid 0), the device window is filled from it at the first step (its pages fresh) */
-    const uint32_t pages = (uint32_t)akv_geom_pages_for_tokens(&r->geom, n_tokens);
-    const size_t pb = akv_host_pool_page_bytes(r->hp);
-    for (uint32_t l = 0; l < r->geom.n_layers; l++)
-        for (uint32_t lp = 0; lp < pages; lp++)
-            memcpy(akv_host_pool_page_addr(r->hp, akv_host_table_page(s->ht, l, lp)),
-                   akv_host_pool_page_addr(r->hp, akv_host_table_page(src->ht, l, lp)), pb);
-    s->n_tokens = n_tokens;
-    *out = s;
-    return AKV_OK;
+    fork_src f = {r, src};
+    return akv_route_seq_open_filled(r, p, n_tokens, fork_fill, &f, out);
 }
 
 akv_status akv_route_seq_truncate(akv_route *r, akv_route_seq *s, uint64_t n_tokens) {

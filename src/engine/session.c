@@ -1,0 +1,264 @@
+/* session.c — a conversation's context saved to a file and restored (akv/engine.h,
+ * akv_engine_session_save / _load; docs/engine.md, "Sessions on disk").
+ *
+ * The file, little-endian:
+ *   header  64 bytes: "AKVSESS1", version 1, the K/V geometry (layers, K/V heads, head dim,
+ *           element type), the vocabulary size, the model's fingerprint (its shape, RoPE and
+ *           norm settings, its tokenizer's pieces), the history's length n;
+ *   tokens  n token ids (int32), padded to 8 bytes;
+ *   K/V     per layer, [2][n_kv_heads][n][head_dim] elements of the history's exact copy
+ *           (page size free: a file restores under any --page-tokens);
+ *   check   the checksum of everything before it (core/hash.h).
+ * Written to PATH.tmp, flushed to the disk and renamed over PATH: a failure (a full disk)
+ * leaves the old file and the context as they were. Read in full and checked before the
+ * context is made idle: a damaged, truncated or foreign file loads nothing. */
+#define _POSIX_C_SOURCE 200809L
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "core/alloc.h"
+#include "core/hash.h"
+#include "core/log.h"
+#include "engine/engine_impl.h"
+
+enum { SESS_VERSION = 1, SESS_HEADER = 64 };
+static const char sess_magic[8] = {'A', 'K', 'V', 'S', 'E', 'S', 'S', '1'};
+
+typedef struct sess_header {
+    char magic[8];
+    uint32_t version, n_layers, n_kv_heads, head_dim, dtype, n_vocab;
+    uint64_t fingerprint, n_tokens;
+    uint8_t pad[SESS_HEADER - 8 - 6 * 4 - 2 * 8];
+} sess_header;
+
+_Static_assert(sizeof(sess_header) == SESS_HEADER, "the header is 64 bytes");
+
+/* What tells this model from another that could not have written the K/V. */
+static uint64_t sess_fingerprint(const akv_engine *e) {
+    const akv_model_config *c = &e->cfg;
+    uint64_t h = akv_hash64_init();
+    const uint32_t u[] = {(uint32_t)c->arch, c->n_layers, c->n_embd, c->n_ff, c->n_heads,
+                          c->n_kv_heads, c->head_dim, c->n_rot, c->n_vocab, (uint32_t)c->rope_mode,
+                          c->has_rope_factors, c->tied_output, c->has_qkv_bias, 0};
+    const double d[] = {c->rms_eps, c->rope_base, c->rope_freq_scale};
+    h = akv_hash64_add(h, u, sizeof u);
+    h = akv_hash64_add(h, d, sizeof d);
+    for (uint32_t id = 0; e->tok && id < c->n_vocab; id++) {
+        size_t n = 0;
+        const uint8_t *p = akv_tok_token_piece(e->tok, (int32_t)id, &n);
+        h = akv_hash64_add(h, &n, sizeof n);
+        if (p && n) h = akv_hash64_add(akv_hash64_mix(h), p, n);
+    }
+    return akv_hash64_final(h, c->n_vocab);
+}
+
+static sess_header sess_header_of(const akv_engine *e, uint64_t n_tokens) {
+    const akv_geom *g = &e->plan.geom;
+    sess_header hd;
+    memset(&hd, 0, sizeof hd);
+    memcpy(hd.magic, sess_magic, sizeof hd.magic);
+    hd.version = SESS_VERSION, hd.n_layers = g->n_layers, hd.n_kv_heads = g->n_kv_heads;
+    hd.head_dim = g->head_dim, hd.dtype = (uint32_t)g->dtype, hd.n_vocab = e->cfg.n_vocab;
+    hd.fingerprint = sess_fingerprint(e), hd.n_tokens = n_tokens;
+    return hd;
+}
+
+/* A layer's rows in the file's order against its pages: [2][H][n][D] <-> pages of
+ * [2][H][P][D]. */
+typedef struct sess_io {
+    const akv_engine *e;
+    FILE *f;
+    const char *path;
+    uint64_t n_tokens, hash, bytes;
+    uint8_t *layer;      /* [2][H][n][D] elements of the current layer */
+    size_t layer_bytes;
+} sess_io;
+
+static void sess_rows(const sess_io *io, uint32_t page, uint8_t *pg, bool to_page) {
+    const akv_geom *g = &io->e->plan.geom;
+    const size_t eb = akv_geom_token_bytes(g) / (2 * (size_t)g->n_kv_heads * g->head_dim);
+    const size_t row = (size_t)g->head_dim * eb;
+    const uint64_t t0 = (uint64_t)page * g->page_tokens;
+    const uint64_t n = io->n_tokens - t0 < g->page_tokens ? io->n_tokens - t0 : g->page_tokens;
+    for (uint32_t kh = 0; kh < 2 * g->n_kv_heads; kh++) {
+        uint8_t *in_page = pg + (size_t)kh * g->page_tokens * row;
+        uint8_t *in_file = io->layer + ((size_t)kh * io->n_tokens + t0) * row;
+        if (to_page) memcpy(in_page, in_file, n * row);
+        else memcpy(in_file, in_page, n * row);
+    }
+}
+
+static akv_status sess_write(sess_io *io, const void *p, size_t n) {
+    if (n && fwrite(p, 1, n, io->f) != n) {
+        AKV_LOG_E("engine: writing the session '%s' failed: %s", io->path, strerror(errno));
+        return AKV_EIO;
+    }
+    io->hash = akv_hash64_add(io->hash, p, n), io->bytes += n;
+    return AKV_OK;
+}
+
+static akv_status sess_read(sess_io *io, void *p, size_t n, const char *what) {
+    if (n && fread(p, 1, n, io->f) != n) {
+        AKV_LOG_E("engine: the session '%s' ends inside its %s (truncated, or not a session)",
+                  io->path, what);
+        return AKV_EFORMAT;
+    }
+    io->hash = akv_hash64_add(io->hash, p, n), io->bytes += n;
+    return AKV_OK;
+}
+
+static akv_status sess_page_out(void *user, uint32_t layer, uint32_t page, const void *bytes,
+                                size_t page_bytes) {
+    (void)layer, (void)page_bytes;
+    sess_io *io = user;
+    const akv_geom *g = &io->e->plan.geom;
+    sess_rows(io, page, (uint8_t *)bytes, false);
+    if ((uint64_t)(page + 1) * g->page_tokens >= io->n_tokens) /* the layer's last page */
+        return sess_write(io, io->layer, io->layer_bytes);
+    return AKV_OK;
+}
+
+static akv_status sess_page_in(void *user, uint32_t layer, uint32_t page, void *bytes,
+                               size_t page_bytes) {
+    (void)layer;
+    sess_io *io = user;
+    akv_status st;
+    if (page == 0 && (st = sess_read(io, io->layer, io->layer_bytes, "K/V")))
+        return st;
+    memset(bytes, 0, page_bytes);
+    sess_rows(io, page, bytes, true);
+    return AKV_OK;
+}
+
+akv_status akv_engine_session_save(akv_engine *e, const int32_t *tokens, uint32_t n,
+                                   const char *path) {
+    if (!e || !path || (n && !tokens)) return AKV_EINVAL;
+    /* the idle context holding the longest prefix of tokens */
+    akv__ctx *best = NULL;
+    uint32_t lcp = 0;
+    for (akv__ctx *c = e->idle_head; c; c = c->next) {
+        uint32_t k = 0, m = c->n_tokens < n ? c->n_tokens : n;
+        while (k < m && c->tokens[k] == tokens[k]) k++;
+        if (k > lcp) lcp = k, best = c;
+    }
+    if (!best) {
+        AKV_LOG_E("engine: no finished conversation holds these tokens: nothing to save to '%s'", path);
+        return AKV_ENOTFOUND;
+    }
+    char *tmp = akv__malloc(strlen(path) + 5);
+    if (!tmp) return AKV_ENOMEM;
+    sprintf(tmp, "%s.tmp", path);
+    sess_io io = {.e = e, .path = path, .n_tokens = best->n_tokens, .hash = akv_hash64_init()};
+    io.layer_bytes = (size_t)best->n_tokens * akv_geom_token_bytes(&e->plan.geom);
+    io.layer = akv__malloc(io.layer_bytes ? io.layer_bytes : 1);
+    akv_status st = io.layer ? AKV_OK : AKV_ENOMEM;
+    if (!st && !(io.f = fopen(tmp, "wb"))) {
+        AKV_LOG_E("engine: cannot write the session '%s': %s", tmp, strerror(errno));
+        st = AKV_EIO;
+    }
+    const sess_header hd = sess_header_of(e, best->n_tokens);
+    const uint64_t zero = 0;
+    if (!st) st = sess_write(&io, &hd, sizeof hd);
+    if (!st) st = sess_write(&io, best->tokens, (size_t)best->n_tokens * sizeof *best->tokens);
+    if (!st) st = sess_write(&io, &zero, (best->n_tokens & 1) * sizeof(int32_t));
+    if (!st && best->n_tokens) st = akv_route_seq_read_pages(e->route, best->seq, sess_page_out, &io);
+    const uint64_t check = akv_hash64_final(io.hash, io.bytes);
+    if (!st && fwrite(&check, 1, sizeof check, io.f) != sizeof check) st = AKV_EIO;
+    if (io.f) {
+        if (!st && (fflush(io.f) != 0 || fsync(fileno(io.f)) != 0)) st = AKV_EIO;
+        if (fclose(io.f) != 0 && !st) st = AKV_EIO;
+        if (!st && rename(tmp, path) != 0) st = AKV_EIO;
+        if (st) {
+            AKV_LOG_E("engine: saving the session '%s' failed (%s): the conversation stays in "
+                      "memory, any earlier file is left as it was",
+                      path, errno ? strerror(errno) : akv_status_str(st));
+            (void)remove(tmp);
+        }
+    }
+    akv__free(io.layer);
+    akv__free(tmp);
+    return st;
+}
+
+akv_status akv_engine_session_load(akv_engine *e, const char *path, uint32_t *n_tokens) {
+    if (!e || !path) return AKV_EINVAL;
+    sess_io io = {.e = e, .path = path, .hash = akv_hash64_init()};
+    if (!(io.f = fopen(path, "rb"))) {
+        AKV_LOG_E("engine: cannot read the session '%s': %s", path, strerror(errno));
+        return errno == ENOENT ? AKV_ENOTFOUND : AKV_EIO;
+    }
+    sess_header hd;
+    akv__ctx *c = NULL;
+    akv_status st = sess_read(&io, &hd, sizeof hd, "header");
+    if (!st && memcmp(hd.magic, sess_magic, sizeof sess_magic)) {
+        AKV_LOG_E("engine: '%s' is not an akv session", path);
+        st = AKV_EFORMAT;
+    }
+    if (!st && hd.version != SESS_VERSION) {
+        AKV_LOG_E("engine: the session '%s' is of version %u; this build reads %u", path,
+                  hd.version, SESS_VERSION);
+        st = AKV_EFORMAT;
+    }
+    const sess_header want = sess_header_of(e, hd.n_tokens);
+    if (!st && (hd.fingerprint != want.fingerprint || hd.n_layers != want.n_layers ||
+                hd.n_kv_heads != want.n_kv_heads || hd.head_dim != want.head_dim ||
+                hd.dtype != want.dtype || hd.n_vocab != want.n_vocab)) {
+        AKV_LOG_E("engine: the session '%s' was saved by another model (or another K/V type): "
+                  "nothing loaded",
+                  path);
+        st = AKV_EFORMAT;
+    }
+    if (!st && (hd.n_tokens == 0 || hd.n_tokens > e->plan.max_context)) {
+        AKV_LOG_E("engine: the session '%s' holds %llu tokens; this engine takes 1 to "
+                  "{=max_context} %llu",
+                  path, (unsigned long long)hd.n_tokens, (unsigned long long)e->plan.max_context);
+        st = hd.n_tokens ? AKV_EFULL : AKV_EFORMAT;
+    }
+    if (!st && !(c = akv__calloc(1, sizeof *c))) st = AKV_ENOMEM;
+    if (!st) {
+        io.n_tokens = hd.n_tokens;
+        io.layer_bytes = (size_t)hd.n_tokens * akv_geom_token_bytes(&e->plan.geom);
+        c->cap = (uint32_t)hd.n_tokens, c->n_tokens = (uint32_t)hd.n_tokens;
+        if (!(c->tokens = akv__malloc((size_t)c->cap * sizeof *c->tokens)) ||
+            !(io.layer = akv__malloc(io.layer_bytes)))
+            st = AKV_ENOMEM;
+    }
+    uint64_t pad = 0;
+    if (!st) st = sess_read(&io, c->tokens, (size_t)c->n_tokens * sizeof *c->tokens, "tokens");
+    if (!st) st = sess_read(&io, &pad, (c->n_tokens & 1) * sizeof(int32_t), "tokens");
+    for (uint32_t i = 0; !st && i < c->n_tokens; i++)
+        if (c->tokens[i] < 0 || (uint32_t)c->tokens[i] >= e->cfg.n_vocab) {
+            AKV_LOG_E("engine: the session '%s' holds token %d at %u, outside the vocabulary",
+                      path, c->tokens[i], i);
+            st = AKV_EFORMAT;
+        }
+    if (!st) {
+        const akv_route_seq_params sp = {.max_history = e->plan.max_context,
+                                         .target = e->plan.route.target,
+                                         .burst = e->plan.route.burst};
+        st = akv_route_seq_open_filled(e->route, &sp, hd.n_tokens, sess_page_in, &io, &c->seq);
+    }
+    uint64_t check = 0;
+    const uint64_t got = akv_hash64_final(io.hash, io.bytes);
+    char extra;
+    if (!st && (fread(&check, 1, sizeof check, io.f) != sizeof check || check != got ||
+                fread(&extra, 1, 1, io.f) != 0)) {
+        AKV_LOG_E("engine: the session '%s' is damaged (its checksum does not match, or it is "
+                  "cut or has bytes after its end): nothing loaded",
+                  path);
+        st = AKV_EFORMAT;
+    }
+    fclose(io.f);
+    akv__free(io.layer);
+    if (st) {
+        if (c && c->seq) (void)akv_route_seq_close(e->route, c->seq);
+        if (c) akv__free(c->tokens);
+        akv__free(c);
+        return st;
+    }
+    akv__engine_idle_adopt(e, c);
+    if (n_tokens) *n_tokens = c->n_tokens;
+    return AKV_OK;
+}
