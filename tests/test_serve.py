@@ -457,6 +457,19 @@ def case_tools(env):
                                    tools=WEATHER, max_tokens=8, temperature=0)
     expect(r.choices[0].finish_reason in ("stop", "length") and not r.choices[0].message.tool_calls,
            "a plain answer", r.choices[0])
+    # ... streamed as it comes (the text is not held to the end): its pieces in several chunks,
+    # together the plain answer
+    plain = cl.chat.completions.create(model="any", messages=[{"role": "user", "content": "Hi"}],
+                                       tools=WEATHER, max_tokens=24, temperature=0)
+    pieces = []
+    for chunk in cl.chat.completions.create(model="any", messages=[{"role": "user", "content": "Hi"}],
+                                            tools=WEATHER, max_tokens=24, temperature=0, stream=True):
+        for ch in chunk.choices:
+            if ch.delta and ch.delta.content:
+                pieces.append(ch.delta.content)
+    text = plain.choices[0].message.content or ""
+    expect("".join(pieces) == text and (len(pieces) > 2 or len(text.strip()) < 8),
+           "a plain answer streamed with tools offered", pieces, text)
     # the model's own template shows the tools (Qwen 2.5's, given with --chat-template) and
     # renders a conversation with a call and its result
     q = env.qwen.client()

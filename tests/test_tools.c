@@ -62,5 +62,49 @@ int main(int argc, char **argv) {
         CHECK_OK(akv_srv_tool_calls_find("{}", 2, NULL, 1, &c)); /* no tools: nothing */
         CHECK(c.n == 0);
     }
+    TEST_CASE(streamed_text_goes_out_calls_are_held) {
+        /* Each answer fed in pieces of every size from 1 to its length: what goes out, then
+         * what is held at the end. Text without a call goes out whole (bar its trailing white
+         * space, held to the end); text before a call goes out, the call is held; an opener
+         * split across pieces is never sent; an answer that begins with '{' or '[' is held. */
+        static const struct { const char *text, *sent, *held; } cases[] = {
+            {"The weather is fine.", "The weather is fine.", ""},
+            {"Fine weather.  \n", "Fine weather.", "  \n"},
+            {"Let me look. <tool_call>{\"name\":\"add\"}</tool_call>", "Let me look.",
+             " <tool_call>{\"name\":\"add\"}</tool_call>"},
+            {"a <tool_cal b", "a <tool_cal b", ""},
+            {"x [TOOL_CALLS] [{}]", "x", " [TOOL_CALLS] [{}]"},
+            {"  {\"name\": \"add\"}", "", "  {\"name\": \"add\"}"},
+            {"[{\"name\": \"add\"}]", "", "[{\"name\": \"add\"}]"},
+            {"Use <function=add>{}</function> now", "Use", " <function=add>{}</function> now"},
+            {"ends with <|python", "ends with", " <|python"},
+            {"", "", ""},
+        };
+        for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+            const size_t n = strlen(cases[i].text);
+            for (size_t step = 1; step <= (n ? n : 1); step++) {
+                akv_srv_tool_stream ts = {0};
+                char sent[256] = "";
+                size_t n_sent = 0;
+                for (size_t at = 0; at < n || (n == 0 && at == 0); at += step) {
+                    const size_t k = n - at < step ? n - at : step;
+                    const char *out;
+                    size_t n_out;
+                    CHECK_OK(akv_srv_tool_stream_feed(&ts, cases[i].text + at, k, &out, &n_out));
+                    memcpy(sent + n_sent, out, n_out);
+                    n_sent += n_out;
+                    if (n == 0) break;
+                }
+                sent[n_sent] = 0;
+                size_t n_held;
+                const char *held = akv_srv_tool_stream_held(&ts, &n_held);
+                TEST_CHECK_(!strcmp(sent, cases[i].sent) && n_held == strlen(cases[i].held) &&
+                                !memcmp(held, cases[i].held, n_held),
+                            "case %zu in pieces of %zu: sent [%s] held [%.*s]", i, step, sent,
+                            (int)n_held, held);
+                akv_srv_tool_stream_free(&ts);
+            }
+        }
+    }
     return test_finish();
 }

@@ -437,9 +437,9 @@ static void lp_items(const akv_server *s, const akv_srv_tok *t, size_t n, akv_ap
 
 /* A finished choice's tool calls (the request offered tools) into *calls and *c: the calls,
  * its content besides them (NULL: none) and the finish "tool_calls", when it wrote any. */
-static akv_status choice_calls(const akv_srv_req *r, akv_srv_tool_calls *calls, akv_api_choice *c) {
-    akv_status st = akv_srv_tool_calls_find(r->text ? r->text : "", r->n_text, r->api.tools_json,
-                                            (unsigned long long)r->num, calls);
+static akv_status choice_calls_in(const akv_srv_req *r, const char *text, size_t n,
+                                  akv_srv_tool_calls *calls, akv_api_choice *c) {
+    akv_status st = akv_srv_tool_calls_find(text, n, r->api.tools_json, (unsigned long long)r->num, calls);
     if (st || !calls->n) return st;
     while (!r->api.parallel_tool_calls && calls->n > 1) { /* one call at most: the first */
         akv_api_tool_call *last = &calls->v[--calls->n];
@@ -449,6 +449,10 @@ static akv_status choice_calls(const akv_srv_req *r, akv_srv_tool_calls *calls, 
     c->text = calls->content, c->n_text = calls->content ? strlen(calls->content) : 0;
     c->finish = "tool_calls";
     return AKV_OK;
+}
+
+static akv_status choice_calls(const akv_srv_req *r, akv_srv_tool_calls *calls, akv_api_choice *c) {
+    return choice_calls_in(r, r->text ? r->text : "", r->n_text, calls, c);
 }
 
 /* The usage of a request's choices: the prompt once, every choice's generated tokens. */
@@ -467,6 +471,10 @@ static bool answer_stream(akv_server *s, akv_http_conn *c, akv_srv_req *const *c
     const char *model = s->p.model_name;
     const akv_srv_req *r = ch[0];
     const akv_api_kind kind = r->api.kind;
+    /* tools offered: each choice's text goes out but for what may be a call (server/tools.h) */
+    akv_srv_tool_stream ts[AKV_API_MAX_N];
+    memset(ts, 0, sizeof ts);
+    bool ok = false;
     if (akv_http_conn_stream_begin(c, 200, "text/event-stream", ":\n")) goto gone;
     for (uint32_t i = 0; i < n && kind == AKV_API_CHAT; i++)
         if (send_event(c, akv_api_chunk_json(kind, r->id, r->created, model, i, true, "", 0, NULL,
@@ -482,8 +490,17 @@ static bool answer_stream(akv_server *s, akv_http_conn *c, akv_srv_req *const *c
             akv_srv_phase phase;
             akv_srv_req_take_text(ch[i], &piece, &k, r->api.logprobs ? &toks : NULL, &n_toks, &phase);
             all_done &= phase == AKV_SRV_DONE;
-            if (r->api.tools_json) { /* tools offered: the answer is sent whole at its end */
+            if (r->api.tools_json) { /* tools offered: the text that cannot be a call */
+                const char *out = NULL;
+                size_t n_out = 0;
+                const akv_status fst = piece ? akv_srv_tool_stream_feed(&ts[i], piece, k, &out, &n_out) : AKV_OK;
                 akv__free(piece), akv__free(toks);
+                if (fst) goto gone; /* no memory: end the stream */
+                if (!n_out) continue;
+                spoke = true;
+                if (send_event(c, akv_api_chunk_json(kind, r->id, r->created, model, i, false, out,
+                                                     n_out, NULL, NULL, NULL)))
+                    goto gone;
                 continue;
             }
             if (!piece && !n_toks) continue;
@@ -501,7 +518,10 @@ static bool answer_stream(akv_server *s, akv_http_conn *c, akv_srv_req *const *c
         }
         if (spoke) continue;
         if (all_done) break;
-        if (choices_wait(s, c, ch, n, deadline) < 0) return false;
+        if (choices_wait(s, c, ch, n, deadline) < 0) {
+            for (uint32_t k = 0; k < n; k++) akv_srv_tool_stream_free(&ts[k]);
+            return false;
+        }
     }
     const akv_srv_req *bad = NULL;
     for (uint32_t i = 0; i < n && !bad; i++)
@@ -509,10 +529,12 @@ static bool answer_stream(akv_server *s, akv_http_conn *c, akv_srv_req *const *c
     if (!bad) {
         for (uint32_t i = 0; i < n; i++) {
             const char *finish = finish_word(ch[i]->finish);
-            if (r->api.tools_json) { /* the whole answer: its content, its calls */
+            if (r->api.tools_json) { /* what was held: its calls, the rest of the content */
                 akv_srv_tool_calls calls;
-                akv_api_choice one = {ch[i]->text ? ch[i]->text : "", ch[i]->n_text, finish, NULL, NULL, 0};
-                if (choice_calls(ch[i], &calls, &one)) goto gone; /* no memory: end the stream */
+                size_t n_held;
+                const char *held = akv_srv_tool_stream_held(&ts[i], &n_held);
+                akv_api_choice one = {held, n_held, finish, NULL, NULL, 0};
+                if (choice_calls_in(ch[i], held, n_held, &calls, &one)) goto gone; /* no memory */
                 int rc = one.text && one.n_text
                              ? send_event(c, akv_api_chunk_json(kind, r->id, r->created, model, i, false,
                                                                 one.text, one.n_text, NULL, NULL, NULL))
@@ -539,10 +561,11 @@ static bool answer_stream(akv_server *s, akv_http_conn *c, akv_srv_req *const *c
     static const char done[] = "data: [DONE]\n\n";
     if (akv_http_conn_stream_write(c, done, sizeof done - 1) || akv_http_conn_stream_end(c))
         goto gone;
-    return true;
+    ok = true;
 gone:
-    choices_cancel(s, ch, n, AKV_END_ABORT);
-    return false;
+    for (uint32_t i = 0; i < n; i++) akv_srv_tool_stream_free(&ts[i]);
+    if (!ok) choices_cancel(s, ch, n, AKV_END_ABORT);
+    return ok;
 }
 
 /* One finished choice's answer: its text (echo: the prompt's first) into *text, and (logprobs

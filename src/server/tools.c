@@ -185,3 +185,78 @@ void akv_srv_tool_calls_free(akv_srv_tool_calls *c) {
     akv__free(c->content);
     memset(c, 0, sizeof *c);
 }
+
+/* ---- the streamed answer ------------------------------------------------------------------ */
+
+static const char *const stream_openers[] = {"<tool_call>", "<function=", "[TOOL_CALLS]",
+                                             "<|python_tag|>"};
+
+akv_status akv_srv_tool_stream_feed(akv_srv_tool_stream *ts, const char *piece, size_t n,
+                                    const char **out, size_t *n_out) {
+    *out = NULL, *n_out = 0;
+    if (ts->n_held + n + 1 > ts->cap) {
+        const size_t cap = 2 * (ts->n_held + n) + 64;
+        char *h = akv__realloc(ts->held, cap);
+        if (!h) return AKV_ENOMEM;
+        ts->held = h, ts->cap = cap;
+    }
+    if (n) memcpy(ts->held + ts->n_held, piece, n);
+    ts->n_held += n;
+    ts->held[ts->n_held] = 0;
+    if (ts->call) return AKV_OK;
+    const char *h = ts->held;
+    size_t send = ts->n_held;
+    if (!ts->started) { /* the bare JSON forms: an answer that begins with '{' or '[' */
+        size_t i = 0;
+        while (i < ts->n_held && ws(h[i])) i++;
+        if (i == ts->n_held) return AKV_OK; /* white space only so far */
+        ts->started = true;
+        if (h[i] == '{' || h[i] == '[') return ts->call = true, AKV_OK;
+    }
+    /* a whole opener: the text before it goes, the rest is held to the end */
+    const char *first = NULL;
+    for (size_t k = 0; k < sizeof stream_openers / sizeof *stream_openers; k++) {
+        const char *at = find(h, ts->n_held, stream_openers[k]);
+        if (at && (!first || at < first)) first = at;
+    }
+    if (first) {
+        ts->call = true;
+        send = (size_t)(first - h);
+    } else { /* the longest tail that may begin an opener waits for the next piece */
+        for (size_t k = 0; k < sizeof stream_openers / sizeof *stream_openers; k++) {
+            const size_t m = strlen(stream_openers[k]);
+            for (size_t t = m - 1; t > 0; t--)
+                if (t <= ts->n_held && ts->n_held - t < send &&
+                    !memcmp(h + ts->n_held - t, stream_openers[k], t)) {
+                    send = ts->n_held - t;
+                    break;
+                }
+        }
+    }
+    while (send && ws(h[send - 1])) send--; /* trailing white space waits */
+    if (!send) return AKV_OK;
+    /* the first send bytes go out (a copy in the stream's out buffer), the rest stays held */
+    if (send + 1 > ts->out_cap) {
+        char *m = akv__realloc(ts->out, send + 64);
+        if (!m) return AKV_ENOMEM;
+        ts->out = m, ts->out_cap = send + 64;
+    }
+    memcpy(ts->out, h, send);
+    ts->out[send] = 0;
+    memmove(ts->held, ts->held + send, ts->n_held - send);
+    ts->n_held -= send;
+    ts->held[ts->n_held] = 0;
+    *out = ts->out, *n_out = send;
+    return AKV_OK;
+}
+
+const char *akv_srv_tool_stream_held(const akv_srv_tool_stream *ts, size_t *n) {
+    *n = ts->n_held;
+    return ts->held ? ts->held : "";
+}
+
+void akv_srv_tool_stream_free(akv_srv_tool_stream *ts) {
+    akv__free(ts->held), akv__free(ts->out);
+    memset(ts, 0, sizeof *ts);
+}
+

@@ -33,4 +33,31 @@ akv_status akv_srv_tool_calls_find(const char *text, size_t n, const char *tools
 
 void akv_srv_tool_calls_free(akv_srv_tool_calls *c);
 
+/* A streamed answer when tools are offered: its text goes out as it comes, but for what may
+ * be a call. From the first byte of a call's opener on (<tool_call>, <function=, [TOOL_CALLS],
+ * <|python_tag|>; a '{' or '[' that begins the answer, the bare JSON forms) the rest is held,
+ * as are the last bytes that may begin an opener and trailing white space (a call's content is
+ * trimmed). At the end the held text is searched for calls (akv_srv_tool_calls_find); what is
+ * not a call in it is the rest of the content. A held stretch that proves to be text is sent
+ * as soon as it does. Concatenating what feed and the end give equals the answer's text when
+ * it holds no call. */
+typedef struct akv_srv_tool_stream {
+    char *held;   /* text not sent yet */
+    size_t n_held, cap;
+    char *out;    /* what the last feed handed out */
+    size_t out_cap;
+    bool call;    /* an opener was seen: everything from it is held to the end */
+    bool started; /* a byte other than white space has come */
+} akv_srv_tool_stream;
+
+/* Appends a piece; *n_out bytes of it (with what was held before) may go out now as content,
+ * at *out (valid until the next call). AKV_ENOMEM. */
+akv_status akv_srv_tool_stream_feed(akv_srv_tool_stream *ts, const char *piece, size_t n,
+                                    const char **out, size_t *n_out);
+
+/* The held text at the end (the call or calls, or text that never proved itself), n bytes. */
+const char *akv_srv_tool_stream_held(const akv_srv_tool_stream *ts, size_t *n);
+
+void akv_srv_tool_stream_free(akv_srv_tool_stream *ts);
+
 #endif
