@@ -14,7 +14,8 @@
  *    bit-identical to the same batch on the resident route with a pool that holds it all
  *    (part A's 32K x 16 row).
  * D. The gate's predictions (akv/gate.h) against measured steps, every placement it weighs
- *    (AKV_BENCH_PARTS=D; not in the default parts). The gate's rates in D and C: the file
+ *    (AKV_BENCH_PARTS=D; not in the default parts; AKV_BENCH_D_ONLY=staged: the staged ones,
+ *    with their last step's timeline from the stage's events). The gate's rates in D and C: the file
  *    AKV_BENCH_GATE_RATES names (akv calibrate), else its defaults.
  * S. The staged compact route (akv/route.h: staged with a tier) against the staged exact one:
  *    one history of 32K, 64K, 128K through a small pool (AKV_BENCH_PARTS=S; not in the
@@ -271,6 +272,19 @@ typedef struct crun {
     char chose[48]; /* kv_tier auto: the placement the gate chose and the sequences it admits */
 } crun;
 
+/* One staged placement's timeline line into buf (appended). */
+static void timeline_note(char *buf, size_t cap, akv_gate_placement pl, uint32_t L, double span_ms,
+                          double busy_ms, double idle_ms, double worst_ms, uint32_t worst_at,
+                          double lag_ms, double tail_ms) {
+    const size_t at = strlen(buf);
+    snprintf(buf + at, cap - at,
+             "- %s %s, %u layers: copies span %.3f ms, bus busy %.3f ms, idle between layers "
+             "%.3f ms (longest %.3f ms, before layer %u); attention starts %.3f ms after its "
+             "copies on average; the last attention ends %.3f ms after the last copy\n",
+             akv_route_kind_name(pl.kind), akv_repr_name(pl.tier), L, span_ms, busy_ms, idle_ms,
+             worst_ms, worst_at, lag_ms, tail_ms);
+}
+
 /* The gate's rates: AKV_BENCH_GATE_RATES's file (akv calibrate), else the defaults. */
 static akv_gate_rates bench_gate_rates(void) {
     akv_gate_rates rates = akv_gate_default_rates();
@@ -468,9 +482,12 @@ int main(void) {
                    "predicted ms | predicted / measured | MiB staged | copies ms |\n"
                    "|---|---|---|---|---|---|\n",
                    info.name, B, ctx, rates.source, wb / 1e9, base_ms, rest_ms, sgib);
+        char timeline[4096] = "";
         for (uint32_t i = 0; i < AKV_GATE_PLACEMENTS; i++) {
             const akv_gate_placement pl = akv_gate_placement_at(i);
             const bool staged = strcmp(akv_route_kind_name(pl.kind), "staged") == 0;
+            const char *only = getenv("AKV_BENCH_D_ONLY"); /* a route kind's placements alone */
+            if (only && *only && strcmp(only, akv_route_kind_name(pl.kind))) continue;
             if (!bset_open(&b, dev, &c, pl.kind, pl.tier, B, ctx, 20, staged ? sgib : 0, par)) {
                 bench_emit(out, "| %s %s | does not fit | | |\n", akv_route_kind_name(pl.kind),
                            akv_repr_name(pl.tier));
@@ -486,8 +503,34 @@ int main(void) {
             bench_emit(out, "| %s %s | %.3f | %.3f | %.3f | %.1f | %.3f |\n",
                        akv_route_kind_name(pl.kind), akv_repr_name(pl.tier), b.step_ms, pred,
                        pred / b.step_ms, b.staged_per_step / (1u << 20), b.copy_ms);
+            if (staged) { /* where the last step's time went, layer by layer (the stage's events) */
+                TRY(akv_route_sync(b.r)); /* its leases retired: their receipts */
+                akv_route_layer_times lt[128];
+                const uint32_t L = akv_route_step_times(b.r, lt, 128);
+                double busy = 0, idle = 0, worst = 0, lag = 0;
+                uint32_t worst_at = 0;
+                for (uint32_t l = 0; l < L && l < 128; l++) {
+                    busy += (double)(lt[l].copy_done_ns - lt[l].copy_start_ns);
+                    lag += (double)(lt[l].attn_start_ns - lt[l].copy_done_ns);
+                    if (!l) continue;
+                    const double gap = (double)lt[l].copy_start_ns - (double)lt[l - 1].copy_done_ns;
+                    if (gap > 0) idle += gap;
+                    if (gap > worst) worst = gap, worst_at = l;
+                }
+                if (L && L <= 128)
+                    timeline_note(timeline, sizeof timeline, pl, L,
+                                  (double)(lt[L - 1].copy_done_ns - lt[0].copy_start_ns) / 1e6, busy / 1e6,
+                                  idle / 1e6, worst / 1e6, worst_at, lag / L / 1e6,
+                                  (double)(lt[L - 1].attn_done_ns - lt[L - 1].copy_done_ns) / 1e6);
+            }
             bset_close(&b);
         }
+        if (*timeline)
+            bench_emit(out, "\nThe last step of each staged placement, from the stage's events (device "
+                            "time): the copies' span from the first layer's first copy to the last "
+                            "layer's fence, the bus busy in it, idle between layers (and the longest "
+                            "gap), how long each layer's attention started after its copies on average, "
+                            "and the last attention's end after the last copy.\n\n%s", timeline);
     }
     if (strchr(parts, 'S')) {
         /* The staged compact route against the staged exact one: one history of 32K, 64K and

@@ -826,6 +826,15 @@ int main(int argc, char **argv) {
         CHECK_BYTES(runs, want_runs, sizeof want_runs);
         CHECK(rs.r.staged_bytes > 0 && rs.s.staged_bytes == rs.r.staged_bytes);
         CHECK_EQ_U64(rs.r.d2h_bytes, 70 * c->n_layers * akv_geom_token_bytes(&p.g));
+        /* the last step's timeline: every layer staged, each copy before its attention, the
+         * layers' copies in order on the one H2D queue */
+        akv_route_layer_times lt[8];
+        CHECK_EQ_INT(akv_route_step_times(r.r, lt, 8), c->n_layers);
+        for (uint32_t l = 0; l < c->n_layers && l < 8; l++) {
+            CHECK(lt[l].copy_start_ns <= lt[l].copy_done_ns && lt[l].copy_done_ns <= lt[l].attn_start_ns &&
+                  lt[l].attn_start_ns <= lt[l].attn_done_ns && lt[l].attn_done_ns > 0);
+            if (l) CHECK(lt[l].copy_start_ns >= lt[l - 1].copy_done_ns);
+        }
         /* a pass that stops inside layer 0 (its lease open): abort cancels and retires */
         CHECK_OK(r1_step(&r, 71));
         akv_kv_hooks kv = akv_route_hooks(r.r);

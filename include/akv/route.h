@@ -442,6 +442,16 @@ uint32_t akv_route_seq_runs(const akv_route_seq *s, akv_kv_run *runs, uint32_t c
  * steps once akv_route_sync returned). */
 const struct akv_host_table *akv_route_seq_host_table(const akv_route_seq *s);
 
+/* When each staged layer of the last step whose leases were retired copied and attended, in
+ * device time from one origin (the stage's; 0 where not recorded): for the instrumentation and
+ * the benchmarks that ask where a staged step's time goes. */
+typedef struct akv_route_layer_times {
+    uint64_t copy_start_ns, copy_done_ns, attn_start_ns, attn_done_ns;
+} akv_route_layer_times;
+/* Writes min(cap, layers) of them; returns how many layers the last retired step staged (0:
+ * none yet, or nothing staged). */
+uint32_t akv_route_step_times(const akv_route *r, akv_route_layer_times *out, uint32_t cap);
+
 /* The route's kind and params as resolved (max_seqs, window_pages). */
 akv_route_params akv_route_get_params(const akv_route *r);
 

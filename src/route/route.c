@@ -666,6 +666,7 @@ static akv_status route_free(akv_route *r) {
     akv__free(r->clease_live);
     akv__free(r->step);
     akv__free(r->order);
+    akv__free(r->times);
     akv__free(r->c_order);
     akv__free(r->cpage);
     akv__free(r->cjobs);
@@ -1615,6 +1616,12 @@ uint32_t akv_route_seq_runs(const akv_route_seq *s, akv_kv_run *runs, uint32_t c
 
 const akv_host_table *akv_route_seq_host_table(const akv_route_seq *s) {
     return s->ht;
+}
+
+uint32_t akv_route_step_times(const akv_route *r, akv_route_layer_times *out, uint32_t cap) {
+    if (!r || !r->times) return 0;
+    for (uint32_t l = 0; out && l < cap && l < r->n_times; l++) out[l] = r->times[l];
+    return r->n_times;
 }
 
 akv_route_params akv_route_get_params(const akv_route *r) {

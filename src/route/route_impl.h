@@ -230,6 +230,9 @@ struct akv_route {
     akv_route_seq **pf_seqs;   /* [max_seqs] the batch it was made for, in order */
     uint64_t *pf_len;          /* [max_seqs] and their lengths after that step */
     uint32_t pf_n_seq;
+    akv_route_layer_times *times; /* [n_layers] the staged layers of the last step retired
+                                     (akv_route_step_times); NULL until one is */
+    uint32_t n_times;
 };
 
 /* The kinds (route_resident.c, route_staged.c, route_hybrid.c), and the one a value names

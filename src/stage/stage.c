@@ -113,6 +113,7 @@ struct akv_stage {
     wb_mark *wb_last;   /* [cap_wb] by host page id */
     size_t cap_wb;
     unsigned broken;   /* AKV__STAGE_BREAK_* (tests' negative controls); 0 in real use */
+    akv_event *epoch;  /* recorded at create: the origin of the receipts' times (NULL: none) */
     akv_status failed; /* AKV_OK, or the first failure */
     int retained;      /* failed and completion not established */
     akv_stage_stats stats;
@@ -341,6 +342,12 @@ akv_status akv_stage_create(akv_dev *dev, akv_host_pool *hpool, akv_dev_pool *dp
         s = AKV_ENOMEM;
         goto fail;
     }
+    /* the receipts' time origin: without it they carry durations only */
+    if (akv_dev_event_create(dev, AKV_EVENT_TIMING, &st->epoch) != AKV_OK ||
+        akv_dev_event_record(dev, st->epoch, AKV_QUEUE_H2D) != AKV_OK) {
+        if (st->epoch) akv_dev_event_destroy(dev, st->epoch);
+        st->epoch = NULL;
+    }
     *out = st;
     return AKV_OK;
 fail:
@@ -368,6 +375,7 @@ akv_status akv_stage_destroy(akv_stage *st) {
         akv__free(st->recs[i]->waited);
         akv__free(st->recs[i]);
     }
+    if (st->epoch) akv_dev_event_destroy(st->dev, st->epoch);
     akv__free(st->recs);
     akv__free(st->wb_last);
     akv__free(st->slot_pages);
@@ -854,6 +862,14 @@ static void receipt_times(akv_stage *st, stage_rec *rec) {
             akv_dev_event_elapsed_ns(st->dev, rec->ev[pairs[i][0]], rec->ev[pairs[i][1]], &ns) ==
                 AKV_OK)
             *out[i] = ns;
+    }
+    static const int at[] = {EV_H2D_START, EV_H2D_DONE, EV_ATTN_START, EV_ATTN};
+    uint64_t *at_out[] = {&rec->rc.at_h2d_start_ns, &rec->rc.at_h2d_done_ns,
+                          &rec->rc.at_attn_start_ns, &rec->rc.at_attn_done_ns};
+    for (size_t i = 0; st->epoch && i < AKV_ARRAY_LEN(at); i++) {
+        uint64_t ns = 0;
+        if (rec->recorded[at[i]] && akv_dev_event_elapsed_ns(st->dev, st->epoch, rec->ev[at[i]], &ns) == AKV_OK)
+            *at_out[i] = ns;
     }
 }
 
