@@ -370,6 +370,25 @@ int main(int argc, char **argv) {
         CHECK_OK(akv__engine_check(e));
         for (int i = 0; i < 3; i++) akv_engine_release(e, rx[i]);
         akv_engine_release(e, ro);
+        /* a salted request shares only with its own salt: the lead's idle context (salt 0) is
+         * not reused by salt 9; a second request of salt 9 reuses the first's */
+        static seen sa, sb;
+        memset(&sa, 0, sizeof sa), memset(&sb, 0, sizeof sb);
+        akv_request *rs1, *rs2;
+        akv_request_params ps = greedy(tokens, 70, 3, &sa);
+        ps.cache_salt = 9;
+        CHECK_OK(akv_engine_submit(e, &ps, &rs1, NULL));
+        CHECK(run_all(e, 200) > 0);
+        ps = greedy(tokens, 70, 3, &sb);
+        ps.cache_salt = 9;
+        CHECK_OK(akv_engine_submit(e, &ps, &rs2, NULL));
+        CHECK(run_all(e, 200) > 0);
+        akv_request_info is1, is2;
+        akv_request_get_info(rs1, &is1), akv_request_get_info(rs2, &is2);
+        CHECK_EQ_U64(is1.n_cached, 0);
+        CHECK_EQ_U64(is2.n_cached, 69);
+        CHECK(memcmp(sa.tok, x[0].tok, 3 * sizeof sa.tok[0]) == 0);
+        akv_engine_release(e, rs1), akv_engine_release(e, rs2);
         akv_engine_destroy(e);
     }
 

@@ -452,6 +452,21 @@ def case_tools(env):
             finish = ch.finish_reason or finish
     expect(finish == "tool_calls" and len(calls) == 1 and calls[0].function.name == "get_weather" and
            calls[0].function.arguments == tc.function.arguments, "streamed call", calls, finish)
+    # cache_salt: the same conversation again reuses its prompt's K/V (cached_tokens) with the
+    # same salt, and not across salts
+    msgs = [{"role": "user", "content": "Tell me about rivers and the sea, in a few words."}]
+    a = cl.chat.completions.create(model="any", messages=msgs, max_tokens=2, temperature=0,
+                                   extra_body={"cache_salt": "tenant-a"})
+    b = cl.chat.completions.create(model="any", messages=msgs, max_tokens=2, temperature=0,
+                                   extra_body={"cache_salt": "tenant-b"})
+    a2 = cl.chat.completions.create(model="any", messages=msgs, max_tokens=2, temperature=0,
+                                    extra_body={"cache_salt": "tenant-a"})
+    cached = lambda r: (r.usage.prompt_tokens_details.cached_tokens
+                        if r.usage.prompt_tokens_details else 0)
+    expect(cached(b) == 0 and cached(a2) > 0, "cache_salt isolation", cached(a), cached(b), cached(a2))
+    # cache_salt: a string, not empty
+    expect_error(lambda: cl.chat.completions.create(
+        model="any", messages=[{"role": "user", "content": "x"}], extra_body={"cache_salt": ""}), 400, "cache_salt")
     # tools offered, none called: a plain answer
     r = cl.chat.completions.create(model="any", messages=[{"role": "user", "content": "Hi"}],
                                    tools=WEATHER, max_tokens=8, temperature=0)

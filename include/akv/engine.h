@@ -277,6 +277,10 @@ typedef struct akv_request_params {
                                 tier (kv_tier q8/q4): it reserves and reads its K/V as the
                                 exact route does, and reuses only contexts kept exact too.
                                 Without a tier every history is exact: no effect */
+    uint64_t cache_salt;     /* its K/V is reused by, and reuses, only requests of the same
+                                salt (an idle context's prefix, a running one's copy): 0 for
+                                the shared default, another value per tenant so one tenant's
+                                prefix never serves another's */
 } akv_request_params;
 
 typedef enum akv_request_state {

@@ -473,7 +473,8 @@ static akv__ctx *engine_find_prefix(akv_engine *e, const akv_request *rq, uint32
         akv__ctx *c = pass == 0 ? e->idle_head : NULL;
         for (uint32_t i = 0; pass == 0 ? c != NULL : i < e->n_run; pass == 0 ? (void)(c = c->next) : (void)i++) {
             if (pass == 1 && !(c = e->run[i]->ctx)) continue;
-            if (c->exact != rq->p.kv_exact) continue; /* a context's compact part is fixed */
+            /* a context's compact part is fixed; a salt shares only with its own */
+            if (c->exact != rq->p.kv_exact || c->salt != rq->p.cache_salt) continue;
             uint32_t k = 0, n = c->n_tokens < rq->p.n_prompt ? c->n_tokens : rq->p.n_prompt;
             while (k < n && c->tokens[k] == rq->prompt[k]) k++;
             /* a running one is copied: worth it from a chunk on */
@@ -494,7 +495,8 @@ static bool engine_wait_for_prefix(akv_engine *e, const akv_request *rq) {
     (void)engine_find_prefix(e, rq, &now, &running);
     for (uint32_t i = 0; i < e->n_run; i++) {
         const akv_request *o = e->run[i];
-        if (o == rq || !o->ctx || o->info.state != AKV_REQUEST_PREFILL || o->ctx->exact != rq->p.kv_exact)
+        if (o == rq || !o->ctx || o->info.state != AKV_REQUEST_PREFILL || o->ctx->exact != rq->p.kv_exact ||
+            o->ctx->salt != rq->p.cache_salt)
             continue;
         uint32_t k = 0, n = o->p.n_prompt < rq->p.n_prompt ? o->p.n_prompt : rq->p.n_prompt;
         while (k < n && o->prompt[k] == rq->prompt[k]) k++;
@@ -549,7 +551,7 @@ static akv_status engine_start(akv_engine *e, akv_request *rq) {
     if (c && cached > 0 && running) { /* a copy of its first tokens; it runs on */
         akv__ctx *from = c;
         if (!(c = akv__calloc(1, sizeof *c))) return AKV_ENOMEM;
-        c->exact = rq->p.kv_exact;
+        c->exact = rq->p.kv_exact, c->salt = rq->p.cache_salt;
         if ((st = ctx_append(c, from->tokens, cached)) ||
             (st = akv_route_seq_fork(e->route, from->seq, cached, &sp, &c->seq))) {
             akv__free(c->tokens), akv__free(c);
@@ -571,7 +573,7 @@ static akv_status engine_start(akv_engine *e, akv_request *rq) {
             akv__free(c);
             return st;
         }
-        c->exact = rq->p.kv_exact;
+        c->exact = rq->p.kv_exact, c->salt = rq->p.cache_salt;
     }
     c->owner = rq;
     rq->ctx = c;

@@ -10,6 +10,7 @@
 #include <cjson/cJSON.h>
 
 #include "core/alloc.h"
+#include "core/hash.h"
 #include "server/schema.h"
 #include "tok/utf8.h"
 
@@ -617,6 +618,17 @@ akv_status akv_api_parse(akv_api_kind kind, const char *body, size_t n, const ak
             goto done;
         }
         r->kv_exact = !strcmp(kt->valuestring, "exact");
+    }
+    /* cache_salt (vLLM's): requests share cached prompt K/V only with their own salt */
+    const cJSON *salt = cJSON_GetObjectItemCaseSensitive(o, "cache_salt");
+    if (!absent(salt)) {
+        if (!cJSON_IsString(salt) || !*salt->valuestring || strlen(salt->valuestring) > 1024) {
+            st = BAD("cache_salt", "'cache_salt' must be a non-empty string of at most 1024 bytes");
+            goto done;
+        }
+        const size_t len = strlen(salt->valuestring);
+        const uint64_t h = akv_hash64_final(akv_hash64_add(akv_hash64_init(), salt->valuestring, len), len);
+        r->cache_salt = h ? h : 1; /* 0 is the unsalted default */
     }
     const cJSON *rf = cJSON_GetObjectItemCaseSensitive(o, "response_format");
     if (!absent(rf) && r->tool_forced) {

@@ -61,6 +61,7 @@ typedef struct akv_api_request {
     bool max_tokens_asked;    /* max_tokens or max_completion_tokens was given */
     bool seed_asked;          /* seed was given */
     bool kv_exact;            /* kv_tier "exact": its history kept exact (akv_request_params) */
+    uint64_t cache_salt;      /* "cache_salt" (vLLM's): a hash of the text, 0 when absent */
     bool logprobs;            /* each generated token's log-probability (chat: logprobs true;
                                  completion: logprobs a number) */
     uint32_t top_logprobs;    /* ... and the most likely alternatives', 0..AKV_API_MAX_TOP_LOGPROBS
