@@ -470,6 +470,16 @@ int main(int argc, char **argv) {
         akv_engine_get_stats(b, &s1);
         CHECK_EQ_INT(s1.n_idle, s0.n_idle); /* nothing loaded */
         akv_engine_destroy(b);
+        /* a model of the same shape and vocabulary with other weights (a fine-tune) refuses it */
+        akv_model *twin = tm_load(&shape, rng + 1);
+        akv_engine *tw = twin ? engine_open(twin, &ep) : NULL;
+        if (tw) {
+            akv_log_set(NULL, NULL, AKV_LOG_OFF);
+            CHECK_STATUS(akv_engine_session_load(tw, path, &n), AKV_EFORMAT);
+            akv_log_set(NULL, NULL, AKV_LOG_WARN);
+            akv_engine_destroy(tw);
+        }
+        akv_model_destroy(twin);
         /* another model (another shape) refuses the file */
         const tm_shape d32 = {.arch = "llama", .n_layers = 2, .n_embd = 64, .n_ff = 48,
                               .n_heads = 2, .n_kv_heads = 1, .n_vocab = NV};

@@ -73,11 +73,14 @@ int main(int argc, char **argv) {
             {"Let me look. <tool_call>{\"name\":\"add\"}</tool_call>", "Let me look.",
              " <tool_call>{\"name\":\"add\"}</tool_call>"},
             {"a <tool_cal b", "a <tool_cal b", ""},
-            {"x [TOOL_CALLS] [{}]", "x", " [TOOL_CALLS] [{}]"},
+            {"x [TOOL_CALLS] [{}]", "x [TOOL_CALLS] [{}]", ""}, /* not at the start: text */
+            {" [TOOL_CALLS] [{}]", "", " [TOOL_CALLS] [{}]"},
+            {"Sure. <|python_tag|>{}", "Sure. <|python_tag|>{}", ""},
             {"  {\"name\": \"add\"}", "", "  {\"name\": \"add\"}"},
             {"[{\"name\": \"add\"}]", "", "[{\"name\": \"add\"}]"},
             {"Use <function=add>{}</function> now", "Use", " <function=add>{}</function> now"},
-            {"ends with <|python", "ends with", " <|python"},
+            {"ends with <|python", "ends with <|python", ""},
+            {"<|python", "", "<|python"},
             {"", "", ""},
         };
         for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
@@ -91,7 +94,7 @@ int main(int argc, char **argv) {
                     const char *out;
                     size_t n_out;
                     CHECK_OK(akv_srv_tool_stream_feed(&ts, cases[i].text + at, k, &out, &n_out));
-                    memcpy(sent + n_sent, out, n_out);
+                    if (n_out) memcpy(sent + n_sent, out, n_out);
                     n_sent += n_out;
                     if (n == 0) break;
                 }

@@ -373,7 +373,8 @@ akv_status akv_engine_step(akv_engine *e, bool *did_work);
  * history (token ids and the exact K/V, page size free) with the model's fingerprint and a
  * checksum, through path.tmp renamed over path: AKV_ENOTFOUND when none holds a token of them,
  * AKV_EIO (logged; the context and any earlier file as they were) when the file cannot be
- * written. Load: the file becomes an idle context, which a request whose prompt begins with
+ * written, AKV_EDEVICE or AKV_ESTATE when the device undid a step under it (its host copy
+ * is not the engine's), AKV_ENOMEM. Load: the file becomes an idle context, which a request whose prompt begins with
  * its tokens reuses as any finished conversation (*n_tokens: its length): AKV_ENOTFOUND (no
  * such file), AKV_EIO, AKV_EFORMAT (logged: not a session, another model or K/V type, a
  * damaged, cut or lengthened file: nothing loaded), AKV_EFULL (longer than max_context, or the

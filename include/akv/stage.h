@@ -125,8 +125,9 @@ typedef struct akv_stage_receipt {
     uint64_t h2d_ns;        /* device time from the first copy to h2d_done; 0 if no copy */
     uint64_t attn_ns;       /* device time of the op; 0 if never attended */
     uint64_t d2h_ns;        /* device time from the first write-back to wb_done; 0 if none */
-    /* when, in device time from the stage's creation (one origin for all its leases): its
-     * first copy, its copies' fence, its attention's start and end; 0 where not recorded */
+    /* when, in device time from its step's origin (an event the stage records at the step's
+     * first begin, on the H2D queue: one origin for the step's leases): its first copy, its
+     * copies' fence, its attention's start and end; 0 where not recorded (or before it) */
     uint64_t at_h2d_start_ns, at_h2d_done_ns, at_attn_start_ns, at_attn_done_ns;
     int cancelled;          /* revoked: nothing of this lease may be published */
     int failed;             /* released after a transport failure (completion was proven) */

@@ -143,9 +143,10 @@ static akv_status engine_plan(akv_engine *e, const akv_engine_params *p, bool qu
         return AKV_EINVAL;
     }
     const uint32_t beside = p->pass == AKV_ENGINE_PASS_AUTO && e->info.is_host ? pl->chunk
-                                                                                  : AKV_ENGINE_PREFILL_BESIDE;
+                            : AKV_ENGINE_PREFILL_BESIDE > pl->chunk          ? AKV_ENGINE_PREFILL_BESIDE
+                                                                             : pl->chunk;
     pl->prefill_beside = p->prefill_beside ? p->prefill_beside : beside;
-    if (pl->prefill_beside < pl->chunk) {
+    if (pl->prefill_beside < pl->chunk) { /* only a value given: the default is a chunk at least */
         AKV_LOG_E("engine: {=prefill_beside} %u is below {=chunk} %u (a prompt beside running "
                   "decodes could never take a chunk)",
                   pl->prefill_beside, pl->chunk);
@@ -446,9 +447,13 @@ static void engine_trim_idle(akv_engine *e) {
     }
 }
 
-void akv__engine_idle_adopt(akv_engine *e, akv__ctx *c) {
+akv_status akv__engine_idle_adopt(akv_engine *e, akv__ctx *c) {
+    /* the running requests' reservations come first: an idle context that cannot sit beside
+     * them would be closed at once */
+    if (e->host_reserved + engine_host_pages(e, c->n_tokens) > e->plan.host_pages) return AKV_EFULL;
     idle_push(e, c);
-    engine_trim_idle(e);
+    engine_trim_idle(e); /* older idle contexts first: this one is the most recent */
+    return AKV_OK;
 }
 
 static akv_status ctx_append(akv__ctx *c, const int32_t *tok, uint32_t n) {
@@ -548,16 +553,25 @@ static akv_status engine_start(akv_engine *e, akv_request *rq) {
                                .tag = rq->p.id,
                                .exact = rq->p.kv_exact};
     akv_status st;
+    bool forked = false;
     if (c && cached > 0 && running) { /* a copy of its first tokens; it runs on */
         akv__ctx *from = c;
+        engine_trim_idle(e); /* the copy's pages are in this request's reservation */
         if (!(c = akv__calloc(1, sizeof *c))) return AKV_ENOMEM;
         c->exact = rq->p.kv_exact, c->salt = rq->p.cache_salt;
         if ((st = ctx_append(c, from->tokens, cached)) ||
             (st = akv_route_seq_fork(e->route, from->seq, cached, &sp, &c->seq))) {
             akv__free(c->tokens), akv__free(c);
-            return st;
+            if (st != AKV_EFULL) return st;
+            /* the idle contexts still hold the pool (their pages are not all reclaimable
+             * now): the prompt is computed instead */
+            c = NULL, cached = 0;
+        } else {
+            e->stats.n_forked++, forked = true;
         }
-        e->stats.n_forked++;
+    }
+    if (forked) {
+        /* the copy is its context */
     } else if (c && cached > 0) {
         if ((st = akv_route_seq_truncate(e->route, c->seq, cached)) ||
             (st = akv_route_seq_set_params(e->route, c->seq, &sp)))

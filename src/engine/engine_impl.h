@@ -127,7 +127,9 @@ void akv__request_end(akv_request *rq, akv_finish finish);
 bool akv__request_is_eog(const akv_engine *e, int32_t token);
 
 /* A context made outside a request (a session read from a file: session.c) becomes idle, the
- * most recently used, and idle ones beyond max_idle or the host pages are closed. */
-void akv__engine_idle_adopt(akv_engine *e, akv__ctx *c);
+ * most recently used, and older idle ones beyond max_idle or the host pages are closed.
+ * AKV_EFULL (nothing done: the caller closes it) when the running requests' reservations leave
+ * no room for it. */
+akv_status akv__engine_idle_adopt(akv_engine *e, akv__ctx *c);
 
 #endif

@@ -4,7 +4,8 @@
  * The file, little-endian:
  *   header  64 bytes: "AKVSESS1", version 1, the K/V geometry (layers, K/V heads, head dim,
  *           element type), the vocabulary size, the model's fingerprint (its shape, RoPE and
- *           norm settings, its tokenizer's pieces), the history's length n;
+ *           norm settings, its tokenizer's pieces, each tensor's name, shape, type and a
+ *           sample of its bytes), the history's length n;
  *   tokens  n token ids (int32), padded to 8 bytes;
  *   K/V     per layer, [2][n_kv_heads][n][head_dim] elements of the history's exact copy
  *           (page size free: a file restores under any --page-tokens);
@@ -18,6 +19,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "akv/gguf.h"
+#include "akv/model.h"
 #include "core/alloc.h"
 #include "core/hash.h"
 #include "core/log.h"
@@ -50,6 +53,20 @@ static uint64_t sess_fingerprint(const akv_engine *e) {
         const uint8_t *p = akv_tok_token_piece(e->tok, (int32_t)id, &n);
         h = akv_hash64_add(h, &n, sizeof n);
         if (p && n) h = akv_hash64_add(akv_hash64_mix(h), p, n);
+    }
+    /* the weights as the file stores them: each tensor's name, type, shape and 256 bytes from
+     * the middle of its data (a fine-tune of the same base differs there) */
+    const akv_gguf *g = e->model ? akv_model_gguf(e->model) : NULL;
+    for (size_t i = 0; g && i < akv_gguf_n_tensors(g); i++) {
+        const akv_gguf_tensor *t = akv_gguf_tensor_at(g, i);
+        uint8_t sample[256 + 8] = {0};
+        const size_t k = t->n_bytes < 256 ? (size_t)t->n_bytes : 256;
+        memcpy(sample, &t->type, sizeof t->type < 8 ? sizeof t->type : 8);
+        if (k && akv_gguf_tensor_read(g, t, (t->n_bytes - k) / 2, sample + 8, k) != AKV_OK)
+            memset(sample + 8, 0xff, k); /* unreadable: still a fingerprint, never a match by luck */
+        h = akv_hash64_add(akv_hash64_mix(h), t->name, strlen(t->name));
+        h = akv_hash64_add(akv_hash64_mix(h), t->ne, sizeof t->ne);
+        h = akv_hash64_add(akv_hash64_mix(h), sample, sizeof sample);
     }
     return akv_hash64_final(h, c->n_vocab);
 }
@@ -147,9 +164,15 @@ akv_status akv_engine_session_save(akv_engine *e, const int32_t *tokens, uint32_
         AKV_LOG_E("engine: no finished conversation holds these tokens: nothing to save to '%s'", path);
         return AKV_ENOTFOUND;
     }
-    char *tmp = akv__malloc(strlen(path) + 5);
+    if (akv_route_seq_n_tokens(best->seq) != best->n_tokens) { /* a step was undone under it */
+        AKV_LOG_E("engine: the conversation to save holds %llu tokens in the route, %u in the "
+                  "engine: not saved",
+                  (unsigned long long)akv_route_seq_n_tokens(best->seq), best->n_tokens);
+        return AKV_ESTATE;
+    }
+    char *tmp = akv__malloc(strlen(path) + 32);
     if (!tmp) return AKV_ENOMEM;
-    sprintf(tmp, "%s.tmp", path);
+    sprintf(tmp, "%s.tmp.%ld", path, (long)getpid()); /* one writer a process */
     sess_io io = {.e = e, .path = path, .n_tokens = best->n_tokens, .hash = akv_hash64_init()};
     io.layer_bytes = (size_t)best->n_tokens * akv_geom_token_bytes(&e->plan.geom);
     io.layer = akv__malloc(io.layer_bytes ? io.layer_bytes : 1);
@@ -165,15 +188,19 @@ akv_status akv_engine_session_save(akv_engine *e, const int32_t *tokens, uint32_
     if (!st) st = sess_write(&io, &zero, (best->n_tokens & 1) * sizeof(int32_t));
     if (!st && best->n_tokens) st = akv_route_seq_read_pages(e->route, best->seq, sess_page_out, &io);
     const uint64_t check = akv_hash64_final(io.hash, io.bytes);
+    const uint64_t want = sizeof hd + ((uint64_t)best->n_tokens + (best->n_tokens & 1)) * 4 +
+                          (uint64_t)e->plan.geom.n_layers * io.layer_bytes;
+    if (!st && io.bytes != want) st = AKV_ESTATE; /* every layer written, or nothing renamed */
     if (!st && fwrite(&check, 1, sizeof check, io.f) != sizeof check) st = AKV_EIO;
     if (io.f) {
-        if (!st && (fflush(io.f) != 0 || fsync(fileno(io.f)) != 0)) st = AKV_EIO;
-        if (fclose(io.f) != 0 && !st) st = AKV_EIO;
-        if (!st && rename(tmp, path) != 0) st = AKV_EIO;
+        int err = 0;
+        if (!st && (fflush(io.f) != 0 || fsync(fileno(io.f)) != 0)) st = AKV_EIO, err = errno;
+        if (fclose(io.f) != 0 && !st) st = AKV_EIO, err = errno;
+        if (!st && rename(tmp, path) != 0) st = AKV_EIO, err = errno;
         if (st) {
             AKV_LOG_E("engine: saving the session '%s' failed (%s): the conversation stays in "
                       "memory, any earlier file is left as it was",
-                      path, errno ? strerror(errno) : akv_status_str(st));
+                      path, err ? strerror(err) : akv_status_str(st));
             (void)remove(tmp);
         }
     }
@@ -252,13 +279,17 @@ akv_status akv_engine_session_load(akv_engine *e, const char *path, uint32_t *n_
     }
     fclose(io.f);
     akv__free(io.layer);
+    const uint32_t n_loaded = c ? c->n_tokens : 0;
+    if (!st && (st = akv__engine_idle_adopt(e, c)))
+        AKV_LOG_E("engine: the session '%s' (%u tokens) does not fit beside the running "
+                  "requests' reservations in the host pool: nothing loaded",
+                  path, n_loaded);
     if (st) {
         if (c && c->seq) (void)akv_route_seq_close(e->route, c->seq);
         if (c) akv__free(c->tokens);
         akv__free(c);
         return st;
     }
-    akv__engine_idle_adopt(e, c);
-    if (n_tokens) *n_tokens = c->n_tokens;
+    if (n_tokens) *n_tokens = n_loaded;
     return AKV_OK;
 }

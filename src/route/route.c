@@ -978,10 +978,11 @@ akv_status akv_route_seq_fork(akv_route *r, akv_route_seq *src, uint64_t n_token
     if (st || !out) return st ? st : AKV_EINVAL;
     bool lost; /* the host copies complete: every write-back landed */
     if ((st = route_sync(r, false, &lost))) return st;
+    if (lost) return AKV_EDEVICE; /* logged: the caller's lengths are not the route's now */
     if (n_tokens > src->n_tokens) {
         AKV_LOG_E("route: fork of %llu tokens: the history holds %llu",
                   (unsigned long long)n_tokens, (unsigned long long)src->n_tokens);
-        return lost ? AKV_EDEVICE : AKV_EINVAL;
+        return AKV_EINVAL;
     }
     fork_src f = {r, src};
     return akv_route_seq_open_filled(r, p, n_tokens, fork_fill, &f, out);

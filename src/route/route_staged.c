@@ -148,8 +148,11 @@ akv_status akv__route_retire_layers(akv_route *r, akv_stage *stage, akv_stage_le
         if (s != AKV_OK) first = s;
         *open_layer = -1;
     }
+    bool timed = false; /* this retirement's layers replace the last step's times */
     for (uint32_t l = 0; l < r->geom.n_layers; l++) {
         if (!live[l]) continue;
+        if (!timed && r->times) memset(r->times, 0, r->geom.n_layers * sizeof *r->times), r->n_times = 0;
+        timed = true;
         akv_stage_receipt rc;
         bool released = false;
         akv_status s = route_retire_lease(stage, lease[l], &rc, &released, quarantined);

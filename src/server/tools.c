@@ -188,8 +188,18 @@ void akv_srv_tool_calls_free(akv_srv_tool_calls *c) {
 
 /* ---- the streamed answer ------------------------------------------------------------------ */
 
+/* The openers; from index 2 on they open a call only at the answer's start (as
+ * akv_srv_tool_calls_find reads them), after nothing but white space. */
 static const char *const stream_openers[] = {"<tool_call>", "<function=", "[TOOL_CALLS]",
                                              "<|python_tag|>"};
+enum { STREAM_ANYWHERE = 2 };
+
+/* Whether h[0..n) is white space only. */
+static bool all_ws(const char *h, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        if (!ws(h[i])) return false;
+    return true;
+}
 
 akv_status akv_srv_tool_stream_feed(akv_srv_tool_stream *ts, const char *piece, size_t n,
                                     const char **out, size_t *n_out) {
@@ -217,6 +227,8 @@ akv_status akv_srv_tool_stream_feed(akv_srv_tool_stream *ts, const char *piece, 
     const char *first = NULL;
     for (size_t k = 0; k < sizeof stream_openers / sizeof *stream_openers; k++) {
         const char *at = find(h, ts->n_held, stream_openers[k]);
+        if (at && k >= STREAM_ANYWHERE && (ts->sent_any || !all_ws(h, (size_t)(at - h))))
+            at = NULL; /* not at the answer's start: text */
         if (at && (!first || at < first)) first = at;
     }
     if (first) {
@@ -227,7 +239,8 @@ akv_status akv_srv_tool_stream_feed(akv_srv_tool_stream *ts, const char *piece, 
             const size_t m = strlen(stream_openers[k]);
             for (size_t t = m - 1; t > 0; t--)
                 if (t <= ts->n_held && ts->n_held - t < send &&
-                    !memcmp(h + ts->n_held - t, stream_openers[k], t)) {
+                    !memcmp(h + ts->n_held - t, stream_openers[k], t) &&
+                    (k < STREAM_ANYWHERE || (!ts->sent_any && all_ws(h, ts->n_held - t)))) {
                     send = ts->n_held - t;
                     break;
                 }
@@ -247,6 +260,7 @@ akv_status akv_srv_tool_stream_feed(akv_srv_tool_stream *ts, const char *piece, 
     ts->n_held -= send;
     ts->held[ts->n_held] = 0;
     *out = ts->out, *n_out = send;
+    ts->sent_any = true;
     return AKV_OK;
 }
 

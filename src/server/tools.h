@@ -34,8 +34,9 @@ akv_status akv_srv_tool_calls_find(const char *text, size_t n, const char *tools
 void akv_srv_tool_calls_free(akv_srv_tool_calls *c);
 
 /* A streamed answer when tools are offered: its text goes out as it comes, but for what may
- * be a call. From the first byte of a call's opener on (<tool_call>, <function=, [TOOL_CALLS],
- * <|python_tag|>; a '{' or '[' that begins the answer, the bare JSON forms) the rest is held,
+ * be a call. From the first byte of a call's opener on (<tool_call>, <function= anywhere;
+ * [TOOL_CALLS], <|python_tag|>, a '{' or '[' only where they begin the answer, as the forms
+ * are read) the rest is held,
  * as are the last bytes that may begin an opener and trailing white space (a call's content is
  * trimmed). At the end the held text is searched for calls (akv_srv_tool_calls_find); what is
  * not a call in it is the rest of the content. A held stretch that proves to be text is sent
@@ -48,6 +49,7 @@ typedef struct akv_srv_tool_stream {
     size_t out_cap;
     bool call;    /* an opener was seen: everything from it is held to the end */
     bool started; /* a byte other than white space has come */
+    bool sent_any; /* some text went out */
 } akv_srv_tool_stream;
 
 /* Appends a piece; *n_out bytes of it (with what was held before) may go out now as content,

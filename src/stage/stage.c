@@ -113,7 +113,9 @@ struct akv_stage {
     wb_mark *wb_last;   /* [cap_wb] by host page id */
     size_t cap_wb;
     unsigned broken;   /* AKV__STAGE_BREAK_* (tests' negative controls); 0 in real use */
-    akv_event *epoch;  /* recorded at create: the origin of the receipts' times (NULL: none) */
+    akv_event *epoch[2];  /* the origin of the receipts' times, per step parity: recorded on
+                             the H2D queue at a step's first begin (NULL: none) */
+    uint64_t epoch_step[2]; /* the step + 1 each was last recorded for (0: none) */
     akv_status failed; /* AKV_OK, or the first failure */
     int retained;      /* failed and completion not established */
     akv_stage_stats stats;
@@ -342,12 +344,10 @@ akv_status akv_stage_create(akv_dev *dev, akv_host_pool *hpool, akv_dev_pool *dp
         s = AKV_ENOMEM;
         goto fail;
     }
-    /* the receipts' time origin: without it they carry durations only */
-    if (akv_dev_event_create(dev, AKV_EVENT_TIMING, &st->epoch) != AKV_OK ||
-        akv_dev_event_record(dev, st->epoch, AKV_QUEUE_H2D) != AKV_OK) {
-        if (st->epoch) akv_dev_event_destroy(dev, st->epoch);
-        st->epoch = NULL;
-    }
+    /* the receipts' time origins (a step's, so float timing keeps its precision however long
+     * the stage lives): without them the receipts carry durations only */
+    for (int k = 0; k < 2; k++)
+        if (akv_dev_event_create(dev, AKV_EVENT_TIMING, &st->epoch[k]) != AKV_OK) st->epoch[k] = NULL;
     *out = st;
     return AKV_OK;
 fail:
@@ -375,7 +375,8 @@ akv_status akv_stage_destroy(akv_stage *st) {
         akv__free(st->recs[i]->waited);
         akv__free(st->recs[i]);
     }
-    if (st->epoch) akv_dev_event_destroy(st->dev, st->epoch);
+    for (int k = 0; k < 2; k++)
+        if (st->epoch[k]) akv_dev_event_destroy(st->dev, st->epoch[k]);
     akv__free(st->recs);
     akv__free(st->wb_last);
     akv__free(st->slot_pages);
@@ -515,6 +516,14 @@ akv_status akv_stage_begin(akv_stage *st, uint32_t layer, uint64_t step,
     stage_rec *occ = ref_get(st, st->slot_last[slot]);
     st->slot_last[slot] = me;
     *out = (akv_stage_lease){me.idx_plus1, me.gen};
+    /* the step's time origin, at its first begin: a record like any (its failure is the
+     * transport's) */
+    akv_event *origin = st->epoch[step & 1];
+    if (origin && st->epoch_step[step & 1] != step + 1) {
+        st->epoch_step[step & 1] = 0;
+        STAGE_DEV(st, rec, "begin (time origin)", akv_dev_event_record(st->dev, origin, AKV_QUEUE_H2D));
+        st->epoch_step[step & 1] = step + 1;
+    }
     if (occ && !(st->broken & AKV__STAGE_BREAK_PRIOR))
         STAGE_DEV(st, rec, "begin (prior readers)", wait_readers(st, rec, occ));
     if (st->p.poison_byte >= 0) {
@@ -866,9 +875,10 @@ static void receipt_times(akv_stage *st, stage_rec *rec) {
     static const int at[] = {EV_H2D_START, EV_H2D_DONE, EV_ATTN_START, EV_ATTN};
     uint64_t *at_out[] = {&rec->rc.at_h2d_start_ns, &rec->rc.at_h2d_done_ns,
                           &rec->rc.at_attn_start_ns, &rec->rc.at_attn_done_ns};
-    for (size_t i = 0; st->epoch && i < AKV_ARRAY_LEN(at); i++) {
+    akv_event *origin = st->epoch_step[rec->step & 1] == rec->step + 1 ? st->epoch[rec->step & 1] : NULL;
+    for (size_t i = 0; origin && i < AKV_ARRAY_LEN(at); i++) {
         uint64_t ns = 0;
-        if (rec->recorded[at[i]] && akv_dev_event_elapsed_ns(st->dev, st->epoch, rec->ev[at[i]], &ns) == AKV_OK)
+        if (rec->recorded[at[i]] && akv_dev_event_elapsed_ns(st->dev, origin, rec->ev[at[i]], &ns) == AKV_OK)
             *at_out[i] = ns;
     }
 }
