@@ -392,6 +392,55 @@ int main(int argc, char **argv) {
         akv_engine_destroy(e);
     }
 
+    TEST_CASE(a_fork_where_idle_contexts_fill_the_pool_goes_on) {
+        /* A host pool filled with idle contexts (pages of 4096 tokens: a pool of few pages),
+         * then A computes a prompt and B, of the same prompt, starts from a copy of A's
+         * context: the idle ones make room for the copy (or B computes its prompt); every step
+         * goes on, both finish */
+        const tm_shape big = {.arch = "llama", .n_layers = 2, .n_embd = 64, .n_ff = 48, .n_heads = 4,
+                              .n_kv_heads = 4, .head_dim = 128, .n_vocab = 1000};
+        akv_model *mb = tm_load(&big, rng);
+        akv_engine_params ep = akv_engine_default_params();
+        ep.page_tokens = 4096, ep.max_context = 4096, ep.max_seqs = 4, ep.chunk = 16;
+        ep.max_idle = UINT32_MAX, ep.host_gib = 1, ep.max_queue = 8;
+        akv_engine *e = mb ? engine_open(mb, &ep) : NULL;
+        if (!e) {
+            akv_model_destroy(mb);
+            break;
+        }
+        const uint64_t host_pages = akv_engine_get_plan(e)->host_pages;
+        static seen fill, sa, sb;
+        for (uint64_t i = 0; i < host_pages / 2 + 2; i++) {
+            int32_t t[2] = {(int32_t)(100 + i), 5}; /* distinct first tokens: none reused */
+            akv_request *r;
+            memset(&fill, 0, sizeof fill);
+            akv_request_params rp = greedy(t, 2, 1, &fill);
+            CHECK_OK(akv_engine_submit(e, &rp, &r, NULL));
+            CHECK(run_all(e, 20) > 0);
+            akv_engine_release(e, r);
+        }
+        memset(&sa, 0, sizeof sa), memset(&sb, 0, sizeof sb);
+        akv_request *ra, *rb;
+        akv_request_params pa = greedy(tokens, 40, 12, &sa), pb = greedy(tokens, 40, 5, &sb);
+        CHECK_OK(akv_engine_submit(e, &pa, &ra, NULL));
+        CHECK_OK(akv_engine_step(e, NULL));
+        CHECK_OK(akv_engine_submit(e, &pb, &rb, NULL));
+        for (int k = 0; k < 40 && (sa.n < 12 || sb.n < 5); k++) CHECK_OK(akv_engine_step(e, NULL));
+        CHECK(sa.n == 12 && sb.n == 5);
+        CHECK(memcmp(sa.tok, sb.tok, 5 * sizeof sa.tok[0]) == 0);
+        akv_engine_stats es;
+        akv_engine_get_stats(e, &es);
+        akv_request_info ib;
+        akv_request_get_info(rb, &ib);
+        printf("  host pages %llu, idle %u (%llu closed), forked %llu, B reused %u\n",
+               (unsigned long long)host_pages, es.n_idle, (unsigned long long)es.n_idle_closed,
+               (unsigned long long)es.n_forked, ib.n_cached);
+        CHECK_OK(akv__engine_check(e));
+        akv_engine_release(e, ra), akv_engine_release(e, rb);
+        akv_engine_destroy(e);
+        akv_model_destroy(mb);
+    }
+
     TEST_CASE(sessions_saved_and_restored) {
         /* A conversation saved after its first turn, restored into another engine: its next
          * turn reuses the restored context and gives the uninterrupted run's logits bit for
