@@ -941,6 +941,35 @@ int main(int argc, char **argv) {
         akv_engine_release(e, r0), akv_engine_release(e, r4);
         CHECK_OK(akv__engine_check(e));
         akv_engine_destroy(e);
+        /* retention: with max_idle 2, a high-retention conversation outlives later normal ones,
+         * and a low one goes first even when it is the most recent */
+        ep = akv_engine_default_params();
+        ep.max_idle = 2;
+        e = engine_open(model, &ep);
+        if (!e) break;
+        static seen k[6];
+        memset(k, 0, sizeof k);
+        const int8_t ret[4] = {1, 0, 0, -1};
+        for (int i = 0; i < 4; i++) { /* closed as they finish: 1 (after 2), then 3 (low) */
+            akv_request *rq;
+            akv_request_params rp = greedy(tokens + 50 * i, 20, 2, &k[i]);
+            rp.retention = ret[i];
+            CHECK_OK(akv_engine_submit(e, &rp, &rq, NULL));
+            CHECK(run_all(e, 100) > 0);
+            akv_engine_release(e, rq);
+        }
+        const int ask[2] = {3, 0}, want[2] = {0, 19};
+        for (int j = 0; j < 2; j++) {
+            akv_request *rq;
+            akv_request_params rp = greedy(tokens + 50 * ask[j], 20, 1, &k[4 + j]);
+            CHECK_OK(akv_engine_submit(e, &rp, &rq, NULL));
+            CHECK(run_all(e, 100) > 0);
+            akv_request_info inf;
+            akv_request_get_info(rq, &inf);
+            TEST_CHECK_(inf.n_cached == (uint32_t)want[j], "conversation %d reused %u", ask[j], inf.n_cached);
+            akv_engine_release(e, rq);
+        }
+        akv_engine_destroy(e);
     }
 
     TEST_CASE(randomized_operations_with_faults) {

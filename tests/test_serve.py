@@ -464,6 +464,12 @@ def case_tools(env):
     cached = lambda r: (r.usage.prompt_tokens_details.cached_tokens
                         if r.usage.prompt_tokens_details else 0)
     expect(cached(b) == 0 and cached(a2) > 0, "cache_salt isolation", cached(a), cached(b), cached(a2))
+    # kv_retention: low, normal or high
+    r = cl.chat.completions.create(model="any", messages=msgs, max_tokens=1, temperature=0,
+                                   extra_body={"kv_retention": "high"})
+    expect(r.choices[0].finish_reason in ("stop", "length"), "kv_retention high", r)
+    expect_error(lambda: cl.chat.completions.create(
+        model="any", messages=msgs, extra_body={"kv_retention": "forever"}), 400, "kv_retention")
     # cache_salt: a string, not empty
     expect_error(lambda: cl.chat.completions.create(
         model="any", messages=[{"role": "user", "content": "x"}], extra_body={"cache_salt": ""}), 400, "cache_salt")

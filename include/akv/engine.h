@@ -277,6 +277,10 @@ typedef struct akv_request_params {
                                 tier (kv_tier q8/q4): it reserves and reads its K/V as the
                                 exact route does, and reuses only contexts kept exact too.
                                 Without a tier every history is exact: no effect */
+    int8_t retention;        /* how long its context is kept once it is idle: when idle
+                                contexts are closed (beyond max_idle, or for host pages), the
+                                lowest retention goes first, the least recently used among
+                                equals; -1 low, 0 normal (the default), 1 high */
     uint64_t cache_salt;     /* its K/V is reused by, and reuses, only requests of the same
                                 salt (an idle context's prefix, a running one's copy): 0 for
                                 the shared default, another value per tenant so one tenant's

@@ -440,7 +440,9 @@ static void ctx_close(akv_engine *e, akv__ctx *c) {
 static void engine_trim_idle(akv_engine *e) {
     while (e->idle_head && (e->n_idle > e->plan.max_idle ||
                             e->host_reserved + e->host_idle > e->plan.host_pages)) {
-        akv__ctx *c = e->idle_head;
+        akv__ctx *c = e->idle_head; /* the lowest retention, least recently used among equals */
+        for (akv__ctx *o = c->next; o; o = o->next)
+            if (o->retention < c->retention) c = o;
         idle_remove(e, c);
         ctx_close(e, c);
         e->stats.n_idle_closed++;
@@ -611,10 +613,12 @@ static void engine_retire(akv_engine *e, akv_request *rq) {
         rq->info.d2h_bytes = s.d2h_bytes - rq->seq0.d2h_bytes;
         c->owner = NULL;
         rq->ctx = NULL;
-        if (rq->info.finish == AKV_FINISH_ERROR || e->p.no_reuse || c->n_tokens == 0)
+        if (rq->info.finish == AKV_FINISH_ERROR || e->p.no_reuse || c->n_tokens == 0) {
             ctx_close(e, c);
-        else
+        } else {
+            c->retention = rq->p.retention < 0 ? -1 : rq->p.retention > 0 ? 1 : 0;
             idle_push(e, c);
+        }
     }
     if (rq->admitted) {
         e->host_reserved -= rq->host_pages, e->dev_reserved -= rq->dev_pages;

@@ -29,6 +29,7 @@ typedef struct akv__ctx {
     akv_request *owner;    /* the request running on it; NULL: idle */
     bool exact;            /* its history is kept exact (akv_request_params.kv_exact) */
     uint64_t salt;         /* the cache_salt of the requests that wrote it */
+    int8_t retention;      /* idle: its last request's retention (trimmed lowest first) */
     uint64_t last_used;    /* the engine step it was last released at (LRU) */
     struct akv__ctx *next, *prev; /* the idle list, least recently used first */
 } akv__ctx;

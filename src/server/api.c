@@ -630,6 +630,18 @@ akv_status akv_api_parse(akv_api_kind kind, const char *body, size_t n, const ak
         const uint64_t h = akv_hash64_final(akv_hash64_add(akv_hash64_init(), salt->valuestring, len), len);
         r->cache_salt = h ? h : 1; /* 0 is the unsalted default */
     }
+    /* kv_retention (ours): how long the conversation's K/V is kept once it is idle */
+    const cJSON *kr = cJSON_GetObjectItemCaseSensitive(o, "kv_retention");
+    if (!absent(kr)) {
+        static const char *const names[] = {"low", "normal", "high"};
+        int k = 0;
+        while (k < 3 && !(cJSON_IsString(kr) && !strcmp(kr->valuestring, names[k]))) k++;
+        if (k == 3) {
+            st = BAD("kv_retention", "'kv_retention' is \"low\", \"normal\" or \"high\"");
+            goto done;
+        }
+        r->retention = (int8_t)(k - 1);
+    }
     const cJSON *rf = cJSON_GetObjectItemCaseSensitive(o, "response_format");
     if (!absent(rf) && r->tool_forced) {
         const cJSON *t = cJSON_IsObject(rf) ? cJSON_GetObjectItemCaseSensitive(rf, "type") : NULL;

@@ -62,6 +62,7 @@ typedef struct akv_api_request {
     bool seed_asked;          /* seed was given */
     bool kv_exact;            /* kv_tier "exact": its history kept exact (akv_request_params) */
     uint64_t cache_salt;      /* "cache_salt" (vLLM's): a hash of the text, 0 when absent */
+    int8_t retention;         /* "kv_retention" (ours): -1 low, 0 normal, 1 high */
     bool logprobs;            /* each generated token's log-probability (chat: logprobs true;
                                  completion: logprobs a number) */
     uint32_t top_logprobs;    /* ... and the most likely alternatives', 0..AKV_API_MAX_TOP_LOGPROBS

@@ -143,6 +143,7 @@ static void engine_submit(akv_server *s, akv_srv_req *r) {
                              .ignore_eog = r->api.ignore_eos,
                              .kv_exact = r->api.kv_exact,
                              .cache_salt = r->api.cache_salt,
+                             .retention = r->api.retention,
                              .format = r->api.schema        ? AKV_FORMAT_JSON_SCHEMA
                                        : r->api.json_object ? AKV_FORMAT_JSON_OBJECT
                                                             : AKV_FORMAT_TEXT,
