@@ -509,9 +509,9 @@ int main(void) {
                 const uint32_t L = akv_route_step_times(b.r, lt, 128);
                 double busy = 0, idle = 0, worst = 0, lag = 0;
                 uint32_t worst_at = 0;
-                for (uint32_t l = 0; l < L && l < 128; l++) {
-                    busy += (double)(lt[l].copy_done_ns - lt[l].copy_start_ns);
-                    lag += (double)(lt[l].attn_start_ns - lt[l].copy_done_ns);
+                for (uint32_t l = 0; l < L && l < 128; l++) { /* in doubles: an unrecorded 0 stays a number */
+                    busy += (double)lt[l].copy_done_ns - (double)lt[l].copy_start_ns;
+                    lag += (double)lt[l].attn_start_ns - (double)lt[l].copy_done_ns;
                     if (!l) continue;
                     const double gap = (double)lt[l].copy_start_ns - (double)lt[l - 1].copy_done_ns;
                     if (gap > 0) idle += gap;
@@ -519,9 +519,9 @@ int main(void) {
                 }
                 if (L && L <= 128)
                     timeline_note(timeline, sizeof timeline, pl, L,
-                                  (double)(lt[L - 1].copy_done_ns - lt[0].copy_start_ns) / 1e6, busy / 1e6,
-                                  idle / 1e6, worst / 1e6, worst_at, lag / L / 1e6,
-                                  (double)(lt[L - 1].attn_done_ns - lt[L - 1].copy_done_ns) / 1e6);
+                                  ((double)lt[L - 1].copy_done_ns - (double)lt[0].copy_start_ns) / 1e6,
+                                  busy / 1e6, idle / 1e6, worst / 1e6, worst_at, lag / L / 1e6,
+                                  ((double)lt[L - 1].attn_done_ns - (double)lt[L - 1].copy_done_ns) / 1e6);
             }
             bset_close(&b);
         }

@@ -142,9 +142,9 @@ static akv_status engine_plan(akv_engine *e, const akv_engine_params *p, bool qu
                   pl->step_tokens, need);
         return AKV_EINVAL;
     }
-    const uint32_t beside = p->pass == AKV_ENGINE_PASS_AUTO && e->info.is_host ? pl->chunk
-                            : AKV_ENGINE_PREFILL_BESIDE > pl->chunk          ? AKV_ENGINE_PREFILL_BESIDE
-                                                                             : pl->chunk;
+    const bool host_pass = p->pass == AKV_ENGINE_PASS_AUTO && e->info.is_host;
+    uint32_t beside = host_pass ? pl->chunk : AKV_ENGINE_PREFILL_BESIDE;
+    if (beside < pl->chunk) beside = pl->chunk;
     pl->prefill_beside = p->prefill_beside ? p->prefill_beside : beside;
     if (pl->prefill_beside < pl->chunk) { /* only a value given: the default is a chunk at least */
         AKV_LOG_E("engine: {=prefill_beside} %u is below {=chunk} %u (a prompt beside running "
@@ -469,6 +469,13 @@ static akv_status ctx_append(akv__ctx *c, const int32_t *tok, uint32_t n) {
     return AKV_OK;
 }
 
+/* The tokens of rq's prompt that context c holds: none when its compact part (fixed) or its
+ * salt is not rq's. */
+static uint32_t ctx_shares(const akv__ctx *c, const akv_request *rq) {
+    if (c->exact != rq->p.kv_exact || c->salt != rq->p.cache_salt) return 0;
+    return akv__common_prefix(c->tokens, c->n_tokens, rq->prompt, rq->p.n_prompt);
+}
+
 /* The context sharing the longest prefix with the prompt (NULL: none shares a token): an idle
  * one, or a running request's (*running: it is forked, a copy, and keeps running). */
 static akv__ctx *engine_find_prefix(akv_engine *e, const akv_request *rq, uint32_t *lcp,
@@ -476,17 +483,14 @@ static akv__ctx *engine_find_prefix(akv_engine *e, const akv_request *rq, uint32
     akv__ctx *best = NULL;
     *lcp = 0, *running = false;
     if (e->p.no_reuse) return NULL;
-    for (int pass = 0; pass < 2; pass++) {
-        akv__ctx *c = pass == 0 ? e->idle_head : NULL;
-        for (uint32_t i = 0; pass == 0 ? c != NULL : i < e->n_run; pass == 0 ? (void)(c = c->next) : (void)i++) {
-            if (pass == 1 && !(c = e->run[i]->ctx)) continue;
-            /* a context's compact part is fixed; a salt shares only with its own */
-            if (c->exact != rq->p.kv_exact || c->salt != rq->p.cache_salt) continue;
-            uint32_t k = 0, n = c->n_tokens < rq->p.n_prompt ? c->n_tokens : rq->p.n_prompt;
-            while (k < n && c->tokens[k] == rq->prompt[k]) k++;
-            /* a running one is copied: worth it from a chunk on */
-            if (k > *lcp && (pass == 0 || k >= e->plan.chunk)) *lcp = k, best = c, *running = pass == 1;
-        }
+    for (akv__ctx *c = e->idle_head; c; c = c->next) {
+        const uint32_t k = ctx_shares(c, rq);
+        if (k > *lcp) *lcp = k, best = c;
+    }
+    for (uint32_t i = 0; i < e->n_run; i++) { /* a running one is copied: worth it from a chunk on */
+        akv__ctx *c = e->run[i]->ctx;
+        const uint32_t k = c ? ctx_shares(c, rq) : 0;
+        if (k > *lcp && k >= e->plan.chunk) *lcp = k, best = c, *running = true;
     }
     return best;
 }
@@ -505,8 +509,7 @@ static bool engine_wait_for_prefix(akv_engine *e, const akv_request *rq) {
         if (o == rq || !o->ctx || o->info.state != AKV_REQUEST_PREFILL || o->ctx->exact != rq->p.kv_exact ||
             o->ctx->salt != rq->p.cache_salt)
             continue;
-        uint32_t k = 0, n = o->p.n_prompt < rq->p.n_prompt ? o->p.n_prompt : rq->p.n_prompt;
-        while (k < n && o->prompt[k] == rq->prompt[k]) k++;
+        const uint32_t k = akv__common_prefix(o->prompt, o->p.n_prompt, rq->prompt, rq->p.n_prompt);
         if (k >= now + e->plan.chunk && k > o->ctx->n_tokens) return true;
     }
     return false;

@@ -112,6 +112,14 @@ struct akv_engine {
 /* request.c: a request's life after admission. */
 akv_status akv__request_init(akv_engine *e, akv_request *rq, const akv_request_params *p);
 void akv__request_free(akv_request *rq);
+/* How many tokens a[0..na) and b[0..nb) share from the start. */
+static inline uint32_t akv__common_prefix(const int32_t *a, uint32_t na, const int32_t *b, uint32_t nb) {
+    const uint32_t n = na < nb ? na : nb;
+    uint32_t k = 0;
+    while (k < n && a[k] == b[k]) k++;
+    return k;
+}
+
 /* Its stream: the prompt, then the tokens it sampled. Its context holds the stream's first
  * ctx->n_tokens; each step feeds it on from there (a prompt chunk; or, decoding, everything
  * up to and including its last sampled token: one token, or more after a lost step). */

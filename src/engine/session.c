@@ -156,8 +156,7 @@ akv_status akv_engine_session_save(akv_engine *e, const int32_t *tokens, uint32_
     akv__ctx *best = NULL;
     uint32_t lcp = 0;
     for (akv__ctx *c = e->idle_head; c; c = c->next) {
-        uint32_t k = 0, m = c->n_tokens < n ? c->n_tokens : n;
-        while (k < m && c->tokens[k] == tokens[k]) k++;
+        const uint32_t k = akv__common_prefix(c->tokens, c->n_tokens, tokens, n);
         if (k > lcp) lcp = k, best = c;
     }
     if (!best) {

@@ -1230,20 +1230,14 @@ static jv eval(jrun *r, const jnode *x) {
         if (f.k == JV_MACRO) return call_macro(r, f.macro, args, kw, n, x->line);
         fail_at(r, x->line, "'%s' is not callable%s", f.k == JV_UNDEF && f.undef ? f.undef : kind(&f), "");
     }
-    case JE_FILTER: {
+    case JE_FILTER:
+    case JE_TEST: { /* v | name(args), v is [not] name(args) */
         jv v = eval(r, x->kid[0]);
         jv *args;
         const char *const *kw;
         size_t n;
         eval_args(r, x, 1, &args, &kw, &n);
-        return filter(r, x->name, v, args, kw, n, x->line);
-    }
-    case JE_TEST: {
-        jv v = eval(r, x->kid[0]);
-        jv *args;
-        const char *const *kw;
-        size_t n;
-        eval_args(r, x, 1, &args, &kw, &n);
+        if (x->op == JE_FILTER) return filter(r, x->name, v, args, kw, n, x->line);
         return jv_bool(test(r, x->name, &v, args, n, x->line) != x->negate);
     }
     case JE_NOT: {

@@ -436,6 +436,21 @@ static jnode *lit(jparser *ps, jv v) {
     return x;
 }
 
+/* A list [a, b] or (pairs) a dict {k: v} literal after its opener, up to `close`; commas
+ * between items, one trailing allowed. */
+static jnode *seq_literal(jparser *ps, const char *close, bool pairs) {
+    jnodes l = {0};
+    while (!accept_op(ps, close)) {
+        if (l.n) expect_op(ps, ",");
+        if (accept_op(ps, close)) break;
+        nodes_push(ps, &l, expr(ps), NULL);
+        if (!pairs) continue;
+        expect_op(ps, ":");
+        nodes_push(ps, &l, expr(ps), NULL);
+    }
+    return node_of(ps, pairs ? JE_DICT : JE_LIST, NULL, false, &l);
+}
+
 static jnode *primary(jparser *ps) {
     const jtok *t = cur(ps);
     if (t->t == TK_STR) {
@@ -468,27 +483,16 @@ static jnode *primary(jparser *ps) {
         expect_op(ps, ")");
         return node_of(ps, JE_TUPLE, NULL, false, &l);
     }
-    if (accept_op(ps, "[")) {
-        jnodes l = {0};
-        while (!accept_op(ps, "]")) {
-            if (l.n) expect_op(ps, ",");
-            if (accept_op(ps, "]")) break;
-            nodes_push(ps, &l, expr(ps), NULL);
-        }
-        return node_of(ps, JE_LIST, NULL, false, &l);
-    }
-    if (accept_op(ps, "{")) {
-        jnodes l = {0};
-        while (!accept_op(ps, "}")) {
-            if (l.n) expect_op(ps, ",");
-            if (accept_op(ps, "}")) break;
-            nodes_push(ps, &l, expr(ps), NULL);
-            expect_op(ps, ":");
-            nodes_push(ps, &l, expr(ps), NULL);
-        }
-        return node_of(ps, JE_DICT, NULL, false, &l);
-    }
+    if (accept_op(ps, "[")) return seq_literal(ps, "]", false);
+    if (accept_op(ps, "{")) return seq_literal(ps, "}", true);
     unexpected(ps, "an expression");
+}
+
+/* A call of x, after its '(': the arguments, then the call node. */
+static jnode *call_node(jparser *ps, jnode *x) {
+    jnodes l = {0};
+    call_args(ps, &l);
+    return node_of(ps, JE_CALL, x, true, &l);
 }
 
 static jnode *postfix(jparser *ps, jnode *x) {
@@ -534,9 +538,7 @@ static jnode *postfix(jparser *ps, jnode *x) {
                 x = s;
             }
         } else if (accept_op(ps, "(")) {
-            jnodes l = {0};
-            call_args(ps, &l);
-            x = node_of(ps, JE_CALL, x, true, &l);
+            x = call_node(ps, x);
         } else {
             return x;
         }
@@ -576,9 +578,7 @@ static jnode *filter_expr(jparser *ps, jnode *x) {
             test->name = name_copy(ps, t), test->name_n = t->n, test->negate = neg;
             x = test;
         } else if (accept_op(ps, "(")) {
-            jnodes l = {0};
-            call_args(ps, &l);
-            x = node_of(ps, JE_CALL, x, true, &l);
+            x = call_node(ps, x);
         } else {
             return x;
         }

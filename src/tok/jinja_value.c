@@ -609,6 +609,14 @@ static const jstr *json_string(jjson *j) {
 
 static jv json_value(jjson *j, int depth, bool plain);
 
+/* After an item of an object or array: true past a ',' (another item follows), false past its
+ * `close`; anything else is malformed. */
+static bool json_more(jjson *j, char close) {
+    json_ws(j);
+    if (j->at < j->n && (j->p[j->at] == ',' || j->p[j->at] == close)) return j->p[j->at++] == ',';
+    json_bad(j, close == '}' ? "',' or '}' missing" : "',' or ']' missing");
+}
+
 static bool json_key_plain(const jjson *j, const jstr *k) {
     for (size_t i = 0; i < j->n_plain; i++)
         if (jstr_eq(k, j->plain[i], strlen(j->plain[i]))) return true;
@@ -640,16 +648,7 @@ static jv json_value(jjson *j, int depth, bool plain) {
             if (j->at >= j->n || j->p[j->at] != ':') json_bad(j, "':' missing");
             j->at++;
             jdict_set(j->c, d.d, k, json_value(j, depth + 1, plain || json_key_plain(j, k)));
-            json_ws(j);
-            if (j->at < j->n && j->p[j->at] == ',') {
-                j->at++;
-                continue;
-            }
-            if (j->at < j->n && j->p[j->at] == '}') {
-                j->at++;
-                return d;
-            }
-            json_bad(j, "',' or '}' missing");
+            if (!json_more(j, '}')) return d;
         }
     }
     if (ch == '[') {
@@ -668,16 +667,7 @@ static jv json_value(jjson *j, int depth, bool plain) {
                 items = more, cap *= 2;
             }
             items[n++] = json_value(j, depth + 1, plain);
-            json_ws(j);
-            if (j->at < j->n && j->p[j->at] == ',') {
-                j->at++;
-                continue;
-            }
-            if (j->at < j->n && j->p[j->at] == ']') {
-                j->at++;
-                break;
-            }
-            json_bad(j, "',' or ']' missing");
+            if (!json_more(j, ']')) break;
         }
         jv l = jv_list(j->c, n);
         memcpy(l.l->v, items, n * sizeof *items);
