@@ -8,6 +8,7 @@
 #define _POSIX_C_SOURCE 200809L /* mkstemp, fdopen */
 #include "model_build.h"
 
+#include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <unistd.h>
@@ -535,6 +536,154 @@ int main(int argc, char **argv) {
             akv_model_destroy(m2);
         }
         remove(path);
+    }
+
+    TEST_CASE(session_directory_keeps_closed_conversations) {
+        /* With a session directory, an idle conversation closed for room is written there and
+         * comes back when its next turn arrives: the same tokens and logits as a run that kept
+         * it in memory, its history counted as cached. The files outlive the engine (another
+         * engine on the directory finds them); a damaged file is removed and the prompt
+         * computed; another salt does not read it; a directory that is not one is refused. */
+        char dir[] = "/tmp/akv_sdir_XXXXXX";
+        if (!CHECK(mkdtemp(dir) != NULL)) break;
+        int32_t a1[40], b1[30], a2[58];
+        memcpy(a1, tokens, sizeof a1);
+        memcpy(b1, tokens + 200, sizeof b1);
+        static seen ta, tb, tref, ta2, tb2, tbad, tsalt;
+        memset(&ta, 0, sizeof ta), memset(&tb, 0, sizeof tb), memset(&tref, 0, sizeof tref);
+        memset(&ta2, 0, sizeof ta2), memset(&tb2, 0, sizeof tb2), memset(&tbad, 0, sizeof tbad);
+        memset(&tsalt, 0, sizeof tsalt);
+        akv_engine_params ep = akv_engine_default_params();
+        ep.max_seqs = 2, ep.max_idle = 1, ep.session_dir = dir;
+        akv_engine *a = engine_open(model, &ep);
+        if (!a) break;
+        akv_request *r[4];
+        akv_request_params pa = greedy(a1, 40, 6, &ta), pb = greedy(b1, 30, 4, &tb);
+        CHECK_OK(akv_engine_submit(a, &pa, &r[0], NULL));
+        CHECK(run_all(a, 100) > 0);
+        CHECK_OK(akv_engine_submit(a, &pb, &r[1], NULL)); /* A's context goes to the directory */
+        CHECK(run_all(a, 100) > 0);
+        akv_engine_stats st;
+        akv_engine_get_stats(a, &st);
+        CHECK_EQ_U64(st.n_spilled, 1);
+        CHECK_EQ_U64(st.n_spill_files, 1);
+        CHECK_EQ_INT(st.n_idle, 1);
+        memcpy(a2, a1, sizeof a1);
+        memcpy(a2 + 40, ta.tok, 6 * sizeof *a2);
+        memcpy(a2 + 46, tokens + 400, 12 * sizeof *a2); /* A's next turn */
+        akv_request_params pa2 = greedy(a2, 58, 5, &ta2);
+        CHECK_OK(akv_engine_submit(a, &pa2, &r[2], NULL));
+        CHECK(run_all(a, 100) > 0);
+        akv_request_info info;
+        akv_request_get_info(r[2], &info);
+        CHECK_EQ_U64(info.n_cached, 45); /* its prompt and the 5 tokens fed */
+        akv_engine_get_stats(a, &st);
+        CHECK_EQ_U64(st.n_restored, 1);
+        CHECK_EQ_U64(st.n_spilled, 2); /* B's, to make room for A back */
+        CHECK_EQ_U64(st.n_spill_files, 1); /* A's file removed, B's written */
+        for (int i = 0; i < 3; i++) akv_engine_release(a, r[i]);
+        akv_engine_destroy(a); /* the idle A goes to the directory too */
+
+        /* the reference: A's two turns with A kept in memory */
+        akv_engine_params rp = akv_engine_default_params();
+        rp.max_seqs = 2, rp.max_idle = 2;
+        akv_engine *ref = engine_open(model, &rp);
+        if (!ref) break;
+        static seen t0;
+        memset(&t0, 0, sizeof t0);
+        akv_request_params p0 = greedy(a1, 40, 6, &t0), pr = greedy(a2, 58, 5, &tref);
+        CHECK_OK(akv_engine_submit(ref, &p0, &r[0], NULL));
+        CHECK(run_all(ref, 100) > 0);
+        CHECK_OK(akv_engine_submit(ref, &pr, &r[1], NULL));
+        CHECK(run_all(ref, 100) > 0);
+        akv_request_get_info(r[1], &info);
+        CHECK_EQ_U64(info.n_cached, 45);
+        CHECK(tref.n == 5 && ta2.n == 5 && memcmp(tref.tok, ta2.tok, 5 * sizeof tref.tok[0]) == 0);
+        for (uint32_t k = 0; k < 5 && k < tref.n_logits; k++)
+            TEST_CHECK_(memcmp(tref.logits[k], ta2.logits[k], sizeof tref.logits[0]) == 0,
+                        "restored logits at token %u", k);
+        akv_engine_release(ref, r[0]), akv_engine_release(ref, r[1]);
+
+        /* another engine on the directory: B's file and A's (its second turn) are found; B's
+         * next turn reads B back */
+        akv_engine *c = engine_open(model, &ep);
+        if (!c) break;
+        akv_engine_get_stats(c, &st);
+        CHECK_EQ_U64(st.n_spill_files, 2);
+        int32_t b2[50];
+        memcpy(b2, b1, sizeof b1);
+        memcpy(b2 + 30, tb.tok, 4 * sizeof *b2);
+        memcpy(b2 + 34, tokens + 500, 16 * sizeof *b2);
+        akv_request_params pb2 = greedy(b2, 50, 3, &tb2);
+        CHECK_OK(akv_engine_submit(c, &pb2, &r[0], NULL));
+        CHECK(run_all(c, 100) > 0);
+        akv_request_get_info(r[0], &info);
+        CHECK_EQ_U64(info.n_cached, 33);
+        /* another tenant's prompt with A's history does not read A's file */
+        akv_request_params ps = greedy(a2, 58, 2, &tsalt);
+        ps.cache_salt = 7;
+        CHECK_OK(akv_engine_submit(c, &ps, &r[1], NULL));
+        CHECK(run_all(c, 100) > 0);
+        akv_request_get_info(r[1], &info);
+        CHECK_EQ_U64(info.n_cached, 0);
+        akv_engine_get_stats(c, &st);
+        CHECK_EQ_U64(st.n_restored, 1);
+        akv_engine_release(c, r[0]), akv_engine_release(c, r[1]);
+        akv_engine_destroy(c);
+
+        /* every file damaged in its K/V: removed, the prompt computed, the same answer */
+        DIR *d = opendir(dir);
+        int n_files = 0;
+        for (struct dirent *de; d && (de = readdir(d)) != NULL;) {
+            if (de->d_name[0] == '.') continue;
+            char fp[600];
+            snprintf(fp, sizeof fp, "%s/%s", dir, de->d_name);
+            FILE *f = fopen(fp, "r+b");
+            if (!CHECK(f != NULL)) continue;
+            fseek(f, -20, SEEK_END);
+            int ch = fgetc(f);
+            fseek(f, -20, SEEK_END);
+            fputc(ch ^ 0x40, f);
+            fclose(f);
+            n_files++;
+        }
+        if (d) closedir(d);
+        CHECK(n_files >= 2);
+        ep.max_idle = 4;
+        akv_engine *g = engine_open(model, &ep);
+        if (!g) break;
+        akv_request_params pbad = greedy(a2, 58, 5, &tbad);
+        akv_log_set(NULL, NULL, AKV_LOG_OFF);
+        CHECK_OK(akv_engine_submit(g, &pbad, &r[0], NULL));
+        CHECK(run_all(g, 100) > 0);
+        akv_log_set(NULL, NULL, AKV_LOG_WARN);
+        akv_request_get_info(r[0], &info);
+        CHECK_EQ_U64(info.n_cached, 0);
+        CHECK(tbad.n == 5 && memcmp(tbad.tok, tref.tok, 5 * sizeof tref.tok[0]) == 0);
+        akv_engine_get_stats(g, &st);
+        CHECK_EQ_U64(st.n_restored, 0);
+        CHECK_EQ_U64(st.n_spill_files, (uint64_t)n_files - 1);
+        akv_engine_release(g, r[0]);
+        akv_engine_destroy(g);
+        akv_engine_destroy(ref);
+
+        /* not a directory */
+        ep.session_dir = "/nonexistent/akv/dir";
+        akv_engine_params bad = ep;
+        CHECK_OK(akv_dev_create(akv_dev_host_backend(), NULL, &bad.dev));
+        bad.model = model, bad.page_tokens = P, bad.max_context = 256, bad.chunk = 16;
+        akv_engine *none = NULL;
+        akv_log_set(NULL, NULL, AKV_LOG_OFF);
+        CHECK_STATUS(akv_engine_create(&bad, &none), AKV_EINVAL);
+        akv_log_set(NULL, NULL, AKV_LOG_WARN);
+        d = opendir(dir);
+        for (struct dirent *de; d && (de = readdir(d)) != NULL;) {
+            char fp[600];
+            snprintf(fp, sizeof fp, "%s/%s", dir, de->d_name);
+            if (de->d_name[0] != '.') remove(fp);
+        }
+        if (d) closedir(d);
+        rmdir(dir);
     }
 
     TEST_CASE(refusal_and_queueing_by_the_plan) {

@@ -798,6 +798,61 @@ def case_kv_tier(env):
                    js["choices"][0]["text"], want)
 
 
+def case_session_dir(env):
+    """--session-dir: with one idle conversation kept in memory (--parallel 1), a second
+    conversation sends the first to the directory; its next turn reads it back (cached tokens,
+    the counters say so) and answers as a server that kept it in memory; the files outlive
+    the server (another one on the directory finds them); a directory that is not one is
+    refused at start."""
+    import tempfile
+    d = tempfile.mkdtemp(prefix="akv_sdir_")
+    try:
+        a = [{"role": "user", "content": "Name three rivers of Europe and say where each flows."}]
+        b = [{"role": "user", "content": "Write one sentence about mountains in winter."}]
+        s = Server(env.akv, env.model, "--parallel", "1", "--max-context", "1024",
+                   "--session-dir", d)
+        try:
+            cl = s.client()
+            ra = cl.chat.completions.create(model="any", messages=a, max_tokens=12, temperature=0)
+            rb = cl.chat.completions.create(model="any", messages=b, max_tokens=4, temperature=0)
+            expect(s.metric("akv:session_dir_written_total") == 1, "A written out",
+                   s.metric("akv:session_dir_written_total"))
+            a2 = a + [{"role": "assistant", "content": ra.choices[0].message.content},
+                      {"role": "user", "content": "And which is the longest?"}]
+            r2 = cl.chat.completions.create(model="any", messages=a2, max_tokens=12, temperature=0)
+            cached = r2.usage.prompt_tokens_details.cached_tokens if r2.usage.prompt_tokens_details else 0
+            expect(cached > 0 and s.metric("akv:session_dir_restored_total") == 1,
+                   "A read back", cached, s.metric("akv:session_dir_restored_total"))
+            want = env.main.client().chat.completions.create(model="any", messages=a2, max_tokens=12,
+                                                             temperature=0)
+            expect(r2.choices[0].message.content == want.choices[0].message.content,
+                   "the same answer as from memory", r2.choices[0].message.content,
+                   want.choices[0].message.content)
+        finally:
+            expect(s.stop() == 0, "stopped", "\n".join(s.log[-10:]))
+        files = [f for f in os.listdir(d) if f.endswith(".akvs")]
+        expect(len(files) >= 2, "the idle conversations written at shutdown", files)
+        s = Server(env.akv, env.model, "--parallel", "1", "--max-context", "1024", "--session-dir", d)
+        try:
+            expect(s.metric("akv:session_dir_files") == len(files), "found by the next server",
+                   s.metric("akv:session_dir_files"), files)
+            b2 = b + [{"role": "assistant", "content": rb.choices[0].message.content},
+                      {"role": "user", "content": "More."}]
+            s.client().chat.completions.create(model="any", messages=b2, max_tokens=2, temperature=0)
+            expect(s.metric("akv:session_dir_restored_total") == 1, "B read back by the next server",
+                   s.metric("akv:session_dir_restored_total"))
+        finally:
+            expect(s.stop() == 0, "stopped", "\n".join(s.log[-10:]))
+        p = subprocess.run([env.akv, "serve", "-m", env.model, "--port", "0", "--session-dir",
+                            os.path.join(d, files[0])], capture_output=True, text=True, timeout=60)
+        expect(p.returncode != 0 and "--session-dir" in p.stderr and "not a directory" in p.stderr,
+               "a file as the directory", p.returncode, p.stderr[-400:])
+    finally:
+        for f in os.listdir(d):
+            os.remove(os.path.join(d, f))
+        os.rmdir(d)
+
+
 def case_hostile_http(env):
     s = env.main
     bad = [

@@ -81,6 +81,7 @@ void akv_tool_eopts_apply(const akv_tool_eopts *o, akv_engine_params *ep) {
     ep->gate_rates = o->calibration ? &o->gate_rates : NULL;
     ep->chunk = (uint32_t)o->chunk, ep->step_tokens = (uint32_t)o->step_tokens;
     ep->prefill_beside = (uint32_t)o->prefill_beside;
+    ep->session_dir = o->session_dir, ep->session_dir_gib = (uint32_t)o->session_dir_gib;
     ep->threads = akv_tool_eopts_threads(o), ep->no_graphs = o->no_graphs != 0;
 }
 

@@ -72,6 +72,14 @@ const akv_tool_setting akv_tool_settings[] = {
         "most prompt tokens a step runs beside running decodes, whole chunks of waiting "
         "prompts first come, first served: more starts prompts sooner, less keeps the "
         "decodes' inter-token latency lower"),
+    ROW("session_dir", "--session-dir", NULL, AKV_OPT_SESSION_DIR, "DIR", AKV_TV_TEXT,
+        session_dir, 0, 0, "none",
+        "an existing directory where finished conversations go, one file each, when they "
+        "would be dropped from the host pool (least recently used first), and come back from "
+        "when a prompt continues one; the files outlive the process"),
+    ROW("session_dir_gib", "--session-dir-gib", NULL, AKV_OPT_SESSION_GIB, "G", AKV_TV_U64,
+        session_dir_gib, 0, 1u << 20, "0: no limit but the disk",
+        "with --session-dir: its files at most, whole GiB (the oldest removed first)"),
     ROW(NULL, "--no-graphs", NULL, AKV_OPT_NOGRAPHS, NULL, AKV_TV_SWITCH, no_graphs, 0, 0, NULL,
         "GPU: launch every kernel of a decode step by itself instead of replaying the step as "
         "one CUDA graph (resident route)"),

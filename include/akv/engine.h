@@ -148,6 +148,15 @@ typedef struct akv_engine_params {
                                         UINT32_MAX = as many as the host pool holds */
     bool no_reuse;                   /* never reuse an idle context's prefix (each request
                                         computes its whole prompt) */
+    const char *session_dir;         /* an existing directory where idle conversations go
+                                        when they would be closed (beyond max_idle, or for
+                                        host pages), one session file each, and come back
+                                        from when a prompt begins with one (docs/engine.md,
+                                        "The session directory"); its files from an earlier
+                                        run are found at create. Copied. NULL = none: they
+                                        are closed */
+    uint32_t session_dir_gib;        /* the session directory's files at most, whole GiB
+                                        (the oldest removed first); 0 = no limit but the disk */
     /* scheduling: every running decode, then waiting prompts in arrival order, each in whole
        chunks, while the step's prompt room lasts: prefill_beside tokens beside running decodes
        (their next token waits for that much prompt work at most), step_tokens in a step where
@@ -321,6 +330,10 @@ typedef struct akv_engine_stats {
                                     context (akv_route_seq_fork) */
     uint64_t gen_tokens;         /* tokens sampled */
     uint64_t n_idle_closed;      /* idle contexts closed to make room or beyond max_idle */
+    uint64_t n_spilled;          /* of them, written to the session directory first */
+    uint64_t n_restored;         /* conversations read back from it for a prompt */
+    uint64_t n_spill_files;      /* files the session directory holds now ... */
+    uint64_t spill_bytes;        /* ... and their bytes */
     uint32_t n_running, n_queued, n_idle;
     uint64_t host_pages_reserved; /* by the running requests */
     uint64_t graph_builds, graph_launches; /* device pass: decode steps replayed as graphs */

@@ -387,6 +387,7 @@ akv_status akv_engine_create(const akv_engine_params *p, akv_engine **out) {
     if (!st) st = e->p.kv_tier == AKV_ENGINE_TIER_AUTO ? engine_gate(e) : engine_plan(e, &e->p, false);
     if (!st) st = engine_open_pass(e);
     if (!st) st = engine_open_memory(e);
+    if (!st) st = akv__spill_open(e);
     if (st) {
         akv_engine_destroy(e);
         return st;
@@ -444,6 +445,7 @@ static void engine_trim_idle(akv_engine *e) {
         for (akv__ctx *o = c->next; o; o = o->next)
             if (o->retention < c->retention) c = o;
         idle_remove(e, c);
+        akv__spill_out(e, c); /* with a session directory: written there first */
         ctx_close(e, c);
         e->stats.n_idle_closed++;
     }
@@ -548,6 +550,10 @@ static akv_status engine_start(akv_engine *e, akv_request *rq) {
     uint32_t lcp = 0;
     bool running = false;
     akv__ctx *c = engine_find_prefix(e, rq, &lcp, &running);
+    if (e->n_spill && !e->p.no_reuse) { /* a conversation in the session directory shares more */
+        akv__spill_in(e, rq, lcp);
+        c = engine_find_prefix(e, rq, &lcp, &running);
+    }
     /* the last prompt token is always fed again: its logits start the generation; a prompt
      * whose logits are reported computes every position from prompt_logits_from */
     uint32_t cached = lcp < rq->p.n_prompt ? lcp : rq->p.n_prompt - 1;
@@ -578,6 +584,7 @@ static akv_status engine_start(akv_engine *e, akv_request *rq) {
     if (forked) {
         /* the copy is its context */
     } else if (c && cached > 0) {
+        if (cached < c->n_tokens) akv__spill_out(e, c); /* the whole conversation kept on disk */
         if ((st = akv_route_seq_truncate(e->route, c->seq, cached)) ||
             (st = akv_route_seq_set_params(e->route, c->seq, &sp)))
             return st; /* it stays idle (as long as it was: a truncate that failed changed
@@ -681,7 +688,8 @@ void akv_engine_destroy(akv_engine *e) {
         akv__request_free(rq);
     }
     e->plan.max_idle = 0;
-    engine_trim_idle(e); /* every idle context */
+    engine_trim_idle(e); /* every idle context (into the session directory, when there is one) */
+    akv__spill_close(e);
     if (e->route) {
         if (akv_route_sync(e->route) != AKV_OK) (void)akv_route_sync(e->route);
         if (akv_route_destroy(e->route) != AKV_OK)
@@ -1116,6 +1124,7 @@ void akv_engine_get_stats(const akv_engine *e, akv_engine_stats *out) {
     *out = e->stats;
     out->n_running = e->n_run, out->n_queued = e->n_wait, out->n_idle = e->n_idle;
     out->host_pages_reserved = e->host_reserved;
+    out->n_spill_files = e->n_spill, out->spill_bytes = e->spill_bytes;
     if (e->route) {
         akv_route_stats rs;
         akv_route_get_stats(e->route, &rs);
@@ -1222,6 +1231,20 @@ akv_status akv__engine_check(akv_engine *e) {
     akv_route_get_stats(e->route, &rs);
     if (rs.n_open != n_ctx)
         ENGINE_BAD("the route has %u open sequences; the engine knows %u", rs.n_open, n_ctx);
+    uint64_t spill_bytes = 0; /* the session directory's index */
+    for (size_t i = 0; i < e->n_spill; i++) {
+        const akv__spilled *sp = &e->spill[i];
+        spill_bytes += sp->bytes;
+        if (!sp->path || !sp->tokens || !sp->n_tokens ||
+            sp->bytes != akv__session_file_bytes(e, sp->n_tokens))
+            ENGINE_BAD("the session directory's entry %zu is not a whole file", i);
+        for (size_t j = i + 1; j < e->n_spill; j++)
+            if (!strcmp(sp->path, e->spill[j].path)) ENGINE_BAD("'%s' is indexed twice", sp->path);
+    }
+    if (spill_bytes != e->spill_bytes || (e->p.session_dir_gib && e->n_spill > 1 &&
+                                          spill_bytes > (uint64_t)e->p.session_dir_gib << 30))
+        ENGINE_BAD("the session directory's index counts %llu bytes; its entries %llu",
+                   (unsigned long long)e->spill_bytes, (unsigned long long)spill_bytes);
     uint32_t n_wait = 0;
     for (const akv_request *rq = e->wait_head; rq; rq = rq->next_q, n_wait++)
         if (rq->admitted || rq->ctx) ENGINE_BAD("a waiting request holds a reservation");

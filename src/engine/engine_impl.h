@@ -63,6 +63,17 @@ struct akv_request {
     struct akv_request *next_all, *prev_all;
 };
 
+/* A conversation in the session directory (spill.c): its file and what finding it needs. */
+typedef struct akv__spilled {
+    char *path;
+    int32_t *tokens;       /* [n_tokens] */
+    uint32_t n_tokens;
+    uint64_t salt, bytes;
+    bool exact;
+    int8_t retention;
+    double mtime;          /* when it was written (seconds of the realtime clock) */
+} akv__spilled;
+
 struct akv_engine {
     akv_engine_params p;
     akv_engine_plan plan;
@@ -107,6 +118,13 @@ struct akv_engine {
     float *logits;          /* [max_seqs][n_vocab] */
     bool logits_wide;          /* logits holds max_seqs + chunk rows (a prompt's logits) */
     akv_engine_stats stats;
+    /* sessions on disk (session.c) and the session directory (spill.c) */
+    uint64_t sess_fingerprint;        /* the model's, computed at the first use */
+    bool sess_fingerprint_ok;
+    char *session_dir;                /* a copy of params.session_dir; NULL: none */
+    akv__spilled *spill;              /* [n_spill] the directory's conversations, oldest first */
+    size_t n_spill, cap_spill;
+    uint64_t spill_bytes;             /* their files' bytes */
 };
 
 /* request.c: a request's life after admission. */
@@ -140,5 +158,28 @@ bool akv__request_is_eog(const akv_engine *e, int32_t token);
  * AKV_EFULL (nothing done: the caller closes it) when the running requests' reservations leave
  * no room for it. */
 akv_status akv__engine_idle_adopt(akv_engine *e, akv__ctx *c);
+
+/* session.c: a context to and from a file (the format in session.c). Write: c's history
+ * (salt, exact and retention with it) to path through path.tmp.PID renamed over it: AKV_EIO
+ * (logged; any earlier file as it was), AKV_ESTATE (a step was undone under it), AKV_EDEVICE,
+ * AKV_ENOMEM. Read: a new context (its sequence open and filled, not idle yet: the caller
+ * adopts or closes it): AKV_ENOTFOUND, AKV_EIO, AKV_EFORMAT, AKV_EFULL (logged; nothing open).
+ * Peek: the header and token ids only, into meta (tokens akv__malloc'ed, no sequence): the
+ * same refusals but for the K/V and the checksum. The file's bytes for n tokens: file_bytes. */
+akv_status akv__session_write(akv_engine *e, const akv__ctx *c, const char *path);
+akv_status akv__session_read(akv_engine *e, const char *path, akv__ctx **out);
+akv_status akv__session_peek(akv_engine *e, const char *path, akv__ctx *meta);
+uint64_t akv__session_file_bytes(const akv_engine *e, uint64_t n_tokens);
+
+/* spill.c: the session directory (params.session_dir). open: its files indexed (at create;
+ * one that is not this model's session is skipped, and left alone). out: an idle context
+ * about to be closed, or cut back to the prefix another prompt shares, is written there first
+ * (a failure is logged: the context is closed or cut all the same, as without a directory). in: the directory's conversation sharing the most of
+ * rq's prompt, when it shares more than any context in memory, is read back as an idle context and its file removed (a damaged one is
+ * removed, logged, and the prompt computed). close: the index freed (the files stay). */
+akv_status akv__spill_open(akv_engine *e);
+void akv__spill_out(akv_engine *e, const akv__ctx *c);
+void akv__spill_in(akv_engine *e, const akv_request *rq, uint32_t in_memory);
+void akv__spill_close(akv_engine *e);
 
 #endif

@@ -5,7 +5,8 @@
  *   header  64 bytes: "AKVSESS1", version 1, the K/V geometry (layers, K/V heads, head dim,
  *           element type), the vocabulary size, the model's fingerprint (its shape, RoPE and
  *           norm settings, its tokenizer's pieces, each tensor's name, shape, type and a
- *           sample of its bytes), the history's length n;
+ *           sample of its bytes), the history's length n, its cache salt, whether it is kept
+ *           exact and its retention (zero: the shared default, as a request's);
  *   tokens  n token ids (int32), padded to 8 bytes;
  *   K/V     per layer, [2][n_kv_heads][n][head_dim] elements of the history's exact copy
  *           (page size free: a file restores under any --page-tokens);
@@ -33,7 +34,10 @@ typedef struct sess_header {
     char magic[8];
     uint32_t version, n_layers, n_kv_heads, head_dim, dtype, n_vocab;
     uint64_t fingerprint, n_tokens;
-    uint8_t pad[SESS_HEADER - 8 - 6 * 4 - 2 * 8];
+    uint64_t salt;     /* the cache_salt of the requests that wrote it (akv__ctx) */
+    uint8_t exact;     /* its history kept exact (kv_exact) */
+    int8_t retention;  /* its last request's retention */
+    uint8_t pad[SESS_HEADER - 8 - 6 * 4 - 3 * 8 - 2];
 } sess_header;
 
 _Static_assert(sizeof(sess_header) == SESS_HEADER, "the header is 64 bytes");
@@ -71,21 +75,25 @@ static uint64_t sess_fingerprint(const akv_engine *e) {
     return akv_hash64_final(h, c->n_vocab);
 }
 
-static sess_header sess_header_of(const akv_engine *e, uint64_t n_tokens) {
+/* The header of a context of n_tokens (its salt, exact and retention: c's; NULL: zero). The
+ * fingerprint is computed once an engine. */
+static sess_header sess_header_of(akv_engine *e, uint64_t n_tokens, const akv__ctx *c) {
     const akv_geom *g = &e->plan.geom;
+    if (!e->sess_fingerprint_ok) e->sess_fingerprint = sess_fingerprint(e), e->sess_fingerprint_ok = true;
     sess_header hd;
     memset(&hd, 0, sizeof hd);
     memcpy(hd.magic, sess_magic, sizeof hd.magic);
     hd.version = SESS_VERSION, hd.n_layers = g->n_layers, hd.n_kv_heads = g->n_kv_heads;
     hd.head_dim = g->head_dim, hd.dtype = (uint32_t)g->dtype, hd.n_vocab = e->cfg.n_vocab;
-    hd.fingerprint = sess_fingerprint(e), hd.n_tokens = n_tokens;
+    hd.fingerprint = e->sess_fingerprint, hd.n_tokens = n_tokens;
+    if (c) hd.salt = c->salt, hd.exact = c->exact, hd.retention = c->retention;
     return hd;
 }
 
 /* A layer's rows in the file's order against its pages: [2][H][n][D] <-> pages of
  * [2][H][P][D]. */
 typedef struct sess_io {
-    const akv_engine *e;
+    akv_engine *e;
     FILE *f;
     const char *path;
     uint64_t n_tokens, hash, bytes;
@@ -149,47 +157,33 @@ static akv_status sess_page_in(void *user, uint32_t layer, uint32_t page, void *
     return AKV_OK;
 }
 
-akv_status akv_engine_session_save(akv_engine *e, const int32_t *tokens, uint32_t n,
-                                   const char *path) {
-    if (!e || !path || (n && !tokens)) return AKV_EINVAL;
-    /* the idle context holding the longest prefix of tokens */
-    akv__ctx *best = NULL;
-    uint32_t lcp = 0;
-    for (akv__ctx *c = e->idle_head; c; c = c->next) {
-        const uint32_t k = akv__common_prefix(c->tokens, c->n_tokens, tokens, n);
-        if (k > lcp) lcp = k, best = c;
-    }
-    if (!best) {
-        AKV_LOG_E("engine: no finished conversation holds these tokens: nothing to save to '%s'", path);
-        return AKV_ENOTFOUND;
-    }
-    if (akv_route_seq_n_tokens(best->seq) != best->n_tokens) { /* a step was undone under it */
+akv_status akv__session_write(akv_engine *e, const akv__ctx *c, const char *path) {
+    if (akv_route_seq_n_tokens(c->seq) != c->n_tokens) { /* a step was undone under it */
         AKV_LOG_E("engine: the conversation to save holds %llu tokens in the route, %u in the "
                   "engine: not saved",
-                  (unsigned long long)akv_route_seq_n_tokens(best->seq), best->n_tokens);
+                  (unsigned long long)akv_route_seq_n_tokens(c->seq), c->n_tokens);
         return AKV_ESTATE;
     }
     char *tmp = akv__malloc(strlen(path) + 32);
     if (!tmp) return AKV_ENOMEM;
     sprintf(tmp, "%s.tmp.%ld", path, (long)getpid()); /* one writer a process */
-    sess_io io = {.e = e, .path = path, .n_tokens = best->n_tokens, .hash = akv_hash64_init()};
-    io.layer_bytes = (size_t)best->n_tokens * akv_geom_token_bytes(&e->plan.geom);
+    sess_io io = {.e = e, .path = path, .n_tokens = c->n_tokens, .hash = akv_hash64_init()};
+    io.layer_bytes = (size_t)c->n_tokens * akv_geom_token_bytes(&e->plan.geom);
     io.layer = akv__malloc(io.layer_bytes ? io.layer_bytes : 1);
     akv_status st = io.layer ? AKV_OK : AKV_ENOMEM;
     if (!st && !(io.f = fopen(tmp, "wb"))) {
         AKV_LOG_E("engine: cannot write the session '%s': %s", tmp, strerror(errno));
         st = AKV_EIO;
     }
-    const sess_header hd = sess_header_of(e, best->n_tokens);
+    const sess_header hd = sess_header_of(e, c->n_tokens, c);
     const uint64_t zero = 0;
     if (!st) st = sess_write(&io, &hd, sizeof hd);
-    if (!st) st = sess_write(&io, best->tokens, (size_t)best->n_tokens * sizeof *best->tokens);
-    if (!st) st = sess_write(&io, &zero, (best->n_tokens & 1) * sizeof(int32_t));
-    if (!st && best->n_tokens) st = akv_route_seq_read_pages(e->route, best->seq, sess_page_out, &io);
+    if (!st) st = sess_write(&io, c->tokens, (size_t)c->n_tokens * sizeof *c->tokens);
+    if (!st) st = sess_write(&io, &zero, (c->n_tokens & 1) * sizeof(int32_t));
+    if (!st && c->n_tokens) st = akv_route_seq_read_pages(e->route, c->seq, sess_page_out, &io);
     const uint64_t check = akv_hash64_final(io.hash, io.bytes);
-    const uint64_t want = sizeof hd + ((uint64_t)best->n_tokens + (best->n_tokens & 1)) * 4 +
-                          (uint64_t)e->plan.geom.n_layers * io.layer_bytes;
-    if (!st && io.bytes != want) st = AKV_ESTATE; /* every layer written, or nothing renamed */
+    if (!st && io.bytes != akv__session_file_bytes(e, c->n_tokens) - sizeof check)
+        st = AKV_ESTATE; /* every layer written, or nothing renamed */
     if (!st && fwrite(&check, 1, sizeof check, io.f) != sizeof check) st = AKV_EIO;
     if (io.f) {
         int err = 0;
@@ -208,62 +202,116 @@ akv_status akv_engine_session_save(akv_engine *e, const int32_t *tokens, uint32_
     return st;
 }
 
-akv_status akv_engine_session_load(akv_engine *e, const char *path, uint32_t *n_tokens) {
-    if (!e || !path) return AKV_EINVAL;
-    sess_io io = {.e = e, .path = path, .hash = akv_hash64_init()};
-    if (!(io.f = fopen(path, "rb"))) {
+uint64_t akv__session_file_bytes(const akv_engine *e, uint64_t n_tokens) {
+    return SESS_HEADER + (n_tokens + (n_tokens & 1)) * 4 +
+           (uint64_t)e->plan.geom.n_layers * n_tokens * akv_geom_token_bytes(&e->plan.geom) + 8;
+}
+
+akv_status akv_engine_session_save(akv_engine *e, const int32_t *tokens, uint32_t n,
+                                   const char *path) {
+    if (!e || !path || (n && !tokens)) return AKV_EINVAL;
+    /* the idle context holding the longest prefix of tokens */
+    akv__ctx *best = NULL;
+    uint32_t lcp = 0;
+    for (akv__ctx *c = e->idle_head; c; c = c->next) {
+        const uint32_t k = akv__common_prefix(c->tokens, c->n_tokens, tokens, n);
+        if (k > lcp) lcp = k, best = c;
+    }
+    if (!best) {
+        AKV_LOG_E("engine: no finished conversation holds these tokens: nothing to save to '%s'", path);
+        return AKV_ENOTFOUND;
+    }
+    return akv__session_write(e, best, path);
+}
+
+/* Opens path and reads its header, checked against this engine. AKV_ENOTFOUND, AKV_EIO,
+ * AKV_EFORMAT, AKV_EFULL (all logged; the file closed). */
+static akv_status sess_open(akv_engine *e, sess_io *io, sess_header *hd) {
+    const char *path = io->path;
+    if (!(io->f = fopen(path, "rb"))) {
         AKV_LOG_E("engine: cannot read the session '%s': %s", path, strerror(errno));
         return errno == ENOENT ? AKV_ENOTFOUND : AKV_EIO;
     }
-    sess_header hd;
-    akv__ctx *c = NULL;
-    akv_status st = sess_read(&io, &hd, sizeof hd, "header");
-    if (!st && memcmp(hd.magic, sess_magic, sizeof sess_magic)) {
+    akv_status st = sess_read(io, hd, sizeof *hd, "header");
+    if (!st && memcmp(hd->magic, sess_magic, sizeof sess_magic)) {
         AKV_LOG_E("engine: '%s' is not an akv session", path);
         st = AKV_EFORMAT;
     }
-    if (!st && hd.version != SESS_VERSION) {
+    if (!st && hd->version != SESS_VERSION) {
         AKV_LOG_E("engine: the session '%s' is of version %u; this build reads %u", path,
-                  hd.version, SESS_VERSION);
+                  hd->version, SESS_VERSION);
         st = AKV_EFORMAT;
     }
-    const sess_header want = sess_header_of(e, hd.n_tokens);
-    if (!st && (hd.fingerprint != want.fingerprint || hd.n_layers != want.n_layers ||
-                hd.n_kv_heads != want.n_kv_heads || hd.head_dim != want.head_dim ||
-                hd.dtype != want.dtype || hd.n_vocab != want.n_vocab)) {
+    const sess_header want = sess_header_of(e, hd->n_tokens, NULL);
+    if (!st && (hd->fingerprint != want.fingerprint || hd->n_layers != want.n_layers ||
+                hd->n_kv_heads != want.n_kv_heads || hd->head_dim != want.head_dim ||
+                hd->dtype != want.dtype || hd->n_vocab != want.n_vocab)) {
         AKV_LOG_E("engine: the session '%s' was saved by another model (or another K/V type): "
                   "nothing loaded",
                   path);
         st = AKV_EFORMAT;
     }
-    if (!st && (hd.n_tokens == 0 || hd.n_tokens > e->plan.max_context)) {
+    if (!st && (hd->n_tokens == 0 || hd->n_tokens > e->plan.max_context)) {
         AKV_LOG_E("engine: the session '%s' holds %llu tokens; this engine takes 1 to "
                   "{=max_context} %llu",
-                  path, (unsigned long long)hd.n_tokens, (unsigned long long)e->plan.max_context);
-        st = hd.n_tokens ? AKV_EFULL : AKV_EFORMAT;
+                  path, (unsigned long long)hd->n_tokens, (unsigned long long)e->plan.max_context);
+        st = hd->n_tokens ? AKV_EFULL : AKV_EFORMAT;
     }
-    if (!st && !(c = akv__calloc(1, sizeof *c))) st = AKV_ENOMEM;
+    if (st) fclose(io->f), io->f = NULL;
+    return st;
+}
+
+/* The token ids after the header into tok[n] (checked against the vocabulary). */
+static akv_status sess_tokens(akv_engine *e, sess_io *io, int32_t *tok, uint32_t n) {
+    uint64_t pad = 0;
+    akv_status st = sess_read(io, tok, (size_t)n * sizeof *tok, "tokens");
+    if (!st) st = sess_read(io, &pad, (n & 1) * sizeof(int32_t), "tokens");
+    for (uint32_t i = 0; !st && i < n; i++)
+        if (tok[i] < 0 || (uint32_t)tok[i] >= e->cfg.n_vocab) {
+            AKV_LOG_E("engine: the session '%s' holds token %d at %u, outside the vocabulary",
+                      io->path, tok[i], i);
+            st = AKV_EFORMAT;
+        }
+    return st;
+}
+
+akv_status akv__session_peek(akv_engine *e, const char *path, akv__ctx *meta) {
+    sess_io io = {.e = e, .path = path, .hash = akv_hash64_init()};
+    sess_header hd;
+    memset(meta, 0, sizeof *meta);
+    akv_status st = sess_open(e, &io, &hd);
+    if (st) return st;
+    meta->n_tokens = meta->cap = (uint32_t)hd.n_tokens;
+    meta->salt = hd.salt, meta->exact = hd.exact != 0, meta->retention = hd.retention;
+    if (!(meta->tokens = akv__malloc((size_t)meta->cap * sizeof *meta->tokens))) st = AKV_ENOMEM;
+    if (!st) st = sess_tokens(e, &io, meta->tokens, meta->n_tokens);
+    fclose(io.f);
+    if (st) akv__free(meta->tokens), meta->tokens = NULL;
+    return st;
+}
+
+akv_status akv__session_read(akv_engine *e, const char *path, akv__ctx **out) {
+    sess_io io = {.e = e, .path = path, .hash = akv_hash64_init()};
+    sess_header hd;
+    akv__ctx *c = NULL;
+    akv_status st = sess_open(e, &io, &hd);
+    if (st) return st;
+    if (!(c = akv__calloc(1, sizeof *c))) st = AKV_ENOMEM;
     if (!st) {
         io.n_tokens = hd.n_tokens;
         io.layer_bytes = (size_t)hd.n_tokens * akv_geom_token_bytes(&e->plan.geom);
         c->cap = (uint32_t)hd.n_tokens, c->n_tokens = (uint32_t)hd.n_tokens;
+        c->salt = hd.salt, c->exact = hd.exact != 0, c->retention = hd.retention;
         if (!(c->tokens = akv__malloc((size_t)c->cap * sizeof *c->tokens)) ||
             !(io.layer = akv__malloc(io.layer_bytes)))
             st = AKV_ENOMEM;
     }
-    uint64_t pad = 0;
-    if (!st) st = sess_read(&io, c->tokens, (size_t)c->n_tokens * sizeof *c->tokens, "tokens");
-    if (!st) st = sess_read(&io, &pad, (c->n_tokens & 1) * sizeof(int32_t), "tokens");
-    for (uint32_t i = 0; !st && i < c->n_tokens; i++)
-        if (c->tokens[i] < 0 || (uint32_t)c->tokens[i] >= e->cfg.n_vocab) {
-            AKV_LOG_E("engine: the session '%s' holds token %d at %u, outside the vocabulary",
-                      path, c->tokens[i], i);
-            st = AKV_EFORMAT;
-        }
+    if (!st) st = sess_tokens(e, &io, c->tokens, c->n_tokens);
     if (!st) {
         const akv_route_seq_params sp = {.max_history = e->plan.max_context,
                                          .target = e->plan.route.target,
-                                         .burst = e->plan.route.burst};
+                                         .burst = e->plan.route.burst,
+                                         .exact = c->exact};
         st = akv_route_seq_open_filled(e->route, &sp, hd.n_tokens, sess_page_in, &io, &c->seq);
     }
     uint64_t check = 0;
@@ -278,14 +326,28 @@ akv_status akv_engine_session_load(akv_engine *e, const char *path, uint32_t *n_
     }
     fclose(io.f);
     akv__free(io.layer);
-    const uint32_t n_loaded = c ? c->n_tokens : 0;
-    if (!st && (st = akv__engine_idle_adopt(e, c)))
-        AKV_LOG_E("engine: the session '%s' (%u tokens) does not fit beside the running "
-                  "requests' reservations in the host pool: nothing loaded",
-                  path, n_loaded);
     if (st) {
         if (c && c->seq) (void)akv_route_seq_close(e->route, c->seq);
         if (c) akv__free(c->tokens);
+        akv__free(c);
+        return st;
+    }
+    *out = c;
+    return AKV_OK;
+}
+
+akv_status akv_engine_session_load(akv_engine *e, const char *path, uint32_t *n_tokens) {
+    if (!e || !path) return AKV_EINVAL;
+    akv__ctx *c = NULL;
+    akv_status st = akv__session_read(e, path, &c);
+    if (st) return st;
+    const uint32_t n_loaded = c->n_tokens;
+    if ((st = akv__engine_idle_adopt(e, c))) {
+        AKV_LOG_E("engine: the session '%s' (%u tokens) does not fit beside the running "
+                  "requests' reservations in the host pool: nothing loaded",
+                  path, n_loaded);
+        (void)akv_route_seq_close(e->route, c->seq);
+        akv__free(c->tokens);
         akv__free(c);
         return st;
     }

@@ -92,6 +92,13 @@ size_t akv_metrics_render(const akv_metrics *m, const char *model, char *buf, si
     gauge(&o, "num_requests_waiting", "Requests admitted and waiting for room (the FIFO)", model,
           e->n_queued);
     gauge(&o, "num_idle_contexts", "Finished conversations kept for prefix reuse", model, e->n_idle);
+    gauge(&o, "session_dir_files", "Finished conversations in the session directory", model,
+          (double)e->n_spill_files);
+    gauge(&o, "session_dir_bytes", "Their files' bytes", model, (double)e->spill_bytes);
+    counter(&o, "session_dir_written_total", "Idle conversations written to the session "
+            "directory instead of dropped", model, (double)e->n_spilled);
+    counter(&o, "session_dir_restored_total", "Conversations read back from it for a prompt",
+            model, (double)e->n_restored);
     double win = d->window_capacity ? (double)d->window_used / d->window_capacity : 0;
     gauge(&o, "kv_cache_usage_perc", "Device pool: fraction of window pages held (1 = full)",
           model, win);
