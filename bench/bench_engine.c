@@ -1,8 +1,8 @@
 /* bench_engine.c (bench) — the engine's batch step on the synthetic Llama-3-8B shape (bf16,
  * generated on the device), in three parts.
  *
- * A. Resident batches: B sequences of C tokens of history decoding together (B = 1, 4, 8, 16,
- *    32 at C = 4K; 1, 4, 8, 16 at 32K). One step = akv_route_begin_step over the batch + one
+ * A. Resident batches: B sequences of C tokens of history decoding together (B = 1, 8, 32, 64
+ *    at C = 128; 1, 4, 8, 16, 32, 64 at C = 4K; 1, 4, 8, 16 at 32K). One step = akv_route_begin_step over the batch + one
  *    akv_forward_dev_step with every sequence's logits back on the host (the engine's step
  *    without its sampling, which runs on the host between steps). Aggregate decode tokens/s,
  *    and step time / the physics floor: every weight byte plus every history byte read once,
@@ -13,6 +13,13 @@
  *    measured in the same run), goal at most 1.05; and every sequence's logits at every step
  *    bit-identical to the same batch on the resident route with a pool that holds it all
  *    (part A's 32K x 16 row).
+ * P. Where a resident batch step's time goes (AKV_BENCH_PARTS=P; not in the default parts): at
+ *    B = 1, 8, 32, 64 over 128-token and 4K histories, the graphed step (as in A) against the
+ *    floor, and 4 more steps launched op by op (a second pass over the same weights,
+ *    params.no_graphs) under the device's op profile (akv_dev_profile_start), split into the
+ *    weight products (fwd_matmul: their time against their own floor, the weight bytes at the
+ *    copy rate), attention (fwd_attn_*), the small kernels (the rest), the host's route step
+ *    (begin_step) and what is left of the graphed step (launches, the logits' copy, gaps).
  * D. The gate's predictions (akv/gate.h) against measured steps, every placement it weighs
  *    (AKV_BENCH_PARTS=D; not in the default parts; AKV_BENCH_D_ONLY=staged: the staged ones,
  *    with their last step's timeline from the stage's events). The gate's rates in D and C: the file
@@ -45,6 +52,7 @@
 #include "akv/dev_pool.h"
 #include "akv/engine.h"
 #include "akv/forward_dev.h"
+#include "akv/forward_ops.h"
 #include "akv/gate.h"
 #include "akv/host_pool.h"
 #include "akv/host_table.h"
@@ -59,7 +67,7 @@
 #include "bench_copy_rate.h"
 #include "bench_route.h"
 
-enum { MAX_B = 32, PATTERN_FLOATS = 8u << 20 };
+enum { MAX_B = 64, PATTERN_FLOATS = 8u << 20 };
 
 /* Large-copy host->device rate, bytes/s: 256 MiB from pinned memory, best of 5. */
 static double h2d_rate(akv_dev *dev) {
@@ -206,32 +214,43 @@ static void bset_close(bset *b) {
     memset(b, 0, sizeof *b);
 }
 
+/* Decode step `step` of every sequence (position ctx + step; mode: each row's logits, NULL:
+ * all) through pass f; returns the seconds its route step (begin_step) took. */
+static double bset_step(bset *b, akv_forward_dev *f, uint32_t step, const uint8_t *mode) {
+    const akv_model_config *c = akv_forward_dev_config(f);
+    uint32_t n_new[MAX_B], pos0[MAX_B];
+    int32_t tok[MAX_B];
+    akv_route_req reqs[MAX_B];
+    akv_kv_hooks kv = akv_route_hooks(b->r);
+    for (uint32_t i = 0; i < b->B; i++) {
+        n_new[i] = 1, pos0[i] = b->ctx + step;
+        tok[i] = (int32_t)((step * 7919u + i * 104729u) % c->n_vocab);
+        reqs[i] = (akv_route_req){b->s[i], (uint64_t)b->ctx + step + 1};
+    }
+    akv_forward_batch fb = {.n_seq = b->B, .n_new = n_new, .pos0 = pos0, .tokens = tok,
+                            .logits = mode};
+    const double tb = akv_clock_s();
+    TRY(akv_route_begin_step(b->r, reqs, b->B));
+    const double begin_s = akv_clock_s() - tb;
+    TRY(akv_forward_dev_step(f, &fb, &kv, akv_forward_dev_logits_buffer(f)));
+    return begin_s;
+}
+
 /* One untimed step and n timed ones of every sequence; the first n_keep timed steps' logits
  * (B rows each) copied into keep[step] outside the timing; with one_row, n more steps asking
  * for the first sequence's logits only (what the logits cost). */
 static void bset_run(bset *b, akv_forward_dev *f, uint32_t n, float **keep, uint32_t n_keep,
                      bool one_row) {
     const akv_model_config *c = akv_forward_dev_config(f);
-    float *lg = akv_forward_dev_logits_buffer(f); /* the engine's way: no host copy */
-    uint32_t n_new[MAX_B], pos0[MAX_B];
-    int32_t tok[MAX_B];
-    akv_route_req reqs[MAX_B];
-    akv_kv_hooks kv = akv_route_hooks(b->r);
+    const float *lg = akv_forward_dev_logits_buffer(f); /* the engine's way: no host copy */
     akv_route_stats s0, s1;
     double t_steps = 0;
+    b->begin_ms = 0;
     for (uint32_t step = 0; step <= n; step++) {
         if (step == 1) akv_route_get_stats(b->r, &s0);
-        for (uint32_t i = 0; i < b->B; i++) {
-            n_new[i] = 1, pos0[i] = b->ctx + step;
-            tok[i] = (int32_t)((step * 7919u + i * 104729u) % c->n_vocab);
-            reqs[i] = (akv_route_req){b->s[i], (uint64_t)b->ctx + step + 1};
-        }
-        akv_forward_batch fb = {.n_seq = b->B, .n_new = n_new, .pos0 = pos0, .tokens = tok};
-        double tb = akv_clock_s();
-        TRY(akv_route_begin_step(b->r, reqs, b->B));
-        if (step >= 1) b->begin_ms += (akv_clock_s() - tb) * 1e3 / n;
-        TRY(akv_forward_dev_step(f, &fb, &kv, lg));
-        if (step >= 1) t_steps += akv_clock_s() - tb;
+        const double tb = akv_clock_s();
+        const double begin_s = bset_step(b, f, step, NULL);
+        if (step >= 1) t_steps += akv_clock_s() - tb, b->begin_ms += begin_s * 1e3 / n;
         if (keep && step >= 1 && step <= n_keep)
             memcpy(keep[step - 1], lg, (size_t)b->B * c->n_vocab * sizeof *lg);
     }
@@ -240,22 +259,88 @@ static void bset_run(bset *b, akv_forward_dev *f, uint32_t n, float **keep, uint
     if (one_row) { /* what the logits cost: the same steps with one row back */
         uint8_t mode[MAX_B];
         for (uint32_t i = 0; i < b->B; i++) mode[i] = i ? AKV_FORWARD_LOGITS_NONE : AKV_FORWARD_LOGITS_LAST;
-        double t1 = akv_clock_s();
-        for (uint32_t step = n + 1; step <= 2 * n; step++) {
-            for (uint32_t i = 0; i < b->B; i++) {
-                n_new[i] = 1, pos0[i] = b->ctx + step;
-                tok[i] = (int32_t)((step * 7919u + i * 104729u) % c->n_vocab);
-                reqs[i] = (akv_route_req){b->s[i], (uint64_t)b->ctx + step + 1};
-            }
-            akv_forward_batch fb = {.n_seq = b->B, .n_new = n_new, .pos0 = pos0, .tokens = tok,
-                                    .logits = mode};
-            TRY(akv_route_begin_step(b->r, reqs, b->B));
-            TRY(akv_forward_dev_step(f, &fb, &kv, lg));
-        }
+        const double t1 = akv_clock_s();
+        for (uint32_t step = n + 1; step <= 2 * n; step++) bset_step(b, f, step, mode);
         b->one_row_ms = (akv_clock_s() - t1) / n * 1e3;
     }
     b->staged_per_step = (double)(s1.staged_bytes - s0.staged_bytes) / n;
     b->copy_ms = (double)(s1.staged_copy_ns - s0.staged_copy_ns) / n / 1e6;
+}
+
+/* ---- part P: where a resident batch step's time goes ---------------------------------------- */
+
+/* A step's device time by kind of op, ms a step, from an op profile of n steps. */
+typedef struct pshare {
+    double products, attn, small, ops, span;
+} pshare;
+
+/* n steps of every sequence from step `from` on, launched op by op by pass fe under the op
+ * profile, split by op name. */
+static pshare profile_steps(akv_dev *dev, bset *b, akv_forward_dev *fe, uint32_t from, uint32_t n) {
+    const akv_model_config *c = akv_forward_dev_config(fe);
+    TRY(akv_dev_profile_start(dev, (size_t)n * (c->n_layers * 24 + 32)));
+    for (uint32_t step = from; step < from + n; step++) bset_step(b, fe, step, NULL);
+    TRY(akv_route_sync(b->r));
+    akv_dev_profile_row rows[128];
+    akv_dev_profile_summary sum;
+    TRY(akv_dev_profile_stop(dev, rows, 128, &sum));
+    if (sum.untimed || sum.n_keys > 128)
+        fprintf(stderr, "bench_engine: the op profile missed %llu launches, %zu keys\n",
+                (unsigned long long)sum.untimed, sum.n_keys);
+    pshare p = {.ops = sum.ops_ns / 1e6 / n, .span = sum.span_ns / 1e6 / n};
+    for (size_t i = 0; i < sum.n_keys && i < 128; i++) {
+        const double ms = rows[i].ns / 1e6 / n;
+        if (!strncmp(rows[i].key, AKV_FWD_OP_MATMUL, strlen(AKV_FWD_OP_MATMUL))) p.products += ms;
+        else if (!strncmp(rows[i].key, "fwd_attn_", 9)) p.attn += ms;
+        else p.small += ms;
+    }
+    return p;
+}
+
+static void part_p(akv_dev *dev, const char *dev_name, const akv_model_config *c, akv_forward_dev *f,
+                   const akv_forward_params *fp, double wb, double copy_bps, double token_bytes,
+                   akv_par *par, FILE *out) {
+    akv_forward_params fpe = *fp;
+    fpe.no_graphs = 1;
+    akv_forward_dev *fe = NULL; /* the same weights (same seed), every op launched by itself */
+    TRY(akv_forward_dev_create_synthetic(dev, c, 7, &fpe, &fe));
+    bench_emit(out,
+               "\n### Where a resident batch step goes (%s): synthetic Llama-3-8B shape, bf16, %u "
+               "layers\n\nStep = the graphed step of part A (route step + forward step, every "
+               "row's logits back), 16 steps. The split is of 4 more steps launched op by op under "
+               "the device's op profile (per step): products = the weight products (their floor: "
+               "%.2f GB of weights at the copy rate, %.3f ms), attention = append, decode and "
+               "merge, small = every other kernel (norms, RoPE, SwiGLU, adds, casts, embedding), "
+               "host = the route's step on the host (begin_step, in the graphed steps), rest = step "
+               "- products - attention - small - host (launches, the logits' copy, gaps). Device "
+               "copy rate (same run) **%.0f GB/s**; floor = (weights + every history byte) / "
+               "copy rate.\n\n| context | B | step ms | floor ms | step / floor | products ms | "
+               "products / their floor | attention ms | small ms | host ms | rest ms | op-by-op "
+               "span ms |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n",
+               dev_name, c->n_layers, wb / 1e9, wb / copy_bps * 1e3, copy_bps / 1e9);
+    const uint32_t ctxs[] = {128, 4096}, Bs[] = {1, 8, 32, 64};
+    for (size_t ic = 0; ic < 2; ic++)
+        for (size_t ib = 0; ib < 4; ib++) {
+            const uint32_t ctx = ctxs[ic], B = Bs[ib], steps = 16;
+            bset b;
+            if (!bset_open(&b, dev, c, bench_kind("resident"), AKV_REPR_EXACT, B, ctx, 2 * steps + 8,
+                           0, par)) {
+                bench_emit(out, "| %u | %u | does not fit | | | | | | | | | |\n", ctx, B);
+                bset_close(&b);
+                continue;
+            }
+            bset_run(&b, f, steps, NULL, 0, false);
+            bset_step(&b, fe, steps + 1, NULL); /* untimed: the op-by-op pass's first step */
+            const pshare p = profile_steps(dev, &b, fe, steps + 2, 4);
+            const double floor_ms = (wb + token_bytes * B * (ctx + 1)) / copy_bps * 1e3;
+            bench_emit(out, "| %u | %u | %.3f | %.3f | %.3f | %.3f | %.3f | %.3f | %.3f | %.3f | "
+                            "%.3f | %.3f |\n",
+                       ctx, B, b.step_ms, floor_ms, b.step_ms / floor_ms, p.products,
+                       p.products / (wb / copy_bps * 1e3), p.attn, p.small, b.begin_ms,
+                       b.step_ms - p.ops - b.begin_ms, p.span);
+            bset_close(&b);
+        }
+    akv_forward_dev_destroy(fe);
 }
 
 /* ---- part C: the engine, a queue against a batch ------------------------------------------- */
@@ -381,9 +466,9 @@ int main(void) {
         }
     }
     if (strchr(parts, 'A')) {
-        const struct { uint32_t ctx, B; } rows[] = {{4096, 1},  {4096, 4},  {4096, 8},
-                                                    {4096, 16}, {4096, 32}, {32768, 1},
-                                                    {32768, 4}, {32768, 8}, {32768, 16}};
+        const struct { uint32_t ctx, B; } rows[] = {
+            {128, 1},   {128, 8},   {128, 32},  {128, 64},  {4096, 1},  {4096, 4},  {4096, 8},
+            {4096, 16}, {4096, 32}, {4096, 64}, {32768, 1}, {32768, 4}, {32768, 8}, {32768, 16}};
         bench_emit(out,
                    "\n### Engine batch step, resident (%s): synthetic Llama-3-8B shape, bf16, %u "
                    "layers\n\nB sequences decoding together, one route step + one forward step "
@@ -450,6 +535,8 @@ int main(void) {
         }
         bset_close(&b);
     }
+    if (strchr(parts, 'P'))
+        part_p(dev, info.name, &c, f, &fp, wb, copy_bps, token_bytes, par, out);
     if (strchr(parts, 'D')) {
         /* The gate's predictions against measured steps: each placement it weighs, B = 4
          * histories of AKV_BENCH_D_CTX tokens (32768) decoding together, staged through an
