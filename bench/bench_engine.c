@@ -27,6 +27,15 @@
  * S. The staged compact route (akv/route.h: staged with a tier) against the staged exact one:
  *    one history of 32K, 64K, 128K through a small pool (AKV_BENCH_PARTS=S; not in the
  *    default parts).
+ * R. A returning conversation (AKV_BENCH_PARTS=R; not in the default parts): through the
+ *    engine (resident, a 5 GiB pool that holds one 32K history), a conversation of 32K tokens
+ *    whose device pages another conversation took comes back with a new turn of 128 tokens:
+ *    its time to first token against recomputing its whole prompt, and against (history bytes
+ *    / the bus's large-copy rate + the new turn's prefill with the history on the device);
+ *    then the same from the session directory (session_dir, a directory under TMPDIR or /tmp)
+ *    with the file's pages dropped from the page cache (posix_fadvise; the one idle context
+ *    left, 16 tokens, is written out when X comes back, inside its time), against (file bytes /
+ *    the disk's read rate measured in the same run on a 1 GiB file + the new turn's prefill).
  * C. 4 conversations of 32K on a pool that holds one, through the engine (akv/engine.h) with
  *    real prompts (random tokens, prefilled in chunks of 1024) and 16 new tokens each
  *    (AKV_BENCH_C_NEW): served one after another (resident, max_seqs 1: the others wait in the
@@ -42,11 +51,14 @@
  * the same, not meaningful. AKV_BENCH_LAYERS=N (1..32) for fewer layers; AKV_BENCH_PARTS=ABC
  * picks the parts. Appends markdown to $AKV_BENCH_OUT. */
 #define _POSIX_C_SOURCE 200809L
+#include <dirent.h>
+#include <fcntl.h>
 #include <math.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "akv/dev.h"
 #include "akv/dev_pool.h"
@@ -429,6 +441,145 @@ static crun part_c_run(const akv_model_config *c, akv_route_kind kind, akv_repr 
     return out;
 }
 
+/* ---- part R: a returning conversation ------------------------------------------------------ */
+
+/* The first token's time of one request of n prompt tokens (salt: its cache_salt), run alone;
+ * *cached: its tokens reused. */
+static double r_ttft(akv_engine *e, const int32_t *prompt, uint32_t n, uint64_t salt, uint32_t *cached) {
+    akv_request_params rp = {.prompt = prompt, .n_prompt = n, .max_tokens = 1,
+                             .sample = akv_sample_default_params(), .cache_salt = salt};
+    rp.sample.temp = 0;
+    akv_request *rq;
+    TRY(akv_engine_submit(e, &rp, &rq, NULL));
+    while (akv_engine_busy(e)) TRY(akv_engine_step(e, NULL));
+    akv_request_info ri;
+    akv_request_get_info(rq, &ri);
+    akv_engine_release(e, rq);
+    if (cached) *cached = ri.n_cached;
+    return ri.t_first - ri.t_submit;
+}
+
+static akv_engine *r_engine(const akv_model_config *c, uint32_t ctx, const char *dir) {
+    akv_engine_params ep = akv_engine_default_params();
+    ep.attn = bench_attn_tuning();
+    TRY(akv_dev_create(akv_dev_cuda_backend(), NULL, &ep.dev));
+    ep.synthetic = c, ep.synthetic_seed = 7;
+    ep.max_seqs = 1, ep.max_queue = 2, ep.max_context = ctx + 512;
+    ep.device_gib = 5, ep.host_gib = 3 * 5 + 2, ep.chunk = 1024;
+    ep.max_idle = dir ? 1 : 4, ep.session_dir = dir;
+    akv_engine *e = NULL;
+    return akv_engine_create(&ep, &e) == AKV_OK ? e : NULL;
+}
+
+/* Bytes/s reading a 1 GiB file written and dropped from the page cache first. */
+static double r_disk_rate(const char *dir) {
+    char path[512];
+    snprintf(path, sizeof path, "%s/rate.bin", dir);
+    const size_t n = (size_t)1 << 30, blk = (size_t)8 << 20;
+    char *buf = malloc(blk);
+    memset(buf, 7, blk);
+    FILE *f = fopen(path, "wb");
+    if (!f) return NAN;
+    for (size_t o = 0; o < n; o += blk) fwrite(buf, 1, blk, f);
+    fflush(f), fsync(fileno(f));
+    posix_fadvise(fileno(f), 0, 0, POSIX_FADV_DONTNEED);
+    fclose(f);
+    f = fopen(path, "rb");
+    const double t0 = akv_clock_s();
+    size_t got = 0, k;
+    while ((k = fread(buf, 1, blk, f)) > 0) got += k;
+    const double t = akv_clock_s() - t0;
+    fclose(f), remove(path), free(buf);
+    return got / t;
+}
+
+/* Every file of dir dropped from the page cache (their pages are on the disk: fsynced). */
+static void r_drop_cache(const char *dir) {
+    DIR *d = opendir(dir);
+    for (struct dirent *de; d && (de = readdir(d)) != NULL;) {
+        char path[768];
+        snprintf(path, sizeof path, "%s/%s", dir, de->d_name);
+        FILE *f = de->d_name[0] != '.' ? fopen(path, "rb") : NULL;
+        if (f) posix_fadvise(fileno(f), 0, 0, POSIX_FADV_DONTNEED), fclose(f);
+    }
+    if (d) closedir(d);
+}
+
+static void part_r(const akv_model_config *c, double bus_bps, const char *dev_name, FILE *out) {
+    const uint32_t ctx = 32768, turn = 128;
+    const double token_bytes = 2.0 * c->n_kv_heads * c->head_dim * 2 * c->n_layers;
+    int32_t *x = malloc((size_t)(ctx + 2 * turn) * sizeof *x), *y = malloc((size_t)ctx * sizeof *y);
+    for (uint32_t t = 0; t < ctx + 2 * turn; t++) x[t] = (int32_t)((t * 2654435761u + 11u) % c->n_vocab);
+    for (uint32_t t = 0; t < ctx; t++) y[t] = (int32_t)((t * 2654435761u + 977u) % c->n_vocab);
+    /* from host memory: X prefilled, Y takes the device pool, X returns with a turn; then a
+     * turn with its history on the device (the prefill term); then X's prompt recomputed
+     * (another salt: nothing reused) */
+    akv_engine *e = r_engine(c, ctx, NULL);
+    if (!e) {
+        bench_emit(out, "\n(returning conversation: the engine did not fit)\n");
+        free(x), free(y);
+        return;
+    }
+    uint32_t cached_mem = 0, cached_turn = 0, cached_disk = 0;
+    (void)r_ttft(e, x, ctx, 0, NULL);
+    (void)r_ttft(e, y, ctx, 0, NULL);
+    const double t_mem = r_ttft(e, x, ctx + turn, 0, &cached_mem);
+    const double t_turn = r_ttft(e, x, ctx + 2 * turn, 0, &cached_turn);
+    const double t_fresh = r_ttft(e, x, ctx + turn, 1, NULL);
+    akv_engine_destroy(e);
+    /* from the session directory: X written out when Y finishes (one idle context kept) */
+    char dir[] = "/tmp/akv_bench_sdir_XXXXXX";
+    double t_disk = NAN, disk_bps = NAN, file_bytes = NAN;
+    if (mkdtemp(dir)) {
+        disk_bps = r_disk_rate(dir);
+        e = r_engine(c, ctx, dir);
+        if (e) {
+            (void)r_ttft(e, x, ctx, 0, NULL);
+            (void)r_ttft(e, y, ctx, 0, NULL); /* X written out */
+            (void)r_ttft(e, y + 7, 16, 5, NULL); /* Y written out: the one idle context kept
+                                                     is 16 tokens when X returns */
+            akv_engine_stats st;
+            akv_engine_get_stats(e, &st);
+            file_bytes = (double)st.spill_bytes / 2; /* X's and Y's, of one length */
+            r_drop_cache(dir);
+            t_disk = r_ttft(e, x, ctx + turn, 0, &cached_disk);
+            akv_engine_get_stats(e, &st);
+            if (st.n_restored != 1) t_disk = NAN;
+            akv_engine_destroy(e);
+        }
+        DIR *d = opendir(dir);
+        for (struct dirent *de; d && (de = readdir(d)) != NULL;) {
+            char path[768];
+            snprintf(path, sizeof path, "%s/%s", dir, de->d_name);
+            if (de->d_name[0] != '.') remove(path);
+        }
+        if (d) closedir(d);
+        rmdir(dir);
+    }
+    const double hist = token_bytes * ctx;
+    const double floor_mem = hist / bus_bps + t_turn, floor_disk = file_bytes / disk_bps + t_turn;
+    bench_emit(out,
+               "\n### A returning conversation (%s): synthetic Llama-3-8B shape, bf16, 32K history "
+               "+ a 128-token turn\n\nThrough the engine, resident, a 5 GiB pool that holds one "
+               "32K history: the conversation's device pages were taken by another 32K "
+               "conversation before it returns. Time to first token (submit to first token). "
+               "Bus (same run) **%.1f GB/s**; the disk's read rate (a 1 GiB file out of the page "
+               "cache, same run) **%.2f GB/s**; history %.2f GB, its session file %.2f GB. "
+               "Turn = the new turn's prefill with the history on the device. Goals: recompute / "
+               "returning >= 30; returning / floor <= 1.1.\n\n"
+               "| case | TTFT ms | tokens reused | recompute / this | floor ms | this / floor |\n"
+               "|---|---|---|---|---|---|\n"
+               "| recompute (32K + 128, nothing reused) | %.1f | 0 | 1.00 | | |\n"
+               "| returning, history in host memory | %.1f | %u | %.1f | %.1f (bytes / bus + turn) | %.3f |\n"
+               "| returning, history in the session directory | %.1f | %u | %.1f | %.1f (bytes / disk + turn) | %.3f |\n"
+               "| the turn, history on the device | %.1f | %u | %.1f | | |\n",
+               dev_name, bus_bps / 1e9, disk_bps / 1e9, hist / 1e9, file_bytes / 1e9, t_fresh * 1e3,
+               t_mem * 1e3, cached_mem, t_fresh / t_mem, floor_mem * 1e3, t_mem / floor_mem,
+               t_disk * 1e3, cached_disk, t_fresh / t_disk, floor_disk * 1e3, t_disk / floor_disk,
+               t_turn * 1e3, cached_turn, t_fresh / t_turn);
+    free(x), free(y);
+}
+
 int main(void) {
     akv_dev_info info;
     akv_dev *dev = bench_cuda_or_skip(&info);
@@ -677,6 +828,11 @@ int main(void) {
             }
         }
         for (int k = 0; k < S_STEPS; k++) free(ls[k]), free(lr[k]);
+    }
+    if (strchr(parts, 'R')) {
+        akv_forward_dev_destroy(f); /* the engine's weights and pools in its place */
+        f = NULL;
+        part_r(&c, bus_bps, info.name, out);
     }
     if (strchr(parts, 'C')) {
         /* AKV_BENCH_C_NEW: new tokens each (16); AKV_BENCH_C_GIB: the pool (5); AKV_BENCH_C_STAGED=0
