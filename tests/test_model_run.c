@@ -14,6 +14,8 @@
 
 #include "akv/chat.h"
 #include "akv/dev_pool.h"
+#include "akv/engine.h"
+#include "akv/json_prefix.h"
 #include "akv/forward.h"
 #include "akv/host_pool.h"
 #include "akv/route.h"
@@ -120,6 +122,25 @@ static long file_bytes(const char *path, void *buf, size_t cap) {
     long n = (long)fread(buf, 1, cap, f);
     fclose(f);
     return n;
+}
+
+/* A request's tokens and text, from its events. */
+typedef struct run_seen {
+    int32_t tok[128];
+    uint32_t n, n_trigger;
+    char text[2048];
+    size_t n_text;
+} run_seen;
+
+static void run_on_token(void *user, akv_request *rq, const akv_token_event *ev) {
+    (void)rq;
+    run_seen *s = user;
+    if (ev->token >= 0 && !ev->eog && s->n < 128) s->tok[s->n++] = ev->token;
+    if (ev->text && ev->n_text && s->n_text + ev->n_text < sizeof s->text) {
+        memcpy(s->text + s->n_text, ev->text, ev->n_text);
+        s->n_text += ev->n_text;
+        s->text[s->n_text] = 0;
+    }
 }
 
 int main(int argc, char **argv) {
@@ -268,6 +289,72 @@ int main(int argc, char **argv) {
             akv_tok_text_free(&t);
         }
         akv__free(la), akv__free(lb);
+    }
+
+    TEST_CASE(a_json_value_after_a_string) {
+        /* format_after: the answer is free until the string, then one JSON object, then free
+         * again. The string is the first tokens of the free answer: the held answer is the free
+         * one up to it (the same tokens), then a whole JSON object (akv/json_prefix.h); a
+         * string the answer never holds leaves it free (the free answer's tokens). */
+        akv_engine_params ep = akv_engine_default_params();
+        if (!CHECK(akv_dev_create(akv_dev_host_backend(), NULL, &ep.dev) == AKV_OK)) break;
+        ep.model = m, ep.max_context = 256, ep.host_gib = 1, ep.device_gib = 1;
+        akv_engine *e = NULL;
+        if (!CHECK(akv_engine_create(&ep, &e) == AKV_OK)) break;
+        const char *q = "Here is a JSON object describing a cat:";
+        akv_tok_ids qi = {0};
+        CHECK_OK(akv_tok_encode(tok, q, strlen(q), AKV_TOK_ADD_SPECIAL, &qi));
+        static run_seen free_run, held, never;
+        const char *after = NULL;
+        char trigger[64] = "";
+        for (int k = 0; k < 3; k++) {
+            run_seen *rs = k == 0 ? &free_run : k == 1 ? &held : &never;
+            memset(rs, 0, sizeof *rs);
+            akv_request_params rp = {.prompt = qi.ids, .n_prompt = (uint32_t)qi.n_ids, .max_tokens = 48,
+                                     .sample = akv_sample_default_params(), .on_token = run_on_token,
+                                     .user = rs};
+            rp.sample.temp = 0;
+            if (k) rp.format = AKV_FORMAT_JSON_OBJECT, rp.format_after = after;
+            akv_request *rq;
+            CHECK_OK(akv_engine_submit(e, &rp, &rq, NULL));
+            while (akv_engine_busy(e)) CHECK_OK(akv_engine_step(e, NULL));
+            akv_engine_release(e, rq);
+            if (k == 0) { /* the trigger: the free answer's first tokens, 4 bytes at least */
+                size_t n = 0;
+                for (uint32_t i = 0; i < rs->n && n < 4; i++) {
+                    size_t pn = 0;
+                    const uint8_t *pc = akv_tok_token_piece(tok, rs->tok[i], &pn);
+                    if (n + pn >= sizeof trigger) break;
+                    memcpy(trigger + n, pc, pn), n += pn;
+                    rs->n_trigger = i + 1;
+                }
+                trigger[n] = 0;
+                after = trigger;
+                printf("  free: \"%s\"; the string: \"%s\"\n", rs->text, trigger);
+            }
+            if (k == 1) after = "a string the answer never holds";
+        }
+        printf("  held: \"%s\"\n", held.text);
+        CHECK(strlen(trigger) >= 4);
+        CHECK(held.n >= free_run.n_trigger &&
+              !memcmp(held.tok, free_run.tok, free_run.n_trigger * sizeof *held.tok));
+        /* after the string: white space, then a JSON object that the prefix machine takes whole
+         * (or, cut by max_tokens, as far as it goes) */
+        const char *v = strstr(held.text, trigger);
+        CHECK(v == held.text || (v && v > held.text));
+        akv_json_prefix jp;
+        akv_json_prefix_init(&jp, true);
+        size_t at = v ? (size_t)(v - held.text) + strlen(trigger) : 0;
+        bool took = v != NULL;
+        while (took && held.text[at] && !akv_json_prefix_complete(&jp))
+            took = akv_json_prefix_feed(&jp, (const uint8_t *)held.text + at++, 1);
+        CHECK(took);
+        CHECK(akv_json_prefix_complete(&jp) || held.n == 48);
+        CHECK(strcmp(held.text, free_run.text) != 0); /* the free answer is not an object there */
+        CHECK_EQ_INT(never.n, free_run.n);
+        CHECK_BYTES(never.tok, free_run.tok, free_run.n * sizeof *never.tok);
+        akv_tok_ids_free(&qi);
+        akv_engine_destroy(e);
     }
 
     TEST_CASE(chat_template_as_the_gguf_says) {

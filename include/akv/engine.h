@@ -282,6 +282,13 @@ typedef struct akv_request_params {
                                 model's own */
     const akv_json_schema *schema; /* format JSON_SCHEMA: the compiled schema, borrowed until
                                       the request's last event */
+    const char *format_after;  /* with a format: the text is free until it contains this
+                                  string (a tool call's opener, "<tool_call>"); from its next
+                                  byte the format holds, until its value is whole; then the
+                                  text is free again, and the next occurrence opens another
+                                  value. A token whose bytes after the string cannot begin a
+                                  value leaves that occurrence free. Copied; NULL or "": the
+                                  whole answer is one value */
     bool kv_exact;           /* keep its whole history exact where the engine has a compact
                                 tier (kv_tier q8/q4): it reserves and reads its K/V as the
                                 exact route does, and reuses only contexts kept exact too.

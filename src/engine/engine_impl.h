@@ -52,6 +52,12 @@ struct akv_request {
     akv_json_prefix json;  /* format JSON_OBJECT: the text so far as a JSON prefix */
     akv_js_state js;       /* format JSON_SCHEMA: ... as a prefix of a value of the schema */
     float *masked;         /* a format but TEXT: [n_vocab] the logits it samples from */
+    char *after;           /* format_after's copy (NULL: the whole answer is the value) */
+    size_t n_after;
+    bool fmt_on;           /* the format holds the next token (with after: inside a value) */
+    char *tail;            /* with after, outside a value: the answer's last n_after - 1
+                              bytes (the string may begin in them) */
+    size_t n_tail;
     akv__mask_cache masks; /* ... the masks of its format's states met lately (mask.h) */
     uint32_t gen_cap;
     uint32_t prefill0;     /* where its prefill began: chunks end at prefill0 + k * chunk */

@@ -26,6 +26,12 @@ static const uint8_t *request_piece(const void *tok, int32_t id, size_t *n) {
     return akv_tok_token_piece(tok, id, n);
 }
 
+/* The format's machine at the start of a value. */
+static void format_reset(akv_request *rq) {
+    akv_json_prefix_init(&rq->json, true);
+    if (rq->p.format == AKV_FORMAT_JSON_SCHEMA) akv_js_init(&rq->js, rq->p.schema);
+}
+
 akv_status akv__request_init(akv_engine *e, akv_request *rq, const akv_request_params *p) {
     rq->e = e;
     rq->p = *p;
@@ -46,8 +52,14 @@ akv_status akv__request_init(akv_engine *e, akv_request *rq, const akv_request_p
     }
     rq->p.stop = (const char *const *)rq->stop;
     if (p->format != AKV_FORMAT_TEXT) {
-        akv_json_prefix_init(&rq->json, true);
-        if (p->format == AKV_FORMAT_JSON_SCHEMA) akv_js_init(&rq->js, p->schema);
+        format_reset(rq);
+        rq->fmt_on = true;
+        if (p->format_after && *p->format_after) {
+            rq->n_after = strlen(p->format_after);
+            if (!(rq->after = akv__strdup(p->format_after)) || !(rq->tail = akv__malloc(rq->n_after)))
+                return AKV_ENOMEM;
+            rq->fmt_on = false;
+        }
         if (!(rq->masked = akv__malloc((size_t)e->cfg.n_vocab * sizeof *rq->masked))) return AKV_ENOMEM;
         akv_status st = akv__mask_cache_init(&rq->masks, e->cfg.n_vocab, request_machine(rq).size);
         if (!st && e->tok && !e->vocab.order) {
@@ -75,6 +87,7 @@ void akv__request_free(akv_request *rq) {
     akv__free(rq->prompt);
     akv__free(rq->gen);
     akv__free(rq->masked);
+    akv__free(rq->after), akv__free(rq->tail);
     akv__mask_cache_free(&rq->masks);
     for (uint32_t i = 0; rq->stop && i < rq->p.n_stop; i++) akv__free(rq->stop[i]);
     akv__free(rq->stop);
@@ -196,10 +209,40 @@ static const float *request_mask_json(akv_request *rq, const float *logits) {
     return rq->masked;
 }
 
+/* Outside a value (format_after): a free token's piece; where it completes the string, the
+ * value opens with the piece's bytes after it (a piece that cannot begin one leaves this
+ * occurrence free). */
+static void request_watch(akv_request *rq, const uint8_t *piece, size_t n) {
+    const size_t k = rq->n_after;
+    for (size_t i = 0; i < n; i++) { /* the string ends at piece byte i? */
+        const size_t from_tail = i + 1 < k ? k - (i + 1) : 0; /* its bytes before the piece */
+        if (from_tail > rq->n_tail) continue;
+        if (memcmp(rq->tail + rq->n_tail - from_tail, rq->after, from_tail) ||
+            memcmp(piece + i + 1 - (k - from_tail), rq->after + from_tail, k - from_tail))
+            continue;
+        format_reset(rq);
+        rq->fmt_on = format_take(rq, piece + i + 1, n - i - 1) && !format_complete(rq);
+        rq->n_tail = 0;
+        if (rq->fmt_on) return;
+        piece += i + 1, n -= i + 1, i = (size_t)-1; /* free again: watch the rest */
+    }
+    /* the last k - 1 bytes of the text so far */
+    if (k < 2) return;
+    if (n >= k - 1) {
+        memcpy(rq->tail, piece + n - (k - 1), k - 1);
+        rq->n_tail = k - 1;
+        return;
+    }
+    const size_t keep = rq->n_tail + n > k - 1 ? k - 1 - n : rq->n_tail;
+    memmove(rq->tail, rq->tail + rq->n_tail - keep, keep);
+    memcpy(rq->tail + keep, piece, n);
+    rq->n_tail = keep + n;
+}
+
 bool akv__request_on_logits(akv_request *rq, const float *logits) {
     akv_engine *e = rq->e;
     int32_t token;
-    const float *from = rq->masked ? request_mask_json(rq, logits) : logits;
+    const float *from = rq->masked && rq->fmt_on ? request_mask_json(rq, logits) : logits;
     akv_status st = akv_sampler_sample(rq->sampler, from, &token);
     if (st) {
         rq->info.error = st;
@@ -227,11 +270,15 @@ bool akv__request_on_logits(akv_request *rq, const float *logits) {
         return true;
     }
     (void)akv_sampler_accept(rq->sampler, token);
-    if (rq->masked && !akv__request_is_eog(e, token)) { /* its piece continues the JSON text
-                                                            (the mask allowed it) */
+    if (rq->masked && !akv__request_is_eog(e, token)) {
         size_t n = 0;
         const uint8_t *piece = akv_tok_token_piece(e->tok, token, &n);
-        if (!piece || !format_take(rq, piece, n)) AKV_ASSERT(!"masked token");
+        if (rq->fmt_on) { /* its piece continues the value (the mask allowed it) */
+            if (!piece || !format_take(rq, piece, n)) AKV_ASSERT(!"masked token");
+            if (rq->after && format_complete(rq)) rq->fmt_on = false, rq->n_tail = 0;
+        } else if (piece) {
+            request_watch(rq, piece, n);
+        }
     }
     const bool last = rq->info.n_gen >= rq->p.max_tokens;
     if (e->tok) {
