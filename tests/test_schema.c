@@ -156,6 +156,60 @@ int main(int argc, char **argv) {
         }
     }
 
+    TEST_CASE(a_union_told_apart_by_a_const) {
+        /* anyOf of objects of the same properties, one of them a distinct const in each (a tool
+         * call: the name chooses the arguments' schema): the tag first, then each property as
+         * its branch says; a branch's arguments under another's name are refused */
+        const char *text =
+            "{\"anyOf\": ["
+            "{\"type\": \"object\", \"properties\": {\"name\": {\"const\": \"get_weather\"}, "
+            "\"arguments\": {\"type\": \"object\", \"properties\": {\"city\": {\"type\": \"string\"}}, "
+            "\"required\": [\"city\"]}}, \"required\": [\"name\", \"arguments\"]},"
+            "{\"type\": \"object\", \"properties\": {\"name\": {\"const\": \"add\"}, "
+            "\"arguments\": {\"type\": \"object\", \"properties\": {\"a\": {\"type\": \"integer\"}, "
+            "\"b\": {\"type\": \"integer\"}}, \"required\": [\"a\", \"b\"]}}, \"required\": [\"name\", \"arguments\"]}]}";
+        akv_srv_schema *s = compile_text(text, why, sizeof why);
+        if (!CHECK(s != NULL)) {
+            printf("  %s\n", why);
+            break;
+        }
+        const akv_json_schema *v = akv_srv_schema_view(s);
+        valid(v, "{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}");
+        valid(v, "{\"name\":\"add\",\"arguments\":{\"b\":2,\"a\":1}}");
+        invalid(v, "{\"name\": \"add\", \"arguments\": {\"city\": \"Paris\"}}", 31);
+        invalid(v, "{\"name\": \"get_weather\", \"arguments\": {\"a\": 1}}", 39);
+        invalid(v, "{\"arguments\": {\"a\": 1}, \"name\": \"add\"}", 2); /* the tag first */
+        invalid(v, "{\"name\": \"sub\", \"arguments\": {}}", 10);
+        invalid(v, "{\"name\": \"add\"}", 14); /* arguments required */
+        incomplete(v, "{\"name\": \"add\", \"arguments\": {\"a\": 1, \"b\": 2}");
+        /* the union as an array's items (a Mistral call list) */
+        char arr[2048];
+        snprintf(arr, sizeof arr, "{\"type\": \"array\", \"minItems\": 1, \"items\": %s}", text);
+        akv_srv_schema *sa = compile_text(arr, why, sizeof why);
+        if (CHECK(sa != NULL)) {
+            const akv_json_schema *va = akv_srv_schema_view(sa);
+            valid(va, "[{\"name\": \"add\", \"arguments\": {\"a\": 1, \"b\": 2}}, {\"name\": "
+                      "\"get_weather\", \"arguments\": {\"city\": \"Oslo\"}}]");
+            invalid(va, "[{\"name\": \"add\", \"arguments\": {\"a\": 1, \"b\": 2}}, {\"name\": "
+                        "\"get_weather\", \"arguments\": {\"a\": 1}}]", 88);
+        }
+        akv_srv_schema_free(sa);
+        akv_srv_schema_free(s);
+        /* not a union: branches of other properties, or no distinct const */
+        const char *nots[] = {
+            "{\"anyOf\": [{\"type\": \"object\", \"properties\": {\"k\": {\"const\": 1}}}, "
+            "{\"type\": \"object\", \"properties\": {\"j\": {\"const\": 2}}}]}",
+            "{\"anyOf\": [{\"type\": \"object\", \"properties\": {\"k\": {\"const\": 1}}}, "
+            "{\"type\": \"object\", \"properties\": {\"k\": {\"const\": 1}}}]}",
+        };
+        for (int i = 0; i < 2; i++) {
+            why[0] = 0;
+            akv_srv_schema *x = compile_text(nots[i], why, sizeof why);
+            TEST_CHECK_(x == NULL && strstr(why, "anyOf"), "%s: compiled, or '%s'", nots[i], why);
+            akv_srv_schema_free(x);
+        }
+    }
+
     TEST_CASE(refused_naming_the_keyword) {
         const char *bad[][2] = {
             {"{\"type\": \"object\", \"properties\": {\"a\": {}}, \"additionalProperties\": true}", "additionalProperties"},

@@ -14,6 +14,9 @@
  *   array    its items' node, and how many at least and at most.
  *   enum     JSON texts (as a compiler writes them: "\"red\"", "3", "true"); the value must be
  *            one of them, byte for byte.
+ *   tag      an object's property whose enum text chooses the schema of its other
+ *            properties (SWITCH nodes): a union of objects told apart by one property (a tool
+ *            call: "name" chooses the schema of "arguments"). The tag comes before them.
  *   prefix   as in akv/json_prefix.h: bytes that some continuation makes a complete value of
  *            the schema's root.
  * Not followed: numeric bounds, string lengths, patterns and formats (a compiler says so).
@@ -45,6 +48,8 @@ typedef enum akv_js_kind {
     AKV_JS_NULL,
     AKV_JS_ENUM,
     AKV_JS_REF, /* the value of node `items` (a $ref: shared, so a schema may recur) */
+    AKV_JS_SWITCH, /* a property's value whose schema is chosen by its object's tag: case i
+                      (props[first + i].node) when the tag took its enum's text i */
 } akv_js_kind;
 
 enum {
@@ -60,7 +65,9 @@ typedef struct akv_js_node {
     uint32_t first;     /* object: its first property in props; enum: its first text in texts */
     uint32_t n;         /* ... how many */
     uint64_t required;  /* object: bit i = property first + i is required */
-    uint32_t items;     /* array: its items' node; ref: the node it stands for */
+    uint32_t items;     /* array: its items' node; ref: the node it stands for; object: its
+                           tag property + 1 (0: none), an enum whose text chooses the case of
+                           each of its SWITCH properties, which may come only after it */
     uint32_t min_items, max_items; /* array (max 0 = no limit) */
 } akv_js_node;
 
@@ -82,7 +89,7 @@ typedef struct akv_js_frame {
     uint32_t node;
     uint8_t state;      /* json_schema.c */
     uint8_t sub;
-    uint16_t count;     /* array: items so far */
+    uint16_t count;     /* array: items so far; object: its tag's text + 1 (0: not yet) */
     uint64_t used;      /* object: properties given; enum: texts still possible */
 } akv_js_frame;
 

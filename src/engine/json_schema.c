@@ -69,15 +69,33 @@ static bool push(akv_js_state *s, uint32_t node) {
     return true;
 }
 
-/* The current value is whole: its parent moves on (or the root is done). */
+/* The current value is whole: its parent moves on (or the root is done); an object's tag
+ * keeps which text it took. */
 static void pop(akv_js_state *s) {
+    const akv_js_frame *c = &s->frames[s->depth - 1];
     if (--s->depth == 0) {
         s->done = true;
         return;
     }
     akv_js_frame *p = &s->frames[s->depth - 1];
-    if (p->state == F_OBJ_VALUE) p->state = F_OBJ_AFTER;
-    else p->count++, p->state = F_ARR_AFTER;
+    if (p->state == F_OBJ_VALUE) {
+        const akv_js_node *pn = node_of(s, p);
+        if (pn->items && p->sub == pn->items - 1 && c->state == F_ENUM) {
+            const uint64_t ended = cand_ended(s, node_of(s, c), c->used);
+            p->count = (uint16_t)(__builtin_ctzll(ended) + 1);
+        }
+        p->state = F_OBJ_AFTER;
+    } else {
+        p->count++, p->state = F_ARR_AFTER;
+    }
+}
+
+/* An object's properties that may not come yet: its SWITCH ones before its tag. */
+static uint64_t untagged(const akv_js_state *s, const akv_js_node *n, const akv_js_frame *f) {
+    uint64_t out = 0;
+    for (uint32_t i = 0; n->items && !f->count && i < n->n; i++)
+        if (s->schema->nodes[s->schema->props[n->first + i].node].kind == AKV_JS_SWITCH) out |= 1ull << i;
+    return out;
 }
 
 /* Whether the current value may end here (before a byte it does not take). */
@@ -101,7 +119,7 @@ static bool start(akv_js_state *s, akv_js_frame *f, uint8_t c) {
     switch (n->kind) {
     case AKV_JS_OBJECT:
         if (c != '{') return false;
-        f->state = F_OBJ_FIRST, f->used = 0;
+        f->state = F_OBJ_FIRST, f->used = 0, f->count = 0;
         return true;
     case AKV_JS_ARRAY:
         if (c != '[') return false;
@@ -141,6 +159,12 @@ static bool feed1(akv_js_state *s, uint8_t c) {
                 f->node = n->items;
                 continue;
             }
+            if (n->kind == AKV_JS_SWITCH) { /* the case its object's tag chose */
+                const akv_js_frame *o = &s->frames[s->depth - 2];
+                if (!o->count || o->count > n->n) return false; /* cannot happen: untagged */
+                f->node = s->schema->props[n->first + o->count - 1].node;
+                continue;
+            }
             if (n->kind == AKV_JS_ENUM && !json_lex_ws(c) && !(c == 'n' && n->nullable)) {
                 f->state = F_ENUM, f->used = all_bits(n->n), s->at = 0;
                 continue; /* c is the text's first byte */
@@ -154,7 +178,7 @@ static bool feed1(akv_js_state *s, uint8_t c) {
                 pop(s);
                 return true;
             }
-            const uint64_t unused = all_bits(n->n) & ~f->used;
+            const uint64_t unused = all_bits(n->n) & ~f->used & ~untagged(s, n, f);
             if (c != '"' || !unused) return false;
             f->state = F_KEY, s->at = 0, s->cand = unused;
             return true;

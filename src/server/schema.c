@@ -58,6 +58,7 @@ static akv_status keep_text(akv_srv_schema *s, char *t, uint32_t *at) {
 }
 
 static akv_status compile(akv_srv_schema *s, const cJSON *sch, uint32_t nest, uint32_t *out);
+static akv_status compile_object(akv_srv_schema *s, const cJSON *sch, uint32_t nest, uint32_t node);
 
 /* A JSON value's compact text, as an enum text. */
 static akv_status enum_text(akv_srv_schema *s, const cJSON *v, uint32_t *at) {
@@ -135,6 +136,97 @@ static akv_status compile_object(akv_srv_schema *s, const cJSON *sch, uint32_t n
         if (!p) return bad(s, "'required' names '%.40s', which is not a property",
                            cJSON_IsString(r) ? r->valuestring : "?");
         s->nodes[node].required |= 1ull << k;
+    }
+    return AKV_OK;
+}
+
+/* A branch's properties (an object schema's), or NULL. */
+static const cJSON *branch_props(const cJSON *b) {
+    const cJSON *t = cJSON_GetObjectItemCaseSensitive(b, "type"),
+                *p = cJSON_GetObjectItemCaseSensitive(b, "properties");
+    if (!cJSON_IsObject(b) || (t && !(cJSON_IsString(t) && !strcmp(t->valuestring, "object"))) ||
+        !cJSON_IsObject(p) || !p->child)
+        return NULL;
+    return p;
+}
+
+/* Whether branch b has exactly the properties (names, required) of `like`. */
+static bool branch_alike(const cJSON *b, const cJSON *like) {
+    const cJSON *p = branch_props(b), *q = branch_props(like);
+    if (!p || cJSON_GetArraySize(p) != cJSON_GetArraySize(q)) return false;
+    for (const cJSON *x = q->child; x; x = x->next)
+        if (!cJSON_GetObjectItemCaseSensitive(p, x->string)) return false;
+    const cJSON *r = cJSON_GetObjectItemCaseSensitive(b, "required"),
+                *rl = cJSON_GetObjectItemCaseSensitive(like, "required");
+    char *a = r ? cJSON_PrintUnformatted(r) : NULL, *c = rl ? cJSON_PrintUnformatted(rl) : NULL;
+    const bool same = (!a && !c) || (a && c && !strcmp(a, c));
+    cJSON_free(a), cJSON_free(c);
+    return same;
+}
+
+/* A property's const (a "const", or an "enum" of one value), or NULL. */
+static const cJSON *const_of(const cJSON *sch) {
+    const cJSON *c = cJSON_GetObjectItemCaseSensitive(sch, "const"), *e = cJSON_GetObjectItemCaseSensitive(sch, "enum");
+    if (c) return c;
+    return cJSON_IsArray(e) && cJSON_GetArraySize(e) == 1 ? e->child : NULL;
+}
+
+/* anyOf / oneOf of objects of the same properties that one property (the tag) tells apart by a
+ * const of each: one object whose tag is the enum of the consts and whose other properties are
+ * SWITCH nodes over the branches (akv/json_schema.h). AKV_EUNSUPPORTED: not such a union (the
+ * caller says why). */
+static akv_status compile_union(akv_srv_schema *s, const cJSON *a, uint32_t nest, uint32_t node) {
+    const cJSON *first = a->child, *props = branch_props(first);
+    const int n_br = cJSON_GetArraySize(a);
+    if (!props || n_br > AKV_JS_MAX_PROPS) return AKV_EUNSUPPORTED;
+    for (const cJSON *b = first->next; b; b = b->next)
+        if (!branch_alike(b, first)) return AKV_EUNSUPPORTED;
+    const cJSON *tag = NULL; /* the first property whose consts are distinct over the branches */
+    for (const cJSON *p = props->child; p && !tag; p = p->next) {
+        bool ok = true;
+        for (const cJSON *b = first; b && ok; b = b->next) {
+            const cJSON *v = const_of(cJSON_GetObjectItemCaseSensitive(branch_props(b), p->string));
+            ok = v != NULL;
+            for (const cJSON *o = first; ok && o != b; o = o->next)
+                ok = !cJSON_Compare(v, const_of(cJSON_GetObjectItemCaseSensitive(branch_props(o), p->string)), true);
+        }
+        if (ok) tag = p;
+    }
+    if (!tag) return AKV_EUNSUPPORTED;
+    /* the object: the first branch's properties, the tag an enum, the others switches */
+    akv_status st = compile_object(s, first, nest, node);
+    if (st) return st;
+    const akv_js_node on = s->nodes[node];
+    uint32_t k = 0;
+    for (const cJSON *p = props->child; p; p = p->next, k++) {
+        uint32_t pn;
+        if ((st = new_node(s, &pn))) return st;
+        if (p == tag) {
+            const uint32_t t0 = s->n_texts;
+            for (const cJSON *b = first; b; b = b->next) {
+                uint32_t at;
+                if ((st = enum_text(s, const_of(cJSON_GetObjectItemCaseSensitive(branch_props(b), p->string)), &at)))
+                    return st;
+            }
+            s->nodes[pn].kind = AKV_JS_ENUM, s->nodes[pn].first = t0, s->nodes[pn].n = (uint32_t)n_br;
+            s->nodes[node].items = k + 1;
+        } else { /* case i: branch i's schema of the property */
+            size_t cap = s->cap_props;
+            if (akv__array_reserve((void **)&s->props, &cap, s->n_props + (uint32_t)n_br, sizeof *s->props))
+                return AKV_ENOMEM;
+            s->cap_props = (uint32_t)cap;
+            const uint32_t c0 = s->n_props;
+            s->n_props += (uint32_t)n_br;
+            s->nodes[pn].kind = AKV_JS_SWITCH, s->nodes[pn].first = c0, s->nodes[pn].n = (uint32_t)n_br;
+            uint32_t i = 0;
+            for (const cJSON *b = first; b; b = b->next, i++) {
+                uint32_t child;
+                if ((st = compile(s, cJSON_GetObjectItemCaseSensitive(branch_props(b), p->string), nest + 1, &child)))
+                    return st;
+                s->props[c0 + i] = (akv_js_prop){.name = s->props[on.first + k].name, .node = child};
+            }
+        }
+        s->props[on.first + k].node = pn;
     }
     return AKV_OK;
 }
@@ -226,6 +318,10 @@ static akv_status compile_into(akv_srv_schema *s, const cJSON *sch, uint32_t nes
         if (!a) continue;
         const int len = cJSON_IsArray(a) ? cJSON_GetArraySize(a) : -1;
         if (i == 2 && len == 1) return compile_into(s, a->child, nest + 1, node);
+        if (i < 2 && len >= 2) {
+            const akv_status st = compile_union(s, a, nest, node);
+            if (st != AKV_EUNSUPPORTED) return st;
+        }
         if (i < 2 && len == 2 && (is_null_schema(a->child) || is_null_schema(a->child->next))) {
             const cJSON *x = is_null_schema(a->child) ? a->child->next : a->child;
             akv_status st = compile_into(s, x, nest + 1, node);
@@ -233,7 +329,8 @@ static akv_status compile_into(akv_srv_schema *s, const cJSON *sch, uint32_t nes
             s->nodes[node].nullable = true;
             return AKV_OK;
         }
-        return bad(s, "'%s' is supported only as [a schema, {\"type\": \"null\"}]%s", alts[i],
+        return bad(s, "'%s' is supported only as [a schema, {\"type\": \"null\"}], or as objects "
+                      "of the same properties told apart by one of them, a const%s", alts[i],
                    i == 2 ? " (allOf: one schema)" : "");
     }
     const cJSON *t = cJSON_GetObjectItemCaseSensitive(sch, "type");
