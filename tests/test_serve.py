@@ -541,6 +541,58 @@ def case_tools(env):
     expect("refuses the conversation" in err["message"], "the template's refusal", err)
 
 
+ADD = [{"type": "function", "function": {
+    "name": "add", "description": "Add two integers.",
+    "parameters": {"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
+                   "required": ["a", "b"]}}}]
+
+
+def case_tools_held_under_auto(env):
+    """tool_choice auto with a template that teaches <tool_call> (Qwen 2.5's): a call the model
+    opens is held to the schema of the tool it names (a union of the tools told apart by the
+    name). Shown calls with the wrong argument key ("town") and strings for integers, the
+    default model copies them when nothing holds it (tool_choice none), and under auto writes
+    {"city": ...} and integers; streamed, the same call; a plain answer stays free."""
+    q = env.qwen.client()
+    tools = WEATHER + ADD
+
+    def call(i, name, args):
+        return {"role": "assistant", "content": None, "tool_calls": [
+            {"id": f"c{i}", "type": "function", "function": {"name": name, "arguments": json.dumps(args)}}]}
+    town = [{"role": "user", "content": "Weather in Paris?"}, call(1, "get_weather", {"town": "Paris"}),
+            {"role": "user", "content": "Weather in Rome?"}, call(2, "get_weather", {"town": "Rome"}),
+            {"role": "user", "content": "Weather in Oslo?"}]
+    ints = [{"role": "user", "content": "Add 1 and 2."}, call(1, "add", {"a": "1", "b": "2"}),
+            {"role": "user", "content": "Add 5 and 7."}, call(2, "add", {"a": "5", "b": "7"}),
+            {"role": "user", "content": "Add 3 and 4."}]
+    free = q.chat.completions.create(model="any", messages=ints, tools=tools, tool_choice="none",
+                                     max_tokens=60, temperature=0)
+    expect('"a": "3"' in (free.choices[0].message.content or ""), "unheld, the model copies strings",
+           free.choices[0].message.content)
+    for msgs, name, want in ((town, "get_weather", {"city"}), (ints, "add", {"a", "b"})):
+        r = q.chat.completions.create(model="any", messages=msgs, tools=tools, max_tokens=60, temperature=0)
+        c = r.choices[0]
+        expect(c.finish_reason == "tool_calls" and c.message.tool_calls, "a call", c)
+        tc = c.message.tool_calls[0]
+        args = json.loads(tc.function.arguments)
+        expect(tc.function.name == name and set(args) == want, "held to its tool's schema", tc)
+        if name == "add":
+            expect(all(isinstance(args[k], int) for k in want), "integers", args)
+        calls, finish = [], None
+        for chunk in q.chat.completions.create(model="any", messages=msgs, tools=tools, max_tokens=60,
+                                               temperature=0, stream=True):
+            for ch in chunk.choices:
+                if ch.delta and ch.delta.tool_calls:
+                    calls += ch.delta.tool_calls
+                finish = ch.finish_reason or finish
+        expect(finish == "tool_calls" and calls and calls[0].function.name == name and
+               json.loads(calls[0].function.arguments) == args, "streamed, the same call", calls)
+    plain = q.chat.completions.create(model="any", messages=[{"role": "user", "content": "Hi"}],
+                                      tools=tools, max_tokens=12, temperature=0)
+    expect(plain.choices[0].finish_reason in ("stop", "length") and not plain.choices[0].message.tool_calls,
+           "a plain answer stays free", plain.choices[0])
+
+
 def case_errors_400(env):
     s, cl = env.main, env.main.client()
     expect_error(lambda: chat(cl, "hi", n=17), 400, "n")

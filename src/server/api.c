@@ -42,6 +42,7 @@ void akv_api_request_free(akv_api_request *r) {
     akv__free(r->prompt);
     akv__free(r->prompt_ids);
     akv_srv_schema_free(r->schema);
+    akv_srv_schema_free(r->call_schema);
     memset(r, 0, sizeof *r);
 }
 
@@ -225,36 +226,66 @@ static const cJSON *tool_named(const cJSON *tools, const char *name) {
     return NULL;
 }
 
-/* A call forced (tool_choice required, or a named function): the answer held to the schema
- * {"name": one of the tools (or the named one), "arguments": its parameters (when one tool
- * can be called; any object else)}, so it is the call, which the server gives back as one. */
-static akv_status force_call(const cJSON *tools, const char *name, akv_api_request *r,
-                             akv_api_error *err) {
-    cJSON *sch = cJSON_CreateObject(), *props, *nm;
-    if (!sch) return AKV_ENOMEM;
-    cJSON_AddStringToObject(sch, "type", "object");
-    props = cJSON_AddObjectToObject(sch, "properties");
-    nm = cJSON_AddObjectToObject(props, "name");
-    const cJSON *only = name ? tool_named(tools, name) : cJSON_GetArraySize(tools) == 1
-                                                          ? cJSON_GetObjectItemCaseSensitive(tools->child, "function")
-                                                          : NULL;
-    if (name) {
-        cJSON_AddStringToObject(nm, "const", name);
-    } else {
-        cJSON *names = cJSON_AddArrayToObject(nm, "enum");
-        const cJSON *t;
-        cJSON_ArrayForEach(t, tools) cJSON_AddItemToArray(names, cJSON_CreateString(
-            cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(t, "function"), "name")->valuestring));
-    }
-    const cJSON *params = only ? cJSON_GetObjectItemCaseSensitive(only, "parameters") : NULL;
+/* One call's schema: {"name": the tool's name, "arguments": its parameters (any object when
+ * it has none)}, both required. */
+static cJSON *call_branch(const cJSON *fn) {
+    cJSON *b = cJSON_CreateObject(), *props;
+    if (!b) return NULL;
+    cJSON_AddStringToObject(b, "type", "object");
+    props = cJSON_AddObjectToObject(b, "properties");
+    cJSON_AddStringToObject(cJSON_AddObjectToObject(props, "name"), "const",
+                            cJSON_GetObjectItemCaseSensitive(fn, "name")->valuestring);
+    const cJSON *params = cJSON_GetObjectItemCaseSensitive(fn, "parameters");
     if (cJSON_IsObject(params)) cJSON_AddItemToObject(props, "arguments", cJSON_Duplicate(params, true));
     else cJSON_AddStringToObject(cJSON_AddObjectToObject(props, "arguments"), "type", "object");
-    cJSON *req = cJSON_AddArrayToObject(sch, "required");
+    cJSON *req = cJSON_AddArrayToObject(b, "required");
     cJSON_AddItemToArray(req, cJSON_CreateString("name"));
     cJSON_AddItemToArray(req, cJSON_CreateString("arguments"));
+    return b;
+}
+
+akv_status akv_api_call_schema(const char *tools_json, const char *name, bool list,
+                               struct akv_srv_schema **out, char *why, size_t cap) {
+    *out = NULL;
+    cJSON *tools = cJSON_Parse(tools_json), *any = cJSON_CreateArray(), *sch = NULL;
+    akv_status st = tools && any ? AKV_OK : AKV_ENOMEM;
+    const cJSON *t;
+    cJSON_ArrayForEach(t, tools) {
+        const cJSON *fn = cJSON_GetObjectItemCaseSensitive(t, "function");
+        if (st || (name && strcmp(cJSON_GetObjectItemCaseSensitive(fn, "name")->valuestring, name))) continue;
+        cJSON *b = call_branch(fn);
+        if (!b) st = AKV_ENOMEM;
+        else cJSON_AddItemToArray(any, b);
+    }
+    if (!st && cJSON_GetArraySize(any) == 1) { /* one tool: its call */
+        sch = cJSON_DetachItemFromArray(any, 0);
+    } else if (!st) { /* the call of one of them: a union told apart by the name */
+        sch = cJSON_CreateObject();
+        if (sch) cJSON_AddItemToObject(sch, "anyOf", any), any = NULL;
+    }
+    if (!st && sch && list) { /* a list of calls (Mistral's [TOOL_CALLS] [...]) */
+        cJSON *arr = cJSON_CreateObject();
+        if (arr) {
+            cJSON_AddStringToObject(arr, "type", "array");
+            cJSON_AddNumberToObject(arr, "minItems", 1);
+            cJSON_AddItemToObject(arr, "items", sch);
+        } else {
+            cJSON_Delete(sch);
+        }
+        sch = arr;
+    }
+    if (!st && !sch) st = AKV_ENOMEM;
+    if (!st) st = akv_srv_schema_compile(sch, out, why, cap);
+    cJSON_Delete(sch), cJSON_Delete(any), cJSON_Delete(tools);
+    return st;
+}
+
+/* A call forced (tool_choice required, or a named function): the answer held to the call's
+ * schema (akv_api_call_schema), so it is the call, which the server gives back as one. */
+static akv_status force_call(const char *tools_json, const char *name, akv_api_request *r,
+                             akv_api_error *err) {
     char why[256] = "";
-    akv_status st = akv_srv_schema_compile(sch, &r->schema, why, sizeof why);
-    cJSON_Delete(sch);
+    akv_status st = akv_api_call_schema(tools_json, name, false, &r->schema, why, sizeof why);
     if (st == AKV_EINVAL)
         return BAD("tools", "'tool_choice' holds the answer to the tool's parameters, and this "
                             "schema cannot be followed: %s", why);
@@ -289,7 +320,7 @@ static akv_status parse_tools(const cJSON *o, akv_api_request *r, akv_api_error 
     }
     const bool any = !absent(tools) && tools->child;
     bool none = false;
-    const char *named = NULL;
+    const char *named = NULL, *forced_name = NULL;
     if (!absent(choice)) {
         const cJSON *fn = cJSON_IsObject(choice) ? cJSON_GetObjectItemCaseSensitive(choice, "function") : NULL;
         const cJSON *nm = cJSON_IsObject(fn) ? cJSON_GetObjectItemCaseSensitive(fn, "name") : NULL;
@@ -303,14 +334,15 @@ static akv_status parse_tools(const cJSON *o, akv_api_request *r, akv_api_error 
         if (forced && !any) return BAD("tool_choice", "'tool_choice' asks for a call, and no 'tools' are given");
         if (named && !tool_named(tools, named))
             return BAD("tool_choice", "'tool_choice' names '%.64s', which is not among the tools", named);
-        if (forced && (st = force_call(tools, named, r, err))) return st;
+        forced_name = named, r->tool_forced = forced;
     }
     if (none || !any) return AKV_OK;
     char *text = cJSON_PrintUnformatted(tools);
     if (!text) return AKV_ENOMEM;
     r->tools_json = dup_n(text, strlen(text));
     cJSON_free(text);
-    return r->tools_json ? AKV_OK : AKV_ENOMEM;
+    if (!r->tools_json) return AKV_ENOMEM;
+    return r->tool_forced ? force_call(r->tools_json, forced_name, r, err) : AKV_OK;
 }
 
 static akv_status parse_messages(const cJSON *o, akv_api_request *r, akv_api_error *err) {

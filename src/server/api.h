@@ -84,6 +84,9 @@ typedef struct akv_api_request {
     bool has_tool_use;   /* a tool message or an assistant's tool calls among them */
     char *tools_json;    /* tools offered (tool_choice not "none"): a JSON array; NULL: none */
     bool tool_forced;    /* tool_choice required or named: the answer is held to a call (schema) */
+    struct akv_srv_schema *call_schema; /* tool_choice auto: a call's schema, which holds what
+                                           follows call_after in the answer (server.c) */
+    const char *call_after;  /* its opener ("<tool_call>", "[TOOL_CALLS]"); NULL: none */
     bool parallel_tool_calls; /* false: one call at most (the first) */
     /* completion: text, or token ids */
     char *prompt;
@@ -103,6 +106,13 @@ typedef struct akv_api_error {
 
 /* Parses and checks a body. AKV_OK: *out holds the request; AKV_EINVAL: *err says why (status
  * 400); AKV_ENOMEM. *out needs akv_api_request_free either way. */
+/* The schema of a call to one of the tools of tools_json (a JSON array as the request gave
+ * it; name: that tool only, NULL: any): {"name": N, "arguments": N's parameters}, a union told
+ * apart by the name when there are several (server/schema.h); list: an array of one or more
+ * calls. AKV_EINVAL with why (a parameters schema the compiler refuses), AKV_ENOMEM. */
+akv_status akv_api_call_schema(const char *tools_json, const char *name, bool list,
+                               struct akv_srv_schema **out, char *why, size_t cap);
+
 akv_status akv_api_parse(akv_api_kind kind, const char *body, size_t n, const akv_api_limits *lim,
                          akv_api_request *out, akv_api_error *err);
 void akv_api_request_free(akv_api_request *r);

@@ -144,10 +144,13 @@ static void engine_submit(akv_server *s, akv_srv_req *r) {
                              .kv_exact = r->api.kv_exact,
                              .cache_salt = r->api.cache_salt,
                              .retention = r->api.retention,
-                             .format = r->api.schema        ? AKV_FORMAT_JSON_SCHEMA
-                                       : r->api.json_object ? AKV_FORMAT_JSON_OBJECT
-                                                            : AKV_FORMAT_TEXT,
-                             .schema = r->api.schema ? akv_srv_schema_view(r->api.schema) : NULL,
+                             .format = r->api.schema || r->api.call_schema ? AKV_FORMAT_JSON_SCHEMA
+                                       : r->api.json_object                 ? AKV_FORMAT_JSON_OBJECT
+                                                                            : AKV_FORMAT_TEXT,
+                             .schema = r->api.schema        ? akv_srv_schema_view(r->api.schema)
+                                       : r->api.call_schema ? akv_srv_schema_view(r->api.call_schema)
+                                                            : NULL,
+                             .format_after = r->api.schema ? NULL : r->api.call_after,
                              .want_logits = r->api.logprobs,
                              .on_prompt_logits = r->api.echo && r->api.logprobs ? on_prompt_logits
                                                                                 : NULL,

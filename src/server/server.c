@@ -259,6 +259,28 @@ static void context_error(const akv_server *s, akv_api_kind kind, const char *ho
  * text, message contents as plain text unless content_specials), the text encoded (BOS where
  * the model asks), or the ids as given; at most max_prompt of them, refused as soon as the
  * encode passes it. */
+/* Tools offered under tool_choice auto: the call the model may open is held to the tools'
+ * schemas (a call's, or a list of calls'), by the opener its template shows it (the rendered
+ * prompt's tool instructions): Hermes / Qwen "<tool_call>", Mistral "[TOOL_CALLS]" (its
+ * prompt lists the tools in [AVAILABLE_TOOLS]). A template of another form, or parameters the
+ * schema compiler refuses, leave the calls free (still parsed from the answer). */
+static akv_status hold_calls(akv_api_request *a, const akv_tok_text *prompt) {
+    static const struct {
+        const char *shown, *opener;
+        bool list;
+    } forms[] = {{"<tool_call>", "<tool_call>", false}, {"[AVAILABLE_TOOLS]", "[TOOL_CALLS]", true}};
+    if (!a->tools_json || a->tool_forced || a->schema || a->json_object || !prompt->bytes) return AKV_OK;
+    for (size_t i = 0; i < sizeof forms / sizeof forms[0]; i++) {
+        if (!strstr(prompt->bytes, forms[i].shown)) continue;
+        char why[256];
+        const akv_status st = akv_api_call_schema(a->tools_json, NULL, forms[i].list, &a->call_schema,
+                                                  why, sizeof why);
+        if (st == AKV_OK) a->call_after = forms[i].opener;
+        return st == AKV_ENOMEM ? st : AKV_OK;
+    }
+    return AKV_OK;
+}
+
 static bool build_prompt(akv_server *s, akv_srv_req *r, uint64_t max_prompt, akv_api_error *err) {
     akv_api_request *a = &r->api;
     char holds[32];
@@ -298,6 +320,7 @@ static bool build_prompt(akv_server *s, akv_srv_req *r, uint64_t max_prompt, akv
                                   "the model's chat template refuses the conversation (%s)", why);
                 return false;
             }
+            if (hold_calls(a, &text) == AKV_ENOMEM) goto oom;
         } else if (a->tools_json || a->has_tool_use) {
             akv_api_error_set(err, 400, "invalid_request_error", NULL,
                               a->tools_json ? "tools" : "messages",
