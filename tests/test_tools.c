@@ -19,7 +19,13 @@ static void expect(const char *text, size_t n, const char *name0, const char *ar
     if (n && c.n) {
         CHECK_STR(c.v[0].name, name0);
         CHECK_STR(c.v[0].arguments, args0);
-        CHECK_STR(c.v[0].id, "call_7_0");
+        CHECK(strlen(c.v[0].id) == 9 && strspn(c.v[0].id, "0123456789abcdefghijklmnopqrstuvwxyz"
+                                                           "ABCDEFGHIJKLMNOPQRSTUVWXYZ") == 9);
+        for (size_t i = 1; i < c.n; i++) CHECK(strcmp(c.v[i].id, c.v[0].id) != 0);
+        akv_srv_tool_calls again;
+        CHECK_OK(akv_srv_tool_calls_find(text, strlen(text), tools, 7, &again));
+        if (again.n) CHECK_STR(again.v[0].id, c.v[0].id); /* the same request: the same ids */
+        akv_srv_tool_calls_free(&again);
     }
     if (content) CHECK_STR(c.content ? c.content : "(none)", content);
     akv_srv_tool_calls_free(&c);

@@ -38,6 +38,7 @@ void akv_api_request_free(akv_api_request *r) {
     }
     akv__free(r->msgs);
     akv__free(r->messages_json);
+    akv__free(r->messages_json_text);
     akv__free(r->tools_json);
     akv__free(r->prompt);
     akv__free(r->prompt_ids);
@@ -154,7 +155,8 @@ static akv_status parse_content(const cJSON *m, size_t i, char **out, akv_api_er
 }
 
 /* The messages as the model's template reads them (r->messages_json): role (developer as
- * system), content (parts joined; null for an assistant's tool calls without content),
+ * system), content (parts joined; "" for an assistant's tool calls without content, as vLLM
+ * passes it: templates that test the content as a string, Qwen 3's, fail on null),
  * tool_calls with each call's arguments as a JSON object where the client sent them as JSON
  * text (as vLLM passes them), tool_call_id and name. */
 static akv_status messages_json(const cJSON *v, akv_api_request *r, akv_api_error *err) {
@@ -170,8 +172,7 @@ static akv_status messages_json(const cJSON *v, akv_api_request *r, akv_api_erro
         }
         cJSON_AddStringToObject(o, "role", r->msgs[i].role);
         const cJSON *calls = cJSON_GetObjectItemCaseSensitive(m, "tool_calls");
-        if (!*r->msgs[i].content && !absent(calls)) cJSON_AddNullToObject(o, "content");
-        else cJSON_AddStringToObject(o, "content", r->msgs[i].content);
+        cJSON_AddStringToObject(o, "content", r->msgs[i].content);
         if (!absent(calls)) {
             cJSON *out = cJSON_AddArrayToObject(o, "tool_calls");
             const cJSON *c;
@@ -195,6 +196,7 @@ static akv_status messages_json(const cJSON *v, akv_api_request *r, akv_api_erro
                 f = cJSON_AddObjectToObject(call, "function");
                 cJSON_AddStringToObject(f, "name", name->valuestring);
                 cJSON *parsed = cJSON_IsString(args) ? cJSON_Parse(args->valuestring) : NULL;
+                if (parsed && cJSON_IsObject(parsed)) r->args_as_objects = true;
                 if (parsed && cJSON_IsObject(parsed)) cJSON_AddItemToObject(f, "arguments", parsed);
                 else if (cJSON_IsString(args)) cJSON_Delete(parsed), cJSON_AddStringToObject(f, "arguments", args->valuestring);
                 else if (args) cJSON_Delete(parsed), cJSON_AddItemToObject(f, "arguments", cJSON_Duplicate(args, true));
@@ -208,10 +210,28 @@ static akv_status messages_json(const cJSON *v, akv_api_request *r, akv_api_erro
         }
     }
     char *text = st ? NULL : cJSON_PrintUnformatted(arr);
-    cJSON_Delete(arr);
     if (!st && !text) st = AKV_ENOMEM;
     if (!st && !(r->messages_json = dup_n(text, strlen(text)))) st = AKV_ENOMEM;
     cJSON_free(text);
+    if (!st && r->args_as_objects) { /* the same with each call's arguments as JSON text */
+        const cJSON *m, *c;
+        cJSON_ArrayForEach(m, arr) {
+            cJSON_ArrayForEach(c, cJSON_GetObjectItemCaseSensitive(m, "tool_calls")) {
+                cJSON *f = cJSON_GetObjectItemCaseSensitive(c, "function");
+                cJSON *a = cJSON_GetObjectItemCaseSensitive(f, "arguments");
+                if (!cJSON_IsObject(a)) continue;
+                char *t = cJSON_PrintUnformatted(a);
+                cJSON *as_text = t ? cJSON_CreateString(t) : NULL;
+                cJSON_free(t);
+                if (!as_text) st = AKV_ENOMEM;
+                else cJSON_ReplaceItemInObjectCaseSensitive(f, "arguments", as_text);
+            }
+        }
+        text = st ? NULL : cJSON_PrintUnformatted(arr);
+        if (!st && (!text || !(r->messages_json_text = dup_n(text, strlen(text))))) st = AKV_ENOMEM;
+        cJSON_free(text);
+    }
+    cJSON_Delete(arr);
     return st;
 }
 

@@ -81,6 +81,10 @@ typedef struct akv_api_request {
     size_t n_msgs;
     char *messages_json; /* the messages as the model's template reads them (role, content,
                             tool_calls with arguments as objects, tool_call_id, name) */
+    char *messages_json_text; /* ... with the calls' arguments as JSON text, as HF passes
+                            them (a template that joins them as strings, Functionary's, takes
+                            only that); NULL: no call had object arguments */
+    bool args_as_objects; /* a call's arguments were made an object */
     bool has_tool_use;   /* a tool message or an assistant's tool calls among them */
     char *tools_json;    /* tools offered (tool_choice not "none"): a JSON array; NULL: none */
     bool tool_forced;    /* tool_choice required or named: the answer is held to a call (schema) */

@@ -310,8 +310,15 @@ static bool build_prompt(akv_server *s, akv_srv_req *r, uint64_t max_prompt, akv
         akv_tok_spans *plain = s->p.content_specials ? NULL : &contents;
         if (akv_chat_get_kind(s->chat) == AKV_CHAT_JINJA) { /* the model's own template */
             char why[300];
-            const akv_status rs = akv_chat_render_json(s->chat, a->messages_json, a->tools_json,
-                                                       true, &text, plain, why, sizeof why);
+            akv_status rs = akv_chat_render_json(s->chat, a->messages_json, a->tools_json, true,
+                                                 &text, plain, why, sizeof why);
+            if (rs && rs != AKV_ENOMEM && a->messages_json_text) { /* arguments as text instead */
+                char why2[300];
+                akv_tok_text_free(&text);
+                akv_tok_spans_free(&contents);
+                rs = akv_chat_render_json(s->chat, a->messages_json_text, a->tools_json, true, &text,
+                                          plain, why2, sizeof why2);
+            }
             if (rs == AKV_ENOMEM) goto oom;
             if (rs) {
                 akv_tok_text_free(&text);

@@ -2,6 +2,7 @@
 #include "server/tools.h"
 
 #include <stdbool.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -31,6 +32,19 @@ static bool offered(const cJSON *tools, const char *name) {
     return false;
 }
 
+/* A call's id: 9 letters and digits (Mistral's templates refuse any other), from the
+ * request's tag and the call's index, so a request's calls differ and the same request gives
+ * the same ids. */
+static void call_id(unsigned long long tag, size_t i, char out[16]) {
+    static const char digits[] = "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ";
+    uint64_t z = (uint64_t)tag * 0x9E3779B97F4A7C15ull + (uint64_t)i * 0xD1B54A32D192ED03ull + 1;
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    z ^= z >> 31;
+    for (int k = 0; k < 9; k++) out[k] = digits[z % 62], z /= 62;
+    out[9] = 0;
+}
+
 typedef struct found {
     akv_srv_tool_calls *out;
     size_t cap;
@@ -49,8 +63,8 @@ static bool add(found *f, const char *name, const cJSON *args) {
         if (!v) return f->st = AKV_ENOMEM, false;
         o->v = v, f->cap = cap;
     }
-    char id[48];
-    snprintf(id, sizeof id, "call_%llu_%zu", f->tag, o->n);
+    char id[16];
+    call_id(f->tag, o->n, id);
     char *a = cJSON_IsString(args) ? akv__strndup(args->valuestring, strlen(args->valuestring)) : NULL;
     if (!cJSON_IsString(args)) {
         char *p = args ? cJSON_PrintUnformatted(args) : NULL;

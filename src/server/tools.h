@@ -21,7 +21,8 @@
 #include "server/api.h"
 
 typedef struct akv_srv_tool_calls {
-    akv_api_tool_call *v; /* [n]: id "call_<tag>_<i>", name, arguments (JSON text), owned */
+    akv_api_tool_call *v; /* [n]: id (9 letters and digits, from the tag and i: Mistral's
+                             templates take no other), name, arguments (JSON text), owned */
     size_t n;
     char *content;        /* the answer's text besides the calls, trimmed; NULL: none */
 } akv_srv_tool_calls;

@@ -185,10 +185,18 @@ static akv_status chat_jinja_try(const akv_chat_params *p, const char *t, size_t
     const akv_chat probe = {.bos_text = (char *)(p->bos_text ? p->bos_text : ""),
                             .eos_text = (char *)(p->eos_text ? p->eos_text : "")};
     akv_tok_text ctx = {0}, text = {0};
-    st = chat_context(&probe, "[{\"role\": \"user\", \"content\": \"Hi\"}]", NULL, true, &ctx);
-    if (!st) st = chat_jinja_render(j, ctx.bytes, ctx.n_bytes, &text, NULL, err);
-    akv_tok_text_free(&ctx);
-    akv_tok_text_free(&text);
+    /* a conversation without tools, else with one (a template for tool use only, as
+     * Hermes 3's tool_use, needs them) */
+    static const char *const tools[] = {
+        NULL, "[{\"type\": \"function\", \"function\": {\"name\": \"f\", \"description\": \"f\", "
+              "\"parameters\": {\"type\": \"object\", \"properties\": {}}}}]"};
+    for (int i = 0; i < 2; i++) {
+        st = chat_context(&probe, "[{\"role\": \"user\", \"content\": \"Hi\"}]", tools[i], true, &ctx);
+        if (!st) st = chat_jinja_render(j, ctx.bytes, ctx.n_bytes, &text, NULL, err);
+        akv_tok_text_free(&ctx);
+        akv_tok_text_free(&text);
+        if (st == AKV_OK || st == AKV_ENOMEM) break;
+    }
     if (st == AKV_OK) *out = j;
     else akv_jinja_destroy(j);
     return st == AKV_ENOMEM ? st : AKV_OK;
