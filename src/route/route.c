@@ -689,6 +689,7 @@ static akv_status route_free(akv_route *r) {
         akv__free(r->ctab);
         akv__free(r->cstage);
     }
+    akv__free(r->fills);
     akv__free(r);
     return AKV_OK;
 }
@@ -712,19 +713,33 @@ akv_status akv_route_destroy(akv_route *r) {
 /* ---- fills, write-back, settle -------------------------------------------------------------- */
 
 /* Copies a fresh device page's earlier tokens from the host copy (the whole page: its unused
- * slots are overwritten before anything reads them). */
+ * slots are overwritten before anything reads them). Queued, the copy joins the step's fills,
+ * which route_fills_submit sends as one batched copy (a returning conversation's window is
+ * thousands of pages: one copy each would run the bus at its small-copy rate). */
 static akv_status route_fill(akv_route *r, akv_route_seq *s, uint32_t layer, uint32_t logical,
                              uint32_t page_id) {
     akv_host_page hpg = akv_host_table_page(s->ht, layer, logical);
-    const void *src = akv_host_pool_page_addr(r->hp, hpg);
+    void *src = akv_host_pool_page_addr(r->hp, hpg);
     size_t n = akv_geom_page_bytes(&r->geom);
     akv_dptr dst = akv_dev_pool_page_addr(r->dp, page_id);
-    /* queued: on the compute queue, so the layer's kernels see it (the host page is pinned and
-     * holds earlier tokens only: nothing rewrites it while the copy is pending) */
-    akv_status st = r->queued ? akv_dev_copy_h2d_async(r->dev, AKV_QUEUE_COMPUTE, dst, src, n)
-                              : akv_dev_copy_h2d_sync(r->dev, dst, src, n);
+    akv_status st = AKV_OK;
+    if (r->queued) {
+        st = akv__array_reserve((void **)&r->fills, &r->cap_fills, r->n_fills + 1, sizeof *r->fills);
+        if (!st) r->fills[r->n_fills++] = (akv_dev_xfer){.d = dst, .h = src, .n_bytes = n};
+    } else {
+        st = akv_dev_copy_h2d_sync(r->dev, dst, src, n);
+    }
     if (st == AKV_OK) r->stats.h2d_bytes += n, s->stats.h2d_bytes += n;
     return st;
+}
+
+/* Queued: the step's fills, one batched copy on the compute queue, so the layers' kernels see
+ * them (the host pages are pinned and hold earlier tokens only: nothing rewrites them while
+ * the copy is pending). */
+static akv_status route_fills_submit(akv_route *r) {
+    const size_t n = r->n_fills;
+    r->n_fills = 0;
+    return n ? akv_dev_copy_h2d_batch_async(r->dev, AKV_QUEUE_COMPUTE, r->fills, n) : AKV_OK;
 }
 
 /* One sequence's new rows of `layer` to its host copy, per page touched: queued, one 2D copy on
@@ -1127,7 +1142,7 @@ static akv_status route_write_table(akv_route *r, const akv_route_req *reqs, uin
                 akv_dev_pool_slot sl = akv_dev_pool_ctx_slot(r->dp, s->ctx, l, w);
                 if ((sl.fresh || refill[i]) && (uint64_t)sl.logical * P < n_old) {
                     akv_status st = route_fill(r, s, l, sl.logical, sl.page_id);
-                    if (st) return st;
+                    if (st) return r->n_fills = 0, st;
                 }
                 const uint32_t at = r->dpc ? w : sl.logical;
                 if (row[at] != (int32_t)sl.page_id || sl.fresh || refill[i]) r->tab_dirty = true;
@@ -1140,7 +1155,7 @@ static akv_status route_write_table(akv_route *r, const akv_route_req *reqs, uin
     r->indptr[n] = (int32_t)off;
     if (off != r->n_idx) r->tab_dirty = true; /* the packing moved */
     r->n_idx = off;
-    return AKV_OK;
+    return route_fills_submit(r);
 }
 
 /* Queued: a table laid out as tab_h (the exact one, or the compact one) to its device copy

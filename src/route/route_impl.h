@@ -168,6 +168,8 @@ struct akv_route {
     akv_event **ev;        /* [n_layers]: the layer's attention enqueued (write-back waits) */
     akv_event *ev_wb;      /* resident: recorded on D2H after the step's last write-back */
     akv_event *ev_fill;    /* recorded on D2H before fills: fresh pages wait for their readers */
+    akv_dev_xfer *fills;   /* queued: the step's fills, one batched copy (route_write_table) */
+    size_t n_fills, cap_fills;
     bool wb_check;         /* resident, queued: the step's write-backs were all enqueued and
                               ev_wb recorded; route_settle has not checked how they ended */
     akv_route_stats stats;
