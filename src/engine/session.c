@@ -16,6 +16,7 @@
  * context is made idle: a damaged, truncated or foreign file loads nothing. */
 #define _POSIX_C_SOURCE 200809L
 #include <errno.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
@@ -99,7 +100,90 @@ typedef struct sess_io {
     uint64_t n_tokens, hash, bytes;
     uint8_t *layer;      /* [2][H][n][D] elements of the current layer */
     size_t layer_bytes;
+    struct sess_ahead *ahead; /* reading: the thread that reads the layers ahead, or NULL */
 } sess_io;
+
+/* Reading a session's K/V ahead: a thread reads layer l + 1 from the file into the other of two
+ * buffers while the caller checks and places layer l, so the disk and the copies overlap (the
+ * caller hashes each layer in order, so the checksum is the file's). */
+typedef struct sess_ahead {
+    pthread_t th;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    FILE *f;
+    size_t bytes;        /* a layer's */
+    uint32_t n_layers;
+    uint8_t *buf[2];     /* layer l in buf[l & 1] */
+    uint32_t filled;     /* layers read */
+    uint32_t released;   /* layers the caller is done with */
+    bool failed, stop;   /* a short read; the caller ends it */
+} sess_ahead;
+
+static void *ahead_main(void *arg) {
+    sess_ahead *a = arg;
+    for (uint32_t l = 0; l < a->n_layers; l++) {
+        pthread_mutex_lock(&a->mu);
+        while (!a->stop && l >= a->released + 2) pthread_cond_wait(&a->cv, &a->mu);
+        const bool stop = a->stop;
+        pthread_mutex_unlock(&a->mu);
+        if (stop) break;
+        const bool ok = fread(a->buf[l & 1], 1, a->bytes, a->f) == a->bytes;
+        pthread_mutex_lock(&a->mu);
+        if (ok) a->filled = l + 1;
+        else a->failed = true;
+        pthread_cond_broadcast(&a->cv);
+        pthread_mutex_unlock(&a->mu);
+        if (!ok) break;
+    }
+    return NULL;
+}
+
+/* Starts reading n_layers layers of `bytes` each from f (false: no thread or no memory; the
+ * caller reads them itself). */
+static bool ahead_start(sess_ahead *a, FILE *f, size_t bytes, uint32_t n_layers) {
+    memset(a, 0, sizeof *a);
+    a->f = f, a->bytes = bytes, a->n_layers = n_layers;
+    a->buf[0] = akv__malloc(bytes), a->buf[1] = akv__malloc(bytes);
+    if (a->buf[0] && a->buf[1]) {
+        pthread_mutex_init(&a->mu, NULL);
+        pthread_cond_init(&a->cv, NULL);
+        if (pthread_create(&a->th, NULL, ahead_main, a) == 0) return true;
+        pthread_mutex_destroy(&a->mu);
+        pthread_cond_destroy(&a->cv);
+    }
+    akv__free(a->buf[0]), akv__free(a->buf[1]);
+    return false;
+}
+
+/* Stops the thread (where it is) and frees the buffers. */
+static void ahead_end(sess_ahead *a) {
+    pthread_mutex_lock(&a->mu);
+    a->stop = true;
+    pthread_cond_broadcast(&a->cv);
+    pthread_mutex_unlock(&a->mu);
+    pthread_join(a->th, NULL);
+    pthread_mutex_destroy(&a->mu);
+    pthread_cond_destroy(&a->cv);
+    akv__free(a->buf[0]), akv__free(a->buf[1]);
+}
+
+/* Layer l read ahead, into io->layer and the checksum (the layers before it are released). */
+static akv_status ahead_take(sess_io *io, uint32_t l) {
+    sess_ahead *a = io->ahead;
+    pthread_mutex_lock(&a->mu);
+    a->released = l;
+    pthread_cond_broadcast(&a->cv);
+    while (a->filled <= l && !a->failed) pthread_cond_wait(&a->cv, &a->mu);
+    const bool have = a->filled > l;
+    pthread_mutex_unlock(&a->mu);
+    if (!have) {
+        AKV_LOG_E("engine: the session '%s' ends inside its K/V (truncated, or not a session)", io->path);
+        return AKV_EFORMAT;
+    }
+    io->layer = a->buf[l & 1];
+    io->hash = akv_hash64_add(io->hash, io->layer, io->layer_bytes), io->bytes += io->layer_bytes;
+    return AKV_OK;
+}
 
 static void sess_rows(const sess_io *io, uint32_t page, uint8_t *pg, bool to_page) {
     const akv_geom *g = &io->e->plan.geom;
@@ -147,10 +231,10 @@ static akv_status sess_page_out(void *user, uint32_t layer, uint32_t page, const
 
 static akv_status sess_page_in(void *user, uint32_t layer, uint32_t page, void *bytes,
                                size_t page_bytes) {
-    (void)layer;
     sess_io *io = user;
     akv_status st;
-    if (page == 0 && (st = sess_read(io, io->layer, io->layer_bytes, "K/V")))
+    if (page == 0 && (st = io->ahead ? ahead_take(io, layer)
+                                     : sess_read(io, io->layer, io->layer_bytes, "K/V")))
         return st;
     memset(bytes, 0, page_bytes);
     sess_rows(io, page, bytes, true);
@@ -302,17 +386,22 @@ akv_status akv__session_read(akv_engine *e, const char *path, akv__ctx **out) {
         io.layer_bytes = (size_t)hd.n_tokens * akv_geom_token_bytes(&e->plan.geom);
         c->cap = (uint32_t)hd.n_tokens, c->n_tokens = (uint32_t)hd.n_tokens;
         c->salt = hd.salt, c->exact = hd.exact != 0, c->retention = hd.retention;
-        if (!(c->tokens = akv__malloc((size_t)c->cap * sizeof *c->tokens)) ||
-            !(io.layer = akv__malloc(io.layer_bytes)))
-            st = AKV_ENOMEM;
+        if (!(c->tokens = akv__malloc((size_t)c->cap * sizeof *c->tokens))) st = AKV_ENOMEM;
     }
     if (!st) st = sess_tokens(e, &io, c->tokens, c->n_tokens);
+    sess_ahead ahead;
+    if (!st && ahead_start(&ahead, io.f, io.layer_bytes, e->plan.geom.n_layers)) io.ahead = &ahead;
+    else if (!st && !(io.layer = akv__malloc(io.layer_bytes))) st = AKV_ENOMEM; /* read here */
     if (!st) {
         const akv_route_seq_params sp = {.max_history = e->plan.max_context,
                                          .target = e->plan.route.target,
                                          .burst = e->plan.route.burst,
                                          .exact = c->exact};
         st = akv_route_seq_open_filled(e->route, &sp, hd.n_tokens, sess_page_in, &io, &c->seq);
+    }
+    if (io.ahead) { /* every layer read (or the fill stopped): the file is the caller's again */
+        ahead_end(&ahead);
+        io.layer = NULL;
     }
     uint64_t check = 0;
     const uint64_t got = akv_hash64_final(io.hash, io.bytes);

@@ -125,7 +125,7 @@ akv_status akv__spill_open(akv_engine *e) {
     }
     closedir(d);
     /* oldest first, as written; then within session_dir_gib */
-    if (!st) qsort(e->spill, e->n_spill, sizeof *e->spill, spill_older);
+    if (!st && e->n_spill) qsort(e->spill, e->n_spill, sizeof *e->spill, spill_older);
     const uint64_t limit = (uint64_t)e->p.session_dir_gib << 30;
     size_t dropped = 0;
     while (!st && limit && e->n_spill > 1 && e->spill_bytes > limit) spill_drop(e, 0, true), dropped++;
