@@ -563,6 +563,7 @@ int main(int argc, char **argv) {
         CHECK(run_all(a, 100) > 0);
         CHECK_OK(akv_engine_submit(a, &pb, &r[1], NULL)); /* A's context goes to the directory */
         CHECK(run_all(a, 100) > 0);
+        akv__engine_flush_sessions(a); /* the writer thread's files on the disk */
         akv_engine_stats st;
         akv_engine_get_stats(a, &st);
         CHECK_EQ_U64(st.n_spilled, 1);
@@ -577,6 +578,7 @@ int main(int argc, char **argv) {
         akv_request_info info;
         akv_request_get_info(r[2], &info);
         CHECK_EQ_U64(info.n_cached, 45); /* its prompt and the 5 tokens fed */
+        akv__engine_flush_sessions(a);
         akv_engine_get_stats(a, &st);
         CHECK_EQ_U64(st.n_restored, 1);
         CHECK_EQ_U64(st.n_spilled, 2); /* B's, to make room for A back */

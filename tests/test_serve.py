@@ -922,8 +922,8 @@ def case_session_dir(env):
             cl = s.client()
             ra = cl.chat.completions.create(model="any", messages=a, max_tokens=12, temperature=0)
             rb = cl.chat.completions.create(model="any", messages=b, max_tokens=4, temperature=0)
-            expect(s.metric("akv:session_dir_written_total") == 1, "A written out",
-                   s.metric("akv:session_dir_written_total"))
+            expect(wait_for(lambda: s.metric("akv:session_dir_written_total") == 1), "A written out",
+                   s.metric("akv:session_dir_written_total"))  # by the writer thread
             a2 = a + [{"role": "assistant", "content": ra.choices[0].message.content},
                       {"role": "user", "content": "And which is the longest?"}]
             r2 = cl.chat.completions.create(model="any", messages=a2, max_tokens=12, temperature=0)

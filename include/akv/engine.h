@@ -444,6 +444,9 @@ uint64_t akv_engine_weight_bytes(const akv_engine *e);
  * or the idle list). AKV_ESTATE (logged) on a violation; the sync's status if it failed.
  * Host backend for the route's page contents. */
 akv_status akv__engine_check(akv_engine *e);
+/* Tests: waits until every conversation queued for the session directory is on the disk and in
+ * its index (the writer thread's queue empty). */
+void akv__engine_flush_sessions(akv_engine *e);
 
 const char *akv_finish_name(akv_finish f);                 /* "stop", "length", ... */
 const char *akv_refusal_reason_name(akv_refusal_reason r); /* "context", "host", ... */

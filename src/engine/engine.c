@@ -1124,7 +1124,7 @@ void akv_engine_get_stats(const akv_engine *e, akv_engine_stats *out) {
     *out = e->stats;
     out->n_running = e->n_run, out->n_queued = e->n_wait, out->n_idle = e->n_idle;
     out->host_pages_reserved = e->host_reserved;
-    out->n_spill_files = e->n_spill, out->spill_bytes = e->spill_bytes;
+    akv__spill_stats(e, out);
     if (e->route) {
         akv_route_stats rs;
         akv_route_get_stats(e->route, &rs);
@@ -1231,20 +1231,7 @@ akv_status akv__engine_check(akv_engine *e) {
     akv_route_get_stats(e->route, &rs);
     if (rs.n_open != n_ctx)
         ENGINE_BAD("the route has %u open sequences; the engine knows %u", rs.n_open, n_ctx);
-    uint64_t spill_bytes = 0; /* the session directory's index */
-    for (size_t i = 0; i < e->n_spill; i++) {
-        const akv__spilled *sp = &e->spill[i];
-        spill_bytes += sp->bytes;
-        if (!sp->path || !sp->tokens || !sp->n_tokens ||
-            sp->bytes != akv__session_file_bytes(e, sp->n_tokens))
-            ENGINE_BAD("the session directory's entry %zu is not a whole file", i);
-        for (size_t j = i + 1; j < e->n_spill; j++)
-            if (!strcmp(sp->path, e->spill[j].path)) ENGINE_BAD("'%s' is indexed twice", sp->path);
-    }
-    if (spill_bytes != e->spill_bytes || (e->p.session_dir_gib && e->n_spill > 1 &&
-                                          spill_bytes > (uint64_t)e->p.session_dir_gib << 30))
-        ENGINE_BAD("the session directory's index counts %llu bytes; its entries %llu",
-                   (unsigned long long)e->spill_bytes, (unsigned long long)spill_bytes);
+    if ((st = akv__spill_check(e))) return st;
     uint32_t n_wait = 0;
     for (const akv_request *rq = e->wait_head; rq; rq = rq->next_q, n_wait++)
         if (rq->admitted || rq->ctx) ENGINE_BAD("a waiting request holds a reservation");

@@ -69,6 +69,8 @@ struct akv_request {
     struct akv_request *next_all, *prev_all;
 };
 
+typedef struct akv__spill_writer akv__spill_writer;
+
 /* A conversation in the session directory (spill.c): its file and what finding it needs. */
 typedef struct akv__spilled {
     char *path;
@@ -128,6 +130,7 @@ struct akv_engine {
     uint64_t sess_fingerprint;        /* the model's, computed at the first use */
     bool sess_fingerprint_ok;
     char *session_dir;                /* a copy of params.session_dir; NULL: none */
+    struct akv__spill_writer *writer; /* the thread that writes them (spill.c), or NULL */
     akv__spilled *spill;              /* [n_spill] the directory's conversations, oldest first */
     size_t n_spill, cap_spill;
     uint64_t spill_bytes;             /* their files' bytes */
@@ -175,6 +178,10 @@ akv_status akv__engine_idle_adopt(akv_engine *e, akv__ctx *c);
 akv_status akv__session_write(akv_engine *e, const akv__ctx *c, const char *path);
 akv_status akv__session_read(akv_engine *e, const char *path, akv__ctx **out);
 akv_status akv__session_peek(akv_engine *e, const char *path, akv__ctx *meta);
+/* c's file as bytes in memory (*out akv__malloc'ed, n bytes), and such bytes written to path
+ * (through path.tmp.PID renamed over it; any thread: it touches no engine). */
+akv_status akv__session_image(akv_engine *e, const akv__ctx *c, uint8_t **out, size_t *n);
+akv_status akv__session_write_image(const char *path, const uint8_t *image, size_t n);
 uint64_t akv__session_file_bytes(const akv_engine *e, uint64_t n_tokens);
 
 /* spill.c: the session directory (params.session_dir). open: its files indexed (at create;
@@ -187,5 +194,8 @@ akv_status akv__spill_open(akv_engine *e);
 void akv__spill_out(akv_engine *e, const akv__ctx *c);
 void akv__spill_in(akv_engine *e, const akv_request *rq, uint32_t in_memory);
 void akv__spill_close(akv_engine *e);
+/* The directory's counters into out (n_spill_files, spill_bytes, n_spilled), and its walker. */
+void akv__spill_stats(const akv_engine *e, akv_engine_stats *out);
+akv_status akv__spill_check(const akv_engine *e);
 
 #endif

@@ -101,6 +101,7 @@ typedef struct sess_io {
     uint8_t *layer;      /* [2][H][n][D] elements of the current layer */
     size_t layer_bytes;
     struct sess_ahead *ahead; /* reading: the thread that reads the layers ahead, or NULL */
+    uint8_t *mem;        /* writing an image: the whole file's bytes go here (else to f) */
 } sess_io;
 
 /* Reading a session's K/V ahead: a thread reads layer l + 1 from the file into the other of two
@@ -200,7 +201,9 @@ static void sess_rows(const sess_io *io, uint32_t page, uint8_t *pg, bool to_pag
 }
 
 static akv_status sess_write(sess_io *io, const void *p, size_t n) {
-    if (n && fwrite(p, 1, n, io->f) != n) {
+    if (io->mem) {
+        if (n && p != io->mem + io->bytes) memcpy(io->mem + io->bytes, p, n);
+    } else if (n && fwrite(p, 1, n, io->f) != n) {
         AKV_LOG_E("engine: writing the session '%s' failed: %s", io->path, strerror(errno));
         return AKV_EIO;
     }
@@ -223,6 +226,7 @@ static akv_status sess_page_out(void *user, uint32_t layer, uint32_t page, const
     (void)layer, (void)page_bytes;
     sess_io *io = user;
     const akv_geom *g = &io->e->plan.geom;
+    if (io->mem && page == 0) io->layer = io->mem + io->bytes; /* the rows in place */
     sess_rows(io, page, (uint8_t *)bytes, false);
     if ((uint64_t)(page + 1) * g->page_tokens >= io->n_tokens) /* the layer's last page */
         return sess_write(io, io->layer, io->layer_bytes);
@@ -241,38 +245,45 @@ static akv_status sess_page_in(void *user, uint32_t layer, uint32_t page, void *
     return AKV_OK;
 }
 
-akv_status akv__session_write(akv_engine *e, const akv__ctx *c, const char *path) {
+/* c's file through io's sink: header, tokens, K/V, checksum. AKV_ESTATE when a step was
+ * undone under it (its route holds another length), or when not every layer came. */
+static akv_status sess_emit(akv_engine *e, const akv__ctx *c, sess_io *io) {
     if (akv_route_seq_n_tokens(c->seq) != c->n_tokens) { /* a step was undone under it */
         AKV_LOG_E("engine: the conversation to save holds %llu tokens in the route, %u in the "
                   "engine: not saved",
                   (unsigned long long)akv_route_seq_n_tokens(c->seq), c->n_tokens);
         return AKV_ESTATE;
     }
-    char *tmp = akv__malloc(strlen(path) + 32);
-    if (!tmp) return AKV_ENOMEM;
-    sprintf(tmp, "%s.tmp.%ld", path, (long)getpid()); /* one writer a process */
-    sess_io io = {.e = e, .path = path, .n_tokens = c->n_tokens, .hash = akv_hash64_init()};
-    io.layer_bytes = (size_t)c->n_tokens * akv_geom_token_bytes(&e->plan.geom);
-    io.layer = akv__malloc(io.layer_bytes ? io.layer_bytes : 1);
-    akv_status st = io.layer ? AKV_OK : AKV_ENOMEM;
-    if (!st && !(io.f = fopen(tmp, "wb"))) {
-        AKV_LOG_E("engine: cannot write the session '%s': %s", tmp, strerror(errno));
-        st = AKV_EIO;
-    }
     const sess_header hd = sess_header_of(e, c->n_tokens, c);
     const uint64_t zero = 0;
-    if (!st) st = sess_write(&io, &hd, sizeof hd);
-    if (!st) st = sess_write(&io, c->tokens, (size_t)c->n_tokens * sizeof *c->tokens);
-    if (!st) st = sess_write(&io, &zero, (c->n_tokens & 1) * sizeof(int32_t));
-    if (!st && c->n_tokens) st = akv_route_seq_read_pages(e->route, c->seq, sess_page_out, &io);
-    const uint64_t check = akv_hash64_final(io.hash, io.bytes);
-    if (!st && io.bytes != akv__session_file_bytes(e, c->n_tokens) - sizeof check)
+    akv_status st = sess_write(io, &hd, sizeof hd);
+    if (!st) st = sess_write(io, c->tokens, (size_t)c->n_tokens * sizeof *c->tokens);
+    if (!st) st = sess_write(io, &zero, (c->n_tokens & 1) * sizeof(int32_t));
+    if (!st && c->n_tokens) st = akv_route_seq_read_pages(e->route, c->seq, sess_page_out, io);
+    const uint64_t check = akv_hash64_final(io->hash, io->bytes);
+    if (!st && io->bytes != akv__session_file_bytes(e, c->n_tokens) - sizeof check)
         st = AKV_ESTATE; /* every layer written, or nothing renamed */
-    if (!st && fwrite(&check, 1, sizeof check, io.f) != sizeof check) st = AKV_EIO;
-    if (io.f) {
+    if (!st) st = sess_write(io, &check, sizeof check);
+    return st;
+}
+
+/* PATH.tmp.PID opened for writing (*tmp: its name, akv__malloc'ed). AKV_EIO (logged). */
+static akv_status sess_open_tmp(const char *path, char **tmp, FILE **f) {
+    *f = NULL;
+    if (!(*tmp = akv__malloc(strlen(path) + 32))) return AKV_ENOMEM;
+    sprintf(*tmp, "%s.tmp.%ld", path, (long)getpid()); /* one writer of a path a process */
+    if ((*f = fopen(*tmp, "wb"))) return AKV_OK;
+    AKV_LOG_E("engine: cannot write the session '%s': %s", *tmp, strerror(errno));
+    return AKV_EIO;
+}
+
+/* The temporary file flushed to the disk and renamed over path (st: how the writing went); on
+ * any failure it is removed and the failure logged. Frees tmp. */
+static akv_status sess_finish(const char *path, char *tmp, FILE *f, akv_status st) {
+    if (f) {
         int err = 0;
-        if (!st && (fflush(io.f) != 0 || fsync(fileno(io.f)) != 0)) st = AKV_EIO, err = errno;
-        if (fclose(io.f) != 0 && !st) st = AKV_EIO, err = errno;
+        if (!st && (fflush(f) != 0 || fsync(fileno(f)) != 0)) st = AKV_EIO, err = errno;
+        if (fclose(f) != 0 && !st) st = AKV_EIO, err = errno;
         if (!st && rename(tmp, path) != 0) st = AKV_EIO, err = errno;
         if (st) {
             AKV_LOG_E("engine: saving the session '%s' failed (%s): the conversation stays in "
@@ -281,9 +292,44 @@ akv_status akv__session_write(akv_engine *e, const akv__ctx *c, const char *path
             (void)remove(tmp);
         }
     }
-    akv__free(io.layer);
     akv__free(tmp);
     return st;
+}
+
+akv_status akv__session_write(akv_engine *e, const akv__ctx *c, const char *path) {
+    sess_io io = {.e = e, .path = path, .n_tokens = c->n_tokens, .hash = akv_hash64_init()};
+    io.layer_bytes = (size_t)c->n_tokens * akv_geom_token_bytes(&e->plan.geom);
+    char *tmp = NULL;
+    akv_status st = sess_open_tmp(path, &tmp, &io.f);
+    if (!st && !(io.layer = akv__malloc(io.layer_bytes ? io.layer_bytes : 1))) st = AKV_ENOMEM;
+    if (!st) st = sess_emit(e, c, &io);
+    akv__free(io.layer);
+    return sess_finish(path, tmp, io.f, st);
+}
+
+akv_status akv__session_image(akv_engine *e, const akv__ctx *c, uint8_t **out, size_t *n) {
+    const uint64_t bytes = akv__session_file_bytes(e, c->n_tokens);
+    sess_io io = {.e = e, .n_tokens = c->n_tokens, .hash = akv_hash64_init(), .path = "(memory)"};
+    io.layer_bytes = (size_t)c->n_tokens * akv_geom_token_bytes(&e->plan.geom);
+    if (bytes > SIZE_MAX || !(io.mem = akv__malloc((size_t)bytes))) return AKV_ENOMEM;
+    const akv_status st = sess_emit(e, c, &io);
+    if (st) {
+        akv__free(io.mem);
+        return st;
+    }
+    *out = io.mem, *n = (size_t)bytes;
+    return AKV_OK;
+}
+
+akv_status akv__session_write_image(const char *path, const uint8_t *image, size_t n) {
+    char *tmp = NULL;
+    FILE *f = NULL;
+    akv_status st = sess_open_tmp(path, &tmp, &f);
+    if (!st && fwrite(image, 1, n, f) != n) {
+        AKV_LOG_E("engine: writing the session '%s' failed: %s", path, strerror(errno));
+        st = AKV_EIO;
+    }
+    return sess_finish(path, tmp, f, st);
 }
 
 uint64_t akv__session_file_bytes(const akv_engine *e, uint64_t n_tokens) {

@@ -7,9 +7,17 @@
  * finding a prompt's best file is a scan of it (a prefix comparison each, as for the idle
  * contexts). A conversation is in one place at a time: read back, its file is removed; written
  * again when it is closed again (then its history may have grown). File names are the hash of
- * the tokens and the salt, so the same conversation written twice replaces its file. */
+ * the tokens and the salt, so the same conversation written twice replaces its file.
+ *
+ * Writing: the engine's thread makes the file's bytes in memory (the context's pages read, its
+ * rows laid out: a memory copy) and a writer thread puts them on the disk (write, flush to the
+ * disk, rename) and only then adds the file to the index, so the batch steps do not wait on the
+ * disk. At most SPILL_PENDING bytes wait to be written (more waits for the writer, but one
+ * file alone always goes); a prompt that continues a conversation still being written waits
+ * for its file. The writer's lock guards the index, the queue and its counters. */
 #define _POSIX_C_SOURCE 200809L
 #include <dirent.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,6 +30,25 @@
 #include "engine/engine_impl.h"
 
 static const char spill_ext[] = ".akvs";
+static const size_t SPILL_PENDING = (size_t)1 << 30;
+
+typedef struct spill_job {
+    struct spill_job *next;
+    akv__spilled entry; /* its index entry once written */
+    uint8_t *image;     /* the file's bytes */
+    size_t n;
+} spill_job;
+
+struct akv__spill_writer {
+    pthread_t th;
+    pthread_mutex_t mu; /* the index (e->spill, n_spill, spill_bytes), the queue, the counters */
+    pthread_cond_t cv;  /* a job queued or done; stop */
+    spill_job *head, *tail;
+    spill_job *writing; /* the job on the disk now, or NULL */
+    size_t pending;     /* bytes queued or being written */
+    uint64_t n_written;
+    bool stop;
+};
 
 static void spilled_free(akv__spilled *s) {
     akv__free(s->path), akv__free(s->tokens);
@@ -86,6 +113,8 @@ static char *spill_path(const akv_engine *e, const char *name) {
     return p;
 }
 
+static void writer_start(akv_engine *e);
+
 akv_status akv__spill_open(akv_engine *e) {
     if (!e->p.session_dir) return AKV_OK;
     struct stat sb;
@@ -135,7 +164,76 @@ akv_status akv__spill_open(akv_engine *e) {
     if (!st)
         AKV_LOG_I("engine: the session directory '%s' holds %zu conversations (%.1f MB)%s", e->session_dir,
                   e->n_spill, e->spill_bytes / 1e6, skipped ? "; files it cannot use are left alone" : "");
+    if (!st) writer_start(e);
     return st;
+}
+
+/* Room for a file of `bytes` within session_dir_gib: the oldest files removed (lock held). */
+static void spill_room(akv_engine *e, uint64_t bytes) {
+    const uint64_t limit = (uint64_t)e->p.session_dir_gib << 30;
+    while (limit && e->n_spill && e->spill_bytes + bytes > limit) spill_drop(e, 0, true);
+}
+
+static void *writer_main(void *arg) {
+    akv_engine *e = arg;
+    akv__spill_writer *w = e->writer;
+    pthread_mutex_lock(&w->mu);
+    for (;;) {
+        while (!w->head && !w->stop) pthread_cond_wait(&w->cv, &w->mu);
+        spill_job *j = w->head;
+        if (!j) break; /* stopped with nothing left */
+        w->head = j->next;
+        if (!w->head) w->tail = NULL;
+        w->writing = j;
+        pthread_mutex_unlock(&w->mu);
+        const akv_status st = akv__session_write_image(j->entry.path, j->image, j->n); /* logged */
+        akv__free(j->image);
+        pthread_mutex_lock(&w->mu);
+        w->writing = NULL;
+        if (st == AKV_OK) {
+            spill_room(e, j->entry.bytes);
+            if (spill_add(e, j->entry) == AKV_OK) w->n_written++;
+        } else {
+            spilled_free(&j->entry);
+        }
+        w->pending -= j->n;
+        akv__free(j);
+        pthread_cond_broadcast(&w->cv);
+    }
+    pthread_mutex_unlock(&w->mu);
+    return NULL;
+}
+
+/* The writer thread (NULL when it cannot start: files are then written on the engine's
+ * thread). */
+static void writer_start(akv_engine *e) {
+    akv__spill_writer *w = akv__calloc(1, sizeof *w);
+    if (!w) return;
+    pthread_mutex_init(&w->mu, NULL);
+    pthread_cond_init(&w->cv, NULL);
+    e->writer = w;
+    if (pthread_create(&w->th, NULL, writer_main, e) == 0) return;
+    pthread_mutex_destroy(&w->mu);
+    pthread_cond_destroy(&w->cv);
+    akv__free(w);
+    e->writer = NULL;
+}
+
+static void spill_lock(const akv_engine *e) {
+    if (e->writer) pthread_mutex_lock(&e->writer->mu);
+}
+static void spill_unlock(const akv_engine *e) {
+    if (e->writer) pthread_mutex_unlock(&e->writer->mu);
+}
+
+/* Whether a job of this path is queued or being written (lock held). */
+static bool spill_pending(const akv_engine *e, const char *path) {
+    const akv__spill_writer *w = e->writer;
+    if (!w) return false;
+    if (w->writing && !strcmp(w->writing->entry.path, path)) return true;
+    for (const spill_job *j = w->head; j; j = j->next)
+        if (!strcmp(j->entry.path, path)) return true;
+    return false;
 }
 
 void akv__spill_out(akv_engine *e, const akv__ctx *c) {
@@ -149,7 +247,6 @@ void akv__spill_out(akv_engine *e, const akv__ctx *c) {
     const uint64_t bytes = akv__session_file_bytes(e, c->n_tokens);
     const uint64_t limit = (uint64_t)e->p.session_dir_gib << 30;
     if (limit && bytes > limit) return; /* never fits: closed as without a directory */
-    while (limit && e->n_spill && e->spill_bytes + bytes > limit) spill_drop(e, 0, true);
     struct timespec now;
     clock_gettime(CLOCK_REALTIME, &now);
     akv__spilled s = {.path = spill_path(e, name), .n_tokens = c->n_tokens, .salt = c->salt,
@@ -161,46 +258,148 @@ void akv__spill_out(akv_engine *e, const akv__ctx *c) {
         return;
     }
     memcpy(s.tokens, c->tokens, (size_t)c->n_tokens * sizeof *s.tokens);
+    akv__spill_writer *w = e->writer;
+    spill_job *j = w ? akv__calloc(1, sizeof *j) : NULL;
+    if (j && akv__session_image(e, c, &j->image, &j->n) == AKV_OK) { /* to the writer */
+        j->entry = s;
+        pthread_mutex_lock(&w->mu);
+        while (w->pending && w->pending + j->n > SPILL_PENDING) pthread_cond_wait(&w->cv, &w->mu);
+        if (w->tail) w->tail->next = j;
+        else w->head = j;
+        w->tail = j;
+        w->pending += j->n;
+        pthread_cond_broadcast(&w->cv);
+        pthread_mutex_unlock(&w->mu);
+        return;
+    }
+    akv__free(j); /* no writer, or no memory for the image: written here */
+    spill_lock(e);
+    spill_room(e, bytes);
+    spill_unlock(e);
     if (akv__session_write(e, c, s.path) != AKV_OK) { /* logged: the context is closed all the same */
         spilled_free(&s);
         return;
     }
+    spill_lock(e);
     if (spill_add(e, s) == AKV_OK) e->stats.n_spilled++;
+    spill_unlock(e);
 }
 
 void akv__spill_in(akv_engine *e, const akv_request *rq, uint32_t in_memory) {
+    akv__spill_writer *w = e->writer;
+    spill_lock(e);
     size_t best = SIZE_MAX;
-    uint32_t lcp = in_memory;
-    for (size_t i = 0; i < e->n_spill; i++) {
-        const akv__spilled *s = &e->spill[i];
-        if (s->salt != rq->p.cache_salt || s->exact != rq->p.kv_exact) continue;
-        const uint32_t k = akv__common_prefix(s->tokens, s->n_tokens, rq->prompt, rq->p.n_prompt);
-        if (k > lcp) lcp = k, best = i;
+    for (;;) { /* the best file; one still being written is waited for */
+        uint32_t lcp = in_memory;
+        const char *pending = NULL;
+        best = SIZE_MAX;
+        for (size_t i = 0; i < e->n_spill; i++) {
+            const akv__spilled *s = &e->spill[i];
+            if (s->salt != rq->p.cache_salt || s->exact != rq->p.kv_exact) continue;
+            const uint32_t k = akv__common_prefix(s->tokens, s->n_tokens, rq->prompt, rq->p.n_prompt);
+            if (k > lcp) lcp = k, best = i;
+        }
+        for (const spill_job *j = w ? w->head : NULL; j || (w && w->writing && !pending); j = j ? j->next : NULL) {
+            const spill_job *x = j ? j : w->writing;
+            const akv__spilled *s = &x->entry;
+            if (s->salt == rq->p.cache_salt && s->exact == rq->p.kv_exact &&
+                akv__common_prefix(s->tokens, s->n_tokens, rq->prompt, rq->p.n_prompt) > lcp)
+                pending = s->path;
+            if (!j) break;
+        }
+        if (!pending) break;
+        while (spill_pending(e, pending)) pthread_cond_wait(&w->cv, &w->mu);
     }
-    if (best == SIZE_MAX) return;
-    akv__ctx *c = NULL;
-    const akv_status st = akv__session_read(e, e->spill[best].path, &c);
-    if (st == AKV_ENOMEM) return; /* the file stays for a later prompt */
-    if (st) { /* logged: damaged or gone; the prompt is computed */
-        spill_drop(e, best, true);
+    if (best == SIZE_MAX) {
+        spill_unlock(e);
         return;
     }
-    /* out of the index while it is adopted: the adoption may write older contexts out */
+    /* out of the index while it is read and adopted: the adoption may write older contexts */
     akv__spilled s = spill_take(e, best);
-    c->retention = s.retention;
-    if (akv__engine_idle_adopt(e, c) != AKV_OK) { /* no room beside the reservations now */
-        (void)akv_route_seq_close(e->route, c->seq);
-        akv__free(c->tokens), akv__free(c);
-        (void)spill_add(e, s); /* the file stays for a later prompt */
+    spill_unlock(e);
+    akv__ctx *c = NULL;
+    const akv_status st = akv__session_read(e, s.path, &c);
+    if (st && st != AKV_ENOMEM) { /* logged: damaged or gone; the prompt is computed */
+        if (remove(s.path) != 0) AKV_LOG_W("engine: the session directory's '%s' could not be removed", s.path);
+        spilled_free(&s);
         return;
     }
-    if (!spill_has(e, s.path) && remove(s.path) != 0) /* not written again meanwhile */
+    if (!st) c->retention = s.retention;
+    if (st || akv__engine_idle_adopt(e, c) != AKV_OK) { /* no memory or room now: kept for later */
+        if (!st) {
+            (void)akv_route_seq_close(e->route, c->seq);
+            akv__free(c->tokens), akv__free(c);
+        }
+        spill_lock(e);
+        (void)spill_add(e, s);
+        spill_unlock(e);
+        return;
+    }
+    spill_lock(e);
+    const bool again = spill_has(e, s.path) || spill_pending(e, s.path); /* written anew meanwhile */
+    e->stats.n_restored++;
+    spill_unlock(e);
+    if (!again && remove(s.path) != 0)
         AKV_LOG_W("engine: the session directory's '%s' could not be removed", s.path);
     spilled_free(&s);
-    e->stats.n_restored++;
+}
+
+void akv__engine_flush_sessions(akv_engine *e) {
+    akv__spill_writer *w = e->writer;
+    if (!w) return;
+    pthread_mutex_lock(&w->mu);
+    while (w->head || w->writing) pthread_cond_wait(&w->cv, &w->mu);
+    pthread_mutex_unlock(&w->mu);
+}
+
+void akv__spill_stats(const akv_engine *e, akv_engine_stats *out) {
+    spill_lock(e);
+    out->n_spill_files = e->n_spill, out->spill_bytes = e->spill_bytes;
+    out->n_spilled = e->stats.n_spilled + (e->writer ? e->writer->n_written : 0);
+    spill_unlock(e);
+}
+
+akv_status akv__spill_check(const akv_engine *e) {
+    akv_status st = AKV_OK;
+    spill_lock(e);
+    uint64_t bytes = 0;
+    for (size_t i = 0; i < e->n_spill && !st; i++) {
+        const akv__spilled *sp = &e->spill[i];
+        bytes += sp->bytes;
+        if (!sp->path || !sp->tokens || !sp->n_tokens || sp->bytes != akv__session_file_bytes(e, sp->n_tokens)) {
+            AKV_LOG_E("engine check: the session directory's entry %zu is not a whole file", i);
+            st = AKV_ESTATE;
+        }
+        for (size_t j = i + 1; j < e->n_spill && !st; j++)
+            if (!strcmp(sp->path, e->spill[j].path)) {
+                AKV_LOG_E("engine check: '%s' is indexed twice", sp->path);
+                st = AKV_ESTATE;
+            }
+    }
+    if (!st && (bytes != e->spill_bytes ||
+                (e->p.session_dir_gib && e->n_spill > 1 && bytes > (uint64_t)e->p.session_dir_gib << 30))) {
+        AKV_LOG_E("engine check: the session directory's index counts %llu bytes; its entries %llu",
+                  (unsigned long long)e->spill_bytes, (unsigned long long)bytes);
+        st = AKV_ESTATE;
+    }
+    spill_unlock(e);
+    return st;
 }
 
 void akv__spill_close(akv_engine *e) {
+    akv__spill_writer *w = e->writer;
+    if (w) { /* what is queued is written first */
+        pthread_mutex_lock(&w->mu);
+        w->stop = true;
+        pthread_cond_broadcast(&w->cv);
+        pthread_mutex_unlock(&w->mu);
+        pthread_join(w->th, NULL);
+        e->stats.n_spilled += w->n_written;
+        pthread_mutex_destroy(&w->mu);
+        pthread_cond_destroy(&w->cv);
+        akv__free(w);
+        e->writer = NULL;
+    }
     for (size_t i = 0; i < e->n_spill; i++) spilled_free(&e->spill[i]);
     akv__free(e->spill), akv__free(e->session_dir);
     e->spill = NULL, e->session_dir = NULL, e->n_spill = e->cap_spill = 0, e->spill_bytes = 0;
