@@ -239,8 +239,9 @@ static double bset_step(bset *b, akv_forward_dev *f, uint32_t step, const uint8_
         tok[i] = (int32_t)((step * 7919u + i * 104729u) % c->n_vocab);
         reqs[i] = (akv_route_req){b->s[i], (uint64_t)b->ctx + step + 1};
     }
+    int32_t argmax[MAX_B];
     akv_forward_batch fb = {.n_seq = b->B, .n_new = n_new, .pos0 = pos0, .tokens = tok,
-                            .logits = mode};
+                            .logits = mode, .argmax = argmax};
     const double tb = akv_clock_s();
     TRY(akv_route_begin_step(b->r, reqs, b->B));
     const double begin_s = akv_clock_s() - tb;
@@ -326,32 +327,41 @@ static void part_p(akv_dev *dev, const char *dev_name, const akv_model_config *c
                "host = the route's step on the host (begin_step, in the graphed steps), rest = step "
                "- products - attention - small - host (launches, the logits' copy, gaps; the op by "
                "op launches run without the graph's overlap, so rest is low by that), logits = "
-               "step - the same step with one row of logits back (what every row's logits cost). "
+               "step - the same step with one row of logits back (what every row's logits cost); "
+               "greedy = the step with every row's greedy choice made on the device "
+               "(AKV_FORWARD_LOGITS_ARGMAX: ids back, no rows). "
                "Device copy rate (same run) **%.0f GB/s**; floor = (weights + every history byte) / "
                "copy rate.\n\n| context | B | step ms | floor ms | step / floor | products ms | "
                "products / their floor | attention ms | small ms | host ms | rest ms | logits ms | "
-               "op-by-op span ms |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
+               "greedy step ms | greedy / floor | op-by-op span ms |\n"
+               "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
                dev_name, c->n_layers, wb / 1e9, wb / copy_bps * 1e3, copy_bps / 1e9);
     const uint32_t ctxs[] = {128, 4096}, Bs[] = {1, 8, 32, 64};
     for (size_t ic = 0; ic < 2; ic++)
         for (size_t ib = 0; ib < 4; ib++) {
             const uint32_t ctx = ctxs[ic], B = Bs[ib], steps = 16;
             bset b;
-            if (!bset_open(&b, dev, c, bench_kind("resident"), AKV_REPR_EXACT, B, ctx, 2 * steps + 16,
+            if (!bset_open(&b, dev, c, bench_kind("resident"), AKV_REPR_EXACT, B, ctx, 3 * steps + 16,
                            0, par)) {
-                bench_emit(out, "| %u | %u | does not fit | | | | | | | | | | |\n", ctx, B);
+                bench_emit(out, "| %u | %u | does not fit | | | | | | | | | | | | |\n", ctx, B);
                 bset_close(&b);
                 continue;
             }
             bset_run(&b, f, steps, NULL, 0, true);
-            bset_step(&b, fe, 2 * steps + 1, NULL); /* untimed: the op-by-op pass's first step */
-            const pshare p = profile_steps(dev, &b, fe, 2 * steps + 2, 4);
+            uint8_t greedy[MAX_B]; /* every row's greedy choice on the device, no row back */
+            memset(greedy, AKV_FORWARD_LOGITS_ARGMAX, sizeof greedy);
+            const double tg = akv_clock_s();
+            for (uint32_t k = 0; k < steps; k++) bset_step(&b, f, 2 * steps + 1 + k, greedy);
+            const double greedy_ms = (akv_clock_s() - tg) / steps * 1e3;
+            bset_step(&b, fe, 3 * steps + 1, NULL); /* untimed: the op-by-op pass's first step */
+            const pshare p = profile_steps(dev, &b, fe, 3 * steps + 2, 4);
             const double floor_ms = (wb + token_bytes * B * (ctx + 1)) / copy_bps * 1e3;
             bench_emit(out, "| %u | %u | %.3f | %.3f | %.3f | %.3f | %.3f | %.3f | %.3f | %.3f | "
-                            "%.3f | %.3f | %.3f |\n",
+                            "%.3f | %.3f | %.3f | %.3f | %.3f |\n",
                        ctx, B, b.step_ms, floor_ms, b.step_ms / floor_ms, p.products,
                        p.products / (wb / copy_bps * 1e3), p.attn, p.small, b.begin_ms,
-                       b.step_ms - p.ops - b.begin_ms, b.step_ms - b.one_row_ms, p.span);
+                       b.step_ms - p.ops - b.begin_ms, b.step_ms - b.one_row_ms, greedy_ms,
+                       greedy_ms / floor_ms, p.span);
             bset_close(&b);
         }
     akv_forward_dev_destroy(fe);

@@ -180,6 +180,36 @@ __global__ void add_kernel(float *y, const float *a, uint32_t n_rows, uint32_t n
     }
 }
 
+/* ---- argmax: y[r] = the first index of row r's largest value (akv_fwd_argmax_ref) ---------- */
+/* One block a row: each thread keeps the largest value of its strided share and its first index
+ * (NaN and -inf are never taken: a value is taken only when it is larger, or equal at a lower
+ * index to one taken), then a tree in shared memory by the same rule; -1 when none is taken. */
+__global__ void argmax_kernel(int32_t *y, const float *x, uint32_t n) {
+    fwd_dep();
+    __shared__ float sv[kThreads];
+    __shared__ int32_t si[kThreads];
+    const float *row = x + (size_t)blockIdx.x * n;
+    float best = -INFINITY;
+    int32_t at = -1;
+    for (uint32_t i = threadIdx.x; i < n; i += blockDim.x) {
+        const float v = row[i];
+        if (v > best) best = v, at = (int32_t)i; /* strided: a later i of one thread is larger */
+    }
+    sv[threadIdx.x] = best, si[threadIdx.x] = at;
+    __syncthreads();
+    for (unsigned s = blockDim.x / 2; s > 0; s >>= 1) {
+        if (threadIdx.x < s) {
+            const float ov = sv[threadIdx.x + s];
+            const int32_t oi = si[threadIdx.x + s];
+            if (oi >= 0 && (si[threadIdx.x] < 0 || ov > sv[threadIdx.x] ||
+                            (ov == sv[threadIdx.x] && oi < si[threadIdx.x])))
+                sv[threadIdx.x] = ov, si[threadIdx.x] = oi;
+        }
+        __syncthreads();
+    }
+    if (threadIdx.x == 0) y[blockIdx.x] = si[0];
+}
+
 /* ---- cast and fill -------------------------------------------------------------------------- */
 __global__ void cast_kernel(void *y, bool y_bf16, const void *x, bool x_bf16, uint64_t n) {
     fwd_dep();
@@ -256,6 +286,13 @@ extern "C" akv_status akv__cuda_fwd_add(const void *args, const akv__cuda_launch
     if (total == 0) return AKV_OK;
     return fwd_launch(l, fwd_grid(l, total), add_kernel, fwd_ptr<float>(a.y),
                       fwd_ptr<const float>(a.a), a.n_rows, a.n, a.a_stride);
+}
+
+extern "C" akv_status akv__cuda_fwd_argmax(const void *args, const akv__cuda_launch *l) {
+    akv_fwd_argmax_args a;
+    memcpy(&a, args, sizeof a);
+    if (a.n_rows == 0) return AKV_OK;
+    return fwd_launch(l, a.n_rows, argmax_kernel, fwd_ptr<int32_t>(a.y), fwd_ptr<const float>(a.x), a.n);
 }
 
 extern "C" akv_status akv__cuda_fwd_cast(const void *args, const akv__cuda_launch *l) {

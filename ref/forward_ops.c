@@ -203,6 +203,23 @@ static akv_status fops_matmul(akv_dev *dev, const void *args) {
     return AKV_OK;
 }
 
+int32_t akv_fwd_argmax_ref(const float *x, uint32_t n) {
+    float mx = -INFINITY;
+    for (uint32_t i = 0; i < n; i++) mx = x[i] > mx ? x[i] : mx; /* a NaN compares false */
+    if (mx == -INFINITY) return -1;
+    uint32_t best = 0;
+    while (!(x[best] == mx)) best++;
+    return (int32_t)best;
+}
+
+static akv_status fops_argmax(akv_dev *dev, const void *args) {
+    const akv_fwd_argmax_args *a = args;
+    const float *x = FOPS_PTR(a->x);
+    int32_t *y = FOPS_PTR(a->y);
+    for (uint32_t r = 0; r < a->n_rows; r++) y[r] = akv_fwd_argmax_ref(x + (size_t)r * a->n, a->n);
+    return AKV_OK;
+}
+
 static akv_status fops_attn_append(akv_dev *dev, const void *args) {
     (void)dev;
     return akv_attn_ref_append(&((const akv_fwd_attn_append_args *)args)->p);
@@ -238,6 +255,7 @@ FOPS_DEF(akv_fwd_op_swiglu, AKV_FWD_OP_SWIGLU, akv_fwd_swiglu_args, fops_swiglu)
 FOPS_DEF(akv_fwd_op_add, AKV_FWD_OP_ADD, akv_fwd_add_args, fops_add);
 FOPS_DEF(akv_fwd_op_cast, AKV_FWD_OP_CAST, akv_fwd_cast_args, fops_cast);
 FOPS_DEF(akv_fwd_op_fill, AKV_FWD_OP_FILL, akv_fwd_fill_args, fops_fill);
+FOPS_DEF(akv_fwd_op_argmax, AKV_FWD_OP_ARGMAX, akv_fwd_argmax_args, fops_argmax);
 /* The op profile's key of a product: its shape and W's format. */
 static void fops_matmul_describe(const void *args, char *buf, size_t cap) {
     const akv_fwd_matmul_args *a = args;

@@ -688,6 +688,41 @@ int main(int argc, char **argv) {
         rmdir(dir);
     }
 
+    TEST_CASE(greedy_choices_by_the_pass_are_the_samplers) {
+        /* Requests that sample greedily without penalties or logits take the pass's own choice
+         * (AKV_FORWARD_LOGITS_ARGMAX: no row for the sampler); the same requests asking for
+         * their logits take the sampler's: the same tokens, alone and batched with others that
+         * sample at a temperature (mixed modes in one step). */
+        akv_engine_params ep = akv_engine_default_params();
+        ep.max_seqs = 4;
+        akv_engine *e = engine_open(model, &ep);
+        if (!e) break;
+        static seen by_pass[3], by_sampler[3], hot;
+        akv_request *r[4];
+        for (int round = 0; round < 2; round++) {
+            memset(&hot, 0, sizeof hot);
+            for (int i = 0; i < 3; i++) {
+                seen *sn = round ? &by_sampler[i] : &by_pass[i];
+                memset(sn, 0, sizeof *sn);
+                akv_request_params rp = greedy(tokens + 50 * i, 20 + 7 * (uint32_t)i, 12, sn);
+                rp.want_logits = round == 1;
+                CHECK_OK(akv_engine_submit(e, &rp, &r[i], NULL));
+            }
+            akv_request_params hp = greedy(tokens + 300, 9, 12, &hot);
+            hp.sample.temp = 0.9f, hp.sample.seed = 5;
+            CHECK_OK(akv_engine_submit(e, &hp, &r[3], NULL));
+            CHECK(run_all(e, 200) > 0);
+            for (int i = 0; i < 4; i++) akv_engine_release(e, r[i]);
+        }
+        for (int i = 0; i < 3; i++) {
+            CHECK_EQ_INT(by_pass[i].n, 12);
+            CHECK_EQ_INT(by_pass[i].n_logits, 0); /* no row came back */
+            CHECK_EQ_INT(by_sampler[i].n_logits, 12);
+            CHECK_BYTES(by_pass[i].tok, by_sampler[i].tok, 12 * sizeof by_pass[i].tok[0]);
+        }
+        akv_engine_destroy(e);
+    }
+
     TEST_CASE(refusal_and_queueing_by_the_plan) {
         akv_engine_params ep = akv_engine_default_params();
         ep.max_context = 64;

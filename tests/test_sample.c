@@ -4,6 +4,7 @@
 #include <math.h>
 #include <stdlib.h>
 
+#include "akv/forward_ops.h"
 #include "akv/log.h"
 #include "akv/sample.h"
 #include "core/alloc.h"
@@ -95,6 +96,35 @@ int main(int argc, char **argv) {
         CHECK_OK(akv_sampler_sample(s, lg, &t));
         CHECK_EQ_INT(t, 1);
         akv_sampler_destroy(s);
+    }
+
+    TEST_CASE(the_passes_greedy_choice_is_the_samplers) {
+        /* akv_fwd_argmax_ref (the pass's choice, AKV_FORWARD_LOGITS_ARGMAX) against the
+         * sampler at temperature 0 over rows with ties, NaN and -inf, of awkward lengths */
+        uint64_t rs = 77;
+        const int ns[] = {1, 2, 3, 17, 97, 1000};
+        for (size_t k = 0; k < sizeof ns / sizeof ns[0]; k++)
+            for (int rep = 0; rep < 50; rep++) {
+                const int n = ns[k];
+                float *row = akv__malloc((size_t)n * sizeof *row);
+                for (int i = 0; i < n; i++) {
+                    rs = rs * 6364136223846793005ull + 1442695040888963407ull;
+                    const int v = (int)(rs >> 59); /* 0..31: few distinct values, many ties */
+                    row[i] = v == 0 ? NAN : v == 1 ? -INFINITY : (float)(v % 7);
+                }
+                akv_sample_params p = params_off();
+                p.temp = 0;
+                akv_sampler *s;
+                CHECK_OK(akv_sampler_create(&p, n, &s));
+                int32_t t = -1;
+                akv_log_set(NULL, NULL, AKV_LOG_OFF);
+                const akv_status st = akv_sampler_sample(s, row, &t);
+                akv_log_set(NULL, NULL, AKV_LOG_WARN);
+                TEST_CHECK_(akv_fwd_argmax_ref(row, (uint32_t)n) == (st ? -1 : t), "n %d rep %d: %d vs %d",
+                            n, rep, akv_fwd_argmax_ref(row, (uint32_t)n), st ? -1 : t);
+                akv_sampler_destroy(s);
+                akv__free(row);
+            }
     }
 
     TEST_CASE(top_k_limits_support) {

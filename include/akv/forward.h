@@ -71,6 +71,12 @@ typedef enum akv_forward_logits {
     AKV_FORWARD_LOGITS_NONE = 0, /* none (a prefill chunk that is not the prompt's last) */
     AKV_FORWARD_LOGITS_LAST = 1, /* its last new token's */
     AKV_FORWARD_LOGITS_ALL = 2,  /* every new token's */
+    AKV_FORWARD_LOGITS_ARGMAX = 3, /* its last new token's greedy choice: the row is computed
+                                      (it takes a row of `logits`, as LAST) and the first id of
+                                      its largest logit goes to argmax[s] (NaN and -inf never
+                                      chosen; -1 when every logit is one: akv_fwd_argmax_ref);
+                                      the device pass leaves the row's values on the device
+                                      (that row of `logits` is not written) */
 } akv_forward_logits;
 
 /* One batch step: n_seq sequences and their new tokens. */
@@ -80,6 +86,8 @@ typedef struct akv_forward_batch {
     const uint32_t *pos0;    /* [n_seq] position of each sequence's first new token */
     const int32_t *tokens;   /* [sum n_new] the new tokens, sequence after sequence */
     const uint8_t *logits;   /* [n_seq] akv_forward_logits of each; NULL = LAST for every one */
+    int32_t *argmax;         /* [n_seq] out: the ARGMAX sequences' choices (the others' entries
+                                untouched); required when one asks for ARGMAX */
 } akv_forward_batch;
 
 typedef struct akv_forward_params {
@@ -125,7 +133,8 @@ akv_status akv_forward_step(akv_forward *f, const akv_forward_batch *b, const ak
 akv_status akv_forward_run(akv_forward *f, const int32_t *tokens, uint32_t n, uint32_t pos0,
                            const akv_kv_hooks *kv, float *logits, bool all_logits);
 
-/* Rows of logits a batch asks for (its sum over sequences: 1 for LAST, n_new for ALL). */
+/* Rows of logits a batch asks for (its sum over sequences: 1 for LAST and ARGMAX, n_new for
+ * ALL). */
 uint32_t akv_forward_batch_logit_rows(const akv_forward_batch *b);
 
 /* Checks a batch against a pass's limits (the rules of akv_forward_step, every token id in

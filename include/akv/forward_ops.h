@@ -45,6 +45,7 @@ extern "C" {
 #define AKV_FWD_OP_ADD "fwd_add"
 #define AKV_FWD_OP_CAST "fwd_cast"
 #define AKV_FWD_OP_FILL "fwd_fill"
+#define AKV_FWD_OP_ARGMAX "fwd_argmax"
 #define AKV_FWD_OP_MATMUL "fwd_matmul"
 #define AKV_FWD_OP_ATTN_APPEND "fwd_attn_append"
 #define AKV_FWD_OP_ATTN_DECODE "fwd_attn_decode"
@@ -108,6 +109,18 @@ typedef struct akv_fwd_cast_args {
     uint64_t n;
     akv_dtype y_dtype, x_dtype; /* f32 or bf16 each */
 } akv_fwd_cast_args;
+
+/* y[r] = the first index of row r's largest value, NaN and -inf never chosen (-1 when every
+ * value of the row is one): greedy decoding's choice, as the host sampler makes it with no
+ * penalty (akv/sample.h), without the row leaving the device. */
+typedef struct akv_fwd_argmax_args {
+    akv_dptr y;         /* int32 [n_rows] */
+    akv_dptr x;         /* f32 [n_rows][n] */
+    uint32_t n_rows, n;
+} akv_fwd_argmax_args;
+
+/* The reference of one row (what the host op and the host pass compute). */
+int32_t akv_fwd_argmax_ref(const float *x, uint32_t n);
 
 /* y[i] = center + scale * u(seed, i), u uniform in [-1, 1) from a hash of (seed, i): the same
  * values on every backend (synthetic weights for benchmarks). With w_type a block format
@@ -208,6 +221,7 @@ extern const akv_dev_op akv_fwd_op_swiglu;
 extern const akv_dev_op akv_fwd_op_add;
 extern const akv_dev_op akv_fwd_op_cast;
 extern const akv_dev_op akv_fwd_op_fill;
+extern const akv_dev_op akv_fwd_op_argmax;
 extern const akv_dev_op akv_fwd_op_matmul;
 extern const akv_dev_op akv_fwd_op_attn_append;
 extern const akv_dev_op akv_fwd_op_attn_decode;

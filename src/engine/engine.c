@@ -361,10 +361,11 @@ static akv_status engine_open_memory(akv_engine *e) {
     e->pos0 = akv__calloc(S, sizeof *e->pos0);
     e->order = akv__calloc(S, sizeof *e->order);
     e->lmode = akv__calloc(S, sizeof *e->lmode);
+    e->argmax = akv__calloc(S, sizeof *e->argmax);
     e->tokens = akv__calloc(T, sizeof *e->tokens);
     if (e->fh) e->logits = akv__calloc((size_t)S * e->cfg.n_vocab, sizeof *e->logits);
     return e->run && e->reqs && e->batch && e->n_new && e->pos0 && e->order && e->lmode &&
-                   e->tokens && (e->logits || !e->fh)
+                   e->argmax && e->tokens && (e->logits || !e->fh)
                ? AKV_OK
                : AKV_ENOMEM;
 }
@@ -710,6 +711,7 @@ void akv_engine_destroy(akv_engine *e) {
     if (akv_dev_destroy(e->dev) != AKV_OK) AKV_LOG_E("engine: the device is still busy");
     akv__free(e->run), akv__free(e->reqs), akv__free(e->batch), akv__free(e->n_new);
     akv__free(e->pos0), akv__free(e->order), akv__free(e->lmode), akv__free(e->tokens);
+    akv__free(e->argmax);
     akv__free(e->logits);
     akv__free(e);
 }
@@ -1020,9 +1022,11 @@ akv_status akv_engine_step(akv_engine *e, bool *did_work) {
         const bool wants = c->n_tokens + e->n_new[k] == rq->p.n_prompt + rq->info.n_gen;
         const bool all = rq->p.on_prompt_logits && rq->info.state == AKV_REQUEST_PREFILL &&
                          c->n_tokens + e->n_new[k] > rq->p.prompt_logits_from;
-        e->lmode[k] = all     ? AKV_FORWARD_LOGITS_ALL
-                      : wants ? AKV_FORWARD_LOGITS_LAST
-                              : AKV_FORWARD_LOGITS_NONE;
+        /* a plain greedy choice is the pass's: its id comes back, not its row */
+        e->lmode[k] = all                               ? AKV_FORWARD_LOGITS_ALL
+                      : wants && akv__request_greedy(rq) ? AKV_FORWARD_LOGITS_ARGMAX
+                      : wants                            ? AKV_FORWARD_LOGITS_LAST
+                                                         : AKV_FORWARD_LOGITS_NONE;
         n_rows += all ? e->n_new[k] : wants;
         for (uint32_t j = 0; j < e->n_new[k]; j++)
             e->tokens[n_tok + j] = akv__request_stream(rq, c->n_tokens + j);
@@ -1040,7 +1044,7 @@ akv_status akv_engine_step(akv_engine *e, bool *did_work) {
         goto out;
     }
     akv_forward_batch b = {.n_seq = n, .n_new = e->n_new, .pos0 = e->pos0, .tokens = e->tokens,
-                           .logits = e->lmode};
+                           .logits = e->lmode, .argmax = e->argmax};
     akv_kv_hooks kv = akv_route_hooks(e->route);
     /* the device pass's logits are read where its copy left them (pinned); a prompt chunk's
      * rows (one chunk a step) take the host pass's buffer to max_seqs + chunk rows */
@@ -1080,7 +1084,7 @@ akv_status akv_engine_step(akv_engine *e, bool *did_work) {
         akv_request *rq = e->batch[k];
         const float *lk = logits + (size_t)row * e->cfg.n_vocab;
         const bool all = e->lmode[k] == AKV_FORWARD_LOGITS_ALL;
-        row += all ? e->n_new[k] : e->lmode[k] == AKV_FORWARD_LOGITS_LAST;
+        row += all ? e->n_new[k] : e->lmode[k] != AKV_FORWARD_LOGITS_NONE;
         if (all) {
             rq->p.on_prompt_logits(rq->p.user, rq, e->pos0[k], e->n_new[k], lk);
             lk += (size_t)(e->n_new[k] - 1) * e->cfg.n_vocab; /* the last row samples */
@@ -1091,6 +1095,8 @@ akv_status akv_engine_step(akv_engine *e, bool *did_work) {
             /* the context no longer says what its K/V holds: it cannot go on or be reused */
             rq->info.error = AKV_ENOMEM;
             akv__request_end(rq, AKV_FINISH_ERROR);
+        } else if (e->lmode[k] == AKV_FORWARD_LOGITS_ARGMAX) {
+            (void)akv__request_on_token(rq, e->argmax[k], NULL);
         } else if (e->lmode[k] == AKV_FORWARD_LOGITS_LAST ||
                    (all && e->pos0[k] + e->n_new[k] == rq->p.n_prompt)) {
             (void)akv__request_on_logits(rq, lk);

@@ -122,6 +122,7 @@ struct akv_engine {
     akv_request **batch;
     uint32_t *n_new, *pos0, *order;
     uint8_t *lmode;
+    int32_t *argmax;        /* [max_seqs] the pass's greedy choices (ARGMAX rows) */
     int32_t *tokens;
     float *logits;          /* [max_seqs][n_vocab] */
     bool logits_wide;          /* logits holds max_seqs + chunk rows (a prompt's logits) */
@@ -157,6 +158,12 @@ static inline int32_t akv__request_stream(const akv_request *rq, uint32_t i) {
 /* Samples from the logits of its stream's last token, streams the token, and ends it when a
  * stop condition holds; returns true when it ended (finish set, its last event delivered). */
 bool akv__request_on_logits(akv_request *rq, const float *logits);
+/* The same with its token chosen already (the pass's greedy choice: akv__request_greedy; -1:
+ * none could be, the request fails); logits the row it came from, or NULL. */
+bool akv__request_on_token(akv_request *rq, int32_t token, const float *logits);
+/* Whether its next token is the plain greedy choice (temperature 0, no penalty, no format, no
+ * logits wanted), which the pass may make itself (AKV_FORWARD_LOGITS_ARGMAX). */
+bool akv__request_greedy(const akv_request *rq);
 /* Delivers the last event of a request ending for `finish` with no token (cancelled, error). */
 void akv__request_end(akv_request *rq, akv_finish finish);
 /* Whether the token ends generation (end of sequence or turn, a control token). */

@@ -239,13 +239,30 @@ static void request_watch(akv_request *rq, const uint8_t *piece, size_t n) {
     rq->n_tail = keep + n;
 }
 
+bool akv__request_greedy(const akv_request *rq) {
+    const akv_sample_params *sp = &rq->p.sample;
+    return sp->temp == 0.0f && sp->repeat_penalty == 1.0f && sp->presence_penalty == 0.0f &&
+           sp->frequency_penalty == 0.0f && !rq->masked && !rq->p.want_logits;
+}
+
 bool akv__request_on_logits(akv_request *rq, const float *logits) {
-    akv_engine *e = rq->e;
     int32_t token;
     const float *from = rq->masked && rq->fmt_on ? request_mask_json(rq, logits) : logits;
     akv_status st = akv_sampler_sample(rq->sampler, from, &token);
     if (st) {
         rq->info.error = st;
+        akv__request_end(rq, AKV_FINISH_ERROR);
+        return true;
+    }
+    return akv__request_on_token(rq, token, logits);
+}
+
+bool akv__request_on_token(akv_request *rq, int32_t token, const float *logits) {
+    akv_engine *e = rq->e;
+    akv_status st;
+    if (token < 0) { /* the device's greedy choice found no finite logit */
+        AKV_LOG_E("sampler: every logit is NaN or -inf");
+        rq->info.error = AKV_EINVAL;
         akv__request_end(rq, AKV_FINISH_ERROR);
         return true;
     }

@@ -1,6 +1,7 @@
 /* forward.c — the host forward pass of akv/forward.h: ref/ ops, the batch-invariant products
  * of akv_ops_matmul_cols on the pass's threads, and the host paged attention. */
 #include "akv/forward.h"
+#include "akv/forward_ops.h"
 
 #include <string.h>
 
@@ -379,7 +380,7 @@ akv_status akv_forward_step(akv_forward *f, const akv_forward_batch *b, const ak
     for (uint32_t s = 0, t = 0; s < b->n_seq; t += b->n_new[s], s++) {
         uint8_t mode = b->logits ? b->logits[s] : AKV_FORWARD_LOGITS_LAST;
         uint32_t first = mode == AKV_FORWARD_LOGITS_ALL ? t : t + b->n_new[s] - 1;
-        uint32_t k = mode == AKV_FORWARD_LOGITS_ALL ? b->n_new[s] : mode == AKV_FORWARD_LOGITS_LAST;
+        uint32_t k = mode == AKV_FORWARD_LOGITS_ALL ? b->n_new[s] : mode != AKV_FORWARD_LOGITS_NONE;
         akv_ops_ref_rmsnorm(f->h + (size_t)rows * E, f->x + (size_t)first * E,
                             akv_model_output_norm(m), k, E, c->rms_eps);
         rows += k;
@@ -387,6 +388,12 @@ akv_status akv_forward_step(akv_forward *f, const akv_forward_batch *b, const ak
     if (rows) {
         fwd_in in = fwd_in_make(f->h, rows, E);
         fwd_matmul(f, logits, &in, akv_model_output(m), NULL);
+    }
+    for (uint32_t s = 0, row = 0; s < b->n_seq; s++) { /* the greedy choices asked for */
+        uint8_t mode = b->logits ? b->logits[s] : AKV_FORWARD_LOGITS_LAST;
+        if (mode == AKV_FORWARD_LOGITS_ARGMAX)
+            b->argmax[s] = akv_fwd_argmax_ref(logits + (size_t)row * c->n_vocab, c->n_vocab);
+        row += mode == AKV_FORWARD_LOGITS_ALL ? b->n_new[s] : mode != AKV_FORWARD_LOGITS_NONE;
     }
     return AKV_OK;
 }

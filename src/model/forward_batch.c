@@ -9,7 +9,7 @@ uint32_t akv_forward_batch_logit_rows(const akv_forward_batch *b) {
     uint32_t rows = 0;
     for (uint32_t s = 0; s < b->n_seq; s++) {
         uint8_t mode = b->logits ? b->logits[s] : AKV_FORWARD_LOGITS_LAST;
-        rows += mode == AKV_FORWARD_LOGITS_ALL ? b->n_new[s] : mode == AKV_FORWARD_LOGITS_LAST;
+        rows += mode == AKV_FORWARD_LOGITS_ALL ? b->n_new[s] : mode != AKV_FORWARD_LOGITS_NONE;
     }
     return rows;
 }
@@ -35,8 +35,13 @@ akv_status akv_forward_batch_check(const akv_forward_batch *b, uint32_t max_step
                       s, (unsigned long long)b->pos0[s] + k);
             return AKV_EINVAL;
         }
-        if (b->logits && b->logits[s] > AKV_FORWARD_LOGITS_ALL) {
+        if (b->logits && b->logits[s] > AKV_FORWARD_LOGITS_ARGMAX) {
             AKV_LOG_E("%s: sequence %u asks for logits mode %u", who, s, b->logits[s]);
+            return AKV_EINVAL;
+        }
+        if (b->logits && b->logits[s] == AKV_FORWARD_LOGITS_ARGMAX && !b->argmax) {
+            AKV_LOG_E("%s: sequence %u asks for its greedy choice, and the batch has no argmax array",
+                      who, s);
             return AKV_EINVAL;
         }
         n += k;

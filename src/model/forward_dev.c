@@ -83,6 +83,7 @@ struct akv_forward_dev {
                              largest block matrix widened to bf16, or x quantized; 0 if none */
     size_t wscratch_bytes;
     akv_dptr logits;      /* f32 [L][n_vocab], L = max_logits */
+    akv_dptr argmax;      /* int32 [L]: each logit row's greedy choice (ARGMAX rows) */
     akv_dptr io;          /* int32 [FDEV_IO_INTS]: ids [T], positions [T], the prefill group's
                              qo_indptr [T+1], the logit rows [L] (fdev_io_*) */
     akv_dptr blas_ws;     /* FDEV_CUBLAS_WS bytes, or 0 on the host backend */
@@ -108,6 +109,7 @@ struct akv_forward_dev {
     /* pinned host side */
     int32_t *io_h;        /* [FDEV_IO_INTS], the source of the io upload */
     float *logits_h;      /* [L][n_vocab] */
+    int32_t *argmax_h;    /* [L] */
     akv_event *io_ev;     /* recorded after the io upload: io_h may be rewritten once done */
     bool io_pending;
     /* graph replay of decode steps */
@@ -237,6 +239,7 @@ static size_t fdev_layout_scratch(akv_forward_dev *f, akv_dptr base) {
     f->act = fdev_take(base, &off, T * c->n_ff * 2);
     f->wscratch = f->wscratch_bytes ? fdev_take(base, &off, f->wscratch_bytes) : (akv_dptr){0};
     f->logits = fdev_take(base, &off, (size_t)f->params.max_logits * c->n_vocab * 4);
+    f->argmax = fdev_take(base, &off, (size_t)f->params.max_logits * 4);
     f->io = fdev_take(base, &off, fdev_io_ints(f) * 4);
     f->blas_ws = f->is_host ? (akv_dptr){0} : fdev_take(base, &off, FDEV_CUBLAS_WS);
     return off;
@@ -254,6 +257,7 @@ void akv_forward_dev_destroy(akv_forward_dev *f) {
     akv_dev_mem_free(f->dev, f->wmem);
     if (f->io_h) akv_dev_pinned_free(f->dev, f->io_h);
     if (f->logits_h) akv_dev_pinned_free(f->dev, f->logits_h);
+    if (f->argmax_h) akv_dev_pinned_free(f->dev, f->argmax_h);
     akv_dev_event_destroy(f->dev, f->io_ev);
     akv_dev_graph_destroy(f->dev, f->graph);
     fdev_rec_free(&f->rec);
@@ -368,6 +372,7 @@ static akv_status fdev_create_common(akv_dev *dev, const akv_model_config *c, co
     if ((st = akv_dev_pinned_alloc(dev, fdev_io_ints(f) * sizeof(int32_t), (void **)&f->io_h)) ||
         (st = akv_dev_pinned_alloc(dev, (size_t)p.max_logits * c->n_vocab * sizeof(float),
                                    (void **)&f->logits_h)) ||
+        (st = akv_dev_pinned_alloc(dev, (size_t)p.max_logits * sizeof(int32_t), (void **)&f->argmax_h)) ||
         (st = akv_dev_event_create(dev, 0, &f->io_ev))) {
         akv_forward_dev_destroy(f);
         return st;
@@ -1010,7 +1015,7 @@ static akv_status fdev_step(akv_forward_dev *f, const akv_forward_batch *b, uint
         if (pre && s >= pre->s0) qo[s - pre->s0 + 1] = qo[s - pre->s0] + (int32_t)b->n_new[s];
         uint8_t mode = b->logits ? b->logits[s] : AKV_FORWARD_LOGITS_LAST;
         for (uint32_t i = 0; logits && i < b->n_new[s]; i++)
-            if (mode == AKV_FORWARD_LOGITS_ALL || (mode == AKV_FORWARD_LOGITS_LAST && i + 1 == b->n_new[s]))
+            if (mode == AKV_FORWARD_LOGITS_ALL || (mode != AKV_FORWARD_LOGITS_NONE && i + 1 == b->n_new[s]))
                 rows[r++] = (int32_t)(t + i);
         t += b->n_new[s];
     }
@@ -1040,17 +1045,45 @@ static akv_status fdev_step(akv_forward_dev *f, const akv_forward_batch *b, uint
     if (st) return st;
     if (!logits || n_rows == 0) return AKV_OK;
 
-    /* 3. output head over the rows whose logits are wanted (gathered by the norm), and the
-     * one wait of the step */
-    size_t lbytes = (size_t)n_rows * c->n_vocab * sizeof(float);
+    /* 3. output head over the rows whose logits are wanted (gathered by the norm); the greedy
+     * choices of the ARGMAX rows on the device (their ids come back, not their rows); the
+     * other rows back, a run of consecutive ones a copy; and the one wait of the step */
+    const size_t row_bytes = (size_t)c->n_vocab * sizeof(float);
     if ((st = fdev_rmsnorm_rows(f, f->h, f->x, f->output_norm, n_rows,
                                 akv_dptr_offset(f->io, fdev_io_rows(f) * 4))) ||
-        (st = fdev_matmul(f, f->logits, f->h, f->output, n_rows, c->n_vocab, c->n_embd, 0)) ||
-        (st = akv_dev_copy_d2h_async(f->dev, AKV_QUEUE_COMPUTE, f->logits_h, f->logits, lbytes)) ||
-        (st = akv_dev_queue_sync(f->dev, AKV_QUEUE_COMPUTE)))
+        (st = fdev_matmul(f, f->logits, f->h, f->output, n_rows, c->n_vocab, c->n_embd, 0)))
         return st;
+    bool any_argmax = false;
+    for (uint32_t s = 0; b->logits && s < b->n_seq; s++) any_argmax |= b->logits[s] == AKV_FORWARD_LOGITS_ARGMAX;
+    if (any_argmax) {
+        akv_fwd_argmax_args am = {.y = f->argmax, .x = f->logits, .n_rows = n_rows, .n = c->n_vocab};
+        if ((st = FDEV_LAUNCH(f, akv_fwd_op_argmax, am)) ||
+            (st = akv_dev_copy_d2h_async(f->dev, AKV_QUEUE_COMPUTE, f->argmax_h, f->argmax,
+                                         (size_t)n_rows * sizeof(int32_t))))
+            return st;
+    }
+    for (uint32_t s = 0, r = 0; s < b->n_seq && !st;) { /* runs of rows that come back */
+        uint32_t r0 = r;
+        for (; s < b->n_seq; s++) {
+            const uint8_t mode = b->logits ? b->logits[s] : AKV_FORWARD_LOGITS_LAST;
+            if (mode == AKV_FORWARD_LOGITS_ARGMAX) break;
+            r += mode == AKV_FORWARD_LOGITS_ALL ? b->n_new[s] : mode == AKV_FORWARD_LOGITS_LAST;
+        }
+        if (r > r0)
+            st = akv_dev_copy_d2h_async(f->dev, AKV_QUEUE_COMPUTE, (char *)f->logits_h + r0 * row_bytes,
+                                        akv_dptr_offset(f->logits, r0 * row_bytes), (r - r0) * row_bytes);
+        if (s < b->n_seq) s++, r++; /* an ARGMAX row: its id only */
+    }
+    if (st || (st = akv_dev_queue_sync(f->dev, AKV_QUEUE_COMPUTE))) return st;
     f->io_pending = false; /* the sync covered the upload too */
-    if (logits != f->logits_h) memcpy(logits, f->logits_h, lbytes);
+    for (uint32_t s = 0, r = 0; s < b->n_seq; s++) {
+        const uint8_t mode = b->logits ? b->logits[s] : AKV_FORWARD_LOGITS_LAST;
+        if (mode == AKV_FORWARD_LOGITS_ARGMAX) b->argmax[s] = f->argmax_h[r];
+        else if (logits != f->logits_h && mode != AKV_FORWARD_LOGITS_NONE) /* its rows, where asked */
+            memcpy(logits + (size_t)r * c->n_vocab, f->logits_h + (size_t)r * c->n_vocab,
+                   (mode == AKV_FORWARD_LOGITS_ALL ? b->n_new[s] : 1) * row_bytes);
+        r += mode == AKV_FORWARD_LOGITS_ALL ? b->n_new[s] : mode != AKV_FORWARD_LOGITS_NONE;
+    }
     return AKV_OK;
 }
 

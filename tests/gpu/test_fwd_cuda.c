@@ -145,6 +145,31 @@ static void norm_case(pair px, uint32_t rows, uint32_t n) {
     akv__free(w);
 }
 
+/* Rows of awkward lengths with ties (the largest value several times), NaN and -inf, and a row
+ * of nothing but NaN and -inf: the device's greedy choices are the reference's. */
+static void argmax_case(uint32_t rows, uint32_t n) {
+    float *x = rand_f32((size_t)rows * n, 4);
+    for (uint32_t r = 0; r < rows; r++) {
+        float *row = x + (size_t)r * n;
+        const uint32_t a = (uint32_t)test_rand_below(&rng, n), b = (uint32_t)test_rand_below(&rng, n);
+        row[a] = row[b] = 9.0f; /* a tie at the top (one place when a == b) */
+        if (n > 2) row[(a + 1) % n] = NAN, row[(b + 2) % n] = -INFINITY;
+        if (r == rows - 1 && rows > 1)
+            for (uint32_t i = 0; i < n; i++) row[i] = i % 2 ? NAN : -INFINITY; /* none finite */
+    }
+    pair px = pput(x, (size_t)rows * n * 4), py = pput(NULL, (size_t)rows * 4);
+    LAUNCH2(akv_fwd_op_argmax, akv_fwd_argmax_args a = {.y = py.d[s], .x = px.d[s], .n_rows = rows, .n = n});
+    int32_t *got[2] = {akv__malloc(rows * 4), akv__malloc(rows * 4)};
+    pget(py, (void **)got);
+    for (uint32_t r = 0; r < rows; r++) {
+        const int32_t want = akv_fwd_argmax_ref(x + (size_t)r * n, n);
+        TEST_CHECK_(got[0][r] == want && got[1][r] == want, "argmax %ux%u row %u: host %d, cuda %d, want %d",
+                    rows, n, r, got[0][r], got[1][r], want);
+    }
+    akv__free(got[0]), akv__free(got[1]), akv__free(x);
+    pfree(px), pfree(py);
+}
+
 static void ops_case(uint32_t rows, uint32_t n) {
     char what[96];
     const akv_dtype B = AKV_DTYPE_BF16, F = AKV_DTYPE_F32;
@@ -463,6 +488,10 @@ int main(int argc, char **argv) {
             pfree(px);
             akv__free(x);
         }
+    }
+    TEST_CASE(greedy_choices_match_host) {
+        const uint32_t ns[] = {1, 3, 17, 97, 255, 256, 257, 49152, 128256};
+        for (size_t i = 0; i < sizeof ns / sizeof ns[0]; i++) argmax_case(i % 2 ? 5 : 1, ns[i]);
     }
     TEST_CASE(block_products_match_host) {
         for (int t = AKV_OPS_W_Q8_0; t <= AKV_OPS_W_Q6_K; t++) blocks_case((akv_ops_wtype)t);
