@@ -352,6 +352,21 @@ static void blocks_case(akv_ops_wtype t) {
 
 /* ---- whole passes ----------------------------------------------------------------------- */
 
+/* One decode token through the fixture's device pass asking for its greedy choice only
+ * (AKV_FORWARD_LOGITS_ARGMAX): *id. */
+static akv_status fx_feed_greedy(fx *x, int32_t token, int32_t *id) {
+    akv_kv_hooks kv = akv_route_hooks(x->q.r);
+    const uint32_t pos0 = (uint32_t)r1_len(&x->q), one = 1;
+    akv_status st = r1_step(&x->q, pos0 + 1);
+    if (st) return st;
+    const uint8_t mode = AKV_FORWARD_LOGITS_ARGMAX;
+    akv_forward_batch b = {.n_seq = 1, .n_new = &one, .pos0 = &pos0, .tokens = &token,
+                           .logits = &mode, .argmax = id};
+    st = akv_forward_dev_step(x->fd, &b, &kv, akv_forward_dev_logits_buffer(x->fd));
+    if (st) akv_route_abort_step(x->q.r);
+    return st;
+}
+
 typedef struct run_stats {
     double worst_host, worst_queue; /* worst relative error against each host pass */
     double worst_host_queue;        /* and of the host pass against the queue pass */
@@ -360,7 +375,8 @@ typedef struct run_stats {
 
 /* Prefill n_prompt random tokens in chunks of max_step_tokens, then n_decode steps fed with the host
  * pass's greedy token, on three passes: host (f32), host-backend queue pass, CUDA (twice, for
- * determinism). */
+ * determinism: the second run's decode steps ask the device for their greedy choice, which
+ * must be the reference's over the first run's row). */
 static run_stats compare_cuda(const akv_model *m, uint32_t max_step_tokens, uint32_t n_prompt,
                               uint32_t n_decode, double tol_f32, const char *name) {
     const akv_model_config *c = akv_model_get_config(m);
@@ -383,9 +399,11 @@ static run_stats compare_cuda(const akv_model *m, uint32_t max_step_tokens, uint
     fx *runs[4] = {&h, &q, &g1, &g2};
     uint32_t pos = 0, n = n_prompt;
     while (pos < n_total && rs.ok) {
+        int32_t id = -2;
         for (int i = 0; i < 4 && rs.ok; i++) {
             memset(l[i], 0xff, c->n_vocab * sizeof(float)); /* NaN: a missing write shows */
-            rs.ok &= CHECK(fx_feed(runs[i], tokens + pos, n, l[i]) == AKV_OK);
+            if (i == 3 && n == 1) rs.ok &= CHECK(fx_feed_greedy(runs[i], tokens[pos], &id) == AKV_OK);
+            else rs.ok &= CHECK(fx_feed(runs[i], tokens + pos, n, l[i]) == AKV_OK);
         }
         if (!rs.ok) break;
         pos += n;
@@ -399,8 +417,13 @@ static run_stats compare_cuda(const akv_model *m, uint32_t max_step_tokens, uint
         rs.ok &= fx_close_to(l[2], l[0], c->n_vocab, tol_f32, what);
         snprintf(what, sizeof what, "%s: CUDA vs host queue pass after %u tokens", name, pos);
         rs.ok &= fx_close_to(l[2], l[1], c->n_vocab, TOL, what);
-        rs.ok &= TEST_CHECK_(!memcmp(l[2], l[3], c->n_vocab * sizeof(float)),
-                             "%s: two CUDA runs differ after %u tokens", name, pos);
+        if (n == 1)
+            rs.ok &= TEST_CHECK_(id == akv_fwd_argmax_ref(l[2], c->n_vocab),
+                                 "%s: the device's greedy choice %d after %u tokens; the row's %d", name,
+                                 id, pos, akv_fwd_argmax_ref(l[2], c->n_vocab));
+        else
+            rs.ok &= TEST_CHECK_(!memcmp(l[2], l[3], c->n_vocab * sizeof(float)),
+                                 "%s: two CUDA runs differ after %u tokens", name, pos);
         if (pos < n_total) tokens[pos] = fx_argmax(l[0], c->n_vocab, NULL);
         n = 1;
     }
