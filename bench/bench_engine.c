@@ -329,12 +329,14 @@ static void part_p(akv_dev *dev, const char *dev_name, const akv_model_config *c
                "op launches run without the graph's overlap, so rest is low by that), logits = "
                "step - the same step with one row of logits back (what every row's logits cost); "
                "greedy = the step with every row's greedy choice made on the device "
-               "(AKV_FORWARD_LOGITS_ARGMAX: ids back, no rows). "
+               "(AKV_FORWARD_LOGITS_ARGMAX: ids back, no rows); graphs built / launched = the "
+               "graph pass's over the timed steps (a step whose launches differ from the last "
+               "graph's builds a new one). "
                "Device copy rate (same run) **%.0f GB/s**; floor = (weights + every history byte) / "
                "copy rate.\n\n| context | B | step ms | floor ms | step / floor | products ms | "
                "products / their floor | attention ms | small ms | host ms | rest ms | logits ms | "
-               "greedy step ms | greedy / floor | op-by-op span ms |\n"
-               "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
+               "greedy step ms | greedy / floor | op-by-op span ms | graphs built / launched |\n"
+               "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
                dev_name, c->n_layers, wb / 1e9, wb / copy_bps * 1e3, copy_bps / 1e9);
     const uint32_t ctxs[] = {128, 4096}, Bs[] = {1, 8, 32, 64};
     for (size_t ic = 0; ic < 2; ic++)
@@ -343,11 +345,13 @@ static void part_p(akv_dev *dev, const char *dev_name, const akv_model_config *c
             bset b;
             if (!bset_open(&b, dev, c, bench_kind("resident"), AKV_REPR_EXACT, B, ctx, 3 * steps + 16,
                            0, par)) {
-                bench_emit(out, "| %u | %u | does not fit | | | | | | | | | | | | |\n", ctx, B);
+                bench_emit(out, "| %u | %u | does not fit | | | | | | | | | | | | | |\n", ctx, B);
                 bset_close(&b);
                 continue;
             }
+            const akv_forward_dev_stats g0 = akv_forward_dev_get_stats(f);
             bset_run(&b, f, steps, NULL, 0, true);
+            const akv_forward_dev_stats g1 = akv_forward_dev_get_stats(f);
             uint8_t greedy[MAX_B]; /* every row's greedy choice on the device, no row back */
             memset(greedy, AKV_FORWARD_LOGITS_ARGMAX, sizeof greedy);
             const double tg = akv_clock_s();
@@ -357,11 +361,13 @@ static void part_p(akv_dev *dev, const char *dev_name, const akv_model_config *c
             const pshare p = profile_steps(dev, &b, fe, 3 * steps + 2, 4);
             const double floor_ms = (wb + token_bytes * B * (ctx + 1)) / copy_bps * 1e3;
             bench_emit(out, "| %u | %u | %.3f | %.3f | %.3f | %.3f | %.3f | %.3f | %.3f | %.3f | "
-                            "%.3f | %.3f | %.3f | %.3f | %.3f |\n",
+                            "%.3f | %.3f | %.3f | %.3f | %.3f | %llu / %llu |\n",
                        ctx, B, b.step_ms, floor_ms, b.step_ms / floor_ms, p.products,
                        p.products / (wb / copy_bps * 1e3), p.attn, p.small, b.begin_ms,
                        b.step_ms - p.ops - b.begin_ms, b.step_ms - b.one_row_ms, greedy_ms,
-                       greedy_ms / floor_ms, p.span);
+                       greedy_ms / floor_ms, p.span,
+                       (unsigned long long)(g1.graph_builds - g0.graph_builds),
+                       (unsigned long long)(g1.graph_launches - g0.graph_launches));
             bset_close(&b);
         }
     akv_forward_dev_destroy(fe);

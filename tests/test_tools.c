@@ -35,7 +35,7 @@ int main(int argc, char **argv) {
     test_args(argc, argv);
     TEST_CASE(hermes_and_qwen) {
         expect("<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>",
-               1, "get_weather", "{\"city\":\"Paris\"}", "(none)");
+               1, "get_weather", "{\"city\": \"Paris\"}", "(none)");
         expect("Let me look.\n<tool_call>{\"name\":\"add\",\"arguments\":{\"a\":1,\"b\":2}}</tool_call>\n"
                "<tool_call>{\"name\":\"get_weather\",\"arguments\":{\"city\":\"Rome\"}}",
                2, "add", "{\"a\":1,\"b\":2}", "Let me look.");
@@ -43,16 +43,17 @@ int main(int argc, char **argv) {
         expect("<tool_call>{\"name\":\"add\",\"arguments\":\"{\\\"a\\\": 1}\"}</tool_call>", 1, "add",
                "{\"a\": 1}", NULL);
     }
+    /* a call's arguments are the JSON text the model wrote (as OpenAI gives them), spaces kept */
     TEST_CASE(functionary_mistral_llama) {
         expect("<function=get_weather>{\"city\": \"Oslo\"}</function>", 1, "get_weather",
-               "{\"city\":\"Oslo\"}", "(none)");
+               "{\"city\": \"Oslo\"}", "(none)");
         expect("[TOOL_CALLS] [{\"name\": \"add\", \"arguments\": {\"a\": 2, \"b\": 3}}]", 1, "add",
-               "{\"a\":2,\"b\":3}", NULL);
+               "{\"a\": 2, \"b\": 3}", NULL);
         expect("[{\"name\": \"add\", \"arguments\": {}}, {\"name\": \"get_weather\", \"arguments\": {}}]",
                2, "add", "{}", NULL);
         expect("<|python_tag|>{\"name\": \"get_weather\", \"parameters\": {\"city\": \"Lima\"}}", 1,
-               "get_weather", "{\"city\":\"Lima\"}", NULL);
-        expect("  {\"name\": \"add\", \"parameters\": {\"a\": 1}}  \n", 1, "add", "{\"a\":1}", NULL);
+               "get_weather", "{\"city\": \"Lima\"}", NULL);
+        expect("  {\"name\": \"add\", \"parameters\": {\"a\": 1}}  \n", 1, "add", "{\"a\": 1}", NULL);
     }
     TEST_CASE(text_is_text) {
         expect("The weather is fine.", 0, NULL, NULL, NULL);
@@ -68,6 +69,50 @@ int main(int argc, char **argv) {
         CHECK_OK(akv_srv_tool_calls_find("{}", 2, NULL, 1, &c)); /* no tools: nothing */
         CHECK(c.n == 0);
     }
+    TEST_CASE(calls_as_far_as_they_have_come) {
+        /* Every prefix of a held answer: each call's name once whole is its name, its arguments
+         * so far are a prefix of its whole arguments and never shrink; at the end the calls are
+         * akv_srv_tool_calls_find's, names and argument text alike */
+        static const char *const answers[] = {
+            "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Pa\\\"ris\"}}\n</tool_call>",
+            "<tool_call>{\"name\":\"add\",\"arguments\":{\"a\":1,\"b\":[2, {\"c\": \"}\"}]}}</tool_call>\n"
+            "<tool_call>{\"name\":\"get_weather\",\"arguments\":{\"city\":\"Rome\"}}</tool_call>",
+            "[TOOL_CALLS] [{\"name\": \"add\", \"arguments\": {\"a\": 2, \"b\": 3}}, {\"name\": "
+            "\"get_weather\", \"arguments\": {\"city\": \"Oslo\"}}]",
+            "{\"name\": \"add\", \"arguments\": {\"a\": -1.5e3, \"b\": true}}",
+        };
+        for (size_t a = 0; a < sizeof answers / sizeof answers[0]; a++) {
+            const char *t = answers[a];
+            const size_t n = strlen(t);
+            akv_srv_tool_calls want;
+            CHECK_OK(akv_srv_tool_calls_find(t, n, tools, 3, &want));
+            CHECK(want.n > 0);
+            size_t last[4] = {0};
+            for (size_t cut = 0; cut <= n; cut++) {
+                akv_srv_call_part p[4];
+                const size_t k = akv_srv_tool_calls_partial(t, cut, p, 4);
+                TEST_CHECK_(k <= want.n, "answer %zu cut %zu: %zu calls of %zu", a, cut, k, want.n);
+                for (size_t i = 0; i < k && i < want.n; i++) {
+                    if (p[i].named)
+                        TEST_CHECK_(p[i].name_n == strlen(want.v[i].name) &&
+                                        !memcmp(p[i].name, want.v[i].name, p[i].name_n),
+                                    "answer %zu cut %zu call %zu: name", a, cut, i);
+                    if (!p[i].has_args) continue;
+                    TEST_CHECK_(p[i].args_n >= last[i] && p[i].args_n <= strlen(want.v[i].arguments) &&
+                                    !memcmp(t + p[i].args_at, want.v[i].arguments, p[i].args_n),
+                                "answer %zu cut %zu call %zu: arguments so far", a, cut, i);
+                    last[i] = p[i].args_n;
+                }
+                if (cut == n) {
+                    CHECK_EQ_INT(k, want.n);
+                    for (size_t i = 0; i < k; i++)
+                        CHECK(p[i].named && p[i].args_whole && p[i].args_n == strlen(want.v[i].arguments));
+                }
+            }
+            akv_srv_tool_calls_free(&want);
+        }
+    }
+
     TEST_CASE(streamed_text_goes_out_calls_are_held) {
         /* Each answer fed in pieces of every size from 1 to its length: what goes out, then
          * what is held at the end. Text without a call goes out whole (bar its trailing white

@@ -906,12 +906,11 @@ static cJSON *envelope(const char *object, const char *id, long long created, co
 
 /* tool_calls: [{"id", "type": "function", "function": {"name", "arguments"}}], each with its
  * "index" in a streamed delta. */
-static cJSON *tool_calls_json(const akv_api_tool_call *calls, size_t n, bool indexed) {
+static cJSON *tool_calls_json(const akv_api_tool_call *calls, size_t n) {
     cJSON *a = cJSON_CreateArray();
     for (size_t i = 0; i < n; i++) {
         cJSON *c = cJSON_CreateObject();
         cJSON_AddItemToArray(a, c);
-        if (indexed) cJSON_AddNumberToObject(c, "index", (double)i);
         cJSON_AddStringToObject(c, "id", calls[i].id);
         cJSON_AddStringToObject(c, "type", "function");
         cJSON *f = cJSON_AddObjectToObject(c, "function");
@@ -936,7 +935,7 @@ char *akv_api_answer_json(akv_api_kind kind, const char *id, long long created,
             cJSON_AddStringToObject(m, "role", "assistant");
             if (ch[i].text) cJSON_AddItemToObject(m, "content", str_n(ch[i].text, ch[i].n_text));
             else cJSON_AddNullToObject(m, "content");
-            if (ch[i].n_calls) cJSON_AddItemToObject(m, "tool_calls", tool_calls_json(ch[i].calls, ch[i].n_calls, false));
+            if (ch[i].n_calls) cJSON_AddItemToObject(m, "tool_calls", tool_calls_json(ch[i].calls, ch[i].n_calls));
         } else {
             cJSON_AddItemToObject(c, "text", str_n(ch[i].text, ch[i].n_text));
         }
@@ -975,17 +974,29 @@ char *akv_api_chunk_json(akv_api_kind kind, const char *id, long long created, c
     return print_del(o);
 }
 
-char *akv_api_tool_chunk_json(const char *id, long long created, const char *model,
-                              uint32_t index, const akv_api_tool_call *calls, size_t n_calls) {
+char *akv_api_tool_delta_json(const char *id, long long created, const char *model,
+                              uint32_t index, uint32_t call, const char *call_id, const char *name,
+                              size_t name_n, const char *args, size_t args_n) {
     cJSON *o = envelope("chat.completion.chunk", id, created, model);
     cJSON *choices = cJSON_AddArrayToObject(o, "choices"), *c = cJSON_CreateObject();
     cJSON_AddItemToArray(choices, c);
     cJSON_AddNumberToObject(c, "index", index);
     cJSON *d = cJSON_AddObjectToObject(c, "delta");
-    cJSON_AddItemToObject(d, "tool_calls", tool_calls_json(calls, n_calls, true));
+    cJSON *calls = cJSON_AddArrayToObject(d, "tool_calls"), *tc = cJSON_CreateObject();
+    cJSON_AddItemToArray(calls, tc);
+    cJSON_AddNumberToObject(tc, "index", call);
+    char *nm = call_id ? dup_n(name, name_n) : NULL, *a = dup_n(args ? args : "", args_n);
+    if (call_id) {
+        cJSON_AddStringToObject(tc, "id", call_id);
+        cJSON_AddStringToObject(tc, "type", "function");
+    }
+    cJSON *f = cJSON_AddObjectToObject(tc, "function");
+    if (call_id && nm) cJSON_AddStringToObject(f, "name", nm);
+    if (a) cJSON_AddStringToObject(f, "arguments", a);
+    akv__free(nm), akv__free(a);
     cJSON_AddNullToObject(c, "logprobs");
     cJSON_AddNullToObject(c, "finish_reason");
-    return print_del(o);
+    return (call_id && !nm) || !a ? (cJSON_Delete(o), NULL) : print_del(o);
 }
 
 char *akv_api_models_json(const char *model, long long created, uint64_t max_context) {

@@ -203,9 +203,12 @@ char *akv_api_chunk_json(akv_api_kind kind, const char *id, long long created, c
                          const char *finish, const akv_api_usage *usage,
                          const akv_api_logprobs *lp);
 
-/* A streamed chunk of choice `index`'s tool calls (delta.tool_calls, each whole). */
-char *akv_api_tool_chunk_json(const char *id, long long created, const char *model,
-                              uint32_t index, const akv_api_tool_call *calls, size_t n_calls);
+/* A streamed chunk of a piece of choice `index`'s tool call number `call`: its id, type and
+ * name when call_id is not NULL (the call's first delta), and the next args_n bytes of its
+ * arguments (delta.tool_calls[0].function.arguments: the client joins them). */
+char *akv_api_tool_delta_json(const char *id, long long created, const char *model,
+                              uint32_t index, uint32_t call, const char *call_id, const char *name,
+                              size_t name_n, const char *args, size_t args_n);
 
 /* GET /v1/models: one model. */
 char *akv_api_models_json(const char *model, long long created, uint64_t max_context);

@@ -485,6 +485,40 @@ static akv_status choice_calls(const akv_srv_req *r, akv_srv_tool_calls *calls, 
     return choice_calls_in(r, r->text ? r->text : "", r->n_text, calls, c);
 }
 
+/* A streamed choice's tool calls sent so far, as deltas: a call's first delta carries its id,
+ * type and name, the next ones the new bytes of its arguments (a client joins them). Calls
+ * go out as they come only where the engine holds them to their schema (under auto after the
+ * opener, or a forced call), so what goes out is a call's whole; other calls go out whole at
+ * the end. */
+enum { STREAM_CALLS = 16 };
+typedef struct call_deltas {
+    size_t n_open;              /* calls whose first delta went out */
+    size_t sent[STREAM_CALLS];  /* bytes of each one's arguments sent */
+} call_deltas;
+
+/* The deltas of what the held text adds to choice i's calls; -1: the client went away. */
+static int send_call_deltas(akv_http_conn *c, const akv_srv_req *r, const char *model, uint32_t i,
+                            const char *held, size_t n_held, unsigned long long tag, call_deltas *d) {
+    akv_srv_call_part p[STREAM_CALLS];
+    size_t k = akv_srv_tool_calls_partial(held, n_held, p, STREAM_CALLS);
+    if (!r->api.parallel_tool_calls && k > 1) k = 1;
+    for (size_t j = 0; j < k; j++) {
+        if (j == d->n_open && !p[j].named) break; /* in order: the next call when its name is whole */
+        const bool first = j == d->n_open;
+        const size_t have = p[j].has_args ? p[j].args_n : 0;
+        if (!first && have <= d->sent[j]) continue;
+        char id[16];
+        akv_srv_tool_call_id(tag, j, id);
+        if (send_event(c, akv_api_tool_delta_json(r->id, r->created, model, i, (uint32_t)j,
+                                                  first ? id : NULL, p[j].name, p[j].name_n,
+                                                  held + p[j].args_at + d->sent[j], have - d->sent[j])))
+            return -1;
+        d->sent[j] = have;
+        if (first) d->n_open++;
+    }
+    return 0;
+}
+
 /* The usage of a request's choices: the prompt once, every choice's generated tokens. */
 static akv_api_usage choices_usage(akv_srv_req *const *ch, uint32_t n) {
     akv_api_usage u = {ch[0]->n_prompt, 0, ch[0]->n_cached};
@@ -504,6 +538,9 @@ static bool answer_stream(akv_server *s, akv_http_conn *c, akv_srv_req *const *c
     /* tools offered: each choice's text goes out but for what may be a call (server/tools.h) */
     akv_srv_tool_stream ts[AKV_API_MAX_N];
     memset(ts, 0, sizeof ts);
+    call_deltas cd[AKV_API_MAX_N];
+    memset(cd, 0, sizeof cd);
+    const bool calls_held = r->api.call_schema || r->api.tool_forced; /* whole by the end */
     bool ok = false;
     if (akv_http_conn_stream_begin(c, 200, "text/event-stream", ":\n")) goto gone;
     for (uint32_t i = 0; i < n && kind == AKV_API_CHAT; i++)
@@ -526,11 +563,20 @@ static bool answer_stream(akv_server *s, akv_http_conn *c, akv_srv_req *const *c
                 const akv_status fst = piece ? akv_srv_tool_stream_feed(&ts[i], piece, k, &out, &n_out) : AKV_OK;
                 akv__free(piece), akv__free(toks);
                 if (fst) goto gone; /* no memory: end the stream */
-                if (!n_out) continue;
-                spoke = true;
-                if (send_event(c, akv_api_chunk_json(kind, r->id, r->created, model, i, false, out,
-                                                     n_out, NULL, NULL, NULL)))
-                    goto gone;
+                if (n_out) {
+                    spoke = true;
+                    if (send_event(c, akv_api_chunk_json(kind, r->id, r->created, model, i, false, out,
+                                                         n_out, NULL, NULL, NULL)))
+                        goto gone;
+                }
+                if (calls_held && ts[i].call && k) { /* a held call's pieces as they come */
+                    size_t n_held;
+                    const char *held = akv_srv_tool_stream_held(&ts[i], &n_held);
+                    const size_t before = cd[i].n_open + (cd[i].n_open ? cd[i].sent[cd[i].n_open - 1] : 0);
+                    if (send_call_deltas(c, ch[i], model, i, held, n_held, (unsigned long long)ch[i]->num, &cd[i]))
+                        goto gone;
+                    spoke |= cd[i].n_open + (cd[i].n_open ? cd[i].sent[cd[i].n_open - 1] : 0) != before;
+                }
                 continue;
             }
             if (!piece && !n_toks) continue;
@@ -569,8 +615,17 @@ static bool answer_stream(akv_server *s, akv_http_conn *c, akv_srv_req *const *c
                              ? send_event(c, akv_api_chunk_json(kind, r->id, r->created, model, i, false,
                                                                 one.text, one.n_text, NULL, NULL, NULL))
                              : 0;
-                if (!rc && one.n_calls)
-                    rc = send_event(c, akv_api_tool_chunk_json(r->id, r->created, model, i, one.calls, one.n_calls));
+                /* each call: what of it has not gone out (a call streamed in pieces: the rest of
+                 * its arguments; another: whole) */
+                for (size_t j = 0; !rc && j < one.n_calls; j++) {
+                    const bool open = j < cd[i].n_open;
+                    const size_t an = strlen(one.calls[j].arguments), from = open && cd[i].sent[j] <= an ? cd[i].sent[j] : 0;
+                    if (open && from == an) continue;
+                    rc = send_event(c, akv_api_tool_delta_json(r->id, r->created, model, i, (uint32_t)j,
+                                                               open ? NULL : one.calls[j].id, one.calls[j].name,
+                                                               strlen(one.calls[j].name),
+                                                               one.calls[j].arguments + from, an - from));
+                }
                 finish = one.finish;
                 akv_srv_tool_calls_free(&calls);
                 if (rc) goto gone;

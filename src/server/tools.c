@@ -32,10 +32,128 @@ static bool offered(const cJSON *tools, const char *name) {
     return false;
 }
 
+/* ---- a JSON text's spans, as far as they have come ---------------------------------------- */
+
+/* From s[i], a value's first byte, to past its end: the index after it, *whole; or n and not
+ * whole when the text ends inside it. Scalars end at a delimiter (a number at the text's end is
+ * not whole: more digits may come). */
+static size_t json_skip(const char *s, size_t i, size_t n, bool *whole) {
+    int depth = 0;
+    bool in_str = false, esc = false;
+    *whole = false;
+    for (; i < n; i++) {
+        const char c = s[i];
+        if (in_str) {
+            if (esc) esc = false;
+            else if (c == '\\') esc = true;
+            else if (c == '"') {
+                in_str = false;
+                if (depth == 0) return *whole = true, i + 1;
+            }
+            continue;
+        }
+        if (c == '"') in_str = true;
+        else if (c == '{' || c == '[') depth++;
+        else if (c == '}' || c == ']') {
+            if (depth == 0) return *whole = true, i; /* a scalar ended by its container */
+            if (--depth == 0) return *whole = true, i + 1;
+        } else if (depth == 0 && (c == ',' || ws(c))) {
+            return *whole = true, i; /* a scalar's end */
+        }
+    }
+    return n;
+}
+
+/* A string at s[i] == '"': its body s[i + 1, end) and past it; n when not whole. *escaped:
+ * it holds an escape. */
+static size_t json_string(const char *s, size_t i, size_t n, size_t *end, bool *escaped) {
+    *escaped = false;
+    for (size_t k = i + 1; k < n; k++) {
+        if (s[k] == '\\') {
+            *escaped = true, k++;
+            continue;
+        }
+        if (s[k] == '"') return *end = k, k + 1;
+    }
+    return n;
+}
+
+/* A call object at s[i] == '{' as far as it has come into *p: returns the index past it and
+ * *whole, or n. */
+static size_t call_object(const char *s, size_t i, size_t n, akv_srv_call_part *p, bool *whole) {
+    *whole = false;
+    for (i++;;) {
+        while (i < n && (ws(s[i]) || s[i] == ',')) i++;
+        if (i >= n) return n;
+        if (s[i] == '}') return *whole = true, i + 1;
+        if (s[i] != '"') return n; /* not an object's key: nothing more to read */
+        size_t key_end, e;
+        bool esc;
+        const size_t after = json_string(s, i, n, &key_end, &esc);
+        if (after >= n) return n;
+        const char *key = s + i + 1;
+        const size_t key_n = key_end - (i + 1);
+        i = after;
+        while (i < n && ws(s[i])) i++;
+        if (i >= n || s[i] != ':') return n;
+        i++;
+        while (i < n && ws(s[i])) i++;
+        if (i >= n) return n;
+        const bool is_name = key_n == 4 && !memcmp(key, "name", 4);
+        const bool is_args = (key_n == 9 && !memcmp(key, "arguments", 9)) ||
+                             (key_n == 10 && !memcmp(key, "parameters", 10));
+        if (is_name && s[i] == '"') {
+            const size_t next = json_string(s, i, n, &e, &esc);
+            if (next >= n) return n;
+            p->name = s + i + 1, p->name_n = e - (i + 1), p->named = !esc;
+            i = next;
+            continue;
+        }
+        bool w = false;
+        const size_t next = json_skip(s, i, n, &w);
+        if (is_args) p->has_args = true, p->args_at = i, p->args_n = next - i, p->args_whole = w;
+        if (!w) return n;
+        i = next;
+    }
+}
+
+size_t akv_srv_tool_calls_partial(const char *held, size_t n, akv_srv_call_part *out, size_t cap) {
+    size_t k = 0, i = 0;
+    while (i < n && ws(held[i])) i++;
+    static const char tc[] = "<tool_call>", mc[] = "[TOOL_CALLS]";
+    if (n - i >= sizeof tc - 1 && !memcmp(held + i, tc, sizeof tc - 1)) { /* Hermes / Qwen blocks */
+        while (k < cap) {
+            const char *at = find(held + i, n - i, tc);
+            if (!at) break;
+            i = (size_t)(at - held) + sizeof tc - 1;
+            while (i < n && ws(held[i])) i++;
+            if (i >= n || held[i] != '{') break;
+            bool whole;
+            memset(&out[k], 0, sizeof out[k]);
+            i = call_object(held, i, n, &out[k++], &whole);
+            if (!whole) break;
+        }
+        return k;
+    }
+    if (n - i >= sizeof mc - 1 && !memcmp(held + i, mc, sizeof mc - 1)) i += sizeof mc - 1;
+    while (i < n && ws(held[i])) i++;
+    const bool list = i < n && held[i] == '[';
+    if (list) i++;
+    while (k < cap && i < n) {
+        while (i < n && (ws(held[i]) || (list && held[i] == ','))) i++;
+        if (i >= n || held[i] != '{') break;
+        bool whole;
+        memset(&out[k], 0, sizeof out[k]);
+        i = call_object(held, i, n, &out[k++], &whole);
+        if (!whole || !list) break;
+    }
+    return k;
+}
+
 /* A call's id: 9 letters and digits (Mistral's templates refuse any other), from the
  * request's tag and the call's index, so a request's calls differ and the same request gives
  * the same ids. */
-static void call_id(unsigned long long tag, size_t i, char out[16]) {
+void akv_srv_tool_call_id(unsigned long long tag, size_t i, char out[16]) {
     static const char digits[] = "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ";
     uint64_t z = (uint64_t)tag * 0x9E3779B97F4A7C15ull + (uint64_t)i * 0xD1B54A32D192ED03ull + 1;
     z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
@@ -53,8 +171,9 @@ typedef struct found {
     akv_status st;
 } found;
 
-/* One call: name and arguments (an object, printed; or a string, as is). */
-static bool add(found *f, const char *name, const cJSON *args) {
+/* One call: name and arguments (a string: its text; else the raw JSON text raw[raw_n] as the
+ * model wrote it where known, the value printed otherwise). */
+static bool add(found *f, const char *name, const cJSON *args, const char *raw, size_t raw_n) {
     if (!name || !offered(f->tools, name)) return false;
     akv_srv_tool_calls *o = f->out;
     if (o->n == f->cap) {
@@ -64,9 +183,11 @@ static bool add(found *f, const char *name, const cJSON *args) {
         o->v = v, f->cap = cap;
     }
     char id[16];
-    call_id(f->tag, o->n, id);
-    char *a = cJSON_IsString(args) ? akv__strndup(args->valuestring, strlen(args->valuestring)) : NULL;
-    if (!cJSON_IsString(args)) {
+    akv_srv_tool_call_id(f->tag, o->n, id);
+    char *a = cJSON_IsString(args) ? akv__strndup(args->valuestring, strlen(args->valuestring))
+              : raw && args ? akv__strndup(raw, raw_n)
+                            : NULL;
+    if (!cJSON_IsString(args) && !(raw && args)) {
         char *p = args ? cJSON_PrintUnformatted(args) : NULL;
         a = akv__strndup(p ? p : "{}", p ? strlen(p) : 2);
         cJSON_free(p);
@@ -80,13 +201,22 @@ static bool add(found *f, const char *name, const cJSON *args) {
     return true;
 }
 
-/* A call as a JSON object {"name": ..., "arguments" or "parameters": ...}. */
-static bool add_json(found *f, const cJSON *obj) {
+static size_t call_object(const char *s, size_t i, size_t n, akv_srv_call_part *p, bool *whole);
+
+/* A call as a JSON object {"name": ..., "arguments" or "parameters": ...}, whose text begins at
+ * text[0] (white space first; NULL: not known). */
+static bool add_json(found *f, const cJSON *obj, const char *text, size_t n) {
     if (!cJSON_IsObject(obj)) return false;
     const cJSON *nm = cJSON_GetObjectItemCaseSensitive(obj, "name");
     const cJSON *args = cJSON_GetObjectItemCaseSensitive(obj, "arguments");
     if (!args) args = cJSON_GetObjectItemCaseSensitive(obj, "parameters");
-    return cJSON_IsString(nm) && add(f, nm->valuestring, args);
+    akv_srv_call_part p = {0};
+    bool whole = false;
+    size_t i = 0;
+    while (text && i < n && ws(text[i])) i++;
+    if (text && i < n && text[i] == '{') (void)call_object(text, i, n, &p, &whole);
+    const bool raw = whole && p.args_whole;
+    return cJSON_IsString(nm) && add(f, nm->valuestring, args, raw ? text + p.args_at : NULL, p.args_n);
 }
 
 /* The JSON value at the start of s[0..n) (leading white space skipped); *end past it. */
@@ -133,10 +263,13 @@ static void blocks(found *f, const char *text, size_t n, const char *open, const
         bool ok;
         if (named) { /* its body the arguments, a JSON object (another form is not this one) */
             char *nm = cJSON_IsObject(v) ? akv__strndup(name, name_n) : NULL;
-            ok = nm && add(f, nm, v);
+            const char *a = body, *e = body_end;
+            while (a < e && ws(*a)) a++;
+            while (e > a && ws(e[-1])) e--;
+            ok = nm && add(f, nm, v, a, (size_t)(e - a));
             akv__free(nm);
         } else {
-            ok = add_json(f, v);
+            ok = add_json(f, v, body, (size_t)(body_end - body));
         }
         cJSON_Delete(v);
         if (!ok) break;
@@ -171,9 +304,21 @@ akv_status akv_srv_tool_calls_find(const char *text, size_t n, const char *tools
             const cJSON *c;
             bool all = cJSON_GetArraySize(v) > 0;
             cJSON_ArrayForEach(c, v) all = all && cJSON_IsObject(c) && cJSON_IsString(cJSON_GetObjectItemCaseSensitive(c, "name")) && offered(tools, cJSON_GetObjectItemCaseSensitive(c, "name")->valuestring);
-            cJSON_ArrayForEach(c, v) if (all && !add_json(&f, c)) break;
+            /* each element's text: after '[', objects separated by ',' */
+            const char *q = s;
+            while (q < end && *q != '[') q++;
+            q++;
+            cJSON_ArrayForEach(c, v) {
+                size_t at = (size_t)(q - text), stop = at;
+                while (stop < n && ws(text[stop])) stop++;
+                bool w = false;
+                stop = stop < n && text[stop] == '{' ? json_skip(text, stop, n, &w) : stop;
+                if (all && !add_json(&f, c, q, stop - at)) break;
+                q = text + stop;
+                while (q < end && (ws(*q) || *q == ',')) q++;
+            }
         } else if (whole) {
-            add_json(&f, v);
+            add_json(&f, v, s, (size_t)(end - s));
         }
         cJSON_Delete(v);
     }

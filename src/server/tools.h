@@ -34,6 +34,26 @@ akv_status akv_srv_tool_calls_find(const char *text, size_t n, const char *tools
 
 void akv_srv_tool_calls_free(akv_srv_tool_calls *c);
 
+/* A call as far as it has come in a held answer (akv_srv_tool_calls_partial): its name once
+ * whole, and its arguments' JSON text so far, as the model writes it. */
+typedef struct akv_srv_call_part {
+    const char *name;   /* into the held text, name_n bytes (no escapes: a tool's name) */
+    size_t name_n;
+    bool named;         /* the name is whole */
+    size_t args_at, args_n; /* the arguments' bytes so far: held[args_at, args_at + args_n) */
+    bool has_args;      /* its arguments have begun */
+    bool args_whole;    /* ... and ended */
+} akv_srv_call_part;
+
+/* The calls of a held answer in the forms a held call takes (the Hermes / Qwen form after
+ * <tool_call>, Mistral's list after [TOOL_CALLS], a bare call object or list), as far as they
+ * have come: up to cap of them into out; returns how many. A call's name whose bytes hold an
+ * escape is never named (a tool's name has none). */
+size_t akv_srv_tool_calls_partial(const char *held, size_t n, akv_srv_call_part *out, size_t cap);
+
+/* The id of call i of the request tagged tag (what akv_srv_tool_calls_find gives it). */
+void akv_srv_tool_call_id(unsigned long long tag, size_t i, char out[16]);
+
 /* A streamed answer when tools are offered: its text goes out as it comes, but for what may
  * be a call. From the first byte of a call's opener on (<tool_call>, <function= anywhere;
  * [TOOL_CALLS], <|python_tag|>, a '{' or '[' only where they begin the answer, as the forms
