@@ -559,20 +559,21 @@ int main(int argc, char **argv) {
         if (!a) break;
         akv_request *r[4];
         akv_request_params pa = greedy(a1, 40, 6, &ta), pb = greedy(b1, 30, 4, &tb);
+        pa.retention = -1; /* A low: read back beside B's idle context, A is still the one kept */
         CHECK_OK(akv_engine_submit(a, &pa, &r[0], NULL));
         CHECK(run_all(a, 100) > 0);
         CHECK_OK(akv_engine_submit(a, &pb, &r[1], NULL)); /* A's context goes to the directory */
         CHECK(run_all(a, 100) > 0);
-        akv__engine_flush_sessions(a); /* the writer thread's files on the disk */
         akv_engine_stats st;
         akv_engine_get_stats(a, &st);
-        CHECK_EQ_U64(st.n_spilled, 1);
-        CHECK_EQ_U64(st.n_spill_files, 1);
         CHECK_EQ_INT(st.n_idle, 1);
+        /* A's next turn at once: its file may still be on its way to the disk (then the
+         * request waits for it) */
         memcpy(a2, a1, sizeof a1);
         memcpy(a2 + 40, ta.tok, 6 * sizeof *a2);
         memcpy(a2 + 46, tokens + 400, 12 * sizeof *a2); /* A's next turn */
         akv_request_params pa2 = greedy(a2, 58, 5, &ta2);
+        pa2.retention = -1;
         CHECK_OK(akv_engine_submit(a, &pa2, &r[2], NULL));
         CHECK(run_all(a, 100) > 0);
         akv_request_info info;

@@ -538,6 +538,16 @@ def case_tools(env):
         expect(c.finish_reason == "tool_calls" and len(c.message.tool_calls) == 1 and
                c.message.tool_calls[0].function.name == "get_weather" and
                "city" in json.loads(c.message.tool_calls[0].function.arguments), "a forced call", choice, c)
+    # several tools, one with parameters the machine cannot follow ("not"): a required call is
+    # still held, its name to the tools' names and its arguments to any object
+    odd = [{"type": "function", "function": {"name": "odd", "parameters": {
+        "type": "object", "properties": {"x": {"not": {"type": "string"}}}}}}]
+    r = cl.chat.completions.create(model="any", messages=[{"role": "user", "content": "Paris?"}],
+                                   tools=WEATHER + odd, tool_choice="required", max_tokens=200, temperature=0)
+    c = r.choices[0]  # (the small model may fill "any object" to max_tokens: then no call)
+    expect(c.finish_reason == "tool_calls" and c.message.tool_calls[0].function.name in ("get_weather", "odd")
+           or c.finish_reason == "length" and re.match(r'\{\s*"name"\s*:\s*"(get_weather|odd)"', c.message.content or ""),
+           "a required call among tools one of which cannot be followed", c)
     # refused, naming the field
     expect_error(lambda: cl.chat.completions.create(
         model="any", messages=[{"role": "user", "content": "x"}], tool_choice="required"), 400, "tool_choice")

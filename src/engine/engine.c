@@ -551,7 +551,7 @@ static akv_status engine_start(akv_engine *e, akv_request *rq) {
     uint32_t lcp = 0;
     bool running = false;
     akv__ctx *c = engine_find_prefix(e, rq, &lcp, &running);
-    if (e->n_spill && !e->p.no_reuse) { /* a conversation in the session directory shares more */
+    if (e->session_dir && !e->p.no_reuse) { /* a conversation in the session directory shares more */
         akv__spill_in(e, rq, lcp);
         c = engine_find_prefix(e, rq, &lcp, &running);
     }

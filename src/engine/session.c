@@ -267,11 +267,13 @@ static akv_status sess_emit(akv_engine *e, const akv__ctx *c, sess_io *io) {
     return st;
 }
 
-/* PATH.tmp.PID opened for writing (*tmp: its name, akv__malloc'ed). AKV_EIO (logged). */
+/* PATH.tmp.PID.X opened for writing (*tmp: its name, akv__malloc'ed). AKV_EIO (logged). */
 static akv_status sess_open_tmp(const char *path, char **tmp, FILE **f) {
     *f = NULL;
-    if (!(*tmp = akv__malloc(strlen(path) + 32))) return AKV_ENOMEM;
-    sprintf(*tmp, "%s.tmp.%ld", path, (long)getpid()); /* one writer of a path a process */
+    if (!(*tmp = akv__malloc(strlen(path) + 48))) return AKV_ENOMEM;
+    /* the process and this call's own frame: two writers of a path at once (the session
+     * directory's thread and the engine's) never share a temporary file */
+    sprintf(*tmp, "%s.tmp.%ld.%llx", path, (long)getpid(), (unsigned long long)(uintptr_t)tmp);
     if ((*f = fopen(*tmp, "wb"))) return AKV_OK;
     AKV_LOG_E("engine: cannot write the session '%s': %s", *tmp, strerror(errno));
     return AKV_EIO;

@@ -34,6 +34,7 @@ static const size_t SPILL_PENDING = (size_t)1 << 30;
 
 typedef struct spill_job {
     struct spill_job *next;
+    uint64_t seq;       /* its place in the queue (jobs are written in that order) */
     akv__spilled entry; /* its index entry once written */
     uint8_t *image;     /* the file's bytes */
     size_t n;
@@ -45,6 +46,8 @@ struct akv__spill_writer {
     pthread_cond_t cv;  /* a job queued or done; stop */
     spill_job *head, *tail;
     spill_job *writing; /* the job on the disk now, or NULL */
+    uint64_t queued, done; /* jobs queued and written (or failed) so far: job seq is done once
+                              done >= seq */
     size_t pending;     /* bytes queued or being written */
     uint64_t n_written;
     bool stop;
@@ -191,11 +194,19 @@ static void *writer_main(void *arg) {
         pthread_mutex_lock(&w->mu);
         w->writing = NULL;
         if (st == AKV_OK) {
+            /* an entry of the same path is this file's older self: out of the index, its file
+             * kept (it is the new one now); then room for it */
+            for (size_t i = 0; i < e->n_spill; i++)
+                if (!strcmp(e->spill[i].path, j->entry.path)) {
+                    spill_drop(e, i, false);
+                    break;
+                }
             spill_room(e, j->entry.bytes);
             if (spill_add(e, j->entry) == AKV_OK) w->n_written++;
         } else {
             spilled_free(&j->entry);
         }
+        w->done = j->seq;
         w->pending -= j->n;
         akv__free(j);
         pthread_cond_broadcast(&w->cv);
@@ -264,6 +275,7 @@ void akv__spill_out(akv_engine *e, const akv__ctx *c) {
         j->entry = s;
         pthread_mutex_lock(&w->mu);
         while (w->pending && w->pending + j->n > SPILL_PENDING) pthread_cond_wait(&w->cv, &w->mu);
+        j->seq = ++w->queued;
         if (w->tail) w->tail->next = j;
         else w->head = j;
         w->tail = j;
@@ -285,30 +297,28 @@ void akv__spill_out(akv_engine *e, const akv__ctx *c) {
     spill_unlock(e);
 }
 
+/* Whether entry s may serve rq (its salt and exactness) sharing more than lcp tokens. */
+static bool spill_serves(const akv__spilled *s, const akv_request *rq, uint32_t lcp, uint32_t *k) {
+    if (s->salt != rq->p.cache_salt || s->exact != rq->p.kv_exact) return false;
+    *k = akv__common_prefix(s->tokens, s->n_tokens, rq->prompt, rq->p.n_prompt);
+    return *k > lcp;
+}
+
 void akv__spill_in(akv_engine *e, const akv_request *rq, uint32_t in_memory) {
     akv__spill_writer *w = e->writer;
     spill_lock(e);
-    size_t best = SIZE_MAX;
-    for (;;) { /* the best file; one still being written is waited for */
-        uint32_t lcp = in_memory;
-        const char *pending = NULL;
+    size_t best;
+    for (;;) { /* the best file; a better one still being written is waited for */
+        uint32_t lcp = in_memory, k;
         best = SIZE_MAX;
-        for (size_t i = 0; i < e->n_spill; i++) {
-            const akv__spilled *s = &e->spill[i];
-            if (s->salt != rq->p.cache_salt || s->exact != rq->p.kv_exact) continue;
-            const uint32_t k = akv__common_prefix(s->tokens, s->n_tokens, rq->prompt, rq->p.n_prompt);
-            if (k > lcp) lcp = k, best = i;
-        }
-        for (const spill_job *j = w ? w->head : NULL; j || (w && w->writing && !pending); j = j ? j->next : NULL) {
-            const spill_job *x = j ? j : w->writing;
-            const akv__spilled *s = &x->entry;
-            if (s->salt == rq->p.cache_salt && s->exact == rq->p.kv_exact &&
-                akv__common_prefix(s->tokens, s->n_tokens, rq->prompt, rq->p.n_prompt) > lcp)
-                pending = s->path;
-            if (!j) break;
-        }
-        if (!pending) break;
-        while (spill_pending(e, pending)) pthread_cond_wait(&w->cv, &w->mu);
+        for (size_t i = 0; i < e->n_spill; i++)
+            if (spill_serves(&e->spill[i], rq, lcp, &k)) lcp = k, best = i;
+        uint64_t wait_for = 0;
+        if (w && w->writing && spill_serves(&w->writing->entry, rq, lcp, &k)) wait_for = w->writing->seq;
+        for (const spill_job *j = w ? w->head : NULL; j; j = j->next)
+            if (spill_serves(&j->entry, rq, lcp, &k)) wait_for = j->seq;
+        if (!wait_for) break;
+        while (w->done < wait_for) pthread_cond_wait(&w->cv, &w->mu);
     }
     if (best == SIZE_MAX) {
         spill_unlock(e);
@@ -319,22 +329,27 @@ void akv__spill_in(akv_engine *e, const akv_request *rq, uint32_t in_memory) {
     spill_unlock(e);
     akv__ctx *c = NULL;
     const akv_status st = akv__session_read(e, s.path, &c);
-    if (st && st != AKV_ENOMEM) { /* logged: damaged or gone; the prompt is computed */
-        if (remove(s.path) != 0) AKV_LOG_W("engine: the session directory's '%s' could not be removed", s.path);
+    if (st == AKV_EFORMAT || st == AKV_ENOTFOUND) { /* logged: damaged or gone; computed */
+        if (st == AKV_EFORMAT && remove(s.path) != 0)
+            AKV_LOG_W("engine: the session directory's '%s' could not be removed", s.path);
         spilled_free(&s);
         return;
     }
-    if (!st) c->retention = s.retention;
+    /* adopted as the most precious idle context while the others make room, so it is not the
+     * one closed (written back out) for it; then its own retention again */
+    if (!st) c->retention = INT8_MAX;
     if (st || akv__engine_idle_adopt(e, c) != AKV_OK) { /* no memory or room now: kept for later */
         if (!st) {
             (void)akv_route_seq_close(e->route, c->seq);
             akv__free(c->tokens), akv__free(c);
         }
         spill_lock(e);
+        spill_room(e, s.bytes);
         (void)spill_add(e, s);
         spill_unlock(e);
         return;
     }
+    c->retention = s.retention;
     spill_lock(e);
     const bool again = spill_has(e, s.path) || spill_pending(e, s.path); /* written anew meanwhile */
     e->stats.n_restored++;

@@ -296,6 +296,24 @@ akv_status akv_api_call_schema(const char *tools_json, const char *name, bool li
     }
     if (!st && !sch) st = AKV_ENOMEM;
     if (!st) st = akv_srv_schema_compile(sch, out, why, cap);
+    if (st == AKV_EINVAL && !name && cJSON_GetArraySize(tools) > 1) {
+        /* a tool's parameters the machine cannot follow (or two tools of one name): the
+         * name held to the tools', the arguments to any object */
+        cJSON_Delete(sch);
+        sch = cJSON_CreateObject();
+        cJSON *props = sch ? cJSON_AddObjectToObject(sch, "properties") : NULL;
+        cJSON *names = props ? cJSON_AddArrayToObject(cJSON_AddObjectToObject(props, "name"), "enum") : NULL;
+        cJSON_ArrayForEach(t, tools) {
+            const cJSON *fn = cJSON_GetObjectItemCaseSensitive(t, "function");
+            cJSON_AddItemToArray(names, cJSON_CreateString(cJSON_GetObjectItemCaseSensitive(fn, "name")->valuestring));
+        }
+        cJSON_AddStringToObject(cJSON_AddObjectToObject(props, "arguments"), "type", "object");
+        cJSON *req = cJSON_AddArrayToObject(sch, "required");
+        cJSON_AddItemToArray(req, cJSON_CreateString("name"));
+        cJSON_AddItemToArray(req, cJSON_CreateString("arguments"));
+        cJSON_AddStringToObject(sch, "type", "object");
+        st = names ? akv_srv_schema_compile(sch, out, why, cap) : AKV_ENOMEM;
+    }
     cJSON_Delete(sch), cJSON_Delete(any), cJSON_Delete(tools);
     return st;
 }

@@ -112,8 +112,10 @@ typedef struct akv_api_error {
  * 400); AKV_ENOMEM. *out needs akv_api_request_free either way. */
 /* The schema of a call to one of the tools of tools_json (a JSON array as the request gave
  * it; name: that tool only, NULL: any): {"name": N, "arguments": N's parameters}, a union told
- * apart by the name when there are several (server/schema.h); list: an array of one or more
- * calls. AKV_EINVAL with why (a parameters schema the compiler refuses), AKV_ENOMEM. */
+ * apart by the name when there are several (server/schema.h; when one's parameters cannot be
+ * followed, the name is held to the tools' names and the arguments to any object); list: an
+ * array of one or more calls. AKV_EINVAL with why (the one tool's parameters schema the
+ * compiler refuses), AKV_ENOMEM. */
 akv_status akv_api_call_schema(const char *tools_json, const char *name, bool list,
                                struct akv_srv_schema **out, char *why, size_t cap);
 

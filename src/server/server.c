@@ -540,7 +540,9 @@ static bool answer_stream(akv_server *s, akv_http_conn *c, akv_srv_req *const *c
     memset(ts, 0, sizeof ts);
     call_deltas cd[AKV_API_MAX_N];
     memset(cd, 0, sizeof cd);
-    const bool calls_held = r->api.call_schema || r->api.tool_forced; /* whole by the end */
+    /* calls held to their schema (whole by the end, but for max_tokens or a stop string): a
+     * forced call, the whole answer; under auto, what follows the held opener only */
+    const bool calls_held = r->api.call_schema || r->api.tool_forced;
     bool ok = false;
     if (akv_http_conn_stream_begin(c, 200, "text/event-stream", ":\n")) goto gone;
     for (uint32_t i = 0; i < n && kind == AKV_API_CHAT; i++)
@@ -569,9 +571,17 @@ static bool answer_stream(akv_server *s, akv_http_conn *c, akv_srv_req *const *c
                                                          n_out, NULL, NULL, NULL)))
                         goto gone;
                 }
-                if (calls_held && ts[i].call && k) { /* a held call's pieces as they come */
-                    size_t n_held;
-                    const char *held = akv_srv_tool_stream_held(&ts[i], &n_held);
+                size_t n_held;
+                const char *held = calls_held && ts[i].call && k ? akv_srv_tool_stream_held(&ts[i], &n_held) : NULL;
+                size_t lead = 0;
+                while (held && lead < n_held && (held[lead] == ' ' || held[lead] == '\n' || held[lead] == '\t' ||
+                                                 held[lead] == '\r'))
+                    lead++;
+                if (held && !r->api.tool_forced && /* under auto: only after the held opener */
+                    (n_held - lead < strlen(r->api.call_after) ||
+                     memcmp(held + lead, r->api.call_after, strlen(r->api.call_after))))
+                    held = NULL;
+                if (held) { /* a held call's pieces as they come */
                     const size_t before = cd[i].n_open + (cd[i].n_open ? cd[i].sent[cd[i].n_open - 1] : 0);
                     if (send_call_deltas(c, ch[i], model, i, held, n_held, (unsigned long long)ch[i]->num, &cd[i]))
                         goto gone;
@@ -611,12 +621,14 @@ static bool answer_stream(akv_server *s, akv_http_conn *c, akv_srv_req *const *c
                 const char *held = akv_srv_tool_stream_held(&ts[i], &n_held);
                 akv_api_choice one = {held, n_held, finish, NULL, NULL, 0};
                 if (choice_calls_in(ch[i], held, n_held, &calls, &one)) goto gone; /* no memory */
+                if (cd[i].n_open > one.n_calls) one.text = NULL, one.n_text = 0;
                 int rc = one.text && one.n_text
                              ? send_event(c, akv_api_chunk_json(kind, r->id, r->created, model, i, false,
                                                                 one.text, one.n_text, NULL, NULL, NULL))
                              : 0;
                 /* each call: what of it has not gone out (a call streamed in pieces: the rest of
-                 * its arguments; another: whole) */
+                 * its arguments; another: whole). Calls that went out in pieces and did not come
+                 * whole (cut by max_tokens or a stop string) are not sent again as text (above). */
                 for (size_t j = 0; !rc && j < one.n_calls; j++) {
                     const bool open = j < cd[i].n_open;
                     const size_t an = strlen(one.calls[j].arguments), from = open && cd[i].sent[j] <= an ? cd[i].sent[j] : 0;
