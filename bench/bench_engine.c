@@ -556,9 +556,10 @@ static void part_r(const akv_model_config *c, double bus_bps, const char *dev_na
             (void)r_ttft(e, y, ctx, 0, NULL); /* X written out */
             (void)r_ttft(e, y + 7, 16, 5, NULL); /* Y written out: the one idle context kept
                                                      is 16 tokens when X returns */
+            akv__engine_flush_sessions(e); /* the files on the disk: the return comes later */
             akv_engine_stats st;
             akv_engine_get_stats(e, &st);
-            file_bytes = (double)st.spill_bytes / 2; /* X's and Y's, of one length */
+            file_bytes = st.n_spill_files ? (double)st.spill_bytes / st.n_spill_files : NAN; /* X's, Y's: one length */
             r_drop_cache(dir);
             t_disk = r_ttft(e, x, ctx + turn, 0, &cached_disk);
             akv_engine_get_stats(e, &st);
