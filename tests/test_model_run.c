@@ -16,6 +16,7 @@
 #include "akv/dev_pool.h"
 #include "akv/engine.h"
 #include "akv/json_prefix.h"
+#include "akv/json_schema.h"
 #include "akv/forward.h"
 #include "akv/host_pool.h"
 #include "akv/route.h"
@@ -354,6 +355,62 @@ int main(int argc, char **argv) {
         CHECK_EQ_INT(never.n, free_run.n);
         CHECK_BYTES(never.tok, free_run.tok, free_run.n * sizeof *never.tok);
         akv_tok_ids_free(&qi);
+        akv_engine_destroy(e);
+    }
+
+    TEST_CASE(a_json_value_at_the_start) {
+        /* format_at_start, a schema of one object {"age": integer} (every key required, no
+         * other): an answer that begins with '{' (the free one writes a cat with a name) is held
+         * to it, then free; an answer that begins otherwise is free: the free run's tokens */
+        akv_engine_params ep = akv_engine_default_params();
+        if (!CHECK(akv_dev_create(akv_dev_host_backend(), NULL, &ep.dev) == AKV_OK)) break;
+        ep.model = m, ep.max_context = 256, ep.host_gib = 1, ep.device_gib = 1;
+        akv_engine *e = NULL;
+        if (!CHECK(akv_engine_create(&ep, &e) == AKV_OK)) break;
+        static const akv_js_node nodes[2] = {
+            {.kind = AKV_JS_OBJECT, .first = 0, .n = 1, .required = 1},
+            {.kind = AKV_JS_INTEGER}};
+        static const akv_js_prop props[1] = {{"age", 1}};
+        static const char *const no_texts[1] = {NULL};
+        const akv_json_schema sch = {.nodes = nodes, .n_nodes = 2, .props = props, .texts = no_texts};
+        const char *qs[2] = {"A cat as JSON, one object with its name and age:\n```json\n",
+                             "The capital of France is"};
+        for (int qi = 0; qi < 2; qi++) {
+            akv_tok_ids ids2 = {0};
+            CHECK_OK(akv_tok_encode(tok, qs[qi], strlen(qs[qi]), AKV_TOK_ADD_SPECIAL, &ids2));
+            static run_seen free_run, held;
+            for (int k = 0; k < 2; k++) {
+                run_seen *rs = k ? &held : &free_run;
+                memset(rs, 0, sizeof *rs);
+                akv_request_params rp = {.prompt = ids2.ids, .n_prompt = (uint32_t)ids2.n_ids,
+                                         .max_tokens = 40, .sample = akv_sample_default_params(),
+                                         .on_token = run_on_token, .user = rs};
+                rp.sample.temp = 0;
+                if (k) rp.format = AKV_FORMAT_JSON_SCHEMA, rp.schema = &sch, rp.format_at_start = true;
+                akv_request *rq;
+                CHECK_OK(akv_engine_submit(e, &rp, &rq, NULL));
+                while (akv_engine_busy(e)) CHECK_OK(akv_engine_step(e, NULL));
+                akv_engine_release(e, rq);
+            }
+            printf("  \"%s\": free \"%.60s\", held \"%.60s\"\n", qs[qi], free_run.text, held.text);
+            size_t at = 0;
+            while (free_run.text[at] == ' ' || free_run.text[at] == '\n') at++;
+            if (qi == 0) { /* the free answer begins with '{' and is not the schema's object */
+                CHECK(free_run.text[at] == '{' && strstr(free_run.text, "\"name\"") != NULL);
+                akv_js_state js;
+                akv_js_init(&js, &sch);
+                size_t i = 0;
+                bool took = true;
+                while (took && held.text[i] && !akv_js_complete(&js))
+                    took = akv_js_feed(&js, (const uint8_t *)held.text + i++, 1);
+                CHECK(took && akv_js_complete(&js)); /* held: the schema's whole object first */
+            } else {
+                CHECK(free_run.text[at] != '{');
+                CHECK_EQ_INT(held.n, free_run.n);
+                CHECK_BYTES(held.tok, free_run.tok, free_run.n * sizeof *held.tok);
+            }
+            akv_tok_ids_free(&ids2);
+        }
         akv_engine_destroy(e);
     }
 

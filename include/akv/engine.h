@@ -289,6 +289,10 @@ typedef struct akv_request_params {
                                   value. A token whose bytes after the string cannot begin a
                                   value leaves that occurrence free. Copied; NULL or "": the
                                   whole answer is one value */
+    bool format_at_start;      /* with a format and no format_after: the answer is free unless
+                                  its first token that is not white space can begin a value
+                                  (a Llama 3 tool call's '{'); then the format holds from there
+                                  until the value is whole */
     bool kv_exact;           /* keep its whole history exact where the engine has a compact
                                 tier (kv_tier q8/q4): it reserves and reads its K/V as the
                                 exact route does, and reuses only contexts kept exact too.

@@ -55,6 +55,8 @@ struct akv_request {
     char *after;           /* format_after's copy (NULL: the whole answer is the value) */
     size_t n_after;
     bool fmt_on;           /* the format holds the next token (with after: inside a value) */
+    bool at_start;         /* format_at_start, before the answer's first byte that is not white
+                              space */
     char *tail;            /* with after, outside a value: the answer's last n_after - 1
                               bytes (the string may begin in them) */
     size_t n_tail;

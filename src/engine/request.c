@@ -59,6 +59,8 @@ akv_status akv__request_init(akv_engine *e, akv_request *rq, const akv_request_p
             if (!(rq->after = akv__strdup(p->format_after)) || !(rq->tail = akv__malloc(rq->n_after)))
                 return AKV_ENOMEM;
             rq->fmt_on = false;
+        } else if (p->format_at_start) {
+            rq->fmt_on = false, rq->at_start = true;
         }
         if (!(rq->masked = akv__malloc((size_t)e->cfg.n_vocab * sizeof *rq->masked))) return AKV_ENOMEM;
         akv_status st = akv__mask_cache_init(&rq->masks, e->cfg.n_vocab, request_machine(rq).size);
@@ -292,9 +294,17 @@ bool akv__request_on_token(akv_request *rq, int32_t token, const float *logits) 
         const uint8_t *piece = akv_tok_token_piece(e->tok, token, &n);
         if (rq->fmt_on) { /* its piece continues the value (the mask allowed it) */
             if (!piece || !format_take(rq, piece, n)) AKV_ASSERT(!"masked token");
-            if (rq->after && format_complete(rq)) rq->fmt_on = false, rq->n_tail = 0;
-        } else if (piece) {
+            if ((rq->after || rq->p.format_at_start) && format_complete(rq)) rq->fmt_on = false, rq->n_tail = 0;
+        } else if (piece && rq->after) {
             request_watch(rq, piece, n);
+        } else if (piece && rq->at_start) { /* the answer's first bytes: a value, or free text */
+            size_t i = 0;
+            while (i < n && (piece[i] == ' ' || piece[i] == '\n' || piece[i] == '\t' || piece[i] == '\r')) i++;
+            if (i < n) {
+                rq->at_start = false;
+                format_reset(rq);
+                rq->fmt_on = format_take(rq, piece, n) && !format_complete(rq);
+            }
         }
     }
     const bool last = rq->info.n_gen >= rq->p.max_tokens;

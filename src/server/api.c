@@ -246,9 +246,9 @@ static const cJSON *tool_named(const cJSON *tools, const char *name) {
     return NULL;
 }
 
-/* One call's schema: {"name": the tool's name, "arguments": its parameters (any object when
- * it has none)}, both required. */
-static cJSON *call_branch(const cJSON *fn) {
+/* One call's schema: {"name": the tool's name, args_key: its parameters (any object when it
+ * has none)}, both required. */
+static cJSON *call_branch(const cJSON *fn, const char *args_key) {
     cJSON *b = cJSON_CreateObject(), *props;
     if (!b) return NULL;
     cJSON_AddStringToObject(b, "type", "object");
@@ -256,16 +256,17 @@ static cJSON *call_branch(const cJSON *fn) {
     cJSON_AddStringToObject(cJSON_AddObjectToObject(props, "name"), "const",
                             cJSON_GetObjectItemCaseSensitive(fn, "name")->valuestring);
     const cJSON *params = cJSON_GetObjectItemCaseSensitive(fn, "parameters");
-    if (cJSON_IsObject(params)) cJSON_AddItemToObject(props, "arguments", cJSON_Duplicate(params, true));
-    else cJSON_AddStringToObject(cJSON_AddObjectToObject(props, "arguments"), "type", "object");
+    if (cJSON_IsObject(params)) cJSON_AddItemToObject(props, args_key, cJSON_Duplicate(params, true));
+    else cJSON_AddStringToObject(cJSON_AddObjectToObject(props, args_key), "type", "object");
     cJSON *req = cJSON_AddArrayToObject(b, "required");
     cJSON_AddItemToArray(req, cJSON_CreateString("name"));
-    cJSON_AddItemToArray(req, cJSON_CreateString("arguments"));
+    cJSON_AddItemToArray(req, cJSON_CreateString(args_key));
     return b;
 }
 
 akv_status akv_api_call_schema(const char *tools_json, const char *name, bool list,
-                               struct akv_srv_schema **out, char *why, size_t cap) {
+                               const char *args_key, struct akv_srv_schema **out, char *why,
+                               size_t cap) {
     *out = NULL;
     cJSON *tools = cJSON_Parse(tools_json), *any = cJSON_CreateArray(), *sch = NULL;
     akv_status st = tools && any ? AKV_OK : AKV_ENOMEM;
@@ -273,7 +274,7 @@ akv_status akv_api_call_schema(const char *tools_json, const char *name, bool li
     cJSON_ArrayForEach(t, tools) {
         const cJSON *fn = cJSON_GetObjectItemCaseSensitive(t, "function");
         if (st || (name && strcmp(cJSON_GetObjectItemCaseSensitive(fn, "name")->valuestring, name))) continue;
-        cJSON *b = call_branch(fn);
+        cJSON *b = call_branch(fn, args_key);
         if (!b) st = AKV_ENOMEM;
         else cJSON_AddItemToArray(any, b);
     }
@@ -307,10 +308,10 @@ akv_status akv_api_call_schema(const char *tools_json, const char *name, bool li
             const cJSON *fn = cJSON_GetObjectItemCaseSensitive(t, "function");
             cJSON_AddItemToArray(names, cJSON_CreateString(cJSON_GetObjectItemCaseSensitive(fn, "name")->valuestring));
         }
-        cJSON_AddStringToObject(cJSON_AddObjectToObject(props, "arguments"), "type", "object");
+        cJSON_AddStringToObject(cJSON_AddObjectToObject(props, args_key), "type", "object");
         cJSON *req = cJSON_AddArrayToObject(sch, "required");
         cJSON_AddItemToArray(req, cJSON_CreateString("name"));
-        cJSON_AddItemToArray(req, cJSON_CreateString("arguments"));
+        cJSON_AddItemToArray(req, cJSON_CreateString(args_key));
         cJSON_AddStringToObject(sch, "type", "object");
         st = names ? akv_srv_schema_compile(sch, out, why, cap) : AKV_ENOMEM;
     }
@@ -323,7 +324,7 @@ akv_status akv_api_call_schema(const char *tools_json, const char *name, bool li
 static akv_status force_call(const char *tools_json, const char *name, akv_api_request *r,
                              akv_api_error *err) {
     char why[256] = "";
-    akv_status st = akv_api_call_schema(tools_json, name, false, &r->schema, why, sizeof why);
+    akv_status st = akv_api_call_schema(tools_json, name, false, "arguments", &r->schema, why, sizeof why);
     if (st == AKV_EINVAL)
         return BAD("tools", "'tool_choice' holds the answer to the tool's parameters, and this "
                             "schema cannot be followed: %s", why);

@@ -91,6 +91,8 @@ typedef struct akv_api_request {
     struct akv_srv_schema *call_schema; /* tool_choice auto: a call's schema, which holds what
                                            follows call_after in the answer (server.c) */
     const char *call_after;  /* its opener ("<tool_call>", "[TOOL_CALLS]"); NULL: none */
+    bool call_at_start;      /* ... or none: a call is the answer when it begins with '{'
+                                (Llama 3's JSON form) */
     bool parallel_tool_calls; /* false: one call at most (the first) */
     /* completion: text, or token ids */
     char *prompt;
@@ -111,13 +113,15 @@ typedef struct akv_api_error {
 /* Parses and checks a body. AKV_OK: *out holds the request; AKV_EINVAL: *err says why (status
  * 400); AKV_ENOMEM. *out needs akv_api_request_free either way. */
 /* The schema of a call to one of the tools of tools_json (a JSON array as the request gave
- * it; name: that tool only, NULL: any): {"name": N, "arguments": N's parameters}, a union told
+ * it; name: that tool only, NULL: any): {"name": N, args_key ("arguments", or Llama 3's
+ * "parameters"): N's parameters}, a union told
  * apart by the name when there are several (server/schema.h; when one's parameters cannot be
  * followed, the name is held to the tools' names and the arguments to any object); list: an
  * array of one or more calls. AKV_EINVAL with why (the one tool's parameters schema the
  * compiler refuses), AKV_ENOMEM. */
 akv_status akv_api_call_schema(const char *tools_json, const char *name, bool list,
-                               struct akv_srv_schema **out, char *why, size_t cap);
+                               const char *args_key, struct akv_srv_schema **out, char *why,
+                               size_t cap);
 
 akv_status akv_api_parse(akv_api_kind kind, const char *body, size_t n, const akv_api_limits *lim,
                          akv_api_request *out, akv_api_error *err);

@@ -151,6 +151,7 @@ static void engine_submit(akv_server *s, akv_srv_req *r) {
                                        : r->api.call_schema ? akv_srv_schema_view(r->api.call_schema)
                                                             : NULL,
                              .format_after = r->api.schema ? NULL : r->api.call_after,
+                             .format_at_start = !r->api.schema && r->api.call_at_start,
                              .want_logits = r->api.logprobs,
                              .on_prompt_logits = r->api.echo && r->api.logprobs ? on_prompt_logits
                                                                                 : NULL,

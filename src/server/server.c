@@ -266,16 +266,19 @@ static void context_error(const akv_server *s, akv_api_kind kind, const char *ho
  * schema compiler refuses, leave the calls free (still parsed from the answer). */
 static akv_status hold_calls(akv_api_request *a, const akv_tok_text *prompt) {
     static const struct {
-        const char *shown, *opener;
+        const char *shown, *opener; /* opener NULL: the answer itself, when it begins with '{' */
         bool list;
-    } forms[] = {{"<tool_call>", "<tool_call>", false}, {"[AVAILABLE_TOOLS]", "[TOOL_CALLS]", true}};
+        const char *args_key;
+    } forms[] = {{"<tool_call>", "<tool_call>", false, "arguments"},
+                 {"[AVAILABLE_TOOLS]", "[TOOL_CALLS]", true, "arguments"},
+                 {"\"parameters\": dictionary of argument name and its value", NULL, false, "parameters"}};
     if (!a->tools_json || a->tool_forced || a->schema || a->json_object || !prompt->bytes) return AKV_OK;
     for (size_t i = 0; i < sizeof forms / sizeof forms[0]; i++) {
         if (!strstr(prompt->bytes, forms[i].shown)) continue;
         char why[256];
-        const akv_status st = akv_api_call_schema(a->tools_json, NULL, forms[i].list, &a->call_schema,
-                                                  why, sizeof why);
-        if (st == AKV_OK) a->call_after = forms[i].opener;
+        const akv_status st = akv_api_call_schema(a->tools_json, NULL, forms[i].list, forms[i].args_key,
+                                                  &a->call_schema, why, sizeof why);
+        if (st == AKV_OK) a->call_after = forms[i].opener, a->call_at_start = !forms[i].opener;
         return st == AKV_ENOMEM ? st : AKV_OK;
     }
     return AKV_OK;
@@ -577,9 +580,9 @@ static bool answer_stream(akv_server *s, akv_http_conn *c, akv_srv_req *const *c
                 while (held && lead < n_held && (held[lead] == ' ' || held[lead] == '\n' || held[lead] == '\t' ||
                                                  held[lead] == '\r'))
                     lead++;
+                const char *opener = r->api.call_after ? r->api.call_after : "{";
                 if (held && !r->api.tool_forced && /* under auto: only after the held opener */
-                    (n_held - lead < strlen(r->api.call_after) ||
-                     memcmp(held + lead, r->api.call_after, strlen(r->api.call_after))))
+                    (n_held - lead < strlen(opener) || memcmp(held + lead, opener, strlen(opener))))
                     held = NULL;
                 if (held) { /* a held call's pieces as they come */
                     const size_t before = cd[i].n_open + (cd[i].n_open ? cd[i].sent[cd[i].n_open - 1] : 0);
