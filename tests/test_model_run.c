@@ -125,6 +125,15 @@ static long file_bytes(const char *path, void *buf, size_t cap) {
     return n;
 }
 
+/* An engine on the host backend over model m (256 tokens of context). */
+static akv_engine *host_engine(const akv_model *m) {
+    akv_engine_params ep = akv_engine_default_params();
+    if (!CHECK(akv_dev_create(akv_dev_host_backend(), NULL, &ep.dev) == AKV_OK)) return NULL;
+    ep.model = m, ep.max_context = 256, ep.host_gib = 1, ep.device_gib = 1;
+    akv_engine *e = NULL;
+    return CHECK(akv_engine_create(&ep, &e) == AKV_OK) ? e : NULL;
+}
+
 /* A request's tokens and text, from its events. */
 typedef struct run_seen {
     int32_t tok[128];
@@ -297,11 +306,8 @@ int main(int argc, char **argv) {
          * again. The string is the first tokens of the free answer: the held answer is the free
          * one up to it (the same tokens), then a whole JSON object (akv/json_prefix.h); a
          * string the answer never holds leaves it free (the free answer's tokens). */
-        akv_engine_params ep = akv_engine_default_params();
-        if (!CHECK(akv_dev_create(akv_dev_host_backend(), NULL, &ep.dev) == AKV_OK)) break;
-        ep.model = m, ep.max_context = 256, ep.host_gib = 1, ep.device_gib = 1;
-        akv_engine *e = NULL;
-        if (!CHECK(akv_engine_create(&ep, &e) == AKV_OK)) break;
+        akv_engine *e = host_engine(m);
+        if (!e) break;
         const char *q = "Here is a JSON object describing a cat:";
         akv_tok_ids qi = {0};
         CHECK_OK(akv_tok_encode(tok, q, strlen(q), AKV_TOK_ADD_SPECIAL, &qi));
@@ -362,11 +368,8 @@ int main(int argc, char **argv) {
         /* format_at_start, a schema of one object {"age": integer} (every key required, no
          * other): an answer that begins with '{' (the free one writes a cat with a name) is held
          * to it, then free; an answer that begins otherwise is free: the free run's tokens */
-        akv_engine_params ep = akv_engine_default_params();
-        if (!CHECK(akv_dev_create(akv_dev_host_backend(), NULL, &ep.dev) == AKV_OK)) break;
-        ep.model = m, ep.max_context = 256, ep.host_gib = 1, ep.device_gib = 1;
-        akv_engine *e = NULL;
-        if (!CHECK(akv_engine_create(&ep, &e) == AKV_OK)) break;
+        akv_engine *e = host_engine(m);
+        if (!e) break;
         static const akv_js_node nodes[2] = {
             {.kind = AKV_JS_OBJECT, .first = 0, .n = 1, .required = 1},
             {.kind = AKV_JS_INTEGER}};
