@@ -1174,12 +1174,17 @@ int main(int argc, char **argv) {
         const uint64_t n_ops = 100000;
         uint64_t ops = 0, steps = 0, faults = 0, arrivals = 0, cancels = 0, finished = 0;
         uint64_t gave_up = 0;
-        for (int variant = 0; variant < 2; variant++) {
+        char sdir[] = "/tmp/akv_fault_sdir_XXXXXX";
+        if (!CHECK(mkdtemp(sdir) != NULL)) break;
+        for (int variant = 0; variant < 3; variant++) {
+            /* 0 resident, 1 staged, 2 resident with a session directory (few idle contexts
+             * kept: conversations go to the disk and come back under the faults) */
             akv_engine_params ep = akv_engine_default_params();
-            ep.max_seqs = 4, ep.max_queue = 6, ep.max_idle = 5, ep.max_context = 96;
+            ep.max_seqs = 4, ep.max_queue = 6, ep.max_idle = variant == 2 ? 1 : 5, ep.max_context = 96;
             ep.pass = AKV_ENGINE_PASS_DEVICE, ep.chunk = 16;
-            ep.route = route_kind(variant ? "staged" : "resident"), ep.window_pages = 2;
+            ep.route = route_kind(variant == 1 ? "staged" : "resident"), ep.window_pages = 2;
             ep.kv_dtype = AKV_DTYPE_F32;
+            if (variant == 2) ep.session_dir = sdir;
             akv_engine *e = engine_open(wm, &ep);
             if (!e) break;
             akv_dev *dev = akv_engine_dev(e);
@@ -1189,7 +1194,7 @@ int main(int argc, char **argv) {
             memset(sn, 0, sizeof sn);
             bool faulted = false;
             int ok = 1;
-            for (uint64_t i = 0; ok && i < n_ops / 2; i++, ops++) {
+            for (uint64_t i = 0; ok && i < (variant < 2 ? n_ops / 2 : n_ops / 4); i++, ops++) {
                 uint32_t what = (uint32_t)test_rand_below(&rng, 100);
                 uint32_t slot = (uint32_t)test_rand_below(&rng, LIVE);
                 if (what < 20 && !live[slot]) {
@@ -1266,8 +1271,24 @@ int main(int argc, char **argv) {
             CHECK_OK(akv_route_sync(akv_engine_route(e)));
             CHECK_OK(akv__engine_check(e));
             for (int k = 0; k < LIVE; k++) akv_engine_release(e, live[k]);
+            if (variant == 2) {
+                akv_engine_stats es;
+                akv__engine_flush_sessions(e);
+                akv_engine_get_stats(e, &es);
+                printf("  with a session directory: %llu conversations written, %llu read back\n",
+                       (unsigned long long)es.n_spilled, (unsigned long long)es.n_restored);
+                CHECK(es.n_spilled > 10 && es.n_restored > 0);
+            }
             akv_engine_destroy(e);
         }
+        DIR *sd = opendir(sdir);
+        for (struct dirent *de; sd && (de = readdir(sd)) != NULL;) {
+            char fp[600];
+            snprintf(fp, sizeof fp, "%s/%s", sdir, de->d_name);
+            if (de->d_name[0] != '.') remove(fp);
+        }
+        if (sd) closedir(sd);
+        rmdir(sdir);
         printf("  %llu operations: %llu arrivals admitted, %llu cancels, %llu steps, %llu faults "
                "injected, %llu finished, %llu engines given up on their device\n",
                (unsigned long long)ops, (unsigned long long)arrivals, (unsigned long long)cancels,
