@@ -9,7 +9,9 @@
 #include "model_build.h"
 
 #include <dirent.h>
+#include <signal.h>
 #include <stdio.h>
+#include <sys/resource.h>
 #include <stdlib.h>
 #include <unistd.h>
 
@@ -722,6 +724,97 @@ int main(int argc, char **argv) {
             CHECK_BYTES(by_pass[i].tok, by_sampler[i].tok, 12 * sizeof by_pass[i].tok[0]);
         }
         akv_engine_destroy(e);
+    }
+
+    TEST_CASE(a_full_disk_loses_nothing) {
+        /* The disk full (a file size limit: writes past it fail with EFBIG, as on a full
+         * disk): saving a session is refused with AKV_EIO and the conversation stays in memory
+         * (its next turn reuses it); any earlier file stays whole; with a session directory the
+         * conversations that cannot be written are closed as without one, and answers go on */
+        char dir[] = "/tmp/akv_full_XXXXXX";
+        if (!CHECK(mkdtemp(dir) != NULL)) break;
+        char path[600];
+        snprintf(path, sizeof path, "%s/s.akvs", dir);
+        struct rlimit old_lim;
+        getrlimit(RLIMIT_FSIZE, &old_lim);
+        void (*old_sig)(int) = signal(SIGXFSZ, SIG_IGN);
+        akv_engine_params ep = akv_engine_default_params();
+        ep.max_seqs = 2;
+        akv_engine *e = engine_open(model, &ep);
+        if (!e) break;
+        static seen t1, t2;
+        memset(&t1, 0, sizeof t1), memset(&t2, 0, sizeof t2);
+        akv_request *q1, *q2;
+        akv_request_params p1 = greedy(tokens, 40, 6, &t1);
+        CHECK_OK(akv_engine_submit(e, &p1, &q1, NULL));
+        CHECK(run_all(e, 100) > 0);
+        CHECK_OK(akv_engine_session_save(e, tokens, 46, path)); /* a whole earlier file */
+        FILE *f = fopen(path, "rb");
+        long whole = -1;
+        if (f) fseek(f, 0, SEEK_END), whole = ftell(f), fclose(f);
+        const struct rlimit small = {.rlim_cur = 4096, .rlim_max = old_lim.rlim_max};
+        CHECK(setrlimit(RLIMIT_FSIZE, &small) == 0);
+        akv_log_set(NULL, NULL, AKV_LOG_OFF);
+        CHECK_STATUS(akv_engine_session_save(e, tokens, 46, path), AKV_EIO);
+        akv_log_set(NULL, NULL, AKV_LOG_WARN);
+        CHECK(setrlimit(RLIMIT_FSIZE, &old_lim) == 0);
+        f = fopen(path, "rb");
+        long now = -2;
+        if (f) fseek(f, 0, SEEK_END), now = ftell(f), fclose(f);
+        CHECK(whole > 4096 && now == whole); /* the earlier file as it was */
+        DIR *d = opendir(dir);
+        int n_files = 0;
+        for (struct dirent *de; d && (de = readdir(d)) != NULL;) n_files += de->d_name[0] != '.';
+        if (d) closedir(d);
+        CHECK_EQ_INT(n_files, 1); /* no temporary file left */
+        int32_t next[52];
+        memcpy(next, tokens, 40 * sizeof *next);
+        memcpy(next + 40, t1.tok, 6 * sizeof *next);
+        memcpy(next + 46, tokens + 700, 6 * sizeof *next);
+        akv_request_params p2 = greedy(next, 52, 3, &t2);
+        CHECK_OK(akv_engine_submit(e, &p2, &q2, NULL));
+        CHECK(run_all(e, 100) > 0);
+        akv_request_info info;
+        akv_request_get_info(q2, &info);
+        CHECK_EQ_U64(info.n_cached, 45); /* the conversation stayed */
+        akv_engine_release(e, q1), akv_engine_release(e, q2);
+        akv_engine_destroy(e);
+
+        /* a session directory on the full disk: nothing written, every answer given */
+        ep.max_idle = 1, ep.session_dir = dir;
+        e = engine_open(model, &ep);
+        if (!e) break;
+        CHECK(setrlimit(RLIMIT_FSIZE, &small) == 0);
+        akv_log_set(NULL, NULL, AKV_LOG_OFF);
+        static seen ts[4];
+        for (int i = 0; i < 4; i++) {
+            memset(&ts[i], 0, sizeof ts[i]);
+            akv_request_params rp = greedy(tokens + 300 + 100 * i, 30, 4, &ts[i]); /* not the file's */
+            akv_request *rq;
+            CHECK_OK(akv_engine_submit(e, &rp, &rq, NULL));
+            CHECK(run_all(e, 100) > 0);
+            CHECK_EQ_INT(ts[i].n, 4);
+            akv_engine_release(e, rq);
+        }
+        akv__engine_flush_sessions(e);
+        akv_engine_stats st;
+        akv_engine_get_stats(e, &st);
+        CHECK_EQ_U64(st.n_spill_files, 1); /* the earlier file only */
+        CHECK(st.n_idle_closed >= 3);
+        akv_engine_destroy(e);
+        akv_log_set(NULL, NULL, AKV_LOG_WARN);
+        CHECK(setrlimit(RLIMIT_FSIZE, &old_lim) == 0);
+        signal(SIGXFSZ, old_sig);
+        d = opendir(dir);
+        n_files = 0;
+        for (struct dirent *de; d && (de = readdir(d)) != NULL;) {
+            char fp[700];
+            snprintf(fp, sizeof fp, "%s/%s", dir, de->d_name);
+            if (de->d_name[0] != '.') n_files++, remove(fp);
+        }
+        if (d) closedir(d);
+        CHECK_EQ_INT(n_files, 1); /* no temporary file left by the failed writes */
+        rmdir(dir);
     }
 
     TEST_CASE(refusal_and_queueing_by_the_plan) {
