@@ -171,6 +171,21 @@ if [ "$rc" != 2 ] || ! printf '%s\n' "$out" | grep -q "takes one prompt"; then
     bad "akv run --chat --session: exit $rc (want 2)"
 else echo "ok   akv run --chat --session -> $rc"; fi
 
+# --session-dir: the first run's conversation goes to the directory at its end; a second
+# process whose prompt continues it reads it back (its tokens not computed, said so) and
+# writes the same text as without the directory; a file as the directory is a usage error.
+rm -rf "$tmp/sdir" && mkdir "$tmp/sdir"
+"$akv" run -m "$tmp/s.gguf" --temp 0 -p "one two three" -n 4 -q --session-dir "$tmp/sdir" >/dev/null 2>&1; rc1=$?
+out=$("$akv" run -m "$tmp/s.gguf" --temp 0 -p "one two three four five" -n 4 --session-dir "$tmp/sdir" 2>&1 >"$tmp/d2.txt"); rc=$?
+if [ "$rc1" != 0 ] || [ "$rc" != 0 ] || ! printf '%s\n' "$out" | grep -q "reused from the --session-dir directory" ||
+   ! cmp -s "$tmp/d2.txt" "$tmp/s3.txt" || [ -z "$(ls "$tmp/sdir")" ]; then
+    bad "akv run --session-dir: exits $rc1, $rc (want 0, 0; read back, reused, the same text)"
+else echo "ok   akv run --session-dir: written, read back, reused, the same text"; fi
+out=$("$akv" run -m "$tmp/s.gguf" -p hi -n 1 --session-dir "$tmp/s3.txt" 2>&1); rc=$?
+if [ "$rc" = 0 ] || ! printf '%s\n' "$out" | grep -q -- "--session-dir"; then
+    bad "akv run --session-dir FILE: exit $rc (want a refusal naming --session-dir)"
+else echo "ok   akv run --session-dir FILE -> $rc"; fi
+
 # A reply that reaches --max-context stops there, a normal end (finish length, exit 0, the
 # report); a chat turn that cannot fit is refused before any prefill and the conversation goes
 # on; a number with a leading blank is not a number.
