@@ -70,7 +70,8 @@ int main(int argc, char **argv) {
         CHECK(c.n == 0);
     }
     TEST_CASE(calls_as_far_as_they_have_come) {
-        /* Every prefix of a held answer: each call's name once whole is its name, its arguments
+        /* Every prefix of a held answer, read on from the last (each call's part final once
+         * whole): each call's name once whole is its name, its arguments
          * so far are a prefix of its whole arguments and never shrink; at the end the calls are
          * akv_srv_tool_calls_find's, names and argument text alike */
         static const char *const answers[] = {
@@ -88,9 +89,10 @@ int main(int argc, char **argv) {
             CHECK_OK(akv_srv_tool_calls_find(t, n, tools, 3, &want));
             CHECK(want.n > 0);
             size_t last[4] = {0};
+            akv_srv_calls_scan sc = {0}; /* read on from cut to cut, as a stream grows */
+            akv_srv_call_part p[4];
             for (size_t cut = 0; cut <= n; cut++) {
-                akv_srv_call_part p[4];
-                const size_t k = akv_srv_tool_calls_partial(t, cut, p, 4);
+                const size_t k = akv_srv_tool_calls_partial(t, cut, &sc, p, 4);
                 TEST_CHECK_(k <= want.n, "answer %zu cut %zu: %zu calls of %zu", a, cut, k, want.n);
                 for (size_t i = 0; i < k && i < want.n; i++) {
                     if (p[i].named)

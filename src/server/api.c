@@ -160,6 +160,7 @@ static akv_status parse_content(const cJSON *m, size_t i, char **out, akv_api_er
  * tool_calls with each call's arguments as a JSON object where the client sent them as JSON
  * text (as vLLM passes them), tool_call_id and name. */
 static akv_status messages_json(const cJSON *v, akv_api_request *r, akv_api_error *err) {
+    bool as_objects = false; /* a call's arguments were made an object */
     cJSON *arr = cJSON_CreateArray();
     akv_status st = arr ? AKV_OK : AKV_ENOMEM;
     for (size_t i = 0; !st && i < r->n_msgs; i++) {
@@ -196,8 +197,7 @@ static akv_status messages_json(const cJSON *v, akv_api_request *r, akv_api_erro
                 f = cJSON_AddObjectToObject(call, "function");
                 cJSON_AddStringToObject(f, "name", name->valuestring);
                 cJSON *parsed = cJSON_IsString(args) ? cJSON_Parse(args->valuestring) : NULL;
-                if (parsed && cJSON_IsObject(parsed)) r->args_as_objects = true;
-                if (parsed && cJSON_IsObject(parsed)) cJSON_AddItemToObject(f, "arguments", parsed);
+                if (parsed && cJSON_IsObject(parsed)) as_objects = true, cJSON_AddItemToObject(f, "arguments", parsed);
                 else if (cJSON_IsString(args)) cJSON_Delete(parsed), cJSON_AddStringToObject(f, "arguments", args->valuestring);
                 else if (args) cJSON_Delete(parsed), cJSON_AddItemToObject(f, "arguments", cJSON_Duplicate(args, true));
                 else cJSON_Delete(parsed), cJSON_AddObjectToObject(f, "arguments");
@@ -213,7 +213,7 @@ static akv_status messages_json(const cJSON *v, akv_api_request *r, akv_api_erro
     if (!st && !text) st = AKV_ENOMEM;
     if (!st && !(r->messages_json = dup_n(text, strlen(text)))) st = AKV_ENOMEM;
     cJSON_free(text);
-    if (!st && r->args_as_objects) { /* the same with each call's arguments as JSON text */
+    if (!st && as_objects) { /* the same with each call's arguments as JSON text */
         const cJSON *m, *c;
         cJSON_ArrayForEach(m, arr) {
             cJSON_ArrayForEach(c, cJSON_GetObjectItemCaseSensitive(m, "tool_calls")) {
@@ -246,16 +246,16 @@ static const cJSON *tool_named(const cJSON *tools, const char *name) {
     return NULL;
 }
 
-/* One call's schema: {"name": the tool's name, args_key: its parameters (any object when it
- * has none)}, both required. */
-static cJSON *call_branch(const cJSON *fn, const char *args_key) {
-    cJSON *b = cJSON_CreateObject(), *props;
-    if (!b) return NULL;
+/* A call's schema: {"name": name_schema (taken), args_key: params (any object when params is
+ * not an object)}, both required. NULL: no memory. */
+static cJSON *call_object_schema(cJSON *name_schema, const cJSON *params, const char *args_key) {
+    cJSON *b = cJSON_CreateObject(), *props = b ? cJSON_AddObjectToObject(b, "properties") : NULL;
+    if (!props || !name_schema) {
+        cJSON_Delete(b), cJSON_Delete(name_schema);
+        return NULL;
+    }
     cJSON_AddStringToObject(b, "type", "object");
-    props = cJSON_AddObjectToObject(b, "properties");
-    cJSON_AddStringToObject(cJSON_AddObjectToObject(props, "name"), "const",
-                            cJSON_GetObjectItemCaseSensitive(fn, "name")->valuestring);
-    const cJSON *params = cJSON_GetObjectItemCaseSensitive(fn, "parameters");
+    cJSON_AddItemToObject(props, "name", name_schema);
     if (cJSON_IsObject(params)) cJSON_AddItemToObject(props, args_key, cJSON_Duplicate(params, true));
     else cJSON_AddStringToObject(cJSON_AddObjectToObject(props, args_key), "type", "object");
     cJSON *req = cJSON_AddArrayToObject(b, "required");
@@ -264,58 +264,59 @@ static cJSON *call_branch(const cJSON *fn, const char *args_key) {
     return b;
 }
 
+/* A tool's name: its function's (the request's tools are checked to have one). */
+static const char *tool_name(const cJSON *tool) {
+    return cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(tool, "function"), "name")->valuestring;
+}
+
 akv_status akv_api_call_schema(const char *tools_json, const char *name, bool list,
                                const char *args_key, struct akv_srv_schema **out, char *why,
                                size_t cap) {
     *out = NULL;
     cJSON *tools = cJSON_Parse(tools_json), *any = cJSON_CreateArray(), *sch = NULL;
     akv_status st = tools && any ? AKV_OK : AKV_ENOMEM;
-    const cJSON *t;
-    cJSON_ArrayForEach(t, tools) {
-        const cJSON *fn = cJSON_GetObjectItemCaseSensitive(t, "function");
-        if (st || (name && strcmp(cJSON_GetObjectItemCaseSensitive(fn, "name")->valuestring, name))) continue;
-        cJSON *b = call_branch(fn, args_key);
-        if (!b) st = AKV_ENOMEM;
-        else cJSON_AddItemToArray(any, b);
-    }
-    if (!st && cJSON_GetArraySize(any) == 1) { /* one tool: its call */
-        sch = cJSON_DetachItemFromArray(any, 0);
-    } else if (!st) { /* the call of one of them: a union told apart by the name */
-        sch = cJSON_CreateObject();
-        if (sch) cJSON_AddItemToObject(sch, "anyOf", any), any = NULL;
-    }
-    if (!st && sch && list) { /* a list of calls (Mistral's [TOOL_CALLS] [...]) */
-        cJSON *arr = cJSON_CreateObject();
-        if (arr) {
-            cJSON_AddStringToObject(arr, "type", "array");
-            cJSON_AddNumberToObject(arr, "minItems", 1);
-            cJSON_AddItemToObject(arr, "items", sch);
+    for (int fallback = 0; fallback < 2 && (st == AKV_OK || st == AKV_EINVAL); fallback++) {
+        if (fallback) { /* a tool's parameters the machine cannot follow (or two tools of one
+                           name): the name held to the tools', the arguments to any object */
+            if (st != AKV_EINVAL || name || cJSON_GetArraySize(tools) < 2) break;
+            cJSON *names = cJSON_CreateObject(), *en = names ? cJSON_AddArrayToObject(names, "enum") : NULL;
+            const cJSON *t;
+            cJSON_ArrayForEach(t, tools) cJSON_AddItemToArray(en, cJSON_CreateString(tool_name(t)));
+            sch = en ? call_object_schema(names, NULL, args_key) : (cJSON_Delete(names), NULL);
         } else {
-            cJSON_Delete(sch);
+            const cJSON *t;
+            cJSON_ArrayForEach(t, tools) {
+                if (st || (name && strcmp(tool_name(t), name))) continue;
+                cJSON *nm = cJSON_CreateObject();
+                if (nm) cJSON_AddStringToObject(nm, "const", tool_name(t));
+                cJSON *b = call_object_schema(nm, cJSON_GetObjectItemCaseSensitive(
+                                                      cJSON_GetObjectItemCaseSensitive(t, "function"), "parameters"),
+                                              args_key);
+                if (!b) st = AKV_ENOMEM;
+                else cJSON_AddItemToArray(any, b);
+            }
+            if (!st && cJSON_GetArraySize(any) == 1) { /* one tool: its call */
+                sch = cJSON_DetachItemFromArray(any, 0);
+            } else if (!st) { /* the call of one of them: a union told apart by the name */
+                sch = cJSON_CreateObject();
+                if (sch) cJSON_AddItemToObject(sch, "anyOf", any), any = NULL;
+            }
         }
-        sch = arr;
-    }
-    if (!st && !sch) st = AKV_ENOMEM;
-    if (!st) st = akv_srv_schema_compile(sch, out, why, cap);
-    if (st == AKV_EINVAL && !name && cJSON_GetArraySize(tools) > 1) {
-        /* a tool's parameters the machine cannot follow (or two tools of one name): the
-         * name held to the tools', the arguments to any object */
-        cJSON_Delete(sch);
-        sch = cJSON_CreateObject();
-        cJSON *props = sch ? cJSON_AddObjectToObject(sch, "properties") : NULL;
-        cJSON *names = props ? cJSON_AddArrayToObject(cJSON_AddObjectToObject(props, "name"), "enum") : NULL;
-        cJSON_ArrayForEach(t, tools) {
-            const cJSON *fn = cJSON_GetObjectItemCaseSensitive(t, "function");
-            cJSON_AddItemToArray(names, cJSON_CreateString(cJSON_GetObjectItemCaseSensitive(fn, "name")->valuestring));
+        if (sch && list) { /* a list of calls (Mistral's [TOOL_CALLS] [...]) */
+            cJSON *arr = cJSON_CreateObject();
+            if (arr) {
+                cJSON_AddStringToObject(arr, "type", "array");
+                cJSON_AddNumberToObject(arr, "minItems", 1);
+                cJSON_AddItemToObject(arr, "items", sch);
+            } else {
+                cJSON_Delete(sch);
+            }
+            sch = arr;
         }
-        cJSON_AddStringToObject(cJSON_AddObjectToObject(props, args_key), "type", "object");
-        cJSON *req = cJSON_AddArrayToObject(sch, "required");
-        cJSON_AddItemToArray(req, cJSON_CreateString("name"));
-        cJSON_AddItemToArray(req, cJSON_CreateString(args_key));
-        cJSON_AddStringToObject(sch, "type", "object");
-        st = names ? akv_srv_schema_compile(sch, out, why, cap) : AKV_ENOMEM;
+        if (!st || fallback) st = sch ? akv_srv_schema_compile(sch, out, why, cap) : AKV_ENOMEM;
+        cJSON_Delete(sch), sch = NULL;
     }
-    cJSON_Delete(sch), cJSON_Delete(any), cJSON_Delete(tools);
+    cJSON_Delete(any), cJSON_Delete(tools);
     return st;
 }
 
@@ -359,7 +360,7 @@ static akv_status parse_tools(const cJSON *o, akv_api_request *r, akv_api_error 
     }
     const bool any = !absent(tools) && tools->child;
     bool none = false;
-    const char *named = NULL, *forced_name = NULL;
+    const char *named = NULL;
     if (!absent(choice)) {
         const cJSON *fn = cJSON_IsObject(choice) ? cJSON_GetObjectItemCaseSensitive(choice, "function") : NULL;
         const cJSON *nm = cJSON_IsObject(fn) ? cJSON_GetObjectItemCaseSensitive(fn, "name") : NULL;
@@ -373,7 +374,7 @@ static akv_status parse_tools(const cJSON *o, akv_api_request *r, akv_api_error 
         if (forced && !any) return BAD("tool_choice", "'tool_choice' asks for a call, and no 'tools' are given");
         if (named && !tool_named(tools, named))
             return BAD("tool_choice", "'tool_choice' names '%.64s', which is not among the tools", named);
-        forced_name = named, r->tool_forced = forced;
+        r->tool_forced = forced;
     }
     if (none || !any) return AKV_OK;
     char *text = cJSON_PrintUnformatted(tools);
@@ -381,7 +382,7 @@ static akv_status parse_tools(const cJSON *o, akv_api_request *r, akv_api_error 
     r->tools_json = dup_n(text, strlen(text));
     cJSON_free(text);
     if (!r->tools_json) return AKV_ENOMEM;
-    return r->tool_forced ? force_call(r->tools_json, forced_name, r, err) : AKV_OK;
+    return r->tool_forced ? force_call(r->tools_json, named, r, err) : AKV_OK;
 }
 
 static akv_status parse_messages(const cJSON *o, akv_api_request *r, akv_api_error *err) {
@@ -923,8 +924,8 @@ static cJSON *envelope(const char *object, const char *id, long long created, co
     return o;
 }
 
-/* tool_calls: [{"id", "type": "function", "function": {"name", "arguments"}}], each with its
- * "index" in a streamed delta. */
+/* tool_calls: [{"id", "type": "function", "function": {"name", "arguments"}}] (a streamed
+ * delta's pieces: akv_api_tool_delta_json). */
 static cJSON *tool_calls_json(const akv_api_tool_call *calls, size_t n) {
     cJSON *a = cJSON_CreateArray();
     for (size_t i = 0; i < n; i++) {
@@ -1004,18 +1005,18 @@ char *akv_api_tool_delta_json(const char *id, long long created, const char *mod
     cJSON *calls = cJSON_AddArrayToObject(d, "tool_calls"), *tc = cJSON_CreateObject();
     cJSON_AddItemToArray(calls, tc);
     cJSON_AddNumberToObject(tc, "index", call);
-    char *nm = call_id ? dup_n(name, name_n) : NULL, *a = dup_n(args ? args : "", args_n);
+    cJSON *nm = call_id ? str_n(name, name_n) : NULL, *a = str_n(args, args_n);
     if (call_id) {
         cJSON_AddStringToObject(tc, "id", call_id);
         cJSON_AddStringToObject(tc, "type", "function");
     }
     cJSON *f = cJSON_AddObjectToObject(tc, "function");
-    if (call_id && nm) cJSON_AddStringToObject(f, "name", nm);
-    if (a) cJSON_AddStringToObject(f, "arguments", a);
-    akv__free(nm), akv__free(a);
+    const bool whole = (!call_id || nm) && a;
+    if (nm) cJSON_AddItemToObject(f, "name", nm);
+    if (a) cJSON_AddItemToObject(f, "arguments", a);
     cJSON_AddNullToObject(c, "logprobs");
     cJSON_AddNullToObject(c, "finish_reason");
-    return (call_id && !nm) || !a ? (cJSON_Delete(o), NULL) : print_del(o);
+    return whole ? print_del(o) : (cJSON_Delete(o), NULL);
 }
 
 char *akv_api_models_json(const char *model, long long created, uint64_t max_context) {

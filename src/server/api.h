@@ -84,15 +84,14 @@ typedef struct akv_api_request {
     char *messages_json_text; /* ... with the calls' arguments as JSON text, as HF passes
                             them (a template that joins them as strings, Functionary's, takes
                             only that); NULL: no call had object arguments */
-    bool args_as_objects; /* a call's arguments were made an object */
     bool has_tool_use;   /* a tool message or an assistant's tool calls among them */
     char *tools_json;    /* tools offered (tool_choice not "none"): a JSON array; NULL: none */
     bool tool_forced;    /* tool_choice required or named: the answer is held to a call (schema) */
     struct akv_srv_schema *call_schema; /* tool_choice auto: a call's schema, which holds what
                                            follows call_after in the answer (server.c) */
-    const char *call_after;  /* its opener ("<tool_call>", "[TOOL_CALLS]"); NULL: none */
-    bool call_at_start;      /* ... or none: a call is the answer when it begins with '{'
-                                (Llama 3's JSON form) */
+    const char *call_after;  /* its opener ("<tool_call>", "[TOOL_CALLS]"); NULL with a
+                                call_schema: none, a call is the answer when it begins with
+                                '{' (Llama 3's JSON form) */
     bool parallel_tool_calls; /* false: one call at most (the first) */
     /* completion: text, or token ids */
     char *prompt;

@@ -150,8 +150,8 @@ static void engine_submit(akv_server *s, akv_srv_req *r) {
                              .schema = r->api.schema        ? akv_srv_schema_view(r->api.schema)
                                        : r->api.call_schema ? akv_srv_schema_view(r->api.call_schema)
                                                             : NULL,
-                             .format_after = r->api.schema ? NULL : r->api.call_after,
-                             .format_at_start = !r->api.schema && r->api.call_at_start,
+                             .format_after = r->api.call_after, /* (never beside a schema) */
+                             .format_at_start = r->api.call_schema && !r->api.call_after,
                              .want_logits = r->api.logprobs,
                              .on_prompt_logits = r->api.echo && r->api.logprobs ? on_prompt_logits
                                                                                 : NULL,

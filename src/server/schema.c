@@ -58,7 +58,6 @@ static akv_status keep_text(akv_srv_schema *s, char *t, uint32_t *at) {
 }
 
 static akv_status compile(akv_srv_schema *s, const cJSON *sch, uint32_t nest, uint32_t *out);
-static akv_status compile_object(akv_srv_schema *s, const cJSON *sch, uint32_t nest, uint32_t node);
 
 /* A JSON value's compact text, as an enum text. */
 static akv_status enum_text(akv_srv_schema *s, const cJSON *v, uint32_t *at) {
@@ -158,10 +157,7 @@ static bool branch_alike(const cJSON *b, const cJSON *like) {
         if (!cJSON_GetObjectItemCaseSensitive(p, x->string)) return false;
     const cJSON *r = cJSON_GetObjectItemCaseSensitive(b, "required"),
                 *rl = cJSON_GetObjectItemCaseSensitive(like, "required");
-    char *a = r ? cJSON_PrintUnformatted(r) : NULL, *c = rl ? cJSON_PrintUnformatted(rl) : NULL;
-    const bool same = (!a && !c) || (a && c && !strcmp(a, c));
-    cJSON_free(a), cJSON_free(c);
-    return same;
+    return (!r && !rl) || (r && rl && cJSON_Compare(r, rl, true));
 }
 
 /* A property's const (a "const", or an "enum" of one value), or NULL. */

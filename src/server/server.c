@@ -255,14 +255,11 @@ static void context_error(const akv_server *s, akv_api_kind kind, const char *ho
                       holds, (unsigned long long)max_prompt, (unsigned long long)s->max_context);
 }
 
-/* The prompt's tokens: the chat rendered and encoded (control tokens parsed in the template's
- * text, message contents as plain text unless content_specials), the text encoded (BOS where
- * the model asks), or the ids as given; at most max_prompt of them, refused as soon as the
- * encode passes it. */
 /* Tools offered under tool_choice auto: the call the model may open is held to the tools'
  * schemas (a call's, or a list of calls'), by the opener its template shows it (the rendered
  * prompt's tool instructions): Hermes / Qwen "<tool_call>", Mistral "[TOOL_CALLS]" (its
- * prompt lists the tools in [AVAILABLE_TOOLS]). A template of another form, or parameters the
+ * prompt lists the tools in [AVAILABLE_TOOLS]), Llama 3's JSON (no opener: an answer that
+ * begins with '{'). A template of another form, or parameters the
  * schema compiler refuses, leave the calls free (still parsed from the answer). */
 static akv_status hold_calls(akv_api_request *a, const akv_tok_text *prompt) {
     static const struct {
@@ -278,12 +275,16 @@ static akv_status hold_calls(akv_api_request *a, const akv_tok_text *prompt) {
         char why[256];
         const akv_status st = akv_api_call_schema(a->tools_json, NULL, forms[i].list, forms[i].args_key,
                                                   &a->call_schema, why, sizeof why);
-        if (st == AKV_OK) a->call_after = forms[i].opener, a->call_at_start = !forms[i].opener;
+        if (st == AKV_OK) a->call_after = forms[i].opener;
         return st == AKV_ENOMEM ? st : AKV_OK;
     }
     return AKV_OK;
 }
 
+/* The prompt's tokens: the chat rendered and encoded (control tokens parsed in the template's
+ * text, message contents as plain text unless content_specials), the text encoded (BOS where
+ * the model asks), or the ids as given; at most max_prompt of them, refused as soon as the
+ * encode passes it. */
 static bool build_prompt(akv_server *s, akv_srv_req *r, uint64_t max_prompt, akv_api_error *err) {
     akv_api_request *a = &r->api;
     char holds[32];
@@ -495,31 +496,50 @@ static akv_status choice_calls(const akv_srv_req *r, akv_srv_tool_calls *calls, 
  * the end. */
 enum { STREAM_CALLS = 16 };
 typedef struct call_deltas {
+    int8_t held;                /* the held text begins with a held call's opener: 1 yes, 0 no,
+                                   -1 not looked yet (it only grows once a call is held) */
+    akv_srv_calls_scan scan;    /* how far the calls are read */
+    akv_srv_call_part part[STREAM_CALLS];
     size_t n_open;              /* calls whose first delta went out */
     size_t sent[STREAM_CALLS];  /* bytes of each one's arguments sent */
 } call_deltas;
 
-/* The deltas of what the held text adds to choice i's calls; -1: the client went away. */
+/* The deltas of what the held text adds to choice i's calls: 1 when some went out, 0 when
+ * none, -1 when the client went away. */
 static int send_call_deltas(akv_http_conn *c, const akv_srv_req *r, const char *model, uint32_t i,
-                            const char *held, size_t n_held, unsigned long long tag, call_deltas *d) {
-    akv_srv_call_part p[STREAM_CALLS];
-    size_t k = akv_srv_tool_calls_partial(held, n_held, p, STREAM_CALLS);
+                            const char *held, size_t n_held, call_deltas *d) {
+    const size_t from = d->scan.first; /* the calls before it went out whole already */
+    size_t k = akv_srv_tool_calls_partial(held, n_held, &d->scan, d->part, STREAM_CALLS);
     if (!r->api.parallel_tool_calls && k > 1) k = 1;
-    for (size_t j = 0; j < k; j++) {
-        if (j == d->n_open && !p[j].named) break; /* in order: the next call when its name is whole */
+    int spoke = 0;
+    for (size_t j = from; j < k; j++) {
+        const akv_srv_call_part *p = &d->part[j];
+        if (j == d->n_open && !p->named) break; /* in order: the next call when its name is whole */
         const bool first = j == d->n_open;
-        const size_t have = p[j].has_args ? p[j].args_n : 0;
+        const size_t have = p->has_args ? p->args_n : 0;
         if (!first && have <= d->sent[j]) continue;
         char id[16];
-        akv_srv_tool_call_id(tag, j, id);
+        akv_srv_tool_call_id((unsigned long long)r->num, j, id);
         if (send_event(c, akv_api_tool_delta_json(r->id, r->created, model, i, (uint32_t)j,
-                                                  first ? id : NULL, p[j].name, p[j].name_n,
-                                                  held + p[j].args_at + d->sent[j], have - d->sent[j])))
+                                                  first ? id : NULL, p->name, p->name_n,
+                                                  held + p->args_at + d->sent[j], have - d->sent[j])))
             return -1;
-        d->sent[j] = have;
+        d->sent[j] = have, spoke = 1;
         if (first) d->n_open++;
     }
-    return 0;
+    return spoke;
+}
+
+/* Whether a held text is a call the engine holds (server/tools.h's stream holds from the
+ * opener on): after white space, the request's held opener (a forced call: the whole
+ * answer; under auto without one: the '{' that begins it). */
+static bool held_call(const akv_api_request *a, const char *held, size_t n) {
+    if (a->tool_forced) return true;
+    const char *opener = a->call_after ? a->call_after : "{";
+    size_t lead = 0;
+    while (lead < n && (held[lead] == ' ' || held[lead] == '\n' || held[lead] == '\t' || held[lead] == '\r'))
+        lead++;
+    return n - lead >= strlen(opener) && !memcmp(held + lead, opener, strlen(opener));
 }
 
 /* The usage of a request's choices: the prompt once, every choice's generated tokens. */
@@ -543,6 +563,7 @@ static bool answer_stream(akv_server *s, akv_http_conn *c, akv_srv_req *const *c
     memset(ts, 0, sizeof ts);
     call_deltas cd[AKV_API_MAX_N];
     memset(cd, 0, sizeof cd);
+    for (uint32_t i = 0; i < n; i++) cd[i].held = -1;
     /* calls held to their schema (whole by the end, but for max_tokens or a stop string): a
      * forced call, the whole answer; under auto, what follows the held opener only */
     const bool calls_held = r->api.call_schema || r->api.tool_forced;
@@ -574,21 +595,13 @@ static bool answer_stream(akv_server *s, akv_http_conn *c, akv_srv_req *const *c
                                                          n_out, NULL, NULL, NULL)))
                         goto gone;
                 }
-                size_t n_held;
-                const char *held = calls_held && ts[i].call && k ? akv_srv_tool_stream_held(&ts[i], &n_held) : NULL;
-                size_t lead = 0;
-                while (held && lead < n_held && (held[lead] == ' ' || held[lead] == '\n' || held[lead] == '\t' ||
-                                                 held[lead] == '\r'))
-                    lead++;
-                const char *opener = r->api.call_after ? r->api.call_after : "{";
-                if (held && !r->api.tool_forced && /* under auto: only after the held opener */
-                    (n_held - lead < strlen(opener) || memcmp(held + lead, opener, strlen(opener))))
-                    held = NULL;
-                if (held) { /* a held call's pieces as they come */
-                    const size_t before = cd[i].n_open + (cd[i].n_open ? cd[i].sent[cd[i].n_open - 1] : 0);
-                    if (send_call_deltas(c, ch[i], model, i, held, n_held, (unsigned long long)ch[i]->num, &cd[i]))
-                        goto gone;
-                    spoke |= cd[i].n_open + (cd[i].n_open ? cd[i].sent[cd[i].n_open - 1] : 0) != before;
+                if (calls_held && ts[i].call && k && cd[i].held) { /* a held call's pieces as they come */
+                    size_t n_held;
+                    const char *held = akv_srv_tool_stream_held(&ts[i], &n_held);
+                    if (cd[i].held < 0) cd[i].held = held_call(&r->api, held, n_held);
+                    const int sent = cd[i].held ? send_call_deltas(c, ch[i], model, i, held, n_held, &cd[i]) : 0;
+                    if (sent < 0) goto gone;
+                    spoke |= sent > 0;
                 }
                 continue;
             }

@@ -9,6 +9,7 @@
 #include <cjson/cJSON.h>
 
 #include "core/alloc.h"
+#include "core/hash.h"
 
 static const char *find(const char *h, size_t n, const char *needle) {
     const size_t m = strlen(needle);
@@ -117,37 +118,55 @@ static size_t call_object(const char *s, size_t i, size_t n, akv_srv_call_part *
     }
 }
 
-size_t akv_srv_tool_calls_partial(const char *held, size_t n, akv_srv_call_part *out, size_t cap) {
-    size_t k = 0, i = 0;
-    while (i < n && ws(held[i])) i++;
+/* One call at held[i] == '{' into out[sc->first]: the scan moves past it when it is whole,
+ * else stays at `from` (where the next scan reads it again). Whether it is whole. */
+static bool scan_call(const char *held, size_t n, size_t from, size_t i, akv_srv_calls_scan *sc,
+                      akv_srv_call_part *out, size_t *past) {
+    bool whole;
+    memset(&out[sc->first], 0, sizeof out[sc->first]);
+    *past = call_object(held, i, n, &out[sc->first], &whole);
+    if (!whole) {
+        sc->at = from, sc->open = true;
+        return false;
+    }
+    sc->at = *past, sc->first++;
+    return true;
+}
+
+size_t akv_srv_tool_calls_partial(const char *held, size_t n, akv_srv_calls_scan *sc,
+                                  akv_srv_call_part *out, size_t cap) {
     static const char tc[] = "<tool_call>", mc[] = "[TOOL_CALLS]";
-    if (n - i >= sizeof tc - 1 && !memcmp(held + i, tc, sizeof tc - 1)) { /* Hermes / Qwen blocks */
-        while (k < cap) {
+    size_t i = sc->at;
+    sc->open = false;
+    if (sc->form == SCAN_UNKNOWN) { /* decided by the first bytes: blocks, a list or one call */
+        while (i < n && ws(held[i])) i++;
+        if (n - i < sizeof mc - 1 && !memcmp(held + i, mc, n - i)) return sc->first; /* may be it */
+        if (n - i >= sizeof tc - 1 && !memcmp(held + i, tc, sizeof tc - 1)) {
+            sc->form = SCAN_BLOCKS, sc->at = i;
+        } else {
+            if (n - i >= sizeof mc - 1 && !memcmp(held + i, mc, sizeof mc - 1)) i += sizeof mc - 1;
+            while (i < n && ws(held[i])) i++;
+            if (i >= n || (held[i] != '[' && held[i] != '{')) return sc->first;
+            sc->form = held[i] == '[' ? SCAN_LIST : SCAN_ONE;
+            sc->at = i += held[i] == '[';
+        }
+    }
+    for (size_t past; sc->first < cap;) {
+        i = sc->at;
+        if (sc->form == SCAN_BLOCKS) { /* <tool_call> {...} </tool_call>, again and again */
             const char *at = find(held + i, n - i, tc);
             if (!at) break;
-            i = (size_t)(at - held) + sizeof tc - 1;
-            while (i < n && ws(held[i])) i++;
-            if (i >= n || held[i] != '{') break;
-            bool whole;
-            memset(&out[k], 0, sizeof out[k]);
-            i = call_object(held, i, n, &out[k++], &whole);
-            if (!whole) break;
+            size_t j = (size_t)(at - held) + sizeof tc - 1;
+            while (j < n && ws(held[j])) j++;
+            if (j >= n || held[j] != '{' || !scan_call(held, n, i, j, sc, out, &past)) break;
+            continue;
         }
-        return k;
+        while (i < n && (ws(held[i]) || (sc->form == SCAN_LIST && held[i] == ','))) i++;
+        if (i >= n || held[i] != '{' || !scan_call(held, n, sc->at, i, sc, out, &past) ||
+            sc->form == SCAN_ONE)
+            break;
     }
-    if (n - i >= sizeof mc - 1 && !memcmp(held + i, mc, sizeof mc - 1)) i += sizeof mc - 1;
-    while (i < n && ws(held[i])) i++;
-    const bool list = i < n && held[i] == '[';
-    if (list) i++;
-    while (k < cap && i < n) {
-        while (i < n && (ws(held[i]) || (list && held[i] == ','))) i++;
-        if (i >= n || held[i] != '{') break;
-        bool whole;
-        memset(&out[k], 0, sizeof out[k]);
-        i = call_object(held, i, n, &out[k++], &whole);
-        if (!whole || !list) break;
-    }
-    return k;
+    return sc->first + sc->open;
 }
 
 /* A call's id: 9 letters and digits (Mistral's templates refuse any other), from the
@@ -155,10 +174,7 @@ size_t akv_srv_tool_calls_partial(const char *held, size_t n, akv_srv_call_part 
  * the same ids. */
 void akv_srv_tool_call_id(unsigned long long tag, size_t i, char out[16]) {
     static const char digits[] = "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ";
-    uint64_t z = (uint64_t)tag * 0x9E3779B97F4A7C15ull + (uint64_t)i * 0xD1B54A32D192ED03ull + 1;
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    z ^= z >> 31;
+    uint64_t z = akv_hash64_mix((uint64_t)tag * 0x9E3779B97F4A7C15ull + (uint64_t)i * 0xD1B54A32D192ED03ull + 1);
     for (int k = 0; k < 9; k++) out[k] = digits[z % 62], z /= 62;
     out[9] = 0;
 }
@@ -184,10 +200,12 @@ static bool add(found *f, const char *name, const cJSON *args, const char *raw, 
     }
     char id[16];
     akv_srv_tool_call_id(f->tag, o->n, id);
-    char *a = cJSON_IsString(args) ? akv__strndup(args->valuestring, strlen(args->valuestring))
-              : raw && args ? akv__strndup(raw, raw_n)
-                            : NULL;
-    if (!cJSON_IsString(args) && !(raw && args)) {
+    char *a;
+    if (cJSON_IsString(args)) {
+        a = akv__strndup(args->valuestring, strlen(args->valuestring));
+    } else if (raw && args) {
+        a = akv__strndup(raw, raw_n);
+    } else {
         char *p = args ? cJSON_PrintUnformatted(args) : NULL;
         a = akv__strndup(p ? p : "{}", p ? strlen(p) : 2);
         cJSON_free(p);
@@ -201,11 +219,10 @@ static bool add(found *f, const char *name, const cJSON *args, const char *raw, 
     return true;
 }
 
-static size_t call_object(const char *s, size_t i, size_t n, akv_srv_call_part *p, bool *whole);
-
 /* A call as a JSON object {"name": ..., "arguments" or "parameters": ...}, whose text begins at
- * text[0] (white space first; NULL: not known). */
-static bool add_json(found *f, const cJSON *obj, const char *text, size_t n) {
+ * text[0] (white space first; NULL: not known); *past (may be NULL): the bytes of text to the
+ * object's end, where known. */
+static bool add_json(found *f, const cJSON *obj, const char *text, size_t n, size_t *past) {
     if (!cJSON_IsObject(obj)) return false;
     const cJSON *nm = cJSON_GetObjectItemCaseSensitive(obj, "name");
     const cJSON *args = cJSON_GetObjectItemCaseSensitive(obj, "arguments");
@@ -214,7 +231,8 @@ static bool add_json(found *f, const cJSON *obj, const char *text, size_t n) {
     bool whole = false;
     size_t i = 0;
     while (text && i < n && ws(text[i])) i++;
-    if (text && i < n && text[i] == '{') (void)call_object(text, i, n, &p, &whole);
+    const size_t end = text && i < n && text[i] == '{' ? call_object(text, i, n, &p, &whole) : 0;
+    if (past) *past = whole ? end : n;
     const bool raw = whole && p.args_whole;
     return cJSON_IsString(nm) && add(f, nm->valuestring, args, raw ? text + p.args_at : NULL, p.args_n);
 }
@@ -269,7 +287,7 @@ static void blocks(found *f, const char *text, size_t n, const char *open, const
             ok = nm && add(f, nm, v, a, (size_t)(e - a));
             akv__free(nm);
         } else {
-            ok = add_json(f, v, body, (size_t)(body_end - body));
+            ok = add_json(f, v, body, (size_t)(body_end - body), NULL);
         }
         cJSON_Delete(v);
         if (!ok) break;
@@ -309,16 +327,13 @@ akv_status akv_srv_tool_calls_find(const char *text, size_t n, const char *tools
             while (q < end && *q != '[') q++;
             q++;
             cJSON_ArrayForEach(c, v) {
-                size_t at = (size_t)(q - text), stop = at;
-                while (stop < n && ws(text[stop])) stop++;
-                bool w = false;
-                stop = stop < n && text[stop] == '{' ? json_skip(text, stop, n, &w) : stop;
-                if (all && !add_json(&f, c, q, stop - at)) break;
-                q = text + stop;
+                size_t past;
+                if (!all || !add_json(&f, c, q, (size_t)(end - q), &past)) break;
+                q += past;
                 while (q < end && (ws(*q) || *q == ',')) q++;
             }
         } else if (whole) {
-            add_json(&f, v, s, (size_t)(end - s));
+            add_json(&f, v, s, (size_t)(end - s), NULL);
         }
         cJSON_Delete(v);
     }

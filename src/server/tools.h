@@ -15,7 +15,9 @@
 #ifndef AKV_SERVER_TOOLS_H
 #define AKV_SERVER_TOOLS_H
 
+#include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "akv/status.h"
 #include "server/api.h"
@@ -45,11 +47,23 @@ typedef struct akv_srv_call_part {
     bool args_whole;    /* ... and ended */
 } akv_srv_call_part;
 
-/* The calls of a held answer in the forms a held call takes (the Hermes / Qwen form after
- * <tool_call>, Mistral's list after [TOOL_CALLS], a bare call object or list), as far as they
- * have come: up to cap of them into out; returns how many. A call's name whose bytes hold an
- * escape is never named (a tool's name has none). */
-size_t akv_srv_tool_calls_partial(const char *held, size_t n, akv_srv_call_part *out, size_t cap);
+/* Where a scan of a held answer's calls stands: zeroed before the first scan of an answer;
+ * each scan reads on from where the last one left, the first call that was not whole. */
+enum { SCAN_UNKNOWN = 0, SCAN_BLOCKS, SCAN_LIST, SCAN_ONE };
+typedef struct akv_srv_calls_scan {
+    size_t at;     /* the held text's offset the next scan reads from */
+    size_t first;  /* calls whole so far (out[0, first) are final: not read again) */
+    uint8_t form;  /* SCAN_*: <tool_call> blocks, a list ([TOOL_CALLS] [...] or [...]), one call */
+    bool open;     /* the last scan left call `first` open (out[first] as far as it came) */
+} akv_srv_calls_scan;
+
+/* The calls of a held answer (held[0, n), which only grows between scans) in the forms a
+ * held call takes (the Hermes / Qwen form after <tool_call>, Mistral's list after
+ * [TOOL_CALLS], a bare call object or list), as far as they have come: calls from sc->first
+ * on into out (up to cap in all); returns how many there are, the open one included. A
+ * call's name whose bytes hold an escape is never named (a tool's name has none). */
+size_t akv_srv_tool_calls_partial(const char *held, size_t n, akv_srv_calls_scan *sc,
+                                  akv_srv_call_part *out, size_t cap);
 
 /* The id of call i of the request tagged tag (what akv_srv_tool_calls_find gives it). */
 void akv_srv_tool_call_id(unsigned long long tag, size_t i, char out[16]);
