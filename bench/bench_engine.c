@@ -329,9 +329,11 @@ static void part_p(akv_dev *dev, const char *dev_name, const akv_model_config *c
                "op launches run without the graph's overlap, so rest is low by that), logits = "
                "step - the same step with one row of logits back (what every row's logits cost); "
                "greedy = the step with every row's greedy choice made on the device "
-               "(AKV_FORWARD_LOGITS_ARGMAX: ids back, no rows); graphs built / launched = the "
-               "graph pass's over the timed steps (a step whose launches differ from the last "
-               "graph's builds a new one). "
+               "(AKV_FORWARD_LOGITS_ARGMAX: ids back, no rows); op-by-op span = the device's time "
+               "from the first profiled launch to the last, a step (the host's route step between "
+               "steps included); graphs built / launched = the graph pass's over the 33 steps of "
+               "part A's measure (one untimed, 16 with every row's logits, 16 with one row; a step "
+               "whose launches differ from the last graph's builds a new one). "
                "Device copy rate (same run) **%.0f GB/s**; floor = (weights + every history byte) / "
                "copy rate.\n\n| context | B | step ms | floor ms | step / floor | products ms | "
                "products / their floor | attention ms | small ms | host ms | rest ms | logits ms | "
@@ -511,21 +513,30 @@ static double r_disk_rate(const char *dir) {
     return got / t;
 }
 
-/* Every file of dir dropped from the page cache (their pages are on the disk: fsynced). */
-static void r_drop_cache(const char *dir) {
+/* fn(path) for every file of dir. */
+static void r_each_file(const char *dir, void (*fn)(const char *path)) {
     DIR *d = opendir(dir);
     for (struct dirent *de; d && (de = readdir(d)) != NULL;) {
         char path[768];
         snprintf(path, sizeof path, "%s/%s", dir, de->d_name);
-        FILE *f = de->d_name[0] != '.' ? fopen(path, "rb") : NULL;
-        if (f) posix_fadvise(fileno(f), 0, 0, POSIX_FADV_DONTNEED), fclose(f);
+        if (de->d_name[0] != '.') fn(path);
     }
     if (d) closedir(d);
 }
 
-static void part_r(const akv_model_config *c, double bus_bps, const char *dev_name, FILE *out) {
+/* A file dropped from the page cache (its pages are on the disk: fsynced). */
+static void r_drop_cache(const char *path) {
+    FILE *f = fopen(path, "rb");
+    if (f) posix_fadvise(fileno(f), 0, 0, POSIX_FADV_DONTNEED), fclose(f);
+}
+
+static void r_remove(const char *path) {
+    (void)remove(path);
+}
+
+static void part_r(const akv_model_config *c, double bus_bps, double token_bytes, const char *dev_name,
+                   FILE *out) {
     const uint32_t ctx = 32768, turn = 128;
-    const double token_bytes = 2.0 * c->n_kv_heads * c->head_dim * 2 * c->n_layers;
     int32_t *x = malloc((size_t)(ctx + 2 * turn) * sizeof *x), *y = malloc((size_t)ctx * sizeof *y);
     for (uint32_t t = 0; t < ctx + 2 * turn; t++) x[t] = (int32_t)((t * 2654435761u + 11u) % c->n_vocab);
     for (uint32_t t = 0; t < ctx; t++) y[t] = (int32_t)((t * 2654435761u + 977u) % c->n_vocab);
@@ -543,7 +554,8 @@ static void part_r(const akv_model_config *c, double bus_bps, const char *dev_na
     (void)r_ttft(e, y, ctx, 0, NULL);
     const double t_mem = r_ttft(e, x, ctx + turn, 0, &cached_mem);
     const double t_turn = r_ttft(e, x, ctx + 2 * turn, 0, &cached_turn);
-    const double t_fresh = r_ttft(e, x, ctx + turn, 1, NULL);
+    uint32_t cached_fresh = 0;
+    const double t_fresh = r_ttft(e, x, ctx + turn, 1, &cached_fresh);
     akv_engine_destroy(e);
     /* from the session directory: X written out when Y finishes (one idle context kept) */
     char dir[] = "/tmp/akv_bench_sdir_XXXXXX";
@@ -560,19 +572,13 @@ static void part_r(const akv_model_config *c, double bus_bps, const char *dev_na
             akv_engine_stats st;
             akv_engine_get_stats(e, &st);
             file_bytes = st.n_spill_files ? (double)st.spill_bytes / st.n_spill_files : NAN; /* X's, Y's: one length */
-            r_drop_cache(dir);
+            r_each_file(dir, r_drop_cache);
             t_disk = r_ttft(e, x, ctx + turn, 0, &cached_disk);
             akv_engine_get_stats(e, &st);
             if (st.n_restored != 1) t_disk = NAN;
             akv_engine_destroy(e);
         }
-        DIR *d = opendir(dir);
-        for (struct dirent *de; d && (de = readdir(d)) != NULL;) {
-            char path[768];
-            snprintf(path, sizeof path, "%s/%s", dir, de->d_name);
-            if (de->d_name[0] != '.') remove(path);
-        }
-        if (d) closedir(d);
+        r_each_file(dir, r_remove);
         rmdir(dir);
     }
     const double hist = token_bytes * ctx;
@@ -588,12 +594,12 @@ static void part_r(const akv_model_config *c, double bus_bps, const char *dev_na
                "returning >= 30; returning / floor <= 1.1.\n\n"
                "| case | TTFT ms | tokens reused | recompute / this | floor ms | this / floor |\n"
                "|---|---|---|---|---|---|\n"
-               "| recompute (32K + 128, nothing reused) | %.1f | 0 | 1.00 | | |\n"
+               "| recompute (32K + 128, another salt) | %.1f | %u | 1.00 | | |\n"
                "| returning, history in host memory | %.1f | %u | %.1f | %.1f (bytes / bus + turn) | %.3f |\n"
                "| returning, history in the session directory | %.1f | %u | %.1f | %.1f (bytes / disk + turn) | %.3f |\n"
                "| the turn, history on the device | %.1f | %u | %.1f | | |\n",
                dev_name, bus_bps / 1e9, disk_bps / 1e9, hist / 1e9, file_bytes / 1e9, t_fresh * 1e3,
-               t_mem * 1e3, cached_mem, t_fresh / t_mem, floor_mem * 1e3, t_mem / floor_mem,
+               cached_fresh, t_mem * 1e3, cached_mem, t_fresh / t_mem, floor_mem * 1e3, t_mem / floor_mem,
                t_disk * 1e3, cached_disk, t_fresh / t_disk, floor_disk * 1e3, t_disk / floor_disk,
                t_turn * 1e3, cached_turn, t_fresh / t_turn);
     free(x), free(y);
@@ -851,7 +857,7 @@ int main(void) {
     if (strchr(parts, 'R')) {
         akv_forward_dev_destroy(f); /* the engine's weights and pools in its place */
         f = NULL;
-        part_r(&c, bus_bps, info.name, out);
+        part_r(&c, bus_bps, token_bytes, info.name, out);
     }
     if (strchr(parts, 'C')) {
         /* AKV_BENCH_C_NEW: new tokens each (16); AKV_BENCH_C_GIB: the pool (5); AKV_BENCH_C_STAGED=0

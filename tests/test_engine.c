@@ -101,6 +101,36 @@ static akv_request_params greedy(const int32_t *tokens, uint32_t n, uint32_t max
     return rp;
 }
 
+/* fn(path) (NULL: none) for every file of dir; returns how many there are. */
+static int dir_each(const char *dir, void (*fn)(const char *path)) {
+    DIR *d = opendir(dir);
+    int n = 0;
+    for (struct dirent *de; d && (de = readdir(d)) != NULL;) {
+        if (de->d_name[0] == '.') continue;
+        char path[700];
+        snprintf(path, sizeof path, "%s/%s", dir, de->d_name);
+        if (fn) fn(path);
+        n++;
+    }
+    if (d) closedir(d);
+    return n;
+}
+
+static void file_remove(const char *path) {
+    remove(path);
+}
+
+/* A byte near the end of a file flipped (inside a session file's K/V). */
+static void file_damage(const char *path) {
+    FILE *f = fopen(path, "r+b");
+    if (!CHECK(f != NULL)) return;
+    fseek(f, -20, SEEK_END);
+    int ch = fgetc(f);
+    fseek(f, -20, SEEK_END);
+    fputc(ch ^ 0x40, f);
+    fclose(f);
+}
+
 /* Steps until nothing runs (at most `limit` steps); checks the engine after every step. */
 static int run_all(akv_engine *e, int limit) {
     int steps = 0;
@@ -637,22 +667,7 @@ int main(int argc, char **argv) {
         akv_engine_destroy(c);
 
         /* every file damaged in its K/V: removed, the prompt computed, the same answer */
-        DIR *d = opendir(dir);
-        int n_files = 0;
-        for (struct dirent *de; d && (de = readdir(d)) != NULL;) {
-            if (de->d_name[0] == '.') continue;
-            char fp[600];
-            snprintf(fp, sizeof fp, "%s/%s", dir, de->d_name);
-            FILE *f = fopen(fp, "r+b");
-            if (!CHECK(f != NULL)) continue;
-            fseek(f, -20, SEEK_END);
-            int ch = fgetc(f);
-            fseek(f, -20, SEEK_END);
-            fputc(ch ^ 0x40, f);
-            fclose(f);
-            n_files++;
-        }
-        if (d) closedir(d);
+        const int n_files = dir_each(dir, file_damage);
         CHECK(n_files >= 2);
         ep.max_idle = 4;
         akv_engine *g = engine_open(model, &ep);
@@ -681,13 +696,7 @@ int main(int argc, char **argv) {
         akv_log_set(NULL, NULL, AKV_LOG_OFF);
         CHECK_STATUS(akv_engine_create(&bad, &none), AKV_EINVAL);
         akv_log_set(NULL, NULL, AKV_LOG_WARN);
-        d = opendir(dir);
-        for (struct dirent *de; d && (de = readdir(d)) != NULL;) {
-            char fp[600];
-            snprintf(fp, sizeof fp, "%s/%s", dir, de->d_name);
-            if (de->d_name[0] != '.') remove(fp);
-        }
-        if (d) closedir(d);
+        dir_each(dir, file_remove);
         rmdir(dir);
     }
 
@@ -762,11 +771,7 @@ int main(int argc, char **argv) {
         long now = -2;
         if (f) fseek(f, 0, SEEK_END), now = ftell(f), fclose(f);
         CHECK(whole > 4096 && now == whole); /* the earlier file as it was */
-        DIR *d = opendir(dir);
-        int n_files = 0;
-        for (struct dirent *de; d && (de = readdir(d)) != NULL;) n_files += de->d_name[0] != '.';
-        if (d) closedir(d);
-        CHECK_EQ_INT(n_files, 1); /* no temporary file left */
+        CHECK_EQ_INT(dir_each(dir, NULL), 1); /* no temporary file left */
         int32_t next[52];
         memcpy(next, tokens, 40 * sizeof *next);
         memcpy(next + 40, t1.tok, 6 * sizeof *next);
@@ -805,15 +810,7 @@ int main(int argc, char **argv) {
         akv_log_set(NULL, NULL, AKV_LOG_WARN);
         CHECK(setrlimit(RLIMIT_FSIZE, &old_lim) == 0);
         signal(SIGXFSZ, old_sig);
-        d = opendir(dir);
-        n_files = 0;
-        for (struct dirent *de; d && (de = readdir(d)) != NULL;) {
-            char fp[700];
-            snprintf(fp, sizeof fp, "%s/%s", dir, de->d_name);
-            if (de->d_name[0] != '.') n_files++, remove(fp);
-        }
-        if (d) closedir(d);
-        CHECK_EQ_INT(n_files, 1); /* no temporary file left by the failed writes */
+        CHECK_EQ_INT(dir_each(dir, file_remove), 1); /* no temporary file left by the failed writes */
         rmdir(dir);
     }
 
@@ -1374,13 +1371,7 @@ int main(int argc, char **argv) {
             }
             akv_engine_destroy(e);
         }
-        DIR *sd = opendir(sdir);
-        for (struct dirent *de; sd && (de = readdir(sd)) != NULL;) {
-            char fp[600];
-            snprintf(fp, sizeof fp, "%s/%s", sdir, de->d_name);
-            if (de->d_name[0] != '.') remove(fp);
-        }
-        if (sd) closedir(sd);
+        dir_each(sdir, file_remove);
         rmdir(sdir);
         printf("  %llu operations: %llu arrivals admitted, %llu cancels, %llu steps, %llu faults "
                "injected, %llu finished, %llu engines given up on their device\n",

@@ -587,9 +587,10 @@ static void run_report(const run_state *s) {
                 s->t_prompt > 0 ? (double)s->n_prompt / s->t_prompt : 0);
         if (s->n_cached)
             fprintf(stderr, "; %llu more reused from %s, not computed", (unsigned long long)s->n_cached,
-                    s->o.session      ? "the --session file"
-                    : es.n_restored   ? "the --session-dir directory"
-                                      : "earlier turns");
+                    s->o.session                 ? "the --session file"
+                    : es.n_restored && s->o.chat ? "earlier turns and the --session-dir directory"
+                    : es.n_restored              ? "the --session-dir directory"
+                                                 : "earlier turns");
         fprintf(stderr, "\ndecode: %llu tokens in %.3f s (%.1f tok/s)\n",
                 (unsigned long long)s->n_dec, s->t_dec,
                 s->t_dec > 0 ? (double)s->n_dec / s->t_dec : 0);

@@ -133,6 +133,15 @@ akv_status akv_forward_step(akv_forward *f, const akv_forward_batch *b, const ak
 akv_status akv_forward_run(akv_forward *f, const int32_t *tokens, uint32_t n, uint32_t pos0,
                            const akv_kv_hooks *kv, float *logits, bool all_logits);
 
+/* Sequence s's logits mode (akv_forward_logits; modes NULL: LAST), and the rows of logits a
+ * mode of a sequence of n_new new tokens takes (n_new for ALL, 1 for LAST and ARGMAX). */
+static inline uint8_t akv_forward_batch_mode(const akv_forward_batch *b, uint32_t s) {
+    return b->logits ? b->logits[s] : (uint8_t)AKV_FORWARD_LOGITS_LAST;
+}
+static inline uint32_t akv_forward_mode_rows(uint8_t mode, uint32_t n_new) {
+    return mode == AKV_FORWARD_LOGITS_ALL ? n_new : mode != AKV_FORWARD_LOGITS_NONE;
+}
+
 /* Rows of logits a batch asks for (its sum over sequences: 1 for LAST and ARGMAX, n_new for
  * ALL). */
 uint32_t akv_forward_batch_logit_rows(const akv_forward_batch *b);

@@ -7,15 +7,14 @@
 
 #include <stdint.h>
 
+#include "core/hash.h"
+
 typedef struct akv_rng {
     uint64_t state;
 } akv_rng;
 
 static inline uint64_t akv_rng_next(akv_rng *r) {
-    uint64_t z = (r->state += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
+    return akv_hash64_mix(r->state += 0x9E3779B97F4A7C15ull); /* splitmix64's finaliser */
 }
 
 /* Uniform in [0, 1) with 53 random bits. */

@@ -428,8 +428,7 @@ static void idle_push(akv_engine *e, akv__ctx *c) {
     c->last_used = e->clock;
 }
 
-/* Closes a context (its pages are freed after their fences: akv_route_seq_close). */
-static void ctx_close(akv_engine *e, akv__ctx *c) {
+void akv__ctx_close(akv_engine *e, akv__ctx *c) {
     if (!c) return;
     if (c->seq && akv_route_seq_close(e->route, c->seq) != AKV_OK)
         AKV_LOG_E("engine: a context could not be closed"); /* cannot happen: it is open */
@@ -447,7 +446,7 @@ static void engine_trim_idle(akv_engine *e) {
             if (o->retention < c->retention) c = o;
         idle_remove(e, c);
         akv__spill_out(e, c); /* with a session directory: written there first */
-        ctx_close(e, c);
+        akv__ctx_close(e, c);
         e->stats.n_idle_closed++;
     }
 }
@@ -455,7 +454,10 @@ static void engine_trim_idle(akv_engine *e) {
 akv_status akv__engine_idle_adopt(akv_engine *e, akv__ctx *c) {
     /* the running requests' reservations come first: an idle context that cannot sit beside
      * them would be closed at once */
-    if (e->host_reserved + engine_host_pages(e, c->n_tokens) > e->plan.host_pages) return AKV_EFULL;
+    if (e->host_reserved + engine_host_pages(e, c->n_tokens) > e->plan.host_pages) {
+        akv__ctx_close(e, c);
+        return AKV_EFULL;
+    }
     idle_push(e, c);
     engine_trim_idle(e); /* older idle contexts first: this one is the most recent */
     return AKV_OK;
@@ -551,10 +553,8 @@ static akv_status engine_start(akv_engine *e, akv_request *rq) {
     uint32_t lcp = 0;
     bool running = false;
     akv__ctx *c = engine_find_prefix(e, rq, &lcp, &running);
-    if (e->session_dir && !e->p.no_reuse) { /* a conversation in the session directory shares more */
-        akv__spill_in(e, rq, lcp);
+    if (e->session_dir && !e->p.no_reuse && akv__spill_in(e, rq, lcp)) /* read back: it shares more */
         c = engine_find_prefix(e, rq, &lcp, &running);
-    }
     /* the last prompt token is always fed again: its logits start the generation; a prompt
      * whose logits are reported computes every position from prompt_logits_from */
     uint32_t cached = lcp < rq->p.n_prompt ? lcp : rq->p.n_prompt - 1;
@@ -625,7 +625,7 @@ static void engine_retire(akv_engine *e, akv_request *rq) {
         c->owner = NULL;
         rq->ctx = NULL;
         if (rq->info.finish == AKV_FINISH_ERROR || e->p.no_reuse || c->n_tokens == 0) {
-            ctx_close(e, c);
+            akv__ctx_close(e, c);
         } else {
             c->retention = rq->p.retention < 0 ? -1 : rq->p.retention > 0 ? 1 : 0;
             idle_push(e, c);
@@ -1027,7 +1027,7 @@ akv_status akv_engine_step(akv_engine *e, bool *did_work) {
                       : wants && akv__request_greedy(rq) ? AKV_FORWARD_LOGITS_ARGMAX
                       : wants                            ? AKV_FORWARD_LOGITS_LAST
                                                          : AKV_FORWARD_LOGITS_NONE;
-        n_rows += all ? e->n_new[k] : wants;
+        n_rows += akv_forward_mode_rows(e->lmode[k], e->n_new[k]);
         for (uint32_t j = 0; j < e->n_new[k]; j++)
             e->tokens[n_tok + j] = akv__request_stream(rq, c->n_tokens + j);
         n_tok += e->n_new[k];
@@ -1084,7 +1084,7 @@ akv_status akv_engine_step(akv_engine *e, bool *did_work) {
         akv_request *rq = e->batch[k];
         const float *lk = logits + (size_t)row * e->cfg.n_vocab;
         const bool all = e->lmode[k] == AKV_FORWARD_LOGITS_ALL;
-        row += all ? e->n_new[k] : e->lmode[k] != AKV_FORWARD_LOGITS_NONE;
+        row += akv_forward_mode_rows(e->lmode[k], e->n_new[k]);
         if (all) {
             rq->p.on_prompt_logits(rq->p.user, rq, e->pos0[k], e->n_new[k], lk);
             lk += (size_t)(e->n_new[k] - 1) * e->cfg.n_vocab; /* the last row samples */

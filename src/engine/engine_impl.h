@@ -81,7 +81,8 @@ typedef struct akv__spilled {
     uint64_t salt, bytes;
     bool exact;
     int8_t retention;
-    double mtime;          /* when it was written (seconds of the realtime clock) */
+    double mtime;          /* its file's time when the index was read at create (their order
+                              then; entries added later are appended in order) */
 } akv__spilled;
 
 struct akv_engine {
@@ -173,9 +174,12 @@ bool akv__request_is_eog(const akv_engine *e, int32_t token);
 
 /* A context made outside a request (a session read from a file: session.c) becomes idle, the
  * most recently used, and older idle ones beyond max_idle or the host pages are closed.
- * AKV_EFULL (nothing done: the caller closes it) when the running requests' reservations leave
- * no room for it. */
+ * AKV_EFULL (c closed) when the running requests' reservations leave no room for it. */
 akv_status akv__engine_idle_adopt(akv_engine *e, akv__ctx *c);
+
+/* Closes a context (NULL: nothing; its pages are freed after their fences:
+ * akv_route_seq_close) and frees it. */
+void akv__ctx_close(akv_engine *e, akv__ctx *c);
 
 /* session.c: a context to and from a file (the format in session.c). Write: c's history
  * (salt, exact and retention with it) to path through path.tmp.PID renamed over it: AKV_EIO
@@ -197,11 +201,12 @@ uint64_t akv__session_file_bytes(const akv_engine *e, uint64_t n_tokens);
  * one that is not this model's session is skipped, and left alone). out: an idle context
  * about to be closed, or cut back to the prefix another prompt shares, is written there first
  * (a failure is logged: the context is closed or cut all the same, as without a directory). in: the directory's conversation sharing the most of
- * rq's prompt, when it shares more than any context in memory, is read back as an idle context and its file removed (a damaged one is
+ * rq's prompt, when it shares more than any context in memory, is read back (true: it is
+ * an idle context now) as an idle context and its file removed (a damaged one is
  * removed, logged, and the prompt computed). close: the index freed (the files stay). */
 akv_status akv__spill_open(akv_engine *e);
 void akv__spill_out(akv_engine *e, const akv__ctx *c);
-void akv__spill_in(akv_engine *e, const akv_request *rq, uint32_t in_memory);
+bool akv__spill_in(akv_engine *e, const akv_request *rq, uint32_t in_memory);
 void akv__spill_close(akv_engine *e);
 /* The directory's counters into out (n_spill_files, spill_bytes, n_spilled), and its walker. */
 void akv__spill_stats(const akv_engine *e, akv_engine_stats *out);

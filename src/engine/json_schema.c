@@ -93,7 +93,8 @@ static void pop(akv_js_state *s) {
 /* An object's properties that may not come yet: its SWITCH ones before its tag. */
 static uint64_t untagged(const akv_js_state *s, const akv_js_node *n, const akv_js_frame *f) {
     uint64_t out = 0;
-    for (uint32_t i = 0; n->items && !f->count && i < n->n; i++)
+    if (!n->items || f->count) return 0; /* no tag, or it has come */
+    for (uint32_t i = 0; i < n->n; i++)
         if (s->schema->nodes[s->schema->props[n->first + i].node].kind == AKV_JS_SWITCH) out |= 1ull << i;
     return out;
 }
@@ -178,8 +179,9 @@ static bool feed1(akv_js_state *s, uint8_t c) {
                 pop(s);
                 return true;
             }
+            if (c != '"') return false;
             const uint64_t unused = all_bits(n->n) & ~f->used & ~untagged(s, n, f);
-            if (c != '"' || !unused) return false;
+            if (!unused) return false;
             f->state = F_KEY, s->at = 0, s->cand = unused;
             return true;
         }

@@ -168,7 +168,7 @@ uint32_t akv__mask_fill(const akv__mask_machine *m, const void *state, const akv
 
 akv_status akv__mask_cache_init(akv__mask_cache *c, uint32_t n_vocab, size_t key_bytes) {
     memset(c, 0, sizeof *c);
-    c->n_vocab = n_vocab, c->n_words = (n_vocab + 63) / 64, c->key_bytes = key_bytes;
+    c->n_words = (n_vocab + 63) / 64, c->key_bytes = key_bytes;
     c->keys = akv__calloc(AKV__MASK_CACHE, key_bytes);
     c->bits = akv__calloc((size_t)AKV__MASK_CACHE * c->n_words, sizeof *c->bits);
     c->used = akv__calloc(AKV__MASK_CACHE, sizeof *c->used);

@@ -70,7 +70,7 @@ uint32_t akv__mask_ref(const akv__mask_machine *m, const void *state, const akv_
 enum { AKV__MASK_CACHE = 16 };
 
 typedef struct akv__mask_cache {
-    uint32_t n_vocab, n_words;
+    uint32_t n_words;  /* of a mask: (n_vocab + 63) / 64 */
     size_t key_bytes;
     uint8_t *keys;     /* [AKV__MASK_CACHE][key_bytes] */
     uint64_t *bits;    /* [AKV__MASK_CACHE][n_words] */

@@ -9,6 +9,7 @@
 #include "core/clock.h"
 #include "core/log.h"
 #include "engine/engine_impl.h"
+#include "engine/json_lex.h"
 
 /* The request's format as a machine for its masks (mask.h). */
 static bool request_feed_object(void *state, const uint8_t *bytes, size_t n) {
@@ -202,7 +203,7 @@ static const float *request_mask_json(akv_request *rq, const float *logits) {
                 const uint8_t *piece = akv_tok_token_piece(e->tok, (int32_t)id, &n);
                 bool blank = true;
                 for (size_t i = 0; i < n; i++)
-                    blank &= piece[i] == ' ' || piece[i] == '\t' || piece[i] == '\n' || piece[i] == '\r';
+                    blank &= json_lex_ws(piece[i]);
                 if (blank && !akv__request_is_eog(e, (int32_t)id)) rq->masked[id] = -INFINITY;
             }
     bool any = false;
@@ -299,7 +300,7 @@ bool akv__request_on_token(akv_request *rq, int32_t token, const float *logits) 
             request_watch(rq, piece, n);
         } else if (piece && rq->at_start) { /* the answer's first bytes: a value, or free text */
             size_t i = 0;
-            while (i < n && (piece[i] == ' ' || piece[i] == '\n' || piece[i] == '\t' || piece[i] == '\r')) i++;
+            while (i < n && json_lex_ws(piece[i])) i++;
             if (i < n) {
                 rq->at_start = false;
                 format_reset(rq);

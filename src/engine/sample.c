@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "akv/forward_ops.h"
 #include "core/alloc.h"
 #include "core/log.h"
 #include "core/rng.h"
@@ -175,16 +176,12 @@ akv_status akv_sampler_sample(akv_sampler *s, const float *logits, int32_t *out_
     /* 2. greedy: the first of sample_cmp's order (the largest logit, ties to the smaller id),
      * read from the logits in one pass; NaN and -inf are never chosen */
     if (p->temp == 0.0f) {
-        /* two branch-free passes (a max the compiler vectorises: a NaN compares false and is
-         * passed over), then the first index holding it */
-        float mx = -INFINITY;
-        for (int32_t i = 0; i < s->n_vocab; i++) mx = lg[i] > mx ? lg[i] : mx;
-        if (mx == -INFINITY) {
+        /* the pass's own greedy choice (akv_fwd_argmax_ref), so the two agree by construction */
+        const int32_t best = akv_fwd_argmax_ref(lg, (uint32_t)s->n_vocab);
+        if (best < 0) {
             AKV_LOG_E("sampler: every logit is NaN or -inf");
             return AKV_EINVAL;
         }
-        int32_t best = 0;
-        while (!(lg[best] == mx)) best++;
         *out_token = best;
         return AKV_OK;
     }

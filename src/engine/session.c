@@ -188,7 +188,7 @@ static akv_status ahead_take(sess_io *io, uint32_t l) {
 
 static void sess_rows(const sess_io *io, uint32_t page, uint8_t *pg, bool to_page) {
     const akv_geom *g = &io->e->plan.geom;
-    const size_t eb = akv_geom_token_bytes(g) / (2 * (size_t)g->n_kv_heads * g->head_dim);
+    const size_t eb = akv_dtype_size(g->dtype);
     const size_t row = (size_t)g->head_dim * eb;
     const uint64_t t0 = (uint64_t)page * g->page_tokens;
     const uint64_t n = io->n_tokens - t0 < g->page_tokens ? io->n_tokens - t0 : g->page_tokens;
@@ -464,9 +464,7 @@ akv_status akv__session_read(akv_engine *e, const char *path, akv__ctx **out) {
     fclose(io.f);
     akv__free(io.layer);
     if (st) {
-        if (c && c->seq) (void)akv_route_seq_close(e->route, c->seq);
-        if (c) akv__free(c->tokens);
-        akv__free(c);
+        akv__ctx_close(e, c);
         return st;
     }
     *out = c;
@@ -483,9 +481,6 @@ akv_status akv_engine_session_load(akv_engine *e, const char *path, uint32_t *n_
         AKV_LOG_E("engine: the session '%s' (%u tokens) does not fit beside the running "
                   "requests' reservations in the host pool: nothing loaded",
                   path, n_loaded);
-        (void)akv_route_seq_close(e->route, c->seq);
-        akv__free(c->tokens);
-        akv__free(c);
         return st;
     }
     if (n_tokens) *n_tokens = n_loaded;

@@ -22,7 +22,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <time.h>
 
 #include "core/alloc.h"
 #include "core/hash.h"
@@ -67,11 +66,16 @@ static akv__spilled spill_take(akv_engine *e, size_t i) {
     return s;
 }
 
-/* Whether the index has an entry of this path. */
-static bool spill_has(const akv_engine *e, const char *path) {
+/* The index's entry of this path, or SIZE_MAX. */
+static size_t spill_find(const akv_engine *e, const char *path) {
     for (size_t i = 0; i < e->n_spill; i++)
-        if (!strcmp(e->spill[i].path, path)) return true;
-    return false;
+        if (!strcmp(e->spill[i].path, path)) return i;
+    return SIZE_MAX;
+}
+
+/* The files' bytes at most (session_dir_gib); 0: no limit. */
+static uint64_t spill_limit(const akv_engine *e) {
+    return (uint64_t)e->p.session_dir_gib << 30;
 }
 
 /* Drops entry i from the index (and its file when `unlink`). */
@@ -84,11 +88,8 @@ static void spill_drop(akv_engine *e, size_t i, bool unlink) {
 
 /* Adds an entry (taking path and tokens) as the newest; one of the same path is replaced. */
 static akv_status spill_add(akv_engine *e, akv__spilled s) {
-    for (size_t i = 0; i < e->n_spill; i++)
-        if (!strcmp(e->spill[i].path, s.path)) {
-            spill_drop(e, i, false);
-            break;
-        }
+    const size_t old = spill_find(e, s.path);
+    if (old != SIZE_MAX) spill_drop(e, old, false);
     akv_status st = akv__array_reserve((void **)&e->spill, &e->cap_spill, e->n_spill + 1, sizeof *e->spill);
     if (st) {
         spilled_free(&s);
@@ -158,7 +159,7 @@ akv_status akv__spill_open(akv_engine *e) {
     closedir(d);
     /* oldest first, as written; then within session_dir_gib */
     if (!st && e->n_spill) qsort(e->spill, e->n_spill, sizeof *e->spill, spill_older);
-    const uint64_t limit = (uint64_t)e->p.session_dir_gib << 30;
+    const uint64_t limit = spill_limit(e);
     size_t dropped = 0;
     while (!st && limit && e->n_spill > 1 && e->spill_bytes > limit) spill_drop(e, 0, true), dropped++;
     if (dropped)
@@ -173,7 +174,7 @@ akv_status akv__spill_open(akv_engine *e) {
 
 /* Room for a file of `bytes` within session_dir_gib: the oldest files removed (lock held). */
 static void spill_room(akv_engine *e, uint64_t bytes) {
-    const uint64_t limit = (uint64_t)e->p.session_dir_gib << 30;
+    const uint64_t limit = spill_limit(e);
     while (limit && e->n_spill && e->spill_bytes + bytes > limit) spill_drop(e, 0, true);
 }
 
@@ -195,12 +196,9 @@ static void *writer_main(void *arg) {
         w->writing = NULL;
         if (st == AKV_OK) {
             /* an entry of the same path is this file's older self: out of the index, its file
-             * kept (it is the new one now); then room for it */
-            for (size_t i = 0; i < e->n_spill; i++)
-                if (!strcmp(e->spill[i].path, j->entry.path)) {
-                    spill_drop(e, i, false);
-                    break;
-                }
+             * kept (it is the new one now), before room is made */
+            const size_t old = spill_find(e, j->entry.path);
+            if (old != SIZE_MAX) spill_drop(e, old, false);
             spill_room(e, j->entry.bytes);
             if (spill_add(e, j->entry) == AKV_OK) w->n_written++;
         } else {
@@ -256,13 +254,10 @@ void akv__spill_out(akv_engine *e, const akv__ctx *c) {
     char name[40];
     snprintf(name, sizeof name, "%016llx%s", (unsigned long long)h, spill_ext);
     const uint64_t bytes = akv__session_file_bytes(e, c->n_tokens);
-    const uint64_t limit = (uint64_t)e->p.session_dir_gib << 30;
-    if (limit && bytes > limit) return; /* never fits: closed as without a directory */
-    struct timespec now;
-    clock_gettime(CLOCK_REALTIME, &now);
+    if (spill_limit(e) && bytes > spill_limit(e)) return; /* never fits: closed as without one */
+    /* (mtime is the files' order at open; entries added since are in order already) */
     akv__spilled s = {.path = spill_path(e, name), .n_tokens = c->n_tokens, .salt = c->salt,
-                      .bytes = bytes, .exact = c->exact, .retention = c->retention,
-                      .mtime = (double)now.tv_sec};
+                      .bytes = bytes, .exact = c->exact, .retention = c->retention};
     s.tokens = akv__malloc((size_t)c->n_tokens * sizeof *s.tokens);
     if (!s.path || !s.tokens) {
         spilled_free(&s);
@@ -304,7 +299,7 @@ static bool spill_serves(const akv__spilled *s, const akv_request *rq, uint32_t 
     return *k > lcp;
 }
 
-void akv__spill_in(akv_engine *e, const akv_request *rq, uint32_t in_memory) {
+bool akv__spill_in(akv_engine *e, const akv_request *rq, uint32_t in_memory) {
     akv__spill_writer *w = e->writer;
     spill_lock(e);
     size_t best;
@@ -322,7 +317,7 @@ void akv__spill_in(akv_engine *e, const akv_request *rq, uint32_t in_memory) {
     }
     if (best == SIZE_MAX) {
         spill_unlock(e);
-        return;
+        return false;
     }
     /* out of the index while it is read and adopted: the adoption may write older contexts */
     akv__spilled s = spill_take(e, best);
@@ -333,30 +328,27 @@ void akv__spill_in(akv_engine *e, const akv_request *rq, uint32_t in_memory) {
         if (st == AKV_EFORMAT && remove(s.path) != 0)
             AKV_LOG_W("engine: the session directory's '%s' could not be removed", s.path);
         spilled_free(&s);
-        return;
+        return false;
     }
     /* adopted as the most precious idle context while the others make room, so it is not the
      * one closed (written back out) for it; then its own retention again */
     if (!st) c->retention = INT8_MAX;
     if (st || akv__engine_idle_adopt(e, c) != AKV_OK) { /* no memory or room now: kept for later */
-        if (!st) {
-            (void)akv_route_seq_close(e->route, c->seq);
-            akv__free(c->tokens), akv__free(c);
-        }
         spill_lock(e);
         spill_room(e, s.bytes);
         (void)spill_add(e, s);
         spill_unlock(e);
-        return;
+        return false;
     }
     c->retention = s.retention;
     spill_lock(e);
-    const bool again = spill_has(e, s.path) || spill_pending(e, s.path); /* written anew meanwhile */
+    const bool again = spill_find(e, s.path) != SIZE_MAX || spill_pending(e, s.path); /* written anew meanwhile */
     e->stats.n_restored++;
     spill_unlock(e);
     if (!again && remove(s.path) != 0)
         AKV_LOG_W("engine: the session directory's '%s' could not be removed", s.path);
     spilled_free(&s);
+    return true;
 }
 
 void akv__engine_flush_sessions(akv_engine *e) {
@@ -392,7 +384,7 @@ akv_status akv__spill_check(const akv_engine *e) {
             }
     }
     if (!st && (bytes != e->spill_bytes ||
-                (e->p.session_dir_gib && e->n_spill > 1 && bytes > (uint64_t)e->p.session_dir_gib << 30))) {
+                (spill_limit(e) && e->n_spill > 1 && bytes > spill_limit(e)))) {
         AKV_LOG_E("engine check: the session directory's index counts %llu bytes; its entries %llu",
                   (unsigned long long)e->spill_bytes, (unsigned long long)bytes);
         st = AKV_ESTATE;

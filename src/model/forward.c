@@ -378,9 +378,9 @@ akv_status akv_forward_step(akv_forward *f, const akv_forward_batch *b, const ak
     /* output head: only the rows whose logits are wanted, gathered in sequence order */
     uint32_t rows = 0;
     for (uint32_t s = 0, t = 0; s < b->n_seq; t += b->n_new[s], s++) {
-        uint8_t mode = b->logits ? b->logits[s] : AKV_FORWARD_LOGITS_LAST;
+        const uint8_t mode = akv_forward_batch_mode(b, s);
         uint32_t first = mode == AKV_FORWARD_LOGITS_ALL ? t : t + b->n_new[s] - 1;
-        uint32_t k = mode == AKV_FORWARD_LOGITS_ALL ? b->n_new[s] : mode != AKV_FORWARD_LOGITS_NONE;
+        uint32_t k = akv_forward_mode_rows(mode, b->n_new[s]);
         akv_ops_ref_rmsnorm(f->h + (size_t)rows * E, f->x + (size_t)first * E,
                             akv_model_output_norm(m), k, E, c->rms_eps);
         rows += k;
@@ -390,10 +390,10 @@ akv_status akv_forward_step(akv_forward *f, const akv_forward_batch *b, const ak
         fwd_matmul(f, logits, &in, akv_model_output(m), NULL);
     }
     for (uint32_t s = 0, row = 0; s < b->n_seq; s++) { /* the greedy choices asked for */
-        uint8_t mode = b->logits ? b->logits[s] : AKV_FORWARD_LOGITS_LAST;
+        const uint8_t mode = akv_forward_batch_mode(b, s);
         if (mode == AKV_FORWARD_LOGITS_ARGMAX)
             b->argmax[s] = akv_fwd_argmax_ref(logits + (size_t)row * c->n_vocab, c->n_vocab);
-        row += mode == AKV_FORWARD_LOGITS_ALL ? b->n_new[s] : mode != AKV_FORWARD_LOGITS_NONE;
+        row += akv_forward_mode_rows(mode, b->n_new[s]);
     }
     return AKV_OK;
 }

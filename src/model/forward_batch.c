@@ -8,8 +8,7 @@
 uint32_t akv_forward_batch_logit_rows(const akv_forward_batch *b) {
     uint32_t rows = 0;
     for (uint32_t s = 0; s < b->n_seq; s++) {
-        uint8_t mode = b->logits ? b->logits[s] : AKV_FORWARD_LOGITS_LAST;
-        rows += mode == AKV_FORWARD_LOGITS_ALL ? b->n_new[s] : mode != AKV_FORWARD_LOGITS_NONE;
+        rows += akv_forward_mode_rows(akv_forward_batch_mode(b, s), b->n_new[s]);
     }
     return rows;
 }

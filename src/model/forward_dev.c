@@ -1009,14 +1009,15 @@ static akv_status fdev_step(akv_forward_dev *f, const akv_forward_batch *b, uint
     const akv__fwd_group *pre = n_groups && !f->groups[n_groups - 1].decode
                                     ? &f->groups[n_groups - 1] : NULL;
     qo[0] = 0;
+    bool any_argmax = false; /* a sequence asks for its greedy choice */
     for (uint32_t s = 0, t = 0, r = 0; s < b->n_seq; s++) {
         for (uint32_t i = 0; i < b->n_new[s]; i++)
             pos[t + i] = (int32_t)(b->pos0[s] + i);
         if (pre && s >= pre->s0) qo[s - pre->s0 + 1] = qo[s - pre->s0] + (int32_t)b->n_new[s];
-        uint8_t mode = b->logits ? b->logits[s] : AKV_FORWARD_LOGITS_LAST;
-        for (uint32_t i = 0; logits && i < b->n_new[s]; i++)
-            if (mode == AKV_FORWARD_LOGITS_ALL || (mode != AKV_FORWARD_LOGITS_NONE && i + 1 == b->n_new[s]))
-                rows[r++] = (int32_t)(t + i);
+        const uint8_t mode = akv_forward_batch_mode(b, s);
+        any_argmax |= mode == AKV_FORWARD_LOGITS_ARGMAX;
+        const uint32_t k = logits ? akv_forward_mode_rows(mode, b->n_new[s]) : 0; /* the last k */
+        for (uint32_t i = b->n_new[s] - k; i < b->n_new[s]; i++) rows[r++] = (int32_t)(t + i);
         t += b->n_new[s];
     }
     size_t io_bytes = fdev_io_ints(f) * sizeof(int32_t);
@@ -1053,8 +1054,6 @@ static akv_status fdev_step(akv_forward_dev *f, const akv_forward_batch *b, uint
                                 akv_dptr_offset(f->io, fdev_io_rows(f) * 4))) ||
         (st = fdev_matmul(f, f->logits, f->h, f->output, n_rows, c->n_vocab, c->n_embd, 0)))
         return st;
-    bool any_argmax = false;
-    for (uint32_t s = 0; b->logits && s < b->n_seq; s++) any_argmax |= b->logits[s] == AKV_FORWARD_LOGITS_ARGMAX;
     if (any_argmax) {
         akv_fwd_argmax_args am = {.y = f->argmax, .x = f->logits, .n_rows = n_rows, .n = c->n_vocab};
         if ((st = FDEV_LAUNCH(f, akv_fwd_op_argmax, am)) ||
@@ -1065,9 +1064,9 @@ static akv_status fdev_step(akv_forward_dev *f, const akv_forward_batch *b, uint
     for (uint32_t s = 0, r = 0; s < b->n_seq && !st;) { /* runs of rows that come back */
         uint32_t r0 = r;
         for (; s < b->n_seq; s++) {
-            const uint8_t mode = b->logits ? b->logits[s] : AKV_FORWARD_LOGITS_LAST;
+            const uint8_t mode = akv_forward_batch_mode(b, s);
             if (mode == AKV_FORWARD_LOGITS_ARGMAX) break;
-            r += mode == AKV_FORWARD_LOGITS_ALL ? b->n_new[s] : mode == AKV_FORWARD_LOGITS_LAST;
+            r += akv_forward_mode_rows(mode, b->n_new[s]);
         }
         if (r > r0)
             st = akv_dev_copy_d2h_async(f->dev, AKV_QUEUE_COMPUTE, (char *)f->logits_h + r0 * row_bytes,
@@ -1077,12 +1076,12 @@ static akv_status fdev_step(akv_forward_dev *f, const akv_forward_batch *b, uint
     if (st || (st = akv_dev_queue_sync(f->dev, AKV_QUEUE_COMPUTE))) return st;
     f->io_pending = false; /* the sync covered the upload too */
     for (uint32_t s = 0, r = 0; s < b->n_seq; s++) {
-        const uint8_t mode = b->logits ? b->logits[s] : AKV_FORWARD_LOGITS_LAST;
+        const uint8_t mode = akv_forward_batch_mode(b, s);
+        const uint32_t k = akv_forward_mode_rows(mode, b->n_new[s]);
         if (mode == AKV_FORWARD_LOGITS_ARGMAX) b->argmax[s] = f->argmax_h[r];
-        else if (logits != f->logits_h && mode != AKV_FORWARD_LOGITS_NONE) /* its rows, where asked */
-            memcpy(logits + (size_t)r * c->n_vocab, f->logits_h + (size_t)r * c->n_vocab,
-                   (mode == AKV_FORWARD_LOGITS_ALL ? b->n_new[s] : 1) * row_bytes);
-        r += mode == AKV_FORWARD_LOGITS_ALL ? b->n_new[s] : mode != AKV_FORWARD_LOGITS_NONE;
+        else if (logits != f->logits_h && k) /* its rows, where asked */
+            memcpy(logits + (size_t)r * c->n_vocab, f->logits_h + (size_t)r * c->n_vocab, k * row_bytes);
+        r += k;
     }
     return AKV_OK;
 }

@@ -928,6 +928,19 @@ akv_status akv_route_abort_step(akv_route *r) {
     return AKV_OK;
 }
 
+/* Hands each of s's host pages holding its first n_tokens, layer by layer, each layer's pages
+ * in order, to fn (a fill writes them: its pointer is the page's; a read only reads). */
+static akv_status seq_pages_walk(akv_route *r, const akv_route_seq *s, uint64_t n_tokens,
+                                 akv_route_fill_fn fn, void *user) {
+    const uint32_t pages = (uint32_t)akv_geom_pages_for_tokens(&r->geom, n_tokens);
+    const size_t pb = akv_host_pool_page_bytes(r->hp);
+    akv_status st = AKV_OK;
+    for (uint32_t l = 0; !st && l < r->geom.n_layers; l++)
+        for (uint32_t lp = 0; !st && lp < pages; lp++)
+            st = fn(user, l, lp, akv_host_pool_page_addr(r->hp, akv_host_table_page(s->ht, l, lp)), pb);
+    return st;
+}
+
 akv_status akv_route_seq_open_filled(akv_route *r, const akv_route_seq_params *p,
                                      uint64_t n_tokens, akv_route_fill_fn fill, void *user,
                                      akv_route_seq **out) {
@@ -947,11 +960,7 @@ akv_status akv_route_seq_open_filled(akv_route *r, const akv_route_seq_params *p
     /* the exact copy, layer by layer, page by page; the compact copies and pages are made from
      * it as they are needed (c_valid and hc_valid 0), the device window is filled from it at
      * the first step (its pages fresh) */
-    const uint32_t pages = (uint32_t)akv_geom_pages_for_tokens(&r->geom, n_tokens);
-    const size_t pb = akv_host_pool_page_bytes(r->hp);
-    for (uint32_t l = 0; !st && l < r->geom.n_layers; l++)
-        for (uint32_t lp = 0; !st && lp < pages; lp++)
-            st = fill(user, l, lp, akv_host_pool_page_addr(r->hp, akv_host_table_page(s->ht, l, lp)), pb);
+    if (!st) st = seq_pages_walk(r, s, n_tokens, fill, user);
     if (st) {
         (void)akv_route_seq_close(r, s);
         return st;
@@ -961,19 +970,25 @@ akv_status akv_route_seq_open_filled(akv_route *r, const akv_route_seq_params *p
     return AKV_OK;
 }
 
+/* A read of pages through the walker (which hands them as a fill would). */
+typedef struct seq_read {
+    akv_route_read_fn read;
+    void *user;
+} seq_read;
+
+static akv_status seq_read_page(void *user, uint32_t layer, uint32_t page, void *bytes, size_t n) {
+    const seq_read *r = user;
+    return r->read(r->user, layer, page, bytes, n);
+}
+
 akv_status akv_route_seq_read_pages(akv_route *r, akv_route_seq *s, akv_route_read_fn read,
                                     void *user) {
     akv_status st = route_seq_ok(r, s, "read_pages");
     if (st || !read) return st ? st : AKV_EINVAL;
-    bool lost; /* the host copy complete: every write-back landed */
-    if ((st = route_sync(r, false, &lost))) return st;
-    if (lost) return AKV_EDEVICE;
-    const uint32_t pages = (uint32_t)akv_geom_pages_for_tokens(&r->geom, s->n_tokens);
-    const size_t pb = akv_host_pool_page_bytes(r->hp);
-    for (uint32_t l = 0; !st && l < r->geom.n_layers; l++)
-        for (uint32_t lp = 0; !st && lp < pages; lp++)
-            st = read(user, l, lp, akv_host_pool_page_addr(r->hp, akv_host_table_page(s->ht, l, lp)), pb);
-    return st;
+    /* the host copy complete: every write-back landed */
+    if ((st = akv_route_sync(r))) return st;
+    seq_read r_ = {read, user};
+    return seq_pages_walk(r, s, s->n_tokens, seq_read_page, &r_);
 }
 
 typedef struct fork_src {
@@ -991,9 +1006,9 @@ akv_status akv_route_seq_fork(akv_route *r, akv_route_seq *src, uint64_t n_token
                               const akv_route_seq_params *p, akv_route_seq **out) {
     akv_status st = route_seq_ok(r, src, "fork");
     if (st || !out) return st ? st : AKV_EINVAL;
-    bool lost; /* the host copies complete: every write-back landed */
-    if ((st = route_sync(r, false, &lost))) return st;
-    if (lost) return AKV_EDEVICE; /* logged: the caller's lengths are not the route's now */
+    /* the host copies complete: every write-back landed (lost: AKV_EDEVICE, logged: the
+     * caller's lengths are not the route's now) */
+    if ((st = akv_route_sync(r))) return st;
     if (n_tokens > src->n_tokens) {
         AKV_LOG_E("route: fork of %llu tokens: the history holds %llu",
                   (unsigned long long)n_tokens, (unsigned long long)src->n_tokens);
