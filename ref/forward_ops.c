@@ -203,15 +203,6 @@ static akv_status fops_matmul(akv_dev *dev, const void *args) {
     return AKV_OK;
 }
 
-int32_t akv_fwd_argmax_ref(const float *x, uint32_t n) {
-    float mx = -INFINITY;
-    for (uint32_t i = 0; i < n; i++) mx = x[i] > mx ? x[i] : mx; /* a NaN compares false */
-    if (mx == -INFINITY) return -1;
-    uint32_t best = 0;
-    while (!(x[best] == mx)) best++;
-    return (int32_t)best;
-}
-
 static akv_status fops_argmax(akv_dev *dev, const void *args) {
     const akv_fwd_argmax_args *a = args;
     const float *x = FOPS_PTR(a->x);

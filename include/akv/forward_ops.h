@@ -26,6 +26,7 @@
 #ifndef AKV_FORWARD_OPS_H
 #define AKV_FORWARD_OPS_H
 
+#include <math.h>
 #include <stdint.h>
 
 #include "akv/attn.h"
@@ -119,8 +120,17 @@ typedef struct akv_fwd_argmax_args {
     uint32_t n_rows, n;
 } akv_fwd_argmax_args;
 
-/* The reference of one row (what the host op and the host pass compute). */
-int32_t akv_fwd_argmax_ref(const float *x, uint32_t n);
+/* The reference of one row (what the host op, the host pass and the sampler compute): the
+ * first index of the largest logit; -1 when none is larger than -inf (a NaN compares false).
+ * Inline so that the sampler shares it without linking the reference ops. */
+static inline int32_t akv_fwd_argmax_ref(const float *x, uint32_t n) {
+    float mx = -INFINITY;
+    for (uint32_t i = 0; i < n; i++) mx = x[i] > mx ? x[i] : mx;
+    if (mx == -INFINITY) return -1;
+    uint32_t best = 0;
+    while (!(x[best] == mx)) best++;
+    return (int32_t)best;
+}
 
 /* y[i] = center + scale * u(seed, i), u uniform in [-1, 1) from a hash of (seed, i): the same
  * values on every backend (synthetic weights for benchmarks). With w_type a block format
