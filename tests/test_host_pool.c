@@ -406,10 +406,10 @@ static void test_alloc_failures(void) {
 }
 
 /* Randomized run against a shadow model: live handles with a tag written in their page,
- * lease counts, doomed flags, the last generation seen per id (monotone). */
+ * lease and owner counts, doomed flags, the last generation seen per id (monotone). */
 typedef struct shadow_page {
     akv_host_page h;
-    uint32_t n_leases;
+    uint32_t n_leases, n_owners;
     int doomed;
 } shadow_page;
 
@@ -423,7 +423,7 @@ static void random_run(const char *name, uint64_t *rng, uint32_t page_tokens, si
     uint32_t *last_gen = calloc(st.capacity_pages, sizeof *last_gen);
     akv_host_page *stale = calloc(64, sizeof *stale);
     int n_live = 0, n_stale = 0, n_bad = 0;
-    uint64_t n_full = 0, n_ok[6] = {0};
+    uint64_t n_full = 0, n_ok[7] = {0};
     for (int op = 0; op < n_ops && n_bad == 0; op++) {
         uint64_t r = test_rand_below(rng, 100);
         /* bias toward allocation while small, toward frees while large */
@@ -443,7 +443,7 @@ static void random_run(const char *name, uint64_t *rng, uint32_t page_tokens, si
                 last_gen[h.id] = h.gen;
                 uint64_t tag = ((uint64_t)h.id << 32) | h.gen;
                 memcpy(akv_host_pool_page_addr(pool, h), &tag, sizeof tag);
-                live[n_live++] = (shadow_page){.h = h};
+                live[n_live++] = (shadow_page){.h = h, .n_owners = 1};
                 n_ok[0]++;
             }
         } else if (n_live > 0) {
@@ -458,11 +458,22 @@ static void random_run(const char *name, uint64_t *rng, uint32_t page_tokens, si
                 CHECK_EQ_U64(tag, want);
             }
             int removed = 0;
-            if (r < 65) { /* free: refused while leased */
+            if (r < 60) { /* free: one owner fewer; the last one's refused while leased */
                 akv_status s = akv_host_pool_page_free(pool, sp->h);
-                CHECK_STATUS(s, sp->doomed ? AKV_ESTATE : sp->n_leases ? AKV_EBUSY : AKV_OK);
-                removed = s == AKV_OK;
-                n_ok[1] += removed;
+                CHECK_STATUS(s, sp->doomed ? AKV_ESTATE
+                                : sp->n_owners > 1 ? AKV_OK
+                                : sp->n_leases ? AKV_EBUSY : AKV_OK);
+                if (s == AKV_OK && sp->n_owners > 1) {
+                    sp->n_owners--;
+                    n_ok[6]++;
+                } else {
+                    removed = s == AKV_OK;
+                    n_ok[1] += removed;
+                }
+            } else if (r < 65) { /* share: one owner more */
+                akv_status s = akv_host_pool_page_share(pool, sp->h);
+                CHECK_STATUS(s, sp->doomed ? AKV_ESTATE : AKV_OK);
+                if (s == AKV_OK) sp->n_owners++;
             } else if (r < 80) { /* lease */
                 akv_status s = akv_host_pool_page_lease(pool, sp->h);
                 CHECK_STATUS(s, sp->doomed ? AKV_ESTATE : AKV_OK);
@@ -478,7 +489,10 @@ static void random_run(const char *name, uint64_t *rng, uint32_t page_tokens, si
             } else { /* deferred free */
                 akv_status s = akv_host_pool_page_free_deferred(pool, sp->h);
                 CHECK_STATUS(s, sp->doomed ? AKV_ESTATE : AKV_OK);
-                if (s == AKV_OK) {
+                if (s == AKV_OK && sp->n_owners > 1) {
+                    sp->n_owners--;
+                    n_ok[6]++;
+                } else if (s == AKV_OK) {
                     n_ok[4]++;
                     if (sp->n_leases) sp->doomed = 1;
                     else removed = 1;
@@ -497,22 +511,26 @@ static void random_run(const char *name, uint64_t *rng, uint32_t page_tokens, si
             n_ok[5]++;
         }
         akv_host_pool_get_stats(pool, &st);
-        uint64_t n_leases = 0;
-        for (int i = 0; i < n_live; i++) n_leases += live[i].n_leases;
-        if (!pool_ok(pool) || st.n_used != (uint64_t)n_live || st.n_leases != n_leases) {
+        uint64_t n_leases = 0, n_shares = 0;
+        for (int i = 0; i < n_live; i++)
+            n_leases += live[i].n_leases, n_shares += live[i].n_owners - 1;
+        if (!pool_ok(pool) || st.n_used != (uint64_t)n_live || st.n_leases != n_leases ||
+            st.n_shares != n_shares ||
+            (n_live && akv_host_pool_page_n_owners(pool, live[op % n_live].h) != live[op % n_live].n_owners)) {
             CHECK_EQ_U64(st.n_used, n_live);
             CHECK_EQ_U64(st.n_leases, n_leases);
+            CHECK_EQ_U64(st.n_shares, n_shares);
             printf("  %s: diverged at operation %d\n", name, op);
             n_bad++;
         }
     }
-    printf("  %s: %d ops: %llu allocs, %llu frees, %llu leases, %llu releases, %llu deferred, "
-           "%llu stale probes, %llu full; arenas grown %llu, returned %llu\n",
+    printf("  %s: %d ops: %llu allocs, %llu frees, %llu owners dropped, %llu leases, %llu "
+           "releases, %llu deferred, %llu stale probes, %llu full; arenas grown %llu, returned %llu\n",
            name, n_ops, (unsigned long long)n_ok[0], (unsigned long long)n_ok[1],
-           (unsigned long long)n_ok[2], (unsigned long long)n_ok[3], (unsigned long long)n_ok[4],
-           (unsigned long long)n_ok[5], (unsigned long long)n_full,
+           (unsigned long long)n_ok[6], (unsigned long long)n_ok[2], (unsigned long long)n_ok[3],
+           (unsigned long long)n_ok[4], (unsigned long long)n_ok[5], (unsigned long long)n_full,
            (unsigned long long)st.n_arena_grows, (unsigned long long)st.n_arena_returns);
-    CHECK(n_ok[0] > 0 && n_ok[1] > 0 && n_ok[2] > 0 && n_ok[3] > 0 && n_ok[4] > 0);
+    CHECK(n_ok[0] > 0 && n_ok[1] > 0 && n_ok[2] > 0 && n_ok[3] > 0 && n_ok[4] > 0 && n_ok[6] > 0);
     CHECK(st.n_arena_returns > 0);
     /* tear down: release every lease (completing deferred frees), free the rest */
     for (int i = 0; i < n_live; i++) {
@@ -520,7 +538,8 @@ static void random_run(const char *name, uint64_t *rng, uint32_t page_tokens, si
             CHECK_OK(akv_host_pool_page_release(pool, live[i].h));
             live[i].n_leases--;
         }
-        if (!live[i].doomed) CHECK_OK(akv_host_pool_page_free(pool, live[i].h));
+        for (; !live[i].doomed && live[i].n_owners; live[i].n_owners--)
+            CHECK_OK(akv_host_pool_page_free(pool, live[i].h));
     }
     akv_host_pool_get_stats(pool, &st);
     CHECK_EQ_U64(st.n_used + st.pinned_bytes + st.n_arenas, 0);

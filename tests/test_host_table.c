@@ -1,9 +1,12 @@
 /*
  * test_host_table.c — per-context host page tables: growth all-or-nothing (at the limit and
- * under allocation failure at every site), truncation, leases, deferred destroy, CSR export.
+ * under allocation failure at every site), truncation, leases, deferred destroy, CSR export,
+ * shared prefixes (owners, the private copy a truncate into a shared page takes).
  * The walkers of the table and of its pool run after every operation.
  */
 #include "test.h"
+
+#include <string.h>
 
 #include "akv/dev.h"
 #include "akv/testing/dev_faults.h"
@@ -185,6 +188,85 @@ int main(int argc, char **argv) {
         CHECK_EQ_INT(n_host, 5);   /* page array + one record block per new arena */
         CHECK_EQ_INT(n_pinned, 4); /* 8 new pages in 2-page arenas = 4 arenas */
         CHECK_EQ_U64(akv_dev_get_usage(dev).pinned_bytes, 0);
+        CHECK_OK(akv_host_pool_destroy(pool));
+    }
+
+    TEST_CASE(shared_prefixes) {
+        /* 2 layers, P = 16, 1 KiB pages (f32, 1 head of 8: 16 floats a token) */
+        akv_host_pool *pool = make_pool(2, 16, 8 * 1024);
+        akv_host_table *t[3] = {0};
+        if (!pool) break;
+        for (int i = 0; i < 3; i++) CHECK_OK(akv_host_table_create(pool, &t[i]));
+        const size_t pb = akv_host_pool_page_bytes(pool);
+        CHECK_OK(akv_host_table_grow(t[0], 40)); /* pages 0, 1 full; 2 partial */
+        for (uint32_t l = 0; l < 2; l++) /* every page's bytes its own: (layer, page) */
+            for (uint32_t k = 0; k < 3; k++)
+                memset(akv_host_pool_page_addr(pool, akv_host_table_page(t[0], l, k)), (int)(16 * l + k + 1), pb);
+        /* only full pages, only into an empty table */
+        CHECK_STATUS(akv_host_table_share(t[1], t[0], 3), AKV_EINVAL);
+        CHECK_OK(akv_host_table_share(t[1], t[0], 2));
+        CHECK_STATUS(akv_host_table_share(t[1], t[0], 1), AKV_EINVAL);
+        CHECK_OK(akv_host_table_share(t[2], t[1], 1));
+        CHECK_EQ_U64(akv_host_table_n_tokens(t[1]), 32);
+        akv_host_pool_stats st;
+        akv_host_pool_get_stats(pool, &st);
+        CHECK_EQ_U64(st.n_used, 6);
+        CHECK_EQ_U64(st.n_shares, 2 * 2 + 2 * 1);
+        CHECK_EQ_INT(akv_host_pool_page_n_owners(pool, akv_host_table_page(t[0], 1, 0)), 3);
+        CHECK_EQ_INT(akv_host_table_page(t[2], 1, 0).id, akv_host_table_page(t[0], 1, 0).id);
+        all_ok(pool, t, 3);
+        /* growing past the shared pages takes private ones */
+        CHECK_OK(akv_host_table_grow(t[1], 35));
+        CHECK(akv_host_table_page(t[1], 0, 2).id != akv_host_table_page(t[0], 0, 2).id);
+        CHECK_EQ_INT(akv_host_pool_page_n_owners(pool, akv_host_table_page(t[1], 0, 2)), 1);
+        /* a truncate into a shared page gives a private copy of it (same bytes), and the
+         * shared page keeps its bytes and its other owners */
+        akv_host_page was = akv_host_table_page(t[1], 1, 1);
+        CHECK_OK(akv_host_table_truncate(t[1], 20));
+        akv_host_page now = akv_host_table_page(t[1], 1, 1);
+        CHECK(now.id != was.id);
+        CHECK_EQ_INT(akv_host_pool_page_n_owners(pool, was), 1); /* t[0] alone */
+        CHECK_EQ_INT(akv_host_pool_page_n_owners(pool, now), 1);
+        const unsigned char *b = akv_host_pool_page_addr(pool, now);
+        CHECK(b[0] == 16 + 1 + 1 && b[pb - 1] == 16 + 1 + 1);
+        memset(akv_host_pool_page_addr(pool, now), 0x7f, pb); /* t[1]'s next tokens */
+        CHECK(*(const unsigned char *)akv_host_pool_page_addr(pool, was) == 16 + 1 + 1);
+        CHECK_EQ_INT(akv_host_pool_page_n_owners(pool, akv_host_table_page(t[1], 0, 0)), 3);
+        all_ok(pool, t, 3);
+        /* a truncate to a page boundary keeps the shared page whole: no copy */
+        CHECK_OK(akv_host_table_truncate(t[2], 16));
+        CHECK_EQ_INT(akv_host_table_page(t[2], 0, 0).id, akv_host_table_page(t[0], 0, 0).id);
+        /* a copy the pool cannot hold changes nothing: the pool full, the truncate refused */
+        akv_host_table *fill = NULL;
+        CHECK_OK(akv_host_table_create(pool, &fill));
+        akv_host_pool_stats full;
+        akv_host_pool_get_stats(pool, &full);
+        uint64_t left = full.capacity_pages - full.n_used;
+        CHECK_OK(akv_host_table_grow(fill, left / 2 * 16));
+        akv_host_pool_get_stats(pool, &full);
+        CHECK(full.capacity_pages - full.n_used < 2);
+        CHECK_STATUS(akv_host_table_truncate(t[2], 5), AKV_EFULL);
+        CHECK_EQ_U64(akv_host_table_n_tokens(t[2]), 16);
+        CHECK_EQ_INT(akv_host_table_page(t[2], 1, 0).id, akv_host_table_page(t[0], 1, 0).id);
+        CHECK_OK(akv_host_table_destroy(fill));
+        all_ok(pool, t, 3);
+        /* leases: a shared page leased by one owner's copy does not stop another owner from
+         * dropping it; the last owner's free waits for the release */
+        akv_host_page p0 = akv_host_table_page(t[0], 0, 0);
+        CHECK_OK(akv_host_pool_page_lease(pool, p0));
+        CHECK_OK(akv_host_table_destroy(t[2]));
+        t[2] = NULL;
+        CHECK_OK(akv_host_table_truncate(t[1], 0));
+        CHECK_STATUS(akv_host_table_destroy(t[0]), AKV_EBUSY); /* the last owner: leased */
+        akv_host_table_destroy_deferred(t[0]);
+        t[0] = NULL;
+        akv_host_pool_get_stats(pool, &st);
+        CHECK_EQ_U64(st.n_doomed, 1);
+        CHECK_EQ_U64(st.n_shares, 0);
+        CHECK_OK(akv_host_pool_page_release(pool, p0));
+        CHECK_OK(akv_host_table_destroy(t[1]));
+        akv_host_pool_get_stats(pool, &st);
+        CHECK_EQ_U64(st.n_used + st.n_doomed + st.n_arenas, 0);
         CHECK_OK(akv_host_pool_destroy(pool));
     }
 

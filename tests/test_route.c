@@ -17,6 +17,7 @@
 #include "akv/forward.h"
 #include "akv/host_pool.h"
 #include "akv/route.h"
+#include "mem/mem_check.h"
 #include "akv/stage.h"
 #include "core/alloc.h"
 #include "route/route_check.h"
@@ -636,18 +637,29 @@ int main(int argc, char **argv) {
             }
             CHECK(r1_get_stats(&sy).r.compact_pages > 4u * mc->n_layers); /* made again */
             /* a fork (akv_route_seq_fork) of a 100-token history goes on as the history would:
-             * the staged ones forked (their originals closed) against the resident twins, then
-             * the resident ones forked against the staged forks; every step bit for bit */
+             * the staged ones forked against the resident twins, then the resident ones forked
+             * against the staged forks; every step bit for bit. The fork shares its source's
+             * full pages (exact and compact copies), so both stay open while the fork runs on,
+             * and the source then gives the fork's logits for the same tokens: neither wrote
+             * what the other reads */
             for (int phase = 0; phase < 2; phase++) {
                 r1 *fk[2] = {phase ? &hy : &sy, phase ? &hq : &sq};
+                akv_route_seq *orig[2] = {fk[0]->s, fk[1]->s};
+                akv_host_pool_stats hs0, hs1;
+                akv_host_pool_get_stats(p.hp, &hs0);
                 for (int i = 0; i < 2; i++) {
                     akv_route_seq *forked = NULL;
                     const akv_route_seq_params fpar = {.tag = 2};
                     if (!CHECK(akv_route_seq_fork(fk[i]->r, fk[i]->s, 100 + 3 * phase, &fpar, &forked) == AKV_OK))
                         continue;
-                    CHECK_OK(akv_route_seq_close(fk[i]->r, fk[i]->s));
                     fk[i]->s = forked;
                 }
+                akv_host_pool_get_stats(p.hp, &hs1);
+                /* 100 + 3 * phase tokens: 6 full pages of each layer shared by each fork, the
+                 * partial seventh copied */
+                CHECK_EQ_U64(hs1.n_shares - hs0.n_shares, 2u * 6 * mc->n_layers);
+                CHECK_EQ_U64(hs1.n_used - hs0.n_used, 2u * 1 * mc->n_layers);
+                float fl[2][3][23];
                 for (uint32_t k = 0; k < 3; k++) {
                     const int32_t *t = other + 3 * phase + k;
                     if (!CHECK(feed(&hy, fm, t, 1, lh) == AKV_OK) || !CHECK(feed(&sy, fm, t, 1, ls) == AKV_OK) ||
@@ -656,10 +668,28 @@ int main(int argc, char **argv) {
                         break;
                     CHECK_BYTES(ls, lh, sizeof lh);
                     CHECK_BYTES(lsq, lq, sizeof lq);
+                    memcpy(fl[0][k], phase ? lh : ls, sizeof lh);
+                    memcpy(fl[1][k], phase ? lq : lsq, sizeof lq);
                     CHECK_OK(akv__route_check(sy.r));
                     CHECK_OK(akv_route_sync(sq.r));
                     CHECK_OK(akv__route_check(sq.r));
+                    CHECK_OK(akv__host_pool_check(p.hp));
                 }
+                for (int i = 0; i < 2; i++) { /* the sources, fed the same tokens, then closed */
+                    akv_route_seq *forked = fk[i]->s;
+                    fk[i]->s = orig[i];
+                    for (uint32_t k = 0; k < 3; k++) {
+                        const int32_t *t = other + 3 * phase + k;
+                        float lo[23];
+                        if (!CHECK((i ? fx_feed_route(fk[i], NULL, fd, 1, t, 1, lo) : feed(fk[i], fm, t, 1, lo)) == AKV_OK))
+                            break;
+                        CHECK_BYTES(lo, fl[i][k], sizeof lo);
+                    }
+                    CHECK_OK(akv_route_sync(fk[i]->r));
+                    CHECK_OK(akv_route_seq_close(fk[i]->r, orig[i]));
+                    fk[i]->s = forked;
+                }
+                CHECK_OK(akv__host_pool_check(p.hp));
             }
             CHECK_OK(r1_close(&hy));
             CHECK_OK(r1_close(&hq));

@@ -11,6 +11,10 @@
  *               a handle {id, gen} whose gen is not the page's current one is *stale*.
  *   lease       a pin on one page and its generation (a copy in flight reads or writes it):
  *               while leased the page cannot be freed, so its id cannot be recycled.
+ *   owner       a page table holding the page. A page has one owner when allocated; sharing
+ *               it (a prefix several contexts hold, akv_host_table_share) adds owners, and a
+ *               free drops one: only the last owner's free frees it. A shared page is
+ *               immutable: the tables keep it full and never write it (akv/host_table.h).
  *
  * Growth and return. The pool starts with its kept arenas (keep_gib: allocated at create,
  * never returned; none by default). An allocation takes a free page of the lowest-numbered
@@ -25,7 +29,8 @@
  * floor(limit / page_bytes) page ids: floor(limit / arena_bytes) full arenas and, if a whole
  * page of the limit remains, one shorter last arena. AKV_EFULL when all of them are in use.
  *
- * Freeing a leased page. akv_host_pool_page_free refuses (AKV_EBUSY, nothing changed);
+ * Freeing a leased page. A free that drops one of several owners always succeeds (the page
+ * stays). For the last owner, akv_host_pool_page_free refuses (AKV_EBUSY, nothing changed);
  * akv_host_pool_page_free_deferred accepts, marks the page doomed (no new lease, no second
  * free; its address and the existing leases stay valid) and the last release frees it. A
  * cancelled context uses the deferred form: its pages are reused only after every copy that
@@ -39,6 +44,8 @@
  *   - pinned bytes held = sum of present arena sizes <= limit, and equals what the pool
  *     reports in akv_host_pool_stats;
  *   - a leased page is used (or doomed), never free; a doomed page is leased;
+ *   - a free page has no owner, a used page one or more, a doomed page exactly one (the
+ *     deferred free was its last owner's); the shares counted = sum of owners - 1;
  *   - generations never decrease for a page id, across arena returns too; gen 0 is never
  *     issued, so a zeroed handle is always stale.
  *
@@ -93,6 +100,7 @@ typedef struct akv_host_pool_stats {
     uint64_t n_free;          /* free pages inside present arenas */
     uint64_t n_leases;        /* live leases over all pages */
     uint64_t n_doomed;        /* pages whose deferred free waits for the last release */
+    uint64_t n_shares;        /* owners beyond the first, over all pages (0: nothing shared) */
     uint64_t n_allocs;        /* successful page allocations, ever */
     uint64_t n_refused_full;  /* allocations refused with AKV_EFULL at the limit */
     uint64_t n_arena_grows;   /* arenas allocated, ever */
@@ -118,14 +126,23 @@ akv_status akv_host_pool_destroy(akv_host_pool *pool);
  * or pinned memory that could not be had (nothing changed). */
 akv_status akv_host_pool_page_alloc(akv_host_pool *pool, akv_host_page *out);
 
-/* Frees a page. AKV_EBUSY while it is leased (nothing changed); AKV_ESTATE for a stale handle
+/* Frees a page: drops one owner of a shared page (always, leased or not); the last owner's
+ * free frees it, AKV_EBUSY while it is leased (nothing changed). AKV_ESTATE for a stale handle
  * or a doomed page (already freed deferred). Returns the page's arena if it was its last. */
 akv_status akv_host_pool_page_free(akv_host_pool *pool, akv_host_page page);
 
-/* Frees a page now if it is not leased, else when its last lease is released (the page is
- * doomed meanwhile: no new lease, no second free). AKV_ESTATE for a stale handle or a page
- * already doomed. */
+/* As page_free, except that the last owner's free of a leased page is accepted: the page is
+ * freed when its last lease is released (doomed meanwhile: no new lease, no second free, no
+ * share). AKV_ESTATE for a stale handle or a page already doomed. */
 akv_status akv_host_pool_page_free_deferred(akv_host_pool *pool, akv_host_page page);
+
+/* One more owner of a live page (a table that shares it): it is freed only when every owner
+ * has freed it. AKV_ESTATE for a stale handle or a doomed page; AKV_EOVERFLOW past 2^32-1
+ * owners. */
+akv_status akv_host_pool_page_share(akv_host_pool *pool, akv_host_page page);
+
+/* Owners of the page (1: held by one table); 0 for a stale handle. */
+uint32_t akv_host_pool_page_n_owners(const akv_host_pool *pool, akv_host_page page);
 
 /* Pins page + generation: until the matching release the page cannot be freed or recycled.
  * Leases nest (a count). AKV_ESTATE for a stale handle or a doomed page; AKV_EOVERFLOW past

@@ -11,12 +11,20 @@
  *                for a sequence with no page). Sequence s has (npages-1)*P + last_page_len
  *                tokens.
  *
+ *   shared page  a full page several tables hold (akv_host_table_share: a prefix another
+ *                context computed); the pool counts its owners (akv/host_pool.h).
+ *
  * Invariants (akv__host_table_check)
  *   - every layer holds exactly ceil(n_tokens / P) pages, each live in the pool;
- *   - no page appears twice in one table.
+ *   - no page appears twice in one table;
+ *   - a shared page is one of the table's full pages. Tokens are written only from a table's
+ *     end on (into its partial last page or pages grown for them), so no shared page is ever
+ *     written: a truncate that would leave a shared page partial gives the table a private
+ *     copy of it first (the one place this layer copies bytes: host memory, a page a layer).
  *
- * Ownership: the table owns its pages; destroying it frees them. The pool must outlive the
- * table. Thread-safety: none (the pool's owner thread).
+ * Ownership: the table owns its pages (with the other owners, for shared ones); destroying it
+ * frees them (drops its ownership of shared ones). The pool must outlive the table.
+ * Thread-safety: none (the pool's owner thread).
  */
 #ifndef AKV_HOST_TABLE_H
 #define AKV_HOST_TABLE_H
@@ -37,7 +45,7 @@ typedef struct akv_host_table akv_host_table;
 akv_status akv_host_table_create(akv_host_pool *pool, akv_host_table **out);
 
 /* Frees every page and the table. NULL is a no-op. AKV_EBUSY, nothing changed, while any of
- * its pages is leased (retire the copies first, or use akv_host_table_destroy_deferred). */
+ * the pages it alone holds is leased (retire the copies first, or use akv_host_table_destroy_deferred). */
 akv_status akv_host_table_destroy(akv_host_table *t);
 
 /* Frees the table now and each page now or, if leased, at its last release (the pool's
@@ -51,8 +59,17 @@ void akv_host_table_destroy_deferred(akv_host_table *t);
  * count per layer exceeds INT32_MAX. */
 akv_status akv_host_table_grow(akv_host_table *t, uint64_t n_tokens);
 
-/* Sets the length to n_tokens <= the current one, freeing whole pages past it in every layer.
- * AKV_EBUSY, nothing changed, while any of those pages is leased. */
+/* Makes the empty table dst hold src's first n_pages pages of every layer, shared (owned by
+ * both; its length n_pages * P): a prefix computed once, held by several contexts. AKV_EINVAL
+ * (logged) for a dst that is not empty or of another pool, or more pages than src holds full;
+ * AKV_EOVERFLOW (nothing changed) past the pool's owner count. */
+akv_status akv_host_table_share(akv_host_table *dst, const akv_host_table *src, uint32_t n_pages);
+
+/* Sets the length to n_tokens <= the current one, freeing whole pages past it in every layer
+ * (dropping the table's ownership of shared ones). A shared page that would become the partial
+ * last page is replaced by a private copy. AKV_EBUSY, nothing changed, while a page this table
+ * alone holds and would free is leased; AKV_EFULL or AKV_ENOMEM, nothing changed, when the
+ * private copy cannot be allocated. */
 akv_status akv_host_table_truncate(akv_host_table *t, uint64_t n_tokens);
 
 uint64_t akv_host_table_n_tokens(const akv_host_table *t);

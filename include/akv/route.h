@@ -351,13 +351,16 @@ akv_status akv_route_destroy(akv_route *r);
  * capacity cannot hold; AKV_ENOMEM. */
 akv_status akv_route_seq_open(akv_route *r, const akv_route_seq_params *p, akv_route_seq **out);
 
-/* Opens a sequence (params p, as at open) whose history is a copy of src's first n_tokens
- * tokens: src's host copy is completed first (what akv_route_sync does), then its pages are
- * copied into new host pages; the device window is filled from them at its first step, the
- * compact pages (a tier) made from them again. A request that shares another's prefix starts
- * from here instead of computing it (n choices of one prompt). AKV_EINVAL (logged) for more
- * tokens than src holds or the new params allow, AKV_EFULL (logged) when the host pool cannot
- * hold the copy; nothing is opened then. */
+/* Opens a sequence (params p, as at open) whose history is src's first n_tokens tokens: src's
+ * host copy is completed first (what akv_route_sync does); the full pages among them are
+ * shared with src (akv_host_table_share: no copy, neither writes them again), with the compact
+ * host copies src has made of them (staged tier); the partial last page, which both write on
+ * from, is copied into a page of its own. The device window is filled from the host copy at
+ * its first step, the device's compact pages (a tier) made again. A request that shares
+ * another's prefix starts from here instead of computing it (n choices of one prompt, a
+ * common system prompt). AKV_EINVAL (logged) for more tokens than src holds or the new params
+ * allow, AKV_EFULL (logged) when the host pool cannot hold the partial page; nothing is
+ * opened then. */
 akv_status akv_route_seq_fork(akv_route *r, akv_route_seq *src, uint64_t n_tokens,
                               const akv_route_seq_params *p, akv_route_seq **out);
 

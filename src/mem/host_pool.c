@@ -22,6 +22,7 @@ enum { HP_FREE = 0, HP_USED = 1, HP_DOOMED = 2 };
 typedef struct hp_page {
     uint32_t gen;      /* current generation; 0 only before the first allocation */
     uint32_t n_leases; /* live leases */
+    uint32_t n_owners; /* tables holding it (1 at its allocation; more once shared); 0 free */
     uint8_t state;     /* HP_FREE, HP_USED, HP_DOOMED */
     uint8_t mark;      /* scratch of the validity walker; 0 outside it */
 } hp_page;
@@ -236,7 +237,7 @@ static akv_status hp_arena_grow(akv_host_pool *pool, uint32_t s) {
     a->free_stack = (uint32_t *)(pages + n);
     /* Stack top = index 0, so an arena fills from its low addresses. */
     for (uint32_t i = 0; i < n; i++) {
-        pages[i] = (hp_page){.gen = a->gen_floor, .n_leases = 0, .state = HP_FREE, .mark = 0};
+        pages[i] = (hp_page){.gen = a->gen_floor, .state = HP_FREE};
         a->free_stack[i] = (uint32_t)(n - 1 - i);
     }
     a->n_free = (uint32_t)n;
@@ -273,6 +274,7 @@ akv_status akv_host_pool_page_alloc(akv_host_pool *pool, akv_host_page *out) {
     AKV_ASSERT(pg->state == HP_FREE && pg->n_leases == 0);
     pg->gen = pg->gen == UINT32_MAX ? 1 : pg->gen + 1; /* 0 is never issued */
     pg->state = HP_USED;
+    pg->n_owners = 1;
     pool->st.n_used++;
     pool->st.n_free--;
     pool->st.n_allocs++;
@@ -301,6 +303,7 @@ static void hp_free_now(akv_host_pool *pool, hp_arena *a, uint32_t i) {
     AKV_ASSERT(pg->n_leases == 0 && pg->state != HP_FREE);
     if (pg->state == HP_DOOMED) pool->st.n_doomed--;
     pg->state = HP_FREE;
+    pg->n_owners = 0;
     a->free_stack[a->n_free++] = i;
     pool->st.n_used--;
     pool->st.n_free++;
@@ -320,14 +323,18 @@ static hp_page *hp_find_undoomed(akv_host_pool *pool, akv_host_page page, const 
     return NULL;
 }
 
-/* Frees now, or (deferred) dooms a leased page so that its last release frees it. */
+/* Drops one owner of a shared page; the last owner frees it now, or (deferred) dooms a leased
+ * page so that its last release frees it. */
 static akv_status hp_free(akv_host_pool *pool, akv_host_page page, int deferred) {
     if (!pool) return AKV_EINVAL;
     hp_arena *a;
     uint32_t i;
     hp_page *pg = hp_find_undoomed(pool, page, deferred ? "deferred free" : "free", &a, &i);
     if (!pg) return AKV_ESTATE;
-    if (pg->n_leases == 0) {
+    if (pg->n_owners > 1) { /* another table still holds it: its leases are that table's too */
+        pg->n_owners--;
+        pool->st.n_shares--;
+    } else if (pg->n_leases == 0) {
         hp_free_now(pool, a, i);
     } else if (deferred) {
         pg->state = HP_DOOMED;
@@ -348,17 +355,33 @@ akv_status akv_host_pool_page_free_deferred(akv_host_pool *pool, akv_host_page p
     return hp_free(pool, page, 1);
 }
 
-akv_status akv_host_pool_page_lease(akv_host_pool *pool, akv_host_page page) {
+/* One more owner (share) or lease of a live, undoomed page: each a count up to 2^32-1. */
+static akv_status hp_count_up(akv_host_pool *pool, akv_host_page page, int owner) {
     if (!pool) return AKV_EINVAL;
-    hp_page *pg = hp_find_undoomed(pool, page, "lease", NULL, NULL);
+    const char *op = owner ? "share" : "lease";
+    hp_page *pg = hp_find_undoomed(pool, page, op, NULL, NULL);
     if (!pg) return AKV_ESTATE;
-    if (pg->n_leases == UINT32_MAX) {
-        AKV_LOG_E("host pool: lease refused: the page already has 2^32-1 leases");
+    uint32_t *n = owner ? &pg->n_owners : &pg->n_leases;
+    if (*n == UINT32_MAX) {
+        AKV_LOG_E("host pool: %s refused: the page already has 2^32-1 %s", op, owner ? "owners" : "leases");
         return AKV_EOVERFLOW;
     }
-    pg->n_leases++;
-    pool->st.n_leases++;
+    ++*n;
+    ++*(owner ? &pool->st.n_shares : &pool->st.n_leases);
     return AKV_OK;
+}
+
+akv_status akv_host_pool_page_share(akv_host_pool *pool, akv_host_page page) {
+    return hp_count_up(pool, page, 1);
+}
+
+uint32_t akv_host_pool_page_n_owners(const akv_host_pool *pool, akv_host_page page) {
+    const hp_page *pg = pool ? hp_find(pool, page, NULL, NULL) : NULL;
+    return pg ? pg->n_owners : 0;
+}
+
+akv_status akv_host_pool_page_lease(akv_host_pool *pool, akv_host_page page) {
+    return hp_count_up(pool, page, 0);
 }
 
 akv_status akv_host_pool_page_release(akv_host_pool *pool, akv_host_page page) {
@@ -421,7 +444,7 @@ akv_status akv__host_pool_check(akv_host_pool *pool) {
         return AKV_ESTATE;                                                                         \
     } while (0)
     const hp_layout *l = &pool->lay;
-    uint64_t n_used = 0, n_free = 0, n_leases = 0, n_doomed = 0, cap = 0;
+    uint64_t n_used = 0, n_free = 0, n_leases = 0, n_doomed = 0, n_shares = 0, cap = 0;
     size_t pinned = 0;
     uint32_t n_arenas = 0;
     for (uint32_t s = 0; s < l->n_slots; s++) {
@@ -455,6 +478,8 @@ akv_status akv__host_pool_check(akv_host_pool *pool) {
             int bad = (pg->state == HP_FREE) != (pg->mark == 1) || pg->state > HP_DOOMED ||
                       (pg->state == HP_FREE && pg->n_leases) ||
                       (pg->state == HP_DOOMED && pg->n_leases == 0) ||
+                      (pg->state == HP_FREE) != (pg->n_owners == 0) ||
+                      (pg->state == HP_DOOMED && pg->n_owners != 1) ||
                       (pg->state != HP_FREE && pg->gen == 0) || pg->gen < a->gen_floor;
             if (bad && bad_i == UINT32_MAX) bad_i = i;
             pg->mark = 0;
@@ -462,13 +487,14 @@ akv_status akv__host_pool_check(akv_host_pool *pool) {
             n_free += pg->state == HP_FREE;
             n_leases += pg->n_leases;
             n_doomed += pg->state == HP_DOOMED;
+            n_shares += pg->n_owners > 1 ? pg->n_owners - 1 : 0;
         }
         if (dup) HP_BAD("slot %u: a page is on the free stack twice", s);
         if (bad_i != UINT32_MAX) {
             const hp_page *pg = &a->pages[bad_i];
-            HP_BAD("slot %u page %u: state %u, %u leases, gen %u (floor %u), or its place on "
-                   "the free stack disagrees with its state",
-                   s, bad_i, pg->state, pg->n_leases, pg->gen, a->gen_floor);
+            HP_BAD("slot %u page %u: state %u, %u leases, %u owners, gen %u (floor %u), or its "
+                   "place on the free stack disagrees with its state",
+                   s, bad_i, pg->state, pg->n_leases, pg->n_owners, pg->gen, a->gen_floor);
         }
     }
     const akv_host_pool_stats *st = &pool->st;
@@ -476,14 +502,16 @@ akv_status akv__host_pool_check(akv_host_pool *pool) {
                                    (unsigned long long)l->capacity);
     if (pinned > l->limit_bytes) HP_BAD("%zu pinned bytes over the limit %zu", pinned, l->limit_bytes);
     if (n_arenas != st->n_arenas || pinned != st->pinned_bytes || n_used != st->n_used ||
-        n_free != st->n_free || n_leases != st->n_leases || n_doomed != st->n_doomed)
+        n_free != st->n_free || n_leases != st->n_leases || n_doomed != st->n_doomed ||
+        n_shares != st->n_shares)
         HP_BAD("counts disagree: arenas %u/%u pinned %zu/%zu used %llu/%llu free %llu/%llu "
-               "leases %llu/%llu doomed %llu/%llu",
+               "leases %llu/%llu doomed %llu/%llu shares %llu/%llu",
                n_arenas, st->n_arenas, pinned, st->pinned_bytes, (unsigned long long)n_used,
                (unsigned long long)st->n_used, (unsigned long long)n_free,
                (unsigned long long)st->n_free, (unsigned long long)n_leases,
                (unsigned long long)st->n_leases, (unsigned long long)n_doomed,
-               (unsigned long long)st->n_doomed);
+               (unsigned long long)st->n_doomed, (unsigned long long)n_shares,
+               (unsigned long long)st->n_shares);
     return AKV_OK;
 #undef HP_BAD
 }

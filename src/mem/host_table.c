@@ -1,5 +1,7 @@
-/* host_table.c — per-context, per-layer host page lists and their CSR export. */
+/* host_table.c — per-context, per-layer host page lists, shared prefixes and their CSR export. */
 #include "akv/host_table.h"
+
+#include <string.h>
 
 #include "core/alloc.h"
 #include "core/log.h"
@@ -39,7 +41,8 @@ static void ht_free_tail(akv_host_table *t, uint32_t from) {
     t->n_pages = from;
 }
 
-/* Whether any page [from, n_pages) of any layer is leased (a free would be refused). */
+/* Whether any page [from, n_pages) of any layer that this table alone holds is leased (its free
+ * would be refused; a shared page's free only drops this table's ownership). */
 static int ht_any_leased(const akv_host_table *t, uint32_t from) {
     /* The cheap global test first: no lease anywhere means none here. */
     akv_host_pool_stats st;
@@ -47,7 +50,9 @@ static int ht_any_leased(const akv_host_table *t, uint32_t from) {
     if (st.n_leases == 0) return 0;
     for (uint32_t l = 0; l < t->n_layers; l++)
         for (uint32_t k = from; k < t->n_pages; k++)
-            if (akv_host_pool_page_n_leases(t->pool, t->pages[l * t->cap + k])) return 1;
+            if (akv_host_pool_page_n_leases(t->pool, t->pages[l * t->cap + k]) &&
+                akv_host_pool_page_n_owners(t->pool, t->pages[l * t->cap + k]) == 1)
+                return 1;
     return 0;
 }
 
@@ -126,6 +131,35 @@ akv_status akv_host_table_grow(akv_host_table *t, uint64_t n_tokens) {
     return AKV_OK;
 }
 
+akv_status akv_host_table_share(akv_host_table *dst, const akv_host_table *src, uint32_t n_pages) {
+    if (!dst || !src) return AKV_EINVAL;
+    if (dst->pool != src->pool || dst->n_tokens) {
+        AKV_LOG_E("host table: share into a table %s", dst->n_tokens ? "that is not empty" : "of another pool");
+        return AKV_EINVAL;
+    }
+    if (n_pages > src->n_tokens / src->page_tokens) {
+        AKV_LOG_E("host table: share of %u pages: the source holds %llu full pages", n_pages,
+                  (unsigned long long)(src->n_tokens / src->page_tokens));
+        return AKV_EINVAL;
+    }
+    akv_status st = ht_reserve(dst, n_pages);
+    for (uint32_t l = 0; !st && l < dst->n_layers; l++)
+        for (uint32_t k = 0; k < n_pages; k++) {
+            const akv_host_page h = src->pages[l * src->cap + k];
+            if ((st = akv_host_pool_page_share(dst->pool, h))) { /* give back what was taken */
+                for (uint32_t l2 = 0; l2 <= l; l2++)
+                    for (uint32_t k2 = 0; k2 < (l2 < l ? n_pages : k); k2++)
+                        (void)akv_host_pool_page_free(dst->pool, dst->pages[l2 * dst->cap + k2]);
+                break;
+            }
+            dst->pages[l * dst->cap + k] = h;
+        }
+    if (st) return st;
+    dst->n_pages = n_pages;
+    dst->n_tokens = (uint64_t)n_pages * dst->page_tokens;
+    return AKV_OK;
+}
+
 akv_status akv_host_table_truncate(akv_host_table *t, uint64_t n_tokens) {
     if (!t) return AKV_EINVAL;
     if (n_tokens > t->n_tokens) {
@@ -139,6 +173,34 @@ akv_status akv_host_table_truncate(akv_host_table *t, uint64_t n_tokens) {
                   (unsigned long long)n_tokens);
         return AKV_EBUSY;
     }
+    /* A shared page would become this table's partial last page, written from its end on: the
+     * table takes a private copy of it instead (all layers' copies allocated first, so a full
+     * pool changes nothing). Shared pages stay full and unwritten. */
+    akv_host_page *own = NULL;
+    if (n_tokens % t->page_tokens) { /* a partial last page: keep >= 1 */
+        for (uint32_t l = 0; l < t->n_layers; l++) {
+            const akv_host_page h = t->pages[l * t->cap + keep - 1];
+            if (akv_host_pool_page_n_owners(t->pool, h) < 2) continue;
+            if (!own && !(own = akv__calloc(t->n_layers, sizeof *own))) return AKV_ENOMEM;
+            akv_status st = akv_host_pool_page_alloc(t->pool, &own[l]);
+            if (st) {
+                for (uint32_t l2 = 0; l2 < l; l2++)
+                    if (own[l2].gen) (void)akv_host_pool_page_free(t->pool, own[l2]);
+                akv__free(own);
+                return st;
+            }
+        }
+    }
+    for (uint32_t l = 0; own && l < t->n_layers; l++) {
+        if (!own[l].gen) continue;
+        akv_host_page *h = &t->pages[l * t->cap + keep - 1];
+        memcpy(akv_host_pool_page_addr(t->pool, own[l]), akv_host_pool_page_addr(t->pool, *h),
+               akv_host_pool_page_bytes(t->pool));
+        akv_status st = akv_host_pool_page_free(t->pool, *h); /* one owner fewer: never refused */
+        AKV_ASSERT(st == AKV_OK);
+        *h = own[l];
+    }
+    akv__free(own);
     ht_free_tail(t, keep);
     t->n_tokens = n_tokens;
     return AKV_OK;
@@ -201,12 +263,18 @@ akv_status akv__host_table_check(const akv_host_table *t) {
                   (unsigned long long)t->n_tokens, t->n_pages, t->cap);
         return AKV_ESTATE;
     }
+    const uint64_t n_full = t->n_tokens / t->page_tokens;
     for (uint32_t l = 0; l < t->n_layers; l++)
         for (uint32_t k = 0; k < t->n_pages; k++) {
             akv_host_page h = t->pages[l * t->cap + k];
             if (!akv_host_pool_page_is_live(t->pool, h)) {
                 AKV_LOG_E("host table check: layer %u page %u (id %u gen %u) is not live", l, k,
                           h.id, h.gen);
+                return AKV_ESTATE;
+            }
+            if (k >= n_full && akv_host_pool_page_n_owners(t->pool, h) > 1) {
+                AKV_LOG_E("host table check: layer %u page %u (id %u) is shared and is not full: "
+                          "its next token would write a page another table reads", l, k, h.id);
                 return AKV_ESTATE;
             }
             /* duplicates: pages of one table are distinct ids (quadratic only in tests) */

@@ -745,6 +745,14 @@ static akv_status route_fills_submit(akv_route *r) {
 /* One sequence's new rows of `layer` to its host copy, per page touched: queued, one 2D copy on
  * the D2H queue (2*n_kv_heads runs of rows at a pitch of P rows); direct, one synchronous copy
  * per run. */
+/* The bytes of page p of a table's layer l, to be written: a page only this table holds (a
+ * shared page is full and never written again, akv/host_table.h; this is where that holds). */
+static uint8_t *route_page_to_write(akv_host_pool *pool, const akv_host_table *t, uint32_t l, uint64_t p) {
+    const akv_host_page h = akv_host_table_page(t, l, (uint32_t)p);
+    AKV_ASSERT(akv_host_pool_page_n_owners(pool, h) == 1);
+    return akv_host_pool_page_addr(pool, h);
+}
+
 akv_status akv__route_copy_rows(akv_route *r, akv_route_seq *s, uint32_t layer) {
     const akv_geom *g = &r->geom;
     uint32_t P = g->page_tokens;
@@ -753,8 +761,7 @@ akv_status akv__route_copy_rows(akv_route *r, akv_route_seq *s, uint32_t layer) 
         uint64_t t0, t1;
         akv__route_page_rows(r, s, p, &t0, &t1);
         akv_dptr dpage = akv_dev_pool_page_addr(r->dp, akv__route_page_id(r, s, layer, p));
-        uint8_t *hpage =
-            akv_host_pool_page_addr(r->hp, akv_host_table_page(s->ht, layer, (uint32_t)p));
+        uint8_t *hpage = route_page_to_write(r->hp, s->ht, layer, p);
         size_t w = (size_t)(t1 - t0) * row;
         if (r->queued) {
             size_t off = (size_t)t0 * row;
@@ -991,17 +998,6 @@ akv_status akv_route_seq_read_pages(akv_route *r, akv_route_seq *s, akv_route_re
     return seq_pages_walk(r, s, s->n_tokens, seq_read_page, &r_);
 }
 
-typedef struct fork_src {
-    akv_route *r;
-    const akv_route_seq *src;
-} fork_src;
-
-static akv_status fork_fill(void *user, uint32_t layer, uint32_t page, void *dst, size_t bytes) {
-    const fork_src *f = user;
-    memcpy(dst, akv_host_pool_page_addr(f->r->hp, akv_host_table_page(f->src->ht, layer, page)), bytes);
-    return AKV_OK;
-}
-
 akv_status akv_route_seq_fork(akv_route *r, akv_route_seq *src, uint64_t n_tokens,
                               const akv_route_seq_params *p, akv_route_seq **out) {
     akv_status st = route_seq_ok(r, src, "fork");
@@ -1014,8 +1010,35 @@ akv_status akv_route_seq_fork(akv_route *r, akv_route_seq *src, uint64_t n_token
                   (unsigned long long)n_tokens, (unsigned long long)src->n_tokens);
         return AKV_EINVAL;
     }
-    fork_src f = {r, src};
-    return akv_route_seq_open_filled(r, p, n_tokens, fork_fill, &f, out);
+    akv_route_seq *s;
+    if ((st = akv_route_seq_open(r, p, &s))) return st;
+    if (n_tokens > s->p.max_history) {
+        AKV_LOG_E("route: a fork of %llu tokens into a sequence of {=max_history} %llu",
+                  (unsigned long long)n_tokens, (unsigned long long)s->p.max_history);
+        (void)akv_route_seq_close(r, s);
+        return AKV_EINVAL;
+    }
+    /* src's full pages shared (neither writes them again: akv/host_table.h), with the compact
+     * copies made of them; the partial last page copied, since both write on from there */
+    const uint32_t P = r->geom.page_tokens, full = (uint32_t)(n_tokens / P);
+    const uint32_t hc = s->cht ? (src->hc_valid < full ? src->hc_valid : full) : 0;
+    st = akv_host_table_share(s->ht, src->ht, full);
+    if (!st) st = akv_host_table_grow(s->ht, n_tokens);
+    if (!st && s->cht && !(st = akv_host_table_share(s->cht, src->cht, hc)))
+        st = akv_host_table_grow(s->cht, n_tokens);
+    if (st == AKV_EFULL) AKV_LOG_E("route: the host pool is full: raise {=host_gib}");
+    if (st) {
+        (void)akv_route_seq_close(r, s);
+        return st;
+    }
+    const size_t pb = akv_host_pool_page_bytes(r->hp);
+    for (uint32_t l = 0; n_tokens % P && l < r->geom.n_layers; l++)
+        memcpy(route_page_to_write(r->hp, s->ht, l, full),
+               akv_host_pool_page_addr(r->hp, akv_host_table_page(src->ht, l, full)), pb);
+    s->hc_valid = hc; /* the device window, and the compact pages, made at its first step */
+    s->n_tokens = n_tokens;
+    *out = s;
+    return AKV_OK;
 }
 
 akv_status akv_route_seq_truncate(akv_route *r, akv_route_seq *s, uint64_t n_tokens) {
@@ -1334,7 +1357,7 @@ static akv_status route_compact_copies(akv_route *r, const akv_route_req *reqs, 
                 st = route_cjob_push(
                     r, (akv__route_cjob){
                            .src = akv_host_pool_page_addr(r->hp, akv_host_table_page(s->ht, l, lp)),
-                           .dst = akv_host_pool_page_addr(r->hpc, akv_host_table_page(s->cht, l, lp))});
+                           .dst = route_page_to_write(r->hpc, s->cht, l, lp)});
     }
     if (!st) st = route_encode_jobs(r);
     for (uint32_t i = 0; i < n && !st; i++) {

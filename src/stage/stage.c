@@ -715,6 +715,8 @@ akv_status akv_stage_writeback(akv_stage *st, akv_stage_lease l, uint32_t owner_
     size_t n_rows = 2 * (size_t)g->n_kv_heads;
     unsigned char *dst = akv_host_pool_page_addr(st->hpool, host);
     AKV_ASSERT(dst); /* leased since begin: cannot be stale */
+    /* its own page: a shared page is full and never written again (akv/host_table.h) */
+    AKV_ASSERT(akv_host_pool_page_n_owners(st->hpool, host) == 1);
     if (rec->n_written == 0) {
         if (!(st->broken & AKV__STAGE_BREAK_ATTN_WAIT))
             STAGE_DEV(st, rec, "write-back (wait for attention)",
