@@ -92,6 +92,16 @@ static akv_engine *engine_open(const akv_model *m, akv_engine_params *over) {
     return e;
 }
 
+/* A conversation's next turn into dst: tok[0, n) (its first prompt), then n_reply tokens of
+ * its reply, then tok[at, at + n_more) (the new turn); returns the length. */
+static uint32_t next_turn(int32_t *dst, const int32_t *tok, uint32_t n, const seen *reply,
+                          uint32_t n_reply, uint32_t at, uint32_t n_more) {
+    memcpy(dst, tok, n * sizeof *dst);
+    memcpy(dst + n, reply->tok, n_reply * sizeof *dst);
+    memcpy(dst + n + n_reply, tok + at, n_more * sizeof *dst);
+    return n + n_reply + n_more;
+}
+
 /* Greedy request params over tokens[n]. */
 static akv_request_params greedy(const int32_t *tokens, uint32_t n, uint32_t max_tokens, seen *s) {
     akv_request_params rp = {.prompt = tokens, .n_prompt = n, .max_tokens = max_tokens,
@@ -494,9 +504,7 @@ int main(int argc, char **argv) {
         CHECK_OK(akv_engine_submit(a, &p1, &ra, NULL));
         CHECK(run_all(a, 100) > 0);
         int32_t conv[80];
-        memcpy(conv, tokens, 40 * sizeof *conv);
-        memcpy(conv + 40, t1.tok, 6 * sizeof *conv);
-        memcpy(conv + 46, tokens + 400, 12 * sizeof *conv); /* the next turn */
+        next_turn(conv, tokens, 40, &t1, 6, 400, 12); /* the next turn */
         akv_log_set(NULL, NULL, AKV_LOG_OFF);
         CHECK_STATUS(akv_engine_session_save(a, conv, 46, "/nonexistent/dir/s.akv"), AKV_EIO);
         CHECK_STATUS(akv_engine_session_save(a, tokens + 300, 5, path), AKV_ENOTFOUND);
@@ -568,6 +576,80 @@ int main(int argc, char **argv) {
             akv_model_destroy(m2);
         }
         remove(path);
+    }
+
+    TEST_CASE(slots_listed_saved_restored_erased) {
+        /* llama-server's slots: A runs in slot 0 and B goes idle in slot 1; slot 0 saved,
+         * erased (gone from the list, nothing left to save), restored into slot 5 (A's next
+         * turn reuses all of it) and into slot 1 in B's place; a file that cannot be loaded
+         * leaves a slot as it was; a running request's slot is neither erased nor replaced */
+        char path[] = "/tmp/akv_slot_XXXXXX";
+        int fd = mkstemp(path);
+        if (!CHECK(fd >= 0)) break;
+        close(fd);
+        akv_engine_params ep = akv_engine_default_params();
+        ep.max_seqs = 2, ep.max_idle = 8;
+        akv_engine *e = engine_open(model, &ep);
+        if (!e) break;
+        static seen sa, sb, sc, sd;
+        memset(&sa, 0, sizeof sa), memset(&sb, 0, sizeof sb), memset(&sc, 0, sizeof sc);
+        memset(&sd, 0, sizeof sd);
+        akv_request *ra, *rb, *rc, *rd;
+        akv_engine_slot sl[4];
+        akv_request_params pa = greedy(tokens, 40, 4, &sa);
+        pa.id = 77;
+        CHECK_OK(akv_engine_submit(e, &pa, &ra, NULL));
+        CHECK_OK(akv_engine_step(e, NULL));
+        CHECK_EQ_INT(akv_engine_slots(e, sl, 4), 1);
+        CHECK(sl[0].id == 0 && sl[0].running && sl[0].request_id == 77);
+        CHECK(run_all(e, 100) > 0);
+        akv_request_params pb = greedy(tokens + 500, 30, 2, &sb);
+        CHECK_OK(akv_engine_submit(e, &pb, &rb, NULL));
+        CHECK(run_all(e, 100) > 0);
+        CHECK_EQ_INT(akv_engine_slots(e, sl, 4), 2);
+        CHECK(sl[0].id == 0 && !sl[0].running && sl[0].n_tokens == 43);
+        CHECK(sl[1].id == 1 && !sl[1].running && sl[1].n_tokens == 31);
+        uint32_t n = 0;
+        CHECK_OK(akv_engine_slot_save(e, 0, path, &n));
+        CHECK_EQ_INT(n, 43);
+        CHECK_OK(akv_engine_slot_erase(e, 0, &n));
+        CHECK_EQ_INT(n, 43);
+        akv_log_set(NULL, NULL, AKV_LOG_OFF);
+        CHECK_STATUS(akv_engine_slot_save(e, 0, path, &n), AKV_ENOTFOUND);
+        CHECK_STATUS(akv_engine_slot_erase(e, 7, &n), AKV_ENOTFOUND);
+        CHECK_STATUS(akv_engine_slot_restore(e, 1, "/nonexistent/slot.bin", &n), AKV_ENOTFOUND);
+        CHECK_STATUS(akv_engine_slot_restore(e, AKV_ENGINE_MAX_SLOT, path, &n), AKV_EINVAL);
+        akv_log_set(NULL, NULL, AKV_LOG_WARN);
+        CHECK_EQ_INT(akv_engine_slots(e, sl, 4), 1);
+        CHECK(sl[0].id == 1 && sl[0].n_tokens == 31); /* B's, as it was */
+        CHECK_OK(akv_engine_slot_restore(e, 5, path, &n));
+        CHECK_EQ_INT(n, 43);
+        CHECK_EQ_INT(akv_engine_slots(e, sl, 4), 2);
+        CHECK(sl[0].id == 1 && sl[1].id == 5 && sl[1].n_tokens == 43);
+        int32_t next[64];
+        akv_request_params pc = greedy(next, next_turn(next, tokens, 40, &sa, 4, 700, 6), 2, &sc);
+        CHECK_OK(akv_engine_submit(e, &pc, &rc, NULL));
+        CHECK(run_all(e, 100) > 0);
+        akv_request_info ic;
+        akv_request_get_info(rc, &ic);
+        CHECK_EQ_U64(ic.n_cached, 43); /* slot 5's conversation, going on */
+        CHECK_OK(akv_engine_slot_restore(e, 1, path, &n)); /* in B's place */
+        CHECK_EQ_INT(akv_engine_slots(e, sl, 4), 2);
+        CHECK(sl[0].id == 1 && sl[0].n_tokens == 43 && sl[1].id == 5);
+        akv_request_params pd = greedy(tokens + 800, 30, 20, &sd);
+        CHECK_OK(akv_engine_submit(e, &pd, &rd, NULL));
+        CHECK_OK(akv_engine_step(e, NULL));
+        CHECK_EQ_INT(akv_engine_slots(e, sl, 4), 3);
+        CHECK(sl[0].id == 0 && sl[0].running); /* the lowest free number */
+        akv_log_set(NULL, NULL, AKV_LOG_OFF);
+        CHECK_STATUS(akv_engine_slot_erase(e, 0, &n), AKV_EBUSY);
+        CHECK_STATUS(akv_engine_slot_restore(e, 0, path, &n), AKV_EBUSY);
+        CHECK_STATUS(akv_engine_slot_save(e, 0, path, &n), AKV_EBUSY);
+        akv_log_set(NULL, NULL, AKV_LOG_WARN);
+        CHECK(run_all(e, 100) > 0);
+        CHECK_OK(akv__engine_check(e));
+        akv_engine_destroy(e);
+        unlink(path);
     }
 
     TEST_CASE(session_directory_keeps_closed_conversations) {
@@ -773,10 +855,7 @@ int main(int argc, char **argv) {
         CHECK(whole > 4096 && now == whole); /* the earlier file as it was */
         CHECK_EQ_INT(dir_each(dir, NULL), 1); /* no temporary file left */
         int32_t next[52];
-        memcpy(next, tokens, 40 * sizeof *next);
-        memcpy(next + 40, t1.tok, 6 * sizeof *next);
-        memcpy(next + 46, tokens + 700, 6 * sizeof *next);
-        akv_request_params p2 = greedy(next, 52, 3, &t2);
+        akv_request_params p2 = greedy(next, next_turn(next, tokens, 40, &t1, 6, 700, 6), 3, &t2);
         CHECK_OK(akv_engine_submit(e, &p2, &q2, NULL));
         CHECK(run_all(e, 100) > 0);
         akv_request_info info;
@@ -959,10 +1038,7 @@ int main(int argc, char **argv) {
         CHECK_OK(akv_engine_submit(e, &pa, &ra, NULL));
         CHECK(run_all(e, 100) > 0);
         int32_t pb_tok[64];
-        memcpy(pb_tok, tokens, 30 * sizeof *pb_tok);
-        memcpy(pb_tok + 30, a.tok, a.n * sizeof *pb_tok);
-        memcpy(pb_tok + 30 + a.n, tokens + 500, 12 * sizeof *pb_tok);
-        uint32_t nb = 30 + a.n + 12;
+        const uint32_t nb = next_turn(pb_tok, tokens, 30, &a, a.n, 500, 12);
         akv_request_params pb = greedy(pb_tok, nb, 6, &b);
         CHECK_OK(akv_engine_submit(e, &pb, &rb, NULL));
         CHECK(run_all(e, 100) > 0);
@@ -979,6 +1055,72 @@ int main(int argc, char **argv) {
         CHECK(run_all(e, 100) > 0);
         size_t at;
         CHECK(fx_rel_err(b.logits[0], f.logits[0], NV, &at) < 1e-4);
+        akv_engine_destroy(e);
+    }
+
+    TEST_CASE(conversations_share_a_prefix_by_reference) {
+        /* A (a 40-token system prompt and a question) finishes and is idle. B (the same 40
+         * tokens, another question) starts from a fork of A that shares A's two full pages of
+         * the prefix and copies the partial third: B computes only its own tokens, A stays
+         * whole. C, A's conversation going on, then reuses all of A (no fork). B's logits are
+         * B's alone, bit for bit; a salted request shares nothing */
+        akv_engine_params ep = akv_engine_default_params();
+        ep.max_seqs = 2, ep.max_idle = 4;
+        akv_engine *e = engine_open(model, &ep);
+        if (!e) break;
+        const uint32_t n_layers = akv_engine_get_plan(e)->geom.n_layers;
+        static seen a, b, c, d, f;
+        memset(&a, 0, sizeof a), memset(&b, 0, sizeof b), memset(&c, 0, sizeof c);
+        memset(&d, 0, sizeof d), memset(&f, 0, sizeof f);
+        akv_request *ra, *rb, *rc, *rd, *rf;
+        akv_request_params pa = greedy(tokens, 60, 5, &a);
+        CHECK_OK(akv_engine_submit(e, &pa, &ra, NULL));
+        CHECK(run_all(e, 100) > 0);
+        int32_t pb_tok[60];
+        memcpy(pb_tok, tokens, 40 * sizeof *pb_tok);
+        for (int i = 40; i < 60; i++) pb_tok[i] = (tokens[i] + 1 + i) % NV; /* not A's */
+        akv_request_params pb = greedy(pb_tok, 60, 5, &b);
+        CHECK_OK(akv_engine_submit(e, &pb, &rb, NULL));
+        CHECK_OK(akv_engine_step(e, NULL));
+        akv_host_pool_stats hs;
+        akv_host_pool_get_stats(akv_engine_host_pool(e), &hs);
+        CHECK_EQ_U64(hs.n_shares, 2u * n_layers); /* pages 0 and 1 of every layer: A's and B's */
+        CHECK_OK(akv__engine_check(e));
+        CHECK(run_all(e, 100) > 0);
+        akv_request_info ib;
+        akv_request_get_info(rb, &ib);
+        CHECK_EQ_U64(ib.n_cached, 40);
+        akv_engine_stats es;
+        akv_engine_get_stats(e, &es);
+        CHECK_EQ_U64(es.n_forked, 1);
+        CHECK_EQ_INT(es.n_idle, 2);
+        int32_t pc_tok[80];
+        akv_request_params pc = greedy(pc_tok, next_turn(pc_tok, tokens, 60, &a, 5, 700, 10), 3, &c);
+        CHECK_OK(akv_engine_submit(e, &pc, &rc, NULL));
+        CHECK(run_all(e, 100) > 0);
+        akv_request_info ic;
+        akv_request_get_info(rc, &ic);
+        CHECK_EQ_U64(ic.n_cached, 64); /* A's prompt and the 4 replies it fed: A, whole */
+        akv_engine_get_stats(e, &es);
+        CHECK_EQ_U64(es.n_forked, 1); /* A was taken on, not forked */
+        akv_request_params pd = greedy(pb_tok, 60, 5, &d);
+        pd.cache_salt = 3;
+        CHECK_OK(akv_engine_submit(e, &pd, &rd, NULL));
+        CHECK(run_all(e, 100) > 0);
+        akv_request_info id;
+        akv_request_get_info(rd, &id);
+        CHECK_EQ_U64(id.n_cached, 0);
+        CHECK_OK(akv__engine_check(e));
+        akv_engine_destroy(e);
+        ep.no_reuse = true;
+        if (!(e = engine_open(model, &ep))) break;
+        akv_request_params pf = greedy(pb_tok, 60, 5, &f);
+        CHECK_OK(akv_engine_submit(e, &pf, &rf, NULL));
+        CHECK(run_all(e, 100) > 0);
+        CHECK(b.n == 5 && memcmp(b.tok, f.tok, sizeof b.tok[0] * 5) == 0);
+        CHECK(memcmp(d.tok, f.tok, sizeof d.tok[0] * 5) == 0);
+        CHECK(b.n_logits == 5 && f.n_logits == 5); /* bit for bit: the host pass is batch-invariant */
+        CHECK(memcmp(b.logits, f.logits, 5 * sizeof b.logits[0]) == 0);
         akv_engine_destroy(e);
     }
 
@@ -1339,6 +1481,10 @@ int main(int argc, char **argv) {
                             akv_engine_release(e, live[k]);
                             live[k] = NULL;
                         }
+                        /* the device's work ends (a device that never ends it keeps what it
+                         * may still write: the engine leaks it, by design) */
+                        (void)akv_dev_sync(dev);
+                        ok &= CHECK(akv_dev_clear_faults(dev) == AKV_OK);
                         akv_engine_destroy(e);
                         gave_up++;
                         if (!(e = engine_open(wm, &ep))) break;

@@ -257,6 +257,7 @@ int main(int argc, char **argv) {
         CHECK_EQ_INT(parse(req, &h, &f), 1);
         CHECK_EQ_INT(h.method, AKV_HTTP_POST);
         CHECK(h.path.len == 15 && !memcmp(req + h.path.off, "/v1/completions", 15));
+        CHECK(h.query.len == 3 && !memcmp(req + h.query.off, "x=1", 3));
         CHECK_EQ_INT(h.framing, AKV_HTTP_BODY_LENGTH);
         CHECK_EQ_U64(h.content_length, 12);
         CHECK(h.has_authorization && h.authorization.len == 8 &&
@@ -265,7 +266,11 @@ int main(int argc, char **argv) {
         CHECK_EQ_U64(h.n_bytes, strlen(req) - 4);
         /* bare LF line ends; HTTP/1.0 closes unless keep-alive; absolute-form */
         CHECK_EQ_INT(parse("GET http://h:1/health HTTP/1.0\nX: y\n\n", &h, &f), 1);
-        CHECK(!h.keep_alive && h.minor == 0 && h.path.len == 7);
+        CHECK(!h.keep_alive && h.minor == 0 && h.path.len == 7 && h.query.len == 0);
+        CHECK_EQ_INT(parse("GET http://h:1/slots/0?action=save&b= HTTP/1.0\n\n", &h, &f), 1);
+        CHECK(h.path.len == 8 && h.query.len == 14);
+        CHECK_EQ_INT(parse("GET /? HTTP/1.0\n\n", &h, &f), 1);
+        CHECK(h.path.len == 1 && h.query.len == 0);
         CHECK_EQ_INT(parse("GET / HTTP/1.0\r\nConnection: Keep-Alive\r\n\r\n", &h, &f), 1);
         CHECK(h.keep_alive);
         CHECK_EQ_INT(parse("GET / HTTP/1.1\r\nHost: a\r\nConnection: foo, close\r\n\r\n", &h, &f),
@@ -295,6 +300,7 @@ int main(int argc, char **argv) {
             int status;
         } bad[] = {
             {"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\nContent-Length: 5\r\n\r\n", 400},
+            {"GET /a?b#c HTTP/1.1\r\nHost: a\r\n\r\n", 400}, /* a fragment after the query */
             {"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 5, 5\r\n\r\n", 400},
             {"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: +5\r\n\r\n", 400},
             {"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\nTransfer-Encoding: "

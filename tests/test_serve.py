@@ -15,6 +15,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 
@@ -938,13 +939,99 @@ def case_kv_tier(env):
                    js["choices"][0]["text"], want)
 
 
+def case_shared_system_prompt(env):
+    """Two conversations with one long system prompt (more than a page, 256 tokens here): the
+    second starts from a fork of the first, which shares the prefix's full host pages (the
+    gauge counts them) and reports them as cached; the first stays whole, so its next turn
+    reuses all of it."""
+    system = {"role": "system", "content": "You are a careful assistant. " +
+              "Rules: be brief, be kind, be exact, and say so when unsure. " * 30}
+    story = "Here is a story. " + "The river runs to the sea and the boats go with it. " * 30
+    a = [system, {"role": "user", "content": story}]
+    cl = env.main.client()
+    cached = lambda r: (r.usage.prompt_tokens_details.cached_tokens
+                        if r.usage.prompt_tokens_details else 0)
+    ra = cl.chat.completions.create(model="any", messages=a, max_tokens=2, temperature=0)
+    rb = cl.chat.completions.create(model="any", messages=[system, {"role": "user", "content": "Say hello."}],
+                                    max_tokens=2, temperature=0)
+    expect(cached(rb) >= 256, "the system prompt reused", cached(rb), ra.usage.prompt_tokens)
+    expect(env.main.idle() and env.main.metric("akv:host_pool_shared_pages") >= 1,
+           "its full pages shared", env.main.metric("akv:host_pool_shared_pages"))
+    a2 = a + [{"role": "assistant", "content": ra.choices[0].message.content},
+              {"role": "user", "content": "And then?"}]
+    r2 = cl.chat.completions.create(model="any", messages=a2, max_tokens=2, temperature=0)
+    expect(cached(r2) >= ra.usage.prompt_tokens, "the first conversation kept whole",
+           cached(r2), ra.usage.prompt_tokens, cached(rb))
+
+
+def case_slots(env):
+    """llama-server's slots: a finished conversation is listed in slot 0, saved to a file in
+    --slot-save-path, erased (gone from the list; nothing left to save), restored into slot 3
+    (listed there; its next turn reuses it); bad slot numbers, actions, file names, a missing
+    and a damaged file are refused by name; without --slot-save-path save answers 501."""
+    with tempfile.TemporaryDirectory() as d:
+        s = Server(env.akv, env.model, "--parallel", "2", "--max-context", "1024",
+                   "--slot-save-path", d)
+        try:
+            a = [{"role": "user", "content": "Name two rivers of Europe."}]
+            ra = s.client().chat.completions.create(model="any", messages=a, max_tokens=4, temperature=0)
+            st, js = s.raw("GET", "/slots")
+            expect(st == 200 and len(js) == 1 and js[0]["id"] == 0 and not js[0]["is_processing"]
+                   and js[0]["n_tokens"] >= ra.usage.prompt_tokens, "GET /slots", st, js)
+            n = js[0]["n_tokens"]
+            st, js = s.raw("POST", "/slots/0?action=save", {"filename": "a.bin"})
+            expect(st == 200 and js["id_slot"] == 0 and js["filename"] == "a.bin" and
+                   js["n_saved"] == n and js["n_written"] == os.path.getsize(os.path.join(d, "a.bin"))
+                   and "save_ms" in js["timings"], "save", st, js)
+            st, js = s.raw("POST", "/slots/0?action=erase")
+            expect(st == 200 and js == {"id_slot": 0, "n_erased": n}, "erase", st, js)
+            st, js = s.raw("GET", "/v1/slots")
+            expect(st == 200 and js == [], "erased: no slot", st, js)
+            st, js = s.raw("POST", "/slots/0?action=save", {"filename": "b.bin"})
+            expect(st == 404 and "holds no conversation" in js["error"]["message"], "nothing to save", st, js)
+            st, js = s.raw("POST", "/slots/3?action=restore", {"filename": "a.bin"})
+            expect(st == 200 and js["n_restored"] == n and js["n_read"] > 0, "restore", st, js)
+            st, js = s.raw("GET", "/slots")
+            expect(st == 200 and [x["id"] for x in js] == [3] and js[0]["n_tokens"] == n,
+                   "restored into slot 3", st, js)
+            a2 = a + [{"role": "assistant", "content": ra.choices[0].message.content},
+                      {"role": "user", "content": "And a third?"}]
+            r2 = s.client().chat.completions.create(model="any", messages=a2, max_tokens=2, temperature=0)
+            expect(r2.usage.prompt_tokens_details.cached_tokens >= ra.usage.prompt_tokens,
+                   "the restored conversation reused", r2.usage)
+            for path, body, status, word in (
+                    ("/slots/x?action=save", {"filename": "c"}, 400, "Invalid slot ID"),
+                    ("/slots/99999999?action=save", {"filename": "c"}, 400, "Invalid slot ID"),
+                    ("/slots/0", {"filename": "c"}, 400, "?action="),
+                    ("/slots/0?action=drop", {"filename": "c"}, 400, "?action="),
+                    ("/slots/0?action=save", {"filename": "../c"}, 400, "filename"),
+                    ("/slots/0?action=save", {"filename": ""}, 400, "filename"),
+                    ("/slots/0?action=save", {"name": "c"}, 400, "filename"),
+                    ("/slots/0?action=restore", {"filename": "missing.bin"}, 404, "no file"),
+                    ("/slots/7?action=erase", None, 404, "holds no conversation")):
+                st, js = s.raw("POST", path, body)
+                expect(st == status and word in js["error"]["message"], f"POST {path} {body}", st, js)
+            with open(os.path.join(d, "bad.bin"), "wb") as f:
+                f.write(b"not a session at all" * 10)
+            st, js = s.raw("POST", "/slots/3?action=restore", {"filename": "bad.bin"})
+            expect(st == 400 and "not a session" in js["error"]["message"], "a damaged file", st, js)
+            st, js = s.raw("GET", "/slots")
+            expect([x["n_tokens"] for x in js] == [js[0]["n_tokens"]] and js[0]["id"] == 3,
+                   "slot 3 as it was", js)
+            st, js = s.raw("GET", "/slots/0")
+            expect(st == 405, "GET /slots/N", st, js)
+        finally:
+            expect(s.stop() == 0, "stopped", "\n".join(s.log[-10:]))
+    st, js = env.main.raw("POST", "/slots/0?action=save", {"filename": "a.bin"})
+    expect(st == 501 and "--slot-save-path" in js["error"]["message"], "no --slot-save-path", st, js)
+
+
 def case_session_dir(env):
     """--session-dir: with one idle conversation kept in memory (--parallel 1), a second
     conversation sends the first to the directory; its next turn reads it back (cached tokens,
     the counters say so) and answers as a server that kept it in memory; the files outlive
     the server (another one on the directory finds them); a directory that is not one is
     refused at start."""
-    import tempfile
     d = tempfile.mkdtemp(prefix="akv_sdir_")
     try:
         a = [{"role": "user", "content": "Name three rivers of Europe and say where each flows."}]
@@ -1498,7 +1585,8 @@ def case_config_refused(env):
     """Configurations that could serve nothing stop at start, naming the setting."""
     for flags, word in ((["--max-context", "1"], "--max-context must be at least 2"),
                         (["--chat-template", "nosuch"], "neither a file nor a template family"),
-                        (["--parallel", "0"], "--parallel must be at least 1")):
+                        (["--parallel", "0"], "--parallel must be at least 1"),
+                        (["--slot-save-path", "/nonexistent/dir"], "not an existing directory")):
         r = subprocess.run([env.akv, "serve", "-m", env.model, "--port", "0", *flags],
                            capture_output=True, text=True, timeout=60)
         expect(r.returncode == 2 and word in r.stderr, f"akv serve {' '.join(flags)}",

@@ -24,7 +24,8 @@ static const char serve_usage[] =
     "\n"
     "Serves the model over HTTP with OpenAI's API: POST /v1/chat/completions and\n"
     "/v1/completions (streamed with \"stream\": true), GET /v1/models, /health and /metrics\n"
-    "(Prometheus). Requests run together in the engine's batch steps; what cannot be served\n"
+    "(Prometheus), and llama-server's slots: GET /slots, POST /slots/N?action=save, restore\n"
+    "or erase. Requests run together in the engine's batch steps; what cannot be served\n"
     "is refused with the reason (429 when the queue is full, 503 when it can never fit).\n"
     "SIGINT, SIGTERM or SIGHUP stops it: the listening socket closes at once, requests in\n"
     "flight get --grace seconds, a second signal cancels them at once.\n"
@@ -59,6 +60,9 @@ static const char serve_usage[] =
     "                           of --max-connections); past it: /health, else 429\n"
     "      --seed S             the seed of requests that give none (default: a fresh one\n"
     "                           per request)\n"
+    "      --slot-save-path DIR an existing directory where POST /slots/N?action=save writes\n"
+    "                           slot N's conversation ({\"filename\": F}) and restore reads it\n"
+    "                           back (default: none; those actions answer 501)\n"
     "  -v, --verbose            a log line per request\n"
     "  -h, --help               this text\n"
     "Engine and default sampling (a request's own fields win):\n";
@@ -98,7 +102,7 @@ static double serve_now(void) {
 
 int akv_cmd_serve(int argc, char **argv) {
     enum { O_HOST = 256, O_PORT, O_KEY, O_ALIAS, O_QUEUE, O_PROMPT, O_BODY, O_TIMEOUT, O_GRACE,
-           O_CONNS, O_IDLE, O_READ, O_PER_CLIENT };
+           O_CONNS, O_IDLE, O_READ, O_PER_CLIENT, O_SLOTS };
     static const struct option own[] = {
                                          {"host", required_argument, 0, O_HOST},
                                          {"port", required_argument, 0, O_PORT},
@@ -115,6 +119,7 @@ int akv_cmd_serve(int argc, char **argv) {
                                          {"read-timeout", required_argument, 0, O_READ},
                                          {"max-connections-per-client", required_argument, 0,
                                           O_PER_CLIENT},
+                                         {"slot-save-path", required_argument, 0, O_SLOTS},
                                          {"verbose", no_argument, 0, 'v'},
                                          {"help", no_argument, 0, 'h'},
                                          {0, 0, 0, 0}};
@@ -141,6 +146,7 @@ int akv_cmd_serve(int argc, char **argv) {
         case O_HOST: p.host = optarg; break;
         case O_PORT: ok = akv_tool_parse_max("serve", "port", optarg, 65535, &port); break;
         case O_KEY: key = optarg; break;
+        case O_SLOTS: p.slot_save_path = optarg; break;
         case O_ALIAS: alias = optarg; break;
         case O_QUEUE: ok = akv_tool_parse_max("serve", "max-queue", optarg, 1u << 20, &queue); break;
         case 'n': ok = akv_tool_parse_max("serve", "n-predict", optarg, UINT32_MAX, &n_predict); break;
@@ -187,6 +193,11 @@ int akv_cmd_serve(int argc, char **argv) {
         return AKV_EXIT_USAGE;
     }
     struct stat sb;
+    if (p.slot_save_path && (stat(p.slot_save_path, &sb) != 0 || !S_ISDIR(sb.st_mode))) {
+        fprintf(stderr, "akv serve: --slot-save-path '%s' is not an existing directory\n",
+                p.slot_save_path);
+        return AKV_EXIT_USAGE;
+    }
     if (stat(e.model, &sb) != 0) {
         fprintf(stderr, "akv serve: -m '%s': %s%s\n", e.model, strerror(errno),
                 strcmp(e.model, AKV_TOOL_DEFAULT_MODEL) ? "" : " (bash scripts/fetch-model)");

@@ -335,10 +335,12 @@ typedef struct akv_engine_stats {
     uint64_t n_finished[AKV_FINISH_ERROR + 1];
     uint64_t n_preemptions;      /* always 0: admission reserves a request's whole need */
     uint64_t prompt_tokens;      /* prompt tokens computed */
-    uint64_t cached_tokens;      /* prompt tokens reused from idle contexts or copied from a
-                                    running request's (forked) */
-    uint64_t n_forked;           /* requests that started from a copy of a running request's
-                                    context (akv_route_seq_fork) */
+    uint64_t cached_tokens;      /* prompt tokens reused from idle contexts or forked from
+                                    another context */
+    uint64_t n_forked;           /* requests that started from a fork of another context, a
+                                    running request's or an idle conversation that holds a
+                                    page or more beyond the prefix (akv_route_seq_fork: its full
+                                    pages shared) */
     uint64_t gen_tokens;         /* tokens sampled */
     uint64_t n_idle_closed;      /* idle contexts closed to make room or beyond max_idle */
     uint64_t n_spilled;          /* of them, written to the session directory first */
@@ -410,6 +412,36 @@ akv_status akv_engine_step(akv_engine *e, bool *did_work);
 akv_status akv_engine_session_save(akv_engine *e, const int32_t *tokens, uint32_t n,
                                    const char *path);
 akv_status akv_engine_session_load(akv_engine *e, const char *path, uint32_t *n_tokens);
+
+/* Slots, llama-server's numbered view of the conversations the engine holds (docs/engine.md,
+ * "Slots"): every context, running or idle, has a number below AKV_ENGINE_MAX_SLOT, given when
+ * it first runs or goes idle (the lowest free one) and kept while it lives. Between steps, on
+ * the engine's thread. */
+#define AKV_ENGINE_MAX_SLOT 65536u
+typedef struct akv_engine_slot {
+    uint32_t id;
+    uint32_t n_tokens;   /* its history */
+    bool running;        /* a request runs on it (else idle: a finished conversation) */
+    uint64_t request_id; /* the running request's id */
+} akv_engine_slot;
+
+/* Returns how many slots there are, n, and fills out[0..min(n, cap)): sorted by number when
+ * n <= cap. */
+uint32_t akv_engine_slots(const akv_engine *e, akv_engine_slot *out, uint32_t cap);
+
+/* Slot id's conversation to path, as akv_engine_session_save writes it (*n_tokens: its
+ * length). AKV_ENOTFOUND (no context holds the slot), AKV_EBUSY (a request runs on it), or the
+ * save's errors; all logged. */
+akv_status akv_engine_slot_save(akv_engine *e, uint32_t id, const char *path, uint32_t *n_tokens);
+
+/* The conversation saved in path becomes slot id's, idle (*n_tokens: its length); what the
+ * slot held (idle) is closed once the file is loaded, so a file that cannot be loaded leaves
+ * the slot as it was. AKV_EBUSY (a request runs on the slot), AKV_EINVAL (id not below
+ * AKV_ENGINE_MAX_SLOT), or the load's errors (akv_engine_session_load); all logged. */
+akv_status akv_engine_slot_restore(akv_engine *e, uint32_t id, const char *path, uint32_t *n_tokens);
+
+/* Closes slot id's idle conversation (*n_tokens: what it held). AKV_ENOTFOUND, AKV_EBUSY. */
+akv_status akv_engine_slot_erase(akv_engine *e, uint32_t id, uint32_t *n_tokens);
 
 /* Whether a request is queued or running. */
 bool akv_engine_busy(const akv_engine *e);

@@ -89,6 +89,9 @@ typedef struct akv_server_params {
                                       connection may still ask /health; else 503 */
     uint32_t max_connections_per_client; /* of those, from one client address; 0 = half of
                                       max_connections. Past it: /health, else 429 */
+    const char *slot_save_path;    /* an existing directory: POST /slots/N?action=save and
+                                      restore read and write files there (NULL: those answer
+                                      501, as llama-server's do without --slot-save-path) */
     int content_specials;          /* 1 = control-token texts inside chat message contents are
                                       read as control tokens (llama-server's and vLLM's way);
                                       0 = contents are plain text (OpenAI's way) */

@@ -408,7 +408,7 @@ static uint64_t engine_host_pages(const akv_engine *e, uint64_t n_tokens) {
     return engine_pages(e, n_tokens) * e->plan.geom.n_layers;
 }
 
-static void idle_remove(akv_engine *e, akv__ctx *c) {
+void akv__engine_idle_remove(akv_engine *e, akv__ctx *c) {
     if (c->prev) c->prev->next = c->next;
     else e->idle_head = c->next;
     if (c->next) c->next->prev = c->prev;
@@ -418,7 +418,19 @@ static void idle_remove(akv_engine *e, akv__ctx *c) {
     e->host_idle -= engine_host_pages(e, c->n_tokens);
 }
 
+/* c's slot, given when it first runs or goes idle: the lowest number no other context holds. */
+static void ctx_take_slot(akv_engine *e, akv__ctx *c) {
+    for (uint32_t k = 1; !c->slot1; k++) {
+        bool held = false;
+        for (akv__ctx *o = e->idle_head; o && !held; o = o->next) held = o->slot1 == k;
+        for (uint32_t i = 0; i < e->n_run && !held; i++)
+            held = e->run[i]->ctx && e->run[i]->ctx->slot1 == k;
+        if (!held) c->slot1 = k;
+    }
+}
+
 static void idle_push(akv_engine *e, akv__ctx *c) {
+    ctx_take_slot(e, c);
     c->prev = e->idle_tail, c->next = NULL;
     if (e->idle_tail) e->idle_tail->next = c;
     else e->idle_head = c;
@@ -444,7 +456,7 @@ static void engine_trim_idle(akv_engine *e) {
         akv__ctx *c = e->idle_head; /* the lowest retention, least recently used among equals */
         for (akv__ctx *o = c->next; o; o = o->next)
             if (o->retention < c->retention) c = o;
-        idle_remove(e, c);
+        akv__engine_idle_remove(e, c);
         akv__spill_out(e, c); /* with a session directory: written there first */
         akv__ctx_close(e, c);
         e->stats.n_idle_closed++;
@@ -482,7 +494,7 @@ static uint32_t ctx_shares(const akv__ctx *c, const akv_request *rq) {
 }
 
 /* The context sharing the longest prefix with the prompt (NULL: none shares a token): an idle
- * one, or a running request's (*running: it is forked, a copy, and keeps running). */
+ * one, or a running request's (*running: it is forked, and keeps running). */
 static akv__ctx *engine_find_prefix(akv_engine *e, const akv_request *rq, uint32_t *lcp,
                                     bool *running) {
     akv__ctx *best = NULL;
@@ -492,10 +504,10 @@ static akv__ctx *engine_find_prefix(akv_engine *e, const akv_request *rq, uint32
         const uint32_t k = ctx_shares(c, rq);
         if (k > *lcp) *lcp = k, best = c;
     }
-    for (uint32_t i = 0; i < e->n_run; i++) { /* a running one is copied: worth it from a chunk on */
+    for (uint32_t i = 0; i < e->n_run; i++) { /* a running one is forked: from a page on */
         akv__ctx *c = e->run[i]->ctx;
         const uint32_t k = c ? ctx_shares(c, rq) : 0;
-        if (k > *lcp && k >= e->plan.chunk) *lcp = k, best = c, *running = true;
+        if (k > *lcp && k >= e->plan.geom.page_tokens) *lcp = k, best = c, *running = true;
     }
     return best;
 }
@@ -547,8 +559,11 @@ static void engine_admit(akv_engine *e, akv_request *rq) {
     rq->info.t_admit = akv_clock_s();
 }
 
-/* An admitted request's context: an idle one sharing its prefix (truncated to it), or a new
- * sequence; idle contexts closed while the host pages would not fit. */
+/* An admitted request's context: the idle one that shares its prefix, truncated to it when what
+ * it holds beyond is less than a page (the same conversation, going on), else forked (another
+ * conversation sharing a prefix, a system prompt: it stays whole); a fork of a running one's;
+ * or a new sequence. A fork shares the full pages of the prefix (akv_route_seq_fork). Idle
+ * contexts closed while the host pages would not fit. */
 static akv_status engine_start(akv_engine *e, akv_request *rq) {
     uint32_t lcp = 0;
     bool running = false;
@@ -566,31 +581,34 @@ static akv_status engine_start(akv_engine *e, akv_request *rq) {
                                .exact = rq->p.kv_exact};
     akv_status st;
     bool forked = false;
-    if (c && cached > 0 && running) { /* a copy of its first tokens; it runs on */
+    if (c && cached > 0 && (running || c->n_tokens - cached >= e->plan.geom.page_tokens)) {
         akv__ctx *from = c;
-        engine_trim_idle(e); /* the copy's pages are in this request's reservation */
-        if (!(c = akv__calloc(1, sizeof *c))) return AKV_ENOMEM;
-        c->exact = rq->p.kv_exact, c->salt = rq->p.cache_salt;
-        if ((st = ctx_append(c, from->tokens, cached)) ||
-            (st = akv_route_seq_fork(e->route, from->seq, cached, &sp, &c->seq))) {
-            akv__free(c->tokens), akv__free(c);
-            if (st != AKV_EFULL) return st;
-            /* the idle contexts still hold the pool (their pages are not all reclaimable
-             * now): the prompt is computed instead */
-            c = NULL, cached = 0;
-        } else {
-            e->stats.n_forked++, forked = true;
+        if (!running) akv__engine_idle_remove(e, from); /* out of the trim's reach while it is forked */
+        engine_trim_idle(e); /* the fork's pages are in this request's reservation */
+        st = (c = akv__calloc(1, sizeof *c)) ? AKV_OK : AKV_ENOMEM;
+        if (!st) {
+            c->exact = rq->p.kv_exact, c->salt = rq->p.cache_salt;
+            if (!(st = ctx_append(c, from->tokens, cached)))
+                st = akv_route_seq_fork(e->route, from->seq, cached, &sp, &c->seq);
+            if (st) akv__free(c->tokens), akv__free(c), c = NULL;
         }
+        /* an idle source is idle again, the most recent (closed if it cannot stay) */
+        if (!running) (void)akv__engine_idle_adopt(e, from);
+        if (st && st != AKV_EFULL) return st;
+        /* EFULL: the idle contexts still hold the pool (their pages are not all reclaimable
+         * now): the prompt is computed instead */
+        if (st) cached = 0;
+        else e->stats.n_forked++, forked = true;
     }
     if (forked) {
-        /* the copy is its context */
+        /* the fork is its context */
     } else if (c && cached > 0) {
         if (cached < c->n_tokens) akv__spill_out(e, c); /* the whole conversation kept on disk */
         if ((st = akv_route_seq_truncate(e->route, c->seq, cached)) ||
             (st = akv_route_seq_set_params(e->route, c->seq, &sp)))
             return st; /* it stays idle (as long as it was: a truncate that failed changed
                           nothing), the step fails and is tried again */
-        idle_remove(e, c);
+        akv__engine_idle_remove(e, c);
         c->n_tokens = cached;
     } else {
         cached = 0;
@@ -602,6 +620,7 @@ static akv_status engine_start(akv_engine *e, akv_request *rq) {
         }
         c->exact = rq->p.kv_exact, c->salt = rq->p.cache_salt;
     }
+    ctx_take_slot(e, c);
     c->owner = rq;
     rq->ctx = c;
     rq->prefill0 = cached;

@@ -27,6 +27,8 @@ typedef struct akv__ctx {
     int32_t *tokens;       /* [n_tokens] = the sequence's history, in order */
     uint32_t n_tokens, cap;
     akv_request *owner;    /* the request running on it; NULL: idle */
+    uint32_t slot1;        /* 1 + its slot number (akv_engine_slots); 0 until it first runs or
+                              goes idle */
     bool exact;            /* its history is kept exact (akv_request_params.kv_exact) */
     uint64_t salt;         /* the cache_salt of the requests that wrote it */
     int8_t retention;      /* idle: its last request's retention (trimmed lowest first) */
@@ -176,6 +178,8 @@ bool akv__request_is_eog(const akv_engine *e, int32_t token);
  * most recently used, and older idle ones beyond max_idle or the host pages are closed.
  * AKV_EFULL (c closed) when the running requests' reservations leave no room for it. */
 akv_status akv__engine_idle_adopt(akv_engine *e, akv__ctx *c);
+/* Takes c off the idle list (it stays open: the caller closes or runs it). */
+void akv__engine_idle_remove(akv_engine *e, akv__ctx *c);
 
 /* Closes a context (NULL: nothing; its pages are freed after their fences:
  * akv_route_seq_close) and frees it. */

@@ -56,6 +56,8 @@ void akv_srv_req_unref(akv_srv_req *r) {
     akv__free(r->text);
     akv__free(r->toks);
     akv__free(r->ptoks);
+    akv__free(r->slot.path);
+    akv__free(r->slot.list);
     pthread_mutex_destroy(&r->mu);
     if (r->lead) { /* its api, prompt and eventfd are the lead's */
         akv_srv_req_unref(r->lead);

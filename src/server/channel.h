@@ -11,7 +11,7 @@
  *   channel  the request's outcome so far, under its lock: its phase (pending, admitted,
  *            refused, done), its text, its refusal, its finish and token counts, plus an
  *            eventfd the engine side writes after every change.
- *   queue    SUBMIT and CANCEL commands from HTTP threads to the engine thread, first in
+ *   queue    SUBMIT, CANCEL and SLOT commands from HTTP threads to the engine thread, first in
  *            first out, so a request's CANCEL always reaches the engine after its SUBMIT.
  *            Once closed it takes nothing more; what it still holds is the engine thread's
  *            to drain.
@@ -53,6 +53,26 @@ typedef struct akv_srv_tok {
     float top_lp[AKV_API_MAX_TOP_LOGPROBS];
 } akv_srv_tok;
 
+/* A slot command (GET /slots, POST /slots/N?action=...: slots.c): what the HTTP side asks,
+ * and the engine thread's answer, written before the request is done. */
+typedef enum akv_srv_slot_action {
+    AKV_SRV_SLOTS_LIST = 0,
+    AKV_SRV_SLOT_SAVE,
+    AKV_SRV_SLOT_RESTORE,
+    AKV_SRV_SLOT_ERASE,
+} akv_srv_slot_action;
+
+typedef struct akv_srv_slot_op {
+    akv_srv_slot_action action;
+    uint32_t id;
+    char *path;              /* save, restore: the file (freed with the request) */
+    akv_status st;           /* the answer: the engine's status ... */
+    uint32_t n_tokens;       /* ... the conversation's length ... */
+    double ms;               /* ... the action's time ... */
+    akv_engine_slot *list;   /* ... list: every slot (freed with the request) */
+    uint32_t n_list;
+} akv_srv_slot_op;
+
 typedef struct akv_srv_req {
     /* set by the HTTP side before the submit, read-only after */
     void *owner; /* the server */
@@ -84,6 +104,7 @@ typedef struct akv_srv_req {
     bool cancelled;      /* a canceller set end */
     uint32_t n_prompt, n_cached, n_gen;
     int refs;
+    akv_srv_slot_op slot; /* a slot command's: the HTTP side's question, then the answer */
     /* engine thread only */
     akv_request *rq;
     double t_last; /* the last token's time */
@@ -135,6 +156,7 @@ akv_status akv_srv_req_take_text(akv_srv_req *r, char **piece, size_t *n, akv_sr
 typedef enum akv_srv_cmd_kind {
     AKV_SRV_SUBMIT = 0,
     AKV_SRV_CANCEL,
+    AKV_SRV_SLOT, /* a slot command (r->slot): answered by finishing r */
 } akv_srv_cmd_kind;
 
 typedef struct akv_srv_cmd {

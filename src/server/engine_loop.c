@@ -220,6 +220,7 @@ static void engine_snapshot(akv_server *s) {
     pthread_mutex_lock(&s->mu);
     s->m.engine = es, s->m.dev_pool = ds;
     s->m.host_used_bytes = hs.n_used * hs.page_bytes, s->m.host_limit_bytes = hs.limit_bytes;
+    s->m.host_shared_pages = hs.n_shares;
     s->m.h2d_bytes = rs.h2d_bytes, s->m.staged_bytes = rs.staged_bytes,
     s->m.d2h_bytes = rs.d2h_bytes;
     pthread_mutex_unlock(&s->mu);
@@ -289,6 +290,11 @@ void *akv__server_engine_main(void *arg) {
             if (c->kind == AKV_SRV_CANCEL) {
                 if (r->rq) akv_engine_cancel(s->engine, r->rq);
                 akv_srv_cmd_free(c); /* the command's reference */
+                continue;
+            }
+            if (c->kind == AKV_SRV_SLOT) {
+                akv__server_slot_run(s, r);
+                akv_srv_cmd_free(c);
                 continue;
             }
             akv__free(c);     /* a SUBMIT's reference becomes the engine thread's */

@@ -423,7 +423,7 @@ static void conn_bad_framing(akv_http *h, akv_http_conn *c, const akv_http_fault
 static bool conn_take_head(akv_http *h, akv_http_conn *c) {
     const akv_http_head *hd = &c->head;
     const size_t auth = hd->has_authorization ? hd->authorization.len + 1 : 0;
-    char *s = akv__malloc(hd->method_name.len + 1 + hd->path.len + 1 + auth);
+    char *s = akv__malloc(hd->method_name.len + 1 + hd->path.len + 1 + hd->query.len + 1 + auth);
     if (!s) {
         conn_close(h, c);
         return false;
@@ -434,15 +434,19 @@ static bool conn_take_head(akv_http *h, akv_http_conn *c) {
     char *path = s + hd->method_name.len + 1;
     memcpy(path, c->in + hd->path.off, hd->path.len);
     path[hd->path.len] = '\0';
+    char *query = path + hd->path.len + 1;
+    memcpy(query, c->in + hd->query.off, hd->query.len);
+    query[hd->query.len] = '\0';
     char *a = NULL;
     if (auth) {
-        a = path + hd->path.len + 1;
+        a = query + hd->query.len + 1;
         memcpy(a, c->in + hd->authorization.off, hd->authorization.len);
         a[hd->authorization.len] = '\0';
     }
     c->rq = (akv_http_request){.method = hd->method,
                                .method_name = s,
                                .path = path,
+                               .query = query,
                                .authorization = a,
                                .minor = hd->minor,
                                .overflow = c->overflow};

@@ -52,6 +52,7 @@ typedef struct akv_http_request {
     akv_http_method method;
     const char *method_name;
     const char *path;          /* as sent (no percent-decoding), without the query */
+    const char *query;         /* what followed '?', as sent ("" when none) */
     const char *authorization; /* the header's value, or NULL */
     int minor;                 /* HTTP/1.<minor> */
     const char *body;          /* the whole body (NULL in on_head, and when there is none) */

@@ -147,8 +147,13 @@ static int parse_request_line(const char *b, size_t at, size_t end, akv_http_hea
     size_t p1 = p0;
     while (p1 < t1 && b[p1] != '?' && b[p1] != '#')
         p1++;
-    if (p1 < t1 && b[p1] == '#') return fault_set(f, 400, "a request target cannot hold '#'");
+    size_t q1 = p1 < t1 ? p1 + 1 : t1; /* the query: after '?' to the end */
+    while (q1 < t1 && b[q1] != '#')
+        q1++;
+    if ((p1 < t1 && b[p1] == '#') || q1 < t1)
+        return fault_set(f, 400, "a request target cannot hold '#'");
     h->path = span_of(p0, p1);
+    h->query = p1 < t1 ? span_of(p1 + 1, t1) : span_of(t1, t1);
     return 0;
 }
 

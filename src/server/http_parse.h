@@ -64,6 +64,7 @@ typedef struct akv_http_head {
     akv_http_span method_name; /* the method token as sent */
     akv_http_span path;        /* the target's path: origin-form without its query, the
                                   path of an absolute-form target, or "*" */
+    akv_http_span query;       /* what follows the path's '?', without it (empty: none) */
     int minor;                 /* HTTP/1.<minor>: 0 or 1 */
     akv_http_framing framing;
     uint64_t content_length; /* AKV_HTTP_BODY_LENGTH: the body's bytes */

@@ -111,6 +111,9 @@ size_t akv_metrics_render(const akv_metrics *m, const char *model, char *buf, si
     gauge(&o, "host_pool_used_bytes", "Host pool: bytes of pages handed out", model,
           (double)m->host_used_bytes);
     gauge(&o, "host_pool_limit_bytes", "Host pool: its limit", model, (double)m->host_limit_bytes);
+    gauge(&o, "host_pool_shared_pages", "Host pool: pages held by more contexts than one "
+          "(a shared prefix), counted once for each context beyond the first", model,
+          (double)m->host_shared_pages);
     gauge(&o, "host_pages_reserved", "Host pages reserved by admitted requests (per layer)",
           model, (double)e->host_pages_reserved);
     histo(&o, "time_to_first_token_seconds", "Arrival to first token", model, &m->ttft);

@@ -63,6 +63,7 @@ typedef struct akv_metrics {
     akv_engine_stats engine;
     akv_dev_pool_stats dev_pool;
     uint64_t host_used_bytes, host_limit_bytes;
+    uint64_t host_shared_pages; /* owners beyond the first over the host pool's pages */
     uint64_t h2d_bytes, staged_bytes, d2h_bytes;
     int ready;
 } akv_metrics;

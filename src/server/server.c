@@ -35,7 +35,7 @@ static void error_response(akv_server *s, const akv_api_error *e, int refusal,
     if (e->status == 401) resp->www_authenticate = true;
 }
 
-static void err_response(akv_server *s, int status, const char *type, int refusal, const char *msg,
+void akv__srv_err(akv_server *s, int status, const char *type, int refusal, const char *msg,
                          akv_http_response *resp) {
     akv_api_error e;
     akv_api_error_set(&e, status, type, NULL, NULL, "%s", msg);
@@ -48,10 +48,10 @@ static void err_response_named(akv_server *s, int status, const char *type, int 
                                const char *msg, akv_http_response *resp) {
     char said[384];
     akv_log_render(msg, s->p.settings_namer, s->p.settings_user, said, sizeof said);
-    err_response(s, status, type, refusal, said, resp);
+    akv__srv_err(s, status, type, refusal, said, resp);
 }
 
-static void text_response(int status, const char *type, char *text /* akv__malloc'ed */,
+void akv__srv_text(int status, const char *type, char *text /* akv__malloc'ed */,
                           akv_http_response *resp) {
     resp->status = text ? status : 503;
     resp->content_type = type;
@@ -67,7 +67,7 @@ static int get_state(akv_server *s) {
 }
 
 static void not_ready(akv_server *s, int state, akv_http_response *resp) {
-    err_response(s, 503, "server_error", AKV_MREFUSE_NOT_READY,
+    akv__srv_err(s, 503, "server_error", AKV_MREFUSE_NOT_READY,
                  state == AKV_SRV_LOADING  ? "the model is loading; retry when /health says ok"
                  : state == AKV_SRV_FAILED ? "the model failed to load or the device failed"
                                            : "the server is shutting down",
@@ -84,6 +84,8 @@ typedef enum srv_route {
     ROUTE_MODELS,
     ROUTE_CHAT,
     ROUTE_COMPLETION,
+    ROUTE_SLOTS,       /* GET /slots */
+    ROUTE_SLOT_ACTION, /* POST /slots/N?action=... (N checked by slots.c) */
 } srv_route;
 
 /* The route of a path, matched as sent: no percent-decoding, so "/health%00x" is no route.
@@ -99,9 +101,12 @@ static srv_route route_of(const char *path) {
                   {"/v1/chat/completions", ROUTE_CHAT},
                   {"/chat/completions", ROUTE_CHAT},
                   {"/v1/completions", ROUTE_COMPLETION},
-                  {"/completions", ROUTE_COMPLETION}};
+                  {"/completions", ROUTE_COMPLETION},
+                  {"/v1/slots", ROUTE_SLOTS},
+                  {"/slots", ROUTE_SLOTS}};
     for (size_t i = 0; i < sizeof routes / sizeof *routes; i++)
         if (!strcmp(path, routes[i].path)) return routes[i].r;
+    if (!strncmp(path, "/slots/", 7) || !strncmp(path, "/v1/slots/", 10)) return ROUTE_SLOT_ACTION;
     return ROUTE_NONE;
 }
 
@@ -143,22 +148,22 @@ static int on_head(void *user, const akv_http_request *rq, akv_http_response *re
         return AKV_HTTP_ANSWER;
     }
     if (r != ROUTE_HEALTH && !auth_ok(s, rq->authorization)) {
-        err_response(s, 401, "authentication_error", AKV_MREFUSE_UNAUTHORIZED,
+        akv__srv_err(s, 401, "authentication_error", AKV_MREFUSE_UNAUTHORIZED,
                      "a valid API key is required: Authorization: Bearer KEY", resp);
         return AKV_HTTP_ANSWER;
     }
     if (r == ROUTE_NONE) {
         char msg[160];
         snprintf(msg, sizeof msg, "no such path: %.100s", rq->path);
-        err_response(s, 404, "not_found_error", -1, msg, resp);
+        akv__srv_err(s, 404, "not_found_error", -1, msg, resp);
         return AKV_HTTP_ANSWER;
     }
-    const bool post_route = r == ROUTE_CHAT || r == ROUTE_COMPLETION;
+    const bool post_route = r == ROUTE_CHAT || r == ROUTE_COMPLETION || r == ROUTE_SLOT_ACTION;
     if (post_route ? rq->method != AKV_HTTP_POST : !get) {
         char msg[128];
         snprintf(msg, sizeof msg, "%s takes %s, not %.16s", rq->path, post_route ? "POST" : "GET",
                  rq->method_name);
-        err_response(s, 405, "invalid_request_error", -1, msg, resp);
+        akv__srv_err(s, 405, "invalid_request_error", -1, msg, resp);
         resp->allow = post_route ? "POST" : "GET, HEAD";
         return AKV_HTTP_ANSWER;
     }
@@ -173,7 +178,7 @@ static void handle_health(akv_server *s, akv_http_response *resp) {
                                                   : "stopping";
     char *b = akv__malloc(64);
     if (b) snprintf(b, 64, "{\"status\":\"%s\"}", word);
-    text_response(state == AKV_SRV_READY ? 200 : 503, "application/json", b, resp);
+    akv__srv_text(state == AKV_SRV_READY ? 200 : 503, "application/json", b, resp);
 }
 
 static void handle_metrics(akv_server *s, akv_http_response *resp) {
@@ -185,7 +190,7 @@ static void handle_metrics(akv_server *s, akv_http_response *resp) {
     char *b = akv__malloc(n + 1);
     if (b) akv_metrics_render(&s->m, s->model_name, b, n + 1);
     pthread_mutex_unlock(&s->mu);
-    text_response(200, "text/plain; version=0.0.4; charset=utf-8", b, resp);
+    akv__srv_text(200, "text/plain; version=0.0.4; charset=utf-8", b, resp);
 }
 
 /* The whole request is in: the cheap answers here (this is the I/O thread), a generation on a
@@ -207,7 +212,7 @@ static int on_request(void *user, const akv_http_request *rq, akv_http_response 
         return AKV_HTTP_ANSWER;
     }
     if (r == ROUTE_MODELS) {
-        text_response(200, "application/json",
+        akv__srv_text(200, "application/json",
                       akv_api_models_json(s->p.model_name, (long long)time(NULL), s->max_context),
                       resp);
         return AKV_HTTP_ANSWER;
@@ -718,7 +723,7 @@ static void handle_generate(akv_server *s, akv_http_conn *c, const akv_http_requ
     akv_srv_req *r = NULL;
     akv_status st = akv_srv_req_create(&r);
     if (st) {
-        err_response(s, 503, "server_error", -1,
+        akv__srv_err(s, 503, "server_error", -1,
                      st == AKV_ENOMEM ? "out of memory" : "out of file descriptors", &resp);
         akv_http_conn_send(c, &resp);
         return;
@@ -747,7 +752,7 @@ static void handle_generate(akv_server *s, akv_http_conn *c, const akv_http_requ
     const bool built = !st && build_prompt(s, r, max_prompt, &err);
     if (large) tok_slot_give(s);
     if (st == AKV_ENOMEM) {
-        err_response(s, 503, "server_error", -1, "out of memory", &resp);
+        akv__srv_err(s, 503, "server_error", -1, "out of memory", &resp);
         goto answer;
     }
     if (st) {
@@ -776,7 +781,7 @@ static void handle_generate(akv_server *s, akv_http_conn *c, const akv_http_requ
     for (uint32_t i = 1; i < n_ch; i++) {
         if ((st = akv_srv_req_create_choice(r, &ch[i]))) {
             n_ch = i;
-            err_response(s, 503, "server_error", -1, "out of memory", &resp);
+            akv__srv_err(s, 503, "server_error", -1, "out of memory", &resp);
             goto answer;
         }
         ch[i]->num = (uint64_t)atomic_fetch_add(&s->next_id, 1);
@@ -799,7 +804,7 @@ static void handle_generate(akv_server *s, akv_http_conn *c, const akv_http_requ
         pthread_cond_broadcast(&s->state_cv);
         pthread_mutex_unlock(&s->mu);
         choices_cancel(s, ch, i, AKV_END_ABORT);
-        err_response(s, 503, "server_error", -1,
+        akv__srv_err(s, 503, "server_error", -1,
                      st == AKV_ESTATE ? "the server is shutting down" : "out of memory", &resp);
         goto answer;
     }
@@ -814,7 +819,7 @@ static void handle_generate(akv_server *s, akv_http_conn *c, const akv_http_requ
         }
         if (w == 0) {
             choices_cancel(s, ch, n_ch, AKV_END_TIMEOUT);
-            err_response(s, 504, "timeout", -1, "no answer from the engine in time", &resp);
+            akv__srv_err(s, 504, "timeout", -1, "no answer from the engine in time", &resp);
             goto answer;
         }
     }
@@ -861,7 +866,7 @@ static void handle_generate(akv_server *s, akv_http_conn *c, const akv_http_requ
                               "the answer could not be made: %s", akv_status_str(est));
             error_response(s, &err, -1, &resp);
         } else {
-            text_response(200, "application/json",
+            akv__srv_text(200, "application/json",
                           akv_api_answer_json(kind, r->id, r->created, s->p.model_name, choices, n_ch, &u),
                           &resp);
         }
@@ -875,7 +880,9 @@ out:
 }
 
 static void on_run(void *user, akv_http_conn *c, const akv_http_request *rq) {
-    handle_generate(user, c, rq);
+    const srv_route r = route_of(rq->path);
+    if (r == ROUTE_SLOTS || r == ROUTE_SLOT_ACTION) akv__server_slots(user, c, rq);
+    else handle_generate(user, c, rq);
 }
 
 /* ---- start / stop ------------------------------------------------------------------------- */

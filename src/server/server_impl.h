@@ -59,4 +59,16 @@ void *akv__server_engine_main(void *arg);
 /* Sets the state (STOPPING stays, except for FAILED) and wakes its waiters. */
 void akv__server_set_state(akv_server *s, int state);
 
+/* An error answer in OpenAI's shape (counted under `refusal` when >= 0), and a text answer
+ * (server.c). */
+void akv__srv_err(akv_server *s, int status, const char *type, int refusal, const char *msg,
+                  akv_http_response *resp);
+void akv__srv_text(int status, const char *type, char *text /* akv__malloc'ed */,
+                   akv_http_response *resp);
+
+/* The /slots endpoints (slots.c): the HTTP side of GET /slots and POST /slots/N?action=, on the
+ * request's own thread; and the engine thread's side of a slot command. */
+void akv__server_slots(akv_server *s, akv_http_conn *c, const akv_http_request *rq);
+void akv__server_slot_run(akv_server *s, akv_srv_req *r);
+
 #endif

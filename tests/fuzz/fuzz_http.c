@@ -83,6 +83,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         CHECK(h.method_name.len > 0 && h.method_name.off + h.method_name.len <= h.n_bytes);
         CHECK(h.path.len > 0 && h.path.off + h.path.len <= h.n_bytes);
         CHECK(b[h.path.off] == '/' || (h.path.len == 1 && b[h.path.off] == '*'));
+        /* the query: inside the head, after the path's '?' when it has bytes, without a '#' */
+        CHECK(h.query.off + h.query.len <= h.n_bytes);
+        CHECK(h.query.len == 0 || (h.query.off == h.path.off + h.path.len + 1 && b[h.query.off - 1] == '?'));
+        CHECK(!memchr(b + h.query.off, '#', h.query.len));
         CHECK(h.minor == 0 || h.minor == 1);
         CHECK(h.framing != AKV_HTTP_BODY_CHUNKED || h.minor == 1);
         CHECK(!h.has_authorization || h.authorization.off + h.authorization.len <= h.n_bytes);

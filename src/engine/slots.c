@@ -1,0 +1,110 @@
+/*
+ * slots.c — slots, llama-server's numbered view of the conversations an engine holds: every
+ * context, running or idle, has a number (given when it first runs or goes idle, the lowest
+ * free one, kept while it lives), by which a client lists, saves, restores and erases them.
+ * A save or a restore is a session file (session.c); the engine thread runs them between steps.
+ */
+#include <stdlib.h>
+
+#include "core/log.h"
+#include "engine/engine_impl.h"
+
+/* The context holding slot id (NULL: none), running or idle. */
+static akv__ctx *slot_find(const akv_engine *e, uint32_t id) {
+    for (akv__ctx *c = e->idle_head; c; c = c->next)
+        if (c->slot1 == id + 1) return c;
+    for (uint32_t i = 0; i < e->n_run; i++)
+        if (e->run[i]->ctx && e->run[i]->ctx->slot1 == id + 1) return e->run[i]->ctx;
+    return NULL;
+}
+
+static int slot_cmp(const void *a, const void *b) {
+    const akv_engine_slot *x = a, *y = b;
+    return x->id < y->id ? -1 : x->id > y->id;
+}
+
+uint32_t akv_engine_slots(const akv_engine *e, akv_engine_slot *out, uint32_t cap) {
+    uint32_t n = 0;
+    for (uint32_t i = 0; i < e->n_run; i++) {
+        const akv__ctx *c = e->run[i]->ctx;
+        if (c && n < cap)
+            out[n] = (akv_engine_slot){.id = c->slot1 - 1, .n_tokens = c->n_tokens, .running = true,
+                                       .request_id = e->run[i]->p.id};
+        n += c != NULL;
+    }
+    for (const akv__ctx *c = e->idle_head; c; c = c->next, n++)
+        if (n < cap) out[n] = (akv_engine_slot){.id = c->slot1 - 1, .n_tokens = c->n_tokens};
+    qsort(out, n < cap ? n : cap, sizeof *out, slot_cmp);
+    return n;
+}
+
+/* The idle context of slot id for an action named `what`: AKV_ENOTFOUND or AKV_EBUSY (logged)
+ * when there is none or a request runs on it. */
+static akv_status slot_idle(const akv_engine *e, uint32_t id, const char *what, akv__ctx **out) {
+    akv__ctx *c = slot_find(e, id);
+    if (!c) {
+        AKV_LOG_E("engine: %s slot %u: no conversation holds it", what, id);
+        return AKV_ENOTFOUND;
+    }
+    if (c->owner) {
+        AKV_LOG_E("engine: %s slot %u: request %llu is running on it", what, id,
+                  (unsigned long long)c->owner->p.id);
+        return AKV_EBUSY;
+    }
+    *out = c;
+    return AKV_OK;
+}
+
+akv_status akv_engine_slot_save(akv_engine *e, uint32_t id, const char *path, uint32_t *n_tokens) {
+    if (!e || !path) return AKV_EINVAL;
+    akv__ctx *c;
+    akv_status st = slot_idle(e, id, "save", &c);
+    if (!st) st = akv__session_write(e, c, path);
+    if (!st && n_tokens) *n_tokens = c->n_tokens;
+    return st;
+}
+
+akv_status akv_engine_slot_restore(akv_engine *e, uint32_t id, const char *path, uint32_t *n_tokens) {
+    if (!e || !path) return AKV_EINVAL;
+    if (id >= AKV_ENGINE_MAX_SLOT) {
+        AKV_LOG_E("engine: restore into slot %u: slots are numbered below %u", id, AKV_ENGINE_MAX_SLOT);
+        return AKV_EINVAL;
+    }
+    akv__ctx *old = slot_find(e, id);
+    if (old && old->owner) {
+        AKV_LOG_E("engine: restore into slot %u: request %llu is running on it", id,
+                  (unsigned long long)old->owner->p.id);
+        return AKV_EBUSY;
+    }
+    /* the file first: one that cannot be loaded leaves the slot as it was */
+    akv__ctx *c = NULL;
+    akv_status st = akv__session_read(e, path, &c);
+    if (st) return st;
+    const uint32_t n = c->n_tokens;
+    c->slot1 = id + 1;
+    if ((st = akv__engine_idle_adopt(e, c))) { /* c closed */
+        AKV_LOG_E("engine: the session '%s' (%u tokens) does not fit beside the running "
+                  "requests' reservations in the host pool: slot %u left as it was", path, n, id);
+        return st;
+    }
+    /* what the slot held before (if the adoption's trim has not closed it already) */
+    for (akv__ctx *o = e->idle_head; o; o = o->next)
+        if (o != c && o->slot1 == id + 1) {
+            akv__engine_idle_remove(e, o);
+            akv__ctx_close(e, o);
+            break;
+        }
+    if (n_tokens) *n_tokens = n;
+    return AKV_OK;
+}
+
+akv_status akv_engine_slot_erase(akv_engine *e, uint32_t id, uint32_t *n_tokens) {
+    if (!e) return AKV_EINVAL;
+    akv__ctx *c;
+    akv_status st = slot_idle(e, id, "erase", &c);
+    if (st) return st;
+    if (n_tokens) *n_tokens = c->n_tokens;
+    akv__engine_idle_remove(e, c);
+    akv__ctx_close(e, c);
+    return AKV_OK;
+}
