@@ -12,6 +12,10 @@ Standard library only (threads and http.client), so it runs where nothing can be
   python3 scripts/bench_serve.py --url http://127.0.0.1:8080 --input-len 256 --output-len 64 \\
       --num-prompts 32 --request-rate 1,4,inf --max-concurrency 8
 
+A shared prefix (vLLM's --random-prefix-len): --shared-prefix N puts the same N random ids
+before every prompt of a rate (a system prompt); --salt-each sends each request its own
+cache_salt (akv serve, vLLM), so nothing is shared or reused: the baseline to compare with.
+
 TTFT: request sent to the first streamed token. TPOT: (end-to-end - TTFT) / (output tokens - 1)
 per request. ITL: every gap between successive streamed chunks. The server must stream one
 chunk per token (akv serve does; so does vLLM) for ITL to be per token.
@@ -44,14 +48,14 @@ class Result:
         self.itl, self.n_out, self.n_in = [], 0, 0
 
 
-def one_request(url, key, model, prompt, output_len, timeout):
-    """Streams one completion; returns a Result."""
+def one_request(url, key, model, prompt, output_len, timeout, extra=None):
+    """Streams one completion (extra: more body fields); returns a Result."""
     r = Result()
     r.n_in = len(prompt)
     u = urllib.parse.urlparse(url)
     body = json.dumps({"model": model, "prompt": prompt, "max_tokens": output_len,
                        "temperature": 0, "ignore_eos": True, "stream": True,
-                       "stream_options": {"include_usage": True}}).encode()
+                       "stream_options": {"include_usage": True}, **(extra or {})}).encode()
     headers = {"Content-Type": "application/json"}
     if key:
         headers["Authorization"] = "Bearer " + key
@@ -106,8 +110,9 @@ def run_rate(args, rate, prompts):
 
     def worker(i):
         try:
+            extra = {"cache_salt": f"bench-{rate}-{i}"} if args.salt_each else None
             results[i] = one_request(args.url, args.api_key, args.model, prompts[i],
-                                     args.output_len, args.timeout)
+                                     args.output_len, args.timeout, extra)
         finally:
             sem.release()
 
@@ -158,6 +163,10 @@ def main():
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--timeout", type=float, default=1800)
     ap.add_argument("--warmup", type=int, default=1, help="requests before the sweep (default 1)")
+    ap.add_argument("--shared-prefix", type=int, default=0,
+                    help="the same N random ids before every prompt of a rate (default 0)")
+    ap.add_argument("--salt-each", action="store_true",
+                    help="each request its own cache_salt: nothing shared or reused")
     ap.add_argument("--title", default="")
     ap.add_argument("--json", help="write the rows here too")
     a = ap.parse_args()
@@ -176,7 +185,8 @@ def main():
     rows = []
     for rate in rates:
         # fresh prompts per rate, so no rate reuses another's cached prefixes
-        prompts = [[rng.randrange(a.vocab_lo, a.vocab_hi) for _ in range(a.input_len)]
+        prefix = [rng.randrange(a.vocab_lo, a.vocab_hi) for _ in range(a.shared_prefix)]
+        prompts = [prefix + [rng.randrange(a.vocab_lo, a.vocab_hi) for _ in range(a.input_len)]
                    for _ in range(a.num_prompts)]
         row = run_rate(a, rate, prompts)
         rows.append(row)
@@ -185,7 +195,9 @@ def main():
         for e in row["errors"]:
             print(f"  error: {e}", file=sys.stderr)
     ms = lambda x: f"{x * 1e3:.1f}"
-    print(f"\n{a.title or 'bench_serve'}: input {a.input_len}, output {a.output_len}, "
+    print(f"\n{a.title or 'bench_serve'}: input {a.input_len}"
+          f"{f' after a shared prefix of {a.shared_prefix}' if a.shared_prefix else ''}"
+          f"{', a cache_salt each' if a.salt_each else ''}, output {a.output_len}, "
           f"{a.num_prompts} prompts, max concurrency {a.max_concurrency or 'none'}\n")
     print("| rate (req/s) | done | failed | req/s | out tok/s | total tok/s | TTFT p50 / p90 / p99 "
           "(ms) | TPOT p50 / p90 / p99 (ms) | ITL p50 / p90 / p99 (ms) | E2E p50 / p90 / p99 (s) |")

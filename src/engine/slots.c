@@ -34,7 +34,7 @@ uint32_t akv_engine_slots(const akv_engine *e, akv_engine_slot *out, uint32_t ca
     }
     for (const akv__ctx *c = e->idle_head; c; c = c->next, n++)
         if (n < cap) out[n] = (akv_engine_slot){.id = c->slot1 - 1, .n_tokens = c->n_tokens};
-    qsort(out, n < cap ? n : cap, sizeof *out, slot_cmp);
+    if (n <= cap && n > 1) qsort(out, n, sizeof *out, slot_cmp); /* out may be NULL: cap 0 */
     return n;
 }
 
