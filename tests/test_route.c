@@ -675,6 +675,26 @@ int main(int argc, char **argv) {
                     CHECK_OK(akv__route_check(sq.r));
                     CHECK_OK(akv__host_pool_check(p.hp));
                 }
+                if (phase == 1) {
+                    /* every history cut to 40 tokens, into page 2, which the resident forks
+                     * share with their sources: each takes a private copy of it (the staged
+                     * ones' compact tables cut to page 2's start), and the four go on bit for
+                     * bit in pairs; the sources, below, still give the forks' logits */
+                    for (int i = 0; i < 4; i++) CHECK_OK(r1_truncate((r1 *[]){&hy, &hq, &sy, &sq}[i], 40));
+                    akv_host_pool_stats hs2;
+                    akv_host_pool_get_stats(p.hp, &hs2);
+                    CHECK_EQ_U64(hs2.n_shares, 2u * 2 * mc->n_layers); /* pages 0 and 1 still shared */
+                    for (uint32_t k = 0; k < 2; k++) {
+                        const int32_t *t = tokens + 50 + k;
+                        if (!CHECK(feed(&hy, fm, t, 1, lh) == AKV_OK) || !CHECK(feed(&sy, fm, t, 1, ls) == AKV_OK) ||
+                            !CHECK(fx_feed_route(&hq, NULL, fd, 1, t, 1, lq) == AKV_OK) ||
+                            !CHECK(fx_feed_route(&sq, NULL, fd, 1, t, 1, lsq) == AKV_OK))
+                            break;
+                        CHECK_BYTES(ls, lh, sizeof lh);
+                        CHECK_BYTES(lsq, lq, sizeof lq);
+                        CHECK_OK(akv__host_pool_check(p.hp));
+                    }
+                }
                 for (int i = 0; i < 2; i++) { /* the sources, fed the same tokens, then closed */
                     akv_route_seq *forked = fk[i]->s;
                     fk[i]->s = orig[i];

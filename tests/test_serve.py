@@ -1001,6 +1001,7 @@ def case_slots(env):
                    "the restored conversation reused", r2.usage)
             for path, body, status, word in (
                     ("/slots/x?action=save", {"filename": "c"}, 400, "Invalid slot ID"),
+                    ("/slots/x/3?action=erase", None, 400, "Invalid slot ID"),
                     ("/slots/99999999?action=save", {"filename": "c"}, 400, "Invalid slot ID"),
                     ("/slots/0", {"filename": "c"}, 400, "?action="),
                     ("/slots/0?action=drop", {"filename": "c"}, 400, "?action="),

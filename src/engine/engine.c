@@ -592,8 +592,9 @@ static akv_status engine_start(akv_engine *e, akv_request *rq) {
                 st = akv_route_seq_fork(e->route, from->seq, cached, &sp, &c->seq);
             if (st) akv__free(c->tokens), akv__free(c), c = NULL;
         }
-        /* an idle source is idle again, the most recent (closed if it cannot stay) */
-        if (!running) (void)akv__engine_idle_adopt(e, from);
+        /* an idle source is idle again, the most recent; closed (spilled first) by the trim
+         * if it cannot stay beside the reservations, the new one's included */
+        if (!running) idle_push(e, from), engine_trim_idle(e);
         if (st && st != AKV_EFULL) return st;
         /* EFULL: the idle contexts still hold the pool (their pages are not all reclaimable
          * now): the prompt is computed instead */
@@ -604,13 +605,17 @@ static akv_status engine_start(akv_engine *e, akv_request *rq) {
         /* the fork is its context */
     } else if (c && cached > 0) {
         if (cached < c->n_tokens) akv__spill_out(e, c); /* the whole conversation kept on disk */
-        if ((st = akv_route_seq_truncate(e->route, c->seq, cached)) ||
-            (st = akv_route_seq_set_params(e->route, c->seq, &sp)))
-            return st; /* it stays idle (as long as it was: a truncate that failed changed
-                          nothing), the step fails and is tried again */
-        akv__engine_idle_remove(e, c);
-        c->n_tokens = cached;
+        st = akv_route_seq_truncate(e->route, c->seq, cached);
+        if (!st) st = akv_route_seq_set_params(e->route, c->seq, &sp);
+        /* a failed truncate leaves it idle as long as it was; one that found no room for the
+         * private copy of a page it shares (EFULL): the prompt is computed instead */
+        if (st && st != AKV_EFULL) return st; /* the step fails and is tried again */
+        if (st) c = NULL, cached = 0;
+        else akv__engine_idle_remove(e, c), c->n_tokens = cached;
     } else {
+        c = NULL; /* nothing shared */
+    }
+    if (!c) { /* a new sequence */
         cached = 0;
         c = akv__calloc(1, sizeof *c);
         if (!c) return AKV_ENOMEM;

@@ -81,19 +81,25 @@ akv_status akv_engine_slot_restore(akv_engine *e, uint32_t id, const char *path,
     akv_status st = akv__session_read(e, path, &c);
     if (st) return st;
     const uint32_t n = c->n_tokens;
-    c->slot1 = id + 1;
-    if ((st = akv__engine_idle_adopt(e, c))) { /* c closed */
+    const int8_t retention = c->retention;
+    /* the slot's conversation out of the idle list, so its room counts for the restored one
+     * and the trim that makes room closes neither; the restored one the most precious */
+    if (old) akv__engine_idle_remove(e, old);
+    c->slot1 = id + 1, c->retention = INT8_MAX;
+    st = akv__engine_idle_adopt(e, c);
+    /* still there (the trim may close even the most precious: max_idle 0)? Found by its slot,
+     * which no other context holds now */
+    bool kept = false;
+    for (const akv__ctx *o = e->idle_head; !st && o && !kept; o = o->next) kept = o->slot1 == id + 1;
+    if (!kept) { /* closed: the slot as it was */
+        if (old) (void)akv__engine_idle_adopt(e, old);
         AKV_LOG_E("engine: the session '%s' (%u tokens) does not fit beside the running "
-                  "requests' reservations in the host pool: slot %u left as it was", path, n, id);
-        return st;
+                  "requests' reservations and the idle conversations kept: slot %u left as it "
+                  "was", path, n, id);
+        return AKV_EFULL;
     }
-    /* what the slot held before (if the adoption's trim has not closed it already) */
-    for (akv__ctx *o = e->idle_head; o; o = o->next)
-        if (o != c && o->slot1 == id + 1) {
-            akv__engine_idle_remove(e, o);
-            akv__ctx_close(e, o);
-            break;
-        }
+    c->retention = retention;
+    akv__ctx_close(e, old); /* NULL: none */
     if (n_tokens) *n_tokens = n;
     return AKV_OK;
 }

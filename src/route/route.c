@@ -295,11 +295,24 @@ static void seq_shortened(akv_route_seq *s, uint64_t n_tokens) {
     if (s->hc_valid > keep) s->hc_valid = (uint32_t)keep;
 }
 
-/* s's host copies (the exact one, and the compact copies' table with it) to n_tokens. */
+/* s's host copies (the exact one, and the compact copies' table with it) to n_tokens. The
+ * compact copies first, since only they may be leased (by a compact stage: AKV_EBUSY, nothing
+ * changed), and to the last whole page: a partial page's compact copy is never made (hc_valid
+ * counts whole pages), so no shared compact page is left partial and nothing is copied. Then
+ * the exact copy, whose shared partial page is copied: when the pool cannot hold that copy
+ * (AKV_EFULL), the exact copy is as it was and the compact table shorter, which the next
+ * growth of both mends; hc_valid is clamped to what it holds. */
 static akv_status seq_host_truncate(akv_route_seq *s, uint64_t n_tokens) {
-    /* the compact copies first: only they may be leased (by a compact stage) */
-    akv_status st = s->cht ? akv_host_table_truncate(s->cht, n_tokens) : AKV_OK;
-    return st ? st : akv_host_table_truncate(s->ht, n_tokens);
+    if (s->cht) {
+        const uint64_t whole = n_tokens / s->r->geom.page_tokens * s->r->geom.page_tokens;
+        const uint64_t have = akv_host_table_n_tokens(s->cht);
+        akv_status st = akv_host_table_truncate(s->cht, whole < have ? whole : have);
+        if (st) return st;
+    }
+    akv_status st = akv_host_table_truncate(s->ht, n_tokens);
+    if (st && s->cht && s->hc_valid > akv_host_table_n_pages(s->cht))
+        s->hc_valid = akv_host_table_n_pages(s->cht);
+    return st;
 }
 
 /* Every open sequence's device window becomes untrusted (a queue failed): the next step

@@ -54,9 +54,10 @@ static bool slot_filename_ok(const char *f) {
     return true;
 }
 
-/* The slot number of "/slots/N" (or "/v1/slots/N"): decimal digits below AKV_ENGINE_MAX_SLOT. */
+/* The slot number of "/slots/N" (or "/v1/slots/N", the route's two prefixes): decimal digits
+ * below AKV_ENGINE_MAX_SLOT, and nothing else. */
 static bool slot_id_of(const char *path, uint32_t *id) {
-    const char *d = strrchr(path, '/') + 1;
+    const char *d = path + (strncmp(path, "/v1/", 4) ? 7 : 10);
     uint64_t v = 0;
     if (!*d || strlen(d) > 6) return false;
     for (; *d; d++) {
@@ -96,7 +97,8 @@ static char *json_out(cJSON *o) {
 static void slot_answer(akv_server *s, const akv_srv_req *r, const char *filename,
                         akv_http_response *resp) {
     const akv_srv_slot_op *op = &r->slot;
-    const char *act = op->action == AKV_SRV_SLOT_SAVE      ? "save"
+    const char *act = op->action == AKV_SRV_SLOTS_LIST     ? "list"
+                      : op->action == AKV_SRV_SLOT_SAVE    ? "save"
                       : op->action == AKV_SRV_SLOT_RESTORE ? "restore"
                                                            : "erase";
     char msg[512];
@@ -127,7 +129,10 @@ static void slot_answer(akv_server *s, const akv_srv_req *r, const char *filenam
                      "context, or no room in the host pool now", filename);
             break;
         default:
-            snprintf(msg, sizeof msg, "slot %u: %s failed: %s", op->id, act, akv_status_str(op->st));
+            if (op->action == AKV_SRV_SLOTS_LIST)
+                snprintf(msg, sizeof msg, "the slots could not be listed: %s", akv_status_str(op->st));
+            else
+                snprintf(msg, sizeof msg, "slot %u: %s failed: %s", op->id, act, akv_status_str(op->st));
         }
         akv__srv_err(s, status, type, -1, msg, resp);
         return;
