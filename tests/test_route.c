@@ -48,6 +48,21 @@ static akv_status feed(r1 *r, akv_forward *f, const int32_t *tokens, uint32_t n,
     return fx_feed_route(r, f, NULL, n, tokens, n, logits);
 }
 
+/* n tokens fed to the four hybrids of a test (host pass: resident hy, staged sy; device pass:
+ * hq, sq), each staged one against its resident twin bit for bit; lh and lq get the resident
+ * ones' last logits (n_vocab 23). false: a feed failed. */
+static bool feed_four(r1 *hy, r1 *sy, r1 *hq, r1 *sq, akv_forward *fm, akv_forward_dev *fd,
+                      const int32_t *t, uint32_t n, float *lh, float *lq) {
+    float ls[23], lsq[23];
+    if (!CHECK(feed(hy, fm, t, n, lh) == AKV_OK) || !CHECK(feed(sy, fm, t, n, ls) == AKV_OK) ||
+        !CHECK(fx_feed_route(hq, NULL, fd, n, t, n, lq) == AKV_OK) ||
+        !CHECK(fx_feed_route(sq, NULL, fd, n, t, n, lsq) == AKV_OK))
+        return false;
+    CHECK_BYTES(ls, lh, sizeof ls);
+    CHECK_BYTES(lsq, lq, sizeof lsq);
+    return true;
+}
+
 /* Two queued resident routes with the device pass on the host backend (a: the one that fails,
  * b: the clean reference), each fed the same first n tokens. 1 on success. */
 static int fx_pair_open(fx *a, fx *b, const akv_model *m, const int32_t *tokens, uint32_t n,
@@ -591,7 +606,7 @@ int main(int argc, char **argv) {
             sp.compact_pool = cp[3], sp.compact_host_pool = hc[1], sp.queued = true;
             CHECK_OK(r1_open(p.dev, p.hp, p.dp, &sp, &sq));
             if (!hy.r || !hq.r || !sy.r || !sq.r || !fd) break;
-            float lh[23], lq[23], ls[23], lsq[23];
+            float lh[23], lq[23];
             int32_t other[100];
             for (int i = 0; i < 100; i++) other[i] = (tokens[i] + 5) % 23;
             for (int round = 0; round < 2; round++) {
@@ -603,14 +618,8 @@ int main(int argc, char **argv) {
                 const uint32_t prompt = round ? 89 : 70;
                 while (pos < 100) {
                     uint32_t n = pos < prompt ? (prompt - pos < P ? prompt - pos : P) : 1;
-                    if (!CHECK(feed(&hy, fm, tok + pos, n, lh) == AKV_OK) ||
-                        !CHECK(feed(&sy, fm, tok + pos, n, ls) == AKV_OK) ||
-                        !CHECK(fx_feed_route(&hq, NULL, fd, n, tok + pos, n, lq) == AKV_OK) ||
-                        !CHECK(fx_feed_route(&sq, NULL, fd, n, tok + pos, n, lsq) == AKV_OK))
-                        break;
+                    if (!feed_four(&hy, &sy, &hq, &sq, fm, fd, tok + pos, n, lh, lq)) break;
                     pos += n;
-                    CHECK_BYTES(ls, lh, sizeof lh);
-                    CHECK_BYTES(lsq, lq, sizeof lq);
                     CHECK_OK(akv__route_check(sy.r));
                     CHECK_OK(akv_route_sync(sq.r));
                     CHECK_OK(akv__route_check(sq.r));
@@ -661,15 +670,9 @@ int main(int argc, char **argv) {
                 CHECK_EQ_U64(hs1.n_used - hs0.n_used, 2u * 1 * mc->n_layers);
                 float fl[2][3][23];
                 for (uint32_t k = 0; k < 3; k++) {
-                    const int32_t *t = other + 3 * phase + k;
-                    if (!CHECK(feed(&hy, fm, t, 1, lh) == AKV_OK) || !CHECK(feed(&sy, fm, t, 1, ls) == AKV_OK) ||
-                        !CHECK(fx_feed_route(&hq, NULL, fd, 1, t, 1, lq) == AKV_OK) ||
-                        !CHECK(fx_feed_route(&sq, NULL, fd, 1, t, 1, lsq) == AKV_OK))
-                        break;
-                    CHECK_BYTES(ls, lh, sizeof lh);
-                    CHECK_BYTES(lsq, lq, sizeof lq);
-                    memcpy(fl[0][k], phase ? lh : ls, sizeof lh);
-                    memcpy(fl[1][k], phase ? lq : lsq, sizeof lq);
+                    if (!feed_four(&hy, &sy, &hq, &sq, fm, fd, other + 3 * phase + k, 1, lh, lq)) break;
+                    memcpy(fl[0][k], lh, sizeof lh); /* the staged ones' too: bit for bit */
+                    memcpy(fl[1][k], lq, sizeof lq);
                     CHECK_OK(akv__route_check(sy.r));
                     CHECK_OK(akv_route_sync(sq.r));
                     CHECK_OK(akv__route_check(sq.r));
@@ -684,16 +687,8 @@ int main(int argc, char **argv) {
                     akv_host_pool_stats hs2;
                     akv_host_pool_get_stats(p.hp, &hs2);
                     CHECK_EQ_U64(hs2.n_shares, 2u * 2 * mc->n_layers); /* pages 0 and 1 still shared */
-                    for (uint32_t k = 0; k < 2; k++) {
-                        const int32_t *t = tokens + 50 + k;
-                        if (!CHECK(feed(&hy, fm, t, 1, lh) == AKV_OK) || !CHECK(feed(&sy, fm, t, 1, ls) == AKV_OK) ||
-                            !CHECK(fx_feed_route(&hq, NULL, fd, 1, t, 1, lq) == AKV_OK) ||
-                            !CHECK(fx_feed_route(&sq, NULL, fd, 1, t, 1, lsq) == AKV_OK))
-                            break;
-                        CHECK_BYTES(ls, lh, sizeof lh);
-                        CHECK_BYTES(lsq, lq, sizeof lq);
+                    for (uint32_t k = 0; k < 2 && feed_four(&hy, &sy, &hq, &sq, fm, fd, tokens + 50 + k, 1, lh, lq); k++)
                         CHECK_OK(akv__host_pool_check(p.hp));
-                    }
                 }
                 for (int i = 0; i < 2; i++) { /* the sources, fed the same tokens, then closed */
                     akv_route_seq *forked = fk[i]->s;
