@@ -295,6 +295,7 @@ void *akv__server_engine_main(void *arg) {
             if (c->kind == AKV_SRV_SLOT) {
                 akv__server_slot_run(s, r);
                 akv_srv_cmd_free(c);
+                inflight_done(s);
                 continue;
             }
             akv__free(c);     /* a SUBMIT's reference becomes the engine thread's */

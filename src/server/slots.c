@@ -228,9 +228,20 @@ void akv__server_slots(akv_server *s, akv_http_conn *c, const akv_http_request *
     if (list || slot_request(s, rq, &r->slot, filename, sizeof filename, &resp)) {
         if (list) r->slot.action = AKV_SRV_SLOTS_LIST;
         const double deadline = akv_clock_s() + s->p.timeout_s;
-        if ((st = akv_srv_queue_post(&s->q, AKV_SRV_SLOT, r))) {
+        /* counted in flight, as a generation is, so a stop's grace lets a save finish */
+        pthread_mutex_lock(&s->mu);
+        const bool ready = s->state == AKV_SRV_READY;
+        if (ready) s->n_inflight++;
+        pthread_mutex_unlock(&s->mu);
+        if (!ready || (st = akv_srv_queue_post(&s->q, AKV_SRV_SLOT, r))) {
+            if (ready) {
+                pthread_mutex_lock(&s->mu);
+                s->n_inflight--;
+                pthread_cond_broadcast(&s->state_cv);
+                pthread_mutex_unlock(&s->mu);
+            }
             akv__srv_err(s, 503, "server_error", -1,
-                         st == AKV_ESTATE ? "the server is shutting down" : "out of memory", &resp);
+                         !ready || st == AKV_ESTATE ? "the server is shutting down" : "out of memory", &resp);
         } else {
             int w = 1;
             while (w > 0 && akv_srv_req_phase(r) != AKV_SRV_DONE) w = akv_http_conn_wait(c, r->efd, deadline);
