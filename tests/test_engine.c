@@ -102,6 +102,13 @@ static uint32_t next_turn(int32_t *dst, const int32_t *tok, uint32_t n, const se
     return n + n_reply + n_more;
 }
 
+/* An empty file made from the template (its XXXXXX replaced): whether it could be. */
+static bool temp_file(char *tmpl) {
+    const int fd = mkstemp(tmpl);
+    if (fd >= 0) close(fd);
+    return fd >= 0;
+}
+
 /* Greedy request params over tokens[n]. */
 static akv_request_params greedy(const int32_t *tokens, uint32_t n, uint32_t max_tokens, seen *s) {
     akv_request_params rp = {.prompt = tokens, .n_prompt = n, .max_tokens = max_tokens,
@@ -490,9 +497,7 @@ int main(int argc, char **argv) {
          * bit. Damaged, cut, lengthened and foreign files load nothing; a save that cannot be
          * written keeps the conversation and any earlier file. */
         char path[] = "/tmp/akv_sess_XXXXXX";
-        int fd = mkstemp(path);
-        if (!CHECK(fd >= 0)) break;
-        close(fd);
+        if (!CHECK(temp_file(path))) break;
         akv_engine_params ep = akv_engine_default_params();
         ep.max_seqs = 2;
         akv_engine *a = engine_open(model, &ep);
@@ -584,9 +589,7 @@ int main(int argc, char **argv) {
          * turn reuses all of it) and into slot 1 in B's place; a file that cannot be loaded
          * leaves a slot as it was; a running request's slot is neither erased nor replaced */
         char path[] = "/tmp/akv_slot_XXXXXX";
-        int fd = mkstemp(path);
-        if (!CHECK(fd >= 0)) break;
-        close(fd);
+        if (!CHECK(temp_file(path))) break;
         akv_engine_params ep = akv_engine_default_params();
         ep.max_seqs = 2, ep.max_idle = 8;
         akv_engine *e = engine_open(model, &ep);

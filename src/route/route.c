@@ -755,9 +755,6 @@ static akv_status route_fills_submit(akv_route *r) {
     return n ? akv_dev_copy_h2d_batch_async(r->dev, AKV_QUEUE_COMPUTE, r->fills, n) : AKV_OK;
 }
 
-/* One sequence's new rows of `layer` to its host copy, per page touched: queued, one 2D copy on
- * the D2H queue (2*n_kv_heads runs of rows at a pitch of P rows); direct, one synchronous copy
- * per run. */
 /* The bytes of page p of a table's layer l, to be written: a page only this table holds (a
  * shared page is full and never written again, akv/host_table.h; this is where that holds). */
 static uint8_t *route_page_to_write(akv_host_pool *pool, const akv_host_table *t, uint32_t l, uint64_t p) {
@@ -766,6 +763,9 @@ static uint8_t *route_page_to_write(akv_host_pool *pool, const akv_host_table *t
     return akv_host_pool_page_addr(pool, h);
 }
 
+/* One sequence's new rows of `layer` to its host copy, per page touched: queued, one 2D copy on
+ * the D2H queue (2*n_kv_heads runs of rows at a pitch of P rows); direct, one synchronous copy
+ * per run. */
 akv_status akv__route_copy_rows(akv_route *r, akv_route_seq *s, uint32_t layer) {
     const akv_geom *g = &r->geom;
     uint32_t P = g->page_tokens;
@@ -961,10 +961,10 @@ static akv_status seq_pages_walk(akv_route *r, const akv_route_seq *s, uint64_t 
     return st;
 }
 
-akv_status akv_route_seq_open_filled(akv_route *r, const akv_route_seq_params *p,
-                                     uint64_t n_tokens, akv_route_fill_fn fill, void *user,
-                                     akv_route_seq **out) {
-    if (!r || !fill || !out) return AKV_EINVAL;
+/* A sequence opened (params p) to hold a history of n_tokens: AKV_EINVAL (logged, nothing
+ * opened) when its params allow fewer. */
+static akv_status seq_open_for(akv_route *r, const akv_route_seq_params *p, uint64_t n_tokens,
+                               akv_route_seq **out) {
     akv_route_seq *s;
     akv_status st = akv_route_seq_open(r, p, &s);
     if (st) return st;
@@ -974,6 +974,17 @@ akv_status akv_route_seq_open_filled(akv_route *r, const akv_route_seq_params *p
         (void)akv_route_seq_close(r, s);
         return AKV_EINVAL;
     }
+    *out = s;
+    return AKV_OK;
+}
+
+akv_status akv_route_seq_open_filled(akv_route *r, const akv_route_seq_params *p,
+                                     uint64_t n_tokens, akv_route_fill_fn fill, void *user,
+                                     akv_route_seq **out) {
+    if (!r || !fill || !out) return AKV_EINVAL;
+    akv_route_seq *s;
+    akv_status st = seq_open_for(r, p, n_tokens, &s);
+    if (st) return st;
     st = akv_host_table_grow(s->ht, n_tokens);
     if (!st && s->cht) st = akv_host_table_grow(s->cht, n_tokens);
     if (st == AKV_EFULL) AKV_LOG_E("route: the host pool is full: raise {=host_gib}");
@@ -1024,13 +1035,7 @@ akv_status akv_route_seq_fork(akv_route *r, akv_route_seq *src, uint64_t n_token
         return AKV_EINVAL;
     }
     akv_route_seq *s;
-    if ((st = akv_route_seq_open(r, p, &s))) return st;
-    if (n_tokens > s->p.max_history) {
-        AKV_LOG_E("route: a fork of %llu tokens into a sequence of {=max_history} %llu",
-                  (unsigned long long)n_tokens, (unsigned long long)s->p.max_history);
-        (void)akv_route_seq_close(r, s);
-        return AKV_EINVAL;
-    }
+    if ((st = seq_open_for(r, p, n_tokens, &s))) return st;
     /* src's full pages shared (neither writes them again: akv/host_table.h), with the compact
      * copies made of them; the partial last page copied, since both write on from there */
     const uint32_t P = r->geom.page_tokens, full = (uint32_t)(n_tokens / P);

@@ -884,8 +884,7 @@ static cJSON *str_n(const char *s, size_t n) {
     return j;
 }
 
-/* The JSON text as an akv__malloc string (the server's answers are the project's memory). */
-static char *print_del(cJSON *o) {
+char *akv_api_json_text(cJSON *o) {
     char *s = o ? cJSON_PrintUnformatted(o) : NULL;
     cJSON_Delete(o);
     char *d = s ? akv__strdup(s) : NULL;
@@ -895,14 +894,14 @@ static char *print_del(cJSON *o) {
 
 char *akv_api_error_json(const akv_api_error *err) {
     cJSON *o = cJSON_CreateObject(), *e = cJSON_AddObjectToObject(o, "error");
-    if (!e) return print_del(o);
+    if (!e) return akv_api_json_text(o);
     cJSON_AddStringToObject(e, "message", err->message);
     cJSON_AddStringToObject(e, "type", err->type ? err->type : "invalid_request_error");
     if (err->param[0]) cJSON_AddStringToObject(e, "param", err->param);
     else cJSON_AddNullToObject(e, "param");
     if (err->code) cJSON_AddStringToObject(e, "code", err->code);
     else cJSON_AddNullToObject(e, "code");
-    return print_del(o);
+    return akv_api_json_text(o);
 }
 
 static void add_usage(cJSON *o, const akv_api_usage *u) {
@@ -964,7 +963,7 @@ char *akv_api_answer_json(akv_api_kind kind, const char *id, long long created,
         cJSON_AddStringToObject(c, "finish_reason", ch[i].finish);
     }
     add_usage(o, usage);
-    return print_del(o);
+    return akv_api_json_text(o);
 }
 
 char *akv_api_chunk_json(akv_api_kind kind, const char *id, long long created, const char *model,
@@ -991,7 +990,7 @@ char *akv_api_chunk_json(akv_api_kind kind, const char *id, long long created, c
         else cJSON_AddNullToObject(c, "finish_reason");
     }
     if (usage) add_usage(o, usage);
-    return print_del(o);
+    return akv_api_json_text(o);
 }
 
 char *akv_api_tool_delta_json(const char *id, long long created, const char *model,
@@ -1016,7 +1015,7 @@ char *akv_api_tool_delta_json(const char *id, long long created, const char *mod
     if (a) cJSON_AddItemToObject(f, "arguments", a);
     cJSON_AddNullToObject(c, "logprobs");
     cJSON_AddNullToObject(c, "finish_reason");
-    return whole ? print_del(o) : (cJSON_Delete(o), NULL);
+    return whole ? akv_api_json_text(o) : (cJSON_Delete(o), NULL);
 }
 
 char *akv_api_models_json(const char *model, long long created, uint64_t max_context) {
@@ -1029,5 +1028,5 @@ char *akv_api_models_json(const char *model, long long created, uint64_t max_con
     cJSON_AddNumberToObject(m, "created", (double)created);
     cJSON_AddStringToObject(m, "owned_by", "activekv");
     cJSON_AddNumberToObject(m, "max_model_len", (double)max_context);
-    return print_del(o);
+    return akv_api_json_text(o);
 }

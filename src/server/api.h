@@ -136,6 +136,11 @@ void akv_api_error_set(akv_api_error *err, int status, const char *type, const c
 /* {"error": {"message", "type", "param", "code"}} */
 char *akv_api_error_json(const akv_api_error *err);
 
+/* o's JSON text as an akv__malloc string (the server's answers are the project's memory);
+ * o is deleted. NULL for a NULL o or no memory. */
+struct cJSON;
+char *akv_api_json_text(struct cJSON *o);
+
 typedef struct akv_api_usage {
     uint32_t prompt_tokens, completion_tokens, cached_tokens;
 } akv_api_usage;

@@ -715,22 +715,29 @@ static akv_status choice_answer(akv_server *s, const akv_srv_req *r, akv_tok_tex
     return AKV_OK;
 }
 
+akv_srv_req *akv__srv_req_new(akv_server *s, akv_http_conn *c) {
+    akv_srv_req *r = NULL;
+    akv_status st = akv_srv_req_create(&r);
+    if (!st) {
+        r->owner = s;
+        return r;
+    }
+    akv_http_response resp = {0};
+    akv__srv_err(s, 503, "server_error", -1,
+                 st == AKV_ENOMEM ? "out of memory" : "out of file descriptors", &resp);
+    akv_http_conn_send(c, &resp);
+    return NULL;
+}
+
 /* Parses, encodes, submits and answers one generation request on its own thread. */
 static void handle_generate(akv_server *s, akv_http_conn *c, const akv_http_request *rq) {
     const akv_api_kind kind = route_of(rq->path) == ROUTE_CHAT ? AKV_API_CHAT : AKV_API_COMPLETION;
     akv_http_response resp = {0};
     akv_api_error err;
-    akv_srv_req *r = NULL;
-    akv_status st = akv_srv_req_create(&r);
-    if (st) {
-        akv__srv_err(s, 503, "server_error", -1,
-                     st == AKV_ENOMEM ? "out of memory" : "out of file descriptors", &resp);
-        akv_http_conn_send(c, &resp);
-        return;
-    }
+    akv_srv_req *r = akv__srv_req_new(s, c);
+    if (!r) return;
     akv_srv_req *ch[AKV_API_MAX_N] = {r}; /* its choices, the lead first */
     uint32_t n_ch = 1;
-    r->owner = s;
     r->t_arrival = akv_clock_s();
     r->created = (long long)time(NULL);
     r->num = (uint64_t)atomic_fetch_add(&s->next_id, 1);
@@ -748,7 +755,7 @@ static void handle_generate(akv_server *s, akv_http_conn *c, const akv_http_requ
                                     : ctx_room;
     const bool large = rq->n_body > LARGE_BODY;
     if (large) tok_slot_take(s);
-    st = akv_api_parse(kind, rq->body ? rq->body : "", rq->n_body, &lim, &r->api, &err);
+    akv_status st = akv_api_parse(kind, rq->body ? rq->body : "", rq->n_body, &lim, &r->api, &err);
     const bool built = !st && build_prompt(s, r, max_prompt, &err);
     if (large) tok_slot_give(s);
     if (st == AKV_ENOMEM) {

@@ -66,6 +66,10 @@ void akv__srv_err(akv_server *s, int status, const char *type, int refusal, cons
 void akv__srv_text(int status, const char *type, char *text /* akv__malloc'ed */,
                    akv_http_response *resp);
 
+/* A new request of s (one reference, the caller's), or NULL when none can be made: then a
+ * 503 saying why has been sent on c (server.c). */
+akv_srv_req *akv__srv_req_new(akv_server *s, akv_http_conn *c);
+
 /* The /slots endpoints (slots.c): the HTTP side of GET /slots and POST /slots/N?action=, on the
  * request's own thread; and the engine thread's side of a slot command. */
 void akv__server_slots(akv_server *s, akv_http_conn *c, const akv_http_request *rq);

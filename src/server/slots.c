@@ -84,23 +84,14 @@ static bool query_value(const char *q, const char *key, char *out, size_t cap) {
     return false;
 }
 
-static char *json_out(cJSON *o) {
-    char *t = o ? cJSON_PrintUnformatted(o) : NULL;
-    cJSON_Delete(o);
-    if (!t) return NULL;
-    char *b = akv__strdup(t); /* the HTTP layer frees with akv__free */
-    cJSON_free(t);
-    return b;
-}
+/* The actions by name, in akv_srv_slot_action's order. */
+static const char *const slot_actions[] = {"list", "save", "restore", "erase"};
 
 /* The answer to a finished slot command. */
 static void slot_answer(akv_server *s, const akv_srv_req *r, const char *filename,
                         akv_http_response *resp) {
     const akv_srv_slot_op *op = &r->slot;
-    const char *act = op->action == AKV_SRV_SLOTS_LIST     ? "list"
-                      : op->action == AKV_SRV_SLOT_SAVE    ? "save"
-                      : op->action == AKV_SRV_SLOT_RESTORE ? "restore"
-                                                           : "erase";
+    const char *act = slot_actions[op->action];
     char msg[512];
     if (op->st) {
         int status = 500;
@@ -165,7 +156,7 @@ static void slot_answer(akv_server *s, const akv_srv_req *r, const char *filenam
             if (t) cJSON_AddNumberToObject(t, save ? "save_ms" : "restore_ms", op->ms);
         }
     }
-    akv__srv_text(200, "application/json", json_out(o), resp);
+    akv__srv_text(200, "application/json", akv_api_json_text(o), resp);
 }
 
 /* What a POST asks: the action and, for save and restore, the file. false: *resp says why. */
@@ -177,15 +168,15 @@ static bool slot_request(akv_server *s, const akv_http_request *rq, akv_srv_slot
                      "slot number (GET /slots lists them)", resp);
         return false;
     }
-    if (!query_value(rq->query, "action", act, sizeof act) ||
-        (strcmp(act, "save") && strcmp(act, "restore") && strcmp(act, "erase"))) {
+    op->action = AKV_SRV_SLOTS_LIST; /* not an action a POST takes */
+    if (query_value(rq->query, "action", act, sizeof act))
+        for (int a = AKV_SRV_SLOT_SAVE; a <= AKV_SRV_SLOT_ERASE; a++)
+            if (!strcmp(act, slot_actions[a])) op->action = (akv_srv_slot_action)a;
+    if (op->action == AKV_SRV_SLOTS_LIST) {
         akv__srv_err(s, 400, "invalid_request_error", -1,
                      "POST /slots/N takes ?action=save, restore or erase", resp);
         return false;
     }
-    op->action = !strcmp(act, "save")      ? AKV_SRV_SLOT_SAVE
-                 : !strcmp(act, "restore") ? AKV_SRV_SLOT_RESTORE
-                                           : AKV_SRV_SLOT_ERASE;
     if (op->action == AKV_SRV_SLOT_ERASE) return true;
     if (!s->p.slot_save_path) {
         akv__srv_err(s, 501, "not_supported_error", -1, "this server keeps no slot files: start "
@@ -214,16 +205,10 @@ static bool slot_request(akv_server *s, const akv_http_request *rq, akv_srv_slot
 
 void akv__server_slots(akv_server *s, akv_http_conn *c, const akv_http_request *rq) {
     akv_http_response resp = {0};
-    akv_srv_req *r = NULL;
     char filename[256] = "";
-    akv_status st = akv_srv_req_create(&r);
-    if (st) {
-        akv__srv_err(s, 503, "server_error", -1,
-                     st == AKV_ENOMEM ? "out of memory" : "out of file descriptors", &resp);
-        akv_http_conn_send(c, &resp);
-        return;
-    }
-    r->owner = s;
+    akv_status st;
+    akv_srv_req *r = akv__srv_req_new(s, c);
+    if (!r) return;
     const bool list = rq->method != AKV_HTTP_POST;
     if (list || slot_request(s, rq, &r->slot, filename, sizeof filename, &resp)) {
         if (list) r->slot.action = AKV_SRV_SLOTS_LIST;
