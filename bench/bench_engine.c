@@ -390,16 +390,35 @@ typedef struct crun {
 } crun;
 
 /* One staged placement's timeline line into buf (appended). */
-static void timeline_note(char *buf, size_t cap, akv_gate_placement pl, uint32_t L, double span_ms,
-                          double busy_ms, double idle_ms, double worst_ms, uint32_t worst_at,
-                          double lag_ms, double tail_ms) {
+static void timeline_note(char *buf, size_t cap, akv_gate_placement pl, const akv_route_layer_times *lt,
+                          uint32_t L) {
+    double busy = 0, idle = 0, worst = 0, lag = 0;
+    uint32_t worst_at = 0, host_late = 0;
+    for (uint32_t l = 0; l < L; l++) { /* in doubles: an unrecorded 0 stays a number */
+        busy += (double)lt[l].copy_done_ns - (double)lt[l].copy_start_ns;
+        lag += (double)lt[l].attn_start_ns - (double)lt[l].copy_done_ns;
+        if (!l) continue;
+        const double gap = (double)lt[l].copy_start_ns - (double)lt[l - 1].copy_done_ns;
+        if (gap > 0) idle += gap;
+        if (gap > worst) worst = gap, worst_at = l;
+        host_late += lt[l].bus_idle_at_copy != 0;
+    }
+    /* the host's cadence: its copies' submissions from layer 1 to the last, against the
+     * device's starts of the same copies */
+    const double host_ms = L > 1 ? ((double)lt[L - 1].host_copied_ns - (double)lt[1].host_copied_ns) / 1e6 : 0;
+    const double dev_ms = L > 1 ? ((double)lt[L - 1].copy_start_ns - (double)lt[1].copy_start_ns) / 1e6 : 0;
     const size_t at = strlen(buf);
     snprintf(buf + at, cap - at,
              "- %s %s, %u layers: copies span %.3f ms, bus busy %.3f ms, idle between layers "
              "%.3f ms (longest %.3f ms, before layer %u); attention starts %.3f ms after its "
-             "copies on average; the last attention ends %.3f ms after the last copy\n",
-             akv_route_kind_name(pl.kind), akv_repr_name(pl.tier), L, span_ms, busy_ms, idle_ms,
-             worst_ms, worst_at, lag_ms, tail_ms);
+             "copies on average; the last attention ends %.3f ms after the last copy. The host "
+             "submitted layers 1-%u's copies over %.3f ms (the device started them over %.3f ms); "
+             "at %u of %u submissions the bus had already finished the layer before's copies\n",
+             akv_route_kind_name(pl.kind), akv_repr_name(pl.tier), L,
+             ((double)lt[L - 1].copy_done_ns - (double)lt[0].copy_start_ns) / 1e6, busy / 1e6,
+             idle / 1e6, worst / 1e6, worst_at, lag / L / 1e6,
+             ((double)lt[L - 1].attn_done_ns - (double)lt[L - 1].copy_done_ns) / 1e6, L - 1,
+             host_ms, dev_ms, host_late, L - 1);
 }
 
 /* The gate's rates: AKV_BENCH_GATE_RATES's file (akv calibrate), else the defaults. */
@@ -745,7 +764,7 @@ int main(void) {
                    "predicted ms | predicted / measured | MiB staged | copies ms |\n"
                    "|---|---|---|---|---|---|\n",
                    info.name, B, ctx, rates.source, wb / 1e9, base_ms, rest_ms, sgib);
-        char timeline[4096] = "";
+        char timeline[8192] = "";
         for (uint32_t i = 0; i < AKV_GATE_PLACEMENTS; i++) {
             const akv_gate_placement pl = akv_gate_placement_at(i);
             const bool staged = strcmp(akv_route_kind_name(pl.kind), "staged") == 0;
@@ -770,21 +789,7 @@ int main(void) {
                 TRY(akv_route_sync(b.r)); /* its leases retired: their receipts */
                 akv_route_layer_times lt[128];
                 const uint32_t L = akv_route_step_times(b.r, lt, 128);
-                double busy = 0, idle = 0, worst = 0, lag = 0;
-                uint32_t worst_at = 0;
-                for (uint32_t l = 0; l < L && l < 128; l++) { /* in doubles: an unrecorded 0 stays a number */
-                    busy += (double)lt[l].copy_done_ns - (double)lt[l].copy_start_ns;
-                    lag += (double)lt[l].attn_start_ns - (double)lt[l].copy_done_ns;
-                    if (!l) continue;
-                    const double gap = (double)lt[l].copy_start_ns - (double)lt[l - 1].copy_done_ns;
-                    if (gap > 0) idle += gap;
-                    if (gap > worst) worst = gap, worst_at = l;
-                }
-                if (L && L <= 128)
-                    timeline_note(timeline, sizeof timeline, pl, L,
-                                  ((double)lt[L - 1].copy_done_ns - (double)lt[0].copy_start_ns) / 1e6,
-                                  busy / 1e6, idle / 1e6, worst / 1e6, worst_at, lag / L / 1e6,
-                                  ((double)lt[L - 1].attn_done_ns - (double)lt[L - 1].copy_done_ns) / 1e6);
+                if (L && L <= 128) timeline_note(timeline, sizeof timeline, pl, lt, L);
             }
             bset_close(&b);
         }

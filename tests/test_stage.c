@@ -131,6 +131,29 @@ int main(int argc, char **argv) {
                 CHECK(memcmp((const void *)(uintptr_t)akv_dev_pool_page_addr(dp, ids[i]).addr,
                              akv_host_pool_page_addr(hp, pg[i]), cb) == 0);
         }
+        /* Whether the bus waited for the host, in the receipt: lease b's copies are submitted
+         * after a's were fenced and done (the H2D queue synced), so the bus had nothing left;
+         * c's while b's are still queued (every queued command delayed up to 50 ms), so the
+         * bus was busy; a had no lease before it. */
+        akv_stage_lease ls[3];
+        akv_stage_receipt rs[3];
+        uint32_t ids[3];
+        const uint64_t t0 = akv_clock_ns();
+        for (int i = 0; i < 3; i++) {
+            akv_event *ev = NULL;
+            if (i == 1) CHECK_OK(akv_dev_queue_sync(dev, AKV_QUEUE_H2D));
+            if (!REQUIRE_OK(akv_stage_begin(st, (uint32_t)i % 2, 2, NULL, 0, &ls[i]))) break;
+            CHECK_OK(akv_stage_copy(st, ls[i], pg + i, 1, ids + i));
+            if (i == 1) CHECK_OK(akv_dev_inject_delays(dev, 11, 50000, 1)); /* b's fence, held */
+            CHECK_OK(akv_stage_ready(st, ls[i]));
+            CHECK_OK(akv_stage_attended(st, ls[i], &ev));
+            CHECK_OK(akv_stage_seal(st, ls[i], (akv_stage_tail){0, 0}, ev));
+        }
+        CHECK_OK(akv_dev_inject_delays(dev, 0, 0, 1));
+        for (int i = 0; i < 3; i++) CHECK_OK(akv_stage_retire(st, ls[i], &rs[i]));
+        CHECK(rs[0].bus_idle_at_copy == 0 && rs[1].bus_idle_at_copy == 1 && rs[2].bus_idle_at_copy == 0);
+        CHECK(rs[0].t_copied_ns >= t0 && rs[1].t_copied_ns >= rs[0].t_copied_ns &&
+              rs[2].t_copied_ns >= rs[1].t_copied_ns && rs[1].t_copied_ns >= rs[1].t_begin_ns);
         for (uint32_t i = 0; i < 3; i++) CHECK_OK(akv_host_pool_page_free(hp, pg[i]));
     compact_done:
         CHECK_OK(akv_stage_destroy(st));

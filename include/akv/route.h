@@ -450,6 +450,11 @@ const struct akv_host_table *akv_route_seq_host_table(const akv_route_seq *s);
  * the benchmarks that ask where a staged step's time goes. */
 typedef struct akv_route_layer_times {
     uint64_t copy_start_ns, copy_done_ns, attn_start_ns, attn_done_ns;
+    /* the host's side: its clock (core/clock.h) when the layer's copies were submitted, and
+     * whether the bus had already finished the layer before's copies then (it waited for
+     * the host) */
+    uint64_t host_copied_ns;
+    int bus_idle_at_copy;
 } akv_route_layer_times;
 /* Writes min(cap, layers) of them; returns how many layers the last retired step staged (0:
  * none yet, or nothing staged). */

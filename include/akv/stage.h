@@ -122,6 +122,10 @@ typedef struct akv_stage_receipt {
     uint32_t n_prior_waits; /* device waits on earlier leases' fences (slot readers, RAW) */
     uint64_t t_begin_ns;    /* host clock at begin (core/clock.h origin) */
     uint64_t t_retire_ns;   /* host clock when the fences were found complete */
+    uint64_t t_copied_ns;   /* host clock when its first copies were submitted; 0 if none */
+    /* at that submission the lease begun before it had its copies' fence recorded and the
+     * device had passed it: the bus (H2D queue) waited for this host, not the other way */
+    int bus_idle_at_copy;
     uint64_t h2d_ns;        /* device time from the first copy to h2d_done; 0 if no copy */
     uint64_t attn_ns;       /* device time of the op; 0 if never attended */
     uint64_t d2h_ns;        /* device time from the first write-back to wb_done; 0 if none */

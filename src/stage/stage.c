@@ -81,6 +81,7 @@ typedef struct stage_rec {
     uint32_t n_tickets;
     size_t cap_tickets;
     uint32_t n_written; /* write-backs submitted: the tail */
+    lease_ref prev;     /* the lease begun just before this one (the receipt's bus_idle_at_copy) */
     lease_ref *waited;  /* leases whose write-back fence the H2D queue already waits on */
     uint32_t n_waited;
     size_t cap_waited;
@@ -510,6 +511,7 @@ akv_status akv_stage_begin(akv_stage *st, uint32_t layer, uint64_t step,
     rec->rc.t_begin_ns = akv_clock_ns();
     st->stats.n_live++;
     lease_ref me = rec_ref(rec);
+    rec->prev = st->last;
     st->last = me;
     /* I3: the slot's previous occupant, if not retired, is a prior reader: the H2D queue
      * waits for its fences before the slot is poisoned or overwritten. */
@@ -601,10 +603,20 @@ akv_status akv_stage_copy(akv_stage *st, akv_stage_lease l, const akv_host_page 
             st->stats.n_raw_waits++;
         }
     }
-    if (ds == AKV_OK && !rec->recorded[EV_H2D_START])
-        ds = rec_record(st, rec, EV_H2D_START, AKV_QUEUE_H2D);
+    const bool first_copy = !rec->recorded[EV_H2D_START];
+    if (ds == AKV_OK && first_copy) ds = rec_record(st, rec, EV_H2D_START, AKV_QUEUE_H2D);
     if (ds == AKV_OK) ds = akv_dev_copy_h2d_batch_async(st->dev, AKV_QUEUE_H2D, x, n);
     if (ds != AKV_OK) return stage_fail(st, rec, "copy", ds);
+    if (first_copy) {
+        rec->rc.t_copied_ns = akv_clock_ns();
+        /* Did the bus wait for this submission? The lease before it, if its copies are fenced
+         * and past on the device: the H2D queue had nothing left to do. */
+        const stage_rec *prev = ref_get(st, rec->prev);
+        int done = 0;
+        if (prev && prev->recorded[EV_H2D_DONE] &&
+            akv_dev_event_query(st->dev, prev->ev[EV_H2D_DONE], &done) == AKV_OK)
+            rec->rc.bus_idle_at_copy = done;
+    }
     return AKV_OK;
 }
 
