@@ -241,7 +241,7 @@ static double bset_step(bset *b, akv_forward_dev *f, uint32_t step, const uint8_
     }
     int32_t argmax[MAX_B];
     akv_forward_batch fb = {.n_seq = b->B, .n_new = n_new, .pos0 = pos0, .tokens = tok,
-                            .logits = mode, .argmax = argmax};
+                            .logits = mode, .chosen = argmax};
     const double tb = akv_clock_s();
     TRY(akv_route_begin_step(b->r, reqs, b->B));
     const double begin_s = akv_clock_s() - tb;

@@ -25,6 +25,7 @@ static const cuda_op cuda_ops[] = {
     {AKV_FWD_OP_CAST, akv__cuda_fwd_cast, 0},
     {AKV_FWD_OP_FILL, akv__cuda_fwd_fill, 0},
     {AKV_FWD_OP_ARGMAX, akv__cuda_fwd_argmax, 0},
+    {AKV_FWD_OP_SAMPLE, akv__cuda_fwd_sample, 0},
     {AKV_FWD_OP_MATMUL, akv__cuda_fwd_matmul, 1},
     {AKV_FWD_OP_ATTN_APPEND, akv__cuda_fwd_attn_append, 0},
     {AKV_FWD_OP_ATTN_DECODE, akv__cuda_fwd_attn_decode, 0},

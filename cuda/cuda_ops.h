@@ -69,6 +69,7 @@ akv_status akv__cuda_fwd_add(const void *args, const akv__cuda_launch *l);
 akv_status akv__cuda_fwd_cast(const void *args, const akv__cuda_launch *l);
 akv_status akv__cuda_fwd_fill(const void *args, const akv__cuda_launch *l);
 akv_status akv__cuda_fwd_argmax(const void *args, const akv__cuda_launch *l);
+akv_status akv__cuda_fwd_sample(const void *args, const akv__cuda_launch *l);
 akv_status akv__cuda_fwd_matmul(const void *args, const akv__cuda_launch *l);
 akv_status akv__cuda_fwd_attn_append(const void *args, const akv__cuda_launch *l);
 akv_status akv__cuda_fwd_attn_decode(const void *args, const akv__cuda_launch *l);

@@ -6,6 +6,7 @@
 #include <math.h>
 #include <stdbool.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "core/alloc.h"
@@ -211,6 +212,86 @@ static akv_status fops_argmax(akv_dev *dev, const void *args) {
     return AKV_OK;
 }
 
+/* ---- sampling (akv/fwd_sample.h) ---- */
+
+typedef struct fops_cand {
+    uint32_t key, id;
+} fops_cand;
+
+/* The order: key descending, id ascending. */
+static int fops_cand_cmp(const void *a, const void *b) {
+    const fops_cand *x = a, *y = b;
+    if (x->key != y->key) return x->key > y->key ? -1 : 1;
+    return (x->id > y->id) - (x->id < y->id);
+}
+
+int32_t akv_fwd_sample_ref(const akv_fwd_sample_row *r, const int32_t *pen_ids,
+                           const int32_t *pen_counts, float *x, uint32_t n) {
+    for (uint32_t j = 0; j < r->pen_n; j++) {
+        const int32_t t = pen_ids[r->pen_off + j];
+        x[t] = akv_sample_penalise(r, x[t], (uint32_t)pen_counts[r->pen_off + j]);
+    }
+    if (r->temp == 0.0f) return akv_fwd_argmax_ref(x, n);
+    fops_cand *c = akv__malloc((size_t)(n ? n : 1) * sizeof *c);
+    uint64_t *w = akv__malloc((size_t)(n ? n : 1) * sizeof *w);
+    uint8_t *kept = akv__calloc(n ? n : 1, 1);
+    if (!c || !w || !kept) {
+        akv__free(c), akv__free(w), akv__free(kept);
+        return -2;
+    }
+    uint32_t m = 0;
+    for (uint32_t i = 0; i < n; i++)
+        if (akv_sample_key(x[i])) c[m++] = (fops_cand){akv_sample_key(x[i]), i};
+    int32_t out = -1;
+    if (m == 0) goto done;
+    qsort(c, m, sizeof *c, fops_cand_cmp);
+    if (r->top_k > 0 && (uint32_t)r->top_k < m) m = (uint32_t)r->top_k; /* top-k */
+    const float mx = x[c[0].id];
+    uint64_t z = 0;
+    for (uint32_t i = 0; i < m; i++) z += w[i] = akv_sample_wfx(akv_sample_weight(x[c[i].id], mx, r->temp));
+    if (r->top_p < 1.0f) { /* the shortest prefix reaching top_p of the kept weight */
+        const double target = (double)r->top_p * (double)z;
+        uint64_t mass = 0;
+        for (uint32_t i = 0; i < m; i++)
+            if ((double)(mass += w[i]) >= target) {
+                m = i + 1;
+                break;
+            }
+    }
+    if (r->min_p > 0) { /* the prefix whose weight is at least min_p of the first's (1) */
+        uint32_t keep = 1;
+        while (keep < m && akv_sample_weight(x[c[keep].id], mx, r->temp) >= r->min_p) keep++;
+        m = keep;
+    }
+    uint64_t total = 0;
+    for (uint32_t i = 0; i < m; i++) kept[c[i].id] = 1, total += w[i];
+    /* the draw walks the kept tokens by id: their weights again, in id order */
+    const uint64_t t = akv_sample_target(r->u, total ? total : 1);
+    uint64_t acc = 0;
+    for (uint32_t i = 0; i < n && out < 0; i++)
+        if (kept[i] && (acc += akv_sample_wfx(akv_sample_weight(x[i], mx, r->temp))) > t) out = (int32_t)i;
+    if (out < 0) out = (int32_t)c[0].id; /* every kept weight 0 cannot happen (the first is 1) */
+done:
+    akv__free(c), akv__free(w), akv__free(kept);
+    return out;
+}
+
+static akv_status fops_sample(akv_dev *dev, const void *args) {
+    const akv_fwd_sample_args *a = args;
+    float *x = FOPS_PTR(a->x);
+    int32_t *y = FOPS_PTR(a->y);
+    const akv_fwd_sample_row *rows = FOPS_PTR(a->rows);
+    const int32_t *pen = a->n_pen ? FOPS_PTR(a->pen) : NULL;
+    for (uint32_t r = 0; r < a->n_rows; r++) {
+        if (rows[r].temp < 0) continue;
+        const int32_t id = akv_fwd_sample_ref(&rows[r], pen, pen ? pen + a->n_pen : NULL,
+                                              x + (size_t)r * a->n, a->n);
+        if (id == -2) return AKV_ENOMEM;
+        y[r] = id;
+    }
+    return AKV_OK;
+}
+
 static akv_status fops_attn_append(akv_dev *dev, const void *args) {
     (void)dev;
     return akv_attn_ref_append(&((const akv_fwd_attn_append_args *)args)->p);
@@ -247,6 +328,7 @@ FOPS_DEF(akv_fwd_op_add, AKV_FWD_OP_ADD, akv_fwd_add_args, fops_add);
 FOPS_DEF(akv_fwd_op_cast, AKV_FWD_OP_CAST, akv_fwd_cast_args, fops_cast);
 FOPS_DEF(akv_fwd_op_fill, AKV_FWD_OP_FILL, akv_fwd_fill_args, fops_fill);
 FOPS_DEF(akv_fwd_op_argmax, AKV_FWD_OP_ARGMAX, akv_fwd_argmax_args, fops_argmax);
+FOPS_DEF(akv_fwd_op_sample, AKV_FWD_OP_SAMPLE, akv_fwd_sample_args, fops_sample);
 /* The op profile's key of a product: its shape and W's format. */
 static void fops_matmul_describe(const void *args, char *buf, size_t cap) {
     const akv_fwd_matmul_args *a = args;

@@ -48,13 +48,13 @@ class Result:
         self.itl, self.n_out, self.n_in = [], 0, 0
 
 
-def one_request(url, key, model, prompt, output_len, timeout, extra=None):
+def one_request(url, key, model, prompt, output_len, timeout, extra=None, temperature=0.0):
     """Streams one completion (extra: more body fields); returns a Result."""
     r = Result()
     r.n_in = len(prompt)
     u = urllib.parse.urlparse(url)
     body = json.dumps({"model": model, "prompt": prompt, "max_tokens": output_len,
-                       "temperature": 0, "ignore_eos": True, "stream": True,
+                       "temperature": temperature, "ignore_eos": True, "stream": True,
                        "stream_options": {"include_usage": True}, **(extra or {})}).encode()
     headers = {"Content-Type": "application/json"}
     if key:
@@ -112,7 +112,7 @@ def run_rate(args, rate, prompts):
         try:
             extra = {"cache_salt": f"bench-{rate}-{i}"} if args.salt_each else None
             results[i] = one_request(args.url, args.api_key, args.model, prompts[i],
-                                     args.output_len, args.timeout, extra)
+                                     args.output_len, args.timeout, extra, args.temperature)
         finally:
             sem.release()
 
@@ -161,6 +161,8 @@ def main():
     ap.add_argument("--vocab-lo", type=int, default=1000, help="random ids from here ...")
     ap.add_argument("--vocab-hi", type=int, default=20000, help="... to here (exclusive)")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--temperature", type=float, default=0.0,
+                    help="sampling temperature of every request (default 0: greedy)")
     ap.add_argument("--timeout", type=float, default=1800)
     ap.add_argument("--warmup", type=int, default=1, help="requests before the sweep (default 1)")
     ap.add_argument("--shared-prefix", type=int, default=0,
@@ -197,7 +199,8 @@ def main():
     ms = lambda x: f"{x * 1e3:.1f}"
     print(f"\n{a.title or 'bench_serve'}: input {a.input_len}"
           f"{f' after a shared prefix of {a.shared_prefix}' if a.shared_prefix else ''}"
-          f"{', a cache_salt each' if a.salt_each else ''}, output {a.output_len}, "
+          f"{', a cache_salt each' if a.salt_each else ''}, output {a.output_len}"
+          f"{f' at temperature {a.temperature:g}' if a.temperature else ''}, "
           f"{a.num_prompts} prompts, max concurrency {a.max_concurrency or 'none'}\n")
     print("| rate (req/s) | done | failed | req/s | out tok/s | total tok/s | TTFT p50 / p90 / p99 "
           "(ms) | TPOT p50 / p90 / p99 (ms) | ITL p50 / p90 / p99 (ms) | E2E p50 / p90 / p99 (s) |")

@@ -820,6 +820,52 @@ int main(int argc, char **argv) {
         akv_engine_destroy(e);
     }
 
+    TEST_CASE(draws_where_the_logits_are) {
+        /* On the device pass (the host backend: its op is the reference, akv_fwd_sample_ref) a
+         * request at a temperature with no format and no logits wanted is drawn by the pass
+         * (AKV_FORWARD_LOGITS_SAMPLE: no row comes back). With top_k 1 the draw is the
+         * penalised argmax, so its tokens must be the host sampler's (host_sampling) exactly,
+         * penalties and all; seeded draws at a temperature give the same tokens run to run. */
+        static seen top1[2], hot[3][2];
+        for (int run = 0; run < 3; run++) {
+            akv_engine_params ep = akv_engine_default_params();
+            ep.max_seqs = 3, ep.pass = AKV_ENGINE_PASS_DEVICE, ep.host_sampling = run == 2;
+            akv_engine *e = engine_open(model, &ep);
+            if (!e) break;
+            akv_request *r[3];
+            seen *one = &top1[run == 2];
+            memset(one, 0, sizeof *one);
+            akv_request_params rp = greedy(tokens + 10, 17, 24, one);
+            rp.want_logits = false;
+            rp.sample.temp = 0.9f, rp.sample.top_k = 1, rp.sample.repeat_penalty = 1.5f;
+            rp.sample.presence_penalty = 0.5f, rp.sample.frequency_penalty = 0.3f;
+            CHECK_OK(akv_engine_submit(e, &rp, &r[0], NULL));
+            for (int i = 0; i < 2; i++) {
+                memset(&hot[run][i], 0, sizeof hot[run][i]);
+                akv_request_params hp = greedy(tokens + 200 + 30 * i, 9 + i, 20, &hot[run][i]);
+                hp.want_logits = false;
+                hp.sample = akv_sample_default_params();
+                hp.sample.seed = 11 + (uint64_t)i, hp.sample.repeat_penalty = 1.2f;
+                CHECK_OK(akv_engine_submit(e, &hp, &r[1 + i], NULL));
+            }
+            CHECK(run_all(e, 200) > 0);
+            akv_engine_stats st;
+            akv_engine_get_stats(e, &st);
+            if (run == 2) CHECK_EQ_U64(st.pass_draws, 0);
+            else CHECK_EQ_U64(st.pass_draws, 24 + 20 + 20); /* the first tokens too */
+            for (int i = 0; i < 3; i++) akv_engine_release(e, r[i]);
+            akv_engine_destroy(e);
+        }
+        CHECK_EQ_INT(top1[0].n, 24);
+        CHECK_EQ_INT(top1[0].n_logits, 0);
+        CHECK_BYTES(top1[0].tok, top1[1].tok, 24 * sizeof top1[0].tok[0]);
+        for (int i = 0; i < 2; i++) {
+            CHECK_EQ_INT(hot[0][i].n, 20);
+            CHECK_EQ_INT(hot[0][i].n_logits, 0);
+            CHECK_BYTES(hot[0][i].tok, hot[1][i].tok, 20 * sizeof hot[0][i].tok[0]);
+        }
+    }
+
     TEST_CASE(a_full_disk_loses_nothing) {
         /* The disk full (a file size limit: writes past it fail with EFBIG, as on a full
          * disk): saving a session is refused with AKV_EIO and the conversation stays in memory

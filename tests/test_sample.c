@@ -4,6 +4,7 @@
 #include <math.h>
 #include <stdlib.h>
 
+#include "akv/forward.h"
 #include "akv/forward_ops.h"
 #include "akv/log.h"
 #include "akv/sample.h"
@@ -34,6 +35,68 @@ static int first_k(const float *lg, int n, int k, int *out) {
         out[j] = i;
     }
     return m < k ? m : k;
+}
+
+/* The two-sample chi-square statistic of equal draws a and b over n categories (those with at
+ * least 10 draws together; the rest pooled into one), and its degrees of freedom. */
+static double chi2_two(const int *a, const int *b, int n, int *df) {
+    double x = 0;
+    int cats = 0, pa = 0, pb = 0;
+    for (int i = 0; i < n; i++) {
+        if (a[i] + b[i] < 10) {
+            pa += a[i], pb += b[i];
+            continue;
+        }
+        x += (double)(a[i] - b[i]) * (a[i] - b[i]) / (a[i] + b[i]);
+        cats++;
+    }
+    if (pa + pb > 0) x += (double)(pa - pb) * (pa - pb) / (pa + pb), cats++;
+    *df = cats > 1 ? cats - 1 : 1;
+    return x;
+}
+
+/* Far in the tail of chi-square with df degrees of freedom (Wilson-Hilferty at z = 5.3, a
+ * chance below 1e-7 for equal laws). */
+static double chi2_far(int df) {
+    const double k = df, z = 5.3, c = 1 - 2 / (9 * k) + z * sqrt(2 / (9 * k));
+    return k * c * c * c;
+}
+
+/* Draws by the host sampler and by the device's law (akv_sampler_draw_row with the reference
+ * op, what the host backend runs) from one sampler's parameters over the same logits, after the
+ * same accepted history; `b_temp` != 0 gives the second another temperature (the negative
+ * control). Returns the chi-square statistic over the draws, *df its degrees of freedom. */
+static double law_compare(const akv_sample_params *sp, const float *lg, int n, int draws,
+                          float b_temp, int *df) {
+    akv_sampler *a = NULL, *b = NULL;
+    akv_sample_params pb = *sp;
+    pb.seed = sp->seed + 77;
+    if (b_temp) pb.temp = b_temp;
+    int *ha = akv__calloc((size_t)n, sizeof *ha), *hb = akv__calloc((size_t)n, sizeof *hb);
+    float *row = akv__malloc((size_t)n * sizeof *row);
+    int32_t ids[AKV_FORWARD_SAMPLE_PEN_MAX], counts[AKV_FORWARD_SAMPLE_PEN_MAX];
+    double x = -1;
+    if (!REQUIRE_OK(akv_sampler_create(sp, n, &a)) || !REQUIRE_OK(akv_sampler_create(&pb, n, &b)) || !ha ||
+        !hb || !row)
+        goto out;
+    for (int i = 0; i < 12; i++) { /* a history with repeats: the penalties' counts differ */
+        CHECK_OK(akv_sampler_accept(a, (i * 37) % 5 * 11 % n));
+        CHECK_OK(akv_sampler_accept(b, (i * 37) % 5 * 11 % n));
+    }
+    draw(a, lg, draws, ha);
+    for (int d = 0; d < draws; d++) {
+        akv_fwd_sample_row r;
+        if (!REQUIRE_OK(akv_sampler_draw_row(b, &r, ids, counts, AKV_FORWARD_SAMPLE_PEN_MAX))) break;
+        memcpy(row, lg, (size_t)n * sizeof *row);
+        const int32_t t = akv_fwd_sample_ref(&r, ids, counts, row, (uint32_t)n);
+        if (!CHECK(t >= 0 && t < n)) break;
+        hb[t]++;
+    }
+    x = chi2_two(ha, hb, n, df);
+out:
+    akv_sampler_destroy(a), akv_sampler_destroy(b);
+    akv__free(ha), akv__free(hb), akv__free(row);
+    return x;
 }
 
 int main(int argc, char **argv) {
@@ -320,6 +383,63 @@ int main(int argc, char **argv) {
         CHECK(s == NULL);
     }
 
+    TEST_CASE(device_draws_follow_the_samplers_law) {
+        /* The device's draw (akv/fwd_sample.h: pivots, fixed-point weights, the walk by id)
+         * against the host sampler: equal in law under each stage of the chain, ties at the
+         * top and at the k-th included; and a temperature 0.8 against 0.9 is told apart. */
+        enum { N = 300, DRAWS = 40000 };
+        float lgd[N];
+        uint64_t r = 99;
+        for (int i = 0; i < N; i++) lgd[i] = 3.0f * test_rand_f32(&r);
+        lgd[10] = lgd[20] = 4.5f;                 /* a tie at the top */
+        lgd[30] = lgd[31] = lgd[32] = lgd[33] = 3.5f; /* ties at the 3rd to 6th */
+        lgd[40] = NAN, lgd[41] = -INFINITY;
+        akv_sample_params sets[] = {
+            {.temp = 0.8f, .top_k = 40, .top_p = 0.95f, .min_p = 0.05f, .repeat_penalty = 1.3f,
+             .presence_penalty = 0.4f, .frequency_penalty = 0.3f, .repeat_last_n = 64, .seed = 5},
+            {.temp = 1.5f, .top_p = 0.8f, .repeat_penalty = 1, .repeat_last_n = 64, .seed = 6},
+            {.temp = 0.7f, .top_k = 5, .top_p = 1, .repeat_penalty = 1, .seed = 7},
+            {.temp = 1.2f, .top_p = 1, .min_p = 0.2f, .repeat_penalty = 1, .seed = 8},
+            {.temp = 1, .top_p = 1, .repeat_penalty = 1, .seed = 9},
+        };
+        for (size_t i = 0; i < sizeof sets / sizeof sets[0]; i++) {
+            int df = 0;
+            const double x = law_compare(&sets[i], lgd, N, DRAWS, 0, &df);
+            printf("  set %zu: chi-square %.1f, %d degrees of freedom (bound %.1f)\n", i, x, df, chi2_far(df));
+            TEST_CHECK_(x >= 0 && x < chi2_far(df), "set %zu: chi-square %.1f with %d degrees of freedom (bound %.1f)",
+                        i, x, df, chi2_far(df));
+        }
+        int df = 0;
+        const double x = law_compare(&sets[4], lgd, N, DRAWS, 0.9f, &df);
+        printf("  temperature 1 against 0.9: chi-square %.1f, %d degrees of freedom (bound %.1f)\n", x, df, chi2_far(df));
+        TEST_CHECK_(x > chi2_far(df), "temperature 1 against 0.9: chi-square %.1f with %d degrees of freedom "
+                    "(bound %.1f) did not tell them apart", x, df, chi2_far(df));
+        /* a greedy sampler has no draw; a history of more distinct tokens than the room */
+        akv_sample_params g = params_off();
+        g.temp = 0;
+        akv_sampler *s = NULL;
+        akv_fwd_sample_row row;
+        int32_t ids[4], counts[4];
+        akv_log_set(NULL, NULL, AKV_LOG_OFF);
+        if (REQUIRE_OK(akv_sampler_create(&g, N, &s))) {
+            CHECK_STATUS(akv_sampler_draw_row(s, &row, ids, counts, 4), AKV_EINVAL);
+            akv_sampler_destroy(s);
+        }
+        g = params_off();
+        g.repeat_penalty = 1.2f, g.repeat_last_n = 16;
+        if (REQUIRE_OK(akv_sampler_create(&g, N, &s))) {
+            for (int i = 0; i < 5; i++) CHECK_OK(akv_sampler_accept(s, i));
+            CHECK_STATUS(akv_sampler_draw_row(s, &row, ids, counts, 4), AKV_EFULL);
+            CHECK_OK(akv_sampler_accept(s, 0));
+            CHECK_STATUS(akv_sampler_draw_row(s, &row, ids, counts, 4), AKV_EFULL);
+            int32_t ids5[5], counts5[5];
+            CHECK_OK(akv_sampler_draw_row(s, &row, ids5, counts5, 5));
+            ids[0] = ids5[0], counts[0] = counts5[0];
+            CHECK(row.pen_n == 5 && ids[0] == 0 && counts[0] == 2 && row.u >= 0 && row.u < 1);
+            akv_sampler_destroy(s);
+        }
+        akv_log_set(NULL, NULL, AKV_LOG_WARN);
+    }
     TEST_CASE(alloc_failure_each_site) {
         akv_sample_params p = akv_sample_default_params();
         int64_t live0 = akv__alloc_live();

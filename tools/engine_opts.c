@@ -83,6 +83,7 @@ void akv_tool_eopts_apply(const akv_tool_eopts *o, akv_engine_params *ep) {
     ep->prefill_beside = (uint32_t)o->prefill_beside;
     ep->session_dir = o->session_dir, ep->session_dir_gib = (uint32_t)o->session_dir_gib;
     ep->threads = akv_tool_eopts_threads(o), ep->no_graphs = o->no_graphs != 0;
+    ep->host_sampling = o->host_sampling != 0;
 }
 
 uint32_t akv_tool_eopts_threads(const akv_tool_eopts *o) {

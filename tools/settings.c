@@ -83,6 +83,10 @@ const akv_tool_setting akv_tool_settings[] = {
     ROW(NULL, "--no-graphs", NULL, AKV_OPT_NOGRAPHS, NULL, AKV_TV_SWITCH, no_graphs, 0, 0, NULL,
         "GPU: launch every kernel of a decode step by itself instead of replaying the step as "
         "one CUDA graph (resident route)"),
+    ROW(NULL, "--host-sampling", NULL, AKV_OPT_HOST_SAMPLING, NULL, AKV_TV_SWITCH, host_sampling, 0,
+        0, NULL,
+        "GPU: draw tokens at a temperature on the CPU from each row of logits, which then "
+        "crosses the bus, instead of on the GPU where only the id comes back"),
     ROW("threads", "--threads", NULL, AKV_OPT_THREADS, "N", AKV_TV_U64, threads, 0, 1024,
         "every core this process may run on, which is also the most",
         "CPU threads of the matrix products and the attention"),

@@ -30,6 +30,7 @@ typedef struct akv_tool_eopts {
     const char *device;     /* --device: auto, cpu, cuda, cuda:N */
     const char *tmpl;       /* --chat-template: a family name or a file of Jinja source */
     int no_graphs;
+    int host_sampling;
     int special_in_content; /* --special-in-content: control texts in chat contents parsed */
     unsigned long long ctx; /* --max-context; 0 = the command's default */
     unsigned long long host_gib, device_gib, chunk, threads, parallel, window_pages;
@@ -49,7 +50,7 @@ typedef struct akv_tool_eopts {
 /* Option ids (getopt_long's val), above every short option and command-specific id. */
 enum {
     AKV_OPT_CTX = 1024, AKV_OPT_DEVICE, AKV_OPT_ROUTE, AKV_OPT_WINDOW, AKV_OPT_HOST,
-    AKV_OPT_DEVGIB, AKV_OPT_KV, AKV_OPT_CHUNK, AKV_OPT_STEP, AKV_OPT_THREADS, AKV_OPT_NOGRAPHS,
+    AKV_OPT_DEVGIB, AKV_OPT_KV, AKV_OPT_CHUNK, AKV_OPT_STEP, AKV_OPT_THREADS, AKV_OPT_NOGRAPHS, AKV_OPT_HOST_SAMPLING,
     AKV_OPT_PARALLEL, AKV_OPT_TMPL, AKV_OPT_TEMP, AKV_OPT_TOPK, AKV_OPT_TOPP, AKV_OPT_MINP,
     AKV_OPT_RP, AKV_OPT_RLN, AKV_OPT_SEED, AKV_OPT_PRES, AKV_OPT_FREQ, AKV_OPT_WEIGHTS,
     AKV_OPT_SPECIAL_CONTENT, AKV_OPT_TIER, AKV_OPT_RECENT, AKV_OPT_CALIBRATION, AKV_OPT_BESIDE,

@@ -39,6 +39,7 @@
 #include "akv/gate.h"
 #include "akv/ops.h"
 #include "akv/model.h"
+#include "akv/fwd_sample.h"
 #include "akv/forward_ops.h"
 #include "akv/forward.h"
 #include "akv/forward_dev.h"

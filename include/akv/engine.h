@@ -173,6 +173,9 @@ typedef struct akv_engine_params {
     akv_engine_pass pass;
     uint32_t threads;                /* host pass threads; 0 = one per core */
     bool no_graphs;                  /* device pass: launch decode steps op by op */
+    bool host_sampling;              /* device pass: draws at a temperature made on the host
+                                        from the row (as a format or logits wanted always
+                                        are), not on the device (akv/fwd_sample.h) */
     akv_attn_tuning attn;            /* device pass: the decode's tuning, for A/B measurement
                                         (akv/attn.h; zero: the measured default) */
 } akv_engine_params;
@@ -342,6 +345,8 @@ typedef struct akv_engine_stats {
                                     page or more beyond the prefix (akv_route_seq_fork: its full
                                     pages shared) */
     uint64_t gen_tokens;         /* tokens sampled */
+    uint64_t pass_draws;         /* of them, drawn at a temperature by the device pass (only
+                                    the id crossed the bus: akv/fwd_sample.h) */
     uint64_t n_idle_closed;      /* idle contexts closed to make room or beyond max_idle */
     uint64_t n_spilled;          /* of them, written to the session directory first */
     uint64_t n_restored;         /* conversations read back from it for a prompt */

@@ -57,6 +57,7 @@
 
 #include "akv/attn.h"
 #include "akv/kv_parts.h"
+#include "akv/fwd_sample.h"
 #include "akv/model.h"
 #include "akv/status.h"
 
@@ -73,11 +74,19 @@ typedef enum akv_forward_logits {
     AKV_FORWARD_LOGITS_ALL = 2,  /* every new token's */
     AKV_FORWARD_LOGITS_ARGMAX = 3, /* its last new token's greedy choice: the row is computed
                                       (it takes a row of `logits`, as LAST) and the first id of
-                                      its largest logit goes to argmax[s] (NaN and -inf never
+                                      its largest logit goes to chosen[s] (NaN and -inf never
                                       chosen; -1 when every logit is one: akv_fwd_argmax_ref);
                                       the device pass leaves the row's values on the device
                                       (that row of `logits` is not written) */
+    AKV_FORWARD_LOGITS_SAMPLE = 4, /* its last new token's draw by sample[s] (akv/fwd_sample.h,
+                                      the host sampler's law) goes to chosen[s], as ARGMAX
+                                      (-1 when no logit is a candidate); the penalties change
+                                      the row, which the device pass leaves on the device */
 } akv_forward_logits;
+
+/* The most penalised tokens one SAMPLE draw may carry (a repeat_last_n of up to this many
+ * always fits). */
+#define AKV_FORWARD_SAMPLE_PEN_MAX 256
 
 /* One batch step: n_seq sequences and their new tokens. */
 typedef struct akv_forward_batch {
@@ -86,8 +95,13 @@ typedef struct akv_forward_batch {
     const uint32_t *pos0;    /* [n_seq] position of each sequence's first new token */
     const int32_t *tokens;   /* [sum n_new] the new tokens, sequence after sequence */
     const uint8_t *logits;   /* [n_seq] akv_forward_logits of each; NULL = LAST for every one */
-    int32_t *argmax;         /* [n_seq] out: the ARGMAX sequences' choices (the others' entries
-                                untouched); required when one asks for ARGMAX */
+    int32_t *chosen;         /* [n_seq] out: the ARGMAX and SAMPLE sequences' tokens (the others'
+                                entries untouched); required when one asks for either */
+    const akv_fwd_sample_row *sample; /* [n_seq] the SAMPLE sequences' draws (the others'
+                                entries unread); required when one asks for SAMPLE */
+    const int32_t *pen;      /* [2][n_pen] the draws' penalised ids (distinct within a row),
+                                then their counts; sample[s].pen_off indexes them */
+    uint32_t n_pen;
 } akv_forward_batch;
 
 typedef struct akv_forward_params {
@@ -134,7 +148,7 @@ akv_status akv_forward_run(akv_forward *f, const int32_t *tokens, uint32_t n, ui
                            const akv_kv_hooks *kv, float *logits, bool all_logits);
 
 /* Sequence s's logits mode (akv_forward_logits; modes NULL: LAST), and the rows of logits a
- * mode of a sequence of n_new new tokens takes (n_new for ALL, 1 for LAST and ARGMAX). */
+ * mode of a sequence of n_new new tokens takes (n_new for ALL, 1 for LAST, ARGMAX and SAMPLE). */
 static inline uint8_t akv_forward_batch_mode(const akv_forward_batch *b, uint32_t s) {
     return b->logits ? b->logits[s] : (uint8_t)AKV_FORWARD_LOGITS_LAST;
 }
@@ -142,7 +156,7 @@ static inline uint32_t akv_forward_mode_rows(uint8_t mode, uint32_t n_new) {
     return mode == AKV_FORWARD_LOGITS_ALL ? n_new : mode != AKV_FORWARD_LOGITS_NONE;
 }
 
-/* Rows of logits a batch asks for (its sum over sequences: 1 for LAST and ARGMAX, n_new for
+/* Rows of logits a batch asks for (its sum over sequences: 1 for LAST, ARGMAX and SAMPLE, n_new for
  * ALL). */
 uint32_t akv_forward_batch_logit_rows(const akv_forward_batch *b);
 

@@ -32,6 +32,7 @@
 #include "akv/attn.h"
 #include "akv/dev.h"
 #include "akv/dtype.h"
+#include "akv/fwd_sample.h"
 #include "akv/ops.h"
 
 #ifdef __cplusplus
@@ -47,6 +48,7 @@ extern "C" {
 #define AKV_FWD_OP_CAST "fwd_cast"
 #define AKV_FWD_OP_FILL "fwd_fill"
 #define AKV_FWD_OP_ARGMAX "fwd_argmax"
+#define AKV_FWD_OP_SAMPLE "fwd_sample"
 #define AKV_FWD_OP_MATMUL "fwd_matmul"
 #define AKV_FWD_OP_ATTN_APPEND "fwd_attn_append"
 #define AKV_FWD_OP_ATTN_DECODE "fwd_attn_decode"
@@ -131,6 +133,23 @@ static inline int32_t akv_fwd_argmax_ref(const float *x, uint32_t n) {
     while (!(x[best] == mx)) best++;
     return (int32_t)best;
 }
+
+/* y[r] = the token row r's parameters draw from its logits (akv/fwd_sample.h: the host
+ * sampler's law), for every row whose temp is >= 0 (temp 0: the greedy choice, as argmax);
+ * -1 where no logit is a candidate. The penalties change x in place (those rows' values are
+ * not wanted back). pen holds every row's penalised ids, then their counts. */
+typedef struct akv_fwd_sample_args {
+    akv_dptr y;    /* int32 [n_rows] */
+    akv_dptr x;    /* f32 [n_rows][n] */
+    akv_dptr rows; /* akv_fwd_sample_row [n_rows] */
+    akv_dptr pen;  /* int32 [2][n_pen]: ids, then counts */
+    uint32_t n_rows, n, n_pen;
+} akv_fwd_sample_args;
+
+/* The reference of one row (the host op's): sorts the candidates, as the host sampler does,
+ * and keeps its prefixes; x changed by the penalties. -1: no candidate; -2: out of memory. */
+int32_t akv_fwd_sample_ref(const akv_fwd_sample_row *row, const int32_t *pen_ids,
+                           const int32_t *pen_counts, float *x, uint32_t n);
 
 /* y[i] = center + scale * u(seed, i), u uniform in [-1, 1) from a hash of (seed, i): the same
  * values on every backend (synthetic weights for benchmarks). With w_type a block format
@@ -232,6 +251,7 @@ extern const akv_dev_op akv_fwd_op_add;
 extern const akv_dev_op akv_fwd_op_cast;
 extern const akv_dev_op akv_fwd_op_fill;
 extern const akv_dev_op akv_fwd_op_argmax;
+extern const akv_dev_op akv_fwd_op_sample;
 extern const akv_dev_op akv_fwd_op_matmul;
 extern const akv_dev_op akv_fwd_op_attn_append;
 extern const akv_dev_op akv_fwd_op_attn_decode;

@@ -361,11 +361,13 @@ static akv_status engine_open_memory(akv_engine *e) {
     e->pos0 = akv__calloc(S, sizeof *e->pos0);
     e->order = akv__calloc(S, sizeof *e->order);
     e->lmode = akv__calloc(S, sizeof *e->lmode);
-    e->argmax = akv__calloc(S, sizeof *e->argmax);
+    e->chosen = akv__calloc(S, sizeof *e->chosen);
+    e->draw = akv__calloc(S, sizeof *e->draw);
+    e->pen = akv__calloc((size_t)2 * S * AKV_FORWARD_SAMPLE_PEN_MAX, sizeof *e->pen);
     e->tokens = akv__calloc(T, sizeof *e->tokens);
     if (e->fh) e->logits = akv__calloc((size_t)S * e->cfg.n_vocab, sizeof *e->logits);
     return e->run && e->reqs && e->batch && e->n_new && e->pos0 && e->order && e->lmode &&
-                   e->argmax && e->tokens && (e->logits || !e->fh)
+                   e->chosen && e->draw && e->pen && e->tokens && (e->logits || !e->fh)
                ? AKV_OK
                : AKV_ENOMEM;
 }
@@ -735,7 +737,9 @@ void akv_engine_destroy(akv_engine *e) {
     if (akv_dev_destroy(e->dev) != AKV_OK) AKV_LOG_E("engine: the device is still busy");
     akv__free(e->run), akv__free(e->reqs), akv__free(e->batch), akv__free(e->n_new);
     akv__free(e->pos0), akv__free(e->order), akv__free(e->lmode), akv__free(e->tokens);
-    akv__free(e->argmax);
+    akv__free(e->chosen);
+    akv__free(e->draw);
+    akv__free(e->pen);
     akv__free(e->logits);
     akv__free(e);
 }
@@ -1037,7 +1041,7 @@ akv_status akv_engine_step(akv_engine *e, bool *did_work) {
     }
     const uint32_t n = engine_batch(e);
     if (n == 0) goto out;
-    uint32_t n_tok = 0, n_rows = 0;
+    uint32_t n_tok = 0, n_rows = 0, n_pen = 0;
     for (uint32_t k = 0; k < n; k++) {
         akv_request *rq = e->batch[k];
         akv__ctx *c = rq->ctx;
@@ -1046,11 +1050,18 @@ akv_status akv_engine_step(akv_engine *e, bool *did_work) {
         const bool wants = c->n_tokens + e->n_new[k] == rq->p.n_prompt + rq->info.n_gen;
         const bool all = rq->p.on_prompt_logits && rq->info.state == AKV_REQUEST_PREFILL &&
                          c->n_tokens + e->n_new[k] > rq->p.prompt_logits_from;
-        /* a plain greedy choice is the pass's: its id comes back, not its row */
+        /* a plain greedy choice is the pass's, and so is a draw at a temperature on the
+         * device pass: its id comes back, not its row */
         e->lmode[k] = all                               ? AKV_FORWARD_LOGITS_ALL
                       : wants && akv__request_greedy(rq) ? AKV_FORWARD_LOGITS_ARGMAX
-                      : wants                            ? AKV_FORWARD_LOGITS_LAST
-                                                         : AKV_FORWARD_LOGITS_NONE;
+                      : wants && e->fd && !e->p.host_sampling &&
+                              akv__request_draw(rq, &e->draw[k], e->pen + n_pen,
+                                                e->pen + (size_t)e->plan.max_seqs * AKV_FORWARD_SAMPLE_PEN_MAX + n_pen)
+                          ? AKV_FORWARD_LOGITS_SAMPLE
+                      : wants ? AKV_FORWARD_LOGITS_LAST
+                              : AKV_FORWARD_LOGITS_NONE;
+        if (e->lmode[k] == AKV_FORWARD_LOGITS_SAMPLE)
+            e->draw[k].pen_off = n_pen, n_pen += e->draw[k].pen_n, e->stats.pass_draws++;
         n_rows += akv_forward_mode_rows(e->lmode[k], e->n_new[k]);
         for (uint32_t j = 0; j < e->n_new[k]; j++)
             e->tokens[n_tok + j] = akv__request_stream(rq, c->n_tokens + j);
@@ -1068,7 +1079,8 @@ akv_status akv_engine_step(akv_engine *e, bool *did_work) {
         goto out;
     }
     akv_forward_batch b = {.n_seq = n, .n_new = e->n_new, .pos0 = e->pos0, .tokens = e->tokens,
-                           .logits = e->lmode, .argmax = e->argmax};
+                           .logits = e->lmode, .chosen = e->chosen, .sample = e->draw,
+                           .pen = e->pen, .n_pen = e->plan.max_seqs * AKV_FORWARD_SAMPLE_PEN_MAX};
     akv_kv_hooks kv = akv_route_hooks(e->route);
     /* the device pass's logits are read where its copy left them (pinned); a prompt chunk's
      * rows (one chunk a step) take the host pass's buffer to max_seqs + chunk rows */
@@ -1119,8 +1131,8 @@ akv_status akv_engine_step(akv_engine *e, bool *did_work) {
             /* the context no longer says what its K/V holds: it cannot go on or be reused */
             rq->info.error = AKV_ENOMEM;
             akv__request_end(rq, AKV_FINISH_ERROR);
-        } else if (e->lmode[k] == AKV_FORWARD_LOGITS_ARGMAX) {
-            (void)akv__request_on_token(rq, e->argmax[k], NULL);
+        } else if (e->lmode[k] == AKV_FORWARD_LOGITS_ARGMAX || e->lmode[k] == AKV_FORWARD_LOGITS_SAMPLE) {
+            (void)akv__request_on_token(rq, e->chosen[k], NULL);
         } else if (e->lmode[k] == AKV_FORWARD_LOGITS_LAST ||
                    (all && e->pos0[k] + e->n_new[k] == rq->p.n_prompt)) {
             (void)akv__request_on_logits(rq, lk);

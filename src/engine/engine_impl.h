@@ -127,7 +127,9 @@ struct akv_engine {
     akv_request **batch;
     uint32_t *n_new, *pos0, *order;
     uint8_t *lmode;
-    int32_t *argmax;        /* [max_seqs] the pass's greedy choices (ARGMAX rows) */
+    int32_t *chosen;        /* [max_seqs] the pass's tokens (ARGMAX and SAMPLE rows) */
+    akv_fwd_sample_row *draw; /* [max_seqs] the SAMPLE rows' draws (the device pass's) */
+    int32_t *pen;           /* [2][max_seqs x AKV_FORWARD_SAMPLE_PEN_MAX] their penalties */
     int32_t *tokens;
     float *logits;          /* [max_seqs][n_vocab] */
     bool logits_wide;          /* logits holds max_seqs + chunk rows (a prompt's logits) */
@@ -169,6 +171,11 @@ bool akv__request_on_token(akv_request *rq, int32_t token, const float *logits);
 /* Whether its next token is the plain greedy choice (temperature 0, no penalty, no format, no
  * logits wanted), which the pass may make itself (AKV_FORWARD_LOGITS_ARGMAX). */
 bool akv__request_greedy(const akv_request *rq);
+/* Its next draw made where the logits are (AKV_FORWARD_LOGITS_SAMPLE): the sampler's row and
+ * penalties (at most AKV_FORWARD_SAMPLE_PEN_MAX, into ids and counts), when it samples at a
+ * temperature with no format, no logits wanted and few enough penalised tokens; false (nothing
+ * spent) when the host must sample. */
+bool akv__request_draw(akv_request *rq, akv_fwd_sample_row *row, int32_t *ids, int32_t *counts);
 /* Delivers the last event of a request ending for `finish` with no token (cancelled, error). */
 void akv__request_end(akv_request *rq, akv_finish finish);
 /* Whether the token ends generation (end of sequence or turn, a control token). */

@@ -248,6 +248,11 @@ bool akv__request_greedy(const akv_request *rq) {
            sp->frequency_penalty == 0.0f && !rq->masked && !rq->p.want_logits;
 }
 
+bool akv__request_draw(akv_request *rq, akv_fwd_sample_row *row, int32_t *ids, int32_t *counts) {
+    if (rq->p.sample.temp == 0.0f || rq->masked || rq->p.want_logits) return false;
+    return akv_sampler_draw_row(rq->sampler, row, ids, counts, AKV_FORWARD_SAMPLE_PEN_MAX) == AKV_OK;
+}
+
 bool akv__request_on_logits(akv_request *rq, const float *logits) {
     int32_t token;
     const float *from = rq->masked && rq->fmt_on ? request_mask_json(rq, logits) : logits;

@@ -28,6 +28,9 @@ struct akv_sampler {
     uint32_t *stamp;         /* [n_vocab] last penalty pass that touched a token */
     uint32_t *count;         /* [n_vocab] times a token is in the history (this pass) */
     uint32_t n_pass;         /* penalty passes so far (stamps are compared to it) */
+    int32_t *pen_ids;        /* [history] scratch: the distinct penalised tokens */
+    uint32_t *pen_counts;    /* [history] and their counts */
+    size_t pen_cap;
 };
 
 akv_sample_params akv_sample_default_params(void) {
@@ -77,6 +80,8 @@ void akv_sampler_destroy(akv_sampler *s) {
     akv__free(s->penalised);
     akv__free(s->stamp);
     akv__free(s->count);
+    akv__free(s->pen_ids);
+    akv__free(s->pen_counts);
     akv__free(s);
 }
 
@@ -97,6 +102,56 @@ akv_status akv_sampler_accept(akv_sampler *s, int32_t token) {
     s->history[s->hist_head] = token;
     s->hist_head = (s->hist_head + 1) % s->n_hist_cap;
     if (s->n_hist < s->n_hist_cap) s->n_hist++;
+    return AKV_OK;
+}
+
+/* The distinct tokens of the penalties' history with their counts (stamped, so O(history)),
+ * into ids and counts, in the history's order of first sight; how many, or cap + 1 when there
+ * are more than cap (then ids and counts hold the first cap). */
+static uint32_t sample_history_counts(akv_sampler *s, int32_t *ids, uint32_t *counts, uint32_t cap) {
+    if (++s->n_pass == 0) { /* stamp counter wrapped: forget every old stamp */
+        memset(s->stamp, 0, (size_t)s->n_vocab * sizeof *s->stamp);
+        s->n_pass = 1;
+    }
+    for (size_t i = 0; i < s->n_hist; i++) {
+        int32_t t = s->history[i];
+        if (s->stamp[t] != s->n_pass) s->stamp[t] = s->n_pass, s->count[t] = 0;
+        s->count[t]++;
+    }
+    uint32_t n = 0;
+    for (size_t i = 0; i < s->n_hist; i++) {
+        int32_t t = s->history[i];
+        if (s->count[t] == 0) continue; /* listed already */
+        if (n < cap) ids[n] = t, counts[n] = s->count[t];
+        n++;
+        if (n > cap) break;
+        s->count[t] = 0;
+    }
+    return n;
+}
+
+static bool sample_penalised(const akv_sample_params *p) {
+    return p->repeat_penalty != 1.0f || p->presence_penalty != 0.0f || p->frequency_penalty != 0.0f;
+}
+
+akv_status akv_sampler_draw_row(akv_sampler *s, akv_fwd_sample_row *row, int32_t *ids,
+                                int32_t *counts, uint32_t cap) {
+    if (!s || !row || (cap && (!ids || !counts))) return AKV_EINVAL;
+    const akv_sample_params *p = &s->params;
+    if (p->temp == 0.0f) {
+        AKV_LOG_E("sampler: a greedy sampler has no draw (its choice is the pass's argmax)");
+        return AKV_EINVAL;
+    }
+    uint32_t n = 0;
+    if (sample_penalised(p) && s->n_hist) {
+        n = sample_history_counts(s, ids, (uint32_t *)counts, cap);
+        if (n > cap) return AKV_EFULL;
+    }
+    *row = (akv_fwd_sample_row){.temp = p->temp, .top_p = p->top_p, .min_p = p->min_p,
+                                .repeat_penalty = p->repeat_penalty,
+                                .presence_penalty = p->presence_penalty,
+                                .frequency_penalty = p->frequency_penalty, .top_k = p->top_k,
+                                .pen_off = 0, .pen_n = n, .u = akv_rng_uniform(&s->rng)};
     return AKV_OK;
 }
 
@@ -144,33 +199,27 @@ akv_status akv_sampler_sample(akv_sampler *s, const float *logits, int32_t *out_
 
     /* 1. penalties: each distinct recent token once, with its count (stamped, so O(history)),
      * on a copy of the logits */
-    const bool additive = p->presence_penalty != 0.0f || p->frequency_penalty != 0.0f;
-    if ((p->repeat_penalty != 1.0f || additive) && s->n_hist) {
+    if (sample_penalised(p) && s->n_hist) {
         float *pl = s->penalised;
         memcpy(pl, logits, (size_t)s->n_vocab * sizeof *pl);
         lg = pl;
-        if (++s->n_pass == 0) { /* stamp counter wrapped: forget every old stamp */
-            memset(s->stamp, 0, (size_t)s->n_vocab * sizeof *s->stamp);
-            s->n_pass = 1;
+        if (s->pen_cap < s->n_hist) {
+            size_t c_ids = s->pen_cap, c_counts = s->pen_cap;
+            akv_status st = akv__array_reserve((void **)&s->pen_ids, &c_ids, s->n_hist, sizeof *s->pen_ids);
+            if (st == AKV_OK)
+                st = akv__array_reserve((void **)&s->pen_counts, &c_counts, s->n_hist, sizeof *s->pen_counts);
+            s->pen_cap = c_ids < c_counts ? c_ids : c_counts;
+            if (st != AKV_OK) return st;
         }
-        for (size_t i = 0; i < s->n_hist; i++) {
-            int32_t t = s->history[i];
-            if (s->stamp[t] != s->n_pass) s->stamp[t] = s->n_pass, s->count[t] = 0;
-            s->count[t]++;
-        }
-        for (size_t i = 0; i < s->n_hist; i++) {
-            int32_t t = s->history[i];
-            if (s->count[t] == 0) continue; /* penalised already */
-            float v = lg[t];
-            if (p->repeat_penalty != 1.0f) v = v > 0 ? v / p->repeat_penalty : v * p->repeat_penalty;
-            if (additive)
-                v = (float)((double)v - p->presence_penalty -
-                            (double)s->count[t] * p->frequency_penalty);
-            /* a finite logit stays finite (a penalty below 1 on 3e38 would make +inf, one of
-             * 1e38 on -4 would make -inf: another token class, not a penalty) */
-            pl[t] = isinf(v) && isfinite(pl[t]) ? (v > 0 ? FLT_MAX : -FLT_MAX) : v;
-            s->count[t] = 0;
-        }
+        const uint32_t n = sample_history_counts(s, s->pen_ids, s->pen_counts, (uint32_t)s->n_hist);
+        /* the formula the device's draws share (akv/fwd_sample.h): a finite logit stays
+         * finite (a penalty below 1 on 3e38 would make +inf, one of 1e38 on -4 would make
+         * -inf: another token class, not a penalty) */
+        const akv_fwd_sample_row pr = {.repeat_penalty = p->repeat_penalty,
+                                       .presence_penalty = p->presence_penalty,
+                                       .frequency_penalty = p->frequency_penalty};
+        for (uint32_t i = 0; i < n; i++)
+            pl[s->pen_ids[i]] = akv_sample_penalise(&pr, pl[s->pen_ids[i]], s->pen_counts[i]);
     }
 
     /* 2. greedy: the first of sample_cmp's order (the largest logit, ties to the smaller id),

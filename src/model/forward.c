@@ -389,10 +389,16 @@ akv_status akv_forward_step(akv_forward *f, const akv_forward_batch *b, const ak
         fwd_in in = fwd_in_make(f->h, rows, E);
         fwd_matmul(f, logits, &in, akv_model_output(m), NULL);
     }
-    for (uint32_t s = 0, row = 0; s < b->n_seq; s++) { /* the greedy choices asked for */
+    for (uint32_t s = 0, row = 0; s < b->n_seq; s++) { /* the tokens asked for */
         const uint8_t mode = akv_forward_batch_mode(b, s);
-        if (mode == AKV_FORWARD_LOGITS_ARGMAX)
-            b->argmax[s] = akv_fwd_argmax_ref(logits + (size_t)row * c->n_vocab, c->n_vocab);
+        float *lr = logits + (size_t)row * c->n_vocab;
+        if (mode == AKV_FORWARD_LOGITS_ARGMAX) b->chosen[s] = akv_fwd_argmax_ref(lr, c->n_vocab);
+        if (mode == AKV_FORWARD_LOGITS_SAMPLE) {
+            const int32_t id = akv_fwd_sample_ref(&b->sample[s], b->pen, b->pen ? b->pen + b->n_pen : NULL,
+                                                  lr, c->n_vocab);
+            if (id == -2) return AKV_ENOMEM;
+            b->chosen[s] = id;
+        }
         row += akv_forward_mode_rows(mode, b->n_new[s]);
     }
     return AKV_OK;

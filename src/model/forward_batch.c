@@ -34,14 +34,36 @@ akv_status akv_forward_batch_check(const akv_forward_batch *b, uint32_t max_step
                       s, (unsigned long long)b->pos0[s] + k);
             return AKV_EINVAL;
         }
-        if (b->logits && b->logits[s] > AKV_FORWARD_LOGITS_ARGMAX) {
-            AKV_LOG_E("%s: sequence %u asks for logits mode %u", who, s, b->logits[s]);
+        const uint8_t mode = akv_forward_batch_mode(b, s);
+        if (mode > AKV_FORWARD_LOGITS_SAMPLE) {
+            AKV_LOG_E("%s: sequence %u asks for logits mode %u", who, s, mode);
             return AKV_EINVAL;
         }
-        if (b->logits && b->logits[s] == AKV_FORWARD_LOGITS_ARGMAX && !b->argmax) {
-            AKV_LOG_E("%s: sequence %u asks for its greedy choice, and the batch has no argmax array",
+        if ((mode == AKV_FORWARD_LOGITS_ARGMAX || mode == AKV_FORWARD_LOGITS_SAMPLE) && !b->chosen) {
+            AKV_LOG_E("%s: sequence %u asks for its token, and the batch has no chosen array",
                       who, s);
             return AKV_EINVAL;
+        }
+        if (mode == AKV_FORWARD_LOGITS_SAMPLE) {
+            const akv_fwd_sample_row *r = b->sample ? &b->sample[s] : NULL;
+            const char *bad = !r                              ? "the batch has no sample rows"
+                              : !(r->temp > 0)                ? "its temperature is not above 0"
+                              : !(r->top_p > 0 && r->top_p <= 1) ? "its top_p is outside (0, 1]"
+                              : !(r->min_p >= 0 && r->min_p < 1) ? "its min_p is outside [0, 1)"
+                              : !(r->u >= 0 && r->u < 1)      ? "its uniform draw is outside [0, 1)"
+                              : r->pen_n > AKV_FORWARD_SAMPLE_PEN_MAX ? "it penalises more than "
+                                                                       "AKV_FORWARD_SAMPLE_PEN_MAX tokens"
+                              : (uint64_t)r->pen_off + r->pen_n > b->n_pen || (r->pen_n && !b->pen)
+                                  ? "its penalties lie outside the batch's"
+                                  : NULL;
+            for (uint32_t j = 0; !bad && j < r->pen_n; j++)
+                if (b->pen[r->pen_off + j] < 0 || (uint32_t)b->pen[r->pen_off + j] >= n_vocab ||
+                    b->pen[b->n_pen + r->pen_off + j] < 1)
+                    bad = "a penalised token is outside the vocabulary or seen no time";
+            if (bad) {
+                AKV_LOG_E("%s: sequence %u's draw: %s", who, s, bad);
+                return AKV_EINVAL;
+            }
         }
         n += k;
     }

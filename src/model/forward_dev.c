@@ -83,7 +83,9 @@ struct akv_forward_dev {
                              largest block matrix widened to bf16, or x quantized; 0 if none */
     size_t wscratch_bytes;
     akv_dptr logits;      /* f32 [L][n_vocab], L = max_logits */
-    akv_dptr argmax;      /* int32 [L]: each logit row's greedy choice (ARGMAX rows) */
+    akv_dptr chosen;      /* int32 [L]: each logit row's token (ARGMAX and SAMPLE rows) */
+    akv_dptr draw;        /* each logit row's draw (akv_fwd_sample_row [L]), then the penalties
+                             (int32 [2][L x AKV_FORWARD_SAMPLE_PEN_MAX]) */
     akv_dptr io;          /* int32 [FDEV_IO_INTS]: ids [T], positions [T], the prefill group's
                              qo_indptr [T+1], the logit rows [L] (fdev_io_*) */
     akv_dptr blas_ws;     /* FDEV_CUBLAS_WS bytes, or 0 on the host backend */
@@ -109,7 +111,8 @@ struct akv_forward_dev {
     /* pinned host side */
     int32_t *io_h;        /* [FDEV_IO_INTS], the source of the io upload */
     float *logits_h;      /* [L][n_vocab] */
-    int32_t *argmax_h;    /* [L] */
+    int32_t *chosen_h;    /* [L] */
+    void *draw_h;         /* the draw's upload, laid out as draw */
     akv_event *io_ev;     /* recorded after the io upload: io_h may be rewritten once done */
     bool io_pending;
     /* graph replay of decode steps */
@@ -227,6 +230,12 @@ static size_t fdev_layout_weights(akv_forward_dev *f, akv_dptr base) {
     return off;
 }
 
+/* The draws' region: a row each, then the penalties' ids and counts. */
+static size_t fdev_draw_bytes(const akv_forward_dev *f) {
+    return (size_t)f->params.max_logits *
+           (sizeof(akv_fwd_sample_row) + 2 * AKV_FORWARD_SAMPLE_PEN_MAX * sizeof(int32_t));
+}
+
 /* Places the scratch at `base`; returns the bytes needed. */
 static size_t fdev_layout_scratch(akv_forward_dev *f, akv_dptr base) {
     const akv_model_config *c = &f->cfg;
@@ -239,7 +248,8 @@ static size_t fdev_layout_scratch(akv_forward_dev *f, akv_dptr base) {
     f->act = fdev_take(base, &off, T * c->n_ff * 2);
     f->wscratch = f->wscratch_bytes ? fdev_take(base, &off, f->wscratch_bytes) : (akv_dptr){0};
     f->logits = fdev_take(base, &off, (size_t)f->params.max_logits * c->n_vocab * 4);
-    f->argmax = fdev_take(base, &off, (size_t)f->params.max_logits * 4);
+    f->chosen = fdev_take(base, &off, (size_t)f->params.max_logits * 4);
+    f->draw = fdev_take(base, &off, fdev_draw_bytes(f));
     f->io = fdev_take(base, &off, fdev_io_ints(f) * 4);
     f->blas_ws = f->is_host ? (akv_dptr){0} : fdev_take(base, &off, FDEV_CUBLAS_WS);
     return off;
@@ -257,7 +267,8 @@ void akv_forward_dev_destroy(akv_forward_dev *f) {
     akv_dev_mem_free(f->dev, f->wmem);
     if (f->io_h) akv_dev_pinned_free(f->dev, f->io_h);
     if (f->logits_h) akv_dev_pinned_free(f->dev, f->logits_h);
-    if (f->argmax_h) akv_dev_pinned_free(f->dev, f->argmax_h);
+    if (f->chosen_h) akv_dev_pinned_free(f->dev, f->chosen_h);
+    if (f->draw_h) akv_dev_pinned_free(f->dev, f->draw_h);
     akv_dev_event_destroy(f->dev, f->io_ev);
     akv_dev_graph_destroy(f->dev, f->graph);
     fdev_rec_free(&f->rec);
@@ -372,7 +383,8 @@ static akv_status fdev_create_common(akv_dev *dev, const akv_model_config *c, co
     if ((st = akv_dev_pinned_alloc(dev, fdev_io_ints(f) * sizeof(int32_t), (void **)&f->io_h)) ||
         (st = akv_dev_pinned_alloc(dev, (size_t)p.max_logits * c->n_vocab * sizeof(float),
                                    (void **)&f->logits_h)) ||
-        (st = akv_dev_pinned_alloc(dev, (size_t)p.max_logits * sizeof(int32_t), (void **)&f->argmax_h)) ||
+        (st = akv_dev_pinned_alloc(dev, (size_t)p.max_logits * sizeof(int32_t), (void **)&f->chosen_h)) ||
+        (st = akv_dev_pinned_alloc(dev, fdev_draw_bytes(f), &f->draw_h)) ||
         (st = akv_dev_event_create(dev, 0, &f->io_ev))) {
         akv_forward_dev_destroy(f);
         return st;
@@ -987,6 +999,44 @@ static akv_status fdev_replay(akv_forward_dev *f, const akv_fwd_embed_args *e, u
     return AKV_OK;
 }
 
+/* The draws of a step's logit rows (b's SAMPLE rows theirs, its ARGMAX rows greedy, every
+ * other row none), uploaded with their penalties, and the sample op over every row; the tokens
+ * land in f->chosen. */
+static akv_status fdev_draw(akv_forward_dev *f, const akv_forward_batch *b, uint32_t n_rows) {
+    akv_fwd_sample_row *rows = f->draw_h;
+    int32_t *pen = (int32_t *)(rows + f->params.max_logits);
+    uint32_t n_pen = 0;
+    for (uint32_t r = 0; r < n_rows; r++) rows[r] = (akv_fwd_sample_row){.temp = -1.0f};
+    for (uint32_t s = 0, r = 0; s < b->n_seq; s++) {
+        const uint8_t mode = akv_forward_batch_mode(b, s);
+        const uint32_t k = akv_forward_mode_rows(mode, b->n_new[s]);
+        if (mode == AKV_FORWARD_LOGITS_ARGMAX) rows[r] = (akv_fwd_sample_row){.temp = 0.0f, .top_p = 1.0f,
+                                                                              .repeat_penalty = 1.0f};
+        if (mode == AKV_FORWARD_LOGITS_SAMPLE) {
+            rows[r] = b->sample[s];
+            rows[r].pen_off = n_pen;
+            memcpy(pen + n_pen, b->pen + b->sample[s].pen_off, b->sample[s].pen_n * sizeof *pen);
+            n_pen += b->sample[s].pen_n;
+        }
+        r += k;
+    }
+    /* the counts after the ids (the op's [2][n_pen]): each row's at the same offset */
+    for (uint32_t s = 0, at = 0; s < b->n_seq; s++)
+        if (akv_forward_batch_mode(b, s) == AKV_FORWARD_LOGITS_SAMPLE) {
+            memcpy(pen + n_pen + at, b->pen + b->n_pen + b->sample[s].pen_off,
+                   b->sample[s].pen_n * sizeof *pen);
+            at += b->sample[s].pen_n;
+        }
+    const size_t rows_bytes = (size_t)f->params.max_logits * sizeof *rows;
+    akv_status st = akv_dev_copy_h2d_async(f->dev, AKV_QUEUE_COMPUTE, f->draw, f->draw_h,
+                                           rows_bytes + 2 * (size_t)n_pen * sizeof *pen);
+    if (st) return st;
+    akv_fwd_sample_args sa = {.y = f->chosen, .x = f->logits, .rows = f->draw,
+                              .pen = akv_dptr_offset(f->draw, rows_bytes),
+                              .n_rows = n_rows, .n = f->cfg.n_vocab, .n_pen = n_pen};
+    return FDEV_LAUNCH(f, akv_fwd_op_sample, sa);
+}
+
 /* Steps 1-3 of a checked step (akv_forward_dev_step): n tokens in all. */
 static akv_status fdev_step(akv_forward_dev *f, const akv_forward_batch *b, uint32_t n,
                             const akv_kv_hooks *kv, float *logits) {
@@ -1009,13 +1059,14 @@ static akv_status fdev_step(akv_forward_dev *f, const akv_forward_batch *b, uint
     const akv__fwd_group *pre = n_groups && !f->groups[n_groups - 1].decode
                                     ? &f->groups[n_groups - 1] : NULL;
     qo[0] = 0;
-    bool any_argmax = false; /* a sequence asks for its greedy choice */
+    bool any_argmax = false, any_sample = false; /* a sequence asks for its token */
     for (uint32_t s = 0, t = 0, r = 0; s < b->n_seq; s++) {
         for (uint32_t i = 0; i < b->n_new[s]; i++)
             pos[t + i] = (int32_t)(b->pos0[s] + i);
         if (pre && s >= pre->s0) qo[s - pre->s0 + 1] = qo[s - pre->s0] + (int32_t)b->n_new[s];
         const uint8_t mode = akv_forward_batch_mode(b, s);
         any_argmax |= mode == AKV_FORWARD_LOGITS_ARGMAX;
+        any_sample |= mode == AKV_FORWARD_LOGITS_SAMPLE;
         const uint32_t k = logits ? akv_forward_mode_rows(mode, b->n_new[s]) : 0; /* the last k */
         for (uint32_t i = b->n_new[s] - k; i < b->n_new[s]; i++) rows[r++] = (int32_t)(t + i);
         t += b->n_new[s];
@@ -1054,31 +1105,34 @@ static akv_status fdev_step(akv_forward_dev *f, const akv_forward_batch *b, uint
                                 akv_dptr_offset(f->io, fdev_io_rows(f) * 4))) ||
         (st = fdev_matmul(f, f->logits, f->h, f->output, n_rows, c->n_vocab, c->n_embd, 0)))
         return st;
-    if (any_argmax) {
-        akv_fwd_argmax_args am = {.y = f->argmax, .x = f->logits, .n_rows = n_rows, .n = c->n_vocab};
-        if ((st = FDEV_LAUNCH(f, akv_fwd_op_argmax, am)) ||
-            (st = akv_dev_copy_d2h_async(f->dev, AKV_QUEUE_COMPUTE, f->argmax_h, f->argmax,
-                                         (size_t)n_rows * sizeof(int32_t))))
-            return st;
+    if (any_sample) { /* one draw a row: SAMPLE rows theirs, ARGMAX rows greedy, the rest none */
+        if ((st = fdev_draw(f, b, n_rows))) return st;
+    } else if (any_argmax) {
+        akv_fwd_argmax_args am = {.y = f->chosen, .x = f->logits, .n_rows = n_rows, .n = c->n_vocab};
+        if ((st = FDEV_LAUNCH(f, akv_fwd_op_argmax, am))) return st;
     }
+    if ((any_sample || any_argmax) &&
+        (st = akv_dev_copy_d2h_async(f->dev, AKV_QUEUE_COMPUTE, f->chosen_h, f->chosen,
+                                     (size_t)n_rows * sizeof(int32_t))))
+        return st;
     for (uint32_t s = 0, r = 0; s < b->n_seq && !st;) { /* runs of rows that come back */
         uint32_t r0 = r;
         for (; s < b->n_seq; s++) {
             const uint8_t mode = akv_forward_batch_mode(b, s);
-            if (mode == AKV_FORWARD_LOGITS_ARGMAX) break;
+            if (mode == AKV_FORWARD_LOGITS_ARGMAX || mode == AKV_FORWARD_LOGITS_SAMPLE) break;
             r += akv_forward_mode_rows(mode, b->n_new[s]);
         }
         if (r > r0)
             st = akv_dev_copy_d2h_async(f->dev, AKV_QUEUE_COMPUTE, (char *)f->logits_h + r0 * row_bytes,
                                         akv_dptr_offset(f->logits, r0 * row_bytes), (r - r0) * row_bytes);
-        if (s < b->n_seq) s++, r++; /* an ARGMAX row: its id only */
+        if (s < b->n_seq) s++, r++; /* an ARGMAX or SAMPLE row: its id only */
     }
     if (st || (st = akv_dev_queue_sync(f->dev, AKV_QUEUE_COMPUTE))) return st;
     f->io_pending = false; /* the sync covered the upload too */
     for (uint32_t s = 0, r = 0; s < b->n_seq; s++) {
         const uint8_t mode = akv_forward_batch_mode(b, s);
         const uint32_t k = akv_forward_mode_rows(mode, b->n_new[s]);
-        if (mode == AKV_FORWARD_LOGITS_ARGMAX) b->argmax[s] = f->argmax_h[r];
+        if (mode == AKV_FORWARD_LOGITS_ARGMAX || mode == AKV_FORWARD_LOGITS_SAMPLE) b->chosen[s] = f->chosen_h[r];
         else if (logits != f->logits_h && k) /* its rows, where asked */
             memcpy(logits + (size_t)r * c->n_vocab, f->logits_h + (size_t)r * c->n_vocab, k * row_bytes);
         r += k;

@@ -170,6 +170,79 @@ static void argmax_case(uint32_t rows, uint32_t n) {
     pfree(px), pfree(py);
 }
 
+/* Draws on the device against the reference (the host backend's op): `rows` copies of one row
+ * of n logits (ties at the top and around the k-th, NaN, -inf; +inf in one variant), each with
+ * its own uniform, under each parameter set (greedy, the default chain with penalties, nucleus
+ * alone, top-1, the plain distribution, k inside a tie, min-p alone). The same u must give the
+ * same token but where a float exp of another library moves a boundary: at most 1 % apart. */
+static void sample_case(uint32_t rows, uint32_t n, int variant) {
+    static const akv_fwd_sample_row sets[] = {
+        {.temp = 0, .top_p = 1, .repeat_penalty = 1.3f},
+        {.temp = 0.8f, .top_k = 40, .top_p = 0.95f, .min_p = 0.05f, .repeat_penalty = 1.1f,
+         .presence_penalty = 0.2f, .frequency_penalty = 0.1f},
+        {.temp = 1.5f, .top_p = 0.9f, .repeat_penalty = 1},
+        {.temp = 0.5f, .top_k = 1, .top_p = 1, .repeat_penalty = 1},
+        {.temp = 1, .top_p = 1, .repeat_penalty = 1},
+        {.temp = 0.7f, .top_k = 5, .top_p = 1, .repeat_penalty = 1},
+        {.temp = 1.2f, .top_p = 1, .min_p = 0.1f, .repeat_penalty = 1},
+    };
+    float *one = rand_f32(n, 4);
+    if (n > 8) {
+        one[n / 3] = one[n / 2] = 11.0f;                 /* a tie at the top */
+        for (uint32_t i = 0; i < 4; i++) one[(7 * i + 5) % n] = 9.5f; /* ties at the 3rd-6th */
+        one[n - 1] = NAN, one[n / 5] = -INFINITY;
+        if (variant) one[n / 7] = INFINITY, one[n / 11] = INFINITY;
+    }
+    enum { NP = 6 };
+    int32_t pen[2 * NP];
+    for (int j = 0; j < NP; j++) pen[j] = (int32_t)((j * 7919u + 3) % n), pen[NP + j] = 1 + j % 3;
+    uint32_t distinct = 0; /* the penalties' ids must be distinct */
+    for (int j = 0; j < NP; j++) {
+        bool dup = false;
+        for (uint32_t k = 0; k < distinct; k++) dup |= pen[k] == pen[j];
+        if (!dup) pen[distinct] = pen[j], pen[NP + distinct] = pen[NP + j], distinct++;
+    }
+    memmove(pen + distinct, pen + NP, distinct * sizeof *pen);
+    float *x = akv__malloc((size_t)rows * n * 4);
+    akv_fwd_sample_row *rw = akv__malloc(rows * sizeof *rw);
+    int32_t *got[2] = {akv__malloc(rows * 4), akv__malloc(rows * 4)};
+    for (size_t set = 0; set < sizeof sets / sizeof sets[0]; set++) {
+        for (uint32_t r = 0; r < rows; r++) {
+            memcpy(x + (size_t)r * n, one, (size_t)n * 4);
+            rw[r] = sets[set];
+            rw[r].pen_n = sets[set].repeat_penalty != 1 || sets[set].presence_penalty != 0 ? distinct : 0;
+            rw[r].u = (double)(test_rand(&rng) >> 11) * (1.0 / 9007199254740992.0);
+        }
+        if (rows > 2) rw[1].temp = -1; /* a row not drawn: its entry stays */
+        int32_t poison[256];
+        for (uint32_t r = 0; r < rows && r < 256; r++) poison[r] = -7;
+        pair px = pput(x, (size_t)rows * n * 4), pr = pput(rw, rows * sizeof *rw),
+             pp = pput(pen, 2 * distinct * sizeof *pen), py = pput(poison, (size_t)rows * 4);
+        LAUNCH2(akv_fwd_op_sample, akv_fwd_sample_args a = {.y = py.d[s], .x = px.d[s], .rows = pr.d[s],
+                                                            .pen = pp.d[s], .n_rows = rows, .n = n,
+                                                            .n_pen = distinct});
+        pget(py, (void **)got);
+        uint32_t apart = 0;
+        for (uint32_t r = 0; r < rows; r++) {
+            if (rw[r].temp < 0) {
+                TEST_CHECK_(got[0][r] == -7 && got[1][r] == -7, "sample %ux%u set %zu: row %u not drawn, got %d / %d",
+                            rows, n, set, r, got[0][r], got[1][r]);
+                continue;
+            }
+            TEST_CHECK_(got[1][r] >= -1 && got[1][r] < (int32_t)n, "sample %ux%u set %zu row %u: id %d",
+                        rows, n, set, r, got[1][r]);
+            apart += got[0][r] != got[1][r];
+        }
+        const bool exact = sets[set].temp == 0 || sets[set].top_k == 1;
+        TEST_CHECK_(exact ? apart == 0 : apart * 100 <= rows, "sample %ux%u set %zu (+inf %d): %u of %u draws apart",
+                    rows, n, set, variant, apart, rows);
+        printf("  sample %ux%u set %zu%s: %u of %u draws apart from the reference\n", rows, n, set,
+               variant ? " (+inf)" : "", apart, rows);
+        pfree(px), pfree(pr), pfree(pp), pfree(py);
+    }
+    akv__free(got[0]), akv__free(got[1]), akv__free(x), akv__free(rw), akv__free(one);
+}
+
 static void ops_case(uint32_t rows, uint32_t n) {
     char what[96];
     const akv_dtype B = AKV_DTYPE_BF16, F = AKV_DTYPE_F32;
@@ -361,7 +434,7 @@ static akv_status fx_feed_greedy(fx *x, int32_t token, int32_t *id) {
     if (st) return st;
     const uint8_t mode = AKV_FORWARD_LOGITS_ARGMAX;
     akv_forward_batch b = {.n_seq = 1, .n_new = &one, .pos0 = &pos0, .tokens = &token,
-                           .logits = &mode, .argmax = id};
+                           .logits = &mode, .chosen = id};
     st = akv_forward_dev_step(x->fd, &b, &kv, akv_forward_dev_logits_buffer(x->fd));
     if (st) akv_route_abort_step(x->q.r);
     return st;
@@ -515,6 +588,10 @@ int main(int argc, char **argv) {
     TEST_CASE(greedy_choices_match_host) {
         const uint32_t ns[] = {1, 3, 17, 97, 255, 256, 257, 49152, 128256};
         for (size_t i = 0; i < sizeof ns / sizeof ns[0]; i++) argmax_case(i % 2 ? 5 : 1, ns[i]);
+    }
+    TEST_CASE(draws_match_host) {
+        const uint32_t ns[] = {1, 3, 97, 257, 4099, 49152, 128256};
+        for (size_t i = 0; i < sizeof ns / sizeof ns[0]; i++) sample_case(ns[i] > 50000 ? 64 : 200, ns[i], (int)(i % 2));
     }
     TEST_CASE(block_products_match_host) {
         for (int t = AKV_OPS_W_Q8_0; t <= AKV_OPS_W_Q6_K; t++) blocks_case((akv_ops_wtype)t);
