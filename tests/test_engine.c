@@ -856,6 +856,35 @@ int main(int argc, char **argv) {
             for (int i = 0; i < 3; i++) akv_engine_release(e, r[i]);
             akv_engine_destroy(e);
         }
+        /* a step that fails on a transient fault and is redone draws with the same uniform:
+         * the seeded request's tokens are those of the run without the fault */
+        static seen redo;
+        memset(&redo, 0, sizeof redo);
+        akv_engine_params ep = akv_engine_default_params();
+        ep.max_seqs = 3, ep.pass = AKV_ENGINE_PASS_DEVICE;
+        akv_engine *e = engine_open(model, &ep);
+        if (e) {
+            akv_request *rr;
+            akv_request_params hp = greedy(tokens + 200, 9, 20, &redo);
+            hp.want_logits = false;
+            hp.sample = akv_sample_default_params();
+            hp.sample.seed = 11, hp.sample.repeat_penalty = 1.2f;
+            CHECK_OK(akv_engine_submit(e, &hp, &rr, NULL));
+            for (int i = 0; i < 4; i++) CHECK_OK(akv_engine_step(e, NULL));
+            akv_log_set(NULL, NULL, AKV_LOG_OFF);
+            CHECK_OK(akv_dev_inject_fault(akv_engine_dev(e), AKV_FAULT_OP, 2, 0));
+            CHECK(akv_engine_step(e, NULL) != AKV_OK);
+            CHECK_OK(akv_dev_clear_faults(akv_engine_dev(e)));
+            akv_log_set(NULL, NULL, AKV_LOG_WARN);
+            CHECK(run_all(e, 200) > 0);
+            akv_request_info ri;
+            akv_request_get_info(rr, &ri);
+            CHECK_EQ_INT(ri.n_retries, 1);
+            akv_engine_release(e, rr);
+            akv_engine_destroy(e);
+            CHECK_EQ_INT(redo.n, 20);
+            CHECK_BYTES(redo.tok, hot[0][0].tok, 20 * sizeof redo.tok[0]);
+        }
         CHECK_EQ_INT(top1[0].n, 24);
         CHECK_EQ_INT(top1[0].n_logits, 0);
         CHECK_BYTES(top1[0].tok, top1[1].tok, 24 * sizeof top1[0].tok[0]);

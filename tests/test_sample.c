@@ -88,6 +88,10 @@ static double law_compare(const akv_sample_params *sp, const float *lg, int n, i
         akv_fwd_sample_row r;
         if (!REQUIRE_OK(akv_sampler_draw_row(b, &r, ids, counts, AKV_FORWARD_SAMPLE_PEN_MAX))) break;
         memcpy(row, lg, (size_t)n * sizeof *row);
+        akv_fwd_sample_row again;
+        CHECK_OK(akv_sampler_draw_row(b, &again, ids, counts, AKV_FORWARD_SAMPLE_PEN_MAX));
+        CHECK(again.u == r.u); /* not spent until done */
+        akv_sampler_draw_done(b);
         const int32_t t = akv_fwd_sample_ref(&r, ids, counts, row, (uint32_t)n);
         if (!CHECK(t >= 0 && t < n)) break;
         hb[t]++;
@@ -414,6 +418,10 @@ int main(int argc, char **argv) {
         printf("  temperature 1 against 0.9: chi-square %.1f, %d degrees of freedom (bound %.1f)\n", x, df, chi2_far(df));
         TEST_CHECK_(x > chi2_far(df), "temperature 1 against 0.9: chi-square %.1f with %d degrees of freedom "
                     "(bound %.1f) did not tell them apart", x, df, chi2_far(df));
+        /* -0 and +0 are equal in the order (then by id), as in the host sampler's */
+        float zeros[4] = {-0.0f, 0.0f, -INFINITY, -INFINITY};
+        const akv_fwd_sample_row top1 = {.temp = 1, .top_k = 1, .top_p = 1, .repeat_penalty = 1, .u = 0.5};
+        CHECK_EQ_INT(akv_fwd_sample_ref(&top1, NULL, NULL, zeros, 4), 0);
         /* a greedy sampler has no draw; a history of more distinct tokens than the room */
         akv_sample_params g = params_off();
         g.temp = 0;

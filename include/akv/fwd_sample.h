@@ -50,6 +50,7 @@ typedef struct akv_fwd_sample_row {
 /* A logit's place in the order: larger keys come first; 0 = never a candidate (NaN, -inf). */
 AKV_SAMPLE_FN uint32_t akv_sample_key(float v) {
     if (v != v || v == -INFINITY) return 0;
+    if (v == 0.0f) v = 0.0f; /* -0 is +0's equal (the host sampler's order: then by id) */
     uint32_t b;
     memcpy(&b, &v, sizeof b);
     return (b & 0x80000000u) ? ~b : (b | 0x80000000u);

@@ -68,12 +68,14 @@ akv_status akv_sampler_sample(akv_sampler *s, const float *logits, int32_t *out_
 /* The next draw made where the logits are (a pass's AKV_FORWARD_LOGITS_SAMPLE rows,
  * akv/fwd_sample.h: this sampler's law, its token a function of the same uniform): the
  * parameters into *row, the distinct tokens of the penalties' history with their counts into
- * ids and counts (row->pen_n of them, pen_off 0), and one uniform from the sampler's
- * generator, spent as a sample here spends it. AKV_EINVAL for a greedy sampler (temp 0: the
- * pass's argmax is its choice); AKV_EFULL, nothing spent, when the history holds more than cap
- * distinct tokens. */
+ * ids and counts (row->pen_n of them, pen_off 0), and the next uniform of the sampler's
+ * generator, not yet spent: akv_sampler_draw_done spends it once the draw was made (a step
+ * that failed draws the same u again). AKV_EINVAL for a greedy sampler (temp 0: the pass's
+ * argmax is its choice); AKV_EFULL when the history holds more than cap distinct tokens. */
 akv_status akv_sampler_draw_row(akv_sampler *s, akv_fwd_sample_row *row, int32_t *ids,
                                 int32_t *counts, uint32_t cap);
+/* Spends the uniform of the last akv_sampler_draw_row, as a sample here spends one. */
+void akv_sampler_draw_done(akv_sampler *s);
 
 #ifdef __cplusplus
 }

@@ -1060,8 +1060,7 @@ akv_status akv_engine_step(akv_engine *e, bool *did_work) {
                           ? AKV_FORWARD_LOGITS_SAMPLE
                       : wants ? AKV_FORWARD_LOGITS_LAST
                               : AKV_FORWARD_LOGITS_NONE;
-        if (e->lmode[k] == AKV_FORWARD_LOGITS_SAMPLE)
-            e->draw[k].pen_off = n_pen, n_pen += e->draw[k].pen_n, e->stats.pass_draws++;
+        if (e->lmode[k] == AKV_FORWARD_LOGITS_SAMPLE) e->draw[k].pen_off = n_pen, n_pen += e->draw[k].pen_n;
         n_rows += akv_forward_mode_rows(e->lmode[k], e->n_new[k]);
         for (uint32_t j = 0; j < e->n_new[k]; j++)
             e->tokens[n_tok + j] = akv__request_stream(rq, c->n_tokens + j);
@@ -1132,6 +1131,8 @@ akv_status akv_engine_step(akv_engine *e, bool *did_work) {
             rq->info.error = AKV_ENOMEM;
             akv__request_end(rq, AKV_FINISH_ERROR);
         } else if (e->lmode[k] == AKV_FORWARD_LOGITS_ARGMAX || e->lmode[k] == AKV_FORWARD_LOGITS_SAMPLE) {
+            if (e->lmode[k] == AKV_FORWARD_LOGITS_SAMPLE) /* the draw is made: its uniform spent */
+                akv_sampler_draw_done(rq->sampler), e->stats.pass_draws++;
             (void)akv__request_on_token(rq, e->chosen[k], NULL);
         } else if (e->lmode[k] == AKV_FORWARD_LOGITS_LAST ||
                    (all && e->pos0[k] + e->n_new[k] == rq->p.n_prompt)) {

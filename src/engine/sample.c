@@ -151,8 +151,14 @@ akv_status akv_sampler_draw_row(akv_sampler *s, akv_fwd_sample_row *row, int32_t
                                 .repeat_penalty = p->repeat_penalty,
                                 .presence_penalty = p->presence_penalty,
                                 .frequency_penalty = p->frequency_penalty, .top_k = p->top_k,
-                                .pen_off = 0, .pen_n = n, .u = akv_rng_uniform(&s->rng)};
+                                .pen_off = 0, .pen_n = n};
+    akv_rng peek = s->rng; /* spent by akv_sampler_draw_done */
+    row->u = akv_rng_uniform(&peek);
     return AKV_OK;
+}
+
+void akv_sampler_draw_done(akv_sampler *s) {
+    if (s) (void)akv_rng_uniform(&s->rng);
 }
 
 /* Logit descending, id ascending. */

@@ -1030,6 +1030,9 @@ static akv_status fdev_draw(akv_forward_dev *f, const akv_forward_batch *b, uint
     const size_t rows_bytes = (size_t)f->params.max_logits * sizeof *rows;
     akv_status st = akv_dev_copy_h2d_async(f->dev, AKV_QUEUE_COMPUTE, f->draw, f->draw_h,
                                            rows_bytes + 2 * (size_t)n_pen * sizeof *pen);
+    /* io_ev covers this upload too: the next step waits for it before writing draw_h, should
+     * this one fail before its sync */
+    if (!st && !(st = akv_dev_event_record(f->dev, f->io_ev, AKV_QUEUE_COMPUTE))) f->io_pending = true;
     if (st) return st;
     akv_fwd_sample_args sa = {.y = f->chosen, .x = f->logits, .rows = f->draw,
                               .pen = akv_dptr_offset(f->draw, rows_bytes),
