@@ -7,7 +7,9 @@
  * memory-layer walkers after every step. */
 #define _POSIX_C_SOURCE 200809L /* mkstemp, fdopen */
 #include "model_build.h"
+#include "akv/trace.h"
 
+#include <cjson/cJSON.h>
 #include <dirent.h>
 #include <signal.h>
 #include <stdio.h>
@@ -149,6 +151,37 @@ static void file_damage(const char *path) {
 }
 
 /* Steps until nothing runs (at most `limit` steps); checks the engine after every step. */
+/* Events of a Chrome trace of ph and name on track tid; with token >= 0 only those whose
+ * args.token is at least 0 (an emit with a token). */
+static int trace_count(const cJSON *events, const char *ph, const char *name, int tid, int token) {
+    int n = 0;
+    const cJSON *e;
+    cJSON_ArrayForEach(e, events) {
+        const cJSON *p = cJSON_GetObjectItem(e, "ph"), *nm = cJSON_GetObjectItem(e, "name"),
+                    *t = cJSON_GetObjectItem(e, "tid"), *a = cJSON_GetObjectItem(e, "args");
+        if (!cJSON_IsString(p) || strcmp(p->valuestring, ph) || !cJSON_IsString(nm) ||
+            strcmp(nm->valuestring, name) || !cJSON_IsNumber(t) || t->valueint != tid)
+            continue;
+        const cJSON *tk = a ? cJSON_GetObjectItem(a, "token") : NULL;
+        if (token >= 0 && !(cJSON_IsNumber(tk) && tk->valuedouble >= 0)) continue;
+        n++;
+    }
+    return n;
+}
+
+/* The last value of counter `name` in a Chrome trace (-1: none). */
+static double trace_last(const cJSON *events, const char *name) {
+    double v = -1;
+    const cJSON *e;
+    cJSON_ArrayForEach(e, events) {
+        const cJSON *p = cJSON_GetObjectItem(e, "ph"), *nm = cJSON_GetObjectItem(e, "name");
+        if (cJSON_IsString(p) && !strcmp(p->valuestring, "C") && cJSON_IsString(nm) &&
+            !strcmp(nm->valuestring, name))
+            v = cJSON_GetObjectItem(cJSON_GetObjectItem(e, "args"), "value")->valuedouble;
+    }
+    return v;
+}
+
 static int run_all(akv_engine *e, int limit) {
     int steps = 0;
     while (akv_engine_busy(e) && steps < limit) {
@@ -893,6 +926,78 @@ int main(int argc, char **argv) {
             CHECK_EQ_INT(hot[0][i].n_logits, 0);
             CHECK_BYTES(hot[0][i].tok, hot[1][i].tok, 20 * sizeof hot[0][i].tok[0]);
         }
+    }
+
+    TEST_CASE(trace_follows_every_token) {
+        /* A trace at the spans level over three requests: valid Chrome JSON with the engine's
+         * track and one per request, each request's time queued once, one prefill or decode
+         * span a step it took part in and one emit span a token, a sample span a token the
+         * host sampled (the one at a temperature); its last counters are the end report's
+         * figures. The same work with a trace at level off (and with none) makes the same
+         * allocations, and the trace takes no lock. */
+        uint64_t allocs[2] = {0, 0};
+        for (int level = 2; level >= 0; level--) {
+            akv_trace *tr = NULL;
+            if (!REQUIRE_OK(akv_trace_create((akv_trace_level)level, 1 << 16, &tr))) break;
+            for (int with = level ? 1 : 0; with < 2; with++) {
+                akv_engine_params ep = akv_engine_default_params();
+                ep.max_seqs = 3, ep.trace = with ? tr : NULL;
+                akv_engine *e = engine_open(model, &ep);
+                if (!e) break;
+                static seen sn[3];
+                akv_request *r[3];
+                uint64_t ids[3];
+                const uint64_t a0 = akv__alloc_calls();
+                for (int i = 0; i < 3; i++) {
+                    memset(&sn[i], 0, sizeof sn[i]);
+                    akv_request_params rp = greedy(tokens + 40 * i, 20 + 9 * (uint32_t)i, 10 + (uint32_t)i, &sn[i]);
+                    rp.want_logits = false;
+                    if (i == 2) rp.sample.temp = 0.8f, rp.sample.seed = 3;
+                    CHECK_OK(akv_engine_submit(e, &rp, &r[i], NULL));
+                    akv_request_info info;
+                    akv_request_get_info(r[i], &info);
+                    ids[i] = info.serial;
+                }
+                CHECK(run_all(e, 300) > 0);
+                if (!level) allocs[with] = akv__alloc_calls() - a0;
+                akv_engine_stats st;
+                akv_engine_get_stats(e, &st);
+                for (int i = 0; i < 3; i++) akv_engine_release(e, r[i]);
+                akv_engine_destroy(e);
+                if (level != AKV_TRACE_SPANS) continue;
+                char *js = NULL;
+                if (!REQUIRE_OK(akv_trace_json(tr, &js, NULL))) break;
+                cJSON *doc = cJSON_Parse(js);
+                const cJSON *ev = cJSON_GetObjectItem(doc, "traceEvents");
+                CHECK(cJSON_IsArray(ev));
+                CHECK_EQ_INT(trace_count(ev, "M", "thread_name", AKV_TRACE_TRACK_ENGINE, -1), 1);
+                CHECK_EQ_INT(trace_count(ev, "X", "step", AKV_TRACE_TRACK_ENGINE, -1) +
+                                 trace_count(ev, "X", "decode step", AKV_TRACE_TRACK_ENGINE, -1),
+                             (int)st.n_steps);
+                for (int i = 0; i < 3; i++) {
+                    const int tid = AKV_TRACE_TRACK_REQUEST + (int)ids[i];
+                    CHECK_EQ_INT(trace_count(ev, "M", "thread_name", tid, -1), 1);
+                    CHECK_EQ_INT(trace_count(ev, "X", "queued", tid, -1), 1);
+                    CHECK_EQ_INT(trace_count(ev, "X", "emit", tid, 1), (int)sn[i].n); /* a token each */
+                    CHECK_EQ_INT(trace_count(ev, "X", "decode", tid, -1), (int)sn[i].n - 1);
+                    CHECK(trace_count(ev, "X", "prefill", tid, -1) >= 1);
+                    const int sampled = i == 2 ? (int)sn[i].n : 0; /* the host samples at a temperature */
+                    CHECK_EQ_INT(trace_count(ev, "X", "sample", tid, -1), sampled);
+                }
+                /* the last counters: the end report's */
+                CHECK_EQ_U64((uint64_t)trace_last(ev, "generated tokens"), st.gen_tokens);
+                CHECK_EQ_U64((uint64_t)trace_last(ev, "prompt tokens"), st.prompt_tokens);
+                CHECK_EQ_U64((uint64_t)trace_last(ev, "steps"), st.n_steps);
+                cJSON_Delete(doc);
+                akv__free(js);
+            }
+            akv_trace_stats ts;
+            akv_trace_get_stats(tr, &ts);
+            if (level == AKV_TRACE_OFF) CHECK_EQ_U64(ts.n_locks, 0);
+            else CHECK(ts.n_events > 0 && ts.n_dropped == 0);
+            akv_trace_destroy(tr);
+        }
+        CHECK_EQ_U64(allocs[1], allocs[0]);
     }
 
     TEST_CASE(a_full_disk_loses_nothing) {

@@ -1027,6 +1027,36 @@ def case_slots(env):
     expect(st == 501 and "--slot-save-path" in js["error"]["message"], "no --slot-save-path", st, js)
 
 
+def case_trace(env):
+    """--trace FILE at the spans level: GET /trace gives the newest events as Chrome trace JSON
+    (the request's track, its tokens' emit spans, the counters); once stopped the file holds
+    them all as a JSON array. A server without a trace answers /trace with 404."""
+    with tempfile.TemporaryDirectory() as d:
+        path = os.path.join(d, "t.json")
+        s = Server(env.akv, env.model, "--max-context", "512", "--trace", path)
+        try:
+            r = s.client().chat.completions.create(
+                model="any", messages=[{"role": "user", "content": "Say hi."}], max_tokens=5,
+                temperature=0)
+            st, js = s.raw("GET", "/trace")
+            expect(st == 200 and isinstance(js.get("traceEvents"), list), "GET /trace", st, str(js)[:200])
+            ev = js["traceEvents"]
+            names = {e["args"]["name"] for e in ev if e["ph"] == "M"}
+            expect("engine" in names and any(n.startswith("request ") for n in names), "tracks", names)
+            emits = [e for e in ev if e["ph"] == "X" and e["name"] == "emit" and e["args"]["token"] >= 0]
+            expect(len(emits) == r.usage.completion_tokens, "an emit span a token", len(emits),
+                   r.usage.completion_tokens)
+            expect(any(e["ph"] == "C" and e["name"] == "generated tokens" for e in ev), "counters")
+        finally:
+            expect(s.stop() == 0, "stopped", "\n".join(s.log[-10:]))
+        with open(path) as f:
+            arr = json.load(f)
+        expect(isinstance(arr, list) and sum(e["ph"] == "X" and e["name"] == "emit" for e in arr) >= 5,
+               "the file", len(arr))
+    st, js = env.main.raw("GET", "/trace")
+    expect(st == 404 and "--trace-level" in js["error"]["message"], "no trace: 404", st, js)
+
+
 def case_session_dir(env):
     """--session-dir: with one idle conversation kept in memory (--parallel 1), a second
     conversation sends the first to the directory; its next turn reads it back (cached tokens,

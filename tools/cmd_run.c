@@ -963,5 +963,6 @@ int akv_cmd_run(int argc, char **argv) {
     }
 done:
     run_free(&s);
+    akv_tool_eopts_close(&o->e);
     return rc;
 }

@@ -304,6 +304,7 @@ stop:
     }
     akv_server_stop(s, 0);
     akv_server_destroy(s);
+    akv_tool_eopts_close(&e);
     free(tmpl_text);
     fprintf(stderr, "akv serve: stopped\n");
     return rc;

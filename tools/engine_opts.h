@@ -39,6 +39,9 @@ void akv_tool_eopts_help(FILE *f, const akv_tool_eopts *o);
  * queue and idle limits are the command's). */
 void akv_tool_eopts_apply(const akv_tool_eopts *o, akv_engine_params *ep);
 
+/* After the engine is gone: the trace (--trace) finished and freed. */
+void akv_tool_eopts_close(const akv_tool_eopts *o);
+
 /* --threads as used: 0 (every core), or at most the cores this process may run on. */
 uint32_t akv_tool_eopts_threads(const akv_tool_eopts *o);
 

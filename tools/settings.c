@@ -80,6 +80,13 @@ const akv_tool_setting akv_tool_settings[] = {
     ROW("session_dir_gib", "--session-dir-gib", NULL, AKV_OPT_SESSION_GIB, "G", AKV_TV_U64,
         session_dir_gib, 0, 1u << 20, "0: no limit but the disk",
         "with --session-dir: its files at most, whole GiB (the oldest removed first)"),
+    ROW(NULL, "--trace", NULL, AKV_OPT_TRACE, "FILE", AKV_TV_TEXT, trace_path, 0, 0, "none",
+        "write a Chrome trace-event file (Perfetto, chrome://tracing opens it): steps, requests, "
+        "tokens and the staged copies, at --trace-level"),
+    ROW(NULL, "--trace-level", NULL, AKV_OPT_TRACE_LEVEL, "L", AKV_TV_TEXT, trace_level, 0, 0,
+        "spans with --trace, else off",
+        "off, counters (the end report's figures each step) or spans (and every step, request "
+        "and token); serve keeps the last events for GET /trace"),
     ROW(NULL, "--no-graphs", NULL, AKV_OPT_NOGRAPHS, NULL, AKV_TV_SWITCH, no_graphs, 0, 0, NULL,
         "GPU: launch every kernel of a decode step by itself instead of replaying the step as "
         "one CUDA graph (resident route)"),

@@ -43,6 +43,9 @@ typedef struct akv_tool_eopts {
     const char *calibration; /* --calibration: the gate's rates (akv calibrate) */
     const char *session_dir; /* --session-dir: idle conversations kept on disk */
     unsigned long long session_dir_gib; /* --session-dir-gib; 0 = no limit */
+    const char *trace_path;  /* --trace: the Chrome trace file */
+    const char *trace_level; /* --trace-level: off, counters, spans */
+    struct akv_trace *trace; /* made by akv_tool_eopts_check when either is given */
     akv_gate_rates gate_rates; /* read from it by akv_tool_eopts_check */
     akv_sample_params sp;   /* the default sampling (a request may override it) */
 } akv_tool_eopts;
@@ -54,7 +57,7 @@ enum {
     AKV_OPT_PARALLEL, AKV_OPT_TMPL, AKV_OPT_TEMP, AKV_OPT_TOPK, AKV_OPT_TOPP, AKV_OPT_MINP,
     AKV_OPT_RP, AKV_OPT_RLN, AKV_OPT_SEED, AKV_OPT_PRES, AKV_OPT_FREQ, AKV_OPT_WEIGHTS,
     AKV_OPT_SPECIAL_CONTENT, AKV_OPT_TIER, AKV_OPT_RECENT, AKV_OPT_CALIBRATION, AKV_OPT_BESIDE,
-    AKV_OPT_SESSION_DIR, AKV_OPT_SESSION_GIB,
+    AKV_OPT_SESSION_DIR, AKV_OPT_SESSION_GIB, AKV_OPT_TRACE, AKV_OPT_TRACE_LEVEL,
 };
 
 

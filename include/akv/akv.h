@@ -40,6 +40,7 @@
 #include "akv/ops.h"
 #include "akv/model.h"
 #include "akv/fwd_sample.h"
+#include "akv/trace.h"
 #include "akv/forward_ops.h"
 #include "akv/forward.h"
 #include "akv/forward_dev.h"

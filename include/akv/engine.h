@@ -173,6 +173,8 @@ typedef struct akv_engine_params {
     akv_engine_pass pass;
     uint32_t threads;                /* host pass threads; 0 = one per core */
     bool no_graphs;                  /* device pass: launch decode steps op by op */
+    struct akv_trace *trace;         /* borrowed, outlives the engine; NULL = none: the steps,
+                                        requests and tokens at its level (akv/trace.h) */
     bool host_sampling;              /* device pass: draws at a temperature made on the host
                                         from the row (as a format or logits wanted always
                                         are), not on the device (akv/fwd_sample.h) */
@@ -319,6 +321,8 @@ typedef enum akv_request_state {
 
 typedef struct akv_request_info {
     uint64_t id;
+    uint64_t serial;         /* the engine's number for it: its submission's, from 1 (a trace's
+                                request track is AKV_TRACE_TRACK_REQUEST + serial) */
     akv_request_state state;
     akv_finish finish;
     akv_status error;        /* finish ERROR: the step's status */

@@ -455,6 +455,7 @@ typedef struct akv_route_layer_times {
      * the host) */
     uint64_t host_copied_ns;
     int bus_idle_at_copy;
+    uint64_t step; /* the route's step it belongs to */
 } akv_route_layer_times;
 /* Writes min(cap, layers) of them; returns how many layers the last retired step staged (0:
  * none yet, or nothing staged). */

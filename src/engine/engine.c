@@ -13,6 +13,7 @@
 #include "akv/geom.h"
 #include "akv/host_pool.h"
 #include "akv/tok.h"
+#include "akv/trace.h"
 #include "core/alloc.h"
 #include "core/clock.h"
 #include "core/log.h"
@@ -559,6 +560,15 @@ static void engine_admit(akv_engine *e, akv_request *rq) {
     e->run[e->n_run++] = rq;
     rq->info.state = AKV_REQUEST_PREFILL;
     rq->info.t_admit = akv_clock_s();
+    if (akv_trace_level_of(e->p.trace) == AKV_TRACE_SPANS) { /* its track, its time queued */
+        char name[AKV_TRACE_NAME_MAX];
+        snprintf(name, sizeof name, "request %llu (id %llu)", (unsigned long long)rq->info.serial,
+                 (unsigned long long)rq->p.id);
+        akv_trace_track(e->p.trace, AKV_TRACE_TRACK_REQUEST + (uint32_t)rq->info.serial, name);
+        akv_trace_span(e->p.trace, AKV_TRACE_TRACK_REQUEST + (uint32_t)rq->info.serial, "queued",
+                       (uint64_t)(rq->info.t_submit * 1e9), (uint64_t)(rq->info.t_admit * 1e9),
+                       "prompt", rq->p.n_prompt, "max_tokens", rq->p.max_tokens);
+    }
 }
 
 /* An admitted request's context: the idle one that shares its prefix, truncated to it when what
@@ -807,6 +817,7 @@ akv_status akv_engine_submit(akv_engine *e, const akv_request_params *p, akv_req
     akv_request *rq = akv__calloc(1, sizeof *rq);
     if (!rq) return AKV_ENOMEM;
     akv_status st = akv__request_init(e, rq, p);
+    rq->info.serial = e->stats.n_submitted;
     if (e->plan.route.tier == AKV_REPR_EXACT) rq->p.kv_exact = false; /* every history is exact */
     if (st) {
         akv__request_free(rq);
@@ -1022,6 +1033,57 @@ static akv_status engine_abort(akv_engine *e) {
     return st;
 }
 
+/* ---- the trace (akv/trace.h) ----------------------------------------------------------------- */
+
+/* After a step that ran the pass from t_fwd0 to t_fwd1 (host ns) over n sequences (the batch
+ * as it was: e->batch, e->n_new) and n_tok tokens: the step on the engine's track, each
+ * request's part on its own, the staged layers of the last retired step on the device's
+ * queues (spans level); the figures of one stats snapshot as counters (counters level). */
+static void engine_trace_step(akv_engine *e, uint32_t n, uint32_t n_tok, bool decode, uint64_t t_step0,
+                              uint64_t t_fwd0, uint64_t t_fwd1) {
+    akv_trace *tr = e->p.trace;
+    const uint64_t now = akv_clock_ns();
+    if (akv_trace_level_of(tr) == AKV_TRACE_SPANS) {
+        if (e->stats.n_steps == 1) {
+            akv_trace_track(tr, AKV_TRACE_TRACK_ENGINE, "engine");
+            akv_trace_track(tr, AKV_TRACE_TRACK_H2D, "device: copies in");
+            akv_trace_track(tr, AKV_TRACE_TRACK_COMPUTE, "device: compute");
+        }
+        akv_trace_span(tr, AKV_TRACE_TRACK_ENGINE, decode ? "decode step" : "step", t_step0, now,
+                       "sequences", n, "tokens", n_tok);
+        akv_trace_span(tr, AKV_TRACE_TRACK_ENGINE, "forward", t_fwd0, t_fwd1, NULL, 0, NULL, 0);
+        for (uint32_t k = 0; k < n; k++)
+            akv_trace_span(tr, AKV_TRACE_TRACK_REQUEST + (uint32_t)e->batch[k]->info.serial,
+                           e->pos0[k] < e->batch[k]->p.n_prompt ? "prefill" : "decode", t_fwd0, t_fwd1,
+                           "tokens", e->n_new[k], "batch", n);
+        /* the staged layers, in device time, placed from the host's first submission (the
+         * stage's origin is recorded right before it) */
+        akv_route_layer_times lt[256];
+        const uint32_t L = akv_route_step_times(e->route, lt, 256);
+        if (L && L <= 256 && lt[0].step + 1 > e->trace_step && lt[0].host_copied_ns) {
+            e->trace_step = lt[0].step + 1;
+            const uint64_t base = lt[0].host_copied_ns - lt[0].copy_start_ns;
+            for (uint32_t l = 0; l < L; l++) {
+                if (lt[l].copy_done_ns > lt[l].copy_start_ns)
+                    akv_trace_span(tr, AKV_TRACE_TRACK_H2D, "copies", base + lt[l].copy_start_ns,
+                                   base + lt[l].copy_done_ns, "layer", l, "bus waited for the host",
+                                   lt[l].bus_idle_at_copy);
+                if (lt[l].attn_done_ns > lt[l].attn_start_ns)
+                    akv_trace_span(tr, AKV_TRACE_TRACK_COMPUTE, "attention", base + lt[l].attn_start_ns,
+                                   base + lt[l].attn_done_ns, "layer", l, NULL, 0);
+            }
+        }
+    }
+    akv_engine_stats s;
+    akv_engine_get_stats(e, &s);
+    akv_trace_counter(tr, "steps", now, (double)s.n_steps);
+    akv_trace_counter(tr, "prompt tokens", now, (double)s.prompt_tokens);
+    akv_trace_counter(tr, "generated tokens", now, (double)s.gen_tokens);
+    akv_trace_counter(tr, "requests running", now, s.n_running);
+    akv_trace_counter(tr, "requests waiting", now, s.n_queued);
+    akv_trace_counter(tr, "host pages reserved", now, (double)s.host_pages_reserved);
+}
+
 akv_status akv_engine_step(akv_engine *e, bool *did_work) {
     if (did_work) *did_work = false;
     if (!e) return AKV_EINVAL;
@@ -1096,7 +1158,9 @@ akv_status akv_engine_step(akv_engine *e, bool *did_work) {
     }
     float *logits = e->fd ? akv_forward_dev_logits_buffer(e->fd) : e->logits;
     float *lg = n_rows ? logits : NULL;
+    const uint64_t t_fwd0 = akv_clock_ns();
     st = e->fd ? akv_forward_dev_step(e->fd, &b, &kv, lg) : akv_forward_step(e->fh, &b, &kv, lg);
+    const uint64_t t_fwd1 = akv_clock_ns();
     if (st) {
         akv_status ab = engine_abort(e);
         engine_resync(e);
@@ -1143,6 +1207,8 @@ akv_status akv_engine_step(akv_engine *e, bool *did_work) {
             engine_maybe_free(e, rq);
         }
     }
+    if (akv_trace_level_of(e->p.trace) != AKV_TRACE_OFF)
+        engine_trace_step(e, n, n_tok, decode, (uint64_t)(t0 * 1e9), t_fwd0, t_fwd1);
     e->clock++;
     if (did_work) *did_work = true;
 out:

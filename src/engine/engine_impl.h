@@ -134,6 +134,7 @@ struct akv_engine {
     float *logits;          /* [max_seqs][n_vocab] */
     bool logits_wide;          /* logits holds max_seqs + chunk rows (a prompt's logits) */
     akv_engine_stats stats;
+    uint64_t trace_step; /* the route's last step whose layers the trace has, + 1 */
     /* sessions on disk (session.c) and the session directory (spill.c) */
     uint64_t sess_fingerprint;        /* the model's, computed at the first use */
     bool sess_fingerprint_ok;

@@ -9,6 +9,7 @@
 #include "core/clock.h"
 #include "core/log.h"
 #include "engine/engine_impl.h"
+#include "akv/trace.h"
 #include "engine/json_lex.h"
 
 /* The request's format as a machine for its masks (mask.h). */
@@ -118,7 +119,11 @@ static void request_emit(akv_request *rq, int32_t token, const char *text, size_
                           .logits = rq->p.want_logits ? logits : NULL,
                           .finish = finish,
                           .eog = eog};
+    akv_trace *tr = rq->e->p.trace;
+    const uint64_t t0 = akv_trace_level_of(tr) == AKV_TRACE_SPANS ? akv_clock_ns() : 0;
     rq->p.on_token(rq->p.user, rq, &ev);
+    if (t0) akv_trace_span(tr, AKV_TRACE_TRACK_REQUEST + (uint32_t)rq->info.serial, "emit", t0, akv_clock_ns(),
+                           "token", token, NULL, 0);
 }
 
 /* The request has ended: its state and counters (the engine releases its context). */
@@ -255,8 +260,12 @@ bool akv__request_draw(akv_request *rq, akv_fwd_sample_row *row, int32_t *ids, i
 
 bool akv__request_on_logits(akv_request *rq, const float *logits) {
     int32_t token;
+    akv_trace *tr = rq->e->p.trace;
+    const uint64_t t0 = akv_trace_level_of(tr) == AKV_TRACE_SPANS ? akv_clock_ns() : 0;
     const float *from = rq->masked && rq->fmt_on ? request_mask_json(rq, logits) : logits;
     akv_status st = akv_sampler_sample(rq->sampler, from, &token);
+    if (t0) akv_trace_span(tr, AKV_TRACE_TRACK_REQUEST + (uint32_t)rq->info.serial, "sample", t0, akv_clock_ns(),
+                           "masked", rq->masked && rq->fmt_on, NULL, 0);
     if (st) {
         rq->info.error = st;
         akv__request_end(rq, AKV_FINISH_ERROR);

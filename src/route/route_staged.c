@@ -171,7 +171,7 @@ akv_status akv__route_retire_layers(akv_route *r, akv_stage *stage, akv_stage_le
         if (r->times && !rc.cancelled) {
             r->times[l] = (akv_route_layer_times){rc.at_h2d_start_ns, rc.at_h2d_done_ns,
                                                   rc.at_attn_start_ns, rc.at_attn_done_ns,
-                                                  rc.t_copied_ns, rc.bus_idle_at_copy};
+                                                  rc.t_copied_ns, rc.bus_idle_at_copy, rc.step};
             if (l + 1 > r->n_times) r->n_times = l + 1;
         }
         if (!rc.cancelled && (rc.n_copies != n_staged || rc.failed)) {

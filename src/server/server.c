@@ -14,6 +14,7 @@
 #include "core/clock.h"
 #include "core/log.h"
 #include "server/server_impl.h"
+#include "akv/trace.h"
 #include "server/tools.h"
 
 /* ---- answers ---------------------------------------------------------------------------- */
@@ -85,6 +86,7 @@ typedef enum srv_route {
     ROUTE_CHAT,
     ROUTE_COMPLETION,
     ROUTE_SLOTS,       /* GET /slots */
+    ROUTE_TRACE,       /* GET /trace: the trace's last events (--trace-level) */
     ROUTE_SLOT_ACTION, /* POST /slots/N?action=... (N checked by slots.c) */
 } srv_route;
 
@@ -103,7 +105,8 @@ static srv_route route_of(const char *path) {
                   {"/v1/completions", ROUTE_COMPLETION},
                   {"/completions", ROUTE_COMPLETION},
                   {"/v1/slots", ROUTE_SLOTS},
-                  {"/slots", ROUTE_SLOTS}};
+                  {"/slots", ROUTE_SLOTS},
+                  {"/trace", ROUTE_TRACE}};
     for (size_t i = 0; i < sizeof routes / sizeof *routes; i++)
         if (!strcmp(path, routes[i].path)) return routes[i].r;
     if (!strncmp(path, "/slots/", 7) || !strncmp(path, "/v1/slots/", 10)) return ROUTE_SLOT_ACTION;
@@ -204,6 +207,18 @@ static int on_request(void *user, const akv_http_request *rq, akv_http_response 
     }
     if (r == ROUTE_METRICS) {
         handle_metrics(s, resp);
+        return AKV_HTTP_ANSWER;
+    }
+    if (r == ROUTE_TRACE) {
+        char *b = NULL;
+        if (akv_trace_level_of(s->p.engine.trace) == AKV_TRACE_OFF)
+            akv__srv_err(s, 404, "not_found_error", -1,
+                         "no trace is kept: start the server with --trace-level counters or spans",
+                         resp);
+        else if (akv_trace_json(s->p.engine.trace, &b, NULL) != AKV_OK)
+            akv__srv_err(s, 503, "server_error", -1, "the trace could not be rendered (out of memory)", resp);
+        else
+            akv__srv_text(200, "application/json", b, resp);
         return AKV_HTTP_ANSWER;
     }
     const int state = get_state(s);
