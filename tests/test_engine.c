@@ -1347,6 +1347,45 @@ int main(int argc, char **argv) {
             char buf[8192];
             akv_engine_plan_format(pl, buf, sizeof buf);
             CHECK(strstr(buf, "gate:") != NULL);
+            if (!k) {
+                /* the gate per context: the plan's threshold is the gate's own arithmetic;
+                 * a request within it stays exact (making no compact page), one beyond it
+                 * and a short one that asks for the tier do not */
+                const uint64_t below = akv_gate_exact_below(&pl->gate_rates, &pl->geom, pl->route.tier,
+                                                            pl->max_seqs, pl->route.exact_recent,
+                                                            pl->gate[chosen].weight_bytes, pl->max_context);
+                CHECK_EQ_U64(pl->exact_below, below);
+                CHECK(below >= pl->route.exact_recent && below < pl->max_context);
+                CHECK(strstr(buf, "per context") != NULL);
+                printf("  %s", strstr(buf, "gate:        per context"));
+                akv_request_info ia;
+                akv_request_get_info(ra, &ia);
+                CHECK_EQ_INT(ia.kv_exact, 48 <= below);
+                akv_engine_release(e, ra);
+                seen sh = {0}, lg = {0}, fc = {0};
+                akv_request *rs, *rl, *rc;
+                akv_request_params ps = greedy(tokens + 1, (uint32_t)below - 4, 4, &sh),
+                                   pg = greedy(tokens + 2, (uint32_t)below + 30, 8, &lg),
+                                   pc = greedy(tokens + 3, (uint32_t)below - 4, 4, &fc);
+                pc.kv_compact = true;
+                akv_engine_stats s0, s1;
+                akv_engine_get_stats(e, &s0);
+                CHECK_OK(akv_engine_submit(e, &ps, &rs, NULL));
+                CHECK(run_all(e, 200) > 0);
+                akv_engine_get_stats(e, &s1);
+                akv_request_info is, il, ic;
+                akv_request_get_info(rs, &is);
+                CHECK(is.kv_exact && s1.compact_pages == s0.compact_pages);
+                CHECK_OK(akv_engine_submit(e, &pg, &rl, NULL));
+                CHECK_OK(akv_engine_submit(e, &pc, &rc, NULL));
+                CHECK(run_all(e, 200) > 0);
+                akv_request_get_info(rl, &il);
+                akv_request_get_info(rc, &ic);
+                akv_engine_get_stats(e, &s0);
+                CHECK(!il.kv_exact && !ic.kv_exact && s0.compact_pages > s1.compact_pages);
+                CHECK(sh.n == 4 && lg.n == 8 && fc.n == 4);
+                akv_engine_release(e, rs), akv_engine_release(e, rl), akv_engine_release(e, rc);
+            }
             akv_engine_destroy(e);
         }
         akv_model_destroy(m32);

@@ -263,11 +263,31 @@ static void test_file(void) {
     CHECK(d.bus_shared > 0 && d.bus_shared <= 1 && d.read_shared > 0 && d.read_shared <= 1);
 }
 
+/* The gate per context against a hand figure: with the round rates q4 reads a token's 4.5/16
+ * of the bytes at half the rate (0.5625 of exact's time), so at 8 sequences over weights W a
+ * history of n tokens stays exact while W/8 + 256 t + 0.5625 (n - 256) t >= 0.95 (W/8 + n t):
+ * n <= (0.05 W/8 + 0.4375 x 256 t) / (0.3875 t); 2257.9 for W = 16 GB, 289.0 for none. */
+static void test_per_context(void) {
+    const akv_geom g = llama3();
+    const akv_gate_rates r = round_rates();
+    const double t = 131072;
+    const uint64_t w16 = akv_gate_exact_below(&r, &g, AKV_REPR_Q4, 8, 256, 16e9, 1u << 20),
+                   w0 = akv_gate_exact_below(&r, &g, AKV_REPR_Q4, 8, 256, 0, 1u << 20);
+    CHECK_EQ_U64(w16, (uint64_t)((0.05 * 16e9 / 8 + 0.4375 * 256 * t) / (0.3875 * t)));
+    CHECK_EQ_U64(w0, 289);
+    CHECK_EQ_U64(akv_gate_exact_below(&r, &g, AKV_REPR_Q4, 8, 256, 16e9, 1000), 1000); /* all of it */
+    CHECK_EQ_U64(akv_gate_exact_below(&r, &g, AKV_REPR_EXACT, 8, 256, 0, 5000), 5000);
+    akv_gate_rates slow = r; /* a form that reads too slowly never pays: everything stays exact */
+    set_read(&slow, AKV_REPR_Q4, 0.2);
+    CHECK_EQ_U64(akv_gate_exact_below(&slow, &g, AKV_REPR_Q4, 8, 256, 0, 1u << 20), 1u << 20);
+}
+
 int main(int argc, char **argv) {
     test_args(argc, argv);
     TEST_CASE(arithmetic_against_hand_figures) test_arithmetic();
     TEST_CASE(the_least_cost_a_token_more_exact_on_a_tie) test_choice();
     TEST_CASE(rates_by_page_size_batch_and_sharing) test_rates_by_size_batch_and_sharing();
     TEST_CASE(calibration_file_and_its_refusals) test_file();
+    TEST_CASE(per_context_exact_below_a_length) test_per_context();
     return test_finish();
 }

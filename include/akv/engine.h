@@ -202,6 +202,10 @@ typedef struct akv_engine_plan {
     akv_gate_rates gate_rates;
     akv_gate_option gate[AKV_ENGINE_GATE_OPTIONS];
     uint32_t n_gate;
+    /* kv_tier auto on a resident route with a tier: a request whose prompt + max_tokens is at
+       most this stays exact (akv_gate_exact_below), unless it asks for the tier
+       (kv_compact); 0: none */
+    uint64_t exact_below;
 } akv_engine_plan;
 
 /* Why a request was refused (akv_engine_submit). */
@@ -298,6 +302,9 @@ typedef struct akv_request_params {
                                   its first token that is not white space can begin a value
                                   (a Llama 3 tool call's '{'); then the format holds from there
                                   until the value is whole */
+    bool kv_compact;         /* with kv_tier auto: its older history in the engine's compact
+                                tier however short (the gate would keep a short one exact:
+                                akv_engine_plan.exact_below) */
     bool kv_exact;           /* keep its whole history exact where the engine has a compact
                                 tier (kv_tier q8/q4): it reserves and reads its K/V as the
                                 exact route does, and reuses only contexts kept exact too.
@@ -330,6 +337,8 @@ typedef struct akv_request_info {
     uint32_t n_cached;       /* of them, reused from an idle context (not computed) */
     uint32_t n_gen;          /* tokens generated (emitted or not) */
     uint32_t n_retries;      /* steps that failed on it and were redone */
+    bool kv_exact;           /* its history is kept exact on an engine with a compact tier:
+                                asked (kv_exact), or chosen by the gate per context */
     double t_submit, t_admit, t_first, t_done; /* seconds (core clock); 0 = not yet */
     uint64_t h2d_bytes, staged_bytes, d2h_bytes; /* its sequence's traffic while it ran */
 } akv_request_info;

@@ -132,6 +132,15 @@ akv_gate_option akv_gate_predict(const akv_gate_rates *r, const akv_geom *g, akv
  * is in order of exactness, most exact first) and returns its index; -1 when none fits. */
 int akv_gate_choose(akv_gate_option *opts, uint32_t n);
 
+/* The gate per context, on a resident route with a compact tier: the longest history (at most
+ * max_tokens) that stays exact, because compacting its older pages would save less than 5 % of
+ * what its token costs (akv_gate_predict's token_s at seqs sequences of that length, tier
+ * against exact: the same tie rule as akv_gate_choose). Longer histories save more, so every
+ * history up to the answer stays exact and every longer one is compacted. 0 when none stays. */
+uint64_t akv_gate_exact_below(const akv_gate_rates *r, const akv_geom *g, akv_repr tier,
+                              uint32_t seqs, uint64_t exact_recent, double weight_bytes,
+                              uint64_t max_tokens);
+
 /* The options as a table with its arithmetic (one line each), NUL-terminated in buf. Returns
  * the length it needed. */
 size_t akv_gate_format(const akv_gate_rates *r, const akv_gate_option *opts, uint32_t n,

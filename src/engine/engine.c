@@ -216,6 +216,11 @@ static akv_status engine_gate(akv_engine *e) {
     e->plan.gate_rates = rates;
     memcpy(e->plan.gate, opts, sizeof opts);
     e->plan.n_gate = AKV_ENGINE_GATE_OPTIONS;
+    /* per context: short histories stay exact where compacting them saves too little */
+    if (cand[best].kind == AKV_ROUTE_RESIDENT && cand[best].tier != AKV_REPR_EXACT)
+        e->plan.exact_below = akv_gate_exact_below(&rates, &e->plan.geom, cand[best].tier, e->plan.max_seqs,
+                                                   e->plan.route.exact_recent, engine_step_weight_bytes(e),
+                                                   e->plan.max_context);
     return AKV_OK;
 }
 
@@ -234,6 +239,14 @@ size_t akv_engine_plan_format(const akv_engine_plan *pl, char *buf, size_t cap) 
     if (pl->n_gate)
         n += akv_gate_format(&pl->gate_rates, pl->gate, pl->n_gate, pl->max_context,
                              buf + (n < cap ? n : cap), n < cap ? cap - n : 0);
+    if (pl->exact_below) {
+        k = snprintf(buf + (n < cap ? n : cap), n < cap ? cap - n : 0,
+                     "gate:        per context: a request of up to %llu tokens (prompt + "
+                     "{=max_tokens}) stays exact, where compacting its older pages would save "
+                     "under 5 %% of its token at %u sequences; longer ones keep them in %s\n",
+                     (unsigned long long)pl->exact_below, pl->max_seqs, akv_repr_name(pl->route.tier));
+        n += k > 0 ? (size_t)k : 0;
+    }
     return n;
 }
 
@@ -819,6 +832,17 @@ akv_status akv_engine_submit(akv_engine *e, const akv_request_params *p, akv_req
     akv_status st = akv__request_init(e, rq, p);
     rq->info.serial = e->stats.n_submitted;
     if (e->plan.route.tier == AKV_REPR_EXACT) rq->p.kv_exact = false; /* every history is exact */
+    /* the gate per context: a history too short for compaction to pay stays exact, where its
+     * exact reservation fits the device pool at all (else it is compacted as any) */
+    if (!rq->p.kv_exact && !rq->p.kv_compact && total <= e->plan.exact_below) {
+        rq->p.kv_exact = true;
+        uint64_t hx;
+        uint32_t dx;
+        request_need(e, rq, &hx, &dx);
+        if (dx > e->plan.window_capacity) rq->p.kv_exact = false;
+        else rq->gate_exact = true;
+    }
+    rq->info.kv_exact = rq->p.kv_exact;
     if (st) {
         akv__request_free(rq);
         return engine_refuse(e, rf, AKV_REFUSE_INVALID, "sample", st,

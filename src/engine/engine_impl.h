@@ -44,6 +44,7 @@ struct akv_request {
     size_t *stop_len;      /* [n_stop] */
     akv_request_info info;
     bool admitted;         /* its reservation is held (running or about to) */
+    bool gate_exact;       /* kept exact by the gate per context (akv_engine_plan.exact_below) */
     bool released;         /* the caller forgot it: no events; freed when it ends */
     akv_sampler *sampler;
     akv_tok_stream stream; /* bytes of a UTF-8 sequence a token split */

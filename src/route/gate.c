@@ -204,6 +204,31 @@ int akv_gate_choose(akv_gate_option *opts, uint32_t n) {
     return best;
 }
 
+/* Whether a history of n tokens stays exact (akv_gate_exact_below). */
+static bool gate_keeps_exact(const akv_gate_rates *r, const akv_geom *g, akv_repr tier, uint32_t seqs,
+                             uint64_t n, uint64_t exact_recent, double weight_bytes) {
+    const akv_gate_option x = akv_gate_predict(r, g, AKV_ROUTE_RESIDENT, AKV_REPR_EXACT, seqs, n, 0, 0,
+                                               weight_bytes),
+                          c = akv_gate_predict(r, g, AKV_ROUTE_RESIDENT, tier, seqs, n, exact_recent, 0,
+                                               weight_bytes);
+    return !(c.token_s < 0.95 * x.token_s);
+}
+
+uint64_t akv_gate_exact_below(const akv_gate_rates *r, const akv_geom *g, akv_repr tier,
+                              uint32_t seqs, uint64_t exact_recent, double weight_bytes,
+                              uint64_t max_tokens) {
+    if (!r || !g || tier == AKV_REPR_EXACT || !seqs) return max_tokens;
+    if (!gate_keeps_exact(r, g, tier, seqs, 1, exact_recent, weight_bytes)) return 0;
+    uint64_t lo = 1, hi = max_tokens; /* lo stays exact; find the last that does */
+    if (gate_keeps_exact(r, g, tier, seqs, hi, exact_recent, weight_bytes)) return hi;
+    while (hi - lo > 1) {
+        const uint64_t mid = lo + (hi - lo) / 2;
+        if (gate_keeps_exact(r, g, tier, seqs, mid, exact_recent, weight_bytes)) lo = mid;
+        else hi = mid;
+    }
+    return lo;
+}
+
 size_t akv_gate_format(const akv_gate_rates *r, const akv_gate_option *opts, uint32_t n,
                        uint64_t n_tokens, char *buf, size_t cap) {
     size_t at = 0;

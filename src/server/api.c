@@ -690,6 +690,7 @@ akv_status akv_api_parse(akv_api_kind kind, const char *body, size_t n, const ak
             goto done;
         }
         r->kv_exact = !strcmp(kt->valuestring, "exact");
+        r->kv_compact = lim->kv_tier != AKV_REPR_EXACT && !strcmp(kt->valuestring, tier);
     }
     /* cache_salt (vLLM's): requests share cached prompt K/V only with their own salt */
     const cJSON *salt = cJSON_GetObjectItemCaseSensitive(o, "cache_salt");

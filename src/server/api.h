@@ -61,6 +61,7 @@ typedef struct akv_api_request {
     bool max_tokens_asked;    /* max_tokens or max_completion_tokens was given */
     bool seed_asked;          /* seed was given */
     bool kv_exact;            /* kv_tier "exact": its history kept exact (akv_request_params) */
+    bool kv_compact;          /* kv_tier the server's tier by name: compacted however short */
     uint64_t cache_salt;      /* "cache_salt" (vLLM's): a hash of the text, 0 when absent */
     int8_t retention;         /* "kv_retention" (ours): -1 low, 0 normal, 1 high */
     bool logprobs;            /* each generated token's log-probability (chat: logprobs true;

@@ -142,6 +142,7 @@ static void engine_submit(akv_server *s, akv_srv_req *r) {
                              .sample = r->api.sample,
                              .ignore_eog = r->api.ignore_eos,
                              .kv_exact = r->api.kv_exact,
+                             .kv_compact = r->api.kv_compact,
                              .cache_salt = r->api.cache_salt,
                              .retention = r->api.retention,
                              .format = r->api.schema || r->api.call_schema ? AKV_FORMAT_JSON_SCHEMA
