@@ -1038,9 +1038,16 @@ def case_trace(env):
             r = s.client().chat.completions.create(
                 model="any", messages=[{"role": "user", "content": "Say hi."}], max_tokens=5,
                 temperature=0)
-            st, js = s.raw("GET", "/trace")
-            expect(st == 200 and isinstance(js.get("traceEvents"), list), "GET /trace", st, str(js)[:200])
-            ev = js["traceEvents"]
+            # the last token's emit span is recorded after its event reached the client: poll
+            deadline = time.time() + 10
+            while True:
+                st, js = s.raw("GET", "/trace")
+                expect(st == 200 and isinstance(js.get("traceEvents"), list), "GET /trace", st, str(js)[:200])
+                ev = js["traceEvents"]
+                n_emit = sum(e["ph"] == "X" and e["name"] == "emit" and e["args"]["token"] >= 0 for e in ev)
+                if n_emit >= r.usage.completion_tokens or time.time() > deadline:
+                    break
+                time.sleep(0.05)
             names = {e["args"]["name"] for e in ev if e["ph"] == "M"}
             expect("engine" in names and any(n.startswith("request ") for n in names), "tracks", names)
             emits = [e for e in ev if e["ph"] == "X" and e["name"] == "emit" and e["args"]["token"] >= 0]

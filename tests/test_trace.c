@@ -5,6 +5,7 @@
 #include "test.h"
 
 #include <cjson/cJSON.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <unistd.h>
 
@@ -56,6 +57,16 @@ static cJSON *parse_and_remove(const char *path) {
     free(text);
     unlink(path);
     return doc;
+}
+
+/* 100,000 spans and as many counters (a thread's body). */
+static void *emit_many(void *arg) {
+    akv_trace *t = arg;
+    for (int i = 0; i < 100000; i++) {
+        akv_trace_span(t, AKV_TRACE_TRACK_REQUEST + (uint32_t)(i % 7), "s", (uint64_t)i, (uint64_t)i + 3, "i", i, NULL, 0);
+        akv_trace_counter(t, "c", (uint64_t)i, i);
+    }
+    return NULL;
 }
 
 int main(int argc, char **argv) {
@@ -158,6 +169,73 @@ int main(int argc, char **argv) {
         CHECK_EQ_INT(count_events(doc, "C", "c", 0), 500);
         CHECK_EQ_INT(count_events(doc, "M", "thread_name", 3), 1);
         cJSON_Delete(doc);
+    }
+    TEST_CASE(track_names_each_once_past_the_table) {
+        /* 600 request tracks (more than the 512 names kept) with a file: each name once in the
+         * file; the fixed track's name survives them in a dump; a file attached at off takes
+         * no lock */
+        char path[] = "/tmp/akv_trace_XXXXXX";
+        if (!CHECK(temp_file(path))) break;
+        akv_trace *t = NULL;
+        if (!REQUIRE_OK(akv_trace_create(AKV_TRACE_SPANS, 1 << 12, &t))) break;
+        CHECK_OK(akv_trace_attach_file(t, path));
+        akv_trace_track(t, AKV_TRACE_TRACK_ENGINE, "engine");
+        for (uint32_t i = 0; i < 600; i++) {
+            char name[32];
+            snprintf(name, sizeof name, "request %u", i);
+            akv_trace_track(t, AKV_TRACE_TRACK_REQUEST + i, name);
+            akv_trace_span(t, AKV_TRACE_TRACK_REQUEST + i, "s", i, i + 1, NULL, 0, NULL, 0);
+        }
+        char *js = NULL;
+        if (REQUIRE_OK(akv_trace_json(t, &js, NULL))) {
+            cJSON *doc = cJSON_Parse(js);
+            CHECK_EQ_INT(count_events(cJSON_GetObjectItem(doc, "traceEvents"), "M", "thread_name",
+                                      AKV_TRACE_TRACK_ENGINE), 1);
+            cJSON_Delete(doc);
+            akv__free(js);
+        }
+        akv_trace_destroy(t);
+        cJSON *doc = parse_and_remove(path);
+        CHECK(cJSON_IsArray(doc));
+        int once = 0;
+        for (uint32_t i = 0; i < 600; i++)
+            once += count_events(doc, "M", "thread_name", (int)(AKV_TRACE_TRACK_REQUEST + i)) == 1;
+        CHECK_EQ_INT(once, 600);
+        CHECK_EQ_INT(count_events(doc, "M", "thread_name", AKV_TRACE_TRACK_ENGINE), 1);
+        cJSON_Delete(doc);
+        char p2[] = "/tmp/akv_trace_XXXXXX";
+        if (!CHECK(temp_file(p2)) || !REQUIRE_OK(akv_trace_create(AKV_TRACE_OFF, 0, &t))) break;
+        CHECK_OK(akv_trace_attach_file(t, p2));
+        akv_trace_stats st;
+        akv_trace_get_stats(t, &st);
+        CHECK_EQ_U64(st.n_locks, 0);
+        akv_trace_destroy(t);
+        doc = parse_and_remove(p2);
+        CHECK(cJSON_IsArray(doc) && cJSON_GetArraySize(doc) == 0);
+        cJSON_Delete(doc);
+    }
+    TEST_CASE(a_reader_beside_the_emitter) {
+        /* dumps taken while another thread emits: every dump parses, the counts add up */
+        akv_trace *t = NULL;
+        if (!REQUIRE_OK(akv_trace_create(AKV_TRACE_SPANS, 1 << 10, &t))) break;
+        pthread_t th;
+        if (!CHECK(pthread_create(&th, NULL, emit_many, t) == 0)) break;
+        int parsed = 0;
+        for (int i = 0; i < 50; i++) {
+            char *js = NULL;
+            if (akv_trace_json(t, &js, NULL) != AKV_OK) continue;
+            cJSON *doc = cJSON_Parse(js);
+            parsed += cJSON_IsArray(cJSON_GetObjectItem(doc, "traceEvents"));
+            cJSON_Delete(doc);
+            akv__free(js);
+        }
+        pthread_join(th, NULL);
+        CHECK_EQ_INT(parsed, 50);
+        akv_trace_stats st;
+        akv_trace_get_stats(t, &st);
+        CHECK_EQ_U64(st.n_events, 200000);
+        CHECK_EQ_U64(st.n_dropped, 200000 - (1 << 10));
+        akv_trace_destroy(t);
     }
     TEST_CASE(empty_file_is_an_empty_array) {
         char path[] = "/tmp/akv_trace_XXXXXX";

@@ -243,6 +243,10 @@ int akv_cmd_perplexity(int argc, char **argv) {
         return AKV_EXIT_USAGE;
     }
     if ((r = akv_tool_eopts_check("perplexity", &o)) >= 0) return r;
+    if (o.trace_path || o.trace_level) {
+        fprintf(stderr, "akv perplexity: --trace and --trace-level are for akv run and akv serve\n");
+        return AKV_EXIT_USAGE;
+    }
     if (o.kv_tier == AKV_ENGINE_TIER_AUTO) {
         fprintf(stderr, "akv perplexity: --kv-tier auto: perplexity compares one form with exact; "
                         "name it (q8 or q4)\n");

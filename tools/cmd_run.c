@@ -22,6 +22,7 @@
 #include "akv/tok.h"
 #include "cmd.h"
 #include "engine_opts.h"
+#include "akv/trace.h"
 #include "core/clock.h"
 
 enum {
@@ -221,6 +222,7 @@ typedef struct run_state {
     akv_tok *tok;
     akv_chat *chat;
     akv_engine *engine;
+    akv_trace *trace;   /* --trace: after the engine is gone, finished and freed */
     akv_tok_text input; /* -f / --prompts: the file, read once before the model loads */
     run_job *jobs;
     size_t n_jobs;
@@ -275,6 +277,7 @@ static void run_free(run_state *s) {
     }
     free(s->jobs);
     akv_engine_destroy(s->engine); /* frees the device too */
+    akv_trace_destroy(s->trace);    /* its file's last events */
     akv_chat_destroy(s->chat);
     akv_tok_destroy(s->tok);
     akv_model_destroy(s->model);
@@ -400,9 +403,15 @@ static int run_open_engine(run_state *s, uint32_t max_seqs) {
         return AKV_EXIT_FAIL;
     }
     if (o->e.threads) akv_ops_ref_set_threads((int)akv_tool_eopts_threads(&o->e));
+    int r;
+    if ((r = akv_tool_trace_open("run", &o->e, &s->trace)) >= 0) {
+        akv_dev_destroy(ep.dev);
+        return r;
+    }
     ep.model = s->model;
     ep.progress = run_engine_progress, ep.progress_user = s;
     akv_tool_eopts_apply(&o->e, &ep);
+    ep.trace = s->trace;
     ep.max_context = s->n_ctx;
     ep.max_seqs = max_seqs;
     ep.max_queue = s->n_jobs > max_seqs ? (uint32_t)s->n_jobs : 0; /* every prompt waits its turn */
@@ -963,6 +972,5 @@ int akv_cmd_run(int argc, char **argv) {
     }
 done:
     run_free(&s);
-    akv_tool_eopts_close(&o->e);
     return rc;
 }

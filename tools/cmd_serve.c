@@ -18,6 +18,7 @@
 #include "akv/server.h"
 #include "cmd.h"
 #include "engine_opts.h"
+#include "akv/trace.h"
 
 static const char serve_usage[] =
     "usage: akv serve [-m MODEL.gguf] [--host ADDR] [--port N] [--parallel N] [options]\n"
@@ -242,7 +243,14 @@ int akv_cmd_serve(int argc, char **argv) {
         return st == AKV_EINVAL ? AKV_EXIT_USAGE : AKV_EXIT_FAIL;
     }
     if (e.threads) akv_ops_ref_set_threads((int)akv_tool_eopts_threads(&e));
+    akv_trace *trace = NULL; /* destroyed after the engine, on every way out from here */
+    if ((r = akv_tool_trace_open("serve", &e, &trace)) >= 0) {
+        akv_dev_destroy(p.engine.dev);
+        free(tmpl_text);
+        return r;
+    }
     akv_tool_eopts_apply(&e, &p.engine);
+    p.engine.trace = trace;
     p.engine.model_path = e.model;
     p.engine.max_context = e.ctx;
     p.engine.max_seqs = e.parallel ? (uint32_t)e.parallel : 4; /* 0: not given */
@@ -258,6 +266,7 @@ int akv_cmd_serve(int argc, char **argv) {
     if (pipe(serve_pipe) != 0) {
         fprintf(stderr, "akv serve: pipe: %s\n", strerror(errno));
         akv_dev_destroy(p.engine.dev);
+        akv_trace_destroy(trace);
         free(tmpl_text);
         return AKV_EXIT_FAIL;
     }
@@ -270,6 +279,7 @@ int akv_cmd_serve(int argc, char **argv) {
     akv_server *s = NULL;
     if ((st = akv_server_start(&p, &s))) {
         fprintf(stderr, "akv serve: %s\n", akv_status_str(st));
+        akv_trace_destroy(trace); /* the engine never ran (or is gone with the server) */
         free(tmpl_text);
         return st == AKV_EINVAL ? AKV_EXIT_USAGE : AKV_EXIT_FAIL;
     }
@@ -303,8 +313,8 @@ stop:
         }
     }
     akv_server_stop(s, 0);
-    akv_server_destroy(s);
-    akv_tool_eopts_close(&e);
+    akv_server_destroy(s); /* the engine with it */
+    akv_trace_destroy(trace);
     free(tmpl_text);
     fprintf(stderr, "akv serve: stopped\n");
     return rc;

@@ -52,20 +52,11 @@ int akv_tool_eopts_check(const char *cmd, akv_tool_eopts *o) {
         fprintf(stderr, "akv %s: --calibration '%s' cannot be used (see above)\n", cmd, o->calibration);
         return AKV_EXIT_USAGE;
     }
-    if (o->trace_path || o->trace_level) {
-        akv_trace_level level = o->trace_level ? AKV_TRACE_OFF : AKV_TRACE_SPANS;
-        if (o->trace_level && akv_trace_level_parse(o->trace_level, &level) != AKV_OK) {
-            fprintf(stderr, "akv %s: --trace-level '%s' is not one of off, counters, spans\n", cmd,
-                    o->trace_level);
-            return AKV_EXIT_USAGE;
-        }
-        if (akv_trace_create(level, 0, &o->trace) != AKV_OK ||
-            (o->trace_path && akv_trace_attach_file(o->trace, o->trace_path) != AKV_OK)) {
-            fprintf(stderr, "akv %s: --trace '%s' cannot be written (see above)\n", cmd,
-                    o->trace_path ? o->trace_path : "");
-            akv_trace_destroy(o->trace), o->trace = NULL;
-            return AKV_EXIT_USAGE;
-        }
+    akv_trace_level level;
+    if (o->trace_level && akv_trace_level_parse(o->trace_level, &level) != AKV_OK) {
+        fprintf(stderr, "akv %s: --trace-level '%s' is not one of off, counters, spans\n", cmd,
+                o->trace_level);
+        return AKV_EXIT_USAGE;
     }
     const uint32_t cores = akv__par_cores();
     if (o->threads > cores)
@@ -100,11 +91,21 @@ void akv_tool_eopts_apply(const akv_tool_eopts *o, akv_engine_params *ep) {
     ep->session_dir = o->session_dir, ep->session_dir_gib = (uint32_t)o->session_dir_gib;
     ep->threads = akv_tool_eopts_threads(o), ep->no_graphs = o->no_graphs != 0;
     ep->host_sampling = o->host_sampling != 0;
-    ep->trace = o->trace;
 }
 
-void akv_tool_eopts_close(const akv_tool_eopts *o) {
-    akv_trace_destroy(o->trace); /* the file's last events */
+int akv_tool_trace_open(const char *cmd, const akv_tool_eopts *o, akv_trace **out) {
+    *out = NULL;
+    if (!o->trace_path && !o->trace_level) return -1;
+    akv_trace_level level = AKV_TRACE_SPANS; /* with --trace alone */
+    if (o->trace_level) (void)akv_trace_level_parse(o->trace_level, &level); /* checked */
+    if (akv_trace_create(level, 0, out) != AKV_OK ||
+        (o->trace_path && akv_trace_attach_file(*out, o->trace_path) != AKV_OK)) {
+        fprintf(stderr, "akv %s: --trace '%s' cannot be written (see above)\n", cmd,
+                o->trace_path ? o->trace_path : "");
+        akv_trace_destroy(*out), *out = NULL;
+        return AKV_EXIT_USAGE;
+    }
+    return -1;
 }
 
 uint32_t akv_tool_eopts_threads(const akv_tool_eopts *o) {

@@ -39,8 +39,10 @@ void akv_tool_eopts_help(FILE *f, const akv_tool_eopts *o);
  * queue and idle limits are the command's). */
 void akv_tool_eopts_apply(const akv_tool_eopts *o, akv_engine_params *ep);
 
-/* After the engine is gone: the trace (--trace) finished and freed. */
-void akv_tool_eopts_close(const akv_tool_eopts *o);
+/* The trace of --trace and --trace-level into *out (NULL without them), made right before the
+ * engine once every other check has passed (its file is created then); the caller destroys it
+ * after the engine (akv_trace_destroy). -1, or the exit code after saying why. */
+int akv_tool_trace_open(const char *cmd, const akv_tool_eopts *o, struct akv_trace **out);
 
 /* --threads as used: 0 (every core), or at most the cores this process may run on. */
 uint32_t akv_tool_eopts_threads(const akv_tool_eopts *o);

@@ -45,7 +45,6 @@ typedef struct akv_tool_eopts {
     unsigned long long session_dir_gib; /* --session-dir-gib; 0 = no limit */
     const char *trace_path;  /* --trace: the Chrome trace file */
     const char *trace_level; /* --trace-level: off, counters, spans */
-    struct akv_trace *trace; /* made by akv_tool_eopts_check when either is given */
     akv_gate_rates gate_rates; /* read from it by akv_tool_eopts_check */
     akv_sample_params sp;   /* the default sampling (a request may override it) */
 } akv_tool_eopts;

@@ -11,7 +11,8 @@
 #include "core/log.h"
 
 enum { EV_SPAN, EV_COUNTER };
-enum { TRACE_TRACKS = 512 }; /* track names kept (the newest), written with every dump */
+enum { TRACE_TRACKS = 512 }; /* request track names kept (the newest), written with every dump */
+enum { TRACE_FIXED = 16 };   /* the fixed tracks' names (ids below AKV_TRACE_TRACK_REQUEST), kept */
 
 typedef struct trace_ev {
     uint64_t t0, t1;
@@ -37,6 +38,9 @@ struct akv_trace {
     trace_track tracks[TRACE_TRACKS];
     uint32_t n_tracks_set;
     uint32_t tracks_written; /* names set so far that the file has */
+    trace_track fixed[TRACE_FIXED];
+    bool fixed_written[TRACE_FIXED]; /* the file has that fixed track's name */
+    bool io_failed; /* the file could not be written (said once); its events count as dropped */
     FILE *file;
     bool file_first; /* nothing written to the file's array yet */
     akv_trace_stats stats;
@@ -133,8 +137,15 @@ static size_t track_json(const trace_track *tr, char *buf, size_t cap) {
 
 /* Writes the events not yet written, and the track names set since, to the file (lock held). */
 static akv_status trace_write_locked(akv_trace *t) {
-    if (!t->file) return AKV_OK;
+    if (!t->file || t->io_failed) return AKV_OK;
     char buf[512];
+    for (uint32_t i = 0; i < TRACE_FIXED; i++) { /* a fixed track's name once, when set */
+        if (!t->fixed[i].id || t->fixed_written[i]) continue;
+        size_t n = track_json(&t->fixed[i], buf, sizeof buf);
+        if (fprintf(t->file, "%s%.*s", t->file_first ? "[\n" : ",\n", (int)n, buf) < 0) goto io;
+        t->file_first = false;
+        t->fixed_written[i] = true;
+    }
     for (; t->tracks_written < t->n_tracks_set; t->tracks_written++) {
         const trace_track *tr = &t->tracks[t->tracks_written % TRACE_TRACKS];
         size_t n = track_json(tr, buf, sizeof buf);
@@ -151,9 +162,13 @@ static akv_status trace_write_locked(akv_trace *t) {
         t->file_first = false;
         t->stats.n_written++;
     }
-    return fflush(t->file) ? AKV_EIO : AKV_OK;
+    if (fflush(t->file)) goto io;
+    return AKV_OK;
 io:
-    AKV_LOG_E("trace: writing the trace file failed: %s", strerror(errno));
+    if (!t->io_failed) AKV_LOG_E("trace: writing the trace file failed: %s", strerror(errno));
+    t->io_failed = true;
+    t->stats.n_dropped += t->head - t->written; /* what it could not take */
+    t->written = t->head;
     return AKV_EIO;
 }
 
@@ -164,13 +179,18 @@ akv_status akv_trace_attach_file(akv_trace *t, const char *path) {
         AKV_LOG_E("trace: cannot write %s: %s", path, strerror(errno));
         return AKV_EIO;
     }
-    trace_lock(t);
+    const bool on = t->level != AKV_TRACE_OFF; /* at off nothing emits: no lock to take */
+    if (on) trace_lock(t);
     if (t->file) fclose(t->file);
     t->file = f;
     t->file_first = true;
+    t->io_failed = false;
+    memset(t->fixed_written, 0, sizeof t->fixed_written);
     t->written = t->head; /* from now on */
-    t->tracks_written = 0;
-    pthread_mutex_unlock(&t->mu);
+    /* the names it has not had: the fixed tracks' are written with the first events (below),
+     * the requests' kept ones from here */
+    t->tracks_written = t->n_tracks_set - (t->n_tracks_set < TRACE_TRACKS ? t->n_tracks_set : TRACE_TRACKS);
+    if (on) pthread_mutex_unlock(&t->mu);
     return AKV_OK;
 }
 
@@ -186,8 +206,8 @@ void akv_trace_destroy(akv_trace *t) {
     if (!t) return;
     if (t->file) {
         (void)trace_write_locked(t);
-        fputs(t->file_first ? "[]\n" : "\n]\n", t->file);
-        fclose(t->file);
+        if ((fputs(t->file_first ? "[]\n" : "\n]\n", t->file) < 0 || fclose(t->file)) && !t->io_failed)
+            AKV_LOG_E("trace: finishing the trace file failed: %s", strerror(errno));
     }
     pthread_mutex_destroy(&t->mu);
     akv__free(t->ring);
@@ -208,12 +228,20 @@ static void trace_push_locked(akv_trace *t, const trace_ev *e) {
 void akv_trace_track(akv_trace *t, uint32_t track, const char *name) {
     if (!t || t->level == AKV_TRACE_OFF || !name) return;
     trace_lock(t);
+    if (track < AKV_TRACE_TRACK_REQUEST) { /* a fixed track: its own slot, never evicted */
+        trace_track *fx = &t->fixed[track % TRACE_FIXED];
+        fx->id = track;
+        snprintf(fx->name, sizeof fx->name, "%s", name);
+        t->fixed_written[track % TRACE_FIXED] = false;
+        pthread_mutex_unlock(&t->mu);
+        return;
+    }
+    /* before a name the file lacks is overwritten, the file takes it */
+    if (t->file && t->n_tracks_set - t->tracks_written >= TRACE_TRACKS) (void)trace_write_locked(t);
     trace_track *tr = &t->tracks[t->n_tracks_set % TRACE_TRACKS];
     tr->id = track;
     snprintf(tr->name, sizeof tr->name, "%s", name);
     t->n_tracks_set++;
-    if (t->file && t->n_tracks_set - t->tracks_written > TRACE_TRACKS)
-        (void)trace_write_locked(t); /* before a name the file lacks is overwritten */
     pthread_mutex_unlock(&t->mu);
 }
 
@@ -261,22 +289,38 @@ static void jput(jbuf *b, const char *s, size_t n) {
 
 akv_status akv_trace_json(akv_trace *t, char **out, size_t *n_bytes) {
     if (!t || !out) return AKV_EINVAL;
+    /* a copy of the ring and the names under the lock; the text made without it, so the
+     * emitter waits for a copy, not for the formatting */
+    trace_ev *ev = akv__malloc((size_t)t->cap * sizeof *ev);
+    trace_track *names = akv__malloc((TRACE_TRACKS + TRACE_FIXED) * sizeof *names);
+    if (!ev || !names) {
+        akv__free(ev), akv__free(names);
+        return AKV_ENOMEM;
+    }
+    trace_lock(t);
+    const uint64_t first = t->head > t->cap ? t->head - t->cap : 0, n_ev = t->head - first;
+    for (uint64_t i = 0; i < n_ev; i++) ev[i] = t->ring[(first + i) % t->cap];
+    uint32_t n_names = 0;
+    for (uint32_t i = 0; i < TRACE_FIXED; i++)
+        if (t->fixed[i].id) names[n_names++] = t->fixed[i];
+    const uint32_t n_tracks = t->n_tracks_set < TRACE_TRACKS ? t->n_tracks_set : TRACE_TRACKS;
+    for (uint32_t i = 0; i < n_tracks; i++)
+        names[n_names++] = t->tracks[(t->n_tracks_set - n_tracks + i) % TRACE_TRACKS];
+    pthread_mutex_unlock(&t->mu);
     jbuf b = {0};
     char buf[512];
-    bool first = true;
+    bool at_first = true;
     jput(&b, "{\"displayTimeUnit\":\"ms\",\"traceEvents\":[", 39);
-    trace_lock(t);
-    const uint32_t n_tracks = t->n_tracks_set < TRACE_TRACKS ? t->n_tracks_set : TRACE_TRACKS;
-    for (uint32_t i = 0; i < n_tracks; i++) {
-        const size_t n = track_json(&t->tracks[(t->n_tracks_set - n_tracks + i) % TRACE_TRACKS], buf, sizeof buf);
-        jput(&b, first ? "\n" : ",\n", first ? 1 : 2), jput(&b, buf, n), first = false;
+    for (uint32_t i = 0; i < n_names; i++) {
+        const size_t n = track_json(&names[i], buf, sizeof buf);
+        jput(&b, at_first ? "\n" : ",\n", at_first ? 1 : 2), jput(&b, buf, n), at_first = false;
     }
-    for (uint64_t i = t->head > t->cap ? t->head - t->cap : 0; i < t->head; i++) {
-        const size_t n = ev_json(t, &t->ring[i % t->cap], buf, sizeof buf);
-        jput(&b, first ? "\n" : ",\n", first ? 1 : 2), jput(&b, buf, n), first = false;
+    for (uint64_t i = 0; i < n_ev; i++) {
+        const size_t n = ev_json(t, &ev[i], buf, sizeof buf);
+        jput(&b, at_first ? "\n" : ",\n", at_first ? 1 : 2), jput(&b, buf, n), at_first = false;
     }
-    pthread_mutex_unlock(&t->mu);
     jput(&b, "\n]}\n", 4);
+    akv__free(ev), akv__free(names);
     if (b.failed) {
         akv__free(b.p);
         return AKV_ENOMEM;

@@ -1182,9 +1182,10 @@ akv_status akv_engine_step(akv_engine *e, bool *did_work) {
     }
     float *logits = e->fd ? akv_forward_dev_logits_buffer(e->fd) : e->logits;
     float *lg = n_rows ? logits : NULL;
-    const uint64_t t_fwd0 = akv_clock_ns();
+    const bool traced = akv_trace_level_of(e->p.trace) != AKV_TRACE_OFF;
+    const uint64_t t_fwd0 = traced ? akv_clock_ns() : 0;
     st = e->fd ? akv_forward_dev_step(e->fd, &b, &kv, lg) : akv_forward_step(e->fh, &b, &kv, lg);
-    const uint64_t t_fwd1 = akv_clock_ns();
+    const uint64_t t_fwd1 = traced ? akv_clock_ns() : 0;
     if (st) {
         akv_status ab = engine_abort(e);
         engine_resync(e);
@@ -1231,8 +1232,7 @@ akv_status akv_engine_step(akv_engine *e, bool *did_work) {
             engine_maybe_free(e, rq);
         }
     }
-    if (akv_trace_level_of(e->p.trace) != AKV_TRACE_OFF)
-        engine_trace_step(e, n, n_tok, decode, (uint64_t)(t0 * 1e9), t_fwd0, t_fwd1);
+    if (traced) engine_trace_step(e, n, n_tok, decode, (uint64_t)(t0 * 1e9), t_fwd0, t_fwd1);
     e->clock++;
     if (did_work) *did_work = true;
 out:
