@@ -1351,7 +1351,8 @@ int main(int argc, char **argv) {
                 /* the gate per context: the plan's threshold is the gate's own arithmetic;
                  * a request within it stays exact (making no compact page), one beyond it
                  * and a short one that asks for the tier do not */
-                const uint64_t below = akv_gate_exact_below(&pl->gate_rates, &pl->geom, pl->route.tier,
+                const uint64_t below = akv_gate_exact_below(&pl->gate_rates, &pl->geom,
+                                                            (akv_gate_placement){pl->gate[chosen].kind, pl->route.tier},
                                                             pl->max_seqs, pl->route.exact_recent,
                                                             pl->gate[chosen].weight_bytes, pl->max_context);
                 CHECK_EQ_U64(pl->exact_below, below);

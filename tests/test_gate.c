@@ -271,15 +271,17 @@ static void test_per_context(void) {
     const akv_geom g = llama3();
     const akv_gate_rates r = round_rates();
     const double t = 131072;
-    const uint64_t w16 = akv_gate_exact_below(&r, &g, AKV_REPR_Q4, 8, 256, 16e9, 1u << 20),
-                   w0 = akv_gate_exact_below(&r, &g, AKV_REPR_Q4, 8, 256, 0, 1u << 20);
+    const akv_gate_placement q4 = {AKV_ROUTE_RESIDENT, AKV_REPR_Q4};
+    const uint64_t w16 = akv_gate_exact_below(&r, &g, q4, 8, 256, 16e9, 1u << 20),
+                   w0 = akv_gate_exact_below(&r, &g, q4, 8, 256, 0, 1u << 20);
     CHECK_EQ_U64(w16, (uint64_t)((0.05 * 16e9 / 8 + 0.4375 * 256 * t) / (0.3875 * t)));
     CHECK_EQ_U64(w0, 289);
-    CHECK_EQ_U64(akv_gate_exact_below(&r, &g, AKV_REPR_Q4, 8, 256, 16e9, 1000), 1000); /* all of it */
-    CHECK_EQ_U64(akv_gate_exact_below(&r, &g, AKV_REPR_EXACT, 8, 256, 0, 5000), 5000);
+    CHECK_EQ_U64(akv_gate_exact_below(&r, &g, q4, 8, 256, 16e9, 1000), 1000); /* all of it */
+    CHECK_EQ_U64(akv_gate_exact_below(&r, &g, (akv_gate_placement){AKV_ROUTE_RESIDENT, AKV_REPR_EXACT}, 8, 256, 0, 5000), 5000);
+    CHECK_EQ_U64(akv_gate_exact_below(&r, &g, (akv_gate_placement){AKV_ROUTE_STAGED, AKV_REPR_Q4}, 8, 256, 0, 5000), 0);
     akv_gate_rates slow = r; /* a form that reads too slowly never pays: everything stays exact */
     set_read(&slow, AKV_REPR_Q4, 0.2);
-    CHECK_EQ_U64(akv_gate_exact_below(&slow, &g, AKV_REPR_Q4, 8, 256, 0, 1u << 20), 1u << 20);
+    CHECK_EQ_U64(akv_gate_exact_below(&slow, &g, q4, 8, 256, 0, 1u << 20), 1u << 20);
 }
 
 int main(int argc, char **argv) {

@@ -132,12 +132,13 @@ akv_gate_option akv_gate_predict(const akv_gate_rates *r, const akv_geom *g, akv
  * is in order of exactness, most exact first) and returns its index; -1 when none fits. */
 int akv_gate_choose(akv_gate_option *opts, uint32_t n);
 
-/* The gate per context, on a resident route with a compact tier: the longest history (at most
+/* The gate per context, for a placement with a compact tier: the longest history (at most
  * max_tokens) that stays exact, because compacting its older pages would save less than 5 % of
  * what its token costs (akv_gate_predict's token_s at seqs sequences of that length, tier
  * against exact: the same tie rule as akv_gate_choose). Longer histories save more, so every
- * history up to the answer stays exact and every longer one is compacted. 0 when none stays. */
-uint64_t akv_gate_exact_below(const akv_gate_rates *r, const akv_geom *g, akv_repr tier,
+ * history up to the answer stays exact and every longer one is compacted. 0 when none stays,
+ * and on a staged placement (not decided per context there yet); max_tokens without a tier. */
+uint64_t akv_gate_exact_below(const akv_gate_rates *r, const akv_geom *g, akv_gate_placement pl,
                               uint32_t seqs, uint64_t exact_recent, double weight_bytes,
                               uint64_t max_tokens);
 

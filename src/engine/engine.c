@@ -217,8 +217,8 @@ static akv_status engine_gate(akv_engine *e) {
     memcpy(e->plan.gate, opts, sizeof opts);
     e->plan.n_gate = AKV_ENGINE_GATE_OPTIONS;
     /* per context: short histories stay exact where compacting them saves too little */
-    if (cand[best].kind == AKV_ROUTE_RESIDENT && cand[best].tier != AKV_REPR_EXACT)
-        e->plan.exact_below = akv_gate_exact_below(&rates, &e->plan.geom, cand[best].tier, e->plan.max_seqs,
+    if (cand[best].tier != AKV_REPR_EXACT)
+        e->plan.exact_below = akv_gate_exact_below(&rates, &e->plan.geom, cand[best], e->plan.max_seqs,
                                                    e->plan.route.exact_recent, engine_step_weight_bytes(e),
                                                    e->plan.max_context);
     return AKV_OK;

@@ -214,10 +214,12 @@ static bool gate_keeps_exact(const akv_gate_rates *r, const akv_geom *g, akv_rep
     return !(c.token_s < 0.95 * x.token_s);
 }
 
-uint64_t akv_gate_exact_below(const akv_gate_rates *r, const akv_geom *g, akv_repr tier,
+uint64_t akv_gate_exact_below(const akv_gate_rates *r, const akv_geom *g, akv_gate_placement pl,
                               uint32_t seqs, uint64_t exact_recent, double weight_bytes,
                               uint64_t max_tokens) {
+    const akv_repr tier = pl.tier;
     if (!r || !g || tier == AKV_REPR_EXACT || !seqs) return max_tokens;
+    if (pl.kind != AKV_ROUTE_RESIDENT) return 0;
     if (!gate_keeps_exact(r, g, tier, seqs, 1, exact_recent, weight_bytes)) return 0;
     uint64_t lo = 1, hi = max_tokens; /* lo stays exact; find the last that does */
     if (gate_keeps_exact(r, g, tier, seqs, hi, exact_recent, weight_bytes)) return hi;

@@ -128,6 +128,9 @@ size_t akv_metrics_render(const akv_metrics *m, const char *model, char *buf, si
     counter(&o, "prompt_tokens_cached_total", "Prompt tokens reused from idle contexts", model,
             (double)m->cached_tokens);
     counter(&o, "generation_tokens_total", "Tokens generated", model, (double)m->gen_tokens);
+    counter(&o, "generation_tokens_drawn_by_pass_total",
+            "Of the tokens sampled at a temperature, those the device pass drew where the logits "
+            "are (only the id crossed the bus)", model, (double)e->pass_draws);
     static const char *const ends[AKV_END_COUNT] = {"stop", "length", "abort", "timeout",
                                                     "shutdown", "error"};
     head(&o, "request_success_total", "counter", "Finished requests by reason");
