@@ -928,6 +928,54 @@ int main(int argc, char **argv) {
         }
     }
 
+    TEST_CASE(logit_bias_moves_the_choice) {
+        /* -100 on a greedy answer's first token: another first token, and that one never; +100
+         * on a token: every token is it; the same on the device pass (the host samples a biased
+         * request: no draw by the pass); bad biases refused by name */
+        for (int pass = 0; pass < 2; pass++) {
+            akv_engine_params ep = akv_engine_default_params();
+            ep.max_seqs = 2;
+            if (pass) ep.pass = AKV_ENGINE_PASS_DEVICE;
+            akv_engine *e = engine_open(model, &ep);
+            if (!e) break;
+            static seen base, ban, force;
+            memset(&base, 0, sizeof base), memset(&ban, 0, sizeof ban), memset(&force, 0, sizeof force);
+            akv_request *r[3];
+            akv_request_params bp = greedy(tokens + 5, 20, 6, &base);
+            bp.want_logits = false;
+            CHECK_OK(akv_engine_submit(e, &bp, &r[0], NULL));
+            CHECK(run_all(e, 100) > 0);
+            const akv_logit_bias no_first = {base.tok[0], -100}, always = {7, 100};
+            akv_request_params np = bp, fp = bp;
+            np.user = &ban, np.bias = &no_first, np.n_bias = 1;
+            fp.user = &force, fp.bias = &always, fp.n_bias = 1;
+            fp.ignore_eog = true;
+            CHECK_OK(akv_engine_submit(e, &np, &r[1], NULL));
+            CHECK_OK(akv_engine_submit(e, &fp, &r[2], NULL));
+            CHECK(run_all(e, 100) > 0);
+            CHECK(ban.n >= 1 && ban.tok[0] != base.tok[0]);
+            for (uint32_t i = 0; i < ban.n; i++) CHECK(ban.tok[i] != base.tok[0]);
+            CHECK_EQ_INT(force.n, 6);
+            for (uint32_t i = 0; i < force.n; i++) CHECK_EQ_INT(force.tok[i], 7);
+            akv_engine_stats st;
+            akv_engine_get_stats(e, &st);
+            CHECK_EQ_U64(st.pass_draws, 0);
+            const akv_logit_bias bad[2] = {{(int32_t)NV + 3, 1}, {1, NAN}};
+            akv_log_set(NULL, NULL, AKV_LOG_OFF);
+            for (int b = 0; b < 2; b++) {
+                akv_request_params xp = bp;
+                xp.bias = &bad[b], xp.n_bias = 1;
+                akv_request *rx = NULL;
+                akv_refusal rf;
+                CHECK_STATUS(akv_engine_submit(e, &xp, &rx, &rf), AKV_EINVAL);
+                CHECK(rf.reason == AKV_REFUSE_INVALID && strstr(rf.field, "logit_bias") != NULL);
+            }
+            akv_log_set(NULL, NULL, AKV_LOG_WARN);
+            for (int i = 0; i < 3; i++) akv_engine_release(e, r[i]);
+            akv_engine_destroy(e);
+        }
+    }
+
     TEST_CASE(trace_follows_every_token) {
         /* A trace at the spans level over three requests: valid Chrome JSON with the engine's
          * track and one per request, each request's time queued once, one prefill or decode

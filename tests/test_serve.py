@@ -321,6 +321,23 @@ def case_completions(env):
     expect(r2.usage.completion_tokens <= 3, "max_completion_tokens", r2.usage)
 
 
+def case_logit_bias(env):
+    """OpenAI's logit_bias through the official client: +100 on a token makes every token it
+    (the text one piece repeated); a key that is no token id, a bias out of [-100, 100] and an
+    id past the vocabulary are 400s naming logit_bias (test_engine: a ban moves the choice)."""
+    cl = env.main.client()
+    r = cl.completions.create(model="any", prompt=PROMPTS[0], max_tokens=4, temperature=0,
+                              logit_bias={"1000": 100}, extra_body={"ignore_eos": True})
+    t = r.choices[0].text
+    expect(r.usage.completion_tokens == 4 and len(t) % 4 == 0 and t and t == t[:len(t) // 4] * 4,
+           "forced token", r)
+    for body, what in (({"x": 5}, "not a token id"), ({"5": 200}, "in [-100, 100]"),
+                       ({"99999999": 1}, "outside the vocabulary")):
+        st, js = env.main.raw("POST", "/v1/completions", {"prompt": PROMPTS[0], "max_tokens": 1,
+                                                          "logit_bias": body})
+        expect(st == 400 and "logit_bias" in json.dumps(js), "bad logit_bias " + what, st, js)
+
+
 def case_token_prompt(env):
     s = env.main
     # a prompt of token ids answers like its text; ids of this tokenizer from an encode of the

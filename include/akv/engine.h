@@ -262,11 +262,23 @@ typedef enum akv_format {
                                    (akv/json_schema.h), the same way */
 } akv_format;
 
+/* A token's bias (OpenAI's logit_bias): added to its logit before the sampling. */
+typedef struct akv_logit_bias {
+    int32_t token;
+    float bias; /* finite; -100 all but bans a token, +100 all but forces it */
+} akv_logit_bias;
+
+/* The most biases one request may carry. */
+#define AKV_MAX_LOGIT_BIAS 1024
+
 typedef struct akv_request_params {
     const int32_t *prompt;   /* [n_prompt] token ids (copied), >= 1 */
     uint32_t n_prompt;
     uint32_t max_tokens;     /* new tokens at most, >= 1 */
     akv_sample_params sample;
+    const akv_logit_bias *bias; /* [n_bias] (copied): added to those logits before the format's
+                                   mask and the sampling; the host samples such a request */
+    uint32_t n_bias;
     bool ignore_eog;         /* go on past end-of-generation tokens (they are emitted) */
     const char *const *stop; /* [n_stop] stop strings (copied); generation ends where the
                                 text contains one, which is not emitted */

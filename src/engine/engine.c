@@ -3,6 +3,7 @@
  * (continuous batching under a token budget). A request's own sampling and text: request.c. */
 #include "akv/engine.h"
 
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
@@ -805,6 +806,15 @@ akv_status akv_engine_submit(akv_engine *e, const akv_request_params *p, akv_req
             return engine_refuse(e, rf, AKV_REFUSE_INVALID, "prompt", AKV_EINVAL,
                                  "prompt token %u is %d, outside the vocabulary [0, %u)", i,
                                  p->prompt[i], e->cfg.n_vocab);
+    if (p->n_bias > AKV_MAX_LOGIT_BIAS || (p->n_bias && !p->bias))
+        return engine_refuse(e, rf, AKV_REFUSE_INVALID, "logit_bias", AKV_EINVAL,
+                             "{=logit_bias} holds %u tokens; at most %u", p->n_bias, AKV_MAX_LOGIT_BIAS);
+    for (uint32_t i = 0; i < p->n_bias; i++)
+        if (p->bias[i].token < 0 || (uint32_t)p->bias[i].token >= e->cfg.n_vocab || !isfinite(p->bias[i].bias))
+            return engine_refuse(e, rf, AKV_REFUSE_INVALID, "logit_bias", AKV_EINVAL,
+                                 "{=logit_bias}: token %d (bias %g) is outside the vocabulary [0, %u) "
+                                 "or its bias is not a finite number",
+                                 p->bias[i].token, (double)p->bias[i].bias, e->cfg.n_vocab);
     if ((unsigned)p->format > AKV_FORMAT_JSON_SCHEMA)
         return engine_refuse(e, rf, AKV_REFUSE_INVALID, "format", AKV_EINVAL,
                              "format %u is no akv_format", (unsigned)p->format);

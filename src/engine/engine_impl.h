@@ -45,6 +45,8 @@ struct akv_request {
     akv_request_info info;
     bool admitted;         /* its reservation is held (running or about to) */
     bool gate_exact;       /* kept exact by the gate per context (akv_engine_plan.exact_below) */
+    akv_logit_bias *bias;  /* [p.n_bias] its logit biases (owned) */
+    float *biased;         /* [n_vocab] the logits with them added (NULL without) */
     bool released;         /* the caller forgot it: no events; freed when it ends */
     akv_sampler *sampler;
     akv_tok_stream stream; /* bytes of a UTF-8 sequence a token split */

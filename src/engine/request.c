@@ -53,6 +53,13 @@ akv_status akv__request_init(akv_engine *e, akv_request *rq, const akv_request_p
         }
     }
     rq->p.stop = (const char *const *)rq->stop;
+    if (p->n_bias) { /* the engine checked them (akv_engine_submit) */
+        rq->bias = akv__malloc((size_t)p->n_bias * sizeof *rq->bias);
+        rq->biased = akv__malloc((size_t)e->cfg.n_vocab * sizeof *rq->biased);
+        if (!rq->bias || !rq->biased) return AKV_ENOMEM;
+        memcpy(rq->bias, p->bias, (size_t)p->n_bias * sizeof *rq->bias);
+    }
+    rq->p.bias = rq->bias;
     if (p->format != AKV_FORMAT_TEXT) {
         format_reset(rq);
         rq->fmt_on = true;
@@ -91,6 +98,7 @@ void akv__request_free(akv_request *rq) {
     akv__free(rq->prompt);
     akv__free(rq->gen);
     akv__free(rq->masked);
+    akv__free(rq->bias), akv__free(rq->biased);
     akv__free(rq->after), akv__free(rq->tail);
     akv__mask_cache_free(&rq->masks);
     for (uint32_t i = 0; rq->stop && i < rq->p.n_stop; i++) akv__free(rq->stop[i]);
@@ -250,11 +258,11 @@ static void request_watch(akv_request *rq, const uint8_t *piece, size_t n) {
 bool akv__request_greedy(const akv_request *rq) {
     const akv_sample_params *sp = &rq->p.sample;
     return sp->temp == 0.0f && sp->repeat_penalty == 1.0f && sp->presence_penalty == 0.0f &&
-           sp->frequency_penalty == 0.0f && !rq->masked && !rq->p.want_logits;
+           sp->frequency_penalty == 0.0f && !rq->masked && !rq->p.want_logits && !rq->p.n_bias;
 }
 
 bool akv__request_draw(akv_request *rq, akv_fwd_sample_row *row, int32_t *ids, int32_t *counts) {
-    if (rq->p.sample.temp == 0.0f || rq->masked || rq->p.want_logits) return false;
+    if (rq->p.sample.temp == 0.0f || rq->masked || rq->p.want_logits || rq->p.n_bias) return false;
     return akv_sampler_draw_row(rq->sampler, row, ids, counts, AKV_FORWARD_SAMPLE_PEN_MAX) == AKV_OK;
 }
 
@@ -262,7 +270,13 @@ bool akv__request_on_logits(akv_request *rq, const float *logits) {
     int32_t token;
     akv_trace *tr = rq->e->p.trace;
     const uint64_t t0 = akv_trace_level_of(tr) == AKV_TRACE_SPANS ? akv_clock_ns() : 0;
-    const float *from = rq->masked && rq->fmt_on ? request_mask_json(rq, logits) : logits;
+    const float *in = logits;
+    if (rq->p.n_bias) { /* the biases first, then the format's mask over them */
+        memcpy(rq->biased, logits, (size_t)rq->e->cfg.n_vocab * sizeof *rq->biased);
+        for (uint32_t i = 0; i < rq->p.n_bias; i++) rq->biased[rq->bias[i].token] += rq->bias[i].bias;
+        in = rq->biased;
+    }
+    const float *from = rq->masked && rq->fmt_on ? request_mask_json(rq, in) : in;
     akv_status st = akv_sampler_sample(rq->sampler, from, &token);
     if (t0) akv_trace_span(tr, AKV_TRACE_TRACK_REQUEST + (uint32_t)rq->info.serial, "sample", t0, akv_clock_ns(),
                            "masked", rq->masked && rq->fmt_on, NULL, 0);

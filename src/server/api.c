@@ -32,6 +32,7 @@ void akv_api_error_set(akv_api_error *err, int status, const char *type, const c
 void akv_api_request_free(akv_api_request *r) {
     if (!r) return;
     for (uint32_t i = 0; i < r->n_stop; i++) akv__free(r->stop[i]);
+    akv__free(r->bias);
     for (size_t i = 0; i < r->n_msgs; i++) {
         akv__free((char *)r->msgs[i].role);
         akv__free((char *)r->msgs[i].content);
@@ -592,6 +593,31 @@ static akv_status check_duplicates(const cJSON *v, char *path, size_t n_path, ak
     return AKV_OK;
 }
 
+/* logit_bias (OpenAI's): {"token id": bias in [-100, 100], ...}, at most AKV_MAX_LOGIT_BIAS;
+ * the ids are checked against the vocabulary by the engine. */
+static akv_status parse_logit_bias(const cJSON *o, akv_api_request *r, akv_api_error *err) {
+    const cJSON *lb = cJSON_GetObjectItemCaseSensitive(o, "logit_bias");
+    if (absent(lb)) return AKV_OK;
+    if (!cJSON_IsObject(lb))
+        return BAD("logit_bias", "'logit_bias' must be an object of token ids to biases");
+    const int n = cJSON_GetArraySize(lb);
+    if (n > AKV_MAX_LOGIT_BIAS)
+        return BAD("logit_bias", "'logit_bias' holds %d tokens; at most %d", n, AKV_MAX_LOGIT_BIAS);
+    if (n == 0) return AKV_OK;
+    if (!(r->bias = akv__calloc((size_t)n, sizeof *r->bias))) return AKV_ENOMEM;
+    const cJSON *e;
+    cJSON_ArrayForEach(e, lb) {
+        char *end = NULL;
+        const long id = strtol(e->string ? e->string : "", &end, 10);
+        if (!e->string || !*e->string || *end || id < 0 || id > INT32_MAX)
+            return BAD("logit_bias", "'logit_bias' key '%.40s' is not a token id", e->string ? e->string : "");
+        if (!cJSON_IsNumber(e) || !(e->valuedouble >= -100 && e->valuedouble <= 100))
+            return BAD("logit_bias", "'logit_bias' of token %ld must be a number in [-100, 100]", id);
+        r->bias[r->n_bias++] = (akv_logit_bias){(int32_t)id, (float)e->valuedouble};
+    }
+    return AKV_OK;
+}
+
 static akv_status parse_logprobs(akv_api_kind kind, const cJSON *o, akv_api_request *r,
                                  akv_api_error *err);
 
@@ -665,7 +691,7 @@ akv_status akv_api_parse(akv_api_kind kind, const char *body, size_t n, const ak
         goto done;
     }
     if ((st = parse_logprobs(kind, o, r, err)) ||
-        (st = refuse_if_set(o, "logit_bias", "no logit bias", err)) ||
+        (st = parse_logit_bias(o, r, err)) ||
         (kind == AKV_API_CHAT && (st = parse_tools(o, r, err))) ||
         (kind == AKV_API_COMPLETION && (st = refuse_if_set(o, "tools", "tools are a chat's", err))) ||
         (kind == AKV_API_COMPLETION && (st = refuse_if_set(o, "tool_choice", "tools are a chat's", err))) ||

@@ -24,6 +24,7 @@
 #include <stdint.h>
 
 #include "akv/chat.h"
+#include "akv/engine.h"
 #include "akv/kv_repr.h"
 #include "akv/sample.h"
 #include "akv/status.h"
@@ -77,6 +78,8 @@ typedef struct akv_api_request {
     akv_sample_params sample;
     char *stop[AKV_API_MAX_STOP];
     uint32_t n_stop;
+    akv_logit_bias *bias;     /* logit_bias: [n_bias] token ids and their biases */
+    uint32_t n_bias;
     /* chat */
     akv_chat_msg *msgs; /* [n_msgs], role and content owned */
     size_t n_msgs;

@@ -158,6 +158,8 @@ static void engine_submit(akv_server *s, akv_srv_req *r) {
                                                                                 : NULL,
                              .stop = (const char *const *)r->api.stop,
                              .n_stop = r->api.n_stop,
+                             .bias = r->api.bias,
+                             .n_bias = r->api.n_bias,
                              .on_token = on_token,
                              .user = r,
                              .id = r->num};
