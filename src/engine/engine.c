@@ -842,17 +842,6 @@ akv_status akv_engine_submit(akv_engine *e, const akv_request_params *p, akv_req
     akv_status st = akv__request_init(e, rq, p);
     rq->info.serial = e->stats.n_submitted;
     if (e->plan.route.tier == AKV_REPR_EXACT) rq->p.kv_exact = false; /* every history is exact */
-    /* the gate per context: a history too short for compaction to pay stays exact, where its
-     * exact reservation fits the device pool at all (else it is compacted as any) */
-    if (!rq->p.kv_exact && !rq->p.kv_compact && total <= e->plan.exact_below) {
-        rq->p.kv_exact = true;
-        uint64_t hx;
-        uint32_t dx;
-        request_need(e, rq, &hx, &dx);
-        if (dx > e->plan.window_capacity) rq->p.kv_exact = false;
-        else rq->gate_exact = true;
-    }
-    rq->info.kv_exact = rq->p.kv_exact;
     if (st) {
         akv__request_free(rq);
         return engine_refuse(e, rf, AKV_REFUSE_INVALID, "sample", st,
@@ -860,6 +849,14 @@ akv_status akv_engine_submit(akv_engine *e, const akv_request_params *p, akv_req
     }
     uint64_t h;
     uint32_t d;
+    /* the gate per context: a history too short for compaction to pay stays exact, where its
+     * exact reservation fits the device pool at all (else it is compacted as any) */
+    if (!rq->p.kv_exact && !rq->p.kv_compact && total <= e->plan.exact_below) {
+        rq->p.kv_exact = true;
+        request_need(e, rq, &h, &d);
+        rq->p.kv_exact = d <= e->plan.window_capacity;
+    }
+    rq->info.kv_exact = rq->p.kv_exact;
     request_need(e, rq, &h, &d);
     if (h > e->plan.host_pages || d > e->plan.window_capacity) {
         akv__request_free(rq);

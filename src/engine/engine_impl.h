@@ -44,7 +44,6 @@ struct akv_request {
     size_t *stop_len;      /* [n_stop] */
     akv_request_info info;
     bool admitted;         /* its reservation is held (running or about to) */
-    bool gate_exact;       /* kept exact by the gate per context (akv_engine_plan.exact_below) */
     akv_logit_bias *bias;  /* [p.n_bias] its logit biases (owned) */
     float *biased;         /* [n_vocab] the logits with them added (NULL without) */
     bool released;         /* the caller forgot it: no events; freed when it ends */

@@ -255,14 +255,20 @@ static void request_watch(akv_request *rq, const uint8_t *piece, size_t n) {
     rq->n_tail = keep + n;
 }
 
+/* Whether the pass may choose its token (its row need not come to the host): no format's mask,
+ * no logits wanted, no logit bias. */
+static bool request_pass_may_choose(const akv_request *rq) {
+    return !rq->masked && !rq->p.want_logits && !rq->p.n_bias;
+}
+
 bool akv__request_greedy(const akv_request *rq) {
     const akv_sample_params *sp = &rq->p.sample;
     return sp->temp == 0.0f && sp->repeat_penalty == 1.0f && sp->presence_penalty == 0.0f &&
-           sp->frequency_penalty == 0.0f && !rq->masked && !rq->p.want_logits && !rq->p.n_bias;
+           sp->frequency_penalty == 0.0f && request_pass_may_choose(rq);
 }
 
 bool akv__request_draw(akv_request *rq, akv_fwd_sample_row *row, int32_t *ids, int32_t *counts) {
-    if (rq->p.sample.temp == 0.0f || rq->masked || rq->p.want_logits || rq->p.n_bias) return false;
+    if (rq->p.sample.temp == 0.0f || !request_pass_may_choose(rq)) return false;
     return akv_sampler_draw_row(rq->sampler, row, ids, counts, AKV_FORWARD_SAMPLE_PEN_MAX) == AKV_OK;
 }
 

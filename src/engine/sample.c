@@ -29,7 +29,7 @@ struct akv_sampler {
     uint32_t *count;         /* [n_vocab] times a token is in the history (this pass) */
     uint32_t n_pass;         /* penalty passes so far (stamps are compared to it) */
     int32_t *pen_ids;        /* [history] scratch: the distinct penalised tokens */
-    uint32_t *pen_counts;    /* [history] and their counts */
+    int32_t *pen_counts;     /* [history] and their counts */
     size_t pen_cap;
 };
 
@@ -108,7 +108,7 @@ akv_status akv_sampler_accept(akv_sampler *s, int32_t token) {
 /* The distinct tokens of the penalties' history with their counts (stamped, so O(history)),
  * into ids and counts, in the history's order of first sight; how many, or cap + 1 when there
  * are more than cap (then ids and counts hold the first cap). */
-static uint32_t sample_history_counts(akv_sampler *s, int32_t *ids, uint32_t *counts, uint32_t cap) {
+static uint32_t sample_history_counts(akv_sampler *s, int32_t *ids, int32_t *counts, uint32_t cap) {
     if (++s->n_pass == 0) { /* stamp counter wrapped: forget every old stamp */
         memset(s->stamp, 0, (size_t)s->n_vocab * sizeof *s->stamp);
         s->n_pass = 1;
@@ -122,7 +122,7 @@ static uint32_t sample_history_counts(akv_sampler *s, int32_t *ids, uint32_t *co
     for (size_t i = 0; i < s->n_hist; i++) {
         int32_t t = s->history[i];
         if (s->count[t] == 0) continue; /* listed already */
-        if (n < cap) ids[n] = t, counts[n] = s->count[t];
+        if (n < cap) ids[n] = t, counts[n] = (int32_t)s->count[t];
         n++;
         if (n > cap) break;
         s->count[t] = 0;
@@ -144,7 +144,7 @@ akv_status akv_sampler_draw_row(akv_sampler *s, akv_fwd_sample_row *row, int32_t
     }
     uint32_t n = 0;
     if (sample_penalised(p) && s->n_hist) {
-        n = sample_history_counts(s, ids, (uint32_t *)counts, cap);
+        n = sample_history_counts(s, ids, counts, cap);
         if (n > cap) return AKV_EFULL;
     }
     *row = (akv_fwd_sample_row){.temp = p->temp, .top_p = p->top_p, .min_p = p->min_p,
@@ -225,7 +225,7 @@ akv_status akv_sampler_sample(akv_sampler *s, const float *logits, int32_t *out_
                                        .presence_penalty = p->presence_penalty,
                                        .frequency_penalty = p->frequency_penalty};
         for (uint32_t i = 0; i < n; i++)
-            pl[s->pen_ids[i]] = akv_sample_penalise(&pr, pl[s->pen_ids[i]], s->pen_counts[i]);
+            pl[s->pen_ids[i]] = akv_sample_penalise(&pr, pl[s->pen_ids[i]], (uint32_t)s->pen_counts[i]);
     }
 
     /* 2. greedy: the first of sample_cmp's order (the largest logit, ties to the smaller id),
