@@ -45,11 +45,13 @@ enum { P = 16 };
  *   last-bit difference in a product flips it (measured on the H200: 0.136 against the queue
  *   pass after the skinny product kernel changed the summation order).
  *   the default model is held to TOL against both (measured 0.005-0.010 on its first 10
- *   layers). */
+ *   layers), or against the queue pass to 1.5 times the two host passes' own disagreement on a
+ *   step where that exceeds TOL (0.075 on one prompt of the 10-layer slice). */
 #define TOL 0.05
 #define TOL_F32 0.15
 
-static uint64_t rng;
+static uint64_t rng, rng0; /* rng0: the seed, for cases whose inputs must not move when another
+                           * case draws more */
 static akv_dev *devs[2]; /* [0] host backend, [1] CUDA */
 
 /* ---- ops: one buffer on each device ------------------------------------------------------- */
@@ -484,12 +486,16 @@ static run_stats compare_cuda(const akv_model *m, uint32_t max_step_tokens, uint
         double eh = fx_rel_err(l[2], l[0], c->n_vocab, &at);
         double eq = fx_rel_err(l[2], l[1], c->n_vocab, &at);
         rs.worst_host = fmax(rs.worst_host, eh), rs.worst_queue = fmax(rs.worst_queue, eq);
-        rs.worst_host_queue = fmax(rs.worst_host_queue, fx_rel_err(l[0], l[1], c->n_vocab, &at));
+        double ehq = fx_rel_err(l[0], l[1], c->n_vocab, &at);
+        rs.worst_host_queue = fmax(rs.worst_host_queue, ehq);
         char what[128];
         snprintf(what, sizeof what, "%s: CUDA vs host pass after %u tokens", name, pos);
         rs.ok &= fx_close_to(l[2], l[0], c->n_vocab, tol_f32, what);
         snprintf(what, sizeof what, "%s: CUDA vs host queue pass after %u tokens", name, pos);
-        rs.ok &= fx_close_to(l[2], l[1], c->n_vocab, TOL, what);
+        /* A prompt on which the two host recipes themselves disagree by more than TOL (a
+         * near-tie in some attention row) gets that disagreement's room, and no more than half
+         * again: a broken kernel is off by the logits' own scale. */
+        rs.ok &= fx_close_to(l[2], l[1], c->n_vocab, fmax(TOL, 1.5 * ehq), what);
         if (n == 1)
             rs.ok &= TEST_CHECK_(id == akv_fwd_argmax_ref(l[2], c->n_vocab),
                                  "%s: the device's greedy choice %d after %u tokens; the row's %d", name,
@@ -563,7 +569,7 @@ static void greedy(const akv_model *m, uint32_t n_prompt, uint32_t n_gen, double
 int main(int argc, char **argv) {
     test_args(argc, argv);
     const akv_dev_backend *cuda = test_cuda_backend_or_skip();
-    rng = test_seed(23);
+    rng = rng0 = test_seed(23);
     if (akv_dev_create(akv_dev_host_backend(), NULL, &devs[0]) != AKV_OK ||
         akv_dev_create(cuda, NULL, &devs[1]) != AKV_OK)
         return 1;
@@ -642,6 +648,7 @@ int main(int argc, char **argv) {
             break;
         }
         printf("  default model: %s\n", path);
+        rng = rng0 ^ 0x5eed; /* the same prompt whatever the cases above drew */
         akv_model *m = NULL;
         if (!CHECK(akv_model_load(path, NULL, &m) == AKV_OK)) break;
         compare_cuda(m, 32, 45, 8, TOL, "SmolLM2-135M");
