@@ -270,6 +270,67 @@ int main(int argc, char **argv) {
         CHECK_OK(akv_host_pool_destroy(pool));
     }
 
+    TEST_CASE(sole_pages_are_what_destroying_frees) {
+        /* A forest of tables grown, shared from one another at random prefixes and truncated
+         * (private copies), then a random set of them: the pages akv_host_tables_sole_pages
+         * counts must be exactly what destroying that set gives back to the pool. */
+        uint64_t rng = test_seed(41);
+        for (int round = 0; round < 200; round++) {
+            akv_host_pool *pool = make_pool(3, 4, 4 * 1024);
+            enum { N = 9 };
+            akv_host_table *t[N] = {0};
+            if (!pool) break;
+            for (int i = 0; i < N; i++) {
+                CHECK_OK(akv_host_table_create(pool, &t[i]));
+                int from = i ? (int)test_rand_below(&rng, (uint64_t)i + 1) - 1 : -1; /* -1: none */
+                uint32_t full = from >= 0 ? (uint32_t)(akv_host_table_n_tokens(t[from]) / 4) : 0;
+                if (full) CHECK_OK(akv_host_table_share(t[i], t[from], 1 + (uint32_t)test_rand_below(&rng, full)));
+                CHECK_OK(akv_host_table_grow(t[i], akv_host_table_n_tokens(t[i]) + test_rand_below(&rng, 30)));
+                if (test_rand_below(&rng, 3) == 0 && i) { /* an earlier one cut, maybe into a shared page */
+                    akv_host_table *c = t[test_rand_below(&rng, (uint64_t)i)];
+                    CHECK_OK(akv_host_table_truncate(c, test_rand_below(&rng, akv_host_table_n_tokens(c) + 1)));
+                }
+            }
+            if (!all_ok(pool, t, N)) break;
+            const akv_host_table *set[N];
+            uint32_t n = 0;
+            for (int i = 0; i < N; i++)
+                if (test_rand_below(&rng, 2)) set[n++] = t[i];
+            uint64_t sole = ~0ull, none = ~0ull;
+            CHECK_OK(akv_host_tables_sole_pages(set, n, &sole));
+            CHECK_OK(akv_host_tables_sole_pages(NULL, 0, &none));
+            CHECK_EQ_U64(none, 0);
+            akv_host_pool_stats before, after;
+            akv_host_pool_get_stats(pool, &before);
+            for (uint32_t k = 0; k < n; k++)
+                for (int i = 0; i < N; i++)
+                    if (t[i] == set[k]) {
+                        CHECK_OK(akv_host_table_destroy(t[i]));
+                        t[i] = NULL;
+                    }
+            akv_host_pool_get_stats(pool, &after);
+            if (!TEST_CHECK_(before.n_used - after.n_used == sole,
+                             "round %d: %u tables free %llu pages; counted %llu", round, n,
+                             (unsigned long long)(before.n_used - after.n_used),
+                             (unsigned long long)sole))
+                break;
+            for (int i = 0; i < N; i++) CHECK_OK(akv_host_table_destroy(t[i]));
+            CHECK_OK(akv_host_pool_destroy(pool));
+        }
+        /* refused by name */
+        akv_host_pool *a = make_pool(1, 4, 4 * 1024), *b = make_pool(1, 4, 4 * 1024);
+        akv_host_table *ta = NULL, *tb = NULL;
+        uint64_t x;
+        if (a && b && REQUIRE_OK(akv_host_table_create(a, &ta)) && REQUIRE_OK(akv_host_table_create(b, &tb))) {
+            const akv_host_table *mixed[2] = {ta, tb}, *holes[2] = {ta, NULL};
+            CHECK_STATUS(akv_host_tables_sole_pages(mixed, 2, &x), AKV_EINVAL);
+            CHECK_STATUS(akv_host_tables_sole_pages(holes, 2, &x), AKV_EINVAL);
+            CHECK_STATUS(akv_host_tables_sole_pages(mixed, 1, NULL), AKV_EINVAL);
+        }
+        akv_host_table_destroy(ta), akv_host_table_destroy(tb);
+        akv_host_pool_destroy(a), akv_host_pool_destroy(b);
+    }
+
     TEST_CASE(create_fails_cleanly) {
         akv_host_pool *pool = make_pool(1, 16, 8 * 1024);
         akv_host_table *t = NULL;

@@ -119,6 +119,10 @@ typedef struct akv_engine_params {
     /* memory (the plan) */
     uint32_t host_gib;               /* host pool limit, whole GiB (>= 1; 0 is refused: the
                                         operator sizes the pools, nothing is guessed) */
+    uint64_t host_pages_max;         /* at most this many of the host pool's pages (every
+                                        layer) admitted against: a smaller pool than host_gib's
+                                        whole GiB, to see admission and eviction under pressure
+                                        (vLLM's num_gpu_blocks_override); 0 = all of them */
     uint32_t device_gib;             /* device pool, whole GiB (>= 1; 0 is refused) */
     akv_dtype kv_dtype;              /* K/V page type (the device pass reads bf16 only) */
     uint32_t page_tokens;            /* tokens per page; 0 = from the K/V row size */
@@ -373,12 +377,21 @@ typedef struct akv_engine_stats {
     uint64_t pass_draws;         /* of them, drawn at a temperature by the device pass (only
                                     the id crossed the bus: akv/fwd_sample.h) */
     uint64_t n_idle_closed;      /* idle contexts closed to make room or beyond max_idle */
+    uint64_t n_unadmitted;       /* admitted requests sent back to the head of the queue at
+                                    their start: the prefix their admission counted on sharing
+                                    was gone (its context closed meanwhile) */
     uint64_t n_spilled;          /* of them, written to the session directory first */
     uint64_t n_restored;         /* conversations read back from it for a prompt */
     uint64_t n_spill_files;      /* files the session directory holds now ... */
     uint64_t spill_bytes;        /* ... and their bytes */
     uint32_t n_running, n_queued, n_idle;
-    uint64_t host_pages_reserved; /* by the running requests */
+    /* host pages, every layer: the running requests' reservations summed (prompt + max_tokens
+     * each; a page several share counted for each, so it may pass the pool's size), the pages
+     * the pool holds now (each once: running and idle contexts, and freed pages a copy still
+     * reads), and what the running requests may still take (their reservations less what
+     * their contexts hold). Admission keeps the pages the running contexts hold plus that
+     * growth within the pool (docs/engine.md). */
+    uint64_t host_pages_reserved, host_pages_used, host_pages_growth;
     uint64_t graph_builds, graph_launches; /* device pass: decode steps replayed as graphs */
     double step_s;               /* time inside akv_engine_step */
     /* decode steps: steps in which every sequence took one token after its prompt, and the

@@ -101,6 +101,8 @@ typedef struct akv_host_pool_stats {
     uint64_t n_leases;        /* live leases over all pages */
     uint64_t n_doomed;        /* pages whose deferred free waits for the last release */
     uint64_t n_shares;        /* owners beyond the first, over all pages (0: nothing shared) */
+    uint64_t n_share_changes; /* owners added to a page or dropped from a shared one, ever: it
+                                 moves whenever who holds a shared page changes */
     uint64_t n_allocs;        /* successful page allocations, ever */
     uint64_t n_refused_full;  /* allocations refused with AKV_EFULL at the limit */
     uint64_t n_arena_grows;   /* arenas allocated, ever */

@@ -79,6 +79,14 @@ uint32_t akv_host_table_n_pages(const akv_host_table *t); /* per layer */
  * handing its address to a copy. */
 akv_host_page akv_host_table_page(const akv_host_table *t, uint32_t layer, uint32_t page_idx);
 
+/* The pages that destroying all n tables would free: those every owner of which is one of
+ * them (a page only they hold, shared among them or not), counted once each, every layer.
+ * The tables must be distinct and of one pool. What admission counts as reclaimable: closing a
+ * set of idle contexts frees these, and no page another table still holds. AKV_EINVAL (logged)
+ * for a NULL array, table or output, or tables of different pools; AKV_ENOMEM. */
+akv_status akv_host_tables_sole_pages(const akv_host_table *const *tables, uint32_t n,
+                                      uint64_t *out);
+
 /* Host page ids of `layer` for a batch of n_seq tables, in CSR form (see above). indptr holds
  * n_seq+1 entries, last_page_len n_seq, indices `indices_cap` (the total page count is the
  * sum of akv_host_table_n_pages). AKV_EINVAL for a layer out of range, a NULL table or too

@@ -445,6 +445,11 @@ uint32_t akv_route_seq_runs(const akv_route_seq *s, akv_kv_run *runs, uint32_t c
  * steps once akv_route_sync returned). */
 const struct akv_host_table *akv_route_seq_host_table(const akv_route_seq *s);
 
+/* The host copies of the closed sequences whose pages wait for their fences (freed at the next
+ * sync that finds nothing in flight): at most cap of them into out (borrowed until then);
+ * returns how many there are. What admission counts as about to be free. */
+uint32_t akv_route_closing_host_tables(const akv_route *r, const struct akv_host_table **out, uint32_t cap);
+
 /* When each staged layer of the last step whose leases were retired copied and attended, in
  * device time from one origin (the stage's; 0 where not recorded): for the instrumentation and
  * the benchmarks that ask where a staged step's time goes. */

@@ -133,7 +133,8 @@ static akv_status engine_plan(akv_engine *e, const akv_engine_params *p, bool qu
     }
     if (pl->fit.shrunk && !quiet) AKV_LOG_W("engine: %s", said);
     pl->max_seqs = pl->fit.concurrency;
-    pl->host_pages = pl->fit.host_pages;
+    pl->host_pages = p->host_pages_max && p->host_pages_max < pl->fit.host_pages ? p->host_pages_max
+                                                                                : pl->fit.host_pages;
     pl->window_capacity = (uint32_t)pl->fit.window_capacity;
     const uint32_t need = pl->max_seqs - 1 + pl->chunk;
     const uint32_t dflt = need > AKV_ENGINE_STEP_TOKENS ? need : AKV_ENGINE_STEP_TOKENS;
@@ -432,7 +433,67 @@ void akv__engine_idle_remove(akv_engine *e, akv__ctx *c) {
     else e->idle_tail = c->prev;
     c->next = c->prev = NULL;
     e->n_idle--;
-    e->host_idle -= engine_host_pages(e, c->n_tokens);
+    e->idle_sole_stale = true;
+}
+
+/* What the running requests may still take: each one's reservation less the pages its
+ * context holds now (a fork holds what it shares: its growth is only its own; one admitted
+ * and not started, less the pages its admission counted on sharing). */
+static uint64_t engine_host_growth(const akv_engine *e) {
+    uint64_t g = 0;
+    for (uint32_t i = 0; i < e->n_run; i++) {
+        const akv_request *rq = e->run[i];
+        const uint64_t held = rq->ctx ? engine_host_pages(e, rq->ctx->n_tokens) : rq->host_credit;
+        g += rq->host_pages > held ? rq->host_pages - held : 0;
+    }
+    return g;
+}
+
+/* The pages that would be free once the closes in flight are done (the route frees a closed
+ * sequence's pages at the next sync that finds nothing in flight), the leaving context (a
+ * slot's restore) is closed and, with idle, every idle context no admitted request counts on
+ * is closed: the pages only they hold (akv_host_tables_sole_pages), each once. The count with
+ * the idle ones is kept until the idle set, the pool's pages or who shares them change.
+ * Without the memory to count, none (admission then waits as if none could be freed). */
+static uint64_t engine_freeable(akv_engine *e, bool idle) {
+    akv_host_pool_stats hs;
+    akv_host_pool_get_stats(e->hp, &hs);
+    const bool keep = idle && !e->leaving;
+    if (keep && !e->idle_sole_stale && hs.n_share_changes == e->idle_sole_shares &&
+        hs.n_used == e->idle_sole_used && hs.n_allocs == e->idle_sole_allocs)
+        return e->idle_sole; /* no page allocated, freed or shared since */
+    const uint32_t n_closing = akv_route_closing_host_tables(e->route, NULL, 0);
+    if (!n_closing && !e->leaving && !(idle && e->idle_head)) return 0;
+    const akv_host_table **t = akv__malloc(((size_t)e->n_idle + n_closing + 1) * sizeof *t);
+    uint64_t sole = 0;
+    if (t) {
+        uint32_t n = akv_route_closing_host_tables(e->route, t, n_closing);
+        for (const akv__ctx *c = idle ? e->idle_head : NULL; c; c = c->next)
+            if (!c->n_pin) t[n++] = akv_route_seq_host_table(c->seq);
+        if (e->leaving) t[n++] = akv_route_seq_host_table(e->leaving->seq);
+        if (akv_host_tables_sole_pages(t, n, &sole)) sole = 0;
+        else if (keep)
+            e->idle_sole = sole, e->idle_sole_stale = false, e->idle_sole_shares = hs.n_share_changes,
+            e->idle_sole_used = hs.n_used, e->idle_sole_allocs = hs.n_allocs;
+        akv__free(t);
+    }
+    return sole;
+}
+
+/* The pool's pages once the closes in flight are done, each once (pages whose deferred free
+ * waits for a copy included): what the running and the idle contexts hold. */
+static uint64_t engine_host_kept(akv_engine *e) {
+    akv_host_pool_stats hs;
+    akv_host_pool_get_stats(e->hp, &hs);
+    return hs.n_used - engine_freeable(e, false);
+}
+
+/* The host pages the running requests hold (each once) and may still take: what closing the
+ * idle contexts would leave them. Admission keeps it within the pool. */
+static uint64_t engine_host_committed(akv_engine *e) {
+    akv_host_pool_stats hs;
+    akv_host_pool_get_stats(e->hp, &hs);
+    return hs.n_used - engine_freeable(e, true) + engine_host_growth(e);
 }
 
 /* c's slot, given when it first runs or goes idle: the lowest number no other context holds. */
@@ -453,26 +514,32 @@ static void idle_push(akv_engine *e, akv__ctx *c) {
     else e->idle_head = c;
     e->idle_tail = c;
     e->n_idle++;
-    e->host_idle += engine_host_pages(e, c->n_tokens);
+    e->idle_sole_stale = true;
     c->last_used = e->clock;
 }
 
 void akv__ctx_close(akv_engine *e, akv__ctx *c) {
     if (!c) return;
+    e->idle_sole_stale = true; /* pages it shared with idle ones may be theirs alone now */
+    for (uint32_t i = 0; c->n_pin && i < e->n_run; i++) /* their credit is checked at start */
+        if (e->run[i]->share_from == c) e->run[i]->share_from = NULL, e->run[i]->host_credit = 0, c->n_pin--;
     if (c->seq && akv_route_seq_close(e->route, c->seq) != AKV_OK)
         AKV_LOG_E("engine: a context could not be closed"); /* cannot happen: it is open */
     akv__free(c->tokens);
     akv__free(c);
 }
 
-/* Idle contexts closed, least recently used first, until at most max_idle remain and the
- * host pages of the reservations and the idle contexts fit the pool. */
+/* Idle contexts closed, the lowest retention and least recently used first (none an admitted
+ * request will start from), until at most max_idle remain and the pool's pages (once the
+ * closes in flight are done) and the running requests' growth fit the pool. */
 static void engine_trim_idle(akv_engine *e) {
     while (e->idle_head && (e->n_idle > e->plan.max_idle ||
-                            e->host_reserved + e->host_idle > e->plan.host_pages)) {
-        akv__ctx *c = e->idle_head; /* the lowest retention, least recently used among equals */
-        for (akv__ctx *o = c->next; o; o = o->next)
-            if (o->retention < c->retention) c = o;
+                            engine_host_kept(e) + engine_host_growth(e) > e->plan.host_pages)) {
+        akv__ctx *c = NULL; /* the lowest retention, least recently used among equals; not
+                             * one an admitted request will start from */
+        for (akv__ctx *o = e->idle_head; o; o = o->next)
+            if (!o->n_pin && (!c || o->retention < c->retention)) c = o;
+        if (!c) break;
         akv__engine_idle_remove(e, c);
         akv__spill_out(e, c); /* with a session directory: written there first */
         akv__ctx_close(e, c);
@@ -481,9 +548,10 @@ static void engine_trim_idle(akv_engine *e) {
 }
 
 akv_status akv__engine_idle_adopt(akv_engine *e, akv__ctx *c) {
-    /* the running requests' reservations come first: an idle context that cannot sit beside
-     * them would be closed at once */
-    if (e->host_reserved + engine_host_pages(e, c->n_tokens) > e->plan.host_pages) {
+    /* the running requests' room comes first: an idle context that cannot sit beside what
+     * they hold and may take, every other idle context closed, would be closed at once (its
+     * pages are in the pool already: counted as held) */
+    if (engine_host_committed(e) > e->plan.host_pages) {
         akv__ctx_close(e, c);
         return AKV_EFULL;
     }
@@ -512,7 +580,7 @@ static uint32_t ctx_shares(const akv__ctx *c, const akv_request *rq) {
 
 /* The context sharing the longest prefix with the prompt (NULL: none shares a token): an idle
  * one, or a running request's (*running: it is forked, and keeps running). */
-static akv__ctx *engine_find_prefix(akv_engine *e, const akv_request *rq, uint32_t *lcp,
+static akv__ctx *engine_find_prefix(const akv_engine *e, const akv_request *rq, uint32_t *lcp,
                                     bool *running) {
     akv__ctx *best = NULL;
     *lcp = 0, *running = false;
@@ -527,6 +595,27 @@ static akv__ctx *engine_find_prefix(akv_engine *e, const akv_request *rq, uint32
         if (k > *lcp && k >= e->plan.geom.page_tokens) *lcp = k, best = c, *running = true;
     }
     return best;
+}
+
+/* Of a prefix of lcp tokens another context holds, the tokens rq takes as they are: the last
+ * prompt token is always fed again (its logits start the generation), and a prompt whose
+ * logits are reported computes every position from prompt_logits_from. */
+static uint32_t request_cached(const akv_request *rq, uint32_t lcp) {
+    uint32_t cached = lcp < rq->p.n_prompt ? lcp : rq->p.n_prompt - 1;
+    if (rq->p.on_prompt_logits && cached > rq->p.prompt_logits_from) cached = rq->p.prompt_logits_from;
+    return cached;
+}
+
+/* The host pages rq will hold from another context when it starts, as things are now: the full
+ * pages of the prefix engine_start reuses (whether it forks that context or takes it over),
+ * and that context (NULL: none). */
+static uint64_t engine_start_share(const akv_engine *e, const akv_request *rq, akv__ctx **from) {
+    uint32_t lcp;
+    bool running;
+    *from = engine_find_prefix(e, rq, &lcp, &running);
+    const uint64_t full = *from ? request_cached(rq, lcp) / e->plan.geom.page_tokens : 0;
+    if (!full) *from = NULL;
+    return full * e->plan.geom.n_layers;
 }
 
 /* Whether a request that is computing its prompt shares at least a chunk more of this prompt
@@ -556,19 +645,43 @@ static void request_need(const akv_engine *e, const akv_request *rq, uint64_t *h
     *dev = akv_route_plan_need(&e->plan.route, &e->plan.geom, n, rq->p.kv_exact);
 }
 
-/* Whether it fits now, beside what is admitted (idle contexts make room when closed). */
-static bool engine_fits_now(const akv_engine *e, const akv_request *rq) {
+/* Whether it fits now, beside what is admitted, and how: its reservation less the full pages of
+ * the prefix it will share (*credit, held by *from, pinned from its admission to its start)
+ * beside what the running requests hold and may take, once the closes in flight are done; or,
+ * where that leaves no room, with the idle contexts closed (*from's kept: it may hold more
+ * than the prefix); or, failing that, its whole reservation with every idle context closed
+ * (no credit: it may still share what it finds at its start). */
+static bool engine_fits_now(akv_engine *e, const akv_request *rq, uint64_t *credit, akv__ctx **from) {
     uint64_t h;
     uint32_t d;
     request_need(e, rq, &h, &d);
-    return e->n_run < e->plan.max_seqs && e->host_reserved + h <= e->plan.host_pages &&
-           e->dev_reserved + d <= e->plan.window_capacity;
+    *credit = 0, *from = NULL;
+    if (e->n_run >= e->plan.max_seqs || e->dev_reserved + d > e->plan.window_capacity) return false;
+    const uint64_t share = engine_start_share(e, rq, from);
+    const uint64_t kept = engine_host_kept(e), growth = engine_host_growth(e);
+    *credit = share;
+    if (kept + growth + h - share <= e->plan.host_pages) return true;
+    if (!e->idle_head) return *credit = 0, *from = NULL, false;
+    akv_host_pool_stats hs;
+    akv_host_pool_get_stats(e->hp, &hs);
+    const uint64_t freeable = engine_freeable(e, true), held = hs.n_used - freeable;
+    /* with the credit: what the idle ones free, less at most all of the one it shares from */
+    uint64_t its = 0;
+    if (*from && !(*from)->owner && !(*from)->n_pin) its = engine_host_pages(e, (*from)->n_tokens);
+    const uint64_t freed_less = freeable > its ? freeable - its : 0;
+    if (hs.n_used - freed_less + growth + h - share <= e->plan.host_pages) return true;
+    *credit = 0, *from = NULL;
+    return held + growth + h <= e->plan.host_pages;
 }
 
-/* Admits a request that fits now: its reservation and its place among the running (its
- * context is found or made at its first step, akv_engine_step: that may touch the device). */
-static void engine_admit(akv_engine *e, akv_request *rq) {
+/* Admits a request that fits now (engine_fits_now's credit and source): its reservation, the
+ * pages it will share (the context that holds them pinned until it starts) and its place among
+ * the running (its context is found or made at its first step, akv_engine_step: that may touch
+ * the device). */
+static void engine_admit(akv_engine *e, akv_request *rq, uint64_t credit, akv__ctx *from) {
     request_need(e, rq, &rq->host_pages, &rq->dev_pages);
+    rq->host_credit = credit, rq->share_from = from;
+    if (from) from->n_pin++, e->idle_sole_stale = true;
     rq->admitted = true;
     e->host_reserved += rq->host_pages, e->dev_reserved += rq->dev_pages;
     e->run[e->n_run++] = rq;
@@ -596,10 +709,7 @@ static akv_status engine_start(akv_engine *e, akv_request *rq) {
     akv__ctx *c = engine_find_prefix(e, rq, &lcp, &running);
     if (e->session_dir && !e->p.no_reuse && akv__spill_in(e, rq, lcp)) /* read back: it shares more */
         c = engine_find_prefix(e, rq, &lcp, &running);
-    /* the last prompt token is always fed again: its logits start the generation; a prompt
-     * whose logits are reported computes every position from prompt_logits_from */
-    uint32_t cached = lcp < rq->p.n_prompt ? lcp : rq->p.n_prompt - 1;
-    if (rq->p.on_prompt_logits && cached > rq->p.prompt_logits_from) cached = rq->p.prompt_logits_from;
+    uint32_t cached = request_cached(rq, lcp);
     akv_route_seq_params sp = {.max_history = (uint64_t)rq->p.n_prompt + rq->p.max_tokens,
                                .target = e->plan.route.target,
                                .burst = e->plan.route.burst,
@@ -607,10 +717,13 @@ static akv_status engine_start(akv_engine *e, akv_request *rq) {
                                .exact = rq->p.kv_exact};
     akv_status st;
     bool forked = false;
-    if (c && cached > 0 && (running || c->n_tokens - cached >= e->plan.geom.page_tokens)) {
+    /* forked, not taken over, where it is another conversation (a page or more beyond) or
+     * another admitted request counts on its pages */
+    const bool others = c && c->n_pin > (rq->share_from == c);
+    if (c && cached > 0 && (running || others || c->n_tokens - cached >= e->plan.geom.page_tokens)) {
         akv__ctx *from = c;
         if (!running) akv__engine_idle_remove(e, from); /* out of the trim's reach while it is forked */
-        engine_trim_idle(e); /* the fork's pages are in this request's reservation */
+        engine_trim_idle(e); /* room for its growth, its private copy of a partial page too */
         st = (c = akv__calloc(1, sizeof *c)) ? AKV_OK : AKV_ENOMEM;
         if (!st) {
             c->exact = rq->p.kv_exact, c->salt = rq->p.cache_salt;
@@ -662,6 +775,60 @@ static akv_status engine_start(akv_engine *e, akv_request *rq) {
     return AKV_OK;
 }
 
+/* The context rq counted on no longer pinned for it: it has started, or ended before. */
+static void request_unpin(akv_engine *e, akv_request *rq) {
+    if (rq->share_from) rq->share_from->n_pin--, e->idle_sole_stale = true;
+    rq->share_from = NULL, rq->host_credit = 0;
+}
+
+/* An admitted request's reservation and place among the running given back (its pin too). */
+static void engine_release_admission(akv_engine *e, akv_request *rq) {
+    request_unpin(e, rq);
+    e->host_reserved -= rq->host_pages, e->dev_reserved -= rq->dev_pages;
+    rq->admitted = false;
+    uint32_t k = 0;
+    for (uint32_t i = 0; i < e->n_run; i++)
+        if (e->run[i] != rq) e->run[k++] = e->run[i];
+    e->n_run = k;
+}
+
+/* Back to the head of the queue, as it was before its admission: a request whose start found
+ * less to share than its admission counted on (the context closed meanwhile, or no room for a
+ * fork's private page), where the running requests' room would not hold with it. Its context
+ * goes idle (a fork, or a conversation it took over) or is closed (new, empty). */
+static void engine_unadmit(akv_engine *e, akv_request *rq) {
+    akv__ctx *c = rq->ctx;
+    c->owner = NULL, rq->ctx = NULL;
+    e->stats.cached_tokens -= rq->info.n_cached;
+    rq->info.n_cached = 0;
+    if (c->n_tokens) idle_push(e, c);
+    else akv__ctx_close(e, c);
+    engine_release_admission(e, rq);
+    rq->info.state = AKV_REQUEST_QUEUED;
+    akv_request *after = e->unadmit_after; /* NULL: the head */
+    rq->prev_q = after, rq->next_q = after ? after->next_q : e->wait_head;
+    if (rq->next_q) rq->next_q->prev_q = rq;
+    else e->wait_tail = rq;
+    if (after) after->next_q = rq;
+    else e->wait_head = rq;
+    e->unadmit_after = rq;
+    e->n_wait++; /* it had its place: the queue may pass max_queue by it */
+    e->stats.n_unadmitted++;
+}
+
+/* engine_start, and the promise checked after it: what it shares is known now. */
+static akv_status engine_start_checked(akv_engine *e, akv_request *rq, bool *unadmitted) {
+    *unadmitted = false;
+    akv_status st = engine_start(e, rq);
+    if (st) return st; /* still pinned: tried again at the next step */
+    request_unpin(e, rq);
+    if (engine_host_committed(e) <= e->plan.host_pages) return AKV_OK;
+    engine_unadmit(e, rq);
+    *unadmitted = true;
+    engine_trim_idle(e);
+    return AKV_OK;
+}
+
 /* A request that ended: its traffic, its place and reservation given back, its context idle
  * (kept for reuse) or closed. */
 static void engine_retire(akv_engine *e, akv_request *rq) {
@@ -681,14 +848,7 @@ static void engine_retire(akv_engine *e, akv_request *rq) {
             idle_push(e, c);
         }
     }
-    if (rq->admitted) {
-        e->host_reserved -= rq->host_pages, e->dev_reserved -= rq->dev_pages;
-        rq->admitted = false;
-        uint32_t k = 0;
-        for (uint32_t i = 0; i < e->n_run; i++)
-            if (e->run[i] != rq) e->run[k++] = e->run[i];
-        e->n_run = k;
-    }
+    if (rq->admitted) engine_release_admission(e, rq);
     e->stats.n_finished[rq->info.finish]++;
     engine_trim_idle(e);
 }
@@ -717,10 +877,12 @@ static void engine_maybe_free(akv_engine *e, akv_request *rq) {
 
 /* Waiting requests admitted in arrival order while the head fits. */
 static void engine_admit_waiting(akv_engine *e) {
-    while (e->wait_head && engine_fits_now(e, e->wait_head)) {
+    uint64_t credit;
+    akv__ctx *from;
+    while (e->wait_head && engine_fits_now(e, e->wait_head, &credit, &from)) {
         akv_request *rq = e->wait_head;
         wait_remove(e, rq);
-        engine_admit(e, rq);
+        engine_admit(e, rq, credit, from);
     }
 }
 
@@ -882,8 +1044,10 @@ akv_status akv_engine_submit(akv_engine *e, const akv_request_params *p, akv_req
     }
     rq->info.t_submit = akv_clock_s();
     rq->info.state = AKV_REQUEST_QUEUED;
-    if (!e->wait_head && engine_fits_now(e, rq)) {
-        engine_admit(e, rq);
+    uint64_t credit;
+    akv__ctx *from;
+    if (!e->wait_head && engine_fits_now(e, rq, &credit, &from)) {
+        engine_admit(e, rq, credit, from);
     } else if (e->n_wait < e->plan.max_queue) {
         rq->prev_q = e->wait_tail;
         if (e->wait_tail) e->wait_tail->next_q = rq;
@@ -894,12 +1058,13 @@ akv_status akv_engine_submit(akv_engine *e, const akv_request_params *p, akv_req
         akv__request_free(rq);
         if (e->plan.max_queue == 0)
             return engine_refuse(e, rf, AKV_REFUSE_BUSY, "max_seqs", AKV_EFULL,
-                                 "%u of {=max_seqs} %u sequences run and %llu of %llu host pages "
-                                 "are reserved; nothing waits ({=max_queue} 0): retry later, or "
-                                 "raise {=max_seqs}, {=host_gib} or {=max_queue}",
+                                 "%u of {=max_seqs} %u sequences run, holding or reserving %llu "
+                                 "of %llu host pages, and this one needs %llu; nothing waits "
+                                 "({=max_queue} 0): retry later, or raise {=max_seqs}, {=host_gib} "
+                                 "or {=max_queue}",
                                  e->n_run, e->plan.max_seqs,
-                                 (unsigned long long)e->host_reserved,
-                                 (unsigned long long)e->plan.host_pages);
+                                 (unsigned long long)engine_host_committed(e),
+                                 (unsigned long long)e->plan.host_pages, (unsigned long long)h);
         return engine_refuse(e, rf, AKV_REFUSE_QUEUE, "max_queue", AKV_EFULL,
                              "the wait queue is full ({=max_queue} %u): retry later, or raise "
                              "{=max_queue} or {=max_seqs}",
@@ -1016,12 +1181,16 @@ static void engine_step_failed(akv_engine *e, uint32_t n, akv_status st) {
 static void engine_resync(akv_engine *e) {
     for (uint32_t i = 0; i < e->n_run; i++) {
         akv__ctx *c = e->run[i]->ctx;
-        if (c) c->n_tokens = (uint32_t)akv_route_seq_n_tokens(c->seq);
+        if (!c) continue;
+        /* only ever shorter: a route longer than the tokens the context holds is a failed step
+         * not yet undone (need_abort), whose positions the engine never took */
+        const uint32_t len = (uint32_t)akv_route_seq_n_tokens(c->seq);
+        if (len < c->n_tokens) e->idle_sole_stale = true, c->n_tokens = len;
     }
     for (akv__ctx *c = e->idle_head; c; c = c->next) {
         uint32_t len = (uint32_t)akv_route_seq_n_tokens(c->seq);
         if (len < c->n_tokens) {
-            e->host_idle -= engine_host_pages(e, c->n_tokens) - engine_host_pages(e, len);
+            e->idle_sole_stale = true;
             c->n_tokens = len;
         }
     }
@@ -1126,8 +1295,13 @@ akv_status akv_engine_step(akv_engine *e, bool *did_work) {
     if (st) goto out;
     engine_admit_waiting(e);
     /* the admitted requests' first step: their contexts */
-    for (uint32_t i = 0; i < e->n_run && !st; i++)
-        if (!e->run[i]->ctx && !engine_wait_for_prefix(e, e->run[i])) st = engine_start(e, e->run[i]);
+    e->unadmit_after = NULL;
+    for (uint32_t i = 0; i < e->n_run && !st; i++) {
+        bool back = false; /* an unadmitted one left the list: the next is at i */
+        if (!e->run[i]->ctx && !engine_wait_for_prefix(e, e->run[i]))
+            st = engine_start_checked(e, e->run[i], &back);
+        if (back) i--;
+    }
     if (st) {
         engine_resync(e);
         goto out;
@@ -1264,6 +1438,12 @@ void akv_engine_get_stats(const akv_engine *e, akv_engine_stats *out) {
     *out = e->stats;
     out->n_running = e->n_run, out->n_queued = e->n_wait, out->n_idle = e->n_idle;
     out->host_pages_reserved = e->host_reserved;
+    if (e->hp) {
+        akv_host_pool_stats hs;
+        akv_host_pool_get_stats(e->hp, &hs);
+        out->host_pages_used = hs.n_used;
+    }
+    out->host_pages_growth = engine_host_growth(e);
     akv__spill_stats(e, out);
     if (e->route) {
         akv_route_stats rs;
@@ -1323,7 +1503,7 @@ akv_status akv__engine_check(akv_engine *e) {
         (e->dpc && (st = akv__dev_pool_check(e->dpc))) ||
         (e->hpc && (st = akv__host_pool_check(e->hpc))))
         return st;
-    uint64_t host = 0, dev = 0, idle = 0;
+    uint64_t host = 0, dev = 0, pins = 0, pinned = 0;
     uint32_t n_ctx = 0;
     for (uint32_t i = 0; i < e->n_run; i++) {
         const akv_request *rq = e->run[i];
@@ -1331,6 +1511,10 @@ akv_status akv__engine_check(akv_engine *e) {
             ENGINE_BAD("running request %llu is not admitted, or its context is another's",
                        (unsigned long long)rq->p.id);
         host += rq->host_pages, dev += rq->dev_pages;
+        if (rq->share_from) pins++;
+        if ((rq->ctx || !rq->share_from) && rq->host_credit)
+            ENGINE_BAD("request %llu counts on %llu shared host pages without a context pinned "
+                       "for them", (unsigned long long)rq->p.id, (unsigned long long)rq->host_credit);
         if (!rq->ctx) continue; /* not started yet */
         if (akv_route_seq_n_tokens(rq->ctx->seq) != rq->ctx->n_tokens)
             ENGINE_BAD("request %llu's context says %u tokens; its sequence holds %llu",
@@ -1344,29 +1528,53 @@ akv_status akv__engine_check(akv_engine *e) {
         if (engine_host_pages(e, rq->ctx->n_tokens) > rq->host_pages)
             ENGINE_BAD("request %llu holds more host pages than it reserved",
                        (unsigned long long)rq->p.id);
+        pinned += rq->ctx->n_pin;
         n_ctx++;
     }
     uint32_t n_idle = 0;
     for (const akv__ctx *c = e->idle_head; c; c = c->next, n_idle++) {
         if (c->owner) ENGINE_BAD("an idle context has an owner");
+        pinned += c->n_pin;
         if (akv_route_seq_n_tokens(c->seq) != c->n_tokens)
             ENGINE_BAD("an idle context says %u tokens; its sequence holds %llu", c->n_tokens,
                        (unsigned long long)akv_route_seq_n_tokens(c->seq));
-        idle += engine_host_pages(e, c->n_tokens);
         n_ctx++;
     }
-    if (host != e->host_reserved || dev != e->dev_reserved || idle != e->host_idle ||
-        n_idle != e->n_idle)
-        ENGINE_BAD("accounting: host %llu/%llu reserved, %llu/%llu idle, device %llu/%llu, %u/%u "
-                   "idle contexts",
+    if (pins != pinned)
+        ENGINE_BAD("%llu admitted requests count on a context's pages; the contexts are pinned "
+                   "%llu times", (unsigned long long)pins, (unsigned long long)pinned);
+    if (host != e->host_reserved || dev != e->dev_reserved || n_idle != e->n_idle || e->leaving)
+        ENGINE_BAD("accounting: host %llu/%llu reserved, device %llu/%llu, %u/%u idle contexts%s",
                    (unsigned long long)host, (unsigned long long)e->host_reserved,
-                   (unsigned long long)idle, (unsigned long long)e->host_idle,
-                   (unsigned long long)dev, (unsigned long long)e->dev_reserved, n_idle, e->n_idle);
-    if (e->n_run > e->plan.max_seqs || e->host_reserved > e->plan.host_pages ||
-        e->dev_reserved > e->plan.window_capacity)
-        ENGINE_BAD("over the plan: %u running of %u, %llu host pages of %llu",
-                   e->n_run, e->plan.max_seqs, (unsigned long long)e->host_reserved,
-                   (unsigned long long)e->plan.host_pages);
+                   (unsigned long long)dev, (unsigned long long)e->dev_reserved, n_idle, e->n_idle,
+                   e->leaving ? ", a context still leaving" : "");
+    if (e->n_run > e->plan.max_seqs || e->dev_reserved > e->plan.window_capacity)
+        ENGINE_BAD("over the plan: %u running of %u, %llu window pages of %u", e->n_run,
+                   e->plan.max_seqs, (unsigned long long)e->dev_reserved, e->plan.window_capacity);
+    /* The host promise: the pages the running contexts hold (the pool's less the idle ones'
+     * own and those a copy still reads after their free), each once, and what the running
+     * requests may still take fit the pool. The count of the idle ones' own is the cached one
+     * where it is not stale. */
+    {
+        akv_host_pool_stats now;
+        akv_host_pool_get_stats(e->hp, &now);
+        const bool stale = e->idle_sole_stale || now.n_share_changes != e->idle_sole_shares ||
+                           now.n_used != e->idle_sole_used || now.n_allocs != e->idle_sole_allocs;
+        const uint64_t cached = e->idle_sole;
+        e->idle_sole_stale = true;
+        const uint64_t sole = engine_freeable(e, true);
+        if (!stale && sole != cached)
+            ENGINE_BAD("the idle contexts would free %llu host pages; the engine counted %llu",
+                       (unsigned long long)sole, (unsigned long long)cached);
+        akv_host_pool_stats hs;
+        akv_host_pool_get_stats(e->hp, &hs);
+        const uint64_t held = hs.n_used - hs.n_doomed - sole, growth = engine_host_growth(e);
+        if (held + growth > e->plan.host_pages)
+            ENGINE_BAD("the running contexts hold %llu host pages and may take %llu more; the "
+                       "pool holds %llu",
+                       (unsigned long long)held, (unsigned long long)growth,
+                       (unsigned long long)e->plan.host_pages);
+    }
     akv_route_stats rs;
     akv_route_get_stats(e->route, &rs);
     if (rs.n_open != n_ctx)

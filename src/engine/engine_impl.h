@@ -33,6 +33,8 @@ typedef struct akv__ctx {
     uint64_t salt;         /* the cache_salt of the requests that wrote it */
     int8_t retention;      /* idle: its last request's retention (trimmed lowest first) */
     uint64_t last_used;    /* the engine step it was last released at (LRU) */
+    uint32_t n_pin;        /* admitted requests counting on its pages (share_from): never
+                              trimmed, never counted as freed by closing it */
     struct akv__ctx *next, *prev; /* the idle list, least recently used first */
 } akv__ctx;
 
@@ -69,6 +71,9 @@ struct akv_request {
     uint32_t prefill0;     /* where its prefill began: chunks end at prefill0 + k * chunk */
     uint32_t n_fail;       /* failed steps in a row */
     uint64_t host_pages;   /* its reservation: host pages at its longest */
+    uint64_t host_credit;  /* admitted, not started: of them, the full pages of its prefix that
+                              share_from holds (it will share them), not counted as growth */
+    akv__ctx *share_from;  /* ... and that context, pinned (NULL: none, or it was closed) */
     uint32_t dev_pages;    /* resident: window pages per layer at its longest */
     akv_route_seq_stats seq0; /* its sequence's counters when it was admitted */
     struct akv_request *next_q, *prev_q; /* the wait queue, or the all-requests list */
@@ -117,8 +122,23 @@ struct akv_engine {
     uint32_t n_run;
     akv__ctx *idle_head, *idle_tail;  /* least recently used first */
     uint32_t n_idle;
-    uint64_t host_reserved;           /* host pages the admitted requests reserve */
-    uint64_t host_idle;               /* host pages the idle contexts hold */
+    /* Host pages (every layer). Admission promises each running request room to grow to its
+     * prompt + max_tokens: the pages the running contexts hold, each once however many share
+     * it, plus what they may still take (their growth), fit the pool once the idle contexts
+     * are closed (docs/engine.md). */
+    uint64_t host_reserved;           /* the admitted requests' reservations summed (a page
+                                         shared by several counted for each) */
+    uint64_t idle_sole;               /* engine_freeable(e, true): what closing every idle
+                                         context would free, with the closes in flight ... */
+    bool idle_sole_stale;             /* ... to be counted again: the idle set changed, */
+    uint64_t idle_sole_shares;        /* or the pool's n_share_changes moved from this (a
+                                         page's other holder gone, at a close's fence), */
+    uint64_t idle_sole_used, idle_sole_allocs; /* or its pages in use or its allocations
+                                         from these (a close done at a sync frees pages) */
+    akv_request *unadmit_after;       /* the step's last request sent back to the queue (the
+                                         next one goes after it: arrival order kept) */
+    akv__ctx *leaving;                /* an idle context taken out to be replaced (a slot's
+                                         restore): its own pages count as free */
     uint64_t dev_reserved;            /* resident: window pages per layer reserved */
     uint64_t clock;                   /* steps run (the idle list's LRU clock) */
     bool failed;                      /* the device did not recover */

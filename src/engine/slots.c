@@ -76,6 +76,11 @@ akv_status akv_engine_slot_restore(akv_engine *e, uint32_t id, const char *path,
                   (unsigned long long)old->owner->p.id);
         return AKV_EBUSY;
     }
+    if (old && old->n_pin) {
+        AKV_LOG_E("engine: restore into slot %u: an admitted request starts from its conversation "
+                  "at the next step; try again after it", id);
+        return AKV_EBUSY;
+    }
     /* the file first: one that cannot be loaded leaves the slot as it was */
     akv__ctx *c = NULL;
     akv_status st = akv__session_read(e, path, &c);
@@ -86,7 +91,9 @@ akv_status akv_engine_slot_restore(akv_engine *e, uint32_t id, const char *path,
      * and the trim that makes room closes neither; the restored one the most precious */
     if (old) akv__engine_idle_remove(e, old);
     c->slot1 = id + 1, c->retention = INT8_MAX;
+    e->leaving = old; /* its own pages count as free */
     st = akv__engine_idle_adopt(e, c);
+    e->leaving = NULL;
     /* still there (the trim may close even the most precious: max_idle 0)? Found by its slot,
      * which no other context holds now */
     bool kept = false;
@@ -109,6 +116,11 @@ akv_status akv_engine_slot_erase(akv_engine *e, uint32_t id, uint32_t *n_tokens)
     akv__ctx *c;
     akv_status st = slot_idle(e, id, "erase", &c);
     if (st) return st;
+    if (c->n_pin) {
+        AKV_LOG_E("engine: erase slot %u: an admitted request starts from its conversation at the "
+                  "next step; try again after it", id);
+        return AKV_EBUSY;
+    }
     if (n_tokens) *n_tokens = c->n_tokens;
     akv__engine_idle_remove(e, c);
     akv__ctx_close(e, c);

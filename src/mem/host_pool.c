@@ -334,6 +334,7 @@ static akv_status hp_free(akv_host_pool *pool, akv_host_page page, int deferred)
     if (pg->n_owners > 1) { /* another table still holds it: its leases are that table's too */
         pg->n_owners--;
         pool->st.n_shares--;
+        pool->st.n_share_changes++;
     } else if (pg->n_leases == 0) {
         hp_free_now(pool, a, i);
     } else if (deferred) {
@@ -368,6 +369,7 @@ static akv_status hp_count_up(akv_host_pool *pool, akv_host_page page, int owner
     }
     ++*n;
     ++*(owner ? &pool->st.n_shares : &pool->st.n_leases);
+    if (owner) pool->st.n_share_changes++;
     return AKV_OK;
 }
 

@@ -256,6 +256,57 @@ akv_status akv_host_table_export_csr(const akv_host_table *const *tables, uint32
     return AKV_OK;
 }
 
+akv_status akv_host_tables_sole_pages(const akv_host_table *const *tables, uint32_t n,
+                                      uint64_t *out) {
+    if (!out || (n && !tables)) {
+        AKV_LOG_E("host table: sole pages with a NULL %s", !out ? "output" : "table array");
+        return AKV_EINVAL;
+    }
+    *out = 0;
+    /* A page with one owner is the table's alone; a shared one is theirs alone when they are
+     * all its owners: each sighting here takes one owner off its count, and it is theirs when
+     * the count reaches 0. Only shared pages need the count (an open-addressed map of ids). */
+    uint64_t sole = 0, n_shared = 0;
+    for (uint32_t s = 0; s < n; s++) {
+        const akv_host_table *t = tables[s];
+        if (!t || t->pool != tables[0]->pool) {
+            AKV_LOG_E("host table: sole pages: table %u is %s", s, t ? "of another pool" : "NULL");
+            return AKV_EINVAL;
+        }
+        for (uint32_t l = 0; l < t->n_layers; l++)
+            for (uint32_t k = 0; k < t->n_pages; k++) {
+                if (akv_host_pool_page_n_owners(t->pool, t->pages[l * t->cap + k]) > 1) n_shared++;
+                else sole++;
+            }
+    }
+    if (n_shared) {
+        size_t cap = 16;
+        while (cap < 2 * n_shared) cap *= 2;
+        uint32_t *ids = akv__malloc(cap * sizeof *ids), *left = akv__malloc(cap * sizeof *left);
+        if (!ids || !left) {
+            akv__free(ids), akv__free(left);
+            return AKV_ENOMEM;
+        }
+        memset(ids, 0xff, cap * sizeof *ids); /* UINT32_MAX: an empty slot (no such page id) */
+        for (uint32_t s = 0; s < n; s++) {
+            const akv_host_table *t = tables[s];
+            for (uint32_t l = 0; l < t->n_layers; l++)
+                for (uint32_t k = 0; k < t->n_pages; k++) {
+                    const akv_host_page h = t->pages[l * t->cap + k];
+                    const uint32_t owners = akv_host_pool_page_n_owners(t->pool, h);
+                    if (owners <= 1) continue;
+                    size_t i = (size_t)(h.id * 0x9e3779b1u) & (cap - 1);
+                    while (ids[i] != UINT32_MAX && ids[i] != h.id) i = (i + 1) & (cap - 1);
+                    if (ids[i] == UINT32_MAX) ids[i] = h.id, left[i] = owners;
+                    if (--left[i] == 0) sole++;
+                }
+        }
+        akv__free(ids), akv__free(left);
+    }
+    *out = sole;
+    return AKV_OK;
+}
+
 akv_status akv__host_table_check(const akv_host_table *t) {
     uint64_t want = t->n_tokens / t->page_tokens + (t->n_tokens % t->page_tokens != 0);
     if (want != t->n_pages || t->n_pages > t->cap) {

@@ -1690,6 +1690,13 @@ const akv_host_table *akv_route_seq_host_table(const akv_route_seq *s) {
     return s->ht;
 }
 
+uint32_t akv_route_closing_host_tables(const akv_route *r, const akv_host_table **out, uint32_t cap) {
+    uint32_t n = 0;
+    for (const akv_route_seq *s = r->closing_list; s; s = s->next, n++)
+        if (n < cap) out[n] = s->ht;
+    return n;
+}
+
 uint32_t akv_route_step_times(const akv_route *r, akv_route_layer_times *out, uint32_t cap) {
     if (!r || !r->times) return 0;
     for (uint32_t l = 0; out && l < cap && l < r->n_times; l++) out[l] = r->times[l];

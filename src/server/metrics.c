@@ -114,8 +114,11 @@ size_t akv_metrics_render(const akv_metrics *m, const char *model, char *buf, si
     gauge(&o, "host_pool_shared_pages", "Host pool: pages held by more contexts than one "
           "(a shared prefix), counted once for each context beyond the first", model,
           (double)m->host_shared_pages);
-    gauge(&o, "host_pages_reserved", "Host pages reserved by admitted requests (per layer)",
-          model, (double)e->host_pages_reserved);
+    gauge(&o, "host_pages_reserved", "Host pages (every layer) the admitted requests reserve, "
+          "summed: a page several share counted for each", model, (double)e->host_pages_reserved);
+    gauge(&o, "host_pages_growth", "Host pages (every layer) the running requests may still "
+          "take: their reservations less what their contexts hold", model,
+          (double)e->host_pages_growth);
     histo(&o, "time_to_first_token_seconds", "Arrival to first token", model, &m->ttft);
     histo(&o, "inter_token_latency_seconds", "Between successive tokens of a request", model,
           &m->itl);
