@@ -145,6 +145,21 @@ int main(int argc, char **argv) {
         invalid("1 2", 2, false);
     }
 
+    TEST_CASE(whitespace_runs_are_bounded) {
+        /* between tokens: 2 line feeds and 64 bytes a run at most; inside a string, text */
+        valid("{\n\n  \"a\": 1,\n  \"b\":\r\n\t[1, 2]\n}", true);
+        invalid("{\n\n\n\"a\": 1}", 3, true);
+        invalid("[1,\n \n \n 2]", 7, false);
+        char sp[160], in[160];
+        memset(sp, ' ', sizeof sp), memset(in, ' ', sizeof in);
+        memcpy(sp, "[1,", 3), memcpy(sp + 3 + 65, "2]", 3);         /* 65 spaces: the 65th */
+        invalid(sp, 3 + 64, false);
+        memcpy(sp + 3 + 64, "2]", 3);                                  /* 64: taken */
+        valid(sp, false);
+        in[0] = '"', memcpy(in + 101, "\"", 2);                       /* 100 inside a string */
+        valid(in, false);
+    }
+
     TEST_CASE(depth_limit) {
         char deep[AKV_JSON_MAX_DEPTH + 2];
         memset(deep, '[', sizeof deep - 1);

@@ -6,7 +6,9 @@
  * refuses, naming it. */
 #include "test.h"
 
+#include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <cjson/cJSON.h>
@@ -210,6 +212,131 @@ int main(int argc, char **argv) {
         }
     }
 
+    TEST_CASE(bounds_and_lengths_by_hand) {
+        char sch[512];
+        snprintf(sch, sizeof sch, "{\"type\": \"object\", \"properties\": {"
+                 "\"n\": {\"type\": \"integer\", \"minimum\": -5, \"exclusiveMaximum\": 120},"
+                 "\"x\": {\"type\": \"number\", \"minimum\": 0, \"maximum\": 1},"
+                 "\"s\": {\"type\": \"string\", \"minLength\": 2, \"maxLength\": 3},"
+                 "\"y\": {\"type\": \"number\", \"exclusiveMinimum\": -0.5, \"maximum\": 2.25}},"
+                 "\"required\": []}");
+        akv_srv_schema *c = compile_text(sch, why, sizeof why);
+        if (!TEST_CHECK_(c != NULL, "%s", why)) break;
+        const akv_json_schema *v = akv_srv_schema_view(c);
+        valid(v, "{\"n\": -5}");
+        valid(v, "{\"n\": 119}");
+        valid(v, "{\"n\": 0}");
+        invalid(v, "{\"n\": 120}", 8);   /* the 0 that makes 120: 12 could still be 12 */
+        invalid(v, "{\"n\": -6}", 7);
+        invalid(v, "{\"n\": 1234}", 8);  /* 123 can only grow past 119 */
+        invalid(v, "{\"n\": 00}", 7);    /* no digit after a leading 0 */
+        valid(v, "{\"x\": 0.75}");
+        valid(v, "{\"x\": 1}");
+        valid(v, "{\"x\": 1.000}");
+        invalid(v, "{\"x\": 1.01}", 9);
+        invalid(v, "{\"x\": 2}", 6);
+        invalid(v, "{\"x\": -0.1}", 9);  /* -0. may still be -0.0 */
+        valid(v, "{\"x\": -0.0}");
+        invalid(v, "{\"x\": 1e0}", 7);   /* no exponent where bounds hold */
+        valid(v, "{\"y\": -0.4999}");
+        invalid(v, "{\"y\": -0.5}", 9); /* exclusive: -0.5 and every -0.5... are out */
+        valid(v, "{\"y\": 2.25}");
+        invalid(v, "{\"y\": 2.26}", 9);
+        valid(v, "{\"s\": \"ab\"}");
+        valid(v, "{\"s\": \"\u00e9t\u00e9\"}");            /* 3 characters, escaped */
+        valid(v, "{\"s\": \"\xc3\xa9t\xc3\xa9\"}");      /* 3 characters, 5 bytes */
+        valid(v, "{\"s\": \"\\ud83d\\ude00!\"}");        /* a surrogate pair is one */
+        invalid(v, "{\"s\": \"a\"}", 8);
+        invalid(v, "{\"s\": \"abcd\"}", 10);
+        /* whitespace between tokens is bounded (no loop on blank lines); inside a string, text */
+        valid(v, "{\n\n  \"s\": \"a b\"\n}");
+        invalid(v, "{\n\n\n\"s\": \"ab\"}", 3);
+        invalid(v, "{\"n\": 1\n\n\n}", 9);
+        akv_srv_schema_free(c);
+    }
+
+    TEST_CASE(bounded_walks_never_dead_end_and_always_validate) {
+        /* Random schemas of one bounded value; from the start, a walk takes a random byte of
+         * those the machine allows (of digits, signs, dot, e, quote, letters, a multi-byte
+         * character, an escape) until the value is complete and chosen to stop: no prefix on
+         * the way may allow nothing while incomplete, and every complete value must parse and
+         * lie within the bounds (strtod; characters counted as code points). */
+        uint64_t rng = test_seed(7);
+        static const char *const pieces[] = {"0", "1", "2", "3", "4", "5", "6", "7", "8", "9", "-", ".", "e", "\"", "a", "\xc3\xa9",
+                                             "\\n", "\\u00e9", "\\ud83d\\ude00", " "};
+        const size_t np = sizeof pieces / sizeof pieces[0];
+        for (int round = 0; round < 3000; round++) {
+            char sch[256], text[512];
+            const int kind = (int)test_rand_below(&rng, 3); /* integer, number, string */
+            double a = (double)((int64_t)test_rand_below(&rng, 4001) - 2000) / (kind == 1 ? 100.0 : 1.0);
+            double b = a + (double)test_rand_below(&rng, 3000) / (kind == 1 ? 1000.0 : 1.0);
+            const bool xa = test_rand_below(&rng, 2), xb = test_rand_below(&rng, 2);
+            char ta[40], tb[40]; /* the bounds as the schema says them */
+            snprintf(ta, sizeof ta, "%.6f", a), snprintf(tb, sizeof tb, "%.6f", b);
+            a = strtod(ta, NULL), b = strtod(tb, NULL);
+            if (kind == 2) {
+                a = fabs(a) / 200, b = a + (double)test_rand_below(&rng, 6);
+                snprintf(sch, sizeof sch, "{\"type\": \"string\", \"minLength\": %d, \"maxLength\": %d}",
+                         (int)a, (int)b);
+            } else {
+                snprintf(sch, sizeof sch, "{\"type\": \"%s\", \"%s\": %.6f, \"%s\": %.6f}",
+                         kind ? "number" : "integer", xa ? "exclusiveMinimum" : "minimum", a,
+                         xb ? "exclusiveMaximum" : "maximum", b);
+            }
+            akv_srv_schema *c = compile_text(sch, why, sizeof why);
+            if (!c) { /* an empty range: refused, as it must be */
+                TEST_CHECK_(strstr(why, "no value") != NULL, "%s: %s", sch, why);
+                continue;
+            }
+            const akv_json_schema *v = akv_srv_schema_view(c);
+            akv_js_state st;
+            akv_js_init(&st, v);
+            size_t len = 0;
+            bool dead = false;
+            for (int step = 0; step < 60; step++) {
+                if (akv_js_complete(&st) && test_rand_below(&rng, 4) == 0) break;
+                const char *ok[32];
+                size_t n_ok = 0;
+                for (size_t i = 0; i < np; i++) {
+                    akv_js_state q = st;
+                    if (akv_js_feed(&q, (const uint8_t *)pieces[i], strlen(pieces[i]))) ok[n_ok++] = pieces[i];
+                }
+                if (!n_ok) {
+                    dead = !akv_js_complete(&st);
+                    break;
+                }
+                const char *p = ok[test_rand_below(&rng, n_ok)];
+                if (len + strlen(p) >= sizeof text) break;
+                CHECK(akv_js_feed(&st, (const uint8_t *)p, strlen(p)));
+                memcpy(text + len, p, strlen(p)), len += strlen(p);
+            }
+            text[len] = 0;
+            if (!TEST_CHECK_(!dead, "%s: '%s' allows nothing more and is not a value", sch, text)) break;
+            if (!akv_js_complete(&st)) { /* the walk ran out of steps: a long string or number */
+                akv_srv_schema_free(c);
+                continue;
+            }
+            cJSON *j = cJSON_Parse(text);
+            bool within = j != NULL;
+            if (j && kind == 2) {
+                int chars = 0;
+                for (const unsigned char *q = (const unsigned char *)cJSON_GetStringValue(j); q && *q; q++)
+                    chars += (*q & 0xC0) != 0x80;
+                within = cJSON_IsString(j) && chars >= (int)a && chars <= (int)b;
+            } else if (j) {
+                const double x = j->valuedouble;
+                double lo = a, hi = b;
+                if (kind == 0) lo = xa ? floor(a) + 1 : ceil(a), hi = xb ? ceil(b) - 1 : floor(b);
+                within = cJSON_IsNumber(j) && (kind == 0 ? x >= lo && x <= hi
+                                                         : (xa ? x > a : x >= a) && (xb ? x < b : x <= b));
+                if (kind == 0) within = within && x == floor(x) && !strpbrk(text, ".eE");
+            }
+            TEST_CHECK_(within, "%s: '%s' is not a value within the bounds", sch, text);
+            cJSON_Delete(j);
+            akv_srv_schema_free(c);
+        }
+    }
+
     TEST_CASE(refused_naming_the_keyword) {
         const char *bad[][2] = {
             {"{\"type\": \"object\", \"properties\": {\"a\": {}}, \"additionalProperties\": true}", "additionalProperties"},
@@ -221,6 +348,18 @@ int main(int argc, char **argv) {
             {"{\"type\": \"object\", \"properties\": {\"a\": {}}, \"required\": [\"b\"]}", "required"},
             {"{\"type\": \"array\", \"minItems\": 3, \"maxItems\": 2}", "minItems"},
             {"{\"type\": [\"string\", \"integer\"]}", "type"},
+            {"{\"type\": \"string\", \"pattern\": \"^a+$\"}", "pattern"},
+            {"{\"type\": \"number\", \"multipleOf\": 0.5}", "multipleOf"},
+            {"{\"type\": \"array\", \"uniqueItems\": true}", "uniqueItems"},
+            {"{\"type\": \"object\", \"minProperties\": 1}", "minProperties"},
+            {"{\"minimum\": 3}", "minimum"},
+            {"{\"type\": \"integer\", \"minimum\": 5, \"maximum\": 4}", "no value"},
+            {"{\"type\": \"integer\", \"exclusiveMinimum\": 4, \"exclusiveMaximum\": 5}", "no value"},
+            {"{\"type\": \"number\", \"minimum\": 0.1234567}", "6 decimals"},
+            {"{\"type\": \"number\", \"maximum\": 1e12}", "1e8"},
+            {"{\"type\": \"string\", \"minLength\": 4, \"maxLength\": 3}", "minLength"},
+            {"{\"type\": \"string\", \"maxLength\": -1}", "maxLength"},
+            {"{\"type\": \"number\", \"minimum\": \"3\"}", "minimum"},
         };
         for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
             why[0] = 0;

@@ -824,6 +824,16 @@ def case_logprobs(env):
         expect(tok in alt and abs(alt[tok] - x) < 1e-6 and len(alt) <= 3, "the token among its alternatives",
                tok, alt)
         expect(max(alt.values()) == x, "greedy: the most likely", tok, alt)
+    # a streamed completion's records, chunk by chunk, are the plain one's
+    toks, xs, offs = [], [], []
+    for ch in cl.completions.create(model="x", prompt=PROMPTS[0], max_tokens=8, temperature=0, logprobs=2,
+                                    stream=True):
+        if ch.choices and ch.choices[0].logprobs:
+            toks += ch.choices[0].logprobs.tokens
+            xs += [round(x, 5) for x in ch.choices[0].logprobs.token_logprobs]
+            offs += ch.choices[0].logprobs.text_offset
+    expect(toks == lp.tokens and xs == [round(x, 5) for x in lp.token_logprobs] and offs == lp.text_offset,
+           "a streamed completion's records", toks, xs, offs, lp)
 
 
 def case_echo_is_perplexity(env):
@@ -928,6 +938,67 @@ def case_json_object(env):
         "anyOf")
     expect_error(lambda: chat(cl, "hi", response_format={"type": "json_schema", "json_schema": {"name": "x"}}),
                  400, "response_format")
+
+
+def case_json_schema_suite(env):
+    """Structured output over a set of schemas (types, required and optional keys, enums, nested
+    objects and arrays with bounds, integers and numbers with bounds, string lengths, nullable
+    values, $defs): every answer parses and validates with the jsonschema package, plain and
+    streamed the same; what is not enforced (pattern, multipleOf, uniqueItems, a bound with no
+    type) is refused with 400 naming it."""
+    import jsonschema  # a test-time dependency (scripts/deps: python3-jsonschema)
+    cl = env.main.client()
+    name = {"type": "string", "minLength": 1, "maxLength": 12}
+    schemas = [
+        {"type": "object", "required": ["name", "age"], "additionalProperties": False,
+         "properties": {"name": name, "age": {"type": "integer", "minimum": 0, "maximum": 30}}},
+        {"type": "object", "required": ["score", "label"], "additionalProperties": False,
+         "properties": {"score": {"type": "number", "minimum": 0, "maximum": 1},
+                        "label": {"enum": ["good", "bad", "unsure"]}}},
+        {"type": "object", "required": ["items"], "additionalProperties": False,
+         "properties": {"items": {"type": "array", "minItems": 2, "maxItems": 4,
+                                  "items": {"type": "object", "required": ["id", "ok"],
+                                            "additionalProperties": False,
+                                            "properties": {"id": {"type": "integer", "exclusiveMinimum": 0,
+                                                                  "exclusiveMaximum": 100},
+                                                           "ok": {"type": "boolean"}}}}}},
+        {"type": "object", "required": ["city", "temp", "note"], "additionalProperties": False,
+         "properties": {"city": name, "temp": {"type": "number", "minimum": -40.5, "maximum": 55.25},
+                        "note": {"type": ["string", "null"], "maxLength": 20}}},
+        {"type": "object", "required": ["point"], "additionalProperties": False,
+         "$defs": {"p": {"type": "object", "required": ["x", "y"], "additionalProperties": False,
+                         "properties": {"x": {"type": "integer", "minimum": -9, "maximum": 9},
+                                        "y": {"type": "integer", "minimum": -9, "maximum": 9}}}},
+         "properties": {"point": {"$ref": "#/$defs/p"}, "tag": {"type": "string", "minLength": 3,
+                                                               "maxLength": 5}}},
+        {"type": "array", "minItems": 1, "maxItems": 3, "items": {"type": "integer", "minimum": 10,
+                                                                 "maximum": 99}},
+    ]
+    asks = ["Describe a person as JSON.", "Rate this answer as JSON.", "List a few numbered checks as JSON.",
+            "Give the weather in a city as JSON.", "Give a point on a grid as JSON.", "Give some numbers as JSON."]
+    for i, (schema, ask) in enumerate(zip(schemas, asks)):
+        fmt = {"type": "json_schema", "json_schema": {"name": f"s{i}", "schema": schema, "strict": True}}
+        r = chat(cl, ask, max_tokens=300, response_format=fmt)
+        text = r.choices[0].message.content
+        expect(r.choices[0].finish_reason == "stop", f"schema {i}: the value was closed", r.choices[0])
+        try:
+            jsonschema.validate(json.loads(text), schema, cls=jsonschema.Draft202012Validator)
+        except (ValueError, jsonschema.ValidationError) as ex:
+            expect(False, f"schema {i}: the answer validates", text, str(ex)[:300])
+        parts = []
+        for ch in cl.chat.completions.create(model="x", messages=[{"role": "user", "content": ask}],
+                                             max_tokens=300, temperature=0, stream=True, response_format=fmt):
+            if ch.choices:
+                parts.append(ch.choices[0].delta.content or "")
+        expect("".join(parts) == text, f"schema {i}: streamed, the same", parts, text)
+        print(f"     (schema {i}: {text[:70]!r})")
+    for bad, word in (({"type": "string", "pattern": "^a+$"}, "pattern"),
+                      ({"type": "number", "multipleOf": 0.5}, "multipleOf"),
+                      ({"type": "array", "uniqueItems": True}, "uniqueItems"),
+                      ({"minimum": 3}, "minimum"),
+                      ({"type": "number", "minimum": 0.1234567}, "decimals")):
+        expect_error(lambda: chat(cl, "hi", response_format={"type": "json_schema", "json_schema": {
+            "name": "x", "schema": bad}}), 400, "response_format", word)
 
 
 def case_kv_tier(env):

@@ -27,7 +27,11 @@
 extern "C" {
 #endif
 
-enum { AKV_JSON_MAX_DEPTH = 64 };
+/* Whitespace between tokens (not inside a string) comes in runs of at most AKV_JSON_MAX_WS
+ * bytes with at most AKV_JSON_MAX_NEWLINES line feeds: a pretty-printed text fits, and a
+ * sampler held to JSON cannot loop on blank lines (what a small model does when nothing stops
+ * it; llama.cpp's JSON grammars bound it alike). */
+enum { AKV_JSON_MAX_DEPTH = 64, AKV_JSON_MAX_WS = 64, AKV_JSON_MAX_NEWLINES = 2 };
 
 typedef struct akv_json_prefix {
     uint8_t stack[AKV_JSON_MAX_DEPTH]; /* open containers: '{' or '[' */
@@ -38,6 +42,7 @@ typedef struct akv_json_prefix {
     uint8_t lex;     /* a string's or a number's own state (engine/json_lex.h) */
     bool object_only;
     bool started;    /* the top-level value has begun */
+    uint8_t ws, nl;  /* the whitespace run between tokens so far: bytes, line feeds */
 } akv_json_prefix;
 
 /* An empty prefix: a whole JSON text to come (with object_only, an object). */
@@ -49,6 +54,19 @@ bool akv_json_prefix_feed(akv_json_prefix *p, const uint8_t *bytes, size_t n);
 
 /* Whether the bytes so far are a complete JSON text. */
 bool akv_json_prefix_complete(const akv_json_prefix *p);
+
+/* Whether the next byte lands inside a string (a key or a value): whitespace there is text. */
+bool akv_json_prefix_in_string(const akv_json_prefix *p);
+
+/* A whitespace run's next byte c, fed by a machine outside a string: false past the bounds
+ * above (the run's counters *ws, *nl; any other byte ends the run). */
+static inline bool akv_json_ws_run(uint8_t *ws, uint8_t *nl, uint8_t c) {
+    if (c != ' ' && c != '\t' && c != '\n' && c != '\r') {
+        *ws = *nl = 0;
+        return true;
+    }
+    return ++*ws <= AKV_JSON_MAX_WS && (c != '\n' || ++*nl <= AKV_JSON_MAX_NEWLINES);
+}
 
 #ifdef __cplusplus
 }

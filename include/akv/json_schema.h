@@ -19,7 +19,13 @@
  *            call: "name" chooses the schema of "arguments"). The tag comes before them.
  *   prefix   as in akv/json_prefix.h: bytes that some continuation makes a complete value of
  *            the schema's root.
- * Not followed: numeric bounds, string lengths, patterns and formats (a compiler says so).
+ *   bounds   a string's length in characters (code points; an escaped surrogate pair is one)
+ *            within [lo, hi]; an integer's or a number's value within [lo, hi], each end
+ *            inclusive or not. A bounded number is written without an exponent and with at most
+ *            15 digits (weighed exactly, as a validator parsing it into a double would); every byte keeps the value
+ *            one that some continuation brings within its bounds, so no prefix is a dead end.
+ * Not followed: patterns, multipleOf, uniqueness (a compiler refuses them naming the
+ * keyword); formats are annotations (JSON Schema's default), not checked.
  *
  * The state is a plain value (copy it to try a piece). Thread-safety: pure functions over the
  * caller's state; a compiled schema is read-only.
@@ -69,6 +75,9 @@ typedef struct akv_js_node {
                            tag property + 1 (0: none), an enum whose text chooses the case of
                            each of its SWITCH properties, which may come only after it */
     uint32_t min_items, max_items; /* array (max 0 = no limit) */
+    bool bounded;       /* string, integer, number: lo..hi below hold */
+    bool lo_open, hi_open; /* the end is exclusive */
+    double lo, hi;      /* a string's length, a number's value (-INFINITY, INFINITY: none) */
 } akv_js_node;
 
 typedef struct akv_js_prop {
@@ -89,8 +98,12 @@ typedef struct akv_js_frame {
     uint32_t node;
     uint8_t state;      /* json_schema.c */
     uint8_t sub;
-    uint16_t count;     /* array: items so far; object: its tag's text + 1 (0: not yet) */
-    uint64_t used;      /* object: properties given; enum: texts still possible */
+    uint16_t count;     /* array: items so far; object: its tag's text + 1 (0: not yet);
+                           bounded string: characters so far (a high surrogate's escape not
+                           counted); bounded number: its digits (json_schema.c) */
+    uint64_t used;      /* object: properties given; enum: texts still possible; bounded
+                           number: its digits as one integer; bounded string: whether the
+                           escape being read may be a high surrogate */
 } akv_js_frame;
 
 typedef struct akv_js_state {
@@ -100,6 +113,7 @@ typedef struct akv_js_state {
     uint16_t at;        /* bytes of a key or an enum text matched so far */
     uint64_t cand;      /* a key's possible properties (bit i: first + i) */
     bool done;
+    uint8_t ws, nl;     /* the whitespace run between tokens (akv_json_ws_run's bounds) */
     akv_json_prefix any; /* inside a value of kind ANY: the generic machine */
 } akv_js_state;
 

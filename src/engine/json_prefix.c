@@ -126,9 +126,17 @@ static bool feed1(akv_json_prefix *p, uint8_t c) {
 }
 
 bool akv_json_prefix_feed(akv_json_prefix *p, const uint8_t *bytes, size_t n) {
-    for (size_t i = 0; i < n; i++)
+    for (size_t i = 0; i < n; i++) {
+        const bool text = p->state == J_STRING;
         if (!feed1(p, bytes[i])) return false;
+        if (text) p->ws = p->nl = 0;
+        else if (!akv_json_ws_run(&p->ws, &p->nl, bytes[i])) return false;
+    }
     return true;
+}
+
+bool akv_json_prefix_in_string(const akv_json_prefix *p) {
+    return p->state == J_STRING;
 }
 
 bool akv_json_prefix_complete(const akv_json_prefix *p) {

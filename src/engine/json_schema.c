@@ -4,6 +4,7 @@
  * the value's parent. */
 #include "akv/json_schema.h"
 
+#include <math.h>
 #include <string.h>
 
 #include "engine/json_lex.h"
@@ -99,10 +100,140 @@ static uint64_t untagged(const akv_js_state *s, const akv_js_node *n, const akv_
     return out;
 }
 
+/* ---- bounds -------------------------------------------------------------------------------
+ * A bounded number's digits: count holds how many (NUM_DIGITS), how many after the dot, whether
+ * the dot came, the sign; used holds all the digits as one integer (M). Its value is
+ * sign * M / 10^frac, weighed exactly (decimals as integers over powers of ten) against the
+ * bounds, which the compiler keeps to 6 decimals (server/schema.c). At most 15 digits: two
+ * decimals that short are distinct doubles in the same order, so what is exact here is what a
+ * validator parsing the text into a double finds. Every byte keeps [what the digits so far can
+ * still become] meeting the bounds; no prefix is a dead end because the bounds are short
+ * decimals (an integer's within 10^14, a number's within 10^8): a prefix whose range meets
+ * them is within them, or can write the bound's own digits (and one more) next. */
+enum { NUM_DIGITS = 0x1f, NUM_FRAC_SHIFT = 5, NUM_DOT = 1 << 10, NUM_NEG = 1 << 11, NUM_MAX = 15 };
+
+__extension__ typedef __int128 dec_n; /* GCC and Clang: 10^36 and more */
+typedef struct dec { /* n / 10^e; inf: +-infinity by the sign of n */
+    dec_n n;
+    int e;
+    bool inf;
+} dec;
+
+static dec_n pow10_(int k) {
+    dec_n p = 1;
+    while (k-- > 0) p *= 10;
+    return p;
+}
+
+static int dec_cmp(dec a, dec b) {
+    if (a.inf || b.inf) {
+        const int sa = a.inf ? (a.n > 0 ? 2 : -2) : 0, sb = b.inf ? (b.n > 0 ? 2 : -2) : 0;
+        return (sa > sb) - (sa < sb);
+    }
+    const int e = a.e > b.e ? a.e : b.e;
+    const dec_n x = a.n * pow10_(e - a.e), y = b.n * pow10_(e - b.e);
+    return (x > y) - (x < y);
+}
+
+/* A bound as a decimal: 6 decimals (a number's), whole (an integer's), or infinite. */
+static dec bound_dec(double b) {
+    if (isinf(b)) return (dec){.n = b > 0 ? 1 : -1, .inf = true};
+    return (dec){.n = (dec_n)llround(b * 1e6), .e = 6};
+}
+
+/* Whether some value in [a, b] (each end open or not; a <= b) lies within n's bounds. */
+static bool bounds_meet(const akv_js_node *n, dec a, bool a_open, dec b, bool b_open) {
+    const dec lo = bound_dec(n->lo), hi = bound_dec(n->hi);
+    dec low = a, high = b;
+    bool low_open = a_open, high_open = b_open;
+    const int cl = dec_cmp(lo, a), ch = dec_cmp(hi, b);
+    if (cl > 0) low = lo, low_open = n->lo_open;
+    else if (cl == 0) low_open = a_open || n->lo_open;
+    if (ch < 0) high = hi, high_open = n->hi_open;
+    else if (ch == 0) high_open = b_open || n->hi_open;
+    const int c = dec_cmp(low, high);
+    return c < 0 || (c == 0 && !low_open && !high_open);
+}
+
+static dec dec_neg(dec d) {
+    d.n = -d.n;
+    return d;
+}
+
+/* [a, b] of magnitudes, signed: a negative number's values are [-b, -a]. */
+static bool signed_meet(const akv_js_node *n, bool neg, dec a, bool a_open, dec b, bool b_open) {
+    return neg ? bounds_meet(n, dec_neg(b), b_open, dec_neg(a), a_open) : bounds_meet(n, a, a_open, b, b_open);
+}
+
+/* Whether a bounded number's digits so far (f) still have a continuation within n's bounds:
+ * ending now, more integer digits (none after a leading 0), or a fraction. */
+static bool num_feasible(const akv_js_node *n, const akv_js_frame *f, uint8_t lex) {
+    const bool neg = f->count & NUM_NEG, integer = n->kind == AKV_JS_INTEGER;
+    const int digits = f->count & NUM_DIGITS, frac = (f->count >> NUM_FRAC_SHIFT) & NUM_DIGITS;
+    const dec_n m = (dec_n)f->used;
+    if (digits == 0) /* a sign alone: any number of that sign */
+        return signed_meet(n, neg, (dec){0, 0, false}, false, (dec){1, 0, true}, false);
+    if (f->count & NUM_DOT) { /* [M, M + 1) / 10^frac; right after the dot, the same */
+        if (digits == NUM_MAX) return signed_meet(n, neg, (dec){m, frac, false}, false, (dec){m, frac, false}, false);
+        return signed_meet(n, neg, (dec){m, frac, false}, false, (dec){m + 1, frac, false}, true);
+    }
+    const dec here = {m, 0, false};
+    if (signed_meet(n, neg, here, false, here, false)) return true; /* it ends here */
+    if (!integer && digits < NUM_MAX && signed_meet(n, neg, here, false, (dec){m + 1, 0, false}, true))
+        return true; /* a fraction */
+    if (lex == JL_ZERO) return false; /* no digit after a leading 0 */
+    for (int j = 1; digits + j <= NUM_MAX; j++) { /* j more digits: [M, M + 1) * 10^j */
+        const dec_n p = pow10_(j);
+        if (integer ? signed_meet(n, neg, (dec){m * p, 0, false}, false, (dec){(m + 1) * p - 1, 0, false}, false)
+                    : signed_meet(n, neg, (dec){m * p, 0, false}, false, (dec){(m + 1) * p, 0, false}, true))
+            return true;
+    }
+    return false;
+}
+
+/* A bounded number's byte c, taken by the lexer (its state now lex): the digits kept, and
+ * whether a continuation within the bounds remains. No exponent, at most NUM_MAX digits. */
+static bool num_take(const akv_js_node *n, akv_js_frame *f, uint8_t c, uint8_t lex) {
+    if (c == '-') f->count |= NUM_NEG;
+    else if (c == '.' && (f->count & NUM_DIGITS) < NUM_MAX) f->count |= NUM_DOT;
+    else if (json_lex_digit(c)) {
+        if ((f->count & NUM_DIGITS) == NUM_MAX) return false;
+        f->used = f->used * 10 + (uint64_t)(c - '0');
+        f->count++;
+        if (f->count & NUM_DOT) f->count += 1 << NUM_FRAC_SHIFT;
+    } else {
+        return false; /* an exponent, or a dot after the last digit it may write */
+    }
+    return num_feasible(n, f, lex);
+}
+
+/* Whether a bounded number may end where it stands. */
+static bool num_in_bounds(const akv_js_node *n, const akv_js_frame *f) {
+    const dec v = {(dec_n)f->used, (f->count >> NUM_FRAC_SHIFT) & NUM_DIGITS, false};
+    return signed_meet(n, f->count & NUM_NEG, v, false, v, false);
+}
+
+/* A bounded string's byte c before the lexer takes it (lexer state st): a character begins at
+ * a byte that is not inside an escape or a UTF-8 sequence; an escape \uD800-\uDBFF (a high
+ * surrogate) is taken back, its low half being the character. False when it would pass hi. */
+static bool str_count(const akv_js_node *n, akv_js_frame *f, uint8_t st, uint8_t c) {
+    if (st == 0 && c != '"') {
+        if (f->count == UINT16_MAX || f->count + 1 > n->hi) return false;
+        f->count++;
+    } else if (st == 2 + 4) { /* the \u's first hex digit */
+        f->used = c == 'd' || c == 'D';
+    } else if (st == 2 + 3 && f->used) {
+        if (strchr("89abAB", c) && c) f->count--;
+        f->used = 0;
+    }
+    return true;
+}
+
 /* Whether the current value may end here (before a byte it does not take). */
 static bool may_end(const akv_js_state *s, const akv_js_frame *f) {
     switch (f->state) {
-    case F_NUM: return json_lex_number_whole(f->sub);
+    case F_NUM:
+        return json_lex_number_whole(f->sub) && (!node_of(s, f)->bounded || num_in_bounds(node_of(s, f), f));
     case F_ENUM: return cand_ended(s, node_of(s, f), f->used) != 0;
     case F_ANY: return akv_json_prefix_complete(&s->any);
     default: return false;
@@ -128,12 +259,12 @@ static bool start(akv_js_state *s, akv_js_frame *f, uint8_t c) {
         return true;
     case AKV_JS_STRING:
         if (c != '"') return false;
-        f->state = F_STR, f->sub = 0;
+        f->state = F_STR, f->sub = 0, f->count = 0, f->used = 0;
         return true;
     case AKV_JS_NUMBER:
     case AKV_JS_INTEGER:
-        f->state = F_NUM, f->sub = json_lex_number_start(c);
-        return f->sub != 0;
+        f->state = F_NUM, f->sub = json_lex_number_start(c), f->count = 0, f->used = 0;
+        return f->sub != 0 && (!n->bounded || num_take(n, f, c, f->sub));
     case AKV_JS_BOOLEAN:
         if (c != 't' && c != 'f') return false;
         f->state = F_LIT, f->count = c, f->sub = 1;
@@ -232,12 +363,17 @@ static bool feed1(akv_js_state *s, uint8_t c) {
             if (c != ']' || f->count < n->min_items) return false;
             pop(s);
             return true;
-        case F_STR:
+        case F_STR: {
+            if (n->bounded && !str_count(n, f, f->sub, c)) return false;
             switch (json_lex_string(&f->sub, c)) {
             case JL_TAKEN: return true;
-            case JL_DONE: pop(s); return true;
+            case JL_DONE:
+                if (n->bounded && f->count < n->lo) return false;
+                pop(s);
+                return true;
             default: return false;
             }
+        }
         case F_LIT:
             switch (json_lex_literal((uint8_t)f->count, &f->sub, c)) {
             case JL_TAKEN: return true;
@@ -246,7 +382,7 @@ static bool feed1(akv_js_state *s, uint8_t c) {
             }
         case F_NUM: {
             const json_lex_r r = json_lex_number(&f->sub, c, n->kind == AKV_JS_INTEGER);
-            if (r == JL_TAKEN) return true;
+            if (r == JL_TAKEN) return !n->bounded || num_take(n, f, c, f->sub);
             if (r == JL_REFUSED) return false;
             break; /* the number ends before c */
         }
@@ -276,9 +412,21 @@ static bool feed1(akv_js_state *s, uint8_t c) {
     }
 }
 
+/* Whether the next byte lands in a string's or an enum text's bytes, where whitespace is text
+ * (an ANY value's own machine bounds its runs itself). */
+static bool in_text(const akv_js_state *s) {
+    if (s->done) return false;
+    const uint8_t st = s->frames[s->depth - 1].state;
+    return st == F_STR || st == F_KEY || st == F_ENUM || st == F_ANY;
+}
+
 bool akv_js_feed(akv_js_state *s, const uint8_t *bytes, size_t n) {
-    for (size_t i = 0; i < n; i++)
+    for (size_t i = 0; i < n; i++) {
+        const bool text = in_text(s);
         if (!feed1(s, bytes[i])) return false;
+        if (text) s->ws = s->nl = 0;
+        else if (!akv_json_ws_run(&s->ws, &s->nl, bytes[i])) return false;
+    }
     return true;
 }
 

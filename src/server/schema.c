@@ -1,6 +1,7 @@
 /* schema.c — a JSON Schema compiled into akv/json_schema.h's table (server/schema.h). */
 #include "server/schema.h"
 
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
@@ -227,6 +228,78 @@ static akv_status compile_union(akv_srv_schema *s, const cJSON *a, uint32_t nest
     return AKV_OK;
 }
 
+/* A bound keyword: absent (NULL), or a number (draft 4's boolean exclusiveMinimum/Maximum
+ * taken where `flag` allows). */
+static akv_status bound_of(akv_srv_schema *s, const cJSON *sch, const char *key, bool flag,
+                           const cJSON **out) {
+    *out = cJSON_GetObjectItemCaseSensitive(sch, key);
+    if (*out && !cJSON_IsNumber(*out) && !(flag && cJSON_IsBool(*out)))
+        return bad(s, "'%s' must be a number", key);
+    if (*out && cJSON_IsNumber(*out) && !isfinite((*out)->valuedouble))
+        return bad(s, "'%s' must be finite", key);
+    return AKV_OK;
+}
+
+/* A number's or an integer's bounds into node: minimum, maximum, exclusiveMinimum,
+ * exclusiveMaximum (numbers; draft 4's booleans beside minimum/maximum), the stricter of each
+ * pair. Kept to what a short decimal writes, so the state machine never reaches a dead end
+ * (akv/json_schema.h): an integer's within 10^14, a number's within 10^8 with at most 6
+ * decimals; a bound at 10^15 or beyond is no bound (no 15-digit value reaches it). */
+static akv_status compile_bounds(akv_srv_schema *s, const cJSON *sch, uint32_t node, bool integer) {
+    const cJSON *mn, *mx, *xmn, *xmx;
+    akv_status st;
+    if ((st = bound_of(s, sch, "minimum", false, &mn)) || (st = bound_of(s, sch, "maximum", false, &mx)) ||
+        (st = bound_of(s, sch, "exclusiveMinimum", true, &xmn)) ||
+        (st = bound_of(s, sch, "exclusiveMaximum", true, &xmx)))
+        return st;
+    if (!mn && !mx && !xmn && !xmx) return AKV_OK;
+    double lo = -INFINITY, hi = INFINITY;
+    bool lo_open = false, hi_open = false;
+    if (mn) lo = mn->valuedouble, lo_open = cJSON_IsTrue(xmn);
+    if (mx) hi = mx->valuedouble, hi_open = cJSON_IsTrue(xmx);
+    if (xmn && cJSON_IsNumber(xmn) && xmn->valuedouble >= lo) lo = xmn->valuedouble, lo_open = true;
+    if (xmx && cJSON_IsNumber(xmx) && xmx->valuedouble <= hi) hi = xmx->valuedouble, hi_open = true;
+    if (lo <= -1e15) lo = -INFINITY, lo_open = false;
+    if (hi >= 1e15) hi = INFINITY, hi_open = false;
+    const double limit = integer ? 1e14 : 1e8;
+    const double ends[2] = {lo, hi};
+    for (int i = 0; i < 2; i++) {
+        if (isinf(ends[i])) continue;
+        if (fabs(ends[i]) > limit)
+            return bad(s, "%s bounds are enforced within %s (one of %.17g)",
+                       integer ? "an integer's" : "a number's", integer ? "1e14" : "1e8", ends[i]);
+        const double t = ends[i] * 1e6;
+        if (!integer && fabs(t - nearbyint(t)) > 1e-6 * fmax(1, fabs(t)) * 1e-6)
+            return bad(s, "a number's bound of more than 6 decimals (%.17g) is not enforced", ends[i]);
+    }
+    if (integer) { /* the integers within, as closed ends */
+        if (!isinf(lo)) lo = lo_open ? floor(lo) + 1 : ceil(lo);
+        if (!isinf(hi)) hi = hi_open ? ceil(hi) - 1 : floor(hi);
+        lo_open = hi_open = false;
+    }
+    if (lo > hi || (lo == hi && (lo_open || hi_open))) return bad(s, "no value lies within the bounds");
+    akv_js_node *n = &s->nodes[node];
+    n->bounded = true, n->lo = lo, n->hi = hi, n->lo_open = lo_open, n->hi_open = hi_open;
+    return AKV_OK;
+}
+
+/* A string's minLength and maxLength (characters) into node. */
+static akv_status compile_lengths(akv_srv_schema *s, const cJSON *sch, uint32_t node) {
+    const cJSON *lo = cJSON_GetObjectItemCaseSensitive(sch, "minLength"),
+                *hi = cJSON_GetObjectItemCaseSensitive(sch, "maxLength");
+    if (!lo && !hi) return AKV_OK;
+    if (lo && (!cJSON_IsNumber(lo) || lo->valuedouble < 0 || lo->valuedouble > 65535 ||
+               lo->valuedouble != floor(lo->valuedouble)))
+        return bad(s, "'minLength' must be an integer 0..65535");
+    if (hi && (!cJSON_IsNumber(hi) || hi->valuedouble < 0 || hi->valuedouble > 65535 ||
+               hi->valuedouble != floor(hi->valuedouble)))
+        return bad(s, "'maxLength' must be an integer 0..65535");
+    akv_js_node *n = &s->nodes[node];
+    n->bounded = true, n->lo = lo ? lo->valuedouble : 0, n->hi = hi ? hi->valuedouble : 65535;
+    if (n->lo > n->hi) return bad(s, "'minLength' above 'maxLength'");
+    return AKV_OK;
+}
+
 static akv_status compile_typed(akv_srv_schema *s, const cJSON *sch, const char *type, uint32_t nest,
                                 uint32_t node) {
     static const struct {
@@ -237,6 +310,9 @@ static akv_status compile_typed(akv_srv_schema *s, const cJSON *sch, const char 
     for (size_t i = 0; i < sizeof simple / sizeof simple[0]; i++)
         if (!strcmp(type, simple[i].name)) {
             s->nodes[node].kind = (uint8_t)simple[i].kind;
+            if (simple[i].kind == AKV_JS_STRING) return compile_lengths(s, sch, node);
+            if (simple[i].kind == AKV_JS_NUMBER || simple[i].kind == AKV_JS_INTEGER)
+                return compile_bounds(s, sch, node, simple[i].kind == AKV_JS_INTEGER);
             return AKV_OK;
         }
     if (!strcmp(type, "object")) return compile_object(s, sch, nest, node);
@@ -270,11 +346,20 @@ static akv_status compile_into(akv_srv_schema *s, const cJSON *sch, uint32_t nes
     if (nest > SCHEMA_MAX_NEST) return bad(s, "the schema nests deeper than %d", SCHEMA_MAX_NEST);
     if (cJSON_IsBool(sch) && cJSON_IsTrue(sch)) return AKV_OK; /* true: any value */
     if (!cJSON_IsObject(sch)) return bad(s, "a schema must be an object");
-    static const char *const refused[] = {"not", "if", "patternProperties", "dependentSchemas",
-                                          "unevaluatedProperties", "prefixItems"};
+    /* What the state machine cannot hold a value to is refused by name rather than ignored
+     * (the answer would not validate): these always; uniqueItems when true. `format` is an
+     * annotation (JSON Schema's default: not an assertion), as are title, description,
+     * default, examples and the like: taken, not checked. */
+    static const char *const refused[] = {
+        "not", "if", "then", "else", "patternProperties", "dependentSchemas", "dependentRequired",
+        "dependencies", "unevaluatedProperties", "unevaluatedItems", "prefixItems", "additionalItems",
+        "contains", "minContains", "maxContains", "propertyNames", "minProperties", "maxProperties",
+        "pattern", "multipleOf", "contentSchema"};
     for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++)
         if (cJSON_GetObjectItemCaseSensitive(sch, refused[i]))
             return bad(s, "'%s' is not supported", refused[i]);
+    if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(sch, "uniqueItems")))
+        return bad(s, "'uniqueItems' is not supported");
     const cJSON *ref = cJSON_GetObjectItemCaseSensitive(sch, "$ref");
     if (ref) {
         const cJSON *to = cJSON_IsString(ref) ? resolve(s, ref->valuestring) : NULL;
@@ -332,6 +417,12 @@ static akv_status compile_into(akv_srv_schema *s, const cJSON *sch, uint32_t nes
     const cJSON *t = cJSON_GetObjectItemCaseSensitive(sch, "type");
     if (!t) { /* no type: any value (an object when it has properties) */
         if (cJSON_GetObjectItemCaseSensitive(sch, "properties")) return compile_object(s, sch, nest, node);
+        /* a bound on the values of some type, which any value's machine would not hold */
+        static const char *const typed[] = {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum",
+                                            "minLength", "maxLength", "minItems", "maxItems", "items"};
+        for (size_t i = 0; i < sizeof typed / sizeof typed[0]; i++)
+            if (cJSON_GetObjectItemCaseSensitive(sch, typed[i]))
+                return bad(s, "'%s' needs a 'type' beside it", typed[i]);
         return AKV_OK;
     }
     if (cJSON_IsString(t)) return compile_typed(s, sch, t->valuestring, nest, node);

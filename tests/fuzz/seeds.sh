@@ -3,7 +3,8 @@
 # the images gguf_fuzz_seeds generates (GGUF_SEEDS, its executable); for tok, a few texts
 # (byte 0 picks the tokenizer and flags); for api, request bodies (byte 0 picks the endpoint,
 # bit 0 set = /v1/completions, and the limits); for http, request heads and chunked bodies (byte
-# 0 picks the head limit and the piece size). Used by replay.sh and scripts/fuzz.
+# 0 picks the head limit and the piece size); for schema, a schema, NUL, bytes to feed. Used by
+# replay.sh and scripts/fuzz.
 target=$1 dir=$2 seeds=$3
 mkdir -p "$dir" || exit 1
 case "$target" in
@@ -32,5 +33,10 @@ jinja) here=$(dirname "$0")
        printf '{%% for x in range(3) %%}{{ loop.index ~ x }}{%% endfor %%}\000{}' >"$dir/loop"
        printf '{{ messages[0].content[1:] | trim ~ (tools | tojson(indent=2)) }}' >"$dir/marks"
        printf '{%% macro m(a, b=2) %%}{{ a + b }}{%% endmacro %%}{{ m(1) }}{{ m(b=3, a=1) }}\000{"x": [1, 2.5, null, true, "s"]}' >"$dir/macro" ;;
+schema) printf '{"type":"object","properties":{"n":{"type":"integer","minimum":-5,"exclusiveMaximum":120},"x":{"type":"number","minimum":0,"maximum":1},"s":{"type":"string","minLength":2,"maxLength":3}},"required":["n"]}\000{"n": 119, "x": 0.25, "s": "ab"}' >"$dir/bounds"
+        printf '{"$defs":{"T":{"type":"object","properties":{"v":{"type":["integer","null"]},"k":{"type":"array","items":{"$ref":"#/$defs/T"},"maxItems":2}},"required":["v"]}},"anyOf":[{"$ref":"#/$defs/T"},{"type":"null"}]}\000{"v": 1, "k": [{"v": null}]}' >"$dir/recursive"
+        printf '{"type":"array","minItems":1,"items":{"enum":["red",3,true,null]}}\000["red", 3,\n\n true]' >"$dir/enum"
+        printf '{"anyOf":[{"type":"object","properties":{"name":{"const":"a"},"arguments":{"type":"object"}},"required":["name"]},{"type":"object","properties":{"name":{"const":"b"},"arguments":{"type":"number","exclusiveMinimum":-0.5}},"required":["name"]}]}\000{"name": "b", "arguments": -0.25}' >"$dir/union"
+        printf '{"type":"string","maxLength":4}\000"\\ud83d\\ude00\303\251x"' >"$dir/chars" ;;
 *) echo "seeds.sh: unknown target $target"; exit 2 ;;
 esac
