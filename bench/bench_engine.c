@@ -180,7 +180,7 @@ static int bset_open(bset *b, akv_dev *dev, const akv_model_config *c, akv_route
         cpp.device_gib = staged_tier ? device_gib
                                      : (uint32_t)ceil(bench_history_gib(&g, total) * B * cfrac * 1.02) + 1;
         cpp.repr = tier;
-        if (staged_tier) cpp.staging_pages = 2 * akv_route_compact_slot_pages(&g, total, B);
+        if (staged_tier) cpp.staging_pages = akv_route_compact_staging_pages(&g, total, B);
         if (akv_dev_pool_create(dev, &g, &cpp, &b->cp) != AKV_OK) return 0;
         rp.tier = tier, rp.compact_pool = b->cp, rp.exact_recent = 256, rp.max_step = (uint32_t)total;
         if (staged_tier) {
@@ -392,16 +392,25 @@ typedef struct crun {
 /* One staged placement's timeline line into buf (appended). */
 static void timeline_note(char *buf, size_t cap, akv_gate_placement pl, const akv_route_layer_times *lt,
                           uint32_t L) {
-    double busy = 0, idle = 0, worst = 0, lag = 0;
-    uint32_t worst_at = 0, host_late = 0;
+    double busy = 0, idle = 0, worst = 0, lag = 0, slot_idle = 0, attn = 0;
+    uint32_t worst_at = 0, host_late = 0, n_gaps = 0, slot_bound = 0;
     for (uint32_t l = 0; l < L; l++) { /* in doubles: an unrecorded 0 stays a number */
         busy += (double)lt[l].copy_done_ns - (double)lt[l].copy_start_ns;
         lag += (double)lt[l].attn_start_ns - (double)lt[l].copy_done_ns;
+        attn += (double)lt[l].attn_done_ns - (double)lt[l].attn_start_ns;
         if (!l) continue;
         const double gap = (double)lt[l].copy_start_ns - (double)lt[l - 1].copy_done_ns;
         if (gap > 0) idle += gap;
         if (gap > worst) worst = gap, worst_at = l;
         host_late += lt[l].bus_idle_at_copy != 0;
+        /* the stage's two slots: layer l's copies wait for the attention of layer l - 2 (the
+         * slot's last reader); a gap that ends within 20 us of that attention's end waited
+         * for it */
+        if (gap > 10e3) {
+            n_gaps++;
+            if (l >= 2 && fabs((double)lt[l].copy_start_ns - (double)lt[l - 2].attn_done_ns) < 20e3)
+                slot_bound++, slot_idle += gap;
+        }
     }
     /* the host's cadence: its copies' submissions from layer 1 to the last, against the
      * device's starts of the same copies */
@@ -413,12 +422,14 @@ static void timeline_note(char *buf, size_t cap, akv_gate_placement pl, const ak
              "%.3f ms (longest %.3f ms, before layer %u); attention starts %.3f ms after its "
              "copies on average; the last attention ends %.3f ms after the last copy. The host "
              "submitted layers 1-%u's copies over %.3f ms (the device started them over %.3f ms); "
-             "at %u of %u submissions the bus had already finished the layer before's copies\n",
+             "at %u of %u submissions the bus had already finished the layer before's copies. "
+             "Of %u gaps over 10 us, %u (%.3f ms) ended within 20 us of the end of the attention "
+             "two layers back (the staging slot's last reader); attention takes %.3f ms a layer\n",
              akv_route_kind_name(pl.kind), akv_repr_name(pl.tier), L,
              ((double)lt[L - 1].copy_done_ns - (double)lt[0].copy_start_ns) / 1e6, busy / 1e6,
              idle / 1e6, worst / 1e6, worst_at, lag / L / 1e6,
              ((double)lt[L - 1].attn_done_ns - (double)lt[L - 1].copy_done_ns) / 1e6, L - 1,
-             host_ms, dev_ms, host_late, L - 1);
+             host_ms, dev_ms, host_late, L - 1, n_gaps, slot_bound, slot_idle / 1e6, attn / L / 1e6);
 }
 
 /* The gate's rates: AKV_BENCH_GATE_RATES's file (akv calibrate), else the defaults. */

@@ -581,7 +581,7 @@ int main(int argc, char **argv) {
             akv_dev_pool_params cpp = akv_dev_pool_default_params();
             cpp.device_gib = 1, cpp.repr = tier;
             akv_dev_pool_params spp = cpp; /* the staged ones' compact pools: a staging reserve */
-            spp.staging_pages = 2 * akv_route_compact_slot_pages(&p.g, 128, 1);
+            spp.staging_pages = akv_route_compact_staging_pages(&p.g, 128, 1);
             akv_host_pool_params chp = akv_host_pool_default_params();
             chp.limit_gib = 1, chp.repr = tier;
             akv_dev_pool *cp[4] = {0};
@@ -730,7 +730,7 @@ int main(int argc, char **argv) {
         akv_dev_pool *cp = NULL, *cs = NULL;
         akv_host_pool *hc = NULL, *h4 = NULL;
         CHECK_OK(akv_dev_pool_create(p.dev, &p.g, &cpp, &cp));
-        cpp.staging_pages = 2 * akv_route_compact_slot_pages(&p.g, 64, 1);
+        cpp.staging_pages = akv_route_compact_staging_pages(&p.g, 64, 1);
         CHECK_OK(akv_dev_pool_create(p.dev, &p.g, &cpp, &cs));
         CHECK_OK(akv_host_pool_create(p.dev, &p.g, &chp, &hc));
         akv_log_set(NULL, NULL, AKV_LOG_OFF);
@@ -767,7 +767,7 @@ int main(int argc, char **argv) {
         akv_dev_pool_params cpp = akv_dev_pool_default_params();
         cpp.device_gib = 1, cpp.repr = AKV_REPR_Q8;
         akv_dev_pool_params spp = cpp;
-        spp.staging_pages = 2 * akv_route_compact_slot_pages(&p.g, 128, 2);
+        spp.staging_pages = akv_route_compact_staging_pages(&p.g, 128, 2);
         akv_host_pool_params chp = akv_host_pool_default_params();
         chp.limit_gib = 1, chp.repr = AKV_REPR_Q8;
         akv_dev_pool *cr = NULL, *cs = NULL;

@@ -164,7 +164,7 @@ typedef struct akv_route_params {
     akv_repr tier;
     akv_dev_pool *compact_pool;  /* its pages (params.repr = tier, the same geometry), borrowed;
                                     staged: with a staging reserve of at least
-                                    2 x akv_route_compact_slot_pages */
+                                    akv_route_compact_staging_pages */
     akv_host_pool *compact_host_pool; /* staged only: the compact copies (params.repr = tier,
                                     the same geometry), borrowed; as many page ids as the
                                     host pool's (every exact host page may have its copy) */
@@ -297,6 +297,10 @@ akv_status akv_route_plan_split(akv_route_plan *pl, const akv_geom *g, uint64_t 
 /* Compact pages of one layer a staged compact route of max_seqs histories of max_history
  * tokens stages at most in a step: a staging slot's pages. */
 uint32_t akv_route_compact_slot_pages(const akv_geom *g, uint64_t max_history, uint32_t max_seqs);
+
+/* The compact pool's staging reserve that route needs: its stage's slots (three: a layer's
+ * copies wait for the attention three layers back) of akv_route_compact_slot_pages each. */
+uint32_t akv_route_compact_staging_pages(const akv_geom *g, uint64_t max_history, uint32_t max_seqs);
 
 /* The plan once the admission sized the pools (fit: akv/admit.h, for fit->concurrency
  * histories): each context's window. AKV_EFULL, logged naming the params field to change,

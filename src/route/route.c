@@ -125,6 +125,11 @@ uint32_t akv_route_compact_slot_pages(const akv_geom *g, uint64_t max_history, u
     return n < UINT32_MAX / 2 ? (uint32_t)n : UINT32_MAX / 2;
 }
 
+uint32_t akv_route_compact_staging_pages(const akv_geom *g, uint64_t max_history, uint32_t max_seqs) {
+    const uint64_t n = (uint64_t)AKV__ROUTE_CSTAGE_SLOTS * akv_route_compact_slot_pages(g, max_history, max_seqs);
+    return n > UINT32_MAX ? UINT32_MAX : (uint32_t)n;
+}
+
 akv_status akv_route_plan_split(akv_route_plan *pl, const akv_geom *g, uint64_t max_history,
                                 uint32_t max_seqs, uint32_t device_gib, uint32_t host_gib,
                                 bool quiet) {
@@ -137,7 +142,7 @@ akv_status akv_route_plan_split(akv_route_plan *pl, const akv_geom *g, uint64_t 
     const double exact = (double)k->need(pl, g, max_history) * S * g->n_layers *
                          (double)akv_geom_page_bytes(g);
     const uint32_t exact_gib = (uint32_t)((exact + GiB - 1) / GiB);
-    pl->compact_staging_pages = 2 * akv_route_compact_slot_pages(g, max_history, S);
+    pl->compact_staging_pages = akv_route_compact_staging_pages(g, max_history, S);
     akv_dev_pool_params cpp = {.device_gib = device_gib > exact_gib ? device_gib - exact_gib : 0,
                                .staging_pages = pl->compact_staging_pages,
                                .repr = pl->tier};
@@ -225,10 +230,10 @@ size_t akv_route_plan_format(const akv_route_plan *pl, uint32_t max_seqs,
                       "{=exact_recent} %llu tokens, a compact copy of each in %u GiB of "
                       "{=host_gib}; %u GiB of the device pool keep each history's newest %u "
                       "compact pages per layer by right + %u borrowable and stage the rest, "
-                      "staging reserve %u compact pages (2 slots)\n",
+                      "staging reserve %u compact pages (%u slots)\n",
                       akv_repr_name(pl->tier), (unsigned long long)pl->exact_recent,
                       pl->compact_host_gib, pl->compact_gib, pl->compact_target,
-                      pl->compact_burst, pl->compact_staging_pages);
+                      pl->compact_burst, pl->compact_staging_pages, (unsigned)AKV__ROUTE_CSTAGE_SLOTS);
     return n > 0 ? (size_t)n : 0;
 }
 

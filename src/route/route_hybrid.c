@@ -122,16 +122,17 @@ static uint32_t hybrid_staged_compact_order(const akv_route *r, const akv_route_
     return k;
 }
 
-/* The stage of compact pages: two slots from the compact pool's staging reserve. */
+/* The stage of compact pages: AKV__ROUTE_CSTAGE_SLOTS slots from the compact pool's staging
+ * reserve. */
 static akv_status hybrid_staged_stage(akv_route *r) {
     akv_stage_params sp = akv_stage_default_params();
-    sp.n_slots = 2, sp.slot_pages = r->cslot_pages;
+    sp.n_slots = AKV__ROUTE_CSTAGE_SLOTS, sp.slot_pages = r->cslot_pages;
     akv_status st = akv_stage_create(r->dev, r->hpc, r->dpc, &sp, &r->cst);
     if (st == AKV_EFULL)
         AKV_LOG_E("route: the staged compact route needs a staging reserve of %u compact pages "
-                  "(2 slots x %u) in the compact pool: raise {=device_gib} or lower "
+                  "(%u slots x %u) in the compact pool: raise {=device_gib} or lower "
                   "{=max_history} or {=max_seqs}",
-                  2 * r->cslot_pages, r->cslot_pages);
+                  AKV__ROUTE_CSTAGE_SLOTS * r->cslot_pages, AKV__ROUTE_CSTAGE_SLOTS, r->cslot_pages);
     return st;
 }
 

@@ -125,6 +125,10 @@ typedef struct akv__route_kind {
 } akv__route_kind;
 
 enum { AKV__ROUTE_HEAD_ALIGN = 4 }; /* int32s: the indices start 16-byte aligned */
+/* The staged compact route's stage: three slots, so a layer's copies wait for the attention
+ * three layers back, not two (with two, every gap between a q8 or q4 step's layers was the bus
+ * waiting for the attention two layers back to free its slot: docs/benchmarks.md). */
+enum { AKV__ROUTE_CSTAGE_SLOTS = 3 };
 
 /* A compact page to make: the exact host page it encodes, and where it goes: a page of the
  * compact pool (through cstage), or a compact copy on the host (dst, staged hybrid). */
