@@ -4,6 +4,9 @@
 
 #include <string.h>
 
+#include "akv/json_schema.h"
+#include "server/api.h"
+#include "server/schema.h"
 #include "server/tools.h"
 
 static const char tools[] =
@@ -33,6 +36,30 @@ static void expect(const char *text, size_t n, const char *name0, const char *ar
 
 int main(int argc, char **argv) {
     test_args(argc, argv);
+    TEST_CASE(a_list_of_calls_held_one_unless_parallel) {
+        /* Mistral's [TOOL_CALLS] [...]: the list held to the tools' calls; with
+         * parallel_tool_calls false, one call at most */
+        const char *one = "[{\"name\": \"add\", \"arguments\": {}}]";
+        const char *two = "[{\"name\": \"add\", \"arguments\": {}}, {\"name\": \"get_weather\", \"arguments\": {}}]";
+        for (int parallel = 0; parallel < 2; parallel++) {
+            akv_srv_schema *sch = NULL;
+            char why[256] = "";
+            if (!REQUIRE_OK(akv_api_call_schema(tools, NULL, true, parallel, "arguments", &sch, why, sizeof why)))
+                break;
+            const akv_json_schema *v = akv_srv_schema_view(sch);
+            akv_js_state st;
+            akv_js_init(&st, v);
+            CHECK(akv_js_feed(&st, (const uint8_t *)one, strlen(one)) && akv_js_complete(&st));
+            akv_js_init(&st, v);
+            const bool both = akv_js_feed(&st, (const uint8_t *)two, strlen(two)) && akv_js_complete(&st);
+            TEST_CHECK_(both == (parallel == 1), "parallel %d: two calls %s", parallel, both ? "taken" : "refused");
+            akv_js_init(&st, v);
+            const char *other = "[{\"name\": \"sub\"";
+            CHECK(!akv_js_feed(&st, (const uint8_t *)other, strlen(other))); /* a name not offered */
+            akv_srv_schema_free(sch);
+        }
+    }
+
     TEST_CASE(hermes_and_qwen) {
         expect("<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>",
                1, "get_weather", "{\"city\": \"Paris\"}", "(none)");

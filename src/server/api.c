@@ -270,7 +270,7 @@ static const char *tool_name(const cJSON *tool) {
     return cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(tool, "function"), "name")->valuestring;
 }
 
-akv_status akv_api_call_schema(const char *tools_json, const char *name, bool list,
+akv_status akv_api_call_schema(const char *tools_json, const char *name, bool list, bool parallel,
                                const char *args_key, struct akv_srv_schema **out, char *why,
                                size_t cap) {
     *out = NULL;
@@ -308,6 +308,7 @@ akv_status akv_api_call_schema(const char *tools_json, const char *name, bool li
             if (arr) {
                 cJSON_AddStringToObject(arr, "type", "array");
                 cJSON_AddNumberToObject(arr, "minItems", 1);
+                if (!parallel) cJSON_AddNumberToObject(arr, "maxItems", 1);
                 cJSON_AddItemToObject(arr, "items", sch);
             } else {
                 cJSON_Delete(sch);
@@ -326,7 +327,7 @@ akv_status akv_api_call_schema(const char *tools_json, const char *name, bool li
 static akv_status force_call(const char *tools_json, const char *name, akv_api_request *r,
                              akv_api_error *err) {
     char why[256] = "";
-    akv_status st = akv_api_call_schema(tools_json, name, false, "arguments", &r->schema, why, sizeof why);
+    akv_status st = akv_api_call_schema(tools_json, name, false, false, "arguments", &r->schema, why, sizeof why);
     if (st == AKV_EINVAL)
         return BAD("tools", "'tool_choice' holds the answer to the tool's parameters, and this "
                             "schema cannot be followed: %s", why);

@@ -119,10 +119,10 @@ typedef struct akv_api_error {
  * it; name: that tool only, NULL: any): {"name": N, args_key ("arguments", or Llama 3's
  * "parameters"): N's parameters}, a union told
  * apart by the name when there are several (server/schema.h; when one's parameters cannot be
- * followed, the name is held to the tools' names and the arguments to any object); list: an
- * array of one or more calls. AKV_EINVAL with why (the one tool's parameters schema the
- * compiler refuses), AKV_ENOMEM. */
-akv_status akv_api_call_schema(const char *tools_json, const char *name, bool list,
+ * followed, the name is held to the tools' names and the arguments to any object). AKV_EINVAL with why (the one tool's parameters schema the
+ * compiler refuses), AKV_ENOMEM. list: an array of one or more calls, at most one unless
+ * parallel (the request's parallel_tool_calls). */
+akv_status akv_api_call_schema(const char *tools_json, const char *name, bool list, bool parallel,
                                const char *args_key, struct akv_srv_schema **out, char *why,
                                size_t cap);
 

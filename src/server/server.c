@@ -293,7 +293,8 @@ static akv_status hold_calls(akv_api_request *a, const akv_tok_text *prompt) {
     for (size_t i = 0; i < sizeof forms / sizeof forms[0]; i++) {
         if (!strstr(prompt->bytes, forms[i].shown)) continue;
         char why[256];
-        const akv_status st = akv_api_call_schema(a->tools_json, NULL, forms[i].list, forms[i].args_key,
+        const akv_status st = akv_api_call_schema(a->tools_json, NULL, forms[i].list, a->parallel_tool_calls,
+                                                  forms[i].args_key,
                                                   &a->call_schema, why, sizeof why);
         if (st == AKV_OK) a->call_after = forms[i].opener;
         return st == AKV_ENOMEM ? st : AKV_OK;
