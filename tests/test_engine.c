@@ -1862,6 +1862,9 @@ int main(int argc, char **argv) {
             ep.pass = AKV_ENGINE_PASS_DEVICE, ep.chunk = 16;
             ep.route = route_kind(variant == 1 ? "staged" : "resident"), ep.window_pages = 2;
             ep.kv_dtype = AKV_DTYPE_F32;
+            /* a host pool of 36 pages (a request may reserve 12): admission waits, shares and
+             * trims idle contexts under pressure; the walker checks its promise every step */
+            if (variant < 2) ep.host_pages_max = 36;
             if (variant == 2) ep.session_dir = sdir;
             akv_engine *e = engine_open(wm, &ep);
             if (!e) break;
@@ -1953,6 +1956,14 @@ int main(int argc, char **argv) {
             CHECK_OK(akv_route_sync(akv_engine_route(e)));
             CHECK_OK(akv__engine_check(e));
             for (int k = 0; k < LIVE; k++) akv_engine_release(e, live[k]);
+            if (variant < 2) { /* the small host pool was a pressure (the last engine's counts) */
+                akv_engine_stats es;
+                akv_engine_get_stats(e, &es);
+                printf("  %s, 36 host pages: %llu idle contexts closed, %llu forks, %llu sent back "
+                       "to the queue\n", variant ? "staged" : "resident",
+                       (unsigned long long)es.n_idle_closed, (unsigned long long)es.n_forked,
+                       (unsigned long long)es.n_unadmitted);
+            }
             if (variant == 2) {
                 akv_engine_stats es;
                 akv__engine_flush_sessions(e);
