@@ -547,7 +547,7 @@ static void engine_trim_idle(akv_engine *e) {
     }
 }
 
-akv_status akv__engine_idle_adopt(akv_engine *e, akv__ctx *c) {
+akv_status akv__engine_idle_adopt(akv_engine *e, akv__ctx *c, bool keep) {
     /* the running requests' room comes first: an idle context that cannot sit beside what
      * they hold and may take, every other idle context closed, would be closed at once (its
      * pages are in the pool already: counted as held) */
@@ -556,7 +556,9 @@ akv_status akv__engine_idle_adopt(akv_engine *e, akv__ctx *c) {
         return AKV_EFULL;
     }
     idle_push(e, c);
+    if (keep) c->n_pin++; /* out of the trim's reach, as a context a request starts from */
     engine_trim_idle(e); /* older idle contexts first: this one is the most recent */
+    if (keep) c->n_pin--, e->idle_sole_stale = true;
     return AKV_OK;
 }
 

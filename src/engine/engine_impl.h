@@ -205,9 +205,10 @@ void akv__request_end(akv_request *rq, akv_finish finish);
 bool akv__request_is_eog(const akv_engine *e, int32_t token);
 
 /* A context made outside a request (a session read from a file: session.c) becomes idle, the
- * most recently used, and older idle ones beyond max_idle or the host pages are closed.
- * AKV_EFULL (c closed) when the running requests' reservations leave no room for it. */
-akv_status akv__engine_idle_adopt(akv_engine *e, akv__ctx *c);
+ * most recently used, and older idle ones beyond max_idle or the host pages are closed (keep:
+ * never c itself, which a request is about to start from; else c too, where nothing else can
+ * go). AKV_EFULL (c closed) when the running requests' room leaves none for it. */
+akv_status akv__engine_idle_adopt(akv_engine *e, akv__ctx *c, bool keep);
 /* Takes c off the idle list (it stays open: the caller closes or runs it). */
 void akv__engine_idle_remove(akv_engine *e, akv__ctx *c);
 

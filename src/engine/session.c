@@ -477,7 +477,7 @@ akv_status akv_engine_session_load(akv_engine *e, const char *path, uint32_t *n_
     akv_status st = akv__session_read(e, path, &c);
     if (st) return st;
     const uint32_t n_loaded = c->n_tokens;
-    if ((st = akv__engine_idle_adopt(e, c))) {
+    if ((st = akv__engine_idle_adopt(e, c, true))) { /* loaded for the prompts that follow */
         AKV_LOG_E("engine: the session '%s' (%u tokens) does not fit beside the running "
                   "requests' reservations in the host pool: nothing loaded",
                   path, n_loaded);

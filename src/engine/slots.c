@@ -92,14 +92,14 @@ akv_status akv_engine_slot_restore(akv_engine *e, uint32_t id, const char *path,
     if (old) akv__engine_idle_remove(e, old);
     c->slot1 = id + 1, c->retention = INT8_MAX;
     e->leaving = old; /* its own pages count as free */
-    st = akv__engine_idle_adopt(e, c);
+    st = akv__engine_idle_adopt(e, c, false);
     e->leaving = NULL;
     /* still there (the trim may close even the most precious: max_idle 0)? Found by its slot,
      * which no other context holds now */
     bool kept = false;
     for (const akv__ctx *o = e->idle_head; !st && o && !kept; o = o->next) kept = o->slot1 == id + 1;
     if (!kept) { /* closed: the slot as it was */
-        if (old) (void)akv__engine_idle_adopt(e, old);
+        if (old) (void)akv__engine_idle_adopt(e, old, false);
         AKV_LOG_E("engine: the session '%s' (%u tokens) does not fit beside the running "
                   "requests' reservations and the idle conversations kept: slot %u left as it "
                   "was", path, n, id);

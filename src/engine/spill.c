@@ -333,7 +333,7 @@ bool akv__spill_in(akv_engine *e, const akv_request *rq, uint32_t in_memory) {
     /* adopted as the most precious idle context while the others make room, so it is not the
      * one closed (written back out) for it; then its own retention again */
     if (!st) c->retention = INT8_MAX;
-    if (st || akv__engine_idle_adopt(e, c) != AKV_OK) { /* no memory or room now: kept for later */
+    if (st || akv__engine_idle_adopt(e, c, true) != AKV_OK) { /* no memory or room now: kept for later */
         spill_lock(e);
         spill_room(e, s.bytes);
         (void)spill_add(e, s);
