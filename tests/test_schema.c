@@ -248,6 +248,33 @@ int main(int argc, char **argv) {
         valid(v, "{\"s\": \"\\ud83d\\ude00!\"}");        /* a surrogate pair is one */
         invalid(v, "{\"s\": \"a\"}", 8);
         invalid(v, "{\"s\": \"abcd\"}", 10);
+        akv_srv_schema_free(c);
+        /* large integer bounds, exact (they were rounded through doubles of micro-units) */
+        c = compile_text("{\"type\": \"integer\", \"minimum\": 1e13, \"maximum\": 2e13}", why, sizeof why);
+        if (!TEST_CHECK_(c != NULL, "%s", why)) break;
+        valid(akv_srv_schema_view(c), "15000000000000");
+        invalid(akv_srv_schema_view(c), "-1", 0);
+        akv_srv_schema_free(c);
+        c = compile_text("{\"type\": \"integer\", \"minimum\": 706489407141, \"exclusiveMaximum\": "
+                         "706489407141.018}", why, sizeof why);
+        if (!TEST_CHECK_(c != NULL, "%s", why)) break;
+        valid(akv_srv_schema_view(c), "706489407141");
+        akv_srv_schema_free(c);
+        c = compile_text("{\"type\": \"integer\", \"maximum\": -1e13}", why, sizeof why);
+        if (!TEST_CHECK_(c != NULL, "%s", why)) break;
+        incomplete(akv_srv_schema_view(c), "-9300000000000"); /* a digit more: -9.3e13 */
+        akv_srv_schema_free(c);
+        /* a surrogate pair is one character; an unpaired high surrogate is refused */
+        c = compile_text("{\"type\": \"string\", \"maxLength\": 1}", why, sizeof why);
+        if (!TEST_CHECK_(c != NULL, "%s", why)) break;
+        valid(akv_srv_schema_view(c), "\"\\ud83d\\ude00\"");
+        invalid(akv_srv_schema_view(c), "\"\\ud83da\"", 7);
+        invalid(akv_srv_schema_view(c), "\"\\ud800\\ud800\"", 10);
+        invalid(akv_srv_schema_view(c), "\"\\ud83d\"", 7);
+        valid(akv_srv_schema_view(c), "\"\\udc00\""); /* a low half alone: one character */
+        akv_srv_schema_free(c);
+        c = compile_text(sch, why, sizeof why);
+        v = akv_srv_schema_view(c);
         /* whitespace between tokens is bounded (no loop on blank lines); inside a string, text */
         valid(v, "{\n\n  \"s\": \"a b\"\n}");
         invalid(v, "{\n\n\n\"s\": \"ab\"}", 3);
@@ -356,7 +383,12 @@ int main(int argc, char **argv) {
             {"{\"type\": \"integer\", \"minimum\": 5, \"maximum\": 4}", "no value"},
             {"{\"type\": \"integer\", \"exclusiveMinimum\": 4, \"exclusiveMaximum\": 5}", "no value"},
             {"{\"type\": \"number\", \"minimum\": 0.1234567}", "6 decimals"},
-            {"{\"type\": \"number\", \"maximum\": 1e12}", "1e8"},
+            {"{\"type\": \"number\", \"maximum\": 12345678901234.5}", "more digits"},
+            {"{\"type\": \"integer\", \"minimum\": 1e14}", "more digits"},
+            {"{\"type\": \"number\", \"exclusiveMinimum\": 1000000.0000004}", "6 decimals"},
+            {"{\"enum\": [1, 5], \"minimum\": 3}", "beside 'enum'"},
+            {"{\"anyOf\": [{\"type\": \"integer\"}, {\"type\": \"null\"}], \"minimum\": 3}", "beside 'anyOf'"},
+            {"{\"$ref\": \"#/$defs/a\", \"maxLength\": 3, \"$defs\": {\"a\": {\"type\": \"string\"}}}", "beside '$ref'"},
             {"{\"type\": \"string\", \"minLength\": 4, \"maxLength\": 3}", "minLength"},
             {"{\"type\": \"string\", \"maxLength\": -1}", "maxLength"},
             {"{\"type\": \"number\", \"minimum\": \"3\"}", "minimum"},

@@ -19,8 +19,8 @@
  *            call: "name" chooses the schema of "arguments"). The tag comes before them.
  *   prefix   as in akv/json_prefix.h: bytes that some continuation makes a complete value of
  *            the schema's root.
- *   bounds   a string's length in characters (code points; an escaped surrogate pair is one)
- *            within [lo, hi]; an integer's or a number's value within [lo, hi], each end
+ *   bounds   a string's length in characters (code points; an escaped surrogate pair is one,
+ *            an unpaired high surrogate refused) within [lo, hi]; an integer's or a number's value within [lo, hi], each end
  *            inclusive or not. A bounded number is written without an exponent and with at most
  *            15 digits (weighed exactly, as a validator parsing it into a double would); every byte keeps the value
  *            one that some continuation brings within its bounds, so no prefix is a dead end.

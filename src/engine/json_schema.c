@@ -135,10 +135,12 @@ static int dec_cmp(dec a, dec b) {
     return (x > y) - (x < y);
 }
 
-/* A bound as a decimal: 6 decimals (a number's), whole (an integer's), or infinite. */
+/* A bound as a decimal, exactly: its whole part and 6 decimals (the compiler admits no more),
+ * or infinite. */
 static dec bound_dec(double b) {
     if (isinf(b)) return (dec){.n = b > 0 ? 1 : -1, .inf = true};
-    return (dec){.n = (dec_n)llround(b * 1e6), .e = 6};
+    const double ip = trunc(b);
+    return (dec){.n = (dec_n)ip * 1000000 + (dec_n)llround((b - ip) * 1e6), .e = 6};
 }
 
 /* Whether some value in [a, b] (each end open or not; a <= b) lies within n's bounds. */
@@ -213,18 +215,37 @@ static bool num_in_bounds(const akv_js_node *n, const akv_js_frame *f) {
     return signed_meet(n, f->count & NUM_NEG, v, false, v, false);
 }
 
+/* A bounded string's escapes (f->used): the \u's first hex digit was D; the character just
+ * written is a high surrogate (\uD800-\uDBFF), so its low half must follow; that low half is
+ * being read. */
+enum { STR_D = 1, STR_HIGH = 2, STR_LOW = 4 };
+
 /* A bounded string's byte c before the lexer takes it (lexer state st): a character begins at
- * a byte that is not inside an escape or a UTF-8 sequence; an escape \uD800-\uDBFF (a high
- * surrogate) is taken back, its low half being the character. False when it would pass hi. */
+ * a byte that is not inside an escape or a UTF-8 sequence, and counts one. A high surrogate's
+ * escape must be followed by its low half's, which does not count again (the pair is one
+ * character, as a validator counts code points); an unpaired one is refused. False when c
+ * would pass hi or break a pair. */
 static bool str_count(const akv_js_node *n, akv_js_frame *f, uint8_t st, uint8_t c) {
     if (st == 0 && c != '"') {
+        if (f->used & STR_HIGH) { /* only the low half may come */
+            if (c != '\\') return false;
+            f->used = STR_LOW;
+            return true;
+        }
         if (f->count == UINT16_MAX || f->count + 1 > n->hi) return false;
         f->count++;
+    } else if (st == 0) { /* the closing quote: not after a high surrogate alone */
+        return !(f->used & STR_HIGH);
+    } else if (st == 1) {
+        return !(f->used & STR_LOW) || c == 'u';
     } else if (st == 2 + 4) { /* the \u's first hex digit */
-        f->used = c == 'd' || c == 'D';
-    } else if (st == 2 + 3 && f->used) {
-        if (strchr("89abAB", c) && c) f->count--;
+        if ((f->used & STR_LOW) && c != 'd' && c != 'D') return false;
+        if (c == 'd' || c == 'D') f->used |= STR_D;
+    } else if (st == 2 + 3) { /* its second */
+        const bool d = f->used & STR_D, low = f->used & STR_LOW;
         f->used = 0;
+        if (low) return c && strchr("cdefCDEF", c);
+        if (d && c && strchr("89abAB", c)) f->used = STR_HIGH;
     }
     return true;
 }

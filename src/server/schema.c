@@ -4,6 +4,7 @@
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "core/alloc.h"
@@ -243,8 +244,9 @@ static akv_status bound_of(akv_srv_schema *s, const cJSON *sch, const char *key,
 /* A number's or an integer's bounds into node: minimum, maximum, exclusiveMinimum,
  * exclusiveMaximum (numbers; draft 4's booleans beside minimum/maximum), the stricter of each
  * pair. Kept to what a short decimal writes, so the state machine never reaches a dead end
- * (akv/json_schema.h): an integer's within 10^14, a number's within 10^8 with at most 6
- * decimals; a bound at 10^15 or beyond is no bound (no 15-digit value reaches it). */
+ * (akv/json_schema.h): at most 6 decimals and 15 digits in all with one more for an open end
+ * (an integer's within 10^14, a number's with 6 decimals within 10^8); a bound at 10^15 or
+ * beyond is no bound (no 15-digit value reaches it). */
 static akv_status compile_bounds(akv_srv_schema *s, const cJSON *sch, uint32_t node, bool integer) {
     const cJSON *mn, *mx, *xmn, *xmx;
     akv_status st;
@@ -261,16 +263,26 @@ static akv_status compile_bounds(akv_srv_schema *s, const cJSON *sch, uint32_t n
     if (xmx && cJSON_IsNumber(xmx) && xmx->valuedouble <= hi) hi = xmx->valuedouble, hi_open = true;
     if (lo <= -1e15) lo = -INFINITY, lo_open = false;
     if (hi >= 1e15) hi = INFINITY, hi_open = false;
-    const double limit = integer ? 1e14 : 1e8;
     const double ends[2] = {lo, hi};
     for (int i = 0; i < 2; i++) {
         if (isinf(ends[i])) continue;
-        if (fabs(ends[i]) > limit)
-            return bad(s, "%s bounds are enforced within %s (one of %.17g)",
-                       integer ? "an integer's" : "a number's", integer ? "1e14" : "1e8", ends[i]);
-        const double t = ends[i] * 1e6;
-        if (!integer && fabs(t - nearbyint(t)) > 1e-6 * fmax(1, fabs(t)) * 1e-6)
+        /* its digits: the whole part's and the fewest decimals (at most 6) that write it; with
+         * one more for an open end, at most 15 (what the machine writes) */
+        int dec = 0;
+        char t[64];
+        for (; dec <= 6; dec++) {
+            snprintf(t, sizeof t, "%.*f", dec, ends[i]);
+            if (strtod(t, NULL) == ends[i]) break;
+        }
+        if (integer) dec = 0;
+        else if (dec > 6)
             return bad(s, "a number's bound of more than 6 decimals (%.17g) is not enforced", ends[i]);
+        int whole = 1;
+        for (double w = floor(fabs(ends[i])); w >= 10; w /= 10) whole++;
+        if (whole + dec + 1 > 15 || fabs(ends[i]) >= 1e14)
+            return bad(s, "%s bound %.17g has more digits than are enforced (15 in all, one "
+                          "more for an exclusive end)",
+                       integer ? "an integer's" : "a number's", ends[i]);
     }
     if (integer) { /* the integers within, as closed ends */
         if (!isinf(lo)) lo = lo_open ? floor(lo) + 1 : ceil(lo);
@@ -342,6 +354,19 @@ static akv_status compile_typed(akv_srv_schema *s, const cJSON *sch, const char 
     return bad(s, "type '%.40s' is not a JSON Schema type", type);
 }
 
+/* The keywords that bound a typed value (a number's, a string's, an array's): refused beside
+ * what compiles without reading them ($ref, enum, const, anyOf, oneOf, allOf), rather than
+ * ignored. */
+static akv_status no_bounds_beside(akv_srv_schema *s, const cJSON *sch, const char *beside) {
+    static const char *const bounds[] = {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum",
+                                         "minLength", "maxLength", "minItems", "maxItems"};
+    for (size_t i = 0; i < sizeof bounds / sizeof bounds[0]; i++)
+        if (cJSON_GetObjectItemCaseSensitive(sch, bounds[i]))
+            return bad(s, "'%s' beside '%s' is not supported (put it in the schema it bounds)",
+                       bounds[i], beside);
+    return AKV_OK;
+}
+
 static akv_status compile_into(akv_srv_schema *s, const cJSON *sch, uint32_t nest, uint32_t node) {
     if (nest > SCHEMA_MAX_NEST) return bad(s, "the schema nests deeper than %d", SCHEMA_MAX_NEST);
     if (cJSON_IsBool(sch) && cJSON_IsTrue(sch)) return AKV_OK; /* true: any value */
@@ -361,6 +386,12 @@ static akv_status compile_into(akv_srv_schema *s, const cJSON *sch, uint32_t nes
     if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(sch, "uniqueItems")))
         return bad(s, "'uniqueItems' is not supported");
     const cJSON *ref = cJSON_GetObjectItemCaseSensitive(sch, "$ref");
+    static const char *const whole[] = {"$ref", "enum", "const", "anyOf", "oneOf", "allOf"};
+    for (size_t i = 0; i < sizeof whole / sizeof whole[0]; i++)
+        if (cJSON_GetObjectItemCaseSensitive(sch, whole[i])) {
+            akv_status st = no_bounds_beside(s, sch, whole[i]);
+            if (st) return st;
+        }
     if (ref) {
         const cJSON *to = cJSON_IsString(ref) ? resolve(s, ref->valuestring) : NULL;
         if (!to) return bad(s, "'$ref' must name #/$defs/... or #/definitions/... of the schema");
