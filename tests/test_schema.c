@@ -296,6 +296,7 @@ int main(int argc, char **argv) {
             char sch[256], text[512];
             const int kind = (int)test_rand_below(&rng, 3); /* integer, number, string */
             double a = (double)((int64_t)test_rand_below(&rng, 4001) - 2000) / (kind == 1 ? 100.0 : 1.0);
+            if (kind == 0 && test_rand_below(&rng, 3) == 0) a *= 1e10; /* 13-14 digits */
             double b = a + (double)test_rand_below(&rng, 3000) / (kind == 1 ? 1000.0 : 1.0);
             const bool xa = test_rand_below(&rng, 2), xb = test_rand_below(&rng, 2);
             char ta[40], tb[40]; /* the bounds as the schema says them */
