@@ -403,13 +403,15 @@ static void timeline_note(char *buf, size_t cap, akv_gate_placement pl, const ak
         if (gap > 0) idle += gap;
         if (gap > worst) worst = gap, worst_at = l;
         host_late += lt[l].bus_idle_at_copy != 0;
-        /* the stage's two slots: layer l's copies wait for the attention of layer l - 2 (the
-         * slot's last reader); a gap that ends within 20 us of that attention's end waited
-         * for it */
+        /* layer l's copies wait for the last reader of their staging slot, an earlier layer's
+         * attention (two back with two slots, three with three); a gap that ends within 20 us
+         * of an earlier attention's end waited for it */
         if (gap > 10e3) {
             n_gaps++;
-            if (l >= 2 && fabs((double)lt[l].copy_start_ns - (double)lt[l - 2].attn_done_ns) < 20e3)
-                slot_bound++, slot_idle += gap;
+            bool at_reader = false;
+            for (uint32_t j = 0; j < l && !at_reader; j++)
+                at_reader = fabs((double)lt[l].copy_start_ns - (double)lt[j].attn_done_ns) < 20e3;
+            if (at_reader) slot_bound++, slot_idle += gap;
         }
     }
     /* the host's cadence: its copies' submissions from layer 1 to the last, against the
@@ -423,8 +425,9 @@ static void timeline_note(char *buf, size_t cap, akv_gate_placement pl, const ak
              "copies on average; the last attention ends %.3f ms after the last copy. The host "
              "submitted layers 1-%u's copies over %.3f ms (the device started them over %.3f ms); "
              "at %u of %u submissions the bus had already finished the layer before's copies. "
-             "Of %u gaps over 10 us, %u (%.3f ms) ended within 20 us of the end of the attention "
-             "two layers back (the staging slot's last reader); attention takes %.3f ms a layer\n",
+             "Of %u gaps over 10 us, %u (%.3f ms) ended within 20 us of the end of an earlier "
+             "layer's attention (a staging slot's last reader); attention takes %.3f ms a layer "
+             "(its events' span, on average)\n",
              akv_route_kind_name(pl.kind), akv_repr_name(pl.tier), L,
              ((double)lt[L - 1].copy_done_ns - (double)lt[0].copy_start_ns) / 1e6, busy / 1e6,
              idle / 1e6, worst / 1e6, worst_at, lag / L / 1e6,

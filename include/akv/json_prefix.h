@@ -55,9 +55,6 @@ bool akv_json_prefix_feed(akv_json_prefix *p, const uint8_t *bytes, size_t n);
 /* Whether the bytes so far are a complete JSON text. */
 bool akv_json_prefix_complete(const akv_json_prefix *p);
 
-/* Whether the next byte lands inside a string (a key or a value): whitespace there is text. */
-bool akv_json_prefix_in_string(const akv_json_prefix *p);
-
 /* A whitespace run's next byte c, fed by a machine outside a string: false past the bounds
  * above (the run's counters *ws, *nl; any other byte ends the run). */
 static inline bool akv_json_ws_run(uint8_t *ws, uint8_t *nl, uint8_t c) {

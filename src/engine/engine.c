@@ -455,13 +455,16 @@ static uint64_t engine_host_growth(const akv_engine *e) {
  * is closed: the pages only they hold (akv_host_tables_sole_pages), each once. The count with
  * the idle ones is kept until the idle set, the pool's pages or who shares them change.
  * Without the memory to count, none (admission then waits as if none could be freed). */
+static bool idle_sole_fresh(const akv_engine *e, const akv_host_pool_stats *hs) {
+    return !e->idle_sole_stale && hs->n_share_changes == e->idle_sole_shares &&
+           hs->n_used == e->idle_sole_used && hs->n_allocs == e->idle_sole_allocs;
+}
+
 static uint64_t engine_freeable(akv_engine *e, bool idle) {
     akv_host_pool_stats hs;
     akv_host_pool_get_stats(e->hp, &hs);
     const bool keep = idle && !e->leaving;
-    if (keep && !e->idle_sole_stale && hs.n_share_changes == e->idle_sole_shares &&
-        hs.n_used == e->idle_sole_used && hs.n_allocs == e->idle_sole_allocs)
-        return e->idle_sole; /* no page allocated, freed or shared since */
+    if (keep && idle_sole_fresh(e, &hs)) return e->idle_sole; /* nothing allocated, freed or shared since */
     const uint32_t n_closing = akv_route_closing_host_tables(e->route, NULL, 0);
     if (!n_closing && !e->leaving && !(idle && e->idle_head)) return 0;
     const akv_host_table **t = akv__malloc(((size_t)e->n_idle + n_closing + 1) * sizeof *t);
@@ -1560,8 +1563,7 @@ akv_status akv__engine_check(akv_engine *e) {
     {
         akv_host_pool_stats now;
         akv_host_pool_get_stats(e->hp, &now);
-        const bool stale = e->idle_sole_stale || now.n_share_changes != e->idle_sole_shares ||
-                           now.n_used != e->idle_sole_used || now.n_allocs != e->idle_sole_allocs;
+        const bool stale = !idle_sole_fresh(e, &now);
         const uint64_t cached = e->idle_sole;
         e->idle_sole_stale = true;
         const uint64_t sole = engine_freeable(e, true);

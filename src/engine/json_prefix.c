@@ -135,9 +135,6 @@ bool akv_json_prefix_feed(akv_json_prefix *p, const uint8_t *bytes, size_t n) {
     return true;
 }
 
-bool akv_json_prefix_in_string(const akv_json_prefix *p) {
-    return p->state == J_STRING;
-}
 
 bool akv_json_prefix_complete(const akv_json_prefix *p) {
     if (!p->started || p->depth != 0) return false;
