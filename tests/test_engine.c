@@ -1389,7 +1389,8 @@ int main(int argc, char **argv) {
             akv_engine_get_stats(e, &es);
             CHECK_EQ_INT(es.n_running, salted ? 2 : 7);
             CHECK_EQ_INT(es.n_queued, salted ? 6 : 1);
-            printf("  %s: %u running beside A's prompt, %u waiting; host pages reserved %llu of 20\n",
+            printf("  %s: %u running beside A's prompt, %u waiting; their reservations sum to "
+                   "%llu host pages, the pool holds 20\n",
                    salted ? "salted" : "shared", es.n_running, es.n_queued,
                    (unsigned long long)es.host_pages_reserved);
             CHECK_OK(akv__engine_check(e));
