@@ -69,6 +69,7 @@
 #include "akv/host_pool.h"
 #include "akv/host_table.h"
 #include "akv/route.h"
+#include "akv/trace.h"
 #include "core/clock.h"
 #include "core/half.h"
 #include "core/par.h"
@@ -512,8 +513,22 @@ static double r_ttft(akv_engine *e, const int32_t *prompt, uint32_t n, uint64_t 
     return ri.t_first - ri.t_submit;
 }
 
-static akv_engine *r_engine(const akv_model_config *c, uint32_t ctx, const char *dir) {
+/* AKV_BENCH_R_TRACE=PREFIX: each engine of part R traced at the spans level into
+ * PREFIX.mem.json and PREFIX.disk.json (akv/trace.h: its steps, starts, placements). */
+static akv_trace *r_trace(const char *dir) {
+    const char *prefix = getenv("AKV_BENCH_R_TRACE");
+    if (!prefix || !*prefix) return NULL;
+    char path[512];
+    snprintf(path, sizeof path, "%s.%s.json", prefix, dir ? "disk" : "mem");
+    akv_trace *t = NULL;
+    if (akv_trace_create(AKV_TRACE_SPANS, 0, &t) != AKV_OK) return NULL;
+    if (akv_trace_attach_file(t, path) != AKV_OK) akv_trace_destroy(t), t = NULL;
+    return t;
+}
+
+static akv_engine *r_engine(const akv_model_config *c, uint32_t ctx, const char *dir, akv_trace *tr) {
     akv_engine_params ep = akv_engine_default_params();
+    ep.trace = tr;
     ep.attn = bench_attn_tuning();
     TRY(akv_dev_create(akv_dev_cuda_backend(), NULL, &ep.dev));
     ep.synthetic = c, ep.synthetic_seed = 7;
@@ -576,8 +591,10 @@ static void part_r(const akv_model_config *c, double bus_bps, double token_bytes
     /* from host memory: X prefilled, Y takes the device pool, X returns with a turn; then a
      * turn with its history on the device (the prefill term); then X's prompt recomputed
      * (another salt: nothing reused) */
-    akv_engine *e = r_engine(c, ctx, NULL);
+    akv_trace *tr = r_trace(NULL);
+    akv_engine *e = r_engine(c, ctx, NULL, tr);
     if (!e) {
+        akv_trace_destroy(tr);
         bench_emit(out, "\n(returning conversation: the engine did not fit)\n");
         free(x), free(y);
         return;
@@ -590,12 +607,14 @@ static void part_r(const akv_model_config *c, double bus_bps, double token_bytes
     uint32_t cached_fresh = 0;
     const double t_fresh = r_ttft(e, x, ctx + turn, 1, &cached_fresh);
     akv_engine_destroy(e);
+    akv_trace_destroy(tr);
     /* from the session directory: X written out when Y finishes (one idle context kept) */
     char dir[] = "/tmp/akv_bench_sdir_XXXXXX";
-    double t_disk = NAN, disk_bps = NAN, file_bytes = NAN;
+    double t_disk = NAN, disk_bps = NAN, file_bytes = NAN, restore_s = NAN, restore_disk_s = NAN;
     if (mkdtemp(dir)) {
         disk_bps = r_disk_rate(dir);
-        e = r_engine(c, ctx, dir);
+        tr = r_trace(dir);
+        e = r_engine(c, ctx, dir, tr);
         if (e) {
             (void)r_ttft(e, x, ctx, 0, NULL);
             (void)r_ttft(e, y, ctx, 0, NULL); /* X written out */
@@ -609,8 +628,10 @@ static void part_r(const akv_model_config *c, double bus_bps, double token_bytes
             t_disk = r_ttft(e, x, ctx + turn, 0, &cached_disk);
             akv_engine_get_stats(e, &st);
             if (st.n_restored != 1) t_disk = NAN;
+            restore_s = st.restore_s, restore_disk_s = st.restore_disk_s;
             akv_engine_destroy(e);
         }
+        akv_trace_destroy(tr);
         r_each_file(dir, r_remove);
         rmdir(dir);
     }
@@ -630,11 +651,14 @@ static void part_r(const akv_model_config *c, double bus_bps, double token_bytes
                "| recompute (32K + 128, another salt) | %.1f | %u | 1.00 | | |\n"
                "| returning, history in host memory | %.1f | %u | %.1f | %.1f (bytes / bus + turn) | %.3f |\n"
                "| returning, history in the session directory | %.1f | %u | %.1f | %.1f (bytes / disk + turn) | %.3f |\n"
-               "| the turn, history on the device | %.1f | %u | %.1f | | |\n",
+               "| the turn, history on the device | %.1f | %u | %.1f | | |\n"
+               "\nThe return from the session directory: the engine's thread read the file "
+               "back in %.1f ms, %.1f ms of it waiting for the disk (the rest: checking and "
+               "placing what the read-ahead had not yet overlapped).\n",
                dev_name, bus_bps / 1e9, disk_bps / 1e9, hist / 1e9, file_bytes / 1e9, t_fresh * 1e3,
                cached_fresh, t_mem * 1e3, cached_mem, t_fresh / t_mem, floor_mem * 1e3, t_mem / floor_mem,
                t_disk * 1e3, cached_disk, t_fresh / t_disk, floor_disk * 1e3, t_disk / floor_disk,
-               t_turn * 1e3, cached_turn, t_fresh / t_turn);
+               t_turn * 1e3, cached_turn, t_fresh / t_turn, restore_s * 1e3, restore_disk_s * 1e3);
     free(x), free(y);
 }
 

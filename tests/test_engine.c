@@ -782,6 +782,11 @@ int main(int argc, char **argv) {
         CHECK_EQ_U64(info.n_cached, 0);
         akv_engine_get_stats(c, &st);
         CHECK_EQ_U64(st.n_restored, 1);
+        CHECK(st.restore_s > 0 && st.restore_disk_s >= 0 && st.restore_disk_s <= st.restore_s);
+        /* B's file is gone once read back (its removal queued behind the writes): A's is left,
+         * with whatever the engine wrote since */
+        akv__engine_flush_sessions(c);
+        CHECK_EQ_INT(dir_each(dir, NULL), (int)(1 + st.n_spilled));
         akv_engine_release(c, r[0]), akv_engine_release(c, r[1]);
         akv_engine_destroy(c);
 

@@ -382,6 +382,10 @@ typedef struct akv_engine_stats {
                                     was gone (its context closed meanwhile) */
     uint64_t n_spilled;          /* of them, written to the session directory first */
     uint64_t n_restored;         /* conversations read back from it for a prompt */
+    double restore_s;            /* seconds the engine's thread spent reading them back (the
+                                    file read, checked and placed in the host pool, the
+                                    conversation adopted) ... */
+    double restore_disk_s;       /* ... of which waiting for the disk */
     uint64_t n_spill_files;      /* files the session directory holds now ... */
     uint64_t spill_bytes;        /* ... and their bytes */
     uint32_t n_running, n_queued, n_idle;

@@ -44,4 +44,25 @@ static inline uint64_t akv_hash64_final(uint64_t h, uint64_t total_bytes) {
     return akv_hash64_mix(h ^ total_bytes);
 }
 
+/* The checksum of one block of n bytes in eight independent lanes (each 8-byte word i goes to
+ * lane i mod 8, as akv_hash64_add's chain), folded into one value with n: several times the
+ * chain's rate, since the lanes' multiplies overlap. Not streaming: a block is hashed whole
+ * (a saved session's layer). */
+static inline uint64_t akv_hash64_block(const void *bytes, size_t n) {
+    const uint8_t *p = bytes;
+    uint64_t lane[8];
+    for (int k = 0; k < 8; k++) lane[k] = akv_hash64_init() + (uint64_t)k;
+    size_t i = 0;
+    for (; i + 64 <= n; i += 64)
+        for (int k = 0; k < 8; k++) {
+            uint64_t w;
+            memcpy(&w, p + i + 8 * k, 8);
+            const uint64_t h = (lane[k] ^ w) * 0x100000001b3ull;
+            lane[k] = (h << 29) | (h >> 35);
+        }
+    uint64_t h = akv_hash64_add(akv_hash64_init(), p + i, n - i); /* the tail, as a chain */
+    for (int k = 0; k < 8; k++) h = akv_hash64_mix(h ^ lane[k]);
+    return akv_hash64_final(h, n);
+}
+
 #endif /* AKV_CORE_HASH_H */

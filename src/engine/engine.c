@@ -1301,10 +1301,17 @@ akv_status akv_engine_step(akv_engine *e, bool *did_work) {
     engine_admit_waiting(e);
     /* the admitted requests' first step: their contexts */
     e->unadmit_after = NULL;
+    const bool spans = akv_trace_level_of(e->p.trace) == AKV_TRACE_SPANS;
     for (uint32_t i = 0; i < e->n_run && !st; i++) {
         bool back = false; /* an unadmitted one left the list: the next is at i */
-        if (!e->run[i]->ctx && !engine_wait_for_prefix(e, e->run[i]))
+        if (!e->run[i]->ctx && !engine_wait_for_prefix(e, e->run[i])) {
+            const uint64_t ts = spans ? akv_clock_ns() : 0;
+            const uint64_t serial = e->run[i]->info.serial;
             st = engine_start_checked(e, e->run[i], &back);
+            if (spans) /* its context found, forked, read back from the session directory or made */
+                akv_trace_span(e->p.trace, AKV_TRACE_TRACK_ENGINE, "start", ts, akv_clock_ns(),
+                               "request", serial, NULL, 0);
+        }
         if (back) i--;
     }
     if (st) {
@@ -1344,7 +1351,12 @@ akv_status akv_engine_step(akv_engine *e, bool *did_work) {
         decode = e->n_new[k] == 1 && e->batch[k]->info.state != AKV_REQUEST_PREFILL;
     akv_route_stats rs0;
     akv_route_get_stats(e->route, &rs0);
-    if ((st = akv_route_begin_step(e->route, e->reqs, n))) {
+    const uint64_t t_place0 = spans ? akv_clock_ns() : 0;
+    st = akv_route_begin_step(e->route, e->reqs, n);
+    if (spans) /* the last step settled, the pages placed, fills and tables enqueued */
+        akv_trace_span(e->p.trace, AKV_TRACE_TRACK_ENGINE, "place", t_place0, akv_clock_ns(),
+                       "sequences", n, NULL, 0);
+    if (st) {
         engine_resync(e); /* AKV_EDEVICE: the settle of the last step may have undone it */
         engine_step_failed(e, n, st);
         goto out;

@@ -220,11 +220,12 @@ void akv__ctx_close(akv_engine *e, akv__ctx *c);
  * (salt, exact and retention with it) to path through path.tmp.PID renamed over it: AKV_EIO
  * (logged; any earlier file as it was), AKV_ESTATE (a step was undone under it), AKV_EDEVICE,
  * AKV_ENOMEM. Read: a new context (its sequence open and filled, not idle yet: the caller
- * adopts or closes it): AKV_ENOTFOUND, AKV_EIO, AKV_EFORMAT, AKV_EFULL (logged; nothing open).
+ * adopts or closes it): AKV_ENOTFOUND, AKV_EIO, AKV_EFORMAT, AKV_EFULL (logged; nothing open);
+ * *disk_s (NULL: not wanted) gets the seconds it waited for the file's K/V to be read.
  * Peek: the header and token ids only, into meta (tokens akv__malloc'ed, no sequence): the
  * same refusals but for the K/V and the checksum. The file's bytes for n tokens: file_bytes. */
 akv_status akv__session_write(akv_engine *e, const akv__ctx *c, const char *path);
-akv_status akv__session_read(akv_engine *e, const char *path, akv__ctx **out);
+akv_status akv__session_read(akv_engine *e, const char *path, akv__ctx **out, double *disk_s);
 akv_status akv__session_peek(akv_engine *e, const char *path, akv__ctx *meta);
 /* c's file as bytes in memory (*out akv__malloc'ed, n bytes), and such bytes written to path
  * (through path.tmp.PID renamed over it; any thread: it touches no engine). */

@@ -10,7 +10,9 @@
  *   tokens  n token ids (int32), padded to 8 bytes;
  *   K/V     per layer, [2][n_kv_heads][n][head_dim] elements of the history's exact copy
  *           (page size free: a file restores under any --page-tokens);
- *   check   the checksum of everything before it (core/hash.h).
+ *   check   the checksum (core/hash.h): a chain over the header and the tokens, into which
+ *           each layer's block checksum (akv_hash64_block, several times the chain's rate) is
+ *           folded in order, then the file's length.
  * Written to PATH.tmp, flushed to the disk and renamed over PATH: a failure (a full disk)
  * leaves the old file and the context as they were. Read in full and checked before the
  * context is made idle: a damaged, truncated or foreign file loads nothing. */
@@ -24,11 +26,12 @@
 #include "akv/gguf.h"
 #include "akv/model.h"
 #include "core/alloc.h"
+#include "core/clock.h"
 #include "core/hash.h"
 #include "core/log.h"
 #include "engine/engine_impl.h"
 
-enum { SESS_VERSION = 1, SESS_HEADER = 64 };
+enum { SESS_VERSION = 2, SESS_HEADER = 64 }; /* 2: layers checked as blocks */
 static const char sess_magic[8] = {'A', 'K', 'V', 'S', 'E', 'S', 'S', '1'};
 
 typedef struct sess_header {
@@ -102,11 +105,19 @@ typedef struct sess_io {
     size_t layer_bytes;
     struct sess_ahead *ahead; /* reading: the thread that reads the layers ahead, or NULL */
     uint8_t *mem;        /* writing an image: the whole file's bytes go here (else to f) */
+    double wait_s;       /* reading: seconds the K/V's reads took (with the read-ahead: the
+                            seconds the caller waited for them) */
 } sess_io;
+
+/* A layer of the K/V [2][H][n][D] folded into the checksum (its block checksum). */
+static void sess_fold_layer(sess_io *io, const uint8_t *layer) {
+    const uint64_t b = akv_hash64_block(layer, io->layer_bytes);
+    io->hash = akv_hash64_add(akv_hash64_mix(io->hash), &b, sizeof b), io->bytes += io->layer_bytes;
+}
 
 /* Reading a session's K/V ahead: a thread reads layer l + 1 from the file into the other of two
  * buffers while the caller checks and places layer l, so the disk and the copies overlap (the
- * caller hashes each layer in order, so the checksum is the file's). */
+ * caller folds each layer's checksum in order, so the checksum is the file's). */
 typedef struct sess_ahead {
     pthread_t th;
     pthread_mutex_t mu;
@@ -182,7 +193,7 @@ static akv_status ahead_take(sess_io *io, uint32_t l) {
         return AKV_EFORMAT;
     }
     io->layer = a->buf[l & 1];
-    io->hash = akv_hash64_add(io->hash, io->layer, io->layer_bytes), io->bytes += io->layer_bytes;
+    sess_fold_layer(io, io->layer);
     return AKV_OK;
 }
 
@@ -195,20 +206,30 @@ static void sess_rows(const sess_io *io, uint32_t page, uint8_t *pg, bool to_pag
     for (uint32_t kh = 0; kh < 2 * g->n_kv_heads; kh++) {
         uint8_t *in_page = pg + (size_t)kh * g->page_tokens * row;
         uint8_t *in_file = io->layer + ((size_t)kh * io->n_tokens + t0) * row;
-        if (to_page) memcpy(in_page, in_file, n * row);
-        else memcpy(in_file, in_page, n * row);
+        if (!to_page) {
+            memcpy(in_file, in_page, n * row);
+            continue;
+        }
+        memcpy(in_page, in_file, n * row);
+        memset(in_page + n * row, 0, (g->page_tokens - n) * row); /* a last page's unused rows */
     }
 }
 
-static akv_status sess_write(sess_io *io, const void *p, size_t n) {
+/* n bytes out at io->bytes (the checksum is the caller's). */
+static akv_status sess_put(sess_io *io, const void *p, size_t n) {
     if (io->mem) {
         if (n && p != io->mem + io->bytes) memcpy(io->mem + io->bytes, p, n);
     } else if (n && fwrite(p, 1, n, io->f) != n) {
         AKV_LOG_E("engine: writing the session '%s' failed: %s", io->path, strerror(errno));
         return AKV_EIO;
     }
-    io->hash = akv_hash64_add(io->hash, p, n), io->bytes += n;
     return AKV_OK;
+}
+
+static akv_status sess_write(sess_io *io, const void *p, size_t n) {
+    akv_status st = sess_put(io, p, n);
+    if (!st) io->hash = akv_hash64_add(io->hash, p, n), io->bytes += n;
+    return st;
 }
 
 static akv_status sess_read(sess_io *io, void *p, size_t n, const char *what) {
@@ -221,6 +242,16 @@ static akv_status sess_read(sess_io *io, void *p, size_t n, const char *what) {
     return AKV_OK;
 }
 
+/* The next layer of the K/V into io->layer, here (no read-ahead), its checksum folded. */
+static akv_status sess_read_layer(sess_io *io) {
+    if (fread(io->layer, 1, io->layer_bytes, io->f) != io->layer_bytes) {
+        AKV_LOG_E("engine: the session '%s' ends inside its K/V (truncated, or not a session)", io->path);
+        return AKV_EFORMAT;
+    }
+    sess_fold_layer(io, io->layer);
+    return AKV_OK;
+}
+
 static akv_status sess_page_out(void *user, uint32_t layer, uint32_t page, const void *bytes,
                                 size_t page_bytes) {
     (void)layer, (void)page_bytes;
@@ -228,19 +259,23 @@ static akv_status sess_page_out(void *user, uint32_t layer, uint32_t page, const
     const akv_geom *g = &io->e->plan.geom;
     if (io->mem && page == 0) io->layer = io->mem + io->bytes; /* the rows in place */
     sess_rows(io, page, (uint8_t *)bytes, false);
-    if ((uint64_t)(page + 1) * g->page_tokens >= io->n_tokens) /* the layer's last page */
-        return sess_write(io, io->layer, io->layer_bytes);
-    return AKV_OK;
+    if ((uint64_t)(page + 1) * g->page_tokens < io->n_tokens) return AKV_OK;
+    /* the layer's last page: the layer out, its block checksum folded */
+    akv_status st = sess_put(io, io->layer, io->layer_bytes);
+    if (!st) sess_fold_layer(io, io->layer);
+    return st;
 }
 
 static akv_status sess_page_in(void *user, uint32_t layer, uint32_t page, void *bytes,
                                size_t page_bytes) {
     sess_io *io = user;
     akv_status st;
-    if (page == 0 && (st = io->ahead ? ahead_take(io, layer)
-                                     : sess_read(io, io->layer, io->layer_bytes, "K/V")))
-        return st;
-    memset(bytes, 0, page_bytes);
+    (void)page_bytes;
+    if (page == 0) {
+        const double t0 = akv_clock_s();
+        if ((st = io->ahead ? ahead_take(io, layer) : sess_read_layer(io))) return st;
+        io->wait_s += akv_clock_s() - t0;
+    }
     sess_rows(io, page, bytes, true);
     return AKV_OK;
 }
@@ -422,7 +457,7 @@ akv_status akv__session_peek(akv_engine *e, const char *path, akv__ctx *meta) {
     return st;
 }
 
-akv_status akv__session_read(akv_engine *e, const char *path, akv__ctx **out) {
+akv_status akv__session_read(akv_engine *e, const char *path, akv__ctx **out, double *disk_s) {
     sess_io io = {.e = e, .path = path, .hash = akv_hash64_init()};
     sess_header hd;
     akv__ctx *c = NULL;
@@ -463,6 +498,7 @@ akv_status akv__session_read(akv_engine *e, const char *path, akv__ctx **out) {
     }
     fclose(io.f);
     akv__free(io.layer);
+    if (disk_s) *disk_s = io.wait_s;
     if (st) {
         akv__ctx_close(e, c);
         return st;
@@ -474,7 +510,7 @@ akv_status akv__session_read(akv_engine *e, const char *path, akv__ctx **out) {
 akv_status akv_engine_session_load(akv_engine *e, const char *path, uint32_t *n_tokens) {
     if (!e || !path) return AKV_EINVAL;
     akv__ctx *c = NULL;
-    akv_status st = akv__session_read(e, path, &c);
+    akv_status st = akv__session_read(e, path, &c, NULL);
     if (st) return st;
     const uint32_t n_loaded = c->n_tokens;
     if ((st = akv__engine_idle_adopt(e, c, true))) { /* loaded for the prompts that follow */

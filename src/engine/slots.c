@@ -83,7 +83,7 @@ akv_status akv_engine_slot_restore(akv_engine *e, uint32_t id, const char *path,
     }
     /* the file first: one that cannot be loaded leaves the slot as it was */
     akv__ctx *c = NULL;
-    akv_status st = akv__session_read(e, path, &c);
+    akv_status st = akv__session_read(e, path, &c, NULL);
     if (st) return st;
     const uint32_t n = c->n_tokens;
     const int8_t retention = c->retention;

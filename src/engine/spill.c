@@ -24,6 +24,7 @@
 #include <sys/stat.h>
 
 #include "core/alloc.h"
+#include "core/clock.h"
 #include "core/hash.h"
 #include "core/log.h"
 #include "engine/engine_impl.h"
@@ -37,6 +38,8 @@ typedef struct spill_job {
     akv__spilled entry; /* its index entry once written */
     uint8_t *image;     /* the file's bytes */
     size_t n;
+    bool unlink;        /* not a write: entry.path removed (a file read back; freeing a large
+                           file's cached pages takes a while, off the engine's thread) */
 } spill_job;
 
 struct akv__spill_writer {
@@ -190,7 +193,10 @@ static void *writer_main(void *arg) {
         if (!w->head) w->tail = NULL;
         w->writing = j;
         pthread_mutex_unlock(&w->mu);
-        const akv_status st = akv__session_write_image(j->entry.path, j->image, j->n); /* logged */
+        akv_status st = AKV_EIO;
+        if (!j->unlink) st = akv__session_write_image(j->entry.path, j->image, j->n); /* logged */
+        else if (remove(j->entry.path) != 0)
+            AKV_LOG_W("engine: the session directory's '%s' could not be removed", j->entry.path);
         akv__free(j->image);
         pthread_mutex_lock(&w->mu);
         w->writing = NULL;
@@ -235,14 +241,41 @@ static void spill_unlock(const akv_engine *e) {
     if (e->writer) pthread_mutex_unlock(&e->writer->mu);
 }
 
-/* Whether a job of this path is queued or being written (lock held). */
+/* Whether a write of this path is queued or under way (lock held). */
 static bool spill_pending(const akv_engine *e, const char *path) {
     const akv__spill_writer *w = e->writer;
     if (!w) return false;
-    if (w->writing && !strcmp(w->writing->entry.path, path)) return true;
+    if (w->writing && !w->writing->unlink && !strcmp(w->writing->entry.path, path)) return true;
     for (const spill_job *j = w->head; j; j = j->next)
-        if (!strcmp(j->entry.path, path)) return true;
+        if (!j->unlink && !strcmp(j->entry.path, path)) return true;
     return false;
+}
+
+/* A job to the writer's queue, after every job queued before it (lock held). */
+static void spill_queue(akv__spill_writer *w, spill_job *j) {
+    j->seq = ++w->queued;
+    if (w->tail) w->tail->next = j;
+    else w->head = j;
+    w->tail = j;
+    w->pending += j->n;
+    pthread_cond_broadcast(&w->cv);
+}
+
+/* s's file removed, by the writer after the jobs queued before (so a later write of the same
+ * path is not lost to it), or here when there is no writer; s is taken. */
+static void spill_unlink(akv_engine *e, akv__spilled s) {
+    akv__spill_writer *w = e->writer;
+    spill_job *j = w ? akv__calloc(1, sizeof *j) : NULL;
+    if (!j) {
+        if (remove(s.path) != 0)
+            AKV_LOG_W("engine: the session directory's '%s' could not be removed", s.path);
+        spilled_free(&s);
+        return;
+    }
+    j->entry = s, j->unlink = true;
+    pthread_mutex_lock(&w->mu);
+    spill_queue(w, j);
+    pthread_mutex_unlock(&w->mu);
 }
 
 void akv__spill_out(akv_engine *e, const akv__ctx *c) {
@@ -270,12 +303,7 @@ void akv__spill_out(akv_engine *e, const akv__ctx *c) {
         j->entry = s;
         pthread_mutex_lock(&w->mu);
         while (w->pending && w->pending + j->n > SPILL_PENDING) pthread_cond_wait(&w->cv, &w->mu);
-        j->seq = ++w->queued;
-        if (w->tail) w->tail->next = j;
-        else w->head = j;
-        w->tail = j;
-        w->pending += j->n;
-        pthread_cond_broadcast(&w->cv);
+        spill_queue(w, j);
         pthread_mutex_unlock(&w->mu);
         return;
     }
@@ -309,9 +337,10 @@ bool akv__spill_in(akv_engine *e, const akv_request *rq, uint32_t in_memory) {
         for (size_t i = 0; i < e->n_spill; i++)
             if (spill_serves(&e->spill[i], rq, lcp, &k)) lcp = k, best = i;
         uint64_t wait_for = 0;
-        if (w && w->writing && spill_serves(&w->writing->entry, rq, lcp, &k)) wait_for = w->writing->seq;
+        if (w && w->writing && !w->writing->unlink && spill_serves(&w->writing->entry, rq, lcp, &k))
+            wait_for = w->writing->seq;
         for (const spill_job *j = w ? w->head : NULL; j; j = j->next)
-            if (spill_serves(&j->entry, rq, lcp, &k)) wait_for = j->seq;
+            if (!j->unlink && spill_serves(&j->entry, rq, lcp, &k)) wait_for = j->seq;
         if (!wait_for) break;
         while (w->done < wait_for) pthread_cond_wait(&w->cv, &w->mu);
     }
@@ -323,7 +352,9 @@ bool akv__spill_in(akv_engine *e, const akv_request *rq, uint32_t in_memory) {
     akv__spilled s = spill_take(e, best);
     spill_unlock(e);
     akv__ctx *c = NULL;
-    const akv_status st = akv__session_read(e, s.path, &c);
+    const double t0 = akv_clock_s();
+    double disk_s = 0;
+    const akv_status st = akv__session_read(e, s.path, &c, &disk_s);
     if (st == AKV_EFORMAT || st == AKV_ENOTFOUND) { /* logged: damaged or gone; computed */
         if (st == AKV_EFORMAT && remove(s.path) != 0)
             AKV_LOG_W("engine: the session directory's '%s' could not be removed", s.path);
@@ -344,10 +375,10 @@ bool akv__spill_in(akv_engine *e, const akv_request *rq, uint32_t in_memory) {
     spill_lock(e);
     const bool again = spill_find(e, s.path) != SIZE_MAX || spill_pending(e, s.path); /* written anew meanwhile */
     e->stats.n_restored++;
+    e->stats.restore_s += akv_clock_s() - t0, e->stats.restore_disk_s += disk_s;
     spill_unlock(e);
-    if (!again && remove(s.path) != 0)
-        AKV_LOG_W("engine: the session directory's '%s' could not be removed", s.path);
-    spilled_free(&s);
+    if (again) spilled_free(&s);
+    else spill_unlink(e, s);
     return true;
 }
 

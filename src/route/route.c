@@ -332,6 +332,12 @@ akv_status akv__route_wait(akv_route *r) {
     akv_status st = akv_dev_queue_sync(r->dev, AKV_QUEUE_COMPUTE);
     akv_status st2 = akv_dev_queue_sync(r->dev, AKV_QUEUE_D2H); /* both drained either way */
     if (!st) st = st2;
+    if (r->fills_h2d) { /* fills whose layers never began (an abort) are done too */
+        st2 = akv_dev_queue_sync(r->dev, AKV_QUEUE_H2D);
+        if (!st) st = st2;
+        r->fills_h2d = false;
+        memset(r->lfill_wait, 0, r->geom.n_layers);
+    }
     /* a queue failed: what it held may not have run, the tables and fills on the device
      * included (accepted is not done): the next step rewrites them all */
     if (st) route_distrust_all(r);
@@ -614,6 +620,14 @@ akv_status akv_route_create(akv_dev *dev, akv_host_pool *host_pool, akv_dev_pool
             st = akv_dev_event_create(dev, 0, &r->ev[l]);
         if (!st) st = akv_dev_event_create(dev, 0, &r->ev_wb);
         if (!st) st = akv_dev_event_create(dev, 0, &r->ev_fill);
+        if (!st) {
+            r->ev_lfill = akv__calloc(g->n_layers, sizeof *r->ev_lfill);
+            r->lfill_wait = akv__calloc(g->n_layers, 1);
+            r->fill_end = akv__calloc((size_t)g->n_layers + 1, sizeof *r->fill_end);
+            st = r->ev_lfill && r->lfill_wait && r->fill_end ? AKV_OK : AKV_ENOMEM;
+        }
+        for (uint32_t l = 0; l < g->n_layers && !st; l++)
+            st = akv_dev_event_create(dev, 0, &r->ev_lfill[l]);
     } else if (!st) {
         r->tab_h = akv__calloc(tab_bytes / sizeof(int32_t), sizeof(int32_t));
         st = r->tab_h ? AKV_OK : AKV_ENOMEM;
@@ -699,6 +713,11 @@ static akv_status route_free(akv_route *r) {
             akv_dev_event_destroy(r->dev, r->ev[l]);
         akv_dev_event_destroy(r->dev, r->ev_wb);
         akv_dev_event_destroy(r->dev, r->ev_fill);
+        for (uint32_t l = 0; r->ev_lfill && l < r->geom.n_layers; l++)
+            akv_dev_event_destroy(r->dev, r->ev_lfill[l]);
+        akv__free(r->ev_lfill);
+        akv__free(r->lfill_wait);
+        akv__free(r->fill_end);
         akv__free(r->ev);
         akv_dev_mem_free(r->dev, r->tab_d);
         if (r->tab_h) akv_dev_pinned_free(r->dev, r->tab_h);
@@ -708,6 +727,8 @@ static akv_status route_free(akv_route *r) {
         akv__free(r->cstage);
     }
     akv__free(r->fills);
+    akv__free(r->fill_layer);
+    akv__free(r->fills_by);
     akv__free(r);
     return AKV_OK;
 }
@@ -732,7 +753,7 @@ akv_status akv_route_destroy(akv_route *r) {
 
 /* Copies a fresh device page's earlier tokens from the host copy (the whole page: its unused
  * slots are overwritten before anything reads them). Queued, the copy joins the step's fills,
- * which route_fills_submit sends as one batched copy (a returning conversation's window is
+ * which route_fills_send sends as one batched copy a layer (a returning conversation's window is
  * thousands of pages: one copy each would run the bus at its small-copy rate). */
 static akv_status route_fill(akv_route *r, akv_route_seq *s, uint32_t layer, uint32_t logical,
                              uint32_t page_id) {
@@ -743,7 +764,13 @@ static akv_status route_fill(akv_route *r, akv_route_seq *s, uint32_t layer, uin
     akv_status st = AKV_OK;
     if (r->queued) {
         st = akv__array_reserve((void **)&r->fills, &r->cap_fills, r->n_fills + 1, sizeof *r->fills);
-        if (!st) r->fills[r->n_fills++] = (akv_dev_xfer){.d = dst, .h = src, .n_bytes = n};
+        if (!st)
+            st = akv__array_reserve((void **)&r->fill_layer, &r->cap_fill_layer, r->n_fills + 1,
+                                    sizeof *r->fill_layer);
+        if (!st) {
+            r->fill_layer[r->n_fills] = layer;
+            r->fills[r->n_fills++] = (akv_dev_xfer){.d = dst, .h = src, .n_bytes = n};
+        }
     } else {
         st = akv_dev_copy_h2d_sync(r->dev, dst, src, n);
     }
@@ -751,13 +778,50 @@ static akv_status route_fill(akv_route *r, akv_route_seq *s, uint32_t layer, uin
     return st;
 }
 
-/* Queued: the step's fills, one batched copy on the compute queue, so the layers' kernels see
- * them (the host pages are pinned and hold earlier tokens only: nothing rewrites them while
- * the copy is pending). */
-static akv_status route_fills_submit(akv_route *r) {
+/* Queued: the step's fills ordered by layer (fills_by, a layer's in the order given; fill_end[l]
+ * where layer l's end), sent at the step's first begin_layer (route_fills_send). */
+static akv_status route_fills_order(akv_route *r) {
     const size_t n = r->n_fills;
+    const uint32_t L = r->geom.n_layers;
     r->n_fills = 0;
-    return n ? akv_dev_copy_h2d_batch_async(r->dev, AKV_QUEUE_COMPUTE, r->fills, n) : AKV_OK;
+    r->n_fills_by = 0;
+    if (!n) return AKV_OK;
+    akv_status st = akv__array_reserve((void **)&r->fills_by, &r->cap_fills_by, n, sizeof *r->fills_by);
+    if (st) return st;
+    size_t *end = r->fill_end;
+    memset(end, 0, ((size_t)L + 1) * sizeof *end);
+    for (size_t i = 0; i < n; i++) end[r->fill_layer[i] + 1]++;
+    for (uint32_t l = 0; l < L; l++) end[l + 1] += end[l];
+    for (size_t i = 0; i < n; i++) /* end[l] moves from layer l's start to its end */
+        r->fills_by[end[r->fill_layer[i]]++] = r->fills[i];
+    r->n_fills_by = n;
+    return AKV_OK;
+}
+
+/* The step's fills on the H2D queue, one batched copy a layer, each followed by its event,
+ * which the compute queue waits for at that layer's begin_layer: a layer's fills cross the bus
+ * while the layers before it compute (a returning conversation's whole window is filled in its
+ * first step). Sent at the first begin_layer, not at begin_step: copies to the device from any
+ * queue share the copy engine in the order they are sent, so the step's own small uploads
+ * (the tables, the pass's token ids) go first and the pass starts at once. Nothing enqueued
+ * earlier still reads a fresh page: begin_step's sync drained the compute and D2H queues; the
+ * H2D queue waits for ev_fill all the same (as the compute queue does, route_order_fills), so
+ * the order holds without that drain. The host pages are pinned and hold earlier tokens only:
+ * nothing rewrites them while the copies are pending. */
+static akv_status route_fills_send(akv_route *r) {
+    const size_t n = r->n_fills_by;
+    r->n_fills_by = 0;
+    if (!n) return AKV_OK;
+    akv_status st = akv_dev_queue_wait_event(r->dev, AKV_QUEUE_H2D, r->ev_fill);
+    if (!st) r->fills_h2d = true;
+    for (uint32_t l = 0, from = 0; l < r->geom.n_layers && !st; from = (uint32_t)r->fill_end[l], l++) {
+        const size_t k = r->fill_end[l] - from;
+        if (!k) continue;
+        st = akv_dev_copy_h2d_batch_async(r->dev, AKV_QUEUE_H2D, r->fills_by + from, k);
+        if (!st) st = akv_dev_event_record(r->dev, r->ev_lfill[l], AKV_QUEUE_H2D);
+        if (!st) r->lfill_wait[l] = 1;
+    }
+    return st;
 }
 
 /* The bytes of page p of a table's layer l, to be written: a page only this table holds (a
@@ -1216,7 +1280,7 @@ static akv_status route_write_table(akv_route *r, const akv_route_req *reqs, uin
     r->indptr[n] = (int32_t)off;
     if (off != r->n_idx) r->tab_dirty = true; /* the packing moved */
     r->n_idx = off;
-    return route_fills_submit(r);
+    return route_fills_order(r);
 }
 
 /* Queued: a table laid out as tab_h (the exact one, or the compact one) to its device copy
@@ -1482,6 +1546,7 @@ akv_status akv_route_begin_step(akv_route *r, const akv_route_req *reqs, uint32_
     for (uint32_t i = 0; i < r->n_step; i++)
         if (r->step[i]) r->step[i]->slot = -1;
     r->n_step = 0;
+    r->n_fills_by = 0; /* fills of a step that never began its layers: its pages are refilled */
     r->step_done = true; /* the previous step is over */
     route_finish_closes(r);
     /* 1. the host copies grow first: they are where the rows land for good */
@@ -1605,6 +1670,11 @@ static akv_status route_begin_layer(void *user, uint32_t layer, akv_kv_parts *pa
     akv_status st = route_layer_ok(r, layer, "begin_layer");
     if (st) return st;
     r->pending = true; /* the pass enqueues work (a sync may have come between) */
+    if (r->queued && r->n_fills_by && (st = route_fills_send(r))) return st;
+    if (r->queued && r->lfill_wait[layer]) { /* the layer's fills, before its kernels */
+        if ((st = akv_dev_queue_wait_event(r->dev, AKV_QUEUE_COMPUTE, r->ev_lfill[layer]))) return st;
+        r->lfill_wait[layer] = 0;
+    }
     if (r->kind->begin_layer && (st = r->kind->begin_layer(r, layer))) return st;
     /* queued: the device copy of the tables (tab_d, laid out as tab_h); direct: host arrays */
     const size_t at_idx = (r->head_ints + (size_t)layer * r->cap) * sizeof(int32_t),

@@ -125,10 +125,11 @@ typedef struct akv__route_kind {
 } akv__route_kind;
 
 enum { AKV__ROUTE_HEAD_ALIGN = 4 }; /* int32s: the indices start 16-byte aligned */
-/* The staged compact route's stage: three slots, so a layer's copies wait for the attention
- * three layers back, not two (with two, every gap between a q8 or q4 step's layers was the bus
- * waiting for the attention two layers back to free its slot: docs/benchmarks.md). */
-enum { AKV__ROUTE_CSTAGE_SLOTS = 3 };
+/* The staged compact route's stage: two slots, a layer's copies overlapping the layer before's
+ * attention. A third slot (measured, docs/benchmarks.md) left the bus's idle time between
+ * layers as it was, since the step's compute is as long as its copies, and took its pages from
+ * the compact window, so more was staged and the step was slower. */
+enum { AKV__ROUTE_CSTAGE_SLOTS = 2 };
 
 /* A compact page to make: the exact host page it encodes, and where it goes: a page of the
  * compact pool (through cstage), or a compact copy on the host (dst, staged hybrid). */
@@ -172,8 +173,17 @@ struct akv_route {
     akv_event **ev;        /* [n_layers]: the layer's attention enqueued (write-back waits) */
     akv_event *ev_wb;      /* resident: recorded on D2H after the step's last write-back */
     akv_event *ev_fill;    /* recorded on D2H before fills: fresh pages wait for their readers */
-    akv_dev_xfer *fills;   /* queued: the step's fills, one batched copy (route_write_table) */
+    akv_event **ev_lfill;  /* [n_layers] queued: recorded on H2D after layer l's fills */
+    uint8_t *lfill_wait;   /* [n_layers] layer l's fills enqueued, its kernels not yet behind them */
+    bool fills_h2d;        /* fills enqueued on H2D that no sync of that queue has seen done */
+    akv_dev_xfer *fills;   /* queued: the step's fills (route_write_table), one batched copy a
+                              layer on the H2D queue (route_fills_order, route_fills_send) */
     size_t n_fills, cap_fills;
+    uint32_t *fill_layer;  /* the layer of each fill */
+    akv_dev_xfer *fills_by; /* the step's fills ordered by layer, not sent yet while n_fills_by */
+    size_t n_fills_by;
+    size_t *fill_end;      /* [n_layers + 1] where each layer's fills end in fills_by */
+    size_t cap_fill_layer, cap_fills_by;
     bool wb_check;         /* resident, queued: the step's write-backs were all enqueued and
                               ev_wb recorded; route_settle has not checked how they ended */
     akv_route_stats stats;
