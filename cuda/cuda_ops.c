@@ -20,6 +20,7 @@ static const cuda_op cuda_ops[] = {
     {AKV_FWD_OP_EMBED, akv__cuda_fwd_embed, 0},
     {AKV_FWD_OP_RMSNORM, akv__cuda_fwd_rmsnorm, 0},
     {AKV_FWD_OP_ROPE, akv__cuda_fwd_rope, 0},
+    {AKV_FWD_OP_HEAD_NORM, akv__cuda_fwd_head_norm, 0},
     {AKV_FWD_OP_SWIGLU, akv__cuda_fwd_swiglu, 0},
     {AKV_FWD_OP_ADD, akv__cuda_fwd_add, 0},
     {AKV_FWD_OP_CAST, akv__cuda_fwd_cast, 0},

@@ -64,6 +64,7 @@ akv_status akv__cuda_stage_probe_launch(const void *args, const akv__cuda_launch
 akv_status akv__cuda_fwd_embed(const void *args, const akv__cuda_launch *l);
 akv_status akv__cuda_fwd_rmsnorm(const void *args, const akv__cuda_launch *l);
 akv_status akv__cuda_fwd_rope(const void *args, const akv__cuda_launch *l);
+akv_status akv__cuda_fwd_head_norm(const void *args, const akv__cuda_launch *l);
 akv_status akv__cuda_fwd_swiglu(const void *args, const akv__cuda_launch *l);
 akv_status akv__cuda_fwd_add(const void *args, const akv__cuda_launch *l);
 akv_status akv__cuda_fwd_cast(const void *args, const akv__cuda_launch *l);

@@ -134,6 +134,27 @@ __global__ void __launch_bounds__(kNormThreads)
         fwd_store(y, y_bf16, yr + i, __fmul_rn(__fmul_rn(xr[i], scale), w[i]));
 }
 
+/* ---- head norm: one warp per (token, head), in place; heads [0, n_a) weighted by wa, the next
+ * n_b by wb (qwen3's Q and K heads); the sum of squares in double, as the reference's --------- */
+__global__ void head_norm_kernel(float *x, const float *wa, const float *wb, uint32_t n_tokens,
+                                 uint32_t n_a, uint32_t n_b, uint32_t head_dim, size_t stride,
+                                 float eps) {
+    fwd_dep();
+    const uint32_t lane = threadIdx.x & 31, heads = n_a + n_b, per_block = blockDim.x / 32;
+    const uint64_t total = (uint64_t)n_tokens * heads;
+    for (uint64_t g = blockIdx.x * (uint64_t)per_block + threadIdx.x / 32; g < total;
+         g += (uint64_t)gridDim.x * per_block) { /* g is the warp's: its lanes loop together */
+        const uint32_t h = (uint32_t)(g % heads);
+        float *v = x + (g / heads) * stride + (size_t)h * head_dim;
+        const float *w = h < n_a ? wa : wb;
+        double ss = 0;
+        for (uint32_t i = lane; i < head_dim; i += 32) ss += (double)v[i] * (double)v[i];
+        for (int o = 16; o > 0; o /= 2) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+        const float scale = (float)(1.0 / sqrt(ss / (double)head_dim + (double)eps));
+        for (uint32_t i = lane; i < head_dim; i += 32) v[i] = __fmul_rn(__fmul_rn(v[i], scale), w[i]);
+    }
+}
+
 /* ---- RoPE: one thread per (token, head, pair); x f32 rows at `stride` ---------------------- */
 __global__ void rope_kernel(float *x, const int32_t *pos, const float *inv_freq, uint32_t n_tokens,
                             uint32_t n_heads, uint32_t head_dim, uint32_t n_pairs, size_t stride,
@@ -266,6 +287,17 @@ extern "C" akv_status akv__cuda_fwd_rope(const void *args, const akv__cuda_launc
     return fwd_launch(l, fwd_grid(l, total), rope_kernel, fwd_ptr<float>(a.x),
                       fwd_ptr<const int32_t>(a.pos), fwd_ptr<const float>(a.inv_freq), a.n_tokens,
                       a.n_heads, a.head_dim, a.n_rot / 2, stride, a.mode == AKV_ROPE_NEOX);
+}
+
+extern "C" akv_status akv__cuda_fwd_head_norm(const void *args, const akv__cuda_launch *l) {
+    akv_fwd_head_norm_args a;
+    memcpy(&a, args, sizeof a);
+    if (a.head_dim == 0 || a.stride < (uint64_t)(a.n_a + a.n_b) * a.head_dim) return AKV_EINVAL;
+    const uint64_t heads = (uint64_t)a.n_tokens * (a.n_a + a.n_b);
+    if (heads == 0) return AKV_OK;
+    return fwd_launch(l, fwd_grid(l, heads * 32), head_norm_kernel, fwd_ptr<float>(a.x),
+                      fwd_ptr<const float>(a.wa), fwd_ptr<const float>(a.wb), a.n_tokens, a.n_a,
+                      a.n_b, a.head_dim, (size_t)a.stride, a.eps);
 }
 
 extern "C" akv_status akv__cuda_fwd_swiglu(const void *args, const akv__cuda_launch *l) {

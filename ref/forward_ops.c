@@ -97,6 +97,20 @@ static akv_status fops_rope(akv_dev *dev, const void *args) {
     return AKV_OK;
 }
 
+static akv_status fops_head_norm(akv_dev *dev, const void *args) {
+    const akv_fwd_head_norm_args *a = args;
+    if (a->head_dim == 0 || a->stride < (uint64_t)(a->n_a + a->n_b) * a->head_dim) return AKV_EINVAL;
+    float *x = FOPS_PTR(a->x);
+    const float *wa = FOPS_PTR(a->wa), *wb = FOPS_PTR(a->wb);
+    for (uint32_t t = 0; t < a->n_tokens; t++) {
+        float *row = x + (size_t)t * a->stride;
+        akv_ops_ref_rmsnorm(row, row, wa, a->n_a, a->head_dim, a->eps);
+        akv_ops_ref_rmsnorm(row + (size_t)a->n_a * a->head_dim, row + (size_t)a->n_a * a->head_dim,
+                            wb, a->n_b, a->head_dim, a->eps);
+    }
+    return AKV_OK;
+}
+
 static akv_status fops_swiglu(akv_dev *dev, const void *args) {
     const akv_fwd_swiglu_args *a = args;
     akv_status st = fops_dtype_check(a->y_dtype, "fwd_swiglu");
@@ -323,6 +337,7 @@ static akv_status fops_attn_widen(akv_dev *dev, const void *args) {
 FOPS_DEF(akv_fwd_op_embed, AKV_FWD_OP_EMBED, akv_fwd_embed_args, fops_embed);
 FOPS_DEF(akv_fwd_op_rmsnorm, AKV_FWD_OP_RMSNORM, akv_fwd_rmsnorm_args, fops_rmsnorm);
 FOPS_DEF(akv_fwd_op_rope, AKV_FWD_OP_ROPE, akv_fwd_rope_args, fops_rope);
+FOPS_DEF(akv_fwd_op_head_norm, AKV_FWD_OP_HEAD_NORM, akv_fwd_head_norm_args, fops_head_norm);
 FOPS_DEF(akv_fwd_op_swiglu, AKV_FWD_OP_SWIGLU, akv_fwd_swiglu_args, fops_swiglu);
 FOPS_DEF(akv_fwd_op_add, AKV_FWD_OP_ADD, akv_fwd_add_args, fops_add);
 FOPS_DEF(akv_fwd_op_cast, AKV_FWD_OP_CAST, akv_fwd_cast_args, fops_cast);

@@ -77,6 +77,10 @@ static inline void ref64_forward(const akv_model *m, const int32_t *tokens, size
             ref64_matvec(q + t * qd, &L->wq, L->bq, h, qd, E);
             ref64_matvec(k + t * kd, &L->wk, L->bk, h, kd, E);
             ref64_matvec(v + t * kd, &L->wv, L->bv, h, kd, E);
+            for (size_t j = 0; L->q_norm && j < H + KV; j++) { /* qwen3: each head, before RoPE */
+                double *hv = j < H ? q + t * qd + j * hd : k + t * kd + (j - H) * hd;
+                ref64_rmsnorm(hv, hv, j < H ? L->q_norm : L->k_norm, hd, c->rms_eps);
+            }
             ref64_rope(q + t * qd, c, inv, H, t);
             ref64_rope(k + t * kd, c, inv, KV, t);
         }

@@ -151,7 +151,10 @@ int main(int argc, char **argv) {
     qs.arch = "qwen2", qs.tied = true, qs.rope_factors = true, qs.n_heads = 8, qs.n_kv_heads = 2;
     qs.n_embd = 64;
     akv_model *m_qwen = tm_load(&qs, rng + 1);
-    if (!CHECK(m_llama && m_qwen)) return test_finish();
+    tm_shape q3 = llama;
+    q3.arch = "qwen3", q3.head_dim = 16, q3.n_heads = 4, q3.n_kv_heads = 1;
+    akv_model *m_qwen3 = tm_load(&q3, rng + 2);
+    if (!CHECK(m_llama && m_qwen && m_qwen3)) return test_finish();
 
     TEST_CASE(llama_f32_pages_chunks_and_decode) {
         /* prompt lengths around the page: 1, P-1, P, P+1, 3P+5 */
@@ -164,6 +167,13 @@ int main(int argc, char **argv) {
     TEST_CASE(qwen2_bias_neox_tied_factors) {
         run_and_check(m_qwen, 8, AKV_DTYPE_F32, 5, 19, 5, 2e-5, &rng);
         run_and_check(m_qwen, 16, AKV_DTYPE_F32, 64, 40, 2, 2e-5, &rng);
+    }
+
+    TEST_CASE(qwen3_head_norms_against_the_reference) {
+        /* Q and K heads RMS-normalised before RoPE, a head dimension apart from n_embd /
+         * n_heads (16 x 4 = 64 against 32), one K/V head */
+        run_and_check(m_qwen3, 8, AKV_DTYPE_F32, 5, 19, 5, 2e-5, &rng);
+        run_and_check(m_qwen3, 16, AKV_DTYPE_F32, 64, 40, 2, 2e-5, &rng);
     }
 
     TEST_CASE(bf16_pages_within_bf16_error) {
@@ -234,6 +244,7 @@ int main(int argc, char **argv) {
 
     akv_model_destroy(m_llama);
     akv_model_destroy(m_qwen);
+    akv_model_destroy(m_qwen3);
     CHECK_EQ_INT(akv__alloc_live(), 0);
     return test_finish();
 }

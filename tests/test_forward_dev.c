@@ -296,6 +296,19 @@ int main(int argc, char **argv) {
         akv_model_destroy(m);
     }
 
+    TEST_CASE(qwen3_head_norms_on_both_passes) {
+        /* the head norm op (one launch over every Q and K head of the qkv rows) against the
+         * host pass's per-head norms; a head dimension apart from n_embd / n_heads */
+        tm_shape q = llama;
+        q.arch = "qwen3", q.head_dim = 16, q.n_kv_heads = 1;
+        akv_model *m = fx_load_bf16_exact(&q, rng);
+        if (!CHECK(m != NULL)) break;
+        CHECK(akv_model_get_config(m)->has_qk_norm);
+        compare_passes(m, 16, 33, 5, TOL, &rng);
+        compare_passes(m, 5, 17, 5, TOL, &rng);
+        akv_model_destroy(m);
+    }
+
     TEST_CASE(decode_graph_replay_matches_op_by_op) {
         akv_model *m = fx_load_bf16_exact(&llama, rng);
         if (!CHECK(m != NULL)) break;

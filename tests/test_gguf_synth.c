@@ -9,6 +9,7 @@
 #include "akv/gguf.h"
 #include "akv/gguf_quant.h"
 #include "akv/gguf_synth.h"
+#include "akv/model.h"
 #include "akv/gguf_writer.h"
 #include "akv/log.h"
 #include "gguf/gguf_impl.h"
@@ -34,18 +35,18 @@ static uint32_t get_u32(const akv_gguf *g, const char *key) {
 /* Every tensor's bytes equal the weight stream encoded as its type. */
 static void check_tensors(const akv_gguf *g, const akv_gguf_synth_shape *s, akv_gguf_type type,
                           uint64_t seed) {
-    size_t n_want = 2 + 9 * (size_t)s->n_layers + (s->tied ? 0 : 1);
+    const size_t per = s->qk_norm ? 11 : 9, n_want = 2 + per * (size_t)s->n_layers + (s->tied ? 0 : 1);
     CHECK_EQ_U64(akv_gguf_n_tensors(g), n_want);
-    static const char *const layer_names[9] = {"attn_norm", "attn_q", "attn_k", "attn_v",
-                                               "attn_output", "ffn_norm", "ffn_gate", "ffn_up",
-                                               "ffn_down"};
+    static const char *const layer_names[11] = {"attn_norm", "attn_q", "attn_k", "attn_v",
+                                                "attn_output", "ffn_norm", "ffn_gate", "ffn_up",
+                                                "ffn_down", "attn_q_norm", "attn_k_norm"};
     for (size_t k = 0; k < akv_gguf_n_tensors(g) && k < n_want; k++) {
         const akv_gguf_tensor *t = akv_gguf_tensor_at(g, k);
         char want[80];
         if (k == 0) snprintf(want, sizeof want, "token_embd.weight");
         else if (k == n_want - (s->tied ? 1 : 2)) snprintf(want, sizeof want, "output_norm.weight");
         else if (k == n_want - 1 && !s->tied) snprintf(want, sizeof want, "output.weight");
-        else snprintf(want, sizeof want, "blk.%zu.%s.weight", (k - 1) / 9, layer_names[(k - 1) % 9]);
+        else snprintf(want, sizeof want, "blk.%zu.%s.weight", (k - 1) / per, layer_names[(k - 1) % per]);
         CHECK_STR(t->name, want);
         bool norm = strstr(t->name, "norm") != NULL;
         CHECK_EQ_INT(t->type, norm ? AKV_GGUF_TYPE_F32 : type);
@@ -79,23 +80,27 @@ static void check_tensors(const akv_gguf *g, const akv_gguf_synth_shape *s, akv_
 }
 
 static void check_keys(const akv_gguf *g, const akv_gguf_synth_shape *s) {
+    const char *a = s->qk_norm ? "qwen3" : "llama";
     akv_gguf_str arch = {0};
     CHECK_OK(akv_gguf_get_str(g, "general.architecture", &arch));
-    CHECK(arch.len == 5 && !memcmp(arch.ptr, "llama", 5));
-    CHECK_EQ_INT(get_u32(g, "llama.block_count"), s->n_layers);
-    CHECK_EQ_INT(get_u32(g, "llama.embedding_length"), s->n_embd);
-    CHECK_EQ_INT(get_u32(g, "llama.attention.head_count"), s->n_heads);
-    CHECK_EQ_INT(get_u32(g, "llama.attention.head_count_kv"), s->n_kv_heads);
-    CHECK_EQ_INT(get_u32(g, "llama.attention.key_length"), s->head_dim);
-    CHECK_EQ_INT(get_u32(g, "llama.rope.dimension_count"), s->head_dim);
-    CHECK_EQ_INT(get_u32(g, "llama.feed_forward_length"), s->n_ff);
-    CHECK_EQ_INT(get_u32(g, "llama.vocab_size"), s->n_vocab);
-    CHECK_EQ_INT(get_u32(g, "llama.context_length"), s->n_ctx);
+    CHECK(arch.len == 5 && !memcmp(arch.ptr, a, 5));
+    char key[80];
+#define K(suffix) (snprintf(key, sizeof key, "%s.%s", a, suffix), key)
+    CHECK_EQ_INT(get_u32(g, K("block_count")), s->n_layers);
+    CHECK_EQ_INT(get_u32(g, K("embedding_length")), s->n_embd);
+    CHECK_EQ_INT(get_u32(g, K("attention.head_count")), s->n_heads);
+    CHECK_EQ_INT(get_u32(g, K("attention.head_count_kv")), s->n_kv_heads);
+    CHECK_EQ_INT(get_u32(g, K("attention.key_length")), s->head_dim);
+    CHECK_EQ_INT(get_u32(g, K("rope.dimension_count")), s->head_dim);
+    CHECK_EQ_INT(get_u32(g, K("feed_forward_length")), s->n_ff);
+    CHECK_EQ_INT(get_u32(g, K("vocab_size")), s->n_vocab);
+    CHECK_EQ_INT(get_u32(g, K("context_length")), s->n_ctx);
     float f = 0;
-    CHECK_OK(akv_gguf_get_f32(g, "llama.rope.freq_base", &f));
+    CHECK_OK(akv_gguf_get_f32(g, K("rope.freq_base"), &f));
     CHECK_NEAR(f, s->rope_theta, 0);
-    CHECK_OK(akv_gguf_get_f32(g, "llama.attention.layer_norm_rms_epsilon", &f));
+    CHECK_OK(akv_gguf_get_f32(g, K("attention.layer_norm_rms_epsilon"), &f));
     CHECK_NEAR(f, s->rms_eps, 0);
+#undef K
 }
 
 static akv_status synth(const akv_gguf_synth_shape *s, akv_gguf_type type, uint64_t seed,
@@ -151,6 +156,33 @@ int main(int argc, char **argv) {
                              : types[i] == AKV_GGUF_TYPE_Q8_0 ? 7u
                                                               : (uint32_t)types[i]);
             akv_gguf_close(g);
+        }
+    }
+
+    TEST_CASE(qwen3_files_with_head_norms_load_as_models) {
+        /* the qwen3 variant: its keys, its two head norms a layer after the nine (the llama
+         * tensors keep their stream positions within a layer), and the model loader takes it
+         * as qwen3 with its norms; a head dimension apart from hidden / heads */
+        akv_gguf_synth_shape s = tiny();
+        s.qk_norm = true, s.head_dim = 32;
+        CHECK_OK(synth(&s, AKV_GGUF_TYPE_BF16, 7, NULL, path));
+        akv_gguf *g = NULL;
+        CHECK_OK(akv_gguf_open(path, &g));
+        if (g) {
+            check_keys(g, &s);
+            check_tensors(g, &s, AKV_GGUF_TYPE_BF16, 7);
+            const akv_gguf_tensor *t = NULL;
+            CHECK_OK(akv_gguf_find_tensor(g, "blk.1.attn_k_norm.weight", &t));
+            if (t) CHECK_EQ_U64(t->ne[0], 32);
+            akv_gguf_close(g);
+        }
+        akv_model *m = NULL;
+        CHECK_OK(akv_model_load(path, NULL, &m));
+        if (m) {
+            const akv_model_config *c = akv_model_get_config(m);
+            CHECK(c->arch == AKV_MODEL_ARCH_QWEN3 && c->has_qk_norm && c->head_dim == 32);
+            CHECK(akv_model_get_layer(m, 1)->k_norm != NULL);
+            akv_model_destroy(m);
         }
     }
 

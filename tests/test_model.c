@@ -193,6 +193,34 @@ int main(int argc, char **argv) {
         tm_free(&m);
     }
 
+    TEST_CASE(qwen3_head_norms_no_bias) {
+        /* qwen3: NEOX, no biases, a Q and a K norm of head_dim weights each layer (a head
+         * dimension apart from n_embd / n_heads, as Qwen3's files have); a file without one is
+         * refused naming it */
+        tm_shape s = llama_shape;
+        s.arch = "qwen3", s.head_dim = 16;
+        tm_model m;
+        tm_init(&m, &s, seed);
+        akv_model *model = NULL;
+        CHECK_OK(load_tm(&m, &model));
+        if (model) {
+            const akv_model_config *c = akv_model_get_config(model);
+            CHECK(c->arch == AKV_MODEL_ARCH_QWEN3 && c->has_qk_norm && !c->has_qkv_bias);
+            CHECK_EQ_INT(c->rope_mode, AKV_ROPE_NEOX);
+            CHECK_EQ_INT(c->head_dim, 16);
+            const akv_model_layer *L = akv_model_get_layer(model, 1);
+            CHECK(L->q_norm && L->k_norm && !L->bq);
+            if (L->k_norm) CHECK_BYTES(L->k_norm, tm_find(&m, "blk.1.attn_k_norm.weight")->data, 16 * 4);
+            akv_model_destroy(model);
+            model = NULL;
+        }
+        tm_drop(&m, "blk.1.attn_q_norm.weight");
+        akv_log_set(NULL, NULL, AKV_LOG_OFF);
+        CHECK_STATUS(load_tm(&m, &model), AKV_EFORMAT);
+        akv_log_set(NULL, NULL, AKV_LOG_WARN);
+        tm_free(&m);
+    }
+
     TEST_CASE(bad_files_are_refused) {
         /* Each edit of a valid model, and the status it must give. */
         static const struct {

@@ -34,12 +34,13 @@ static const char gguf_usage[] =
     "info: architecture, hyperparameters, tokenizer, K/V bytes per token and tensor sizes\n"
     "  --tensors        list every tensor (name, type, extents, bytes, file offset)\n"
     "  --meta           list every metadata key and value (arrays summarised)\n\n"
-    "synth: write a Llama-architecture GGUF with seeded random weights of a real shape\n"
+    "synth: write a Llama- or Qwen3-architecture GGUF with seeded random weights of a real shape\n"
     "  --shape NAME     a preset (--list shows them); the flags below override its fields\n"
     "  --layers N --hidden N --heads N --kv-heads N --head-dim N --ffn N --vocab N --ctx N\n"
-    "  --rope-theta F --rms-eps F --tied | --untied\n"
+    "  --rope-theta F --rms-eps F --tied | --untied --arch llama|qwen3\n"
     "                   shape fields (kv-heads defaults to heads, head-dim to hidden/heads,\n"
-    "                   ctx to 4096, rope-theta to 10000, rms-eps to 1e-5, untied)\n"
+    "                   ctx to 4096, rope-theta to 10000, rms-eps to 1e-5, untied, llama;\n"
+    "                   qwen3: each layer's Q and K heads RMS-normalised)\n"
     "  --type T         matrices' encoding: bf16 (default), f16, f32, q8_0, q4_0, q4_1,\n"
     "                   q4_K, q5_K, q6_K (the K types need rows that are multiples of 256)\n"
     "  --seed N         weight stream (default 1)\n"
@@ -272,7 +273,7 @@ static int parse_f32(const char *flag, const char *s, float *out) {
 
 static int gguf_synth(int argc, char **argv) {
     enum { O_LAYERS = 256, O_HIDDEN, O_HEADS, O_KV, O_HEAD_DIM, O_FFN, O_VOCAB, O_CTX, O_THETA,
-           O_EPS, O_TIED, O_UNTIED, O_SEED, O_TYPE, O_VOCAB_FROM, O_LIST, O_SHAPE };
+           O_EPS, O_TIED, O_UNTIED, O_SEED, O_TYPE, O_VOCAB_FROM, O_LIST, O_SHAPE, O_ARCH };
     static const struct option opts[] = {
         {"shape", required_argument, 0, O_SHAPE},     {"layers", required_argument, 0, O_LAYERS},
         {"hidden", required_argument, 0, O_HIDDEN},   {"heads", required_argument, 0, O_HEADS},
@@ -283,7 +284,8 @@ static int gguf_synth(int argc, char **argv) {
         {"untied", no_argument, 0, O_UNTIED},         {"seed", required_argument, 0, O_SEED},
         {"type", required_argument, 0, O_TYPE},       {"vocab-from", required_argument, 0, O_VOCAB_FROM},
         {"output", required_argument, 0, 'o'},        {"list", no_argument, 0, O_LIST},
-        {"help", no_argument, 0, 'h'},                {0, 0, 0, 0}};
+        {"arch", required_argument, 0, O_ARCH},       {"help", no_argument, 0, 'h'},
+        {0, 0, 0, 0}};
     akv_gguf_synth_params p = {.type = AKV_GGUF_TYPE_BF16, .seed = 1};
     akv_gguf_synth_shape *s = &p.shape;
     const char *out = NULL, *vocab_from = NULL, *shape = NULL;
@@ -327,6 +329,13 @@ static int gguf_synth(int argc, char **argv) {
         case O_EPS: ok = parse_f32("rms-eps", optarg, &s->rms_eps); break;
         case O_TIED: s->tied = true; break;
         case O_UNTIED: s->tied = false; break;
+        case O_ARCH:
+            if (strcmp(optarg, "llama") && strcmp(optarg, "qwen3")) {
+                fprintf(stderr, "akv gguf synth: --arch: '%s' is not one of llama, qwen3\n", optarg);
+                ok = 0;
+            }
+            s->qk_norm = !strcmp(optarg, "qwen3");
+            break;
         case O_SEED:
             ok = akv_tool_parse_u64("gguf synth", "seed", optarg, &seed);
             p.seed = seed;
@@ -350,11 +359,12 @@ static int gguf_synth(int argc, char **argv) {
             fprintf(stderr, "akv gguf synth: unexpected argument '%s'\n", argv[optind]);
             return AKV_EXIT_USAGE;
         }
-        printf("%-14s %7s %7s %6s %9s %9s %7s %8s %8s %6s\n", "preset", "layers", "hidden", "heads",
-               "kv heads", "head dim", "ffn", "vocab", "context", "tied");
+        printf("%-14s %6s %7s %7s %6s %9s %9s %7s %8s %8s %6s\n", "preset", "arch", "layers", "hidden",
+               "heads", "kv heads", "head dim", "ffn", "vocab", "context", "tied");
         for (size_t i = 0; i < akv_gguf_synth_n_presets(); i++) {
             const akv_gguf_synth_shape *q = akv_gguf_synth_preset(i);
-            printf("%-14s %7u %7u %6u %9u %9u %7u %8u %8u %6s\n", q->name, q->n_layers, q->n_embd,
+            printf("%-14s %6s %7u %7u %6u %9u %9u %7u %8u %8u %6s\n", q->name,
+                   q->qk_norm ? "qwen3" : "llama", q->n_layers, q->n_embd,
                    q->n_heads, q->n_kv_heads, q->head_dim, q->n_ff, q->n_vocab, q->n_ctx,
                    q->tied ? "yes" : "no");
         }

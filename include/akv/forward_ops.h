@@ -43,6 +43,7 @@ extern "C" {
 #define AKV_FWD_OP_EMBED "fwd_embed"
 #define AKV_FWD_OP_RMSNORM "fwd_rmsnorm"
 #define AKV_FWD_OP_ROPE "fwd_rope"
+#define AKV_FWD_OP_HEAD_NORM "fwd_head_norm"
 #define AKV_FWD_OP_SWIGLU "fwd_swiglu"
 #define AKV_FWD_OP_ADD "fwd_add"
 #define AKV_FWD_OP_CAST "fwd_cast"
@@ -77,6 +78,17 @@ typedef struct akv_fwd_rmsnorm_args {
     float eps;
     akv_dtype y_dtype; /* f32 or bf16 */
 } akv_fwd_rmsnorm_args;
+
+/* Each of the first n_a + n_b heads of each token row RMS-normalised in place
+ * (akv_ops_ref_rmsnorm's arithmetic over one head): heads [0, n_a) with weights wa, heads
+ * [n_a, n_a + n_b) with wb. Qwen3's Q and K heads before RoPE. */
+typedef struct akv_fwd_head_norm_args {
+    akv_dptr x;        /* f32: row t at x + t*stride, heads of head_dim from its start */
+    akv_dptr wa, wb;   /* f32 [head_dim] each */
+    uint32_t n_tokens, n_a, n_b, head_dim;
+    uint32_t stride;   /* elements between token rows (>= (n_a + n_b) * head_dim) */
+    float eps;
+} akv_fwd_head_norm_args;
 
 /* Rotates the first n_rot elements of each head of each token row in place (akv_ops_ref_rope's
  * pairs and angles: inv_freq already folds base, linear scale and Llama 3 factors). */
@@ -246,6 +258,7 @@ typedef struct akv_fwd_attn_widen_args {
 extern const akv_dev_op akv_fwd_op_embed;
 extern const akv_dev_op akv_fwd_op_rmsnorm;
 extern const akv_dev_op akv_fwd_op_rope;
+extern const akv_dev_op akv_fwd_op_head_norm;
 extern const akv_dev_op akv_fwd_op_swiglu;
 extern const akv_dev_op akv_fwd_op_add;
 extern const akv_dev_op akv_fwd_op_cast;

@@ -1,6 +1,6 @@
 /*
- * akv/gguf_synth.h — synthetic Llama-architecture GGUF models: real shapes, seeded random
- * weights, no download. Benchmarks and tests run any shape (an 8B model included) from a
+ * akv/gguf_synth.h — synthetic Llama- and Qwen3-architecture GGUF models: real shapes, seeded
+ * random weights, no download. Benchmarks and tests run any shape (an 8B model included) from a
  * file written here.
  *
  * The file has the keys and tensor names llama.cpp's "llama" architecture loads:
@@ -57,9 +57,12 @@ typedef struct akv_gguf_synth_shape {
     float rope_theta;     /* RoPE base frequency */
     float rms_eps;        /* RMSNorm epsilon */
     bool tied;            /* no output.weight: the output projection is token_embd */
+    bool qk_norm;         /* architecture "qwen3": each layer's Q and K heads RMS-normalised
+                             (blk.N.attn_q_norm.weight, attn_k_norm.weight [head_dim], after
+                             ffn_down), keys under "qwen3."; false: "llama" */
 } akv_gguf_synth_shape;
 
-/* Presets: "llama3-8b", "llama3.2-1b", "smollm2-135m" (from the models' published
+/* Presets: "llama3-8b", "llama3.2-1b", "smollm2-135m", "qwen3-0.6b" (from the models' published
  * configurations; the smollm2 preset is checked against the default model's file by the
  * model-label test). i >= akv_gguf_synth_n_presets() is a programmer error. */
 size_t akv_gguf_synth_n_presets(void);

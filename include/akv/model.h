@@ -1,9 +1,11 @@
 /*
  * akv/model.h — a Llama-family model read from a GGUF file: its configuration and its weights.
  *
- * Architectures: `llama` (Llama 2/3, SmolLM, Mistral-style dense models) and `qwen2` (the same
- * block with a bias on Q, K and V and the NEOX RoPE layout). Every hyperparameter comes from
- * the file's metadata under the architecture's prefix (`llama.*`, `qwen2.*`); the defaults
+ * Architectures: `llama` (Llama 2/3, SmolLM, Mistral-style dense models), `qwen2` (the same
+ * block with a bias on Q, K and V and the NEOX RoPE layout) and `qwen3` (dense: qwen2's block
+ * without the biases, each Q and K head RMS-normalised before RoPE). Every hyperparameter
+ * comes from the file's metadata under the architecture's prefix (`llama.*`, `qwen2.*`,
+ * `qwen3.*`); the defaults
  * below are those of the GGUF convention (a key whose absence has a defined meaning), never
  * a model's numbers from memory:
  *
@@ -34,6 +36,8 @@
  *   blk.L.attn_q.weight      [n_heads*head_dim][n_embd]     .bias [n_heads*head_dim] (qwen2)
  *   blk.L.attn_k.weight      [n_kv_heads*head_dim][n_embd]  .bias (qwen2)
  *   blk.L.attn_v.weight      [n_kv_heads*head_dim][n_embd]  .bias (qwen2)
+ *   blk.L.attn_q_norm.weight [head_dim]            qwen3: every Q head's RMSNorm weights,
+ *   blk.L.attn_k_norm.weight [head_dim]            and every K head's, applied before RoPE
  *   blk.L.attn_output.weight [n_embd][n_heads*head_dim]
  *   blk.L.ffn_norm.weight    [n_embd]
  *   blk.L.ffn_gate.weight    [n_ff][n_embd]
@@ -75,11 +79,12 @@ extern "C" {
 typedef enum akv_model_arch {
     AKV_MODEL_ARCH_LLAMA = 0,
     AKV_MODEL_ARCH_QWEN2 = 1,
+    AKV_MODEL_ARCH_QWEN3 = 2,
 } akv_model_arch;
 
 typedef struct akv_model_config {
     akv_model_arch arch;
-    char arch_name[16];      /* "llama", "qwen2" (general.architecture) */
+    char arch_name[16];      /* "llama", "qwen2", "qwen3" (general.architecture) */
     uint32_t n_layers;       /* transformer blocks */
     uint32_t n_embd;         /* width of the residual stream */
     uint32_t n_ff;           /* width of the feed-forward hidden layer */
@@ -92,10 +97,11 @@ typedef struct akv_model_config {
     float rms_eps;           /* RMSNorm epsilon */
     double rope_base;        /* RoPE theta */
     double rope_freq_scale;  /* linear RoPE scaling: 1 / factor (1 = none) */
-    akv_rope_mode rope_mode; /* NORMAL for llama, NEOX for qwen2 */
+    akv_rope_mode rope_mode; /* NORMAL for llama, NEOX for qwen2 and qwen3 */
     bool has_rope_factors;   /* rope_freqs.weight present (Llama 3 scaling) */
     bool tied_output;        /* no output.weight: the output reuses token_embd */
     bool has_qkv_bias;       /* Q, K, V carry a bias (qwen2) */
+    bool has_qk_norm;        /* each head of Q and K RMS-normalised before RoPE (qwen3) */
 } akv_model_config;
 
 /* A weight matrix [rows][cols] in its storage format: row r is row_bytes bytes at data + r *
@@ -126,6 +132,7 @@ typedef struct akv_model_layer {
     const float *attn_norm;       /* [n_embd] */
     akv_model_mat wq, wk, wv;     /* [n_heads*head_dim][n_embd], [n_kv_heads*head_dim][n_embd] x2 */
     const float *bq, *bk, *bv;    /* [n_heads*head_dim], [n_kv_heads*head_dim] x2, or NULL */
+    const float *q_norm, *k_norm; /* [head_dim] each, or NULL (has_qk_norm) */
     akv_model_mat wo;             /* [n_embd][n_heads*head_dim] */
     const float *ffn_norm;        /* [n_embd] */
     akv_model_mat w_gate, w_up;   /* [n_ff][n_embd] */

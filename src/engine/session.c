@@ -52,7 +52,7 @@ static uint64_t sess_fingerprint(const akv_engine *e) {
     uint64_t h = akv_hash64_init();
     const uint32_t u[] = {(uint32_t)c->arch, c->n_layers, c->n_embd, c->n_ff, c->n_heads,
                           c->n_kv_heads, c->head_dim, c->n_rot, c->n_vocab, (uint32_t)c->rope_mode,
-                          c->has_rope_factors, c->tied_output, c->has_qkv_bias, 0};
+                          c->has_rope_factors, c->tied_output, c->has_qkv_bias, c->has_qk_norm};
     const double d[] = {c->rms_eps, c->rope_base, c->rope_freq_scale};
     h = akv_hash64_add(h, u, sizeof u);
     h = akv_hash64_add(h, d, sizeof d);

@@ -19,9 +19,10 @@
 /* From the models' published configurations (config.json): layers, hidden, heads, K/V
  * heads, head dim, FFN, vocab, context, RoPE theta, RMS epsilon, tied embeddings. */
 static const akv_gguf_synth_shape synth_presets[] = {
-    {"llama3-8b", 32, 4096, 32, 8, 128, 14336, 128256, 8192, 500000.0f, 1e-5f, false},
-    {"llama3.2-1b", 16, 2048, 32, 8, 64, 8192, 128256, 131072, 500000.0f, 1e-5f, true},
-    {"smollm2-135m", 30, 576, 9, 3, 64, 1536, 49152, 8192, 100000.0f, 1e-5f, true},
+    {"llama3-8b", 32, 4096, 32, 8, 128, 14336, 128256, 8192, 500000.0f, 1e-5f, false, false},
+    {"llama3.2-1b", 16, 2048, 32, 8, 64, 8192, 128256, 131072, 500000.0f, 1e-5f, true, false},
+    {"smollm2-135m", 30, 576, 9, 3, 64, 1536, 49152, 8192, 100000.0f, 1e-5f, true, false},
+    {"qwen3-0.6b", 28, 1024, 16, 8, 128, 3072, 151936, 40960, 1000000.0f, 1e-6f, true, true},
 };
 
 size_t akv_gguf_synth_n_presets(void) {
@@ -76,10 +77,13 @@ typedef struct synth_tensor {
     bool norm; /* f32 norm weight */
 } synth_tensor;
 
-enum { SYNTH_PER_LAYER = 9 };
+/* Tensors a layer: nine, and qwen3's two head norms after them. */
+static size_t synth_per_layer(const akv_gguf_synth_shape *s) {
+    return s->qk_norm ? 11 : 9;
+}
 
 static size_t synth_n_tensors(const akv_gguf_synth_shape *s) {
-    return 2 + (size_t)SYNTH_PER_LAYER * s->n_layers + (s->tied ? 0 : 1);
+    return 2 + synth_per_layer(s) * s->n_layers + (s->tied ? 0 : 1);
 }
 
 /* Tensor k of the file order in akv/gguf_synth.h. */
@@ -87,7 +91,7 @@ static void synth_tensor_at(const akv_gguf_synth_shape *s, size_t k, synth_tenso
     uint64_t q_dim = (uint64_t)s->n_heads * s->head_dim, kv_dim = (uint64_t)s->n_kv_heads * s->head_dim;
     memset(t, 0, sizeof *t);
     t->n_dims = 2;
-    size_t n_layer_tensors = (size_t)SYNTH_PER_LAYER * s->n_layers;
+    const size_t per = synth_per_layer(s), n_layer_tensors = per * s->n_layers;
     if (k == 0) {
         snprintf(t->name, sizeof t->name, "token_embd.weight");
         t->ne[0] = s->n_embd, t->ne[1] = s->n_vocab;
@@ -103,14 +107,14 @@ static void synth_tensor_at(const akv_gguf_synth_shape *s, size_t k, synth_tenso
     }
     static const struct {
         const char *name;
-        int in, out; /* 0 n_embd, 1 q_dim, 2 kv_dim, 3 n_ff, -1: norm */
-    } per_layer[SYNTH_PER_LAYER] = {
+        int in, out; /* 0 n_embd, 1 q_dim, 2 kv_dim, 3 n_ff, 4 head_dim; -1: norm */
+    } per_layer[11] = {
         {"attn_norm", 0, -1}, {"attn_q", 0, 1}, {"attn_k", 0, 2},  {"attn_v", 0, 2},
         {"attn_output", 1, 0}, {"ffn_norm", 0, -1}, {"ffn_gate", 0, 3}, {"ffn_up", 0, 3},
-        {"ffn_down", 3, 0},
+        {"ffn_down", 3, 0}, {"attn_q_norm", 4, -1}, {"attn_k_norm", 4, -1},
     };
-    const uint64_t dims[4] = {s->n_embd, q_dim, kv_dim, s->n_ff};
-    size_t layer = (k - 1) / SYNTH_PER_LAYER, which = (k - 1) % SYNTH_PER_LAYER;
+    const uint64_t dims[5] = {s->n_embd, q_dim, kv_dim, s->n_ff, s->head_dim};
+    size_t layer = (k - 1) / per, which = (k - 1) % per;
     snprintf(t->name, sizeof t->name, "blk.%zu.%s.weight", layer, per_layer[which].name);
     t->ne[0] = dims[per_layer[which].in];
     t->norm = per_layer[which].out < 0;
@@ -208,22 +212,26 @@ static akv_status add_metadata(akv_gguf_writer *w, const akv_gguf_synth_params *
     akv_status st = AKV_OK;
 #define ADD(e)                                                                                     \
     if (!st) st = (e)
-    ADD(akv_gguf_writer_add_str(w, "general.architecture", "llama"));
+    const char *arch = s->qk_norm ? "qwen3" : "llama";
+    char key[64];
+#define ARCH_KEY(suffix) (snprintf(key, sizeof key, "%s.%s", arch, suffix), key)
+    ADD(akv_gguf_writer_add_str(w, "general.architecture", arch));
     ADD(akv_gguf_writer_add_str(w, "general.name", name));
     ADD(akv_gguf_writer_add_u32(w, "general.file_type", file_type_of(p->type)));
     if (quantised) ADD(akv_gguf_writer_add_u32(w, "general.quantization_version", 2));
-    ADD(akv_gguf_writer_add_u32(w, "llama.block_count", s->n_layers));
-    ADD(akv_gguf_writer_add_u32(w, "llama.context_length", s->n_ctx));
-    ADD(akv_gguf_writer_add_u32(w, "llama.embedding_length", s->n_embd));
-    ADD(akv_gguf_writer_add_u32(w, "llama.feed_forward_length", s->n_ff));
-    ADD(akv_gguf_writer_add_u32(w, "llama.attention.head_count", s->n_heads));
-    ADD(akv_gguf_writer_add_u32(w, "llama.attention.head_count_kv", s->n_kv_heads));
-    ADD(akv_gguf_writer_add_u32(w, "llama.attention.key_length", s->head_dim));
-    ADD(akv_gguf_writer_add_u32(w, "llama.attention.value_length", s->head_dim));
-    ADD(akv_gguf_writer_add_f32(w, "llama.attention.layer_norm_rms_epsilon", s->rms_eps));
-    ADD(akv_gguf_writer_add_f32(w, "llama.rope.freq_base", s->rope_theta));
-    ADD(akv_gguf_writer_add_u32(w, "llama.rope.dimension_count", s->head_dim));
-    ADD(akv_gguf_writer_add_u32(w, "llama.vocab_size", s->n_vocab));
+    ADD(akv_gguf_writer_add_u32(w, ARCH_KEY("block_count"), s->n_layers));
+    ADD(akv_gguf_writer_add_u32(w, ARCH_KEY("context_length"), s->n_ctx));
+    ADD(akv_gguf_writer_add_u32(w, ARCH_KEY("embedding_length"), s->n_embd));
+    ADD(akv_gguf_writer_add_u32(w, ARCH_KEY("feed_forward_length"), s->n_ff));
+    ADD(akv_gguf_writer_add_u32(w, ARCH_KEY("attention.head_count"), s->n_heads));
+    ADD(akv_gguf_writer_add_u32(w, ARCH_KEY("attention.head_count_kv"), s->n_kv_heads));
+    ADD(akv_gguf_writer_add_u32(w, ARCH_KEY("attention.key_length"), s->head_dim));
+    ADD(akv_gguf_writer_add_u32(w, ARCH_KEY("attention.value_length"), s->head_dim));
+    ADD(akv_gguf_writer_add_f32(w, ARCH_KEY("attention.layer_norm_rms_epsilon"), s->rms_eps));
+    ADD(akv_gguf_writer_add_f32(w, ARCH_KEY("rope.freq_base"), s->rope_theta));
+    ADD(akv_gguf_writer_add_u32(w, ARCH_KEY("rope.dimension_count"), s->head_dim));
+    ADD(akv_gguf_writer_add_u32(w, ARCH_KEY("vocab_size"), s->n_vocab));
+#undef ARCH_KEY
     ADD(akv_gguf_writer_add_u64(w, "akv.synth.seed", p->seed));
     ADD(akv_gguf_writer_add_str(w, "akv.synth.shape", s->name ? s->name : "custom"));
     if (!p->vocab_from) ADD(akv_gguf_writer_add_str(w, "tokenizer.ggml.model", "none"));

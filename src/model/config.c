@@ -93,8 +93,13 @@ akv_status akv_model_config_read(const akv_gguf *g, akv_model_config *out) {
         c.arch = AKV_MODEL_ARCH_QWEN2;
         c.rope_mode = AKV_ROPE_NEOX;
         c.has_qkv_bias = true;
+    } else if (a.len == 5 && !memcmp(a.ptr, "qwen3", 5)) {
+        c.arch = AKV_MODEL_ARCH_QWEN3;
+        c.rope_mode = AKV_ROPE_NEOX;
+        c.has_qk_norm = true;
     } else {
-        AKV_LOG_E("model: key 'general.architecture' = '%.*s' is not supported (llama, qwen2)",
+        AKV_LOG_E("model: key 'general.architecture' = '%.*s' is not supported (llama, qwen2, "
+                  "qwen3)",
                   (int)(a.len > 64 ? 64 : a.len), a.ptr);
         return AKV_EUNSUPPORTED;
     }

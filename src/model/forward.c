@@ -344,6 +344,10 @@ akv_status akv_forward_step(akv_forward *f, const akv_forward_batch *b, const ak
         fwd_matmul(f, f->q, &in, &L->wq, L->bq);
         fwd_matmul(f, f->k, &in, &L->wk, L->bk);
         fwd_matmul(f, f->v, &in, &L->wv, L->bv);
+        if (L->q_norm) { /* qwen3: every head of Q and K normalised before its rotation */
+            akv_ops_ref_rmsnorm(f->q, f->q, L->q_norm, (size_t)n * c->n_heads, c->head_dim, c->rms_eps);
+            akv_ops_ref_rmsnorm(f->k, f->k, L->k_norm, (size_t)n * c->n_kv_heads, c->head_dim, c->rms_eps);
+        }
         akv_ops_ref_rope(f->q, n, c->n_heads, c->head_dim, c->n_rot, c->rope_mode, f->cos_t,
                          f->sin_t);
         akv_ops_ref_rope(f->k, n, c->n_kv_heads, c->head_dim, c->n_rot, c->rope_mode, f->cos_t,

@@ -48,6 +48,8 @@ typedef struct fdev_layer {
     akv_dptr attn_norm; /* f32 [n_embd] */
     fdev_w wqkv;        /* [q_dim + 2*kv_dim][n_embd]: Wq rows, then Wk, then Wv */
     akv_dptr bqkv;      /* f32 [q_dim + 2*kv_dim], or 0 without bias */
+    akv_dptr qk_norm;   /* f32 [2][head_dim]: every Q head's norm weights, then every K head's;
+                           0 without (has_qk_norm) */
     fdev_w wo;          /* [n_embd][q_dim] */
     akv_dptr ffn_norm;  /* f32 [n_embd] */
     fdev_w wgu;         /* [2*n_ff][n_embd]: W_gate rows, then W_up */
@@ -209,8 +211,10 @@ static size_t fdev_layout_weights(akv_forward_dev *f, akv_dptr base) {
                    {&L->wdown, E, c->n_ff}};
         L->attn_norm = fdev_take(base, &off, E * f4);
         L->bqkv = c->has_qkv_bias ? fdev_take(base, &off, (size_t)f->qkv_dim * f4) : (akv_dptr){0};
+        L->qk_norm = c->has_qk_norm ? fdev_take(base, &off, 2 * (size_t)c->head_dim * f4) : (akv_dptr){0};
         L->ffn_norm = fdev_take(base, &off, E * f4);
-        f->weight_bytes += 2 * E * f4 + (c->has_qkv_bias ? f->qkv_dim * f4 : 0);
+        f->weight_bytes += 2 * E * f4 + (c->has_qkv_bias ? f->qkv_dim * f4 : 0) +
+                           (c->has_qk_norm ? 2 * (size_t)c->head_dim * f4 : 0);
         for (int i = 0; i < 4; i++) {
             const size_t b = fdev_w_bytes(ms[i].w->type, ms[i].rows, ms[i].k);
             ms[i].w->w = fdev_take(base, &off, b);
@@ -485,6 +489,10 @@ static akv_status fdev_upload(akv_forward_dev *f, const akv_model *m) {
                 st = fdev_put(f, akv_dptr_offset(L->bqkv, (f->q_dim + f->kv_dim) * f4), W->bv,
                               f->kv_dim, F, tmp);
         }
+        if (!st && c->has_qk_norm) {
+            st = fdev_put(f, L->qk_norm, W->q_norm, c->head_dim, F, tmp);
+            if (!st) st = fdev_put(f, akv_dptr_offset(L->qk_norm, c->head_dim * f4), W->k_norm, c->head_dim, F, tmp);
+        }
         if (!st) st = fdev_put_w(f, L->wo, &wo, 1, tmp, row);
         if (!st) st = fdev_put(f, L->ffn_norm, W->ffn_norm, E, F, tmp);
         if (!st) st = fdev_put_w(f, L->wgu, gu, 2, tmp, row);
@@ -583,6 +591,7 @@ akv_status akv_forward_dev_create_synthetic(akv_dev *dev, const akv_model_config
         if (!st) st = fdev_fill(f, L->attn_norm, E, F, s++, 1, 0.1f);
         if (!st) st = fdev_fill_w(f, L->wqkv, f->qkv_dim, E, s++, se);
         if (!st && c->has_qkv_bias) st = fdev_fill(f, L->bqkv, f->qkv_dim, F, s++, 0, 0.1f);
+        if (!st && c->has_qk_norm) st = fdev_fill(f, L->qk_norm, 2 * (size_t)c->head_dim, F, s++, 1, 0.1f);
         if (!st) st = fdev_fill_w(f, L->wo, E, f->q_dim, s++, sq);
         if (!st) st = fdev_fill(f, L->ffn_norm, E, F, s++, 1, 0.1f);
         if (!st) st = fdev_fill_w(f, L->wgu, 2 * (size_t)c->n_ff, E, s++, se);
@@ -923,6 +932,18 @@ static akv_status fdev_layer_run(akv_forward_dev *f, uint32_t l, uint32_t n, uin
     if (c->has_qkv_bias) {
         akv_fwd_add_args b = {.y = f->qkv, .a = L->bqkv, .n_rows = n, .n = f->qkv_dim};
         if ((st = FDEV_LAUNCH(f, akv_fwd_op_add, b))) return st;
+    }
+    if (c->has_qk_norm) { /* qwen3: every Q and K head normalised before its rotation */
+        akv_fwd_head_norm_args hn = {.x = f->qkv,
+                                     .wa = L->qk_norm,
+                                     .wb = akv_dptr_offset(L->qk_norm, (size_t)c->head_dim * 4),
+                                     .n_tokens = n,
+                                     .n_a = c->n_heads,
+                                     .n_b = c->n_kv_heads,
+                                     .head_dim = c->head_dim,
+                                     .stride = f->qkv_dim,
+                                     .eps = c->rms_eps};
+        if ((st = FDEV_LAUNCH(f, akv_fwd_op_head_norm, hn))) return st;
     }
     /* RoPE over Q and K in one launch: a row's K heads follow its Q heads (the qkv layout),
      * so they are heads n_heads .. n_heads + n_kv_heads - 1 of the same rows */

@@ -139,6 +139,8 @@ static akv_status model_bind_all(akv_model *m, model_bind *binds, size_t *n_bind
             {"attn_q.bias", q, 0, &L->bq, NULL, c->has_qkv_bias},
             {"attn_k.bias", kv, 0, &L->bk, NULL, c->has_qkv_bias},
             {"attn_v.bias", kv, 0, &L->bv, NULL, c->has_qkv_bias},
+            {"attn_q_norm.weight", c->head_dim, 0, &L->q_norm, NULL, c->has_qk_norm},
+            {"attn_k_norm.weight", c->head_dim, 0, &L->k_norm, NULL, c->has_qk_norm},
             {"attn_output.weight", q, c->n_embd, NULL, &L->wo, true},
             {"ffn_norm.weight", c->n_embd, 0, &L->ffn_norm, NULL, true},
             {"ffn_gate.weight", c->n_embd, c->n_ff, NULL, &L->w_gate, true},
@@ -146,8 +148,9 @@ static akv_status model_bind_all(akv_model *m, model_bind *binds, size_t *n_bind
             {"ffn_down.weight", c->n_ff, c->n_embd, NULL, &L->w_down, true},
         };
         for (size_t i = 0; i < sizeof ts / sizeof ts[0]; i++) {
-            if (!c->has_qkv_bias && ts[i].rows == 0 && strstr(ts[i].suffix, ".bias")) {
-                *ts[i].vec = NULL; /* llama: no bias, and a stray one would be ignored */
+            if (!ts[i].required && ts[i].vec) { /* a vector of another architecture (a bias, a
+                                                    head norm): a stray one is unused, logged */
+                *ts[i].vec = NULL;
                 continue;
             }
             char name[AKV_GGUF_MAX_NAME + 1];

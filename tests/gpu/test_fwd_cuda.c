@@ -358,6 +358,23 @@ static void ops_case(uint32_t rows, uint32_t n) {
         }
     }
     pfree(pp), pfree(pinv);
+    /* head norm (qwen3's Q and K heads): awkward head dimensions and head counts, rows at a
+     * stride with V's elements after the normalised heads left alone */
+    const uint32_t hds[] = {64, 128, 80, 256}, has[] = {2, 5, 16, 1}, hbs[] = {1, 1, 8, 1};
+    for (size_t c = 0; c < sizeof hds / sizeof hds[0]; c++) {
+        const uint32_t hd2 = hds[c], na = has[c], nb = hbs[c], st2 = (na + 2 * nb) * hd2;
+        float *hx = rand_f32((size_t)rows * st2, 3), *hw = rand_f32(2 * (size_t)hd2, 1);
+        pair phx = pput(hx, (size_t)rows * st2 * 4), phw = pput(hw, 2 * (size_t)hd2 * 4);
+        LAUNCH2(akv_fwd_op_head_norm,
+                akv_fwd_head_norm_args a = {.x = phx.d[s], .wa = phw.d[s],
+                                            .wb = akv_dptr_offset(phw.d[s], (size_t)hd2 * 4),
+                                            .n_tokens = rows, .n_a = na, .n_b = nb,
+                                            .head_dim = hd2, .stride = st2, .eps = 1e-6f});
+        snprintf(what, sizeof what, "head norm d=%u heads %u+%u rows %u", hd2, na, nb, rows);
+        pcheck(phx, (size_t)rows * st2, F, 1e-6, what);
+        pfree(phx), pfree(phw);
+        akv__free(hx), akv__free(hw);
+    }
     pfree(xf), pfree(xb), pfree(xf2), pfree(pid), pfree(pb), pfree(pgu);
     akv__free(x), akv__free(b), akv__free(gu), akv__free(q);
 }
