@@ -1261,6 +1261,84 @@ int main(int argc, char **argv) {
         if (open) pools_close(&p), pools_close(&q);
     }
 
+    TEST_CASE(fills_of_a_failed_pass_do_not_land_on_another_routes_pages) {
+        /* Queued resident routes X and Y in one tight pool (4 window pages per layer), the
+         * device pass on the host backend. X's pages were reclaimed by Y; X's step places them
+         * fresh (fills), a large copy ahead of them on the H2D queue keeps them in flight, and
+         * X's pass fails at its first begin_layer (the compute queue's wait for the fills
+         * cannot be submitted), so nothing waits for them. Y's new sequence Z then reclaims
+         * those pages and writes its rows: its compute must wait for the fills still in
+         * flight, or they land on Z's rows (a review reproduced that). Reference: Z alone. */
+        pools p, q;
+        bool open = pools_open(&p, c, 4);
+        open = pools_open(&q, c, 0) && open;
+        akv_forward_params fwp = {.max_step_tokens = 4 * P};
+        akv_forward_dev *fd = NULL, *fq = NULL;
+        akv_route_params rp = {.kind = AKV_ROUTE_RESIDENT, .max_history = 4 * P, .queued = true};
+        r1 x = {0};
+        akv_route *yr = NULL, *rr = NULL;
+        void *hbig = NULL;
+        akv_dptr dbig = {0};
+        const size_t big = (size_t)256 << 20;
+        if (open) {
+            CHECK_OK(akv_forward_dev_create(p.dev, model, &fwp, &fd));
+            CHECK_OK(akv_forward_dev_create(q.dev, model, &fwp, &fq));
+            CHECK_OK(r1_open(p.dev, p.hp, p.dp, &rp, &x));
+            CHECK_OK(akv_route_create(p.dev, p.hp, p.dp, &rp, &yr));
+            CHECK_OK(akv_route_create(q.dev, q.hp, q.dp, &rp, &rr));
+            CHECK_OK(akv_dev_pinned_alloc(p.dev, big, &hbig));
+            CHECK_OK(akv_dev_mem_alloc(p.dev, big, &dbig));
+        }
+        if (fd && fq && x.r && yr && rr && hbig) {
+            float lz[23], lr[23];
+            akv_route_seq_params sp = {.tag = 2};
+            r1 y = {.r = yr}, z = {.r = yr}, zr = {.r = rr};
+            CHECK_OK(fx_feed_route(&x, NULL, fd, P, tokens, 2 * P, lz));
+            CHECK_OK(akv_route_seq_open(yr, &sp, &y.s)); /* Y takes X's pages */
+            CHECK_OK(fx_feed_route(&y, NULL, fd, P, tokens + 100, 4 * P, lz));
+            CHECK_OK(akv_route_seq_close(yr, y.s));
+            CHECK_OK(akv_route_sync(yr));
+            CHECK_OK(r1_step(&x, 2 * P + 1)); /* X's pages back, fresh: fills */
+            memset(hbig, 1, big);
+            CHECK_OK(akv_dev_copy_h2d_async(p.dev, AKV_QUEUE_H2D, dbig, hbig, big));
+            CHECK_OK(akv_dev_inject_fault(p.dev, AKV_FAULT_WAIT, 2, 0));
+            akv_kv_hooks kv = akv_route_hooks(x.r);
+            akv_kv_parts parts;
+            memset(&parts, 0, sizeof parts);
+            akv_log_set(NULL, NULL, AKV_LOG_OFF);
+            CHECK(kv.begin_layer(kv.user, 0, &parts) != AKV_OK);
+            akv_log_set(NULL, NULL, AKV_LOG_WARN);
+            sp.tag = 3;
+            CHECK_OK(akv_route_seq_open(yr, &sp, &z.s)); /* Z takes X's pages and writes them */
+            CHECK_OK(akv_route_seq_open(rr, &sp, &zr.s));
+            CHECK_OK(fx_feed_route(&z, NULL, fd, 4 * P, tokens + 150, 4 * P - 1, lz));
+            CHECK_OK(fx_feed_route(&zr, NULL, fq, 4 * P, tokens + 150, 4 * P - 1, lr));
+            CHECK_BYTES(lz, lr, sizeof lr);
+            CHECK_OK(akv_dev_sync(p.dev));
+            CHECK_OK(akv_route_abort_step(x.r));
+            CHECK_OK(akv_route_sync(yr));
+            CHECK_OK(akv__route_check(yr)); /* Z's device pages are its host copy */
+            CHECK_OK(fx_feed_route(&z, NULL, fd, 4 * P, tokens + 230, 1, lz));
+            CHECK_OK(fx_feed_route(&zr, NULL, fq, 4 * P, tokens + 230, 1, lr));
+            CHECK_BYTES(lz, lr, sizeof lr);
+            akv_dev_pool_stats ps;
+            akv_dev_pool_get_stats(p.dp, &ps);
+            CHECK(ps.counts.n_pages[AKV_DEV_POOL_RECLAIM_IDLE] > 0);
+            CHECK_OK(akv_route_sync(yr));
+            CHECK_OK(akv_route_sync(rr));
+            CHECK_OK(akv_route_seq_close(yr, z.s));
+            CHECK_OK(akv_route_seq_close(rr, zr.s));
+        }
+        CHECK_OK(r1_close(&x));
+        if (yr) CHECK_OK(akv_route_destroy(yr));
+        if (rr) CHECK_OK(akv_route_destroy(rr));
+        if (hbig) CHECK_OK(akv_dev_pinned_free(p.dev, hbig));
+        if (dbig.addr) CHECK_OK(akv_dev_mem_free(p.dev, dbig));
+        akv_forward_dev_destroy(fd);
+        akv_forward_dev_destroy(fq);
+        if (open) pools_close(&p), pools_close(&q);
+    }
+
     TEST_CASE(closed_sequences_wait_for_their_step_and_its_fences) {
         /* A sequence closed after a sync that came between begin_step and the pass stays until
          * the pass is over (it crashed: a review); one closed while its step's write-backs are

@@ -2,7 +2,7 @@
  * akv_engine_session_save / _load; docs/engine.md, "Sessions on disk").
  *
  * The file, little-endian:
- *   header  64 bytes: "AKVSESS1", version 1, the K/V geometry (layers, K/V heads, head dim,
+ *   header  64 bytes: "AKVSESS1", the version (SESS_VERSION), the K/V geometry (layers, K/V heads, head dim,
  *           element type), the vocabulary size, the model's fingerprint (its shape, RoPE and
  *           norm settings, its tokenizer's pieces, each tensor's name, shape, type and a
  *           sample of its bytes), the history's length n, its cache salt, whether it is kept
@@ -105,8 +105,8 @@ typedef struct sess_io {
     size_t layer_bytes;
     struct sess_ahead *ahead; /* reading: the thread that reads the layers ahead, or NULL */
     uint8_t *mem;        /* writing an image: the whole file's bytes go here (else to f) */
-    double wait_s;       /* reading: seconds the K/V's reads took (with the read-ahead: the
-                            seconds the caller waited for them) */
+    double wait_s;       /* reading: seconds the caller waited for the K/V's reads (the reads
+                            themselves without the read-ahead), not its checking or placing */
 } sess_io;
 
 /* A layer of the K/V [2][H][n][D] folded into the checksum (its block checksum). */
@@ -182,12 +182,14 @@ static void ahead_end(sess_ahead *a) {
 /* Layer l read ahead, into io->layer and the checksum (the layers before it are released). */
 static akv_status ahead_take(sess_io *io, uint32_t l) {
     sess_ahead *a = io->ahead;
+    const double t0 = akv_clock_s();
     pthread_mutex_lock(&a->mu);
     a->released = l;
     pthread_cond_broadcast(&a->cv);
     while (a->filled <= l && !a->failed) pthread_cond_wait(&a->cv, &a->mu);
     const bool have = a->filled > l;
     pthread_mutex_unlock(&a->mu);
+    io->wait_s += akv_clock_s() - t0;
     if (!have) {
         AKV_LOG_E("engine: the session '%s' ends inside its K/V (truncated, or not a session)", io->path);
         return AKV_EFORMAT;
@@ -244,7 +246,10 @@ static akv_status sess_read(sess_io *io, void *p, size_t n, const char *what) {
 
 /* The next layer of the K/V into io->layer, here (no read-ahead), its checksum folded. */
 static akv_status sess_read_layer(sess_io *io) {
-    if (fread(io->layer, 1, io->layer_bytes, io->f) != io->layer_bytes) {
+    const double t0 = akv_clock_s();
+    const bool whole = fread(io->layer, 1, io->layer_bytes, io->f) == io->layer_bytes;
+    io->wait_s += akv_clock_s() - t0;
+    if (!whole) {
         AKV_LOG_E("engine: the session '%s' ends inside its K/V (truncated, or not a session)", io->path);
         return AKV_EFORMAT;
     }
@@ -271,11 +276,7 @@ static akv_status sess_page_in(void *user, uint32_t layer, uint32_t page, void *
     sess_io *io = user;
     akv_status st;
     (void)page_bytes;
-    if (page == 0) {
-        const double t0 = akv_clock_s();
-        if ((st = io->ahead ? ahead_take(io, layer) : sess_read_layer(io))) return st;
-        io->wait_s += akv_clock_s() - t0;
-    }
+    if (page == 0 && (st = io->ahead ? ahead_take(io, layer) : sess_read_layer(io))) return st;
     sess_rows(io, page, bytes, true);
     return AKV_OK;
 }

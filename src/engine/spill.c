@@ -251,6 +251,17 @@ static bool spill_pending(const akv_engine *e, const char *path) {
     return false;
 }
 
+/* Waits until no removal of path is queued or under way (lock held): a file written on the
+ * engine's thread must not be removed by a job queued before it. */
+static void spill_after_unlinks(akv_engine *e, const char *path) {
+    akv__spill_writer *w = e->writer;
+    uint64_t last = 0;
+    if (w && w->writing && w->writing->unlink && !strcmp(w->writing->entry.path, path)) last = w->writing->seq;
+    for (const spill_job *j = w ? w->head : NULL; j; j = j->next)
+        if (j->unlink && !strcmp(j->entry.path, path)) last = j->seq;
+    while (w && w->done < last) pthread_cond_wait(&w->cv, &w->mu);
+}
+
 /* A job to the writer's queue, after every job queued before it (lock held). */
 static void spill_queue(akv__spill_writer *w, spill_job *j) {
     j->seq = ++w->queued;
@@ -309,6 +320,7 @@ void akv__spill_out(akv_engine *e, const akv__ctx *c) {
     }
     akv__free(j); /* no writer, or no memory for the image: written here */
     spill_lock(e);
+    spill_after_unlinks(e, s.path); /* a removal of this path queued earlier goes first */
     spill_room(e, bytes);
     spill_unlock(e);
     if (akv__session_write(e, c, s.path) != AKV_OK) { /* logged: the context is closed all the same */

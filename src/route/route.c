@@ -620,6 +620,8 @@ akv_status akv_route_create(akv_dev *dev, akv_host_pool *host_pool, akv_dev_pool
             st = akv_dev_event_create(dev, 0, &r->ev[l]);
         if (!st) st = akv_dev_event_create(dev, 0, &r->ev_wb);
         if (!st) st = akv_dev_event_create(dev, 0, &r->ev_fill);
+        if (!st) st = akv_dev_event_create(dev, 0, &r->ev_fill_h2d);
+        if (!st) st = akv_dev_event_create(dev, 0, &r->ev_fill_c);
         if (!st) {
             r->ev_lfill = akv__calloc(g->n_layers, sizeof *r->ev_lfill);
             r->lfill_wait = akv__calloc(g->n_layers, 1);
@@ -713,6 +715,8 @@ static akv_status route_free(akv_route *r) {
             akv_dev_event_destroy(r->dev, r->ev[l]);
         akv_dev_event_destroy(r->dev, r->ev_wb);
         akv_dev_event_destroy(r->dev, r->ev_fill);
+        akv_dev_event_destroy(r->dev, r->ev_fill_h2d);
+        akv_dev_event_destroy(r->dev, r->ev_fill_c);
         for (uint32_t l = 0; r->ev_lfill && l < r->geom.n_layers; l++)
             akv_dev_event_destroy(r->dev, r->ev_lfill[l]);
         akv__free(r->ev_lfill);
@@ -806,13 +810,17 @@ static akv_status route_fills_order(akv_route *r) {
  * (the tables, the pass's token ids) go first and the pass starts at once. Nothing enqueued
  * earlier still reads a fresh page: begin_step's sync drained the compute and D2H queues; the
  * H2D queue waits for ev_fill all the same (as the compute queue does, route_order_fills), so
- * the order holds without that drain. The host pages are pinned and hold earlier tokens only:
- * nothing rewrites them while the copies are pending. */
+ * the order holds without that drain, and for the compute queue's work of this step so far
+ * (ev_fill_c: a hybrid step's compact pages are encoded there from exact pages that may leave
+ * the window this step). The host pages are pinned and hold earlier tokens only: nothing
+ * rewrites them while the copies are pending. */
 static akv_status route_fills_send(akv_route *r) {
     const size_t n = r->n_fills_by;
     r->n_fills_by = 0;
     if (!n) return AKV_OK;
     akv_status st = akv_dev_queue_wait_event(r->dev, AKV_QUEUE_H2D, r->ev_fill);
+    if (!st) st = akv_dev_event_record(r->dev, r->ev_fill_c, AKV_QUEUE_COMPUTE);
+    if (!st) st = akv_dev_queue_wait_event(r->dev, AKV_QUEUE_H2D, r->ev_fill_c);
     if (!st) r->fills_h2d = true;
     for (uint32_t l = 0, from = 0; l < r->geom.n_layers && !st; from = (uint32_t)r->fill_end[l], l++) {
         const size_t k = r->fill_end[l] - from;
@@ -865,17 +873,20 @@ akv_status akv__route_copy_rows(akv_route *r, akv_route_seq *s, uint32_t layer) 
 }
 
 /* Before a step fills or writes its fresh pages: a page the device pool placed may have left
- * another context's window (reclaimed) or this one's, and a write-back of another route may
- * still be reading it (docs/mem.md, "Fences"). Queued: the compute queue (fills, the pass's
- * kernels) waits for every write-back enqueued so far; direct: the host waits for the
- * write-back and compute queues. */
+ * another context's window (reclaimed) or this one's, a write-back of another route may still
+ * be reading it, and a fill of another route's step that never reached that layer (its pass
+ * failed) may still be writing it (docs/mem.md, "Fences"). Queued: the compute queue (the
+ * pass's kernels) waits for every write-back and every copy to the device enqueued so far;
+ * direct: the host waits for the write-back and compute queues. */
 static akv_status route_order_fills(akv_route *r) {
     if (!r->queued) {
         akv_status st = akv_dev_queue_sync(r->dev, AKV_QUEUE_D2H);
         return st ? st : akv_dev_queue_sync(r->dev, AKV_QUEUE_COMPUTE);
     }
     akv_status st = akv_dev_event_record(r->dev, r->ev_fill, AKV_QUEUE_D2H);
-    return st ? st : akv_dev_queue_wait_event(r->dev, AKV_QUEUE_COMPUTE, r->ev_fill);
+    if (!st) st = akv_dev_queue_wait_event(r->dev, AKV_QUEUE_COMPUTE, r->ev_fill);
+    if (!st) st = akv_dev_event_record(r->dev, r->ev_fill_h2d, AKV_QUEUE_H2D);
+    return st ? st : akv_dev_queue_wait_event(r->dev, AKV_QUEUE_COMPUTE, r->ev_fill_h2d);
 }
 
 /* A sequence's part of the step route_settle cannot establish: its history goes back to
@@ -1320,7 +1331,8 @@ static akv_status route_cjob_push(akv_route *r, akv__route_cjob job) {
  * device from its exact page when the queued route has it in s's window (and the window is
  * trusted), else on the host from the host copy (route_compact_run makes them). The step's
  * compact work runs before the device-pool step, so an exact page leaving the window this step
- * is still there, and its encoding precedes on the compute queue whatever reuses it. Staged
+ * is still there, and its encoding precedes whatever reuses it: the pass's kernels on the
+ * compute queue, and the step's fills, which wait for the compute queue (route_fills_send). Staged
  * hybrid: copied from its compact copy (made before, route_compact_copies). */
 static akv_status route_compact_page(akv_route *r, akv_route_seq *s, uint32_t layer,
                                      uint32_t logical, uint32_t page_id, bool trusted) {

@@ -173,6 +173,10 @@ struct akv_route {
     akv_event **ev;        /* [n_layers]: the layer's attention enqueued (write-back waits) */
     akv_event *ev_wb;      /* resident: recorded on D2H after the step's last write-back */
     akv_event *ev_fill;    /* recorded on D2H before fills: fresh pages wait for their readers */
+    akv_event *ev_fill_h2d; /* recorded on H2D before fills: fresh pages wait for earlier fills
+                               (another route's, whose pass failed before their layer) */
+    akv_event *ev_fill_c;  /* recorded on the compute queue when the fills are sent: they wait
+                              for the step's work there so far (compact encodes) */
     akv_event **ev_lfill;  /* [n_layers] queued: recorded on H2D after layer l's fills */
     uint8_t *lfill_wait;   /* [n_layers] layer l's fills enqueued, its kernels not yet behind them */
     bool fills_h2d;        /* fills enqueued on H2D that no sync of that queue has seen done */
