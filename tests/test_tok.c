@@ -269,6 +269,30 @@ static akv_status join_piece(void *ctx, const uint8_t *s, size_t n) {
     return AKV_OK;
 }
 
+/* Qwen2's (Qwen3's) expression, computed with Python's `regex` module from its tokenizer.json
+ * (the same computation reproduces every split_llama3 case above, which came from HF). */
+static const split_case split_qwen2[] = {
+    {"Hello world", "Hello\x01"" world"},
+    {"don't  stop\n\n  x", "don\x01""'t\x01"" \x01"" stop\x01""\n\n\x01"" \x01"" x"},
+    {"abc123 def 4567", "abc\x01""1\x01""2\x01""3\x01"" def\x01"" \x01""4\x01""5\x01""6\x01""7"},
+    {"a\xE3""\x80""\x80""b\xC2""\xA0""c\xE1""\xA0""\x8E""d\xC2""\x85""e\xE2""\x80""\xA8""f", "a\x01""\xE3""\x80""\x80""b\x01""\xC2""\xA0""c\x01""\xE1""\xA0""\x8E""d\x01""\xC2""\x85""e\x01""\xE2""\x80""\xA8""f"},
+    {"I'LL x'ſ 'S", "I\x01""'LL\x01"" x\x01""'ſ\x01"" '\x01""S"},
+    {"  leading and trailing  ", " \x01"" leading\x01"" and\x01"" trailing\x01""  "},
+    {"tabs\tand\t\tnewlines\r\n\r\nend", "tabs\x01""\tand\x01""\t\x01""\tnewlines\x01""\r\n\r\n\x01""end"},
+    {"x = f(y) + 12345;  // comment\n    return x;", "x\x01"" =\x01"" f\x01""(y\x01"")\x01"" +\x01"" \x01""1\x01""2\x01""3\x01""4\x01""5\x01"";\x01"" \x01"" //\x01"" comment\x01""\n\x01""   \x01"" return\x01"" x\x01"";"},
+    {"日本語のテキスト、中文", "日本語のテキスト\x01""、中文"},
+    {"emoji 👍🏽 family 👨\xE2""\x80""\x8D""👩\xE2""\x80""\x8D""👧 flags 🇫🇷", "emoji\x01"" 👍🏽\x01"" family\x01"" 👨\xE2""\x80""\x8D""👩\xE2""\x80""\x8D""👧\x01"" flags\x01"" 🇫🇷"},
+    {"e\xCC""\x81"" combining a\xCC""\x88""", "e\x01""\xCC""\x81""\x01"" combining\x01"" a\x01""\xCC""\x88"""},
+    {"١٢٣ Arabic digits ٤٥ and Ⅻ Roman ½", "١\x01""٢\x01""٣\x01"" Arabic\x01"" digits\x01"" \x01""٤\x01""٥\x01"" and\x01"" \x01""Ⅻ\x01"" Roman\x01"" \x01""½"},
+    {"    ", "    "},
+    {"\n", "\n"},
+    {"a\n\n\nb", "a\x01""\n\n\n\x01""b"},
+    {"$100.00!!! ???", "$\x01""1\x01""0\x01""0\x01"".\x01""0\x01""0\x01""!!!\x01"" ???"},
+    {"we've they're I'm he'd you'll", "we\x01""'ve\x01"" they\x01""'re\x01"" I\x01""'m\x01"" he\x01""'d\x01"" you\x01""'ll"},
+    {" \n \n x", " \n \n\x01"" x"},
+    {"ÿĀ mixed Ελληνικά кириллица", "ÿĀ\x01"" mixed\x01"" Ελληνικά\x01"" кириллица"},
+};
+
 static void check_splits(akv_tok_pre pre, const split_case *cases, size_t n_cases) {
     akv__pretok *p = NULL;
     CHECK_OK(akv__pretok_create(pre, &p));
@@ -374,7 +398,11 @@ int main(int argc, char **argv) {
         CHECK_EQ_INT(pre, AKV_TOK_PRE_SMOLLM);
         CHECK_OK(akv_tok_pre_from_name("llama-bpe", &pre));
         CHECK_EQ_INT(pre, AKV_TOK_PRE_LLAMA3);
-        CHECK_STATUS(akv_tok_pre_from_name("qwen2", &pre), AKV_EUNSUPPORTED);
+        check_splits(AKV_TOK_PRE_QWEN2, split_qwen2, AKV_ARRAY_LEN(split_qwen2));
+        CHECK_OK(akv_tok_pre_from_name("qwen2", &pre));
+        CHECK_EQ_INT(pre, AKV_TOK_PRE_QWEN2);
+        CHECK_STR(akv_tok_pre_name(AKV_TOK_PRE_QWEN2), "qwen2");
+        CHECK_STATUS(akv_tok_pre_from_name("qwen35", &pre), AKV_EUNSUPPORTED);
         CHECK_STR(akv_tok_pre_name(AKV_TOK_PRE_LLAMA3), "llama-bpe");
     }
 
@@ -724,7 +752,7 @@ int main(int argc, char **argv) {
             {"model llama", "'llama'", AKV_EUNSUPPORTED},
             {"no model", "no tokenizer.ggml.model", AKV_EFORMAT},
             {"no pre", "no tokenizer.ggml.pre", AKV_EUNSUPPORTED},
-            {"pre qwen2", "'qwen2' is not supported", AKV_EUNSUPPORTED},
+            {"pre qwen35", "'qwen35' is not supported", AKV_EUNSUPPORTED},
             {"no tokens", "no tokenizer.ggml.tokens", AKV_EFORMAT},
             {"tokens i32", "array of i32", AKV_EFORMAT},
             {"no merges", "no tokenizer.ggml.merges", AKV_EFORMAT},
@@ -746,7 +774,7 @@ int main(int argc, char **argv) {
                 w.pre = NULL;
                 break;
             case 3:
-                w.pre = "qwen2";
+                w.pre = "qwen35";
                 break;
             case 4:
                 w.no_tokens = true;

@@ -78,11 +78,14 @@ typedef enum akv_tok_type {
  *   SMOLLM  first every \p{N} character on its own, then GPT2 inside each part
  *           (HF: Sequence[Digits(individual_digits), ByteLevel]; also StarCoder's)
  *   LLAMA3  (?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}|
- *            ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+   and ignore_merges */
+ *            ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+   and ignore_merges
+ *   QWEN2   LLAMA3's expression with \p{N} (every digit alone) for \p{N}{1,3}, without
+ *           ignore_merges (Qwen2's and Qwen3's tokenizer.json) */
 typedef enum akv_tok_pre {
     AKV_TOK_PRE_GPT2 = 0,   /* "gpt2" */
     AKV_TOK_PRE_SMOLLM = 1, /* "smollm" (also "starcoder") */
     AKV_TOK_PRE_LLAMA3 = 2, /* "llama-bpe" */
+    AKV_TOK_PRE_QWEN2 = 3,  /* "qwen2" */
 } akv_tok_pre;
 
 /* Encode flags. */
@@ -260,7 +263,7 @@ akv_status akv_tok_text_append(akv_tok_text *text, const void *bytes, size_t n_b
 void akv_tok_text_free(akv_tok_text *text); /* frees and zeroes; NULL is a no-op */
 void akv_tok_ids_free(akv_tok_ids *ids);    /* frees and zeroes; NULL is a no-op */
 
-/* "gpt2", "smollm", "llama-bpe"; never NULL. */
+/* "gpt2", "smollm", "llama-bpe", "qwen2"; never NULL. */
 const char *akv_tok_pre_name(akv_tok_pre pre);
 
 /* The pre-tokenizer a GGUF tokenizer.ggml.pre name selects: "gpt2"; "smollm" and

@@ -31,6 +31,11 @@
     "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^" WS               \
     "\\p{L}\\p{N}]+[\\r\\n]*|[" WS "]*[\\r\\n]+|[" WS "]+(?![^" WS "])|[" WS "]+"
 
+/* Qwen2's (and Qwen3's) from its tokenizer.json: Llama 3's with every digit alone. */
+#define PAT_QWEN2                                                                                  \
+    "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^" WS                   \
+    "\\p{L}\\p{N}]+[\\r\\n]*|[" WS "]*[\\r\\n]+|[" WS "]+(?![^" WS "])|[" WS "]+"
+
 enum { PRETOK_MAX_STEPS = 2 };
 
 struct akv__pretok {
@@ -55,6 +60,8 @@ const char *akv__pretok_pattern(akv_tok_pre pre, int step) {
         return step == 0 ? PAT_DIGIT : step == 1 ? PAT_GPT2 : NULL;
     case AKV_TOK_PRE_LLAMA3:
         return step == 0 ? PAT_LLAMA3 : NULL;
+    case AKV_TOK_PRE_QWEN2:
+        return step == 0 ? PAT_QWEN2 : NULL;
     }
     return NULL;
 }
@@ -187,6 +194,8 @@ const char *akv_tok_pre_name(akv_tok_pre pre) {
         return "smollm";
     case AKV_TOK_PRE_LLAMA3:
         return "llama-bpe";
+    case AKV_TOK_PRE_QWEN2:
+        return "qwen2";
     }
     return "unknown";
 }
@@ -197,7 +206,8 @@ akv_status akv_tok_pre_from_name(const char *name, akv_tok_pre *out) {
         akv_tok_pre pre;
     } names[] = {{"gpt2", AKV_TOK_PRE_GPT2},        {"smollm", AKV_TOK_PRE_SMOLLM},
                  {"starcoder", AKV_TOK_PRE_SMOLLM}, {"llama-bpe", AKV_TOK_PRE_LLAMA3},
-                 {"llama3", AKV_TOK_PRE_LLAMA3},    {"llama-v3", AKV_TOK_PRE_LLAMA3}};
+                 {"llama3", AKV_TOK_PRE_LLAMA3},    {"llama-v3", AKV_TOK_PRE_LLAMA3},
+                 {"qwen2", AKV_TOK_PRE_QWEN2}};
     for (size_t i = 0; name && i < AKV_ARRAY_LEN(names); i++) {
         if (strcmp(name, names[i].name) == 0) {
             *out = names[i].pre;

@@ -104,21 +104,21 @@ akv_status akv_tok_create_from_gguf(const akv_gguf *g, const char *pre, akv_tok 
     if (pre) { /* the caller names it */
         if (akv_tok_pre_from_name(pre, &p.pre) != AKV_OK) {
             AKV_LOG_E("tokenizer: pre-tokenizer '%s' is not supported (supported: gpt2, smollm, "
-                      "starcoder, llama-bpe)",
+                      "starcoder, llama-bpe, qwen2)",
                       pre);
             return AKV_EINVAL;
         }
     } else if ((st = akv_gguf_get_str(g, "tokenizer.ggml.pre", &s))) {
         if (st == AKV_ENOTFOUND)
             AKV_LOG_E("tokenizer: the file has no tokenizer.ggml.pre, so its pre-tokenizer is "
-                      "unknown (name one: gpt2, smollm, starcoder, llama-bpe)");
+                      "unknown (name one: gpt2, smollm, starcoder, llama-bpe, qwen2)");
         return st == AKV_ENOTFOUND ? AKV_EUNSUPPORTED : st;
     } else {
         char pre_name[32] = {0};
         memcpy(pre_name, s.ptr, s.len < sizeof pre_name - 1 ? s.len : sizeof pre_name - 1);
         if (s.len >= sizeof pre_name || akv_tok_pre_from_name(pre_name, &p.pre) != AKV_OK) {
             AKV_LOG_E("tokenizer: tokenizer.ggml.pre '%.*s' is not supported (supported: gpt2, "
-                      "smollm, starcoder, llama-bpe)",
+                      "smollm, starcoder, llama-bpe, qwen2)",
                       (int)(s.len > 64 ? 64 : s.len), s.ptr);
             return AKV_EUNSUPPORTED;
         }

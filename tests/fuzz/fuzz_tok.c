@@ -20,7 +20,7 @@
 #include "tok/utf8.h"
 #include "tok_tiny.h"
 
-static akv_tok *fuzz_toks[4]; /* tiny with gpt2, smollm, llama-bpe; the model (optional) */
+static akv_tok *fuzz_toks[5]; /* tiny with gpt2, smollm, llama-bpe, qwen2; the model (optional) */
 static akv_chat *fuzz_chat;
 static tiny fuzz_tiny;
 
@@ -33,14 +33,14 @@ static void fuzz_init(void) {
     akv_log_set(NULL, NULL, AKV_LOG_OFF);
     tiny_init(&fuzz_tiny, extra, extra_types, sizeof extra / sizeof extra[0], merges_bc_first, 6,
               -1);
-    for (int pre = 0; pre < 3; pre++) {
+    for (int pre = 0; pre < 4; pre++) {
         fuzz_tiny.p.pre = (akv_tok_pre)pre;
         if (akv_tok_create(&fuzz_tiny.p, &fuzz_toks[pre]) != AKV_OK) abort();
     }
     const char *model = getenv("AKV_FUZZ_MODEL");
     akv_gguf *g = NULL;
     if (model && akv_gguf_open(model, &g) == AKV_OK) {
-        if (akv_tok_create_from_gguf(g, NULL, &fuzz_toks[3]) != AKV_OK) abort();
+        if (akv_tok_create_from_gguf(g, NULL, &fuzz_toks[4]) != AKV_OK) abort();
         akv_gguf_close(g);
     }
     akv_chat_params cp = {.name = "llama3", .bos_text = "<|im_start|>"};
@@ -52,7 +52,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t n) {
     if (!fuzz_toks[0]) fuzz_init();
     if (n == 0) return 0;
     /* Byte 0 picks the tokenizer and the flags; the rest is the text. */
-    int which = data[0] % 4;
+    int which = data[0] % 5;
     const akv_tok *tok = fuzz_toks[which] ? fuzz_toks[which] : fuzz_toks[0];
     uint32_t flags = (data[0] >> 2) & 3;
     const uint8_t *s = data + 1;
@@ -66,7 +66,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t n) {
             fuzz_fail("id out of range", n);
     if (akv_tok_decode(tok, ids.ids, ids.n_ids, AKV_TOK_DECODE_SPECIAL, &back) != AKV_OK)
         fuzz_fail("decode", n);
-    if (which < 3) { /* the tiny vocabulary has every byte: exact round trip */
+    if (which < 4) { /* the tiny vocabulary has every byte: exact round trip */
         uint8_t *want = malloc(3 * len + 1);
         size_t n_want = akv__utf8_sanitize(s, len, want);
         if (back.n_bytes != n_want || memcmp(back.bytes, want, n_want))
