@@ -364,7 +364,7 @@ static int gguf_synth(int argc, char **argv) {
         for (size_t i = 0; i < akv_gguf_synth_n_presets(); i++) {
             const akv_gguf_synth_shape *q = akv_gguf_synth_preset(i);
             printf("%-14s %6s %7u %7u %6u %9u %9u %7u %8u %8u %6s\n", q->name,
-                   q->qk_norm ? "qwen3" : "llama", q->n_layers, q->n_embd,
+                   akv_gguf_synth_arch(q), q->n_layers, q->n_embd,
                    q->n_heads, q->n_kv_heads, q->head_dim, q->n_ff, q->n_vocab, q->n_ctx,
                    q->tied ? "yes" : "no");
         }

@@ -93,6 +93,9 @@ typedef struct akv_gguf_synth_params {
  * the file size representable. AKV_EINVAL (logged, naming the field) otherwise. */
 akv_status akv_gguf_synth_check(const akv_gguf_synth_shape *s, akv_gguf_type type);
 
+/* The file's general.architecture for shape s: "qwen3" with qk_norm, else "llama". */
+const char *akv_gguf_synth_arch(const akv_gguf_synth_shape *s);
+
 /* Writes the model to `path` (streaming: memory use is a few MiB whatever the shape).
  * AKV_EINVAL for a bad shape or type, AKV_EFORMAT when vocab_from has no token list,
  * AKV_EIO on a write error (the file is then absent), AKV_ENOMEM. */

@@ -241,25 +241,28 @@ static void spill_unlock(const akv_engine *e) {
     if (e->writer) pthread_mutex_unlock(&e->writer->mu);
 }
 
+/* The queue position of the last job of this path queued or under way, writes or removals
+ * (unlink), 0 = none (lock held). */
+static uint64_t spill_last_job(const akv_engine *e, const char *path, bool unlink) {
+    const akv__spill_writer *w = e->writer;
+    uint64_t last = 0;
+    if (w && w->writing && w->writing->unlink == unlink && !strcmp(w->writing->entry.path, path))
+        last = w->writing->seq;
+    for (const spill_job *j = w ? w->head : NULL; j; j = j->next)
+        if (j->unlink == unlink && !strcmp(j->entry.path, path)) last = j->seq;
+    return last;
+}
+
 /* Whether a write of this path is queued or under way (lock held). */
 static bool spill_pending(const akv_engine *e, const char *path) {
-    const akv__spill_writer *w = e->writer;
-    if (!w) return false;
-    if (w->writing && !w->writing->unlink && !strcmp(w->writing->entry.path, path)) return true;
-    for (const spill_job *j = w->head; j; j = j->next)
-        if (!j->unlink && !strcmp(j->entry.path, path)) return true;
-    return false;
+    return spill_last_job(e, path, false) != 0;
 }
 
 /* Waits until no removal of path is queued or under way (lock held): a file written on the
  * engine's thread must not be removed by a job queued before it. */
 static void spill_after_unlinks(akv_engine *e, const char *path) {
-    akv__spill_writer *w = e->writer;
-    uint64_t last = 0;
-    if (w && w->writing && w->writing->unlink && !strcmp(w->writing->entry.path, path)) last = w->writing->seq;
-    for (const spill_job *j = w ? w->head : NULL; j; j = j->next)
-        if (j->unlink && !strcmp(j->entry.path, path)) last = j->seq;
-    while (w && w->done < last) pthread_cond_wait(&w->cv, &w->mu);
+    const uint64_t last = spill_last_job(e, path, true);
+    while (last && e->writer->done < last) pthread_cond_wait(&e->writer->cv, &e->writer->mu);
 }
 
 /* A job to the writer's queue, after every job queued before it (lock held). */

@@ -183,6 +183,10 @@ akv_status akv_gguf_synth_check(const akv_gguf_synth_shape *s, akv_gguf_type typ
     return AKV_OK;
 }
 
+const char *akv_gguf_synth_arch(const akv_gguf_synth_shape *s) {
+    return s->qk_norm ? "qwen3" : "llama";
+}
+
 /* ---- writing ---------------------------------------------------------------------------------- */
 
 /* llama.cpp's general.file_type for a file whose matrices are `type`. */
@@ -212,7 +216,7 @@ static akv_status add_metadata(akv_gguf_writer *w, const akv_gguf_synth_params *
     akv_status st = AKV_OK;
 #define ADD(e)                                                                                     \
     if (!st) st = (e)
-    const char *arch = s->qk_norm ? "qwen3" : "llama";
+    const char *arch = akv_gguf_synth_arch(s);
     char key[64];
 #define ARCH_KEY(suffix) (snprintf(key, sizeof key, "%s.%s", arch, suffix), key)
     ADD(akv_gguf_writer_add_str(w, "general.architecture", arch));

@@ -782,26 +782,6 @@ static akv_status route_fill(akv_route *r, akv_route_seq *s, uint32_t layer, uin
     return st;
 }
 
-/* Queued: the step's fills ordered by layer (fills_by, a layer's in the order given; fill_end[l]
- * where layer l's end), sent at the step's first begin_layer (route_fills_send). */
-static akv_status route_fills_order(akv_route *r) {
-    const size_t n = r->n_fills;
-    const uint32_t L = r->geom.n_layers;
-    r->n_fills = 0;
-    r->n_fills_by = 0;
-    if (!n) return AKV_OK;
-    akv_status st = akv__array_reserve((void **)&r->fills_by, &r->cap_fills_by, n, sizeof *r->fills_by);
-    if (st) return st;
-    size_t *end = r->fill_end;
-    memset(end, 0, ((size_t)L + 1) * sizeof *end);
-    for (size_t i = 0; i < n; i++) end[r->fill_layer[i] + 1]++;
-    for (uint32_t l = 0; l < L; l++) end[l + 1] += end[l];
-    for (size_t i = 0; i < n; i++) /* end[l] moves from layer l's start to its end */
-        r->fills_by[end[r->fill_layer[i]]++] = r->fills[i];
-    r->n_fills_by = n;
-    return AKV_OK;
-}
-
 /* The step's fills on the H2D queue, one batched copy a layer, each followed by its event,
  * which the compute queue waits for at that layer's begin_layer: a layer's fills cross the bus
  * while the layers before it compute (a returning conversation's whole window is filled in its
@@ -815,15 +795,25 @@ static akv_status route_fills_order(akv_route *r) {
  * the window this step). The host pages are pinned and hold earlier tokens only: nothing
  * rewrites them while the copies are pending. */
 static akv_status route_fills_send(akv_route *r) {
-    const size_t n = r->n_fills_by;
-    r->n_fills_by = 0;
+    const size_t n = r->n_fills;
+    const uint32_t L = r->geom.n_layers;
+    r->n_fills = 0;
     if (!n) return AKV_OK;
-    akv_status st = akv_dev_queue_wait_event(r->dev, AKV_QUEUE_H2D, r->ev_fill);
+    /* ordered by layer, a layer's in the order given: end[l] moves from where layer l's fills
+     * start in fills_by to where they end */
+    akv_status st = akv__array_reserve((void **)&r->fills_by, &r->cap_fills_by, n, sizeof *r->fills_by);
+    if (st) return st;
+    size_t *end = r->fill_end;
+    memset(end, 0, ((size_t)L + 1) * sizeof *end);
+    for (size_t i = 0; i < n; i++) end[r->fill_layer[i] + 1]++;
+    for (uint32_t l = 0; l < L; l++) end[l + 1] += end[l];
+    for (size_t i = 0; i < n; i++) r->fills_by[end[r->fill_layer[i]]++] = r->fills[i];
+    st = akv_dev_queue_wait_event(r->dev, AKV_QUEUE_H2D, r->ev_fill);
     if (!st) st = akv_dev_event_record(r->dev, r->ev_fill_c, AKV_QUEUE_COMPUTE);
     if (!st) st = akv_dev_queue_wait_event(r->dev, AKV_QUEUE_H2D, r->ev_fill_c);
     if (!st) r->fills_h2d = true;
-    for (uint32_t l = 0, from = 0; l < r->geom.n_layers && !st; from = (uint32_t)r->fill_end[l], l++) {
-        const size_t k = r->fill_end[l] - from;
+    for (uint32_t l = 0, from = 0; l < L && !st; from = (uint32_t)end[l], l++) {
+        const size_t k = end[l] - from;
         if (!k) continue;
         st = akv_dev_copy_h2d_batch_async(r->dev, AKV_QUEUE_H2D, r->fills_by + from, k);
         if (!st) st = akv_dev_event_record(r->dev, r->ev_lfill[l], AKV_QUEUE_H2D);
@@ -1291,7 +1281,7 @@ static akv_status route_write_table(akv_route *r, const akv_route_req *reqs, uin
     r->indptr[n] = (int32_t)off;
     if (off != r->n_idx) r->tab_dirty = true; /* the packing moved */
     r->n_idx = off;
-    return route_fills_order(r);
+    return AKV_OK; /* the fills wait for the step's first begin_layer (route_fills_send) */
 }
 
 /* Queued: a table laid out as tab_h (the exact one, or the compact one) to its device copy
@@ -1558,7 +1548,7 @@ akv_status akv_route_begin_step(akv_route *r, const akv_route_req *reqs, uint32_
     for (uint32_t i = 0; i < r->n_step; i++)
         if (r->step[i]) r->step[i]->slot = -1;
     r->n_step = 0;
-    r->n_fills_by = 0; /* fills of a step that never began its layers: its pages are refilled */
+    r->n_fills = 0; /* fills of a step that never began its layers: its pages are refilled */
     r->step_done = true; /* the previous step is over */
     route_finish_closes(r);
     /* 1. the host copies grow first: they are where the rows land for good */
@@ -1682,7 +1672,7 @@ static akv_status route_begin_layer(void *user, uint32_t layer, akv_kv_parts *pa
     akv_status st = route_layer_ok(r, layer, "begin_layer");
     if (st) return st;
     r->pending = true; /* the pass enqueues work (a sync may have come between) */
-    if (r->queued && r->n_fills_by && (st = route_fills_send(r))) return st;
+    if (r->queued && r->n_fills && (st = route_fills_send(r))) return st;
     if (r->queued && r->lfill_wait[layer]) { /* the layer's fills, before its kernels */
         if ((st = akv_dev_queue_wait_event(r->dev, AKV_QUEUE_COMPUTE, r->ev_lfill[layer]))) return st;
         r->lfill_wait[layer] = 0;

@@ -180,13 +180,13 @@ struct akv_route {
     akv_event **ev_lfill;  /* [n_layers] queued: recorded on H2D after layer l's fills */
     uint8_t *lfill_wait;   /* [n_layers] layer l's fills enqueued, its kernels not yet behind them */
     bool fills_h2d;        /* fills enqueued on H2D that no sync of that queue has seen done */
-    akv_dev_xfer *fills;   /* queued: the step's fills (route_write_table), one batched copy a
-                              layer on the H2D queue (route_fills_order, route_fills_send) */
+    akv_dev_xfer *fills;   /* queued: the step's fills (route_write_table), not sent yet while
+                              n_fills; one batched copy a layer on the H2D queue at the step's
+                              first begin_layer (route_fills_send) */
     size_t n_fills, cap_fills;
     uint32_t *fill_layer;  /* the layer of each fill */
-    akv_dev_xfer *fills_by; /* the step's fills ordered by layer, not sent yet while n_fills_by */
-    size_t n_fills_by;
-    size_t *fill_end;      /* [n_layers + 1] where each layer's fills end in fills_by */
+    akv_dev_xfer *fills_by; /* scratch: the fills ordered by layer */
+    size_t *fill_end;      /* [n_layers + 1] scratch: where each layer's fills end in fills_by */
     size_t cap_fill_layer, cap_fills_by;
     bool wb_check;         /* resident, queued: the step's write-backs were all enqueued and
                               ev_wb recorded; route_settle has not checked how they ended */

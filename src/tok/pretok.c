@@ -26,15 +26,14 @@
  * Rust's char::is_numeric (Nd, Nl, No), i.e. \p{N}. */
 #define PAT_DIGIT "\\p{N}"
 
-/* Llama 3's expression from its tokenizer.json (Split, Isolated), unchanged but for \s. */
-#define PAT_LLAMA3                                                                                 \
-    "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^" WS               \
+/* Llama 3's expression from its tokenizer.json (Split, Isolated), unchanged but for \s, with
+ * its numbers' alternative: up to three digits (Llama 3), every digit alone (Qwen2's and
+ * Qwen3's tokenizer.json, otherwise the same). */
+#define PAT_LLAMA3_WITH(numbers)                                                                   \
+    "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|" numbers "| ?[^" WS               \
     "\\p{L}\\p{N}]+[\\r\\n]*|[" WS "]*[\\r\\n]+|[" WS "]+(?![^" WS "])|[" WS "]+"
-
-/* Qwen2's (and Qwen3's) from its tokenizer.json: Llama 3's with every digit alone. */
-#define PAT_QWEN2                                                                                  \
-    "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^" WS                   \
-    "\\p{L}\\p{N}]+[\\r\\n]*|[" WS "]*[\\r\\n]+|[" WS "]+(?![^" WS "])|[" WS "]+"
+#define PAT_LLAMA3 PAT_LLAMA3_WITH("\\p{N}{1,3}")
+#define PAT_QWEN2 PAT_LLAMA3_WITH("\\p{N}")
 
 enum { PRETOK_MAX_STEPS = 2 };
 

@@ -103,8 +103,7 @@ static akv_status tok_check_params(const akv_tok_params *p) {
         AKV_LOG_E("tokenizer: %zu merges; at most %d", p->n_merges, INT32_MAX);
         return AKV_EINVAL;
     }
-    if (p->pre != AKV_TOK_PRE_GPT2 && p->pre != AKV_TOK_PRE_SMOLLM &&
-        p->pre != AKV_TOK_PRE_LLAMA3 && p->pre != AKV_TOK_PRE_QWEN2) {
+    if (!akv__pretok_pattern(p->pre, 0)) { /* a pre-tokenizer has at least one step */
         AKV_LOG_E("tokenizer: pre-tokenizer %d is not one of akv_tok_pre", (int)p->pre);
         return AKV_EINVAL;
     }

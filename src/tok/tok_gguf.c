@@ -6,6 +6,9 @@
 #include "core/alloc.h"
 #include "core/log.h"
 
+/* The names akv_tok_pre_from_name takes, for the refusals. */
+#define TOK_PRE_NAMES "gpt2, smollm, starcoder, llama-bpe, qwen2"
+
 /* A string array of the GGUF as pointer and length arrays (pointing into the file). */
 typedef struct tok_strs {
     const char **ptr;
@@ -103,23 +106,21 @@ akv_status akv_tok_create_from_gguf(const akv_gguf *g, const char *pre, akv_tok 
     }
     if (pre) { /* the caller names it */
         if (akv_tok_pre_from_name(pre, &p.pre) != AKV_OK) {
-            AKV_LOG_E("tokenizer: pre-tokenizer '%s' is not supported (supported: gpt2, smollm, "
-                      "starcoder, llama-bpe, qwen2)",
-                      pre);
+            AKV_LOG_E("tokenizer: pre-tokenizer '%s' is not supported (supported: %s)", pre,
+                      TOK_PRE_NAMES);
             return AKV_EINVAL;
         }
     } else if ((st = akv_gguf_get_str(g, "tokenizer.ggml.pre", &s))) {
         if (st == AKV_ENOTFOUND)
             AKV_LOG_E("tokenizer: the file has no tokenizer.ggml.pre, so its pre-tokenizer is "
-                      "unknown (name one: gpt2, smollm, starcoder, llama-bpe, qwen2)");
+                      "unknown (name one: %s)", TOK_PRE_NAMES);
         return st == AKV_ENOTFOUND ? AKV_EUNSUPPORTED : st;
     } else {
         char pre_name[32] = {0};
         memcpy(pre_name, s.ptr, s.len < sizeof pre_name - 1 ? s.len : sizeof pre_name - 1);
         if (s.len >= sizeof pre_name || akv_tok_pre_from_name(pre_name, &p.pre) != AKV_OK) {
-            AKV_LOG_E("tokenizer: tokenizer.ggml.pre '%.*s' is not supported (supported: gpt2, "
-                      "smollm, starcoder, llama-bpe, qwen2)",
-                      (int)(s.len > 64 ? 64 : s.len), s.ptr);
+            AKV_LOG_E("tokenizer: tokenizer.ggml.pre '%.*s' is not supported (supported: %s)",
+                      (int)(s.len > 64 ? 64 : s.len), s.ptr, TOK_PRE_NAMES);
             return AKV_EUNSUPPORTED;
         }
     }
