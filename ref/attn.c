@@ -20,6 +20,7 @@
 #include "core/alloc.h"
 #include "core/half.h"
 #include "core/log.h"
+#include "exp8.h"
 
 /* The page table and pool of one call, as host pointers. */
 typedef struct kv_view {
@@ -333,40 +334,7 @@ fast_pv(float *o, const float *p, size_t p_stride, const float *v, size_t n, uin
 /* The softmax of a row of scores, in place, unnormalised: row[t] = e^(row[t] - max) for t <
  * n, returning the sum and the maximum at *m_out. Eight lanes: lane e takes the keys t with
  * t % 8 == e of the row's whole groups of 8, the lanes' maxima and sums combined in a fixed
- * tree, then the last n % 8 keys in order (their e^x by the same lanes). e^x by one range reduction
- * (x = k ln 2 + r, ln 2 in two parts, k by rounding with 1.5 * 2^23) and e^r = 1 + r + r^2 P(r)
- * with Cephes' degree-5 P (about 1.3 ulp), with no fused multiply-add (the build passes
- * -ffp-contract=off): every operation is one IEEE operation on one lane, so either clone gives
- * the same bits. Arguments below -87 (weights
- * under 1.7e-38 of the row's largest) take e^-87. */
-typedef float fv8 __attribute__((vector_size(32)));
-typedef int32_t iv8 __attribute__((vector_size(32)));
-typedef uint32_t uv8 __attribute__((vector_size(32)));
-
-#define SM_CLAMP  (-87.0f)
-#define SM_LOG2E  1.44269504088896341f
-#define SM_LN2_HI 0.693359375f
-#define SM_LN2_LO (-2.12194440e-4f)
-#define SM_ROUND  12582912.0f /* 1.5 * 2^23: x + it rounds x to an integer in the low bits */
-
-static inline __attribute__((always_inline)) void exp_neg8(fv8 *px) {
-    fv8 x = *px;
-    const fv8 lo = (fv8){0} + SM_CLAMP;
-    const iv8 under = x < lo;
-    x = (fv8)((under & (iv8)lo) | (~under & (iv8)x));
-    const fv8 t = x * SM_LOG2E + SM_ROUND, k = t - SM_ROUND;
-    const fv8 r = (x - k * SM_LN2_HI) - k * SM_LN2_LO;
-    fv8 p = (fv8){0} + 1.9875691500e-4f;
-    p = p * r + 1.3981999507e-3f;
-    p = p * r + 8.3334519073e-3f;
-    p = p * r + 4.1665795894e-2f;
-    p = p * r + 1.6666665459e-1f;
-    p = p * r + 5.0000001201e-1f;
-    p = (p * (r * r) + r) + 1.0f;
-    /* 2^k from t's bits minus SM_ROUND's (unsigned: a NaN's bits shift defined) */
-    const iv8 scale = (iv8)((((uv8)t - 0x4B400000u) + 127u) << 23);
-    *px = p * (fv8)scale;
-}
+ * tree, then the last n % 8 keys in order (their e^x by the same lanes, exp8.h). */
 
 /* max by the rule m = x > m ? x : m (a NaN never taken), lanes then tail */
 static inline float sm_max_pair(float a, float b) {

@@ -245,4 +245,14 @@ if [ "$rc" != 0 ] || [ "$ok" != 1 ] || printf '%s\n' "$out" | grep -q "^all: pro
     bad "akv run --prompts --parallel 4 report: exit $rc, '$line' (wall $wall of $took s), bus line wrong"
 else echo "ok   akv run --prompts --parallel 4: wall-clock throughput, the bus per decode step"; fi
 
+# --ignore-eos: the real model ends its chat reply early with <|im_end|>; with the flag the reply
+# runs to -n (the benchmarks' runs of a fixed length).
+short=$("$akv" run -m "$model" --chat -p "Say hi." --temp 0 -n 48 2>&1 >/dev/null | grep "^decode")
+long=$("$akv" run -m "$model" --chat -p "Say hi." --temp 0 -n 48 --ignore-eos 2>&1 >/dev/null | grep "^decode")
+case "$short/$long" in
+    "decode: 47 tokens"*) bad "akv run --chat without --ignore-eos ran to -n: '$short'" ;;
+    */"decode: 47 tokens"*) echo "ok   akv run --ignore-eos runs to -n ('$short' without it)" ;;
+    *) bad "akv run --ignore-eos -n 48: '$long' (want 'decode: 47 tokens')" ;;
+esac
+
 [ "$n_bad" = 0 ] || { echo "$n_bad case(s) failed"; exit 1; }

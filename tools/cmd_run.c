@@ -64,6 +64,8 @@ static const char run_usage2[] =
 static const char run_usage3[] =
     "      --seed S             sampler seed (default 0; with --prompts, prompt i uses S + i - 1)\n"
     "      --stop TEXT          stop where the reply contains TEXT (not printed); repeatable\n"
+    "      --ignore-eos         go on past end-of-sequence, end-of-turn and control tokens\n"
+    "                           (they are printed): every reply runs to N (benchmarks)\n"
     "      --dump-logits PATH   write every sampled token's logits as raw float32 (n_vocab\n"
     "                           each); with --prompts, prompt i's to PATH.i\n"
     "      --max-input-bytes N  the most bytes a prompt file or a chat line may hold (default\n"
@@ -72,15 +74,15 @@ static const char run_usage3[] =
     "  -h, --help               this text\n"
     "\n"
     "A reply stops after N tokens, at the --max-context limit, at an end-of-sequence or\n"
-    "end-of-turn token, at any control token (a chat model opening a new turn), or at a --stop\n"
-    "text.\n";
+    "end-of-turn token, at any control token (a chat model opening a new turn; not with\n"
+    "--ignore-eos), or at a --stop text.\n";
 
 enum { RUN_MAX_STOPS = 16 };
 
 typedef struct run_opts {
     akv_tool_eopts e; /* the engine's options and the sampling */
     const char *prompt, *file, *prompts, *out_dir, *system, *dump, *session;
-    int chat, quiet;
+    int chat, quiet, ignore_eos;
     unsigned long long n_predict, max_input;
     const char *stop[RUN_MAX_STOPS];
     uint32_t n_stop;
@@ -111,7 +113,7 @@ static void run_help(FILE *f) {
 
 /* Returns -1 to go on, else an exit code. */
 static int run_parse(int argc, char **argv, run_opts *o) {
-    enum { O_CHAT = 256, O_SYSTEM, O_DUMP, O_PROMPTS, O_OUTDIR, O_STOP, O_MAXIN, O_SESSION };
+    enum { O_CHAT = 256, O_SYSTEM, O_DUMP, O_PROMPTS, O_OUTDIR, O_STOP, O_MAXIN, O_SESSION, O_NOEOS };
     static const struct option own[] = {
                                          {"prompt", required_argument, 0, 'p'},
                                          {"file", required_argument, 0, 'f'},
@@ -121,6 +123,7 @@ static int run_parse(int argc, char **argv, run_opts *o) {
                                          {"system", required_argument, 0, O_SYSTEM},
                                          {"n-predict", required_argument, 0, 'n'},
                                          {"stop", required_argument, 0, O_STOP},
+                                         {"ignore-eos", no_argument, 0, O_NOEOS},
                                          {"dump-logits", required_argument, 0, O_DUMP},
                                          {"max-input-bytes", required_argument, 0, O_MAXIN},
                                          {"session", required_argument, 0, O_SESSION},
@@ -150,6 +153,7 @@ static int run_parse(int argc, char **argv, run_opts *o) {
         case O_DUMP: o->dump = optarg; break;
         case O_SESSION: o->session = optarg; break;
         case 'q': o->quiet = 1; break;
+        case O_NOEOS: o->ignore_eos = 1; break;
         case 'n':
             if (!akv_tool_parse_u64("run", "n-predict", optarg, &o->n_predict)) return AKV_EXIT_USAGE;
             break;
@@ -492,6 +496,7 @@ static int run_submit(run_state *s, run_job *j, uint64_t seed) {
                              .sample = o->e.sp,
                              .stop = o->stop,
                              .n_stop = o->n_stop,
+                             .ignore_eog = o->ignore_eos,
                              .on_token = run_on_token,
                              .user = j,
                              .want_logits = j->dump != NULL,

@@ -37,6 +37,7 @@
 #include "akv/kv_parts.h"
 #include "akv/route.h"
 #include "akv/gate.h"
+#include "akv/attn_host.h"
 #include "akv/ops.h"
 #include "akv/model.h"
 #include "akv/fwd_sample.h"

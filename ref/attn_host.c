@@ -1,0 +1,383 @@
+/*
+ * attn_host.c (ref) — decode attention over host pages read in place (akv/attn_host.h).
+ *
+ * A chunk runs its K/V head's query rows in passes of at most HP_ROWS rows (the q rows
+ * scaled into a local block), and its keys page by page in blocks of HP_BLOCK:
+ *   1. scores S[r][t] = q_r . k_t, four keys at a time against one row (the four dot
+ *      products share the row's loads; their lanes summed at the end);
+ *   2. per row, the block's maximum, the running maximum and sum rescaled (online softmax),
+ *      S[r][t] = e^(S[r][t] - m_r);
+ *   3. acc[r] = acc[r] * alpha_r + sum_t S[r][t] v_t, each value row widened once for the
+ *      pass's rows.
+ * A block's rows are in L1 when steps 1 and 3 read them again for the next row, so memory
+ * is read once per pass; a GQA group of at most HP_ROWS rows is one pass.
+ */
+#include "akv/attn_host.h"
+
+#include <math.h>
+#include <stddef.h>
+#include <string.h>
+
+#include "core/assert.h"
+#include "core/half.h"
+#include "core/log.h"
+#include "exp8.h"
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#define HP_X86 1
+#endif
+
+enum { HP_ROWS = 8, HP_BLOCK = 32 };
+
+/* ---- instruction sets ---------------------------------------------------------------- */
+
+static bool hp_have(akv_attn_host_isa isa) {
+#ifdef HP_X86
+    __builtin_cpu_init();
+    if (isa == AKV_ATTN_HOST_AVX512) return __builtin_cpu_supports("avx512f");
+    if (isa == AKV_ATTN_HOST_AVX2)
+        return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+               __builtin_cpu_supports("f16c");
+#endif
+    return isa == AKV_ATTN_HOST_PORTABLE;
+}
+
+akv_attn_host_isa akv_attn_host_isa_resolve(akv_attn_host_isa isa) {
+    if (isa == AKV_ATTN_HOST_AUTO || isa >= AKV_ATTN_HOST_ISAS) isa = AKV_ATTN_HOST_AVX512;
+    if (isa == AKV_ATTN_HOST_AVX512 && !hp_have(isa)) isa = AKV_ATTN_HOST_AVX2;
+    if (isa == AKV_ATTN_HOST_AVX2 && !hp_have(isa)) isa = AKV_ATTN_HOST_PORTABLE;
+    return isa;
+}
+
+const char *akv_attn_host_isa_name(akv_attn_host_isa isa) {
+    switch (isa) {
+    case AKV_ATTN_HOST_AUTO: return "auto";
+    case AKV_ATTN_HOST_PORTABLE: return "portable";
+    case AKV_ATTN_HOST_AVX2: return "avx2";
+    case AKV_ATTN_HOST_AVX512: return "avx512";
+    case AKV_ATTN_HOST_ISAS: break;
+    }
+    return "?";
+}
+
+/* ---- checks and chunks ----------------------------------------------------------------- */
+
+akv_status akv_attn_host_part_check(const akv_attn_host_part *p) {
+    const char *bad = NULL;
+    if (!p) bad = "the part is NULL";
+    else if (p->n_kv_heads == 0 || p->n_heads == 0 || p->n_heads % p->n_kv_heads)
+        bad = "n_heads must be a positive multiple of n_kv_heads";
+    else if (p->head_dim == 0 || p->head_dim > AKV_ATTN_HOST_MAX_HEAD_DIM) bad = "head_dim out of 1..256";
+    else if (p->page_tokens == 0) bad = "page_tokens is 0";
+    else if (p->dtype != AKV_DTYPE_BF16 && p->dtype != AKV_DTYPE_F16 && p->dtype != AKV_DTYPE_F32)
+        bad = "dtype must be bf16, f16 or f32";
+    else if (!p->q) bad = "q is NULL";
+    else if (!(p->scale == 0.0f || (isfinite(p->scale) && p->scale > 0.0f)))
+        bad = "scale must be 0 or finite and > 0";
+    else if (p->n_pages && !p->pages) bad = "pages is NULL";
+    else if (p->n_pages && (p->last_len == 0 || p->last_len > p->page_tokens))
+        bad = "last_len out of 1..page_tokens";
+    for (uint32_t i = 0; !bad && i < p->n_pages; i++)
+        if (!p->pages[i]) bad = "a page address is NULL";
+    if (bad) {
+        AKV_LOG_E("attn host part: %s", bad);
+        return AKV_EINVAL;
+    }
+    return AKV_OK;
+}
+
+static uint32_t hp_run_pages(const akv_attn_host_part *p) {
+    const uint32_t run = AKV_ATTN_HOST_CHUNK_TOKENS / p->page_tokens;
+    return run ? run : 1;
+}
+
+uint32_t akv_attn_host_chunks(const akv_attn_host_part *p) {
+    const uint32_t run = hp_run_pages(p);
+    return p->n_pages / run + (p->n_pages % run != 0);
+}
+
+void akv_attn_host_chunk_pages(const akv_attn_host_part *p, uint32_t chunk, uint32_t *page0,
+                               uint32_t *page1) {
+    const uint64_t run = hp_run_pages(p), a = chunk * run, b = a + run;
+    *page0 = (uint32_t)(a < p->n_pages ? a : p->n_pages);
+    *page1 = (uint32_t)(b < p->n_pages ? b : p->n_pages);
+}
+
+/* ---- the three steps, per instruction set ---------------------------------------------- */
+/* scores(s, q, R, k, nb, D): s[r * HP_BLOCK + t] = q[r] . k_t for r < R, t < nb; k holds nb
+ * rows of D elements of the part's dtype. pv(acc, w, R, v, nb, D): acc[r] += sum_t w[r *
+ * HP_BLOCK + t] v_t. */
+
+static float hp_get(const void *row, akv_dtype dt, uint32_t e) {
+    if (dt == AKV_DTYPE_F32) return ((const float *)row)[e];
+    if (dt == AKV_DTYPE_BF16) return akv_bf16_to_f32(((const uint16_t *)row)[e]);
+    return akv_f16_to_f32(((const uint16_t *)row)[e]);
+}
+
+static void scores_portable(float *s, const float *q, uint32_t R, const void *k, uint32_t nb,
+                            uint32_t D, akv_dtype dt) {
+    const size_t esz = akv_dtype_size(dt);
+    float kr[AKV_ATTN_HOST_MAX_HEAD_DIM];
+    for (uint32_t t = 0; t < nb; t++) {
+        const unsigned char *row = (const unsigned char *)k + (size_t)t * D * esz;
+        for (uint32_t e = 0; e < D; e++) kr[e] = hp_get(row, dt, e);
+        for (uint32_t r = 0; r < R; r++) {
+            const float *qr = q + (size_t)r * D;
+            float a = 0.0f;
+            for (uint32_t e = 0; e < D; e++) a += qr[e] * kr[e];
+            s[r * HP_BLOCK + t] = a;
+        }
+    }
+}
+
+static void pv_portable(float *acc, const float *w, uint32_t R, const void *v, uint32_t nb,
+                        uint32_t D, akv_dtype dt) {
+    const size_t esz = akv_dtype_size(dt);
+    float vr[AKV_ATTN_HOST_MAX_HEAD_DIM];
+    for (uint32_t t = 0; t < nb; t++) {
+        const unsigned char *row = (const unsigned char *)v + (size_t)t * D * esz;
+        for (uint32_t e = 0; e < D; e++) vr[e] = hp_get(row, dt, e);
+        for (uint32_t r = 0; r < R; r++) {
+            const float wt = w[r * HP_BLOCK + t];
+            float *ar = acc + (size_t)r * D;
+            for (uint32_t e = 0; e < D; e++) ar[e] += wt * vr[e];
+        }
+    }
+}
+
+#ifdef HP_X86
+/* Both sets run the same tiles (HP_TILES, instantiated for each): scores as RB (<= 4) rows
+ * against T keys at once (each key vector widened once for the RB rows, each query vector
+ * loaded once for the T keys), the values as RB rows of sums over C vectors of columns held
+ * in registers across the block's keys (each value vector widened once for the RB rows).
+ * RB, T, C and the dtype are constants where a tile is inlined, so the tiles' accumulators
+ * are registers (the unroll pragmas make sure of it). */
+#define HP_INLINE inline __attribute__((always_inline))
+#define HP_AVX2 __attribute__((target("avx2,fma,f16c")))
+#define HP_AVX512 __attribute__((target("avx512f")))
+
+/* W (8 or 16) elements of a row from element e on, as floats. */
+static HP_INLINE HP_AVX2 __m256 hp_ld8(const void *row, uint32_t e, akv_dtype dt) {
+    if (dt == AKV_DTYPE_F32) return _mm256_loadu_ps((const float *)row + e);
+    const __m128i h = _mm_loadu_si128((const __m128i *)((const uint16_t *)row + e));
+    if (dt == AKV_DTYPE_F16) return _mm256_cvtph_ps(h);
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+}
+static HP_INLINE HP_AVX512 __m512 hp_ld16(const void *row, uint32_t e, akv_dtype dt) {
+    if (dt == AKV_DTYPE_F32) return _mm512_loadu_ps((const float *)row + e);
+    const __m256i h = _mm256_loadu_si256((const __m256i *)((const uint16_t *)row + e));
+    if (dt == AKV_DTYPE_F16) return _mm512_cvtph_ps(h);
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+}
+static HP_INLINE HP_AVX2 float hp_hsum8(__m256 v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    return _mm_cvtss_f32(_mm_add_ss(s, _mm_shuffle_ps(s, s, 1)));
+}
+static HP_INLINE HP_AVX512 float hp_hsum16(__m512 v) {
+    return _mm512_reduce_add_ps(v);
+}
+
+/* The tiles and entry points of one set: SFX names them, ATTR targets them, V is the vector
+ * type of W floats, P the intrinsics' prefix, TM the keys a score tile takes, CM the column
+ * vectors a value tile takes. */
+#define HP_TILES(SFX, ATTR, V, W, P, TM, CM)                                                       \
+    /* s[r * HP_BLOCK + t + i] = q[r] . k_(t+i) for r < RB, i < T */                               \
+    static HP_INLINE ATTR void scores_tile##SFX(float *s, const float *q, const unsigned char *k,  \
+                                                uint32_t t, uint32_t D, const akv_dtype dt,        \
+                                                const uint32_t RB, const uint32_t T) {             \
+        const size_t rb = (size_t)D * akv_dtype_size(dt);                                          \
+        const uint32_t DW = D / W * W;                                                             \
+        const unsigned char *kt = k + t * rb;                                                      \
+        V a[4][TM];                                                                                \
+        _Pragma("GCC unroll 4") for (uint32_t r = 0; r < RB; r++)                                  \
+            _Pragma("GCC unroll 4") for (uint32_t i = 0; i < T; i++) a[r][i] = P##_setzero_ps();   \
+        for (uint32_t e = 0; e < DW; e += W) {                                                     \
+            V kv[TM];                                                                              \
+            _Pragma("GCC unroll 4") for (uint32_t i = 0; i < T; i++) kv[i] = hp_ld##W(kt + i * rb, e, dt); \
+            _Pragma("GCC unroll 4") for (uint32_t r = 0; r < RB; r++) {                            \
+                const V qv = P##_loadu_ps(q + (size_t)r * D + e);                                  \
+                _Pragma("GCC unroll 4") for (uint32_t i = 0; i < T; i++)                           \
+                    a[r][i] = P##_fmadd_ps(qv, kv[i], a[r][i]);                                    \
+            }                                                                                      \
+        }                                                                                          \
+        _Pragma("GCC unroll 4") for (uint32_t r = 0; r < RB; r++)                                  \
+            _Pragma("GCC unroll 4") for (uint32_t i = 0; i < T; i++) {                             \
+                float x = hp_hsum##W(a[r][i]);                                                     \
+                for (uint32_t e = DW; e < D; e++) x += q[(size_t)r * D + e] * hp_get(kt + i * rb, dt, e); \
+                s[r * HP_BLOCK + t + i] = x;                                                       \
+            }                                                                                      \
+    }                                                                                              \
+    /* acc[r][e0 .. e0 + W C) += sum_t w[r * HP_BLOCK + t] v_t[e0 ..] for r < RB */                \
+    static HP_INLINE ATTR void pv_tile##SFX(float *acc, const float *w, const unsigned char *v,    \
+                                            uint32_t nb, uint32_t D, uint32_t e0,                  \
+                                            const akv_dtype dt, const uint32_t RB,                 \
+                                            const uint32_t C) {                                    \
+        const size_t rb = (size_t)D * akv_dtype_size(dt);                                          \
+        V a[4][CM];                                                                                \
+        _Pragma("GCC unroll 4") for (uint32_t r = 0; r < RB; r++)                                  \
+            _Pragma("GCC unroll 4") for (uint32_t c = 0; c < C; c++)                               \
+                a[r][c] = P##_loadu_ps(acc + (size_t)r * D + e0 + W * c);                          \
+        for (uint32_t t = 0; t < nb; t++) {                                                        \
+            V vv[CM];                                                                              \
+            _Pragma("GCC unroll 4") for (uint32_t c = 0; c < C; c++) vv[c] = hp_ld##W(v + t * rb, e0 + W * c, dt); \
+            _Pragma("GCC unroll 4") for (uint32_t r = 0; r < RB; r++) {                            \
+                const V wr = P##_set1_ps(w[r * HP_BLOCK + t]);                                     \
+                _Pragma("GCC unroll 4") for (uint32_t c = 0; c < C; c++)                           \
+                    a[r][c] = P##_fmadd_ps(wr, vv[c], a[r][c]);                                    \
+            }                                                                                      \
+        }                                                                                          \
+        _Pragma("GCC unroll 4") for (uint32_t r = 0; r < RB; r++)                                  \
+            _Pragma("GCC unroll 4") for (uint32_t c = 0; c < C; c++)                               \
+                P##_storeu_ps(acc + (size_t)r * D + e0 + W * c, a[r][c]);                          \
+    }                                                                                              \
+    static HP_INLINE ATTR void scores_rows##SFX(float *s, const float *q, const void *k,           \
+                                                uint32_t nb, uint32_t D, const akv_dtype dt,       \
+                                                const uint32_t RB) {                               \
+        uint32_t t = 0;                                                                            \
+        for (; t + TM <= nb; t += TM) scores_tile##SFX(s, q, k, t, D, dt, RB, TM);                 \
+        for (; t < nb; t++) scores_tile##SFX(s, q, k, t, D, dt, RB, 1);                            \
+    }                                                                                              \
+    static HP_INLINE ATTR void pv_rows##SFX(float *acc, const float *w, const void *v, uint32_t nb, \
+                                            uint32_t D, const akv_dtype dt, const uint32_t RB) {   \
+        const uint32_t DW = D / W * W;                                                             \
+        uint32_t e0 = 0;                                                                           \
+        for (; e0 + W * CM <= DW; e0 += W * CM) pv_tile##SFX(acc, w, v, nb, D, e0, dt, RB, CM);    \
+        for (; e0 < DW; e0 += W) pv_tile##SFX(acc, w, v, nb, D, e0, dt, RB, 1);                    \
+        const size_t rb = (size_t)D * akv_dtype_size(dt);                                          \
+        for (uint32_t e = DW; e < D; e++)                                                          \
+            for (uint32_t t = 0; t < nb; t++) {                                                    \
+                const float x = hp_get((const unsigned char *)v + t * rb, dt, e);                  \
+                for (uint32_t r = 0; r < RB; r++) acc[(size_t)r * D + e] += w[r * HP_BLOCK + t] * x; \
+            }                                                                                      \
+    }                                                                                              \
+    ATTR static void scores##SFX(float *s, const float *in, uint32_t R, const void *src,           \
+                                 uint32_t nb, uint32_t D, akv_dtype dt) {                          \
+        const size_t in_stride = D;                                                                \
+        HP_BY_DTYPE(scores_rows##SFX, s, HP_BLOCK);                                                \
+    }                                                                                              \
+    ATTR static void pv##SFX(float *acc, const float *in, uint32_t R, const void *src, uint32_t nb, \
+                             uint32_t D, akv_dtype dt) {                                           \
+        const size_t in_stride = HP_BLOCK;                                                         \
+        HP_BY_DTYPE(pv_rows##SFX, acc, D);                                                         \
+    }
+
+/* R rows in tiles of at most 4, each tile's RB and the dtype constants. */
+#define HP_ROWS_BY_TILE(fn, out, rstride, dt)                                                      \
+    for (uint32_t r0 = 0; r0 < R; r0 += 4) {                                                       \
+        const uint32_t n_ = R - r0 < 4 ? R - r0 : 4;                                               \
+        float *o_ = (out) + (size_t)r0 * (rstride);                                                \
+        const float *x_ = in + (size_t)r0 * (in_stride);                                           \
+        if (n_ == 4) fn(o_, x_, src, nb, D, dt, 4);                                                \
+        else if (n_ == 3) fn(o_, x_, src, nb, D, dt, 3);                                           \
+        else if (n_ == 2) fn(o_, x_, src, nb, D, dt, 2);                                           \
+        else fn(o_, x_, src, nb, D, dt, 1);                                                        \
+    }
+#define HP_BY_DTYPE(fn, out, rstride)                                                              \
+    do {                                                                                           \
+        if (dt == AKV_DTYPE_BF16) { HP_ROWS_BY_TILE(fn, out, rstride, AKV_DTYPE_BF16) }            \
+        else if (dt == AKV_DTYPE_F16) { HP_ROWS_BY_TILE(fn, out, rstride, AKV_DTYPE_F16) }         \
+        else { HP_ROWS_BY_TILE(fn, out, rstride, AKV_DTYPE_F32) }                                  \
+    } while (0)
+
+HP_TILES(_avx2, HP_AVX2, __m256, 8, _mm256, 2, 2)
+HP_TILES(_avx512, HP_AVX512, __m512, 16, _mm512, 4, 4)
+#endif
+
+typedef void (*hp_scores_fn)(float *, const float *, uint32_t, const void *, uint32_t, uint32_t, akv_dtype);
+typedef void (*hp_pv_fn)(float *, const float *, uint32_t, const void *, uint32_t, uint32_t, akv_dtype);
+
+/* ---- a chunk --------------------------------------------------------------------------- */
+
+/* w[t] = e^(w[t] - m) for t < n (<= HP_BLOCK), in place; returns their sum. Eight lanes at a
+ * time (exp8.h); a partial last group's spare lanes are computed and dropped. */
+static float hp_weights(float *w, uint32_t n, float m) {
+    fv8 sum = (fv8){0};
+    float tail = 0.0f;
+    for (uint32_t t = 0; t < n; t += 8) {
+        fv8 x = (fv8){0} + SM_CLAMP;
+        const uint32_t k = n - t < 8 ? n - t : 8;
+        for (uint32_t i = 0; i < k; i++) x[i] = w[t + i] - m;
+        exp_neg8(&x);
+        if (k == 8) sum += x;
+        for (uint32_t i = 0; i < k; i++) {
+            w[t + i] = x[i];
+            if (k < 8) tail += x[i];
+        }
+    }
+    return ((sum[0] + sum[4]) + (sum[2] + sum[6])) + ((sum[1] + sum[5]) + (sum[3] + sum[7])) + tail;
+}
+
+void akv_attn_host_chunk(const akv_attn_host_part *p, akv_attn_host_isa isa, uint32_t kv_head,
+                         uint32_t page0, uint32_t page1, float *o, float *lse) {
+    AKV_ASSERT(kv_head < p->n_kv_heads && page0 <= page1 && page1 <= p->n_pages);
+    hp_scores_fn scores = scores_portable;
+    hp_pv_fn pv = pv_portable;
+#ifdef HP_X86
+    switch (akv_attn_host_isa_resolve(isa)) {
+    case AKV_ATTN_HOST_AVX512: scores = scores_avx512, pv = pv_avx512; break;
+    case AKV_ATTN_HOST_AVX2: scores = scores_avx2, pv = pv_avx2; break;
+    default: break;
+    }
+#else
+    (void)isa;
+#endif
+    const uint32_t D = p->head_dim, P = p->page_tokens, G = p->n_heads / p->n_kv_heads;
+    const float scale = p->scale != 0.0f ? p->scale : 1.0f / sqrtf((float)D);
+    const size_t esz = akv_dtype_size(p->dtype), head_bytes = (size_t)P * D * esz;
+    /* [HP_ROWS][D] scaled queries and sums; [HP_ROWS][HP_BLOCK] scores, then weights */
+    float qs[HP_ROWS * AKV_ATTN_HOST_MAX_HEAD_DIM], acc[HP_ROWS * AKV_ATTN_HOST_MAX_HEAD_DIM];
+    float s[HP_ROWS * HP_BLOCK], m[HP_ROWS], l[HP_ROWS];
+    for (uint32_t r0 = 0; r0 < G; r0 += HP_ROWS) {
+        const uint32_t R = G - r0 < HP_ROWS ? G - r0 : HP_ROWS;
+        for (uint32_t r = 0; r < R; r++) {
+            const float *qr = p->q + ((size_t)kv_head * G + r0 + r) * D;
+            for (uint32_t e = 0; e < D; e++) qs[(size_t)r * D + e] = qr[e] * scale;
+            m[r] = -INFINITY, l[r] = 0.0f;
+        }
+        memset(acc, 0, (size_t)R * D * sizeof *acc);
+        for (uint32_t pg = page0; pg < page1; pg++) {
+            const unsigned char *page = p->pages[pg];
+            const unsigned char *k = page + (size_t)kv_head * head_bytes;
+            const unsigned char *v = page + ((size_t)p->n_kv_heads + kv_head) * head_bytes;
+            const uint32_t n = pg + 1 == p->n_pages ? p->last_len : P;
+            for (uint32_t t0 = 0; t0 < n; t0 += HP_BLOCK) {
+                const uint32_t nb = n - t0 < HP_BLOCK ? n - t0 : HP_BLOCK;
+                /* the next block's rows (this page's, else the next page's first) requested
+                 * while this one computes: the kernel reads memory as one stream */
+                const unsigned char *nk = k + (size_t)(t0 + HP_BLOCK) * D * esz,
+                                    *nv = v + (size_t)(t0 + HP_BLOCK) * D * esz;
+                if (t0 + HP_BLOCK >= n && pg + 1 < page1) {
+                    nk = (const unsigned char *)p->pages[pg + 1] + (size_t)kv_head * head_bytes;
+                    nv = (const unsigned char *)p->pages[pg + 1] + ((size_t)p->n_kv_heads + kv_head) * head_bytes;
+                } else if (t0 + HP_BLOCK >= n) {
+                    nk = nv = NULL;
+                }
+                for (size_t b = 0; nk && b < (size_t)HP_BLOCK * D * esz; b += 64) {
+                    __builtin_prefetch(nk + b);
+                    __builtin_prefetch(nv + b);
+                }
+                scores(s, qs, R, k + (size_t)t0 * D * esz, nb, D, p->dtype);
+                for (uint32_t r = 0; r < R; r++) {
+                    float *sr = s + r * HP_BLOCK, bm = m[r];
+                    for (uint32_t t = 0; t < nb; t++) bm = sr[t] > bm ? sr[t] : bm;
+                    const float alpha = m[r] == -INFINITY ? 0.0f : expf(m[r] - bm);
+                    const float sum = hp_weights(sr, nb, bm);
+                    if (alpha != 1.0f) {
+                        float *ar = acc + (size_t)r * D;
+                        for (uint32_t e = 0; e < D; e++) ar[e] *= alpha;
+                    }
+                    l[r] = l[r] * alpha + sum, m[r] = bm;
+                }
+                pv(acc, s, R, v + (size_t)t0 * D * esz, nb, D, p->dtype);
+            }
+        }
+        for (uint32_t r = 0; r < R; r++) {
+            float *orow = o + ((size_t)r0 + r) * D;
+            const float inv = l[r] > 0.0f ? 1.0f / l[r] : 0.0f;
+            for (uint32_t e = 0; e < D; e++) orow[e] = acc[(size_t)r * D + e] * inv;
+            lse[r0 + r] = l[r] > 0.0f ? m[r] + logf(l[r]) : -INFINITY;
+        }
+    }
+}
