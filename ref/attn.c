@@ -20,7 +20,7 @@
 #include "core/alloc.h"
 #include "core/half.h"
 #include "core/log.h"
-#include "exp8.h"
+#include "attn/exp8.h"
 
 /* The page table and pool of one call, as host pointers. */
 typedef struct kv_view {
@@ -334,7 +334,7 @@ fast_pv(float *o, const float *p, size_t p_stride, const float *v, size_t n, uin
 /* The softmax of a row of scores, in place, unnormalised: row[t] = e^(row[t] - max) for t <
  * n, returning the sum and the maximum at *m_out. Eight lanes: lane e takes the keys t with
  * t % 8 == e of the row's whole groups of 8, the lanes' maxima and sums combined in a fixed
- * tree, then the last n % 8 keys in order (their e^x by the same lanes, exp8.h). */
+ * tree, then the last n % 8 keys in order (their e^x by the same lanes, attn/exp8.h). */
 
 /* max by the rule m = x > m ? x : m (a NaN never taken), lanes then tail */
 static inline float sm_max_pair(float a, float b) {

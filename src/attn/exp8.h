@@ -1,6 +1,6 @@
 /*
- * ref/exp8.h — e^x on eight float lanes for x <= 0 (the softmax's weights, scores minus their
- * maximum), shared by the host attentions (attn.c, attn_host.c).
+ * attn/exp8.h — e^x on eight float lanes for x <= 0 (the softmax's weights, scores minus their
+ * maximum), shared by the host attentions (ref/attn.c, attn/attn_host.c).
  *
  * One range reduction (x = k ln 2 + r, ln 2 in two parts, k by rounding with 1.5 * 2^23) and
  * e^r = 1 + r + r^2 P(r) with Cephes' degree-5 P (about 1.3 ulp), with no fused multiply-add
@@ -8,8 +8,8 @@
  * every instruction set it is compiled for gives the same bits. Arguments below -87 (weights
  * under 1.7e-38 of the row's largest) take e^-87.
  */
-#ifndef AKV_REF_EXP8_H
-#define AKV_REF_EXP8_H
+#ifndef AKV_ATTN_EXP8_H
+#define AKV_ATTN_EXP8_H
 
 #include <stdint.h>
 

@@ -1,5 +1,5 @@
 /*
- * attn_host.c (ref) — decode attention over host pages read in place (akv/attn_host.h).
+ * attn_host.c (attn) — decode attention over host pages read in place (akv/attn_host.h).
  *
  * A chunk runs its K/V head's query rows in passes of at most HP_ROWS rows (the q rows
  * scaled into a local block), and its keys page by page in blocks of HP_BLOCK:
