@@ -335,6 +335,15 @@ static akv_status cuda_memset_async(void *state, akv_queue q, uint64_t dst, int 
     return AKV_OK;
 }
 
+static akv_status cuda_host_fn_async(void *state, akv_queue q, akv_dev_host_fn fn, void *arg,
+                                     unsigned flags) {
+    cuda_state *s = state;
+    (void)flags;
+    AKV_CUDA_TRY(cudaSetDevice(s->ordinal));
+    AKV_CUDA_TRY(cudaLaunchHostFunc(s->streams[q], fn, arg));
+    return AKV_OK;
+}
+
 static akv_status cuda_copy_method_check(void *state, akv_copy_method m) {
     cuda_state *s = state;
     if (m == AKV_COPY_METHOD_BATCH && CUDART_VERSION < 12080) return AKV_EUNSUPPORTED;
@@ -440,6 +449,7 @@ static const akv_dev_backend cuda_backend = {
     .dev_sync = cuda_dev_sync,
     .copy_async = cuda_copy_async,
     .copy_batch_async = cuda_copy_batch_async,
+    .host_fn_async = cuda_host_fn_async,
     .memset_async = cuda_memset_async,
     .default_copy_method = CUDA_DEFAULT_COPY_METHOD,
     .copy_method_check = cuda_copy_method_check,

@@ -301,6 +301,66 @@ static inline void dev_cases_misuse(akv_dev *dev, akv_dev *other) {
     akv_dev_pinned_free(dev, pin);
 }
 
+/* Host functions in queue order: a function on queue q sees every copy submitted to q before
+ * it complete (it checks a D2H copy's bytes) and runs before anything submitted after it (an
+ * H2D copy of the bytes it writes carries them), while another queue's event orders the first
+ * copy. Repeated, so a race under the host backend's delays would show. A failed submission
+ * runs nothing. */
+typedef struct dev_cases_fn_arg {
+    const unsigned char *seen, *want; /* the bytes the function must see */
+    unsigned char *out;               /* what it writes for the copy after it */
+    size_t n;
+    int runs, mismatches;
+} dev_cases_fn_arg;
+
+static void dev_cases_fn(void *p) {
+    dev_cases_fn_arg *a = p;
+    a->runs++;
+    if (memcmp(a->seen, a->want, a->n)) a->mismatches++;
+    for (size_t i = 0; i < a->n; i++) a->out[i] = (unsigned char)(a->want[i] ^ 0x5a);
+}
+
+static inline void dev_cases_host_fn(akv_dev *dev) {
+    enum { N = 4096 * 3 + 5, ROUNDS = 20 };
+    unsigned char *pin = NULL;
+    akv_dptr d = {0};
+    akv_event *ev = NULL;
+    TEST_CASE(host_functions_run_in_queue_order) {
+        if (!REQUIRE_OK(akv_dev_pinned_alloc(dev, 5 * N, (void **)&pin))) break;
+        if (!REQUIRE_OK(akv_dev_mem_alloc(dev, 2 * N, &d))) break;
+        if (!REQUIRE_OK(akv_dev_event_create(dev, 0, &ev))) break;
+        unsigned char *src = pin, *seen = pin + N, *out = pin + 2 * N, *back = pin + 3 * N,
+                      *want = pin + 4 * N;
+        dev_cases_fn_arg a = {.seen = seen, .want = src, .out = out, .n = N};
+        const akv_dptr d2 = akv_dptr_offset(d, N);
+        for (int r = 0; r < ROUNDS; r++) {
+            dev_cases_fill(src, N, 100 + (uint64_t)r);
+            memset(seen, 0, N), memset(back, 0, N);
+            CHECK_OK(akv_dev_copy_h2d_async(dev, AKV_QUEUE_H2D, d, src, N));
+            CHECK_OK(akv_dev_event_record(dev, ev, AKV_QUEUE_H2D));
+            CHECK_OK(akv_dev_queue_wait_event(dev, AKV_QUEUE_D2H, ev));
+            CHECK_OK(akv_dev_copy_d2h_async(dev, AKV_QUEUE_D2H, seen, d, N));
+            CHECK_OK(akv_dev_host_fn_async(dev, AKV_QUEUE_D2H, dev_cases_fn, &a));
+            CHECK_OK(akv_dev_copy_h2d_async(dev, AKV_QUEUE_D2H, d2, out, N));
+            CHECK_OK(akv_dev_copy_d2h_async(dev, AKV_QUEUE_D2H, back, d2, N));
+            CHECK_OK(akv_dev_queue_sync(dev, AKV_QUEUE_D2H));
+            for (size_t i = 0; i < N; i++) want[i] = (unsigned char)(src[i] ^ 0x5a);
+            CHECK(memcmp(back, want, N) == 0);
+            CHECK_OK(akv_dev_queue_sync(dev, AKV_QUEUE_H2D)); /* src is rewritten next round */
+        }
+        CHECK_EQ_INT(a.runs, ROUNDS);
+        CHECK_EQ_INT(a.mismatches, 0);
+        CHECK_OK(akv_dev_inject_fault(dev, AKV_FAULT_OP, 1, 0));
+        CHECK_STATUS(akv_dev_host_fn_async(dev, AKV_QUEUE_D2H, dev_cases_fn, &a), AKV_EDEVICE);
+        CHECK_STATUS(akv_dev_host_fn_async(dev, AKV_QUEUE_D2H, NULL, &a), AKV_EINVAL);
+        CHECK_OK(akv_dev_queue_sync(dev, AKV_QUEUE_D2H));
+        CHECK_EQ_INT(a.runs, ROUNDS); /* neither ran */
+    }
+    akv_dev_event_destroy(dev, ev);
+    akv_dev_mem_free(dev, d);
+    akv_dev_pinned_free(dev, pin);
+}
+
 /* Submission and wait faults (front-injected, every backend): the nth pass fails, nothing is
  * submitted by a failed submission, counting is exact; a sticky sync fault repeats until
  * cleared. */

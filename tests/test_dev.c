@@ -13,6 +13,10 @@
 #include <string.h>
 #include <time.h>
 
+static void count_run(void *p) {
+    ++*(int *)p;
+}
+
 /* Execution faults (host backend only): an accepted copy fails on its queue; the queue is
  * faulted, its later records fail, a queue that waits on one of them faults too, and every
  * sync reports it until the faults are cleared. Nothing hangs. */
@@ -68,6 +72,21 @@ static void exec_fault_cases(akv_dev *dev) {
         CHECK_STATUS(akv_dev_queue_sync(dev, AKV_QUEUE_COMPUTE), AKV_EDEVICE);
         CHECK_OK(akv_dev_clear_faults(dev));
         CHECK_OK(akv_dev_sync(dev));
+        /* a host function failing as it runs (the host's computation): its queue faults, it
+         * and the function after it do not run, a record after them reads failed */
+        int runs = 0;
+        CHECK_OK(akv_dev_inject_fault(dev, AKV_FAULT_OP_EXEC, 1, 0));
+        CHECK_OK(akv_dev_host_fn_async(dev, AKV_QUEUE_D2H, count_run, &runs));
+        CHECK_OK(akv_dev_host_fn_async(dev, AKV_QUEUE_D2H, count_run, &runs));
+        CHECK_OK(akv_dev_event_record(dev, ev, AKV_QUEUE_D2H));
+        CHECK_STATUS(akv_dev_event_sync(dev, ev), AKV_EDEVICE);
+        CHECK_OK(akv_dev_event_outcome(dev, ev, &failed));
+        CHECK_EQ_INT(failed, 1);
+        CHECK_EQ_INT(runs, 0);
+        CHECK_OK(akv_dev_clear_faults(dev));
+        CHECK_OK(akv_dev_host_fn_async(dev, AKV_QUEUE_D2H, count_run, &runs));
+        CHECK_OK(akv_dev_sync(dev));
+        CHECK_EQ_INT(runs, 1);
     }
     TEST_CASE(clear_faults_lets_accepted_work_end_as_it_would_have) {
         /* the compute queue faults (a failing op), then waits for a slow H2D record before
@@ -288,6 +307,7 @@ int main(int argc, char **argv) {
     dev_cases_batch(dev);
     dev_cases_ops(dev, 64ull * 20 * 1000 * 1000);
     dev_cases_faults(dev);
+    dev_cases_host_fn(dev);
     dev_cases_graph(dev, other);
     exec_fault_cases(dev);
 
@@ -310,6 +330,7 @@ int main(int argc, char **argv) {
         CHECK_OK(akv_dev_inject_delays(dev, seed, 200, 3));
     }
     dev_cases_reuse_chain(dev, 400);
+    dev_cases_host_fn(dev);
     TEST_CASE(delays_off) {
         CHECK_OK(akv_dev_inject_delays(dev, 0, 0, 1));
     }

@@ -199,6 +199,19 @@ akv_status akv_dev_queue_sync(akv_dev *dev, akv_queue q);
  * any queue is faulted or the device reports an error. */
 akv_status akv_dev_sync(akv_dev *dev);
 
+/* ---- host work in queue order ----------------------------------------------------------- */
+
+/* A function the host runs in queue q's order (cudaLaunchHostFunc): after everything submitted
+ * to q before it has completed, and before anything submitted to q after it starts; other
+ * queues go on meanwhile. It runs on a thread of the device's, never the caller's, must not
+ * call into any device, and holds q up for as long as it runs. It is not told of failures: a
+ * copy it reads may have failed, and on a failed queue it does not run at all; the fence of
+ * the work after it says which (akv_dev_event_outcome), as for any queued work. What it must
+ * report, it writes through arg, which the caller keeps valid until that fence. A submission
+ * and execution point of fault injection, as an op launch. AKV_EINVAL for a NULL fn. */
+typedef void (*akv_dev_host_fn)(void *arg);
+akv_status akv_dev_host_fn_async(akv_dev *dev, akv_queue q, akv_dev_host_fn fn, void *arg);
+
 /* ---- asynchronous copies ---------------------------------------------------------------- */
 
 /* 1D copies on queue q (any queue; staging uses H2D for refills and D2H for write-backs).

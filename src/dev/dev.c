@@ -682,6 +682,17 @@ akv_status akv_dev_memset_async(akv_dev *dev, akv_queue q, akv_dptr dst, int byt
     return dev->backend->memset_async(dev->state, q, dst.addr, byte, n_bytes, flags);
 }
 
+akv_status akv_dev_host_fn_async(akv_dev *dev, akv_queue q, akv_dev_host_fn fn, void *arg) {
+    if (!dev || !dev_queue_ok(q)) return AKV_EINVAL;
+    if (!fn) {
+        AKV_LOG_E("dev: a host function that is NULL");
+        return AKV_EINVAL;
+    }
+    if (dev_fault_pass(dev, AKV_FAULT_OP)) return AKV_EDEVICE;
+    const unsigned flags = dev_fault_pass(dev, AKV_FAULT_OP_EXEC) ? AKV_SUBMIT_FAIL_EXEC : 0;
+    return dev->backend->host_fn_async(dev->state, q, fn, arg, flags);
+}
+
 /* ---- ops ------------------------------------------------------------------------------------------ */
 
 int akv_dev_op_supported(const akv_dev *dev, const akv_dev_op *op) {

@@ -63,6 +63,7 @@ typedef enum host_cmd_kind {
     CMD_RECORD, /* ev, seq */
     CMD_WAIT,   /* ev, seq on ev_q */
     CMD_OP,     /* op, args trailing */
+    CMD_FN,     /* fn(arg) */
 } host_cmd_kind;
 
 typedef struct host_cmd {
@@ -79,6 +80,8 @@ typedef struct host_cmd {
     akv_queue ev_q;              /* CMD_WAIT: the awaited record's queue */
     const akv_dev_op *op;        /* CMD_OP */
     akv_dev *dev;                /* CMD_OP: the front, for the host implementation */
+    akv_dev_host_fn fn;          /* CMD_FN */
+    void *arg;                   /* CMD_FN */
     alignas(max_align_t) unsigned char tail[]; /* spans or op arguments */
 } host_cmd;
 
@@ -225,10 +228,13 @@ static void host_run(host_queue *q, host_cmd *c) {
     case CMD_COPY:
     case CMD_BATCH:
     case CMD_MEMSET:
-    case CMD_OP: {
+    case CMD_OP:
+    case CMD_FN: {
         if (host_faulted(q)) return; /* skipped: the queue already failed */
         if (c->flags & AKV_SUBMIT_FAIL_EXEC) {
-            host_fault(q, c->kind == CMD_OP ? "injected op failure" : "injected copy failure");
+            host_fault(q, c->kind == CMD_OP   ? "injected op failure"
+                          : c->kind == CMD_FN ? "injected host function failure"
+                                              : "injected copy failure");
             return;
         }
         if (c->kind == CMD_COPY) {
@@ -242,6 +248,8 @@ static void host_run(host_queue *q, host_cmd *c) {
             }
         } else if (c->kind == CMD_MEMSET) {
             memset((void *)(uintptr_t)c->dst, c->byte, c->n_bytes);
+        } else if (c->kind == CMD_FN) {
+            c->fn(c->arg);
         } else {
             akv_status st = c->op->host(c->dev, c->tail);
             if (st != AKV_OK) {
@@ -593,6 +601,16 @@ static akv_status host_memset_async(void *state, akv_queue q, uint64_t dst, int 
     return AKV_OK;
 }
 
+static akv_status host_fn_async(void *state, akv_queue q, akv_dev_host_fn fn, void *arg,
+                                unsigned flags) {
+    host_cmd *c = host_cmd_new(CMD_FN, flags, 0);
+    if (!c) return AKV_ENOMEM;
+    c->fn = fn;
+    c->arg = arg;
+    host_enqueue(state, q, c);
+    return AKV_OK;
+}
+
 static akv_status host_copy_method_check(void *state, akv_copy_method m) {
     (void)state;
     (void)m; /* every method is a memcpy on the host */
@@ -738,6 +756,7 @@ static const akv_dev_backend host_backend = {
     .dev_sync = host_dev_sync,
     .copy_async = host_copy_async,
     .copy_batch_async = host_copy_batch_async,
+    .host_fn_async = host_fn_async,
     .memset_async = host_memset_async,
     .default_copy_method = AKV_COPY_METHOD_COALESCE,
     .copy_method_check = host_copy_method_check,

@@ -71,6 +71,8 @@ struct akv_dev_backend {
     akv_status (*copy_batch_async)(void *state, akv_queue q, akv_dev_copy_kind kind,
                                    const akv_dev_xfer *x, size_t n, const akv_copy_config *cfg,
                                    unsigned submit_flags);
+    akv_status (*host_fn_async)(void *state, akv_queue q, akv_dev_host_fn fn, void *arg,
+                                unsigned flags);
     akv_status (*memset_async)(void *state, akv_queue q, uint64_t dst, int byte, size_t n_bytes,
                                unsigned submit_flags);
     /* The method DEFAULT stands for, and whether a method is available (AKV_OK) or not. */

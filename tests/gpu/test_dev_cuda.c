@@ -51,6 +51,7 @@ int main(int argc, char **argv) {
     dev_cases_batch(dev);
     dev_cases_ops(dev, 4ull * 1000 * 1000);
     dev_cases_faults(dev);
+    dev_cases_host_fn(dev);
     dev_cases_graph(dev, NULL);
     akv_log_set(NULL, NULL, AKV_LOG_WARN);
     dev_cases_reuse_chain(dev, 400);

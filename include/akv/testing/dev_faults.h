@@ -25,11 +25,11 @@ typedef enum akv_dev_fault {
     AKV_FAULT_COPY = 0,      /* submission of an async copy or memset (1D, 2D, batch) */
     AKV_FAULT_RECORD = 1,    /* submission of an event record */
     AKV_FAULT_WAIT = 2,      /* submission of a queue wait on an event */
-    AKV_FAULT_OP = 3,        /* launch of an op */
+    AKV_FAULT_OP = 3,        /* launch of an op or a host function */
     AKV_FAULT_SYNC = 4,      /* a wait point: event query or sync, queue sync, device sync,
                                 a synchronous copy */
     AKV_FAULT_COPY_EXEC = 5, /* host backend: an accepted copy fails while it runs */
-    AKV_FAULT_OP_EXEC = 6,   /* host backend: an accepted op fails while it runs */
+    AKV_FAULT_OP_EXEC = 6,   /* host backend: an accepted op (or host function) fails as it runs */
 } akv_dev_fault;
 #define AKV_N_FAULTS 7
 
