@@ -654,22 +654,6 @@ akv_status akv_attn_ref_prefill_f64(const akv_attn_prefill *p, double *o, double
     return prefill(&q, o, lse, false, 0, 0);
 }
 
-void akv_attn_merge_state(uint32_t head_dim, float *o_a, float *lse_a, const float *o_b,
-                          float lse_b) {
-    if (lse_b == -INFINITY) return; /* b is empty: a stays bit-identical */
-    if (*lse_a == -INFINITY) {      /* a is empty: the result is b exactly */
-        memmove(o_a, o_b, head_dim * sizeof(float));
-        *lse_a = lse_b;
-        return;
-    }
-    float m = fmaxf(*lse_a, lse_b);
-    float ea = expf(*lse_a - m), eb = expf(lse_b - m); /* one of them is 1 */
-    float sum = ea + eb;
-    float wa = ea / sum, wb = eb / sum;
-    for (uint32_t i = 0; i < head_dim; i++) o_a[i] = wa * o_a[i] + wb * o_b[i];
-    *lse_a = m + logf(sum);
-}
-
 akv_status akv_attn_ref_merge(const akv_attn_merge *p) {
     akv_status st = akv__attn_merge_check(p, "ref merge");
     if (st != AKV_OK || p->n_rows == 0) return st;

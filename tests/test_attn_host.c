@@ -9,7 +9,9 @@
 #include "akv/attn.h"
 #include "akv/attn_host.h"
 #include "akv/log.h"
+#include "attn/attn_host_run.h"
 #include "attn_fixture.h"
+#include "core/par.h"
 
 static uint64_t rng;
 
@@ -195,10 +197,66 @@ static void test_check(void) {
     CHECK_EQ_INT(akv_attn_host_isa_resolve(AKV_ATTN_HOST_PORTABLE), AKV_ATTN_HOST_PORTABLE);
 }
 
+/* A batch of parts over a pool of threads: sequences of several lengths (one empty) in one
+ * table, each part its sequence's pages; the states against the float64 oracle, the same bits
+ * on the caller alone and on 3 threads, and the same bits as the chunks merged by hand. */
+static void test_batch(void) {
+    const fx_geom g = {12, 4, 64, 16, AKV_DTYPE_BF16};
+    const uint32_t lens[] = {1500, 0, 17, 2 * AKV_ATTN_HOST_CHUNK_TOKENS + 1, 64};
+    const uint32_t n = sizeof lens / sizeof *lens, H = g.n_heads, D = g.head_dim;
+    fx_table f;
+    fx_table_make(&f, g, n, lens, 2, 1, &rng);
+    f.past = 1;
+    float *q = fx_random(AKV_DTYPE_F32, (size_t)n * H * D, 2.0f, &rng);
+    float *o = malloc((size_t)n * H * D * sizeof *o), *lse = malloc((size_t)n * H * sizeof *lse);
+    float *o2 = malloc((size_t)n * H * D * sizeof *o2), *lse2 = malloc((size_t)n * H * sizeof *lse2);
+    double *o64 = malloc((size_t)n * H * D * sizeof *o64), *lse64 = malloc((size_t)n * H * sizeof *lse64);
+    const void **pages = malloc((f.n_pages + 1) * sizeof *pages);
+    akv_attn_host_part parts[5];
+    for (uint32_t i = 0; i < n; i++) {
+        const int32_t a = f.indptr[i], b = f.indptr[i + 1];
+        for (int32_t k = a; k < b; k++) pages[k] = f.pool + (size_t)f.indices[k] * f.page_bytes;
+        parts[i] = (akv_attn_host_part){pages + a, (uint32_t)(b - a), b > a ? (uint32_t)f.last[i] : 0,
+                                        g.n_kv_heads, D, g.page_tokens, g.dtype, H,
+                                        q + (size_t)i * H * D, 0.0f};
+    }
+    akv_attn_decode ref = {.kv = fx_pages(&f), .n_heads = H, .n_query = 1, .q = akv_attn_host_ptr(q),
+                           .q_dtype = AKV_DTYPE_F32, .o = akv_attn_host_ptr(o), .o_dtype = AKV_DTYPE_F32};
+    CHECK_OK(akv_attn_ref_decode_f64(&ref, o64, lse64));
+    float *scratch = malloc(akv__attn_host_scratch_floats(parts, n) * sizeof *scratch + 1);
+    CHECK_OK(akv__attn_host_run(parts, n, AKV_ATTN_HOST_AUTO, NULL, scratch, o, lse));
+    for (uint32_t i = 0; i < n; i++) { /* the empty sequence's rows: the oracle's are NaN-free */
+        if (lens[i]) continue;
+        for (uint32_t j = 0; j < H; j++) CHECK(lse[i * H + j] == -INFINITY);
+        for (uint32_t j = 0; j < H * D; j++) o64[(size_t)i * H * D + j] = 0.0, lse64[i * H + j % H] = -INFINITY;
+    }
+    FX_COMPARE("host batch", o, AKV_DTYPE_F32, lse, o64, lse64, (size_t)n * H, D, tol_for(g.dtype), 2e-5);
+    akv_par *par = NULL;
+    CHECK_OK(akv__par_create(3, &par));
+    memset(o2, 0xff, (size_t)n * H * D * sizeof *o2);
+    CHECK_OK(akv__attn_host_run(parts, n, AKV_ATTN_HOST_AUTO, par, scratch, o2, lse2));
+    CHECK(memcmp(o, o2, (size_t)n * H * D * sizeof *o) == 0 && memcmp(lse, lse2, (size_t)n * H * sizeof *lse) == 0);
+    for (uint32_t i = 0; i < n; i++) { /* the chunks merged by hand, part by part */
+        run_part(&parts[i], AKV_ATTN_HOST_AUTO, o2, lse2);
+        CHECK(memcmp(o + (size_t)i * H * D, o2, (size_t)H * D * sizeof *o) == 0);
+        CHECK(memcmp(lse + (size_t)i * H, lse2, H * sizeof *lse) == 0);
+    }
+    akv_log_set(NULL, NULL, AKV_LOG_OFF);
+    parts[2].head_dim = 32; /* a part of another shape */
+    CHECK_STATUS(akv__attn_host_run(parts, n, AKV_ATTN_HOST_AUTO, par, scratch, o, lse), AKV_EINVAL);
+    parts[2].head_dim = D, parts[2].last_len = 0;
+    CHECK_STATUS(akv__attn_host_run(parts, n, AKV_ATTN_HOST_AUTO, par, scratch, o, lse), AKV_EINVAL);
+    akv_log_set(NULL, NULL, AKV_LOG_WARN);
+    akv__par_destroy(par);
+    free(q), free(o), free(lse), free(o2), free(lse2), free(o64), free(lse64), free(pages), free(scratch);
+    fx_table_free(&f);
+}
+
 int main(int argc, char **argv) {
     test_args(argc, argv);
     rng = test_seed(0x5eedbeef);
     TEST_CASE(chunks_merged_against_the_float64_oracle) test_against_f64();
+    TEST_CASE(a_batch_over_threads) test_batch();
     TEST_CASE(empty_ranges_and_parts) test_empty();
     TEST_CASE(chunks_cover_the_pages_once) test_chunks();
     TEST_CASE(refusals) test_check();

@@ -13,11 +13,14 @@
  * is read once per pass; a GQA group of at most HP_ROWS rows is one pass.
  */
 #include "akv/attn_host.h"
+#include "attn/attn_host_run.h"
 
 #include <math.h>
 #include <stddef.h>
 #include <string.h>
 
+#include "akv/attn.h"
+#include "core/alloc.h"
 #include "core/assert.h"
 #include "core/half.h"
 #include "core/log.h"
@@ -380,4 +383,78 @@ void akv_attn_host_chunk(const akv_attn_host_part *p, akv_attn_host_isa isa, uin
             lse[r0 + r] = l[r] > 0.0f ? m[r] + logf(l[r]) : -INFINITY;
         }
     }
+}
+
+/* ---- a batch of parts over threads ------------------------------------------------------ */
+
+typedef struct hp_batch {
+    const akv_attn_host_part *parts;
+    uint32_t n;
+    akv_attn_host_isa isa;
+    const uint32_t *task0; /* [n + 1] the first task of each part: n_kv_heads x chunks each */
+    float *scratch;        /* a task's states at task * G * (D + 1): o [G][D], then lse [G] */
+    uint32_t G, D;
+} hp_batch;
+
+static void hp_task(void *ctx, uint32_t t) {
+    const hp_batch *b = ctx;
+    uint32_t i = 0;
+    while (b->task0[i + 1] <= t) i++; /* the part (few: a step's sequences) */
+    const akv_attn_host_part *p = &b->parts[i];
+    const uint32_t nc = akv_attn_host_chunks(p), h = (t - b->task0[i]) / nc, c = (t - b->task0[i]) % nc;
+    uint32_t a, e;
+    akv_attn_host_chunk_pages(p, c, &a, &e);
+    float *st = b->scratch + (size_t)t * b->G * (b->D + 1);
+    akv_attn_host_chunk(p, b->isa, h, a, e, st, st + (size_t)b->G * b->D);
+}
+
+size_t akv__attn_host_scratch_floats(const akv_attn_host_part *parts, uint32_t n) {
+    size_t f = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        const akv_attn_host_part *p = &parts[i];
+        const size_t G = p->n_kv_heads ? p->n_heads / p->n_kv_heads : 0;
+        f += (size_t)p->n_kv_heads * akv_attn_host_chunks(p) * G * ((size_t)p->head_dim + 1);
+    }
+    return f;
+}
+
+akv_status akv__attn_host_run(const akv_attn_host_part *parts, uint32_t n, akv_attn_host_isa isa,
+                              akv_par *par, float *scratch, float *o, float *lse) {
+    if (n == 0) return AKV_OK;
+    uint32_t task0[65], *t0 = n < 65 ? task0 : akv__malloc(((size_t)n + 1) * sizeof *t0);
+    if (!t0) return AKV_ENOMEM;
+    akv_status st = AKV_OK;
+    const uint32_t H = parts[0].n_heads, D = parts[0].head_dim;
+    t0[0] = 0;
+    for (uint32_t i = 0; i < n && st == AKV_OK; i++) {
+        if ((st = akv_attn_host_part_check(&parts[i]))) break;
+        if (parts[i].n_heads != H || parts[i].head_dim != D) {
+            AKV_LOG_E("attn host run: part %u has %u heads of %u, part 0 %u of %u", i,
+                      parts[i].n_heads, parts[i].head_dim, H, D);
+            st = AKV_EINVAL;
+            break;
+        }
+        t0[i + 1] = t0[i] + parts[i].n_kv_heads * akv_attn_host_chunks(&parts[i]);
+    }
+    if (st == AKV_OK) {
+        const uint32_t G = H / parts[0].n_kv_heads;
+        hp_batch b = {parts, n, akv_attn_host_isa_resolve(isa), t0, scratch, G, D};
+        akv__par_for(par, t0[n], hp_task, &b);
+        for (uint32_t i = 0; i < n; i++) { /* each (part, K/V head): its chunks in order */
+            const akv_attn_host_part *p = &parts[i];
+            const uint32_t nc = akv_attn_host_chunks(p);
+            float *oi = o + (size_t)i * H * D, *li = lse + (size_t)i * H;
+            for (uint32_t j = 0; j < H; j++) li[j] = -INFINITY;
+            memset(oi, 0, (size_t)H * D * sizeof *oi);
+            for (uint32_t h = 0; h < p->n_kv_heads; h++)
+                for (uint32_t c = 0; c < nc; c++) {
+                    const float *cs = scratch + (size_t)(t0[i] + h * nc + c) * G * (D + 1);
+                    for (uint32_t r = 0; r < G; r++)
+                        akv_attn_merge_state(D, oi + ((size_t)h * G + r) * D, li + h * G + r,
+                                             cs + (size_t)r * D, cs[(size_t)G * D + r]);
+                }
+        }
+    }
+    if (t0 != task0) akv__free(t0);
+    return st;
 }

@@ -6,6 +6,7 @@
 #include "attn/attn_impl.h"
 
 #include <math.h>
+#include <string.h>
 
 #include "core/alloc.h"
 #include "core/log.h"
@@ -407,4 +408,20 @@ akv_status akv_attn_decode_workspace_bytes(const akv_attn_decode *p, const akv_a
     }
     size_t lse_off, cnt_off;
     return akv__attn_decode_workspace_layout(p, split, &lse_off, &cnt_off, out);
+}
+
+void akv_attn_merge_state(uint32_t head_dim, float *o_a, float *lse_a, const float *o_b,
+                          float lse_b) {
+    if (lse_b == -INFINITY) return; /* b is empty: a stays bit-identical */
+    if (*lse_a == -INFINITY) {      /* a is empty: the result is b exactly */
+        memmove(o_a, o_b, head_dim * sizeof(float));
+        *lse_a = lse_b;
+        return;
+    }
+    float m = fmaxf(*lse_a, lse_b);
+    float ea = expf(*lse_a - m), eb = expf(lse_b - m); /* one of them is 1 */
+    float sum = ea + eb;
+    float wa = ea / sum, wb = eb / sum;
+    for (uint32_t i = 0; i < head_dim; i++) o_a[i] = wa * o_a[i] + wb * o_b[i];
+    *lse_a = m + logf(sum);
 }
