@@ -21,6 +21,14 @@
  *     between the two host copies (the authoritative copies agree);
  *   - the staged set actually staged bytes (its window excluded pages): staged_bytes > 0.
  * Prints one line per cell and returns the number of cells that held.
+ *
+ * With host_share > 0 the second set is the host-attended route instead (the host's cores
+ * attend that share of the pages outside the window in decode steps, merged with the device's
+ * parts): its arithmetic differs (the host part's order of summation), so the cell holds its
+ * logits within a tolerance of the resident set's, feeds both sets the resident set's greedy
+ * token (so a near tie cannot send them down different texts), checks the route's walker
+ * after the run in place of byte-equal host copies (a later layer's rows carry the earlier
+ * layers' rounding), and asks that the host attended bytes.
  */
 #ifndef AKV_TESTS_ROUTE_CELLS_H
 #define AKV_TESTS_ROUTE_CELLS_H
@@ -41,6 +49,7 @@
 #include "akv/route.h"
 #include "akv/stage.h"
 #include "core/clock.h"
+#include "route/route_check.h"
 
 #define RC_MAX_SEQ 4
 
@@ -56,6 +65,7 @@ typedef struct rc_params {
     uint32_t n_gen;       /* greedy decode steps per sequence */
     uint32_t device_gib;  /* each set's device pool */
     uint64_t seed;
+    float host_share;     /* > 0: the second set is the host-attended route with this share */
 } rc_params;
 
 typedef struct rc_set {
@@ -96,7 +106,11 @@ static inline int rc_set_open(rc_set *s, const rc_params *p, const akv_geom *g, 
         sp.poison_byte = 0xA5; /* a read one event too early reads poison */
         if (!CHECK(akv_stage_create(p->dev, s->hp, s->dp, &sp, &s->stage) == AKV_OK)) return 0;
     }
-    akv_route_params rp = {.kind = staged ? AKV_ROUTE_STAGED : AKV_ROUTE_RESIDENT,
+    akv_route_params rp = {.kind = !staged ? AKV_ROUTE_RESIDENT
+                                   : p->host_share > 0 ? AKV_ROUTE_HOST
+                                                       : AKV_ROUTE_STAGED,
+                           .host_share = staged ? p->host_share : 0.0f,
+                           .host_threads = 2,
                            .max_history = max_history,
                            .max_seqs = n_seq,
                            .queued = p->fd != NULL,
@@ -162,6 +176,18 @@ static inline uint32_t rc_first_diff(const float *a, const float *b) {
     return at;
 }
 
+/* Host-attended cells: the first index where two logit rows are farther apart than the
+ * tolerance (n when none is). The tolerance is what the device pass's rounding does, not the
+ * host part's: its attention output is rounded to bf16, a last-bit flip goes into the next
+ * layer's K/V rows, and those stay in the history (measured: 0.039 at most over every cell;
+ * the host pass, which keeps f32, 0.0021), while a host part dropped from the merge moves
+ * logits by up to 6.8. */
+static inline uint32_t rc_far(const float *a, const float *b, uint32_t n) {
+    uint32_t at = 0;
+    while (at < n && fabsf(a[at] - b[at]) <= 6e-2f + 2e-2f * fabsf(a[at])) at++;
+    return at;
+}
+
 /* One cell; 1 when it held (every check above). */
 static inline int rc_cell(const rc_params *p, uint32_t prompt, uint32_t n_seq, bool batched) {
     akv_geom g;
@@ -179,7 +205,8 @@ static inline int rc_cell(const rc_params *p, uint32_t prompt, uint32_t n_seq, b
     uint64_t rng = p->seed ^ ((uint64_t)prompt << 20) ^ n_seq ^ ((uint64_t)batched << 40);
     for (size_t i = 0; ok && i < (size_t)prompt * n_seq; i++)
         tok[i] = (int32_t)test_rand_below(&rng, p->n_vocab);
-    uint32_t bad_step = UINT32_MAX, n_steps = 0;
+    uint32_t bad_step = UINT32_MAX, n_steps = 0, n_agree = 0, n_choices = 0;
+    const bool host = p->host_share > 0;
     int32_t next[RC_MAX_SEQ][2];
     double t0 = akv_clock_s();
     /* prefill each sequence, then n_gen greedy steps; step 0 is the prefill */
@@ -220,8 +247,11 @@ static inline int rc_cell(const rc_params *p, uint32_t prompt, uint32_t n_seq, b
         }
         for (uint32_t i = 0; ok && i < n_seq; i++) {
             const float *a = lr + (size_t)i * p->n_vocab, *b = ls + (size_t)i * p->n_vocab;
-            if (memcmp(a, b, (size_t)p->n_vocab * sizeof(float)) != 0 && bad_step == UINT32_MAX) {
-                uint32_t at = rc_first_diff(a, b);
+            if (host && getenv("RC_DBG")) { float md = 0; for (uint32_t v = 0; v < p->n_vocab; v++) md = fmaxf(md, fabsf(a[v]-b[v])); fprintf(stderr, "L=%u S=%u seq %u step %u maxdiff %.3g\n", prompt, n_seq, i, step, md); }
+            const bool differ = host ? rc_far(a, b, p->n_vocab) < p->n_vocab
+                                     : memcmp(a, b, (size_t)p->n_vocab * sizeof(float)) != 0;
+            if (differ && bad_step == UINT32_MAX) {
+                uint32_t at = host ? rc_far(a, b, p->n_vocab) : rc_first_diff(a, b);
                 printf("    cell L=%u S=%u%s: sequence %u step %u: logits differ first at [%u] "
                        "(resident %.9g, staged %.9g)\n",
                        prompt, n_seq, batched ? " batched" : "", i, step, at, (double)a[at],
@@ -229,38 +259,51 @@ static inline int rc_cell(const rc_params *p, uint32_t prompt, uint32_t n_seq, b
                 bad_step = step;
             }
             next[i][0] = fx_argmax(a, p->n_vocab, NULL);
-            next[i][1] = fx_argmax(b, p->n_vocab, NULL);
+            next[i][1] = host ? next[i][0] : fx_argmax(b, p->n_vocab, NULL);
+            n_agree += host && fx_argmax(b, p->n_vocab, NULL) == next[i][0];
+            n_choices++;
         }
     }
-    uint64_t host_bad = 0, staged = 0, prefetched = 0;
+    uint64_t host_bad = 0, staged = 0, prefetched = 0, host_bytes = 0;
     ok &= CHECK(akv_route_sync(res.r) == AKV_OK && akv_route_sync(stg.r) == AKV_OK);
-    for (uint32_t i = 0; ok && i < n_seq; i++)
+    for (uint32_t i = 0; ok && !host && i < n_seq; i++)
         host_bad += rc_host_diff(&g, res.hp, akv_route_seq_host_table(res.s[i]), stg.hp,
                                  akv_route_seq_host_table(stg.s[i]));
+    if (ok && host) ok &= CHECK(akv__route_check(stg.r) == AKV_OK);
     if (ok) {
         akv_route_stats rs;
         akv_route_get_stats(stg.r, &rs);
         staged = rs.staged_bytes;
         prefetched = rs.n_prefetched;
+        host_bytes = rs.host_bytes;
     }
     /* queued, one sequence or a batch: a decode step that stages pages and stays inside its
      * pages is prefetched at the end of the step before it; the run has such steps once its
      * histories outgrow the window by two tokens */
-    const bool want_pf = p->fd && (n_seq == 1 || batched) &&
+    const bool want_pf = !host && p->fd && (n_seq == 1 || batched) &&
                          (uint64_t)prompt + p->n_gen >= (uint64_t)p->window * p->page_tokens + 3;
-    int held = ok && bad_step == UINT32_MAX && host_bad == 0 && staged > 0 && (!want_pf || prefetched > 0);
-    printf("  cell L=%u S=%u%s: %s (%u steps compared, %.1f MiB staged, %llu steps prefetched, "
-           "%llu host rows differ, %.1f s)\n",
-           prompt, n_seq, batched ? " batched" : "", held ? "bit-identical" : "FAILED", n_steps,
-           (double)staged / (1 << 20), (unsigned long long)prefetched,
-           (unsigned long long)host_bad, akv_clock_s() - t0);
+    /* host-attended: decode steps with a page outside the window of a page's worth */
+    const bool want_host = host && (uint64_t)prompt + p->n_gen > (uint64_t)(p->window + 1) * p->page_tokens;
+    const bool moved = host ? !want_host || host_bytes > 0 : staged > 0;
+    const bool agree = !host || n_agree * 20 >= n_choices * 19; /* the greedy token: 95 % */
+    int held = ok && bad_step == UINT32_MAX && host_bad == 0 && moved && agree &&
+               (!want_pf || prefetched > 0);
+    printf("  cell L=%u S=%u%s: %s (%u steps compared, %.1f MiB staged, %.1f MiB attended on the "
+           "host, %llu steps prefetched, %llu host rows differ, greedy agreed %u of %u, %.1f s)\n",
+           prompt, n_seq, batched ? " batched" : "",
+           !held ? "FAILED" : host ? "within tolerance" : "bit-identical", n_steps,
+           (double)staged / (1 << 20), (double)host_bytes / (1 << 20),
+           (unsigned long long)prefetched, (unsigned long long)host_bad, n_agree, n_choices,
+           akv_clock_s() - t0);
+    TEST_CHECK_(agree, "L=%u S=%u: the greedy token agreed %u times of %u", prompt, n_seq, n_agree,
+                n_choices);
     if (want_pf) TEST_CHECK_(prefetched > 0, "L=%u S=%u: no step was prefetched", prompt, n_seq);
-    TEST_CHECK_(bad_step == UINT32_MAX, "L=%u S=%u: staged logits differ at step %u", prompt, n_seq,
-                bad_step);
+    TEST_CHECK_(bad_step == UINT32_MAX, "L=%u S=%u: %s logits differ at step %u", prompt, n_seq,
+                host ? "host-attended" : "staged", bad_step);
     TEST_CHECK_(host_bad == 0, "L=%u S=%u: %llu host rows differ", prompt, n_seq,
                 (unsigned long long)host_bad);
-    TEST_CHECK_(staged > 0, "L=%u S=%u: nothing was staged (the window held every page)", prompt,
-                n_seq);
+    TEST_CHECK_(moved, "L=%u S=%u: nothing was %s", prompt, n_seq,
+                host ? "attended on the host" : "staged (the window held every page)");
     rc_set_close(&stg, n_seq);
     rc_set_close(&res, n_seq);
     free(lr), free(ls), free(tok);
@@ -279,9 +322,14 @@ static inline int rc_cells(const rc_params *p, uint32_t long_prompt, const char 
     for (int s = 0; s < 3; s++)
         for (int i = 0; i < 6; i++, n++)
             k += rc_cell(p, prompts[i], shapes[s].n_seq, shapes[s].batched);
-    printf("%s: %d of %d cells bit-identical (staged vs resident, %u greedy steps, P = %u, "
-           "window %u pages)\n",
-           what, k, n, p->n_gen, P, p->window);
+    if (p->host_share > 0)
+        printf("%s: %d of %d cells within tolerance (host-attended, share %.2f, vs resident, %u "
+               "greedy steps, P = %u, window %u pages)\n",
+               what, k, n, (double)p->host_share, p->n_gen, P, p->window);
+    else
+        printf("%s: %d of %d cells bit-identical (staged vs resident, %u greedy steps, P = %u, "
+               "window %u pages)\n",
+               what, k, n, p->n_gen, P, p->window);
     return k == n;
 }
 

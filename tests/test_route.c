@@ -1582,6 +1582,25 @@ int main(int argc, char **argv) {
         akv_forward_dev_destroy(rc.fd);
         CHECK_OK(akv_dev_destroy(rc.dev));
     }
+    /* the host-attended route: a share of the pages outside the window attended by the host's
+     * cores in decode steps (all of them at share 1), within a tolerance of resident */
+    for (int all = 0; all <= 1; all++) TEST_CASE(host_attended_cells_host_pass) {
+        rc_params rc = cells;
+        if (!CHECK(akv_dev_create(akv_dev_host_backend(), NULL, &rc.dev) == AKV_OK)) break;
+        rc.fh = f, rc.window = 3, rc.max_step_tokens = P, rc.host_share = all ? 1.0f : 0.5f;
+        rc_cells(&rc, 2000, "host pass, direct routes");
+        CHECK_OK(akv_dev_destroy(rc.dev));
+    }
+    for (int all = 0; all <= 1; all++) TEST_CASE(host_attended_cells_queue_pass) {
+        rc_params rc = cells;
+        if (!CHECK(akv_dev_create(akv_dev_host_backend(), NULL, &rc.dev) == AKV_OK)) break;
+        akv_forward_params fdp = {.max_step_tokens = 64};
+        rc.window = 2, rc.max_step_tokens = 64, rc.seed = rng + 2, rc.host_share = all ? 1.0f : 0.5f;
+        if (CHECK(akv_forward_dev_create(rc.dev, model, &fdp, &rc.fd) == AKV_OK))
+            rc_cells(&rc, 2000, "queue pass (host backend), queued routes");
+        akv_forward_dev_destroy(rc.fd);
+        CHECK_OK(akv_dev_destroy(rc.dev));
+    }
 
     akv_forward_destroy(f);
     akv_model_destroy(model);

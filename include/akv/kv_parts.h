@@ -9,7 +9,8 @@
  *              for a step (akv_route_seq_runs).
  *   residence  where a run's pages are for the step: in the device window (kept between
  *              steps), in a device slot they were staged into for this step, or only in the
- *              host pool (for a pass that attends them there; no route places that yet).
+ *              host pool (the host-attended route's host part: the host's cores attend them
+ *              where they lie and hand the pass their states).
  *   part       a page table over the step's sequences, in batch order, in ONE representation
  *              and read by ONE attention call; its pages may come from several residences (a
  *              staged route's table mixes window pages and slot pages). Parts merge exactly:
@@ -58,10 +59,25 @@ typedef struct akv_kv_part {
 
 enum { AKV_KV_MAX_PARTS = 4 };
 
-/* The parts begin_layer hands the pass. */
+/* What begin_layer is given (q, q_stride: the pass sets them) and hands the pass (the rest). */
 typedef struct akv_kv_parts {
+    /* in: the step's query rows of the layer, f32 [rows][q_stride] in batch order (a
+     * sequence's new tokens in order), RoPE applied; complete once the compute queue's work
+     * so far has run (queued) or now (direct) */
+    akv_dptr q;
+    uint32_t q_stride; /* floats from a row to the next */
+    uint32_t n_heads;  /* query heads of a row ([n_heads][head_dim] from its start) */
+    /* out: the parts the pass attends */
     uint32_t n_parts;
     akv_kv_part part[AKV_KV_MAX_PARTS];
+    /* out: states of older history attended outside the pass (the host part), one row per
+     * sequence (given only in a step where every sequence has one new token): f32 host_o
+     * [n_seq][n_heads][head_dim] (normalised), host_lse [n_seq][n_heads] (natural log; -inf:
+     * an empty state, which leaves the pass's own result bit for bit). The pass merges them
+     * into its parts' result exactly, after making its compute queue wait for host_ready
+     * (NULL: ready now). host_o.addr 0 = none. */
+    akv_dptr host_o, host_lse;
+    akv_event *host_ready;
 } akv_kv_parts;
 
 /* Where a step's attention history is, layer by layer: a route's hooks into a forward pass. */

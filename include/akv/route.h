@@ -121,6 +121,9 @@ extern "C" {
 typedef enum akv_route_kind {
     AKV_ROUTE_RESIDENT = 0, /* every page in the device pool */
     AKV_ROUTE_STAGED = 1,   /* the window in the device pool, the rest staged */
+    AKV_ROUTE_HOST = 2,     /* host-attended: staged, but a share of each decoding sequence's
+                               pages outside its window is attended by the host's cores where
+                               it lies, the states merged exactly with the device's */
 } akv_route_kind;
 
 typedef struct akv_route akv_route;
@@ -180,6 +183,13 @@ typedef struct akv_route_params {
     uint32_t encode_threads;     /* threads that encode a step's compact pages, the caller's
                                     included; 0 = one per core (a page's bytes do not depend
                                     on them) */
+    /* host-attended only: of each sequence's pages outside its window in a step where every
+     * sequence decodes one token, the oldest round(host_share x their count) are attended by
+     * the host (akv/attn_host.h) over host_threads threads; the rest are staged. A step with a
+     * prompt chunk stages them all. */
+    float host_share;      /* 0..1 (0 = the staged route's placement) */
+    uint32_t host_threads; /* the host part's threads, the caller's thread included; 0 = one
+                              per core */
     int prefetch;          /* queued mode: stage layer 0 of the NEXT decode step as soon as this
                               step's last layer is sealed, so its copies cross the bus while the
                               output head, sampling and begin_step run (file comment). 0 = on
@@ -219,6 +229,9 @@ typedef struct akv_route_stats {
     uint64_t n_prefetch_dropped; /* staged: prefetches cancelled (the next step was not the
                                     one they were made for, or a sync came first) */
     uint64_t d2h_bytes;    /* device -> host: write-back of new rows */
+    uint64_t host_bytes;   /* host-attended: K/V bytes the host's cores attended where they lie */
+    uint64_t host_ns;      /* host-attended: time the host part's computations took on the host
+                              (each from its start to its end), summed */
     uint64_t compact_pages; /* hybrid: compact pages made (a page of every layer counts once a
                                layer): on the device from its exact page where that page is in
                                the window (queued), else on the host from the host copy;
@@ -240,11 +253,13 @@ typedef struct akv_route_seq_stats {
     uint64_t h2d_bytes;    /* its fills and staged copies */
     uint64_t staged_bytes; /* of them, the staged copies */
     uint64_t d2h_bytes;    /* its write-backs */
+    uint64_t host_bytes;   /* host-attended: its K/V bytes the host's cores attended */
     uint32_t window_pages; /* device window pages per layer now */
     uint32_t host_pages;   /* host pages per layer now */
 } akv_route_seq_stats;
 
-/* The kind named `name` ("resident", "staged"): AKV_OK, else AKV_EINVAL (not logged). */
+/* The kind named `name` ("resident", "staged", "host"): AKV_OK, else AKV_EINVAL (not
+ * logged). */
 akv_status akv_route_kind_from_name(const char *name, akv_route_kind *out);
 
 /* ---- the plan: a kind's part of the engine's memory plan -------------------------------- */

@@ -168,9 +168,10 @@ static void fwd_matmul(akv_forward *f, float *y, fwd_in *in, const akv_model_mat
  * history, and past parts of older history), and each sequence holding exactly pos0[s] +
  * n_new[s] tokens over them (the attention validates the rest: ids, page counts). */
 static akv_status forward_check_parts(const akv_model_config *c, uint32_t layer,
-                                      const akv_kv_parts *parts,
-                                      const akv_forward_batch *b) {
-    akv_status st = akv__forward_parts_check(c, "forward", layer, parts, b->n_seq, AKV_KV_MAX_PARTS);
+                                      const akv_kv_parts *parts, const akv_forward_batch *b,
+                                      uint32_t n_rows) {
+    akv_status st = akv__forward_parts_check(c, "forward", layer, parts, b->n_seq, n_rows,
+                                             AKV_KV_MAX_PARTS);
     if (st) return st;
     for (uint32_t s = 0; s < b->n_seq; s++) {
         uint64_t len = 0, want = (uint64_t)b->pos0[s] + b->n_new[s];
@@ -181,7 +182,7 @@ static akv_status forward_check_parts(const akv_model_config *c, uint32_t layer,
             if (indptr[s + 1] > indptr[s])
                 len += (uint64_t)(indptr[s + 1] - indptr[s] - 1) * pg->page_tokens + (uint64_t)last[s];
         }
-        if (len != want) {
+        if (len != want && !(parts->host_o.addr && len < want)) { /* the host part: older */
             AKV_LOG_E("forward: layer %u: sequence %u of the step holds %llu tokens in its page "
                       "table(s); expected %llu",
                       layer, s, (unsigned long long)len, (unsigned long long)want);
@@ -285,7 +286,7 @@ static akv_status forward_attend_group(akv_forward *f, const akv_kv_parts *parts
     akv_status st = akv_attn_ref_append(&ap);
     if (st) return st;
     float *att = f->att + g->row0 * q_dim;
-    if (parts->n_parts == 1) return forward_attend_part(f, &v, g, att, NULL);
+    if (parts->n_parts == 1 && !parts->host_o.addr) return forward_attend_part(f, &v, g, att, NULL);
     float *lse = f->lse + g->row0 * c->n_heads;
     if ((st = forward_attend_part(f, &v, g, att, lse))) return st;
     for (uint32_t i = 1; i < parts->n_parts; i++) {
@@ -356,11 +357,20 @@ akv_status akv_forward_step(akv_forward *f, const akv_forward_batch *b, const ak
         /* the history: the route places the pages, the attention writes and reads them */
         akv_kv_parts parts;
         memset(&parts, 0, sizeof parts);
+        parts.q = akv_attn_host_ptr(f->q), parts.q_stride = (uint32_t)q_dim, parts.n_heads = c->n_heads;
         if ((st = kv->begin_layer(kv->user, l, &parts))) return st;
-        if ((st = forward_check_parts(c, l, &parts, b))) return st;
-        if (parts.n_parts > 1 && !f->lse && (st = forward_alloc_parts(f))) return st;
+        if ((st = forward_check_parts(c, l, &parts, b, n))) return st;
+        if ((parts.n_parts > 1 || parts.host_o.addr) && !f->lse && (st = forward_alloc_parts(f)))
+            return st;
         for (uint32_t gi = 0; gi < n_groups; gi++)
             if ((st = forward_attend_group(f, &parts, b, &f->groups[gi]))) return st;
+        if (parts.host_o.addr) { /* the host part's states (a row a sequence), merged exactly */
+            const float *ho = (const float *)(uintptr_t)parts.host_o.addr,
+                        *hl = (const float *)(uintptr_t)parts.host_lse.addr;
+            for (size_t r = 0; r < (size_t)n * c->n_heads; r++)
+                akv_attn_merge_state(c->head_dim, f->att + r * c->head_dim, f->lse + r,
+                                     ho + r * c->head_dim, hl[r]);
+        }
         if (kv->end_layer && (st = kv->end_layer(kv->user, l))) return st;
 
         in = fwd_in_make(f->att, n, q_dim);

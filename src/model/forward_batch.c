@@ -101,7 +101,8 @@ uint32_t akv__forward_groups(const akv_forward_batch *b, uint32_t max_decode, ak
 }
 
 akv_status akv__forward_parts_check(const akv_model_config *c, const char *who, uint32_t layer,
-                                    const akv_kv_parts *parts, uint32_t n_seq, uint32_t max_parts) {
+                                    const akv_kv_parts *parts, uint32_t n_seq, uint32_t n_rows,
+                                    uint32_t max_parts) {
     if (parts->n_parts < 1 || parts->n_parts > max_parts ||
         parts->part[0].kv.repr != AKV_REPR_EXACT || parts->part[0].kv.past) {
         AKV_LOG_E("%s: layer %u: %u part(s), the first of representation %s%s; the pass attends "
@@ -110,6 +111,14 @@ akv_status akv__forward_parts_check(const akv_model_config *c, const char *who, 
                   parts->part[0].kv.past ? " (past)" : "",
                   max_parts > 1 ? " and past parts of older history" : " only");
         return AKV_EUNSUPPORTED;
+    }
+    if (parts->host_o.addr && (!parts->host_lse.addr || n_rows != n_seq)) {
+        AKV_LOG_E("%s: layer %u: a host part's states %s; they come a row a sequence, in a step "
+                  "of one new token each (this one: %u rows, %u sequences)",
+                  who, layer, parts->host_lse.addr ? "for a step of several rows a sequence"
+                                                   : "without their log-sum-exp",
+                  n_rows, n_seq);
+        return AKV_EINVAL;
     }
     for (uint32_t i = 0; i < parts->n_parts; i++) {
         const akv_attn_pages *pg = &parts->part[i].kv;

@@ -27,10 +27,12 @@ uint32_t akv__forward_groups(const akv_forward_batch *b, uint32_t max_decode, ak
 /* The layer's parts against the pass: 1..max_parts of them (the device pass attends one, the
  * host pass an exact part and the past parts of older history); part 0 exact and the
  * queries' own (not past), any other past; every table over n_seq sequences of the model's
- * K/V heads and head dim. AKV_EUNSUPPORTED (logged) for parts the pass cannot attend,
+ * K/V heads and head dim; host states (akv_kv_parts.host_o) with their log-sum-exp, in a step
+ * of n_rows = n_seq rows. AKV_EUNSUPPORTED (logged) for parts the pass cannot attend,
  * AKV_EINVAL for tables of another shape. */
 akv_status akv__forward_parts_check(const akv_model_config *c, const char *who, uint32_t layer,
-                                    const akv_kv_parts *parts, uint32_t n_seq, uint32_t max_parts);
+                                    const akv_kv_parts *parts, uint32_t n_seq, uint32_t n_rows,
+                                    uint32_t max_parts);
 
 /* The table of a group's sequences g->s0 .. g->s1-1 (a view: akv/attn.h). */
 akv_attn_pages akv__forward_view(const akv_attn_pages *pg, const akv__fwd_group *g);

@@ -853,7 +853,9 @@ static akv_status fdev_attend_past(akv_forward_dev *f, const akv_attn_pages *pg,
 static akv_status fdev_attend_parts(akv_forward_dev *f, const akv_kv_parts *parts, uint32_t n,
                                     uint32_t n_groups) {
     akv_status st;
-    const uint32_t np = parts->n_parts;
+    const bool host = parts->host_o.addr != 0; /* the host part's states, merged last */
+    const uint32_t np = parts->n_parts + host; /* states to merge */
+    if (host && f->recording) return AKV_ESTATE; /* an event wait: not replayable */
     if (np > 1 && !f->part_mem.addr) {
         const size_t o_bytes = (size_t)f->params.max_step_tokens * f->q_dim * 4,
                      l_bytes = (size_t)f->params.max_step_tokens * f->cfg.n_heads * 4;
@@ -867,7 +869,8 @@ static akv_status fdev_attend_parts(akv_forward_dev *f, const akv_kv_parts *part
     for (uint32_t gi = 0; gi < n_groups; gi++) {
         const akv__fwd_group *g = &f->groups[gi];
         if ((st = fdev_attend(f, &parts->part[0].kv, g, fdev_out_of(f, g, np, 0)))) return st;
-        if (np > 1 && (st = fdev_attend_past(f, &parts->part[1].kv, g, fdev_out_of(f, g, np, 1))))
+        if (parts->n_parts > 1 &&
+            (st = fdev_attend_past(f, &parts->part[1].kv, g, fdev_out_of(f, g, np, 1))))
             return st;
     }
     if (np == 1) return AKV_OK;
@@ -879,6 +882,16 @@ static akv_status fdev_attend_parts(akv_forward_dev *f, const akv_kv_parts *part
                                        .lse_b = f->part_lse[1],
                                        .o = f->att,
                                        .o_dtype = AKV_DTYPE_BF16}};
+    if (parts->n_parts > 1) {
+        if (host) /* the device's parts into the first states, the host's merged after */
+            m.p.o = f->part_o[0], m.p.o_dtype = AKV_DTYPE_F32, m.p.lse = f->part_lse[0];
+        if ((st = FDEV_LAUNCH(f, akv_fwd_op_attn_merge, m)) || !host) return st;
+    }
+    /* the host part: its states come when the host has computed them (the route's event) */
+    if (parts->host_ready && (st = akv_dev_queue_wait_event(f->dev, AKV_QUEUE_COMPUTE, parts->host_ready)))
+        return st;
+    m.p.o_b = parts->host_o, m.p.lse_b = parts->host_lse;
+    m.p.o = f->att, m.p.o_dtype = AKV_DTYPE_BF16, m.p.lse = (akv_dptr){0};
     return FDEV_LAUNCH(f, akv_fwd_op_attn_merge, m);
 }
 
@@ -961,8 +974,9 @@ static akv_status fdev_layer_run(akv_forward_dev *f, uint32_t l, uint32_t n, uin
     /* the history: the hook places the pages, the attention writes and reads them */
     akv_kv_parts parts;
     memset(&parts, 0, sizeof parts);
+    parts.q = f->qkv, parts.q_stride = f->qkv_dim, parts.n_heads = c->n_heads;
     if ((st = kv->begin_layer(kv->user, l, &parts)) ||
-        (st = akv__forward_parts_check(&f->cfg, "forward_dev", l, &parts, n_seq, 2)) ||
+        (st = akv__forward_parts_check(&f->cfg, "forward_dev", l, &parts, n_seq, n, 2)) ||
         (st = fdev_attend_parts(f, &parts, n, n_groups)))
         return st;
     if (!f->recording && kv->end_layer && (st = kv->end_layer(kv->user, l))) return st;

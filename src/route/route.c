@@ -6,6 +6,7 @@
 #include "akv/route.h"
 
 #include <stdio.h>
+#include <stdatomic.h>
 #include <string.h>
 
 #include "akv/host_table.h"
@@ -18,7 +19,8 @@
 
 /* ---- kinds and their policy ------------------------------------------------------------------ */
 
-static const akv__route_kind *const route_kinds[] = {&akv__route_resident, &akv__route_staged};
+static const akv__route_kind *const route_kinds[] = {&akv__route_resident, &akv__route_staged,
+                                                     &akv__route_host};
 
 const akv__route_kind *akv__route_kind_of(akv_route_kind kind) {
     for (size_t i = 0; i < sizeof route_kinds / sizeof *route_kinds; i++)
@@ -555,7 +557,12 @@ akv_status akv_route_create(akv_dev *dev, akv_host_pool *host_pool, akv_dev_pool
     akv_status st = akv_dev_get_info(dev, &info);
     if (st) return st;
     if ((st = route_tier_check(p, host_pool, dev_pool))) return st;
-    if (p->tier != AKV_REPR_EXACT) kind = akv__route_kind_tiered(p->kind, p->tier);
+    if (p->tier != AKV_REPR_EXACT && !(kind = akv__route_kind_tiered(p->kind, p->tier))) {
+        AKV_LOG_E("route: the %s route has no compact tier ({=kv_tier} %s): use the resident or "
+                  "the staged route for one",
+                  akv_route_kind_name(p->kind), akv_repr_name(p->tier));
+        return AKV_EUNSUPPORTED;
+    }
     if (!info.is_host && !p->queued) {
         AKV_LOG_E("route: device '%s': the direct mode (host tables, host forward pass) needs the "
                   "host backend; use the queued mode",
@@ -684,6 +691,7 @@ akv_status akv_route_create(akv_dev *dev, akv_host_pool *host_pool, akv_dev_pool
 static akv_status route_free(akv_route *r) {
     akv_status st;
     if (r->own_stage && r->stage && (st = akv_stage_destroy(r->stage))) return st;
+    if (r->kind->free) r->kind->free(r);
     r->own_stage = false;
     if (r->cst && (st = akv_stage_destroy(r->cst))) return st;
     r->cst = NULL;
@@ -1229,6 +1237,11 @@ static void route_place(akv_route *r, akv_route_seq *s, uint32_t n_lp) {
     for (uint32_t w = 0, lp = 0; w <= window; w++) {
         const uint32_t next = w < window ? akv_dev_pool_ctx_slot(r->dp, s->ctx, 0, w).logical
                                          : n_lp;
+        if (next > lp && lp < s->x0 && lp > 0) { /* host-attended: the host's, 1 .. x0-1 */
+            AKV_ASSERT(next >= s->x0);
+            seq_run_push(s, lp, s->x0 - lp, AKV_KV_HOST, AKV_REPR_EXACT);
+            lp = s->x0;
+        }
         if (next > lp) {
             AKV_ASSERT(r->kind->outside != AKV_KV_WINDOW); /* begin_step refused it */
             seq_run_push(s, lp, next - lp, r->kind->outside, AKV_REPR_EXACT);
@@ -1249,15 +1262,22 @@ static akv_status route_write_table(akv_route *r, const akv_route_req *reqs, uin
     const uint32_t P = r->geom.page_tokens;
     uint32_t off = 0;
     r->n_staged = 0;
+    bool decode = true; /* every sequence one new token: the host part's steps */
+    for (uint32_t i = 0; i < n; i++) decode &= reqs[i].n_tokens == reqs[i].seq->n_tokens + 1;
     for (uint32_t i = 0; i < n; i++) {
         akv_route_seq *s = reqs[i].seq;
         const uint64_t n_old = s->n_tokens, n_total = reqs[i].n_tokens;
         const uint32_t n_lp = (uint32_t)akv_geom_pages_for_tokens(&r->geom, n_total);
         const uint32_t window = akv_dev_pool_ctx_window(s->ctx);
-        /* hybrid: the exact table packs the sink and the pages from x0 (the window, in logical
-         * order); the other kinds index every logical page (staged entries at begin_layer) */
-        s->x0 = r->dpc ? akv__route_exact_from(r, s, n_old, n_total) : 1;
-        const uint32_t n_entries = r->dpc ? window : n_lp;
+        /* the exact table packs the sink and the pages from x0: hybrid, the window in logical
+         * order; host-attended, every page the host does not attend (the window's now, the
+         * staged ones' at begin_layer); else x0 = 1, every logical page */
+        const uint32_t n_cold = n_lp > window ? n_lp - window : 0;
+        s->x0 = r->dpc                ? akv__route_exact_from(r, s, n_old, n_total)
+                : r->kind->host_pages ? 1 + r->kind->host_pages(r, s, n_cold, decode)
+                                      : 1;
+        AKV_ASSERT(r->dpc || s->x0 <= 1 + n_cold);
+        const uint32_t n_entries = r->dpc ? window : n_lp ? n_lp - s->x0 + 1 : 0;
         r->indptr[i] = (int32_t)off;
         r->last[i] = (int32_t)(n_total - (uint64_t)(n_lp - 1) * P);
         route_place(r, s, n_lp);
@@ -1270,7 +1290,7 @@ static akv_status route_write_table(akv_route *r, const akv_route_req *reqs, uin
                     akv_status st = route_fill(r, s, l, sl.logical, sl.page_id);
                     if (st) return r->n_fills = 0, st;
                 }
-                const uint32_t at = r->dpc ? w : sl.logical;
+                const uint32_t at = r->dpc ? w : akv__route_table_at(s, sl.logical);
                 if (row[at] != (int32_t)sl.page_id || sl.fresh || refill[i]) r->tab_dirty = true;
                 row[at] = (int32_t)sl.page_id;
             }
@@ -1694,6 +1714,7 @@ static akv_status route_begin_layer(void *user, uint32_t layer, akv_kv_parts *pa
                                          .head_dim = r->geom.head_dim,
                                          .page_tokens = r->geom.page_tokens,
                                          .dtype = r->geom.dtype};
+    if (r->kind->host_part) return r->kind->host_part(r, layer, parts);
     if (!r->dpc) return AKV_OK;
     /* hybrid: the compact part (queued: ctab_d, laid out as ctab), every key before every query */
     akv_attn_pages c = parts->part[0].kv;
@@ -1734,6 +1755,7 @@ akv_kv_hooks akv_route_hooks(akv_route *r) {
 
 void akv_route_get_stats(const akv_route *r, akv_route_stats *out) {
     *out = r->stats;
+    out->host_ns = atomic_load(&r->host_ns);
     out->n_open = r->n_open;
     out->n_closing = 0;
     for (const akv_route_seq *s = r->closing_list; s; s = s->next) out->n_closing++;

@@ -22,6 +22,7 @@
 #ifndef AKV_ROUTE_IMPL_H
 #define AKV_ROUTE_IMPL_H
 
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 
@@ -45,9 +46,10 @@ struct akv_route_seq {
                                its compact window (ascending), [max_pages] */
     uint32_t n_cstaged;
     uint32_t cstage_off;    /* the first of them in a layer's compact copy list */
-    uint32_t x0;            /* the exact table holds logical page 0 then x0, x0+1, ... (1 for
-                               a kind without a compact part; hybrid: its first exact page after
-                               the sink, the step begun last) */
+    uint32_t x0;            /* the exact table holds logical page 0 then x0, x0+1, ... (the
+                               step begun last; hybrid: its first exact page after the sink;
+                               host-attended: its first page after the host's, 1 + the pages
+                               the host attends; else 1) */
     uint32_t n_compact;     /* hybrid: compact pages of the step begun last (1 .. x0-1) */
     uint32_t c_valid;       /* hybrid: its compact pages below this logical page are encodings
                                of its host copy as it is now (a truncate lowers it) */
@@ -106,11 +108,18 @@ typedef struct akv__route_kind {
      * be (the device pool's refusal to hold them all is the step's failure; a kind with a
      * compact part reads them there) */
     akv_kv_residence outside;
+    /* place (host-attended; NULL = none): of the n_cold pages of s outside its window this
+     * step (pages 1 .. n_cold: the window is the sink and the newest pages), how many, the
+     * oldest, the host attends where they lie (AKV_KV_HOST); decode: the step gives every
+     * sequence one new token (the host part's states come a row a sequence) */
+    uint32_t (*host_pages)(const akv_route *r, const akv_route_seq *s, uint32_t n_cold, bool decode);
     /* a queued route of this kind is replayable as a graph (akv_kv_hooks.replayable) */
     bool replayable;
     /* ---- the transport ---- */
     /* staged: the stage (borrowed or made from the staging reserve); NULL = nothing */
     akv_status (*open)(akv_route *r, const akv_route_params *p);
+    /* frees what open made beyond the staged kind's (route_free frees that); NULL = nothing */
+    void (*free)(akv_route *r);
     /* the transport of the last step retired (fences waited on), and a prefetched lease with
      * it unless keep_prefetch (begin_step keeps it for the step it was made for);
      * *quarantined: once per call */
@@ -119,6 +128,10 @@ typedef struct akv__route_kind {
      * another step */
     akv_status (*placed)(akv_route *r, const akv_route_req *reqs, uint32_t n);
     akv_status (*begin_layer)(akv_route *r, uint32_t layer);
+    /* host-attended (NULL = none): the layer's host part once the parts are filled: the
+     * query rows from parts->q to the host, the host's states of every sequence's host pages
+     * into parts->host_o/host_lse, ready by parts->host_ready */
+    akv_status (*host_part)(akv_route *r, uint32_t layer, akv_kv_parts *parts);
     akv_status (*end_layer)(akv_route *r, uint32_t layer);
     /* leases live (destroy and close wait for them) */
     bool (*live)(const akv_route *r);
@@ -250,6 +263,23 @@ struct akv_route {
     akv_route_seq **pf_seqs;   /* [max_seqs] the batch it was made for, in order */
     uint64_t *pf_len;          /* [max_seqs] and their lengths after that step */
     uint32_t pf_n_seq;
+    /* host-attended (route_host.c): a layer's host part, per layer so a layer's host
+     * function reads and writes only its own while the engine's thread goes on */
+    float host_share;
+    akv_par *hpar;             /* the host part's threads */
+    struct akv__route_host_layer *hl; /* [n_layers] */
+    uint32_t h_heads;          /* query heads of the buffers below (0: not made yet) */
+    float *hq;                 /* [n_layers][max_seqs][h_heads * head_dim] the query rows
+                                  (queued: pinned) */
+    float *hst;                /* [n_layers][max_seqs][h_heads * (head_dim + 1)] the states:
+                                  a layer's o rows, then its lse rows (queued: pinned) */
+    akv_dptr hst_d;            /* queued: their device copy, laid out as hst */
+    akv_event *ev_hq;          /* compute: a layer's query rows are computed */
+    akv_event *ev_hready;      /* D2H: a layer's states are on the device */
+    float *hscratch;           /* the chunks' states, grown on demand (only the host part's
+                                  function touches it, one layer at a time in queue order) */
+    size_t hscratch_n;
+    _Atomic uint64_t host_ns;  /* the host functions' time (stats.host_ns), added as they end */
     akv_route_layer_times *times; /* [n_layers] the staged layers of the last step retired
                                      (akv_route_step_times); NULL until one is */
     uint32_t n_times;
@@ -261,6 +291,7 @@ extern const akv__route_kind akv__route_resident;
 extern const akv__route_kind akv__route_staged;
 extern const akv__route_kind akv__route_hybrid;
 extern const akv__route_kind akv__route_hybrid_staged;
+extern const akv__route_kind akv__route_host;
 const akv__route_kind *akv__route_kind_of(akv_route_kind kind);
 /* Compact pages the hybrid encodes at once (in parallel) ahead of their copies. */
 #define AKV__ROUTE_CSTAGE_PAGES 256u
@@ -296,13 +327,34 @@ static inline void akv__route_page_rows(const akv_route *r, const akv_route_seq 
     *t1 = (s->n_tokens < hi ? s->n_tokens : hi) - lo;
 }
 
-/* The device page of seq's logical page p (an exact one) in layer l in the step's table: the
- * exact table holds page 0 then x0, x0+1, ... */
+/* Where seq's logical page p (an exact one in the table: 0, or x0 and after) sits in its row
+ * of the step's exact table: the table holds page 0 then x0, x0+1, ... */
+static inline uint32_t akv__route_table_at(const akv_route_seq *s, uint64_t p) {
+    return (uint32_t)(p == 0 ? 0 : p - s->x0 + 1);
+}
+
+/* The device page of seq's logical page p (an exact one in the table) in layer l. */
 static inline uint32_t akv__route_page_id(const akv_route *r, const akv_route_seq *s, uint32_t l,
                                           uint64_t p) {
-    const uint64_t at = p == 0 ? 0 : p - s->x0 + 1;
-    return (uint32_t)r->indices[(size_t)l * r->cap + (size_t)r->indptr[s->slot] + at];
+    return (uint32_t)r->indices[(size_t)l * r->cap + (size_t)r->indptr[s->slot] +
+                                akv__route_table_at(s, p)];
 }
+
+/* The staged kind's policy and transport, which the host-attended kind runs for the pages it
+ * stages (route_staged.c). */
+uint32_t akv__route_staged_plan_staging(const akv_geom *g, uint64_t max_history,
+                                        uint32_t window_pages, uint32_t max_seqs);
+akv_status akv__route_staged_plan_windows(const akv_geom *g, uint64_t max_history, uint32_t max_seqs,
+                                          const akv_fit *fit, akv_route_plan *pl);
+uint32_t akv__route_staged_need(const akv_route_plan *pl, const akv_geom *g, uint64_t n_tokens);
+akv_status akv__route_staged_window(const akv_route *r, akv_route_seq_params *p,
+                                    uint32_t window_capacity);
+akv_status akv__route_staged_open(akv_route *r, const akv_route_params *p);
+akv_status akv__route_staged_retire(akv_route *r, bool keep_prefetch, bool *quarantined);
+akv_status akv__route_staged_placed(akv_route *r, const akv_route_req *reqs, uint32_t n);
+akv_status akv__route_staged_begin_layer(akv_route *r, uint32_t layer);
+akv_status akv__route_staged_end_layer(akv_route *r, uint32_t layer);
+bool akv__route_staged_live(const akv_route *r);
 
 /* The leases of the last step on one stage (the staged kind's, or the staged hybrid's
  * compact one): the one a failed pass left open (*open_layer) cancelled, then each live one

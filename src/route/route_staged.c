@@ -16,7 +16,7 @@
 /* ---- the policy ------------------------------------------------------------------------------ */
 
 /* Two slots, each for every sequence's pages outside its window. */
-static uint32_t staged_plan_staging(const akv_geom *g, uint64_t max_history,
+uint32_t akv__route_staged_plan_staging(const akv_geom *g, uint64_t max_history,
                                     uint32_t window_pages, uint32_t max_seqs) {
     uint32_t slot = akv_route_slot_pages(g, max_history, window_pages, max_seqs);
     return slot > UINT32_MAX / 2 ? UINT32_MAX : 2 * slot;
@@ -24,7 +24,7 @@ static uint32_t staged_plan_staging(const akv_geom *g, uint64_t max_history,
 
 /* Each context's window by right: the plan's share of the window capacity, at least the
  * route's window; what is left beside it may be borrowed. */
-static akv_status staged_plan_windows(const akv_geom *g, uint64_t max_history,
+akv_status akv__route_staged_plan_windows(const akv_geom *g, uint64_t max_history,
                                       uint32_t max_seqs, const akv_fit *fit,
                                       akv_route_plan *pl) {
     (void)g, (void)max_history;
@@ -42,7 +42,7 @@ static akv_status staged_plan_windows(const akv_geom *g, uint64_t max_history,
     return AKV_OK;
 }
 
-static uint32_t staged_need(const akv_route_plan *pl, const akv_geom *g, uint64_t n_tokens) {
+uint32_t akv__route_staged_need(const akv_route_plan *pl, const akv_geom *g, uint64_t n_tokens) {
     (void)pl;
     (void)g, (void)n_tokens;
     return 0; /* its window is lent by the device pool, not reserved */
@@ -50,7 +50,7 @@ static uint32_t staged_need(const akv_route_plan *pl, const akv_geom *g, uint64_
 
 /* A window of target pages by right (at least the route's window_pages) + burst, within the
  * pool's window capacity. */
-static akv_status staged_window(const akv_route *r, akv_route_seq_params *p,
+akv_status akv__route_staged_window(const akv_route *r, akv_route_seq_params *p,
                                 uint32_t window_capacity) {
     if (p->target == 0) p->target = r->window_pages;
     if (r->window_pages >= 2 && p->target >= r->window_pages &&
@@ -66,7 +66,7 @@ static akv_status staged_window(const akv_route *r, akv_route_seq_params *p,
 /* ---- the transport --------------------------------------------------------------------------- */
 
 /* The stage (borrowed, or created from the staging reserve) and the scratch. */
-static akv_status staged_open(akv_route *r, const akv_route_params *p) {
+akv_status akv__route_staged_open(akv_route *r, const akv_route_params *p) {
     const akv_geom *g = &r->geom;
     uint32_t slot = akv_route_slot_pages(g, r->max_history, r->window_pages, r->max_seqs);
     if (p->stage) {
@@ -109,7 +109,7 @@ static akv_status staged_open(akv_route *r, const akv_route_params *p) {
                : AKV_ENOMEM;
 }
 
-static bool staged_live(const akv_route *r) {
+bool akv__route_staged_live(const akv_route *r) {
     if (r->pf_live) return true;
     for (uint32_t l = 0; r->lease_live && l < r->geom.n_layers; l++)
         if (r->lease_live[l]) return true;
@@ -204,7 +204,7 @@ static akv_status staged_drop_prefetch(akv_route *r, bool *quarantined) {
  * retires every lease of the last step: waits on their fences and checks each receipt against
  * what was submitted (owner write-backs and staged copies). A prefetch is dropped too unless
  * keep_prefetch. */
-static akv_status staged_retire(akv_route *r, bool keep_prefetch, bool *quarantined) {
+akv_status akv__route_staged_retire(akv_route *r, bool keep_prefetch, bool *quarantined) {
     akv_status first = akv__route_retire_layers(r, r->stage, r->lease, r->lease_live, &r->open_layer,
                                                 r->n_staged, "lease", quarantined);
     if (!keep_prefetch) {
@@ -214,7 +214,7 @@ static akv_status staged_retire(akv_route *r, bool keep_prefetch, bool *quaranti
     /* a stage of the route's own that failed is replaced once every lease is released (the
      * quarantine established their completion, so the slots are free): the route goes on
      * after a device failure it recovered from. A borrowed stage is its owner's to replace. */
-    if (r->own_stage && !staged_live(r) && (!r->stage || akv_stage_status(r->stage) != AKV_OK)) {
+    if (r->own_stage && !akv__route_staged_live(r) && (!r->stage || akv_stage_status(r->stage) != AKV_OK)) {
         akv_stage_params sp = akv_stage_default_params();
         sp.n_slots = 2, sp.slot_pages = r->slot_pages;
         if (r->stage && akv_stage_destroy(r->stage) == AKV_OK) r->stage = NULL;
@@ -275,7 +275,7 @@ static akv_status staged_owner_list(akv_route *r, uint32_t layer, uint32_t *n_ou
 
 /* begin_layer: the lease (owners = the host pages of the step's new rows), the copies of the
  * non-window pages, their slot ids into the layer's table row, the compute queue's wait. */
-static akv_status staged_begin_layer(akv_route *r, uint32_t layer) {
+akv_status akv__route_staged_begin_layer(akv_route *r, uint32_t layer) {
     if (!r->stage) {
         AKV_LOG_E("route: the staged route has no stage (a failed one could not be replaced)");
         return AKV_EFAILED;
@@ -309,7 +309,7 @@ static akv_status staged_begin_layer(akv_route *r, uint32_t layer) {
         akv_route_seq *s = r->step[i];
         int32_t *row = r->indices + (size_t)layer * r->cap + r->indptr[i];
         for (uint32_t j = 0; j < s->n_staged; j++)
-            row[s->staged[j]] = (int32_t)r->slot_ids[s->stage_off + j];
+            row[akv__route_table_at(s, s->staged[j])] = (int32_t)r->slot_ids[s->stage_off + j];
         s->stats.staged_bytes += (uint64_t)s->n_staged * pb;
     }
     r->stats.staged_bytes += (uint64_t)r->n_staged * pb;
@@ -359,7 +359,7 @@ static akv_status staged_prefetch(akv_route *r) {
 
 /* end_layer: the attention event, the write-back of every sequence's new rows (one 2D copy per
  * owner page, from the device page holding it: window tail or slot page), the seal. */
-static akv_status staged_end_layer(akv_route *r, uint32_t layer) {
+akv_status akv__route_staged_end_layer(akv_route *r, uint32_t layer) {
     const akv_geom *g = &r->geom;
     uint32_t P = g->page_tokens;
     akv_stage_lease l = r->lease[layer];
@@ -390,7 +390,7 @@ static akv_status staged_end_layer(akv_route *r, uint32_t layer) {
  * prefetch serves only the step it was made for — the same sequences in the same order, each
  * one token longer, staging the same host pages (the device pool may have moved a window: a
  * reclaim, a borrowed page) — else it is dropped. */
-static akv_status staged_placed(akv_route *r, const akv_route_req *reqs, uint32_t n) {
+akv_status akv__route_staged_placed(akv_route *r, const akv_route_req *reqs, uint32_t n) {
     if (!r->pf_live || r->pf_cancelled) return AKV_OK;
     bool same = r->pf_n_seq == n;
     for (uint32_t i = 0; same && i < n; i++)
@@ -411,16 +411,16 @@ static akv_status staged_placed(akv_route *r, const akv_route_req *reqs, uint32_
 
 const akv__route_kind akv__route_staged = {.kind = AKV_ROUTE_STAGED,
                                            .name = "staged",
-                                           .plan_staging = staged_plan_staging,
-                                           .plan_windows = staged_plan_windows,
-                                           .need = staged_need,
-                                           .window = staged_window,
+                                           .plan_staging = akv__route_staged_plan_staging,
+                                           .plan_windows = akv__route_staged_plan_windows,
+                                           .need = akv__route_staged_need,
+                                           .window = akv__route_staged_window,
                                            .order = akv__route_order_sink_newest,
                                            .outside = AKV_KV_STAGED,
                                            .replayable = false,
-                                           .open = staged_open,
-                                           .retire = staged_retire,
-                                           .placed = staged_placed,
-                                           .begin_layer = staged_begin_layer,
-                                           .end_layer = staged_end_layer,
-                                           .live = staged_live};
+                                           .open = akv__route_staged_open,
+                                           .retire = akv__route_staged_retire,
+                                           .placed = akv__route_staged_placed,
+                                           .begin_layer = akv__route_staged_begin_layer,
+                                           .end_layer = akv__route_staged_end_layer,
+                                           .live = akv__route_staged_live};

@@ -1,0 +1,233 @@
+/* route_host.c — the host-attended kind of akv/route.h: the staged kind, except that in a step
+ * where every sequence decodes one token, the oldest host_share of each sequence's pages
+ * outside its window are attended by the host's cores where they lie in the host pool
+ * (akv/attn_host.h) instead of crossing the bus; the rest are staged as the staged kind stages
+ * them. The two rates add up: the bus copies one share while the cores read the other.
+ *
+ * A layer's host part, queued (the engine's thread never waits for it):
+ *   compute: the layer's query rows are computed (the pass calls begin_layer after RoPE):
+ *            record ev_hq;
+ *   D2H:     wait ev_hq; copy the step's query rows to hq[layer] (pinned); a host function
+ *            (akv_dev_host_fn_async) runs every sequence's host pages' chunks over the
+ *            route's threads into hst[layer] (pinned); copy hst[layer] to hst_d[layer];
+ *            record ev_hready;
+ *   compute: the pass attends its parts, waits ev_hready, merges the host's states exactly.
+ * Per layer buffers: a layer's function reads and writes only its own, and the next step's
+ * same layer begins after this step's queues are synchronised (begin_step). Direct (host
+ * backend, host pass): the same computation at begin_layer, on the caller's thread. */
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "akv/host_table.h"
+#include "attn/attn_host_run.h"
+#include "core/alloc.h"
+#include "core/assert.h"
+#include "core/clock.h"
+#include "core/log.h"
+#include "route/route_impl.h"
+
+/* A layer's host part as its host function reads it. */
+typedef struct akv__route_host_layer {
+    akv_route *r;
+    akv_attn_host_part *parts; /* [max_seqs] */
+    const void **pages;        /* [max_seqs * max_pages] their page addresses */
+    uint32_t n;                /* sequences of the step */
+    uint64_t bytes;            /* K/V bytes they read */
+} akv__route_host_layer;
+
+/* ---- the policy ------------------------------------------------------------------------------ */
+
+/* The oldest round(host_share x n_cold) of the pages outside the window, in a decode step. */
+static uint32_t host_host_pages(const akv_route *r, const akv_route_seq *s, uint32_t n_cold,
+                                bool decode) {
+    (void)s;
+    if (!decode || !(r->host_share > 0.0f)) return 0;
+    const double x = (double)r->host_share * n_cold + 0.5;
+    return x >= n_cold ? n_cold : (uint32_t)x;
+}
+
+/* ---- the transport --------------------------------------------------------------------------- */
+
+static akv_status host_open(akv_route *r, const akv_route_params *p) {
+    if (!(p->host_share >= 0.0f && p->host_share <= 1.0f)) {
+        AKV_LOG_E("route: {=host_share} %g is not in 0..1", (double)p->host_share);
+        return AKV_EINVAL;
+    }
+    akv_status st = akv__route_staged_open(r, p);
+    if (st) return st;
+    r->host_share = p->host_share;
+    const uint32_t L = r->geom.n_layers;
+    r->hl = akv__calloc(L, sizeof *r->hl);
+    if (!r->hl) return AKV_ENOMEM;
+    for (uint32_t l = 0; l < L; l++) {
+        r->hl[l].r = r;
+        r->hl[l].parts = akv__calloc(r->max_seqs, sizeof *r->hl[l].parts);
+        r->hl[l].pages = akv__calloc(r->cap, sizeof *r->hl[l].pages);
+        if (!r->hl[l].parts || !r->hl[l].pages) return AKV_ENOMEM;
+    }
+    if ((st = akv__par_create(p->host_threads, &r->hpar))) return st;
+    if (r->queued && ((st = akv_dev_event_create(r->dev, 0, &r->ev_hq)) ||
+                      (st = akv_dev_event_create(r->dev, 0, &r->ev_hready))))
+        return st;
+    return AKV_OK;
+}
+
+/* The query and state buffers for h query heads, made at the first host part (the pass says
+ * how many query heads a row has). */
+static akv_status host_buffers(akv_route *r, uint32_t h) {
+    if (r->h_heads == h) return AKV_OK;
+    if (r->h_heads) {
+        AKV_LOG_E("route: the host part's rows had %u query heads; now %u", r->h_heads, h);
+        return AKV_EINVAL;
+    }
+    const size_t D = r->geom.head_dim, rows = (size_t)r->geom.n_layers * r->max_seqs;
+    const size_t q_bytes = rows * h * D * sizeof(float), s_bytes = rows * h * (D + 1) * sizeof(float);
+    akv_status st;
+    if (r->queued) {
+        if ((st = akv_dev_pinned_alloc(r->dev, q_bytes, (void **)&r->hq)) ||
+            (st = akv_dev_pinned_alloc(r->dev, s_bytes, (void **)&r->hst)) ||
+            (st = akv_dev_mem_alloc(r->dev, s_bytes, &r->hst_d)))
+            return st;
+    } else {
+        r->hq = akv__malloc(q_bytes), r->hst = akv__malloc(s_bytes);
+        if (!r->hq || !r->hst) return AKV_ENOMEM;
+    }
+    r->h_heads = h;
+    return AKV_OK;
+}
+
+/* Layer l's states (o rows then lse rows, n sequences) in hst; queued, on the device in hst_d. */
+static float *host_states(const akv_route *r, uint32_t l) {
+    return r->hst + (size_t)l * r->max_seqs * r->h_heads * (r->geom.head_dim + 1);
+}
+
+/* The layer's host part: its parts (every sequence's pages 1 .. x0-1, in the host pool) and
+ * their states. Runs on the engine's thread (direct) or the D2H queue's (queued); touches
+ * only the layer's own buffers and the scratch (one layer at a time: queue order). */
+static void host_run(void *arg) {
+    akv__route_host_layer *hl = arg;
+    akv_route *r = hl->r;
+    const uint64_t t0 = akv_clock_ns();
+    const size_t need = akv__attn_host_scratch_floats(hl->parts, hl->n);
+    if (need > r->hscratch_n) { /* grown on demand; a failure leaves it as it was */
+        float *s = akv__malloc(need * sizeof *s);
+        AKV_ASSERT(s); /* a few MiB at most; its absence is not a state the step can report */
+        akv__free(r->hscratch);
+        r->hscratch = s, r->hscratch_n = need;
+    }
+    const uint32_t l = (uint32_t)(hl - r->hl), H = r->h_heads, D = r->geom.head_dim;
+    float *st = host_states(r, l);
+    akv_status s = akv__attn_host_run(hl->parts, hl->n, AKV_ATTN_HOST_AUTO, r->hpar, r->hscratch,
+                                      st, st + (size_t)hl->n * H * D);
+    AKV_ASSERT(s == AKV_OK); /* the parts were checked when they were made */
+    atomic_fetch_add(&r->host_ns, akv_clock_ns() - t0);
+}
+
+static akv_status host_part(akv_route *r, uint32_t layer, akv_kv_parts *parts) {
+    if (layer == 0 && getenv("RC_DBG")) for (uint32_t i = 0; i < r->n_step; i++) { akv_route_seq *s = r->step[i]; fprintf(stderr, "DBG tag %llu n %llu x0 %u win %u staged %u runs:", (unsigned long long)s->p.tag, (unsigned long long)s->n_tokens, s->x0, akv_dev_pool_ctx_window(s->ctx), s->n_staged); for (uint32_t k = 0; k < s->n_runs; k++) fprintf(stderr, " [%u+%u %s]", s->runs[k].first, s->runs[k].n_pages, akv_kv_residence_name(s->runs[k].residence)); fprintf(stderr, "\n"); }
+    uint32_t n_host = 0;
+    for (uint32_t i = 0; i < r->n_step; i++) n_host += r->step[i]->x0 - 1;
+    if (n_host == 0) return AKV_OK; /* no host page this step: the staged kind's step */
+    const uint32_t H = parts->n_heads, D = r->geom.head_dim, n = r->n_step;
+    akv_status st;
+    if (!parts->q.addr || H == 0 || H % r->geom.n_kv_heads || parts->q_stride < H * D) {
+        AKV_LOG_E("route: the host part needs the step's query rows (q, q_stride %u, n_heads %u "
+                  "a multiple of the %u K/V heads)",
+                  parts->q_stride, H, r->geom.n_kv_heads);
+        return AKV_EINVAL;
+    }
+    if ((st = host_buffers(r, H))) return st;
+    akv__route_host_layer *hl = &r->hl[layer];
+    float *q = r->hq + (size_t)layer * r->max_seqs * H * D;
+    const size_t page_bytes = akv_geom_page_bytes(&r->geom);
+    hl->n = n, hl->bytes = 0;
+    for (uint32_t i = 0, at = 0; i < n; i++) {
+        akv_route_seq *s = r->step[i];
+        const uint32_t np = s->x0 - 1; /* its pages 1 .. x0-1: full pages (the window holds
+                                          the newest) */
+        for (uint32_t k = 0; k < np; k++)
+            hl->pages[at + k] = akv_host_pool_page_addr(r->hp, akv_host_table_page(s->ht, layer, k + 1));
+        hl->parts[i] = (akv_attn_host_part){.pages = hl->pages + at,
+                                            .n_pages = np,
+                                            .last_len = np ? r->geom.page_tokens : 0,
+                                            .n_kv_heads = r->geom.n_kv_heads,
+                                            .head_dim = D,
+                                            .page_tokens = r->geom.page_tokens,
+                                            .dtype = r->geom.dtype,
+                                            .n_heads = H,
+                                            .q = q + (size_t)i * H * D};
+        if ((st = akv_attn_host_part_check(&hl->parts[i]))) return st;
+        at += np;
+        hl->bytes += (uint64_t)np * page_bytes;
+        s->stats.host_bytes += (uint64_t)np * page_bytes;
+    }
+    r->stats.host_bytes += hl->bytes;
+    float *states = host_states(r, layer);
+    const size_t o_bytes = (size_t)n * H * D * sizeof(float), l_off = (size_t)n * H * D;
+    if (!r->queued) { /* direct: the query rows are host memory, the work done now */
+        const float *src = (const float *)(uintptr_t)parts->q.addr;
+        for (uint32_t i = 0; i < n; i++)
+            memcpy(q + (size_t)i * H * D, src + (size_t)i * parts->q_stride, (size_t)H * D * sizeof *q);
+        host_run(hl);
+        parts->host_o = akv_attn_host_ptr(states);
+        parts->host_lse = akv_attn_host_ptr(states + l_off);
+        parts->host_ready = NULL;
+        return AKV_OK;
+    }
+    const size_t s_off = (size_t)layer * r->max_seqs * H * (D + 1) * sizeof(float);
+    const akv_dptr dst = akv_dptr_offset(r->hst_d, s_off);
+    if ((st = akv_dev_event_record(r->dev, r->ev_hq, AKV_QUEUE_COMPUTE)) ||
+        (st = akv_dev_queue_wait_event(r->dev, AKV_QUEUE_D2H, r->ev_hq)) ||
+        (st = akv_dev_copy_d2h_2d_async(r->dev, AKV_QUEUE_D2H, q, (size_t)H * D * sizeof *q, parts->q,
+                                        (size_t)parts->q_stride * sizeof(float),
+                                        (size_t)H * D * sizeof(float), n)) ||
+        (st = akv_dev_host_fn_async(r->dev, AKV_QUEUE_D2H, host_run, hl)) ||
+        (st = akv_dev_copy_h2d_async(r->dev, AKV_QUEUE_D2H, dst, states,
+                                     o_bytes + (size_t)n * H * sizeof(float))) ||
+        (st = akv_dev_event_record(r->dev, r->ev_hready, AKV_QUEUE_D2H)))
+        return st;
+    parts->host_o = dst;
+    parts->host_lse = akv_dptr_offset(dst, o_bytes);
+    parts->host_ready = r->ev_hready;
+    return AKV_OK;
+}
+
+static void host_free(akv_route *r) {
+    for (uint32_t l = 0; r->hl && l < r->geom.n_layers; l++) {
+        akv__free(r->hl[l].parts);
+        akv__free(r->hl[l].pages);
+    }
+    akv__free(r->hl);
+    akv__par_destroy(r->hpar);
+    akv__free(r->hscratch);
+    if (r->queued) {
+        if (r->hq) akv_dev_pinned_free(r->dev, r->hq);
+        if (r->hst) akv_dev_pinned_free(r->dev, r->hst);
+        akv_dev_mem_free(r->dev, r->hst_d);
+        akv_dev_event_destroy(r->dev, r->ev_hq);
+        akv_dev_event_destroy(r->dev, r->ev_hready);
+    } else {
+        akv__free(r->hq), akv__free(r->hst);
+    }
+}
+
+const akv__route_kind akv__route_host = {.kind = AKV_ROUTE_HOST,
+                                         .name = "host",
+                                         .plan_staging = akv__route_staged_plan_staging,
+                                         .plan_windows = akv__route_staged_plan_windows,
+                                         .need = akv__route_staged_need,
+                                         .window = akv__route_staged_window,
+                                         .order = akv__route_order_sink_newest,
+                                         .outside = AKV_KV_STAGED,
+                                         .host_pages = host_host_pages,
+                                         .replayable = false,
+                                         .open = host_open,
+                                         .free = host_free,
+                                         .retire = akv__route_staged_retire,
+                                         .placed = akv__route_staged_placed,
+                                         .begin_layer = akv__route_staged_begin_layer,
+                                         .host_part = host_part,
+                                         .end_layer = akv__route_staged_end_layer,
+                                         .live = akv__route_staged_live};
