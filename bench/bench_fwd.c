@@ -210,7 +210,7 @@ static row bench_ctx(akv_dev *dev, akv_forward_dev *f, akv_forward_dev *fe, uint
     /* the timed steps, an untimed one per pass and AKV_BENCH_PROFILE's 4 */
     uint64_t total = (uint64_t)ctx + 2 * N_STEPS + 6;
     bench_route br;
-    TRY(bench_route_open(dev, &g, bench_kind("resident"), total, 0, 0, &br));
+    TRY(bench_route_open(dev, &g, bench_kind("resident"), total, 0, 0, 0.0f, &br));
     akv_route *r = br.r;
     akv_route_seq *seq = br.seq;
     akv_kv_hooks kv = akv_route_hooks(r);

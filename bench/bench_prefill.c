@@ -117,7 +117,7 @@ static run prefill(akv_dev *dev, akv_forward_dev *f, akv_route_kind kind, uint32
         if (window < AKV_ROUTE_WINDOW_PAGES) window = AKV_ROUTE_WINDOW_PAGES;
     }
     bench_route br;
-    if (bench_route_open(dev, &g, kind, n, kind == bench_kind("staged") ? STAGED_GIB : 0, window, &br))
+    if (bench_route_open(dev, &g, kind, n, kind == bench_kind("staged") ? STAGED_GIB : 0, window, 0.0f, &br))
         goto done;
     akv_route *r = br.r;
     akv_route_seq *seq = br.seq;

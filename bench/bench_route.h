@@ -20,7 +20,8 @@ typedef struct bench_route {
 
 /* A host pool for a history of max_history (and 1 GiB more), pinned at once as the engine does,
  * a device pool of device_gib (0: that history and 10 %, for a resident route), a queued route
- * of `kind` (window: its window_pages; a staged route's staging reserve follows them) and one
+ * of `kind` (window: its window_pages; a staged route's staging reserve follows them; host_share:
+ * the host-attended kind's) and one
  * sequence. The device pool's or the route's status when either cannot be made (b then holds
  * what was made, for bench_route_close); any other failure ends the benchmark. */
 /* The route kind of a name ("resident", "staged"); a name the route does not know ends the
@@ -33,7 +34,7 @@ static inline akv_route_kind bench_kind(const char *name) {
 
 static inline akv_status bench_route_open(akv_dev *dev, const akv_geom *g, akv_route_kind kind,
                                           uint64_t max_history, uint32_t device_gib, uint32_t window,
-                                          bench_route *b) {
+                                          float host_share, bench_route *b) {
     *b = (bench_route){0};
     const double hist_gib = bench_history_gib(g, max_history);
     akv_host_pool_params hpp = akv_host_pool_default_params();
@@ -45,8 +46,11 @@ static inline akv_status bench_route_open(akv_dev *dev, const akv_geom *g, akv_r
     TRY(akv_route_plan_begin(kind, window, g, max_history, 1, &rpl));
     dpp.staging_pages = rpl.staging_pages;
     TRY(akv_host_pool_create(dev, g, &hpp, &b->hp));
-    akv_route_params rp = {
-        .kind = kind, .max_history = max_history, .queued = true, .window_pages = window};
+    akv_route_params rp = {.kind = kind,
+                           .max_history = max_history,
+                           .queued = true,
+                           .window_pages = window,
+                           .host_share = host_share};
     akv_status st = akv_dev_pool_create(dev, g, &dpp, &b->dp);
     if (st == AKV_OK) st = akv_route_create(dev, b->hp, b->dp, &rp, &b->r);
     if (st == AKV_OK) TRY(akv_route_seq_open(b->r, NULL, &b->seq));

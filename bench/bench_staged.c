@@ -13,6 +13,7 @@
  * the large-copy host->device rate measured in the same run (256 MiB pinned, best of 5), and
  * ratio = step time / (staged bytes / that rate): 1.0 = the step costs only the bus time of
  * its copies (the staged route's goal: <= 1.05). Appends markdown to $AKV_BENCH_OUT. */
+#define _POSIX_C_SOURCE 200809L
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -39,6 +40,8 @@ typedef struct row {
     double step_ms;      /* mean decode step */
     double begin_ms;     /* of it, akv_route_begin_step (host: retire, window, tables) */
     double staged_bytes; /* per step (staged route) */
+    double host_bytes;   /* per step (host-attended route): attended by the host's cores */
+    double host_ms;      /* per step: the host part's computations, summed over layers */
 } row;
 
 /* Large-copy host->device rate, bytes/s: 256 MiB from pinned memory, best of 5. */
@@ -105,14 +108,14 @@ static void trace_report(trace *t, double layer_bytes, double rate) {
 
 /* rate: the large-copy host->device rate (the trace's bus time). */
 static row bench_ctx(akv_dev *dev, akv_forward_dev *f, akv_route_kind kind, uint32_t ctx,
-                     int n_steps, double rate) {
+                     int n_steps, double rate, uint32_t device_gib, float host_share) {
     const akv_model_config *c = akv_forward_dev_config(f);
     row out = {0};
     akv_geom g;
     TRY(akv_geom_init(&g, c->n_layers, c->n_kv_heads, c->head_dim, AKV_DTYPE_BF16, 0));
     uint64_t total = (uint64_t)ctx + n_steps + 2;
     bench_route br;
-    if (bench_route_open(dev, &g, kind, total, DEVICE_GIB, WINDOW, &br)) goto done;
+    if (bench_route_open(dev, &g, kind, total, device_gib, WINDOW, host_share, &br)) goto done;
     akv_host_pool *hp = br.hp;
     akv_dev_pool *dp = br.dp;
     akv_route *r = br.r;
@@ -153,6 +156,8 @@ static row bench_ctx(akv_dev *dev, akv_forward_dev *f, akv_route_kind kind, uint
     out.step_ms = (akv_clock_s() - t1) / n_steps * 1e3;
     akv_route_get_stats(r, &s1);
     out.staged_bytes = (double)(s1.staged_bytes - s0.staged_bytes) / n_steps;
+    out.host_bytes = (double)(s1.host_bytes - s0.host_bytes) / n_steps;
+    out.host_ms = (double)(s1.host_ns - s0.host_ns) * 1e-6 / n_steps;
     if (tracing) {
         trace_report(&tr, out.staged_bytes / c->n_layers, rate);
         for (int i = 0; i < 64; i++)
@@ -163,6 +168,45 @@ static row bench_ctx(akv_dev *dev, akv_forward_dev *f, akv_route_kind kind, uint
 done:
     bench_route_close(&br);
     return out;
+}
+
+/* AKV_BENCH_HOST=1: the host-attended route against the staged one on a 1 GiB pool at 32K,
+ * 64K and 128K (AKV_BENCH_HOST_CTX), for each host share of AKV_BENCH_HOST_SHARES (default
+ * "0.3 0.5 0.7"): step / staged step, the bytes each side moved, the host part's time, and the
+ * bound if bus and cores ran at their rates alone: max(staged bytes / bus rate, host time). */
+static void host_table(FILE *out, akv_dev *dev, akv_forward_dev *f, double rate, const akv_dev_info *info) {
+    const char *cs = getenv("AKV_BENCH_HOST_CTX"), *ss = getenv("AKV_BENCH_HOST_SHARES");
+    char cbuf[128], sbuf[128];
+    snprintf(cbuf, sizeof cbuf, "%s", cs && *cs ? cs : "32768 65536 131072");
+    snprintf(sbuf, sizeof sbuf, "%s", ss && *ss ? ss : "0.3 0.5 0.7");
+    const akv_model_config *c = akv_forward_dev_config(f);
+    bench_emit(out,
+               "\n### The host-attended route against the staged one, batch-1 decode (%s): "
+               "synthetic Llama-3-8B shape, bf16, %u layers, 1 GiB device pool\n\n"
+               "Host->device large-copy rate (same run): **%.1f GB/s**. `share`: the part of the "
+               "pages outside the window the host's cores attend; host GB/s = the host's bytes / "
+               "its part's summed time.\n\n"
+               "| context | route | share | step ms | / staged | staged MiB | host MiB | host ms | "
+               "host GB/s |\n|---|---|---|---|---|---|---|---|---|\n",
+               info->name, c->n_layers, rate / 1e9);
+    for (char *sv = NULL, *ct = strtok_r(cbuf, " ,", &sv); ct; ct = strtok_r(NULL, " ,", &sv)) {
+        const uint32_t ctx = (uint32_t)strtoul(ct, NULL, 10);
+        const row st = bench_ctx(dev, f, bench_kind("staged"), ctx, 6, rate, 1, 0);
+        bench_emit(out, "| %u | staged | 0 | %.2f | 1.000 | %.0f | 0 | 0 | - |\n", ctx, st.step_ms,
+                   st.staged_bytes / (1 << 20));
+        char sb[128];
+        snprintf(sb, sizeof sb, "%s", sbuf);
+        for (char *s2 = NULL, *sh = strtok_r(sb, " ,", &s2); sh; sh = strtok_r(NULL, " ,", &s2)) {
+            const float share = strtof(sh, NULL);
+            const row h = bench_ctx(dev, f, bench_kind("host"), ctx, 6, rate, 1, share);
+            bench_emit(out, "| %u | host | %.2f | %.2f | %.3f | %.0f | %.0f | %.2f | %.1f |\n", ctx,
+                       (double)share, h.step_ms, h.step_ms / st.step_ms, h.staged_bytes / (1 << 20),
+                       h.host_bytes / (1 << 20), h.host_ms,
+                       h.host_ms > 0 ? h.host_bytes / (h.host_ms * 1e-3) / 1e9 : 0.0);
+            printf("  host-attended %u, share %.2f: %.2f ms (staged %.2f ms)\n", ctx, (double)share,
+                   h.step_ms, st.step_ms);
+        }
+    }
 }
 
 int main(void) {
@@ -183,11 +227,11 @@ int main(void) {
     coal.method = AKV_COPY_METHOD_COALESCE;
     for (int i = 0; i < n_ctx; i++) {
         int n_steps = ctxs[i] >= 32768 ? 8 : 32;
-        res[i] = bench_ctx(dev, f, bench_kind("resident"), ctxs[i], n_steps, rate);
-        stg[i] = bench_ctx(dev, f, bench_kind("staged"), ctxs[i], n_steps, rate);
+        res[i] = bench_ctx(dev, f, bench_kind("resident"), ctxs[i], n_steps, rate, DEVICE_GIB, 0);
+        stg[i] = bench_ctx(dev, f, bench_kind("staged"), ctxs[i], n_steps, rate, DEVICE_GIB, 0);
         /* the same with one cudaMemcpyAsync per merged span instead of the batched call */
         TRY(akv_dev_set_copy_config(dev, &coal));
-        stc[i] = bench_ctx(dev, f, bench_kind("staged"), ctxs[i], n_steps, rate);
+        stc[i] = bench_ctx(dev, f, bench_kind("staged"), ctxs[i], n_steps, rate, DEVICE_GIB, 0);
         TRY(akv_dev_set_copy_config(dev, &dflt));
         printf("  context %u: resident %s%.3f ms/token, staged %.3f ms/token (%s; %.3f with "
                "coalesce) (%.1f MiB staged per step; begin_step %.3f ms of the step)\n",
@@ -226,6 +270,7 @@ int main(void) {
                    1e3 / stg[i].step_ms, stg[i].staged_bytes / (1 << 20), bus_ms, stg[i].step_ms,
                    ratio, stc[i].step_ms, ratio_c);
     }
+    if (getenv("AKV_BENCH_HOST")) host_table(out, dev, f, rate, &info);
     if (out) fclose(out);
     akv_forward_dev_destroy(f);
     TRY(akv_dev_destroy(dev));

@@ -622,6 +622,11 @@ static void run_report(const run_state *s) {
             run_bytes(nd ? es.decode_d2h_bytes / nd : 0, b3),
             run_bytes(nt ? es.decode_h2d_bytes / nt : 0, b4),
             run_bytes(nt ? es.decode_d2h_bytes / nt : 0, b5));
+    if (es.decode_host_bytes)
+        fprintf(stderr, "host part: the host's cores attended %s a decode step where the pages "
+                "lie (%s per generated token)\n",
+                run_bytes(nd ? es.decode_host_bytes / nd : 0, b1),
+                run_bytes(nt ? es.decode_host_bytes / nt : 0, b2));
     double mib = 1.0 / (1 << 20);
     if (es.compact_pages && akv_engine_get_plan(s->engine)->route.compact_host_gib)
         /* the staged compact route: copies made on the host, then copied into the window (the

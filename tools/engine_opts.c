@@ -84,6 +84,7 @@ void akv_tool_eopts_apply(const akv_tool_eopts *o, akv_engine_params *ep) {
     ep->host_gib = (uint32_t)o->host_gib, ep->device_gib = (uint32_t)o->device_gib;
     ep->kv_dtype = o->kv_dtype, ep->weights = o->weights;
     ep->route = o->route, ep->window_pages = (uint32_t)o->window_pages;
+    ep->host_share = o->host_share;
     ep->kv_tier = o->kv_tier, ep->exact_recent = o->exact_recent;
     ep->gate_rates = o->calibration ? &o->gate_rates : NULL;
     ep->chunk = (uint32_t)o->chunk, ep->step_tokens = (uint32_t)o->step_tokens;

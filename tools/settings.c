@@ -33,12 +33,18 @@ const akv_tool_setting akv_tool_settings[] = {
     ROW(NULL, "--device", NULL, AKV_OPT_DEVICE, "D", AKV_TV_TEXT, device, 0, 0, NULL,
         "where the forward pass runs: auto (the GPU when one answers, else the CPU), cpu, cuda "
         "or cuda:N"),
-    ROW("route", "--route", NULL, AKV_OPT_ROUTE, "resident|staged", AKV_TV_ROUTE, route, 0, 0,
-        NULL,
+    ROW("route", "--route", NULL, AKV_OPT_ROUTE, "resident|staged|host", AKV_TV_ROUTE, route, 0,
+        0, NULL,
         "how the history reaches the attention: resident keeps every page in the device pool; "
-        "staged keeps each sequence's window there and stages the rest each step"),
+        "staged keeps each sequence's window there and stages the rest each step; host stages "
+        "like staged, but in decode steps the host's cores attend the oldest --host-share of "
+        "the pages outside the window where they lie, the bus and the cores together"),
     ROW("window_pages", "--window-pages", NULL, AKV_OPT_WINDOW, "N", AKV_TV_U64, window_pages, 2,
-        UINT32_MAX, NULL, "staged: window pages per layer at least, the sink + the newest"),
+        UINT32_MAX, NULL, "staged, host: window pages per layer at least, the sink + the newest"),
+    ROW("host_share", "--host-share", NULL, AKV_OPT_HOST_SHARE, "F", AKV_TV_F32, host_share, 0, 1,
+        "planned", "--route host: the share of the pages outside the window the host's cores "
+        "attend, 0..1; 0 = planned at start from the host's measured rate and the bus's "
+        "(--calibration), printed with its arithmetic"),
     ROW("host_gib", "--host-gib", NULL, AKV_OPT_HOST, "G", AKV_TV_U64, host_gib, 1,
         AKV_HOST_POOL_MAX_GIB, NULL, "host pool limit, whole GiB"),
     ROW("device_gib", "--device-gib", NULL, AKV_OPT_DEVGIB, "G", AKV_TV_U64, device_gib, 1,

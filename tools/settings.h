@@ -36,6 +36,7 @@ typedef struct akv_tool_eopts {
     unsigned long long host_gib, device_gib, chunk, threads, parallel, window_pages;
     unsigned long long step_tokens, prefill_beside;
     akv_route_kind route;
+    float host_share;       /* --host-share: the host-attended route's; 0 = planned */
     akv_dtype kv_dtype;
     akv_weights weights;    /* --weights */
     akv_repr kv_tier;       /* --kv-tier (AKV_ENGINE_TIER_AUTO: auto) */
@@ -57,6 +58,7 @@ enum {
     AKV_OPT_RP, AKV_OPT_RLN, AKV_OPT_SEED, AKV_OPT_PRES, AKV_OPT_FREQ, AKV_OPT_WEIGHTS,
     AKV_OPT_SPECIAL_CONTENT, AKV_OPT_TIER, AKV_OPT_RECENT, AKV_OPT_CALIBRATION, AKV_OPT_BESIDE,
     AKV_OPT_SESSION_DIR, AKV_OPT_SESSION_GIB, AKV_OPT_TRACE, AKV_OPT_TRACE_LEVEL,
+    AKV_OPT_HOST_SHARE,
 };
 
 

@@ -130,6 +130,11 @@ typedef struct akv_engine_params {
                                         akv_route_kind_from_name); 0 = resident */
     uint32_t window_pages;           /* staged: a context's window pages at least (the plan
                                         may give more); 0 = AKV_ROUTE_WINDOW_PAGES */
+    float host_share;                /* the host-attended route: the share of a decoding
+                                        history's pages outside its window the host's cores
+                                        attend (akv_route_params.host_share), 0..1; 0 = planned
+                                        at create from the host part's rate measured then and
+                                        the bus's (gate_rates): akv_route_plan_host */
     akv_repr kv_tier;                /* the compact tier (akv/kv_repr.h): q8 or q4 reads each
                                         history's pages older than exact_recent tokens in that
                                         form, from a compact pool the plan takes out of
@@ -403,6 +408,8 @@ typedef struct akv_engine_stats {
     uint64_t n_decode_steps;
     uint64_t decode_tokens;      /* tokens those steps computed (one per sequence a step) */
     uint64_t decode_h2d_bytes, decode_staged_bytes, decode_d2h_bytes;
+    uint64_t decode_host_bytes;  /* the host-attended route: K/V bytes the host's cores attended
+                                    in those steps */
     /* the compact tier (akv_route_stats): compact pages made (one a layer), of them made on the
      * device, and the bytes of those made on the host */
     uint64_t compact_pages, compact_device, compact_bytes;

@@ -92,6 +92,13 @@ double akv_gate_read_rate(const akv_gate_rates *r, akv_repr form, uint32_t seqs)
  * (max(bus_s, device_s) when nothing is lost to the sharing). */
 double akv_gate_overlap(const akv_gate_rates *r, double bus_s, double device_s);
 
+/* The host-attended route's split (akv_route_params.host_share): the share of the pages
+ * outside the windows that the host's cores attend so that they and the bus finish together,
+ * x / host_bps = (1 - x) / bus: x = host_bps / (host_bps + bus), the bus at the pages' size
+ * (akv_gate_bus_rate). Both rates are each alone: where the cores and the bus share the host's
+ * memory, each goes slower. 0 for a host rate that is not positive. */
+float akv_gate_host_share(const akv_gate_rates *r, double page_bytes, double host_bps);
+
 /* The placements the gate weighs, most exact first: resident exact, resident with a q8 tier,
  * with a q4 tier, staged exact, staged with a q8 tier, with a q4 tier. */
 enum { AKV_GATE_PLACEMENTS = 6 };

@@ -262,6 +262,14 @@ typedef struct akv_route_seq_stats {
  * logged). */
 akv_status akv_route_kind_from_name(const char *name, akv_route_kind *out);
 
+/* The host part's attention rate on this machine, bytes of K/V a second: the host-attended
+ * route's kernel (akv/attn_host.h) over pages of geometry g (bf16, exact), queries of n_heads
+ * heads, on `threads` threads (0 = one per core), over about 64 MiB of pages scattered in
+ * host memory, the best of a few passes (about 0.1 s in all). The rate alone: with the bus
+ * copying at the same time it is lower. AKV_ENOMEM, AKV_EINVAL for a geometry the kernel
+ * cannot read. */
+akv_status akv_route_host_rate(const akv_geom *g, uint32_t n_heads, uint32_t threads, double *bps);
+
 /* ---- the plan: a kind's part of the engine's memory plan -------------------------------- */
 
 /* What a route kind adds to the memory plan of max_seqs histories of max_history tokens. */
@@ -281,7 +289,21 @@ typedef struct akv_route_plan {
     uint32_t compact_host_gib; /* staged: the compact copies' host pool, whole GiB (out of
                                   host_gib: page ids for every exact host page) */
     uint32_t compact_target, compact_burst; /* staged: each context's compact window */
+    /* host-attended (akv_route_plan_host): the share of a decoding history's pages outside
+     * its window that the host's cores attend, and the rates it was planned from (0: given) */
+    float host_share;
+    double host_bps, bus_bps;
 } akv_route_plan;
+
+struct akv_gate_rates;
+
+/* The host-attended kind's split (a no-op for another kind): share in (0, 1] as given, or 0
+ * = planned so that the host's cores and the bus finish together (akv_gate_host_share): the
+ * host part's rate measured now on `threads` threads (akv_route_host_rate: about 0.1 s) for
+ * queries of n_heads heads, the bus's from rates at the page's size. AKV_EINVAL (logged,
+ * naming the setting) for a share outside 0..1; the measurement's failure. */
+akv_status akv_route_plan_host(akv_route_plan *pl, const akv_geom *g, float share, uint32_t n_heads,
+                               uint32_t threads, const struct akv_gate_rates *rates);
 
 /* The plan before the pools are sized: kind and window_pages (0 = the default) resolved, and
  * the staging reserve of max_seqs histories of max_history tokens. AKV_EINVAL (logged) for

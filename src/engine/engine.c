@@ -160,6 +160,9 @@ static akv_status engine_plan(akv_engine *e, const akv_engine_params *p, bool qu
     pl->route.max_step = pl->route.tier != AKV_REPR_EXACT ? pl->chunk : pl->step_tokens;
     if ((st = akv_route_plan_finish(&pl->geom, pl->max_context, &pl->fit, &pl->route)))
         return st; /* logged, naming the field */
+    const akv_gate_rates rates = p->gate_rates ? *p->gate_rates : akv_gate_default_rates();
+    if ((st = akv_route_plan_host(&pl->route, &pl->geom, p->host_share, c->n_heads, p->threads, &rates)))
+        return st; /* logged, naming the field */
     pl->max_queue = p->max_queue;
     pl->max_idle = p->max_idle ? p->max_idle : pl->max_seqs;
     return AKV_OK;
@@ -347,6 +350,8 @@ static akv_status engine_open_memory(akv_engine *e) {
                            .tier = pl->route.tier,
                            .exact_recent = pl->route.exact_recent,
                            .max_step = pl->route.max_step,
+                           .host_share = pl->route.host_share,
+                           .host_threads = e->p.threads,
                            /* the host pass's own threads: its encoders take no more cores */
                            .encode_threads = e->p.threads};
     akv_status st;
@@ -1401,6 +1406,7 @@ akv_status akv_engine_step(akv_engine *e, bool *did_work) {
         e->stats.decode_h2d_bytes += rs1.h2d_bytes - rs0.h2d_bytes;
         e->stats.decode_staged_bytes += rs1.staged_bytes - rs0.staged_bytes;
         e->stats.decode_d2h_bytes += rs1.d2h_bytes - rs0.d2h_bytes;
+        e->stats.decode_host_bytes += rs1.host_bytes - rs0.host_bytes;
     }
     for (uint32_t k = 0, at = 0, row = 0; k < n; at += e->n_new[k], k++) {
         akv_request *rq = e->batch[k];

@@ -140,6 +140,11 @@ double akv_gate_read_rate(const akv_gate_rates *r, akv_repr form, uint32_t seqs)
     return r->copy_bps * gate_log2_lerp(r->read_frac[form], AKV_GATE_BATCHES, 1.0, (double)seqs);
 }
 
+float akv_gate_host_share(const akv_gate_rates *r, double page_bytes, double host_bps) {
+    const double bus = akv_gate_bus_rate(r, page_bytes);
+    return host_bps > 0 && bus > 0 ? (float)(host_bps / (host_bps + bus)) : 0.0f;
+}
+
 double akv_gate_overlap(const akv_gate_rates *r, double bus_s, double device_s) {
     if (!(bus_s > 0)) return device_s;
     if (!(device_s > 0)) return bus_s;

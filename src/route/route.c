@@ -9,6 +9,7 @@
 #include <stdatomic.h>
 #include <string.h>
 
+#include "akv/gate.h"
 #include "akv/host_table.h"
 #include "akv/kvq.h"
 #include "akv/stage.h"
@@ -220,6 +221,19 @@ size_t akv_route_plan_format(const akv_route_plan *pl, uint32_t max_seqs,
                            "route:       %s: %u sequences at once, each reserving its whole "
                            "history (prompt + {=max_tokens}) of the %u window pages per layer\n",
                            name, max_seqs, window_capacity);
+    if (n > 0 && pl->kind == AKV_ROUTE_HOST && (size_t)n < cap)
+        n += pl->host_bps > 0
+                 ? snprintf(buf + n, cap - (size_t)n,
+                            "host:        in decode steps the host's cores attend %.0f %% of each "
+                            "history's pages outside its window, the bus stages the rest: host "
+                            "%.1f GB/s / (host + the bus's %.1f GB/s at the page's size), each "
+                            "measured alone ({=host_share} 0: planned)\n",
+                            100.0 * pl->host_share, pl->host_bps / 1e9, pl->bus_bps / 1e9)
+                 : snprintf(buf + n, cap - (size_t)n,
+                            "host:        in decode steps the host's cores attend %.0f %% of each "
+                            "history's pages outside its window ({=host_share}), the bus stages "
+                            "the rest\n",
+                            100.0 * pl->host_share);
     if (n > 0 && pl->tier != AKV_REPR_EXACT && !pl->compact_host_gib && (size_t)n < cap)
         n += snprintf(buf + n, cap - (size_t)n,
                       "compact:     {=kv_tier} %s: every page older than the last "
@@ -237,6 +251,23 @@ size_t akv_route_plan_format(const akv_route_plan *pl, uint32_t max_seqs,
                       pl->compact_host_gib, pl->compact_gib, pl->compact_target,
                       pl->compact_burst, pl->compact_staging_pages, (unsigned)AKV__ROUTE_CSTAGE_SLOTS);
     return n > 0 ? (size_t)n : 0;
+}
+
+akv_status akv_route_plan_host(akv_route_plan *pl, const akv_geom *g, float share, uint32_t n_heads,
+                               uint32_t threads, const struct akv_gate_rates *rates) {
+    if (pl->kind != AKV_ROUTE_HOST) return AKV_OK;
+    if (!(share >= 0.0f && share <= 1.0f)) {
+        AKV_LOG_E("route: {=host_share} %g is not in 0..1 (0: planned from the rates)", (double)share);
+        return AKV_EINVAL;
+    }
+    pl->host_share = share, pl->host_bps = pl->bus_bps = 0;
+    if (share > 0.0f) return AKV_OK;
+    akv_status st = akv_route_host_rate(g, n_heads, threads, &pl->host_bps);
+    if (st) return st;
+    const double pb = (double)akv_geom_page_bytes(g);
+    pl->bus_bps = akv_gate_bus_rate(rates, pb);
+    pl->host_share = akv_gate_host_share(rates, pb, pl->host_bps);
+    return AKV_OK;
 }
 
 uint32_t akv_route_need(akv_route_kind kind, const akv_geom *g, uint64_t n_tokens) {

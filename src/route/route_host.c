@@ -213,6 +213,45 @@ static void host_free(akv_route *r) {
     }
 }
 
+akv_status akv_route_host_rate(const akv_geom *g, uint32_t n_heads, uint32_t threads, double *bps) {
+    if (!g || !bps || !n_heads || n_heads % g->n_kv_heads) return AKV_EINVAL;
+    const size_t pb = akv_geom_page_bytes(g), want = (size_t)64 << 20;
+    const uint32_t n_pages = (uint32_t)(want / pb > 8 ? want / pb : 8), n_seq = 4;
+    unsigned char *pool = akv__malloc((size_t)n_pages * pb);
+    const void **pages = akv__calloc(n_pages, sizeof *pages);
+    float *q = akv__calloc((size_t)n_seq * n_heads * g->head_dim, sizeof *q);
+    float *o = akv__calloc((size_t)n_seq * n_heads * g->head_dim, sizeof *o);
+    float *lse = akv__calloc((size_t)n_seq * n_heads, sizeof *lse);
+    akv_attn_host_part parts[4];
+    akv_par *par = NULL;
+    float *scratch = NULL;
+    akv_status st = pool && pages && q && o && lse ? akv__par_create(threads, &par) : AKV_ENOMEM;
+    if (st == AKV_OK) {
+        memset(pool, 0x3c, (size_t)n_pages * pb); /* bf16 ~1.0: finite scores */
+        for (uint32_t i = 0; i < n_pages; i++) /* scattered: every 7th page, cyclically */
+            pages[i] = pool + (size_t)((uint64_t)i * 7 % n_pages) * pb;
+        const uint32_t per = n_pages / n_seq;
+        for (uint32_t i = 0; i < n_seq; i++)
+            parts[i] = (akv_attn_host_part){pages + (size_t)i * per, per, g->page_tokens,
+                                            g->n_kv_heads, g->head_dim, g->page_tokens, g->dtype,
+                                            n_heads, q + (size_t)i * n_heads * g->head_dim, 0.0f};
+        scratch = akv__malloc(akv__attn_host_scratch_floats(parts, n_seq) * sizeof *scratch + 1);
+        if (!scratch) st = AKV_ENOMEM;
+        double best = 0;
+        for (int rep = 0; rep < 4 && st == AKV_OK; rep++) {
+            const uint64_t t0 = akv_clock_ns();
+            st = akv__attn_host_run(parts, n_seq, AKV_ATTN_HOST_AUTO, par, scratch, o, lse);
+            const double s = (double)(akv_clock_ns() - t0) * 1e-9;
+            const double rate = (double)per * n_seq * pb / (s > 0 ? s : 1e-9);
+            if (rep && rate > best) best = rate; /* the first pass warms up */
+        }
+        if (st == AKV_OK) *bps = best;
+    }
+    akv__par_destroy(par);
+    akv__free(pool), akv__free(pages), akv__free(q), akv__free(o), akv__free(lse), akv__free(scratch);
+    return st;
+}
+
 const akv__route_kind akv__route_host = {.kind = AKV_ROUTE_HOST,
                                          .name = "host",
                                          .plan_staging = akv__route_staged_plan_staging,
