@@ -91,6 +91,24 @@ static void fx_pair_close(fx *a, fx *b) {
     fx_close(b);
 }
 
+/* A host-attended route (window 2: the sink and the newest page; host_share 1: every page
+ * outside it attended by the host in decode steps) with the device pass on the host backend. */
+static int fx_open_host(fx *x, const akv_model *m, uint64_t max_history) {
+    memset(x, 0, sizeof *x);
+    const akv_model_config *c = akv_model_get_config(m);
+    x->n_vocab = c->n_vocab, x->max_step_tokens = 16;
+    akv_route_params rp = {.kind = AKV_ROUTE_HOST,
+                           .max_history = max_history,
+                           .queued = true,
+                           .window_pages = 2,
+                           .host_share = 1.0f,
+                           .host_threads = 2};
+    akv_forward_params fp = {.max_step_tokens = 16, .no_graphs = true};
+    return fx_pools_open(akv_dev_host_backend(), c, P, 2, &x->dev, &x->g, &x->hp, &x->dp) &&
+           CHECK(r1_open(x->dev, x->hp, x->dp, &rp, &x->q) == AKV_OK) &&
+           CHECK(akv_forward_dev_create(x->dev, m, &fp, &x->fd) == AKV_OK);
+}
+
 int main(int argc, char **argv) {
     test_args(argc, argv);
     uint64_t rng = test_seed(5);
@@ -1582,6 +1600,75 @@ int main(int argc, char **argv) {
         akv_forward_dev_destroy(rc.fd);
         CHECK_OK(akv_dev_destroy(rc.dev));
     }
+    TEST_CASE(host_attended_step_failing_anywhere_is_undone_or_kept) {
+        /* One host-attended decode step (its query copied to the host, the host function, the
+         * states' upload, the merge) with its k-th copy, op or host function failing at
+         * submission or while it runs, for every k: the step fails cleanly or its write-back
+         * is redone, the next step is right (the logits of a clean route's, the same kind,
+         * bit for bit), the host copy equals the clean route's, the walker holds. */
+        const akv_dev_fault kinds[4] = {AKV_FAULT_COPY, AKV_FAULT_OP, AKV_FAULT_COPY_EXEC,
+                                        AKV_FAULT_OP_EXEC};
+        const uint32_t n0 = 5 * P - 1; /* 5 pages after the step: 3 attended on the host */
+        fx b;
+        float clean[23];
+        uint64_t passes[AKV_N_FAULTS] = {0};
+        if (!fx_open_host(&b, model, 8 * P) || !CHECK(fx_feed(&b, tokens, n0, logits) == AKV_OK)) {
+            fx_close(&b);
+            break;
+        }
+        for (int i = 0; i < 4; i++) passes[kinds[i]] = akv_dev_fault_passes(b.dev, kinds[i]);
+        akv_route_stats h0, h1;
+        akv_route_get_stats(b.q.r, &h0);
+        CHECK_OK(fx_feed(&b, tokens + n0, 1, clean));
+        akv_route_get_stats(b.q.r, &h1);
+        CHECK(h1.host_bytes > h0.host_bytes); /* the step had a host part */
+        for (int i = 0; i < 4; i++) passes[kinds[i]] = akv_dev_fault_passes(b.dev, kinds[i]) - passes[kinds[i]];
+        CHECK_OK(akv_route_sync(b.q.r));
+        int kept = 0, undone = 0, most_syncs = 0;
+        for (int i = 0; i < 4; i++)
+            for (uint64_t k = 1; k <= passes[kinds[i]]; k++) {
+                fx a;
+                if (!fx_open_host(&a, model, 8 * P) || !CHECK(fx_feed(&a, tokens, n0, logits) == AKV_OK)) {
+                    fx_close(&a);
+                    break;
+                }
+                CHECK_OK(akv_dev_inject_fault(a.dev, kinds[i], k, 0));
+                bool fed = fx_feed(&a, tokens + n0, 1, logits) == AKV_OK;
+                (void)akv_dev_sync(a.dev);
+                CHECK_OK(akv_dev_clear_faults(a.dev));
+                /* each sync says once what it found: a lease released after the failure
+                 * (EFAILED: its stage replaced), the step undone (EDEVICE); then none */
+                int n_sync = 1;
+                while (akv_route_sync(a.q.r) != AKV_OK && n_sync < 4) n_sync++;
+                TEST_CHECK_(n_sync < 4, "fault '%s' at pass %llu: the route does not recover",
+                            akv_dev_fault_name(kinds[i]), (unsigned long long)k);
+                most_syncs = n_sync > most_syncs ? n_sync : most_syncs;
+                if (r1_len(&a.q) == n0) {
+                    undone++;
+                    fed = CHECK(fx_feed(&a, tokens + n0, 1, logits) == AKV_OK);
+                } else {
+                    kept++;
+                }
+                if (fed) CHECK_BYTES(logits, clean, sizeof clean);
+                CHECK_OK(akv_route_sync(a.q.r));
+                CHECK_EQ_U64(r1_len(&a.q), n0 + 1);
+                uint64_t bad = rc_host_diff(&a.g, a.hp, akv_route_seq_host_table(a.q.s), b.hp,
+                                            akv_route_seq_host_table(b.q.s));
+                TEST_CHECK_(bad == 0, "fault '%s' at pass %llu: %llu rows of the host copy differ "
+                            "from a clean route's",
+                            akv_dev_fault_name(kinds[i]), (unsigned long long)k, (unsigned long long)bad);
+                CHECK_OK(akv__route_check(a.q.r));
+                fx_close(&a);
+            }
+        printf("  host-attended: %d failing steps kept (write-backs redone), %d undone and fed "
+               "again (%llu copy, %llu op submissions; the same executions), at most %d syncs "
+               "to recover\n",
+               kept, undone, (unsigned long long)passes[AKV_FAULT_COPY],
+               (unsigned long long)passes[AKV_FAULT_OP], most_syncs);
+        CHECK(undone > 0);
+        fx_close(&b);
+    }
+
     /* the host-attended route: a share of the pages outside the window attended by the host's
      * cores in decode steps (all of them at share 1), within a tolerance of resident */
     for (int all = 0; all <= 1; all++) TEST_CASE(host_attended_cells_host_pass) {
