@@ -2,7 +2,8 @@
  * against the resident route on the device pass, logits bit-identical at every step of a
  * 64-token greedy run, for prompts 1, P-1, P, P+1, 3P+5 and 2000, with 1 sequence and with 4
  * (stepped one at a time, and in batch steps of all 4), each set one route in its own 1 GiB
- * device pool.
+ * device pool. Then the host-attended route against resident the same way, within the pass's
+ * rounding (route_cells.h).
  *
  * Models
  *   synthetic Llama-3-8B shape (n_embd 4096, n_ff 14336, 32 query / 8 K/V heads of 128,
@@ -31,7 +32,7 @@
 
 #include "akv/model.h"
 
-static int cells_on(akv_dev *dev, akv_forward_dev *fd, const char *what) {
+static int cells_on(akv_dev *dev, akv_forward_dev *fd, const char *what, float host_share) {
     const akv_model_config *c = akv_forward_dev_config(fd);
     uint32_t P = (uint32_t)akv_test_env_int("AKV_TEST_PAGE_TOKENS", 4, 1024, 16);
     rc_params rc = {.dev = dev,
@@ -46,7 +47,8 @@ static int cells_on(akv_dev *dev, akv_forward_dev *fd, const char *what) {
                     .max_step_tokens = 256,
                     .n_gen = 2 * P + 1 > 64 ? 2 * P + 1 : 64,
                     .device_gib = 1,
-                    .seed = test_seed(2026)};
+                    .seed = test_seed(2026),
+                    .host_share = host_share};
     return rc_cells(&rc, 2000, what);
 }
 
@@ -64,7 +66,16 @@ int main(int argc, char **argv) {
         char what[128];
         snprintf(what, sizeof what, "synthetic Llama-3-8B shape, %u layers (reduced), CUDA",
                  c.n_layers);
-        cells_on(dev, fd, what);
+        cells_on(dev, fd, what, 0.0f);
+        akv_forward_dev_destroy(fd);
+    }
+
+    /* the host-attended route against resident, within the pass's rounding (route_cells.h) */
+    TEST_CASE(host_attended_cells_synthetic_llama3_8b_shape) {
+        akv_model_config c = llama3_8b_shape((uint32_t)akv_test_env_int("AKV_TEST_LAYERS", 1, 32, 2));
+        akv_forward_dev *fd = NULL;
+        if (!CHECK(akv_forward_dev_create_synthetic(dev, &c, 7, &fp, &fd) == AKV_OK)) break;
+        cells_on(dev, fd, "synthetic Llama-3-8B shape, host-attended, CUDA", 0.5f);
         akv_forward_dev_destroy(fd);
     }
 
@@ -83,7 +94,7 @@ int main(int argc, char **argv) {
             char what[4200];
             snprintf(what, sizeof what, "%s (%u layers), CUDA", path,
                      akv_forward_dev_config(fd)->n_layers);
-            cells_on(dev, fd, what);
+            cells_on(dev, fd, what, 0.0f);
         }
         akv_forward_dev_destroy(fd);
         akv_model_destroy(m);
