@@ -170,7 +170,8 @@ done:
     return out;
 }
 
-/* AKV_BENCH_HOST=1: the host-attended route against the staged one on a 1 GiB pool at 32K,
+/* AKV_BENCH_HOST=1 (=only: without the table above): the host-attended route against the
+ * staged one on a 1 GiB pool at 32K,
  * 64K and 128K (AKV_BENCH_HOST_CTX), for each host share of AKV_BENCH_HOST_SHARES (default
  * "0.3 0.5 0.7"): step / staged step, the bytes each side moved, the host part's time, and the
  * bound if bus and cores ran at their rates alone: max(staged bytes / bus rate, host time). */
@@ -221,7 +222,9 @@ int main(void) {
            info.name, rate / 1e9);
 
     uint32_t ctxs[4] = {1024, 8192, 32768, 131072};
-    int n_ctx = getenv("AKV_BENCH_LONG") ? 4 : 3;
+    const char *host_env = getenv("AKV_BENCH_HOST");
+    const bool host_only = host_env && !strcmp(host_env, "only"); /* the host table alone */
+    int n_ctx = host_only ? 0 : getenv("AKV_BENCH_LONG") ? 4 : 3;
     row res[4], stg[4], stc[4];
     akv_copy_config dflt = akv_dev_get_copy_config(dev), coal = dflt;
     coal.method = AKV_COPY_METHOD_COALESCE;
@@ -241,7 +244,7 @@ int main(void) {
     }
 
     FILE *out = bench_out_open();
-    bench_emit(out,
+    if (n_ctx) bench_emit(out,
                "\n### Staged vs resident route, batch-1 decode (%s): synthetic Llama-3-8B "
                "shape, bf16, %u layers, %u GiB device pool, window %u pages\n\n"
                "History filled synthetically (zeros), not prefilled. Host->device large-copy "
@@ -270,7 +273,7 @@ int main(void) {
                    1e3 / stg[i].step_ms, stg[i].staged_bytes / (1 << 20), bus_ms, stg[i].step_ms,
                    ratio, stc[i].step_ms, ratio_c);
     }
-    if (getenv("AKV_BENCH_HOST")) host_table(out, dev, f, rate, &info);
+    if (host_env) host_table(out, dev, f, rate, &info);
     if (out) fclose(out);
     akv_forward_dev_destroy(f);
     TRY(akv_dev_destroy(dev));
