@@ -247,7 +247,6 @@ static inline int rc_cell(const rc_params *p, uint32_t prompt, uint32_t n_seq, b
         }
         for (uint32_t i = 0; ok && i < n_seq; i++) {
             const float *a = lr + (size_t)i * p->n_vocab, *b = ls + (size_t)i * p->n_vocab;
-            if (host && getenv("RC_DBG")) { float md = 0; for (uint32_t v = 0; v < p->n_vocab; v++) md = fmaxf(md, fabsf(a[v]-b[v])); fprintf(stderr, "L=%u S=%u seq %u step %u maxdiff %.3g\n", prompt, n_seq, i, step, md); }
             const bool differ = host ? rc_far(a, b, p->n_vocab) < p->n_vocab
                                      : memcmp(a, b, (size_t)p->n_vocab * sizeof(float)) != 0;
             if (differ && bad_step == UINT32_MAX) {

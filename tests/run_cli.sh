@@ -95,6 +95,10 @@ for case in "run -m $tmp/s.gguf -p hi --device cuda:abc|not a device index" \
             "run -m $tmp/s.gguf -p hi --device cpu --kv-tier q4 --device-gib 2|cannot hold a head dim of 16" \
             "run -m $tmp/s.gguf -p hi --calibration $tmp/s.gguf|is read by the gate" \
             "run -m $tmp/s.gguf -p hi --kv-tier auto --calibration $tmp/s.gguf|cannot be used" \
+            "run -m $tmp/s.gguf -p hi --route host --kv-tier auto|chooses the route itself" \
+            "run -m $tmp/s.gguf -p hi --route host --kv-tier q4|no compact tier serves the host route" \
+            "run -m $tmp/s.gguf -p hi --route host --host-share 2|is not a number in" \
+            "run -m $tmp/s.gguf -p hi --route host --calibration $tmp/s.gguf|cannot be used" \
             "perplexity -m $tmp/s.gguf -f $tmp/s.gguf --kv-tier auto|name it" \
             "calibrate --bogus|unrecognized option" \
             "perplexity -m $tmp/s.gguf|-f TEXT is required" \

@@ -44,8 +44,17 @@ int akv_tool_eopts_check(const char *cmd, akv_tool_eopts *o) {
                         "(chatml|llama3)\n", cmd, o->tmpl);
         return AKV_EXIT_USAGE;
     }
-    if (o->calibration && o->kv_tier != AKV_ENGINE_TIER_AUTO) {
-        fprintf(stderr, "akv %s: --calibration is read by the gate: give --kv-tier auto\n", cmd);
+    const bool host = akv_route_kind_has_host_part(o->route);
+    if (host && o->kv_tier == AKV_ENGINE_TIER_AUTO) {
+        fprintf(stderr, "akv %s: --kv-tier auto chooses the route itself (resident or staged); "
+                        "--route %s takes no tier\n",
+                cmd, akv_route_kind_name(o->route));
+        return AKV_EXIT_USAGE;
+    }
+    if (o->calibration && o->kv_tier != AKV_ENGINE_TIER_AUTO && !host) {
+        fprintf(stderr, "akv %s: --calibration is read by the gate (--kv-tier auto) and by --route "
+                        "host's plan\n",
+                cmd);
         return AKV_EXIT_USAGE;
     }
     if (o->calibration && akv_gate_rates_load(o->calibration, &o->gate_rates) != AKV_OK) {

@@ -78,6 +78,9 @@ typedef struct akv_kv_parts {
      * (NULL: ready now). host_o.addr 0 = none. */
     akv_dptr host_o, host_lse;
     akv_event *host_ready;
+    const uint64_t *host_tokens; /* host memory [n_seq]: each sequence's tokens in the host
+                                    part (with its table's, the whole history); valid until the
+                                    next begin_layer */
 } akv_kv_parts;
 
 /* Where a step's attention history is, layer by layer: a route's hooks into a forward pass. */

@@ -258,6 +258,10 @@ typedef struct akv_route_seq_stats {
     uint32_t host_pages;   /* host pages per layer now */
 } akv_route_seq_stats;
 
+/* Whether a kind attends some of the history on the host's cores (the host-attended kind):
+ * its plan weighs the host's rate against the bus's (akv_route_plan_host). */
+bool akv_route_kind_has_host_part(akv_route_kind kind);
+
 /* The kind named `name` ("resident", "staged", "host"): AKV_OK, else AKV_EINVAL (not
  * logged). */
 akv_status akv_route_kind_from_name(const char *name, akv_route_kind *out);

@@ -15,12 +15,12 @@
 #include "akv/attn_host.h"
 #include "attn/attn_host_run.h"
 
+#include <assert.h>
 #include <math.h>
 #include <stddef.h>
 #include <string.h>
 
 #include "akv/attn.h"
-#include "core/alloc.h"
 #include "core/assert.h"
 #include "core/half.h"
 #include "core/log.h"
@@ -409,7 +409,7 @@ static void hp_task(void *ctx, uint32_t t) {
 }
 
 size_t akv__attn_host_scratch_floats(const akv_attn_host_part *parts, uint32_t n) {
-    size_t f = 0;
+    size_t f = (size_t)n + 1; /* the parts' first tasks (uint32, a float's size each) */
     for (uint32_t i = 0; i < n; i++) {
         const akv_attn_host_part *p = &parts[i];
         const size_t G = p->n_kv_heads ? p->n_heads / p->n_kv_heads : 0;
@@ -421,8 +421,9 @@ size_t akv__attn_host_scratch_floats(const akv_attn_host_part *parts, uint32_t n
 akv_status akv__attn_host_run(const akv_attn_host_part *parts, uint32_t n, akv_attn_host_isa isa,
                               akv_par *par, float *scratch, float *o, float *lse) {
     if (n == 0) return AKV_OK;
-    uint32_t task0[65], *t0 = n < 65 ? task0 : akv__malloc(((size_t)n + 1) * sizeof *t0);
-    if (!t0) return AKV_ENOMEM;
+    static_assert(sizeof(uint32_t) == sizeof(float), "task offsets share the scratch's floats");
+    uint32_t *t0 = (uint32_t *)scratch; /* [n + 1], then the chunk states */
+    scratch += (size_t)n + 1;
     akv_status st = AKV_OK;
     const uint32_t H = parts[0].n_heads, D = parts[0].head_dim;
     t0[0] = 0;
@@ -455,6 +456,5 @@ akv_status akv__attn_host_run(const akv_attn_host_part *parts, uint32_t n, akv_a
                 }
         }
     }
-    if (t0 != task0) akv__free(t0);
     return st;
 }

@@ -15,14 +15,15 @@
 #include "akv/attn_host.h"
 #include "core/par.h"
 
-/* Floats of scratch akv__attn_host_run needs for these parts (their chunk states). */
+/* Floats of scratch akv__attn_host_run needs for these parts (their chunk states, and where
+ * each part's tasks begin). */
 size_t akv__attn_host_scratch_floats(const akv_attn_host_part *parts, uint32_t n);
 
 /* The states of parts[0..n) (each checked by akv_attn_host_part_check: AKV_EINVAL, nothing
  * written): o [n][n_heads][head_dim], lse [n][n_heads], the rows of part i from i * n_heads
  * (every part has the first's n_heads and head_dim, else AKV_EINVAL); a part with no page
  * gives the empty state (o 0, lse -inf). scratch holds akv__attn_host_scratch_floats(parts,
- * n) floats. par NULL runs every task on the caller. */
+ * n) floats (it allocates nothing). par NULL runs every task on the caller. */
 akv_status akv__attn_host_run(const akv_attn_host_part *parts, uint32_t n, akv_attn_host_isa isa,
                               akv_par *par, float *scratch, float *o, float *lse);
 

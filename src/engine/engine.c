@@ -18,6 +18,7 @@
 #include "core/alloc.h"
 #include "core/clock.h"
 #include "core/log.h"
+#include "core/par.h"
 #include "engine/engine_impl.h"
 #include "route/route_check.h"
 #include "mem/mem_check.h"
@@ -70,6 +71,15 @@ static void engine_rename(const char *in, char *out, size_t cap) {
         if (!hit) out[o++] = *t++;
     }
     out[o] = 0;
+}
+
+/* The host-attended route's threads: the engine's, or on a device one per core but one (the
+ * thread that launches the kernels keeps a core while the host part runs; its pool's workers
+ * spin between layers). */
+static uint32_t engine_host_threads(const akv_engine *e) {
+    const uint32_t cores = akv__par_cores();
+    if (e->p.threads) return e->p.threads;
+    return !e->info.is_host && cores > 2 ? cores - 1 : 0;
 }
 
 /* The one memory plan (akv/engine.h) of params p: geometry, fit, staging, per-context windows.
@@ -161,7 +171,8 @@ static akv_status engine_plan(akv_engine *e, const akv_engine_params *p, bool qu
     if ((st = akv_route_plan_finish(&pl->geom, pl->max_context, &pl->fit, &pl->route)))
         return st; /* logged, naming the field */
     const akv_gate_rates rates = p->gate_rates ? *p->gate_rates : akv_gate_default_rates();
-    if ((st = akv_route_plan_host(&pl->route, &pl->geom, p->host_share, c->n_heads, p->threads, &rates)))
+    if ((st = akv_route_plan_host(&pl->route, &pl->geom, p->host_share, c->n_heads,
+                                  engine_host_threads(e), &rates)))
         return st; /* logged, naming the field */
     pl->max_queue = p->max_queue;
     pl->max_idle = p->max_idle ? p->max_idle : pl->max_seqs;
@@ -351,7 +362,7 @@ static akv_status engine_open_memory(akv_engine *e) {
                            .exact_recent = pl->route.exact_recent,
                            .max_step = pl->route.max_step,
                            .host_share = pl->route.host_share,
-                           .host_threads = e->p.threads,
+                           .host_threads = engine_host_threads(e),
                            /* the host pass's own threads: its encoders take no more cores */
                            .encode_threads = e->p.threads};
     akv_status st;
@@ -408,6 +419,12 @@ akv_status akv_engine_create(const akv_engine_params *p, akv_engine **out) {
     e->dev = p->dev;
     akv_status st = akv_dev_get_info(e->dev, &e->info);
     if (!st) st = engine_open_model(e);
+    if (!st && e->p.kv_tier == AKV_ENGINE_TIER_AUTO && akv_route_kind_has_host_part(e->p.route)) {
+        AKV_LOG_E("engine: {=kv_tier} auto chooses the route itself (resident or staged); the %s "
+                  "{=route} takes no tier",
+                  akv_route_kind_name(e->p.route));
+        st = AKV_EINVAL;
+    }
     if (!st) st = e->p.kv_tier == AKV_ENGINE_TIER_AUTO ? engine_gate(e) : engine_plan(e, &e->p, false);
     if (!st) st = engine_open_pass(e);
     if (!st) st = engine_open_memory(e);

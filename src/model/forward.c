@@ -182,7 +182,8 @@ static akv_status forward_check_parts(const akv_model_config *c, uint32_t layer,
             if (indptr[s + 1] > indptr[s])
                 len += (uint64_t)(indptr[s + 1] - indptr[s] - 1) * pg->page_tokens + (uint64_t)last[s];
         }
-        if (len != want && !(parts->host_o.addr && len < want)) { /* the host part: older */
+        if (parts->host_o.addr) len += parts->host_tokens[s]; /* older history, on the host */
+        if (len != want) {
             AKV_LOG_E("forward: layer %u: sequence %u of the step holds %llu tokens in its page "
                       "table(s); expected %llu",
                       layer, s, (unsigned long long)len, (unsigned long long)want);

@@ -112,11 +112,13 @@ akv_status akv__forward_parts_check(const akv_model_config *c, const char *who, 
                   max_parts > 1 ? " and past parts of older history" : " only");
         return AKV_EUNSUPPORTED;
     }
-    if (parts->host_o.addr && (!parts->host_lse.addr || n_rows != n_seq)) {
+    if (parts->host_o.addr && (!parts->host_lse.addr || !parts->host_tokens || n_rows != n_seq)) {
         AKV_LOG_E("%s: layer %u: a host part's states %s; they come a row a sequence, in a step "
                   "of one new token each (this one: %u rows, %u sequences)",
-                  who, layer, parts->host_lse.addr ? "for a step of several rows a sequence"
-                                                   : "without their log-sum-exp",
+                  who, layer,
+                  !parts->host_lse.addr  ? "without their log-sum-exp"
+                  : !parts->host_tokens ? "without their token counts"
+                                         : "for a step of several rows a sequence",
                   n_rows, n_seq);
         return AKV_EINVAL;
     }

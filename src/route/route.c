@@ -36,6 +36,11 @@ const akv__route_kind *akv__route_kind_tiered(akv_route_kind kind, akv_repr tier
                                       : NULL;
 }
 
+bool akv_route_kind_has_host_part(akv_route_kind kind) {
+    const akv__route_kind *k = akv__route_kind_of(kind);
+    return k && k->host_part;
+}
+
 const char *akv_route_kind_name(akv_route_kind kind) {
     const akv__route_kind *k = akv__route_kind_of(kind);
     return k ? k->name : "?";

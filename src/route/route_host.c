@@ -16,8 +16,6 @@
  * same layer begins after this step's queues are synchronised (begin_step). Direct (host
  * backend, host pass): the same computation at begin_layer, on the caller's thread. */
 #include <stdatomic.h>
-#include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 
 #include "akv/host_table.h"
@@ -60,7 +58,8 @@ static akv_status host_open(akv_route *r, const akv_route_params *p) {
     r->host_share = p->host_share;
     const uint32_t L = r->geom.n_layers;
     r->hl = akv__calloc(L, sizeof *r->hl);
-    if (!r->hl) return AKV_ENOMEM;
+    r->htok = akv__calloc(r->max_seqs, sizeof *r->htok);
+    if (!r->hl || !r->htok) return AKV_ENOMEM;
     for (uint32_t l = 0; l < L; l++) {
         r->hl[l].r = r;
         r->hl[l].parts = akv__calloc(r->max_seqs, sizeof *r->hl[l].parts);
@@ -84,16 +83,26 @@ static akv_status host_buffers(akv_route *r, uint32_t h) {
     }
     const size_t D = r->geom.head_dim, rows = (size_t)r->geom.n_layers * r->max_seqs;
     const size_t q_bytes = rows * h * D * sizeof(float), s_bytes = rows * h * (D + 1) * sizeof(float);
-    akv_status st;
-    if (r->queued) {
-        if ((st = akv_dev_pinned_alloc(r->dev, q_bytes, (void **)&r->hq)) ||
-            (st = akv_dev_pinned_alloc(r->dev, s_bytes, (void **)&r->hst)) ||
-            (st = akv_dev_mem_alloc(r->dev, s_bytes, &r->hst_d)))
+    akv_status st = AKV_OK;
+    float *q = NULL, *hs = NULL;
+    akv_dptr d = {0};
+    if (r->queued) { /* all or nothing: a failure frees what it made (tried again next step) */
+        if ((st = akv_dev_pinned_alloc(r->dev, q_bytes, (void **)&q)) ||
+            (st = akv_dev_pinned_alloc(r->dev, s_bytes, (void **)&hs)) ||
+            (st = akv_dev_mem_alloc(r->dev, s_bytes, &d))) {
+            if (q) akv_dev_pinned_free(r->dev, q);
+            if (hs) akv_dev_pinned_free(r->dev, hs);
+            AKV_LOG_E("route: the host part's buffers (%zu MiB pinned, %zu MiB on the device: "
+                      "every layer's query rows and states of {=max_seqs} %u sequences) could "
+                      "not be had",
+                      (q_bytes + s_bytes) >> 20, s_bytes >> 20, r->max_seqs);
             return st;
+        }
     } else {
-        r->hq = akv__malloc(q_bytes), r->hst = akv__malloc(s_bytes);
-        if (!r->hq || !r->hst) return AKV_ENOMEM;
+        q = akv__malloc(q_bytes), hs = akv__malloc(s_bytes);
+        if (!q || !hs) return akv__free(q), akv__free(hs), AKV_ENOMEM;
     }
+    r->hq = q, r->hst = hs, r->hst_d = d;
     r->h_heads = h;
     return AKV_OK;
 }
@@ -110,13 +119,7 @@ static void host_run(void *arg) {
     akv__route_host_layer *hl = arg;
     akv_route *r = hl->r;
     const uint64_t t0 = akv_clock_ns();
-    const size_t need = akv__attn_host_scratch_floats(hl->parts, hl->n);
-    if (need > r->hscratch_n) { /* grown on demand; a failure leaves it as it was */
-        float *s = akv__malloc(need * sizeof *s);
-        AKV_ASSERT(s); /* a few MiB at most; its absence is not a state the step can report */
-        akv__free(r->hscratch);
-        r->hscratch = s, r->hscratch_n = need;
-    }
+    AKV_ASSERT(akv__attn_host_scratch_floats(hl->parts, hl->n) <= r->hscratch_n); /* host_part */
     const uint32_t l = (uint32_t)(hl - r->hl), H = r->h_heads, D = r->geom.head_dim;
     float *st = host_states(r, l);
     akv_status s = akv__attn_host_run(hl->parts, hl->n, AKV_ATTN_HOST_AUTO, r->hpar, r->hscratch,
@@ -126,7 +129,6 @@ static void host_run(void *arg) {
 }
 
 static akv_status host_part(akv_route *r, uint32_t layer, akv_kv_parts *parts) {
-    if (layer == 0 && getenv("RC_DBG")) for (uint32_t i = 0; i < r->n_step; i++) { akv_route_seq *s = r->step[i]; fprintf(stderr, "DBG tag %llu n %llu x0 %u win %u staged %u runs:", (unsigned long long)s->p.tag, (unsigned long long)s->n_tokens, s->x0, akv_dev_pool_ctx_window(s->ctx), s->n_staged); for (uint32_t k = 0; k < s->n_runs; k++) fprintf(stderr, " [%u+%u %s]", s->runs[k].first, s->runs[k].n_pages, akv_kv_residence_name(s->runs[k].residence)); fprintf(stderr, "\n"); }
     uint32_t n_host = 0;
     for (uint32_t i = 0; i < r->n_step; i++) n_host += r->step[i]->x0 - 1;
     if (n_host == 0) return AKV_OK; /* no host page this step: the staged kind's step */
@@ -159,11 +161,26 @@ static akv_status host_part(akv_route *r, uint32_t layer, akv_kv_parts *parts) {
                                             .n_heads = H,
                                             .q = q + (size_t)i * H * D};
         if ((st = akv_attn_host_part_check(&hl->parts[i]))) return st;
+        r->htok[i] = (uint64_t)np * r->geom.page_tokens;
         at += np;
         hl->bytes += (uint64_t)np * page_bytes;
         s->stats.host_bytes += (uint64_t)np * page_bytes;
     }
     r->stats.host_bytes += hl->bytes;
+    /* the chunks' scratch, the same size in every layer (x0 is): grown at the step's first
+     * layer, when no host function of an earlier step can still be using it (begin_step
+     * synchronised the queues) and none of this step's has been enqueued */
+    const size_t need = akv__attn_host_scratch_floats(hl->parts, n);
+    if (need > r->hscratch_n) {
+        if (layer != 0) {
+            AKV_LOG_E("route: the host part of layer %u needs more scratch than layer 0's", layer);
+            return AKV_ESTATE;
+        }
+        float *grown = akv__malloc(need * sizeof *grown);
+        if (!grown) return AKV_ENOMEM;
+        akv__free(r->hscratch);
+        r->hscratch = grown, r->hscratch_n = need;
+    }
     float *states = host_states(r, layer);
     const size_t o_bytes = (size_t)n * H * D * sizeof(float), l_off = (size_t)n * H * D;
     if (!r->queued) { /* direct: the query rows are host memory, the work done now */
@@ -171,6 +188,7 @@ static akv_status host_part(akv_route *r, uint32_t layer, akv_kv_parts *parts) {
         for (uint32_t i = 0; i < n; i++)
             memcpy(q + (size_t)i * H * D, src + (size_t)i * parts->q_stride, (size_t)H * D * sizeof *q);
         host_run(hl);
+        parts->host_tokens = r->htok;
         parts->host_o = akv_attn_host_ptr(states);
         parts->host_lse = akv_attn_host_ptr(states + l_off);
         parts->host_ready = NULL;
@@ -188,6 +206,7 @@ static akv_status host_part(akv_route *r, uint32_t layer, akv_kv_parts *parts) {
                                      o_bytes + (size_t)n * H * sizeof(float))) ||
         (st = akv_dev_event_record(r->dev, r->ev_hready, AKV_QUEUE_D2H)))
         return st;
+    parts->host_tokens = r->htok;
     parts->host_o = dst;
     parts->host_lse = akv_dptr_offset(dst, o_bytes);
     parts->host_ready = r->ev_hready;
@@ -200,6 +219,7 @@ static void host_free(akv_route *r) {
         akv__free(r->hl[l].pages);
     }
     akv__free(r->hl);
+    akv__free(r->htok);
     akv__par_destroy(r->hpar);
     akv__free(r->hscratch);
     if (r->queued) {

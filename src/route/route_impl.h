@@ -276,8 +276,10 @@ struct akv_route {
     akv_dptr hst_d;            /* queued: their device copy, laid out as hst */
     akv_event *ev_hq;          /* compute: a layer's query rows are computed */
     akv_event *ev_hready;      /* D2H: a layer's states are on the device */
-    float *hscratch;           /* the chunks' states, grown on demand (only the host part's
-                                  function touches it, one layer at a time in queue order) */
+    uint64_t *htok;            /* [max_seqs] the step's tokens in each sequence's host part */
+    float *hscratch;           /* the chunks' states: grown at a step's first layer (engine
+                                  thread, the queues idle), read by the host functions in
+                                  queue order, one at a time */
     size_t hscratch_n;
     _Atomic uint64_t host_ns;  /* the host functions' time (stats.host_ns), added as they end */
     akv_route_layer_times *times; /* [n_layers] the staged layers of the last step retired

@@ -335,6 +335,9 @@ static akv_status staged_prefetch(akv_route *r) {
         const akv_route_seq *s = r->step[i];
         if (s->closing || s->n_tokens % P == 0 || s->n_tokens + 1 > s->p.max_history)
             return AKV_OK;
+        /* a kind with a host part stages fewer pages in the decode step that follows a
+         * prompt's than in the prompt's own: its staged list could not serve */
+        if (r->kind->host_pages && s->n_tokens != s->step_first + 1) return AKV_OK;
     }
     akv_status st = akv__array_reserve((void **)&r->hpages, &r->hpages_cap, r->n_step,
                                        sizeof *r->hpages);
