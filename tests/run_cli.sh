@@ -259,4 +259,12 @@ case "$short/$long" in
     *) bad "akv run --ignore-eos -n 48: '$long' (want 'decode: 47 tokens')" ;;
 esac
 
+# --route host says its split: given, and planned from the rates (a measured host rate)
+out=$("$akv" run -m "$tmp/s.gguf" --route host --host-share 0.4 -p hi -n 2 --temp 0 2>&1 >/dev/null); rc=$?
+out2=$("$akv" run -m "$tmp/s.gguf" --route host -p hi -n 2 --temp 0 2>&1 >/dev/null); rc2=$?
+if [ "$rc" != 0 ] || [ "$rc2" != 0 ] || ! printf '%s\n' "$out" | grep -q "attend 40 % of each" ||
+   ! printf '%s\n' "$out2" | grep -q "GB/s / (host + the bus's"; then
+    bad "akv run --route host: exit $rc/$rc2, no split said"
+else echo "ok   akv run --route host says its split, given and planned"; fi
+
 [ "$n_bad" = 0 ] || { echo "$n_bad case(s) failed"; exit 1; }

@@ -442,6 +442,19 @@ static int run_open_engine(run_state *s, uint32_t max_seqs) {
                 akv_geom_page_bytes(&pl->geom) >> 10, o->e.host_gib, o->e.device_gib,
                 akv_route_kind_name(pl->route.kind), tier, (unsigned long long)s->n_ctx,
                 pl->max_seqs);
+        if (akv_route_kind_has_host_part(pl->route.kind)) { /* --route host: its split */
+            if (pl->route.host_bps > 0)
+                fprintf(stderr, "akv run: host part: in decode steps the host's cores attend "
+                        "%.0f %% of each history's pages outside its window = host %.1f GB/s / "
+                        "(host + the bus's %.1f GB/s), each measured alone (--host-share F to "
+                        "set it)\n",
+                        100.0 * pl->route.host_share, pl->route.host_bps / 1e9,
+                        pl->route.bus_bps / 1e9);
+            else
+                fprintf(stderr, "akv run: host part: in decode steps the host's cores attend "
+                        "%.0f %% of each history's pages outside its window (--host-share)\n",
+                        100.0 * pl->route.host_share);
+        }
         if (pl->n_gate) { /* --kv-tier auto: what the gate weighed */
             char g[2048];
             akv_gate_format(&pl->gate_rates, pl->gate, pl->n_gate, pl->max_context, g, sizeof g);
