@@ -278,6 +278,8 @@ def case_health_models(env):
     models = s.client().models.list().data
     expect(len(models) == 1 and models[0].id == "SmolLM2-135M-Instruct.Q4_1", "/v1/models", models)
     expect(s.metric("akv:ready") == 1, "akv:ready")
+    expect(s.metric("akv:kv_host_attended_bytes_total") == 0, "no host part on the resident route",
+           s.metric("akv:kv_host_attended_bytes_total"))
 
 
 def case_chat_plain_stream(env):

@@ -225,7 +225,7 @@ static void engine_snapshot(akv_server *s) {
     s->m.host_used_bytes = hs.n_used * hs.page_bytes, s->m.host_limit_bytes = hs.limit_bytes;
     s->m.host_shared_pages = hs.n_shares;
     s->m.h2d_bytes = rs.h2d_bytes, s->m.staged_bytes = rs.staged_bytes,
-    s->m.d2h_bytes = rs.d2h_bytes;
+    s->m.d2h_bytes = rs.d2h_bytes, s->m.host_attended_bytes = rs.host_bytes;
     pthread_mutex_unlock(&s->mu);
 }
 

@@ -163,6 +163,9 @@ size_t akv_metrics_render(const akv_metrics *m, const char *model, char *buf, si
             (double)m->staged_bytes);
     counter(&o, "kv_d2h_bytes_total", "Device->host bytes: write-back of new rows", model,
             (double)m->d2h_bytes);
+    counter(&o, "kv_host_attended_bytes_total",
+            "K/V bytes the host's cores attended where they lie (--route host)", model,
+            (double)m->host_attended_bytes);
     static const struct { akv_dev_pool_reason r; const char *name; } classes[] = {
         {AKV_DEV_POOL_RECLAIM_BORROWED, "borrowed"},
         {AKV_DEV_POOL_RECLAIM_ABOVE_TARGET, "above_target"},

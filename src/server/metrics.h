@@ -65,6 +65,7 @@ typedef struct akv_metrics {
     uint64_t host_used_bytes, host_limit_bytes;
     uint64_t host_shared_pages; /* owners beyond the first over the host pool's pages */
     uint64_t h2d_bytes, staged_bytes, d2h_bytes;
+    uint64_t host_attended_bytes; /* the host-attended route: K/V bytes its host part read */
     int ready;
 } akv_metrics;
 
