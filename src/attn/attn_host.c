@@ -27,6 +27,7 @@
 #include "exp8.h"
 
 #if defined(__x86_64__) && defined(__GNUC__)
+#include <cpuid.h>
 #include <immintrin.h>
 #define HP_X86 1
 #endif
@@ -39,9 +40,11 @@ static bool hp_have(akv_attn_host_isa isa) {
 #ifdef HP_X86
     __builtin_cpu_init();
     if (isa == AKV_ATTN_HOST_AVX512) return __builtin_cpu_supports("avx512f");
-    if (isa == AKV_ATTN_HOST_AVX2)
-        return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-               __builtin_cpu_supports("f16c");
+    if (isa == AKV_ATTN_HOST_AVX2) { /* F16C from CPUID (clang's builtin does not name it) */
+        unsigned a, b, c = 0, d;
+        const bool f16c = __get_cpuid(1, &a, &b, &c, &d) && (c & bit_F16C);
+        return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && f16c;
+    }
 #endif
     return isa == AKV_ATTN_HOST_PORTABLE;
 }
