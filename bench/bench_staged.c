@@ -180,26 +180,27 @@ static void host_table(FILE *out, akv_dev *dev, akv_forward_dev *f, double rate,
     char cbuf[128], sbuf[128];
     snprintf(cbuf, sizeof cbuf, "%s", cs && *cs ? cs : "32768 65536 131072");
     snprintf(sbuf, sizeof sbuf, "%s", ss && *ss ? ss : "0.3 0.5 0.7");
+    const uint32_t gib = (uint32_t)akv_test_env_int("AKV_BENCH_HOST_GIB", 1, 64, 1);
     const akv_model_config *c = akv_forward_dev_config(f);
     bench_emit(out,
                "\n### The host-attended route against the staged one, batch-1 decode (%s): "
-               "synthetic Llama-3-8B shape, bf16, %u layers, 1 GiB device pool\n\n"
+               "synthetic Llama-3-8B shape, bf16, %u layers, %u GiB device pool\n\n"
                "Host->device large-copy rate (same run): **%.1f GB/s**. `share`: the part of the "
                "pages outside the window the host's cores attend; host GB/s = the host's bytes / "
                "its part's summed time.\n\n"
                "| context | route | share | step ms | / staged | staged MiB | host MiB | host ms | "
                "host GB/s |\n|---|---|---|---|---|---|---|---|---|\n",
-               info->name, c->n_layers, rate / 1e9);
+               info->name, c->n_layers, gib, rate / 1e9);
     for (char *sv = NULL, *ct = strtok_r(cbuf, " ,", &sv); ct; ct = strtok_r(NULL, " ,", &sv)) {
         const uint32_t ctx = (uint32_t)strtoul(ct, NULL, 10);
-        const row st = bench_ctx(dev, f, bench_kind("staged"), ctx, 6, rate, 1, 0);
+        const row st = bench_ctx(dev, f, bench_kind("staged"), ctx, 6, rate, gib, 0);
         bench_emit(out, "| %u | staged | 0 | %.2f | 1.000 | %.0f | 0 | 0 | - |\n", ctx, st.step_ms,
                    st.staged_bytes / (1 << 20));
         char sb[128];
         snprintf(sb, sizeof sb, "%s", sbuf);
         for (char *s2 = NULL, *sh = strtok_r(sb, " ,", &s2); sh; sh = strtok_r(NULL, " ,", &s2)) {
             const float share = strtof(sh, NULL);
-            const row h = bench_ctx(dev, f, bench_kind("host"), ctx, 6, rate, 1, share);
+            const row h = bench_ctx(dev, f, bench_kind("host"), ctx, 6, rate, gib, share);
             bench_emit(out, "| %u | host | %.2f | %.2f | %.3f | %.0f | %.0f | %.2f | %.1f |\n", ctx,
                        (double)share, h.step_ms, h.step_ms / st.step_ms, h.staged_bytes / (1 << 20),
                        h.host_bytes / (1 << 20), h.host_ms,
