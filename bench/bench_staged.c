@@ -131,7 +131,7 @@ static row bench_ctx(akv_dev *dev, akv_forward_dev *f, akv_route_kind kind, uint
     TRY(akv_dev_memset_sync(dev, akv_dev_pool_base(dp), 0,
                             (size_t)akv_dev_pool_n_pages(dp) * akv_dev_pool_page_bytes(dp)));
     trace tr = {.inner = akv_route_hooks(r), .dev = dev};
-    int tracing = getenv("AKV_BENCH_TRACE") && kind == bench_kind("staged");
+    int tracing = getenv("AKV_BENCH_TRACE") && (kind == bench_kind("staged") || kind == bench_kind("host"));
     for (int i = 0; tracing && i < 64; i++)
         TRY(akv_dev_event_create(dev, AKV_EVENT_TIMING, &tr.ev[i]));
     akv_kv_hooks kv = tracing ? (akv_kv_hooks){.user = &tr,
