@@ -15,22 +15,16 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "akv/attn.h"
 #include "akv/attn_host.h"
+#include "core/clock.h"
 #include "core/par.h"
 
 #define AKV_BENCH_NAME "bench_host_attn"
 #include "bench_try.h"
 
 enum { HEADS = 32, KV_HEADS = 8, D = 128, P = 64, REPS = 5 };
-
-static double now_s(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
-}
 
 typedef struct job {
     akv_attn_host_part part;
@@ -81,10 +75,10 @@ static double best_pass(akv_par *par, job *j, int attend) {
     const uint32_t n_tasks = KV_HEADS * j->n_chunks;
     double best = INFINITY;
     for (int r = 0; r < REPS; r++) {
-        const double t0 = now_s();
+        const double t0 = akv_clock_s();
         akv__par_for(par, n_tasks, attend ? attn_task : read_task, j);
         if (attend) merge_all(j);
-        const double s = now_s() - t0;
+        const double s = akv_clock_s() - t0;
         if (s < best) best = s;
     }
     return best;

@@ -3,8 +3,8 @@
  *
  * A chunk runs its K/V head's query rows in passes of at most HP_ROWS rows (the q rows
  * scaled into a local block), and its keys page by page in blocks of HP_BLOCK:
- *   1. scores S[r][t] = q_r . k_t, four keys at a time against one row (the four dot
- *      products share the row's loads; their lanes summed at the end);
+ *   1. scores S[r][t] = q_r . k_t in tiles of up to 4 rows against 2 (AVX2) or 4 (AVX-512)
+ *      keys (each key vector widened once for the tile's rows; lanes summed at the end);
  *   2. per row, the block's maximum, the running maximum and sum rescaled (online softmax),
  *      S[r][t] = e^(S[r][t] - m_r);
  *   3. acc[r] = acc[r] * alpha_r + sum_t S[r][t] v_t, each value row widened once for the
@@ -38,7 +38,6 @@ enum { HP_ROWS = 8, HP_BLOCK = 32 };
 
 static bool hp_have(akv_attn_host_isa isa) {
 #ifdef HP_X86
-    __builtin_cpu_init();
     if (isa == AKV_ATTN_HOST_AVX512) return __builtin_cpu_supports("avx512f");
     if (isa == AKV_ATTN_HOST_AVX2) { /* F16C from CPUID (clang's builtin does not name it) */
         unsigned a, b, c = 0, d;
@@ -315,13 +314,15 @@ static float hp_weights(float *w, uint32_t n, float m) {
     return ((sum[0] + sum[4]) + (sum[2] + sum[6])) + ((sum[1] + sum[5]) + (sum[3] + sum[7])) + tail;
 }
 
-void akv_attn_host_chunk(const akv_attn_host_part *p, akv_attn_host_isa isa, uint32_t kv_head,
-                         uint32_t page0, uint32_t page1, float *o, float *lse) {
+/* akv_attn_host_chunk with isa already resolved for this CPU (a batch resolves it once: the
+ * F16C check is a CPUID, which a virtual machine traps). */
+static void hp_chunk(const akv_attn_host_part *p, akv_attn_host_isa isa, uint32_t kv_head,
+                     uint32_t page0, uint32_t page1, float *o, float *lse) {
     AKV_ASSERT(kv_head < p->n_kv_heads && page0 <= page1 && page1 <= p->n_pages);
     hp_scores_fn scores = scores_portable;
     hp_pv_fn pv = pv_portable;
 #ifdef HP_X86
-    switch (akv_attn_host_isa_resolve(isa)) {
+    switch (isa) {
     case AKV_ATTN_HOST_AVX512: scores = scores_avx512, pv = pv_avx512; break;
     case AKV_ATTN_HOST_AVX2: scores = scores_avx2, pv = pv_avx2; break;
     default: break;
@@ -352,13 +353,13 @@ void akv_attn_host_chunk(const akv_attn_host_part *p, akv_attn_host_isa isa, uin
                 const uint32_t nb = n - t0 < HP_BLOCK ? n - t0 : HP_BLOCK;
                 /* the next block's rows (this page's, else the next page's first) requested
                  * while this one computes: the kernel reads memory as one stream */
-                const unsigned char *nk = k + (size_t)(t0 + HP_BLOCK) * D * esz,
-                                    *nv = v + (size_t)(t0 + HP_BLOCK) * D * esz;
-                if (t0 + HP_BLOCK >= n && pg + 1 < page1) {
-                    nk = (const unsigned char *)p->pages[pg + 1] + (size_t)kv_head * head_bytes;
-                    nv = (const unsigned char *)p->pages[pg + 1] + ((size_t)p->n_kv_heads + kv_head) * head_bytes;
-                } else if (t0 + HP_BLOCK >= n) {
-                    nk = nv = NULL;
+                const unsigned char *nk = NULL, *nv = NULL;
+                if (t0 + HP_BLOCK < n) {
+                    nk = k + (size_t)(t0 + HP_BLOCK) * D * esz, nv = v + (size_t)(t0 + HP_BLOCK) * D * esz;
+                } else if (pg + 1 < page1) {
+                    const unsigned char *next = p->pages[pg + 1];
+                    nk = next + (size_t)kv_head * head_bytes;
+                    nv = next + ((size_t)p->n_kv_heads + kv_head) * head_bytes;
                 }
                 for (size_t b = 0; nk && b < (size_t)HP_BLOCK * D * esz; b += 64) {
                     __builtin_prefetch(nk + b);
@@ -388,12 +389,17 @@ void akv_attn_host_chunk(const akv_attn_host_part *p, akv_attn_host_isa isa, uin
     }
 }
 
+void akv_attn_host_chunk(const akv_attn_host_part *p, akv_attn_host_isa isa, uint32_t kv_head,
+                         uint32_t page0, uint32_t page1, float *o, float *lse) {
+    hp_chunk(p, akv_attn_host_isa_resolve(isa), kv_head, page0, page1, o, lse);
+}
+
 /* ---- a batch of parts over threads ------------------------------------------------------ */
 
 typedef struct hp_batch {
     const akv_attn_host_part *parts;
     uint32_t n;
-    akv_attn_host_isa isa;
+    akv_attn_host_isa isa; /* resolved */
     const uint32_t *task0; /* [n + 1] the first task of each part: n_kv_heads x chunks each */
     float *scratch;        /* a task's states at task * G * (D + 1): o [G][D], then lse [G] */
     uint32_t G, D;
@@ -401,14 +407,18 @@ typedef struct hp_batch {
 
 static void hp_task(void *ctx, uint32_t t) {
     const hp_batch *b = ctx;
-    uint32_t i = 0;
-    while (b->task0[i + 1] <= t) i++; /* the part (few: a step's sequences) */
+    uint32_t i = 0, hi = b->n; /* the part: task0[i] <= t < task0[i + 1] (task0 ascends) */
+    while (hi - i > 1) {
+        const uint32_t mid = i + (hi - i) / 2;
+        if (b->task0[mid] <= t) i = mid;
+        else hi = mid;
+    }
     const akv_attn_host_part *p = &b->parts[i];
     const uint32_t nc = akv_attn_host_chunks(p), h = (t - b->task0[i]) / nc, c = (t - b->task0[i]) % nc;
     uint32_t a, e;
     akv_attn_host_chunk_pages(p, c, &a, &e);
     float *st = b->scratch + (size_t)t * b->G * (b->D + 1);
-    akv_attn_host_chunk(p, b->isa, h, a, e, st, st + (size_t)b->G * b->D);
+    hp_chunk(p, b->isa, h, a, e, st, st + (size_t)b->G * b->D);
 }
 
 size_t akv__attn_host_scratch_floats(const akv_attn_host_part *parts, uint32_t n) {

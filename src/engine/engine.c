@@ -77,8 +77,8 @@ static void engine_rename(const char *in, char *out, size_t cap) {
  * thread that launches the kernels keeps a core while the host part runs; its pool's workers
  * spin between layers). */
 static uint32_t engine_host_threads(const akv_engine *e) {
-    const uint32_t cores = akv__par_cores();
     if (e->p.threads) return e->p.threads;
+    const uint32_t cores = akv__par_cores();
     return !e->info.is_host && cores > 2 ? cores - 1 : 0;
 }
 

@@ -1298,8 +1298,8 @@ static akv_status route_write_table(akv_route *r, const akv_route_req *reqs, uin
     const uint32_t P = r->geom.page_tokens;
     uint32_t off = 0;
     r->n_staged = 0;
-    bool decode = true; /* every sequence one new token: the host part's steps */
-    for (uint32_t i = 0; i < n; i++) decode &= reqs[i].n_tokens == reqs[i].seq->n_tokens + 1;
+    bool decode = r->kind->host_pages != NULL; /* every sequence one new token: a host part's */
+    for (uint32_t i = 0; decode && i < n; i++) decode = reqs[i].n_tokens == reqs[i].seq->n_tokens + 1;
     for (uint32_t i = 0; i < n; i++) {
         akv_route_seq *s = reqs[i].seq;
         const uint64_t n_old = s->n_tokens, n_total = reqs[i].n_tokens;

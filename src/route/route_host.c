@@ -32,7 +32,6 @@ typedef struct akv__route_host_layer {
     akv_attn_host_part *parts; /* [max_seqs] */
     const void **pages;        /* [max_seqs * max_pages] their page addresses */
     uint32_t n;                /* sequences of the step */
-    uint64_t bytes;            /* K/V bytes they read */
 } akv__route_host_layer;
 
 /* ---- the policy ------------------------------------------------------------------------------ */
@@ -144,7 +143,7 @@ static akv_status host_part(akv_route *r, uint32_t layer, akv_kv_parts *parts) {
     akv__route_host_layer *hl = &r->hl[layer];
     float *q = r->hq + (size_t)layer * r->max_seqs * H * D;
     const size_t page_bytes = akv_geom_page_bytes(&r->geom);
-    hl->n = n, hl->bytes = 0;
+    hl->n = n;
     for (uint32_t i = 0, at = 0; i < n; i++) {
         akv_route_seq *s = r->step[i];
         const uint32_t np = s->x0 - 1; /* its pages 1 .. x0-1: full pages (the window holds
@@ -163,10 +162,9 @@ static akv_status host_part(akv_route *r, uint32_t layer, akv_kv_parts *parts) {
         if ((st = akv_attn_host_part_check(&hl->parts[i]))) return st;
         r->htok[i] = (uint64_t)np * r->geom.page_tokens;
         at += np;
-        hl->bytes += (uint64_t)np * page_bytes;
         s->stats.host_bytes += (uint64_t)np * page_bytes;
+        r->stats.host_bytes += (uint64_t)np * page_bytes;
     }
-    r->stats.host_bytes += hl->bytes;
     /* the chunks' scratch, the same size in every layer (x0 is): grown at the step's first
      * layer, when no host function of an earlier step can still be using it (begin_step
      * synchronised the queues) and none of this step's has been enqueued */

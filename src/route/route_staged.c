@@ -17,7 +17,7 @@
 
 /* Two slots, each for every sequence's pages outside its window. */
 uint32_t akv__route_staged_plan_staging(const akv_geom *g, uint64_t max_history,
-                                    uint32_t window_pages, uint32_t max_seqs) {
+                                        uint32_t window_pages, uint32_t max_seqs) {
     uint32_t slot = akv_route_slot_pages(g, max_history, window_pages, max_seqs);
     return slot > UINT32_MAX / 2 ? UINT32_MAX : 2 * slot;
 }
@@ -25,8 +25,8 @@ uint32_t akv__route_staged_plan_staging(const akv_geom *g, uint64_t max_history,
 /* Each context's window by right: the plan's share of the window capacity, at least the
  * route's window; what is left beside it may be borrowed. */
 akv_status akv__route_staged_plan_windows(const akv_geom *g, uint64_t max_history,
-                                      uint32_t max_seqs, const akv_fit *fit,
-                                      akv_route_plan *pl) {
+                                          uint32_t max_seqs, const akv_fit *fit,
+                                          akv_route_plan *pl) {
     (void)g, (void)max_history;
     const uint64_t cap = fit->window_capacity;
     pl->target = fit->target > pl->window_pages ? fit->target : pl->window_pages;
@@ -51,7 +51,7 @@ uint32_t akv__route_staged_need(const akv_route_plan *pl, const akv_geom *g, uin
 /* A window of target pages by right (at least the route's window_pages) + burst, within the
  * pool's window capacity. */
 akv_status akv__route_staged_window(const akv_route *r, akv_route_seq_params *p,
-                                uint32_t window_capacity) {
+                                    uint32_t window_capacity) {
     if (p->target == 0) p->target = r->window_pages;
     if (r->window_pages >= 2 && p->target >= r->window_pages &&
         (uint64_t)p->target + p->burst <= window_capacity)
