@@ -10,6 +10,13 @@
 #include "akv/dev_pool.h"
 #include "akv/host_pool.h"
 #include "akv/route.h"
+#include "core/par.h"
+
+/* The engine's default for the host part: every core but the launching thread's. */
+static inline int bench_host_threads(void) {
+    const uint32_t n = akv__par_cores();
+    return n > 1 ? (int)n - 1 : 1;
+}
 
 typedef struct bench_route {
     akv_host_pool *hp;
@@ -50,7 +57,11 @@ static inline akv_status bench_route_open(akv_dev *dev, const akv_geom *g, akv_r
                            .max_history = max_history,
                            .queued = true,
                            .window_pages = window,
-                           .host_share = host_share};
+                           .host_share = host_share,
+                           /* AKV_BENCH_HOST_THREADS: the host part's threads (default: one
+                              core left to the launching thread, as the engine does) */
+                           .host_threads = (uint32_t)akv_test_env_int(
+                               "AKV_BENCH_HOST_THREADS", 1, 256, bench_host_threads())};
     akv_status st = akv_dev_pool_create(dev, g, &dpp, &b->dp);
     if (st == AKV_OK) st = akv_route_create(dev, b->hp, b->dp, &rp, &b->r);
     if (st == AKV_OK) TRY(akv_route_seq_open(b->r, NULL, &b->seq));

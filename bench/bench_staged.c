@@ -15,6 +15,8 @@
  * its copies (the staged route's goal: <= 1.05). Appends markdown to $AKV_BENCH_OUT. */
 #define _POSIX_C_SOURCE 200809L
 #include <math.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -65,30 +67,48 @@ static double h2d_rate(akv_dev *dev) {
 }
 
 /* AKV_BENCH_TRACE=1: the route's hooks wrapped to time the last step layer by layer: the host
- * clock when each layer's copies were enqueued, and a timing event on the H2D queue after them
- * (complete when the layer's copies are). Intervals per layer against the copy's bus time show
- * whether the bus idled between layers and whether the host issued late. */
+ * clock when each layer's copies were enqueued, and timing events recorded after the layer's
+ * begin on the H2D queue (complete when the layer's copies are) and the D2H queue (when its
+ * host part's states are uploaded, host-attended kind), and after its end on the compute queue
+ * (when the layer's attention is done). Intervals per layer against the copy's bus time show
+ * whether the bus idled between layers and whether the host issued late; the three queues'
+ * times from the step's first event show which of copies, host part and compute each layer
+ * waited on. */
+enum { TRACE_MAX = 64 };
 typedef struct trace {
     akv_kv_hooks inner;
     akv_dev *dev;
     int on;
     uint32_t n;
-    uint64_t host_ns[64];
-    akv_event *ev[64];
+    uint64_t host_ns[TRACE_MAX];
+    akv_event *base;                                   /* compute queue, layer 0's begin */
+    akv_event *ev[TRACE_MAX], *ev_d2h[TRACE_MAX], *ev_cmp[TRACE_MAX];
 } trace;
 
 static akv_status trace_begin(void *user, uint32_t layer, akv_kv_parts *parts) {
     trace *t = user;
-    akv_status st = t->inner.begin_layer(t->inner.user, layer, parts);
-    if (st || !t->on || layer >= 64) return st;
+    akv_status st;
+    if (t->on && layer == 0 && (st = akv_dev_event_record(t->dev, t->base, AKV_QUEUE_COMPUTE)))
+        return st;
+    st = t->inner.begin_layer(t->inner.user, layer, parts);
+    if (st || !t->on || layer >= TRACE_MAX) return st;
     t->host_ns[layer] = akv_clock_ns();
     t->n = layer + 1;
+    if ((st = akv_dev_event_record(t->dev, t->ev_d2h[layer], AKV_QUEUE_D2H))) return st;
     return akv_dev_event_record(t->dev, t->ev[layer], AKV_QUEUE_H2D);
 }
 
 static akv_status trace_end(void *user, uint32_t layer) {
     trace *t = user;
-    return t->inner.end_layer ? t->inner.end_layer(t->inner.user, layer) : AKV_OK;
+    akv_status st = t->inner.end_layer ? t->inner.end_layer(t->inner.user, layer) : AKV_OK;
+    if (st || !t->on || layer >= TRACE_MAX) return st;
+    return akv_dev_event_record(t->dev, t->ev_cmp[layer], AKV_QUEUE_COMPUTE);
+}
+
+static double trace_at_ms(trace *t, akv_event *e) {
+    uint64_t ns = 0;
+    TRY(akv_dev_event_elapsed_ns(t->dev, t->base, e, &ns));
+    return ns * 1e-6;
 }
 
 static void trace_report(trace *t, double layer_bytes, double rate) {
@@ -104,6 +124,13 @@ static void trace_report(trace *t, double layer_bytes, double rate) {
     printf("    trace, layers 1..%u: H2D interval %.3f ms a layer (worst %.3f), host issue "
            "interval %.3f ms, copy bus time %.3f ms\n",
            n - 1, dev_sum / (n - 1), worst, host_sum / (n - 1), bus);
+    printf("    layer: ms from layer 0's begin on the compute queue, when the layer's copies "
+           "were done (H2D), its D2H queue's work (host part) was done, its compute was done; "
+           "its begin issued by the host\n");
+    for (uint32_t l = 0; l < n; l++)
+        printf("    %2u: h2d %8.3f  d2h %8.3f  compute %8.3f  issued %8.3f\n", l,
+               trace_at_ms(t, t->ev[l]), trace_at_ms(t, t->ev_d2h[l]), trace_at_ms(t, t->ev_cmp[l]),
+               (t->host_ns[l] - t->host_ns[0]) * 1e-6);
 }
 
 /* rate: the large-copy host->device rate (the trace's bus time). */
@@ -132,8 +159,12 @@ static row bench_ctx(akv_dev *dev, akv_forward_dev *f, akv_route_kind kind, uint
                             (size_t)akv_dev_pool_n_pages(dp) * akv_dev_pool_page_bytes(dp)));
     trace tr = {.inner = akv_route_hooks(r), .dev = dev};
     int tracing = getenv("AKV_BENCH_TRACE") && (kind == bench_kind("staged") || kind == bench_kind("host"));
-    for (int i = 0; tracing && i < 64; i++)
+    if (tracing) TRY(akv_dev_event_create(dev, AKV_EVENT_TIMING, &tr.base));
+    for (int i = 0; tracing && i < TRACE_MAX; i++) {
         TRY(akv_dev_event_create(dev, AKV_EVENT_TIMING, &tr.ev[i]));
+        TRY(akv_dev_event_create(dev, AKV_EVENT_TIMING, &tr.ev_d2h[i]));
+        TRY(akv_dev_event_create(dev, AKV_EVENT_TIMING, &tr.ev_cmp[i]));
+    }
     akv_kv_hooks kv = tracing ? (akv_kv_hooks){.user = &tr,
                                                    .begin_layer = trace_begin,
                                                    .end_layer = trace_end}
@@ -160,14 +191,116 @@ static row bench_ctx(akv_dev *dev, akv_forward_dev *f, akv_route_kind kind, uint
     out.host_ms = (double)(s1.host_ns - s0.host_ns) * 1e-6 / n_steps;
     if (tracing) {
         trace_report(&tr, out.staged_bytes / c->n_layers, rate);
-        for (int i = 0; i < 64; i++)
+        TRY(akv_dev_event_destroy(dev, tr.base));
+        for (int i = 0; i < TRACE_MAX; i++) {
             TRY(akv_dev_event_destroy(dev, tr.ev[i]));
+            TRY(akv_dev_event_destroy(dev, tr.ev_d2h[i]));
+            TRY(akv_dev_event_destroy(dev, tr.ev_cmp[i]));
+        }
     }
     free(logits);
     TRY(akv_route_sync(r));
 done:
     bench_route_close(&br);
     return out;
+}
+
+/* The joint ceiling (AKV_BENCH_HOST): the host's memory serves both the bus's copies (DMA
+ * reads of pinned pages) and the host part's cores. For JOINT_S seconds each: the launching
+ * thread copying 256 MiB host->device again and again (synchronous copies, as the bus runs
+ * when staging), the host part's threads summing a 1 GiB pinned buffer in passes (its read
+ * rate), and both at once. Rates in GB/s over each side's own span. */
+enum { JOINT_COPY_MIB = 256, JOINT_READ_MIB = 1024 };
+#define JOINT_S 1.0
+
+typedef struct joint {
+    akv_par *par;
+    const uint64_t *buf;
+    size_t words;
+    uint32_t n_tasks;
+    uint64_t sums[256];
+    atomic_int stop;
+    double bytes, secs;
+} joint;
+
+static void joint_task(void *ctx, uint32_t t) {
+    joint *j = ctx;
+    const size_t per = j->words / j->n_tasks, a = (size_t)t * per;
+    const uint64_t *w = j->buf + a;
+    uint64_t s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+    for (size_t i = 0; i < per; i += 4) s0 += w[i], s1 += w[i + 1], s2 += w[i + 2], s3 += w[i + 3];
+    j->sums[t] = s0 + s1 + s2 + s3;
+}
+
+static void *joint_reader(void *arg) {
+    joint *j = arg;
+    const double t0 = akv_clock_s();
+    double n = 0;
+    do {
+        akv__par_for(j->par, j->n_tasks, joint_task, j);
+        n += 1;
+    } while (!atomic_load(&j->stop));
+    j->secs = akv_clock_s() - t0;
+    j->bytes = n * (double)j->words * 8;
+    return NULL;
+}
+
+/* Copies host->device for JOINT_S seconds; their rate, bytes/s. */
+static double joint_copy(akv_dev *dev, akv_dptr d, const void *h) {
+    const size_t n = (size_t)JOINT_COPY_MIB << 20;
+    const double t0 = akv_clock_s();
+    double bytes = 0;
+    do {
+        TRY(akv_dev_copy_h2d_sync(dev, d, h, n));
+        bytes += (double)n;
+    } while (akv_clock_s() - t0 < JOINT_S);
+    return bytes / (akv_clock_s() - t0);
+}
+
+static void joint_table(FILE *out, akv_dev *dev, const akv_dev_info *info) {
+    const uint32_t threads = (uint32_t)akv_test_env_int("AKV_BENCH_HOST_THREADS", 1, 256, bench_host_threads());
+    void *h = NULL, *rd = NULL;
+    akv_dptr d;
+    TRY(akv_dev_pinned_alloc(dev, (size_t)JOINT_COPY_MIB << 20, &h));
+    TRY(akv_dev_pinned_alloc(dev, (size_t)JOINT_READ_MIB << 20, &rd));
+    TRY(akv_dev_mem_alloc(dev, (size_t)JOINT_COPY_MIB << 20, &d));
+    memset(h, 1, (size_t)JOINT_COPY_MIB << 20);
+    memset(rd, 2, (size_t)JOINT_READ_MIB << 20);
+    joint j = {.buf = rd, .words = ((size_t)JOINT_READ_MIB << 20) / 8, .n_tasks = 256};
+    TRY(akv__par_create(threads, &j.par));
+    pthread_t th;
+    /* each alone, then both */
+    const double copy_alone = joint_copy(dev, d, h);
+    atomic_store(&j.stop, 0);
+    if (pthread_create(&th, NULL, joint_reader, &j)) TRY(AKV_EUNSUPPORTED);
+    akv_clock_sleep_ns((uint64_t)(JOINT_S * 1e9));
+    atomic_store(&j.stop, 1);
+    pthread_join(th, NULL);
+    const double read_alone = j.bytes / j.secs;
+    atomic_store(&j.stop, 0);
+    if (pthread_create(&th, NULL, joint_reader, &j)) TRY(AKV_EUNSUPPORTED);
+    const double copy_both = joint_copy(dev, d, h);
+    atomic_store(&j.stop, 1);
+    pthread_join(th, NULL);
+    const double read_both = j.bytes / j.secs;
+    bench_emit(out,
+               "\n### The host's memory shared by the bus and the cores (%s, %u read threads)\n\n"
+               "The launching thread copying %u MiB host->device back to back; the host part's "
+               "threads summing a %u MiB pinned buffer; each alone, then both at once, %.0f s "
+               "each. The joint ceiling is the last row's sum.\n\n"
+               "| running | copy GB/s | read GB/s | sum GB/s |\n|---|---:|---:|---:|\n"
+               "| copies alone | %.1f | - | %.1f |\n| reads alone | - | %.1f | %.1f |\n"
+               "| both | %.1f | %.1f | %.1f |\n",
+               info->name, threads, JOINT_COPY_MIB, JOINT_READ_MIB, JOINT_S, copy_alone / 1e9,
+               copy_alone / 1e9, read_alone / 1e9, read_alone / 1e9, copy_both / 1e9, read_both / 1e9,
+               (copy_both + read_both) / 1e9);
+    printf("  joint: copies %.1f GB/s alone, %.1f beside reads; reads %.1f alone, %.1f beside "
+           "copies (%u threads)\n",
+           copy_alone / 1e9, copy_both / 1e9, read_alone / 1e9, read_both / 1e9, threads);
+    akv__par_destroy(j.par);
+    TRY(akv_dev_mem_free(dev, d));
+    akv_dev_pinned_free(dev, h);
+    akv_dev_pinned_free(dev, rd);
 }
 
 /* AKV_BENCH_HOST=1 (=only: without the table above): the host-attended route against the
@@ -274,7 +407,10 @@ int main(void) {
                    1e3 / stg[i].step_ms, stg[i].staged_bytes / (1 << 20), bus_ms, stg[i].step_ms,
                    ratio, stc[i].step_ms, ratio_c);
     }
-    if (host_env) host_table(out, dev, f, rate, &info);
+    if (host_env) {
+        joint_table(out, dev, &info);
+        host_table(out, dev, f, rate, &info);
+    }
     if (out) fclose(out);
     akv_forward_dev_destroy(f);
     TRY(akv_dev_destroy(dev));

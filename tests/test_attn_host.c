@@ -3,7 +3,8 @@
  * oracle of the attention reference, on random pages of awkward shapes (head dims 20, 40, 64,
  * 72, 128, 256; GQA groups 1 to 12; pages of 1 to 256 tokens; histories of 0, 1, a page +- 1 and
  * several chunks; bf16, f16 and f32 pages), every unused slot NaN so a read past the history
- * poisons the result; the empty state; the chunk cut; and the refusals. */
+ * poisons the result; compact pages (q8, q4) likewise; the empty state; the chunk cut; and the
+ * refusals. */
 #include "test.h"
 
 #include "akv/attn.h"
@@ -33,6 +34,7 @@ static akv_attn_host_part part_of(const fx_table *f, const void **pages, const f
         .dtype = f->g.dtype,
         .n_heads = f->g.n_heads,
         .q = q,
+        .repr = f->repr,
     };
     return p;
 }
@@ -55,10 +57,15 @@ static void run_part(const akv_attn_host_part *p, akv_attn_host_isa isa, float *
     free(co), free(cl);
 }
 
-static void part_case(fx_geom g, uint32_t len, akv_attn_host_isa isa) {
+/* Returns 0 (nothing run) for a compact representation the shape cannot take. */
+static int part_case(fx_geom g, uint32_t len, akv_attn_host_isa isa, akv_repr repr) {
     fx_table f;
     fx_table_make(&f, g, 1, &len, 3, 1, &rng);
     f.past = 1;
+    if (repr != AKV_REPR_EXACT && !fx_table_compact(&f, repr)) {
+        fx_table_free(&f);
+        return 0;
+    }
     const size_t n_rows = g.n_heads, d = g.head_dim;
     float *q = fx_random(AKV_DTYPE_F32, n_rows * d, 2.0f, &rng);
     float *o = malloc(n_rows * d * sizeof *o), *lse = malloc(n_rows * sizeof *lse);
@@ -79,17 +86,20 @@ static void part_case(fx_geom g, uint32_t len, akv_attn_host_isa isa) {
     memset(o, 0xff, n_rows * d * sizeof *o); /* NaN: every output must be written */
     run_part(&p, isa, o, lse);
     char what[160];
-    snprintf(what, sizeof what, "host part %u/%u d%u P%u %s, %u tokens (%u chunks), %s", g.n_heads,
-             g.n_kv_heads, g.head_dim, g.page_tokens, akv_dtype_name(g.dtype), len,
-             akv_attn_host_chunks(&p), akv_attn_host_isa_name(isa));
+    snprintf(what, sizeof what, "host part %u/%u d%u P%u %s %s, %u tokens (%u chunks), %s", g.n_heads,
+             g.n_kv_heads, g.head_dim, g.page_tokens, akv_dtype_name(g.dtype), akv_repr_name(repr),
+             len, akv_attn_host_chunks(&p), akv_attn_host_isa_name(isa));
     if (len) {
-        FX_COMPARE(what, o, AKV_DTYPE_F32, lse, o64, lse64, n_rows, g.head_dim, tol_for(g.dtype), 2e-5);
+        /* a compact part: the oracle reads the same decoded rows (f32 values) */
+        const double tol = repr != AKV_REPR_EXACT ? tol_for(AKV_DTYPE_F32) : tol_for(g.dtype);
+        FX_COMPARE(what, o, AKV_DTYPE_F32, lse, o64, lse64, n_rows, g.head_dim, tol, 2e-5);
     } else { /* an empty history: the empty state */
         for (size_t i = 0; i < n_rows * d; i++) TEST_CHECK_(o[i] == 0.0f, "%s: o[%zu] = %g", what, i, o[i]);
         for (size_t i = 0; i < n_rows; i++) TEST_CHECK_(lse[i] == -INFINITY, "%s: lse[%zu] = %g", what, i, lse[i]);
     }
     free(q), free(o), free(lse), free(o64), free(lse64), free(pages);
     fx_table_free(&f);
+    return 1;
 }
 
 static void test_against_f64(void) {
@@ -112,11 +122,36 @@ static void test_against_f64(void) {
             const fx_geom g = geoms[k];
             const uint32_t P = g.page_tokens;
             const uint32_t lens[] = {0, 1, P > 1 ? P - 1 : 2, P, P + 1, 2 * AKV_ATTN_HOST_CHUNK_TOKENS + 3 * P / 2 + 5};
-            for (size_t j = 0; j < sizeof lens / sizeof *lens; j++) part_case(g, lens[j], isa);
+            for (size_t j = 0; j < sizeof lens / sizeof *lens; j++) part_case(g, lens[j], isa, AKV_REPR_EXACT);
         }
     }
     printf("instruction sets run: portable %d, avx2 %d, avx512 %d\n", ran[1], ran[2], ran[3]);
     CHECK(ran[AKV_ATTN_HOST_PORTABLE]);
+}
+
+/* Compact pages (q8, q4) read in place: against the oracle over the same decoded rows, on the
+ * shapes each form takes (q4: head dims 32, 64, 128, 256), poisoned past every history. */
+static void test_compact_against_f64(void) {
+    static const fx_geom geoms[] = {
+        {32, 8, 128, 64, AKV_DTYPE_BF16}, /* Llama-3-8B */
+        {9, 3, 64, 256, AKV_DTYPE_BF16},  /* SmolLM2-135M */
+        {12, 1, 32, 16, AKV_DTYPE_F16},   /* two passes of rows, the narrowest q4 head */
+        {2, 1, 256, 8, AKV_DTYPE_F32},    /* the widest head */
+        {6, 2, 40, 4, AKV_DTYPE_BF16},    /* q8 only: 40 is not a q4 head */
+    };
+    int runs = 0;
+    for (int i = AKV_ATTN_HOST_PORTABLE; i < AKV_ATTN_HOST_ISAS; i++) {
+        const akv_attn_host_isa isa = (akv_attn_host_isa)i;
+        if (akv_attn_host_isa_resolve(isa) != isa) continue;
+        for (int r = AKV_REPR_Q8; r < AKV_REPR_COUNT; r++)
+            for (size_t k = 0; k < sizeof geoms / sizeof *geoms; k++) {
+                const uint32_t P = geoms[k].page_tokens;
+                const uint32_t lens[] = {1, P + 1, AKV_ATTN_HOST_CHUNK_TOKENS + 3 * P / 2 + 5};
+                for (size_t j = 0; j < sizeof lens / sizeof *lens; j++)
+                    runs += part_case(geoms[k], lens[j], isa, (akv_repr)r);
+            }
+    }
+    TEST_CHECK_(runs >= 27, "compact cases run: %d", runs); /* 9 shape/form pairs a set */
 }
 
 /* A chunk of a range with no page is the empty state; an empty part has no chunk. */
@@ -124,7 +159,7 @@ static void test_empty(void) {
     uint16_t page[2 * 2 * 4 * 8] = {0};
     const void *pages[1] = {page};
     float q[4 * 8] = {0}, o[2 * 8], lse[2];
-    akv_attn_host_part p = {pages, 1, 4, 2, 8, 4, AKV_DTYPE_BF16, 4, q, 0.0f};
+    akv_attn_host_part p = {pages, 1, 4, 2, 8, 4, AKV_DTYPE_BF16, 4, q, 0.0f, 0};
     CHECK_OK(akv_attn_host_part_check(&p));
     memset(o, 0xff, sizeof o);
     akv_attn_host_chunk(&p, AKV_ATTN_HOST_AUTO, 1, 1, 1, o, lse);
@@ -160,7 +195,7 @@ static void test_check(void) {
     uint16_t page[2 * 2 * 4 * 8] = {0};
     const void *pages[2] = {page, NULL};
     float q[4 * 8] = {0};
-    const akv_attn_host_part good = {pages, 1, 4, 2, 8, 4, AKV_DTYPE_BF16, 4, q, 0.0f};
+    const akv_attn_host_part good = {pages, 1, 4, 2, 8, 4, AKV_DTYPE_BF16, 4, q, 0.0f, 0};
     CHECK_OK(akv_attn_host_part_check(&good));
     akv_log_set(NULL, NULL, AKV_LOG_OFF);
     CHECK_STATUS(akv_attn_host_part_check(NULL), AKV_EINVAL);
@@ -191,6 +226,12 @@ static void test_check(void) {
     CHECK_STATUS(akv_attn_host_part_check(&b), AKV_EINVAL);
     b = good, b.scale = NAN;
     CHECK_STATUS(akv_attn_host_part_check(&b), AKV_EINVAL);
+    b = good, b.repr = AKV_REPR_COUNT;
+    CHECK_STATUS(akv_attn_host_part_check(&b), AKV_EINVAL);
+    b = good, b.repr = AKV_REPR_Q4; /* head_dim 8: no q4 layout */
+    CHECK_STATUS(akv_attn_host_part_check(&b), AKV_EINVAL);
+    b = good, b.repr = AKV_REPR_Q8;
+    CHECK_OK(akv_attn_host_part_check(&b));
     akv_log_set(NULL, NULL, AKV_LOG_WARN);
     CHECK_STR(akv_attn_host_isa_name(AKV_ATTN_HOST_AVX512), "avx512");
     CHECK(akv_attn_host_isa_resolve(AKV_ATTN_HOST_AUTO) != AKV_ATTN_HOST_AUTO);
@@ -218,7 +259,7 @@ static void test_batch(void) {
         for (int32_t k = a; k < b; k++) pages[k] = f.pool + (size_t)f.indices[k] * f.page_bytes;
         parts[i] = (akv_attn_host_part){pages + a, (uint32_t)(b - a), b > a ? (uint32_t)f.last[i] : 0,
                                         g.n_kv_heads, D, g.page_tokens, g.dtype, H,
-                                        q + (size_t)i * H * D, 0.0f};
+                                        q + (size_t)i * H * D, 0.0f, 0};
     }
     akv_attn_decode ref = {.kv = fx_pages(&f), .n_heads = H, .n_query = 1, .q = akv_attn_host_ptr(q),
                            .q_dtype = AKV_DTYPE_F32, .o = akv_attn_host_ptr(o), .o_dtype = AKV_DTYPE_F32};
@@ -256,6 +297,7 @@ int main(int argc, char **argv) {
     test_args(argc, argv);
     rng = test_seed(0x5eedbeef);
     TEST_CASE(chunks_merged_against_the_float64_oracle) test_against_f64();
+    TEST_CASE(compact_pages_against_the_float64_oracle) test_compact_against_f64();
     TEST_CASE(a_batch_over_threads) test_batch();
     TEST_CASE(empty_ranges_and_parts) test_empty();
     TEST_CASE(chunks_cover_the_pages_once) test_chunks();

@@ -2,10 +2,12 @@
  * akv/attn_host.h — decode attention over history pages where they lie in host memory: the
  * host's share of a step's attention (the host part of the host-attended route).
  *
- * A host part is one sequence's query (one token, every query head, f32) and a list of exact
- * pages of one layer in host memory (akv/geom.h's page layout: [K, V][K/V head][token][head
- * dim]), read in place: nothing is widened into scratch, each key and value row is read from
- * memory once for all the query heads of its K/V head (a GQA group). It yields, per query head,
+ * A host part is one sequence's query (one token, every query head, f32) and a list of pages of
+ * one layer in host memory, read in place: exact pages (akv/geom.h's page layout: [K, V][K/V
+ * head][token][head dim]) straight from memory, compact ones (q8, q4: akv/kv_repr.h) a block
+ * of 32 rows at a time decoded into an L1-sized buffer (akv/kvq.h's decode, so the values are
+ * the ones every other reader sees); each key and value row is read from memory once for all
+ * the query heads of its K/V head (a GQA group). It yields, per query head,
  * the output normalised over the part's keys and the log-sum-exp of the scores (natural log),
  * which merge exactly with the other parts' states (akv_attn_merge_state, the device's merge).
  * Every key of the part precedes the query (a past part: no causal mask).
@@ -69,11 +71,16 @@ typedef struct akv_attn_host_part {
     uint32_t n_heads;         /* query heads, a multiple of n_kv_heads */
     const float *q;           /* [n_heads][head_dim] */
     float scale;              /* score scale; 0 = 1/sqrt(head_dim); else finite and > 0 */
+    uint32_t repr;            /* akv_repr of the pages (akv/kv_repr.h): 0 = exact, in dtype;
+                                 q8 / q4 = compact pages of that layout for an exact page of
+                                 dtype, decoded a block of rows at a time (q4's K rows are
+                                 rotated: the query is rotated the same way) */
 } akv_attn_host_part;
 
 /* AKV_EINVAL (logged, naming the field) for a part the functions below cannot read: a NULL
  * page or query, a zero or oversize shape, a dtype other than the three, a last_len outside
- * 1..page_tokens, a bad scale. */
+ * 1..page_tokens, a bad scale, a representation that is not one or cannot hold the shape
+ * (q4: head_dim a power of two, at least 32). */
 akv_status akv_attn_host_part_check(const akv_attn_host_part *p);
 
 /* Chunks of the part per K/V head: its pages cut into runs of max(1, CHUNK_TOKENS /

@@ -10,7 +10,10 @@
  *   3. acc[r] = acc[r] * alpha_r + sum_t S[r][t] v_t, each value row widened once for the
  *      pass's rows.
  * A block's rows are in L1 when steps 1 and 3 read them again for the next row, so memory
- * is read once per pass; a GQA group of at most HP_ROWS rows is one pass.
+ * is read once per pass; a GQA group of at most HP_ROWS rows is one pass. A compact page's
+ * block is first decoded (akv_kvq_read_rows) into f32 rows on the stack, which steps 1 and 3
+ * then read as an f32 block; a q4 part's query rows are rotated once a pass, as its K rows
+ * were.
  */
 #include "akv/attn_host.h"
 #include "attn/attn_host_run.h"
@@ -21,6 +24,7 @@
 #include <string.h>
 
 #include "akv/attn.h"
+#include "akv/kvq.h"
 #include "core/assert.h"
 #include "core/half.h"
 #include "core/log.h"
@@ -81,6 +85,13 @@ akv_status akv_attn_host_part_check(const akv_attn_host_part *p) {
     else if (!(p->scale == 0.0f || (isfinite(p->scale) && p->scale > 0.0f)))
         bad = "scale must be 0 or finite and > 0";
     else if (p->n_pages && !p->pages) bad = "pages is NULL";
+    else if (p->repr >= AKV_REPR_COUNT) bad = "repr is not a representation";
+    else if (p->repr != AKV_REPR_EXACT) {
+        akv_repr_layout l;
+        if (akv_repr_layout_of((akv_repr)p->repr, p->dtype, p->n_kv_heads, p->page_tokens,
+                               p->head_dim, &l) != AKV_OK)
+            bad = "the compact representation cannot hold this head_dim (q4: a power of two, >= 32)";
+    }
     else if (p->n_pages && (p->last_len == 0 || p->last_len > p->page_tokens))
         bad = "last_len out of 1..page_tokens";
     for (uint32_t i = 0; !bad && i < p->n_pages; i++)
@@ -332,15 +343,24 @@ static void hp_chunk(const akv_attn_host_part *p, akv_attn_host_isa isa, uint32_
 #endif
     const uint32_t D = p->head_dim, P = p->page_tokens, G = p->n_heads / p->n_kv_heads;
     const float scale = p->scale != 0.0f ? p->scale : 1.0f / sqrtf((float)D);
+    const bool compact = p->repr != AKV_REPR_EXACT;
+    akv_repr_layout lay = {0};
+    const akv_kvq_page_shape sh = {p->n_kv_heads, P, D, p->dtype};
+    if (compact) /* the part was checked: its layout exists */
+        AKV_ASSERT(akv_repr_layout_of((akv_repr)p->repr, p->dtype, p->n_kv_heads, P, D, &lay) == AKV_OK);
+    const akv_dtype bdt = compact ? AKV_DTYPE_F32 : p->dtype; /* the blocks steps 1 and 3 read */
     const size_t esz = akv_dtype_size(p->dtype), head_bytes = (size_t)P * D * esz;
     /* [HP_ROWS][D] scaled queries and sums; [HP_ROWS][HP_BLOCK] scores, then weights */
     float qs[HP_ROWS * AKV_ATTN_HOST_MAX_HEAD_DIM], acc[HP_ROWS * AKV_ATTN_HOST_MAX_HEAD_DIM];
     float s[HP_ROWS * HP_BLOCK], m[HP_ROWS], l[HP_ROWS];
+    /* a compact block's K and V rows, decoded (64 KiB of stack at the widest head) */
+    float kf[HP_BLOCK * AKV_ATTN_HOST_MAX_HEAD_DIM], vf[HP_BLOCK * AKV_ATTN_HOST_MAX_HEAD_DIM];
     for (uint32_t r0 = 0; r0 < G; r0 += HP_ROWS) {
         const uint32_t R = G - r0 < HP_ROWS ? G - r0 : HP_ROWS;
         for (uint32_t r = 0; r < R; r++) {
             const float *qr = p->q + ((size_t)kv_head * G + r0 + r) * D;
             for (uint32_t e = 0; e < D; e++) qs[(size_t)r * D + e] = qr[e] * scale;
+            if (lay.rotate_k) akv_kvq_fwht(qs + (size_t)r * D, D); /* as the K rows were */
             m[r] = -INFINITY, l[r] = 0.0f;
         }
         memset(acc, 0, (size_t)R * D * sizeof *acc);
@@ -353,19 +373,30 @@ static void hp_chunk(const akv_attn_host_part *p, akv_attn_host_isa isa, uint32_
                 const uint32_t nb = n - t0 < HP_BLOCK ? n - t0 : HP_BLOCK;
                 /* the next block's rows (this page's, else the next page's first) requested
                  * while this one computes: the kernel reads memory as one stream */
-                const unsigned char *nk = NULL, *nv = NULL;
-                if (t0 + HP_BLOCK < n) {
-                    nk = k + (size_t)(t0 + HP_BLOCK) * D * esz, nv = v + (size_t)(t0 + HP_BLOCK) * D * esz;
-                } else if (pg + 1 < page1) {
-                    const unsigned char *next = p->pages[pg + 1];
-                    nk = next + (size_t)kv_head * head_bytes;
-                    nv = next + ((size_t)p->n_kv_heads + kv_head) * head_bytes;
+                const unsigned char *npage = t0 + HP_BLOCK < n ? page : pg + 1 < page1 ? p->pages[pg + 1] : NULL;
+                const uint32_t nt = t0 + HP_BLOCK < n ? t0 + HP_BLOCK : 0;
+                if (npage && !compact) {
+                    const unsigned char *nk = npage + (size_t)kv_head * head_bytes + (size_t)nt * D * esz;
+                    const unsigned char *nv = npage + ((size_t)p->n_kv_heads + kv_head) * head_bytes + (size_t)nt * D * esz;
+                    for (size_t b = 0; b < (size_t)HP_BLOCK * D * esz; b += 64) {
+                        __builtin_prefetch(nk + b);
+                        __builtin_prefetch(nv + b);
+                    }
+                } else if (npage) {
+                    for (uint32_t kv = 0; kv < 2; kv++) {
+                        const unsigned char *c = akv_kvq_codes(&lay, &sh, npage, kv, kv_head, nt);
+                        const unsigned char *sc = (const unsigned char *)akv_kvq_scales(&lay, &sh, npage, kv, kv_head, nt);
+                        for (size_t b = 0; b < (size_t)HP_BLOCK * lay.code_row_bytes; b += 64) __builtin_prefetch(c + b);
+                        for (size_t b = 0; b < (size_t)HP_BLOCK * lay.scales_per_row * 2; b += 64) __builtin_prefetch(sc + b);
+                    }
                 }
-                for (size_t b = 0; nk && b < (size_t)HP_BLOCK * D * esz; b += 64) {
-                    __builtin_prefetch(nk + b);
-                    __builtin_prefetch(nv + b);
+                const void *kb = k + (size_t)t0 * D * esz, *vb = v + (size_t)t0 * D * esz;
+                if (compact) {
+                    akv_kvq_read_rows(&lay, &sh, page, 0, kv_head, t0, nb, kf);
+                    akv_kvq_read_rows(&lay, &sh, page, 1, kv_head, t0, nb, vf);
+                    kb = kf, vb = vf;
                 }
-                scores(s, qs, R, k + (size_t)t0 * D * esz, nb, D, p->dtype);
+                scores(s, qs, R, kb, nb, D, bdt);
                 for (uint32_t r = 0; r < R; r++) {
                     float *sr = s + r * HP_BLOCK, bm = m[r];
                     for (uint32_t t = 0; t < nb; t++) bm = sr[t] > bm ? sr[t] : bm;
@@ -377,7 +408,7 @@ static void hp_chunk(const akv_attn_host_part *p, akv_attn_host_isa isa, uint32_
                     }
                     l[r] = l[r] * alpha + sum, m[r] = bm;
                 }
-                pv(acc, s, R, v + (size_t)t0 * D * esz, nb, D, p->dtype);
+                pv(acc, s, R, vb, nb, D, bdt);
             }
         }
         for (uint32_t r = 0; r < R; r++) {
