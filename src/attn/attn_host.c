@@ -11,9 +11,9 @@
  *      pass's rows.
  * A block's rows are in L1 when steps 1 and 3 read them again for the next row, so memory
  * is read once per pass; a GQA group of at most HP_ROWS rows is one pass. A compact page's
- * block is first decoded (akv_kvq_read_rows) into f32 rows on the stack, which steps 1 and 3
- * then read as an f32 block; a q4 part's query rows are rotated once a pass, as its K rows
- * were.
+ * rows are read in place as well: steps 1 and 3 widen a vector of codes and multiply it by its
+ * scale (the block's scales made f32 first), the values of akv/kvq.h's decode; a q4 part's
+ * query rows are rotated once a pass, as its K rows were.
  */
 #include "akv/attn_host.h"
 #include "attn/attn_host_run.h"
@@ -121,23 +121,40 @@ void akv_attn_host_chunk_pages(const akv_attn_host_part *p, uint32_t chunk, uint
 }
 
 /* ---- the three steps, per instruction set ---------------------------------------------- */
-/* scores(s, q, R, k, nb, D): s[r * HP_BLOCK + t] = q[r] . k_t for r < R, t < nb; k holds nb
- * rows of D elements of the part's dtype. pv(acc, w, R, v, nb, D): acc[r] += sum_t w[r *
+/* scores(s, q, R, b, nb, D, f): s[r * HP_BLOCK + t] = q[r] . k_t for r < R, t < nb, the keys
+ * rows 0 .. nb-1 of block b in form f. pv(acc, w, R, b, nb, D, f): acc[r] += sum_t w[r *
  * HP_BLOCK + t] v_t. */
 
-static float hp_get(const void *row, akv_dtype dt, uint32_t e) {
-    if (dt == AKV_DTYPE_F32) return ((const float *)row)[e];
-    if (dt == AKV_DTYPE_BF16) return akv_bf16_to_f32(((const uint16_t *)row)[e]);
-    return akv_f16_to_f32(((const uint16_t *)row)[e]);
+/* How a block's rows are stored: an exact element type, or a compact form read in place. */
+typedef enum hp_form { HP_BF16, HP_F16, HP_F32, HP_Q8, HP_Q4 } hp_form;
+
+/* A block of rows: row t at rows + t * rb (a compact row's codes); a compact row's scales as
+ * f32, spr a row (q8 one, q4 one per 32 elements), at sc + t * spr. */
+typedef struct hp_blk {
+    const unsigned char *rows;
+    size_t rb;
+    const float *sc;
+    uint32_t spr;
+} hp_blk;
+
+static float hp_get(const hp_blk *b, uint32_t t, uint32_t e, hp_form f) {
+    const unsigned char *row = b->rows + t * b->rb;
+    switch (f) {
+    case HP_F32: return ((const float *)row)[e];
+    case HP_BF16: return akv_bf16_to_f32(((const uint16_t *)row)[e]);
+    case HP_F16: return akv_f16_to_f32(((const uint16_t *)row)[e]);
+    case HP_Q8: return (float)(int8_t)row[e] * b->sc[t];
+    case HP_Q4: break;
+    }
+    const int c = (int)((row[e / 2] >> (4 * (e & 1))) & 0xF) - 8;
+    return (float)c * b->sc[(size_t)t * b->spr + e / AKV_REPR_Q4_GROUP];
 }
 
-static void scores_portable(float *s, const float *q, uint32_t R, const void *k, uint32_t nb,
-                            uint32_t D, akv_dtype dt) {
-    const size_t esz = akv_dtype_size(dt);
+static void scores_portable(float *s, const float *q, uint32_t R, const hp_blk *k, uint32_t nb,
+                            uint32_t D, hp_form f) {
     float kr[AKV_ATTN_HOST_MAX_HEAD_DIM];
     for (uint32_t t = 0; t < nb; t++) {
-        const unsigned char *row = (const unsigned char *)k + (size_t)t * D * esz;
-        for (uint32_t e = 0; e < D; e++) kr[e] = hp_get(row, dt, e);
+        for (uint32_t e = 0; e < D; e++) kr[e] = hp_get(k, t, e, f);
         for (uint32_t r = 0; r < R; r++) {
             const float *qr = q + (size_t)r * D;
             float a = 0.0f;
@@ -147,13 +164,11 @@ static void scores_portable(float *s, const float *q, uint32_t R, const void *k,
     }
 }
 
-static void pv_portable(float *acc, const float *w, uint32_t R, const void *v, uint32_t nb,
-                        uint32_t D, akv_dtype dt) {
-    const size_t esz = akv_dtype_size(dt);
+static void pv_portable(float *acc, const float *w, uint32_t R, const hp_blk *v, uint32_t nb,
+                        uint32_t D, hp_form f) {
     float vr[AKV_ATTN_HOST_MAX_HEAD_DIM];
     for (uint32_t t = 0; t < nb; t++) {
-        const unsigned char *row = (const unsigned char *)v + (size_t)t * D * esz;
-        for (uint32_t e = 0; e < D; e++) vr[e] = hp_get(row, dt, e);
+        for (uint32_t e = 0; e < D; e++) vr[e] = hp_get(v, t, e, f);
         for (uint32_t r = 0; r < R; r++) {
             const float wt = w[r * HP_BLOCK + t];
             float *ar = acc + (size_t)r * D;
@@ -173,17 +188,49 @@ static void pv_portable(float *acc, const float *w, uint32_t R, const void *v, u
 #define HP_AVX2 __attribute__((target("avx2,fma,f16c")))
 #define HP_AVX512 __attribute__((target("avx512f")))
 
-/* W (8 or 16) elements of a row from element e on, as floats. */
-static HP_INLINE HP_AVX2 __m256 hp_ld8(const void *row, uint32_t e, akv_dtype dt) {
-    if (dt == AKV_DTYPE_F32) return _mm256_loadu_ps((const float *)row + e);
+/* W (8 or 16) elements of row t of a block from element e on, as floats (a compact row's
+ * codes times their scale; a q4 vector lies in one group of 32: e is a multiple of W). */
+static HP_INLINE HP_AVX2 __m256 hp_ld8(const hp_blk *b, uint32_t t, uint32_t e, hp_form f) {
+    const unsigned char *row = b->rows + t * b->rb;
+    if (f == HP_F32) return _mm256_loadu_ps((const float *)row + e);
+    if (f == HP_Q8) {
+        const __m256i c = _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(row + e)));
+        return _mm256_mul_ps(_mm256_cvtepi32_ps(c), _mm256_set1_ps(b->sc[t]));
+    }
+    if (f == HP_Q4) { /* lane i: nibble i of the 4 bytes (the even element low), less 8 */
+        uint32_t u;
+        memcpy(&u, row + e / 2, 4);
+        const __m256i sh = _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28);
+        const __m256i c = _mm256_sub_epi32(
+            _mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32((int)u), sh), _mm256_set1_epi32(0xF)),
+            _mm256_set1_epi32(8));
+        return _mm256_mul_ps(_mm256_cvtepi32_ps(c),
+                             _mm256_set1_ps(b->sc[(size_t)t * b->spr + e / AKV_REPR_Q4_GROUP]));
+    }
     const __m128i h = _mm_loadu_si128((const __m128i *)((const uint16_t *)row + e));
-    if (dt == AKV_DTYPE_F16) return _mm256_cvtph_ps(h);
+    if (f == HP_F16) return _mm256_cvtph_ps(h);
     return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
 }
-static HP_INLINE HP_AVX512 __m512 hp_ld16(const void *row, uint32_t e, akv_dtype dt) {
-    if (dt == AKV_DTYPE_F32) return _mm512_loadu_ps((const float *)row + e);
+static HP_INLINE HP_AVX512 __m512 hp_ld16(const hp_blk *b, uint32_t t, uint32_t e, hp_form f) {
+    const unsigned char *row = b->rows + t * b->rb;
+    if (f == HP_F32) return _mm512_loadu_ps((const float *)row + e);
+    if (f == HP_Q8) {
+        const __m512i c = _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(row + e)));
+        return _mm512_mul_ps(_mm512_cvtepi32_ps(c), _mm512_set1_ps(b->sc[t]));
+    }
+    if (f == HP_Q4) { /* lanes 0-7 the first 4 bytes' nibbles, 8-15 the next 4's */
+        uint32_t u[2];
+        memcpy(u, row + e / 2, 8);
+        const __m512i sh = _mm512_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28, 0, 4, 8, 12, 16, 20, 24, 28);
+        const __m512i x = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_set1_epi32((int)u[0])),
+                                             _mm256_set1_epi32((int)u[1]), 1);
+        const __m512i c = _mm512_sub_epi32(
+            _mm512_and_si512(_mm512_srlv_epi32(x, sh), _mm512_set1_epi32(0xF)), _mm512_set1_epi32(8));
+        return _mm512_mul_ps(_mm512_cvtepi32_ps(c),
+                             _mm512_set1_ps(b->sc[(size_t)t * b->spr + e / AKV_REPR_Q4_GROUP]));
+    }
     const __m256i h = _mm256_loadu_si256((const __m256i *)((const uint16_t *)row + e));
-    if (dt == AKV_DTYPE_F16) return _mm512_cvtph_ps(h);
+    if (f == HP_F16) return _mm512_cvtph_ps(h);
     return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
 }
 static HP_INLINE HP_AVX2 float hp_hsum8(__m256 v) {
@@ -200,18 +247,16 @@ static HP_INLINE HP_AVX512 float hp_hsum16(__m512 v) {
  * vectors a value tile takes. */
 #define HP_TILES(SFX, ATTR, V, W, P, TM, CM)                                                       \
     /* s[r * HP_BLOCK + t + i] = q[r] . k_(t+i) for r < RB, i < T */                               \
-    static HP_INLINE ATTR void scores_tile##SFX(float *s, const float *q, const unsigned char *k,  \
-                                                uint32_t t, uint32_t D, const akv_dtype dt,        \
+    static HP_INLINE ATTR void scores_tile##SFX(float *s, const float *q, const hp_blk *k,         \
+                                                uint32_t t, uint32_t D, const hp_form f,           \
                                                 const uint32_t RB, const uint32_t T) {             \
-        const size_t rb = (size_t)D * akv_dtype_size(dt);                                          \
         const uint32_t DW = D / W * W;                                                             \
-        const unsigned char *kt = k + t * rb;                                                      \
         V a[4][TM];                                                                                \
         _Pragma("GCC unroll 4") for (uint32_t r = 0; r < RB; r++)                                  \
             _Pragma("GCC unroll 4") for (uint32_t i = 0; i < T; i++) a[r][i] = P##_setzero_ps();   \
         for (uint32_t e = 0; e < DW; e += W) {                                                     \
             V kv[TM];                                                                              \
-            _Pragma("GCC unroll 4") for (uint32_t i = 0; i < T; i++) kv[i] = hp_ld##W(kt + i * rb, e, dt); \
+            _Pragma("GCC unroll 4") for (uint32_t i = 0; i < T; i++) kv[i] = hp_ld##W(k, t + i, e, f); \
             _Pragma("GCC unroll 4") for (uint32_t r = 0; r < RB; r++) {                            \
                 const V qv = P##_loadu_ps(q + (size_t)r * D + e);                                  \
                 _Pragma("GCC unroll 4") for (uint32_t i = 0; i < T; i++)                           \
@@ -221,23 +266,22 @@ static HP_INLINE HP_AVX512 float hp_hsum16(__m512 v) {
         _Pragma("GCC unroll 4") for (uint32_t r = 0; r < RB; r++)                                  \
             _Pragma("GCC unroll 4") for (uint32_t i = 0; i < T; i++) {                             \
                 float x = hp_hsum##W(a[r][i]);                                                     \
-                for (uint32_t e = DW; e < D; e++) x += q[(size_t)r * D + e] * hp_get(kt + i * rb, dt, e); \
+                for (uint32_t e = DW; e < D; e++) x += q[(size_t)r * D + e] * hp_get(k, t + i, e, f); \
                 s[r * HP_BLOCK + t + i] = x;                                                       \
             }                                                                                      \
     }                                                                                              \
     /* acc[r][e0 .. e0 + W C) += sum_t w[r * HP_BLOCK + t] v_t[e0 ..] for r < RB */                \
-    static HP_INLINE ATTR void pv_tile##SFX(float *acc, const float *w, const unsigned char *v,    \
+    static HP_INLINE ATTR void pv_tile##SFX(float *acc, const float *w, const hp_blk *v,           \
                                             uint32_t nb, uint32_t D, uint32_t e0,                  \
-                                            const akv_dtype dt, const uint32_t RB,                 \
+                                            const hp_form f, const uint32_t RB,                    \
                                             const uint32_t C) {                                    \
-        const size_t rb = (size_t)D * akv_dtype_size(dt);                                          \
         V a[4][CM];                                                                                \
         _Pragma("GCC unroll 4") for (uint32_t r = 0; r < RB; r++)                                  \
             _Pragma("GCC unroll 4") for (uint32_t c = 0; c < C; c++)                               \
                 a[r][c] = P##_loadu_ps(acc + (size_t)r * D + e0 + W * c);                          \
         for (uint32_t t = 0; t < nb; t++) {                                                        \
             V vv[CM];                                                                              \
-            _Pragma("GCC unroll 4") for (uint32_t c = 0; c < C; c++) vv[c] = hp_ld##W(v + t * rb, e0 + W * c, dt); \
+            _Pragma("GCC unroll 4") for (uint32_t c = 0; c < C; c++) vv[c] = hp_ld##W(v, t, e0 + W * c, f); \
             _Pragma("GCC unroll 4") for (uint32_t r = 0; r < RB; r++) {                            \
                 const V wr = P##_set1_ps(w[r * HP_BLOCK + t]);                                     \
                 _Pragma("GCC unroll 4") for (uint32_t c = 0; c < C; c++)                           \
@@ -248,61 +292,65 @@ static HP_INLINE HP_AVX512 float hp_hsum16(__m512 v) {
             _Pragma("GCC unroll 4") for (uint32_t c = 0; c < C; c++)                               \
                 P##_storeu_ps(acc + (size_t)r * D + e0 + W * c, a[r][c]);                          \
     }                                                                                              \
-    static HP_INLINE ATTR void scores_rows##SFX(float *s, const float *q, const void *k,           \
-                                                uint32_t nb, uint32_t D, const akv_dtype dt,       \
+    static HP_INLINE ATTR void scores_rows##SFX(float *s, const float *q, const hp_blk *k,         \
+                                                uint32_t nb, uint32_t D, const hp_form f,          \
                                                 const uint32_t RB) {                               \
         uint32_t t = 0;                                                                            \
-        for (; t + TM <= nb; t += TM) scores_tile##SFX(s, q, k, t, D, dt, RB, TM);                 \
-        for (; t < nb; t++) scores_tile##SFX(s, q, k, t, D, dt, RB, 1);                            \
+        for (; t + TM <= nb; t += TM) scores_tile##SFX(s, q, k, t, D, f, RB, TM);                  \
+        for (; t < nb; t++) scores_tile##SFX(s, q, k, t, D, f, RB, 1);                             \
     }                                                                                              \
-    static HP_INLINE ATTR void pv_rows##SFX(float *acc, const float *w, const void *v, uint32_t nb, \
-                                            uint32_t D, const akv_dtype dt, const uint32_t RB) {   \
+    static HP_INLINE ATTR void pv_rows##SFX(float *acc, const float *w, const hp_blk *v,           \
+                                            uint32_t nb, uint32_t D, const hp_form f,              \
+                                            const uint32_t RB) {                                   \
         const uint32_t DW = D / W * W;                                                             \
         uint32_t e0 = 0;                                                                           \
-        for (; e0 + W * CM <= DW; e0 += W * CM) pv_tile##SFX(acc, w, v, nb, D, e0, dt, RB, CM);    \
-        for (; e0 < DW; e0 += W) pv_tile##SFX(acc, w, v, nb, D, e0, dt, RB, 1);                    \
-        const size_t rb = (size_t)D * akv_dtype_size(dt);                                          \
+        for (; e0 + W * CM <= DW; e0 += W * CM) pv_tile##SFX(acc, w, v, nb, D, e0, f, RB, CM);     \
+        for (; e0 < DW; e0 += W) pv_tile##SFX(acc, w, v, nb, D, e0, f, RB, 1);                     \
         for (uint32_t e = DW; e < D; e++)                                                          \
             for (uint32_t t = 0; t < nb; t++) {                                                    \
-                const float x = hp_get((const unsigned char *)v + t * rb, dt, e);                  \
+                const float x = hp_get(v, t, e, f);                                                \
                 for (uint32_t r = 0; r < RB; r++) acc[(size_t)r * D + e] += w[r * HP_BLOCK + t] * x; \
             }                                                                                      \
     }                                                                                              \
-    ATTR static void scores##SFX(float *s, const float *in, uint32_t R, const void *src,           \
-                                 uint32_t nb, uint32_t D, akv_dtype dt) {                          \
+    ATTR static void scores##SFX(float *s, const float *in, uint32_t R, const hp_blk *src,         \
+                                 uint32_t nb, uint32_t D, hp_form f) {                             \
         const size_t in_stride = D;                                                                \
-        HP_BY_DTYPE(scores_rows##SFX, s, HP_BLOCK);                                                \
+        HP_BY_FORM(scores_rows##SFX, s, HP_BLOCK);                                                 \
     }                                                                                              \
-    ATTR static void pv##SFX(float *acc, const float *in, uint32_t R, const void *src, uint32_t nb, \
-                             uint32_t D, akv_dtype dt) {                                           \
+    ATTR static void pv##SFX(float *acc, const float *in, uint32_t R, const hp_blk *src,           \
+                             uint32_t nb, uint32_t D, hp_form f) {                                 \
         const size_t in_stride = HP_BLOCK;                                                         \
-        HP_BY_DTYPE(pv_rows##SFX, acc, D);                                                         \
+        HP_BY_FORM(pv_rows##SFX, acc, D);                                                          \
     }
 
-/* R rows in tiles of at most 4, each tile's RB and the dtype constants. */
-#define HP_ROWS_BY_TILE(fn, out, rstride, dt)                                                      \
+/* R rows in tiles of at most 4, each tile's RB and the form constants. */
+#define HP_ROWS_BY_TILE(fn, out, rstride, form)                                                    \
     for (uint32_t r0 = 0; r0 < R; r0 += 4) {                                                       \
         const uint32_t n_ = R - r0 < 4 ? R - r0 : 4;                                               \
         float *o_ = (out) + (size_t)r0 * (rstride);                                                \
         const float *x_ = in + (size_t)r0 * (in_stride);                                           \
-        if (n_ == 4) fn(o_, x_, src, nb, D, dt, 4);                                                \
-        else if (n_ == 3) fn(o_, x_, src, nb, D, dt, 3);                                           \
-        else if (n_ == 2) fn(o_, x_, src, nb, D, dt, 2);                                           \
-        else fn(o_, x_, src, nb, D, dt, 1);                                                        \
+        if (n_ == 4) fn(o_, x_, src, nb, D, form, 4);                                              \
+        else if (n_ == 3) fn(o_, x_, src, nb, D, form, 3);                                         \
+        else if (n_ == 2) fn(o_, x_, src, nb, D, form, 2);                                         \
+        else fn(o_, x_, src, nb, D, form, 1);                                                      \
     }
-#define HP_BY_DTYPE(fn, out, rstride)                                                              \
+#define HP_BY_FORM(fn, out, rstride)                                                               \
     do {                                                                                           \
-        if (dt == AKV_DTYPE_BF16) { HP_ROWS_BY_TILE(fn, out, rstride, AKV_DTYPE_BF16) }            \
-        else if (dt == AKV_DTYPE_F16) { HP_ROWS_BY_TILE(fn, out, rstride, AKV_DTYPE_F16) }         \
-        else { HP_ROWS_BY_TILE(fn, out, rstride, AKV_DTYPE_F32) }                                  \
+        switch (f) {                                                                               \
+        case HP_BF16: HP_ROWS_BY_TILE(fn, out, rstride, HP_BF16) break;                            \
+        case HP_F16: HP_ROWS_BY_TILE(fn, out, rstride, HP_F16) break;                              \
+        case HP_F32: HP_ROWS_BY_TILE(fn, out, rstride, HP_F32) break;                              \
+        case HP_Q8: HP_ROWS_BY_TILE(fn, out, rstride, HP_Q8) break;                                \
+        case HP_Q4: HP_ROWS_BY_TILE(fn, out, rstride, HP_Q4) break;                                \
+        }                                                                                          \
     } while (0)
 
 HP_TILES(_avx2, HP_AVX2, __m256, 8, _mm256, 2, 2)
 HP_TILES(_avx512, HP_AVX512, __m512, 16, _mm512, 4, 4)
 #endif
 
-typedef void (*hp_scores_fn)(float *, const float *, uint32_t, const void *, uint32_t, uint32_t, akv_dtype);
-typedef void (*hp_pv_fn)(float *, const float *, uint32_t, const void *, uint32_t, uint32_t, akv_dtype);
+typedef void (*hp_scores_fn)(float *, const float *, uint32_t, const hp_blk *, uint32_t, uint32_t, hp_form);
+typedef void (*hp_pv_fn)(float *, const float *, uint32_t, const hp_blk *, uint32_t, uint32_t, hp_form);
 
 /* ---- a chunk --------------------------------------------------------------------------- */
 
@@ -348,13 +396,16 @@ static void hp_chunk(const akv_attn_host_part *p, akv_attn_host_isa isa, uint32_
     const akv_kvq_page_shape sh = {p->n_kv_heads, P, D, p->dtype};
     if (compact) /* the part was checked: its layout exists */
         AKV_ASSERT(akv_repr_layout_of((akv_repr)p->repr, p->dtype, p->n_kv_heads, P, D, &lay) == AKV_OK);
-    const akv_dtype bdt = compact ? AKV_DTYPE_F32 : p->dtype; /* the blocks steps 1 and 3 read */
+    const hp_form form = p->repr == AKV_REPR_Q8 ? HP_Q8 : p->repr == AKV_REPR_Q4 ? HP_Q4
+                       : p->dtype == AKV_DTYPE_BF16 ? HP_BF16 : p->dtype == AKV_DTYPE_F16 ? HP_F16 : HP_F32;
     const size_t esz = akv_dtype_size(p->dtype), head_bytes = (size_t)P * D * esz;
+    const size_t rb = compact ? lay.code_row_bytes : (size_t)D * esz; /* a row's bytes in place */
     /* [HP_ROWS][D] scaled queries and sums; [HP_ROWS][HP_BLOCK] scores, then weights */
     float qs[HP_ROWS * AKV_ATTN_HOST_MAX_HEAD_DIM], acc[HP_ROWS * AKV_ATTN_HOST_MAX_HEAD_DIM];
     float s[HP_ROWS * HP_BLOCK], m[HP_ROWS], l[HP_ROWS];
-    /* a compact block's K and V rows, decoded (64 KiB of stack at the widest head) */
-    float kf[HP_BLOCK * AKV_ATTN_HOST_MAX_HEAD_DIM], vf[HP_BLOCK * AKV_ATTN_HOST_MAX_HEAD_DIM];
+    /* a compact block's K and V scales as f32 */
+    float ksc[HP_BLOCK * (AKV_ATTN_HOST_MAX_HEAD_DIM / AKV_REPR_Q4_GROUP)];
+    float vsc[HP_BLOCK * (AKV_ATTN_HOST_MAX_HEAD_DIM / AKV_REPR_Q4_GROUP)];
     for (uint32_t r0 = 0; r0 < G; r0 += HP_ROWS) {
         const uint32_t R = G - r0 < HP_ROWS ? G - r0 : HP_ROWS;
         for (uint32_t r = 0; r < R; r++) {
@@ -366,8 +417,6 @@ static void hp_chunk(const akv_attn_host_part *p, akv_attn_host_isa isa, uint32_
         memset(acc, 0, (size_t)R * D * sizeof *acc);
         for (uint32_t pg = page0; pg < page1; pg++) {
             const unsigned char *page = p->pages[pg];
-            const unsigned char *k = page + (size_t)kv_head * head_bytes;
-            const unsigned char *v = page + ((size_t)p->n_kv_heads + kv_head) * head_bytes;
             const uint32_t n = pg + 1 == p->n_pages ? p->last_len : P;
             for (uint32_t t0 = 0; t0 < n; t0 += HP_BLOCK) {
                 const uint32_t nb = n - t0 < HP_BLOCK ? n - t0 : HP_BLOCK;
@@ -375,28 +424,26 @@ static void hp_chunk(const akv_attn_host_part *p, akv_attn_host_isa isa, uint32_
                  * while this one computes: the kernel reads memory as one stream */
                 const unsigned char *npage = t0 + HP_BLOCK < n ? page : pg + 1 < page1 ? p->pages[pg + 1] : NULL;
                 const uint32_t nt = t0 + HP_BLOCK < n ? t0 + HP_BLOCK : 0;
-                if (npage && !compact) {
-                    const unsigned char *nk = npage + (size_t)kv_head * head_bytes + (size_t)nt * D * esz;
-                    const unsigned char *nv = npage + ((size_t)p->n_kv_heads + kv_head) * head_bytes + (size_t)nt * D * esz;
-                    for (size_t b = 0; b < (size_t)HP_BLOCK * D * esz; b += 64) {
-                        __builtin_prefetch(nk + b);
-                        __builtin_prefetch(nv + b);
-                    }
-                } else if (npage) {
-                    for (uint32_t kv = 0; kv < 2; kv++) {
-                        const unsigned char *c = akv_kvq_codes(&lay, &sh, npage, kv, kv_head, nt);
-                        const unsigned char *sc = (const unsigned char *)akv_kvq_scales(&lay, &sh, npage, kv, kv_head, nt);
-                        for (size_t b = 0; b < (size_t)HP_BLOCK * lay.code_row_bytes; b += 64) __builtin_prefetch(c + b);
-                        for (size_t b = 0; b < (size_t)HP_BLOCK * lay.scales_per_row * 2; b += 64) __builtin_prefetch(sc + b);
-                    }
+                for (uint32_t kv = 0; npage && kv < 2; kv++) {
+                    const unsigned char *c = akv_kvq_codes(&lay, &sh, npage, kv, kv_head, nt);
+                    if (!compact) c = npage + ((size_t)kv * p->n_kv_heads + kv_head) * head_bytes + nt * rb;
+                    for (size_t b = 0; b < HP_BLOCK * rb; b += 64) __builtin_prefetch(c + b);
+                    if (!compact) continue;
+                    const unsigned char *sc = (const unsigned char *)akv_kvq_scales(&lay, &sh, npage, kv, kv_head, nt);
+                    for (size_t b = 0; b < (size_t)HP_BLOCK * lay.scales_per_row * 2; b += 64) __builtin_prefetch(sc + b);
                 }
-                const void *kb = k + (size_t)t0 * D * esz, *vb = v + (size_t)t0 * D * esz;
+                hp_blk kb = {page + (size_t)kv_head * head_bytes + t0 * rb, rb, ksc, lay.scales_per_row};
+                hp_blk vb = {page + ((size_t)p->n_kv_heads + kv_head) * head_bytes + t0 * rb, rb, vsc,
+                             lay.scales_per_row};
                 if (compact) {
-                    akv_kvq_read_rows(&lay, &sh, page, 0, kv_head, t0, nb, kf);
-                    akv_kvq_read_rows(&lay, &sh, page, 1, kv_head, t0, nb, vf);
-                    kb = kf, vb = vf;
+                    kb.rows = akv_kvq_codes(&lay, &sh, page, 0, kv_head, t0);
+                    vb.rows = akv_kvq_codes(&lay, &sh, page, 1, kv_head, t0);
+                    const uint16_t *ks = akv_kvq_scales(&lay, &sh, page, 0, kv_head, t0);
+                    const uint16_t *vs = akv_kvq_scales(&lay, &sh, page, 1, kv_head, t0);
+                    for (uint32_t i = 0; i < nb * lay.scales_per_row; i++)
+                        ksc[i] = akv_f16_to_f32(ks[i]), vsc[i] = akv_f16_to_f32(vs[i]);
                 }
-                scores(s, qs, R, kb, nb, D, bdt);
+                scores(s, qs, R, &kb, nb, D, form);
                 for (uint32_t r = 0; r < R; r++) {
                     float *sr = s + r * HP_BLOCK, bm = m[r];
                     for (uint32_t t = 0; t < nb; t++) bm = sr[t] > bm ? sr[t] : bm;
@@ -408,7 +455,7 @@ static void hp_chunk(const akv_attn_host_part *p, akv_attn_host_isa isa, uint32_
                     }
                     l[r] = l[r] * alpha + sum, m[r] = bm;
                 }
-                pv(acc, s, R, vb, nb, D, bdt);
+                pv(acc, s, R, &vb, nb, D, form);
             }
         }
         for (uint32_t r = 0; r < R; r++) {
