@@ -133,6 +133,15 @@ static akv_status cuda_pinned_alloc(void *state, size_t n_bytes, void **p) {
     return AKV_OK;
 }
 
+static akv_status cuda_pinned_dptr(void *state, const void *p, uint64_t *addr) {
+    cuda_state *s = state;
+    void *d = NULL;
+    AKV_CUDA_TRY(cudaSetDevice(s->ordinal));
+    AKV_CUDA_TRY(cudaHostGetDevicePointer(&d, (void *)(uintptr_t)p, 0)); /* allocated mapped */
+    *addr = (uint64_t)(uintptr_t)d;
+    return AKV_OK;
+}
+
 static akv_status cuda_pinned_free(void *state, void *p) {
     (void)state;
     return AKV_CUDA_STATUS(cudaFreeHost(p));
@@ -436,6 +445,7 @@ static const akv_dev_backend cuda_backend = {
     .mem_free = cuda_mem_free,
     .pinned_alloc = cuda_pinned_alloc,
     .pinned_free = cuda_pinned_free,
+    .pinned_dptr = cuda_pinned_dptr,
     .copy_sync = cuda_copy_sync,
     .memset_sync = cuda_memset_sync,
     .event_create = cuda_event_create,

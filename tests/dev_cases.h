@@ -9,6 +9,7 @@
 #include "test.h"
 
 #include "akv/dev.h"
+#include "akv/log.h"
 #include "akv/testing/dev_faults.h"
 #include "akv/forward_ops.h" /* fill and add: ops both backends implement, with exact results */
 
@@ -181,10 +182,13 @@ static inline void dev_cases_batch(akv_dev *dev) {
             for (size_t k = 0; k < n && !bad; k++)
                 bad = memcmp(back + (x[k].d.addr - d.addr), x[k].h, x[k].n_bytes) != 0;
             TEST_CHECK_(!bad, "method %s: an H2D span arrived wrong", akv_copy_method_name(cfg.method));
-            /* D2H: the device pages back into a cleared host buffer (spans swapped roles). */
+            /* D2H: the device pages back into a cleared host buffer (spans swapped roles),
+             * by the method named for the call alone, the configuration back as it was */
             memset(back, 0, N_PAGES * page);
             for (size_t k = 0; k < n; k++) x[k].h = back + ((char *)x[k].h - (char *)host);
-            CHECK_OK(akv_dev_copy_d2h_batch_async(dev, AKV_QUEUE_D2H, x, n));
+            CHECK_OK(akv_dev_set_copy_config(dev, &saved));
+            CHECK_OK(akv_dev_copy_d2h_batch_by_async(dev, AKV_QUEUE_D2H, cfg.method, x, n));
+            CHECK_EQ_INT(akv_dev_get_copy_config(dev).method, saved.method);
             CHECK_OK(akv_dev_queue_sync(dev, AKV_QUEUE_D2H));
             bad = 0;
             for (size_t k = 0; k < n && !bad; k++)
@@ -194,11 +198,46 @@ static inline void dev_cases_batch(akv_dev *dev) {
         CHECK_OK(akv_dev_set_copy_config(dev, &saved));
         akv_copy_config bad_cfg = {.method = (akv_copy_method)99};
         CHECK_STATUS(akv_dev_set_copy_config(dev, &bad_cfg), AKV_EINVAL);
+        CHECK_STATUS(akv_dev_copy_h2d_batch_by_async(dev, AKV_QUEUE_H2D, (akv_copy_method)99, x, 1), AKV_EINVAL);
+        for (int m = AKV_COPY_METHOD_EACH; m < AKV_N_COPY_METHODS; m++) { /* unsupported alike */
+            akv_copy_config cfg = {.method = (akv_copy_method)m};
+            if (akv_dev_set_copy_config(dev, &cfg) == AKV_EUNSUPPORTED)
+                CHECK_STATUS(akv_dev_copy_h2d_batch_by_async(dev, AKV_QUEUE_H2D, cfg.method, x, 1),
+                             AKV_EUNSUPPORTED);
+        }
+        CHECK_OK(akv_dev_set_copy_config(dev, &saved));
     }
     free(x);
     akv_dev_mem_free(dev, d);
     akv_dev_pinned_free(dev, host);
     akv_dev_pinned_free(dev, back);
+}
+
+/* The device's address of pinned memory: for ranges inside one live pinned block only (the
+ * host backend's is the host address itself). */
+static inline void dev_cases_pinned_dptr(akv_dev *dev, int host_backend) {
+    TEST_CASE(pinned_memory_has_a_device_address) {
+        unsigned char *h = NULL;
+        akv_dptr d = {0}, m = {0};
+        if (!REQUIRE_OK(akv_dev_pinned_alloc(dev, 8192, (void **)&h))) break;
+        CHECK_OK(akv_dev_pinned_dptr(dev, h, 8192, &d));
+        CHECK(d.addr != 0);
+        CHECK_OK(akv_dev_pinned_dptr(dev, h + 4096, 100, &m));
+        CHECK(m.addr == d.addr + 4096); /* one block maps whole */
+        if (host_backend) CHECK(d.addr == (uint64_t)(uintptr_t)h);
+        akv_log_set(NULL, NULL, AKV_LOG_OFF);
+        akv_dptr keep = d;
+        CHECK_STATUS(akv_dev_pinned_dptr(dev, h + 4096, 8192, &d), AKV_EINVAL); /* past the end */
+        unsigned char plain[16];
+        CHECK_STATUS(akv_dev_pinned_dptr(dev, plain, 16, &d), AKV_EINVAL); /* not pinned */
+        CHECK_STATUS(akv_dev_pinned_dptr(dev, h, 0, &d), AKV_EINVAL);
+        akv_log_set(NULL, NULL, AKV_LOG_WARN);
+        CHECK(d.addr == keep.addr); /* untouched on refusal */
+        akv_dev_pinned_free(dev, h);
+        akv_log_set(NULL, NULL, AKV_LOG_OFF);
+        CHECK_STATUS(akv_dev_pinned_dptr(dev, h, 16, &d), AKV_EINVAL); /* freed */
+        akv_log_set(NULL, NULL, AKV_LOG_WARN);
+    }
 }
 
 /* Ops: the busy op holds the compute queue; a record behind it is not complete at once, is

@@ -21,10 +21,14 @@
 
 #include <inttypes.h>
 #include <math.h>
+#include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#ifdef __GLIBC__
+#include <execinfo.h>
+#endif
 
 static int test_n_failed_checks;
 static int test_n_checks;
@@ -38,7 +42,24 @@ static int test_n_picked, test_picked_ran[TEST_MAX_PICKED], test_listing;
 
 /* Reads --case NAME and --list; leaves arguments without a leading "--" to the test (e.g.
  * test_stage's "stress"); any other option exits 2. */
+/* A crash (SIGSEGV, SIGBUS, SIGFPE, SIGILL) names the case it happened in and, with glibc,
+ * prints the stack (addresses for addr2line where symbols are static) before dying of it. */
+static inline void test_on_crash(int sig) {
+    fprintf(stderr, "\ncrashed (signal %d) in case %s\n", sig, test_case_name ? test_case_name : "(none)");
+    fflush(stderr);
+#ifdef __GLIBC__
+    void *frames[64];
+    backtrace_symbols_fd(frames, backtrace(frames, 64), 2);
+#endif
+    signal(sig, SIG_DFL);
+    raise(sig);
+}
+
 static inline void test_args(int argc, char **argv) {
+    signal(SIGSEGV, test_on_crash);
+    signal(SIGBUS, test_on_crash);
+    signal(SIGFPE, test_on_crash);
+    signal(SIGILL, test_on_crash);
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--case") && i + 1 < argc && test_n_picked < TEST_MAX_PICKED) {
             test_picked[test_n_picked++] = argv[++i];

@@ -305,6 +305,7 @@ int main(int argc, char **argv) {
     dev_cases_roundtrip(dev);
     dev_cases_2d(dev);
     dev_cases_batch(dev);
+    dev_cases_pinned_dptr(dev, 1);
     dev_cases_ops(dev, 64ull * 20 * 1000 * 1000);
     dev_cases_faults(dev);
     dev_cases_host_fn(dev);

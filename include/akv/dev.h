@@ -133,6 +133,10 @@ akv_status akv_dev_mem_free(akv_dev *dev, akv_dptr p);
  * cannot be had. */
 akv_status akv_dev_pinned_alloc(akv_dev *dev, size_t n_bytes, void **out);
 akv_status akv_dev_pinned_free(akv_dev *dev, void *p);
+/* The device's address of pinned host memory [host, host + n_bytes) (mapped: a kernel reads
+ * and writes it across the bus in place, no copy; on the host backend the address itself).
+ * Valid while the block is. AKV_EINVAL (logged) for a range outside one live pinned block. */
+akv_status akv_dev_pinned_dptr(akv_dev *dev, const void *host, size_t n_bytes, akv_dptr *out);
 
 /* Synchronous copies (set-up, tests, loading weights: never the hot path, which uses
  * queues). They return when the bytes have arrived. Each checks that the device range lies
@@ -276,6 +280,14 @@ akv_status akv_dev_copy_h2d_batch_async(akv_dev *dev, akv_queue q, const akv_dev
                                         size_t n);
 akv_status akv_dev_copy_d2h_batch_async(akv_dev *dev, akv_queue q, const akv_dev_xfer *x,
                                         size_t n);
+/* The same by `method` for this call alone (the configuration in force unchanged; DEFAULT =
+ * the configured one). AKV_COPY_METHOD_KERNEL moves the bytes with the SMs, so a small copy on
+ * the compute queue never waits behind the copy engines' work of other queues. AKV_EUNSUPPORTED
+ * (nothing submitted, nothing logged: the caller may fall back) where the backend lacks it. */
+akv_status akv_dev_copy_h2d_batch_by_async(akv_dev *dev, akv_queue q, akv_copy_method method,
+                                           const akv_dev_xfer *x, size_t n);
+akv_status akv_dev_copy_d2h_batch_by_async(akv_dev *dev, akv_queue q, akv_copy_method method,
+                                           const akv_dev_xfer *x, size_t n);
 
 /* Sets n_bytes of device memory to `byte`, on queue q (poisoning a buffer in queue order). */
 akv_status akv_dev_memset_async(akv_dev *dev, akv_queue q, akv_dptr dst, int byte, size_t n_bytes);

@@ -255,6 +255,15 @@ static int dev_range_ok(akv_dev *dev, uint64_t addr, size_t n_bytes, int pinned)
     return ok;
 }
 
+akv_status akv_dev_pinned_dptr(akv_dev *dev, const void *host, size_t n_bytes, akv_dptr *out) {
+    if (!dev || !host || !out || n_bytes == 0) return AKV_EINVAL;
+    if (!dev_range_ok(dev, (uint64_t)(uintptr_t)host, n_bytes, 1)) return AKV_EINVAL;
+    uint64_t addr = 0;
+    akv_status st = dev->backend->pinned_dptr(dev->state, host, &addr);
+    if (st == AKV_OK) *out = (akv_dptr){addr};
+    return st;
+}
+
 static int dev_fault_pass(akv_dev *dev, akv_dev_fault f);
 
 /* A synchronous copy: a wait point (AKV_FAULT_SYNC), like every call that waits. */
@@ -603,8 +612,9 @@ akv_copy_config akv_dev_get_copy_config(const akv_dev *dev) {
  * stack (no allocation on the hot path). */
 #define DEV_BATCH_CHUNK 128
 
+/* method: the call's own (DEFAULT: the configured one). */
 static akv_status dev_copy_batch(akv_dev *dev, akv_queue q, akv_dev_copy_kind kind,
-                                 const akv_dev_xfer *x, size_t n) {
+                                 akv_copy_method method, const akv_dev_xfer *x, size_t n) {
     if (!dev || !dev_queue_ok(q) || (n && !x)) return AKV_EINVAL;
     if (n == 0) return AKV_OK;
     /* Every span first: all-or-nothing against bad input. */
@@ -617,9 +627,13 @@ static akv_status dev_copy_batch(akv_dev *dev, akv_queue q, akv_dev_copy_kind ki
             !dev_range_ok(dev, (uint64_t)(uintptr_t)x[i].h, x[i].n_bytes, 1))
             return AKV_EINVAL;
     }
+    akv_copy_config cfg = akv_dev_get_copy_config(dev);
+    if (method != AKV_COPY_METHOD_DEFAULT && method != cfg.method) {
+        if (dev->backend->copy_method_check(dev->state, method) != AKV_OK) return AKV_EUNSUPPORTED;
+        cfg.method = method;
+    }
     unsigned flags;
     if (dev_copy_submit_flags(dev, &flags) != AKV_OK) return AKV_EDEVICE;
-    akv_copy_config cfg = akv_dev_get_copy_config(dev);
     if (cfg.method == AKV_COPY_METHOD_EACH)
         return dev->backend->copy_batch_async(dev->state, q, kind, x, n, &cfg, flags);
     /* Coalesce runs adjacent on both sides and inside one allocation on both sides (two
@@ -665,12 +679,24 @@ static akv_status dev_copy_batch(akv_dev *dev, akv_queue q, akv_dev_copy_kind ki
 
 akv_status akv_dev_copy_h2d_batch_async(akv_dev *dev, akv_queue q, const akv_dev_xfer *x,
                                         size_t n) {
-    return dev_copy_batch(dev, q, AKV_COPY_H2D, x, n);
+    return dev_copy_batch(dev, q, AKV_COPY_H2D, AKV_COPY_METHOD_DEFAULT, x, n);
 }
 
 akv_status akv_dev_copy_d2h_batch_async(akv_dev *dev, akv_queue q, const akv_dev_xfer *x,
                                         size_t n) {
-    return dev_copy_batch(dev, q, AKV_COPY_D2H, x, n);
+    return dev_copy_batch(dev, q, AKV_COPY_D2H, AKV_COPY_METHOD_DEFAULT, x, n);
+}
+
+akv_status akv_dev_copy_h2d_batch_by_async(akv_dev *dev, akv_queue q, akv_copy_method method,
+                                           const akv_dev_xfer *x, size_t n) {
+    if ((unsigned)method >= AKV_N_COPY_METHODS) return AKV_EINVAL;
+    return dev_copy_batch(dev, q, AKV_COPY_H2D, method, x, n);
+}
+
+akv_status akv_dev_copy_d2h_batch_by_async(akv_dev *dev, akv_queue q, akv_copy_method method,
+                                           const akv_dev_xfer *x, size_t n) {
+    if ((unsigned)method >= AKV_N_COPY_METHODS) return AKV_EINVAL;
+    return dev_copy_batch(dev, q, AKV_COPY_D2H, method, x, n);
 }
 
 akv_status akv_dev_memset_async(akv_dev *dev, akv_queue q, akv_dptr dst, int byte, size_t n_bytes) {

@@ -159,6 +159,12 @@ static akv_status host_pinned_alloc(void *state, size_t n_bytes, void **p) {
     return host_aligned(n_bytes, 4096, p);
 }
 
+static akv_status host_pinned_dptr(void *state, const void *p, uint64_t *addr) {
+    (void)state;
+    *addr = (uint64_t)(uintptr_t)p; /* device addresses are host addresses here */
+    return AKV_OK;
+}
+
 static akv_status host_pinned_free(void *state, void *p) {
     host_drain(state);
     free(p);
@@ -743,6 +749,7 @@ static const akv_dev_backend host_backend = {
     .mem_free = host_mem_free,
     .pinned_alloc = host_pinned_alloc,
     .pinned_free = host_pinned_free,
+    .pinned_dptr = host_pinned_dptr,
     .copy_sync = host_copy_sync,
     .memset_sync = host_memset_sync,
     .event_create = host_event_create,

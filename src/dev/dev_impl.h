@@ -46,6 +46,8 @@ struct akv_dev_backend {
     akv_status (*mem_free)(void *state, uint64_t addr);
     akv_status (*pinned_alloc)(void *state, size_t n_bytes, void **p);
     akv_status (*pinned_free)(void *state, void *p);
+    /* the device's address of a pinned block's byte at p (the front checked the range) */
+    akv_status (*pinned_dptr)(void *state, const void *p, uint64_t *addr);
     /* Synchronous copy; `kind` says which side each address is on. */
     akv_status (*copy_sync)(void *state, akv_dev_copy_kind kind, uint64_t dst, uint64_t src,
                             size_t n_bytes);

@@ -58,7 +58,8 @@ static akv_status host_open(akv_route *r, const akv_route_params *p) {
     const uint32_t L = r->geom.n_layers;
     r->hl = akv__calloc(L, sizeof *r->hl);
     r->htok = akv__calloc(r->max_seqs, sizeof *r->htok);
-    if (!r->hl || !r->htok) return AKV_ENOMEM;
+    r->hx = akv__calloc(r->max_seqs, sizeof *r->hx);
+    if (!r->hl || !r->htok || !r->hx) return AKV_ENOMEM;
     for (uint32_t l = 0; l < L; l++) {
         r->hl[l].r = r;
         r->hl[l].parts = akv__calloc(r->max_seqs, sizeof *r->hl[l].parts);
@@ -88,13 +89,12 @@ static akv_status host_buffers(akv_route *r, uint32_t h) {
     if (r->queued) { /* all or nothing: a failure frees what it made (tried again next step) */
         if ((st = akv_dev_pinned_alloc(r->dev, q_bytes, (void **)&q)) ||
             (st = akv_dev_pinned_alloc(r->dev, s_bytes, (void **)&hs)) ||
-            (st = akv_dev_mem_alloc(r->dev, s_bytes, &d))) {
+            (st = akv_dev_pinned_dptr(r->dev, hs, s_bytes, &d))) {
             if (q) akv_dev_pinned_free(r->dev, q);
             if (hs) akv_dev_pinned_free(r->dev, hs);
-            AKV_LOG_E("route: the host part's buffers (%zu MiB pinned, %zu MiB on the device: "
-                      "every layer's query rows and states of {=max_seqs} %u sequences) could "
-                      "not be had",
-                      (q_bytes + s_bytes) >> 20, s_bytes >> 20, r->max_seqs);
+            AKV_LOG_E("route: the host part's buffers (%zu MiB pinned: every layer's query rows "
+                      "and states of {=max_seqs} %u sequences) could not be had",
+                      (q_bytes + s_bytes) >> 20, r->max_seqs);
             return st;
         }
     } else {
@@ -192,16 +192,24 @@ static akv_status host_part(akv_route *r, uint32_t layer, akv_kv_parts *parts) {
         parts->host_ready = NULL;
         return AKV_OK;
     }
+    /* queued. The query rows go to the host by the SMs on the compute queue, where the
+     * backend can (a copy engine's copy would wait behind the bus's refills of the next layers,
+     * so the host part would start only when they end); the host function runs in the D2H
+     * queue's order once they are there; the merge reads the states where it wrote them. */
     const size_t s_off = (size_t)layer * r->max_seqs * H * (D + 1) * sizeof(float);
     const akv_dptr dst = akv_dptr_offset(r->hst_d, s_off);
-    if ((st = akv_dev_event_record(r->dev, r->ev_hq, AKV_QUEUE_COMPUTE)) ||
+    for (uint32_t i = 0; i < n; i++)
+        r->hx[i] = (akv_dev_xfer){akv_dptr_offset(parts->q, (size_t)i * parts->q_stride * sizeof(float)),
+                                  q + (size_t)i * H * D, (size_t)H * D * sizeof(float)};
+    st = akv_dev_copy_d2h_batch_by_async(r->dev, AKV_QUEUE_COMPUTE, AKV_COPY_METHOD_KERNEL, r->hx, n);
+    const bool by_sms = st == AKV_OK;
+    if ((st && st != AKV_EUNSUPPORTED) ||
+        (st = akv_dev_event_record(r->dev, r->ev_hq, AKV_QUEUE_COMPUTE)) ||
         (st = akv_dev_queue_wait_event(r->dev, AKV_QUEUE_D2H, r->ev_hq)) ||
-        (st = akv_dev_copy_d2h_2d_async(r->dev, AKV_QUEUE_D2H, q, (size_t)H * D * sizeof *q, parts->q,
-                                        (size_t)parts->q_stride * sizeof(float),
-                                        (size_t)H * D * sizeof(float), n)) ||
+        (!by_sms && (st = akv_dev_copy_d2h_2d_async(r->dev, AKV_QUEUE_D2H, q, (size_t)H * D * sizeof *q,
+                                                    parts->q, (size_t)parts->q_stride * sizeof(float),
+                                                    (size_t)H * D * sizeof(float), n))) ||
         (st = akv_dev_host_fn_async(r->dev, AKV_QUEUE_D2H, host_run, hl)) ||
-        (st = akv_dev_copy_h2d_async(r->dev, AKV_QUEUE_D2H, dst, states,
-                                     o_bytes + (size_t)n * H * sizeof(float))) ||
         (st = akv_dev_event_record(r->dev, r->ev_hready, AKV_QUEUE_D2H)))
         return st;
     parts->host_tokens = r->htok;
@@ -218,12 +226,12 @@ static void host_free(akv_route *r) {
     }
     akv__free(r->hl);
     akv__free(r->htok);
+    akv__free(r->hx);
     akv__par_destroy(r->hpar);
     akv__free(r->hscratch);
     if (r->queued) {
         if (r->hq) akv_dev_pinned_free(r->dev, r->hq);
         if (r->hst) akv_dev_pinned_free(r->dev, r->hst);
-        akv_dev_mem_free(r->dev, r->hst_d);
         akv_dev_event_destroy(r->dev, r->ev_hq);
         akv_dev_event_destroy(r->dev, r->ev_hready);
     } else {
@@ -252,7 +260,8 @@ akv_status akv_route_host_rate(const akv_geom *g, uint32_t n_heads, uint32_t thr
         for (uint32_t i = 0; i < n_seq; i++)
             parts[i] = (akv_attn_host_part){pages + (size_t)i * per, per, g->page_tokens,
                                             g->n_kv_heads, g->head_dim, g->page_tokens, g->dtype,
-                                            n_heads, q + (size_t)i * n_heads * g->head_dim, 0.0f};
+                                            n_heads, q + (size_t)i * n_heads * g->head_dim, 0.0f,
+                                            AKV_REPR_EXACT};
         scratch = akv__malloc(akv__attn_host_scratch_floats(parts, n_seq) * sizeof *scratch + 1);
         if (!scratch) st = AKV_ENOMEM;
         double best = 0;
