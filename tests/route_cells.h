@@ -268,7 +268,9 @@ static inline int rc_cell(const rc_params *p, uint32_t prompt, uint32_t n_seq, b
     for (uint32_t i = 0; ok && !host && i < n_seq; i++)
         host_bad += rc_host_diff(&g, res.hp, akv_route_seq_host_table(res.s[i]), stg.hp,
                                  akv_route_seq_host_table(stg.s[i]));
-    if (ok && host) ok &= CHECK(akv__route_check(stg.r) == AKV_OK);
+    akv_dev_info di;
+    const bool host_dev = akv_dev_get_info(p->dev, &di) == AKV_OK && di.is_host;
+    if (ok && host && host_dev) ok &= CHECK(akv__route_check(stg.r) == AKV_OK); /* reads the device as host memory */
     if (ok) {
         akv_route_stats rs;
         akv_route_get_stats(stg.r, &rs);

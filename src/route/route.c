@@ -1938,6 +1938,11 @@ static akv_status seq_check_compact(const akv_route *r, const akv_route_seq *s) 
 }
 
 akv_status akv__route_check(const akv_route *r) {
+    akv_dev_info info;
+    if (akv_dev_get_info(r->dev, &info) != AKV_OK || !info.is_host) {
+        AKV_LOG_E("route check: reads device memory as host memory: the host backend only");
+        return AKV_EUNSUPPORTED;
+    }
     uint32_t n = 0;
     for (const akv_route_seq *s = r->open_list; s; s = s->next, n++) {
         akv_status st = seq_check(r, s);

@@ -4,14 +4,17 @@
  * (akv/attn_host.h) instead of crossing the bus; the rest are staged as the staged kind stages
  * them. The two rates add up: the bus copies one share while the cores read the other.
  *
- * A layer's host part, queued (the engine's thread never waits for it):
- *   compute: the layer's query rows are computed (the pass calls begin_layer after RoPE):
- *            record ev_hq;
- *   D2H:     wait ev_hq; copy the step's query rows to hq[layer] (pinned); a host function
- *            (akv_dev_host_fn_async) runs every sequence's host pages' chunks over the
- *            route's threads into hst[layer] (pinned); copy hst[layer] to hst_d[layer];
- *            record ev_hready;
- *   compute: the pass attends its parts, waits ev_hready, merges the host's states exactly.
+ * A layer's host part, queued (the engine's thread never waits for it), all on the compute
+ * queue, after the pass's begin_layer (called once the layer's query rows are computed, after
+ * RoPE) and before the layer's attention:
+ *   the step's query rows to hq[layer] (pinned), by the SMs (AKV_COPY_METHOD_KERNEL) where the
+ *   backend can;
+ *   a host function (akv_dev_host_fn_async) runs every sequence's host pages' chunks over the
+ *   route's threads into hst[layer] (pinned); the queue waits for it;
+ *   the pass attends its parts and merges the host's states exactly, read in place across the
+ *   bus (hst_d: hst's mapped address).
+ * No copy engine takes part: a copy engine's copy, and a host function on another queue,
+ * waited behind the bus's refills of the next layers (measured, docs/benchmarks.md).
  * Per layer buffers: a layer's function reads and writes only its own, and the next step's
  * same layer begins after this step's queues are synchronised (begin_step). Direct (host
  * backend, host pass): the same computation at begin_layer, on the caller's thread. */
@@ -66,11 +69,7 @@ static akv_status host_open(akv_route *r, const akv_route_params *p) {
         r->hl[l].pages = akv__calloc(r->cap, sizeof *r->hl[l].pages);
         if (!r->hl[l].parts || !r->hl[l].pages) return AKV_ENOMEM;
     }
-    if ((st = akv__par_create(p->host_threads, &r->hpar))) return st;
-    if (r->queued && ((st = akv_dev_event_create(r->dev, 0, &r->ev_hq)) ||
-                      (st = akv_dev_event_create(r->dev, 0, &r->ev_hready))))
-        return st;
-    return AKV_OK;
+    return akv__par_create(p->host_threads, &r->hpar);
 }
 
 /* The query and state buffers for h query heads, made at the first host part (the pass says
@@ -192,30 +191,26 @@ static akv_status host_part(akv_route *r, uint32_t layer, akv_kv_parts *parts) {
         parts->host_ready = NULL;
         return AKV_OK;
     }
-    /* queued. The query rows go to the host by the SMs on the compute queue, where the
-     * backend can (a copy engine's copy would wait behind the bus's refills of the next layers,
-     * so the host part would start only when they end); the host function runs in the D2H
-     * queue's order once they are there; the merge reads the states where it wrote them. */
+    /* queued: all in the compute queue's order, after the layer's query rows are computed
+     * and before its attention. The query rows go to the host by the SMs where the backend can
+     * (else a copy on the compute queue); the host function runs when they are there (the
+     * compute queue waits for it: the layer's attention needs its states, the next layer this
+     * layer's output); the merge reads the states where it wrote them. No other queue takes
+     * part, so nothing of the host part waits behind the bus's copies of the next layers. */
     const size_t s_off = (size_t)layer * r->max_seqs * H * (D + 1) * sizeof(float);
     const akv_dptr dst = akv_dptr_offset(r->hst_d, s_off);
     for (uint32_t i = 0; i < n; i++)
         r->hx[i] = (akv_dev_xfer){akv_dptr_offset(parts->q, (size_t)i * parts->q_stride * sizeof(float)),
                                   q + (size_t)i * H * D, (size_t)H * D * sizeof(float)};
     st = akv_dev_copy_d2h_batch_by_async(r->dev, AKV_QUEUE_COMPUTE, AKV_COPY_METHOD_KERNEL, r->hx, n);
-    const bool by_sms = st == AKV_OK;
-    if ((st && st != AKV_EUNSUPPORTED) ||
-        (st = akv_dev_event_record(r->dev, r->ev_hq, AKV_QUEUE_COMPUTE)) ||
-        (st = akv_dev_queue_wait_event(r->dev, AKV_QUEUE_D2H, r->ev_hq)) ||
-        (!by_sms && (st = akv_dev_copy_d2h_2d_async(r->dev, AKV_QUEUE_D2H, q, (size_t)H * D * sizeof *q,
-                                                    parts->q, (size_t)parts->q_stride * sizeof(float),
-                                                    (size_t)H * D * sizeof(float), n))) ||
-        (st = akv_dev_host_fn_async(r->dev, AKV_QUEUE_D2H, host_run, hl)) ||
-        (st = akv_dev_event_record(r->dev, r->ev_hready, AKV_QUEUE_D2H)))
-        return st;
+    if (st == AKV_EUNSUPPORTED)
+        st = akv_dev_copy_d2h_2d_async(r->dev, AKV_QUEUE_COMPUTE, q, (size_t)H * D * sizeof *q, parts->q,
+                                       (size_t)parts->q_stride * sizeof(float), (size_t)H * D * sizeof(float), n);
+    if (st || (st = akv_dev_host_fn_async(r->dev, AKV_QUEUE_COMPUTE, host_run, hl))) return st;
     parts->host_tokens = r->htok;
     parts->host_o = dst;
     parts->host_lse = akv_dptr_offset(dst, o_bytes);
-    parts->host_ready = r->ev_hready;
+    parts->host_ready = NULL; /* in the compute queue's order */
     return AKV_OK;
 }
 
@@ -232,8 +227,6 @@ static void host_free(akv_route *r) {
     if (r->queued) {
         if (r->hq) akv_dev_pinned_free(r->dev, r->hq);
         if (r->hst) akv_dev_pinned_free(r->dev, r->hst);
-        akv_dev_event_destroy(r->dev, r->ev_hq);
-        akv_dev_event_destroy(r->dev, r->ev_hready);
     } else {
         akv__free(r->hq), akv__free(r->hst);
     }

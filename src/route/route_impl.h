@@ -276,8 +276,6 @@ struct akv_route {
     akv_dptr hst_d;            /* queued: hst's device address (mapped: the merge reads the
                                   states across the bus where the host wrote them) */
     akv_dev_xfer *hx;          /* [max_seqs] queued: a layer's query rows, device -> hq */
-    akv_event *ev_hq;          /* compute: a layer's query rows are in hq (queued) */
-    akv_event *ev_hready;      /* D2H: a layer's states are written (queued) */
     uint64_t *htok;            /* [max_seqs] the step's tokens in each sequence's host part */
     float *hscratch;           /* the chunks' states: grown at a step's first layer (engine
                                   thread, the queues idle), read by the host functions in
