@@ -73,11 +73,10 @@ typedef struct akv_kv_parts {
     /* out: states of older history attended outside the pass (the host part), one row per
      * sequence (given only in a step where every sequence has one new token): f32 host_o
      * [n_seq][n_heads][head_dim] (normalised), host_lse [n_seq][n_heads] (natural log; -inf:
-     * an empty state, which leaves the pass's own result bit for bit). The pass merges them
-     * into its parts' result exactly, after making its compute queue wait for host_ready
-     * (NULL: ready now). host_o.addr 0 = none. */
+     * an empty state, which leaves the pass's own result bit for bit), written by work that
+     * begin_layer put in the compute queue's order (queued) or before it returned (direct).
+     * The pass merges them into its parts' result exactly. host_o.addr 0 = none. */
     akv_dptr host_o, host_lse;
-    akv_event *host_ready;
     const uint64_t *host_tokens; /* host memory [n_seq]: each sequence's tokens in the host
                                     part (with its table's, the whole history); valid until the
                                     next begin_layer */

@@ -855,7 +855,7 @@ static akv_status fdev_attend_parts(akv_forward_dev *f, const akv_kv_parts *part
     akv_status st;
     const bool host = parts->host_o.addr != 0; /* the host part's states, merged last */
     const uint32_t np = parts->n_parts + host; /* states to merge */
-    if (host && f->recording) return AKV_ESTATE; /* an event wait: not replayable */
+    if (host && f->recording) return AKV_ESTATE; /* a host function: not replayable */
     if (np > 1 && !f->part_mem.addr) {
         const size_t o_bytes = (size_t)f->params.max_step_tokens * f->q_dim * 4,
                      l_bytes = (size_t)f->params.max_step_tokens * f->cfg.n_heads * 4;
@@ -887,9 +887,7 @@ static akv_status fdev_attend_parts(akv_forward_dev *f, const akv_kv_parts *part
             m.p.o = f->part_o[0], m.p.o_dtype = AKV_DTYPE_F32, m.p.lse = f->part_lse[0];
         if ((st = FDEV_LAUNCH(f, akv_fwd_op_attn_merge, m)) || !host) return st;
     }
-    /* the host part: its states come when the host has computed them (the route's event) */
-    if (parts->host_ready && (st = akv_dev_queue_wait_event(f->dev, AKV_QUEUE_COMPUTE, parts->host_ready)))
-        return st;
+    /* the host part: its states are there in the compute queue's order (the route's work) */
     m.p.o_b = parts->host_o, m.p.lse_b = parts->host_lse;
     m.p.o = f->att, m.p.o_dtype = AKV_DTYPE_BF16, m.p.lse = (akv_dptr){0};
     return FDEV_LAUNCH(f, akv_fwd_op_attn_merge, m);

@@ -188,7 +188,6 @@ static akv_status host_part(akv_route *r, uint32_t layer, akv_kv_parts *parts) {
         parts->host_tokens = r->htok;
         parts->host_o = akv_attn_host_ptr(states);
         parts->host_lse = akv_attn_host_ptr(states + l_off);
-        parts->host_ready = NULL;
         return AKV_OK;
     }
     /* queued: all in the compute queue's order, after the layer's query rows are computed
@@ -210,7 +209,6 @@ static akv_status host_part(akv_route *r, uint32_t layer, akv_kv_parts *parts) {
     parts->host_tokens = r->htok;
     parts->host_o = dst;
     parts->host_lse = akv_dptr_offset(dst, o_bytes);
-    parts->host_ready = NULL; /* in the compute queue's order */
     return AKV_OK;
 }
 

@@ -130,7 +130,7 @@ typedef struct akv__route_kind {
     akv_status (*begin_layer)(akv_route *r, uint32_t layer);
     /* host-attended (NULL = none): the layer's host part once the parts are filled: the
      * query rows from parts->q to the host, the host's states of every sequence's host pages
-     * into parts->host_o/host_lse, ready by parts->host_ready */
+     * into parts->host_o/host_lse, in the compute queue's order */
     akv_status (*host_part)(akv_route *r, uint32_t layer, akv_kv_parts *parts);
     akv_status (*end_layer)(akv_route *r, uint32_t layer);
     /* leases live (destroy and close wait for them) */
