@@ -393,8 +393,19 @@ static uint32_t group_run(uint32_t x, uint32_t group, uint32_t left) {
     return group - x % group < left ? group - x % group : left;
 }
 
+/* Head h's K (kv 0) or V (kv 1) rows of sequence s's tokens [t, t + nt), all in one page (t a
+ * multiple of its size), as f32 rows in out: widened, or decoded from a compact page. */
+static void fast_page_rows(const kv_view *v, uint32_t s, uint32_t kv, uint32_t h, uint32_t t,
+                           uint32_t nt, float *out) {
+    if (v->layout.repr == AKV_REPR_EXACT)
+        row_to_f32(kv_row(v, s, kv, h, t), v->dtype, nt * v->head_dim, out);
+    else
+        akv_kvq_read_rows(&v->layout, &v->shape, kv_page(v, s, t), kv, h, 0, nt, out);
+}
+
 /* One sequence s, query heads [j0, j1): for each K/V head they use, its K and V rows widened
- * to f32 once, the query rows of its heads in the range (every chunk row x each such head)
+ * to f32 a page at a time as they are read (a page in cache rather than the whole history;
+ * each twice when the rows come in several blocks), the query rows of its heads in the range (every chunk row x each such head)
  * scaled and gathered as a matrix, S =
  * Q K^T by the row-invariant product (akv_ops_matmul_cols) in blocks of rows, a causal mask
  * and a softmax per row (two passes over the keys a row sees: max, then exp and sum), O = P V
@@ -416,10 +427,10 @@ static akv_status attend_fast(const kv_view *v, const rows_spec *r, uint32_t s, 
     uint32_t blk = FAST_S_FLOATS / len;
     if (blk < 1) blk = 1;
     if (blk > max_rows) blk = max_rows;
-    size_t kv_n, s_n;
-    if (!akv__size_mul((size_t)len, d, &kv_n) || !akv__size_mul(blk, len, &s_n))
-        return AKV_EOVERFLOW;
-    float *kf = akv__malloc(kv_n * sizeof *kf), *vf = akv__malloc(kv_n * sizeof *vf);
+    const uint32_t P = v->page_tokens, pt = len < P ? len : P; /* a page's keys at most */
+    size_t s_n;
+    if (!akv__size_mul(blk, len, &s_n)) return AKV_EOVERFLOW;
+    float *kf = akv__malloc((size_t)pt * d * sizeof *kf), *vf = akv__malloc((size_t)pt * d * sizeof *vf);
     float *qm = akv__malloc((size_t)max_rows * d * sizeof *qm), *sm = akv__malloc(s_n * sizeof *sm);
     float *om = akv__malloc((size_t)blk * d * sizeof *om), *sum = akv__malloc(blk * sizeof *sum);
     akv_status st = kf && vf && qm && sm && om && sum ? AKV_OK : AKV_ENOMEM;
@@ -429,18 +440,6 @@ static akv_status attend_fast(const kv_view *v, const rows_spec *r, uint32_t s, 
         const uint32_t g0 = h == j0 / group ? j0 % group : 0;
         const uint32_t g1 = h == (j1 - 1) / group ? (j1 - 1) % group + 1 : group;
         const uint32_t G = g1 - g0, rows = n * G;
-        /* a page holds head h's rows of its tokens contiguously: widen (or decode) them a page
-         * at a time */
-        for (uint32_t t = 0; t < len; t += v->page_tokens) {
-            const uint32_t nt = len - t < v->page_tokens ? len - t : v->page_tokens;
-            if (v->layout.repr == AKV_REPR_EXACT) {
-                row_to_f32(kv_row(v, s, 0, h, t), v->dtype, nt * d, kf + (size_t)t * d);
-                row_to_f32(kv_row(v, s, 1, h, t), v->dtype, nt * d, vf + (size_t)t * d);
-                continue;
-            }
-            akv_kvq_read_rows(&v->layout, &v->shape, kv_page(v, s, t), 0, h, 0, nt, kf + (size_t)t * d);
-            akv_kvq_read_rows(&v->layout, &v->shape, kv_page(v, s, t), 1, h, 0, nt, vf + (size_t)t * d);
-        }
         for (uint32_t x = 0; x < rows; x++) {
             size_t tok = (size_t)start + x / G, j = (size_t)h * group + g0 + x % G;
             float *qx = qm + (size_t)x * d;
@@ -452,15 +451,21 @@ static akv_status attend_fast(const kv_view *v, const rows_spec *r, uint32_t s, 
         }
         for (uint32_t x0 = 0; x0 < rows; x0 += blk) {
             uint32_t nb = rows - x0 < blk ? rows - x0 : blk;
-            /* the scores a row sees, a token's group of rows at a time (they see the same
-             * keys); the rest of S is never read */
-            for (uint32_t b = 0; b < nb;) {
-                const uint32_t x = x0 + b, i = x / G, run = group_run(x, G, nb - b);
-                const int64_t n_keys = keys_seen(v, len, n, i);
-                if (n_keys > 0)
-                    akv_ops_matmul_cols(sm + (size_t)b * len, qm + (size_t)x * d, kf, NULL, run,
-                                        len, d, 0, (size_t)n_keys, AKV_OPS_ISA_AUTO);
-                b += run;
+            /* the scores a row sees, a page of keys at a time (head h's rows of a page lie
+             * together: widened, or decoded, into kf while they are read), a token's group of
+             * rows at a time (they see the same keys); the rest of S is never read */
+            for (uint32_t t = 0; t < len; t += P) {
+                const uint32_t nt = len - t < P ? len - t : P;
+                fast_page_rows(v, s, 0, h, t, nt, kf);
+                for (uint32_t b = 0; b < nb;) {
+                    const uint32_t x = x0 + b, i = x / G, run = group_run(x, G, nb - b);
+                    const int64_t seen = keys_seen(v, len, n, i) - (int64_t)t;
+                    if (seen > 0)
+                        akv_ops_matmul_cols(sm + (size_t)b * len + t, qm + (size_t)x * d, kf, NULL,
+                                            run, len, d, 0, seen < nt ? (size_t)seen : nt,
+                                            AKV_OPS_ISA_AUTO);
+                    b += run;
+                }
             }
             memset(om, 0, (size_t)nb * d * sizeof *om);
             for (uint32_t b = 0; b < nb; b++) {
@@ -472,15 +477,22 @@ static akv_status attend_fast(const kv_view *v, const rows_spec *r, uint32_t s, 
                 if (out->lse) out->lse[tok * n_heads + j] = l > 0 ? m + logf(l) : -INFINITY;
                 sum[b] = l;
             }
-            /* O = P V, the rows of a token's group (they see the same keys) in one pass */
-            for (uint32_t b = 0; b < nb;) {
-                const uint32_t x = x0 + b, i = x / G;
-                uint32_t run = group_run(x, G, nb - b);
-                if (run > FAST_PV_MAX_ROWS) run = FAST_PV_MAX_ROWS;
-                const int64_t n_keys = keys_seen(v, len, n, i);
-                if (n_keys > 0)
-                    fast_pv(om + (size_t)b * d, sm + (size_t)b * len, len, vf, (size_t)n_keys, d, run);
-                b += run;
+            /* O = P V, a page of values at a time, the rows of a token's group (they see the
+             * same keys) in one pass; each row's sums go on key by key in ascending order
+             * across the pages (om holds them between) */
+            for (uint32_t t = 0; t < len; t += P) {
+                const uint32_t nt = len - t < P ? len - t : P;
+                fast_page_rows(v, s, 1, h, t, nt, vf);
+                for (uint32_t b = 0; b < nb;) {
+                    const uint32_t x = x0 + b, i = x / G;
+                    uint32_t run = group_run(x, G, nb - b);
+                    if (run > FAST_PV_MAX_ROWS) run = FAST_PV_MAX_ROWS;
+                    const int64_t seen = keys_seen(v, len, n, i) - (int64_t)t;
+                    if (seen > 0)
+                        fast_pv(om + (size_t)b * d, sm + (size_t)b * len + t, len, vf,
+                                seen < nt ? (size_t)seen : nt, d, run);
+                    b += run;
+                }
             }
             for (uint32_t b = 0; b < nb; b++) {
                 uint32_t x = x0 + b;
