@@ -68,9 +68,9 @@ static double h2d_rate(akv_dev *dev) {
 
 /* AKV_BENCH_TRACE=1: the route's hooks wrapped to time the last step layer by layer: the host
  * clock when each layer's copies were enqueued, and timing events recorded after the layer's
- * begin on the H2D queue (complete when the layer's copies are) and the D2H queue (when its
- * host part's states are uploaded, host-attended kind), and after its end on the compute queue
- * (when the layer's attention is done). Intervals per layer against the copy's bus time show
+ * begin on the H2D queue (complete when the layer's copies are) and the D2H queue (when the
+ * D2H work enqueued before it is: the earlier layers' write-backs), and after its end on the
+ * compute queue (when the layer is done: its host part runs in that queue's order). Intervals per layer against the copy's bus time show
  * whether the bus idled between layers and whether the host issued late; the three queues'
  * times from the step's first event show which of copies, host part and compute each layer
  * waited on. */
@@ -125,7 +125,7 @@ static void trace_report(trace *t, double layer_bytes, double rate) {
            "interval %.3f ms, copy bus time %.3f ms\n",
            n - 1, dev_sum / (n - 1), worst, host_sum / (n - 1), bus);
     printf("    layer: ms from layer 0's begin on the compute queue, when the layer's copies "
-           "were done (H2D), its D2H queue's work (host part) was done, its compute was done; "
+           "were done (H2D), the D2H queue's work before it was done, its compute was done; "
            "its begin issued by the host\n");
     for (uint32_t l = 0; l < n; l++)
         printf("    %2u: h2d %8.3f  d2h %8.3f  compute %8.3f  issued %8.3f\n", l,
@@ -189,6 +189,7 @@ static row bench_ctx(akv_dev *dev, akv_forward_dev *f, akv_route_kind kind, uint
     out.staged_bytes = (double)(s1.staged_bytes - s0.staged_bytes) / n_steps;
     out.host_bytes = (double)(s1.host_bytes - s0.host_bytes) / n_steps;
     out.host_ms = (double)(s1.host_ns - s0.host_ns) * 1e-6 / n_steps;
+    TRY(akv_route_sync(r)); /* every event of the trace complete */
     if (tracing) {
         trace_report(&tr, out.staged_bytes / c->n_layers, rate);
         TRY(akv_dev_event_destroy(dev, tr.base));
@@ -199,7 +200,6 @@ static row bench_ctx(akv_dev *dev, akv_forward_dev *f, akv_route_kind kind, uint
         }
     }
     free(logits);
-    TRY(akv_route_sync(r));
 done:
     bench_route_close(&br);
     return out;
@@ -210,7 +210,8 @@ done:
  * thread copying 256 MiB host->device again and again (synchronous copies, as the bus runs
  * when staging), the host part's threads summing a 1 GiB pinned buffer in passes (its read
  * rate), and both at once. Rates in GB/s over each side's own span. */
-enum { JOINT_COPY_MIB = 256, JOINT_READ_MIB = 1024 };
+enum { JOINT_COPY_MIB = 256, JOINT_READ_MIB = 1024, JOINT_TASKS = 256 };
+_Static_assert(((size_t)JOINT_READ_MIB << 20) / 8 / JOINT_TASKS % 4 == 0, "a task sums whole groups of 4 words");
 #define JOINT_S 1.0
 
 typedef struct joint {
@@ -266,7 +267,7 @@ static void joint_table(FILE *out, akv_dev *dev, const akv_dev_info *info) {
     TRY(akv_dev_mem_alloc(dev, (size_t)JOINT_COPY_MIB << 20, &d));
     memset(h, 1, (size_t)JOINT_COPY_MIB << 20);
     memset(rd, 2, (size_t)JOINT_READ_MIB << 20);
-    joint j = {.buf = rd, .words = ((size_t)JOINT_READ_MIB << 20) / 8, .n_tasks = 256};
+    joint j = {.buf = rd, .words = ((size_t)JOINT_READ_MIB << 20) / 8, .n_tasks = JOINT_TASKS};
     TRY(akv__par_create(threads, &j.par));
     pthread_t th;
     /* each alone, then both */

@@ -405,7 +405,7 @@ static void fast_page_rows(const kv_view *v, uint32_t s, uint32_t kv, uint32_t h
 
 /* One sequence s, query heads [j0, j1): for each K/V head they use, its K and V rows widened
  * to f32 a page at a time as they are read (a page in cache rather than the whole history;
- * each twice when the rows come in several blocks), the query rows of its heads in the range (every chunk row x each such head)
+ * once for each block of rows that sees the page), the query rows of its heads in the range (every chunk row x each such head)
  * scaled and gathered as a matrix, S =
  * Q K^T by the row-invariant product (akv_ops_matmul_cols) in blocks of rows, a causal mask
  * and a softmax per row (two passes over the keys a row sees: max, then exp and sum), O = P V
@@ -454,7 +454,9 @@ static akv_status attend_fast(const kv_view *v, const rows_spec *r, uint32_t s, 
             /* the scores a row sees, a page of keys at a time (head h's rows of a page lie
              * together: widened, or decoded, into kf while they are read), a token's group of
              * rows at a time (they see the same keys); the rest of S is never read */
-            for (uint32_t t = 0; t < len; t += P) {
+            /* the block's last row sees the most keys (rows go by token): no page past them */
+            const int64_t blk_seen = keys_seen(v, len, n, (x0 + nb - 1) / G);
+            for (uint32_t t = 0; (int64_t)t < blk_seen; t += P) {
                 const uint32_t nt = len - t < P ? len - t : P;
                 fast_page_rows(v, s, 0, h, t, nt, kf);
                 for (uint32_t b = 0; b < nb;) {
@@ -480,7 +482,7 @@ static akv_status attend_fast(const kv_view *v, const rows_spec *r, uint32_t s, 
             /* O = P V, a page of values at a time, the rows of a token's group (they see the
              * same keys) in one pass; each row's sums go on key by key in ascending order
              * across the pages (om holds them between) */
-            for (uint32_t t = 0; t < len; t += P) {
+            for (uint32_t t = 0; (int64_t)t < blk_seen; t += P) {
                 const uint32_t nt = len - t < P ? len - t : P;
                 fast_page_rows(v, s, 1, h, t, nt, vf);
                 for (uint32_t b = 0; b < nb;) {

@@ -40,10 +40,9 @@ enum { TEST_MAX_PICKED = 64 };
 static const char *test_picked[TEST_MAX_PICKED]; /* --case names; none = every case */
 static int test_n_picked, test_picked_ran[TEST_MAX_PICKED], test_listing;
 
-/* Reads --case NAME and --list; leaves arguments without a leading "--" to the test (e.g.
- * test_stage's "stress"); any other option exits 2. */
-/* A crash (SIGSEGV, SIGBUS, SIGFPE, SIGILL) names the case it happened in and, with glibc,
- * prints the stack (addresses for addr2line where symbols are static) before dying of it. */
+/* A crash (SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT: a failed AKV_ASSERT) names the case it
+ * happened in and, with glibc, prints the stack (addresses for addr2line where symbols are
+ * static) before dying of it. */
 static inline void test_on_crash(int sig) {
     fprintf(stderr, "\ncrashed (signal %d) in case %s\n", sig, test_case_name ? test_case_name : "(none)");
     fflush(stderr);
@@ -55,11 +54,29 @@ static inline void test_on_crash(int sig) {
     raise(sig);
 }
 
+#if defined(__SANITIZE_ADDRESS__)
+#define TEST_SANITIZED 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define TEST_SANITIZED 1
+#endif
+#endif
+
+/* Reads --case NAME and --list; leaves arguments without a leading "--" to the test (e.g.
+ * test_stage's "stress"); any other option exits 2. Hooks the crash signals (not under the
+ * address sanitizer, whose own reports say more). */
 static inline void test_args(int argc, char **argv) {
+#ifndef TEST_SANITIZED
     signal(SIGSEGV, test_on_crash);
     signal(SIGBUS, test_on_crash);
     signal(SIGFPE, test_on_crash);
     signal(SIGILL, test_on_crash);
+    signal(SIGABRT, test_on_crash);
+#ifdef __GLIBC__
+    void *warm[1];
+    (void)backtrace(warm, 1); /* its first call loads what it needs: not in the handler */
+#endif
+#endif
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--case") && i + 1 < argc && test_n_picked < TEST_MAX_PICKED) {
             test_picked[test_n_picked++] = argv[++i];

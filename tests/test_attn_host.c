@@ -232,6 +232,10 @@ static void test_check(void) {
     CHECK_STATUS(akv_attn_host_part_check(&b), AKV_EINVAL);
     b = good, b.repr = AKV_REPR_Q8;
     CHECK_OK(akv_attn_host_part_check(&b));
+    b.last_len = 0; /* a compact part's last_len is checked as an exact one's */
+    CHECK_STATUS(akv_attn_host_part_check(&b), AKV_EINVAL);
+    b.last_len = 5;
+    CHECK_STATUS(akv_attn_host_part_check(&b), AKV_EINVAL);
     akv_log_set(NULL, NULL, AKV_LOG_WARN);
     CHECK_STR(akv_attn_host_isa_name(AKV_ATTN_HOST_AVX512), "avx512");
     CHECK(akv_attn_host_isa_resolve(AKV_ATTN_HOST_AUTO) != AKV_ATTN_HOST_AUTO);

@@ -4,10 +4,10 @@
  *
  * A host part is one sequence's query (one token, every query head, f32) and a list of pages of
  * one layer in host memory, read in place: exact pages (akv/geom.h's page layout: [K, V][K/V
- * head][token][head dim]) straight from memory, compact ones (q8, q4: akv/kv_repr.h) a block
- * of 32 rows at a time decoded into an L1-sized buffer (akv/kvq.h's decode, so the values are
- * the ones every other reader sees); each key and value row is read from memory once for all
- * the query heads of its K/V head (a GQA group). It yields, per query head,
+ * head][token][head dim]) and compact ones (q8, q4: akv/kv_repr.h) alike, a compact vector's
+ * codes widened and scaled as they are loaded (the values of akv/kvq.h's decode, the ones
+ * every other reader sees); each key and value row is read from memory once for all the
+ * query heads of its K/V head (a GQA group). It yields, per query head,
  * the output normalised over the part's keys and the log-sum-exp of the scores (natural log),
  * which merge exactly with the other parts' states (akv_attn_merge_state, the device's merge).
  * Every key of the part precedes the query (a past part: no causal mask).
@@ -73,8 +73,8 @@ typedef struct akv_attn_host_part {
     float scale;              /* score scale; 0 = 1/sqrt(head_dim); else finite and > 0 */
     uint32_t repr;            /* akv_repr of the pages (akv/kv_repr.h): 0 = exact, in dtype;
                                  q8 / q4 = compact pages of that layout for an exact page of
-                                 dtype, decoded a block of rows at a time (q4's K rows are
-                                 rotated: the query is rotated the same way) */
+                                 dtype, read in place (q4's K rows are rotated: the query is
+                                 rotated the same way) */
 } akv_attn_host_part;
 
 /* AKV_EINVAL (logged, naming the field) for a part the functions below cannot read: a NULL

@@ -283,7 +283,8 @@ akv_status akv_dev_copy_d2h_batch_async(akv_dev *dev, akv_queue q, const akv_dev
 /* The same by `method` for this call alone (the configuration in force unchanged; DEFAULT =
  * the configured one). AKV_COPY_METHOD_KERNEL moves the bytes with the SMs, so a small copy on
  * the compute queue never waits behind the copy engines' work of other queues. AKV_EUNSUPPORTED
- * (nothing submitted, nothing logged: the caller may fall back) where the backend lacks it. */
+ * (nothing submitted, nothing logged: the caller may fall back) where the backend lacks it,
+ * AKV_EINVAL for a value that is no method. */
 akv_status akv_dev_copy_h2d_batch_by_async(akv_dev *dev, akv_queue q, akv_copy_method method,
                                            const akv_dev_xfer *x, size_t n);
 akv_status akv_dev_copy_d2h_batch_by_async(akv_dev *dev, akv_queue q, akv_copy_method method,

@@ -86,14 +86,13 @@ akv_status akv_attn_host_part_check(const akv_attn_host_part *p) {
         bad = "scale must be 0 or finite and > 0";
     else if (p->n_pages && !p->pages) bad = "pages is NULL";
     else if (p->repr >= AKV_REPR_COUNT) bad = "repr is not a representation";
-    else if (p->repr != AKV_REPR_EXACT) {
-        akv_repr_layout l;
-        if (akv_repr_layout_of((akv_repr)p->repr, p->dtype, p->n_kv_heads, p->page_tokens,
-                               p->head_dim, &l) != AKV_OK)
-            bad = "the compact representation cannot hold this head_dim (q4: a power of two, >= 32)";
-    }
     else if (p->n_pages && (p->last_len == 0 || p->last_len > p->page_tokens))
         bad = "last_len out of 1..page_tokens";
+    akv_repr_layout l;
+    if (!bad && p->repr != AKV_REPR_EXACT &&
+        akv_repr_layout_of((akv_repr)p->repr, p->dtype, p->n_kv_heads, p->page_tokens, p->head_dim,
+                           &l) != AKV_OK)
+        bad = "the compact representation cannot hold this head_dim (q4: a power of two, >= 32)";
     for (uint32_t i = 0; !bad && i < p->n_pages; i++)
         if (!p->pages[i]) bad = "a page address is NULL";
     if (bad) {

@@ -111,7 +111,7 @@ static float *host_states(const akv_route *r, uint32_t l) {
 }
 
 /* The layer's host part: its parts (every sequence's pages 1 .. x0-1, in the host pool) and
- * their states. Runs on the engine's thread (direct) or the D2H queue's (queued); touches
+ * their states. Runs on the engine's thread (direct) or in the compute queue's order (queued); touches
  * only the layer's own buffers and the scratch (one layer at a time: queue order). */
 static void host_run(void *arg) {
     akv__route_host_layer *hl = arg;
