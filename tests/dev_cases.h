@@ -199,12 +199,20 @@ static inline void dev_cases_batch(akv_dev *dev) {
         akv_copy_config bad_cfg = {.method = (akv_copy_method)99};
         CHECK_STATUS(akv_dev_set_copy_config(dev, &bad_cfg), AKV_EINVAL);
         CHECK_STATUS(akv_dev_copy_h2d_batch_by_async(dev, AKV_QUEUE_H2D, (akv_copy_method)99, x, 1), AKV_EINVAL);
-        for (int m = AKV_COPY_METHOD_EACH; m < AKV_N_COPY_METHODS; m++) { /* unsupported alike */
+        /* a method the device lacks (here: refused, as on a backend without it) is refused
+         * alike by the configuration and by a call, which submits nothing */
+        CHECK_OK(akv_dev_refuse_copy_method(dev, AKV_COPY_METHOD_KERNEL, 1));
+        int refused = 0;
+        for (int m = AKV_COPY_METHOD_EACH; m < AKV_N_COPY_METHODS; m++) {
             akv_copy_config cfg = {.method = (akv_copy_method)m};
-            if (akv_dev_set_copy_config(dev, &cfg) == AKV_EUNSUPPORTED)
-                CHECK_STATUS(akv_dev_copy_h2d_batch_by_async(dev, AKV_QUEUE_H2D, cfg.method, x, 1),
-                             AKV_EUNSUPPORTED);
+            if (akv_dev_set_copy_config(dev, &cfg) != AKV_EUNSUPPORTED) continue;
+            refused++;
+            CHECK_STATUS(akv_dev_copy_h2d_batch_by_async(dev, AKV_QUEUE_H2D, cfg.method, x, 1),
+                         AKV_EUNSUPPORTED);
         }
+        CHECK(refused >= 1);
+        CHECK_OK(akv_dev_refuse_copy_method(dev, AKV_COPY_METHOD_KERNEL, 0));
+        CHECK_STATUS(akv_dev_refuse_copy_method(dev, AKV_COPY_METHOD_DEFAULT, 1), AKV_EINVAL);
         CHECK_OK(akv_dev_set_copy_config(dev, &saved));
     }
     free(x);

@@ -1681,6 +1681,9 @@ int main(int argc, char **argv) {
     for (int all = 0; all <= 1; all++) TEST_CASE(host_attended_cells_queue_pass) {
         rc_params rc = cells;
         if (!CHECK(akv_dev_create(akv_dev_host_backend(), NULL, &rc.dev) == AKV_OK)) break;
+        /* share 0.5 on a device without the copy kernel: the query rows by the route's
+         * fallback (a copy on the compute queue) */
+        if (!all) CHECK_OK(akv_dev_refuse_copy_method(rc.dev, AKV_COPY_METHOD_KERNEL, 1));
         akv_forward_params fdp = {.max_step_tokens = 64};
         rc.window = 2, rc.max_step_tokens = 64, rc.seed = rng + 2, rc.host_share = all ? 1.0f : 0.5f;
         if (CHECK(akv_forward_dev_create(rc.dev, model, &fdp, &rc.fd) == AKV_OK))

@@ -48,6 +48,8 @@ struct akv_dev {
     uint64_t fail_device_at, fail_pinned_at; /* injected failure countdowns; 0 = off */
     dev_fault faults[AKV_N_FAULTS];
     akv_copy_config copy_cfg; /* method never DEFAULT here: resolved at create / set */
+    unsigned refused_methods; /* copy methods a test made unavailable (bit m), as a backend
+                                 without them (akv_dev_refuse_copy_method) */
     struct dev_profile *profile; /* the running op profile, or NULL */
 };
 
@@ -585,11 +587,29 @@ akv_status akv_dev_copy_d2h_2d_async(akv_dev *dev, akv_queue q, void *dst, size_
     return dev_copy_async(dev, q, &c);
 }
 
+/* Whether copy method m is available (AKV_OK) or not (AKV_EUNSUPPORTED): the backend's word,
+ * unless a test refused it. */
+static akv_status dev_method_check(akv_dev *dev, akv_copy_method m) {
+    pthread_mutex_lock(&dev->mu);
+    const bool refused = (dev->refused_methods >> m) & 1u;
+    pthread_mutex_unlock(&dev->mu);
+    return refused ? AKV_EUNSUPPORTED : dev->backend->copy_method_check(dev->state, m);
+}
+
+akv_status akv_dev_refuse_copy_method(akv_dev *dev, akv_copy_method m, int refuse) {
+    if (!dev || m == AKV_COPY_METHOD_DEFAULT || (unsigned)m >= AKV_N_COPY_METHODS) return AKV_EINVAL;
+    pthread_mutex_lock(&dev->mu);
+    if (refuse) dev->refused_methods |= 1u << m;
+    else dev->refused_methods &= ~(1u << m);
+    pthread_mutex_unlock(&dev->mu);
+    return AKV_OK;
+}
+
 akv_status akv_dev_set_copy_config(akv_dev *dev, const akv_copy_config *cfg) {
     if (!dev || !cfg || (unsigned)cfg->method >= AKV_N_COPY_METHODS) return AKV_EINVAL;
     akv_copy_config c = *cfg;
     if (c.method == AKV_COPY_METHOD_DEFAULT) c.method = dev->backend->default_copy_method;
-    akv_status st = dev->backend->copy_method_check(dev->state, c.method);
+    akv_status st = dev_method_check(dev, c.method);
     if (st != AKV_OK) {
         AKV_LOG_E("dev: copy method '%s' is not available on the %s backend",
                   akv_copy_method_name(c.method), dev->backend->name);
@@ -629,7 +649,7 @@ static akv_status dev_copy_batch(akv_dev *dev, akv_queue q, akv_dev_copy_kind ki
     }
     akv_copy_config cfg = akv_dev_get_copy_config(dev);
     if (method != AKV_COPY_METHOD_DEFAULT && method != cfg.method) {
-        if (dev->backend->copy_method_check(dev->state, method) != AKV_OK) return AKV_EUNSUPPORTED;
+        if (dev_method_check(dev, method) != AKV_OK) return AKV_EUNSUPPORTED;
         cfg.method = method;
     }
     unsigned flags;

@@ -48,6 +48,11 @@ akv_status akv_dev_inject_fault(akv_dev *dev, akv_dev_fault f, uint64_t nth, int
  * recovered): later syncs can establish completion again, and a record that covered failed
  * work stays failed (akv_dev_event_outcome). */
 akv_status akv_dev_clear_faults(akv_dev *dev);
+
+/* Copy method m unavailable on dev (refuse 1) as on a backend without it, or available again
+ * (0): akv_dev_set_copy_config and the per-call methods answer AKV_EUNSUPPORTED, so a caller's
+ * fallback runs. The method in force is not changed. AKV_EINVAL for DEFAULT or no method. */
+akv_status akv_dev_refuse_copy_method(akv_dev *dev, akv_copy_method m, int refuse);
 /* How many times point f has been passed since the device was created (armed or not): run a
  * scenario once, read the counts, then inject at each pass in turn. */
 uint64_t akv_dev_fault_passes(const akv_dev *dev, akv_dev_fault f);
