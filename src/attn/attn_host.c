@@ -390,15 +390,14 @@ static void hp_chunk(const akv_attn_host_part *p, akv_attn_host_isa isa, uint32_
 #endif
     const uint32_t D = p->head_dim, P = p->page_tokens, G = p->n_heads / p->n_kv_heads;
     const float scale = p->scale != 0.0f ? p->scale : 1.0f / sqrtf((float)D);
-    const bool compact = p->repr != AKV_REPR_EXACT;
-    akv_repr_layout lay = {0};
+    /* the pages' layout, exact or compact: where a row's elements (codes) and scales lie (the
+     * part was checked: it exists) */
+    akv_repr_layout lay;
     const akv_kvq_page_shape sh = {p->n_kv_heads, P, D, p->dtype};
-    if (compact) /* the part was checked: its layout exists */
-        AKV_ASSERT(akv_repr_layout_of((akv_repr)p->repr, p->dtype, p->n_kv_heads, P, D, &lay) == AKV_OK);
+    AKV_ASSERT(akv_repr_layout_of((akv_repr)p->repr, p->dtype, p->n_kv_heads, P, D, &lay) == AKV_OK);
     const hp_form form = p->repr == AKV_REPR_Q8 ? HP_Q8 : p->repr == AKV_REPR_Q4 ? HP_Q4
                        : p->dtype == AKV_DTYPE_BF16 ? HP_BF16 : p->dtype == AKV_DTYPE_F16 ? HP_F16 : HP_F32;
-    const size_t esz = akv_dtype_size(p->dtype), head_bytes = (size_t)P * D * esz;
-    const size_t rb = compact ? lay.code_row_bytes : (size_t)D * esz; /* a row's bytes in place */
+    const size_t rb = lay.code_row_bytes, sb = (size_t)lay.scales_per_row * 2; /* a row's */
     /* [HP_ROWS][D] scaled queries and sums; [HP_ROWS][HP_BLOCK] scores, then weights */
     float qs[HP_ROWS * AKV_ATTN_HOST_MAX_HEAD_DIM], acc[HP_ROWS * AKV_ATTN_HOST_MAX_HEAD_DIM];
     float s[HP_ROWS * HP_BLOCK], m[HP_ROWS], l[HP_ROWS];
@@ -425,23 +424,16 @@ static void hp_chunk(const akv_attn_host_part *p, akv_attn_host_isa isa, uint32_
                 const uint32_t nt = t0 + HP_BLOCK < n ? t0 + HP_BLOCK : 0;
                 for (uint32_t kv = 0; npage && kv < 2; kv++) {
                     const unsigned char *c = akv_kvq_codes(&lay, &sh, npage, kv, kv_head, nt);
-                    if (!compact) c = npage + ((size_t)kv * p->n_kv_heads + kv_head) * head_bytes + nt * rb;
-                    for (size_t b = 0; b < HP_BLOCK * rb; b += 64) __builtin_prefetch(c + b);
-                    if (!compact) continue;
                     const unsigned char *sc = (const unsigned char *)akv_kvq_scales(&lay, &sh, npage, kv, kv_head, nt);
-                    for (size_t b = 0; b < (size_t)HP_BLOCK * lay.scales_per_row * 2; b += 64) __builtin_prefetch(sc + b);
+                    for (size_t b = 0; b < HP_BLOCK * rb; b += 64) __builtin_prefetch(c + b);
+                    for (size_t b = 0; b < HP_BLOCK * sb; b += 64) __builtin_prefetch(sc + b);
                 }
-                hp_blk kb = {page + (size_t)kv_head * head_bytes + t0 * rb, rb, ksc, lay.scales_per_row};
-                hp_blk vb = {page + ((size_t)p->n_kv_heads + kv_head) * head_bytes + t0 * rb, rb, vsc,
-                             lay.scales_per_row};
-                if (compact) {
-                    kb.rows = akv_kvq_codes(&lay, &sh, page, 0, kv_head, t0);
-                    vb.rows = akv_kvq_codes(&lay, &sh, page, 1, kv_head, t0);
-                    const uint16_t *ks = akv_kvq_scales(&lay, &sh, page, 0, kv_head, t0);
-                    const uint16_t *vs = akv_kvq_scales(&lay, &sh, page, 1, kv_head, t0);
-                    for (uint32_t i = 0; i < nb * lay.scales_per_row; i++)
-                        ksc[i] = akv_f16_to_f32(ks[i]), vsc[i] = akv_f16_to_f32(vs[i]);
-                }
+                const hp_blk kb = {akv_kvq_codes(&lay, &sh, page, 0, kv_head, t0), rb, ksc, lay.scales_per_row};
+                const hp_blk vb = {akv_kvq_codes(&lay, &sh, page, 1, kv_head, t0), rb, vsc, lay.scales_per_row};
+                const uint16_t *ks = akv_kvq_scales(&lay, &sh, page, 0, kv_head, t0);
+                const uint16_t *vs = akv_kvq_scales(&lay, &sh, page, 1, kv_head, t0);
+                for (uint32_t i = 0; i < nb * lay.scales_per_row; i++) /* none for exact pages */
+                    ksc[i] = akv_f16_to_f32(ks[i]), vsc[i] = akv_f16_to_f32(vs[i]);
                 scores(s, qs, R, &kb, nb, D, form);
                 for (uint32_t r = 0; r < R; r++) {
                     float *sr = s + r * HP_BLOCK, bm = m[r];

@@ -202,9 +202,8 @@ static akv_status host_part(akv_route *r, uint32_t layer, akv_kv_parts *parts) {
         r->hx[i] = (akv_dev_xfer){akv_dptr_offset(parts->q, (size_t)i * parts->q_stride * sizeof(float)),
                                   q + (size_t)i * H * D, (size_t)H * D * sizeof(float)};
     st = akv_dev_copy_d2h_batch_by_async(r->dev, AKV_QUEUE_COMPUTE, AKV_COPY_METHOD_KERNEL, r->hx, n);
-    if (st == AKV_EUNSUPPORTED)
-        st = akv_dev_copy_d2h_2d_async(r->dev, AKV_QUEUE_COMPUTE, q, (size_t)H * D * sizeof *q, parts->q,
-                                       (size_t)parts->q_stride * sizeof(float), (size_t)H * D * sizeof(float), n);
+    if (st == AKV_EUNSUPPORTED) /* the same spans by the device's configured method */
+        st = akv_dev_copy_d2h_batch_async(r->dev, AKV_QUEUE_COMPUTE, r->hx, n);
     if (st || (st = akv_dev_host_fn_async(r->dev, AKV_QUEUE_COMPUTE, host_run, hl))) return st;
     parts->host_tokens = r->htok;
     parts->host_o = dst;
