@@ -1,14 +1,24 @@
 /* par.c — the worker-thread pool of core/par.h.
  *
- * One loop at a time: the caller publishes (fn, ctx, n_tasks), bumps the generation, runs
- * tasks itself, then waits until every worker has checked out of that generation. So no
- * worker is still inside a loop when the next one is published, and the loop's fields need
- * no lock: the generation's release/acquire pair orders them.
+ * One loop at a time, in generations. The pool's state is one 64-bit word: the generation
+ * (bits 33..63), an "open" bit (32) and the number of workers inside the loop (bits 0..31).
+ * The caller writes a loop's fields while no worker is inside and the word is closed, then
+ * publishes the next generation, open. A worker joins by raising the count with a
+ * compare-and-swap that also checks the generation and the open bit, so it reads the loop's
+ * fields only while the caller cannot rewrite them; it claims tasks from a shared counter and
+ * leaves. The caller runs tasks too, waits until every task has run, and closes the word; the
+ * next loop first waits for the workers still inside (they found no task left and are
+ * leaving).
+ *
+ * So a loop never waits for a worker that has not joined it: a worker the scheduler keeps off
+ * its core (another process on the machine) costs a loop nothing unless it holds one of its
+ * tasks, and a worker that misses a loop altogether misses nothing.
  *
  * Waiting: where every thread has a core of its own, a worker spins PAR_SPIN_NS for the next
- * loop and the caller spins for the workers' check-out, since a loop is microseconds. With
- * more threads than cores online a spinner takes the core a thread it waits for needs, so
- * nobody spins: workers sleep at once, and the caller sleeps until the last worker checks out. */
+ * loop and the caller spins for the tasks' end, since a loop is microseconds; a spinner yields
+ * its core at every clock check, so a runnable thread of another process gets it. With more
+ * threads than cores online nobody spins: workers sleep at once, and the caller sleeps until
+ * the tasks are done. */
 #define _GNU_SOURCE
 #include "core/par.h"
 
@@ -21,22 +31,26 @@
 #include "core/clock.h"
 #include "core/log.h"
 
-enum { PAR_SPIN_NS = 200000 }; /* a worker spins this long for the next loop, then sleeps */
+enum { PAR_SPIN_NS = 200000 }; /* a spinner spins this long, then sleeps */
+
+#define ST_OPEN ((uint64_t)1 << 32)
+#define ST_INSIDE ((uint64_t)0xffffffffu)
+#define ST_GEN(s) ((s) >> 33)
 
 struct akv_par {
     uint32_t n_threads; /* the caller included */
     pthread_t *workers; /* [n_threads - 1] */
     uint32_t n_started;
     pthread_mutex_t mu;
-    pthread_cond_t cv;
-    atomic_uint_fast64_t gen; /* loops published so far */
-    atomic_uint next;         /* the next task to claim */
-    atomic_uint out;          /* workers done with the current loop */
+    pthread_cond_t cv;      /* workers wait here for a generation */
+    pthread_cond_t done_cv; /* the caller waits here for the tasks' end or the last leaver */
+    _Atomic uint64_t state; /* generation | open | workers inside (the file comment) */
+    atomic_uint next;       /* the next task to claim */
+    atomic_uint done;       /* tasks run */
     atomic_int stop;
-    bool spin;                /* n_threads <= the cores online */
     atomic_int caller_waiting; /* the caller sleeps on done_cv */
-    pthread_cond_t done_cv;
-    /* the current loop: written by the caller before gen is bumped */
+    bool spin;                 /* n_threads <= the cores online */
+    /* the current loop: written by the caller while the state is closed and nobody inside */
     akv_par_fn fn;
     void *ctx;
     uint32_t n_tasks;
@@ -48,44 +62,97 @@ static inline void par_pause(void) {
 #endif
 }
 
-static void par_run_tasks(akv_par *p) {
-    for (;;) {
-        unsigned t = atomic_fetch_add_explicit(&p->next, 1, memory_order_relaxed);
-        if (t >= p->n_tasks) break;
-        p->fn(p->ctx, t);
+/* Spins (where the pool may) until done(p) holds or PAR_SPIN_NS pass; whether it holds. */
+static bool par_spin_until(akv_par *p, bool (*done)(akv_par *)) {
+    if (!p->spin) return done(p);
+    const uint64_t t0 = akv_clock_ns();
+    for (uint32_t i = 1;; i++) {
+        if (done(p)) return true;
+        par_pause();
+        if ((i & 255) == 0) {
+            if (akv_clock_ns() - t0 > PAR_SPIN_NS) return done(p);
+            sched_yield();
+        }
     }
 }
 
-/* A worker: waits for a generation it has not run, runs its tasks, checks out. */
+/* Sleeps on done_cv until done(p) holds. The seq_cst store of caller_waiting pairs with the
+ * seq_cst update a worker makes before it reads caller_waiting: one of the two sees the other. */
+static void par_sleep_until(akv_par *p, bool (*done)(akv_par *)) {
+    if (done(p)) return;
+    pthread_mutex_lock(&p->mu);
+    atomic_store(&p->caller_waiting, 1);
+    while (!done(p)) pthread_cond_wait(&p->done_cv, &p->mu);
+    atomic_store(&p->caller_waiting, 0);
+    pthread_mutex_unlock(&p->mu);
+}
+
+static void par_wake_caller(akv_par *p) {
+    if (!atomic_load(&p->caller_waiting)) return;
+    pthread_mutex_lock(&p->mu);
+    pthread_cond_signal(&p->done_cv);
+    pthread_mutex_unlock(&p->mu);
+}
+
+/* seq_cst loads: par_sleep_until's pairing needs them */
+static bool par_tasks_done(akv_par *p) {
+    return atomic_load(&p->done) == p->n_tasks;
+}
+static bool par_nobody_inside(akv_par *p) {
+    return (atomic_load(&p->state) & ST_INSIDE) == 0;
+}
+
+static void par_run_tasks(akv_par *p) {
+    for (;;) {
+        const unsigned t = atomic_fetch_add_explicit(&p->next, 1, memory_order_relaxed);
+        if (t >= p->n_tasks) break;
+        p->fn(p->ctx, t);
+        if (atomic_fetch_add(&p->done, 1) + 1 == p->n_tasks) par_wake_caller(p);
+    }
+}
+
+static bool par_stopping(const akv_par *p) {
+    return atomic_load_explicit(&p->stop, memory_order_acquire);
+}
+
+/* A worker: waits for a generation it has not seen, joins it if still open, runs tasks,
+ * leaves. */
 static void *par_worker(void *arg) {
     akv_par *p = arg;
     uint64_t seen = 0;
     for (;;) {
-        uint64_t g = atomic_load_explicit(&p->gen, memory_order_acquire);
-        if (g == seen && !atomic_load_explicit(&p->stop, memory_order_relaxed)) {
-            uint64_t t0 = akv_clock_ns();
-            for (uint32_t i = 0; g == seen && p->spin; i++) {
+        uint64_t s = atomic_load_explicit(&p->state, memory_order_acquire);
+        if (ST_GEN(s) == seen && !par_stopping(p)) {
+            const uint64_t t0 = akv_clock_ns();
+            for (uint32_t i = 1; p->spin; i++) {
                 par_pause();
-                g = atomic_load_explicit(&p->gen, memory_order_acquire);
-                if ((i & 255) == 255 && akv_clock_ns() - t0 > PAR_SPIN_NS) break;
+                s = atomic_load_explicit(&p->state, memory_order_acquire);
+                if (ST_GEN(s) != seen || par_stopping(p)) break;
+                if ((i & 255) == 0) {
+                    if (akv_clock_ns() - t0 > PAR_SPIN_NS) break;
+                    sched_yield();
+                }
             }
-            if (g == seen) {
+            if (ST_GEN(s) == seen) {
                 pthread_mutex_lock(&p->mu);
-                while ((g = atomic_load_explicit(&p->gen, memory_order_acquire)) == seen &&
-                       !atomic_load_explicit(&p->stop, memory_order_relaxed))
+                while (ST_GEN(s = atomic_load_explicit(&p->state, memory_order_acquire)) == seen &&
+                       !par_stopping(p))
                     pthread_cond_wait(&p->cv, &p->mu);
                 pthread_mutex_unlock(&p->mu);
             }
         }
-        if (atomic_load_explicit(&p->stop, memory_order_acquire)) break;
-        seen = g;
-        par_run_tasks(p);
-        /* seq_cst with the caller's caller_waiting store: one of the two sees the other */
-        if (atomic_fetch_add(&p->out, 1) + 1 == p->n_started && atomic_load(&p->caller_waiting)) {
-            pthread_mutex_lock(&p->mu);
-            pthread_cond_signal(&p->done_cv);
-            pthread_mutex_unlock(&p->mu);
+        if (par_stopping(p)) break;
+        if (!(s & ST_OPEN)) { /* missed: the caller ran that loop without us */
+            seen = ST_GEN(s);
+            continue;
         }
+        if (!atomic_compare_exchange_strong_explicit(&p->state, &s, s + 1, memory_order_acq_rel,
+                                                     memory_order_acquire))
+            continue; /* another joined, or the loop closed or moved on: look again */
+        seen = ST_GEN(s);
+        par_run_tasks(p);
+        const uint64_t left = atomic_fetch_sub(&p->state, 1) - 1;
+        if ((left & ST_INSIDE) == 0 && !(left & ST_OPEN)) par_wake_caller(p);
     }
     return NULL;
 }
@@ -109,9 +176,9 @@ akv_status akv__par_create(uint32_t n_threads, akv_par **out) {
     akv_par *p = akv__calloc(1, sizeof *p);
     if (!p) return AKV_ENOMEM;
     p->n_threads = n_threads;
-    atomic_init(&p->gen, 0);
+    atomic_init(&p->state, 0);
     atomic_init(&p->next, 0);
-    atomic_init(&p->out, 0);
+    atomic_init(&p->done, 0);
     atomic_init(&p->stop, 0);
     atomic_init(&p->caller_waiting, 0);
     p->spin = n_threads <= cores;
@@ -162,26 +229,19 @@ void akv__par_for(akv_par *p, uint32_t n_tasks, akv_par_fn fn, void *ctx) {
             fn(ctx, t);
         return;
     }
+    /* the last loop's stragglers out before its fields change */
+    if (!par_spin_until(p, par_nobody_inside)) par_sleep_until(p, par_nobody_inside);
     p->fn = fn, p->ctx = ctx, p->n_tasks = n_tasks;
     atomic_store_explicit(&p->next, 0, memory_order_relaxed);
-    atomic_store_explicit(&p->out, 0, memory_order_relaxed);
-    /* publish; wake sleepers (the mutex orders the bump against a worker about to wait) */
+    atomic_store_explicit(&p->done, 0, memory_order_relaxed);
+    /* publish the next generation, open (nobody inside: the count is 0); the mutex orders
+     * the bump against a worker about to sleep */
+    const uint64_t s = atomic_load_explicit(&p->state, memory_order_relaxed);
     pthread_mutex_lock(&p->mu);
-    atomic_fetch_add_explicit(&p->gen, 1, memory_order_release);
+    atomic_store_explicit(&p->state, ((ST_GEN(s) + 1) << 33) | ST_OPEN, memory_order_release);
     pthread_cond_broadcast(&p->cv);
     pthread_mutex_unlock(&p->mu);
     par_run_tasks(p);
-    const uint64_t t0 = p->spin ? akv_clock_ns() : 0;
-    for (uint32_t i = 0;
-         p->spin && atomic_load_explicit(&p->out, memory_order_acquire) < p->n_started; i++) {
-        par_pause();
-        if ((i & 255) == 255 && akv_clock_ns() - t0 > PAR_SPIN_NS) break;
-    }
-    if (atomic_load_explicit(&p->out, memory_order_acquire) < p->n_started) {
-        pthread_mutex_lock(&p->mu);
-        atomic_store(&p->caller_waiting, 1);
-        while (atomic_load(&p->out) < p->n_started) pthread_cond_wait(&p->done_cv, &p->mu);
-        atomic_store(&p->caller_waiting, 0);
-        pthread_mutex_unlock(&p->mu);
-    }
+    if (!par_spin_until(p, par_tasks_done)) par_sleep_until(p, par_tasks_done);
+    atomic_fetch_and(&p->state, ~ST_OPEN);
 }

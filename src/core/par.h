@@ -8,10 +8,14 @@
  * columns into tasks; each column is computed by the same arithmetic on any thread, so the
  * results do not depend on the thread count either).
  *
+ * A loop waits for its tasks, never for a worker that holds none: a worker the scheduler keeps
+ * off its core (another process on the machine) misses the loop and costs it nothing.
+ *
  * Waiting: between loops the workers spin for a short while (a decode step runs a few
- * hundred loops a token, and a sleeping thread takes tens of microseconds to wake), then
- * sleep on a condition variable; the caller likewise for the workers' end. A pool of more
- * threads than akv__par_cores() never spins (a spinner would hold the core its peer needs).
+ * hundred loops a token, and a sleeping thread takes tens of microseconds to wake), yielding
+ * their core now and then to any other runnable thread, then sleep on a condition variable;
+ * the caller likewise for the tasks' end. A pool of more threads than akv__par_cores() never
+ * spins (a spinner would hold the core its peer needs).
  *
  * Thread-safety: one akv__par_for at a time per pool (the owner's thread); fn runs on several
  * threads at once and must only write what its task owns.
