@@ -825,6 +825,101 @@ int main(int argc, char **argv) {
         rmdir(dir);
     }
 
+    TEST_CASE(a_conversation_read_back_off_the_engine_thread) {
+        /* A returning conversation's file is read off the engine's thread: while its read is
+         * held (akv__engine_hold_restores) the request waits, not started, and another request
+         * prefills and decodes to its end beside it; released, the conversation comes back
+         * with the same tokens and logits as one kept in memory. An engine destroyed while a
+         * read is held drops it and leaves its file. */
+        char dir[] = "/tmp/akv_sdir_XXXXXX";
+        if (!CHECK(mkdtemp(dir) != NULL)) break;
+        int32_t a1[40], b1[30], a2[58];
+        memcpy(a1, tokens, sizeof a1);
+        memcpy(b1, tokens + 200, sizeof b1);
+        static seen ta, tb, ta2, tc, t0, tref;
+        memset(&ta, 0, sizeof ta), memset(&tb, 0, sizeof tb), memset(&ta2, 0, sizeof ta2);
+        memset(&tc, 0, sizeof tc), memset(&t0, 0, sizeof t0), memset(&tref, 0, sizeof tref);
+        akv_engine_params ep = akv_engine_default_params();
+        ep.max_seqs = 2, ep.max_idle = 1, ep.session_dir = dir;
+        akv_engine *a = engine_open(model, &ep);
+        if (!a) break;
+        akv_request *r[4];
+        akv_request_params pa = greedy(a1, 40, 6, &ta), pb = greedy(b1, 30, 4, &tb);
+        CHECK_OK(akv_engine_submit(a, &pa, &r[0], NULL));
+        CHECK(run_all(a, 100) > 0);
+        CHECK_OK(akv_engine_submit(a, &pb, &r[1], NULL)); /* A's context goes to the directory */
+        CHECK(run_all(a, 100) > 0);
+        akv__engine_flush_sessions(a);
+        memcpy(a2, a1, sizeof a1);
+        memcpy(a2 + 40, ta.tok, 6 * sizeof *a2);
+        memcpy(a2 + 46, tokens + 400, 12 * sizeof *a2); /* A's next turn */
+        akv_request_params pa2 = greedy(a2, 58, 5, &ta2), pc = greedy(tokens + 600, 20, 8, &tc);
+        akv__engine_hold_restores(a, true);
+        CHECK_OK(akv_engine_submit(a, &pa2, &r[2], NULL));
+        CHECK_OK(akv_engine_submit(a, &pc, &r[3], NULL));
+        akv_request_info ia, ic;
+        for (int i = 0; i < 40; i++) {
+            bool did;
+            if (!REQUIRE_OK(akv_engine_step(a, &did)) || !REQUIRE_OK(akv__engine_check(a))) break;
+        }
+        akv_request_get_info(r[2], &ia);
+        akv_request_get_info(r[3], &ic);
+        CHECK_EQ_INT(ic.state, AKV_REQUEST_DONE); /* C ran to its end meanwhile */
+        CHECK_EQ_INT(tc.n, 8);
+        CHECK_EQ_INT(ia.state, AKV_REQUEST_PREFILL); /* A waits for its file, not started */
+        CHECK_EQ_INT(ta2.n, 0);
+        akv_engine_stats st;
+        akv_engine_get_stats(a, &st);
+        CHECK_EQ_U64(st.n_restored, 0);
+        akv__engine_hold_restores(a, false);
+        CHECK(run_all(a, 100) > 0);
+        akv_request_get_info(r[2], &ia);
+        CHECK_EQ_U64(ia.n_cached, 45);
+        akv_engine_get_stats(a, &st);
+        CHECK_EQ_U64(st.n_restored, 1);
+        for (int i = 0; i < 4; i++) akv_engine_release(a, r[i]);
+
+        /* held again at destroy: B's next turn waits for B's file, the engine goes, the file
+         * stays (and A's, written at destroy) */
+        int32_t b2[40];
+        memcpy(b2, b1, sizeof b1);
+        memcpy(b2 + 30, tb.tok, 4 * sizeof *b2);
+        memcpy(b2 + 34, tokens + 500, 6 * sizeof *b2);
+        static seen tb2;
+        memset(&tb2, 0, sizeof tb2);
+        akv_request_params pb2 = greedy(b2, 40, 2, &tb2);
+        akv__engine_flush_sessions(a);
+        const int files = dir_each(dir, NULL);
+        akv__engine_hold_restores(a, true);
+        CHECK_OK(akv_engine_submit(a, &pb2, &r[0], NULL));
+        for (int i = 0; i < 3; i++) {
+            bool did;
+            CHECK_OK(akv_engine_step(a, &did));
+        }
+        CHECK_EQ_INT(tb2.n, 0);
+        akv_engine_destroy(a);
+        CHECK(dir_each(dir, NULL) >= files);
+
+        /* the reference: A's two turns with A kept in memory */
+        akv_engine_params rp = akv_engine_default_params();
+        rp.max_seqs = 2, rp.max_idle = 2;
+        akv_engine *ref = engine_open(model, &rp);
+        if (!ref) break;
+        akv_request_params p0 = greedy(a1, 40, 6, &t0), pr = greedy(a2, 58, 5, &tref);
+        CHECK_OK(akv_engine_submit(ref, &p0, &r[0], NULL));
+        CHECK(run_all(ref, 100) > 0);
+        CHECK_OK(akv_engine_submit(ref, &pr, &r[1], NULL));
+        CHECK(run_all(ref, 100) > 0);
+        CHECK(tref.n == 5 && ta2.n == 5 && memcmp(tref.tok, ta2.tok, 5 * sizeof tref.tok[0]) == 0);
+        for (uint32_t k = 0; k < 5 && k < tref.n_logits; k++)
+            TEST_CHECK_(memcmp(tref.logits[k], ta2.logits[k], sizeof tref.logits[0]) == 0,
+                        "restored logits at token %u", k);
+        akv_engine_release(ref, r[0]), akv_engine_release(ref, r[1]);
+        akv_engine_destroy(ref);
+        dir_each(dir, file_remove);
+        rmdir(dir);
+    }
+
     TEST_CASE(greedy_choices_by_the_pass_are_the_samplers) {
         /* Requests that sample greedily without penalties or logits take the pass's own choice
          * (AKV_FORWARD_LOGITS_ARGMAX: no row for the sampler); the same requests asking for

@@ -7,6 +7,8 @@
  * BITWISE CELLS (route_cells.h) with both passes on the host backend. */
 #include "model_build.h"
 
+#include <pthread.h>
+
 #include "alloc_settled.h"
 #include "akv/testing/dev_faults.h"
 #include "model_ref64.h"
@@ -109,6 +111,35 @@ static int fx_open_host(fx *x, const akv_model *m, uint64_t max_history) {
            CHECK(akv_forward_dev_create(x->dev, m, &fp, &x->fd) == AKV_OK);
 }
 
+/* A history's host copy read out page by page into one buffer: [layer][page][page_bytes]. */
+typedef struct page_copy {
+    uint8_t *buf;
+    uint32_t n_pages;
+    size_t page_bytes;
+} page_copy;
+
+static akv_status copy_page_out(void *user, uint32_t layer, uint32_t page, const void *bytes,
+                                size_t page_bytes) {
+    const page_copy *pc = user;
+    memcpy(pc->buf + ((size_t)layer * pc->n_pages + page) * pc->page_bytes, bytes, page_bytes);
+    return AKV_OK;
+}
+
+/* That buffer written into the pages of a sequence opened unfilled, on a thread of its own. */
+typedef struct page_fill {
+    void **pages;
+    const uint8_t *buf;
+    uint32_t n;
+    size_t page_bytes;
+} page_fill;
+
+static void *fill_pages(void *arg) {
+    const page_fill *pf = arg;
+    for (uint32_t i = 0; i < pf->n; i++)
+        memcpy(pf->pages[i], pf->buf + (size_t)i * pf->page_bytes, pf->page_bytes);
+    return NULL;
+}
+
 int main(int argc, char **argv) {
     test_args(argc, argv);
     uint64_t rng = test_seed(5);
@@ -206,6 +237,74 @@ int main(int argc, char **argv) {
         CHECK_EQ_INT(akv_route_seq_runs(r.s, runs, 4), 1);
         CHECK_BYTES(runs, &whole, sizeof whole);
         CHECK_OK(r1_close(&r));
+        pools_close(&p);
+    }
+
+    TEST_CASE(unfilled_sequence_written_on_another_thread_goes_on_as_its_source) {
+        /* akv_route_seq_open_unfilled: a 37-token history's host copy read out of one sequence
+         * (akv_route_seq_read_pages) and written by another thread into the pages of a
+         * sequence opened unfilled; until it is marked filled every call that would read or
+         * change it is refused, and afterwards both go on bit for bit (staged, window 2: the
+         * filled copy is what the stage reads). */
+        pools p;
+        if (!pools_open(&p, c, 0)) break;
+        r1 a;
+        akv_route_params rp = {.kind = AKV_ROUTE_RESIDENT, .max_history = 64, .max_seqs = 2};
+        CHECK_OK(r1_open(p.dev, p.hp, p.dp, &rp, &a));
+        if (!a.r || !CHECK(fx_feed_route(&a, f, NULL, P, tokens, 37, logits) == AKV_OK)) break;
+        const size_t pb = akv_host_pool_page_bytes(p.hp);
+        const uint32_t n_pages = 3, n_layers = c->n_layers;
+        uint8_t *copy = malloc((size_t)n_layers * n_pages * pb);
+        if (!CHECK(copy != NULL)) break;
+        page_copy pc = {copy, n_pages, pb};
+        CHECK_OK(akv_route_seq_read_pages(a.r, a.s, copy_page_out, &pc));
+        void *pages[2 * 3];
+        akv_route_seq *b = NULL;
+        const akv_route_seq_params bp = {.tag = 2};
+        akv_log_set(NULL, NULL, AKV_LOG_OFF);
+        CHECK_STATUS(akv_route_seq_open_unfilled(a.r, &bp, 0, pages, &b), AKV_EINVAL);
+        CHECK_STATUS(akv_route_seq_open_unfilled(a.r, &bp, 65, pages, &b), AKV_EINVAL);
+        akv_host_pool_stats hs0, hs1;
+        akv_host_pool_get_stats(p.hp, &hs0);
+        CHECK_OK(akv_route_seq_open_unfilled(a.r, &bp, 37, pages, &b)); /* closed unwritten */
+        CHECK_OK(akv_route_seq_close(a.r, b));
+        akv_host_pool_get_stats(p.hp, &hs1);
+        CHECK_EQ_U64(hs1.n_used, hs0.n_used);
+        b = NULL;
+        CHECK_OK(akv_route_seq_open_unfilled(a.r, &bp, 37, pages, &b));
+        if (!CHECK(b != NULL)) break;
+        r1 rb = {a.r, b};
+        akv_route_seq *fk = NULL;
+        CHECK_STATUS(r1_step(&rb, 38), AKV_ESTATE);
+        akv_route_req both[2] = {{a.s, 38}, {b, 38}};
+        CHECK_STATUS(akv_route_begin_step(a.r, both, 2), AKV_ESTATE);
+        CHECK_STATUS(akv_route_seq_fork(a.r, b, 16, &bp, &fk), AKV_ESTATE);
+        CHECK_STATUS(akv_route_seq_read_pages(a.r, b, copy_page_out, &pc), AKV_ESTATE);
+        CHECK_STATUS(akv_route_seq_truncate(a.r, b, 20), AKV_ESTATE);
+        CHECK_STATUS(akv_route_seq_set_params(a.r, b, &bp), AKV_ESTATE);
+        CHECK_STATUS(akv_route_seq_mark_filled(a.r, a.s), AKV_ESTATE);
+        akv_log_set(NULL, NULL, AKV_LOG_WARN);
+        page_fill pf = {pages, copy, n_layers * n_pages, pb};
+        pthread_t th;
+        if (!CHECK(pthread_create(&th, NULL, fill_pages, &pf) == 0)) break;
+        CHECK(feed(&a, f, tokens + 37, 1, logits) == AKV_OK); /* a steps while b is written */
+        pthread_join(th, NULL);
+        CHECK_OK(akv_route_seq_mark_filled(a.r, b));
+        akv_log_set(NULL, NULL, AKV_LOG_OFF);
+        CHECK_STATUS(akv_route_seq_mark_filled(a.r, b), AKV_ESTATE);
+        akv_log_set(NULL, NULL, AKV_LOG_WARN);
+        CHECK_OK(akv__route_check(a.r));
+        float lb[23];
+        for (uint32_t k = 37; k < 44; k++) { /* b catches up, then both go on together */
+            if (!CHECK(feed(&rb, f, tokens + k, 1, lb) == AKV_OK)) break;
+            if (k > 37 && !CHECK(feed(&a, f, tokens + k, 1, logits) == AKV_OK)) break;
+            if (k == 37) continue; /* a's logits after token 37 came above */
+            CHECK_BYTES(lb, logits, sizeof lb);
+        }
+        CHECK_OK(akv__route_check(a.r));
+        CHECK_OK(akv_route_seq_close(a.r, b));
+        free(copy);
+        CHECK_OK(r1_close(&a));
         pools_close(&p);
     }
 

@@ -387,10 +387,10 @@ typedef struct akv_engine_stats {
                                     was gone (its context closed meanwhile) */
     uint64_t n_spilled;          /* of them, written to the session directory first */
     uint64_t n_restored;         /* conversations read back from it for a prompt */
-    double restore_s;            /* seconds the engine's thread spent reading them back (the
-                                    file read, checked and placed in the host pool, the
-                                    conversation adopted) ... */
-    double restore_disk_s;       /* ... of which waiting for the disk */
+    double restore_s;            /* seconds their reads back took, each from its start to
+                                    its adoption (the file read, checked and placed in the host
+                                    pool by a thread of its own while the batch steps on) ... */
+    double restore_disk_s;       /* ... of which the reading thread waited for the disk */
     uint64_t n_spill_files;      /* files the session directory holds now ... */
     uint64_t spill_bytes;        /* ... and their bytes */
     uint32_t n_running, n_queued, n_idle;
@@ -537,6 +537,10 @@ akv_status akv__engine_check(akv_engine *e);
 /* Tests: waits until every conversation queued for the session directory is on the disk and in
  * its index (the writer thread's queue empty). */
 void akv__engine_flush_sessions(akv_engine *e);
+/* Tests: while held, a conversation being read back from the session directory waits before
+ * its K/V is read (the engine steps on meanwhile); released, it goes on. Destroying the engine
+ * releases it. */
+void akv__engine_hold_restores(akv_engine *e, bool hold);
 
 const char *akv_finish_name(akv_finish f);                 /* "stop", "length", ... */
 const char *akv_refusal_reason_name(akv_refusal_reason r); /* "context", "host", ... */

@@ -424,6 +424,22 @@ akv_status akv_route_seq_open_filled(akv_route *r, const akv_route_seq_params *p
                                      uint64_t n_tokens, akv_route_fill_fn fill, void *user,
                                      akv_route_seq **out);
 
+/* Opens a sequence (params p) for a history of n_tokens (> 0) whose host copy the caller
+ * writes itself, on any thread: pages[l * n + p] (n = akv_geom_pages_for_tokens(n_tokens)
+ * pages a layer) receives the host address of its page p of layer l (page_bytes of the layout
+ * of akv/geom.h; rows past the history's end are not part of it). Nothing else touches those
+ * pages until akv_route_seq_mark_filled: the sequence takes part in no step, fork, read,
+ * truncate or change of params (AKV_ESTATE, logged); closing it is allowed once the caller has
+ * stopped writing (a restore that failed). As a fork, the device window is filled from the
+ * host copy at its first step. A session restored off the engine's thread. AKV_EINVAL,
+ * AKV_EFULL (logged) as open_filled. */
+akv_status akv_route_seq_open_unfilled(akv_route *r, const akv_route_seq_params *p,
+                                       uint64_t n_tokens, void **pages, akv_route_seq **out);
+
+/* s's host copy, opened unfilled, now holds its history: it takes part in steps from here on.
+ * AKV_ESTATE (logged) for a sequence not opened unfilled or marked already. */
+akv_status akv_route_seq_mark_filled(akv_route *r, akv_route_seq *s);
+
 /* Hands s's host copy to read, layer by layer, each layer's pages in order, once what
  * akv_route_sync does has completed it (a session saved to a file). read's failure is
  * returned; AKV_EDEVICE when the sync undid a step. */

@@ -52,6 +52,11 @@ akv_engine_params akv_engine_default_params(void) {
                                .chunk = 256};
 }
 
+/* A step with no request to step waits this long at most for a conversation being read back
+ * from the session directory (a caller that steps in a loop does not spin meanwhile, and a
+ * new request or a cancel waits no longer than this). */
+static const double ENGINE_RESTORE_WAIT_S = 0.002;
+
 /* ---- the plan ------------------------------------------------------------------------------- */
 
 /* The admission's field names said as the engine's (akv/admit.h names its own params). */
@@ -665,6 +670,20 @@ static bool engine_wait_for_prefix(akv_engine *e, const akv_request *rq) {
     return false;
 }
 
+/* Whether a request not started yet waits for a conversation being read back from the session
+ * directory off the engine's thread (one that shares more of its prompt than any context in
+ * memory, or one read ahead of it: akv__spill_in), reads that have ended adopted on the way. */
+static bool engine_wait_for_restore(akv_engine *e, const akv_request *rq) {
+    if (!e->session_dir || e->p.no_reuse) return false;
+    for (;;) {
+        uint32_t lcp = 0;
+        bool running;
+        (void)engine_find_prefix(e, rq, &lcp, &running);
+        const akv__spill_in_result r = akv__spill_in(e, rq, lcp);
+        if (r != AKV__SPILL_READ) return r == AKV__SPILL_READING;
+    }
+}
+
 /* Its reservation, by arithmetic on prompt + max_tokens. */
 static void request_need(const akv_engine *e, const akv_request *rq, uint64_t *host, uint32_t *dev) {
     uint64_t n = (uint64_t)rq->p.n_prompt + rq->p.max_tokens, pages = engine_pages(e, n);
@@ -733,9 +752,7 @@ static void engine_admit(akv_engine *e, akv_request *rq, uint64_t credit, akv__c
 static akv_status engine_start(akv_engine *e, akv_request *rq) {
     uint32_t lcp = 0;
     bool running = false;
-    akv__ctx *c = engine_find_prefix(e, rq, &lcp, &running);
-    if (e->session_dir && !e->p.no_reuse && akv__spill_in(e, rq, lcp)) /* read back: it shares more */
-        c = engine_find_prefix(e, rq, &lcp, &running);
+    akv__ctx *c = engine_find_prefix(e, rq, &lcp, &running); /* what the directory held is read back */
     uint32_t cached = request_cached(rq, lcp);
     akv_route_seq_params sp = {.max_history = (uint64_t)rq->p.n_prompt + rq->p.max_tokens,
                                .target = e->plan.route.target,
@@ -1326,11 +1343,12 @@ akv_status akv_engine_step(akv_engine *e, bool *did_work) {
     const bool spans = akv_trace_level_of(e->p.trace) == AKV_TRACE_SPANS;
     for (uint32_t i = 0; i < e->n_run && !st; i++) {
         bool back = false; /* an unadmitted one left the list: the next is at i */
-        if (!e->run[i]->ctx && !engine_wait_for_prefix(e, e->run[i])) {
+        if (!e->run[i]->ctx && !engine_wait_for_prefix(e, e->run[i]) &&
+            !engine_wait_for_restore(e, e->run[i])) {
             const uint64_t ts = spans ? akv_clock_ns() : 0;
             const uint64_t serial = e->run[i]->info.serial;
             st = engine_start_checked(e, e->run[i], &back);
-            if (spans) /* its context found, forked, read back from the session directory or made */
+            if (spans) /* its context found (read back from the session directory before), forked or made */
                 akv_trace_span(e->p.trace, AKV_TRACE_TRACK_ENGINE, "start", ts, akv_clock_ns(),
                                "request", serial, NULL, 0);
         }
@@ -1341,7 +1359,10 @@ akv_status akv_engine_step(akv_engine *e, bool *did_work) {
         goto out;
     }
     const uint32_t n = engine_batch(e);
-    if (n == 0) goto out;
+    if (n == 0) { /* nothing to step: a little of the wait for a read back, if one is under way */
+        akv__spill_wait(e, ENGINE_RESTORE_WAIT_S);
+        goto out;
+    }
     uint32_t n_tok = 0, n_rows = 0, n_pen = 0;
     for (uint32_t k = 0; k < n; k++) {
         akv_request *rq = e->batch[k];
@@ -1616,6 +1637,7 @@ akv_status akv__engine_check(akv_engine *e) {
     }
     akv_route_stats rs;
     akv_route_get_stats(e->route, &rs);
+    n_ctx += e->restore != NULL; /* a conversation being read back: open, in no list yet */
     if (rs.n_open != n_ctx)
         ENGINE_BAD("the route has %u open sequences; the engine knows %u", rs.n_open, n_ctx);
     if ((st = akv__spill_check(e))) return st;

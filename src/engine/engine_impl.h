@@ -5,6 +5,7 @@
 #ifndef AKV_ENGINE_ENGINE_IMPL_H
 #define AKV_ENGINE_ENGINE_IMPL_H
 
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 
@@ -165,6 +166,11 @@ struct akv_engine {
     akv__spilled *spill;              /* [n_spill] the directory's conversations, oldest first */
     size_t n_spill, cap_spill;
     uint64_t spill_bytes;             /* their files' bytes */
+    struct akv__restore *restore;     /* a file being read back off the engine's thread (spill.c),
+                                         or NULL: one at a time */
+    akv__spilled restore_entry;       /* its index entry, out of the index meanwhile */
+    double restore_t0;                /* when it began */
+    atomic_bool restore_hold;         /* tests: reads wait before their K/V while set */
 };
 
 /* request.c: a request's life after admission. */
@@ -227,6 +233,19 @@ void akv__ctx_close(akv_engine *e, akv__ctx *c);
 akv_status akv__session_write(akv_engine *e, const akv__ctx *c, const char *path);
 akv_status akv__session_read(akv_engine *e, const char *path, akv__ctx **out, double *disk_s);
 akv_status akv__session_peek(akv_engine *e, const char *path, akv__ctx *meta);
+/* The read in two halves, so that the K/V need not be read on the engine's thread. begin (the
+ * engine's thread): the header and token ids read and checked, the context's sequence opened
+ * unfilled (akv_route_seq_open_unfilled: its host pages taken now), and its K/V read into
+ * those pages and checked by a thread of the read's own (threaded; here, before returning,
+ * when not or when no thread can be had); read's refusals, nothing open. wait: whether the
+ * K/V's read has ended, waiting at most max_s seconds for it. end (the engine's thread, once
+ * or instead of waiting): the thread joined; the context (its sequence marked filled, not
+ * idle yet) or the K/V's refusal (AKV_EFORMAT: damaged, AKV_EIO, AKV_ENOMEM; the sequence
+ * closed); *disk_s as read's. The job is freed. */
+typedef struct akv__restore akv__restore;
+akv_status akv__restore_begin(akv_engine *e, const char *path, bool threaded, akv__restore **out);
+bool akv__restore_wait(akv__restore *j, double max_s);
+akv_status akv__restore_end(akv_engine *e, akv__restore *j, akv__ctx **out, double *disk_s);
 /* c's file as bytes in memory (*out akv__malloc'ed, n bytes), and such bytes written to path
  * (through path.tmp.PID renamed over it; any thread: it touches no engine). */
 akv_status akv__session_image(akv_engine *e, const akv__ctx *c, uint8_t **out, size_t *n);
@@ -236,13 +255,21 @@ uint64_t akv__session_file_bytes(const akv_engine *e, uint64_t n_tokens);
 /* spill.c: the session directory (params.session_dir). open: its files indexed (at create;
  * one that is not this model's session is skipped, and left alone). out: an idle context
  * about to be closed, or cut back to the prefix another prompt shares, is written there first
- * (a failure is logged: the context is closed or cut all the same, as without a directory). in: the directory's conversation sharing the most of
- * rq's prompt, when it shares more than any context in memory, is read back (true: it is
- * an idle context now) as an idle context and its file removed (a damaged one is
- * removed, logged, and the prompt computed). close: the index freed (the files stay). */
+ * (a failure is logged: the context is closed or cut all the same, as without a directory).
+ * in: the directory's conversation sharing the most of rq's prompt, when it shares more than
+ * the in_memory tokens of any context in memory, is read back as an idle context and its file
+ * removed (a damaged one is removed, logged, and the prompt computed). The read runs off the
+ * engine's thread, one at a time: AKV__SPILL_READING while it (or another read, ahead of it)
+ * is under way: rq waits, and the other requests step on; AKV__SPILL_READ when a read has
+ * ended (the caller looks for its prompt's context again, and asks again); AKV__SPILL_NONE:
+ * nothing in the directory serves it better. wait: at most max_s seconds for the read under
+ * way to end (a step with nothing else to do). close: a read under way ended and dropped (its
+ * file stays), the index freed (the files stay). */
+typedef enum akv__spill_in_result { AKV__SPILL_NONE, AKV__SPILL_READING, AKV__SPILL_READ } akv__spill_in_result;
 akv_status akv__spill_open(akv_engine *e);
 void akv__spill_out(akv_engine *e, const akv__ctx *c);
-bool akv__spill_in(akv_engine *e, const akv_request *rq, uint32_t in_memory);
+akv__spill_in_result akv__spill_in(akv_engine *e, const akv_request *rq, uint32_t in_memory);
+void akv__spill_wait(akv_engine *e, double max_s);
 void akv__spill_close(akv_engine *e);
 /* The directory's counters into out (n_spill_files, spill_bytes, n_spilled), and its walker. */
 void akv__spill_stats(const akv_engine *e, akv_engine_stats *out);

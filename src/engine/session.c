@@ -21,6 +21,7 @@
 #include <pthread.h>
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "akv/gguf.h"
@@ -458,54 +459,155 @@ akv_status akv__session_peek(akv_engine *e, const char *path, akv__ctx *meta) {
     return st;
 }
 
-akv_status akv__session_read(akv_engine *e, const char *path, akv__ctx **out, double *disk_s) {
-    sess_io io = {.e = e, .path = path, .hash = akv_hash64_init()};
+/* ---- a session read into a sequence opened unfilled, on a thread of its own or here ---------- */
+
+struct akv__restore {
+    akv_engine *e;
+    sess_io io;      /* the file, read to the start of its K/V */
+    uint64_t n_tokens;
+    akv__ctx *c;     /* its context: tokens known, sequence opened unfilled */
+    void **pages;    /* [n_layers][n_pages] its host pages' addresses */
+    uint32_t n_pages;
+    bool threaded;   /* th runs restore_main */
+    pthread_t th;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    bool done;       /* under mu: st is the fill's */
+    akv_status st;
+};
+
+/* The K/V into the pages, layer by layer (read ahead where a thread can be had), then the
+ * checksum and the file's end; the file closed. Touches nothing of the engine's but the
+ * sequence's pages, which nothing else touches until they are marked filled. */
+static akv_status restore_fill(akv__restore *j) {
+    sess_io *io = &j->io;
+    const akv_geom *g = &j->e->plan.geom;
+    const size_t pb = akv_geom_page_bytes(g);
+    akv_status st = AKV_OK;
+    sess_ahead ahead;
+    if (ahead_start(&ahead, io->f, io->layer_bytes, g->n_layers)) io->ahead = &ahead;
+    else if (!(io->layer = akv__malloc(io->layer_bytes))) st = AKV_ENOMEM; /* read here */
+    for (uint32_t l = 0; !st && l < g->n_layers; l++)
+        for (uint32_t p = 0; !st && p < j->n_pages; p++)
+            st = sess_page_in(io, l, p, j->pages[(size_t)l * j->n_pages + p], pb);
+    if (io->ahead) { /* every layer read (or the fill stopped): the file is ours again */
+        ahead_end(&ahead);
+        io->ahead = NULL, io->layer = NULL;
+    }
+    uint64_t check = 0;
+    const uint64_t got = akv_hash64_final(io->hash, io->bytes);
+    char extra;
+    if (!st && (fread(&check, 1, sizeof check, io->f) != sizeof check || check != got ||
+                fread(&extra, 1, 1, io->f) != 0)) {
+        AKV_LOG_E("engine: the session '%s' is damaged (its checksum does not match, or it is "
+                  "cut or has bytes after its end): nothing loaded",
+                  io->path);
+        st = AKV_EFORMAT;
+    }
+    fclose(io->f), io->f = NULL;
+    akv__free(io->layer), io->layer = NULL;
+    return st;
+}
+
+static void *restore_main(void *arg) {
+    akv__restore *j = arg;
+    while (atomic_load(&j->e->restore_hold)) akv_clock_sleep_ns(1000000); /* tests */
+    const akv_status st = restore_fill(j);
+    pthread_mutex_lock(&j->mu);
+    j->st = st, j->done = true;
+    pthread_cond_broadcast(&j->cv);
+    pthread_mutex_unlock(&j->mu);
+    return NULL;
+}
+
+static void restore_free(akv__restore *j) {
+    if (j->io.f) fclose(j->io.f);
+    akv__free((void *)j->io.path);
+    akv__free(j->pages);
+    akv__free(j);
+}
+
+akv_status akv__restore_begin(akv_engine *e, const char *path, bool threaded, akv__restore **out) {
+    akv__restore *j = akv__calloc(1, sizeof *j);
+    if (!j) return AKV_ENOMEM;
+    j->e = e;
+    j->io = (sess_io){.e = e, .path = akv__strdup(path), .hash = akv_hash64_init()};
+    if (!j->io.path) {
+        akv__free(j);
+        return AKV_ENOMEM;
+    }
     sess_header hd;
+    akv_status st = sess_open(e, &j->io, &hd);
     akv__ctx *c = NULL;
-    akv_status st = sess_open(e, &io, &hd);
-    if (st) return st;
-    if (!(c = akv__calloc(1, sizeof *c))) st = AKV_ENOMEM;
+    if (!st && !(c = j->c = akv__calloc(1, sizeof *c))) st = AKV_ENOMEM;
     if (!st) {
-        io.n_tokens = hd.n_tokens;
-        io.layer_bytes = (size_t)hd.n_tokens * akv_geom_token_bytes(&e->plan.geom);
+        j->n_tokens = j->io.n_tokens = hd.n_tokens;
+        j->io.layer_bytes = (size_t)hd.n_tokens * akv_geom_token_bytes(&e->plan.geom);
+        j->n_pages = (uint32_t)akv_geom_pages_for_tokens(&e->plan.geom, hd.n_tokens);
         c->cap = (uint32_t)hd.n_tokens, c->n_tokens = (uint32_t)hd.n_tokens;
         c->salt = hd.salt, c->exact = hd.exact != 0, c->retention = hd.retention;
-        if (!(c->tokens = akv__malloc((size_t)c->cap * sizeof *c->tokens))) st = AKV_ENOMEM;
+        if (!(c->tokens = akv__malloc((size_t)c->cap * sizeof *c->tokens)) ||
+            !(j->pages = akv__malloc((size_t)e->plan.geom.n_layers * j->n_pages * sizeof *j->pages)))
+            st = AKV_ENOMEM;
     }
-    if (!st) st = sess_tokens(e, &io, c->tokens, c->n_tokens);
-    sess_ahead ahead;
-    if (!st && ahead_start(&ahead, io.f, io.layer_bytes, e->plan.geom.n_layers)) io.ahead = &ahead;
-    else if (!st && !(io.layer = akv__malloc(io.layer_bytes))) st = AKV_ENOMEM; /* read here */
+    if (!st) st = sess_tokens(e, &j->io, c->tokens, c->n_tokens);
     if (!st) {
         const akv_route_seq_params sp = {.max_history = e->plan.max_context,
                                          .target = e->plan.route.target,
                                          .burst = e->plan.route.burst,
                                          .exact = c->exact};
-        st = akv_route_seq_open_filled(e->route, &sp, hd.n_tokens, sess_page_in, &io, &c->seq);
+        st = akv_route_seq_open_unfilled(e->route, &sp, hd.n_tokens, j->pages, &c->seq);
     }
-    if (io.ahead) { /* every layer read (or the fill stopped): the file is the caller's again */
-        ahead_end(&ahead);
-        io.layer = NULL;
+    if (st) {
+        akv__ctx_close(e, c); /* NULL-safe; its sequence only once opened */
+        restore_free(j);
+        return st;
     }
-    uint64_t check = 0;
-    const uint64_t got = akv_hash64_final(io.hash, io.bytes);
-    char extra;
-    if (!st && (fread(&check, 1, sizeof check, io.f) != sizeof check || check != got ||
-                fread(&extra, 1, 1, io.f) != 0)) {
-        AKV_LOG_E("engine: the session '%s' is damaged (its checksum does not match, or it is "
-                  "cut or has bytes after its end): nothing loaded",
-                  path);
-        st = AKV_EFORMAT;
+    pthread_mutex_init(&j->mu, NULL);
+    pthread_cond_init(&j->cv, NULL);
+    j->threaded = threaded && pthread_create(&j->th, NULL, restore_main, j) == 0;
+    if (!j->threaded) j->st = restore_fill(j), j->done = true; /* here, now */
+
+    *out = j;
+    return AKV_OK;
+}
+
+bool akv__restore_wait(akv__restore *j, double max_s) {
+    pthread_mutex_lock(&j->mu);
+    if (!j->done && max_s > 0) {
+        struct timespec until;
+        clock_gettime(CLOCK_REALTIME, &until);
+        const double at = (double)until.tv_sec + until.tv_nsec * 1e-9 + max_s;
+        until.tv_sec = (time_t)at, until.tv_nsec = (long)((at - (double)(time_t)at) * 1e9);
+        while (!j->done && pthread_cond_timedwait(&j->cv, &j->mu, &until) == 0) {
+        }
     }
-    fclose(io.f);
-    akv__free(io.layer);
-    if (disk_s) *disk_s = io.wait_s;
+    const bool done = j->done;
+    pthread_mutex_unlock(&j->mu);
+    return done;
+}
+
+akv_status akv__restore_end(akv_engine *e, akv__restore *j, akv__ctx **out, double *disk_s) {
+    if (j->threaded) pthread_join(j->th, NULL);
+    pthread_mutex_destroy(&j->mu);
+    pthread_cond_destroy(&j->cv);
+    akv__ctx *c = j->c;
+    akv_status st = j->st;
+    if (!st) st = akv_route_seq_mark_filled(e->route, c->seq);
+    if (disk_s) *disk_s = j->io.wait_s;
+    restore_free(j);
     if (st) {
         akv__ctx_close(e, c);
         return st;
     }
     *out = c;
     return AKV_OK;
+}
+
+akv_status akv__session_read(akv_engine *e, const char *path, akv__ctx **out, double *disk_s) {
+    akv__restore *j = NULL;
+    akv_status st = akv__restore_begin(e, path, false, &j);
+    return st ? st : akv__restore_end(e, j, out, disk_s);
 }
 
 akv_status akv_engine_session_load(akv_engine *e, const char *path, uint32_t *n_tokens) {

@@ -342,12 +342,61 @@ static bool spill_serves(const akv__spilled *s, const akv_request *rq, uint32_t 
     return *k > lcp;
 }
 
-bool akv__spill_in(akv_engine *e, const akv_request *rq, uint32_t in_memory) {
+/* A read begun at t0 that ended with st (c: its context, when st is AKV_OK): adopted as the most
+ * recent idle context and its file removed; a damaged or vanished file dropped from the index
+ * (the damaged one removed, logged); else (no memory, no room beside the running requests) its
+ * entry back in the index, for later. */
+static void spill_read_done(akv_engine *e, akv_status st, akv__ctx *c, akv__spilled s, double t0,
+                            double disk_s) {
+    if (st == AKV_EFORMAT || st == AKV_ENOTFOUND) { /* logged: damaged or gone; computed */
+        if (st == AKV_EFORMAT && remove(s.path) != 0)
+            AKV_LOG_W("engine: the session directory's '%s' could not be removed", s.path);
+        spilled_free(&s);
+        return;
+    }
+    /* adopted as the most precious idle context while the others make room, so it is not the
+     * one closed (written back out) for it; then its own retention again */
+    if (!st) c->retention = INT8_MAX;
+    if (st || akv__engine_idle_adopt(e, c, true) != AKV_OK) { /* no memory or room now: kept for later */
+        spill_lock(e);
+        spill_room(e, s.bytes);
+        (void)spill_add(e, s);
+        spill_unlock(e);
+        return;
+    }
+    c->retention = s.retention;
+    spill_lock(e);
+    const bool again = spill_find(e, s.path) != SIZE_MAX || spill_pending(e, s.path); /* written anew meanwhile */
+    e->stats.n_restored++;
+    e->stats.restore_s += akv_clock_s() - t0, e->stats.restore_disk_s += disk_s;
+    spill_unlock(e);
+    if (again) spilled_free(&s);
+    else spill_unlink(e, s);
+}
+
+/* The read under way, ended: its context adopted or dropped (spill_read_done). */
+static void spill_read_end(akv_engine *e) {
+    akv__restore *j = e->restore;
+    const akv__spilled s = e->restore_entry;
+    e->restore = NULL;
+    memset(&e->restore_entry, 0, sizeof e->restore_entry);
+    akv__ctx *c = NULL;
+    double disk_s = 0;
+    const akv_status st = akv__restore_end(e, j, &c, &disk_s);
+    spill_read_done(e, st, c, s, e->restore_t0, disk_s);
+}
+
+akv__spill_in_result akv__spill_in(akv_engine *e, const akv_request *rq, uint32_t in_memory) {
+    if (e->restore && akv__restore_wait(e->restore, 0)) {
+        spill_read_end(e);
+        return AKV__SPILL_READ;
+    }
     akv__spill_writer *w = e->writer;
     spill_lock(e);
     size_t best;
+    uint32_t lcp, k;
     for (;;) { /* the best file; a better one still being written is waited for */
-        uint32_t lcp = in_memory, k;
+        lcp = in_memory;
         best = SIZE_MAX;
         for (size_t i = 0; i < e->n_spill; i++)
             if (spill_serves(&e->spill[i], rq, lcp, &k)) lcp = k, best = i;
@@ -359,42 +408,28 @@ bool akv__spill_in(akv_engine *e, const akv_request *rq, uint32_t in_memory) {
         if (!wait_for) break;
         while (w->done < wait_for) pthread_cond_wait(&w->cv, &w->mu);
     }
-    if (best == SIZE_MAX) {
+    /* a read under way: it waits for it (it serves rq better still, or it is ahead in line) */
+    const bool under_way = e->restore && (best != SIZE_MAX || spill_serves(&e->restore_entry, rq, lcp, &k));
+    if (under_way || best == SIZE_MAX) {
         spill_unlock(e);
-        return false;
+        return under_way ? AKV__SPILL_READING : AKV__SPILL_NONE;
     }
     /* out of the index while it is read and adopted: the adoption may write older contexts */
-    akv__spilled s = spill_take(e, best);
+    const akv__spilled s = spill_take(e, best);
     spill_unlock(e);
-    akv__ctx *c = NULL;
     const double t0 = akv_clock_s();
-    double disk_s = 0;
-    const akv_status st = akv__session_read(e, s.path, &c, &disk_s);
-    if (st == AKV_EFORMAT || st == AKV_ENOTFOUND) { /* logged: damaged or gone; computed */
-        if (st == AKV_EFORMAT && remove(s.path) != 0)
-            AKV_LOG_W("engine: the session directory's '%s' could not be removed", s.path);
-        spilled_free(&s);
-        return false;
+    akv__restore *j = NULL;
+    const akv_status st = akv__restore_begin(e, s.path, true, &j);
+    if (st) { /* refused before its K/V: nothing open */
+        spill_read_done(e, st, NULL, s, t0, 0);
+        return AKV__SPILL_NONE;
     }
-    /* adopted as the most precious idle context while the others make room, so it is not the
-     * one closed (written back out) for it; then its own retention again */
-    if (!st) c->retention = INT8_MAX;
-    if (st || akv__engine_idle_adopt(e, c, true) != AKV_OK) { /* no memory or room now: kept for later */
-        spill_lock(e);
-        spill_room(e, s.bytes);
-        (void)spill_add(e, s);
-        spill_unlock(e);
-        return false;
-    }
-    c->retention = s.retention;
-    spill_lock(e);
-    const bool again = spill_find(e, s.path) != SIZE_MAX || spill_pending(e, s.path); /* written anew meanwhile */
-    e->stats.n_restored++;
-    e->stats.restore_s += akv_clock_s() - t0, e->stats.restore_disk_s += disk_s;
-    spill_unlock(e);
-    if (again) spilled_free(&s);
-    else spill_unlink(e, s);
-    return true;
+    e->restore = j, e->restore_entry = s, e->restore_t0 = t0;
+    return AKV__SPILL_READING;
+}
+
+void akv__spill_wait(akv_engine *e, double max_s) {
+    if (e->restore) (void)akv__restore_wait(e->restore, max_s);
 }
 
 void akv__engine_flush_sessions(akv_engine *e) {
@@ -439,7 +474,18 @@ akv_status akv__spill_check(const akv_engine *e) {
     return st;
 }
 
+void akv__engine_hold_restores(akv_engine *e, bool hold) {
+    atomic_store(&e->restore_hold, hold);
+}
+
 void akv__spill_close(akv_engine *e) {
+    atomic_store(&e->restore_hold, false);
+    if (e->restore) { /* a read under way ended and dropped: its file stays */
+        akv__ctx *c = NULL;
+        if (akv__restore_end(e, e->restore, &c, NULL) == AKV_OK) akv__ctx_close(e, c);
+        spilled_free(&e->restore_entry);
+        e->restore = NULL;
+    }
     akv__spill_writer *w = e->writer;
     if (w) { /* what is queued is written first */
         pthread_mutex_lock(&w->mu);

@@ -330,6 +330,16 @@ static akv_status route_seq_ok(const akv_route *r, const akv_route_seq *s, const
     return AKV_EINVAL;
 }
 
+/* A call that reads or changes s's history: route_seq_ok, and AKV_ESTATE (logged) while its
+ * host copy is still being filled (akv_route_seq_open_unfilled). */
+static akv_status route_seq_ready(const akv_route *r, const akv_route_seq *s, const char *call) {
+    akv_status st = route_seq_ok(r, s, call);
+    if (st || !s->unfilled) return st;
+    AKV_LOG_E("route: %s of sequence %llu, whose host copy is still being filled", call,
+              (unsigned long long)s->p.tag);
+    return AKV_ESTATE;
+}
+
 /* s's history is now n_tokens long: its compact pages from the one holding token n_tokens on
  * are encodings of rows that will be written again. */
 static void seq_shortened(akv_route_seq *s, uint64_t n_tokens) {
@@ -487,7 +497,7 @@ akv_status akv_route_seq_open(akv_route *r, const akv_route_seq_params *p, akv_r
 }
 
 akv_status akv_route_seq_set_params(akv_route *r, akv_route_seq *s, const akv_route_seq_params *p) {
-    akv_status st = route_seq_ok(r, s, "set_params");
+    akv_status st = route_seq_ready(r, s, "set_params");
     if (st) return st;
     akv_route_seq_params sp;
     akv_route_seq_params keep = p ? *p : (akv_route_seq_params){0};
@@ -1092,26 +1102,62 @@ static akv_status seq_open_for(akv_route *r, const akv_route_seq_params *p, uint
     return AKV_OK;
 }
 
-akv_status akv_route_seq_open_filled(akv_route *r, const akv_route_seq_params *p,
-                                     uint64_t n_tokens, akv_route_fill_fn fill, void *user,
-                                     akv_route_seq **out) {
-    if (!r || !fill || !out) return AKV_EINVAL;
+/* A sequence opened (params p) with host pages for n_tokens, their contents not yet written
+ * (the compact copies and pages are made from the exact copy as they are needed: c_valid and
+ * hc_valid 0; the device window is filled from it at the first step, its pages fresh). */
+static akv_status seq_open_sized(akv_route *r, const akv_route_seq_params *p, uint64_t n_tokens,
+                                 akv_route_seq **out) {
     akv_route_seq *s;
     akv_status st = seq_open_for(r, p, n_tokens, &s);
     if (st) return st;
     st = akv_host_table_grow(s->ht, n_tokens);
     if (!st && s->cht) st = akv_host_table_grow(s->cht, n_tokens);
     if (st == AKV_EFULL) AKV_LOG_E("route: the host pool is full: raise {=host_gib}");
-    /* the exact copy, layer by layer, page by page; the compact copies and pages are made from
-     * it as they are needed (c_valid and hc_valid 0), the device window is filled from it at
-     * the first step (its pages fresh) */
-    if (!st) st = seq_pages_walk(r, s, n_tokens, fill, user);
     if (st) {
         (void)akv_route_seq_close(r, s);
         return st;
     }
     s->n_tokens = n_tokens;
     *out = s;
+    return AKV_OK;
+}
+
+akv_status akv_route_seq_open_filled(akv_route *r, const akv_route_seq_params *p,
+                                     uint64_t n_tokens, akv_route_fill_fn fill, void *user,
+                                     akv_route_seq **out) {
+    if (!r || !fill || !out) return AKV_EINVAL;
+    akv_route_seq *s;
+    akv_status st = seq_open_sized(r, p, n_tokens, &s);
+    if (!st && (st = seq_pages_walk(r, s, n_tokens, fill, user))) (void)akv_route_seq_close(r, s);
+    if (!st) *out = s;
+    return st;
+}
+
+akv_status akv_route_seq_open_unfilled(akv_route *r, const akv_route_seq_params *p,
+                                       uint64_t n_tokens, void **pages, akv_route_seq **out) {
+    if (!r || !pages || !out || n_tokens == 0) return AKV_EINVAL;
+    akv_route_seq *s;
+    akv_status st = seq_open_sized(r, p, n_tokens, &s);
+    if (st) return st;
+    const uint32_t n_pages = (uint32_t)akv_geom_pages_for_tokens(&r->geom, n_tokens);
+    for (uint32_t l = 0; l < r->geom.n_layers; l++)
+        for (uint32_t lp = 0; lp < n_pages; lp++)
+            pages[(size_t)l * n_pages + lp] =
+                akv_host_pool_page_addr(r->hp, akv_host_table_page(s->ht, l, lp));
+    s->unfilled = true;
+    *out = s;
+    return AKV_OK;
+}
+
+akv_status akv_route_seq_mark_filled(akv_route *r, akv_route_seq *s) {
+    akv_status st = route_seq_ok(r, s, "mark_filled");
+    if (st) return st;
+    if (!s->unfilled) {
+        AKV_LOG_E("route: mark_filled of sequence %llu, which was not opened unfilled",
+                  (unsigned long long)s->p.tag);
+        return AKV_ESTATE;
+    }
+    s->unfilled = false;
     return AKV_OK;
 }
 
@@ -1128,7 +1174,7 @@ static akv_status seq_read_page(void *user, uint32_t layer, uint32_t page, void 
 
 akv_status akv_route_seq_read_pages(akv_route *r, akv_route_seq *s, akv_route_read_fn read,
                                     void *user) {
-    akv_status st = route_seq_ok(r, s, "read_pages");
+    akv_status st = route_seq_ready(r, s, "read_pages");
     if (st || !read) return st ? st : AKV_EINVAL;
     /* the host copy complete: every write-back landed */
     if ((st = akv_route_sync(r))) return st;
@@ -1138,7 +1184,7 @@ akv_status akv_route_seq_read_pages(akv_route *r, akv_route_seq *s, akv_route_re
 
 akv_status akv_route_seq_fork(akv_route *r, akv_route_seq *src, uint64_t n_tokens,
                               const akv_route_seq_params *p, akv_route_seq **out) {
-    akv_status st = route_seq_ok(r, src, "fork");
+    akv_status st = route_seq_ready(r, src, "fork");
     if (st || !out) return st ? st : AKV_EINVAL;
     /* the host copies complete: every write-back landed (lost: AKV_EDEVICE, logged: the
      * caller's lengths are not the route's now) */
@@ -1174,7 +1220,7 @@ akv_status akv_route_seq_fork(akv_route *r, akv_route_seq *src, uint64_t n_token
 }
 
 akv_status akv_route_seq_truncate(akv_route *r, akv_route_seq *s, uint64_t n_tokens) {
-    akv_status st = route_seq_ok(r, s, "truncate");
+    akv_status st = route_seq_ready(r, s, "truncate");
     if (st) return st;
     /* a step the sync undoes (its kernels failed) is what the caller is truncating away */
     bool lost;
@@ -1204,6 +1250,11 @@ static akv_status route_check_batch(akv_route *r, const akv_route_req *reqs, uin
         if (!s || !route_has_open(r, s)) {
             AKV_LOG_E("route: sequence %u of the step is not open in this route", i);
             return AKV_EINVAL;
+        }
+        if (s->unfilled) {
+            AKV_LOG_E("route: sequence %llu of the step: its host copy is still being filled",
+                      (unsigned long long)s->p.tag);
+            return AKV_ESTATE;
         }
         for (uint32_t j = 0; j < i; j++)
             if (reqs[j].seq == s) {

@@ -66,6 +66,8 @@ struct akv_route_seq {
                                its last end_layer. Its next step refills every window page that
                                holds earlier tokens */
     bool closing;           /* closed: freed once nothing may touch its pages */
+    bool unfilled;          /* opened unfilled: its host copy is being written by the caller
+                               (akv_route_seq_open_unfilled); it takes part in nothing yet */
     akv_route_seq_stats stats;
     /* staged, the step begun last: its logical pages outside the window (ascending; the same
      * in every layer), where they sit in the layer's copy list, and its owner pages */

@@ -99,8 +99,8 @@ size_t akv_metrics_render(const akv_metrics *m, const char *model, char *buf, si
             "directory instead of dropped", model, (double)e->n_spilled);
     counter(&o, "session_dir_restored_total", "Conversations read back from it for a prompt",
             model, (double)e->n_restored);
-    counter(&o, "session_dir_restore_seconds_total", "Seconds the engine spent reading them "
-            "back (read, checked, placed in the host pool)", model, e->restore_s);
+    counter(&o, "session_dir_restore_seconds_total", "Seconds their reads back took, each from "
+            "its start to its adoption (read, checked, placed in the host pool)", model, e->restore_s);
     counter(&o, "session_dir_restore_disk_seconds_total", "Of them, seconds waiting for the disk",
             model, e->restore_disk_s);
     double win = d->window_capacity ? (double)d->window_used / d->window_capacity : 0;
