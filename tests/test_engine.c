@@ -829,8 +829,11 @@ int main(int argc, char **argv) {
         /* A returning conversation's file is read off the engine's thread: while its read is
          * held (akv__engine_hold_restores) the request waits, not started, and another request
          * prefills and decodes to its end beside it; released, the conversation comes back
-         * with the same tokens and logits as one kept in memory. An engine destroyed while a
-         * read is held drops it and leaves its file. */
+         * with the same tokens and logits as one kept in memory. A turn cancelled while its
+         * read is held leaves the read to end and be adopted at a later step (the engine busy
+         * until then); an engine destroyed while a read is held drops it and leaves its file;
+         * a read with no room beside the turn's own reservation is not begun: the turn
+         * computes its prompt and the walkers hold at every step. */
         char dir[] = "/tmp/akv_sdir_XXXXXX";
         if (!CHECK(mkdtemp(dir) != NULL)) break;
         int32_t a1[40], b1[30], a2[58];
@@ -879,8 +882,8 @@ int main(int argc, char **argv) {
         CHECK_EQ_U64(st.n_restored, 1);
         for (int i = 0; i < 4; i++) akv_engine_release(a, r[i]);
 
-        /* held again at destroy: B's next turn waits for B's file, the engine goes, the file
-         * stays (and A's, written at destroy) */
+        /* B's next turn, cancelled while its read is held: released, the read ends at a later
+         * step and B is adopted as an idle conversation; the engine is busy until then */
         int32_t b2[40];
         memcpy(b2, b1, sizeof b1);
         memcpy(b2 + 30, tb.tok, 4 * sizeof *b2);
@@ -889,16 +892,69 @@ int main(int argc, char **argv) {
         memset(&tb2, 0, sizeof tb2);
         akv_request_params pb2 = greedy(b2, 40, 2, &tb2);
         akv__engine_flush_sessions(a);
-        const int files = dir_each(dir, NULL);
         akv__engine_hold_restores(a, true);
         CHECK_OK(akv_engine_submit(a, &pb2, &r[0], NULL));
         for (int i = 0; i < 3; i++) {
             bool did;
             CHECK_OK(akv_engine_step(a, &did));
         }
+        akv_engine_cancel(a, r[0]);
+        akv_engine_release(a, r[0]);
+        CHECK(akv_engine_busy(a));
+        akv__engine_hold_restores(a, false);
+        CHECK(run_all(a, 100) == 0); /* nothing to step: the read adopted on the way */
+        CHECK(!akv_engine_busy(a));
+        akv_engine_get_stats(a, &st);
+        CHECK_EQ_U64(st.n_restored, 2);
         CHECK_EQ_INT(tb2.n, 0);
+
+        /* held again at destroy: A's next turn waits for its file, the engine goes, the file
+         * stays */
+        akv_engine_destroy(a); /* A and B written out */
+        a = engine_open(model, &ep);
+        if (!a) break;
+        const int files = dir_each(dir, NULL);
+        static seen ta3;
+        memset(&ta3, 0, sizeof ta3);
+        akv_request_params pa3 = greedy(a2, 58, 2, &ta3);
+        akv__engine_hold_restores(a, true);
+        CHECK_OK(akv_engine_submit(a, &pa3, &r[0], NULL));
+        for (int i = 0; i < 3; i++) {
+            bool did;
+            CHECK_OK(akv_engine_step(a, &did));
+        }
+        CHECK_EQ_INT(ta3.n, 0);
         akv_engine_destroy(a);
-        CHECK(dir_each(dir, NULL) >= files);
+        CHECK_EQ_INT(dir_each(dir, NULL), files);
+        dir_each(dir, file_remove);
+
+        /* no room for the read beside what the returning turn reserves (a host pool of 40
+         * pages, a 14-page file, a turn that may grow to 40): it computes its prompt, the
+         * walkers hold at every step, the file stays for later */
+        ep.host_pages_max = 40, ep.max_context = 512;
+        a = engine_open(model, &ep);
+        if (!a) break;
+        static seen tl, tz, tl2;
+        memset(&tl, 0, sizeof tl), memset(&tz, 0, sizeof tz), memset(&tl2, 0, sizeof tl2);
+        akv_request_params pl = greedy(tokens, 100, 4, &tl), pz = greedy(tokens + 900, 10, 2, &tz);
+        CHECK_OK(akv_engine_submit(a, &pl, &r[0], NULL));
+        CHECK(run_all(a, 200) > 0);
+        CHECK_OK(akv_engine_submit(a, &pz, &r[1], NULL)); /* the long one to the directory */
+        CHECK(run_all(a, 200) > 0);
+        akv__engine_flush_sessions(a);
+        static int32_t l2[120];
+        const uint32_t n2 = next_turn(l2, tokens, 100, &tl, 4, 500, 4);
+        akv_request_params pl2 = greedy(l2, n2, 200, &tl2);
+        CHECK_OK(akv_engine_submit(a, &pl2, &r[2], NULL));
+        CHECK(run_all(a, 400) > 0);
+        akv_request_get_info(r[2], &ia);
+        CHECK_EQ_INT(ia.state, AKV_REQUEST_DONE);
+        CHECK_EQ_U64(ia.n_cached, 0);
+        akv_engine_get_stats(a, &st);
+        CHECK_EQ_U64(st.n_restored, 0);
+        CHECK_EQ_U64(st.n_spill_files, 2); /* the long one's, and the short one's since */
+        for (int i = 0; i < 3; i++) akv_engine_release(a, r[i]);
+        akv_engine_destroy(a);
 
         /* the reference: A's two turns with A kept in memory */
         akv_engine_params rp = akv_engine_default_params();

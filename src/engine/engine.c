@@ -672,16 +672,13 @@ static bool engine_wait_for_prefix(akv_engine *e, const akv_request *rq) {
 
 /* Whether a request not started yet waits for a conversation being read back from the session
  * directory off the engine's thread (one that shares more of its prompt than any context in
- * memory, or one read ahead of it: akv__spill_in), reads that have ended adopted on the way. */
-static bool engine_wait_for_restore(akv_engine *e, const akv_request *rq) {
-    if (!e->session_dir || e->p.no_reuse) return false;
-    for (;;) {
-        uint32_t lcp = 0;
-        bool running;
-        (void)engine_find_prefix(e, rq, &lcp, &running);
-        const akv__spill_in_result r = akv__spill_in(e, rq, lcp);
-        if (r != AKV__SPILL_READ) return r == AKV__SPILL_READING;
-    }
+ * memory, or one read ahead of it: akv__spill_in). */
+static bool engine_wait_for_restore(akv_engine *e, akv_request *rq) {
+    if (!e->session_dir || e->p.no_reuse || rq->no_read_back) return false;
+    uint32_t lcp = 0;
+    bool running;
+    (void)engine_find_prefix(e, rq, &lcp, &running);
+    return akv__spill_in(e, rq, lcp);
 }
 
 /* Its reservation, by arithmetic on prompt + max_tokens. */
@@ -823,6 +820,21 @@ static akv_status engine_start(akv_engine *e, akv_request *rq) {
 static void request_unpin(akv_engine *e, akv_request *rq) {
     if (rq->share_from) rq->share_from->n_pin--, e->idle_sole_stale = true;
     rq->share_from = NULL, rq->host_credit = 0;
+}
+
+bool akv__engine_read_fits(akv_engine *e, const akv_request *rq, uint64_t n_tokens, uint32_t k,
+                           uint64_t *credit) {
+    *credit = request_cached(rq, k) / e->plan.geom.page_tokens * e->plan.geom.n_layers;
+    const uint64_t grows_now = rq->host_pages > rq->host_credit ? rq->host_pages - rq->host_credit : 0;
+    const uint64_t grows = rq->host_pages > *credit ? rq->host_pages - *credit : 0;
+    return engine_host_committed(e) - grows_now + grows + engine_host_pages(e, n_tokens) <=
+           e->plan.host_pages;
+}
+
+void akv__engine_read_for(akv_engine *e, akv_request *rq, akv__ctx *c, uint64_t credit) {
+    request_unpin(e, rq);
+    rq->share_from = c, rq->host_credit = credit;
+    c->n_pin++, e->idle_sole_stale = true;
 }
 
 /* An admitted request's reservation and place among the running given back (its pin too). */
@@ -1137,7 +1149,7 @@ void akv_engine_release(akv_engine *e, akv_request *rq) {
 }
 
 bool akv_engine_busy(const akv_engine *e) {
-    return e->n_run || e->n_wait;
+    return e->n_run || e->n_wait || (e->restore && !e->failed); /* a read back is adopted at a step */
 }
 
 bool akv_engine_failed(const akv_engine *e) {
@@ -1337,6 +1349,7 @@ akv_status akv_engine_step(akv_engine *e, bool *did_work) {
     if (e->need_abort) st = engine_abort(e);
     engine_resync(e);
     if (st) goto out;
+    akv__spill_poll(e); /* a read back that has ended: its context idle before anyone looks */
     engine_admit_waiting(e);
     /* the admitted requests' first step: their contexts */
     e->unadmit_after = NULL;
@@ -1601,6 +1614,7 @@ akv_status akv__engine_check(akv_engine *e) {
                        (unsigned long long)akv_route_seq_n_tokens(c->seq));
         n_ctx++;
     }
+    if (e->restore) pinned += akv__restore_ctx(e->restore)->n_pin; /* its request's */
     if (pins != pinned)
         ENGINE_BAD("%llu admitted requests count on a context's pages; the contexts are pinned "
                    "%llu times", (unsigned long long)pins, (unsigned long long)pinned);

@@ -74,7 +74,9 @@ struct akv_request {
     uint64_t host_pages;   /* its reservation: host pages at its longest */
     uint64_t host_credit;  /* admitted, not started: of them, the full pages of its prefix that
                               share_from holds (it will share them), not counted as growth */
-    akv__ctx *share_from;  /* ... and that context, pinned (NULL: none, or it was closed) */
+    akv__ctx *share_from;  /* ... and that context, pinned (NULL: none, or it was closed); a
+                              conversation being read back for it is one too */
+    bool no_read_back;     /* a read back for it failed or found no room: it computes instead */
     uint32_t dev_pages;    /* resident: window pages per layer at its longest */
     akv_route_seq_stats seq0; /* its sequence's counters when it was admitted */
     struct akv_request *next_q, *prev_q; /* the wait queue, or the all-requests list */
@@ -170,6 +172,7 @@ struct akv_engine {
                                          or NULL: one at a time */
     akv__spilled restore_entry;       /* its index entry, out of the index meanwhile */
     double restore_t0;                /* when it began */
+    uint64_t restore_for;             /* the serial of the request it began for */
     atomic_bool restore_hold;         /* tests: reads wait before their K/V while set */
 };
 
@@ -217,6 +220,14 @@ bool akv__request_is_eog(const akv_engine *e, int32_t token);
 akv_status akv__engine_idle_adopt(akv_engine *e, akv__ctx *c, bool keep);
 /* Takes c off the idle list (it stays open: the caller closes or runs it). */
 void akv__engine_idle_remove(akv_engine *e, akv__ctx *c);
+/* A read back from the session directory for rq, of a file of n_tokens sharing k of its
+ * prompt's tokens: read_fits says whether its pages, held from its start, fit beside the
+ * running requests' holdings and growth with rq counting on the full pages it will share
+ * (*credit) instead of what it counts on now; read_for pins c, the read's context, for rq
+ * with that credit (what rq counted on before unpinned). */
+bool akv__engine_read_fits(akv_engine *e, const akv_request *rq, uint64_t n_tokens, uint32_t k,
+                           uint64_t *credit);
+void akv__engine_read_for(akv_engine *e, akv_request *rq, akv__ctx *c, uint64_t credit);
 
 /* Closes a context (NULL: nothing; its pages are freed after their fences:
  * akv_route_seq_close) and frees it. */
@@ -244,6 +255,7 @@ akv_status akv__session_peek(akv_engine *e, const char *path, akv__ctx *meta);
  * closed); *disk_s as read's. The job is freed. */
 typedef struct akv__restore akv__restore;
 akv_status akv__restore_begin(akv_engine *e, const char *path, bool threaded, akv__restore **out);
+akv__ctx *akv__restore_ctx(const akv__restore *j); /* its context, before end */
 bool akv__restore_wait(akv__restore *j, double max_s);
 akv_status akv__restore_end(akv_engine *e, akv__restore *j, akv__ctx **out, double *disk_s);
 /* c's file as bytes in memory (*out akv__malloc'ed, n bytes), and such bytes written to path
@@ -259,16 +271,18 @@ uint64_t akv__session_file_bytes(const akv_engine *e, uint64_t n_tokens);
  * in: the directory's conversation sharing the most of rq's prompt, when it shares more than
  * the in_memory tokens of any context in memory, is read back as an idle context and its file
  * removed (a damaged one is removed, logged, and the prompt computed). The read runs off the
- * engine's thread, one at a time: AKV__SPILL_READING while it (or another read, ahead of it)
- * is under way: rq waits, and the other requests step on; AKV__SPILL_READ when a read has
- * ended (the caller looks for its prompt's context again, and asks again); AKV__SPILL_NONE:
- * nothing in the directory serves it better. wait: at most max_s seconds for the read under
- * way to end (a step with nothing else to do). close: a read under way ended and dropped (its
- * file stays), the index freed (the files stay). */
-typedef enum akv__spill_in_result { AKV__SPILL_NONE, AKV__SPILL_READING, AKV__SPILL_READ } akv__spill_in_result;
+ * engine's thread, one at a time, its context pinned for rq (akv__engine_read_fits says
+ * whether it fits and what rq counts on; akv__engine_read_for pins it): true while it (or
+ * another read, ahead of it) is under way: rq waits, and the other requests step on; false:
+ * nothing in the directory serves it better, or no room for the read (it computes). poll: a
+ * read that has ended is adopted (or dropped: its request, rq->no_read_back, computes); called
+ * at every step, whoever waits. wait: at most max_s seconds for the read under way to end (a
+ * step with nothing else to do). close: a read under way ended and dropped (its file stays),
+ * the index freed (the files stay). */
 akv_status akv__spill_open(akv_engine *e);
 void akv__spill_out(akv_engine *e, const akv__ctx *c);
-akv__spill_in_result akv__spill_in(akv_engine *e, const akv_request *rq, uint32_t in_memory);
+bool akv__spill_in(akv_engine *e, akv_request *rq, uint32_t in_memory);
+void akv__spill_poll(akv_engine *e);
 void akv__spill_wait(akv_engine *e, double max_s);
 void akv__spill_close(akv_engine *e);
 /* The directory's counters into out (n_spill_files, spill_bytes, n_spilled), and its walker. */

@@ -572,6 +572,10 @@ akv_status akv__restore_begin(akv_engine *e, const char *path, bool threaded, ak
     return AKV_OK;
 }
 
+akv__ctx *akv__restore_ctx(const akv__restore *j) {
+    return j->c;
+}
+
 bool akv__restore_wait(akv__restore *j, double max_s) {
     pthread_mutex_lock(&j->mu);
     if (!j->done && max_s > 0) {

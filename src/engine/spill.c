@@ -342,55 +342,59 @@ static bool spill_serves(const akv__spilled *s, const akv_request *rq, uint32_t 
     return *k > lcp;
 }
 
-/* A read begun at t0 that ended with st (c: its context, when st is AKV_OK): adopted as the most
- * recent idle context and its file removed; a damaged or vanished file dropped from the index
- * (the damaged one removed, logged); else (no memory, no room beside the running requests) its
- * entry back in the index, for later. */
-static void spill_read_done(akv_engine *e, akv_status st, akv__ctx *c, akv__spilled s, double t0,
-                            double disk_s) {
-    if (st == AKV_EFORMAT || st == AKV_ENOTFOUND) { /* logged: damaged or gone; computed */
-        if (st == AKV_EFORMAT && remove(s.path) != 0)
-            AKV_LOG_W("engine: the session directory's '%s' could not be removed", s.path);
-        spilled_free(&s);
-        return;
+/* Whether the same path was written again since its entry left the index. */
+static bool spill_written_anew(akv_engine *e, const char *path) {
+    return spill_find(e, path) != SIZE_MAX || spill_pending(e, path);
+}
+
+/* A read begun at t0 for the request of serial `serial` that ended with st (c: its context,
+ * when st is AKV_OK): adopted as the most recent idle context and its file removed (still
+ * pinned for its request, which starts from it); a damaged or vanished file dropped from the
+ * index (the damaged one removed behind the writes queued before); else (no memory, no room
+ * beside the running requests) its entry back in the index, for later. A read that was not
+ * adopted leaves its request to compute its prompt. */
+static void spill_read_done(akv_engine *e, akv_status st, akv__ctx *c, akv__spilled s,
+                            uint64_t serial, double t0, double disk_s) {
+    if (!st) {
+        /* adopted as the most precious idle context while the others make room, so it is not
+         * the one closed (written back out) for it; then its own retention again */
+        c->retention = INT8_MAX;
+        if (akv__engine_idle_adopt(e, c, true) != AKV_OK) st = AKV_EFULL; /* closed */
+        else c->retention = s.retention;
     }
-    /* adopted as the most precious idle context while the others make room, so it is not the
-     * one closed (written back out) for it; then its own retention again */
-    if (!st) c->retention = INT8_MAX;
-    if (st || akv__engine_idle_adopt(e, c, true) != AKV_OK) { /* no memory or room now: kept for later */
-        spill_lock(e);
+    if (st)
+        for (uint32_t i = 0; i < e->n_run; i++)
+            if (e->run[i]->info.serial == serial) e->run[i]->no_read_back = true;
+    spill_lock(e);
+    const bool again = spill_written_anew(e, s.path);
+    if (!st) {
+        e->stats.n_restored++;
+        e->stats.restore_s += akv_clock_s() - t0, e->stats.restore_disk_s += disk_s;
+    } else if (st != AKV_EFORMAT && st != AKV_ENOTFOUND && !again) { /* kept for later */
         spill_room(e, s.bytes);
         (void)spill_add(e, s);
         spill_unlock(e);
         return;
     }
-    c->retention = s.retention;
-    spill_lock(e);
-    const bool again = spill_find(e, s.path) != SIZE_MAX || spill_pending(e, s.path); /* written anew meanwhile */
-    e->stats.n_restored++;
-    e->stats.restore_s += akv_clock_s() - t0, e->stats.restore_disk_s += disk_s;
     spill_unlock(e);
-    if (again) spilled_free(&s);
+    /* read back, or damaged (logged): removed unless written anew meanwhile; gone: forgotten */
+    if (again || st == AKV_ENOTFOUND || (st && st != AKV_EFORMAT)) spilled_free(&s);
     else spill_unlink(e, s);
 }
 
-/* The read under way, ended: its context adopted or dropped (spill_read_done). */
-static void spill_read_end(akv_engine *e) {
+void akv__spill_poll(akv_engine *e) {
+    if (!e->restore || !akv__restore_wait(e->restore, 0)) return;
     akv__restore *j = e->restore;
     const akv__spilled s = e->restore_entry;
     e->restore = NULL;
     memset(&e->restore_entry, 0, sizeof e->restore_entry);
     akv__ctx *c = NULL;
     double disk_s = 0;
-    const akv_status st = akv__restore_end(e, j, &c, &disk_s);
-    spill_read_done(e, st, c, s, e->restore_t0, disk_s);
+    const akv_status st = akv__restore_end(e, j, &c, &disk_s); /* closed on failure: unpinned */
+    spill_read_done(e, st, c, s, e->restore_for, e->restore_t0, disk_s);
 }
 
-akv__spill_in_result akv__spill_in(akv_engine *e, const akv_request *rq, uint32_t in_memory) {
-    if (e->restore && akv__restore_wait(e->restore, 0)) {
-        spill_read_end(e);
-        return AKV__SPILL_READ;
-    }
+bool akv__spill_in(akv_engine *e, akv_request *rq, uint32_t in_memory) {
     akv__spill_writer *w = e->writer;
     spill_lock(e);
     size_t best;
@@ -410,9 +414,11 @@ akv__spill_in_result akv__spill_in(akv_engine *e, const akv_request *rq, uint32_
     }
     /* a read under way: it waits for it (it serves rq better still, or it is ahead in line) */
     const bool under_way = e->restore && (best != SIZE_MAX || spill_serves(&e->restore_entry, rq, lcp, &k));
-    if (under_way || best == SIZE_MAX) {
+    uint64_t credit = 0;
+    if (under_way || best == SIZE_MAX || !akv__engine_read_fits(e, rq, e->spill[best].n_tokens, lcp, &credit)) {
         spill_unlock(e);
-        return under_way ? AKV__SPILL_READING : AKV__SPILL_NONE;
+        if (!under_way && best != SIZE_MAX) rq->no_read_back = true; /* no room now: computed */
+        return under_way;
     }
     /* out of the index while it is read and adopted: the adoption may write older contexts */
     const akv__spilled s = spill_take(e, best);
@@ -421,11 +427,12 @@ akv__spill_in_result akv__spill_in(akv_engine *e, const akv_request *rq, uint32_
     akv__restore *j = NULL;
     const akv_status st = akv__restore_begin(e, s.path, true, &j);
     if (st) { /* refused before its K/V: nothing open */
-        spill_read_done(e, st, NULL, s, t0, 0);
-        return AKV__SPILL_NONE;
+        spill_read_done(e, st, NULL, s, rq->info.serial, t0, 0);
+        return false;
     }
-    e->restore = j, e->restore_entry = s, e->restore_t0 = t0;
-    return AKV__SPILL_READING;
+    akv__engine_read_for(e, rq, akv__restore_ctx(j), credit);
+    e->restore = j, e->restore_entry = s, e->restore_t0 = t0, e->restore_for = rq->info.serial;
+    return true;
 }
 
 void akv__spill_wait(akv_engine *e, double max_s) {
