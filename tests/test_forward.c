@@ -136,6 +136,29 @@ static void run_and_check(const akv_model *model, uint32_t P, akv_dtype dtype, u
     tkv_free(&kv);
 }
 
+/* The logits of every position of tokens[0..n) fed in chunks of `chunk` tokens (each chunk's
+ * rows all wanted), over pages placed at random (a new table each call). */
+static void logits_in_chunks(const akv_model *model, uint32_t P, uint32_t chunk,
+                             const int32_t *tokens, uint32_t n, float *out, uint64_t *rng) {
+    const akv_model_config *c = akv_model_get_config(model);
+    test_kv kv;
+    tkv_init(&kv, c, P, n, AKV_DTYPE_BF16, rng);
+    akv_forward_params fp = {.max_step_tokens = n};
+    akv_forward *f = NULL;
+    CHECK_OK(akv_forward_create(model, &fp, &f));
+    akv_kv_hooks hooks = {.user = &kv, .begin_layer = tkv_begin, .end_layer = tkv_end};
+    for (uint32_t pos = 0; f && pos < n;) {
+        const uint32_t k = n - pos < chunk ? n - pos : chunk;
+        kv.n_tokens = pos + k;
+        if (!CHECK(akv_forward_run(f, tokens + pos, k, pos, &hooks, out + (size_t)pos * c->n_vocab,
+                                   true) == AKV_OK))
+            break;
+        pos += k;
+    }
+    akv_forward_destroy(f);
+    tkv_free(&kv);
+}
+
 int main(int argc, char **argv) {
     test_args(argc, argv);
     uint64_t rng = test_seed(11);
@@ -162,6 +185,33 @@ int main(int argc, char **argv) {
         for (size_t i = 0; i < AKV_ARRAY_LEN(lens); i++)
             run_and_check(m_llama, P, AKV_DTYPE_F32, 8, lens[i], 4, 2e-5, &rng);
         run_and_check(m_llama, 4, AKV_DTYPE_F32, 3, 13, 6, 2e-5, &rng);
+    }
+
+    TEST_CASE(a_row_is_the_same_bits_in_any_chunk) {
+        /* The host pass's promise (docs/engine.md, "Determinism"): a position's logits do not
+         * depend on the chunk it was computed in. 45 tokens over pages of 8 (bf16), fed at
+         * once, one at a time (decode rows) and in chunks of 7, each over its own random page
+         * placement: every position's logits bit for bit. */
+        const akv_model_config *c = akv_model_get_config(m_llama);
+        enum { N = 45 };
+        int32_t tok[N];
+        for (uint32_t i = 0; i < N; i++) tok[i] = (int32_t)test_rand_below(&rng, c->n_vocab);
+        float *l[3];
+        const uint32_t chunks[3] = {N, 1, 7};
+        for (int i = 0; i < 3; i++) {
+            l[i] = akv__malloc((size_t)N * c->n_vocab * sizeof *l[i]);
+            if (l[i]) logits_in_chunks(m_llama, 8, chunks[i], tok, N, l[i], &rng);
+        }
+        if (CHECK(l[0] && l[1] && l[2])) {
+            for (int i = 1; i < 3; i++) {
+                uint32_t pos = 0;
+                while (pos < N && !memcmp(l[0] + (size_t)pos * c->n_vocab, l[i] + (size_t)pos * c->n_vocab,
+                                          c->n_vocab * sizeof *l[i]))
+                    pos++;
+                TEST_CHECK_(pos == N, "position %u: chunks of %u differ from one chunk", pos, chunks[i]);
+            }
+        }
+        for (int i = 0; i < 3; i++) akv__free(l[i]);
     }
 
     TEST_CASE(qwen2_bias_neox_tied_factors) {

@@ -366,7 +366,9 @@ akv_status akv_attn_ref_prefill_f64(const akv_attn_prefill *p, double *o, double
 /* AKV_EINVAL also when a sequence has fewer tokens than new rows. */
 akv_status akv_attn_ref_append(const akv_attn_append *p);
 
-/* The host backend's production attention: the same contract, checks and outputs as the ref
+/* A blocked FP32 attention over the host backend's tables (the host pass attended through it
+ * until it moved to the host part's kernel, akv/attn_host.h; tests hold it to the oracle): the
+ * same contract, checks and outputs as the ref
  * decode/prefill, computed per (sequence, K/V head) with K/V widened once, the scores by the
  * row-invariant product (akv_ops_matmul_cols) and the outputs summed key by key (the plain-C
  * ref re-reads every key for every query row). Not bit-identical to the ref (another order of

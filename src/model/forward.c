@@ -1,11 +1,15 @@
 /* forward.c — the host forward pass of akv/forward.h: ref/ ops, the batch-invariant products
- * of akv_ops_matmul_cols on the pass's threads, and the host paged attention. */
+ * of akv_ops_matmul_cols on the pass's threads, and the attention by the host part's kernel
+ * (akv/attn_host.h), every row a part of its own read in place. */
 #include "akv/forward.h"
 #include "akv/forward_ops.h"
 
 #include <string.h>
 
+#include "akv/attn_host.h"
+#include "akv/kv_repr.h"
 #include "akv/ops.h"
+#include "attn/attn_host_run.h"
 #include "core/alloc.h"
 #include "core/assert.h"
 #include "core/log.h"
@@ -16,7 +20,6 @@ enum {
     FWD_HOST_DECODE = 1,     /* the host pass decodes runs of one-token sequences; longer chunks
                                 take the prefill path (as fast for a few rows on the host) */
     FWD_COL_ALIGN = 24,      /* product tasks cover multiples of the 8/4/3-column tiles */
-    FWD_MAX_HEAD_TASKS = 64, /* head ranges the attention is split into (at most one a thread) */
 };
 
 struct akv_forward {
@@ -43,6 +46,12 @@ struct akv_forward {
     akv__fwd_group *groups; /* [T] */
     void *xq_mem;           /* an input's 8-bit blocks for the block products: T rows of the
                                widest input (akv_ops_q8_bytes) */
+    /* the attention's rows as host parts (forward_attend_rows), grown as calls need */
+    akv_attn_host_part *hp;  /* [T] a row's part */
+    const void **hp_pages;   /* a call's sequences' page addresses */
+    size_t cap_hp_pages;
+    float *hp_scratch;       /* akv__attn_host_scratch_floats */
+    size_t cap_hp_scratch;
 };
 
 akv_forward_params akv_forward_default_params(void) {
@@ -86,12 +95,13 @@ akv_status akv_forward_create(const akv_model *model, const akv_forward_params *
     f->pos = akv__calloc(T, sizeof(int32_t));
     f->qo = akv__calloc(T + 1, sizeof(int32_t));
     f->groups = akv__calloc(T, sizeof *f->groups);
+    f->hp = akv__calloc(T, sizeof *f->hp);
     size_t k_max = c->n_embd > q_dim ? c->n_embd : q_dim;
     k_max = c->n_ff > k_max ? c->n_ff : k_max;
     f->xq_mem = akv__malloc(
         akv_ops_q8_bytes(T, (k_max + AKV_OPS_QBLOCK - 1) / AKV_OPS_QBLOCK * AKV_OPS_QBLOCK));
     if (!f->xq_mem || !f->x || !f->h || !f->tmp || !f->q || !f->k || !f->v || !f->att || !f->gate ||
-        !f->up || !f->cos_t || !f->sin_t || !f->pos || !f->qo || !f->groups) {
+        !f->up || !f->cos_t || !f->sin_t || !f->pos || !f->qo || !f->groups || !f->hp) {
         akv_forward_destroy(f);
         return AKV_ENOMEM;
     }
@@ -107,6 +117,7 @@ void akv_forward_destroy(akv_forward *f) {
     akv__free(f->lse), akv__free(f->att_past), akv__free(f->lse_past);
     akv__free(f->cos_t), akv__free(f->sin_t), akv__free(f->pos), akv__free(f->qo);
     akv__free(f->groups), akv__free(f->xq_mem);
+    akv__free(f->hp), akv__free(f->hp_pages), akv__free(f->hp_scratch);
     akv__free(f);
 }
 
@@ -193,75 +204,66 @@ static akv_status forward_check_parts(const akv_model_config *c, uint32_t layer,
     return AKV_OK;
 }
 
-/* One attention call, its query heads split into contiguous ranges, a task each. */
-typedef struct fwd_attn_task {
-    const akv_attn_decode *d;   /* a decode group's call, or */
-    const akv_attn_prefill *pf; /* a prefill group's (its K/V already appended) */
-    uint32_t n_heads, n_tasks;
-    akv_status st[FWD_MAX_HEAD_TASKS];
-} fwd_attn_task;
+static akv_status forward_alloc_parts(akv_forward *f);
 
-static void fwd_attn_run(void *ctx, uint32_t t) {
-    fwd_attn_task *a = ctx;
-    const uint32_t j0 = t * a->n_heads / a->n_tasks, j1 = (t + 1) * a->n_heads / a->n_tasks;
-    a->st[t] = a->d ? akv_attn_host_decode_heads(a->d, j0, j1)
-                    : akv_attn_host_prefill_heads(a->pf, j0, j1);
-}
-
-/* Every query head of the call, in as many head ranges as the pass has threads (each head's
- * outputs are the same bits whichever range and thread compute it). Query heads rather than
- * K/V heads: SmolLM2's 9 split 5 and 4 over 2 threads where its 3 K/V heads split 2 and 1, and
- * up to 9 threads (not 3) have work; a K/V head whose group is cut is widened by both ranges. */
-static akv_status fwd_attn_heads(akv_forward *f, uint32_t n_heads, fwd_attn_task *a) {
-    uint32_t n = akv__par_n_threads(f->par);
-    if (n > n_heads) n = n_heads;
-    if (n > FWD_MAX_HEAD_TASKS) n = FWD_MAX_HEAD_TASKS;
-    if (n < 2) return a->d ? akv_attn_host_decode(a->d) : akv_attn_host_prefill(a->pf);
-    a->n_heads = n_heads, a->n_tasks = n;
-    akv__par_for(f->par, n, fwd_attn_run, a);
-    for (uint32_t t = 0; t < n; t++)
-        if (a->st[t]) return a->st[t];
-    return AKV_OK;
-}
-
-/* One attention call over one part's table for a group's rows: o and lse (NULL = not wanted)
- * at the group's first row, the query heads spread over the pass's threads. */
-static akv_status forward_attend_part(akv_forward *f, const akv_attn_pages *v,
+/* A group's rows attended over one part's table by the host part's kernel (akv/attn_host.h):
+ * each row a part of its own over the keys it sees (the causal rule, or every key of a past
+ * part), read in place. So a row's bits are one recipe of its query and its keys alone: the
+ * same whether its chunk is one row (a decode) or many (a prefill), and whatever else the call
+ * holds. The parts' chunks go over the pass's threads. o [n_rows][n_heads][head_dim] and lse
+ * [n_rows][n_heads] at the group's first row. */
+static akv_status forward_attend_rows(akv_forward *f, const akv_attn_pages *v,
                                       const akv__fwd_group *g, float *o, float *lse) {
     const akv_model_config *c = akv_model_get_config(f->model);
     const size_t q_dim = (size_t)c->n_heads * c->head_dim;
-    akv_dptr q = akv_attn_host_ptr(f->q + g->row0 * q_dim);
-    akv_dptr op = akv_attn_host_ptr(o), lp = lse ? akv_attn_host_ptr(lse) : (akv_dptr){0};
-    fwd_attn_task t = {0};
-    if (g->decode) {
-        akv_attn_decode d = {.kv = *v,
-                             .n_heads = c->n_heads,
-                             .n_query = g->n_new,
-                             .q = q,
-                             .q_dtype = AKV_DTYPE_F32,
-                             .o = op,
-                             .o_dtype = AKV_DTYPE_F32,
-                             .lse = lp};
-        t.d = &d;
-        return fwd_attn_heads(f, c->n_heads, &t);
+    const int32_t *indptr = (const int32_t *)(uintptr_t)v->indptr.addr;
+    const int32_t *indices = (const int32_t *)(uintptr_t)v->indices.addr;
+    const int32_t *last = (const int32_t *)(uintptr_t)v->last_page_len.addr;
+    akv_repr_layout lay;
+    akv_status st = akv_repr_layout_of((akv_repr)v->repr, v->dtype, v->n_kv_heads, v->page_tokens,
+                                       v->head_dim, &lay);
+    if (st) return st;
+    const unsigned char *pool = (const unsigned char *)(uintptr_t)v->pool.addr;
+    const size_t n_pg = (size_t)(indptr[v->n_seq] - indptr[0]);
+    if (n_pg > f->cap_hp_pages &&
+        (st = akv__array_reserve((void **)&f->hp_pages, &f->cap_hp_pages, n_pg, sizeof *f->hp_pages)))
+        return st;
+    for (size_t k = 0; k < n_pg; k++)
+        f->hp_pages[k] = pool + (size_t)indices[indptr[0] + (int32_t)k] * lay.page_bytes;
+    const uint32_t P = v->page_tokens;
+    for (uint32_t si = 0, r = 0; si < v->n_seq; si++) {
+        const uint32_t n = g->decode ? g->n_new : (uint32_t)(f->qo[si + 1] - f->qo[si]);
+        const uint32_t pages = (uint32_t)(indptr[si + 1] - indptr[si]);
+        const uint64_t len = pages ? (uint64_t)(pages - 1) * P + (uint32_t)last[si] : 0;
+        for (uint32_t i = 0; i < n; i++, r++) {
+            const uint64_t keys = v->past ? len : len - n + i + 1; /* the causal rule */
+            const uint32_t kp = (uint32_t)((keys + P - 1) / P);
+            f->hp[r] = (akv_attn_host_part){.pages = f->hp_pages + (indptr[si] - indptr[0]),
+                                            .n_pages = kp,
+                                            .last_len = kp ? (uint32_t)(keys - (uint64_t)(kp - 1) * P) : 1,
+                                            .n_kv_heads = v->n_kv_heads,
+                                            .head_dim = v->head_dim,
+                                            .page_tokens = P,
+                                            .dtype = v->dtype,
+                                            .n_heads = c->n_heads,
+                                            .q = f->q + ((size_t)g->row0 + r) * q_dim,
+                                            .repr = v->repr};
+        }
     }
-    akv_attn_prefill pf = {.kv = *v,
-                           .n_heads = c->n_heads,
-                           .qo_indptr = akv_attn_host_ptr(f->qo),
-                           .n_tokens = g->n_rows,
-                           .max_chunk = g->n_new,
-                           .q = q,
-                           .q_dtype = AKV_DTYPE_F32,
-                           .o = op,
-                           .o_dtype = AKV_DTYPE_F32,
-                           .lse = lp};
-    t.pf = &pf;
-    return fwd_attn_heads(f, c->n_heads, &t);
+    const size_t need = akv__attn_host_scratch_floats(f->hp, g->n_rows);
+    if (need > f->cap_hp_scratch &&
+        (st = akv__array_reserve((void **)&f->hp_scratch, &f->cap_hp_scratch, need, sizeof *f->hp_scratch)))
+        return st;
+    /* lse wanted or not, the kernel writes it: the call's own rows of f->lse otherwise */
+    float *ls = lse ? lse : f->lse;
+    if (!ls && (st = forward_alloc_parts(f))) return st;
+    if (!lse) ls = f->lse + (size_t)g->row0 * c->n_heads;
+    return akv__attn_host_run(f->hp, g->n_rows, AKV_ATTN_HOST_AUTO, f->par, f->hp_scratch, o, ls);
 }
 
 /* One group's attention: its new K/V into the pages of the exact part, then attend it, and each
  * past part of older history, whose states merge into the exact part's exactly (akv/attn.h),
- * the query heads spread over the pass's threads. */
+ * the rows' chunks spread over the pass's threads. */
 static akv_status forward_attend_group(akv_forward *f, const akv_kv_parts *parts,
                                        const akv_forward_batch *b, const akv__fwd_group *g) {
     const akv_model_config *c = akv_model_get_config(f->model);
@@ -287,13 +289,13 @@ static akv_status forward_attend_group(akv_forward *f, const akv_kv_parts *parts
     akv_status st = akv_attn_ref_append(&ap);
     if (st) return st;
     float *att = f->att + g->row0 * q_dim;
-    if (parts->n_parts == 1 && !parts->host_o.addr) return forward_attend_part(f, &v, g, att, NULL);
+    if (parts->n_parts == 1 && !parts->host_o.addr) return forward_attend_rows(f, &v, g, att, NULL);
     float *lse = f->lse + g->row0 * c->n_heads;
-    if ((st = forward_attend_part(f, &v, g, att, lse))) return st;
+    if ((st = forward_attend_rows(f, &v, g, att, lse))) return st;
     for (uint32_t i = 1; i < parts->n_parts; i++) {
         const akv_attn_pages past = akv__forward_view(&parts->part[i].kv, g);
         float *op = f->att_past + g->row0 * q_dim, *lp = f->lse_past + g->row0 * c->n_heads;
-        if ((st = forward_attend_part(f, &past, g, op, lp))) return st;
+        if ((st = forward_attend_rows(f, &past, g, op, lp))) return st;
         for (size_t r = 0; r < (size_t)g->n_rows * c->n_heads; r++)
             akv_attn_merge_state(c->head_dim, att + r * c->head_dim, lse + r,
                                  op + r * c->head_dim, lp[r]);
