@@ -14,13 +14,11 @@
 #include <stdbool.h>
 
 #include "akv/kvq.h"
-#include "akv/ops.h"
 #include <string.h>
 
 #include "core/alloc.h"
 #include "core/half.h"
 #include "core/log.h"
-#include "attn/exp8.h"
 
 /* The page table and pool of one call, as host pointers. */
 typedef struct kv_view {
@@ -85,7 +83,7 @@ static const void *kv_row(const kv_view *v, uint32_t s, uint32_t kv, uint32_t h,
 }
 
 /* bf16 to f32, 64 at a time (a constant trip count the compiler vectorizes at -O2; cloned for
- * AVX2 where the CPU has it): the host attention widens a page's rows with it every step. */
+ * AVX2 where the CPU has it). */
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
 __attribute__((target_clones("avx2", "default")))
 #endif
@@ -272,245 +270,6 @@ akv_status akv_attn_ref_append(const akv_attn_append *p) {
 
 /* ---- the host backend's attention: the same contract, blocked, row-invariant ---------------- */
 
-/* Rows of scores computed at once: at most this many floats of S per block. */
-#define FAST_S_FLOATS (1u << 22)
-
-/* For each of R rows r: o_r[e] += p_r[t] * v[t][e] over t < n ascending, a multiply then an
- * add each (no fused multiply-add: every instruction set gives the same bits). Row r's p is
- * p + r * p_stride and its o is o + r * D. The rows of a GQA group share their keys, so one
- * pass over V serves them all: the columns go 32 at a time, the R rows' sums of those columns
- * held in a local block (registers when D and R are constants) and stored once. Each row's
- * sums are the same operations in the same order whatever R is. Cloned for AVX2 where the CPU
- * has it. */
-#define FAST_PV_COLS 32u
-#define FAST_PV_MAX_ROWS 4u
-static inline __attribute__((always_inline)) void fast_pv_d(float *restrict o,
-                                                            const float *restrict p, size_t p_stride,
-                                                            const float *restrict v, size_t n,
-                                                            const uint32_t D, const uint32_t R) {
-    for (uint32_t e0 = 0; e0 < D; e0 += FAST_PV_COLS) {
-        const uint32_t w = D - e0 < FAST_PV_COLS ? D - e0 : FAST_PV_COLS;
-        float acc[FAST_PV_MAX_ROWS][FAST_PV_COLS];
-        for (uint32_t r = 0; r < R; r++)
-            for (uint32_t e = 0; e < w; e++)
-                acc[r][e] = o[(size_t)r * D + e0 + e];
-        for (size_t t = 0; t < n; t++) {
-            const float *vr = v + t * D + e0;
-            for (uint32_t r = 0; r < R; r++) {
-                const float pt = p[(size_t)r * p_stride + t];
-                for (uint32_t e = 0; e < w; e++)
-                    acc[r][e] += pt * vr[e];
-            }
-        }
-        for (uint32_t r = 0; r < R; r++)
-            for (uint32_t e = 0; e < w; e++)
-                o[(size_t)r * D + e0 + e] = acc[r][e];
-    }
-}
-
-#define FAST_PV_ROWS(D)                                                                            \
-    do {                                                                                           \
-        if (rows == 1) fast_pv_d(o, p, p_stride, v, n, D, 1);                                      \
-        else if (rows == 2) fast_pv_d(o, p, p_stride, v, n, D, 2);                                 \
-        else if (rows == 3) fast_pv_d(o, p, p_stride, v, n, D, 3);                                 \
-        else fast_pv_d(o, p, p_stride, v, n, D, 4);                                                \
-    } while (0)
-
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-__attribute__((target_clones("avx2", "default")))
-#endif
-static void
-fast_pv(float *o, const float *p, size_t p_stride, const float *v, size_t n, uint32_t d,
-        uint32_t rows) {
-    AKV_ASSERT(rows >= 1 && rows <= FAST_PV_MAX_ROWS);
-    if (d == 64)
-        FAST_PV_ROWS(64);
-    else if (d == 128)
-        FAST_PV_ROWS(128);
-    else
-        fast_pv_d(o, p, p_stride, v, n, d, rows);
-}
-
-/* The softmax of a row of scores, in place, unnormalised: row[t] = e^(row[t] - max) for t <
- * n, returning the sum and the maximum at *m_out. Eight lanes: lane e takes the keys t with
- * t % 8 == e of the row's whole groups of 8, the lanes' maxima and sums combined in a fixed
- * tree, then the last n % 8 keys in order (their e^x by the same lanes, attn/exp8.h). */
-
-/* max by the rule m = x > m ? x : m (a NaN never taken), lanes then tail */
-static inline float sm_max_pair(float a, float b) {
-    return b > a ? b : a;
-}
-
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-__attribute__((target_clones("avx2", "default")))
-#endif
-static float
-softmax_row(float *row, int64_t n, float *m_out) {
-    const int64_t n8 = n / 8 * 8;
-    float m = -INFINITY;
-    if (n8) {
-        fv8 mv = (fv8){0} - INFINITY;
-        for (int64_t t = 0; t < n8; t += 8) {
-            fv8 x;
-            memcpy(&x, row + t, sizeof x);
-            const iv8 gt = x > mv;
-            mv = (fv8)((gt & (iv8)x) | (~gt & (iv8)mv));
-        }
-        const float a = sm_max_pair(sm_max_pair(mv[0], mv[1]), sm_max_pair(mv[2], mv[3]));
-        const float b = sm_max_pair(sm_max_pair(mv[4], mv[5]), sm_max_pair(mv[6], mv[7]));
-        m = sm_max_pair(a, b);
-    }
-    for (int64_t t = n8; t < n; t++)
-        m = sm_max_pair(m, row[t]);
-    float l = 0.0f;
-    if (n8) {
-        fv8 lv = (fv8){0};
-        for (int64_t t = 0; t < n8; t += 8) {
-            fv8 x;
-            memcpy(&x, row + t, sizeof x);
-            x -= m;
-            exp_neg8(&x);
-            memcpy(row + t, &x, sizeof x);
-            lv += x;
-        }
-        l = ((lv[0] + lv[1]) + (lv[2] + lv[3])) + ((lv[4] + lv[5]) + (lv[6] + lv[7]));
-    }
-    if (n > n8) { /* the last keys through the same lanes, added in order */
-        fv8 x = (fv8){0};
-        for (int64_t t = n8; t < n; t++)
-            x[t - n8] = row[t] - m;
-        exp_neg8(&x);
-        for (int64_t t = n8; t < n; t++)
-            l += row[t] = x[t - n8];
-    }
-    *m_out = m;
-    return l;
-}
-
-/* The rows from x on that belong to x's token (row x = i * group + g), at most `left`: they see
- * the same keys. */
-static uint32_t group_run(uint32_t x, uint32_t group, uint32_t left) {
-    return group - x % group < left ? group - x % group : left;
-}
-
-/* Head h's K (kv 0) or V (kv 1) rows of sequence s's tokens [t, t + nt), all in one page (t a
- * multiple of its size), as f32 rows in out: widened, or decoded from a compact page. */
-static void fast_page_rows(const kv_view *v, uint32_t s, uint32_t kv, uint32_t h, uint32_t t,
-                           uint32_t nt, float *out) {
-    if (v->layout.repr == AKV_REPR_EXACT)
-        row_to_f32(kv_row(v, s, kv, h, t), v->dtype, nt * v->head_dim, out);
-    else
-        akv_kvq_read_rows(&v->layout, &v->shape, kv_page(v, s, t), kv, h, 0, nt, out);
-}
-
-/* One sequence s, query heads [j0, j1): for each K/V head they use, its K and V rows widened
- * to f32 a page at a time as they are read (a page in cache rather than the whole history;
- * once for each block of rows that sees the page), the query rows of its heads in the range (every chunk row x each such head)
- * scaled and gathered as a matrix, S =
- * Q K^T by the row-invariant product (akv_ops_matmul_cols) in blocks of rows, a causal mask
- * and a softmax per row (two passes over the keys a row sees: max, then exp and sum), O = P V
- * accumulated key by key in ascending order over the keys the row sees, each row divided by
- * its sum. The FP32 path of attend_all, with a different order of summation (the tests hold
- * both to the float64 oracle). Every output row is one fixed recipe over its own query and
- * the keys it sees: the same bits whether its chunk has one row (a decode) or many (a
- * prefill), and whatever the other sequences of the call. */
-static akv_status attend_fast(const kv_view *v, const rows_spec *r, uint32_t s, uint32_t j0,
-                              uint32_t j1, uint32_t n_heads, const void *q, akv_dtype q_dtype,
-                              uint32_t q_stride, float scale, const attn_out *out) {
-    uint32_t d = v->head_dim, group = n_heads / v->n_kv_heads;
-    size_t q_elem = akv_dtype_size(q_dtype), o_elem = akv_dtype_size(out->o_dtype);
-    if (q_stride == 0) q_stride = n_heads * d;
-    uint32_t len = seq_len(v, s), start, n;
-    qo_range(r, s, &start, &n);
-    const uint32_t max_rows = n * group; /* a K/V head's rows when all its heads are in range */
-    if (len == 0 || max_rows == 0) return AKV_OK; /* run_job: never without keys */
-    uint32_t blk = FAST_S_FLOATS / len;
-    if (blk < 1) blk = 1;
-    if (blk > max_rows) blk = max_rows;
-    const uint32_t P = v->page_tokens, pt = len < P ? len : P; /* a page's keys at most */
-    size_t s_n;
-    if (!akv__size_mul(blk, len, &s_n)) return AKV_EOVERFLOW;
-    float *kf = akv__malloc((size_t)pt * d * sizeof *kf), *vf = akv__malloc((size_t)pt * d * sizeof *vf);
-    float *qm = akv__malloc((size_t)max_rows * d * sizeof *qm), *sm = akv__malloc(s_n * sizeof *sm);
-    float *om = akv__malloc((size_t)blk * d * sizeof *om), *sum = akv__malloc(blk * sizeof *sum);
-    akv_status st = kf && vf && qm && sm && om && sum ? AKV_OK : AKV_ENOMEM;
-    for (uint32_t h = j0 / group; h <= (j1 - 1) / group && st == AKV_OK; h++) {
-        /* the group's heads g0..g1-1 are in range; row x = i * G + (g - g0): chunk row i, head
-         * h * group + g */
-        const uint32_t g0 = h == j0 / group ? j0 % group : 0;
-        const uint32_t g1 = h == (j1 - 1) / group ? (j1 - 1) % group + 1 : group;
-        const uint32_t G = g1 - g0, rows = n * G;
-        for (uint32_t x = 0; x < rows; x++) {
-            size_t tok = (size_t)start + x / G, j = (size_t)h * group + g0 + x % G;
-            float *qx = qm + (size_t)x * d;
-            row_to_f32((const unsigned char *)q + (tok * q_stride + j * d) * q_elem, q_dtype, d,
-                       qx);
-            if (v->layout.rotate_k) akv_kvq_fwht(qx, d); /* as the K rows were */
-            for (uint32_t e = 0; e < d; e++)
-                qx[e] *= scale;
-        }
-        for (uint32_t x0 = 0; x0 < rows; x0 += blk) {
-            uint32_t nb = rows - x0 < blk ? rows - x0 : blk;
-            /* the scores a row sees, a page of keys at a time (head h's rows of a page lie
-             * together: widened, or decoded, into kf while they are read), a token's group of
-             * rows at a time (they see the same keys); the rest of S is never read */
-            /* the block's last row sees the most keys (rows go by token): no page past them */
-            const int64_t blk_seen = keys_seen(v, len, n, (x0 + nb - 1) / G);
-            for (uint32_t t = 0; (int64_t)t < blk_seen; t += P) {
-                const uint32_t nt = len - t < P ? len - t : P;
-                fast_page_rows(v, s, 0, h, t, nt, kf);
-                for (uint32_t b = 0; b < nb;) {
-                    const uint32_t x = x0 + b, i = x / G, run = group_run(x, G, nb - b);
-                    const int64_t seen = keys_seen(v, len, n, i) - (int64_t)t;
-                    if (seen > 0)
-                        akv_ops_matmul_cols(sm + (size_t)b * len + t, qm + (size_t)x * d, kf, NULL,
-                                            run, len, d, 0, seen < nt ? (size_t)seen : nt,
-                                            AKV_OPS_ISA_AUTO);
-                    b += run;
-                }
-            }
-            memset(om, 0, (size_t)nb * d * sizeof *om);
-            for (uint32_t b = 0; b < nb; b++) {
-                uint32_t x = x0 + b, i = x / G;
-                const int64_t n_keys = keys_seen(v, len, n, i);
-                float m = -INFINITY,
-                      l = n_keys ? softmax_row(sm + (size_t)b * len, n_keys, &m) : 0.0f;
-                size_t tok = (size_t)start + i, j = (size_t)h * group + g0 + x % G;
-                if (out->lse) out->lse[tok * n_heads + j] = l > 0 ? m + logf(l) : -INFINITY;
-                sum[b] = l;
-            }
-            /* O = P V, a page of values at a time, the rows of a token's group (they see the
-             * same keys) in one pass; each row's sums go on key by key in ascending order
-             * across the pages (om holds them between) */
-            for (uint32_t t = 0; (int64_t)t < blk_seen; t += P) {
-                const uint32_t nt = len - t < P ? len - t : P;
-                fast_page_rows(v, s, 1, h, t, nt, vf);
-                for (uint32_t b = 0; b < nb;) {
-                    const uint32_t x = x0 + b, i = x / G;
-                    uint32_t run = group_run(x, G, nb - b);
-                    if (run > FAST_PV_MAX_ROWS) run = FAST_PV_MAX_ROWS;
-                    const int64_t seen = keys_seen(v, len, n, i) - (int64_t)t;
-                    if (seen > 0)
-                        fast_pv(om + (size_t)b * d, sm + (size_t)b * len + t, len, vf,
-                                seen < nt ? (size_t)seen : nt, d, run);
-                    b += run;
-                }
-            }
-            for (uint32_t b = 0; b < nb; b++) {
-                uint32_t x = x0 + b;
-                float l = sum[b];
-                size_t tok = (size_t)start + x / G, j = (size_t)h * group + g0 + x % G;
-                float *orow = om + (size_t)b * d;
-                for (uint32_t e = 0; e < d; e++) orow[e] = l > 0 ? orow[e] / l : 0.0f;
-                row_from_f32((unsigned char *)out->o + (tok * n_heads + j) * d * o_elem,
-                             out->o_dtype, d, orow);
-            }
-        }
-    }
-    akv__free(kf), akv__free(vf), akv__free(qm), akv__free(sm), akv__free(om), akv__free(sum);
-    return st;
-}
-
 /* One attention call, decode or prefill, after its own parameter check. */
 typedef struct attn_job {
     const akv_attn_pages *kv;
@@ -524,8 +283,6 @@ typedef struct attn_job {
     uint32_t kv_stride;
     float scale;
     attn_out out;
-    bool fast;       /* the blocked FP32 path (akv_attn_host_*) */
-    uint32_t j0, j1; /* the query heads computed; j1 0 = every head */
 } attn_job;
 
 static akv_status run_job(const attn_job *j, const char *op) {
@@ -537,30 +294,13 @@ static akv_status run_job(const attn_job *j, const char *op) {
         return st;
     if (j->n_tokens == 0) return AKV_OK;
     if (j->k_new) append_rows(&v, &j->rows, j->kv->n_seq, j->k_new, j->v_new, j->kv_new_dtype, j->kv_stride);
-    float scale = akv__attn_scale(j->scale, j->kv->head_dim);
-    const uint32_t j0 = j->j0, j1 = j->j1 ? j->j1 : j->n_heads;
-    if (!j->fast || j->out.o64) {
-        attend_all(&v, &j->rows, 0, j->kv->n_seq, j0, j1, j->n_heads, j->q, j->q_dtype, j->q_stride,
-                   scale, &j->out);
-        return AKV_OK;
-    }
-    /* sequence by sequence, so that each one's bits depend on itself alone (batch invariance
-     * of the host pass, docs/engine.md) */
-    for (uint32_t s = 0; s < j->kv->n_seq; s++) {
-        if (seq_len(&v, s) == 0) { /* no key: the plain loops write the empty states */
-            attend_all(&v, &j->rows, s, s + 1, j0, j1, j->n_heads, j->q, j->q_dtype, j->q_stride,
-                       scale, &j->out);
-            continue;
-        }
-        st = attend_fast(&v, &j->rows, s, j0, j1, j->n_heads, j->q, j->q_dtype, j->q_stride, scale,
-                         &j->out);
-        if (st != AKV_OK) return st;
-    }
+    const float scale = akv__attn_scale(j->scale, j->kv->head_dim);
+    attend_all(&v, &j->rows, 0, j->kv->n_seq, 0, j->n_heads, j->n_heads, j->q, j->q_dtype,
+               j->q_stride, scale, &j->out);
     return AKV_OK;
 }
 
-static akv_status decode(const akv_attn_decode *p, double *o64, double *lse64, bool fast,
-                         uint32_t j0, uint32_t j1) {
+static akv_status decode(const akv_attn_decode *p, double *o64, double *lse64) {
     const char *op = o64 ? "ref decode f64" : "ref decode";
     akv_status st = akv__attn_decode_check(p, op);
     if (st != AKV_OK || p->kv.n_seq == 0) return st;
@@ -575,15 +315,11 @@ static akv_status decode(const akv_attn_decode *p, double *o64, double *lse64, b
         .q_stride = p->q_stride,
         .scale = p->scale,
         .out = {host(p->o), p->o_dtype, host(p->lse), o64, lse64},
-        .fast = fast,
-        .j0 = j0,
-        .j1 = j1,
     };
     return run_job(&j, op);
 }
 
-static akv_status prefill(const akv_attn_prefill *p, double *o64, double *lse64, bool fast,
-                          uint32_t j0, uint32_t j1) {
+static akv_status prefill(const akv_attn_prefill *p, double *o64, double *lse64) {
     const char *op = o64 ? "ref prefill f64" : "ref prefill";
     akv_status st = akv__attn_prefill_check(p, op);
     if (st != AKV_OK || p->kv.n_seq == 0) return st;
@@ -602,9 +338,6 @@ static akv_status prefill(const akv_attn_prefill *p, double *o64, double *lse64,
         .kv_stride = p->kv_stride,
         .scale = p->scale,
         .out = {host(p->o), p->o_dtype, host(p->lse), o64, lse64},
-        .fast = fast,
-        .j0 = j0,
-        .j1 = j1,
     };
     return run_job(&j, op);
 }
@@ -618,54 +351,25 @@ static bool f64_args(const void *p, const double *o, const char *op) {
 }
 
 akv_status akv_attn_ref_decode(const akv_attn_decode *p) {
-    return decode(p, NULL, NULL, false, 0, 0);
-}
-
-akv_status akv_attn_host_decode(const akv_attn_decode *p) {
-    return decode(p, NULL, NULL, true, 0, 0);
-}
-
-/* A query head range: within the call's heads, non-empty. */
-static bool heads_ok(uint32_t n_heads, uint32_t j0, uint32_t j1, const char *op) {
-    if (j0 < j1 && j1 <= n_heads) return true;
-    AKV_LOG_E("%s: query heads [%u, %u) are not a range of the call's %u", op, j0, j1, n_heads);
-    return false;
-}
-
-akv_status akv_attn_host_decode_heads(const akv_attn_decode *p, uint32_t head0, uint32_t head1) {
-    if (p && !heads_ok(p->n_heads, head0, head1, "host decode")) return AKV_EINVAL;
-    return decode(p, NULL, NULL, true, head0, head1);
-}
-
-akv_status akv_attn_host_prefill_heads(const akv_attn_prefill *p, uint32_t head0, uint32_t head1) {
-    if (p && !heads_ok(p->n_heads, head0, head1, "host prefill")) return AKV_EINVAL;
-    if (p && (p->k_new.addr || p->v_new.addr)) {
-        AKV_LOG_E("host prefill: a range of heads takes no k_new/v_new (append them first)");
-        return AKV_EINVAL;
-    }
-    return prefill(p, NULL, NULL, true, head0, head1);
+    return decode(p, NULL, NULL);
 }
 
 akv_status akv_attn_ref_decode_f64(const akv_attn_decode *p, double *o, double *lse) {
     if (!f64_args(p, o, "ref decode f64")) return AKV_EINVAL;
     akv_attn_decode q = *p;
     q.o = akv_attn_host_ptr(o), q.o_dtype = AKV_DTYPE_F32;
-    return decode(&q, o, lse, false, 0, 0);
+    return decode(&q, o, lse);
 }
 
 akv_status akv_attn_ref_prefill(const akv_attn_prefill *p) {
-    return prefill(p, NULL, NULL, false, 0, 0);
-}
-
-akv_status akv_attn_host_prefill(const akv_attn_prefill *p) {
-    return prefill(p, NULL, NULL, true, 0, 0);
+    return prefill(p, NULL, NULL);
 }
 
 akv_status akv_attn_ref_prefill_f64(const akv_attn_prefill *p, double *o, double *lse) {
     if (!f64_args(p, o, "ref prefill f64")) return AKV_EINVAL;
     akv_attn_prefill q = *p;
     q.o = akv_attn_host_ptr(o), q.o_dtype = AKV_DTYPE_F32;
-    return prefill(&q, o, lse, false, 0, 0);
+    return prefill(&q, o, lse);
 }
 
 akv_status akv_attn_ref_merge(const akv_attn_merge *p) {

@@ -60,12 +60,6 @@ static void decode_case(fx_geom g, uint32_t n_seq, const uint32_t *len, uint32_t
              g.n_kv_heads, g.head_dim, g.page_tokens, akv_dtype_name(g.dtype), n_seq, nq,
              akv_dtype_name(q_dtype), akv_dtype_name(o_dtype));
     FX_COMPARE(what, o, o_dtype, lse, o64, lse64, n_rows, g.head_dim, tol_for(o_dtype), 2e-5);
-    /* the host backend's BLAS-blocked path, held to the same bounds (outputs poisoned) */
-    memset(o, 0xff, n_rows * d * akv_dtype_size(o_dtype));
-    memset(lse, 0xff, n_rows * sizeof *lse);
-    CHECK_OK(akv_attn_host_decode(&p));
-    strncat(what, " (host path)", sizeof what - strlen(what) - 1);
-    FX_COMPARE(what, o, o_dtype, lse, o64, lse64, n_rows, g.head_dim, tol_for(o_dtype), 2e-5);
     free(q), free(o), free(lse), free(o64), free(lse64);
     fx_table_free(&f);
 }
@@ -129,21 +123,6 @@ static void test_empty_rows(void) {
                 }
             }
     free(q);
-    fx_table_free(&f);
-    /* the host backend with no key anywhere and enough rows for its blocked path (16 heads
-     * of one K/V head): still the empty states, every output written (poisoned before) */
-    fx_geom g16 = {16, 1, 16, 16, AKV_DTYPE_BF16};
-    uint32_t none[2] = {0, 0};
-    fx_table_make(&f, g16, 2, none, 0, 0, &rng);
-    float *q16 = fx_random(AKV_DTYPE_F32, 2 * 16 * 16, 1.0f, &rng), o16[2 * 16 * 16], lse16[2 * 16];
-    memset(o16, 0xff, sizeof o16), memset(lse16, 0xff, sizeof lse16);
-    akv_attn_decode p16 = mk_decode(&f, 1, q16, AKV_DTYPE_F32, o16, AKV_DTYPE_F32, lse16);
-    CHECK_OK(akv_attn_host_decode(&p16));
-    for (int r = 0; r < 2 * 16; r++) {
-        CHECK(lse16[r] == -INFINITY);
-        for (int i = 0; i < 16; i++) CHECK(o16[r * 16 + i] == 0.0f);
-    }
-    free(q16);
     fx_table_free(&f);
 }
 
@@ -220,92 +199,6 @@ static void test_prefill_is_decode(void) {
     fx_table_free(&f);
 }
 
-/* The host path's rows are chunk-invariant: the last row of a prefill chunk and the same query
- * decoded alone over the same keys give the same bits (a prompt's last token recomputed after
- * its prefix was reused, or a chunk cut at another place, changes nothing), at lengths on
- * both sides of where the blocked path once began. */
-static void test_host_rows_chunk_invariant(void) {
-    fx_geom g = {12, 4, 32, 16, AKV_DTYPE_BF16};
-    const uint32_t lens[3] = {5, 40, 300}, d = 32;
-    for (int li = 0; li < 3; li++) {
-        uint32_t len[1] = {lens[li]}, nq = lens[li] < 24 ? lens[li] : 24;
-        fx_table f;
-        fx_table_make(&f, g, 1, len, 0, 0, &rng);
-        const size_t row = (size_t)g.n_heads * d;
-        float *q = fx_random(AKV_DTYPE_F32, nq * row, 1.0f, &rng);
-        float *o1 = malloc(nq * row * 4), *l1 = malloc(nq * g.n_heads * 4);
-        float *o2 = malloc(row * 4), *l2 = malloc(g.n_heads * 4);
-        int32_t qo[2] = {0, (int32_t)nq};
-        akv_attn_prefill pp = mk_prefill(&f, qo, nq, nq, q, o1, l1);
-        akv_attn_decode dp = mk_decode(&f, 1, q + (nq - 1) * row, AKV_DTYPE_F32, o2, AKV_DTYPE_F32, l2);
-        CHECK_OK(akv_attn_host_prefill(&pp));
-        CHECK_OK(akv_attn_host_decode(&dp));
-        if (memcmp(o1 + (nq - 1) * row, o2, row * 4)) printf("  length %u: the rows differ\n", len[0]);
-        CHECK_BYTES(o1 + (nq - 1) * row, o2, row * 4);
-        CHECK_BYTES(l1 + (nq - 1) * g.n_heads, l2, g.n_heads * 4);
-        free(q), free(o1), free(o2), free(l1), free(l2);
-        fx_table_free(&f);
-    }
-}
-
-/* A range of query heads computes those heads' outputs bit for bit as the whole call does (the
- * host pass runs the ranges on several threads), also where it cuts a GQA group (3 query
- * heads a K/V head here) or lies inside one, for decode and prefill rows; and it writes
- * nothing outside its heads (every other output and lse keeps its fill: adjacent ranges on two
- * threads never write one element). Bad ranges and a range given K/V to append are refused. */
-static void test_host_head_ranges(void) {
-    fx_geom g = {12, 4, 32, 16, AKV_DTYPE_BF16};
-    uint32_t len[2] = {40, 300}, nq = 3, d = 32;
-    fx_table f;
-    fx_table_make(&f, g, 2, len, 0, 0, &rng);
-    const size_t n_tok = 2 * nq, n_rows = n_tok * g.n_heads;
-    float *q = fx_random(AKV_DTYPE_F32, n_rows * d, 1.0f, &rng);
-    float *o1 = malloc(n_rows * d * 4), *o2 = malloc(n_rows * d * 4), *l1 = malloc(n_rows * 4),
-          *l2 = malloc(n_rows * 4);
-    static const uint32_t ranges[][2] = {{0, 12}, {0, 1}, {1, 5}, {4, 5},  {5, 7},
-                                         {7, 12}, {2, 3}, {3, 6}, {11, 12}};
-    const uint32_t fill = 0xffffffffu;
-    int32_t qo[3] = {0, (int32_t)nq, 2 * (int32_t)nq};
-    for (int prefill = 0; prefill < 2; prefill++) {
-        akv_attn_decode whole = mk_decode(&f, nq, q, AKV_DTYPE_F32, o1, AKV_DTYPE_F32, l1);
-        akv_attn_decode part = mk_decode(&f, nq, q, AKV_DTYPE_F32, o2, AKV_DTYPE_F32, l2);
-        akv_attn_prefill pwhole = mk_prefill(&f, qo, 2 * nq, nq, q, o1, l1);
-        akv_attn_prefill ppart = mk_prefill(&f, qo, 2 * nq, nq, q, o2, l2);
-        CHECK_OK(prefill ? akv_attn_host_prefill(&pwhole) : akv_attn_host_decode(&whole));
-        for (size_t ri = 0; ri < sizeof ranges / sizeof ranges[0]; ri++) {
-            const uint32_t j0 = ranges[ri][0], j1 = ranges[ri][1];
-            memset(o2, 0xff, n_rows * d * 4), memset(l2, 0xff, n_rows * 4);
-            CHECK_OK(prefill ? akv_attn_host_prefill_heads(&ppart, j0, j1)
-                             : akv_attn_host_decode_heads(&part, j0, j1));
-            int wrong = 0, stray = 0;
-            for (size_t r = 0; r < n_rows; r++) {
-                const uint32_t j = (uint32_t)(r % g.n_heads);
-                if (j >= j0 && j < j1) {
-                    wrong += memcmp(o1 + r * d, o2 + r * d, d * 4) != 0;
-                    wrong += memcmp(l1 + r, l2 + r, 4) != 0;
-                } else {
-                    for (uint32_t e = 0; e < d; e++)
-                        stray += memcmp(o2 + r * d + e, &fill, 4) != 0;
-                    stray += memcmp(l2 + r, &fill, 4) != 0;
-                }
-            }
-            if (wrong || stray)
-                printf("  %s heads [%u, %u): %d rows differ, %d stray writes\n",
-                       prefill ? "prefill" : "decode", j0, j1, wrong, stray);
-            CHECK_EQ_INT(wrong, 0);
-            CHECK_EQ_INT(stray, 0);
-        }
-    }
-    akv_attn_decode part = mk_decode(&f, nq, q, AKV_DTYPE_F32, o2, AKV_DTYPE_F32, l2);
-    CHECK_STATUS(akv_attn_host_decode_heads(&part, 2, 2), AKV_EINVAL);
-    CHECK_STATUS(akv_attn_host_decode_heads(&part, 9, 13), AKV_EINVAL);
-    akv_attn_prefill pp = mk_prefill(&f, qo, 2 * nq, nq, q, o2, l2);
-    pp.k_new = akv_attn_host_ptr(q), pp.v_new = akv_attn_host_ptr(q);
-    CHECK_STATUS(akv_attn_host_prefill_heads(&pp, 0, 1), AKV_EINVAL);
-    free(q), free(o1), free(o2), free(l1), free(l2);
-    fx_table_free(&f);
-}
-
 /* Prefill with the chunk's K/V given: it lands in the right slots (and nowhere else), then
  * FP32 agrees with float64 over history + chunk. Chunks of 0, 1, 17 and 40 tokens over
  * histories of 0, P-1, P+1 and 3 tokens. */
@@ -354,11 +247,6 @@ done:
     /* the float64 pass re-writes the same bits, then attends */
     CHECK_OK(akv_attn_ref_prefill_f64(&p, o64, lse64));
     FX_COMPARE("prefill f32 vs f64", o, AKV_DTYPE_F32, lse, o64, lse64, n_rows, d, 3e-5, 2e-5);
-    /* the host path: the chunk's K/V again (the same bits), then attends by BLAS blocks */
-    memset(o, 0xff, n_rows * d * 4);
-    memset(lse, 0xff, n_rows * 4);
-    CHECK_OK(akv_attn_host_prefill(&p));
-    FX_COMPARE("prefill host path vs f64", o, AKV_DTYPE_F32, lse, o64, lse64, n_rows, d, 3e-5, 2e-5);
     free(q), free(k), free(v), free(o), free(lse), free(o64), free(lse64), free(before);
     fx_table_free(&f);
 }
@@ -527,9 +415,6 @@ static void test_compact_pages(void) {
             snprintf(what, sizeof what, "%s d%u ref decode", akv_repr_name((akv_repr)r), d);
             CHECK_OK(akv_attn_ref_decode(&p));
             FX_COMPARE(what, o, AKV_DTYPE_F32, lse, o64, lse64, n_rows, d, 1e-4, 2e-5);
-            snprintf(what, sizeof what, "%s d%u host decode", akv_repr_name((akv_repr)r), d);
-            CHECK_OK(akv_attn_host_decode(&p));
-            FX_COMPARE(what, o, AKV_DTYPE_F32, lse, o64, lse64, n_rows, d, 1e-4, 2e-5);
             double *of = malloc(n_rows * d * 8), *lf = malloc(n_rows * 8);
             CHECK_OK(akv_attn_ref_decode_f64(&p, of, lf));
             float *off = malloc(n_rows * d * 4);
@@ -595,7 +480,7 @@ static void test_parts_merge_to_the_whole(void) {
                 if (prefill) {
                     akv_attn_prefill pp = mk_prefill(&f, qo, n, n, q, o, lse);
                     pp.kv = kv;
-                    CHECK_OK(part ? akv_attn_ref_prefill(&pp) : akv_attn_host_prefill(&pp));
+                    CHECK_OK(akv_attn_ref_prefill(&pp));
                     if (!part) { /* the chunk's rows as the queries of a decode (as the device
                                     pass reads a past part for a prompt chunk): the same states */
                         float od[21 * 6 * 64], ld[21 * 6];
@@ -608,7 +493,7 @@ static void test_parts_merge_to_the_whole(void) {
                 } else {
                     akv_attn_decode pd = mk_decode(&f, n, q, AKV_DTYPE_F32, o, AKV_DTYPE_F32, lse);
                     pd.kv = kv;
-                    CHECK_OK(part ? akv_attn_host_decode(&pd) : akv_attn_ref_decode(&pd));
+                    CHECK_OK(akv_attn_ref_decode(&pd));
                 }
             }
             for (size_t row = 0; row < n_rows; row++)
@@ -791,10 +676,9 @@ static void test_table_check(void) {
     fx_table_free(&f);
 }
 
-/* A view (sequences k.. of a table: indptr + k, last + k) is a table, and the host path's
+/* A view (sequences k.. of a table: indptr + k, last + k) is a table, and the reference's
  * result for a sequence is the same bits alone or in any batch: decode and prefill, every
- * sequence of a mixed batch (some on the plain loops, some on the blocked path) run as its
- * own view and compared with memcmp. */
+ * sequence of a mixed batch run as its own view and compared with memcmp. */
 /* The view of sequence s of a fixture's table alone. */
 static akv_attn_pages view_one(const fx_table *f, akv_attn_pages all, uint32_t s) {
     all.indptr = akv_attn_host_ptr(f->indptr + s);
@@ -816,7 +700,7 @@ static void test_views_batch_invariant(void) {
     float *o = malloc(rows * d * sizeof *o), *o1 = malloc(rows * d * sizeof *o1);
     float *lse = malloc(rows * sizeof *lse), *lse1 = malloc(rows * sizeof *lse1);
     akv_attn_decode p = mk_decode(&f, 2, q, AKV_DTYPE_F32, o, AKV_DTYPE_F32, lse);
-    CHECK_OK(akv_attn_host_decode(&p));
+    CHECK_OK(akv_attn_ref_decode(&p));
     for (uint32_t sq = 0; sq < n_seq; sq++) {
         akv_attn_decode v = p;
         v.kv = view_one(&f, all, sq);
@@ -825,7 +709,7 @@ static void test_views_batch_invariant(void) {
         v.o = akv_attn_host_ptr(o1 + r0 * d);
         v.lse = akv_attn_host_ptr(lse1 + r0);
         CHECK_OK(akv_attn_table_check(&v.kv));
-        CHECK_OK(akv_attn_host_decode(&v));
+        CHECK_OK(akv_attn_ref_decode(&v));
         TEST_CHECK_(!memcmp(o + r0 * d, o1 + r0 * d, 2 * H * d * sizeof *o) &&
                         !memcmp(lse + r0, lse1 + r0, 2 * H * sizeof *lse),
                     "decode: sequence %u (%u keys) alone differs from the batch", sq, len[sq]);
@@ -841,7 +725,7 @@ static void test_views_batch_invariant(void) {
                            .n_tokens = (uint32_t)n_tok, .max_chunk = 200,
                            .q = akv_attn_host_ptr(qp), .q_dtype = AKV_DTYPE_F32,
                            .o = akv_attn_host_ptr(op), .o_dtype = AKV_DTYPE_F32};
-    CHECK_OK(akv_attn_host_prefill(&pf));
+    CHECK_OK(akv_attn_ref_prefill(&pf));
     for (uint32_t sq = 0; sq < n_seq; sq++) {
         akv_attn_prefill v = pf;
         v.kv = view_one(&f, all, sq);
@@ -850,7 +734,7 @@ static void test_views_batch_invariant(void) {
         v.n_tokens = chunk[sq];
         v.q = akv_attn_host_ptr(qp + (size_t)qo[sq] * H * d);
         v.o = akv_attn_host_ptr(op1 + (size_t)qo[sq] * H * d);
-        CHECK_OK(akv_attn_host_prefill(&v));
+        CHECK_OK(akv_attn_ref_prefill(&v));
         TEST_CHECK_(!memcmp(op + (size_t)qo[sq] * H * d, op1 + (size_t)qo[sq] * H * d,
                             chunk[sq] * H * d * sizeof *op),
                     "prefill: sequence %u (chunk %u of %u keys) alone differs from the batch", sq,
@@ -1086,8 +970,6 @@ int main(int argc, char **argv) {
     TEST_CASE(causal_rule_of_new_queries) test_causal_rule();
     TEST_CASE(prefill_is_decode_for_short_chunks) test_prefill_is_decode();
     TEST_CASE(prefill_appends_and_attends) test_prefill();
-    TEST_CASE(host_rows_are_chunk_invariant) test_host_rows_chunk_invariant();
-    TEST_CASE(host_head_ranges_are_the_whole_call) test_host_head_ranges();
     TEST_CASE(append) test_append();
     TEST_CASE(merge_associative_and_empty) test_merge();
     TEST_CASE(split_equals_whole) test_split_equals_whole();
@@ -1096,7 +978,7 @@ int main(int argc, char **argv) {
     TEST_CASE(parts_merge_to_the_whole) test_parts_merge_to_the_whole();
     TEST_CASE(compact_and_past_parts_refuse_what_they_cannot_be) test_compact_validation();
     TEST_CASE(compact_past_widened_to_exact_pages) test_widen();
-    TEST_CASE(views_and_batch_invariance_of_the_host_path) test_views_batch_invariant();
+    TEST_CASE(views_and_batch_invariance) test_views_batch_invariant();
     TEST_CASE(validation) test_validation();
     TEST_CASE(split_plan) test_split_plan();
     return test_finish();

@@ -194,6 +194,59 @@ static int run_all(akv_engine *e, int limit) {
     return steps;
 }
 
+/* An engine on a new session directory (dir, a mkdtemp template; at most 2 running, 1 idle)
+ * that served conversation A (a1 = tokens[0..40), 6 generated into *ta; retention ret) and then
+ * B (b1 = tokens[200..230), 4 into *tb), so that A's context went to the directory; its params
+ * in *ep, the requests in r[0..1]. NULL (checked) when the directory or engine is not made. */
+static akv_engine *a_then_b(const akv_model *model, const int32_t *tokens, char *dir, int8_t ret,
+                            akv_engine_params *ep, int32_t *a1, int32_t *b1, seen *ta, seen *tb,
+                            akv_request **r) {
+    if (!CHECK(mkdtemp(dir) != NULL)) return NULL;
+    memcpy(a1, tokens, 40 * sizeof *a1);
+    memcpy(b1, tokens + 200, 30 * sizeof *b1);
+    memset(ta, 0, sizeof *ta), memset(tb, 0, sizeof *tb);
+    *ep = akv_engine_default_params();
+    ep->max_seqs = 2, ep->max_idle = 1, ep->session_dir = dir;
+    akv_engine *a = engine_open(model, ep);
+    if (!a) return NULL;
+    akv_request_params pa = greedy(a1, 40, 6, ta), pb = greedy(b1, 30, 4, tb);
+    pa.retention = ret;
+    CHECK_OK(akv_engine_submit(a, &pa, &r[0], NULL));
+    CHECK(run_all(a, 100) > 0);
+    CHECK_OK(akv_engine_submit(a, &pb, &r[1], NULL)); /* A's context goes to the directory */
+    CHECK(run_all(a, 100) > 0);
+    return a;
+}
+
+/* A conversation's two turns with it kept in memory, on an engine of its own: a1 (40 tokens,
+ * 6 generated), then a2 (its next prompt of 58 tokens, 45 of them cached, 5 generated) into
+ * *tref; `got`, the second turn served another way, must give the same tokens and logits bit
+ * for bit. */
+static void same_as_kept_in_memory(const akv_model *model, const int32_t *a1, const int32_t *a2,
+                                   seen *tref, const seen *got) {
+    akv_engine_params rp = akv_engine_default_params();
+    rp.max_seqs = 2, rp.max_idle = 2;
+    akv_engine *ref = engine_open(model, &rp);
+    if (!ref) return;
+    static seen t0;
+    memset(&t0, 0, sizeof t0);
+    akv_request *r[2];
+    akv_request_params p0 = greedy(a1, 40, 6, &t0), pr = greedy(a2, 58, 5, tref);
+    CHECK_OK(akv_engine_submit(ref, &p0, &r[0], NULL));
+    CHECK(run_all(ref, 100) > 0);
+    CHECK_OK(akv_engine_submit(ref, &pr, &r[1], NULL));
+    CHECK(run_all(ref, 100) > 0);
+    akv_request_info info;
+    akv_request_get_info(r[1], &info);
+    CHECK_EQ_U64(info.n_cached, 45);
+    CHECK(tref->n == 5 && got->n == 5 && memcmp(tref->tok, got->tok, 5 * sizeof tref->tok[0]) == 0);
+    for (uint32_t k = 0; k < 5 && k < tref->n_logits; k++)
+        TEST_CHECK_(memcmp(tref->logits[k], got->logits[k], sizeof tref->logits[0]) == 0,
+                    "restored logits at token %u", k);
+    akv_engine_release(ref, r[0]), akv_engine_release(ref, r[1]);
+    akv_engine_destroy(ref);
+}
+
 int main(int argc, char **argv) {
     test_args(argc, argv);
     uint64_t rng = test_seed(23);
@@ -696,25 +749,15 @@ int main(int argc, char **argv) {
          * engine on the directory finds them); a damaged file is removed and the prompt
          * computed; another salt does not read it; a directory that is not one is refused. */
         char dir[] = "/tmp/akv_sdir_XXXXXX";
-        if (!CHECK(mkdtemp(dir) != NULL)) break;
         int32_t a1[40], b1[30], a2[58];
-        memcpy(a1, tokens, sizeof a1);
-        memcpy(b1, tokens + 200, sizeof b1);
         static seen ta, tb, tref, ta2, tb2, tbad, tsalt;
-        memset(&ta, 0, sizeof ta), memset(&tb, 0, sizeof tb), memset(&tref, 0, sizeof tref);
-        memset(&ta2, 0, sizeof ta2), memset(&tb2, 0, sizeof tb2), memset(&tbad, 0, sizeof tbad);
-        memset(&tsalt, 0, sizeof tsalt);
-        akv_engine_params ep = akv_engine_default_params();
-        ep.max_seqs = 2, ep.max_idle = 1, ep.session_dir = dir;
-        akv_engine *a = engine_open(model, &ep);
-        if (!a) break;
+        memset(&tref, 0, sizeof tref), memset(&ta2, 0, sizeof ta2), memset(&tb2, 0, sizeof tb2);
+        memset(&tbad, 0, sizeof tbad), memset(&tsalt, 0, sizeof tsalt);
+        akv_engine_params ep;
         akv_request *r[4];
-        akv_request_params pa = greedy(a1, 40, 6, &ta), pb = greedy(b1, 30, 4, &tb);
-        pa.retention = -1; /* A low: read back beside B's idle context, A is still the one kept */
-        CHECK_OK(akv_engine_submit(a, &pa, &r[0], NULL));
-        CHECK(run_all(a, 100) > 0);
-        CHECK_OK(akv_engine_submit(a, &pb, &r[1], NULL)); /* A's context goes to the directory */
-        CHECK(run_all(a, 100) > 0);
+        /* A low: read back beside B's idle context, A is still the one kept */
+        akv_engine *a = a_then_b(model, tokens, dir, -1, &ep, a1, b1, &ta, &tb, r);
+        if (!a) break;
         akv_engine_stats st;
         akv_engine_get_stats(a, &st);
         CHECK_EQ_INT(st.n_idle, 1);
@@ -738,25 +781,7 @@ int main(int argc, char **argv) {
         for (int i = 0; i < 3; i++) akv_engine_release(a, r[i]);
         akv_engine_destroy(a); /* the idle A goes to the directory too */
 
-        /* the reference: A's two turns with A kept in memory */
-        akv_engine_params rp = akv_engine_default_params();
-        rp.max_seqs = 2, rp.max_idle = 2;
-        akv_engine *ref = engine_open(model, &rp);
-        if (!ref) break;
-        static seen t0;
-        memset(&t0, 0, sizeof t0);
-        akv_request_params p0 = greedy(a1, 40, 6, &t0), pr = greedy(a2, 58, 5, &tref);
-        CHECK_OK(akv_engine_submit(ref, &p0, &r[0], NULL));
-        CHECK(run_all(ref, 100) > 0);
-        CHECK_OK(akv_engine_submit(ref, &pr, &r[1], NULL));
-        CHECK(run_all(ref, 100) > 0);
-        akv_request_get_info(r[1], &info);
-        CHECK_EQ_U64(info.n_cached, 45);
-        CHECK(tref.n == 5 && ta2.n == 5 && memcmp(tref.tok, ta2.tok, 5 * sizeof tref.tok[0]) == 0);
-        for (uint32_t k = 0; k < 5 && k < tref.n_logits; k++)
-            TEST_CHECK_(memcmp(tref.logits[k], ta2.logits[k], sizeof tref.logits[0]) == 0,
-                        "restored logits at token %u", k);
-        akv_engine_release(ref, r[0]), akv_engine_release(ref, r[1]);
+        same_as_kept_in_memory(model, a1, a2, &tref, &ta2);
 
         /* another engine on the directory: B's file and A's (its second turn) are found; B's
          * next turn reads B back */
@@ -810,7 +835,6 @@ int main(int argc, char **argv) {
         CHECK_EQ_U64(st.n_spill_files, (uint64_t)n_files - 1);
         akv_engine_release(g, r[0]);
         akv_engine_destroy(g);
-        akv_engine_destroy(ref);
 
         /* not a directory */
         ep.session_dir = "/nonexistent/akv/dir";
@@ -835,23 +859,13 @@ int main(int argc, char **argv) {
          * a read with no room beside the turn's own reservation is not begun: the turn
          * computes its prompt and the walkers hold at every step. */
         char dir[] = "/tmp/akv_sdir_XXXXXX";
-        if (!CHECK(mkdtemp(dir) != NULL)) break;
         int32_t a1[40], b1[30], a2[58];
-        memcpy(a1, tokens, sizeof a1);
-        memcpy(b1, tokens + 200, sizeof b1);
-        static seen ta, tb, ta2, tc, t0, tref;
-        memset(&ta, 0, sizeof ta), memset(&tb, 0, sizeof tb), memset(&ta2, 0, sizeof ta2);
-        memset(&tc, 0, sizeof tc), memset(&t0, 0, sizeof t0), memset(&tref, 0, sizeof tref);
-        akv_engine_params ep = akv_engine_default_params();
-        ep.max_seqs = 2, ep.max_idle = 1, ep.session_dir = dir;
-        akv_engine *a = engine_open(model, &ep);
-        if (!a) break;
+        static seen ta, tb, ta2, tc, tref;
+        memset(&ta2, 0, sizeof ta2), memset(&tc, 0, sizeof tc), memset(&tref, 0, sizeof tref);
+        akv_engine_params ep;
         akv_request *r[4];
-        akv_request_params pa = greedy(a1, 40, 6, &ta), pb = greedy(b1, 30, 4, &tb);
-        CHECK_OK(akv_engine_submit(a, &pa, &r[0], NULL));
-        CHECK(run_all(a, 100) > 0);
-        CHECK_OK(akv_engine_submit(a, &pb, &r[1], NULL)); /* A's context goes to the directory */
-        CHECK(run_all(a, 100) > 0);
+        akv_engine *a = a_then_b(model, tokens, dir, 0, &ep, a1, b1, &ta, &tb, r);
+        if (!a) break;
         akv__engine_flush_sessions(a);
         memcpy(a2, a1, sizeof a1);
         memcpy(a2 + 40, ta.tok, 6 * sizeof *a2);
@@ -956,22 +970,7 @@ int main(int argc, char **argv) {
         for (int i = 0; i < 3; i++) akv_engine_release(a, r[i]);
         akv_engine_destroy(a);
 
-        /* the reference: A's two turns with A kept in memory */
-        akv_engine_params rp = akv_engine_default_params();
-        rp.max_seqs = 2, rp.max_idle = 2;
-        akv_engine *ref = engine_open(model, &rp);
-        if (!ref) break;
-        akv_request_params p0 = greedy(a1, 40, 6, &t0), pr = greedy(a2, 58, 5, &tref);
-        CHECK_OK(akv_engine_submit(ref, &p0, &r[0], NULL));
-        CHECK(run_all(ref, 100) > 0);
-        CHECK_OK(akv_engine_submit(ref, &pr, &r[1], NULL));
-        CHECK(run_all(ref, 100) > 0);
-        CHECK(tref.n == 5 && ta2.n == 5 && memcmp(tref.tok, ta2.tok, 5 * sizeof tref.tok[0]) == 0);
-        for (uint32_t k = 0; k < 5 && k < tref.n_logits; k++)
-            TEST_CHECK_(memcmp(tref.logits[k], ta2.logits[k], sizeof tref.logits[0]) == 0,
-                        "restored logits at token %u", k);
-        akv_engine_release(ref, r[0]), akv_engine_release(ref, r[1]);
-        akv_engine_destroy(ref);
+        same_as_kept_in_memory(model, a1, a2, &tref, &ta2);
         dir_each(dir, file_remove);
         rmdir(dir);
     }

@@ -366,27 +366,6 @@ akv_status akv_attn_ref_prefill_f64(const akv_attn_prefill *p, double *o, double
 /* AKV_EINVAL also when a sequence has fewer tokens than new rows. */
 akv_status akv_attn_ref_append(const akv_attn_append *p);
 
-/* A blocked FP32 attention over the host backend's tables (the host pass attended through it
- * until it moved to the host part's kernel, akv/attn_host.h; tests hold it to the oracle): the
- * same contract, checks and outputs as the ref
- * decode/prefill, computed per (sequence, K/V head) with K/V widened once, the scores by the
- * row-invariant product (akv_ops_matmul_cols) and the outputs summed key by key (the plain-C
- * ref re-reads every key for every query row). Not bit-identical to the ref (another order of
- * summation), but every output row is one recipe over its own query and the keys it sees: a
- * decode row and the same row inside a prefill chunk give the same bits, whatever the other
- * sequences and rows of the call. AKV_ENOMEM when its scratch (2 x len x head_dim floats plus
- * a block of scores) cannot be had. */
-akv_status akv_attn_host_decode(const akv_attn_decode *p);
-akv_status akv_attn_host_prefill(const akv_attn_prefill *p);
-
-/* The same over query heads [head0, head1) only (a range may cut a GQA group: each K/V head
- * it touches is widened by every range that uses it): those heads' outputs bit for bit as the
- * whole call gives them, so ranges may run on several threads at once. A prefill range takes
- * no k_new/v_new (append first, akv_attn_ref_append: no range writes pages another reads).
- * AKV_EINVAL for an empty range or one past n_heads. */
-akv_status akv_attn_host_decode_heads(const akv_attn_decode *p, uint32_t head0, uint32_t head1);
-akv_status akv_attn_host_prefill_heads(const akv_attn_prefill *p, uint32_t head0, uint32_t head1);
-
 akv_status akv_attn_ref_merge(const akv_attn_merge *p);
 
 /* AKV_EINVAL also for a table that is not a compact past part. */
