@@ -652,9 +652,10 @@ static void part_r(const akv_model_config *c, double bus_bps, double token_bytes
                "| returning, history in host memory | %.1f | %u | %.1f | %.1f (bytes / bus + turn) | %.3f |\n"
                "| returning, history in the session directory | %.1f | %u | %.1f | %.1f (bytes / disk + turn) | %.3f |\n"
                "| the turn, history on the device | %.1f | %u | %.1f | | |\n"
-               "\nThe return from the session directory: the engine's thread read the file "
-               "back in %.1f ms, %.1f ms of it waiting for the disk (the rest: checking and "
-               "placing what the read-ahead had not yet overlapped).\n",
+               "\nThe return from the session directory: its read back took %.1f ms from its "
+               "start to its adoption (a thread of its own fills the pages while the engine "
+               "steps on), %.1f ms of it the reading thread's wait for the disk (the rest: "
+               "checking and placing what the read-ahead had not yet overlapped).\n",
                dev_name, bus_bps / 1e9, disk_bps / 1e9, hist / 1e9, file_bytes / 1e9, t_fresh * 1e3,
                cached_fresh, t_mem * 1e3, cached_mem, t_fresh / t_mem, floor_mem * 1e3, t_mem / floor_mem,
                t_disk * 1e3, cached_disk, t_fresh / t_disk, floor_disk * 1e3, t_disk / floor_disk,
