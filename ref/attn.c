@@ -162,22 +162,22 @@ typedef struct attn_out {
     double *lse64;   /* may be NULL */
 } attn_out;
 
-/* Every new row of sequences s0..s1-1, query heads [j0, j1). */
-static void attend_all(const kv_view *v, const rows_spec *r, uint32_t s0, uint32_t s1, uint32_t j0,
-                       uint32_t j1, uint32_t n_heads, const void *q, akv_dtype q_dtype,
-                       uint32_t q_stride, float scale, const attn_out *out) {
+/* Every new row of the n_seq sequences, every query head. */
+static void attend_all(const kv_view *v, const rows_spec *r, uint32_t n_seq, uint32_t n_heads,
+                       const void *q, akv_dtype q_dtype, uint32_t q_stride, float scale,
+                       const attn_out *out) {
     uint32_t d = v->head_dim, group = n_heads / v->n_kv_heads;
     size_t q_elem = akv_dtype_size(q_dtype), o_elem = akv_dtype_size(out->o_dtype);
     if (q_stride == 0) q_stride = n_heads * d;
     float qf[AKV_ATTN_MAX_HEAD_DIM], of[AKV_ATTN_MAX_HEAD_DIM], lsef;
     double lse64;
-    for (uint32_t s = s0; s < s1; s++) {
+    for (uint32_t s = 0; s < n_seq; s++) {
         uint32_t len = seq_len(v, s), start, n;
         qo_range(r, s, &start, &n);
         for (uint32_t i = 0; i < n; i++) {
             const int64_t n_keys = keys_seen(v, len, n, i);
             size_t tok = (size_t)start + i;
-            for (uint32_t j = j0; j < j1; j++) {
+            for (uint32_t j = 0; j < n_heads; j++) {
                 const unsigned char *qrow = (const unsigned char *)q + (tok * q_stride + (size_t)j * d) * q_elem;
                 size_t orow = (tok * n_heads + j) * d;
                 row_to_f32(qrow, q_dtype, d, qf);
@@ -295,8 +295,8 @@ static akv_status run_job(const attn_job *j, const char *op) {
     if (j->n_tokens == 0) return AKV_OK;
     if (j->k_new) append_rows(&v, &j->rows, j->kv->n_seq, j->k_new, j->v_new, j->kv_new_dtype, j->kv_stride);
     const float scale = akv__attn_scale(j->scale, j->kv->head_dim);
-    attend_all(&v, &j->rows, 0, j->kv->n_seq, 0, j->n_heads, j->n_heads, j->q, j->q_dtype,
-               j->q_stride, scale, &j->out);
+    attend_all(&v, &j->rows, j->kv->n_seq, j->n_heads, j->q, j->q_dtype, j->q_stride, scale,
+               &j->out);
     return AKV_OK;
 }
 

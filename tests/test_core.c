@@ -1,4 +1,5 @@
 /* test_core.c — status names, the log hook, allocation injection, checked sizes, clock. */
+#define _POSIX_C_SOURCE 200809L /* clock_gettime */
 #include "test.h"
 
 #include <string.h>
@@ -228,6 +229,20 @@ int main(int argc, char **argv) {
         akv_clock_sleep_ns(2000000);
         uint64_t t1 = akv_clock_ns();
         CHECK(t1 >= t0 + 2000000);
+    }
+
+    TEST_CASE(clock_deadline_is_wall_time_ahead) {
+        struct timespec now;
+        clock_gettime(CLOCK_REALTIME, &now);
+        const double t = (double)now.tv_sec + now.tv_nsec * 1e-9;
+        const double secs[3] = {-1.0, 0.05, 2.75};
+        for (int i = 0; i < 3; i++) {
+            const struct timespec d = akv_clock_deadline(secs[i]);
+            const double want = t + (secs[i] > 0 ? secs[i] : 0), got = (double)d.tv_sec + d.tv_nsec * 1e-9;
+            CHECK(d.tv_nsec >= 0 && d.tv_nsec < 1000000000L);
+            TEST_CHECK_(got >= want - 1e-3 && got < want + 0.5, "deadline %g s: %.6f, want about %.6f",
+                        secs[i], got, want);
+        }
     }
     return test_finish();
 }

@@ -62,27 +62,32 @@ static inline void par_pause(void) {
 #endif
 }
 
-/* Spins (where the pool may) until done(p) holds or PAR_SPIN_NS pass; whether it holds. */
-static bool par_spin_until(akv_par *p, bool (*done)(akv_par *)) {
-    if (!p->spin) return done(p);
+/* A condition a thread waits for (arg: what it needs besides the pool). */
+typedef bool (*par_cond)(akv_par *p, uint64_t arg);
+
+/* Spins (where the pool may) until done(p, arg) holds or PAR_SPIN_NS pass, yielding the core
+ * now and then; whether it holds. */
+static bool par_spin_until(akv_par *p, par_cond done, uint64_t arg) {
+    if (!p->spin) return done(p, arg);
     const uint64_t t0 = akv_clock_ns();
     for (uint32_t i = 1;; i++) {
-        if (done(p)) return true;
+        if (done(p, arg)) return true;
         par_pause();
         if ((i & 255) == 0) {
-            if (akv_clock_ns() - t0 > PAR_SPIN_NS) return done(p);
+            if (akv_clock_ns() - t0 > PAR_SPIN_NS) return done(p, arg);
             sched_yield();
         }
     }
 }
 
-/* Sleeps on done_cv until done(p) holds. The seq_cst store of caller_waiting pairs with the
- * seq_cst update a worker makes before it reads caller_waiting: one of the two sees the other. */
-static void par_sleep_until(akv_par *p, bool (*done)(akv_par *)) {
-    if (done(p)) return;
+/* The caller sleeps on done_cv until done(p) holds. The seq_cst store of caller_waiting pairs
+ * with the seq_cst update a worker makes before it reads caller_waiting: one of the two sees
+ * the other. */
+static void par_sleep_until(akv_par *p, par_cond done) {
+    if (done(p, 0)) return;
     pthread_mutex_lock(&p->mu);
     atomic_store(&p->caller_waiting, 1);
-    while (!done(p)) pthread_cond_wait(&p->done_cv, &p->mu);
+    while (!done(p, 0)) pthread_cond_wait(&p->done_cv, &p->mu);
     atomic_store(&p->caller_waiting, 0);
     pthread_mutex_unlock(&p->mu);
 }
@@ -95,10 +100,12 @@ static void par_wake_caller(akv_par *p) {
 }
 
 /* seq_cst loads: par_sleep_until's pairing needs them */
-static bool par_tasks_done(akv_par *p) {
+static bool par_tasks_done(akv_par *p, uint64_t unused) {
+    (void)unused;
     return atomic_load(&p->done) == p->n_tasks;
 }
-static bool par_nobody_inside(akv_par *p) {
+static bool par_nobody_inside(akv_par *p, uint64_t unused) {
+    (void)unused;
     return (atomic_load(&p->state) & ST_INSIDE) == 0;
 }
 
@@ -115,33 +122,24 @@ static bool par_stopping(const akv_par *p) {
     return atomic_load_explicit(&p->stop, memory_order_acquire);
 }
 
+/* A worker's wait: a generation other than `seen` published, or the pool stopping. */
+static bool par_moved_on(akv_par *p, uint64_t seen) {
+    return ST_GEN(atomic_load_explicit(&p->state, memory_order_acquire)) != seen || par_stopping(p);
+}
+
 /* A worker: waits for a generation it has not seen, joins it if still open, runs tasks,
  * leaves. */
 static void *par_worker(void *arg) {
     akv_par *p = arg;
     uint64_t seen = 0;
     for (;;) {
-        uint64_t s = atomic_load_explicit(&p->state, memory_order_acquire);
-        if (ST_GEN(s) == seen && !par_stopping(p)) {
-            const uint64_t t0 = akv_clock_ns();
-            for (uint32_t i = 1; p->spin; i++) {
-                par_pause();
-                s = atomic_load_explicit(&p->state, memory_order_acquire);
-                if (ST_GEN(s) != seen || par_stopping(p)) break;
-                if ((i & 255) == 0) {
-                    if (akv_clock_ns() - t0 > PAR_SPIN_NS) break;
-                    sched_yield();
-                }
-            }
-            if (ST_GEN(s) == seen) {
-                pthread_mutex_lock(&p->mu);
-                while (ST_GEN(s = atomic_load_explicit(&p->state, memory_order_acquire)) == seen &&
-                       !par_stopping(p))
-                    pthread_cond_wait(&p->cv, &p->mu);
-                pthread_mutex_unlock(&p->mu);
-            }
+        if (!par_spin_until(p, par_moved_on, seen)) {
+            pthread_mutex_lock(&p->mu);
+            while (!par_moved_on(p, seen)) pthread_cond_wait(&p->cv, &p->mu);
+            pthread_mutex_unlock(&p->mu);
         }
         if (par_stopping(p)) break;
+        uint64_t s = atomic_load_explicit(&p->state, memory_order_acquire);
         if (!(s & ST_OPEN)) { /* missed: the caller ran that loop without us */
             seen = ST_GEN(s);
             continue;
@@ -230,7 +228,7 @@ void akv__par_for(akv_par *p, uint32_t n_tasks, akv_par_fn fn, void *ctx) {
         return;
     }
     /* the last loop's stragglers out before its fields change */
-    if (!par_spin_until(p, par_nobody_inside)) par_sleep_until(p, par_nobody_inside);
+    if (!par_spin_until(p, par_nobody_inside, 0)) par_sleep_until(p, par_nobody_inside);
     p->fn = fn, p->ctx = ctx, p->n_tasks = n_tasks;
     atomic_store_explicit(&p->next, 0, memory_order_relaxed);
     atomic_store_explicit(&p->done, 0, memory_order_relaxed);
@@ -242,6 +240,6 @@ void akv__par_for(akv_par *p, uint32_t n_tasks, akv_par_fn fn, void *ctx) {
     pthread_cond_broadcast(&p->cv);
     pthread_mutex_unlock(&p->mu);
     par_run_tasks(p);
-    if (!par_spin_until(p, par_tasks_done)) par_sleep_until(p, par_tasks_done);
+    if (!par_spin_until(p, par_tasks_done, 0)) par_sleep_until(p, par_tasks_done);
     atomic_fetch_and(&p->state, ~ST_OPEN);
 }

@@ -1149,7 +1149,7 @@ void akv_engine_release(akv_engine *e, akv_request *rq) {
 }
 
 bool akv_engine_busy(const akv_engine *e) {
-    return e->n_run || e->n_wait || (e->restore && !e->failed); /* a read back is adopted at a step */
+    return e->n_run || e->n_wait || (e->read_back.job && !e->failed); /* a read back is adopted at a step */
 }
 
 bool akv_engine_failed(const akv_engine *e) {
@@ -1614,7 +1614,7 @@ akv_status akv__engine_check(akv_engine *e) {
                        (unsigned long long)akv_route_seq_n_tokens(c->seq));
         n_ctx++;
     }
-    if (e->restore) pinned += akv__restore_ctx(e->restore)->n_pin; /* its request's */
+    if (e->read_back.job) pinned += akv__restore_ctx(e->read_back.job)->n_pin; /* its request's */
     if (pins != pinned)
         ENGINE_BAD("%llu admitted requests count on a context's pages; the contexts are pinned "
                    "%llu times", (unsigned long long)pins, (unsigned long long)pinned);
@@ -1651,7 +1651,7 @@ akv_status akv__engine_check(akv_engine *e) {
     }
     akv_route_stats rs;
     akv_route_get_stats(e->route, &rs);
-    n_ctx += e->restore != NULL; /* a conversation being read back: open, in no list yet */
+    n_ctx += e->read_back.job != NULL; /* a conversation being read back: open, in no list yet */
     if (rs.n_open != n_ctx)
         ENGINE_BAD("the route has %u open sequences; the engine knows %u", rs.n_open, n_ctx);
     if ((st = akv__spill_check(e))) return st;

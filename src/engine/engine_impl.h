@@ -97,6 +97,15 @@ typedef struct akv__spilled {
                               then; entries added later are appended in order) */
 } akv__spilled;
 
+/* A file of the session directory being read back off the engine's thread (spill.c), one at a
+ * time: job NULL when none. */
+typedef struct akv__read_back {
+    struct akv__restore *job;
+    akv__spilled entry; /* its index entry, out of the index meanwhile */
+    double t0;          /* when it began */
+    uint64_t serial;    /* the request it began for */
+} akv__read_back;
+
 struct akv_engine {
     akv_engine_params p;
     akv_engine_plan plan;
@@ -168,11 +177,7 @@ struct akv_engine {
     akv__spilled *spill;              /* [n_spill] the directory's conversations, oldest first */
     size_t n_spill, cap_spill;
     uint64_t spill_bytes;             /* their files' bytes */
-    struct akv__restore *restore;     /* a file being read back off the engine's thread (spill.c),
-                                         or NULL: one at a time */
-    akv__spilled restore_entry;       /* its index entry, out of the index meanwhile */
-    double restore_t0;                /* when it began */
-    uint64_t restore_for;             /* the serial of the request it began for */
+    akv__read_back read_back;         /* a file being read back (spill.c; job NULL: none) */
     atomic_bool restore_hold;         /* tests: reads wait before their K/V while set */
 };
 

@@ -21,7 +21,6 @@
 #include <pthread.h>
 #include <stdio.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "akv/gguf.h"
@@ -579,10 +578,7 @@ akv__ctx *akv__restore_ctx(const akv__restore *j) {
 bool akv__restore_wait(akv__restore *j, double max_s) {
     pthread_mutex_lock(&j->mu);
     if (!j->done && max_s > 0) {
-        struct timespec until;
-        clock_gettime(CLOCK_REALTIME, &until);
-        const double at = (double)until.tv_sec + until.tv_nsec * 1e-9 + max_s;
-        until.tv_sec = (time_t)at, until.tv_nsec = (long)((at - (double)(time_t)at) * 1e9);
+        const struct timespec until = akv_clock_deadline(max_s);
         while (!j->done && pthread_cond_timedwait(&j->cv, &j->mu, &until) == 0) {
         }
     }

@@ -347,51 +347,49 @@ static bool spill_written_anew(akv_engine *e, const char *path) {
     return spill_find(e, path) != SIZE_MAX || spill_pending(e, path);
 }
 
-/* A read begun at t0 for the request of serial `serial` that ended with st (c: its context,
- * when st is AKV_OK): adopted as the most recent idle context and its file removed (still
- * pinned for its request, which starts from it); a damaged or vanished file dropped from the
- * index (the damaged one removed behind the writes queued before); else (no memory, no room
- * beside the running requests) its entry back in the index, for later. A read that was not
- * adopted leaves its request to compute its prompt. */
-static void spill_read_done(akv_engine *e, akv_status st, akv__ctx *c, akv__spilled s,
-                            uint64_t serial, double t0, double disk_s) {
+/* A read back that ended with st (c: its context, when st is AKV_OK): adopted as the most
+ * recent idle context and its file removed (still pinned for its request, which starts from
+ * it); a damaged or vanished file dropped from the index (the damaged one removed behind the
+ * writes queued before); else (no memory, no room beside the running requests) its entry back
+ * in the index, for later. A read that was not adopted leaves its request to compute its
+ * prompt. */
+static void spill_read_done(akv_engine *e, akv_status st, akv__ctx *c, akv__read_back rb,
+                            double disk_s) {
     if (!st) {
         /* adopted as the most precious idle context while the others make room, so it is not
          * the one closed (written back out) for it; then its own retention again */
         c->retention = INT8_MAX;
         if (akv__engine_idle_adopt(e, c, true) != AKV_OK) st = AKV_EFULL; /* closed */
-        else c->retention = s.retention;
+        else c->retention = rb.entry.retention;
     }
     if (st)
         for (uint32_t i = 0; i < e->n_run; i++)
-            if (e->run[i]->info.serial == serial) e->run[i]->no_read_back = true;
+            if (e->run[i]->info.serial == rb.serial) e->run[i]->no_read_back = true;
     spill_lock(e);
-    const bool again = spill_written_anew(e, s.path);
-    if (!st) {
+    const bool again = spill_written_anew(e, rb.entry.path);
+    const bool keep = st && st != AKV_EFORMAT && st != AKV_ENOTFOUND && !again; /* for later */
+    if (keep) {
+        spill_room(e, rb.entry.bytes);
+        (void)spill_add(e, rb.entry);
+    } else if (!st) {
         e->stats.n_restored++;
-        e->stats.restore_s += akv_clock_s() - t0, e->stats.restore_disk_s += disk_s;
-    } else if (st != AKV_EFORMAT && st != AKV_ENOTFOUND && !again) { /* kept for later */
-        spill_room(e, s.bytes);
-        (void)spill_add(e, s);
-        spill_unlock(e);
-        return;
+        e->stats.restore_s += akv_clock_s() - rb.t0, e->stats.restore_disk_s += disk_s;
     }
     spill_unlock(e);
-    /* read back, or damaged (logged): removed unless written anew meanwhile; gone: forgotten */
-    if (again || st == AKV_ENOTFOUND || (st && st != AKV_EFORMAT)) spilled_free(&s);
-    else spill_unlink(e, s);
+    if (keep) return;
+    /* read back, or damaged (logged): removed unless written anew meanwhile; else forgotten */
+    if (!again && (!st || st == AKV_EFORMAT)) spill_unlink(e, rb.entry);
+    else spilled_free(&rb.entry);
 }
 
 void akv__spill_poll(akv_engine *e) {
-    if (!e->restore || !akv__restore_wait(e->restore, 0)) return;
-    akv__restore *j = e->restore;
-    const akv__spilled s = e->restore_entry;
-    e->restore = NULL;
-    memset(&e->restore_entry, 0, sizeof e->restore_entry);
+    const akv__read_back rb = e->read_back;
+    if (!rb.job || !akv__restore_wait(rb.job, 0)) return;
+    e->read_back = (akv__read_back){0};
     akv__ctx *c = NULL;
     double disk_s = 0;
-    const akv_status st = akv__restore_end(e, j, &c, &disk_s); /* closed on failure: unpinned */
-    spill_read_done(e, st, c, s, e->restore_for, e->restore_t0, disk_s);
+    const akv_status st = akv__restore_end(e, rb.job, &c, &disk_s); /* closed on failure: unpinned */
+    spill_read_done(e, st, c, rb, disk_s);
 }
 
 bool akv__spill_in(akv_engine *e, akv_request *rq, uint32_t in_memory) {
@@ -413,7 +411,8 @@ bool akv__spill_in(akv_engine *e, akv_request *rq, uint32_t in_memory) {
         while (w->done < wait_for) pthread_cond_wait(&w->cv, &w->mu);
     }
     /* a read under way: it waits for it (it serves rq better still, or it is ahead in line) */
-    const bool under_way = e->restore && (best != SIZE_MAX || spill_serves(&e->restore_entry, rq, lcp, &k));
+    const bool under_way = e->read_back.job &&
+                           (best != SIZE_MAX || spill_serves(&e->read_back.entry, rq, lcp, &k));
     uint64_t credit = 0;
     if (under_way || best == SIZE_MAX || !akv__engine_read_fits(e, rq, e->spill[best].n_tokens, lcp, &credit)) {
         spill_unlock(e);
@@ -421,22 +420,20 @@ bool akv__spill_in(akv_engine *e, akv_request *rq, uint32_t in_memory) {
         return under_way;
     }
     /* out of the index while it is read and adopted: the adoption may write older contexts */
-    const akv__spilled s = spill_take(e, best);
+    akv__read_back rb = {.entry = spill_take(e, best), .t0 = akv_clock_s(), .serial = rq->info.serial};
     spill_unlock(e);
-    const double t0 = akv_clock_s();
-    akv__restore *j = NULL;
-    const akv_status st = akv__restore_begin(e, s.path, true, &j);
+    const akv_status st = akv__restore_begin(e, rb.entry.path, true, &rb.job);
     if (st) { /* refused before its K/V: nothing open */
-        spill_read_done(e, st, NULL, s, rq->info.serial, t0, 0);
+        spill_read_done(e, st, NULL, rb, 0);
         return false;
     }
-    akv__engine_read_for(e, rq, akv__restore_ctx(j), credit);
-    e->restore = j, e->restore_entry = s, e->restore_t0 = t0, e->restore_for = rq->info.serial;
+    akv__engine_read_for(e, rq, akv__restore_ctx(rb.job), credit);
+    e->read_back = rb;
     return true;
 }
 
 void akv__spill_wait(akv_engine *e, double max_s) {
-    if (e->restore) (void)akv__restore_wait(e->restore, max_s);
+    if (e->read_back.job) (void)akv__restore_wait(e->read_back.job, max_s);
 }
 
 void akv__engine_flush_sessions(akv_engine *e) {
@@ -487,11 +484,11 @@ void akv__engine_hold_restores(akv_engine *e, bool hold) {
 
 void akv__spill_close(akv_engine *e) {
     atomic_store(&e->restore_hold, false);
-    if (e->restore) { /* a read under way ended and dropped: its file stays */
+    if (e->read_back.job) { /* a read under way ended and dropped: its file stays */
         akv__ctx *c = NULL;
-        if (akv__restore_end(e, e->restore, &c, NULL) == AKV_OK) akv__ctx_close(e, c);
-        spilled_free(&e->restore_entry);
-        e->restore = NULL;
+        if (akv__restore_end(e, e->read_back.job, &c, NULL) == AKV_OK) akv__ctx_close(e, c);
+        spilled_free(&e->read_back.entry);
+        e->read_back = (akv__read_back){0};
     }
     akv__spill_writer *w = e->writer;
     if (w) { /* what is queued is written first */

@@ -17,8 +17,8 @@
 #include "model/forward_batch.h"
 
 enum {
-    FWD_HOST_DECODE = 1,     /* the host pass decodes runs of one-token sequences; longer chunks
-                                take the prefill path (as fast for a few rows on the host) */
+    FWD_HOST_DECODE = 1,     /* runs of one-token sequences are decode groups (one append call
+                                each); every row is attended alike (forward_attend_rows) */
     FWD_COL_ALIGN = 24,      /* product tasks cover multiples of the 8/4/3-column tiles */
 };
 
@@ -36,9 +36,10 @@ struct akv_forward {
     float *q;             /* [T][n_heads*head_dim] */
     float *k, *v;         /* [T][n_kv_heads*head_dim] */
     float *att;           /* [T][n_heads*head_dim] attention output */
-    /* a history in several parts (made at the first such step): the exact part's LSEs, a past
-     * part's states, merged into att row by row */
-    float *lse, *att_past, *lse_past; /* [T][n_heads], [T][n_heads*head_dim], [T][n_heads] */
+    float *lse;           /* [T][n_heads] its log-sum-exps (the kernel writes them always) */
+    /* a history in several parts (made at the first such step): a past part's states, merged
+     * into att and lse row by row */
+    float *att_past, *lse_past; /* [T][n_heads*head_dim], [T][n_heads] */
     float *gate, *up;     /* [T][n_ff] */
     float *cos_t, *sin_t; /* [T][n_rot/2] */
     int32_t *pos;         /* [T] */
@@ -88,6 +89,7 @@ akv_status akv_forward_create(const akv_model *model, const akv_forward_params *
     f->k = akv__calloc(T * kv_dim, sizeof(float));
     f->v = akv__calloc(T * kv_dim, sizeof(float));
     f->att = akv__calloc(T * q_dim, sizeof(float));
+    f->lse = akv__calloc(T * c->n_heads, sizeof(float));
     f->gate = akv__calloc(T * c->n_ff, sizeof(float));
     f->up = akv__calloc(T * c->n_ff, sizeof(float));
     f->cos_t = akv__calloc(T * (c->n_rot / 2), sizeof(float));
@@ -100,7 +102,7 @@ akv_status akv_forward_create(const akv_model *model, const akv_forward_params *
     k_max = c->n_ff > k_max ? c->n_ff : k_max;
     f->xq_mem = akv__malloc(
         akv_ops_q8_bytes(T, (k_max + AKV_OPS_QBLOCK - 1) / AKV_OPS_QBLOCK * AKV_OPS_QBLOCK));
-    if (!f->xq_mem || !f->x || !f->h || !f->tmp || !f->q || !f->k || !f->v || !f->att || !f->gate ||
+    if (!f->xq_mem || !f->x || !f->h || !f->tmp || !f->q || !f->k || !f->v || !f->att || !f->lse || !f->gate ||
         !f->up || !f->cos_t || !f->sin_t || !f->pos || !f->qo || !f->groups || !f->hp) {
         akv_forward_destroy(f);
         return AKV_ENOMEM;
@@ -204,8 +206,6 @@ static akv_status forward_check_parts(const akv_model_config *c, uint32_t layer,
     return AKV_OK;
 }
 
-static akv_status forward_alloc_parts(akv_forward *f);
-
 /* A group's rows attended over one part's table by the host part's kernel (akv/attn_host.h):
  * each row a part of its own over the keys it sees (the causal rule, or every key of a past
  * part), read in place. So a row's bits are one recipe of its query and its keys alone: the
@@ -254,11 +254,7 @@ static akv_status forward_attend_rows(akv_forward *f, const akv_attn_pages *v,
     if (need > f->cap_hp_scratch &&
         (st = akv__array_reserve((void **)&f->hp_scratch, &f->cap_hp_scratch, need, sizeof *f->hp_scratch)))
         return st;
-    /* lse wanted or not, the kernel writes it: the call's own rows of f->lse otherwise */
-    float *ls = lse ? lse : f->lse;
-    if (!ls && (st = forward_alloc_parts(f))) return st;
-    if (!lse) ls = f->lse + (size_t)g->row0 * c->n_heads;
-    return akv__attn_host_run(f->hp, g->n_rows, AKV_ATTN_HOST_AUTO, f->par, f->hp_scratch, o, ls);
+    return akv__attn_host_run(f->hp, g->n_rows, AKV_ATTN_HOST_AUTO, f->par, f->hp_scratch, o, lse);
 }
 
 /* One group's attention: its new K/V into the pages of the exact part, then attend it, and each
@@ -288,9 +284,7 @@ static akv_status forward_attend_group(akv_forward *f, const akv_kv_parts *parts
                           .dtype = AKV_DTYPE_F32};
     akv_status st = akv_attn_ref_append(&ap);
     if (st) return st;
-    float *att = f->att + g->row0 * q_dim;
-    if (parts->n_parts == 1 && !parts->host_o.addr) return forward_attend_rows(f, &v, g, att, NULL);
-    float *lse = f->lse + g->row0 * c->n_heads;
+    float *att = f->att + g->row0 * q_dim, *lse = f->lse + g->row0 * c->n_heads;
     if ((st = forward_attend_rows(f, &v, g, att, lse))) return st;
     for (uint32_t i = 1; i < parts->n_parts; i++) {
         const akv_attn_pages past = akv__forward_view(&parts->part[i].kv, g);
@@ -309,12 +303,11 @@ static akv_status forward_attend_group(akv_forward *f, const akv_kv_parts *parts
 static akv_status forward_alloc_parts(akv_forward *f) {
     const akv_model_config *c = akv_model_get_config(f->model);
     const size_t T = f->params.max_step_tokens, q_dim = (size_t)c->n_heads * c->head_dim;
-    f->lse = akv__calloc(T * c->n_heads, sizeof(float));
     f->att_past = akv__calloc(T * q_dim, sizeof(float));
     f->lse_past = akv__calloc(T * c->n_heads, sizeof(float));
-    if (f->lse && f->att_past && f->lse_past) return AKV_OK;
-    akv__free(f->lse), akv__free(f->att_past), akv__free(f->lse_past);
-    f->lse = f->att_past = f->lse_past = NULL;
+    if (f->att_past && f->lse_past) return AKV_OK;
+    akv__free(f->att_past), akv__free(f->lse_past);
+    f->att_past = f->lse_past = NULL;
     return AKV_ENOMEM;
 }
 
@@ -363,7 +356,7 @@ akv_status akv_forward_step(akv_forward *f, const akv_forward_batch *b, const ak
         parts.q = akv_attn_host_ptr(f->q), parts.q_stride = (uint32_t)q_dim, parts.n_heads = c->n_heads;
         if ((st = kv->begin_layer(kv->user, l, &parts))) return st;
         if ((st = forward_check_parts(c, l, &parts, b, n))) return st;
-        if ((parts.n_parts > 1 || parts.host_o.addr) && !f->lse && (st = forward_alloc_parts(f)))
+        if (parts.n_parts > 1 && !f->att_past && (st = forward_alloc_parts(f)))
             return st;
         for (uint32_t gi = 0; gi < n_groups; gi++)
             if ((st = forward_attend_group(f, &parts, b, &f->groups[gi]))) return st;

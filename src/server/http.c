@@ -902,10 +902,7 @@ void akv_http_stop(akv_http *h, double flush_s) {
     h->stopped = true;
     if (!h->io_started) return;
     akv_http_close_listener(h);
-    struct timespec until;
-    clock_gettime(CLOCK_REALTIME, &until);
-    double t = until.tv_sec + until.tv_nsec * 1e-9 + (flush_s > 0 ? flush_s : 0);
-    until.tv_sec = (time_t)t, until.tv_nsec = (long)((t - floor(t)) * 1e9);
+    const struct timespec until = akv_clock_deadline(flush_s);
     pthread_mutex_lock(&h->mu);
     while (h->n_handlers && pthread_cond_timedwait(&h->cv, &h->mu, &until) != ETIMEDOUT) {
     }

@@ -1002,17 +1002,8 @@ akv_status akv_server_start(const akv_server_params *p, akv_server **out) {
     return AKV_OK;
 }
 
-/* The absolute time timeout_s from now, for waits on state_cv. */
-static struct timespec state_deadline(double timeout_s) {
-    struct timespec until;
-    clock_gettime(CLOCK_REALTIME, &until);
-    double t = until.tv_sec + until.tv_nsec * 1e-9 + (timeout_s > 0 ? timeout_s : 0);
-    until.tv_sec = (time_t)t, until.tv_nsec = (long)((t - floor(t)) * 1e9);
-    return until;
-}
-
 akv_status akv_server_wait_ready(akv_server *s, double timeout_s) {
-    const struct timespec until = state_deadline(timeout_s);
+    const struct timespec until = akv_clock_deadline(timeout_s);
     pthread_mutex_lock(&s->mu);
     while (s->state == AKV_SRV_LOADING &&
            pthread_cond_timedwait(&s->state_cv, &s->mu, &until) != ETIMEDOUT) {
@@ -1039,7 +1030,7 @@ void akv_server_stop(akv_server *s, double grace_s) {
     if (!s || s->stopped) return;
     s->stopped = true;
     akv_server_shutdown(s);
-    const struct timespec grace_until = state_deadline(grace_s);
+    const struct timespec grace_until = akv_clock_deadline(grace_s);
     pthread_mutex_lock(&s->mu);
     while (s->n_inflight &&
            pthread_cond_timedwait(&s->state_cv, &s->mu, &grace_until) != ETIMEDOUT) {
