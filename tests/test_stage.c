@@ -163,6 +163,56 @@ int main(int argc, char **argv) {
         CHECK_OK(akv_dev_destroy(dev));
     }
 
+    /* A table copied with the lease (no page copies, so only the table makes the compute queue
+     * wait) is what the compute queue reads after ready, and after a cancel of the begun lease;
+     * every command of every queue delayed 0..2 ms, so a missing wait shows within a few
+     * rounds. */
+    TEST_CASE(a_table_copied_with_the_lease_is_read_after_ready) {
+        sc_params p = small;
+        p.delay_us = 0;
+        sc_fx f;
+        if (!sc_open(&f, &p)) break;
+        akv_dptr d = {0};
+        int32_t *tab = NULL, *back = NULL; /* pinned: the copies' host sides */
+        const size_t nb = 256 * sizeof(int32_t);
+        if (!REQUIRE_OK(akv_dev_mem_alloc(f.dev, nb, &d)) ||
+            !REQUIRE_OK(akv_dev_pinned_alloc(f.dev, nb, (void **)&tab)) ||
+            !REQUIRE_OK(akv_dev_pinned_alloc(f.dev, nb, (void **)&back)))
+            goto table_done;
+        CHECK_OK(akv_dev_inject_delays(f.dev, seed + 5, 2000, 1));
+        for (int round = 0; round < 16; round++) {
+            const int cancel = round % 4 == 3;
+            for (int i = 0; i < 256; i++) tab[i] = round * 1000 + i;
+            akv_stage_lease l;
+            if (!REQUIRE_OK(akv_stage_begin(f.st, (uint32_t)round % 2, (uint64_t)round + 1, NULL,
+                                            0, &l)))
+                break;
+            CHECK_STATUS(akv_stage_copy_table(f.st, l, d, NULL, nb), AKV_EINVAL);
+            CHECK_OK(akv_stage_copy_table(f.st, l, d, tab, nb));
+            akv_event *ev = NULL;
+            if (cancel) CHECK_OK(akv_stage_cancel(f.st, l));
+            else CHECK_OK(akv_stage_ready(f.st, l));
+            CHECK_OK(akv_dev_copy_d2h_async(f.dev, AKV_QUEUE_COMPUTE, back, d, nb));
+            CHECK_OK(akv_dev_queue_sync(f.dev, AKV_QUEUE_COMPUTE));
+            TEST_CHECK_(!memcmp(back, tab, nb), "round %d%s: the compute queue read the "
+                        "table before its copy", round, cancel ? " (cancelled)" : "");
+            if (!cancel) {
+                CHECK_STATUS(akv_stage_copy_table(f.st, l, d, tab, nb), AKV_ESTATE);
+                CHECK_OK(akv_stage_attended(f.st, l, &ev));
+                CHECK_OK(akv_stage_seal(f.st, l, (akv_stage_tail){0, 0}, ev));
+            }
+            akv_stage_receipt rc;
+            CHECK_OK(akv_stage_retire(f.st, l, &rc));
+            CHECK(rc.n_copies == 0);
+        }
+        CHECK_OK(akv_dev_inject_delays(f.dev, 0, 0, 1));
+    table_done:
+        if (d.addr) CHECK_OK(akv_dev_mem_free(f.dev, d));
+        akv_dev_pinned_free(f.dev, tab);
+        akv_dev_pinned_free(f.dev, back);
+        sc_close(&f);
+    }
+
     /* Negative controls: remove one ordering at a time; the randomized check must see it. */
     /* With fewer slots than layers, a slot's previous occupant began after the lease that
      * wrote a page back, and its write-back fence (same D2H queue, later) already covers the

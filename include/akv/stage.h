@@ -185,6 +185,16 @@ akv_status akv_stage_begin(akv_stage *st, uint32_t layer, uint64_t step,
 akv_status akv_stage_copy(akv_stage *st, akv_stage_lease l, const akv_host_page *pages, uint32_t n,
                           uint32_t *dev_page_ids);
 
+/* Copies n_bytes of host memory to dst on the H2D queue with the lease's pages, before their
+ * fence: the compute queue's wait at ready (or cancel) covers it. For the small table the
+ * attention reads beside the pages (a layer's row of slot ids): a copy on the compute queue
+ * would wait behind the next layers' refills on the same copy engine. src must stay unchanged
+ * until the lease is attended (the compute queue's drain covers it). n_bytes = 0 submits
+ * nothing. AKV_EINVAL: no src; AKV_ESTATE: after ready; AKV_ECANCELED; AKV_EFAILED;
+ * AKV_EDEVICE (the stage is failed). */
+akv_status akv_stage_copy_table(akv_stage *st, akv_stage_lease l, akv_dptr dst, const void *src,
+                                size_t n_bytes);
+
 /* Launches the attention op on the compute queue after the lease's copies (device wait) and
  * records the attention event; *attn_event (borrowed, valid until retire) is the event seal
  * must be given. Once per lease. AKV_ESTATE: not begun-and-unattended; AKV_EINVAL/EUNSUPPORTED

@@ -217,14 +217,17 @@ static akv_status hybrid_staged_begin_layer(akv_route *r, uint32_t layer) {
         s->stats.h2d_bytes += s->n_cstaged * cb, s->stats.staged_bytes += s->n_cstaged * cb;
     }
     r->stats.h2d_bytes += k * cb, r->stats.staged_bytes += k * cb;
+    /* queued: the layer's row of compact indices travels with its pages (ready's wait covers it) */
+    if (r->queued) {
+        const size_t off = (r->head_ints + (size_t)layer * r->cap) * sizeof(int32_t);
+        if ((st = akv_stage_copy_table(r->cst, *l, akv_dptr_offset(r->ctab_d, off),
+                                       r->c_indices + (size_t)layer * r->cap,
+                                       (size_t)r->n_cidx * sizeof(int32_t))))
+            return st;
+    }
     if ((st = akv_stage_ready(r->cst, *l))) return st;
-    if (!r->queued) /* direct: the host pass reads the pages now, on this thread */
-        return akv_dev_queue_sync(r->dev, AKV_QUEUE_COMPUTE);
-    /* the layer's row of compact indices, in compute-queue order (before the attention) */
-    const size_t off = (r->head_ints + (size_t)layer * r->cap) * sizeof(int32_t);
-    return akv_dev_copy_h2d_async(r->dev, AKV_QUEUE_COMPUTE, akv_dptr_offset(r->ctab_d, off),
-                                  r->c_indices + (size_t)layer * r->cap,
-                                  (size_t)r->n_cidx * sizeof(int32_t));
+    /* direct: the host pass reads the pages now, on this thread */
+    return r->queued ? AKV_OK : akv_dev_queue_sync(r->dev, AKV_QUEUE_COMPUTE);
 }
 
 /* end_layer: the compact lease's attention event, the exact part's write-back (as resident),

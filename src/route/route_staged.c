@@ -313,15 +313,17 @@ akv_status akv__route_staged_begin_layer(akv_route *r, uint32_t layer) {
         s->stats.staged_bytes += (uint64_t)s->n_staged * pb;
     }
     r->stats.staged_bytes += (uint64_t)r->n_staged * pb;
+    /* queued: the layer's row of indices travels with its pages (ready's wait covers it) */
+    if (r->queued && r->n_staged) {
+        size_t off = (r->head_ints + (size_t)layer * r->cap) * sizeof(int32_t);
+        if ((st = akv_stage_copy_table(r->stage, *l, akv_dptr_offset(r->tab_d, off),
+                                       r->indices + (size_t)layer * r->cap,
+                                       (size_t)r->n_idx * sizeof(int32_t))))
+            return st;
+    }
     if ((st = akv_stage_ready(r->stage, *l))) return st;
-    if (!r->queued) /* direct: the host pass reads the pages now, on this thread */
-        return akv_dev_queue_sync(r->dev, AKV_QUEUE_COMPUTE);
-    /* the layer's row of indices, in compute-queue order (before the attention) */
-    if (r->n_staged == 0) return AKV_OK;
-    size_t off = (r->head_ints + (size_t)layer * r->cap) * sizeof(int32_t);
-    return akv_dev_copy_h2d_async(r->dev, AKV_QUEUE_COMPUTE, akv_dptr_offset(r->tab_d, off),
-                                  r->indices + (size_t)layer * r->cap,
-                                  (size_t)r->n_idx * sizeof(int32_t));
+    /* direct: the host pass reads the pages now, on this thread */
+    return r->queued ? AKV_OK : akv_dev_queue_sync(r->dev, AKV_QUEUE_COMPUTE);
 }
 
 /* After the last layer of a step: begins the next decode step's layer-0 lease and enqueues its

@@ -73,6 +73,7 @@ typedef struct stage_rec {
     akv_event *ev[N_EV];
     uint8_t recorded[N_EV]; /* recorded for this lease */
     uint8_t h2d_used;       /* it submitted work to the H2D queue (needs EV_H2D_DONE) */
+    uint8_t h2d_table;      /* it copied a table the compute queue reads (copy_table) */
     uint64_t attn_serial;   /* ev[EV_ATTN]'s record serial right after attend */
     stage_owner *owners;    /* [n_owners] */
     uint32_t n_owners;
@@ -502,7 +503,7 @@ akv_status akv_stage_begin(akv_stage *st, uint32_t layer, uint64_t step,
     rec->serial = serial;
     rec->slot = slot;
     memset(rec->recorded, 0, sizeof rec->recorded);
-    rec->h2d_used = 0;
+    rec->h2d_used = rec->h2d_table = 0;
     rec->attn_serial = 0;
     for (uint32_t i = 0; i < n_owners; i++)
         rec->owners[i] = (stage_owner){owners[i], 0, 0};
@@ -620,6 +621,17 @@ akv_status akv_stage_copy(akv_stage *st, akv_stage_lease l, const akv_host_page 
     return AKV_OK;
 }
 
+akv_status akv_stage_copy_table(akv_stage *st, akv_stage_lease l, akv_dptr dst, const void *src,
+                                size_t n_bytes) {
+    if (!st || (n_bytes && !src)) return AKV_EINVAL;
+    akv_status s = AKV_OK;
+    stage_rec *rec = lease_enter(st, l, "copy_table", 1u << LS_BEGUN, &s);
+    if (!rec || n_bytes == 0) return s;
+    rec->h2d_used = rec->h2d_table = 1;
+    akv_status ds = akv_dev_copy_h2d_async(st->dev, AKV_QUEUE_H2D, dst, src, n_bytes);
+    return ds == AKV_OK ? AKV_OK : stage_fail(st, rec, "copy_table", ds);
+}
+
 /* ---- attend
  * ---------------------------------------------------------------------------------------- */
 
@@ -627,7 +639,7 @@ akv_status akv_stage_copy(akv_stage *st, akv_stage_lease l, const akv_host_page 
 static akv_status lease_ready(akv_stage *st, stage_rec *rec) {
     if (rec->h2d_used)
         STAGE_DEV(st, rec, "ready (copies fence)", rec_record(st, rec, EV_H2D_DONE, AKV_QUEUE_H2D));
-    if (rec->n_tickets) {
+    if (rec->n_tickets || rec->h2d_table) {
         if (!(st->broken & AKV__STAGE_BREAK_COPY_WAIT))
             STAGE_DEV(st, rec, "ready (wait for copies)",
                       akv_dev_queue_wait_event(st->dev, AKV_QUEUE_COMPUTE, rec->ev[EV_H2D_DONE]));
@@ -817,7 +829,7 @@ akv_status akv_stage_cancel(akv_stage *st, akv_stage_lease l) {
     if (was == LS_BEGUN && rec->h2d_used)
         STAGE_DEV(st, rec, "cancel (copies fence)",
                   rec_record(st, rec, EV_H2D_DONE, AKV_QUEUE_H2D));
-    if (was == LS_BEGUN && rec->n_tickets)
+    if (was == LS_BEGUN && (rec->n_tickets || rec->h2d_table))
         STAGE_DEV(st, rec, "cancel (compute after copies)",
                   akv_dev_queue_wait_event(st->dev, AKV_QUEUE_COMPUTE, rec->ev[EV_H2D_DONE]));
     /* Ready: the caller may have launched attention over the slot since; the attention event
