@@ -289,12 +289,6 @@ akv_status akv_dev_copy_h2d_batch_by_async(akv_dev *dev, akv_queue q, akv_copy_m
                                            const akv_dev_xfer *x, size_t n);
 akv_status akv_dev_copy_d2h_batch_by_async(akv_dev *dev, akv_queue q, akv_copy_method method,
                                            const akv_dev_xfer *x, size_t n);
-/* One small host->device copy in queue q's order that does not wait behind the copy engines'
- * work of other queues (the staging's refills): by the SMs (AKV_COPY_METHOD_KERNEL) where the
- * backend can, else as akv_dev_copy_h2d_async. src is pinned memory of this device. For the
- * step's own small inputs on the compute queue (token ids, positions, sampling rows). */
-akv_status akv_dev_copy_h2d_small_async(akv_dev *dev, akv_queue q, akv_dptr dst, const void *src,
-                                        size_t n_bytes);
 
 /* Sets n_bytes of device memory to `byte`, on queue q (poisoning a buffer in queue order). */
 akv_status akv_dev_memset_async(akv_dev *dev, akv_queue q, akv_dptr dst, int byte, size_t n_bytes);

@@ -713,14 +713,6 @@ akv_status akv_dev_copy_h2d_batch_by_async(akv_dev *dev, akv_queue q, akv_copy_m
     return dev_copy_batch(dev, q, AKV_COPY_H2D, method, x, n);
 }
 
-akv_status akv_dev_copy_h2d_small_async(akv_dev *dev, akv_queue q, akv_dptr dst, const void *src,
-                                        size_t n_bytes) {
-    if (n_bytes == 0) return AKV_OK;
-    akv_dev_xfer x = {dst, (void *)(uintptr_t)src, n_bytes};
-    akv_status st = dev_copy_batch(dev, q, AKV_COPY_H2D, AKV_COPY_METHOD_KERNEL, &x, 1);
-    return st == AKV_EUNSUPPORTED ? akv_dev_copy_h2d_async(dev, q, dst, src, n_bytes) : st;
-}
-
 akv_status akv_dev_copy_d2h_batch_by_async(akv_dev *dev, akv_queue q, akv_copy_method method,
                                            const akv_dev_xfer *x, size_t n) {
     if ((unsigned)method >= AKV_N_COPY_METHODS) return AKV_EINVAL;

@@ -1061,8 +1061,8 @@ static akv_status fdev_draw(akv_forward_dev *f, const akv_forward_batch *b, uint
             at += b->sample[s].pen_n;
         }
     const size_t rows_bytes = (size_t)f->params.max_logits * sizeof *rows;
-    akv_status st = akv_dev_copy_h2d_small_async(f->dev, AKV_QUEUE_COMPUTE, f->draw, f->draw_h,
-                                                 rows_bytes + 2 * (size_t)n_pen * sizeof *pen);
+    akv_status st = akv_dev_copy_h2d_async(f->dev, AKV_QUEUE_COMPUTE, f->draw, f->draw_h,
+                                           rows_bytes + 2 * (size_t)n_pen * sizeof *pen);
     /* io_ev covers this upload too: the next step waits for it before writing draw_h, should
      * this one fail before its sync */
     if (!st && !(st = akv_dev_event_record(f->dev, f->io_ev, AKV_QUEUE_COMPUTE))) f->io_pending = true;
@@ -1108,7 +1108,7 @@ static akv_status fdev_step(akv_forward_dev *f, const akv_forward_batch *b, uint
         t += b->n_new[s];
     }
     size_t io_bytes = fdev_io_ints(f) * sizeof(int32_t);
-    if ((st = akv_dev_copy_h2d_small_async(f->dev, AKV_QUEUE_COMPUTE, f->io, f->io_h, io_bytes)) ||
+    if ((st = akv_dev_copy_h2d_async(f->dev, AKV_QUEUE_COMPUTE, f->io, f->io_h, io_bytes)) ||
         (st = akv_dev_event_record(f->dev, f->io_ev, AKV_QUEUE_COMPUTE)))
         return st;
     f->io_pending = true;
