@@ -749,7 +749,7 @@ int main(int argc, char **argv) {
             const char *what, *log;
             akv_status want;
         } bad[] = {
-            {"model llama", "'llama'", AKV_EUNSUPPORTED},
+            {"model wpm", "'wpm'", AKV_EUNSUPPORTED},
             {"no model", "no tokenizer.ggml.model", AKV_EFORMAT},
             {"no pre", "no tokenizer.ggml.pre", AKV_EUNSUPPORTED},
             {"pre qwen35", "'qwen35' is not supported", AKV_EUNSUPPORTED},
@@ -760,12 +760,13 @@ int main(int argc, char **argv) {
             {"bad type", "token_type[258] = 9", AKV_EFORMAT},
             {"bos out of range", "bos_token_id = 5000", AKV_EFORMAT},
             {"add_bos without bos", "add_bos_token is true", AKV_EFORMAT},
+            {"model llama without scores", "needs tokenizer.ggml.scores", AKV_EFORMAT},
         };
         for (size_t i = 0; i < AKV_ARRAY_LEN(bad); i++) {
             w = tiny_gguf_good();
             switch (i) {
             case 0:
-                w.model = "llama";
+                w.model = "wpm";
                 break;
             case 1:
                 w.model = NULL;
@@ -796,6 +797,9 @@ int main(int argc, char **argv) {
                 break;
             case 10:
                 w.bos_id = -1, w.add_bos = true;
+                break;
+            case 11: /* SentencePiece: scores, not merges */
+                w.model = "llama";
                 break;
             }
             CHECK_STATUS(tiny_gguf_try(&t, &w, NULL, &tok), bad[i].want);

@@ -1,8 +1,10 @@
 /*
- * akv/tok.h — byte-level BPE tokenizer (the GGUF "gpt2" tokenizer model).
+ * akv/tok.h — the tokenizer: byte-level BPE (the GGUF "gpt2" model) and SentencePiece-style
+ * (the GGUF "llama" model, SPM).
  *
  * Turns UTF-8 text into token ids and back, the way Hugging Face `tokenizers` and llama.cpp
- * do for GPT-2-style vocabularies (SmolLM2, Llama 3, GPT-2, StarCoder, ...).
+ * do for GPT-2-style vocabularies (SmolLM2, Llama 3, GPT-2, StarCoder, ...) and as llama.cpp
+ * does for SentencePiece vocabularies with scores (Gemma 3, Llama 2).
  *
  * Glossary
  *   token       an entry of the vocabulary: an id in [0, n_tokens), its text and its type.
@@ -35,6 +37,15 @@
  *      (leftmost on ties) is merged until no pair has a merge. With `ignore_merges`
  *      (llama-bpe) a pre-token that is itself a token is emitted whole first.
  *   5. BOS (and EOS) are added when the vocabulary says so and the caller asks for it.
+ *
+ * SPM (akv_tok_model SPM) replaces steps 3 and 4, per fragment between special tokens: a
+ * space is put first when add_space_prefix is set and the fragment begins the text or follows
+ * a special token (not Gemma's); every ' ' becomes U+2581 ('▁', the vocabulary's space);
+ * the fragment starts as one symbol per character, and the adjacent pair whose joined text
+ * is the token of highest score (leftmost on ties) is joined until no pair is a token; a
+ * symbol that is no token is emitted as its bytes' tokens (<0xNN>, "byte fallback"; a byte
+ * with none is dropped). No pre-tokenizer, no merges. Pieces: U+2581 back to ' ' in normal
+ * tokens, a <0xNN> token (type BYTE) the one byte.
  *
  * Invariants
  *   - An akv_tok is immutable after creation; every id it returns is < n_tokens.
@@ -88,6 +99,12 @@ typedef enum akv_tok_pre {
     AKV_TOK_PRE_QWEN2 = 3,  /* "qwen2" */
 } akv_tok_pre;
 
+/* Tokenizer models (tokenizer.ggml.model). */
+typedef enum akv_tok_model {
+    AKV_TOK_MODEL_BPE = 0, /* "gpt2": byte-level BPE over pre-tokens, by merge rank */
+    AKV_TOK_MODEL_SPM = 1, /* "llama": SentencePiece pairs by score, byte fallback */
+} akv_tok_model;
+
 /* Encode flags. */
 enum {
     AKV_TOK_ADD_SPECIAL = 1u << 0,   /* add BOS/EOS where the vocabulary asks (add_bos/add_eos) */
@@ -116,6 +133,10 @@ typedef struct akv_tok_params {
     int32_t pad_id;             /* padding token; -1 = none */
     bool add_bos;               /* AKV_TOK_ADD_SPECIAL puts bos_id first */
     bool add_eos;               /* AKV_TOK_ADD_SPECIAL puts eos_id last */
+    akv_tok_model model;        /* BPE (merges, pre) or SPM (scores, add_space_prefix) */
+    const float *scores;        /* SPM: [n_tokens] each token's score (finite); else unused */
+    bool add_space_prefix;      /* SPM: a space before a fragment that begins the text or
+                                   follows a special token */
 } akv_tok_params;
 
 /* Special token ids of a vocabulary; -1 where it has none. */
@@ -158,8 +179,9 @@ akv_tok_params akv_tok_default_params(void);
  * or not valid UTF-8 are never matched in the input. */
 akv_status akv_tok_create(const akv_tok_params *params, akv_tok **out);
 
-/* Builds the tokenizer of a GGUF file from its tokenizer.ggml.* keys: model (must be "gpt2"),
- * pre (akv_tok_pre_from_name; `pre`, when not NULL, overrides it), tokens, merges, token_type
+/* Builds the tokenizer of a GGUF file from its tokenizer.ggml.* keys: model ("gpt2": BPE, with
+ * pre (akv_tok_pre_from_name; `pre`, when not NULL, overrides it) and merges; "llama": SPM,
+ * with scores and add_space_prefix (optional, true when absent, as llama.cpp)), tokens, token_type
  * (optional), bos/eos/eot/unknown/padding_token_id (optional; eot defaults to the first of
  * <|eot_id|>, <|im_end|>, <|end|>, <end_of_turn>, <|endoftext|> that the vocabulary has),
  * add_bos_token/add_eos_token (optional, false when absent). AKV_EUNSUPPORTED (logged) for
@@ -175,6 +197,7 @@ void akv_tok_destroy(akv_tok *tok);
 size_t akv_tok_n_tokens(const akv_tok *tok);
 akv_tok_pre akv_tok_get_pre(const akv_tok *tok);
 akv_tok_specials akv_tok_get_specials(const akv_tok *tok);
+akv_tok_model akv_tok_get_model(const akv_tok *tok);
 
 /* The type of token `id`; AKV_TOK_TYPE_UNDEFINED when id is out of range. */
 akv_tok_type akv_tok_token_type(const akv_tok *tok, int32_t id);

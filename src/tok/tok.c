@@ -1,6 +1,7 @@
 /* tok.c — the vocabulary, encode, decode and streaming decode (see akv/tok.h). */
 #include "akv/tok.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -9,6 +10,7 @@
 #include "core/log.h"
 #include "tok/bpe.h"
 #include "tok/pretok.h"
+#include "tok/spm.h"
 #include "tok/tok_impl.h"
 #include "tok/utf8.h"
 
@@ -103,6 +105,21 @@ static akv_status tok_check_params(const akv_tok_params *p) {
         AKV_LOG_E("tokenizer: %zu merges; at most %d", p->n_merges, INT32_MAX);
         return AKV_EINVAL;
     }
+    if (p->model != AKV_TOK_MODEL_BPE && p->model != AKV_TOK_MODEL_SPM) {
+        AKV_LOG_E("tokenizer: model %d is not one of akv_tok_model", (int)p->model);
+        return AKV_EINVAL;
+    }
+    if (p->model == AKV_TOK_MODEL_SPM) {
+        if (!p->scores || p->n_merges) {
+            AKV_LOG_E("tokenizer: an SPM vocabulary takes scores%s", p->n_merges ? " and no merges" : "");
+            return AKV_EINVAL;
+        }
+        for (size_t i = 0; i < p->n_tokens; i++)
+            if (!isfinite(p->scores[i])) {
+                AKV_LOG_E("tokenizer: token %zu's score is not finite", i);
+                return AKV_EFORMAT;
+            }
+    }
     if (!akv__pretok_pattern(p->pre, 0)) { /* a pre-tokenizer has at least one step */
         AKV_LOG_E("tokenizer: pre-tokenizer %d is not one of akv_tok_pre", (int)p->pre);
         return AKV_EINVAL;
@@ -170,6 +187,57 @@ static akv_status tok_load_texts(akv_tok *tok, const akv_tok_params *p) {
 /* Pieces: normal tokens map their byte-level characters back to bytes (never longer than
  * the text); special tokens, and a normal token that is not byte-level text, keep their
  * text as it is. */
+/* SPM pieces: U+2581 back to ' ' in normal tokens, a BYTE token <0xNN> its byte, special
+ * tokens (and a BYTE token of another text) their text as it is. */
+static int tok_hex(uint8_t c) {
+    return c >= '0' && c <= '9' ? c - '0' : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+}
+
+static void tok_load_pieces_spm(akv_tok *tok) {
+    size_t off = 0;
+    for (size_t i = 0; i < tok->n_tokens; i++) {
+        size_t n, len = 0;
+        const uint8_t *t = (const uint8_t *)tok_text(tok, (int32_t)i, &n);
+        uint8_t *dst = tok->piece + off;
+        const uint8_t type = tok->type[i];
+        if (type == AKV_TOK_TYPE_BYTE && n == 6 && !memcmp(t, "<0x", 3) && t[5] == '>' &&
+            tok_hex(t[3]) >= 0 && tok_hex(t[4]) >= 0) {
+            dst[len++] = (uint8_t)(tok_hex(t[3]) << 4 | tok_hex(t[4]));
+        } else if (tok_is_special_type(type) || type == AKV_TOK_TYPE_BYTE) {
+            memcpy(dst, t, n), len = n;
+        } else {
+            for (size_t j = 0; j < n;) {
+                if (j + 3 <= n && t[j] == 0xE2 && t[j + 1] == 0x96 && t[j + 2] == 0x81)
+                    dst[len++] = ' ', j += 3;
+                else
+                    dst[len++] = t[j++];
+            }
+        }
+        tok->piece_off[i] = off;
+        off += len;
+        if (len > tok->max_piece_bytes) tok->max_piece_bytes = len;
+    }
+    tok->piece_off[tok->n_tokens] = off;
+}
+
+/* SPM byte fallback: <0xNN>, else the one-byte text (llama.cpp's byte_to_token); a byte with
+ * neither is dropped from the input. */
+static void tok_load_bytes_spm(akv_tok *tok) {
+    size_t n_missing = 0;
+    for (unsigned b = 0; b < 256; b++) {
+        char hex[8];
+        snprintf(hex, sizeof hex, "<0x%02X>", b);
+        const char one = (char)b;
+        int32_t id = akv_tok_find(tok, hex, 6);
+        if (id < 0) id = akv_tok_find(tok, &one, 1);
+        tok->byte_token[b] = id;
+        n_missing += id < 0;
+    }
+    if (n_missing)
+        AKV_LOG_I("tokenizer: %zu bytes have no byte-fallback token (<0xNN>) and are dropped "
+                  "where no token covers them", n_missing);
+}
+
 static void tok_load_pieces(akv_tok *tok, const int16_t cp_byte[324]) {
     size_t off = 0, n_literal = 0;
     int32_t first_literal = -1;
@@ -357,9 +425,23 @@ akv_status akv_tok_create(const akv_tok_params *p, akv_tok **out) {
     for (int b = 0; b < 256; b++)
         cp_byte[byte_cp[b]] = (int16_t)b;
 
+    tok->model = p->model;
+    tok->add_space_prefix = p->model == AKV_TOK_MODEL_SPM && p->add_space_prefix;
     if ((st = tok_load_texts(tok, p)) || (st = tok_load_map(tok))) goto fail;
-    tok_load_pieces(tok, cp_byte);
-    tok_load_bytes(tok, byte_cp);
+    if (p->model == AKV_TOK_MODEL_SPM) {
+        if (!(tok->scores = akv__malloc(p->n_tokens * sizeof *tok->scores))) {
+            st = AKV_ENOMEM;
+            goto fail;
+        }
+        memcpy(tok->scores, p->scores, p->n_tokens * sizeof *tok->scores);
+        tok_load_pieces_spm(tok);
+        tok_load_bytes_spm(tok);
+        for (int b = 0; b < 256; b++) /* byte_text: the byte-level texts are BPE's alone */
+            tok->byte_text[b][0] = 0;
+    } else {
+        tok_load_pieces(tok, cp_byte);
+        tok_load_bytes(tok, byte_cp);
+    }
     if ((st = tok_load_merges(tok, p)) || (st = tok_load_specials(tok)) ||
         (st = akv__pretok_create(p->pre, &tok->pretok)))
         goto fail;
@@ -382,6 +464,7 @@ void akv_tok_destroy(akv_tok *tok) {
     akv__free(tok->text);
     akv__free(tok->text_off);
     akv__free(tok->type);
+    akv__free(tok->scores);
     akv__free(tok);
 }
 
@@ -393,8 +476,14 @@ bool akv__tok_check(const akv_tok *tok) {
         int32_t id = tok->byte_token[b];
         if (id < -1 || id >= (int32_t)tok->n_tokens) return false;
         size_t n;
-        if (id >= 0 && (tok_text(tok, id, &n), n != tok->byte_text[b][0])) return false;
+        if (id >= 0 && tok->model == AKV_TOK_MODEL_BPE &&
+            (tok_text(tok, id, &n), n != tok->byte_text[b][0]))
+            return false;
+        if (id >= 0 && tok->model == AKV_TOK_MODEL_SPM && /* SPM: its piece is the byte */
+            (tok->piece_off[id + 1] - tok->piece_off[id] != 1 || tok->piece[tok->piece_off[id]] != b))
+            return false;
     }
+    if ((tok->model == AKV_TOK_MODEL_SPM) != (tok->scores != NULL)) return false;
     for (size_t i = 0; i < tok->n_tokens; i++) {
         size_t n;
         const char *t = tok_text(tok, (int32_t)i, &n);
@@ -438,6 +527,10 @@ akv_tok_pre akv_tok_get_pre(const akv_tok *tok) {
 
 akv_tok_specials akv_tok_get_specials(const akv_tok *tok) {
     return tok->sp;
+}
+
+akv_tok_model akv_tok_get_model(const akv_tok *tok) {
+    return tok->model;
 }
 
 size_t akv_tok_max_piece_bytes(const akv_tok *tok) {
@@ -543,6 +636,7 @@ typedef struct tok_session {
     akv__bpe_scratch bpe;
     char *word;      /* a pre-token in byte-level text (ignore_merges look-ups) */
     size_t cap_word; /* bytes */
+    akv__spm_scratch spm;
 } tok_session;
 
 /* AKV_EFULL once the call has appended more than max_ids ids. */
@@ -602,6 +696,18 @@ static akv_status tok_encode_word(void *ctx, const uint8_t *w, size_t n) {
     return AKV_OK;
 }
 
+static akv_status tok_emit_cb(void *ctx, int32_t id) {
+    return tok_emit(ctx, id);
+}
+
+/* A fragment between special tokens: BPE over its pre-tokens, or the SPM loop. */
+static akv_status tok_encode_fragment(tok_session *ss, const uint8_t *s, size_t n) {
+    const akv_tok *tok = ss->tok;
+    if (tok->model == AKV_TOK_MODEL_SPM)
+        return akv__spm_encode(tok, s, n, tok->add_space_prefix, &ss->spm, tok_emit_cb, ss);
+    return akv__pretok_split(tok->pretok, s, n, tok_encode_word, ss);
+}
+
 /* The special token whose text starts s[0..n), longest first; -1 when none. CONTROL tokens
  * only with AKV_TOK_PARSE_SPECIAL and when they end at or before `control_end`. */
 static int32_t tok_match_special(const akv_tok *tok, const uint8_t *s, size_t n, uint32_t flags,
@@ -636,13 +742,12 @@ static akv_status tok_encode_text(tok_session *ss, const uint8_t *s, size_t n) {
         size_t len;
         int32_t id = tok_match_special(tok, s + i, n - i, ss->flags, control_end, &len);
         if (id < 0) continue;
-        if ((st = akv__pretok_split(tok->pretok, s + frag, i - frag, tok_encode_word, ss)) ||
-            (st = tok_emit(ss, id)))
+        if ((st = tok_encode_fragment(ss, s + frag, i - frag)) || (st = tok_emit(ss, id)))
             return st;
         frag = i + len;
         i = frag - 1;
     }
-    return akv__pretok_split(tok->pretok, s + frag, n - frag, tok_encode_word, ss);
+    return tok_encode_fragment(ss, s + frag, n - frag);
 }
 
 /* Whether spans[0..n) are sorted, disjoint and inside [0, n_bytes). */
@@ -709,6 +814,7 @@ akv_status akv_tok_encode_with(const akv_tok *tok, const char *text, size_t n_by
 done:
     if (st) out->n_ids = n0;
     akv__bpe_scratch_free(&ss.bpe);
+    akv__spm_scratch_free(&ss.spm);
     akv__free(ss.word);
     akv__free(clean);
     akv__free(plain);

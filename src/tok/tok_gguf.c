@@ -90,21 +90,28 @@ akv_status akv_tok_create_from_gguf(const akv_gguf *g, const char *pre, akv_tok 
     akv_tok_params p = akv_tok_default_params();
     tok_strs tokens = {0}, merges = {0};
     int32_t *types = NULL;
+    float *scores = NULL;
     akv_gguf_str s;
     akv_status st;
 
-    /* The model: only byte-level BPE ("gpt2"); the pre-tokenizer by name. */
+    /* The model: byte-level BPE ("gpt2", the pre-tokenizer by name) or SPM ("llama"). */
     if ((st = akv_gguf_get_str(g, "tokenizer.ggml.model", &s))) {
         if (st == AKV_ENOTFOUND) AKV_LOG_E("tokenizer: the file has no tokenizer.ggml.model");
         return st == AKV_ENOTFOUND ? AKV_EFORMAT : st;
     }
-    if (s.len != 4 || memcmp(s.ptr, "gpt2", 4) != 0) {
-        AKV_LOG_E("tokenizer: tokenizer.ggml.model is '%.*s'; only byte-level BPE ('gpt2') "
-                  "is supported",
+    if (s.len == 5 && memcmp(s.ptr, "llama", 5) == 0) {
+        p.model = AKV_TOK_MODEL_SPM;
+        p.add_space_prefix = true; /* llama.cpp's default for SPM */
+        if ((st = tok_gguf_bool(g, "tokenizer.ggml.add_space_prefix", &p.add_space_prefix))) return st;
+    } else if (s.len != 4 || memcmp(s.ptr, "gpt2", 4) != 0) {
+        AKV_LOG_E("tokenizer: tokenizer.ggml.model is '%.*s'; byte-level BPE ('gpt2') and "
+                  "SentencePiece ('llama') are supported",
                   (int)(s.len > 64 ? 64 : s.len), s.ptr);
         return AKV_EUNSUPPORTED;
     }
-    if (pre) { /* the caller names it */
+    if (p.model == AKV_TOK_MODEL_SPM) {
+        /* no pre-tokenizer: tokenizer.ggml.pre ("default") and `pre` play no part */
+    } else if (pre) { /* the caller names it */
         if (akv_tok_pre_from_name(pre, &p.pre) != AKV_OK) {
             AKV_LOG_E("tokenizer: pre-tokenizer '%s' is not supported (supported: %s)", pre,
                       TOK_PRE_NAMES);
@@ -125,9 +132,9 @@ akv_status akv_tok_create_from_gguf(const akv_gguf *g, const char *pre, akv_tok 
         }
     }
 
-    /* The vocabulary and its merges. */
+    /* The vocabulary and its merges (BPE) or scores (SPM). */
     if ((st = tok_gguf_strs(g, "tokenizer.ggml.tokens", &tokens)) ||
-        (st = tok_gguf_strs(g, "tokenizer.ggml.merges", &merges))) {
+        (p.model == AKV_TOK_MODEL_BPE && (st = tok_gguf_strs(g, "tokenizer.ggml.merges", &merges)))) {
         if (st == AKV_ENOTFOUND) {
             AKV_LOG_E("tokenizer: the file has no tokenizer.ggml.%s",
                       tokens.n ? "merges" : "tokens");
@@ -139,6 +146,23 @@ akv_status akv_tok_create_from_gguf(const akv_gguf *g, const char *pre, akv_tok 
         AKV_LOG_E("tokenizer: tokenizer.ggml.tokens is empty");
         st = AKV_EFORMAT;
         goto done;
+    }
+    if (p.model == AKV_TOK_MODEL_SPM) {
+        akv_gguf_arr sa;
+        if ((st = akv_gguf_get_arr(g, "tokenizer.ggml.scores", &sa)) || sa.type != AKV_GGUF_VTYPE_F32 ||
+            sa.n != tokens.n) {
+            if (st == AKV_OK || st == AKV_ENOTFOUND) {
+                AKV_LOG_E("tokenizer: a SentencePiece vocabulary needs tokenizer.ggml.scores: %zu "
+                          "f32 values%s", tokens.n, st == AKV_ENOTFOUND ? " (absent)" : "");
+                st = AKV_EFORMAT;
+            }
+            goto done;
+        }
+        if (!(scores = akv__malloc(tokens.n * sizeof *scores))) {
+            st = AKV_ENOMEM;
+            goto done;
+        }
+        for (size_t i = 0; i < tokens.n; i++) scores[i] = (float)akv_gguf_arr_float(&sa, i);
     }
     akv_gguf_arr ta;
     if ((st = akv_gguf_get_arr(g, "tokenizer.ggml.token_type", &ta)) == AKV_OK) {
@@ -195,10 +219,12 @@ akv_status akv_tok_create_from_gguf(const akv_gguf *g, const char *pre, akv_tok 
     p.n_merges = merges.n;
     p.merges = merges.ptr;
     p.merge_bytes = merges.len;
+    p.scores = scores;
     st = akv_tok_create(&p, out);
 done:
     tok_strs_free(&tokens);
     tok_strs_free(&merges);
     akv__free(types);
+    akv__free(scores);
     return st;
 }

@@ -5,6 +5,8 @@
  * piece is piece[piece_off[i] .. piece_off[i+1]). The text map is open addressing over ids,
  * keyed by text. Specials are the ids matched in the input, grouped by their first byte:
  * special[special_start[b] .. special_start[b+1]) start with byte b, longest first.
+ * byte_token[b]: BPE, the token of b's byte-level character; SPM, the token <0xNN> (else the
+ * one-byte text b), the byte fallback.
  */
 #ifndef AKV_TOK_TOK_IMPL_H
 #define AKV_TOK_TOK_IMPL_H
@@ -34,6 +36,9 @@ struct akv_tok {
     akv_tok_specials sp;    /* special ids, add_bos / add_eos */
     size_t max_text_bytes;  /* longest token text */
     size_t max_piece_bytes; /* longest piece */
+    akv_tok_model model;    /* BPE: merges and pretok; SPM: scores (tok/spm.h) */
+    float *scores;          /* SPM: [n_tokens] */
+    bool add_space_prefix;  /* SPM */
 };
 
 /* Validity walker: every invariant of akv/tok.h and of the layout above. */
