@@ -87,6 +87,14 @@ void akv_ops_ref_swiglu(float *y, const float *gate, const float *up, size_t n) 
     }
 }
 
+void akv_ops_ref_geglu(float *y, const float *gate, const float *up, size_t n) {
+    const float c = 0.79788456080286535587989211986876f; /* sqrt(2 / pi) */
+    for (size_t i = 0; i < n; i++) {
+        const float g = gate[i];
+        y[i] = 0.5f * g * (1.0f + tanhf(c * g * (1.0f + 0.044715f * g * g))) * up[i];
+    }
+}
+
 akv_status akv_ops_ref_embed(float *y, const float *table, size_t n_vocab, size_t n_embd,
                              const int32_t *ids, size_t n_ids) {
     for (size_t t = 0; t < n_ids; t++) {

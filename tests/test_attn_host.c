@@ -159,7 +159,7 @@ static void test_empty(void) {
     uint16_t page[2 * 2 * 4 * 8] = {0};
     const void *pages[1] = {page};
     float q[4 * 8] = {0}, o[2 * 8], lse[2];
-    akv_attn_host_part p = {pages, 1, 4, 2, 8, 4, AKV_DTYPE_BF16, 4, q, 0.0f, 0};
+    akv_attn_host_part p = {pages, 1, 4, 2, 8, 4, AKV_DTYPE_BF16, 4, q, 0.0f, 0, 0};
     CHECK_OK(akv_attn_host_part_check(&p));
     memset(o, 0xff, sizeof o);
     akv_attn_host_chunk(&p, AKV_ATTN_HOST_AUTO, 1, 1, 1, o, lse);
@@ -195,7 +195,7 @@ static void test_check(void) {
     uint16_t page[2 * 2 * 4 * 8] = {0};
     const void *pages[2] = {page, NULL};
     float q[4 * 8] = {0};
-    const akv_attn_host_part good = {pages, 1, 4, 2, 8, 4, AKV_DTYPE_BF16, 4, q, 0.0f, 0};
+    const akv_attn_host_part good = {pages, 1, 4, 2, 8, 4, AKV_DTYPE_BF16, 4, q, 0.0f, 0, 0};
     CHECK_OK(akv_attn_host_part_check(&good));
     akv_log_set(NULL, NULL, AKV_LOG_OFF);
     CHECK_STATUS(akv_attn_host_part_check(NULL), AKV_EINVAL);
@@ -263,7 +263,7 @@ static void test_batch(void) {
         for (int32_t k = a; k < b; k++) pages[k] = f.pool + (size_t)f.indices[k] * f.page_bytes;
         parts[i] = (akv_attn_host_part){pages + a, (uint32_t)(b - a), b > a ? (uint32_t)f.last[i] : 0,
                                         g.n_kv_heads, D, g.page_tokens, g.dtype, H,
-                                        q + (size_t)i * H * D, 0.0f, 0};
+                                        q + (size_t)i * H * D, 0.0f, 0, 0};
     }
     akv_attn_decode ref = {.kv = fx_pages(&f), .n_heads = H, .n_query = 1, .q = akv_attn_host_ptr(q),
                            .q_dtype = AKV_DTYPE_F32, .o = akv_attn_host_ptr(o), .o_dtype = AKV_DTYPE_F32};
@@ -297,6 +297,67 @@ static void test_batch(void) {
     fx_table_free(&f);
 }
 
+/* A sliding window: the part's pages from the window's first page, first_skip of it left out,
+ * against a float64 oracle over the visible tokens alone (the fixture's unpaged values). */
+static void test_window(void) {
+    static const fx_geom geoms[] = {
+        {4, 1, 256, 16, AKV_DTYPE_BF16}, /* Gemma 3 270M: one K/V head of 256 */
+        {6, 2, 20, 4, AKV_DTYPE_F16},
+        {8, 8, 64, 1, AKV_DTYPE_F32},    /* a token a page: the skip is never inside one */
+    };
+    for (int i = AKV_ATTN_HOST_PORTABLE; i < AKV_ATTN_HOST_ISAS; i++) {
+        const akv_attn_host_isa isa = (akv_attn_host_isa)i;
+        if (akv_attn_host_isa_resolve(isa) != isa) continue;
+        for (size_t k = 0; k < sizeof geoms / sizeof *geoms; k++) {
+            const fx_geom g = geoms[k];
+            const uint32_t P = g.page_tokens, len = 3 * P + 5 + (uint32_t)test_rand_below(&rng, 2 * P);
+            fx_table f;
+            fx_table_make(&f, g, 1, &len, 3, 1, &rng);
+            const uint32_t G = g.n_heads / g.n_kv_heads, D = g.head_dim;
+            float *q = fx_random(AKV_DTYPE_F32, (size_t)g.n_heads * D, 2.0f, &rng);
+            float *o = malloc((size_t)g.n_heads * D * sizeof *o), *lse = malloc(g.n_heads * sizeof *lse);
+            double *o64 = malloc((size_t)g.n_heads * D * sizeof *o64), *lse64 = malloc(g.n_heads * sizeof *lse64);
+            const void **pages = malloc((f.n_pages + 1) * sizeof *pages);
+            const uint32_t windows[] = {1, 2, P, P + 1, 2 * P + 3, len - 1, len};
+            for (size_t w = 0; w < sizeof windows / sizeof *windows; w++) {
+                const uint32_t first = len - windows[w];
+                akv_attn_host_part p = part_of(&f, pages, q);
+                p.pages += first / P, p.n_pages -= first / P, p.first_skip = first % P;
+                CHECK_OK(akv_attn_host_part_check(&p));
+                run_part(&p, isa, o, lse);
+                const float *kd = f.dense + f.dense_off[0];
+                for (uint32_t h = 0; h < g.n_heads; h++) {
+                    const uint32_t kvh = h / G;
+                    const float *K = kd + (size_t)kvh * len * D, *V = kd + ((size_t)g.n_kv_heads + kvh) * len * D;
+                    double m = -INFINITY, l = 0, acc[256] = {0};
+                    for (uint32_t t = first; t < len; t++) {
+                        double dot = 0;
+                        for (uint32_t e = 0; e < D; e++) dot += (double)q[(size_t)h * D + e] * K[(size_t)t * D + e];
+                        dot /= sqrt((double)D);
+                        const double mn = dot > m ? dot : m, a = exp(m - mn), b = exp(dot - mn);
+                        for (uint32_t e = 0; e < D; e++) acc[e] = acc[e] * a + b * V[(size_t)t * D + e];
+                        l = l * a + b, m = mn;
+                    }
+                    for (uint32_t e = 0; e < D; e++) o64[(size_t)h * D + e] = acc[e] / l;
+                    lse64[h] = m + log(l);
+                }
+                char what[128];
+                snprintf(what, sizeof what, "window of %u of %u tokens, d%u P%u, %s", windows[w], len, D, P,
+                         akv_attn_host_isa_name(isa));
+                FX_COMPARE(what, o, AKV_DTYPE_F32, lse, o64, lse64, g.n_heads, D, tol_for(g.dtype), 2e-5);
+            }
+            /* a skip that leaves the first page nothing is refused */
+            akv_attn_host_part p = part_of(&f, pages, q);
+            akv_log_set(NULL, NULL, AKV_LOG_OFF);
+            p.first_skip = P;
+            CHECK_STATUS(akv_attn_host_part_check(&p), AKV_EINVAL);
+            akv_log_set(NULL, NULL, AKV_LOG_WARN);
+            free(q), free(o), free(lse), free(o64), free(lse64), free(pages);
+            fx_table_free(&f);
+        }
+    }
+}
+
 int main(int argc, char **argv) {
     test_args(argc, argv);
     rng = test_seed(0x5eedbeef);
@@ -306,5 +367,6 @@ int main(int argc, char **argv) {
     TEST_CASE(empty_ranges_and_parts) test_empty();
     TEST_CASE(chunks_cover_the_pages_once) test_chunks();
     TEST_CASE(refusals) test_check();
+    TEST_CASE(a_sliding_window_against_the_float64_oracle) test_window();
     return test_finish();
 }

@@ -133,6 +133,29 @@ int main(int argc, char **argv) {
         check_decodes_to(AKV_GGUF_TYPE_Q4_1, b, 32, want);
     }
 
+    TEST_CASE(hand_built_q5_0_and_q5_1) {
+        uint8_t b[24];
+        float want[32];
+        const uint32_t qh = 0xA5C3F00Fu; /* element i's fifth bit is bit i */
+        put_f16(b, 0.5f);
+        memcpy(b + 2, &qh, 4); /* little-endian host, as the file */
+        for (int i = 0; i < 16; i++) {
+            b[6 + i] = (uint8_t)((i * 5) % 16 | ((i * 3 + 1) % 16) << 4);
+            want[i] = 0.5f * (float)(((i * 5) % 16 | (int)((qh >> i) & 1) << 4) - 16);
+            want[16 + i] = 0.5f * (float)((((i * 3 + 1) % 16) | (int)((qh >> (16 + i)) & 1) << 4) - 16);
+        }
+        check_decodes_to(AKV_GGUF_TYPE_Q5_0, b, 32, want);
+        put_f16(b, 0.125f);
+        put_f16(b + 2, -2.0f);
+        memcpy(b + 4, &qh, 4);
+        for (int i = 0; i < 16; i++) {
+            b[8 + i] = (uint8_t)((15 - i) | (i % 7) << 4);
+            want[i] = 0.125f * (float)((15 - i) | (int)((qh >> i) & 1) << 4) - 2.0f;
+            want[16 + i] = 0.125f * (float)((i % 7) | (int)((qh >> (16 + i)) & 1) << 4) - 2.0f;
+        }
+        check_decodes_to(AKV_GGUF_TYPE_Q5_1, b, 32, want);
+    }
+
     TEST_CASE(hand_built_q4_k) {
         /* Scales and mins above 15 exercise the split 6-bit packing of sub-blocks 4..7. */
         int sc[8] = {1, 63, 17, 32, 48, 5, 33, 62}, mn[8] = {0, 12, 63, 40, 31, 47, 16, 1};
@@ -214,7 +237,7 @@ int main(int argc, char **argv) {
         CHECK_STATUS(akv_gguf_quantize(AKV_GGUF_TYPE_Q4_K, y, 128, b), AKV_EINVAL);
         CHECK_STATUS(akv_gguf_quantize(AKV_GGUF_TYPE_Q4_0, y, 48, b), AKV_EINVAL);
         CHECK(akv_gguf_can_dequant(AKV_GGUF_TYPE_Q6_K));
-        CHECK(!akv_gguf_can_dequant(AKV_GGUF_TYPE_Q5_0));
+        CHECK(akv_gguf_can_dequant(AKV_GGUF_TYPE_Q5_0) && !akv_gguf_can_dequant(AKV_GGUF_TYPE_Q3_K));
         CHECK(akv_gguf_can_quantize(AKV_GGUF_TYPE_Q4_1));
         CHECK(akv_gguf_can_quantize(AKV_GGUF_TYPE_Q6_K));
         CHECK(!akv_gguf_can_quantize(AKV_GGUF_TYPE_Q5_0));

@@ -75,12 +75,15 @@ typedef struct akv_attn_host_part {
                                  q8 / q4 = compact pages of that layout for an exact page of
                                  dtype, read in place (q4's K rows are rotated: the query is
                                  rotated the same way) */
+    uint32_t first_skip;      /* tokens at the start of the first page not attended (a sliding
+                                 window's start); below that page's token count */
 } akv_attn_host_part;
 
 /* AKV_EINVAL (logged, naming the field) for a part the functions below cannot read: a NULL
  * page or query, a zero or oversize shape, a dtype other than the three, a last_len outside
- * 1..page_tokens, a bad scale, a representation that is not one or cannot hold the shape
- * (q4: head_dim a power of two, at least 32). */
+ * 1..page_tokens, a first_skip that leaves the first page nothing, a bad scale, a
+ * representation that is not one or cannot hold the shape (q4: head_dim a power of two, at
+ * least 32). */
 akv_status akv_attn_host_part_check(const akv_attn_host_part *p);
 
 /* Chunks of the part per K/V head: its pages cut into runs of max(1, CHUNK_TOKENS /

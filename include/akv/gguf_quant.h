@@ -11,6 +11,9 @@
  *   Q4_0   32   18     d:f16, qs:u8[16]                 d * (nib(i) - 8)
  *   Q4_1   32   20     d:f16, m:f16, qs:u8[16]          d * nib(i) + m
  *                      nib(i) = qs[i] & 15 for i < 16, qs[i - 16] >> 4 for i >= 16
+ *   Q5_0   32   22     d:f16, qh:u32, qs:u8[16]         d * (q5(i) - 16)
+ *   Q5_1   32   24     d:f16, m:f16, qh:u32, qs:u8[16]  d * q5(i) + m
+ *                      q5(i) = nib(i) | (bit i of qh) << 4 (decoded only: no quantiser)
  *   Q4_K  256  144     d:f16, dmin:f16, scales:u8[12],  d * sc[j] * q4(i) - dmin * mn[j],
  *                      qs:u8[128]                       j = i / 32 (8 sub-blocks of 32);
  *                      sc[j], mn[j] are 6-bit: for j < 4 the low 6 bits of scales[j] and

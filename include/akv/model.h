@@ -2,10 +2,13 @@
  * akv/model.h — a Llama-family model read from a GGUF file: its configuration and its weights.
  *
  * Architectures: `llama` (Llama 2/3, SmolLM, Mistral-style dense models), `qwen2` (the same
- * block with a bias on Q, K and V and the NEOX RoPE layout) and `qwen3` (dense: qwen2's block
- * without the biases, each Q and K head RMS-normalised before RoPE). Every hyperparameter
+ * block with a bias on Q, K and V and the NEOX RoPE layout), `qwen3` (dense: qwen2's block
+ * without the biases, each Q and K head RMS-normalised before RoPE) and `gemma3` (qwen3's
+ * attention with each sub-block's output RMS-normalised before its residual add, a GELU-tanh
+ * gate, the embedding scaled by sqrt(n_embd), local layers that attend a sliding window with
+ * their own RoPE base; the host pass only). Every hyperparameter
  * comes from the file's metadata under the architecture's prefix (`llama.*`, `qwen2.*`,
- * `qwen3.*`); the defaults
+ * `qwen3.*`, `gemma3.*`); the defaults
  * below are those of the GGUF convention (a key whose absence has a defined meaning), never
  * a model's numbers from memory:
  *
@@ -24,6 +27,12 @@
  *                                                      "yarn"/others: AKV_EUNSUPPORTED
  *   vocab_size                            n_vocab      rows of token_embd.weight
  *   expert_count                          -            0; > 0 (mixture of experts): unsupported
+ * gemma3 also (llama.cpp's reading of the same keys):
+ *   attention.sliding_window              n_swa        0 (every layer global)
+ *   attention.sliding_window_pattern      swa_pattern  6 (an array form: unsupported)
+ *   rope.freq_base_swa                    rope_base_swa 10000
+ *   final_logit_softcapping               -            0; non-zero: unsupported
+ *   attn_scale: 1/sqrt(n_embd/n_heads) for the 62-layer (27B) shape, else 1/sqrt(head_dim)
  * Llama 3's RoPE scaling travels as the tensor rope_freqs.weight ([n_rot/2] divisors of each
  * pair's frequency, as llama.cpp applies them); its presence sets has_rope_factors.
  *
@@ -43,6 +52,8 @@
  *   blk.L.ffn_gate.weight    [n_ff][n_embd]
  *   blk.L.ffn_up.weight      [n_ff][n_embd]
  *   blk.L.ffn_down.weight    [n_embd][n_ff]
+ *   blk.L.post_attention_norm.weight [n_embd]      gemma3: the attention's output normalised
+ *   blk.L.post_ffw_norm.weight       [n_embd]      gemma3: the feed-forward's output normalised
  * Every required tensor must exist with exactly its shape (AKV_EFORMAT naming the tensor, the
  * shape found and the shape expected); a tensor of a type this build cannot dequantise is
  * AKV_EUNSUPPORTED naming both; a non-finite weight (or block scale) is AKV_EFORMAT naming
@@ -80,7 +91,15 @@ typedef enum akv_model_arch {
     AKV_MODEL_ARCH_LLAMA = 0,
     AKV_MODEL_ARCH_QWEN2 = 1,
     AKV_MODEL_ARCH_QWEN3 = 2,
+    AKV_MODEL_ARCH_GEMMA3 = 3,
 } akv_model_arch;
+
+/* The feed-forward block's gate: SWIGLU = silu(gate) * up; GEGLU = gelu(gate) * up with the
+ * tanh approximation of GELU (0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))). */
+typedef enum akv_ffn_act {
+    AKV_FFN_SWIGLU = 0,
+    AKV_FFN_GEGLU = 1,
+} akv_ffn_act;
 
 typedef struct akv_model_config {
     akv_model_arch arch;
@@ -101,8 +120,22 @@ typedef struct akv_model_config {
     bool has_rope_factors;   /* rope_freqs.weight present (Llama 3 scaling) */
     bool tied_output;        /* no output.weight: the output reuses token_embd */
     bool has_qkv_bias;       /* Q, K, V carry a bias (qwen2) */
-    bool has_qk_norm;        /* each head of Q and K RMS-normalised before RoPE (qwen3) */
+    bool has_qk_norm;        /* each head of Q and K RMS-normalised before RoPE (qwen3, gemma3) */
+    bool has_post_norms;     /* each sub-block's output RMS-normalised (attn_post_norm,
+                                ffn_post_norm) before its residual add (gemma3) */
+    akv_ffn_act ffn_act;     /* SWIGLU; GEGLU for gemma3 */
+    float embd_scale;        /* the embedding's rows times this (gemma3: sqrt(n_embd)); 1 = none */
+    float attn_scale;        /* attention score scale; 0 = 1/sqrt(head_dim) */
+    uint32_t n_swa;          /* local layers' sliding window, tokens: a query sees the n_swa
+                                newest keys, itself included; 0 = every layer global */
+    uint32_t swa_pattern;    /* layer l is local when n_swa and l % swa_pattern < swa_pattern - 1 */
+    double rope_base_swa;    /* RoPE theta of local layers */
 } akv_model_config;
+
+/* Whether layer l attends through the sliding window (akv_model_config.n_swa). */
+static inline bool akv_model_layer_is_swa(const akv_model_config *c, uint32_t l) {
+    return c->n_swa > 0 && c->swa_pattern > 0 && l % c->swa_pattern < c->swa_pattern - 1;
+}
 
 /* A weight matrix [rows][cols] in its storage format: row r is row_bytes bytes at data + r *
  * row_bytes (akv_ops_wrow_bytes(type, cols)); F32 rows are floats. */
@@ -137,6 +170,8 @@ typedef struct akv_model_layer {
     const float *ffn_norm;        /* [n_embd] */
     akv_model_mat w_gate, w_up;   /* [n_ff][n_embd] */
     akv_model_mat w_down;         /* [n_embd][n_ff] */
+    const float *attn_post_norm;  /* [n_embd] or NULL (has_post_norms) */
+    const float *ffn_post_norm;   /* [n_embd] or NULL (has_post_norms) */
 } akv_model_layer;
 
 typedef struct akv_model akv_model;
@@ -188,6 +223,8 @@ akv_status akv_model_mat_row_f32(const akv_model_mat *w, uint32_t row, float *ou
 /* The RoPE angle per position of each pair: [n_rot/2] radians (base, linear scale and Llama 3
  * factors folded in; akv_ops_ref_rope_freqs). */
 const float *akv_model_rope_inv_freq(const akv_model *m);
+/* The same for layer l: local layers (akv_model_layer_is_swa) take rope_base_swa. */
+const float *akv_model_rope_inv_freq_layer(const akv_model *m, uint32_t l);
 
 /* The open file (metadata for the tokenizer and the chat template). */
 const akv_gguf *akv_model_gguf(const akv_model *m);

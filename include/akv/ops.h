@@ -70,6 +70,10 @@ void akv_ops_ref_rope(float *x, size_t n_tokens, uint32_t n_heads, uint32_t head
 /* SwiGLU: y[i] = silu(gate[i]) * up[i], silu(g) = g / (1 + exp(-g)). y may equal gate or up. */
 void akv_ops_ref_swiglu(float *y, const float *gate, const float *up, size_t n);
 
+/* GeGLU: y[i] = gelu(gate[i]) * up[i] with GELU's tanh approximation,
+ * gelu(g) = 0.5 g (1 + tanh(sqrt(2/pi) g (1 + 0.044715 g^2))). y may equal gate or up. */
+void akv_ops_ref_geglu(float *y, const float *gate, const float *up, size_t n);
+
 /* Embedding lookup: y[t] = table[ids[t]] (rows of n_embd floats) for t < n_ids.
  * AKV_EINVAL (logged, naming the position and id) if an id is outside [0, n_vocab);
  * nothing is written then. */

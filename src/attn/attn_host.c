@@ -88,6 +88,8 @@ akv_status akv_attn_host_part_check(const akv_attn_host_part *p) {
     else if (p->repr >= AKV_REPR_COUNT) bad = "repr is not a representation";
     else if (p->n_pages && (p->last_len == 0 || p->last_len > p->page_tokens))
         bad = "last_len out of 1..page_tokens";
+    else if (p->first_skip && p->first_skip >= (p->n_pages == 1 ? p->last_len : p->page_tokens))
+        bad = "first_skip leaves the first page no token";
     akv_repr_layout l;
     if (!bad && p->repr != AKV_REPR_EXACT &&
         akv_repr_layout_of((akv_repr)p->repr, p->dtype, p->n_kv_heads, p->page_tokens, p->head_dim,
@@ -416,7 +418,7 @@ static void hp_chunk(const akv_attn_host_part *p, akv_attn_host_isa isa, uint32_
         for (uint32_t pg = page0; pg < page1; pg++) {
             const unsigned char *page = p->pages[pg];
             const uint32_t n = pg + 1 == p->n_pages ? p->last_len : P;
-            for (uint32_t t0 = 0; t0 < n; t0 += HP_BLOCK) {
+            for (uint32_t t0 = pg == 0 ? p->first_skip : 0; t0 < n; t0 += HP_BLOCK) {
                 const uint32_t nb = n - t0 < HP_BLOCK ? n - t0 : HP_BLOCK;
                 /* the next block's rows (this page's, else the next page's first) requested
                  * while this one computes: the kernel reads memory as one stream */

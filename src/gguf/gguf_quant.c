@@ -1,6 +1,6 @@
 /*
- * gguf_quant.c — block decoders and encoders (F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q4_K, Q5_K,
- * Q6_K). akv/gguf_quant.h has the block layouts.
+ * gguf_quant.c — block decoders (F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K,
+ * Q6_K) and encoders (the same but Q5_0 and Q5_1). akv/gguf_quant.h has the block layouts.
  *
  * Every decoder turns one block at `b` (any alignment) into block_elems floats; the row
  * functions loop over blocks. The bf16 path decodes a block to f32 on the stack and rounds.
@@ -56,6 +56,28 @@ static void dec_q4_1(const uint8_t *b, float *y) {
         y[i] = d * (float)(qs[i] & 15) + m;
         y[i + QK / 2] = d * (float)(qs[i] >> 4) + m;
     }
+}
+
+/* Q5_0 (m NULL) and Q5_1: element i's fifth bit is bit i of the 32-bit qh, above nib(i). */
+static void dec_q5(const uint8_t *b, float d, const float *m, const uint8_t *qh4, float *y) {
+    const uint32_t qh = akv__gguf_ld32(qh4);
+    const uint8_t *qs = qh4 + 4;
+    for (int i = 0; i < QK / 2; i++) {
+        const int lo = (qs[i] & 15) | (int)((qh >> i) & 1) << 4;
+        const int hi = (qs[i] >> 4) | (int)((qh >> (i + 16)) & 1) << 4;
+        y[i] = m ? d * (float)lo + *m : d * (float)(lo - 16);
+        y[i + QK / 2] = m ? d * (float)hi + *m : d * (float)(hi - 16);
+    }
+    (void)b;
+}
+
+static void dec_q5_0(const uint8_t *b, float *y) {
+    dec_q5(b, ld_f16(b), NULL, b + 2, y);
+}
+
+static void dec_q5_1(const uint8_t *b, float *y) {
+    const float m = ld_f16(b + 2);
+    dec_q5(b, ld_f16(b), &m, b + 4, y);
 }
 
 /* The 6-bit scale and min of Q4_K sub-block j from the 12 packed bytes. */
@@ -131,6 +153,8 @@ static dec_fn decoder(uint32_t type) {
     case AKV_GGUF_TYPE_Q8_0: return dec_q8_0;
     case AKV_GGUF_TYPE_Q4_0: return dec_q4_0;
     case AKV_GGUF_TYPE_Q4_1: return dec_q4_1;
+    case AKV_GGUF_TYPE_Q5_0: return dec_q5_0;
+    case AKV_GGUF_TYPE_Q5_1: return dec_q5_1;
     case AKV_GGUF_TYPE_Q4_K: return dec_q4_k;
     case AKV_GGUF_TYPE_Q5_K: return dec_q5_k;
     case AKV_GGUF_TYPE_Q6_K: return dec_q6_k;

@@ -74,6 +74,33 @@ static akv_status cfg_rope_scaling(const akv_gguf *g, const char *arch, double *
     return AKV_OK;
 }
 
+/* Gemma 3's own keys (akv/model.h), as llama.cpp reads them. */
+static akv_status cfg_gemma3(const akv_gguf *g, const char *arch, akv_model_config *c) {
+    akv_status st;
+    char key[96];
+    snprintf(key, sizeof key, "%s.attention.sliding_window_pattern", arch);
+    akv_gguf_arr pat;
+    if (akv_gguf_get_arr(g, key, &pat) == AKV_OK) {
+        AKV_LOG_E("model: key '%s' is an array (a layer-by-layer pattern): not supported", key);
+        return AKV_EUNSUPPORTED;
+    }
+    double cap;
+    if ((st = cfg_u32(g, arch, "attention.sliding_window", false, 0, &c->n_swa)) ||
+        (st = cfg_u32(g, arch, "attention.sliding_window_pattern", false, 6, &c->swa_pattern)) ||
+        (st = cfg_f64(g, arch, "rope.freq_base_swa", false, 10000.0, &c->rope_base_swa)) ||
+        (st = cfg_f64(g, arch, "final_logit_softcapping", false, 0.0, &cap)))
+        return st;
+    if (cap != 0.0) return cfg_bad(arch, "final_logit_softcapping", "is not implemented (only 0)", cap);
+    if (!(c->rope_base_swa > 1) || isinf(c->rope_base_swa))
+        return cfg_bad(arch, "rope.freq_base_swa", "must be finite and > 1", c->rope_base_swa);
+    if (c->n_swa && c->swa_pattern == 0)
+        return cfg_bad(arch, "attention.sliding_window_pattern", "must be > 0", 0);
+    c->embd_scale = sqrtf((float)c->n_embd);
+    /* gemma_pytorch's query_pre_attn_scalar: n_embd / n_heads for the 27B shape, else head_dim */
+    c->attn_scale = c->n_layers == 62 ? 1.0f / sqrtf((float)c->n_embd / (float)c->n_heads) : 0.0f;
+    return AKV_OK;
+}
+
 akv_status akv_model_config_read(const akv_gguf *g, akv_model_config *out) {
     if (!g || !out) return AKV_EINVAL;
     akv_model_config c;
@@ -97,9 +124,14 @@ akv_status akv_model_config_read(const akv_gguf *g, akv_model_config *out) {
         c.arch = AKV_MODEL_ARCH_QWEN3;
         c.rope_mode = AKV_ROPE_NEOX;
         c.has_qk_norm = true;
+    } else if (a.len == 6 && !memcmp(a.ptr, "gemma3", 6)) {
+        c.arch = AKV_MODEL_ARCH_GEMMA3;
+        c.rope_mode = AKV_ROPE_NEOX;
+        c.has_qk_norm = c.has_post_norms = true;
+        c.ffn_act = AKV_FFN_GEGLU;
     } else {
         AKV_LOG_E("model: key 'general.architecture' = '%.*s' is not supported (llama, qwen2, "
-                  "qwen3)",
+                  "qwen3, gemma3)",
                   (int)(a.len > 64 ? 64 : a.len), a.ptr);
         return AKV_EUNSUPPORTED;
     }
@@ -190,6 +222,10 @@ akv_status akv_model_config_read(const akv_gguf *g, akv_model_config *out) {
         return cfg_bad(arch, "vocab_size", "differs from the rows of token_embd.weight",
                        n_vocab_key);
     c.n_vocab = n_vocab_key;
+
+    c.embd_scale = 1.0f;
+    c.rope_base_swa = c.rope_base;
+    if (c.arch == AKV_MODEL_ARCH_GEMMA3 && (st = cfg_gemma3(g, arch, &c))) return st;
 
     const akv_gguf_tensor *t;
     c.has_rope_factors = akv_gguf_find_tensor(g, "rope_freqs.weight", &t) == AKV_OK;

@@ -42,6 +42,7 @@ struct akv_forward {
     float *att_past, *lse_past; /* [T][n_heads*head_dim], [T][n_heads] */
     float *gate, *up;     /* [T][n_ff] */
     float *cos_t, *sin_t; /* [T][n_rot/2] */
+    float *cos_s, *sin_s; /* [T][n_rot/2] local layers' (their own RoPE base), or NULL */
     int32_t *pos;         /* [T] */
     int32_t *qo;          /* [T+1] a prefill group's rows, rebased to 0 */
     akv__fwd_group *groups; /* [T] */
@@ -94,6 +95,10 @@ akv_status akv_forward_create(const akv_model *model, const akv_forward_params *
     f->up = akv__calloc(T * c->n_ff, sizeof(float));
     f->cos_t = akv__calloc(T * (c->n_rot / 2), sizeof(float));
     f->sin_t = akv__calloc(T * (c->n_rot / 2), sizeof(float));
+    if (c->n_swa) {
+        f->cos_s = akv__calloc(T * (c->n_rot / 2), sizeof(float));
+        f->sin_s = akv__calloc(T * (c->n_rot / 2), sizeof(float));
+    }
     f->pos = akv__calloc(T, sizeof(int32_t));
     f->qo = akv__calloc(T + 1, sizeof(int32_t));
     f->groups = akv__calloc(T, sizeof *f->groups);
@@ -103,7 +108,7 @@ akv_status akv_forward_create(const akv_model *model, const akv_forward_params *
     f->xq_mem = akv__malloc(
         akv_ops_q8_bytes(T, (k_max + AKV_OPS_QBLOCK - 1) / AKV_OPS_QBLOCK * AKV_OPS_QBLOCK));
     if (!f->xq_mem || !f->x || !f->h || !f->tmp || !f->q || !f->k || !f->v || !f->att || !f->lse || !f->gate ||
-        !f->up || !f->cos_t || !f->sin_t || !f->pos || !f->qo || !f->groups || !f->hp) {
+        !f->up || !f->cos_t || !f->sin_t || (c->n_swa && (!f->cos_s || !f->sin_s)) || !f->pos || !f->qo || !f->groups || !f->hp) {
         akv_forward_destroy(f);
         return AKV_ENOMEM;
     }
@@ -118,6 +123,7 @@ void akv_forward_destroy(akv_forward *f) {
     akv__free(f->v), akv__free(f->att), akv__free(f->gate), akv__free(f->up);
     akv__free(f->lse), akv__free(f->att_past), akv__free(f->lse_past);
     akv__free(f->cos_t), akv__free(f->sin_t), akv__free(f->pos), akv__free(f->qo);
+    akv__free(f->cos_s), akv__free(f->sin_s);
     akv__free(f->groups), akv__free(f->xq_mem);
     akv__free(f->hp), akv__free(f->hp_pages), akv__free(f->hp_scratch);
     akv__free(f);
@@ -213,7 +219,7 @@ static akv_status forward_check_parts(const akv_model_config *c, uint32_t layer,
  * holds. The parts' chunks go over the pass's threads. o [n_rows][n_heads][head_dim] and lse
  * [n_rows][n_heads] at the group's first row. */
 static akv_status forward_attend_rows(akv_forward *f, const akv_attn_pages *v,
-                                      const akv__fwd_group *g, float *o, float *lse) {
+                                      const akv__fwd_group *g, uint32_t window, float *o, float *lse) {
     const akv_model_config *c = akv_model_get_config(f->model);
     const size_t q_dim = (size_t)c->n_heads * c->head_dim;
     const int32_t *indptr = (const int32_t *)(uintptr_t)v->indptr.addr;
@@ -238,8 +244,13 @@ static akv_status forward_attend_rows(akv_forward *f, const akv_attn_pages *v,
         for (uint32_t i = 0; i < n; i++, r++) {
             const uint64_t keys = v->past ? len : len - n + i + 1; /* the causal rule */
             const uint32_t kp = (uint32_t)((keys + P - 1) / P);
-            f->hp[r] = (akv_attn_host_part){.pages = f->hp_pages + (indptr[si] - indptr[0]),
-                                            .n_pages = kp,
+            /* a local layer's row sees its `window` newest keys, itself included */
+            const uint64_t first = window && keys > window ? keys - window : 0;
+            const uint32_t p0 = (uint32_t)(first / P);
+            f->hp[r] = (akv_attn_host_part){.pages = f->hp_pages + (indptr[si] - indptr[0]) + p0,
+                                            .n_pages = kp - p0,
+                                            .first_skip = (uint32_t)(first % P),
+                                            .scale = c->attn_scale,
                                             .last_len = kp ? (uint32_t)(keys - (uint64_t)(kp - 1) * P) : 1,
                                             .n_kv_heads = v->n_kv_heads,
                                             .head_dim = v->head_dim,
@@ -261,7 +272,8 @@ static akv_status forward_attend_rows(akv_forward *f, const akv_attn_pages *v,
  * past part of older history, whose states merge into the exact part's exactly (akv/attn.h),
  * the rows' chunks spread over the pass's threads. */
 static akv_status forward_attend_group(akv_forward *f, const akv_kv_parts *parts,
-                                       const akv_forward_batch *b, const akv__fwd_group *g) {
+                                       const akv_forward_batch *b, const akv__fwd_group *g,
+                                       uint32_t window) {
     const akv_model_config *c = akv_model_get_config(f->model);
     const size_t q_dim = (size_t)c->n_heads * c->head_dim,
                  kv_dim = (size_t)c->n_kv_heads * c->head_dim;
@@ -285,11 +297,11 @@ static akv_status forward_attend_group(akv_forward *f, const akv_kv_parts *parts
     akv_status st = akv_attn_ref_append(&ap);
     if (st) return st;
     float *att = f->att + g->row0 * q_dim, *lse = f->lse + g->row0 * c->n_heads;
-    if ((st = forward_attend_rows(f, &v, g, att, lse))) return st;
+    if ((st = forward_attend_rows(f, &v, g, window, att, lse))) return st;
     for (uint32_t i = 1; i < parts->n_parts; i++) {
         const akv_attn_pages past = akv__forward_view(&parts->part[i].kv, g);
         float *op = f->att_past + g->row0 * q_dim, *lp = f->lse_past + g->row0 * c->n_heads;
-        if ((st = forward_attend_rows(f, &past, g, op, lp))) return st;
+        if ((st = forward_attend_rows(f, &past, g, 0, op, lp))) return st;
         for (size_t r = 0; r < (size_t)g->n_rows * c->n_heads; r++)
             akv_attn_merge_state(c->head_dim, att + r * c->head_dim, lse + r,
                                  op + r * c->head_dim, lp[r]);
@@ -320,10 +332,13 @@ akv_status akv_forward_step(akv_forward *f, const akv_forward_batch *b, const ak
     akv_status st = akv_forward_batch_check(b, f->params.max_step_tokens, c->n_vocab, "forward", &n);
     if (st) return st;
     size_t E = c->n_embd, q_dim = (size_t)c->n_heads * c->head_dim;
-    for (uint32_t t = 0; t < n; t++)
-        if ((st = akv_model_mat_row_f32(akv_model_tok_embd(m), (uint32_t)b->tokens[t],
-                                        f->x + (size_t)t * E)))
+    for (uint32_t t = 0; t < n; t++) {
+        float *row = f->x + (size_t)t * E;
+        if ((st = akv_model_mat_row_f32(akv_model_tok_embd(m), (uint32_t)b->tokens[t], row)))
             return st;
+        if (c->embd_scale != 1.0f)
+            for (size_t e = 0; e < E; e++) row[e] *= c->embd_scale;
+    }
     f->n_last = n;
     const uint32_t n_groups = akv__forward_groups(b, FWD_HOST_DECODE, f->groups);
 
@@ -332,6 +347,12 @@ akv_status akv_forward_step(akv_forward *f, const akv_forward_batch *b, const ak
         for (uint32_t i = 0; i < b->n_new[s]; i++)
             f->pos[t++] = (int32_t)(b->pos0[s] + i);
     akv_ops_ref_rope_table(f->pos, n, akv_model_rope_inv_freq(m), c->n_rot, f->cos_t, f->sin_t);
+    for (uint32_t l = 0; c->n_swa && l < c->n_layers; l++) /* the local layers' own base */
+        if (akv_model_layer_is_swa(c, l)) {
+            akv_ops_ref_rope_table(f->pos, n, akv_model_rope_inv_freq_layer(m, l), c->n_rot,
+                                   f->cos_s, f->sin_s);
+            break;
+        }
 
     for (uint32_t l = 0; l < f->n_layers; l++) {
         const akv_model_layer *L = akv_model_get_layer(m, l);
@@ -345,10 +366,10 @@ akv_status akv_forward_step(akv_forward *f, const akv_forward_batch *b, const ak
             akv_ops_ref_rmsnorm(f->q, f->q, L->q_norm, (size_t)n * c->n_heads, c->head_dim, c->rms_eps);
             akv_ops_ref_rmsnorm(f->k, f->k, L->k_norm, (size_t)n * c->n_kv_heads, c->head_dim, c->rms_eps);
         }
-        akv_ops_ref_rope(f->q, n, c->n_heads, c->head_dim, c->n_rot, c->rope_mode, f->cos_t,
-                         f->sin_t);
-        akv_ops_ref_rope(f->k, n, c->n_kv_heads, c->head_dim, c->n_rot, c->rope_mode, f->cos_t,
-                         f->sin_t);
+        const bool local = akv_model_layer_is_swa(c, l);
+        const float *cs = local ? f->cos_s : f->cos_t, *sn = local ? f->sin_s : f->sin_t;
+        akv_ops_ref_rope(f->q, n, c->n_heads, c->head_dim, c->n_rot, c->rope_mode, cs, sn);
+        akv_ops_ref_rope(f->k, n, c->n_kv_heads, c->head_dim, c->n_rot, c->rope_mode, cs, sn);
 
         /* the history: the route places the pages, the attention writes and reads them */
         akv_kv_parts parts;
@@ -356,10 +377,18 @@ akv_status akv_forward_step(akv_forward *f, const akv_forward_batch *b, const ak
         parts.q = akv_attn_host_ptr(f->q), parts.q_stride = (uint32_t)q_dim, parts.n_heads = c->n_heads;
         if ((st = kv->begin_layer(kv->user, l, &parts))) return st;
         if ((st = forward_check_parts(c, l, &parts, b, n))) return st;
+        if (local && (parts.n_parts > 1 || parts.host_o.addr)) {
+            AKV_LOG_E("forward: layer %u attends a sliding window: it takes its history as one "
+                      "exact part (a compact tier's or the host-attended route's parts carry no "
+                      "window yet)",
+                      l);
+            return AKV_EUNSUPPORTED;
+        }
         if (parts.n_parts > 1 && !f->att_past && (st = forward_alloc_parts(f)))
             return st;
         for (uint32_t gi = 0; gi < n_groups; gi++)
-            if ((st = forward_attend_group(f, &parts, b, &f->groups[gi]))) return st;
+            if ((st = forward_attend_group(f, &parts, b, &f->groups[gi], local ? c->n_swa : 0)))
+                return st;
         if (parts.host_o.addr) { /* the host part's states (a row a sequence), merged exactly */
             const float *ho = (const float *)(uintptr_t)parts.host_o.addr,
                         *hl = (const float *)(uintptr_t)parts.host_lse.addr;
@@ -371,16 +400,19 @@ akv_status akv_forward_step(akv_forward *f, const akv_forward_batch *b, const ak
 
         in = fwd_in_make(f->att, n, q_dim);
         fwd_matmul(f, f->tmp, &in, &L->wo, NULL);
+        if (L->attn_post_norm) akv_ops_ref_rmsnorm(f->tmp, f->tmp, L->attn_post_norm, n, E, c->rms_eps);
         akv_ops_ref_add(f->x, f->tmp, n * E);
 
-        /* feed-forward block: SwiGLU */
+        /* feed-forward block: SwiGLU or GeGLU */
         akv_ops_ref_rmsnorm(f->h, f->x, L->ffn_norm, n, E, c->rms_eps);
         in = fwd_in_make(f->h, n, E);
         fwd_matmul(f, f->gate, &in, &L->w_gate, NULL);
         fwd_matmul(f, f->up, &in, &L->w_up, NULL);
-        akv_ops_ref_swiglu(f->gate, f->gate, f->up, (size_t)n * c->n_ff);
+        if (c->ffn_act == AKV_FFN_GEGLU) akv_ops_ref_geglu(f->gate, f->gate, f->up, (size_t)n * c->n_ff);
+        else akv_ops_ref_swiglu(f->gate, f->gate, f->up, (size_t)n * c->n_ff);
         in = fwd_in_make(f->gate, n, c->n_ff);
         fwd_matmul(f, f->tmp, &in, &L->w_down, NULL);
+        if (L->ffn_post_norm) akv_ops_ref_rmsnorm(f->tmp, f->tmp, L->ffn_post_norm, n, E, c->rms_eps);
         akv_ops_ref_add(f->x, f->tmp, n * E);
     }
 

@@ -347,6 +347,14 @@ static akv_status fdev_create_common(akv_dev *dev, const akv_model_config *c, co
     akv_dev_info info;
     akv_status st = akv_attn_tuning_check(&p.attn); /* logs the field */
     if (st || (st = akv_dev_get_info(dev, &info))) return st;
+    if (c->has_post_norms || c->ffn_act != AKV_FFN_SWIGLU || c->n_swa || c->embd_scale != 1.0f ||
+        c->attn_scale != 0.0f) {
+        AKV_LOG_E("forward_dev: the device pass does not run %s models yet (post-norms, a GeGLU "
+                  "gate, sliding-window layers, a scaled embedding); run it on the CPU "
+                  "(--device cpu)",
+                  c->arch_name);
+        return AKV_EUNSUPPORTED;
+    }
     if (!info.is_host && c->head_dim != 64 && c->head_dim != 128) {
         AKV_LOG_E("forward_dev: the model's head dimension %u is not supported by the %s "
                   "attention kernels (64 or 128); run it on the CPU",

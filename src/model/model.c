@@ -19,7 +19,8 @@ struct akv_model {
     akv_model_layer *layers; /* [n_layers] pointers into the arena */
     akv_model_mat tok_embd, output;
     const float *output_norm;
-    float *inv_freq; /* [n_rot/2] */
+    float *inv_freq;     /* [n_rot/2] */
+    float *inv_freq_swa; /* [n_rot/2] local layers' (rope_base_swa); = inv_freq without them */
 };
 
 /* One tensor to bind: where its data goes and the shape it must have. */
@@ -146,6 +147,8 @@ static akv_status model_bind_all(akv_model *m, model_bind *binds, size_t *n_bind
             {"ffn_gate.weight", c->n_embd, c->n_ff, NULL, &L->w_gate, true},
             {"ffn_up.weight", c->n_embd, c->n_ff, NULL, &L->w_up, true},
             {"ffn_down.weight", c->n_ff, c->n_embd, NULL, &L->w_down, true},
+            {"post_attention_norm.weight", c->n_embd, 0, &L->attn_post_norm, NULL, c->has_post_norms},
+            {"post_ffw_norm.weight", c->n_embd, 0, &L->ffn_post_norm, NULL, c->has_post_norms},
         };
         for (size_t i = 0; i < sizeof ts / sizeof ts[0]; i++) {
             if (!ts[i].required && ts[i].vec) { /* a vector of another architecture (a bias, a
@@ -202,7 +205,12 @@ static akv_status model_rope(akv_model *m) {
         }
     }
     st = akv_ops_ref_rope_freqs(c->rope_base, c->n_rot, c->rope_freq_scale, factors, m->inv_freq);
+    if (!st && c->n_swa) { /* llama.cpp: local layers take their base, scale 1, no factors */
+        if (!(m->inv_freq_swa = akv__calloc(n_pairs, sizeof *m->inv_freq_swa))) st = AKV_ENOMEM;
+        else st = akv_ops_ref_rope_freqs(c->rope_base_swa, c->n_rot, 1.0, NULL, m->inv_freq_swa);
+    }
     akv__free(factors);
+    if (st == AKV_ENOMEM) return st;
     if (st) {
         AKV_LOG_E("model: the RoPE parameters of the file are invalid (see above)");
         return AKV_EFORMAT;
@@ -310,7 +318,7 @@ static akv_status model_load(akv_gguf *g, const akv_model_load_params *params, a
 
     st = AKV_ENOMEM;
     m->layers = akv__calloc(c->n_layers, sizeof *m->layers);
-    binds = akv__calloc(3 + (size_t)c->n_layers * 12, sizeof *binds);
+    binds = akv__calloc(3 + (size_t)c->n_layers * 16, sizeof *binds); /* at most 16 a layer (model_bind_all) */
     if (!m->layers || !binds) goto fail;
     size_t n_binds = 0;
     if ((st = model_bind_all(m, binds, &n_binds))) goto fail;
@@ -400,6 +408,7 @@ void akv_model_destroy(akv_model *m) {
     akv__free(m->arena);
     akv__free(m->layers);
     akv__free(m->inv_freq);
+    akv__free(m->inv_freq_swa);
     akv_gguf_close(m->gguf);
     akv__free(m);
 }
@@ -444,6 +453,10 @@ akv_status akv_model_mat_row_f32(const akv_model_mat *w, uint32_t row, float *ou
     }
     return akv_gguf_dequant_f32(model_gguf_type(w->type), src, w->cols, out);
 }
+const float *akv_model_rope_inv_freq_layer(const akv_model *m, uint32_t l) {
+    return akv_model_layer_is_swa(&m->cfg, l) ? m->inv_freq_swa : m->inv_freq;
+}
+
 const float *akv_model_rope_inv_freq(const akv_model *m) {
     return m->inv_freq;
 }

@@ -251,7 +251,7 @@ akv_status akv_route_host_rate(const akv_geom *g, uint32_t n_heads, uint32_t thr
             parts[i] = (akv_attn_host_part){pages + (size_t)i * per, per, g->page_tokens,
                                             g->n_kv_heads, g->head_dim, g->page_tokens, g->dtype,
                                             n_heads, q + (size_t)i * n_heads * g->head_dim, 0.0f,
-                                            AKV_REPR_EXACT};
+                                            AKV_REPR_EXACT, 0};
         scratch = akv__malloc(akv__attn_host_scratch_floats(parts, n_seq) * sizeof *scratch + 1);
         if (!scratch) st = AKV_ENOMEM;
         double best = 0;
