@@ -72,7 +72,8 @@ static void q8_block_portable(const float *v, int8_t *q, int32_t *ls, float *d_o
  *   Q8_0  u = q (signed), ws = d, o = 0          Q4_K  u = q, ws = d * sc, o = 0, mw = -(dmin * mn)
  *   Q4_0  u = q, ws = d, o = 8                   Q5_K  as Q4_K with 5-bit q
  *   Q4_1  u = q, ws = d, o = 0, mw = m           Q6_K  u = q, ws = d * sc (lanes 0-3 the first
- *                                                      16 elements' sc, 4-7 the second's), o = 32
+ *   Q5_0  u = q, ws = d, o = 16                        16 elements' sc, 4-7 the second's), o = 32
+ *   Q5_1  u = q, ws = d, o = 0, mw = m
  * The lanes are what an AVX2 maddubs + madd pair yields, so the vector path runs these
  * operations exactly, and every instruction set and batch shape gives the same bits. */
 
@@ -112,6 +113,19 @@ static void qm_unpack(akv_ops_wtype t, const uint8_t *blk, int j, qm_sub *s) {
             s->u[e] = e < QB / 2 ? n[e] & 15 : n[e - QB / 2] >> 4;
         if (t == AKV_OPS_W_Q4_0)
             s->o = 8;
+        else
+            s->has_min = true, s->mw = ld_f16(blk + 2);
+        break;
+    }
+    case AKV_OPS_W_Q5_0:
+    case AKV_OPS_W_Q5_1: { /* element e's fifth bit: bit e of the 32-bit qh */
+        const uint8_t *qh = blk + (t == AKV_OPS_W_Q5_1 ? 4 : 2), *n = qh + 4;
+        const uint32_t h = (uint32_t)qh[0] | (uint32_t)qh[1] << 8 | (uint32_t)qh[2] << 16 | (uint32_t)qh[3] << 24;
+        ws = ld_f16(blk);
+        for (int e = 0; e < QB; e++)
+            s->u[e] = (e < QB / 2 ? n[e] & 15 : n[e - QB / 2] >> 4) | (int32_t)((h >> e) & 1) << 4;
+        if (t == AKV_OPS_W_Q5_0)
+            s->o = 16;
         else
             s->has_min = true, s->mw = ld_f16(blk + 2);
         break;
@@ -210,6 +224,26 @@ qm_unpack_avx2(akv_ops_wtype t, const uint8_t *blk, int j, __m256 *ws, int *o, f
             *mw = qm_f16(blk + 2);
         return _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(n, 4), n), m4);
     }
+    case AKV_OPS_W_Q5_0:
+    case AKV_OPS_W_Q5_1: {
+        const uint8_t *qh = blk + (t == AKV_OPS_W_Q5_1 ? 4 : 2);
+        const __m128i n = _mm_loadu_si128((const __m128i *)(qh + 4));
+        *ws = _mm256_set1_ps(qm_f16(blk));
+        if (t == AKV_OPS_W_Q5_0)
+            *o = 16;
+        else
+            *mw = qm_f16(blk + 2);
+        /* byte e takes byte e / 8 of qh, then keeps bit e % 8 as 0x10 */
+        int32_t h;
+        memcpy(&h, qh, 4);
+        const __m256i hb = _mm256_shuffle_epi8(
+            _mm256_set1_epi32(h), _mm256_set_epi64x(0x0303030303030303LL, 0x0202020202020202LL,
+                                                    0x0101010101010101LL, 0));
+        const __m256i bit = _mm256_set1_epi64x((long long)0x8040201008040201ULL);
+        const __m256i hi = _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(hb, bit), bit),
+                                            _mm256_set1_epi8(16));
+        return _mm256_or_si256(_mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(n, 4), n), m4), hi);
+    }
     case AKV_OPS_W_Q4_K:
     case AKV_OPS_W_Q5_K: {
         int sc, mn;
@@ -261,7 +295,8 @@ qm_unpack_avx2(akv_ops_wtype t, const uint8_t *blk, int j, __m256 *ws, int *o, f
     static TARGET inline __attribute__((always_inline)) void NAME(                                 \
         const akv_ops_wtype t, const int R, const uint8_t *wr, size_t bb, const akv_ops_q8 *x,     \
         size_t k, size_t r0, size_t nb, float *out) {                                              \
-        const bool has_min = t == AKV_OPS_W_Q4_1 || t == AKV_OPS_W_Q4_K || t == AKV_OPS_W_Q5_K;    \
+        const bool has_min = t == AKV_OPS_W_Q4_1 || t == AKV_OPS_W_Q5_1 || t == AKV_OPS_W_Q4_K ||  \
+                             t == AKV_OPS_W_Q5_K;                                                  \
         const unsigned sub_shift =                                                                 \
             t == AKV_OPS_W_Q4_K || t == AKV_OPS_W_Q5_K || t == AKV_OPS_W_Q6_K ? 3 : 0;             \
         __m256 acc[4];                                                                             \
@@ -284,7 +319,7 @@ qm_unpack_avx2(akv_ops_wtype t, const uint8_t *blk, int j, __m256 *ws, int *o, f
                         v, _mm256_sll_epi32(                                                       \
                                _mm256_loadu_si256(                                                 \
                                    (const __m256i *)(x->lsum + (row * nb + b) * QM_LANES)),        \
-                               _mm_cvtsi32_si128(o == 8 ? 3 : 5)));                                \
+                               _mm_cvtsi32_si128(o == 8 ? 3 : o == 16 ? 4 : 5)));                  \
                 acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(v),                                    \
                                          _mm256_mul_ps(ws, _mm256_set1_ps(x->d[row * nb + b])),    \
                                          acc[r]);                                                  \
@@ -313,6 +348,8 @@ QM_DOT_DEFINE(qm_dot_vnni_t, QM_VNNI, qm_idot_vnni)
         QM_CASES(T_FN, AKV_OPS_W_Q8_0)                                                             \
         QM_CASES(T_FN, AKV_OPS_W_Q4_0)                                                             \
         QM_CASES(T_FN, AKV_OPS_W_Q4_1)                                                             \
+        QM_CASES(T_FN, AKV_OPS_W_Q5_0)                                                             \
+        QM_CASES(T_FN, AKV_OPS_W_Q5_1)                                                             \
         QM_CASES(T_FN, AKV_OPS_W_Q4_K)                                                             \
         QM_CASES(T_FN, AKV_OPS_W_Q5_K)                                                             \
         QM_CASES(T_FN, AKV_OPS_W_Q6_K)                                                             \

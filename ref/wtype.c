@@ -24,6 +24,12 @@ static size_t wt_block(akv_ops_wtype t, size_t *bytes) {
     case AKV_OPS_W_Q4_1:
         e = QB, b = 4 + QB / 2;
         break;
+    case AKV_OPS_W_Q5_0:
+        e = QB, b = 2 + 4 + QB / 2;
+        break;
+    case AKV_OPS_W_Q5_1:
+        e = QB, b = 4 + 4 + QB / 2;
+        break;
     case AKV_OPS_W_Q4_K:
         e = QK, b = 4 + 12 + QK / 2;
         break;
@@ -65,6 +71,10 @@ const char *akv_ops_wtype_name(akv_ops_wtype t) {
         return "q4_0";
     case AKV_OPS_W_Q4_1:
         return "q4_1";
+    case AKV_OPS_W_Q5_0:
+        return "q5_0";
+    case AKV_OPS_W_Q5_1:
+        return "q5_1";
     case AKV_OPS_W_Q4_K:
         return "q4_K";
     case AKV_OPS_W_Q5_K:

@@ -39,7 +39,7 @@ typedef struct tm_tensor {
 } tm_tensor;
 
 typedef struct tm_shape {
-    const char *arch; /* "llama", "qwen2" or "qwen3" */
+    const char *arch; /* "llama", "qwen2", "qwen3" or "gemma3" (its window keys: the caller's) */
     uint32_t n_layers, n_embd, n_ff, n_heads, n_kv_heads, n_vocab;
     bool tied;         /* no output.weight */
     bool rope_factors; /* a rope_freqs.weight tensor */
@@ -156,9 +156,13 @@ static inline void tm_init(tm_model *m, const tm_shape *s, uint64_t seed) {
             TM_T("attn_k.bias", kv, 0, 0, ws);
             TM_T("attn_v.bias", kv, 0, 0, ws);
         }
-        if (!strcmp(s->arch, "qwen3")) {
+        if (!strcmp(s->arch, "qwen3") || !strcmp(s->arch, "gemma3")) {
             TM_T("attn_q_norm.weight", hd, 0, 1, 0.2f);
             TM_T("attn_k_norm.weight", hd, 0, 1, 0.2f);
+        }
+        if (!strcmp(s->arch, "gemma3")) {
+            TM_T("post_attention_norm.weight", s->n_embd, 0, 1, 0.2f);
+            TM_T("post_ffw_norm.weight", s->n_embd, 0, 1, 0.2f);
         }
         TM_T("attn_output.weight", q, s->n_embd, 0, ws);
         TM_T("ffn_norm.weight", s->n_embd, 0, 1, 0.2f);

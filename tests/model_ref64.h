@@ -59,7 +59,6 @@ static inline void ref64_forward(const akv_model *m, const int32_t *tokens, size
     const akv_model_config *c = akv_model_get_config(m);
     size_t E = c->n_embd, hd = c->head_dim, H = c->n_heads, KV = c->n_kv_heads, F = c->n_ff;
     size_t qd = H * hd, kd = KV * hd, group = H / KV;
-    const float *inv = akv_model_rope_inv_freq(m);
     double *x = calloc(n * E, 8), *h = calloc(E, 8), *q = calloc(n * qd, 8), *k = calloc(n * kd, 8),
            *v = calloc(n * kd, 8), *att = calloc(qd, 8), *o = calloc(E, 8), *g = calloc(F, 8),
            *u = calloc(F, 8), *sc = calloc(n, 8);
@@ -67,11 +66,14 @@ static inline void ref64_forward(const akv_model *m, const int32_t *tokens, size
     for (size_t t = 0; t < n; t++) {
         if (akv_model_mat_row_f32(akv_model_tok_embd(m), (uint32_t)tokens[t], erow) != AKV_OK) abort();
         for (size_t i = 0; i < E; i++)
-            x[t * E + i] = erow[i];
+            x[t * E + i] = (double)erow[i] * c->embd_scale;
     }
     free(erow);
     for (uint32_t l = 0; l < n_layers; l++) {
         const akv_model_layer *L = akv_model_get_layer(m, l);
+        const float *inv = akv_model_rope_inv_freq_layer(m, l);
+        const size_t window = akv_model_layer_is_swa(c, l) ? c->n_swa : 0;
+        const double scale = c->attn_scale != 0.0f ? c->attn_scale : 1.0 / sqrt((double)hd);
         for (size_t t = 0; t < n; t++) {
             ref64_rmsnorm(h, x + t * E, L->attn_norm, E, c->rms_eps);
             ref64_matvec(q + t * qd, &L->wq, L->bq, h, qd, E);
@@ -85,35 +87,41 @@ static inline void ref64_forward(const akv_model *m, const int32_t *tokens, size
             ref64_rope(k + t * kd, c, inv, KV, t);
         }
         for (size_t t = 0; t < n; t++) {
-            /* causal attention of token t over 0..t, query head j on K/V head j / group */
+            /* causal attention of token t over s0..t (a local layer: its window's newest keys),
+             * query head j on K/V head j / group */
+            const size_t s0 = window && t + 1 > window ? t + 1 - window : 0;
             for (size_t j = 0; j < H; j++) {
                 size_t kh = j / group;
                 double mx = -INFINITY, sum = 0;
-                for (size_t s = 0; s <= t; s++) {
+                for (size_t s = s0; s <= t; s++) {
                     double d = 0;
                     for (size_t i = 0; i < hd; i++)
                         d += q[t * qd + j * hd + i] * k[s * kd + kh * hd + i];
-                    sc[s] = d / sqrt((double)hd);
+                    sc[s] = d * scale;
                     mx = fmax(mx, sc[s]);
                 }
-                for (size_t s = 0; s <= t; s++)
+                for (size_t s = s0; s <= t; s++)
                     sum += sc[s] = exp(sc[s] - mx);
                 for (size_t i = 0; i < hd; i++) {
                     double a = 0;
-                    for (size_t s = 0; s <= t; s++)
+                    for (size_t s = s0; s <= t; s++)
                         a += sc[s] * v[s * kd + kh * hd + i];
                     att[j * hd + i] = a / sum;
                 }
             }
             ref64_matvec(o, &L->wo, NULL, att, E, qd);
+            if (L->attn_post_norm) ref64_rmsnorm(o, o, L->attn_post_norm, E, c->rms_eps);
             for (size_t i = 0; i < E; i++)
                 x[t * E + i] += o[i];
             ref64_rmsnorm(h, x + t * E, L->ffn_norm, E, c->rms_eps);
             ref64_matvec(g, &L->w_gate, NULL, h, F, E);
             ref64_matvec(u, &L->w_up, NULL, h, F, E);
             for (size_t i = 0; i < F; i++)
-                g[i] = g[i] / (1 + exp(-g[i])) * u[i];
+                g[i] = c->ffn_act == AKV_FFN_GEGLU
+                           ? 0.5 * g[i] * (1 + tanh(sqrt(2 / acos(-1.0)) * g[i] * (1 + 0.044715 * g[i] * g[i]))) * u[i]
+                           : g[i] / (1 + exp(-g[i])) * u[i];
             ref64_matvec(o, &L->w_down, NULL, g, E, F);
+            if (L->ffn_post_norm) ref64_rmsnorm(o, o, L->ffn_post_norm, E, c->rms_eps);
             for (size_t i = 0; i < E; i++)
                 x[t * E + i] += o[i];
         }

@@ -177,7 +177,17 @@ int main(int argc, char **argv) {
     tm_shape q3 = llama;
     q3.arch = "qwen3", q3.head_dim = 16, q3.n_heads = 4, q3.n_kv_heads = 1;
     akv_model *m_qwen3 = tm_load(&q3, rng + 2);
-    if (!CHECK(m_llama && m_qwen && m_qwen3)) return test_finish();
+    /* gemma3: head norms, post-norms, GeGLU, a scaled embedding; a window of 5 tokens on the
+     * even layers (pattern 2) with their own RoPE base */
+    tm_shape g3 = llama;
+    g3.arch = "gemma3", g3.n_layers = 3, g3.head_dim = 16, g3.n_heads = 4, g3.n_kv_heads = 1;
+    tm_model gm;
+    tm_init(&gm, &g3, rng + 3);
+    tm_u32(&gm, "attention.sliding_window", 5);
+    tm_u32(&gm, "attention.sliding_window_pattern", 2);
+    tm_f32(&gm, "rope.freq_base_swa", 100.0f);
+    akv_model *m_gemma3 = tm_write_load(&gm);
+    if (!CHECK(m_llama && m_qwen && m_qwen3 && m_gemma3)) return test_finish();
 
     TEST_CASE(llama_f32_pages_chunks_and_decode) {
         /* prompt lengths around the page: 1, P-1, P, P+1, 3P+5 */
@@ -224,6 +234,26 @@ int main(int argc, char **argv) {
          * n_heads (16 x 4 = 64 against 32), one K/V head */
         run_and_check(m_qwen3, 8, AKV_DTYPE_F32, 5, 19, 5, 2e-5, &rng);
         run_and_check(m_qwen3, 16, AKV_DTYPE_F32, 64, 40, 2, 2e-5, &rng);
+    }
+
+    TEST_CASE(gemma3_windowed_layers_against_the_reference) {
+        const akv_model_config *c = akv_model_get_config(m_gemma3);
+        CHECK(c->n_swa == 5 && akv_model_layer_is_swa(c, 0) && !akv_model_layer_is_swa(c, 1) &&
+              akv_model_layer_is_swa(c, 2) && c->embd_scale > 5.6f && c->ffn_act == AKV_FFN_GEGLU);
+        /* histories past the window, in chunks that straddle it and one token at a time */
+        run_and_check(m_gemma3, 4, AKV_DTYPE_F32, 3, 19, 5, 2e-5, &rng);
+        run_and_check(m_gemma3, 8, AKV_DTYPE_F32, 64, 23, 2, 2e-5, &rng);
+        /* a row's bits do not depend on its chunk, windows included */
+        enum { N = 29 };
+        int32_t tok[N];
+        for (uint32_t i = 0; i < N; i++) tok[i] = (int32_t)test_rand_below(&rng, c->n_vocab);
+        float *a = akv__malloc((size_t)N * c->n_vocab * sizeof *a), *b = akv__malloc((size_t)N * c->n_vocab * sizeof *b);
+        if (CHECK(a && b)) {
+            logits_in_chunks(m_gemma3, 4, N, tok, N, a, &rng);
+            logits_in_chunks(m_gemma3, 4, 3, tok, N, b, &rng);
+            CHECK(!memcmp(a, b, (size_t)N * c->n_vocab * sizeof *a));
+        }
+        akv__free(a), akv__free(b);
     }
 
     TEST_CASE(bf16_pages_within_bf16_error) {
@@ -295,6 +325,7 @@ int main(int argc, char **argv) {
     akv_model_destroy(m_llama);
     akv_model_destroy(m_qwen);
     akv_model_destroy(m_qwen3);
+    akv_model_destroy(m_gemma3);
     CHECK_EQ_INT(akv__alloc_live(), 0);
     return test_finish();
 }

@@ -6,6 +6,7 @@
 #include "model_build.h"
 
 #include "alloc_settled.h"
+#include "akv/log.h"
 #include "akv/testing/dev_faults.h"
 
 #include "fwd_fixture.h"
@@ -370,6 +371,26 @@ int main(int argc, char **argv) {
             }
         }
         fx_close(&d);
+        akv_model_destroy(m);
+    }
+
+    TEST_CASE(gemma3_is_refused_by_name) {
+        /* the device pass has no post-norms, GeGLU, windows or embedding scale yet */
+        akv_model *m = fx_load_bf16_exact(&llama, rng);
+        if (!CHECK(m != NULL)) break;
+        akv_dev *dev = NULL;
+        if (CHECK(akv_dev_create(akv_dev_host_backend(), NULL, &dev) == AKV_OK)) {
+            akv_model_config c = *akv_model_get_config(m);
+            c.arch = AKV_MODEL_ARCH_GEMMA3, c.has_post_norms = true, c.ffn_act = AKV_FFN_GEGLU;
+            snprintf(c.arch_name, sizeof c.arch_name, "gemma3");
+            akv_forward_dev *fd = NULL;
+            akv_forward_params fp = {.max_step_tokens = 8};
+            akv_log_set(NULL, NULL, AKV_LOG_OFF);
+            CHECK_STATUS(akv_forward_dev_create_synthetic(dev, &c, 3, &fp, &fd), AKV_EUNSUPPORTED);
+            akv_log_set(NULL, NULL, AKV_LOG_WARN);
+            CHECK(fd == NULL);
+            akv_dev_destroy(dev);
+        }
         akv_model_destroy(m);
     }
 

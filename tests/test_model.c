@@ -221,6 +221,37 @@ int main(int argc, char **argv) {
         tm_free(&m);
     }
 
+    TEST_CASE(gemma3_keys_and_refusals) {
+        /* gemma3: the window's keys with their defaults (pattern 6, local base 10000), the
+         * embedding scale, post-norms required; a soft-cap or a missing post-norm refused */
+        tm_shape s = llama_shape;
+        s.arch = "gemma3", s.head_dim = 16;
+        tm_model m;
+        tm_init(&m, &s, seed);
+        tm_u32(&m, "attention.sliding_window", 512);
+        akv_model *model = NULL;
+        CHECK_OK(load_tm(&m, &model));
+        if (model) {
+            const akv_model_config *c = akv_model_get_config(model);
+            CHECK(c->arch == AKV_MODEL_ARCH_GEMMA3 && c->has_qk_norm && c->has_post_norms &&
+                  c->ffn_act == AKV_FFN_GEGLU && c->n_swa == 512 && c->swa_pattern == 6 &&
+                  c->rope_base_swa == 10000.0 && c->attn_scale == 0.0f);
+            CHECK_NEAR(c->embd_scale, sqrt((double)s.n_embd), 1e-5);
+            CHECK(akv_model_layer_is_swa(c, 0) && akv_model_layer_is_swa(c, 4) && !akv_model_layer_is_swa(c, 5));
+            CHECK(akv_model_get_layer(model, 1)->attn_post_norm && akv_model_get_layer(model, 1)->ffn_post_norm);
+            akv_model_destroy(model);
+            model = NULL;
+        }
+        akv_log_set(NULL, NULL, AKV_LOG_OFF);
+        tm_f32(&m, "final_logit_softcapping", 30.0f);
+        CHECK_STATUS(load_tm(&m, &model), AKV_EUNSUPPORTED);
+        tm_drop(&m, "gemma3.final_logit_softcapping");
+        tm_drop(&m, "blk.1.post_ffw_norm.weight");
+        CHECK_STATUS(load_tm(&m, &model), AKV_EFORMAT);
+        akv_log_set(NULL, NULL, AKV_LOG_WARN);
+        tm_free(&m);
+    }
+
     TEST_CASE(bad_files_are_refused) {
         /* Each edit of a valid model, and the status it must give. */
         static const struct {

@@ -387,7 +387,8 @@ int main(int argc, char **argv) {
         static const struct { akv_ops_wtype t; uint32_t gguf; } types[] = {
             {AKV_OPS_W_Q8_0, AKV_GGUF_TYPE_Q8_0}, {AKV_OPS_W_Q4_0, AKV_GGUF_TYPE_Q4_0},
             {AKV_OPS_W_Q4_1, AKV_GGUF_TYPE_Q4_1}, {AKV_OPS_W_Q4_K, AKV_GGUF_TYPE_Q4_K},
-            {AKV_OPS_W_Q5_K, AKV_GGUF_TYPE_Q5_K}, {AKV_OPS_W_Q6_K, AKV_GGUF_TYPE_Q6_K}};
+            {AKV_OPS_W_Q5_K, AKV_GGUF_TYPE_Q5_K}, {AKV_OPS_W_Q6_K, AKV_GGUF_TYPE_Q6_K},
+            {AKV_OPS_W_Q5_0, AKV_GGUF_TYPE_Q5_0}, {AKV_OPS_W_Q5_1, AKV_GGUF_TYPE_Q5_1}};
         static const size_t shapes[][3] = {{1, 1, 1}, {3, 7, 3}, {17, 33, 5}, {2, 65, 18}};
         for (size_t ti = 0; ti < sizeof types / sizeof *types; ti++)
             for (size_t si = 0; si < sizeof shapes / sizeof *shapes; si++) {
@@ -404,7 +405,10 @@ int main(int argc, char **argv) {
                     /* the f16 fields: d (and m, dmin) finite, of mixed sign and size */
                     uint8_t *blk = w + b * bb;
                     const size_t at = t == AKV_OPS_W_Q6_K ? 208 : 0;
-                    const int n16 = t == AKV_OPS_W_Q4_1 || t == AKV_OPS_W_Q4_K || t == AKV_OPS_W_Q5_K ? 2 : 1;
+                    const int n16 = t == AKV_OPS_W_Q4_1 || t == AKV_OPS_W_Q5_1 || t == AKV_OPS_W_Q4_K ||
+                                            t == AKV_OPS_W_Q5_K
+                                        ? 2
+                                        : 1;
                     for (int f = 0; f < n16; f++) {
                         const float v = test_rand_f32(&rng) * (b % 3 ? 0.02f : 2.0f);
                         const uint16_t h = akv_f32_to_f16(v);
@@ -466,6 +470,8 @@ int main(int argc, char **argv) {
         CHECK_EQ_U64(akv_ops_wrow_bytes(AKV_OPS_W_Q8_0, 64), 68);
         CHECK_EQ_U64(akv_ops_wrow_bytes(AKV_OPS_W_Q4_0, 32), 18);
         CHECK_EQ_U64(akv_ops_wrow_bytes(AKV_OPS_W_Q4_1, 32), 20);
+        CHECK_EQ_U64(akv_ops_wrow_bytes(AKV_OPS_W_Q5_0, 64), 44);
+        CHECK_EQ_U64(akv_ops_wrow_bytes(AKV_OPS_W_Q5_1, 32), 24);
         CHECK_EQ_U64(akv_ops_wrow_bytes(AKV_OPS_W_Q4_K, 512), 288);
         CHECK_EQ_U64(akv_ops_wrow_bytes(AKV_OPS_W_Q5_K, 256), 176);
         CHECK_EQ_U64(akv_ops_wrow_bytes(AKV_OPS_W_Q6_K, 256), 210);

@@ -140,6 +140,9 @@ void akv_ops_matmul_cols(float *y, const float *x, const float *w, const float *
  *   Q4_1  20 B / 32:  d, m, 16 bytes of nibbles         w = d q + m
  *   Q4_K 144 B / 256: d, dmin, 12 bytes of 6-bit scale and min per sub-block, 128 bytes of
  *                     nibbles                           w = d sc q - dmin mn
+ *   Q5_0  22 B / 32:  d, 4 bytes of fifth bits (bit e: element e), 16 bytes of nibbles
+ *                                                       w = d (q - 16)   (q of 5 bits)
+ *   Q5_1  24 B / 32:  d, m, the fifth bits, the nibbles w = d q + m
  *   Q5_K 176 B / 256: as Q4_K plus 32 bytes of fifth bits   (q of 5 bits)
  *   Q6_K 210 B / 256: 128 bytes of low nibbles, 64 of high 2-bit pairs, 16 int8 scales (one per
  *                     16 elements), d last             w = d sc (q - 32)
@@ -155,11 +158,13 @@ typedef enum akv_ops_wtype {
     AKV_OPS_W_Q5_K = 6,
     AKV_OPS_W_Q6_K = 7,
     AKV_OPS_W_BF16 = 8, /* plain bf16 rows: the device products' format (no host product) */
+    AKV_OPS_W_Q5_0 = 9, /* host products only: the device pass widens it to bf16 */
+    AKV_OPS_W_Q5_1 = 10,
 } akv_ops_wtype;
 
-/* Whether t is one of the block formats (Q8_0 .. Q6_K). */
+/* Whether t is one of the block formats (Q8_0 .. Q6_K, Q5_0, Q5_1). */
 static inline int akv_ops_wtype_is_block(akv_ops_wtype t) {
-    return t >= AKV_OPS_W_Q8_0 && t <= AKV_OPS_W_Q6_K;
+    return (t >= AKV_OPS_W_Q8_0 && t <= AKV_OPS_W_Q6_K) || t == AKV_OPS_W_Q5_0 || t == AKV_OPS_W_Q5_1;
 }
 
 /* Elements of one block of t (1 for F32 and BF16, 32, or 256); 0 for an unknown type. */
@@ -172,7 +177,8 @@ size_t akv_ops_wblock_bytes(akv_ops_wtype t);
  * multiple of the block. */
 size_t akv_ops_wrow_bytes(akv_ops_wtype t, size_t k);
 
-/* "f32", "bf16", "q8_0", "q4_0", "q4_1", "q4_K", "q5_K", "q6_K" (GGUF's names); "?" otherwise. */
+/* "f32", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "q4_K", "q5_K", "q6_K" (GGUF's
+ * names); "?" otherwise. */
 const char *akv_ops_wtype_name(akv_ops_wtype t);
 
 /* A row of k weights of block format t decoded to floats by the recipe's terms: w = ws * (q -

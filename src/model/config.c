@@ -90,7 +90,11 @@ static akv_status cfg_gemma3(const akv_gguf *g, const char *arch, akv_model_conf
         (st = cfg_f64(g, arch, "rope.freq_base_swa", false, 10000.0, &c->rope_base_swa)) ||
         (st = cfg_f64(g, arch, "final_logit_softcapping", false, 0.0, &cap)))
         return st;
-    if (cap != 0.0) return cfg_bad(arch, "final_logit_softcapping", "is not implemented (only 0)", cap);
+    if (cap != 0.0) {
+        AKV_LOG_E("model: key '%s.final_logit_softcapping' = %g: a soft-capped output is not "
+                  "implemented (only 0)", arch, cap);
+        return AKV_EUNSUPPORTED;
+    }
     if (!(c->rope_base_swa > 1) || isinf(c->rope_base_swa))
         return cfg_bad(arch, "rope.freq_base_swa", "must be finite and > 1", c->rope_base_swa);
     if (c->n_swa && c->swa_pattern == 0)

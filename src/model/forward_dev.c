@@ -282,11 +282,17 @@ void akv_forward_dev_destroy(akv_forward_dev *f) {
     akv__free(f);
 }
 
+/* Whether the device pass has products over blocks of t (Q5_0 and Q5_1: host products only,
+ * so the device widens them). */
+static bool fdev_block_on_device(akv_ops_wtype t) {
+    return akv_ops_wtype_is_block(t) && t != AKV_OPS_W_Q5_0 && t != AKV_OPS_W_Q5_1;
+}
+
 /* The block format the device keeps the matrices ms[0..n) in, fused: their common block type
  * when they share one, else 0 (bf16). */
 static uint32_t fdev_common_type(const akv_model_mat *const *ms, int n) {
     for (int i = 0; i < n; i++)
-        if (!akv_ops_wtype_is_block(ms[i]->type) || ms[i]->type != ms[0]->type) return 0;
+        if (!fdev_block_on_device(ms[i]->type) || ms[i]->type != ms[0]->type) return 0;
     return ms[0]->type;
 }
 
@@ -302,7 +308,7 @@ static akv_status fdev_choose_types(akv_forward_dev *f, const akv_model *m) {
     }
     if (!m) {
         const uint32_t t = p->synthetic_type;
-        if (t && (!akv_ops_wtype_is_block((akv_ops_wtype)t) ||
+        if (t && (!fdev_block_on_device((akv_ops_wtype)t) ||
                   !akv_ops_wrow_bytes((akv_ops_wtype)t, c->n_embd) ||
                   !akv_ops_wrow_bytes((akv_ops_wtype)t, f->q_dim) ||
                   !akv_ops_wrow_bytes((akv_ops_wtype)t, c->n_ff))) {
