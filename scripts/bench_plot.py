@@ -111,9 +111,13 @@ def read_markdown(path):
             tables.append(Table(path, heading, header, rows))
             i = j
             continue
-        if line.startswith("|") and pending is not None and pending.name is None:
-            # bench_staged prints each row after its trace
-            pending.name = " ".join(c for c in cells(line)[:3] if c)
+        if line.startswith("|"):
+            # bench_staged prints each row after its trace: it names the trace and belongs to
+            # the table above it
+            if pending is not None and pending.name is None:
+                pending.name = " ".join(c for c in cells(line)[:3] if c)
+            if tables and len(cells(line)) == len(tables[-1].header):
+                tables[-1].rows.append(cells(line))
         i += 1
     for n, t in enumerate(traces):
         if t.name is None:

@@ -1,5 +1,5 @@
 #!/bin/sh
-# gemma3.sh AKV SOURCE_DIR — Gemma 3 270M (Q4_K_M, its Q5_0 matrices widened) on the host pass
+# gemma3.sh AKV SOURCE_DIR — Gemma 3 270M (Q4_K_M, its Q5_0 matrices as blocks) on the host pass
 # against llama.cpp on the same file and text: `akv perplexity` over the first two windows of
 # 1024 tokens of the GPL-3 licence text (each scored on its second half, where the local
 # layers' 512-token window is narrower than the history). llama.cpp's figure for the same two
@@ -7,7 +7,7 @@
 #   llama-perplexity -m models/gemma-3-270m-q4_k_m.gguf -f /usr/share/common-licenses/GPL-3 \
 #     -c 1024 -t 2 -b 1024
 # (the llama-cpp-python 0.3.36 sdist's tree, CPU build; all seven windows: 13.8630, ours
-# 13.8224). The issue's bound: within 1 %. Without the sliding window the same two windows
+# 13.8526). The issue's bound: within 1 %. Without the sliding window the same two windows
 # give 234.8. Skips (77) without the file (scripts/fetch-model gemma3-270m) or the text.
 akv=$1
 model=$2/models/gemma-3-270m-q4_k_m.gguf

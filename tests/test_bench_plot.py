@@ -45,8 +45,8 @@ RESULTS = """\
 | qwen3-0.6b | 512 | 700.1 | 600.0 | 1.17 |
 | qwen3-0.6b | 8192 | does not fit | 500.0 | - |
 
-| context | share | step ms | / staged |
-|---|---|---|---|
+| context | route | share | step ms | / staged |
+|---|---|---|---|---|
     trace, layers 1..3: H2D interval 5.0 ms a layer (worst 5.1), host issue interval 0.3 ms, copy bus time 4.800 ms
     layer: ms from layer 0's begin ...
      0: h2d    0.060  d2h    0.059  compute    5.624  issued    0.000
@@ -73,6 +73,8 @@ def main():
         tables, traces, serve = bp.read_all([d])
 
         check(len(tables) == 4, f"4 tables read, got {len(tables)}")
+        check([len(t.rows) for t in tables] == [4, 2, 2, 1],
+              f"every row, the one printed after a trace too: {[len(t.rows) for t in tables]}")
         t = tables[0]
         check(t.heading.startswith("The staged compact route"), "a table takes the heading above it")
         check(t.col("b") is None, "`b` is not matched by `bus ms`")

@@ -240,6 +240,20 @@ int main(int argc, char **argv) {
         }
     }
 
+    TEST_CASE(byte_texts_of_another_type) {
+        /* a vocabulary without token types (all NORMAL): <0xNN> still the fallback, as in
+         * llama.cpp, decoding as its text; the walker holds */
+        vocab_init(&v, false);
+        v.p.token_types = NULL;
+        akv_tok *tok = NULL;
+        if (!REQUIRE_OK(akv_tok_create(&v.p, &tok))) break;
+        CHECK(akv__tok_check(tok));
+        ENCODE_IS(tok, "\xC3\xBC", 0, BYTE0 + 0xC3, BYTE0 + 0xBC);
+        const int32_t ids[] = {BYTE0 + 0xC3};
+        CHECK(decodes_to(tok, ids, 1, 0, "<0xC3>"));
+        akv_tok_destroy(tok);
+    }
+
     TEST_CASE(refusals) {
         akv_log_set(NULL, NULL, AKV_LOG_OFF);
         vocab_init(&v, false);

@@ -675,6 +675,7 @@ akv_status akv_route_create(akv_dev *dev, akv_host_pool *host_pool, akv_dev_pool
         if (!st) st = akv_dev_event_create(dev, 0, &r->ev_fill);
         if (!st) st = akv_dev_event_create(dev, 0, &r->ev_fill_h2d);
         if (!st) st = akv_dev_event_create(dev, 0, &r->ev_fill_c);
+        if (!st) st = akv_dev_event_create(dev, 0, &r->ev_tab);
         if (!st) {
             r->ev_lfill = akv__calloc(g->n_layers, sizeof *r->ev_lfill);
             r->lfill_wait = akv__calloc(g->n_layers, 1);
@@ -771,6 +772,7 @@ static akv_status route_free(akv_route *r) {
         akv_dev_event_destroy(r->dev, r->ev_fill);
         akv_dev_event_destroy(r->dev, r->ev_fill_h2d);
         akv_dev_event_destroy(r->dev, r->ev_fill_c);
+        akv_dev_event_destroy(r->dev, r->ev_tab);
         for (uint32_t l = 0; r->ev_lfill && l < r->geom.n_layers; l++)
             akv_dev_event_destroy(r->dev, r->ev_lfill[l]);
         akv__free(r->ev_lfill);
@@ -1730,8 +1732,12 @@ akv_status akv_route_begin_step(akv_route *r, const akv_route_req *reqs, uint32_
         st = AKV_EFULL;
         goto fail;
     }
-    /* 4. the tables to the device, in compute-queue order */
+    /* 4. the tables to the device, in compute-queue order; the rows the staging copies on the
+     * H2D queue (a layer's slot ids, with its pages) after them */
     if ((st = route_upload(r, n))) goto fail;
+    if (r->queued && ((st = akv_dev_event_record(r->dev, r->ev_tab, AKV_QUEUE_COMPUTE)) ||
+                      (st = akv_dev_queue_wait_event(r->dev, AKV_QUEUE_H2D, r->ev_tab))))
+        goto fail;
     /* 5. the kind's part: a prefetch made for another step is dropped */
     if (r->kind->placed && (st = r->kind->placed(r, reqs, n))) goto fail;
     akv__free(preq), akv__free(pres), akv__free(refill);

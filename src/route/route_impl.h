@@ -192,6 +192,9 @@ struct akv_route {
                                (another route's, whose pass failed before their layer) */
     akv_event *ev_fill_c;  /* recorded on the compute queue when the fills are sent: they wait
                               for the step's work there so far (compact encodes) */
+    akv_event *ev_tab;     /* recorded on the compute queue after begin_step's table uploads;
+                              the H2D queue waits for it, so a layer's row copied there with its
+                              pages (akv_stage_copy_table) lands after them */
     akv_event **ev_lfill;  /* [n_layers] queued: recorded on H2D after layer l's fills */
     uint8_t *lfill_wait;   /* [n_layers] layer l's fills enqueued, its kernels not yet behind them */
     bool fills_h2d;        /* fills enqueued on H2D that no sync of that queue has seen done */

@@ -220,8 +220,8 @@ static void tok_load_pieces_spm(akv_tok *tok) {
     tok->piece_off[tok->n_tokens] = off;
 }
 
-/* SPM byte fallback: <0xNN>, else the one-byte text (llama.cpp's byte_to_token); a byte with
- * neither is dropped from the input. */
+/* SPM byte fallback: the token whose text is <0xNN> whatever its type, else the one-byte text
+ * (llama.cpp's byte_to_token); a byte with neither is dropped from the input. */
 static void tok_load_bytes_spm(akv_tok *tok) {
     size_t n_missing = 0;
     for (unsigned b = 0; b < 256; b++) {
@@ -479,9 +479,10 @@ bool akv__tok_check(const akv_tok *tok) {
         if (id >= 0 && tok->model == AKV_TOK_MODEL_BPE &&
             (tok_text(tok, id, &n), n != tok->byte_text[b][0]))
             return false;
-        if (id >= 0 && tok->model == AKV_TOK_MODEL_SPM && /* SPM: its piece is the byte */
+        if (id >= 0 && tok->model == AKV_TOK_MODEL_SPM && tok->type[id] == AKV_TOK_TYPE_BYTE &&
             (tok->piece_off[id + 1] - tok->piece_off[id] != 1 || tok->piece[tok->piece_off[id]] != b))
-            return false;
+            return false; /* SPM: a BYTE token's piece is its byte (a <0xNN> of another type
+                             decodes as its text, as in llama.cpp) */
     }
     if ((tok->model == AKV_TOK_MODEL_SPM) != (tok->scores != NULL)) return false;
     for (size_t i = 0; i < tok->n_tokens; i++) {

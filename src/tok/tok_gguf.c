@@ -101,7 +101,8 @@ akv_status akv_tok_create_from_gguf(const akv_gguf *g, const char *pre, akv_tok 
     }
     if (s.len == 5 && memcmp(s.ptr, "llama", 5) == 0) {
         p.model = AKV_TOK_MODEL_SPM;
-        p.add_space_prefix = true; /* llama.cpp's default for SPM */
+        p.add_space_prefix = p.add_bos = true; /* llama.cpp's defaults for SPM; and its ids,
+                                                  unk 0, bos 1, eos 2, once the size is known */
         if ((st = tok_gguf_bool(g, "tokenizer.ggml.add_space_prefix", &p.add_space_prefix))) return st;
     } else if (s.len != 4 || memcmp(s.ptr, "gpt2", 4) != 0) {
         AKV_LOG_E("tokenizer: tokenizer.ggml.model is '%.*s'; byte-level BPE ('gpt2') and "
@@ -193,7 +194,9 @@ akv_status akv_tok_create_from_gguf(const akv_gguf *g, const char *pre, akv_tok 
         goto done;
     }
 
-    /* Special ids and flags. */
+    /* Special ids and flags (SPM: llama.cpp's defaults where the keys are absent). */
+    if (p.model == AKV_TOK_MODEL_SPM && tokens.n > 2) p.unk_id = 0, p.bos_id = 1, p.eos_id = 2;
+    if (p.model == AKV_TOK_MODEL_SPM && tokens.n <= 2) p.add_bos = false;
     if ((st = tok_gguf_id(g, "tokenizer.ggml.bos_token_id", tokens.n, &p.bos_id)) ||
         (st = tok_gguf_id(g, "tokenizer.ggml.eos_token_id", tokens.n, &p.eos_id)) ||
         (st = tok_gguf_id(g, "tokenizer.ggml.eot_token_id", tokens.n, &p.eot_id)) ||
