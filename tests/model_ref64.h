@@ -71,7 +71,12 @@ static inline void ref64_forward(const akv_model *m, const int32_t *tokens, size
     free(erow);
     for (uint32_t l = 0; l < n_layers; l++) {
         const akv_model_layer *L = akv_model_get_layer(m, l);
-        const float *inv = akv_model_rope_inv_freq_layer(m, l);
+        /* a local layer's frequencies from its own base (scale 1, no factors), computed here
+         * rather than taken from the model */
+        float inv_swa[128];
+        for (uint32_t i = 0; i < c->n_rot / 2 && i < 128; i++)
+            inv_swa[i] = (float)pow(c->rope_base_swa, -2.0 * i / c->n_rot);
+        const float *inv = akv_model_layer_is_swa(c, l) ? inv_swa : akv_model_rope_inv_freq(m);
         const size_t window = akv_model_layer_is_swa(c, l) ? c->n_swa : 0;
         const double scale = c->attn_scale != 0.0f ? c->attn_scale : 1.0 / sqrt((double)hd);
         for (size_t t = 0; t < n; t++) {
