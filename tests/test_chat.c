@@ -53,6 +53,12 @@ static const char *const want_qwen[] = {
         "<|im_start|>system\nYou are Qwen, created by Alibaba Cloud. You are a helpful assistant.<|im_end|>\n<|im_start|>user\n  padded\t\n<|im_end|>\n<|im_start|>assistant\n \xE3""\x80""\x80""x\xC2""\xA0""\xE2""\x80""\xA8""<|im_end|>\n",
         "<|im_start|>system\nYou are Qwen, created by Alibaba Cloud. You are a helpful assistant.<|im_end|>\n<|im_start|>user\n<|im_start|>日本 👍 e\xCC""\x81""<|im_end|>\n",
 };
+static const char *const want_gemma[] = {
+        "<|begin_of_text|><start_of_turn>user\nHi<end_of_turn>\n<start_of_turn>model\n",
+        "<|begin_of_text|><start_of_turn>user\nBe brief.\n\nWhat is 2+2?<end_of_turn>\n<start_of_turn>model\n4<end_of_turn>\n<start_of_turn>user\nAnd 3+3?<end_of_turn>\n<start_of_turn>model\n",
+        "<|begin_of_text|><start_of_turn>user\npadded<end_of_turn>\n<start_of_turn>model\nx<end_of_turn>\n",
+        "<|begin_of_text|><start_of_turn>user\n<|im_start|>日本 👍 e\xCC""\x81""<end_of_turn>\n",
+};
 
 /* clang-format on */
 static char last_log[512];
@@ -65,7 +71,7 @@ static void capture(akv_log_level level, const char *msg, void *user) {
 static void check_renders(const char *tmpl, const char *name, akv_chat_kind kind,
                           const char *const *want) {
     /* LLAMA3 (the family, or the template run) trims each content */
-    const bool trimmed = kind == AKV_CHAT_LLAMA3 || (tmpl && strstr(tmpl, "| trim"));
+    const bool trimmed = kind == AKV_CHAT_LLAMA3 || kind == AKV_CHAT_GEMMA || (tmpl && strstr(tmpl, "| trim"));
     akv_chat_params p = {.template_text = tmpl, .name = name, .bos_text = "<|begin_of_text|>"};
     akv_chat *chat = NULL;
     CHECK_OK(akv_chat_create(&p, &chat));
@@ -135,6 +141,44 @@ int main(int argc, char **argv) {
     TEST_CASE(llama3) {
         check_renders(LLAMA3, NULL, AKV_CHAT_JINJA, want_llama3);
         check_renders(LLAMA3, "llama3", AKV_CHAT_LLAMA3, want_llama3);
+    }
+
+    TEST_CASE(gemma) {
+        /* the family in C; a system message's text before the next user turn's content */
+        check_renders(NULL, "gemma", AKV_CHAT_GEMMA, want_gemma);
+        /* Gemma 2's own template (tests/data; it refuses a system role) gives the same bytes
+         * for the conversations without one, and is recognised as the family */
+        char path[512];
+        const char *src = getenv("AKV_SOURCE_DIR");
+        snprintf(path, sizeof path, "%s/tests/data/chat_templates/google-gemma-2-2b-it.jinja", src ? src : ".");
+        FILE *f = fopen(path, "rb");
+        if (!CHECK(f != NULL)) break;
+        static char tmpl[8192];
+        const size_t n = fread(tmpl, 1, sizeof tmpl - 1, f);
+        fclose(f);
+        tmpl[n] = '\0';
+        akv_chat_params p = {.template_text = tmpl, .bos_text = "<|begin_of_text|>"};
+        akv_chat *run = NULL, *fam = NULL;
+        CHECK_OK(akv_chat_create(&p, &run));
+        p.name = "gemma";
+        CHECK_OK(akv_chat_create(&p, &fam));
+        if (run && fam) {
+            CHECK_EQ_INT(akv_chat_get_kind(run), AKV_CHAT_JINJA);
+            for (size_t i = 0; i < AKV_ARRAY_LEN(convs); i++) {
+                if (!strcmp(convs[i].msgs[0].role, "system")) continue;
+                akv_tok_text a = {0}, b = {0};
+                CHECK_OK(akv_chat_render(run, convs[i].msgs, convs[i].n, convs[i].gen, &a, NULL));
+                CHECK_OK(akv_chat_render(fam, convs[i].msgs, convs[i].n, convs[i].gen, &b, NULL));
+                if (!CHECK(a.bytes && b.bytes && !strcmp(a.bytes, b.bytes)))
+                    fprintf(stderr, "conversation %zu:\n template [%s]\n family   [%s]\n", i,
+                            a.bytes ? a.bytes : "", b.bytes ? b.bytes : "");
+                akv_tok_text_free(&a), akv_tok_text_free(&b);
+            }
+        }
+        akv_chat_destroy(run), akv_chat_destroy(fam);
+        akv_chat_kind k;
+        CHECK(akv_chat_kind_from_name("gemma", &k) == AKV_OK && k == AKV_CHAT_GEMMA);
+        CHECK_STR(akv_chat_kind_name(AKV_CHAT_GEMMA), "gemma");
     }
 
     TEST_CASE(chatml_default_system_written_with_escapes) {

@@ -7,7 +7,7 @@
  * tokens), tools when given, and strftime_now (today, UTC). A template the interpreter cannot
  * compile, or that fails on a plain one-message conversation, falls back to its family when
  * it has one (logged as a warning, with the interpreter's reason), and a named family
- * (akv_chat_params.name, `--chat-template chatml|llama3`) renders in C as below.
+ * (akv_chat_params.name, `--chat-template chatml|llama3|gemma`) renders in C as below.
  *
  * Families
  *   CHATML   markers <|im_start|> and <|im_end|> (SmolLM2, Qwen, ...). Each message is
@@ -22,6 +22,13 @@
  *            is "<|start_header_id|>assistant<|end_header_id|>\n\n". trim() is Jinja's (Python
  *            str.strip(): Unicode whitespace at both ends). Llama 3.1+ templates (knowledge-date
  *            system header, tool calls) render differently and are not recognised.
+ *   GEMMA    markers <start_of_turn> and <end_of_turn> (Gemma 2 and 3). The BOS token's text
+ *            first; system messages are not turns: their trimmed contents go, with "\n\n"
+ *            after them, before the next user message's content (Gemma 3's first user
+ *            prefix; llama.cpp's rendering); each other message is "<start_of_turn>" role
+ *            "\n" trim(content) "<end_of_turn>\n" with the role "assistant" written "model";
+ *            the generation prompt is "<start_of_turn>model\n". Also the family of a gemma3
+ *            file without a template (akv_chat_create_from_gguf; Gemma 3 270M's has none).
  *
  * A template of no known family is refused (AKV_EUNSUPPORTED, logged) unless the caller names
  * the family (akv_chat_params.name, `akv tok --template`).
@@ -56,6 +63,7 @@ typedef enum akv_chat_kind {
     AKV_CHAT_CHATML = 1,
     AKV_CHAT_LLAMA3 = 2,
     AKV_CHAT_JINJA = 3, /* the template's own source, run (akv/jinja.h) */
+    AKV_CHAT_GEMMA = 4, /* <start_of_turn>role ... <end_of_turn>: Gemma's turns (below) */
 } akv_chat_kind;
 
 /* One message. Both strings NUL-terminated UTF-8, borrowed for the call. */
@@ -67,7 +75,7 @@ typedef struct akv_chat_msg {
 typedef struct akv_chat_params {
     const char *template_text; /* Jinja source (tokenizer.chat_template); NULL = none */
     size_t template_bytes;     /* its length; 0 = NUL-terminated */
-    const char *name;          /* "chatml" or "llama3" to force a family; NULL = recognise */
+    const char *name;          /* "chatml", "llama3" or "gemma" to force a family; NULL = recognise */
     const char *bos_text;      /* the template's bos_token (LLAMA3 writes it); NULL = "" */
     const char *eos_text;      /* its eos_token (JINJA); NULL = "" */
 } akv_chat_params;
@@ -91,10 +99,10 @@ akv_chat_kind akv_chat_get_kind(const akv_chat *chat);
  * akv_chat_destroy. */
 const char *akv_chat_default_system(const akv_chat *chat);
 
-/* "chatml", "llama3", "jinja"; "unknown" for other values. */
+/* "chatml", "llama3", "gemma", "jinja"; "unknown" for other values. */
 const char *akv_chat_kind_name(akv_chat_kind kind);
 
-/* AKV_OK and *out for "chatml" / "llama3"; AKV_EINVAL (not logged) otherwise. */
+/* AKV_OK and *out for "chatml" / "llama3" / "gemma"; AKV_EINVAL (not logged) otherwise. */
 akv_status akv_chat_kind_from_name(const char *name, akv_chat_kind *out);
 
 /* Appends the rendering of msgs[0..n_msgs) to *out, then the generation prompt when

@@ -33,6 +33,8 @@ const char *akv_chat_kind_name(akv_chat_kind kind) {
         return "chatml";
     case AKV_CHAT_LLAMA3:
         return "llama3";
+    case AKV_CHAT_GEMMA:
+        return "gemma";
     case AKV_CHAT_JINJA:
         return "jinja";
     }
@@ -44,6 +46,8 @@ akv_status akv_chat_kind_from_name(const char *name, akv_chat_kind *out) {
         *out = AKV_CHAT_CHATML;
     else if (name && strcmp(name, "llama3") == 0)
         *out = AKV_CHAT_LLAMA3;
+    else if (name && strcmp(name, "gemma") == 0)
+        *out = AKV_CHAT_GEMMA;
     else
         return AKV_EINVAL;
     return AKV_OK;
@@ -115,9 +119,14 @@ static akv_status chat_recognise(const char *t, size_t n, bool quiet, akv_chat_k
         *kind = AKV_CHAT_CHATML;
         return AKV_OK;
     }
+    if (chat_find(t, n, "<start_of_turn>") && chat_find(t, n, "<end_of_turn>")) {
+        *kind = AKV_CHAT_GEMMA;
+        return AKV_OK;
+    }
     if (!quiet)
         AKV_LOG_E("chat template: not a known family (chatml: <|im_start|>/<|im_end|>; llama3: "
-                  "<|start_header_id|>/<|eot_id|>); name a template to use one anyway");
+                  "<|start_header_id|>/<|eot_id|>; gemma: <start_of_turn>/<end_of_turn>); name a "
+                  "template to use one anyway");
     return AKV_EUNSUPPORTED;
 }
 
@@ -240,21 +249,21 @@ akv_status akv_chat_create(const akv_chat_params *p, akv_chat **out) {
         kind = AKV_CHAT_JINJA;
     } else if (p->name) {
         if (akv_chat_kind_from_name(p->name, &kind) != AKV_OK) {
-            AKV_LOG_E("chat template: '%s' is not a template name (chatml, llama3)", p->name);
+            AKV_LOG_E("chat template: '%s' is not a template name (chatml, llama3, gemma)", p->name);
             return AKV_EINVAL;
         }
         /* Named: the template's own details (a default system) count only when the
          * template is of that family too. */
         recognised = recognised && chat_recognise(t, n, true, &found) == AKV_OK && found == kind;
     } else if (!recognised) {
-        AKV_LOG_E("chat template: the model has none; name one (chatml or llama3)");
+        AKV_LOG_E("chat template: the model has none; name one (chatml, llama3 or gemma)");
         return AKV_EUNSUPPORTED;
     } else if (chat_recognise(t, n, true, &kind) == AKV_OK) {
         AKV_LOG_W("chat template: not run (line %u: %s); rendered as the %s family", jerr.line,
                   jerr.msg, akv_chat_kind_name(kind));
     } else {
         AKV_LOG_E("chat template: it cannot be run (line %u: %s) and is of no known family; name "
-                  "one (chatml or llama3) or give a template that runs",
+                  "one (chatml, llama3 or gemma) or give a template that runs",
                   jerr.line, jerr.msg);
         return AKV_EUNSUPPORTED;
     }
@@ -358,6 +367,41 @@ static akv_status chat_render_msg(const akv_chat *c, const char *role, const cha
     return AKV_OK;
 }
 
+/* GEMMA (akv/chat.h): system contents held for the next user turn, roles model/user. */
+static akv_status chat_render_gemma(const akv_chat *c, const akv_chat_msg *msgs, size_t n_msgs,
+                                    bool add_generation_prompt, akv_tok_text *out,
+                                    akv_tok_spans *contents) {
+    akv_status st = chat_put(out, c->bos_text, strlen(c->bos_text));
+    size_t held = SIZE_MAX; /* the first system message not yet written */
+    for (size_t i = 0; !st && i < n_msgs; i++) {
+        if (!strcmp(msgs[i].role, "system")) {
+            if (held == SIZE_MAX) held = i;
+            continue;
+        }
+        const bool model = !strcmp(msgs[i].role, "assistant");
+        const char *role = model ? "model" : msgs[i].role;
+        if ((st = CHAT_PUT(out, "<start_of_turn>")) || (st = chat_put(out, role, strlen(role))) ||
+            (st = CHAT_PUT(out, "\n")))
+            break;
+        if (!model && held != SIZE_MAX) { /* every held system text, joined, before this content */
+            for (size_t k = held; !st && k < i; k++) {
+                if (strcmp(msgs[k].role, "system")) continue;
+                size_t m = strlen(msgs[k].content);
+                const char *b = chat_trim(msgs[k].content, &m);
+                st = chat_put_content(out, b, m, contents);
+            }
+            if (!st) st = CHAT_PUT(out, "\n\n");
+            held = SIZE_MAX;
+        }
+        size_t n = strlen(msgs[i].content);
+        const char *body = chat_trim(msgs[i].content, &n);
+        if (!st) st = chat_put_content(out, body, n, contents);
+        if (!st) st = CHAT_PUT(out, "<end_of_turn>\n");
+    }
+    if (!st && add_generation_prompt) st = CHAT_PUT(out, "<start_of_turn>model\n");
+    return st;
+}
+
 akv_status akv_chat_render(const akv_chat *c, const akv_chat_msg *msgs, size_t n_msgs,
                            bool add_generation_prompt, akv_tok_text *out,
                            akv_tok_spans *contents) {
@@ -386,6 +430,10 @@ akv_status akv_chat_render(const akv_chat *c, const akv_chat_msg *msgs, size_t n
     }
     const size_t n0 = out->n_bytes, k0 = contents ? contents->n : 0;
     akv_status st = akv_tok_text_append(out, NULL, 0);
+    if (!st && c->kind == AKV_CHAT_GEMMA) {
+        st = chat_render_gemma(c, msgs, n_msgs, add_generation_prompt, out, contents);
+        n_msgs = 0, add_generation_prompt = false; /* rendered */
+    }
     for (size_t i = 0; !st && i < n_msgs; i++) {
         /* the template's own system text is the template's, not a message's */
         if (i == 0 && c->default_system && strcmp(msgs[0].role, "system") != 0)
@@ -425,9 +473,14 @@ static akv_status chat_token_text(const akv_gguf *g, const char *key, akv_gguf_s
 akv_status akv_chat_create_from_gguf(const akv_gguf *g, const char *name, akv_chat **out) {
     AKV_ASSERT(g && out);
     akv_chat_params p = {.name = name};
-    akv_gguf_str tmpl = {0}, bos = {0};
+    akv_gguf_str tmpl = {0}, bos = {0}, arch = {0};
     akv_status st = akv_gguf_get_str(g, "tokenizer.chat_template", &tmpl);
     if (st && st != AKV_ENOTFOUND) return st;
+    if (st == AKV_ENOTFOUND && !name && akv_gguf_get_str(g, "general.architecture", &arch) == AKV_OK &&
+        arch.len == 6 && !memcmp(arch.ptr, "gemma3", 6)) { /* Gemma 3 270M's file has none */
+        AKV_LOG_I("chat template: the gemma3 file has none; rendering the gemma family");
+        p.name = "gemma";
+    }
     if (st == AKV_OK) {
         if (tmpl.len == 0 || memchr(tmpl.ptr, '\0', tmpl.len)) {
             if (!name) { /* with a name the template is not needed */
