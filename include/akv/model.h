@@ -223,8 +223,9 @@ akv_status akv_model_mat_row_f32(const akv_model_mat *w, uint32_t row, float *ou
 /* The RoPE angle per position of each pair: [n_rot/2] radians (base, linear scale and Llama 3
  * factors folded in; akv_ops_ref_rope_freqs). */
 const float *akv_model_rope_inv_freq(const akv_model *m);
-/* The same for layer l: local layers (akv_model_layer_is_swa) take rope_base_swa. */
-const float *akv_model_rope_inv_freq_layer(const akv_model *m, uint32_t l);
+/* The same for the local layers (akv_model_layer_is_swa: rope_base_swa, scale 1, no
+ * factors); NULL when the model has no sliding window. */
+const float *akv_model_rope_inv_freq_local(const akv_model *m);
 
 /* The open file (metadata for the tokenizer and the chat template). */
 const akv_gguf *akv_model_gguf(const akv_model *m);

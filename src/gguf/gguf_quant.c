@@ -59,7 +59,7 @@ static void dec_q4_1(const uint8_t *b, float *y) {
 }
 
 /* Q5_0 (m NULL) and Q5_1: element i's fifth bit is bit i of the 32-bit qh, above nib(i). */
-static void dec_q5(const uint8_t *b, float d, const float *m, const uint8_t *qh4, float *y) {
+static void dec_q5(float d, const float *m, const uint8_t *qh4, float *y) {
     const uint32_t qh = akv__gguf_ld32(qh4);
     const uint8_t *qs = qh4 + 4;
     for (int i = 0; i < QK / 2; i++) {
@@ -68,16 +68,15 @@ static void dec_q5(const uint8_t *b, float d, const float *m, const uint8_t *qh4
         y[i] = m ? d * (float)lo + *m : d * (float)(lo - 16);
         y[i + QK / 2] = m ? d * (float)hi + *m : d * (float)(hi - 16);
     }
-    (void)b;
 }
 
 static void dec_q5_0(const uint8_t *b, float *y) {
-    dec_q5(b, ld_f16(b), NULL, b + 2, y);
+    dec_q5(ld_f16(b), NULL, b + 2, y);
 }
 
 static void dec_q5_1(const uint8_t *b, float *y) {
     const float m = ld_f16(b + 2);
-    dec_q5(b, ld_f16(b), &m, b + 4, y);
+    dec_q5(ld_f16(b), &m, b + 4, y);
 }
 
 /* The 6-bit scale and min of Q4_K sub-block j from the 12 packed bytes. */

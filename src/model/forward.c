@@ -347,12 +347,9 @@ akv_status akv_forward_step(akv_forward *f, const akv_forward_batch *b, const ak
         for (uint32_t i = 0; i < b->n_new[s]; i++)
             f->pos[t++] = (int32_t)(b->pos0[s] + i);
     akv_ops_ref_rope_table(f->pos, n, akv_model_rope_inv_freq(m), c->n_rot, f->cos_t, f->sin_t);
-    for (uint32_t l = 0; c->n_swa && l < c->n_layers; l++) /* the local layers' own base */
-        if (akv_model_layer_is_swa(c, l)) {
-            akv_ops_ref_rope_table(f->pos, n, akv_model_rope_inv_freq_layer(m, l), c->n_rot,
-                                   f->cos_s, f->sin_s);
-            break;
-        }
+    if (f->cos_s) /* the local layers' own base */
+        akv_ops_ref_rope_table(f->pos, n, akv_model_rope_inv_freq_local(m), c->n_rot, f->cos_s,
+                               f->sin_s);
 
     for (uint32_t l = 0; l < f->n_layers; l++) {
         const akv_model_layer *L = akv_model_get_layer(m, l);

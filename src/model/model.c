@@ -20,7 +20,7 @@ struct akv_model {
     akv_model_mat tok_embd, output;
     const float *output_norm;
     float *inv_freq;     /* [n_rot/2] */
-    float *inv_freq_swa; /* [n_rot/2] local layers' (rope_base_swa); = inv_freq without them */
+    float *inv_freq_swa; /* [n_rot/2] local layers' (rope_base_swa); NULL without a window */
 };
 
 /* One tensor to bind: where its data goes and the shape it must have. */
@@ -454,8 +454,8 @@ akv_status akv_model_mat_row_f32(const akv_model_mat *w, uint32_t row, float *ou
     }
     return akv_gguf_dequant_f32(model_gguf_type(w->type), src, w->cols, out);
 }
-const float *akv_model_rope_inv_freq_layer(const akv_model *m, uint32_t l) {
-    return akv_model_layer_is_swa(&m->cfg, l) ? m->inv_freq_swa : m->inv_freq;
+const float *akv_model_rope_inv_freq_local(const akv_model *m) {
+    return m->inv_freq_swa;
 }
 
 const float *akv_model_rope_inv_freq(const akv_model *m) {

@@ -367,6 +367,24 @@ static akv_status chat_render_msg(const akv_chat *c, const char *role, const cha
     return AKV_OK;
 }
 
+/* CHATML and LLAMA3 (akv/chat.h): a turn per message, the template's default system first. */
+static akv_status chat_render_turns(const akv_chat *c, const akv_chat_msg *msgs, size_t n_msgs,
+                                    bool add_generation_prompt, akv_tok_text *out,
+                                    akv_tok_spans *contents) {
+    akv_status st = AKV_OK;
+    for (size_t i = 0; !st && i < n_msgs; i++) {
+        /* the template's own system text is the template's, not a message's */
+        if (i == 0 && c->default_system && strcmp(msgs[0].role, "system") != 0)
+            st = chat_render_msg(c, "system", c->default_system, true, out, NULL);
+        if (!st) st = chat_render_msg(c, msgs[i].role, msgs[i].content, i == 0, out, contents);
+    }
+    if (!st && add_generation_prompt)
+        st = c->kind == AKV_CHAT_CHATML
+                 ? CHAT_PUT(out, "<|im_start|>assistant\n")
+                 : CHAT_PUT(out, "<|start_header_id|>assistant<|end_header_id|>\n\n");
+    return st;
+}
+
 /* GEMMA (akv/chat.h): system contents held for the next user turn, roles model/user. */
 static akv_status chat_render_gemma(const akv_chat *c, const akv_chat_msg *msgs, size_t n_msgs,
                                     bool add_generation_prompt, akv_tok_text *out,
@@ -430,21 +448,10 @@ akv_status akv_chat_render(const akv_chat *c, const akv_chat_msg *msgs, size_t n
     }
     const size_t n0 = out->n_bytes, k0 = contents ? contents->n : 0;
     akv_status st = akv_tok_text_append(out, NULL, 0);
-    if (!st && c->kind == AKV_CHAT_GEMMA) {
-        st = chat_render_gemma(c, msgs, n_msgs, add_generation_prompt, out, contents);
-        n_msgs = 0, add_generation_prompt = false; /* rendered */
-    }
-    for (size_t i = 0; !st && i < n_msgs; i++) {
-        /* the template's own system text is the template's, not a message's */
-        if (i == 0 && c->default_system && strcmp(msgs[0].role, "system") != 0)
-            st = chat_render_msg(c, "system", c->default_system, true, out, NULL);
-        if (!st) st = chat_render_msg(c, msgs[i].role, msgs[i].content, i == 0, out, contents);
-    }
-    if (!st && add_generation_prompt) {
-        st = c->kind == AKV_CHAT_CHATML
-                 ? CHAT_PUT(out, "<|im_start|>assistant\n")
-                 : CHAT_PUT(out, "<|start_header_id|>assistant<|end_header_id|>\n\n");
-    }
+    if (!st)
+        st = c->kind == AKV_CHAT_GEMMA
+                 ? chat_render_gemma(c, msgs, n_msgs, add_generation_prompt, out, contents)
+                 : chat_render_turns(c, msgs, n_msgs, add_generation_prompt, out, contents);
     if (st) {
         out->n_bytes = n0;
         if (out->bytes) out->bytes[n0] = '\0';

@@ -184,9 +184,6 @@ static akv_status tok_load_texts(akv_tok *tok, const akv_tok_params *p) {
     return AKV_OK;
 }
 
-/* Pieces: normal tokens map their byte-level characters back to bytes (never longer than
- * the text); special tokens, and a normal token that is not byte-level text, keep their
- * text as it is. */
 /* SPM pieces: U+2581 back to ' ' in normal tokens, a BYTE token <0xNN> its byte, special
  * tokens (and a BYTE token of another text) their text as it is. */
 static int tok_hex(uint8_t c) {
@@ -238,6 +235,9 @@ static void tok_load_bytes_spm(akv_tok *tok) {
                   "where no token covers them", n_missing);
 }
 
+/* Pieces: normal tokens map their byte-level characters back to bytes (never longer than
+ * the text); special tokens, and a normal token that is not byte-level text, keep their
+ * text as it is. */
 static void tok_load_pieces(akv_tok *tok, const int16_t cp_byte[324]) {
     size_t off = 0, n_literal = 0;
     int32_t first_literal = -1;
@@ -434,10 +434,8 @@ akv_status akv_tok_create(const akv_tok_params *p, akv_tok **out) {
             goto fail;
         }
         memcpy(tok->scores, p->scores, p->n_tokens * sizeof *tok->scores);
-        tok_load_pieces_spm(tok);
+        tok_load_pieces_spm(tok); /* byte_text stays empty: byte-level texts are BPE's */
         tok_load_bytes_spm(tok);
-        for (int b = 0; b < 256; b++) /* byte_text: the byte-level texts are BPE's alone */
-            tok->byte_text[b][0] = 0;
     } else {
         tok_load_pieces(tok, cp_byte);
         tok_load_bytes(tok, byte_cp);
